@@ -1,0 +1,3 @@
+//! Contracts shared by every Proxy Pool binary.
+//!
+//! Owns the wire and config types; never does I/O.

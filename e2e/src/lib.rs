@@ -1,0 +1,1 @@
+//! Proxy Pool end-to-end harnesses.

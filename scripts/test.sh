@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs every Proxy Pool test: formatting, lints, unit tests, contract tests on both pool
+# implementations against a real redis-server, and the end-to-end suites.
+# Installs what a fresh Debian machine lacks (needs root or sudo for apt-get).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n==> %s\n' "$*"; }
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v redis-sentinel >/dev/null 2>&1 || need_apt+=(redis-sentinel)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "installing ${need_apt[*]} from Debian's packages"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+# Tests start their own redis-server on a free loopback port; they find it here.
+export PROXY_POOL_REDIS_SERVER="${PROXY_POOL_REDIS_SERVER:-$(command -v redis-server)}"
+
+for extra in scripts/test.d/*.sh; do
+  [ -e "$extra" ] || continue
+  log "preparing: $extra"
+  # shellcheck source=/dev/null
+  source "$extra"
+done
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+
+log "cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+log "cargo test"
+cargo test --workspace --locked --no-fail-fast
