@@ -1,0 +1,211 @@
+//! Exclusive, idempotent extraction: the reference of the extract script.
+
+use async_trait::async_trait;
+
+use super::MemoryPool;
+use super::state::{State, StoredResult};
+use crate::clock::Timestamp;
+use crate::error::{ConflictReason, PoolError, PoolResult};
+use crate::model::{
+    ExtractOutcome, ExtractRequest, ExtractedProxy, Extraction, Filters, Fulfillment, ProxyId,
+    ProxyRecord, ProxyState,
+};
+use crate::ports::ExtractionStore;
+use crate::validate::{key_digest, prepare_extract};
+
+/// Storage keys of an extraction's stored result: the replay key, and the request-ID op
+/// key when the replay key is an idempotency key.
+pub(crate) fn result_keys(request: &ExtractRequest) -> (String, Option<String>) {
+    let op = format!(
+        "op:{}",
+        key_digest(&[
+            "extract",
+            request.client_id.as_str(),
+            request.request_id.as_str()
+        ])
+    );
+    match &request.idempotency_key {
+        Some(k) => (
+            format!(
+                "idem:{}",
+                key_digest(&[request.client_id.as_str(), k.as_str()])
+            ),
+            Some(op),
+        ),
+        None => (op, None),
+    }
+}
+
+/// The driver's index keys: the smallest filtered dimension (ties: upstream, region,
+/// carrier, protocol), values ascending; no filter → `available`.
+fn driver_keys(st: &State, f: &Filters) -> Vec<String> {
+    let dims: [Vec<String>; 4] = [
+        f.upstreams
+            .iter()
+            .map(|v| format!("upstream:{v}"))
+            .collect(),
+        f.regions.iter().map(|v| format!("region:{v}")).collect(),
+        f.carriers.iter().map(|v| format!("carrier:{v}")).collect(),
+        f.protocols
+            .iter()
+            .map(|v| format!("protocol:{v}"))
+            .collect(),
+    ];
+    let size = |keys: &Vec<String>| -> usize {
+        keys.iter()
+            .map(|k| st.filters.get(k).map_or(0, |ix| ix.len()))
+            .sum()
+    };
+    let mut best: Option<(usize, &Vec<String>)> = None;
+    for keys in dims.iter().filter(|k| !k.is_empty()) {
+        let s = size(keys);
+        if best.is_none_or(|(b, _)| s < b) {
+            best = Some((s, keys));
+        }
+    }
+    best.map_or_else(|| vec!["available".to_owned()], |(_, keys)| keys.clone())
+}
+
+fn eligible(
+    st: &State,
+    r: &ProxyRecord,
+    req: &ExtractRequest,
+    f: &Filters,
+    now: Timestamp,
+) -> bool {
+    let fresh = match req.max_health_check_age {
+        None => true,
+        Some(age) => r.health.last_check_at.is_some_and(|t| now.since(t) <= age),
+    };
+    r.expires_at > now
+        && r.state == ProxyState::Available
+        && !st.owners.contains_key(&r.id)
+        && r.usable_until > now
+        && r.expires_at.since(now) >= req.min_remaining_ttl
+        && fresh
+        && (f.protocols.is_empty() || f.protocols.contains(&r.protocol))
+        && (f.upstreams.is_empty() || f.upstreams.contains(&r.upstream))
+        && (f.regions.is_empty() || r.region.as_ref().is_some_and(|v| f.regions.contains(v)))
+        && (f.carriers.is_empty() || r.carrier.as_ref().is_some_and(|v| f.carriers.contains(v)))
+}
+
+/// Scans the driver; returns the eligible IDs found and whether the scan was complete.
+fn scan(
+    st: &State,
+    req: &ExtractRequest,
+    f: &Filters,
+    need: usize,
+    budget: u32,
+    now: Timestamp,
+) -> (Vec<ProxyId>, bool) {
+    let mut found = Vec::new();
+    let mut examined = 0u32;
+    for key in driver_keys(st, f) {
+        let ix = if key == "available" {
+            Some(&st.available)
+        } else {
+            st.filters.get(&key)
+        };
+        let Some(ix) = ix else { continue };
+        for (score, id) in ix.iter().rev() {
+            if *score <= now.0 {
+                break;
+            }
+            if examined == budget {
+                return (found, false);
+            }
+            examined += 1;
+            let ok = st
+                .records
+                .get(id)
+                .is_some_and(|s| eligible(st, &s.record, req, f, now));
+            if ok {
+                found.push(id.clone());
+                if found.len() == need {
+                    return (found, true);
+                }
+            }
+        }
+    }
+    (found, true)
+}
+
+#[async_trait]
+impl ExtractionStore for MemoryPool {
+    async fn extract(&self, req: &ExtractRequest) -> PoolResult<ExtractOutcome> {
+        let filters = prepare_extract(req)?;
+        let now = self.clock.now();
+        let (key, op_key) = result_keys(req);
+        let mut st = self.state.lock();
+        if let Some(StoredResult::Extract { digest, extraction }) = st.result(&key, now) {
+            if digest != req.request_digest.as_str() {
+                return Err(PoolError::Conflict(ConflictReason::IdempotencyKeyReused));
+            }
+            let mut replay = extraction.clone();
+            replay.replayed = true;
+            return Ok(ExtractOutcome::Extracted(replay));
+        }
+        st.purge_expired(now, self.options.opportunistic_purge);
+
+        let count = req.count.get() as usize;
+        let reserve = req.reserve_for_gateway as usize;
+        let need = count + reserve;
+        let (found, complete) = scan(
+            &st,
+            req,
+            &filters,
+            need,
+            self.options.extract_scan_budget,
+            now,
+        );
+        if !complete && found.len() < need {
+            return Err(PoolError::ScanBudgetExhausted);
+        }
+        let beyond_reserve = found.len().saturating_sub(reserve);
+        let n = count.min(beyond_reserve);
+        if req.fulfillment == Fulfillment::AllOrNothing && n < count {
+            return Ok(ExtractOutcome::Insufficient {
+                eligible: beyond_reserve as u32,
+            });
+        }
+
+        let mut proxies = Vec::with_capacity(n);
+        for id in &found[..n] {
+            st.update(id, now, |r| {
+                r.state = ProxyState::Extracted;
+                r.extracted_at = Some(now);
+            });
+            if let Some(s) = st.records.get(id) {
+                let r = &s.record;
+                proxies.push(ExtractedProxy {
+                    id: r.id.clone(),
+                    upstream: r.upstream.clone(),
+                    protocol: r.protocol,
+                    host: r.host.clone(),
+                    port: r.port,
+                    credentials: r.credentials.clone(),
+                    region: r.region.clone(),
+                    carrier: r.carrier.clone(),
+                    expires_at: r.expires_at,
+                });
+            }
+        }
+        let extraction = Extraction {
+            proxies,
+            extracted_at: now,
+            replayed: false,
+        };
+        if let Some(earliest) = extraction.proxies.iter().map(|p| p.expires_at).min() {
+            let expires = now.add(req.idempotency_ttl).min(earliest);
+            let stored = StoredResult::Extract {
+                digest: req.request_digest.as_str().to_owned(),
+                extraction: extraction.clone(),
+            };
+            if let Some(op_key) = op_key {
+                st.store_result(op_key, expires, now, stored.clone());
+            }
+            st.store_result(key, expires, now, stored);
+        }
+        Ok(ExtractOutcome::Extracted(extraction))
+    }
+}

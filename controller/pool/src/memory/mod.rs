@@ -1,0 +1,45 @@
+//! `MemoryPool`: the reference semantics of every pool port, and the embedded default
+//! store for local runs. `docs/pool.md` is its specification.
+//!
+//! One `parking_lot::Mutex` guards all state: every operation is one short critical
+//! section with no `.await` inside, which is exactly the atomicity a Redis script gives,
+//! and keeps the reference obviously correct. It is not built for the gateway's hot path
+//! (the gateway never touches the pool).
+
+mod extract;
+mod ownership;
+mod runtime;
+mod state;
+mod upsert;
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::clock::{Clock, SystemClock};
+use crate::options::PoolOptions;
+use state::State;
+
+/// The in-memory activity pool.
+#[derive(Debug, Clone)]
+pub struct MemoryPool {
+    state: Arc<Mutex<State>>,
+    clock: Arc<dyn Clock>,
+    options: PoolOptions,
+}
+
+impl MemoryPool {
+    /// A pool on the wall clock.
+    pub fn new(options: PoolOptions) -> Self {
+        Self::with_clock(options, Arc::new(SystemClock))
+    }
+
+    /// A pool on the given clock (tests drive time with a `ManualClock`).
+    pub fn with_clock(options: PoolOptions, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(State::default())),
+            clock,
+            options,
+        }
+    }
+}

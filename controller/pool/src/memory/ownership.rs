@@ -1,0 +1,173 @@
+//! Worker leases: assign, renew, drain, expire.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::MemoryPool;
+use super::state::State;
+use crate::clock::Timestamp;
+use crate::error::{ConflictReason, PoolError, PoolResult};
+use crate::model::{Assignment, ExpiredAssignments, ProxyId, ProxyState, WorkerId};
+use crate::options::MAX_SWEEP;
+use crate::ports::OwnershipRepository;
+
+/// The live assignment of `proxy`, matching `worker` and `epoch` with an unexpired lease.
+fn matching(
+    st: &State,
+    proxy: &ProxyId,
+    worker: &WorkerId,
+    epoch: u64,
+    now: Timestamp,
+) -> PoolResult<Assignment> {
+    if st.live(proxy, now).is_none() {
+        return Err(PoolError::NotFound);
+    }
+    let a = st
+        .owners
+        .get(proxy)
+        .filter(|a| &a.worker_id == worker)
+        .ok_or(PoolError::Conflict(ConflictReason::NotOwner))?;
+    if a.epoch != epoch {
+        return Err(PoolError::Conflict(ConflictReason::EpochMismatch));
+    }
+    if a.lease_expires_at <= now {
+        return Err(PoolError::Conflict(ConflictReason::LeaseExpired));
+    }
+    Ok(a.clone())
+}
+
+fn set_lease(st: &mut State, a: &mut Assignment, end: Timestamp) {
+    st.owner_expiry
+        .remove(&(a.lease_expires_at.0, a.proxy_id.clone()));
+    a.lease_expires_at = end;
+    st.owner_expiry.insert((end.0, a.proxy_id.clone()));
+    st.owners.insert(a.proxy_id.clone(), a.clone());
+}
+
+#[async_trait]
+impl OwnershipRepository for MemoryPool {
+    async fn assign(
+        &self,
+        proxy: &ProxyId,
+        worker: &WorkerId,
+        lease: Duration,
+    ) -> PoolResult<Assignment> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        st.purge_expired(now, self.options.opportunistic_purge);
+        let Some(s) = st.live(proxy, now) else {
+            return Err(PoolError::NotFound);
+        };
+        let r = s.record.clone();
+        if r.state != ProxyState::Available
+            || st.owners.contains_key(proxy)
+            || r.usable_until <= now
+        {
+            return Err(PoolError::Conflict(ConflictReason::NotAssignable));
+        }
+        let floor = u64::try_from(now.0).unwrap_or(0).saturating_mul(1000);
+        st.epoch = (st.epoch + 1).max(floor);
+        let mut a = Assignment {
+            proxy_id: proxy.clone(),
+            upstream: r.upstream.clone(),
+            worker_id: worker.clone(),
+            epoch: st.epoch,
+            lease_expires_at: now.add(lease).min(r.usable_until),
+            draining: false,
+        };
+        st.unindex(&r);
+        let end = a.lease_expires_at;
+        set_lease(&mut st, &mut a, end);
+        st.index(&r, now);
+        Ok(a)
+    }
+
+    async fn renew(
+        &self,
+        proxy: &ProxyId,
+        worker: &WorkerId,
+        epoch: u64,
+        lease: Duration,
+    ) -> PoolResult<Assignment> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let mut a = matching(&st, proxy, worker, epoch, now)?;
+        let usable_until = st
+            .live(proxy, now)
+            .map(|s| s.record.usable_until)
+            .unwrap_or(now);
+        set_lease(&mut st, &mut a, now.add(lease).min(usable_until));
+        Ok(a)
+    }
+
+    async fn begin_drain(
+        &self,
+        proxy: &ProxyId,
+        worker: &WorkerId,
+        epoch: u64,
+    ) -> PoolResult<Assignment> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let mut a = matching(&st, proxy, worker, epoch, now)?;
+        if a.draining {
+            return Ok(a);
+        }
+        a.draining = true;
+        st.owners.insert(proxy.clone(), a.clone());
+        st.update(proxy, now, |r| r.state = ProxyState::Draining);
+        Ok(a)
+    }
+
+    async fn acknowledge_drain(
+        &self,
+        proxy: &ProxyId,
+        worker: &WorkerId,
+        epoch: u64,
+        active: u32,
+        reserved: u32,
+    ) -> PoolResult<()> {
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let a = matching(&st, proxy, worker, epoch, now)?;
+        if !a.draining {
+            return Err(PoolError::Conflict(ConflictReason::NotDraining));
+        }
+        if active > 0 || reserved > 0 {
+            return Err(PoolError::Conflict(ConflictReason::Busy));
+        }
+        st.release(proxy, now);
+        Ok(())
+    }
+
+    async fn get(&self, proxy: &ProxyId) -> PoolResult<Option<Assignment>> {
+        let now = self.clock.now();
+        let st = self.state.lock();
+        Ok(st
+            .live(proxy, now)
+            .and_then(|_| st.owners.get(proxy).cloned()))
+    }
+
+    async fn expire(&self, limit: u32) -> PoolResult<ExpiredAssignments> {
+        if limit > MAX_SWEEP {
+            return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
+        }
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let due: Vec<ProxyId> = st
+            .owner_expiry
+            .iter()
+            .take_while(|(t, _)| *t <= now.0)
+            .take(limit as usize)
+            .map(|(_, id)| id.clone())
+            .collect();
+        let mut released = Vec::with_capacity(due.len());
+        for id in &due {
+            if let Some(a) = st.release(id, now) {
+                released.push(a);
+            }
+        }
+        let more = st.owner_expiry.first().is_some_and(|(t, _)| *t <= now.0);
+        Ok(ExpiredAssignments { released, more })
+    }
+}

@@ -1,0 +1,237 @@
+//! Worker sessions, runtime reports and inventory figures.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::MemoryPool;
+use super::state::{State, StoredReport};
+use crate::clock::Timestamp;
+use crate::error::{ConflictReason, PoolError, PoolResult};
+use crate::model::{
+    ReportAck, RuntimeReport, SessionId, SessionRegistration, UpstreamId, UpstreamInventory,
+    WorkerId, WorkerRuntime, WorkerSession,
+};
+use crate::ports::{InventoryReader, ReportWriter, RuntimeReader, SessionWriter};
+use crate::validate::{check_report, report_digest};
+
+fn put_session(st: &mut State, s: WorkerSession) {
+    if let Some(old) = st.sessions.get(&s.worker_id) {
+        st.session_expiry
+            .remove(&(old.expires_at.0, old.worker_id.clone()));
+    }
+    st.session_expiry
+        .insert((s.expires_at.0, s.worker_id.clone()));
+    st.sessions.insert(s.worker_id.clone(), s);
+}
+
+fn drop_runtime(st: &mut State, worker: &WorkerId) {
+    if let Some(old) = st.runtime.remove(worker) {
+        st.runtime_expiry
+            .remove(&(old.runtime.expires_at.0, worker.clone()));
+    }
+}
+
+fn matching_session(
+    st: &State,
+    worker: &WorkerId,
+    session: &SessionId,
+    now: Timestamp,
+) -> PoolResult<WorkerSession> {
+    st.live_session(worker, now)
+        .filter(|s| &s.session_id == session)
+        .cloned()
+        .ok_or(PoolError::Conflict(ConflictReason::StaleSession))
+}
+
+#[async_trait]
+impl SessionWriter for MemoryPool {
+    async fn register(&self, reg: &SessionRegistration) -> PoolResult<WorkerSession> {
+        if reg.ttl.is_zero() {
+            return Err(PoolError::invalid("ttl", "must be positive"));
+        }
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let session = WorkerSession {
+            worker_id: reg.worker_id.clone(),
+            instance_id: reg.instance_id.clone(),
+            session_id: reg.session_id.clone(),
+            acked_version: None,
+            acked_epoch: None,
+            fence_open: true,
+            expires_at: now.add(reg.ttl),
+        };
+        drop_runtime(&mut st, &reg.worker_id);
+        put_session(&mut st, session.clone());
+        Ok(session)
+    }
+
+    async fn acknowledge(
+        &self,
+        worker: &WorkerId,
+        session: &SessionId,
+        version: u64,
+        epoch: u64,
+        ttl: Duration,
+    ) -> PoolResult<WorkerSession> {
+        if ttl.is_zero() {
+            return Err(PoolError::invalid("ttl", "must be positive"));
+        }
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let mut s = matching_session(&st, worker, session, now)?;
+        s.acked_version = Some(version);
+        s.acked_epoch = Some(epoch);
+        s.fence_open = true;
+        s.expires_at = now.add(ttl);
+        put_session(&mut st, s.clone());
+        Ok(s)
+    }
+
+    async fn reject_snapshot(
+        &self,
+        worker: &WorkerId,
+        session: &SessionId,
+        ttl: Duration,
+    ) -> PoolResult<WorkerSession> {
+        if ttl.is_zero() {
+            return Err(PoolError::invalid("ttl", "must be positive"));
+        }
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let mut s = matching_session(&st, worker, session, now)?;
+        s.fence_open = false;
+        s.expires_at = now.add(ttl);
+        put_session(&mut st, s.clone());
+        Ok(s)
+    }
+
+    async fn session(&self, worker: &WorkerId) -> PoolResult<Option<WorkerSession>> {
+        let now = self.clock.now();
+        Ok(self.state.lock().live_session(worker, now).cloned())
+    }
+}
+
+#[async_trait]
+impl ReportWriter for MemoryPool {
+    async fn write_report(&self, report: &RuntimeReport) -> PoolResult<ReportAck> {
+        check_report(report)?;
+        let digest = report_digest(report);
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let session = matching_session(&st, &report.worker_id, &report.session_id, now)?;
+        if !session.fence_open {
+            return Err(PoolError::Conflict(ConflictReason::FenceClosed));
+        }
+        if session.acked_version != Some(report.snapshot_version)
+            || session.acked_epoch != Some(report.epoch)
+        {
+            return Err(PoolError::Conflict(ConflictReason::BoundMismatch));
+        }
+        if let Some(prev) = st
+            .runtime
+            .get(&report.worker_id)
+            .filter(|p| p.runtime.session_id == report.session_id)
+        {
+            if report.sequence < prev.runtime.sequence {
+                return Err(PoolError::Conflict(ConflictReason::SequenceRegression));
+            }
+            if report.sequence == prev.runtime.sequence {
+                return if prev.digest == digest {
+                    Ok(ReportAck::Replayed)
+                } else {
+                    Err(PoolError::Conflict(ConflictReason::SequenceReplayMismatch))
+                };
+            }
+        }
+        for e in &report.entries {
+            if e.active == 0 && e.reserved == 0 {
+                continue;
+            }
+            let owned = st.live(&e.proxy_id, now).is_some()
+                && e.epoch <= report.epoch
+                && st
+                    .owners
+                    .get(&e.proxy_id)
+                    .is_some_and(|a| a.worker_id == report.worker_id && a.epoch == e.epoch);
+            if !owned {
+                return Err(PoolError::Conflict(ConflictReason::OwnershipMismatch));
+            }
+        }
+        let mut entries = report.entries.clone();
+        entries.sort_by(|a, b| a.proxy_id.cmp(&b.proxy_id));
+        let runtime = WorkerRuntime {
+            worker_id: report.worker_id.clone(),
+            session_id: report.session_id.clone(),
+            sequence: report.sequence,
+            snapshot_version: report.snapshot_version,
+            epoch: report.epoch,
+            entries,
+            expires_at: now.add(report.ttl),
+        };
+        drop_runtime(&mut st, &report.worker_id);
+        st.runtime_expiry
+            .insert((runtime.expires_at.0, report.worker_id.clone()));
+        st.runtime
+            .insert(report.worker_id.clone(), StoredReport { runtime, digest });
+        Ok(ReportAck::Accepted)
+    }
+}
+
+#[async_trait]
+impl RuntimeReader for MemoryPool {
+    async fn runtime(&self, worker: &WorkerId) -> PoolResult<Option<WorkerRuntime>> {
+        let now = self.clock.now();
+        Ok(self.state.lock().readable_runtime(worker, now).cloned())
+    }
+}
+
+#[async_trait]
+impl InventoryReader for MemoryPool {
+    async fn inventory(&self, upstream: &UpstreamId) -> PoolResult<UpstreamInventory> {
+        let now = self.clock.now();
+        let st = self.state.lock();
+        let unowned = st.filters.get(&format!("upstream:{upstream}"));
+        let owned = st.owned.get(upstream);
+        let members = unowned.map_or(0, |ix| ix.len()) + owned.map_or(0, |ix| ix.len());
+        if members > self.options.inventory_scan_budget as usize {
+            return Err(PoolError::ScanBudgetExhausted);
+        }
+        let mut slots: u64 = 0;
+        for (score, id) in unowned.into_iter().flatten() {
+            if *score > now.0 {
+                slots += st
+                    .live(id, now)
+                    .map_or(0, |s| u64::from(s.record.max_concurrency));
+            }
+        }
+        for (score, id) in owned.into_iter().flatten() {
+            if *score <= now.0 {
+                continue;
+            }
+            let (Some(s), Some(a)) = (st.live(id, now), st.owners.get(id)) else {
+                continue;
+            };
+            let Some(rt) = st
+                .readable_runtime(&a.worker_id, now)
+                .filter(|rt| rt.epoch >= a.epoch)
+            else {
+                continue;
+            };
+            let used = rt
+                .entries
+                .iter()
+                .find(|e| &e.proxy_id == id && e.epoch == a.epoch)
+                .map_or(0, |e| u64::from(e.active) + u64::from(e.reserved));
+            slots += u64::from(s.record.max_concurrency).saturating_sub(used);
+        }
+        let counter = |m: &std::collections::HashMap<UpstreamId, i64>| {
+            u64::try_from(m.get(upstream).copied().unwrap_or(0)).unwrap_or(0)
+        };
+        Ok(UpstreamInventory {
+            unextracted: counter(&st.inventory),
+            managed: counter(&st.managed),
+            available_slots: slots,
+        })
+    }
+}

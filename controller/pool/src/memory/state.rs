@@ -1,0 +1,240 @@
+//! The data of the in-memory pool and the record-level helpers every operation shares
+//! (indexing, counters, purge). Mirrors the Redis key space one to one.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::clock::Timestamp;
+use crate::model::{
+    Assignment, Extraction, ProxyId, ProxyRecord, ProxyState, UpsertReport, UpstreamId, WorkerId,
+    WorkerRuntime, WorkerSession,
+};
+
+/// A ZSET: members ordered by (score, member), as Redis orders them.
+pub(super) type Index = BTreeSet<(i64, ProxyId)>;
+
+/// A stored record; `owner` lives in `State::owners`, never here.
+#[derive(Debug, Clone)]
+pub(super) struct Stored {
+    pub record: ProxyRecord,
+    pub unique: String,
+}
+
+/// A stored operation / idempotency result.
+#[derive(Debug, Clone)]
+pub(super) enum StoredResult {
+    Upsert(UpsertReport),
+    Extract {
+        digest: String,
+        extraction: Extraction,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct StoredReport {
+    pub runtime: WorkerRuntime,
+    pub digest: String,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct State {
+    pub records: HashMap<ProxyId, Stored>,
+    pub unique: HashMap<String, ProxyId>,
+    pub expiry: Index,
+    pub available: Index,
+    /// Filter indexes by key suffix: `protocol:http`, `region:eu`, `upstream:vendor-a`, …
+    pub filters: HashMap<String, Index>,
+    pub owned: HashMap<UpstreamId, Index>,
+    pub owners: HashMap<ProxyId, Assignment>,
+    pub owner_expiry: Index,
+    pub epoch: u64,
+    pub inventory: HashMap<UpstreamId, i64>,
+    pub managed: HashMap<UpstreamId, i64>,
+    pub sessions: HashMap<WorkerId, WorkerSession>,
+    pub session_expiry: BTreeSet<(i64, WorkerId)>,
+    pub runtime: HashMap<WorkerId, StoredReport>,
+    pub runtime_expiry: BTreeSet<(i64, WorkerId)>,
+    pub results: HashMap<String, (i64, StoredResult)>,
+}
+
+/// Filter-index key suffixes of a record.
+pub(super) fn filter_keys(r: &ProxyRecord) -> Vec<String> {
+    let mut keys = vec![
+        format!("protocol:{}", r.protocol.as_str()),
+        format!("upstream:{}", r.upstream),
+    ];
+    if let Some(region) = &r.region {
+        keys.push(format!("region:{region}"));
+    }
+    if let Some(carrier) = &r.carrier {
+        keys.push(format!("carrier:{carrier}"));
+    }
+    keys
+}
+
+impl State {
+    pub fn live(&self, id: &ProxyId, now: Timestamp) -> Option<&Stored> {
+        self.records.get(id).filter(|s| s.record.expires_at > now)
+    }
+
+    /// Removes a record from every AVAILABLE index and its upstream's owned index.
+    pub fn unindex(&mut self, r: &ProxyRecord) {
+        let member = (r.usable_until.0, r.id.clone());
+        self.available.remove(&member);
+        for key in filter_keys(r) {
+            if let Some(ix) = self.filters.get_mut(&key) {
+                ix.remove(&member);
+                if ix.is_empty() {
+                    self.filters.remove(&key);
+                }
+            }
+        }
+        if let Some(ix) = self.owned.get_mut(&r.upstream) {
+            ix.remove(&member);
+            if ix.is_empty() {
+                self.owned.remove(&r.upstream);
+            }
+        }
+    }
+
+    /// Puts a record where the membership rule says it belongs.
+    pub fn index(&mut self, r: &ProxyRecord, now: Timestamp) {
+        if r.state != ProxyState::Available || r.usable_until <= now {
+            return;
+        }
+        let member = (r.usable_until.0, r.id.clone());
+        if self.owners.contains_key(&r.id) {
+            self.owned
+                .entry(r.upstream.clone())
+                .or_default()
+                .insert(member);
+        } else {
+            self.available.insert(member.clone());
+            for key in filter_keys(r) {
+                self.filters.entry(key).or_default().insert(member.clone());
+            }
+        }
+    }
+
+    /// Re-indexes a stored record after a change made by `f`, keeping counters right.
+    pub fn update(&mut self, id: &ProxyId, now: Timestamp, f: impl FnOnce(&mut ProxyRecord)) {
+        let Some(stored) = self.records.get(id) else {
+            return;
+        };
+        let before = stored.record.clone();
+        self.unindex(&before);
+        let mut after = before.clone();
+        f(&mut after);
+        self.count(&before.upstream, before.state, -1);
+        self.count(&after.upstream, after.state, 1);
+        if before.expires_at != after.expires_at {
+            self.expiry.remove(&(before.expires_at.0, id.clone()));
+            self.expiry.insert((after.expires_at.0, id.clone()));
+        }
+        self.index(&after, now);
+        if let Some(stored) = self.records.get_mut(id) {
+            stored.record = after;
+        }
+    }
+
+    /// Adjusts the inventory and managed counters for one record in `state`.
+    pub fn count(&mut self, upstream: &UpstreamId, state: ProxyState, delta: i64) {
+        if state.is_unextracted() {
+            let n = self.inventory.entry(upstream.clone()).or_default();
+            *n += delta;
+            if *n == 0 {
+                self.inventory.remove(upstream);
+            }
+        }
+        if state.is_managed() {
+            let n = self.managed.entry(upstream.clone()).or_default();
+            *n += delta;
+            if *n == 0 {
+                self.managed.remove(upstream);
+            }
+        }
+    }
+
+    /// Deletes a record and everything that points at it.
+    pub fn purge(&mut self, id: &ProxyId) {
+        let Some(stored) = self.records.remove(id) else {
+            return;
+        };
+        let r = &stored.record;
+        if self.unique.get(&stored.unique) == Some(id) {
+            self.unique.remove(&stored.unique);
+        }
+        self.expiry.remove(&(r.expires_at.0, id.clone()));
+        self.unindex(r);
+        if let Some(a) = self.owners.remove(id) {
+            self.owner_expiry
+                .remove(&(a.lease_expires_at.0, id.clone()));
+        }
+        self.count(&r.upstream, r.state, -1);
+    }
+
+    /// Purges at most `limit` records past hard expiry; returns how many.
+    pub fn purge_expired(&mut self, now: Timestamp, limit: u32) -> u32 {
+        let due: Vec<ProxyId> = self
+            .expiry
+            .iter()
+            .take_while(|(t, _)| *t <= now.0)
+            .take(limit as usize)
+            .map(|(_, id)| id.clone())
+            .collect();
+        for id in &due {
+            self.purge(id);
+        }
+        due.len() as u32
+    }
+
+    /// A stored result still answering at `now`.
+    pub fn result(&self, key: &str, now: Timestamp) -> Option<&StoredResult> {
+        self.results
+            .get(key)
+            .filter(|(exp, _)| *exp > now.0)
+            .map(|(_, r)| r)
+    }
+
+    pub fn store_result(
+        &mut self,
+        key: String,
+        expires: Timestamp,
+        now: Timestamp,
+        result: StoredResult,
+    ) {
+        self.results.retain(|_, (exp, _)| *exp > now.0);
+        self.results.insert(key, (expires.0, result));
+    }
+
+    /// Releases an assignment: deleted, DRAINING back to AVAILABLE, re-indexed.
+    pub fn release(&mut self, id: &ProxyId, now: Timestamp) -> Option<Assignment> {
+        let a = self.owners.get(id)?.clone();
+        // Unindex while the owner is still known, then drop it and re-index.
+        if let Some(stored) = self.records.get(id) {
+            let r = stored.record.clone();
+            self.unindex(&r);
+        }
+        self.owners.remove(id);
+        self.owner_expiry
+            .remove(&(a.lease_expires_at.0, id.clone()));
+        self.update(id, now, |r| {
+            if r.state == ProxyState::Draining {
+                r.state = ProxyState::Available;
+            }
+        });
+        Some(a)
+    }
+
+    /// A worker's session if live.
+    pub fn live_session(&self, worker: &WorkerId, now: Timestamp) -> Option<&WorkerSession> {
+        self.sessions.get(worker).filter(|s| s.expires_at > now)
+    }
+
+    /// A worker's runtime if readable (unexpired, bound to its live session).
+    pub fn readable_runtime(&self, worker: &WorkerId, now: Timestamp) -> Option<&WorkerRuntime> {
+        let session = self.live_session(worker, now)?;
+        let stored = self.runtime.get(worker)?;
+        (stored.runtime.expires_at > now && stored.runtime.session_id == session.session_id)
+            .then_some(&stored.runtime)
+    }
+}

@@ -1,0 +1,303 @@
+//! Provider upsert, removal, health and catalog reads.
+
+use async_trait::async_trait;
+
+use super::MemoryPool;
+use super::state::{State, Stored, StoredResult};
+use crate::clock::Timestamp;
+use crate::error::{PoolError, PoolResult};
+use crate::model::{
+    DropReason, HealthResult, HealthUpdate, ProxyId, ProxyRecord, ProxyState, PurgeReport,
+    RemoveResult, UpsertReport, UpstreamId,
+};
+use crate::options::{MAX_SWEEP, UPSERT_CHUNK};
+use crate::ports::{HealthStore, Maintenance, ProxyCatalog, Upserter};
+use crate::validate::{
+    PreparedBatch, PreparedCandidate, check_health_batch, check_id_batch, key_digest, prepare_batch,
+};
+
+fn drop(report: &mut UpsertReport, reason: DropReason) {
+    *report.dropped.entry(reason).or_default() += 1;
+}
+
+fn upsert_one(
+    st: &mut State,
+    batch: &PreparedBatch,
+    c: &PreparedCandidate,
+    now: Timestamp,
+    report: &mut UpsertReport,
+) {
+    let upstream = &batch.batch.upstream;
+    let id = &c.candidate.id;
+    if let Some(other) = st.unique.get(&c.unique).cloned() {
+        if &other != id {
+            match st.live(&other, now) {
+                Some(o) if &o.record.upstream != upstream => {
+                    return drop(report, DropReason::IncumbentOtherUpstream);
+                }
+                Some(_) => return drop(report, DropReason::IdConflict),
+                None => st.purge(&other),
+            }
+        }
+    }
+    if st.records.contains_key(id) && st.live(id, now).is_none() {
+        st.purge(id);
+    }
+    let expires_at = now.add(c.candidate.ttl);
+    let usable_until = expires_at.sub(batch.batch.safety_margin);
+    if let Some(existing) = st.records.get(id) {
+        let r = &existing.record;
+        let reason = if existing.unique != c.unique {
+            Some(DropReason::IdConflict)
+        } else if &r.upstream != upstream {
+            Some(DropReason::IncumbentOtherUpstream)
+        } else if r.state == ProxyState::Extracted {
+            Some(DropReason::AlreadyExtracted)
+        } else if r.state == ProxyState::Removed {
+            Some(DropReason::AlreadyRemoved)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return drop(report, reason);
+        }
+        let cand = &c.candidate;
+        st.update(id, now, |r| {
+            r.expires_at = expires_at;
+            r.usable_until = usable_until;
+            r.credentials = cand.credentials.clone();
+            r.region = cand.region.clone();
+            r.carrier = cand.carrier.clone();
+            r.max_concurrency = cand.max_concurrency;
+        });
+        report.refreshed += 1;
+        return;
+    }
+    let inventory = st.inventory.get(upstream).copied().unwrap_or(0);
+    if inventory >= i64::from(batch.batch.max_size.get()) {
+        return drop(report, DropReason::PoolFull);
+    }
+    let cand = &c.candidate;
+    let record = ProxyRecord {
+        id: id.clone(),
+        upstream: upstream.clone(),
+        protocol: cand.protocol,
+        host: cand.host.clone(),
+        port: cand.port,
+        credentials: cand.credentials.clone(),
+        region: cand.region.clone(),
+        carrier: cand.carrier.clone(),
+        state: ProxyState::Fetched,
+        health: Default::default(),
+        fetched_at: now,
+        expires_at,
+        usable_until,
+        max_concurrency: cand.max_concurrency,
+        extracted_at: None,
+        owner: None,
+    };
+    st.count(upstream, ProxyState::Fetched, 1);
+    st.expiry.insert((expires_at.0, id.clone()));
+    st.unique.insert(c.unique.clone(), id.clone());
+    st.records.insert(
+        id.clone(),
+        Stored {
+            record,
+            unique: c.unique.clone(),
+        },
+    );
+    report.inserted += 1;
+}
+
+#[async_trait]
+impl Upserter for MemoryPool {
+    async fn upsert(&self, batch: crate::model::FetchedBatch) -> PoolResult<UpsertReport> {
+        let prepared = prepare_batch(batch, &self.options)?;
+        let mut total = UpsertReport {
+            dropped: prepared.dropped.clone(),
+            ..Default::default()
+        };
+        for (i, chunk) in prepared.candidates.chunks(UPSERT_CHUNK).enumerate() {
+            let op_key = format!(
+                "op:{}",
+                key_digest(&[
+                    "upsert",
+                    prepared.batch.operation_id.as_str(),
+                    &i.to_string()
+                ])
+            );
+            let now = self.clock.now();
+            let mut st = self.state.lock();
+            if let Some(StoredResult::Upsert(stored)) = st.result(&op_key, now) {
+                total.merge(&stored.clone());
+                continue;
+            }
+            st.purge_expired(now, self.options.opportunistic_purge);
+            let mut report = UpsertReport::default();
+            for c in chunk {
+                upsert_one(&mut st, &prepared, c, now, &mut report);
+            }
+            let expires = now.add(self.options.operation_ttl);
+            st.store_result(op_key, expires, now, StoredResult::Upsert(report.clone()));
+            total.merge(&report);
+        }
+        Ok(total)
+    }
+
+    async fn remove(
+        &self,
+        upstream: &UpstreamId,
+        ids: &[ProxyId],
+    ) -> PoolResult<Vec<RemoveResult>> {
+        check_id_batch(ids)?;
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        st.purge_expired(now, self.options.opportunistic_purge);
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(s) = st.live(id, now).filter(|s| &s.record.upstream == upstream) else {
+                out.push(RemoveResult::NotFound);
+                continue;
+            };
+            if matches!(s.record.state, ProxyState::Extracted | ProxyState::Removed) {
+                out.push(RemoveResult::Ignored);
+                continue;
+            }
+            let r = s.record.clone();
+            st.unindex(&r);
+            if let Some(a) = st.owners.remove(id) {
+                st.owner_expiry.remove(&(a.lease_expires_at.0, id.clone()));
+            }
+            st.update(id, now, |r| r.state = ProxyState::Removed);
+            out.push(RemoveResult::Removed);
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl HealthStore for MemoryPool {
+    async fn apply_health(&self, updates: &[HealthUpdate]) -> PoolResult<Vec<HealthResult>> {
+        check_health_batch(updates)?;
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        st.purge_expired(now, self.options.opportunistic_purge);
+        let mut out = Vec::with_capacity(updates.len());
+        for u in updates {
+            let Some(s) = st.live(&u.proxy_id, now) else {
+                out.push(HealthResult::NotFound);
+                continue;
+            };
+            let state = s.record.state;
+            if matches!(
+                state,
+                ProxyState::Draining | ProxyState::Extracted | ProxyState::Removed
+            ) {
+                out.push(HealthResult::Ignored(state));
+                continue;
+            }
+            st.update(&u.proxy_id, now, |r| {
+                r.state = u.verdict.state();
+                r.health.last_check_at = Some(now);
+                if u.success {
+                    r.health.last_success_at = Some(now);
+                }
+                if let Some(l) = u.latency {
+                    r.health.latency_ms = Some(u64::try_from(l.as_millis()).unwrap_or(u64::MAX));
+                }
+                r.health.failure = u.failure.clone();
+            });
+            out.push(HealthResult::Applied(u.verdict.state()));
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl ProxyCatalog for MemoryPool {
+    async fn records(&self, ids: &[ProxyId]) -> PoolResult<Vec<Option<ProxyRecord>>> {
+        check_id_batch(ids)?;
+        let now = self.clock.now();
+        let st = self.state.lock();
+        Ok(ids
+            .iter()
+            .map(|id| {
+                st.records.get(id).map(|s| {
+                    let mut r = s.record.clone();
+                    if r.expires_at <= now {
+                        r.state = ProxyState::Expired;
+                    }
+                    r.owner = st.owners.get(id).cloned();
+                    r
+                })
+            })
+            .collect())
+    }
+
+    async fn assignable(&self, upstream: &UpstreamId, limit: u32) -> PoolResult<Vec<ProxyId>> {
+        if limit > MAX_SWEEP {
+            return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
+        }
+        let now = self.clock.now();
+        let st = self.state.lock();
+        let key = format!("upstream:{upstream}");
+        Ok(st
+            .filters
+            .get(&key)
+            .map(|ix| {
+                ix.iter()
+                    .rev()
+                    .take_while(|(score, _)| *score > now.0)
+                    .take(limit as usize)
+                    .map(|(_, id)| id.clone())
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}
+
+#[async_trait]
+impl Maintenance for MemoryPool {
+    async fn purge_expired(&self, limit: u32) -> PoolResult<PurgeReport> {
+        if limit > MAX_SWEEP {
+            return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
+        }
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let purged = st.purge_expired(now, limit);
+        let mut sessions_purged = 0;
+        let due: Vec<_> = st
+            .session_expiry
+            .iter()
+            .take_while(|(t, _)| *t <= now.0)
+            .take(limit as usize)
+            .cloned()
+            .collect();
+        for entry in due {
+            st.session_expiry.remove(&entry);
+            st.sessions.remove(&entry.1);
+            sessions_purged += 1;
+        }
+        let due: Vec<_> = st
+            .runtime_expiry
+            .iter()
+            .take_while(|(t, _)| *t <= now.0)
+            .take(limit as usize)
+            .cloned()
+            .collect();
+        for entry in due {
+            st.runtime_expiry.remove(&entry);
+            st.runtime.remove(&entry.1);
+            sessions_purged += 1;
+        }
+        st.results.retain(|_, (exp, _)| *exp > now.0);
+        let more = st.expiry.first().is_some_and(|(t, _)| *t <= now.0)
+            || st.session_expiry.first().is_some_and(|(t, _)| *t <= now.0)
+            || st.runtime_expiry.first().is_some_and(|(t, _)| *t <= now.0);
+        Ok(PurgeReport {
+            purged,
+            sessions_purged,
+            more,
+        })
+    }
+}

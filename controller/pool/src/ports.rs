@@ -1,0 +1,175 @@
+//! The narrow ports of the activity pool. Callers depend on the one they need.
+//!
+//! Every method is cancellation safe in the sense that matters here: a dropped call
+//! either committed completely or not at all (each is one atomic step in storage).
+
+use async_trait::async_trait;
+use std::time::Duration;
+
+use crate::error::PoolResult;
+use crate::model::{
+    Assignment, ExpiredAssignments, ExtractOutcome, ExtractRequest, FetchedBatch, HealthResult,
+    HealthUpdate, ProxyId, ProxyRecord, PurgeReport, RemoveResult, ReportAck, RuntimeReport,
+    SessionId, SessionRegistration, UpstreamId, UpstreamInventory, WorkerId, WorkerRuntime,
+    WorkerSession,
+};
+
+/// Provider side: puts fetched proxies into the pool and withdraws them.
+#[async_trait]
+pub trait Upserter: Send + Sync {
+    /// Validates the batch (an invalid batch fails before touching storage), then
+    /// atomically inserts / refreshes its candidates chunk by chunk.
+    async fn upsert(&self, batch: FetchedBatch) -> PoolResult<crate::model::UpsertReport>;
+
+    /// Marks live records of `upstream` REMOVED.
+    async fn remove(&self, upstream: &UpstreamId, ids: &[ProxyId])
+    -> PoolResult<Vec<RemoveResult>>;
+}
+
+/// The health reducer's write side.
+#[async_trait]
+pub trait HealthStore: Send + Sync {
+    /// Applies each update atomically; results are in input order.
+    async fn apply_health(&self, updates: &[HealthUpdate]) -> PoolResult<Vec<HealthResult>>;
+}
+
+/// Exclusive, idempotent extraction.
+#[async_trait]
+pub trait ExtractionStore: Send + Sync {
+    /// One atomic extraction (see `docs/pool.md`).
+    async fn extract(&self, request: &ExtractRequest) -> PoolResult<ExtractOutcome>;
+}
+
+/// Worker leases on proxies.
+#[async_trait]
+pub trait OwnershipRepository: Send + Sync {
+    /// Leases an AVAILABLE, unowned, usable proxy to `worker` (lease capped at
+    /// `usable_until`) under a new, never reused epoch.
+    async fn assign(
+        &self,
+        proxy: &ProxyId,
+        worker: &WorkerId,
+        lease: Duration,
+    ) -> PoolResult<Assignment>;
+    /// Extends a lease; worker and epoch must match; capped at `usable_until`.
+    async fn renew(
+        &self,
+        proxy: &ProxyId,
+        worker: &WorkerId,
+        epoch: u64,
+        lease: Duration,
+    ) -> PoolResult<Assignment>;
+    /// Starts draining; idempotent for the same assignment.
+    async fn begin_drain(
+        &self,
+        proxy: &ProxyId,
+        worker: &WorkerId,
+        epoch: u64,
+    ) -> PoolResult<Assignment>;
+    /// Releases a draining assignment once `active` and `reserved` are both zero.
+    async fn acknowledge_drain(
+        &self,
+        proxy: &ProxyId,
+        worker: &WorkerId,
+        epoch: u64,
+        active: u32,
+        reserved: u32,
+    ) -> PoolResult<()>;
+    /// The current assignment of a proxy.
+    async fn get(&self, proxy: &ProxyId) -> PoolResult<Option<Assignment>>;
+    /// Releases at most `limit` expired leases.
+    async fn expire(&self, limit: u32) -> PoolResult<ExpiredAssignments>;
+}
+
+/// Worker sessions and the snapshot ACK bound.
+#[async_trait]
+pub trait SessionWriter: Send + Sync {
+    /// Creates a session, replacing (and fencing) any earlier one of the worker.
+    async fn register(&self, registration: &SessionRegistration) -> PoolResult<WorkerSession>;
+    /// Records a positive ACK of (version, epoch), opens the fence, renews the session.
+    async fn acknowledge(
+        &self,
+        worker: &WorkerId,
+        session: &SessionId,
+        version: u64,
+        epoch: u64,
+        ttl: Duration,
+    ) -> PoolResult<WorkerSession>;
+    /// Records a negative ACK: closes the runtime write fence until the next positive ACK.
+    async fn reject_snapshot(
+        &self,
+        worker: &WorkerId,
+        session: &SessionId,
+        ttl: Duration,
+    ) -> PoolResult<WorkerSession>;
+    /// The live session of a worker (`None` when missing or expired).
+    async fn session(&self, worker: &WorkerId) -> PoolResult<Option<WorkerSession>>;
+}
+
+/// Worker runtime reports.
+#[async_trait]
+pub trait ReportWriter: Send + Sync {
+    /// Stores a complete sparse report (see the rules in `docs/pool.md`).
+    async fn write_report(&self, report: &RuntimeReport) -> PoolResult<ReportAck>;
+}
+
+/// Reads runtime reports; missing, expired or corrupt reads as `None` (fail closed).
+#[async_trait]
+pub trait RuntimeReader: Send + Sync {
+    /// The worker's current report.
+    async fn runtime(&self, worker: &WorkerId) -> PoolResult<Option<WorkerRuntime>>;
+}
+
+/// Low-frequency inventory figures.
+#[async_trait]
+pub trait InventoryReader: Send + Sync {
+    /// Managed and Available Slots of one upstream, scanning only its indexes;
+    /// `ScanBudgetExhausted` when they exceed the budget.
+    async fn inventory(&self, upstream: &UpstreamId) -> PoolResult<UpstreamInventory>;
+}
+
+/// Reads records (control plane, tests, admin).
+#[async_trait]
+pub trait ProxyCatalog: Send + Sync {
+    /// Records by ID, in input order (`None` when purged or never present).
+    async fn records(&self, ids: &[ProxyId]) -> PoolResult<Vec<Option<ProxyRecord>>>;
+    /// Up to `limit` AVAILABLE, unowned, usable proxies of `upstream`, freshest first.
+    async fn assignable(&self, upstream: &UpstreamId, limit: u32) -> PoolResult<Vec<ProxyId>>;
+}
+
+/// Bounded cleanup.
+#[async_trait]
+pub trait Maintenance: Send + Sync {
+    /// Purges at most `limit` records past hard expiry (and as many expired sessions
+    /// and reports); says whether more remain.
+    async fn purge_expired(&self, limit: u32) -> PoolResult<PurgeReport>;
+}
+
+/// Everything a full pool implements; for composition roots and tests only.
+pub trait ActivityPool:
+    Upserter
+    + HealthStore
+    + ExtractionStore
+    + OwnershipRepository
+    + SessionWriter
+    + ReportWriter
+    + RuntimeReader
+    + InventoryReader
+    + ProxyCatalog
+    + Maintenance
+{
+}
+
+impl<T> ActivityPool for T where
+    T: Upserter
+        + HealthStore
+        + ExtractionStore
+        + OwnershipRepository
+        + SessionWriter
+        + ReportWriter
+        + RuntimeReader
+        + InventoryReader
+        + ProxyCatalog
+        + Maintenance
+{
+}

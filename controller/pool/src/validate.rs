@@ -1,0 +1,283 @@
+//! Validation done in Rust before any storage is touched, shared by every implementation.
+//!
+//! An invalid call fails here as `InvalidInput` with the field path; an invalid
+//! candidate is dropped with a reason and the rest of the batch proceeds.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
+
+use sha2::{Digest, Sha256};
+
+use crate::clock::duration_millis;
+use crate::error::{PoolError, PoolResult};
+use crate::model::{
+    Candidate, DropReason, ExtractRequest, FetchedBatch, Filters, HealthUpdate, MAX_EXTRACT_COUNT,
+    MAX_FILTER_VALUES, ProxyId, RuntimeReport,
+};
+use crate::options::{MAX_BATCH, MAX_REPORT_ENTRIES, MAX_UPDATE_BATCH, PoolOptions};
+
+/// Largest per-proxy capacity accepted.
+pub const MAX_CONCURRENCY: u32 = 100_000;
+
+/// A candidate that passed validation.
+#[derive(Clone, Debug)]
+pub struct PreparedCandidate {
+    /// The candidate.
+    pub candidate: Candidate,
+    /// Digest of the endpoint identity (protocol, host, port, username).
+    pub unique: String,
+    /// TTL in milliseconds.
+    pub ttl_ms: i64,
+}
+
+/// A batch that passed validation.
+#[derive(Clone, Debug)]
+pub struct PreparedBatch {
+    /// The batch (candidates moved out into `candidates`).
+    pub batch: FetchedBatch,
+    /// Valid candidates in input order.
+    pub candidates: Vec<PreparedCandidate>,
+    /// Candidates dropped by validation.
+    pub dropped: BTreeMap<DropReason, u32>,
+}
+
+/// Digest of a proxy endpoint's identity; the same endpoint always maps here.
+pub fn unique_key(c: &Candidate) -> String {
+    let mut h = Sha256::new();
+    h.update(b"pp-unique-v1\0");
+    h.update(c.protocol.as_str().as_bytes());
+    h.update(b"\0");
+    h.update(c.host.to_ascii_lowercase().as_bytes());
+    h.update(b"\0");
+    h.update(c.port.to_string().as_bytes());
+    h.update(b"\0");
+    if let Some(cr) = &c.credentials {
+        h.update(cr.username.as_bytes());
+    }
+    hex::encode(&h.finalize()[..16])
+}
+
+/// Short digest used inside storage keys for values that must not appear in them.
+pub fn key_digest(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update(b"\0");
+    }
+    hex::encode(&h.finalize()[..16])
+}
+
+fn valid_host(host: &str) -> bool {
+    if host.parse::<IpAddr>().is_ok() {
+        return true;
+    }
+    if host.is_empty() || host.len() > 253 {
+        return false;
+    }
+    host.split('.').all(|label| {
+        !label.is_empty()
+            && label.len() <= 63
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    })
+}
+
+fn valid_secretish(s: &str, allow_empty: bool) -> bool {
+    (allow_empty || !s.is_empty()) && s.len() <= 255 && !s.chars().any(char::is_control)
+}
+
+fn check_candidate(
+    c: &Candidate,
+    batch: &FetchedBatch,
+    options: &PoolOptions,
+) -> Result<(), DropReason> {
+    if !valid_host(&c.host) {
+        return Err(DropReason::InvalidHost);
+    }
+    if c.port == 0 {
+        return Err(DropReason::InvalidPort);
+    }
+    if let Some(cr) = &c.credentials {
+        if !valid_secretish(&cr.username, false) || !valid_secretish(cr.password.expose(), true) {
+            return Err(DropReason::InvalidCredentials);
+        }
+    }
+    if c.max_concurrency == 0 || c.max_concurrency > MAX_CONCURRENCY {
+        return Err(DropReason::InvalidCapacity);
+    }
+    if c.ttl <= batch.safety_margin {
+        return Err(DropReason::TtlTooShort);
+    }
+    if c.ttl > options.max_ttl {
+        return Err(DropReason::TtlTooLong);
+    }
+    Ok(())
+}
+
+/// Validates a provider batch.
+pub fn prepare_batch(mut batch: FetchedBatch, options: &PoolOptions) -> PoolResult<PreparedBatch> {
+    if batch.candidates.len() > MAX_BATCH {
+        return Err(PoolError::invalid(
+            "candidates",
+            format!(
+                "{} candidates exceed the limit of {MAX_BATCH}",
+                batch.candidates.len()
+            ),
+        ));
+    }
+    if batch.safety_margin >= options.max_ttl {
+        return Err(PoolError::invalid(
+            "safety_margin",
+            "must be shorter than the maximum TTL",
+        ));
+    }
+    let candidates = std::mem::take(&mut batch.candidates);
+    let mut dropped: BTreeMap<DropReason, u32> = BTreeMap::new();
+    let mut seen_ids: HashSet<ProxyId> = HashSet::new();
+    let mut seen_unique: HashSet<String> = HashSet::new();
+    let mut prepared = Vec::with_capacity(candidates.len());
+    for c in candidates {
+        if let Err(reason) = check_candidate(&c, &batch, options) {
+            *dropped.entry(reason).or_default() += 1;
+            continue;
+        }
+        let unique = unique_key(&c);
+        if !seen_ids.insert(c.id.clone()) || !seen_unique.insert(unique.clone()) {
+            *dropped.entry(DropReason::DuplicateInBatch).or_default() += 1;
+            continue;
+        }
+        let ttl_ms = duration_millis(c.ttl);
+        prepared.push(PreparedCandidate {
+            candidate: c,
+            unique,
+            ttl_ms,
+        });
+    }
+    Ok(PreparedBatch {
+        batch,
+        candidates: prepared,
+        dropped,
+    })
+}
+
+fn check_dimension<T: Ord + Clone>(name: &str, values: &[T]) -> PoolResult<Vec<T>> {
+    if values.len() > MAX_FILTER_VALUES {
+        return Err(PoolError::invalid(
+            format!("filters.{name}"),
+            format!("at most {MAX_FILTER_VALUES} values"),
+        ));
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    if let Some(pos) = sorted.windows(2).position(|w| w[0] == w[1]) {
+        let dup = &sorted[pos];
+        let index = values.iter().rposition(|v| v == dup).unwrap_or(0);
+        return Err(PoolError::invalid(
+            format!("filters.{name}[{index}]"),
+            "duplicate value",
+        ));
+    }
+    Ok(sorted)
+}
+
+/// Validates an extraction and returns its filters with every dimension sorted.
+pub fn prepare_extract(request: &ExtractRequest) -> PoolResult<Filters> {
+    if request.count.get() > MAX_EXTRACT_COUNT {
+        return Err(PoolError::invalid(
+            "count",
+            format!("must be at most {MAX_EXTRACT_COUNT}"),
+        ));
+    }
+    if request.idempotency_ttl.is_zero() {
+        return Err(PoolError::invalid("idempotency_ttl", "must be positive"));
+    }
+    let f = &request.filters;
+    Ok(Filters {
+        protocols: check_dimension("protocols", &f.protocols)?,
+        regions: check_dimension("regions", &f.regions)?,
+        carriers: check_dimension("carriers", &f.carriers)?,
+        upstreams: check_dimension("upstreams", &f.upstreams)?,
+    })
+}
+
+/// Validates a health batch.
+pub fn check_health_batch(updates: &[HealthUpdate]) -> PoolResult<()> {
+    if updates.len() > MAX_UPDATE_BATCH {
+        return Err(PoolError::invalid(
+            "updates",
+            format!("at most {MAX_UPDATE_BATCH} per call"),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates an ID batch (removal).
+pub fn check_id_batch(ids: &[ProxyId]) -> PoolResult<()> {
+    if ids.len() > MAX_UPDATE_BATCH {
+        return Err(PoolError::invalid(
+            "ids",
+            format!("at most {MAX_UPDATE_BATCH} per call"),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates a runtime report: bounded, unique proxies, positive TTL.
+pub fn check_report(report: &RuntimeReport) -> PoolResult<()> {
+    if report.entries.len() > MAX_REPORT_ENTRIES {
+        return Err(PoolError::invalid(
+            "entries",
+            format!("at most {MAX_REPORT_ENTRIES} entries"),
+        ));
+    }
+    if report.ttl.is_zero() {
+        return Err(PoolError::invalid("ttl", "must be positive"));
+    }
+    let mut seen = HashSet::new();
+    for (i, e) in report.entries.iter().enumerate() {
+        if !seen.insert(&e.proxy_id) {
+            return Err(PoolError::invalid(
+                format!("entries[{i}].proxy_id"),
+                "duplicate proxy",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Canonical digest of a report's content (for replay detection).
+pub fn report_digest(report: &RuntimeReport) -> String {
+    let mut entries: Vec<_> = report.entries.iter().collect();
+    entries.sort_by(|a, b| a.proxy_id.cmp(&b.proxy_id));
+    let mut h = Sha256::new();
+    h.update(format!("{}|{}|", report.snapshot_version, report.epoch).as_bytes());
+    for e in entries {
+        h.update(
+            format!(
+                "{}|{}|{}|{}|{};",
+                e.proxy_id, e.epoch, e.active, e.reserved, e.draining
+            )
+            .as_bytes(),
+        );
+    }
+    hex::encode(&h.finalize()[..16])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts() {
+        assert!(valid_host("127.0.0.1"));
+        assert!(valid_host("::1"));
+        assert!(valid_host("proxy-1.vendor.example"));
+        assert!(!valid_host(""));
+        assert!(!valid_host("a b"));
+        assert!(!valid_host("user@host"));
+        assert!(!valid_host("-bad.example"));
+    }
+}
