@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes test binaries from Go source (no prebuilt downloads):
+#   etcd, kube-apiserver, kubectl            always
+#   kube-controller-manager                   only with --with-controller-manager
+#                                             (or PROXY_POOL_K8S_WITH_KCM=1)
+# into ${PROXY_POOL_CACHE_DIR:-<repo>/.cache}/k8s/<k8s-version>/bin/, skipping binaries
+# that are already built, and prints that bin dir on stdout (progress goes to stderr).
+# The versions come from e2e/k8s/go.mod, the wrapper module that pins them.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mod_dir="$repo/e2e/k8s"
+
+with_kcm="${PROXY_POOL_K8S_WITH_KCM:-0}"
+for arg in "$@"; do
+  case "$arg" in
+    --with-controller-manager) with_kcm=1 ;;
+    -h|--help)
+      sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+      exit 0 ;;
+    *) echo "k8s-bins.sh: unknown argument: $arg" >&2; exit 2 ;;
+  esac
+done
+
+say() { printf 'k8s-bins: %s\n' "$*" >&2; }
+
+command -v go >/dev/null 2>&1 || {
+  say "the Go toolchain is required (go >= the version in e2e/k8s/go.mod)"; exit 1; }
+
+# Module versions, as written in the wrapper go.mod (the single source of truth).
+mod_version() { awk -v m="$1" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$mod_dir/go.mod"; }
+k8s_version="$(mod_version k8s.io/kubernetes)"
+etcd_version="$(cd "$mod_dir" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)"
+[ -n "$k8s_version" ] || { say "cannot read the k8s.io/kubernetes version from $mod_dir/go.mod"; exit 1; }
+
+cache_dir="${PROXY_POOL_CACHE_DIR:-$repo/.cache}"
+bin_dir="$cache_dir/k8s/$k8s_version/bin"
+mkdir -p "$bin_dir"
+
+# Version stamps the upstream release build (hack/lib/version.sh) sets.
+minor="${k8s_version#v1.}"; minor="${minor%%.*}"
+stamp() {
+  local pkg="$1"
+  printf -- '-X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean -X %s.buildDate=1970-01-01T00:00:00Z ' \
+    "$pkg" "$k8s_version" "$pkg" "$pkg" "$minor" "$pkg" "$pkg"
+}
+k8s_ldflags="-s -w $(stamp k8s.io/component-base/version)$(stamp k8s.io/client-go/pkg/version)"
+etcd_ldflags="-s -w"
+
+# Binaries built from another go.mod/go.sum, main package or flags are stale: the stamp
+# names everything that goes into them, and a changed stamp empties the bin dir.
+stamp_now="$(cat "$mod_dir/go.mod" "$mod_dir/go.sum" "$mod_dir/cmd/etcd/main.go" \
+  <(go version) <(printf '%s\n%s\n' "$k8s_ldflags" "$etcd_ldflags") | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$bin_dir/.stamp" 2>/dev/null)" != "$stamp_now" ]; then
+  rm -f "$bin_dir"/etcd "$bin_dir"/kube-apiserver "$bin_dir"/kubectl "$bin_dir"/kube-controller-manager
+  printf '%s\n' "$stamp_now" > "$bin_dir/.stamp"
+fi
+
+build() {
+  local name="$1" pkg="$2" ldflags="$3"
+  local out="$bin_dir/$name"
+  if [ -x "$out" ]; then
+    say "$name: already built"
+    return
+  fi
+  say "$name: building $pkg (this takes minutes on a small machine)"
+  local start=$SECONDS
+  # Build to a temporary name and rename, so an interrupted build never leaves a
+  # half-written binary that a later run would take as done.
+  (cd "$mod_dir" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=readonly" \
+    go build -trimpath -ldflags "$ldflags" -o "$out.partial" "$pkg")
+  mv -f "$out.partial" "$out"
+  say "$name: built in $((SECONDS - start))s"
+}
+
+build etcd ./cmd/etcd "$etcd_ldflags"
+build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
+build kubectl k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
+if [ "$with_kcm" = 1 ]; then
+  build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
+fi
+
+printf 'kubernetes %s\netcd %s\n' "$k8s_version" "$etcd_version" > "$bin_dir/VERSIONS"
+echo "$bin_dir"
