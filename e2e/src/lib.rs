@@ -1,1 +1,3 @@
 //! Proxy Pool end-to-end harnesses.
+
+pub mod sim;

@@ -1,0 +1,121 @@
+//! `vendor-sim`: runs the vendor simulator (vendor API, short-lived loopback
+//! proxies, HTTP/HTTPS echo server) until Ctrl-C or SIGTERM. Only composes.
+
+use anyhow::Context as _;
+use clap::Parser;
+use proxy_pool_e2e::sim::{SimConfig, SimListeners, Simulator};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use tokio::net::TcpListener;
+
+/// Vendor simulator for Proxy Pool: sells real short-lived proxies on loopback.
+#[derive(Debug, Parser)]
+#[command(name = "vendor-sim", version)]
+struct Args {
+    /// Vendor API listen address (loopback).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Plain-HTTP echo server listen address.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    echo_http: SocketAddr,
+    /// HTTPS echo server listen address.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    echo_https: SocketAddr,
+    /// Configuration file (YAML or JSON, camelCase keys; see docs/vendor-simulator.md).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Overrides `credentials.apiKey`.
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Overrides `maxLiveProxies`.
+    #[arg(long)]
+    max_live: Option<usize>,
+    /// Overrides `ttlMinSeconds`.
+    #[arg(long)]
+    ttl_min: Option<u64>,
+    /// Overrides `ttlMaxSeconds`.
+    #[arg(long)]
+    ttl_max: Option<u64>,
+    /// Writes the echo server's CA certificate (PEM) to this file.
+    #[arg(long)]
+    ca_out: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let config = load_config(&args)?;
+    for addr in [args.listen, args.echo_http, args.echo_https] {
+        anyhow::ensure!(
+            addr.ip().is_loopback(),
+            "{addr}: the simulator binds loopback only"
+        );
+    }
+    let listeners = SimListeners {
+        vendor_api: bind(args.listen).await?,
+        echo_http: bind(args.echo_http).await?,
+        echo_https: bind(args.echo_https).await?,
+    };
+    let sim = Simulator::start_with(config, listeners).await?;
+    if let Some(path) = &args.ca_out {
+        std::fs::write(path, sim.echo_ca_pem())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("vendor-api  {}", sim.vendor_url());
+    println!("echo-http   {}", sim.echo_http_url());
+    println!("echo-https  {}", sim.echo_https_url());
+    println!("auth        X-API-Key header or Basic (see --config / docs)");
+    tracing::info!("vendor simulator running; Ctrl-C or SIGTERM stops it");
+    wait_for_signal().await?;
+    tracing::info!("stopping");
+    if !sim.shutdown().await {
+        tracing::warn!("some tasks did not finish within the grace period");
+    }
+    Ok(())
+}
+
+fn load_config(args: &Args) -> anyhow::Result<SimConfig> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            serde_yaml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
+        }
+        None => SimConfig::default(),
+    };
+    if let Some(key) = &args.api_key {
+        config.credentials.api_key.clone_from(key);
+    }
+    if let Some(max) = args.max_live {
+        config.max_live_proxies = max;
+    }
+    if let Some(min) = args.ttl_min {
+        config.ttl_min_seconds = min;
+    }
+    if let Some(max) = args.ttl_max {
+        config.ttl_max_seconds = max;
+    }
+    Ok(config)
+}
+
+async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        res = tokio::signal::ctrl_c() => res.context("waiting for Ctrl-C")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,131 @@
+//! Failure modes a simulated proxy can be told to exhibit, and the runtime switch
+//! that holds a proxy's current mode. A mode is read when a connection is accepted:
+//! changing it affects new connections, never tunnels already open.
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Longest handshake delay `slow` accepts, so a typo cannot park connections for hours.
+pub const MAX_SLOW_DELAY: Duration = Duration::from_secs(300);
+
+/// How a simulated proxy misbehaves. JSON: `{"mode":"slow","delayMs":500}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(
+    tag = "mode",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum FailureMode {
+    /// Behaves like a healthy vendor proxy.
+    #[default]
+    None,
+    /// Accepts the TCP connection and closes it at once.
+    Refuse,
+    /// Waits `delay_ms` after accepting before it reads the handshake.
+    Slow {
+        /// Delay in milliseconds (at most [`MAX_SLOW_DELAY`]).
+        delay_ms: u64,
+    },
+    /// Rejects every credential, even the right one (HTTP 407 / SOCKS5 auth failure).
+    BadAuth,
+    /// Closes the client connection after `bytes` bytes have come back from the target.
+    DropAfter {
+        /// Bytes relayed from the target before the connection is cut.
+        bytes: u64,
+    },
+    /// Leaves through the shared egress address instead of the proxy's own.
+    WrongEgress,
+}
+
+impl FailureMode {
+    /// Checks the mode's parameters; returns a description of the first problem.
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            Self::Slow { delay_ms } if Duration::from_millis(*delay_ms) > MAX_SLOW_DELAY => Err(
+                format!("delayMs must be at most {}", MAX_SLOW_DELAY.as_millis()),
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// The handshake delay, if this mode has one.
+    pub(crate) fn delay(&self) -> Option<Duration> {
+        match self {
+            Self::Slow { delay_ms } => Some(Duration::from_millis(*delay_ms).min(MAX_SLOW_DELAY)),
+            _ => None,
+        }
+    }
+
+    /// How many target bytes may be relayed before the connection is cut.
+    pub(crate) fn byte_budget(&self) -> Option<u64> {
+        match self {
+            Self::DropAfter { bytes } => Some(*bytes),
+            _ => None,
+        }
+    }
+}
+
+/// A proxy's current failure mode, changeable while the proxy runs.
+///
+/// A plain mutex: the value is `Copy`, the critical section is a load or a store,
+/// and no lock is ever held across an `.await`.
+#[derive(Debug, Default)]
+pub(crate) struct FailureSwitch(Mutex<FailureMode>);
+
+impl FailureSwitch {
+    pub(crate) fn new(mode: FailureMode) -> Self {
+        Self(Mutex::new(mode))
+    }
+
+    pub(crate) fn get(&self) -> FailureMode {
+        *self.0.lock()
+    }
+
+    pub(crate) fn set(&self, mode: FailureMode) {
+        *self.0.lock() = mode;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_shape_is_tagged_camel_case() {
+        let slow: FailureMode = serde_json::from_str(r#"{"mode":"slow","delayMs":250}"#).unwrap();
+        assert_eq!(slow, FailureMode::Slow { delay_ms: 250 });
+        let drop: FailureMode = serde_json::from_str(r#"{"mode":"dropAfter","bytes":10}"#).unwrap();
+        assert_eq!(drop.byte_budget(), Some(10));
+        assert_eq!(
+            serde_json::to_string(&FailureMode::WrongEgress).unwrap(),
+            r#"{"mode":"wrongEgress"}"#
+        );
+        assert!(serde_json::from_str::<FailureMode>(r#"{"mode":"explode"}"#).is_err());
+        assert!(serde_json::from_str::<FailureMode>(r#"{"mode":"refuse","x":1}"#).is_err());
+    }
+
+    #[test]
+    fn slow_delay_is_bounded() {
+        assert!(FailureMode::Slow { delay_ms: 1_000 }.check().is_ok());
+        assert!(
+            FailureMode::Slow {
+                delay_ms: 10_000_000
+            }
+            .check()
+            .is_err()
+        );
+        assert_eq!(
+            FailureMode::Slow { delay_ms: u64::MAX }.delay(),
+            Some(MAX_SLOW_DELAY)
+        );
+    }
+
+    #[test]
+    fn switch_changes_mode() {
+        let switch = FailureSwitch::new(FailureMode::None);
+        switch.set(FailureMode::Refuse);
+        assert_eq!(switch.get(), FailureMode::Refuse);
+    }
+}

@@ -1,0 +1,226 @@
+//! The vendor simulator: a vendor API that sells short-lived proxies, the proxies
+//! themselves (real HTTP CONNECT / SOCKS5 forward proxies on loopback, each leaving
+//! through its own 127.0.0.x source address), and an HTTP/HTTPS echo server that
+//! reports the source address it saw. For tests, the local stack and benchmarks.
+//!
+//! Everything binds loopback only, every task stops on [`Simulator::shutdown`] or
+//! drop, and no proxy forwards beyond loopback.
+
+mod api;
+mod config;
+mod core;
+mod echo;
+mod egress;
+mod error;
+mod failure;
+mod model;
+mod proxy;
+mod registry;
+mod tls;
+
+pub use config::{FailureShare, MAX_LIVE_PROXIES, SimConfig, VendorCredentials};
+pub use echo::{EchoReply, MAX_ECHO_BYTES};
+pub use error::{ConfigError, SimError};
+pub use failure::{FailureMode, MAX_SLOW_DELAY};
+pub use model::{Protocol, ProxySpec, ProxyStatus, SimProxy};
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tracing::{debug, warn};
+
+use self::core::{EchoInfo, SimCore};
+use self::egress::EgressPool;
+use self::registry::Registry;
+
+/// How long [`Simulator::shutdown`] waits for tasks before giving up on them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// The three listeners the simulator serves, bound by the caller.
+#[derive(Debug)]
+pub struct SimListeners {
+    /// Vendor and control API.
+    pub vendor_api: TcpListener,
+    /// Plain-HTTP echo server.
+    pub echo_http: TcpListener,
+    /// HTTPS echo server.
+    pub echo_https: TcpListener,
+}
+
+impl SimListeners {
+    /// Binds all three on `127.0.0.1:0`.
+    pub async fn loopback() -> Result<Self, SimError> {
+        let bind = |what: &'static str| async move {
+            TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|source| SimError::Bind { what, source })
+        };
+        Ok(Self {
+            vendor_api: bind("vendor api").await?,
+            echo_http: bind("echo http").await?,
+            echo_https: bind("echo https").await?,
+        })
+    }
+}
+
+/// A running simulator. Dropping it stops every task (without waiting);
+/// [`Simulator::shutdown`] stops them and waits, bounded by [`SHUTDOWN_GRACE`].
+#[derive(Debug)]
+pub struct Simulator {
+    core: Arc<SimCore>,
+    vendor_addr: SocketAddr,
+}
+
+impl Simulator {
+    /// Starts on fresh `127.0.0.1:0` listeners.
+    pub async fn start(config: SimConfig) -> Result<Self, SimError> {
+        Self::start_with(config, SimListeners::loopback().await?).await
+    }
+
+    /// Starts on listeners the caller bound.
+    pub async fn start_with(config: SimConfig, listeners: SimListeners) -> Result<Self, SimError> {
+        let settings = config.validate()?;
+        let addr = |l: &TcpListener, what: &'static str| {
+            l.local_addr()
+                .map_err(|source| SimError::Bind { what, source })
+        };
+        let vendor_addr = addr(&listeners.vendor_api, "vendor api")?;
+        let tls = tls::generate()?;
+        let echo = EchoInfo {
+            http: addr(&listeners.echo_http, "echo http")?,
+            https: addr(&listeners.echo_https, "echo https")?,
+            ca_pem: tls.ca_pem.clone(),
+        };
+        let egress = EgressPool::new(
+            settings.egress_first,
+            settings.egress_last,
+            settings.shared_egress_ip,
+        );
+        let registry = Registry::new(settings.max_live_proxies, egress);
+        let core = Arc::new(SimCore::new(settings, registry, echo));
+
+        core.tracker
+            .spawn(echo::run(core.clone(), listeners.echo_http, None));
+        core.tracker
+            .spawn(echo::run(core.clone(), listeners.echo_https, Some(tls)));
+        let app = api::app(core.clone());
+        let token = core.token.clone();
+        core.tracker.spawn(async move {
+            let serve = axum::serve(listeners.vendor_api, app)
+                .with_graceful_shutdown(token.cancelled_owned());
+            if let Err(err) = serve.await {
+                warn!(error = %err, "vendor api server failed");
+            }
+        });
+        debug!(%vendor_addr, echo_http = %core.echo.http, echo_https = %core.echo.https, "simulator started");
+        Ok(Self { core, vendor_addr })
+    }
+
+    /// Vendor API address.
+    pub fn vendor_addr(&self) -> SocketAddr {
+        self.vendor_addr
+    }
+
+    /// Vendor API base URL, e.g. `http://127.0.0.1:40123`.
+    pub fn vendor_url(&self) -> String {
+        format!("http://{}", self.vendor_addr)
+    }
+
+    /// The credentials the vendor API expects.
+    pub fn credentials(&self) -> &VendorCredentials {
+        &self.core.settings.credentials
+    }
+
+    /// Plain-HTTP echo server address.
+    pub fn echo_http_addr(&self) -> SocketAddr {
+        self.core.echo.http
+    }
+
+    /// HTTPS echo server address.
+    pub fn echo_https_addr(&self) -> SocketAddr {
+        self.core.echo.https
+    }
+
+    /// `http://127.0.0.1:PORT` of the echo server.
+    pub fn echo_http_url(&self) -> String {
+        format!("http://{}", self.core.echo.http)
+    }
+
+    /// `https://127.0.0.1:PORT` of the echo server (trust [`Simulator::echo_ca_pem`]).
+    pub fn echo_https_url(&self) -> String {
+        format!("https://{}", self.core.echo.https)
+    }
+
+    /// PEM of the CA that signed the HTTPS echo server's certificate
+    /// (valid for `localhost` and `127.0.0.1`).
+    pub fn echo_ca_pem(&self) -> &str {
+        &self.core.echo.ca_pem
+    }
+
+    /// Creates a proxy with default labels.
+    pub async fn spawn_proxy(
+        &self,
+        protocol: Protocol,
+        ttl: Duration,
+        failure: FailureMode,
+    ) -> Result<SimProxy, SimError> {
+        let mut spec = ProxySpec::new(protocol, ttl);
+        spec.failure = failure;
+        self.spawn_proxy_with(spec).await
+    }
+
+    /// Creates a proxy from a full spec.
+    pub async fn spawn_proxy_with(&self, spec: ProxySpec) -> Result<SimProxy, SimError> {
+        if let Err(msg) = spec.failure.check() {
+            return Err(SimError::Config(ConfigError {
+                problems: vec![format!("failure: {msg}")],
+            }));
+        }
+        proxy::spawn(&self.core, spec).await
+    }
+
+    /// Changes a live proxy's failure mode (affects connections accepted from now on).
+    pub fn set_failure(&self, id: &str, failure: FailureMode) -> Result<(), SimError> {
+        self.core.registry.get(id)?.failure.set(failure);
+        Ok(())
+    }
+
+    /// Ends a proxy now, as if its TTL had run out.
+    pub fn expire(&self, id: &str) -> Result<(), SimError> {
+        self.core.registry.expire(id)
+    }
+
+    /// Live proxies, oldest first.
+    pub fn live_proxies(&self) -> Vec<ProxyStatus> {
+        self.core
+            .registry
+            .list()
+            .iter()
+            .map(|p| p.status())
+            .collect()
+    }
+
+    /// Stops accepting everywhere, closes every tunnel, and waits for the tasks
+    /// (at most [`SHUTDOWN_GRACE`]). Returns whether every task finished in time.
+    pub async fn shutdown(self) -> bool {
+        self.core.token.cancel();
+        self.core.tracker.close();
+        let done = tokio::time::timeout(SHUTDOWN_GRACE, self.core.tracker.wait())
+            .await
+            .is_ok();
+        if !done {
+            warn!(
+                remaining = self.core.tracker.len(),
+                "simulator tasks still running after the grace period"
+            );
+        }
+        done
+    }
+}
+
+impl Drop for Simulator {
+    fn drop(&mut self) {
+        self.core.token.cancel();
+    }
+}
