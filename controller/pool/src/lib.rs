@@ -16,10 +16,13 @@ mod memory;
 pub mod model;
 pub mod options;
 pub mod ports;
+mod redis;
+pub mod testkit;
 mod validate;
 
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use error::{ConflictReason, PoolError, PoolResult};
 pub use memory::MemoryPool;
 pub use options::PoolOptions;
+pub use crate::redis::{RedisConnector, RedisOptions, RedisPool};
 pub use validate::{key_digest, unique_key};

@@ -1,0 +1,201 @@
+//! Where the Redis master is: a direct URL, or a Sentinel-monitored master resolved at
+//! every (re)connect. Owns the password; never prints it.
+
+use std::fmt;
+use std::time::Duration;
+
+use ::redis::aio::MultiplexedConnection;
+use ::redis::{AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo};
+
+use crate::error::{PoolError, PoolResult};
+use crate::model::Secret;
+
+/// How to reach the Redis master. Cheap to clone.
+#[derive(Clone)]
+pub struct RedisConnector {
+    target: Target,
+    password: Option<Secret>,
+    username: Option<String>,
+}
+
+#[derive(Clone)]
+enum Target {
+    Direct(::redis::ConnectionInfo),
+    Sentinel {
+        master: String,
+        sentinels: Vec<String>,
+    },
+}
+
+impl fmt::Debug for RedisConnector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let target = match &self.target {
+            Target::Direct(info) => format!("direct({})", info.addr()),
+            Target::Sentinel { master, sentinels } => {
+                format!("sentinel({master} via {})", sentinels.len())
+            }
+        };
+        f.debug_struct("RedisConnector")
+            .field("target", &target)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl RedisConnector {
+    /// A single Redis at `url` (`redis://[:password@]host:port/[db]`).
+    pub fn direct(url: &str) -> PoolResult<Self> {
+        let info = url
+            .into_connection_info()
+            .map_err(|_| PoolError::invalid("redis.url", "not a valid redis:// URL"))?;
+        if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
+            return Err(PoolError::invalid(
+                "redis.url",
+                "TLS is not supported by this build",
+            ));
+        }
+        Ok(Self {
+            target: Target::Direct(info),
+            password: None,
+            username: None,
+        })
+    }
+
+    /// A Sentinel-monitored master named `master`; `sentinels` are `host:port` (or
+    /// `redis://host:port`) addresses. The master is resolved at every (re)connect.
+    pub fn sentinel(master: &str, sentinels: Vec<String>) -> PoolResult<Self> {
+        if master.is_empty() {
+            return Err(PoolError::invalid(
+                "redis.sentinel.master",
+                "must not be empty",
+            ));
+        }
+        if sentinels.is_empty() {
+            return Err(PoolError::invalid(
+                "redis.sentinel.addresses",
+                "at least one sentinel",
+            ));
+        }
+        let mut parsed = Vec::with_capacity(sentinels.len());
+        for (i, s) in sentinels.into_iter().enumerate() {
+            let url = if s.contains("://") {
+                s
+            } else {
+                format!("redis://{s}/")
+            };
+            url.as_str().into_connection_info().map_err(|_| {
+                PoolError::invalid(format!("redis.sentinel.addresses[{i}]"), "not host:port")
+            })?;
+            parsed.push(url);
+        }
+        Ok(Self {
+            target: Target::Sentinel {
+                master: master.to_owned(),
+                sentinels: parsed,
+            },
+            password: None,
+            username: None,
+        })
+    }
+
+    /// Authenticates to the master with `password` (overrides one in the URL).
+    pub fn with_password(mut self, password: Secret) -> Self {
+        self.password = Some(password);
+        self
+    }
+
+    /// Authenticates with an ACL user as well.
+    pub fn with_username(mut self, username: impl Into<String>) -> Self {
+        self.username = Some(username.into());
+        self
+    }
+
+    /// Opens a multiplexed connection to the current master.
+    pub(crate) async fn connect(&self, timeout: Duration) -> PoolResult<MultiplexedConnection> {
+        let info = match &self.target {
+            Target::Direct(info) => info.clone(),
+            Target::Sentinel { master, sentinels } => {
+                resolve_master(master, sentinels, timeout).await?
+            }
+        };
+        let mut settings = info.redis_settings().clone();
+        if let Some(p) = &self.password {
+            settings = settings.set_password(p.expose());
+        }
+        if let Some(u) = &self.username {
+            settings = settings.set_username(u);
+        }
+        let info = info.set_redis_settings(settings);
+        let client =
+            Client::open(info).map_err(|_| PoolError::Unavailable("connect_failed".into()))?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(None);
+        let mut conn = tokio::time::timeout(
+            timeout,
+            client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        .map_err(|_| PoolError::Unavailable("connect_timeout".into()))?
+        .map_err(|e| PoolError::Unavailable(connect_code(&e).into()))?;
+        if matches!(self.target, Target::Sentinel { .. }) {
+            // The sentinels may lag a failover; a replica must never be written to.
+            let role: Vec<::redis::Value> =
+                tokio::time::timeout(timeout, ::redis::cmd("ROLE").query_async(&mut conn))
+                    .await
+                    .map_err(|_| PoolError::Unavailable("connect_timeout".into()))?
+                    .map_err(|_| PoolError::Unavailable("role_failed".into()))?;
+            let is_master = matches!(role.first(), Some(::redis::Value::BulkString(b)) if b.as_slice() == b"master");
+            if !is_master {
+                return Err(PoolError::Unavailable("not_master".into()));
+            }
+        }
+        Ok(conn)
+    }
+}
+
+fn connect_code(e: &::redis::RedisError) -> &'static str {
+    match e.kind() {
+        ::redis::ErrorKind::AuthenticationFailed => "auth_failed",
+        _ if e.is_timeout() => "connect_timeout",
+        _ if e.is_connection_refusal() => "connection_refused",
+        _ if e.is_io_error() => "io_error",
+        _ => "connect_failed",
+    }
+}
+
+async fn resolve_master(
+    master: &str,
+    sentinels: &[String],
+    timeout: Duration,
+) -> PoolResult<::redis::ConnectionInfo> {
+    for url in sentinels {
+        let Ok(client) = Client::open(url.as_str()) else {
+            continue;
+        };
+        let config = AsyncConnectionConfig::new().set_connection_timeout(Some(timeout));
+        let Ok(Ok(mut conn)) = tokio::time::timeout(
+            timeout,
+            client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        else {
+            continue;
+        };
+        let reply: Result<Result<Option<(String, u16)>, _>, _> = tokio::time::timeout(
+            timeout,
+            ::redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(master)
+                .query_async(&mut conn),
+        )
+        .await;
+        if let Ok(Ok(Some((host, port)))) = reply
+            && let Ok(info) = ConnectionAddr::Tcp(host, port).into_connection_info()
+        {
+            tracing::debug!(master, "resolved master through sentinel");
+            return Ok(info);
+        }
+    }
+    Err(PoolError::Unavailable("no_master".into()))
+}

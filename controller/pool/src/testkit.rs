@@ -1,0 +1,356 @@
+//! Test fixtures for the Redis adapter: a private `redis-server` (and `redis-sentinel`)
+//! per test, and a fault-injecting TCP proxy.
+//!
+//! Public only so integration tests, benches and other crates' tests can use it; never
+//! used by production code. A missing binary panics with a clear message: tests that
+//! need Redis fail, they are never skipped.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+
+fn binary(env: &str, default: &str) -> String {
+    let bin = std::env::var(env).unwrap_or_else(|_| default.to_owned());
+    let found = Command::new(&bin)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if found.is_err() {
+        panic!(
+            "`{bin}` not found: install Redis (Debian: `apt-get install redis-server redis-sentinel`) \
+             or set {env} to the binary; Redis tests never skip"
+        );
+    }
+    bin
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free loopback port");
+    l.local_addr().expect("local addr").port()
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let n = NEXT_DIR.fetch_add(1, Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("pp-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+/// Sends `PING` and waits for `+PONG`.
+fn ping(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    matches!(s.read(&mut buf), Ok(n) if n >= 5 && &buf[..5] == b"+PONG")
+}
+
+/// A private `redis-server` on a free loopback port, without persistence; killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server (binary from `PROXY_POOL_REDIS_SERVER`, else `redis-server`).
+    pub fn start() -> Self {
+        Self::start_with(Vec::new())
+    }
+
+    /// Starts a server as a replica of the server on `master_port`.
+    pub fn start_replica_of(master_port: u16) -> Self {
+        Self::start_with(vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            master_port.to_string(),
+        ])
+    }
+
+    /// Starts a server with extra command-line arguments.
+    pub fn start_with(extra: Vec<String>) -> Self {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let mut s = Self {
+                port: free_port(),
+                dir: temp_dir("redis"),
+                extra: extra.clone(),
+                child: None,
+            };
+            match s.spawn() {
+                Ok(()) => return s,
+                Err(e) => last = e,
+            }
+        }
+        panic!("redis-server did not start: {last}");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let bin = binary("PROXY_POOL_REDIS_SERVER", "redis-server");
+        let mut cmd = Command::new(bin);
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().map_err(|e| format!("spawn: {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if ping(self.port) {
+                self.child = Some(child);
+                return Ok(());
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("exited early with {status}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        Err("no PONG within 10 s".into())
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server (data is lost; it has no persistence).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops and starts again on the same port (empty).
+    pub fn restart(&mut self) {
+        self.stop();
+        let mut last = String::new();
+        for _ in 0..50 {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("redis-server did not restart on port {}: {last}", self.port);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A private `redis-sentinel` monitoring one master; killed on drop.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl RedisSentinel {
+    /// Starts a sentinel (binary from `PROXY_POOL_REDIS_SENTINEL`, else `redis-sentinel`)
+    /// monitoring `master_name` at `127.0.0.1:master_port` with quorum 1.
+    pub fn start(master_name: &str, master_port: u16) -> Self {
+        let bin = binary("PROXY_POOL_REDIS_SENTINEL", "redis-sentinel");
+        let port = free_port();
+        let dir = temp_dir("sentinel");
+        let conf = dir.join("sentinel.conf");
+        let text = format!(
+            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {}\n\
+             sentinel monitor {master_name} 127.0.0.1 {master_port} 1\n\
+             sentinel down-after-milliseconds {master_name} 1000\n\
+             sentinel failover-timeout {master_name} 5000\n\
+             sentinel parallel-syncs {master_name} 1\n",
+            dir.display()
+        );
+        std::fs::write(&conf, text).expect("write sentinel.conf");
+        let child = Command::new(bin)
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-sentinel");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ping(port) {
+            assert!(
+                Instant::now() < deadline,
+                "redis-sentinel did not answer PING on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            port,
+            dir,
+            child: Some(child),
+        }
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A loopback TCP proxy in front of Redis that can drop a connection right after Redis
+/// executed a request (the reply is swallowed and the client connection closed).
+#[derive(Debug)]
+pub struct FaultProxy {
+    port: u16,
+    armed: Arc<AtomicBool>,
+    dropped: Arc<AtomicU64>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+impl FaultProxy {
+    /// Starts the proxy forwarding to `127.0.0.1:target_port`. Needs a tokio runtime.
+    pub async fn start(target_port: u16) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind fault proxy");
+        let port = listener.local_addr().expect("local addr").port();
+        let armed = Arc::new(AtomicBool::new(false));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let (shutdown, rx) = tokio::sync::watch::channel(false);
+        let (a, d) = (armed.clone(), dropped.clone());
+        tokio::spawn(async move {
+            let mut stop = rx.clone();
+            loop {
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    accepted = listener.accept() => {
+                        let Ok((client, _)) = accepted else { continue };
+                        tokio::spawn(pump(client, target_port, a.clone(), d.clone(), rx.clone()));
+                    }
+                }
+            }
+        });
+        Self {
+            port,
+            armed,
+            dropped,
+            shutdown,
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The proxy's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The next reply coming back from Redis (on any connection) is swallowed and that
+    /// client connection closed.
+    pub fn arm_drop_next_reply(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether an armed drop is still pending.
+    pub fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::SeqCst)
+    }
+
+    /// How many replies were swallowed so far.
+    pub fn dropped_replies(&self) -> u64 {
+        self.dropped.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+async fn pump(
+    mut client: tokio::net::TcpStream,
+    target_port: u16,
+    armed: Arc<AtomicBool>,
+    dropped: Arc<AtomicU64>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", target_port)).await else {
+        return;
+    };
+    let (mut cr, mut cw) = client.split();
+    let (mut sr, mut sw) = server.split();
+    let mut up = [0u8; 16 * 1024];
+    let mut down = [0u8; 16 * 1024];
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            n = cr.read(&mut up) => match n {
+                Ok(0) | Err(_) => return,
+                Ok(n) => if sw.write_all(&up[..n]).await.is_err() { return },
+            },
+            n = sr.read(&mut down) => match n {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if armed.swap(false, Ordering::SeqCst) {
+                        dropped.fetch_add(1, Ordering::SeqCst);
+                        return; // both sockets close: the reply never reaches the client
+                    }
+                    if cw.write_all(&down[..n]).await.is_err() { return }
+                }
+            },
+        }
+    }
+}
