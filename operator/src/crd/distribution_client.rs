@@ -1,0 +1,160 @@
+//! `DistributionClient`: one client of the Distribution API (and of the gateway):
+//! how it authenticates, what it may do, and its limits.
+//!
+//! Credentials live in Secrets; this type only references them.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{
+    LABEL_VALUE_PATTERN, MAX_FILTER_VALUES, NAME_PATTERN, SecretKeyRef, SecretRef,
+};
+
+/// A client of the Distribution API and the gateway.
+#[allow(
+    clippy::duplicated_attributes,
+    reason = "each printcolumn(...) repeats the type_ key by design"
+)]
+#[derive(CustomResource, JsonSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "proxypool.io",
+    version = "v1alpha1",
+    kind = "DistributionClient",
+    namespaced,
+    doc = "A client of the Distribution API and the gateway: credentials, permissions and limits.",
+    status = "DistributionClientStatus",
+    shortname = "dclient",
+    category = "proxypool",
+    derive = "PartialEq",
+    printcolumn(
+        name = "Permissions",
+        type_ = "string",
+        json_path = ".spec.permissions"
+    ),
+    printcolumn(
+        name = "Max Extract",
+        type_ = "integer",
+        json_path = ".spec.maxExtractCount"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributionClientSpec {
+    /// Accepted credentials; any one of them identifies this client.
+    pub auth: ClientAuth,
+    /// What the client may do.
+    #[schemars(length(min = 1, max = 8))]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub permissions: Vec<Permission>,
+    /// Most proxies one extract request may ask for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10_000))]
+    pub max_extract_count: Option<u32>,
+    /// Upstreams the client may take proxies from. Empty: any. Request filters can only narrow it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = MAX_FILTER_VALUES),
+        inner(length(max = 253), pattern(NAME_PATTERN))
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub allowed_upstreams: Vec<String>,
+    /// Regions the client may take proxies from. Empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = MAX_FILTER_VALUES),
+        inner(length(max = 63), pattern(LABEL_VALUE_PATTERN))
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub allowed_regions: Vec<String>,
+    /// Per-client request rate limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// Credentials a client may present. At least one.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[x_kube(validation = Rule::new("has(self.apiKey) || has(self.basic) || has(self.bearer)")
+    .message("auth needs at least one of apiKey, basic or bearer"))]
+#[serde(rename_all = "camelCase")]
+pub struct ClientAuth {
+    /// `X-API-Key` header; the key's value is in the referenced Secret key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<SecretKeyAuth>,
+    /// HTTP Basic (and gateway proxy auth); Secret keys `username` and `password`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic: Option<BasicAuth>,
+    /// `Authorization: Bearer`; the token is in the referenced Secret key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer: Option<SecretKeyAuth>,
+}
+
+/// A credential held in one Secret key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyAuth {
+    /// Where the credential is.
+    pub secret_ref: SecretKeyRef,
+}
+
+/// Username and password in a Secret (keys `username` and `password`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BasicAuth {
+    /// The Secret.
+    pub secret_ref: SecretRef,
+}
+
+/// A permission a client can hold.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum Permission {
+    /// `POST /api/v1/proxies/extract`.
+    #[serde(rename = "distribution:extract")]
+    DistributionExtract,
+    /// Send traffic through the gateway.
+    #[serde(rename = "gateway:connect")]
+    GatewayConnect,
+    /// Read this client's usage statistics.
+    #[serde(rename = "stats:read")]
+    StatsRead,
+}
+
+/// A token bucket.
+#[derive(KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[x_kube(validation = Rule::new("!has(self.burst) || self.burst >= self.requestsPerSecond")
+    .message("rateLimit.burst must be at least rateLimit.requestsPerSecond"))]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimit {
+    /// Sustained requests per second.
+    #[schemars(range(min = 1, max = 100_000))]
+    pub requests_per_second: u32,
+    /// Bucket size. Default: `requestsPerSecond`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub burst: Option<u32>,
+}
+
+/// What the operator last reported about a client.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DistributionClientStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` and `Degraded` conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}

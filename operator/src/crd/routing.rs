@@ -1,0 +1,260 @@
+//! `Routing`: which gateway traffic it matches, which proxies may carry it, how one
+//! is picked, and the gateway Deployment that serves it.
+//!
+//! Wire format only; the operator turns it into controller config and workloads.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{
+    DURATION_MAX_LEN, DURATION_PATTERN, LABEL_VALUE_PATTERN, MAX_FILTER_VALUES, NAME_PATTERN,
+};
+
+/// Gateway routing rules and the gateway fleet serving them.
+#[allow(
+    clippy::duplicated_attributes,
+    reason = "each printcolumn(...) repeats the type_ key by design"
+)]
+#[derive(CustomResource, JsonSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "proxypool.io",
+    version = "v1alpha1",
+    kind = "Routing",
+    namespaced,
+    doc = "Gateway routing rules and the gateway Deployment + Service that serve them.",
+    status = "RoutingStatus",
+    shortname = "rtg",
+    category = "proxypool",
+    derive = "PartialEq",
+    printcolumn(name = "Strategy", type_ = "string", json_path = ".spec.strategy"),
+    printcolumn(name = "Priority", type_ = "integer", json_path = ".spec.priority"),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".spec.gateway.replicas"
+    ),
+    printcolumn(
+        name = "Ready Replicas",
+        type_ = "integer",
+        json_path = ".status.readyReplicas"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutingSpec {
+    /// Routings are tried from the highest priority down (ties by name); the first
+    /// whose `match` fits a request wins.
+    #[serde(default)]
+    #[schemars(range(min = -1000, max = 1000))]
+    pub priority: i32,
+    /// Which requests this routing takes. Absent: every request.
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub match_: Option<RoutingMatch>,
+    /// Names of the Upstreams whose proxies may carry the traffic. Empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = MAX_FILTER_VALUES),
+        inner(length(max = 253), pattern(NAME_PATTERN))
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub upstreams: Vec<String>,
+    /// Label filters on the proxies. OR within a dimension, AND across.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<LabelFilter>,
+    /// How a proxy is chosen among the candidates.
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Keep a client session on one proxy while it stays usable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sticky_session: Option<StickySession>,
+    /// Retries on DIAL and PROXY_HANDSHAKE failures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryBudget>,
+    /// The gateway Deployment and Service that serve this routing.
+    pub gateway: GatewaySpec,
+}
+
+/// Conditions on a request; all given conditions must hold.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutingMatch {
+    /// Names of the DistributionClients (with `gateway:connect`) whose traffic matches.
+    /// Empty: any authenticated client.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = MAX_FILTER_VALUES),
+        inner(length(max = 253), pattern(NAME_PATTERN))
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub clients: Vec<String>,
+    /// Parameters carried in the proxy username (`user-region-shanghai-session-abc`),
+    /// each of which must equal the given value, e.g. `region: shanghai`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16))]
+    pub username_params: BTreeMap<String, String>,
+    /// Target hosts: exact names or `*.suffix` wildcards. Empty: any target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 256),
+        inner(
+            length(max = 255),
+            pattern(r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+        )
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub target_hosts: Vec<String>,
+}
+
+/// Label filters; each list is OR, the lists are AND. Empty lists match anything.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelFilter {
+    /// Allowed regions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = MAX_FILTER_VALUES),
+        inner(length(max = 63), pattern(LABEL_VALUE_PATTERN))
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub regions: Vec<String>,
+    /// Allowed carriers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = MAX_FILTER_VALUES),
+        inner(length(max = 63), pattern(LABEL_VALUE_PATTERN))
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub carriers: Vec<String>,
+}
+
+/// Proxy selection strategy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Strategy {
+    /// Each candidate in turn.
+    #[default]
+    RoundRobin,
+    /// The candidate with the fewest active requests.
+    LeastActive,
+    /// The better of two random candidates, scored by active load × observed latency.
+    PowerOfTwoChoices,
+}
+
+/// Sticky sessions, keyed by the `session` username parameter.
+#[derive(KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[x_kube(validation = Rule::new("duration(self.idleTimeout) <= duration(self.ttl)")
+    .message("stickySession.idleTimeout must not be longer than stickySession.ttl"))]
+#[serde(rename_all = "camelCase")]
+pub struct StickySession {
+    /// Longest life of a session's binding to one proxy.
+    #[serde(default = "default_session_ttl")]
+    #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
+    pub ttl: String,
+    /// A session unused this long is forgotten.
+    #[serde(default = "default_idle_timeout")]
+    #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
+    pub idle_timeout: String,
+}
+
+/// Bounded retries on another proxy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryBudget {
+    /// Attempts per request, the first included.
+    #[serde(default = "default_max_attempts")]
+    #[schemars(range(min = 1, max = 10))]
+    pub max_attempts: u32,
+    /// Deadline for all attempts together.
+    #[serde(default = "default_retry_deadline")]
+    #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
+    pub deadline: String,
+}
+
+/// The gateway workload of a routing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewaySpec {
+    /// Gateway pods.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub replicas: i32,
+    /// Listeners the gateway Service exposes.
+    pub listeners: GatewayListeners,
+    /// Compute resources of each gateway container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+/// At least one listener; ports must differ.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[x_kube(validation = Rule::new("has(self.http) || has(self.socks5)")
+    .message("gateway.listeners needs at least one of http or socks5"))]
+#[x_kube(validation = Rule::new("!has(self.http) || !has(self.socks5) || self.http.port != self.socks5.port")
+    .message("gateway.listeners.http.port and gateway.listeners.socks5.port must differ"))]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayListeners {
+    /// HTTP proxy listener (CONNECT and absolute-URI forwarding).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<Listener>,
+    /// SOCKS5 listener (username/password auth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socks5: Option<Listener>,
+}
+
+/// One listener port.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Listener {
+    /// Service and container port.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+}
+
+/// What the operator last reported about a routing.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutingStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` and `Degraded` conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Ready pods of the gateway Deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// Name of the gateway Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+}
+
+fn default_session_ttl() -> String {
+    "10m".to_owned()
+}
+fn default_idle_timeout() -> String {
+    "2m".to_owned()
+}
+fn default_max_attempts() -> u32 {
+    3
+}
+fn default_retry_deadline() -> String {
+    "10s".to_owned()
+}
+fn default_replicas() -> i32 {
+    2
+}

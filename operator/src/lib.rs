@@ -1,0 +1,3 @@
+//! Proxy Pool operator: the custom resource types and (later) their reconcilers.
+
+pub mod crd;
