@@ -103,7 +103,9 @@ mod tests {
             r#"{"mode":"wrongEgress"}"#
         );
         assert!(serde_json::from_str::<FailureMode>(r#"{"mode":"explode"}"#).is_err());
-        assert!(serde_json::from_str::<FailureMode>(r#"{"mode":"refuse","x":1}"#).is_err());
+        assert!(
+            serde_json::from_str::<FailureMode>(r#"{"mode":"slow","delayMs":1,"x":1}"#).is_err()
+        );
     }
 
     #[test]
