@@ -23,12 +23,12 @@ impl Timestamp {
     }
 
     /// `self + d`, saturating.
-    pub fn add(self, d: Duration) -> Self {
+    pub fn plus(self, d: Duration) -> Self {
         Self(self.0.saturating_add(duration_millis(d)))
     }
 
     /// `self - d`, saturating.
-    pub fn sub(self, d: Duration) -> Self {
+    pub fn minus(self, d: Duration) -> Self {
         Self(self.0.saturating_sub(duration_millis(d)))
     }
 

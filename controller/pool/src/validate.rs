@@ -8,7 +8,6 @@ use std::net::IpAddr;
 
 use sha2::{Digest, Sha256};
 
-use crate::clock::duration_millis;
 use crate::error::{PoolError, PoolResult};
 use crate::model::{
     Candidate, DropReason, ExtractRequest, FetchedBatch, Filters, HealthUpdate, MAX_EXTRACT_COUNT,
@@ -26,8 +25,6 @@ pub struct PreparedCandidate {
     pub candidate: Candidate,
     /// Digest of the endpoint identity (protocol, host, port, username).
     pub unique: String,
-    /// TTL in milliseconds.
-    pub ttl_ms: i64,
 }
 
 /// A batch that passed validation.
@@ -100,10 +97,10 @@ fn check_candidate(
     if c.port == 0 {
         return Err(DropReason::InvalidPort);
     }
-    if let Some(cr) = &c.credentials {
-        if !valid_secretish(&cr.username, false) || !valid_secretish(cr.password.expose(), true) {
-            return Err(DropReason::InvalidCredentials);
-        }
+    if let Some(cr) = &c.credentials
+        && (!valid_secretish(&cr.username, false) || !valid_secretish(cr.password.expose(), true))
+    {
+        return Err(DropReason::InvalidCredentials);
     }
     if c.max_concurrency == 0 || c.max_concurrency > MAX_CONCURRENCY {
         return Err(DropReason::InvalidCapacity);
@@ -149,11 +146,9 @@ pub fn prepare_batch(mut batch: FetchedBatch, options: &PoolOptions) -> PoolResu
             *dropped.entry(DropReason::DuplicateInBatch).or_default() += 1;
             continue;
         }
-        let ttl_ms = duration_millis(c.ttl);
         prepared.push(PreparedCandidate {
             candidate: c,
             unique,
-            ttl_ms,
         });
     }
     Ok(PreparedBatch {

@@ -196,7 +196,7 @@ impl ExtractionStore for MemoryPool {
             replayed: false,
         };
         if let Some(earliest) = extraction.proxies.iter().map(|p| p.expires_at).min() {
-            let expires = now.add(req.idempotency_ttl).min(earliest);
+            let expires = now.plus(req.idempotency_ttl).min(earliest);
             let stored = StoredResult::Extract {
                 digest: req.request_digest.as_str().to_owned(),
                 extraction: extraction.clone(),

@@ -73,7 +73,7 @@ impl OwnershipRepository for MemoryPool {
             upstream: r.upstream.clone(),
             worker_id: worker.clone(),
             epoch: st.epoch,
-            lease_expires_at: now.add(lease).min(r.usable_until),
+            lease_expires_at: now.plus(lease).min(r.usable_until),
             draining: false,
         };
         st.unindex(&r);
@@ -97,7 +97,7 @@ impl OwnershipRepository for MemoryPool {
             .live(proxy, now)
             .map(|s| s.record.usable_until)
             .unwrap_or(now);
-        set_lease(&mut st, &mut a, now.add(lease).min(usable_until));
+        set_lease(&mut st, &mut a, now.plus(lease).min(usable_until));
         Ok(a)
     }
 

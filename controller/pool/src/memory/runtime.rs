@@ -59,7 +59,7 @@ impl SessionWriter for MemoryPool {
             acked_version: None,
             acked_epoch: None,
             fence_open: true,
-            expires_at: now.add(reg.ttl),
+            expires_at: now.plus(reg.ttl),
         };
         drop_runtime(&mut st, &reg.worker_id);
         put_session(&mut st, session.clone());
@@ -83,7 +83,7 @@ impl SessionWriter for MemoryPool {
         s.acked_version = Some(version);
         s.acked_epoch = Some(epoch);
         s.fence_open = true;
-        s.expires_at = now.add(ttl);
+        s.expires_at = now.plus(ttl);
         put_session(&mut st, s.clone());
         Ok(s)
     }
@@ -101,7 +101,7 @@ impl SessionWriter for MemoryPool {
         let mut st = self.state.lock();
         let mut s = matching_session(&st, worker, session, now)?;
         s.fence_open = false;
-        s.expires_at = now.add(ttl);
+        s.expires_at = now.plus(ttl);
         put_session(&mut st, s.clone());
         Ok(s)
     }
@@ -167,7 +167,7 @@ impl ReportWriter for MemoryPool {
             snapshot_version: report.snapshot_version,
             epoch: report.epoch,
             entries,
-            expires_at: now.add(report.ttl),
+            expires_at: now.plus(report.ttl),
         };
         drop_runtime(&mut st, &report.worker_id);
         st.runtime_expiry

@@ -29,8 +29,10 @@ fn upsert_one(
 ) {
     let upstream = &batch.batch.upstream;
     let id = &c.candidate.id;
-    if let Some(other) = st.unique.get(&c.unique).cloned() {
-        if &other != id {
+    if let Some(other) = st.unique.get(&c.unique).cloned()
+        && &other != id
+    {
+        {
             match st.live(&other, now) {
                 Some(o) if &o.record.upstream != upstream => {
                     return drop(report, DropReason::IncumbentOtherUpstream);
@@ -43,8 +45,8 @@ fn upsert_one(
     if st.records.contains_key(id) && st.live(id, now).is_none() {
         st.purge(id);
     }
-    let expires_at = now.add(c.candidate.ttl);
-    let usable_until = expires_at.sub(batch.batch.safety_margin);
+    let expires_at = now.plus(c.candidate.ttl);
+    let usable_until = expires_at.minus(batch.batch.safety_margin);
     if let Some(existing) = st.records.get(id) {
         let r = &existing.record;
         let reason = if existing.unique != c.unique {
@@ -137,7 +139,7 @@ impl Upserter for MemoryPool {
             for c in chunk {
                 upsert_one(&mut st, &prepared, c, now, &mut report);
             }
-            let expires = now.add(self.options.operation_ttl);
+            let expires = now.plus(self.options.operation_ttl);
             st.store_result(op_key, expires, now, StoredResult::Upsert(report.clone()));
             total.merge(&report);
         }

@@ -1,0 +1,237 @@
+//! The activity pool's behaviour contract, written once and run against every
+//! implementation (see `pool_contract.rs`). Every case takes a [`Kind`] and builds its
+//! own pool on a [`ManualClock`], so timing is controlled, never slept.
+
+#![allow(dead_code)]
+
+pub mod extract;
+pub mod lifecycle;
+pub mod ownership;
+pub mod runtime;
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use activity_pool::model::*;
+use activity_pool::ports::ActivityPool;
+use activity_pool::testkit::RedisServer;
+use activity_pool::{
+    ManualClock, MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool,
+};
+
+/// Which implementation a case runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Memory,
+    Redis,
+}
+
+/// A pool under test, its clock, and (for Redis) its private server.
+pub struct Harness {
+    pub pool: Arc<dyn ActivityPool>,
+    pub clock: ManualClock,
+    pub kind: Kind,
+    pub server: Option<RedisServer>,
+}
+
+impl Harness {
+    pub async fn new(kind: Kind) -> Self {
+        Self::with_options(kind, PoolOptions::default()).await
+    }
+
+    pub async fn with_options(kind: Kind, options: PoolOptions) -> Self {
+        let clock = ManualClock::starting_now();
+        match kind {
+            Kind::Memory => Harness {
+                pool: Arc::new(MemoryPool::with_clock(options, Arc::new(clock.clone()))),
+                clock,
+                kind,
+                server: None,
+            },
+            Kind::Redis => {
+                let server = RedisServer::start();
+                let connector = RedisConnector::direct(&server.url()).expect("connector");
+                let redis_options = RedisOptions {
+                    pool: options,
+                    clock_override: Some(Arc::new(clock.clone())),
+                    ..RedisOptions::default()
+                };
+                let pool = RedisPool::new(connector, redis_options)
+                    .await
+                    .expect("redis pool");
+                Harness {
+                    pool: Arc::new(pool),
+                    clock,
+                    kind,
+                    server: Some(server),
+                }
+            }
+        }
+    }
+
+    pub fn advance(&self, secs: f64) {
+        self.clock
+            .advance(Duration::from_millis((secs * 1000.0) as u64));
+    }
+
+    pub fn now(&self) -> activity_pool::Timestamp {
+        use activity_pool::Clock;
+        self.clock.now()
+    }
+
+    /// Upserts `candidates` for `upstream` (margin 5 s, max size 10,000).
+    pub async fn upsert(&self, upstream: &str, candidates: Vec<Candidate>) -> UpsertReport {
+        self.pool
+            .upsert(batch(upstream, candidates))
+            .await
+            .expect("upsert")
+    }
+
+    /// Marks the proxies AVAILABLE after a successful check.
+    pub async fn healthy(&self, ids: &[&str]) {
+        let updates: Vec<_> = ids
+            .iter()
+            .map(|id| health(id, HealthVerdict::Available))
+            .collect();
+        let results = self.pool.apply_health(&updates).await.expect("health");
+        assert!(
+            results
+                .iter()
+                .all(|r| *r == HealthResult::Applied(ProxyState::Available)),
+            "{results:?}"
+        );
+    }
+
+    /// Inserts `n` proxies `<prefix>-<i>` for `upstream` with `ttl` seconds and makes
+    /// them AVAILABLE; returns their IDs.
+    pub async fn available(&self, upstream: &str, prefix: &str, n: usize, ttl: u64) -> Vec<String> {
+        let ids: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+        let cands = ids.iter().map(|id| cand(id, ttl)).collect();
+        let report = self.upsert(upstream, cands).await;
+        assert_eq!(report.inserted as usize, n, "{report:?}");
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        self.healthy(&refs).await;
+        ids
+    }
+
+    pub async fn record(&self, id: &str) -> Option<ProxyRecord> {
+        self.pool
+            .records(&[pid(id)])
+            .await
+            .expect("records")
+            .pop()
+            .flatten()
+    }
+
+    pub async fn state(&self, id: &str) -> Option<ProxyState> {
+        self.record(id).await.map(|r| r.state)
+    }
+
+    pub async fn extract(&self, req: &ExtractRequest) -> Vec<String> {
+        match self.pool.extract(req).await.expect("extract") {
+            ExtractOutcome::Extracted(e) => {
+                e.proxies.into_iter().map(|p| p.id.to_string()).collect()
+            }
+            ExtractOutcome::Insufficient { eligible } => panic!("insufficient: {eligible}"),
+        }
+    }
+
+    pub async fn inventory(&self, upstream: &str) -> UpstreamInventory {
+        self.pool.inventory(&up(upstream)).await.expect("inventory")
+    }
+
+    /// Purges until nothing expired remains.
+    pub async fn purge_all(&self) {
+        for _ in 0..1000 {
+            if !self.pool.purge_expired(500).await.expect("purge").more {
+                return;
+            }
+        }
+        panic!("purge never finished");
+    }
+}
+
+pub fn pid(s: &str) -> ProxyId {
+    ProxyId::new(s).expect("proxy id")
+}
+pub fn up(s: &str) -> UpstreamId {
+    UpstreamId::new(s).expect("upstream id")
+}
+pub fn wid(s: &str) -> WorkerId {
+    WorkerId::new(s).expect("worker id")
+}
+pub fn label(s: &str) -> Label {
+    Label::new(s).expect("label")
+}
+
+/// An HTTP candidate `id` at `<id>.vendor.test:8080` with credentials and `ttl` seconds.
+pub fn cand(id: &str, ttl: u64) -> Candidate {
+    Candidate {
+        id: pid(id),
+        protocol: Protocol::Http,
+        host: format!("{id}.vendor.test"),
+        port: 8080,
+        credentials: Some(Credentials {
+            username: format!("user-{id}"),
+            password: Secret::new("s3cr3t-pass"),
+        }),
+        region: Some(label("eu")),
+        carrier: Some(label("c1")),
+        ttl: Duration::from_secs(ttl),
+        max_concurrency: 4,
+    }
+}
+
+pub fn batch(upstream: &str, candidates: Vec<Candidate>) -> FetchedBatch {
+    FetchedBatch {
+        upstream: up(upstream),
+        operation_id: OperationId::new(format!("op-{}", uuid_like())).expect("op"),
+        safety_margin: Duration::from_secs(5),
+        max_size: NonZeroU32::new(10_000).expect("nonzero"),
+        candidates,
+    }
+}
+
+pub fn health(id: &str, verdict: HealthVerdict) -> HealthUpdate {
+    HealthUpdate {
+        proxy_id: pid(id),
+        verdict,
+        success: verdict == HealthVerdict::Available,
+        latency: Some(Duration::from_millis(42)),
+        failure: (verdict != HealthVerdict::Available).then(|| label("connect_refused")),
+    }
+}
+
+/// An extraction of `count` proxies by `client`, partial, no filters, fresh request ID.
+pub fn req(client: &str, count: u32) -> ExtractRequest {
+    ExtractRequest {
+        client_id: ClientId::new(client).expect("client"),
+        request_id: RequestId::new(format!("req-{}", uuid_like())).expect("request id"),
+        idempotency_key: None,
+        request_digest: RequestDigest::of(format!("{client}:{count}").as_bytes()),
+        count: NonZeroU32::new(count).expect("count"),
+        fulfillment: Fulfillment::Partial,
+        filters: Filters::default(),
+        min_remaining_ttl: Duration::ZERO,
+        max_health_check_age: None,
+        reserve_for_gateway: 0,
+        idempotency_ttl: Duration::from_secs(3600),
+    }
+}
+
+pub fn uuid_like() -> String {
+    use rand::Rng;
+    format!("{:016x}", rand::rng().random::<u64>())
+}
+
+/// Asserts a call was refused with the given conflict.
+pub fn assert_conflict<T: std::fmt::Debug>(
+    r: activity_pool::PoolResult<T>,
+    reason: activity_pool::ConflictReason,
+) {
+    match r {
+        Err(activity_pool::PoolError::Conflict(got)) => assert_eq!(got, reason),
+        other => panic!("expected conflict {reason:?}, got {other:?}"),
+    }
+}

@@ -1,0 +1,59 @@
+//! The activity pool contract, run on every implementation: each case below runs as
+//! `<case>_memory` and `<case>_redis` (a real `redis-server` started per case on a free
+//! loopback port).
+
+mod contract;
+
+macro_rules! contract_cases {
+    ($($group:ident :: $case:ident),* $(,)?) => {
+        paste::paste! {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn [<$case _memory>]() {
+                    contract::$group::$case(contract::Kind::Memory).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn [<$case _redis>]() {
+                    contract::$group::$case(contract::Kind::Redis).await;
+                }
+            )*
+        }
+    };
+}
+
+contract_cases! {
+    lifecycle::vendor_ttl_and_safety_margin,
+    lifecycle::invalid_candidates_dropped_with_reason,
+    lifecycle::invalid_batch_fails_before_storage,
+    lifecycle::max_size_is_a_hard_limit,
+    lifecycle::duplicate_refresh_extends_life,
+    lifecycle::cross_vendor_incumbent_wins,
+    lifecycle::extracted_never_reenters,
+    lifecycle::upsert_retry_with_same_operation_is_idempotent,
+    lifecycle::health_moves_proxies_in_and_out_of_every_index,
+    lifecycle::sustained_churn_stays_bounded_and_consistent,
+    extract::partial_and_all_or_nothing,
+    extract::extracted_proxy_carries_connection_details,
+    extract::filters_or_within_and_across,
+    extract::invalid_filters_are_refused,
+    extract::remaining_ttl_and_health_freshness,
+    extract::reserve_for_gateway_is_kept_back,
+    extract::scan_budget_exhausted_is_unavailable,
+    extract::idempotent_replay_and_conflict,
+    extract::request_id_guards_a_retry,
+    extract::stored_result_expires_with_earliest_proxy,
+    extract::concurrent_extracts_are_disjoint,
+    ownership::assign_and_renew,
+    ownership::drain_and_acknowledge,
+    ownership::expire_is_bounded,
+    ownership::assign_vs_extract_exactly_one_wins,
+    ownership::hard_expiry_ends_the_assignment,
+    runtime::report_sequence_rules,
+    runtime::new_session_fences_the_old_instance,
+    runtime::negative_ack_closes_the_fence,
+    runtime::epoch_isolation,
+    runtime::inventory_figures_and_fail_closed,
+    runtime::inventory_over_budget_fails_closed,
+    runtime::sessions_expire_by_pool_time,
+}
