@@ -224,3 +224,40 @@ impl Drop for Simulator {
         self.core.token.cancel();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn proxies_expire_at_their_ttl_on_the_tokio_clock() {
+        let sim = Simulator::start(SimConfig::default()).await.unwrap();
+        let ttl = Duration::from_secs(60);
+        let short = sim
+            .spawn_proxy(Protocol::Http, ttl, FailureMode::None)
+            .await
+            .unwrap();
+        let long = sim
+            .spawn_proxy(Protocol::Socks5, ttl * 2, FailureMode::None)
+            .await
+            .unwrap();
+        tokio::time::sleep(ttl - Duration::from_secs(1)).await;
+        assert_eq!(sim.live_proxies().len(), 2);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let live: Vec<_> = sim.live_proxies().into_iter().map(|p| p.proxy.id).collect();
+        assert_eq!(live, vec![long.id.clone()]);
+        assert!(tokio::net::TcpStream::connect(short.addr()).await.is_err());
+        assert!(tokio::net::TcpStream::connect(long.addr()).await.is_ok());
+        assert!(sim.shutdown().await);
+    }
+
+    #[tokio::test]
+    async fn invalid_config_is_reported_before_anything_starts() {
+        let config = SimConfig {
+            max_live_proxies: 0,
+            ..SimConfig::default()
+        };
+        let err = Simulator::start(config).await.unwrap_err();
+        assert!(matches!(err, SimError::Config(_)));
+    }
+}
