@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::error::ConfigError;
 use super::failure::FailureMode;
+use super::model::MAX_PROXY_TTL;
 
 /// Vendor API credentials: clients send `X-API-Key: <api_key>` or
 /// `Authorization: Basic <username:password>`.
@@ -195,6 +196,12 @@ impl SimConfig {
         }
         if self.ttl_max_seconds < self.ttl_min_seconds {
             bad("ttlMaxSeconds", "must be >= ttlMinSeconds");
+        }
+        if self.ttl_max_seconds > MAX_PROXY_TTL.as_secs() {
+            bad(
+                "ttlMaxSeconds",
+                &format!("must be at most {}", MAX_PROXY_TTL.as_secs()),
+            );
         }
         check_labels("regions", &self.regions, &mut bad);
         check_labels("carriers", &self.carriers, &mut bad);

@@ -22,7 +22,7 @@ pub use config::{FailureShare, MAX_LIVE_PROXIES, SimConfig, VendorCredentials};
 pub use echo::{EchoReply, MAX_ECHO_BYTES};
 pub use error::{ConfigError, SimError};
 pub use failure::{FailureMode, MAX_SLOW_DELAY};
-pub use model::{Protocol, ProxySpec, ProxyStatus, SimProxy};
+pub use model::{MAX_PROXY_TTL, Protocol, ProxySpec, ProxyStatus, SimProxy};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -249,6 +249,19 @@ mod tests {
         assert!(tokio::net::TcpStream::connect(short.addr()).await.is_err());
         assert!(tokio::net::TcpStream::connect(long.addr()).await.is_ok());
         assert!(sim.shutdown().await);
+    }
+
+    #[tokio::test]
+    async fn out_of_range_ttls_are_rejected() {
+        let sim = Simulator::start(SimConfig::default()).await.unwrap();
+        for ttl in [Duration::ZERO, Duration::MAX] {
+            let err = sim
+                .spawn_proxy(Protocol::Http, ttl, FailureMode::None)
+                .await
+                .unwrap_err();
+            assert!(matches!(err, SimError::Config(_)), "{ttl:?}");
+        }
+        assert!(sim.live_proxies().is_empty());
     }
 
     #[tokio::test]

@@ -47,6 +47,9 @@ impl FromStr for Protocol {
     }
 }
 
+/// Longest TTL any proxy may have (a week: far past any vendor's, and no clock overflow).
+pub const MAX_PROXY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// What to create when spawning a proxy directly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxySpec {

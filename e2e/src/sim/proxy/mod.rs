@@ -16,9 +16,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, instrument};
 
 use super::core::SimCore;
-use super::error::SimError;
+use super::error::{ConfigError, SimError};
 use super::failure::{FailureMode, FailureSwitch};
-use super::model::{Protocol, ProxySpec, SimProxy, rfc3339};
+use super::model::{MAX_PROXY_TTL, Protocol, ProxySpec, SimProxy, rfc3339};
 use super::registry::ProxyState;
 
 /// Everything one client connection needs; shared with the tunnel task it may spawn.
@@ -54,6 +54,14 @@ impl ConnCtx {
 /// Creates a proxy: admits it, binds its listener, registers it and starts its task.
 #[instrument(level = "debug", skip_all, fields(protocol = %spec.protocol, ttl_ms = spec.ttl.as_millis() as u64))]
 pub(crate) async fn spawn(core: &Arc<SimCore>, spec: ProxySpec) -> Result<SimProxy, SimError> {
+    if spec.ttl.is_zero() || spec.ttl > MAX_PROXY_TTL {
+        return Err(SimError::Config(ConfigError {
+            problems: vec![format!(
+                "ttl: must be between 1 ns and {} s",
+                MAX_PROXY_TTL.as_secs()
+            )],
+        }));
+    }
     let settings = &core.settings;
     let egress_ip = core.registry.admit()?;
     let listener = match TcpListener::bind((settings.proxy_listen_ip, 0)).await {
