@@ -1,3 +1,4 @@
 //! Proxy Pool end-to-end harnesses.
 
+pub mod k8s;
 pub mod sim;

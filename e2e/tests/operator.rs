@@ -1,0 +1,666 @@
+//! Operator e2e against a real etcd + kube-apiserver (built by `scripts/k8s-bins.sh`):
+//! the generated CRDs install with the real kubectl, the examples apply and read back
+//! as the Rust types, invalid resources are rejected with clear messages, printer
+//! columns show, and ServiceAccount TokenRequest + TokenReview work for the
+//! `proxy-pool-identity` audience the worker identity issuer will use.
+//!
+//! One control plane serves every step (starting one costs tens of seconds on a
+//! small machine); each step is its own function so a failure names it.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{
+    BoundObjectReference, TokenRequest, TokenRequestSpec, TokenReview, TokenReviewSpec,
+};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
+use proxy_pool_operator::crd::{
+    DistributionClient, Routing, StaticSource, Upstream, UpstreamInventory, UpstreamSource,
+    UpstreamSpec, UpstreamStatus,
+};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+const NS: &str = "default";
+const FIELD_MANAGER: &str = "proxy-pool-e2e";
+const IDENTITY_AUDIENCE: &str = "proxy-pool-identity";
+
+fn repo_path(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(rel)
+}
+
+/// Runs kubectl against the test cluster; returns (success, stdout, stderr).
+async fn kubectl(
+    cluster: &KubeApiServer,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = cluster.kubectl();
+    cmd.args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn kubectl");
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().expect("kubectl stdin");
+        pipe.write_all(input.as_bytes())
+            .await
+            .expect("write kubectl stdin");
+        drop(pipe);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("kubectl finishes within 60s")
+        .expect("kubectl output");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn kubectl_ok(cluster: &KubeApiServer, args: &[&str]) -> String {
+    let (ok, out, err) = kubectl(cluster, args, None).await;
+    assert!(ok, "kubectl {args:?} failed:\n{err}\n{out}");
+    out
+}
+
+/// Documents of one kind in an example file, as that kind's Rust type.
+fn example<T: DeserializeOwned>(file: &str, kind: &str) -> T {
+    let text =
+        std::fs::read_to_string(repo_path(&format!("examples/{file}"))).expect("read example");
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).expect("example YAML"))
+        .find(|v| v["kind"] == kind)
+        .map(|v| serde_json::from_value(v).expect("example deserialises"))
+        .unwrap_or_else(|| panic!("{file} has a {kind}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_crds_on_a_real_apiserver() {
+    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let cluster = KubeApiServer::start(&bins)
+        .await
+        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+
+    install_crds(&cluster).await;
+    examples_apply_and_read_back(&cluster).await;
+    server_applies_schema_defaults(&cluster).await;
+    invalid_resources_are_rejected(&cluster).await;
+    server_side_apply_and_printer_columns(&cluster).await;
+    token_request_and_review_for_identity_audience(&cluster).await;
+}
+
+async fn install_crds(cluster: &KubeApiServer) {
+    let crds = repo_path("crds/proxy-pool.yaml");
+    let out = kubectl_ok(cluster, &["apply", "-f", &crds.display().to_string()]).await;
+    for name in ["upstreams", "routings", "distributionclients"] {
+        assert!(
+            out.contains(&format!(
+                "customresourcedefinition.apiextensions.k8s.io/{name}.proxypool.io created"
+            )),
+            "{out}"
+        );
+    }
+    let api: Api<CustomResourceDefinition> = Api::all(cluster.client());
+    for name in [
+        "upstreams.proxypool.io",
+        "routings.proxypool.io",
+        "distributionclients.proxypool.io",
+    ] {
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            await_condition(api.clone(), name, conditions::is_crd_established()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("CRD {name} not Established within 60s"))
+        .expect("watch CRD");
+    }
+    // Discovery catches up with the CRDs a moment after they are Established.
+    for _ in 0..40 {
+        let (ok, _, _) = kubectl(
+            cluster,
+            &["get", "upstreams,routings,distributionclients"],
+            None,
+        )
+        .await;
+        if ok {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("the new kinds never appeared in kubectl's discovery");
+}
+
+async fn examples_apply_and_read_back(cluster: &KubeApiServer) {
+    for (file, created) in [
+        (
+            "upstream.yaml",
+            [
+                "secret/vendor-sim-credentials created",
+                "upstream.proxypool.io/vendor-sim created",
+            ],
+        ),
+        (
+            "routing.yaml",
+            [
+                "routing.proxypool.io/shanghai-crawler created",
+                "routing.proxypool.io/shanghai-crawler created",
+            ],
+        ),
+        (
+            "distribution-client.yaml",
+            [
+                "secret/team-crawler-credentials created",
+                "distributionclient.proxypool.io/team-crawler created",
+            ],
+        ),
+    ] {
+        let path = repo_path(&format!("examples/{file}")).display().to_string();
+        let out = kubectl_ok(cluster, &["apply", "-f", &path]).await;
+        for line in created {
+            assert!(
+                out.contains(line),
+                "kubectl apply {file}: expected {line:?} in:\n{out}"
+            );
+        }
+    }
+
+    let client = cluster.client();
+    let upstream = Api::<Upstream>::namespaced(client.clone(), NS)
+        .get("vendor-sim")
+        .await
+        .expect("get Upstream");
+    let local: Upstream = example("upstream.yaml", "Upstream");
+    assert_eq!(
+        upstream.spec, local.spec,
+        "Upstream read back differs from examples/upstream.yaml"
+    );
+
+    let routing = Api::<Routing>::namespaced(client.clone(), NS)
+        .get("shanghai-crawler")
+        .await
+        .expect("get Routing");
+    let local: Routing = example("routing.yaml", "Routing");
+    assert_eq!(
+        routing.spec, local.spec,
+        "Routing read back differs from examples/routing.yaml"
+    );
+
+    let dc = Api::<DistributionClient>::namespaced(client, NS)
+        .get("team-crawler")
+        .await
+        .expect("get DistributionClient");
+    let local: DistributionClient = example("distribution-client.yaml", "DistributionClient");
+    assert_eq!(
+        dc.spec, local.spec,
+        "DistributionClient read back differs from the example"
+    );
+}
+
+fn minimal_upstream(name: &str) -> Upstream {
+    Upstream::new(
+        name,
+        UpstreamSpec {
+            source: UpstreamSource {
+                vendor_api: None,
+                static_list: Some(StaticSource {
+                    proxies: vec!["127.0.0.1:18080".into()],
+                    credentials_secret_ref: None,
+                }),
+            },
+            protocol: proxy_pool_operator::crd::ProxyProtocol::Socks5,
+            labels: None,
+            ttl: "60s".into(),
+            safety_margin: "5s".into(),
+            max_concurrency_per_proxy: 1,
+            max_size: 10,
+            fetch_interval: "10s".into(),
+            fetch_budget: None,
+            health: None,
+        },
+    )
+}
+
+async fn server_applies_schema_defaults(cluster: &KubeApiServer) {
+    // Only the required fields: the API server fills in the schema defaults, which must
+    // equal the serde defaults the Rust types use.
+    let raw = json!({
+        "apiVersion": "proxypool.io/v1alpha1",
+        "kind": "Upstream",
+        "metadata": {"name": "defaults"},
+        "spec": {"source": {"static": {"proxies": ["127.0.0.1:18081"]}}, "protocol": "http", "ttl": "1m", "maxSize": 5, "health": {}}
+    });
+    let (ok, out, err) = kubectl(cluster, &["apply", "-f", "-"], Some(&raw.to_string())).await;
+    assert!(ok, "minimal Upstream rejected:\n{err}{out}");
+    let got = Api::<Upstream>::namespaced(cluster.client(), NS)
+        .get("defaults")
+        .await
+        .expect("get defaults");
+    let local: Upstream = serde_json::from_value(raw).expect("local deserialise");
+    assert_eq!(
+        got.spec, local.spec,
+        "server defaults differ from serde defaults"
+    );
+    assert_eq!(got.spec.safety_margin, "5s");
+    assert_eq!(
+        got.spec.health.as_ref().map(|h| h.interval.as_str()),
+        Some("15s")
+    );
+}
+
+/// Applies `doc` with kubectl and asserts the API server refuses it with all of `expected`.
+async fn assert_rejected(cluster: &KubeApiServer, doc: Value, expected: &[&str]) {
+    let (ok, out, err) = kubectl(cluster, &["apply", "-f", "-"], Some(&doc.to_string())).await;
+    assert!(
+        !ok,
+        "API server accepted an invalid resource:\n{doc}\n{out}"
+    );
+    for want in expected {
+        assert!(
+            err.contains(want),
+            "rejection of {doc} lacks {want:?}; kubectl said:\n{err}"
+        );
+    }
+}
+
+fn upstream_doc(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "proxypool.io/v1alpha1", "kind": "Upstream", "metadata": {"name": name}, "spec": spec})
+}
+
+async fn invalid_resources_are_rejected(cluster: &KubeApiServer) {
+    let base = json!({"source": {"static": {"proxies": ["127.0.0.1:18082"]}}, "protocol": "http", "ttl": "30s", "maxSize": 5});
+    let with = |patch: Value| {
+        let mut spec = base.clone();
+        if let (Some(s), Some(p)) = (spec.as_object_mut(), patch.as_object()) {
+            s.extend(p.clone());
+        }
+        spec
+    };
+
+    // CEL cross-field rule, through the typed client: a 422 with the rule's message.
+    let mut bad = minimal_upstream("bad-margin");
+    bad.spec.ttl = "30s".into();
+    bad.spec.safety_margin = "30s".into();
+    let err = Api::<Upstream>::namespaced(cluster.client(), NS)
+        .create(&PostParams::default(), &bad)
+        .await
+        .expect_err("safetyMargin == ttl must be rejected");
+    match err {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(
+                status
+                    .message
+                    .contains("safetyMargin must be shorter than ttl"),
+                "{}",
+                status.message
+            );
+            assert!(
+                status.message.contains("spec.safetyMargin"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("expected an API rejection, got {other}"),
+    }
+
+    // The same rule through kubectl, with a longer margin than ttl.
+    assert_rejected(
+        cluster,
+        upstream_doc("bad-margin2", with(json!({"safetyMargin": "1m"}))),
+        &["safetyMargin must be shorter than ttl"],
+    )
+    .await;
+    // Enum.
+    assert_rejected(
+        cluster,
+        upstream_doc("bad-protocol", with(json!({"protocol": "ftp"}))),
+        &[
+            "spec.protocol",
+            "Unsupported value: \"ftp\"",
+            "\"http\"",
+            "\"socks5\"",
+        ],
+    )
+    .await;
+    // Duration pattern.
+    assert_rejected(
+        cluster,
+        upstream_doc("bad-duration", with(json!({"ttl": "5 minutes"}))),
+        &["spec.ttl", "should match"],
+    )
+    .await;
+    // Range.
+    assert_rejected(
+        cluster,
+        upstream_doc("bad-size", with(json!({"maxSize": 0}))),
+        &["spec.maxSize", "should be greater than or equal to 1"],
+    )
+    .await;
+    // Exactly one source.
+    assert_rejected(
+        cluster,
+        upstream_doc(
+            "two-sources",
+            with(json!({"source": {"static": {"proxies": ["127.0.0.1:1"]}, "vendorApi": {"url": "http://vendor.example/v1", "format": "json"}}})),
+        ),
+        &["source needs exactly one of vendorApi or static"],
+    )
+    .await;
+    // DistributionClient without any credential, and with an unknown permission.
+    assert_rejected(
+        cluster,
+        json!({"apiVersion": "proxypool.io/v1alpha1", "kind": "DistributionClient", "metadata": {"name": "no-auth"},
+               "spec": {"auth": {}, "permissions": ["distribution:extract"]}}),
+        &["auth needs at least one of apiKey, basic or bearer"],
+    )
+    .await;
+    assert_rejected(
+        cluster,
+        json!({"apiVersion": "proxypool.io/v1alpha1", "kind": "DistributionClient", "metadata": {"name": "bad-perm"},
+               "spec": {"auth": {"bearer": {"secretRef": {"name": "s", "key": "token"}}}, "permissions": ["distribution:everything"]}}),
+        &["spec.permissions[0]", "Unsupported value"],
+    )
+    .await;
+    // Routing whose listeners share a port.
+    assert_rejected(
+        cluster,
+        json!({"apiVersion": "proxypool.io/v1alpha1", "kind": "Routing", "metadata": {"name": "same-port"},
+               "spec": {"gateway": {"listeners": {"http": {"port": 3128}, "socks5": {"port": 3128}}}}}),
+        &["spec.gateway.listeners", "http.port and gateway.listeners.socks5.port must differ"],
+    )
+    .await;
+    let names = kubectl_ok(cluster, &["get", "upstreams", "-o", "name"]).await;
+    assert!(
+        !names.contains("bad-") && !names.contains("two-sources"),
+        "a rejected Upstream exists:\n{names}"
+    );
+}
+
+/// `kubectl get` output, cut at the header's column starts (tabwriter pads with at
+/// least 3 spaces, so a header name never holds two spaces in a row).
+#[derive(Debug)]
+struct Table {
+    columns: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn parse(text: &str) -> Self {
+        let mut lines = text.lines();
+        let header = lines.next().unwrap_or_default();
+        let mut starts = Vec::new();
+        let mut columns = Vec::new();
+        let mut i = 0;
+        while i < header.len() {
+            let rest = &header[i..];
+            let name_len = rest.find("  ").unwrap_or(rest.len());
+            starts.push(i);
+            columns.push(rest[..name_len].to_owned());
+            let after = &rest[name_len..];
+            i += name_len + (after.len() - after.trim_start().len());
+        }
+        let rows = lines
+            .map(|line| {
+                (0..starts.len())
+                    .map(|c| {
+                        let end = starts
+                            .get(c + 1)
+                            .copied()
+                            .unwrap_or(line.len())
+                            .min(line.len());
+                        line.get(starts[c].min(end)..end)
+                            .unwrap_or_default()
+                            .trim()
+                            .to_owned()
+                    })
+                    .collect()
+            })
+            .collect();
+        Self { columns, rows }
+    }
+
+    fn row(&self, name: &str) -> &[String] {
+        self.rows
+            .iter()
+            .find(|r| r.first().is_some_and(|n| n == name))
+            .unwrap_or_else(|| panic!("no row {name} in {self:?}"))
+    }
+}
+
+async fn server_side_apply_and_printer_columns(cluster: &KubeApiServer) {
+    let api = Api::<Upstream>::namespaced(cluster.client(), NS);
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    // Server-side apply of the typed object: fails if any None serialises as null.
+    let mut up = minimal_upstream("ssa");
+    api.patch("ssa", &pp, &Patch::Apply(&up))
+        .await
+        .expect("server-side apply of an Upstream");
+    up.spec.max_size = 20;
+    let got = api
+        .patch("ssa", &pp, &Patch::Apply(&up))
+        .await
+        .expect("second apply");
+    assert_eq!(got.spec.max_size, 20);
+
+    let status = UpstreamStatus {
+        observed_generation: got.metadata.generation,
+        conditions: vec![Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "InventoryAvailable".into(),
+            message: "42 proxies managed".into(),
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+            observed_generation: got.metadata.generation,
+        }],
+        inventory: Some(UpstreamInventory {
+            managed: 42,
+            available: 40,
+            available_slots: 320,
+        }),
+        last_fetch_time: None,
+    };
+    let patch =
+        json!({"apiVersion": "proxypool.io/v1alpha1", "kind": "Upstream", "status": status});
+    let got = api
+        .patch_status("ssa", &pp, &Patch::Apply(&patch))
+        .await
+        .expect("status apply");
+    assert_eq!(
+        got.status.and_then(|s| s.inventory).map(|i| i.managed),
+        Some(42)
+    );
+
+    let table = Table::parse(&kubectl_ok(cluster, &["get", "upstreams"]).await);
+    assert_eq!(
+        table.columns,
+        [
+            "NAME",
+            "PROTOCOL",
+            "REGION",
+            "MANAGED",
+            "AVAILABLE",
+            "READY",
+            "AGE"
+        ],
+        "{table:?}"
+    );
+    assert_eq!(
+        table.row("ssa")[..6],
+        ["ssa", "socks5", "", "42", "40", "True"],
+        "{table:?}"
+    );
+    assert_eq!(
+        table.row("vendor-sim")[..3],
+        ["vendor-sim", "http", "shanghai"],
+        "{table:?}"
+    );
+
+    for (kind, columns) in [
+        (
+            "routings",
+            [
+                "NAME",
+                "STRATEGY",
+                "PRIORITY",
+                "REPLICAS",
+                "READY REPLICAS",
+                "READY",
+                "AGE",
+            ]
+            .as_slice(),
+        ),
+        (
+            "distributionclients",
+            ["NAME", "PERMISSIONS", "MAX EXTRACT", "READY", "AGE"].as_slice(),
+        ),
+    ] {
+        let table = Table::parse(&kubectl_ok(cluster, &["get", kind]).await);
+        assert_eq!(table.columns, columns, "{table:?}");
+    }
+    let routing = Table::parse(&kubectl_ok(cluster, &["get", "routings"]).await);
+    assert_eq!(
+        routing.row("shanghai-crawler")[..4],
+        ["shanghai-crawler", "powerOfTwoChoices", "10", "2"],
+        "{routing:?}"
+    );
+    let clients = Table::parse(&kubectl_ok(cluster, &["get", "distributionclients"]).await);
+    assert_eq!(
+        clients.row("team-crawler")[..3],
+        [
+            "team-crawler",
+            r#"["distribution:extract","gateway:connect"]"#,
+            "20"
+        ],
+        "{clients:?}"
+    );
+    let all = kubectl_ok(cluster, &["get", "proxypool", "-o", "name"]).await;
+    assert!(
+        all.contains("upstream.proxypool.io/vendor-sim")
+            && all.contains("routing.proxypool.io/shanghai-crawler"),
+        "{all}"
+    );
+}
+
+async fn token_request_and_review_for_identity_audience(cluster: &KubeApiServer) {
+    let client = cluster.client();
+    let pp = PostParams::default();
+    let sas = Api::<ServiceAccount>::namespaced(client.clone(), NS);
+    let sa = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some("gateway".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    sas.create(&pp, &sa).await.expect("create ServiceAccount");
+
+    // No kubelet runs here: the Pod is only an object, which is all token binding needs.
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some("gateway-0".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            service_account_name: Some("gateway".into()),
+            containers: vec![Container {
+                name: "gateway".into(),
+                image: Some("proxy-pool-gateway:e2e".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let pod = Api::<Pod>::namespaced(client.clone(), NS)
+        .create(&pp, &pod)
+        .await
+        .expect("create Pod");
+    let pod_uid = pod.metadata.uid.clone().expect("pod uid");
+
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec![IDENTITY_AUDIENCE.into()]),
+            expiration_seconds: Some(600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some("gateway-0".into()),
+                uid: Some(pod_uid.clone()),
+            }),
+        }),
+        ..Default::default()
+    };
+    let issued = sas
+        .create_token_request("gateway", &pp, &request)
+        .await
+        .expect("TokenRequest");
+    let token = issued
+        .status
+        .and_then(|s| s.token)
+        .expect("TokenRequest returns a token");
+    assert!(!token.is_empty());
+
+    let reviews = Api::<TokenReview>::all(client);
+    let review = |audience: &str| TokenReview {
+        spec: TokenReviewSpec {
+            token: token.clone(),
+            audiences: Some(vec![audience.to_owned()]),
+        },
+        ..Default::default()
+    };
+    let ok = reviews
+        .create(&pp, &review(IDENTITY_AUDIENCE))
+        .await
+        .expect("TokenReview")
+        .status
+        .expect("review status");
+    assert_eq!(ok.authenticated, Some(true), "{ok:?}");
+    assert_eq!(
+        ok.audiences.as_deref(),
+        Some([IDENTITY_AUDIENCE.to_owned()].as_slice())
+    );
+    let user = ok.user.expect("reviewed user");
+    assert_eq!(
+        user.username.as_deref(),
+        Some("system:serviceaccount:default:gateway")
+    );
+    let extra = user.extra.expect("token extras");
+    assert_eq!(
+        extra.get("authentication.kubernetes.io/pod-name"),
+        Some(&vec!["gateway-0".to_owned()]),
+        "{extra:?}"
+    );
+    assert_eq!(
+        extra.get("authentication.kubernetes.io/pod-uid"),
+        Some(&vec![pod_uid]),
+        "{extra:?}"
+    );
+
+    // The same token is not valid for another audience (e.g. the API server's own).
+    let other = reviews
+        .create(&pp, &review("some-other-audience"))
+        .await
+        .expect("TokenReview")
+        .status
+        .expect("status");
+    assert_ne!(
+        other.authenticated,
+        Some(true),
+        "token accepted for a foreign audience: {other:?}"
+    );
+}
