@@ -6,29 +6,32 @@
 //! once (or the test clock override from `ARGV`). It must never put a password, a
 //! credential reference or raw Redis error text into a key, a log line or an error.
 
-#[allow(dead_code)] // skeleton: filled in next
+mod codec;
+mod conn;
 mod connector;
+mod extract;
+mod keys;
+mod owner;
+mod read;
+mod scripts;
+mod worker;
+mod write;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Deserialize;
 
 pub use connector::RedisConnector;
 
 use crate::clock::Clock;
-use crate::error::{PoolError, PoolResult};
-use crate::model::{
-    Assignment, ExpiredAssignments, ExtractOutcome, ExtractRequest, FetchedBatch, HealthResult,
-    HealthUpdate, ProxyId, ProxyRecord, PurgeReport, RemoveResult, ReportAck, RuntimeReport,
-    SessionId, SessionRegistration, UpsertReport, UpstreamId, UpstreamInventory, WorkerId,
-    WorkerRuntime, WorkerSession,
-};
+use crate::error::{ConflictReason, PoolError, PoolResult};
 use crate::options::PoolOptions;
-use crate::ports::{
-    ExtractionStore, HealthStore, InventoryReader, Maintenance, OwnershipRepository, ProxyCatalog,
-    ReportWriter, RuntimeReader, SessionWriter, Upserter,
-};
+use conn::Conn;
+use keys::{CallKeys, KeyBook};
+use scripts::Script;
 
 /// Options of the Redis adapter.
 #[derive(Clone, Debug)]
@@ -53,162 +56,136 @@ impl Default for RedisOptions {
 
 /// The activity pool on Redis. Cheap to clone.
 #[derive(Clone, Debug)]
-#[allow(dead_code)] // skeleton: filled in next
 pub struct RedisPool {
     inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-#[allow(dead_code)] // skeleton: filled in next
 struct Inner {
-    connector: RedisConnector,
+    conn: Conn,
+    keys: KeyBook,
     options: RedisOptions,
+    op_seed: String,
 }
 
-fn todo_err<T>() -> PoolResult<T> {
-    Err(PoolError::Unavailable("not implemented yet".into()))
+/// Tries of one call when scripts ask for index keys they were not given.
+const KEY_ROUNDS: usize = 4;
+
+static NEXT_OP: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Debug, Deserialize)]
+struct Envelope {
+    r: Option<serde_json::Value>,
+    need: Option<Vec<String>>,
+}
+
+/// One script call: its keys, payload and (for writes) the operation result key.
+struct Call {
+    script: Script,
+    keys: CallKeys,
+    payload: String,
+    extra: Option<String>,
+}
+
+impl Call {
+    fn new(script: Script, keys: CallKeys, payload: serde_json::Value) -> Self {
+        Self {
+            script,
+            keys,
+            payload: payload.to_string(),
+            extra: None,
+        }
+    }
 }
 
 impl RedisPool {
     /// Connects (failing with `Unavailable` when Redis cannot be reached) and preloads
     /// every script.
     pub async fn new(connector: RedisConnector, options: RedisOptions) -> PoolResult<Self> {
+        let conn = Conn::new(connector, options.command_timeout);
+        conn.connection(None).await?;
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let op_seed = format!("{}-{started}", std::process::id());
         Ok(Self {
-            inner: Arc::new(Inner { connector, options }),
+            inner: Arc::new(Inner {
+                conn,
+                keys: KeyBook::default(),
+                options,
+                op_seed,
+            }),
         })
     }
-}
 
-#[async_trait]
-impl Upserter for RedisPool {
-    async fn upsert(&self, _batch: FetchedBatch) -> PoolResult<UpsertReport> {
-        todo_err()
+    fn options(&self) -> &PoolOptions {
+        &self.inner.options.pool
     }
-    async fn remove(
-        &self,
-        _upstream: &UpstreamId,
-        _ids: &[ProxyId],
-    ) -> PoolResult<Vec<RemoveResult>> {
-        todo_err()
-    }
-}
 
-#[async_trait]
-impl HealthStore for RedisPool {
-    async fn apply_health(&self, _updates: &[HealthUpdate]) -> PoolResult<Vec<HealthResult>> {
-        todo_err()
+    /// A fresh internal operation key for a write that has no caller-chosen ID.
+    fn fresh_op(&self, script: Script) -> String {
+        let n = NEXT_OP.fetch_add(1, Ordering::Relaxed);
+        keys::op_key(&[script.name(), &self.inner.op_seed, &n.to_string()])
     }
-}
 
-#[async_trait]
-impl ExtractionStore for RedisPool {
-    async fn extract(&self, _request: &ExtractRequest) -> PoolResult<ExtractOutcome> {
-        todo_err()
+    /// Keys of a write with a fresh operation key, plus every known index key.
+    fn write_keys(&self, script: Script) -> CallKeys {
+        CallKeys::new(Some(self.fresh_op(script)), None).with_known(&self.inner.keys)
     }
-}
 
-#[async_trait]
-impl OwnershipRepository for RedisPool {
-    async fn assign(
-        &self,
-        _p: &ProxyId,
-        _w: &WorkerId,
-        _lease: Duration,
-    ) -> PoolResult<Assignment> {
-        todo_err()
-    }
-    async fn renew(
-        &self,
-        _p: &ProxyId,
-        _w: &WorkerId,
-        _e: u64,
-        _lease: Duration,
-    ) -> PoolResult<Assignment> {
-        todo_err()
-    }
-    async fn begin_drain(&self, _p: &ProxyId, _w: &WorkerId, _e: u64) -> PoolResult<Assignment> {
-        todo_err()
-    }
-    async fn acknowledge_drain(
-        &self,
-        _p: &ProxyId,
-        _w: &WorkerId,
-        _e: u64,
-        _a: u32,
-        _r: u32,
-    ) -> PoolResult<()> {
-        todo_err()
-    }
-    async fn get(&self, _p: &ProxyId) -> PoolResult<Option<Assignment>> {
-        todo_err()
-    }
-    async fn expire(&self, _limit: u32) -> PoolResult<ExpiredAssignments> {
-        todo_err()
+    /// Runs a call; retries (bounded) when the script asks for index keys it was not
+    /// given. Returns the script's result value.
+    async fn run(&self, mut call: Call) -> PoolResult<serde_json::Value> {
+        let pool = self.options();
+        for _ in 0..KEY_ROUNDS {
+            let now = match &self.inner.options.clock_override {
+                Some(c) => c.now().millis().to_string(),
+                None => String::new(),
+            };
+            let mut args = vec![
+                now,
+                codec::ms(pool.operation_ttl).to_string(),
+                pool.opportunistic_purge.to_string(),
+                call.payload.clone(),
+            ];
+            if let Some(extra) = &call.extra {
+                args.push(extra.clone());
+            }
+            let reply = self
+                .inner
+                .conn
+                .eval(call.script, call.keys.as_slice(), &args)
+                .await?;
+            let env: Envelope =
+                serde_json::from_str(&reply).map_err(|_| codec::corrupt("reply"))?;
+            if let Some(need) = env.need {
+                tracing::debug!(
+                    script = call.script.name(),
+                    missing = need.len(),
+                    "script asked for index keys"
+                );
+                self.inner.keys.learn(&need);
+                call.keys.extend(&need);
+                continue;
+            }
+            let r = env.r.ok_or_else(|| codec::corrupt("reply"))?;
+            if let Some(code) = r.get("err").and_then(|e| e.as_str()) {
+                return Err(error_code(code));
+            }
+            return Ok(r);
+        }
+        Err(PoolError::Unavailable("index_keys_unsettled".into()))
     }
 }
 
-#[async_trait]
-impl SessionWriter for RedisPool {
-    async fn register(&self, _r: &SessionRegistration) -> PoolResult<WorkerSession> {
-        todo_err()
-    }
-    async fn acknowledge(
-        &self,
-        _w: &WorkerId,
-        _s: &SessionId,
-        _v: u64,
-        _e: u64,
-        _ttl: Duration,
-    ) -> PoolResult<WorkerSession> {
-        todo_err()
-    }
-    async fn reject_snapshot(
-        &self,
-        _w: &WorkerId,
-        _s: &SessionId,
-        _ttl: Duration,
-    ) -> PoolResult<WorkerSession> {
-        todo_err()
-    }
-    async fn session(&self, _w: &WorkerId) -> PoolResult<Option<WorkerSession>> {
-        todo_err()
-    }
-}
-
-#[async_trait]
-impl ReportWriter for RedisPool {
-    async fn write_report(&self, _report: &RuntimeReport) -> PoolResult<ReportAck> {
-        todo_err()
-    }
-}
-
-#[async_trait]
-impl RuntimeReader for RedisPool {
-    async fn runtime(&self, _w: &WorkerId) -> PoolResult<Option<WorkerRuntime>> {
-        todo_err()
-    }
-}
-
-#[async_trait]
-impl InventoryReader for RedisPool {
-    async fn inventory(&self, _u: &UpstreamId) -> PoolResult<UpstreamInventory> {
-        todo_err()
-    }
-}
-
-#[async_trait]
-impl ProxyCatalog for RedisPool {
-    async fn records(&self, _ids: &[ProxyId]) -> PoolResult<Vec<Option<ProxyRecord>>> {
-        todo_err()
-    }
-    async fn assignable(&self, _u: &UpstreamId, _limit: u32) -> PoolResult<Vec<ProxyId>> {
-        todo_err()
-    }
-}
-
-#[async_trait]
-impl Maintenance for RedisPool {
-    async fn purge_expired(&self, _limit: u32) -> PoolResult<PurgeReport> {
-        todo_err()
+fn error_code(code: &str) -> PoolError {
+    match code {
+        "not_found" => PoolError::NotFound,
+        "scan_budget" => PoolError::ScanBudgetExhausted,
+        other => match ConflictReason::parse(other) {
+            Some(reason) => PoolError::Conflict(reason),
+            None => PoolError::Internal("unknown_script_result".into()),
+        },
     }
 }

@@ -1,0 +1,200 @@
+//! The connection handle: one multiplexed connection shared by every call, replaced
+//! after I/O errors and `READONLY` (re-resolving a Sentinel master), with every script
+//! loaded on each (re)connect.
+//!
+//! Lock choice: a `std::sync::Mutex` around an `Option<(generation, connection)>` held
+//! only to clone the handle (never across `.await`), and a `tokio::sync::Mutex` that
+//! serialises reconnects so a burst of failures makes one new connection, not many.
+//! Redis error text never leaves this module: errors become short codes.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ::redis::aio::MultiplexedConnection;
+use ::redis::{ErrorKind, RedisError, ServerErrorKind};
+
+use super::connector::RedisConnector;
+use super::scripts::Script;
+use crate::error::{PoolError, PoolResult};
+
+#[derive(Debug)]
+enum Fail {
+    NoScript,
+    Reconnect(&'static str),
+    Timeout,
+    Unavailable(&'static str),
+    Internal(&'static str),
+}
+
+pub(crate) struct Conn {
+    connector: RedisConnector,
+    timeout: Duration,
+    slot: Mutex<Option<(u64, MultiplexedConnection)>>,
+    connecting: tokio::sync::Mutex<u64>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("connector", &self.connector)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+fn classify(e: &RedisError) -> Fail {
+    match e.kind() {
+        ErrorKind::Server(ServerErrorKind::NoScript) => Fail::NoScript,
+        ErrorKind::Server(ServerErrorKind::ReadOnly) => Fail::Reconnect("read_only"),
+        ErrorKind::Server(ServerErrorKind::BusyLoading) => Fail::Unavailable("loading"),
+        ErrorKind::Server(ServerErrorKind::MasterDown) => Fail::Reconnect("master_down"),
+        ErrorKind::Server(ServerErrorKind::TryAgain) => Fail::Unavailable("try_again"),
+        _ if e.is_timeout() => Fail::Timeout,
+        _ if e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_unrecoverable_error() =>
+        {
+            Fail::Reconnect("io_error")
+        }
+        ErrorKind::Server(_) => Fail::Internal("script_error"),
+        _ => Fail::Internal("redis_error"),
+    }
+}
+
+impl Conn {
+    pub(crate) fn new(connector: RedisConnector, timeout: Duration) -> Self {
+        Self {
+            connector,
+            timeout,
+            slot: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(0),
+        }
+    }
+
+    fn current(&self) -> Option<(u64, MultiplexedConnection)> {
+        self.slot.lock().ok().and_then(|s| s.clone())
+    }
+
+    fn forget(&self, generation: u64) {
+        if let Ok(mut s) = self.slot.lock()
+            && matches!(&*s, Some((g, _)) if *g == generation)
+        {
+            *s = None;
+        }
+    }
+
+    /// A connection newer than `failed` (connecting if needed).
+    pub(crate) async fn connection(
+        &self,
+        failed: Option<u64>,
+    ) -> PoolResult<(u64, MultiplexedConnection)> {
+        if let Some(c) = self.current()
+            && Some(c.0) != failed
+        {
+            return Ok(c);
+        }
+        let mut generation = self.connecting.lock().await;
+        if let Some(c) = self.current()
+            && Some(c.0) != failed
+        {
+            return Ok(c);
+        }
+        let mut conn = self.connector.connect(self.timeout).await?;
+        self.load_scripts(&mut conn)
+            .await
+            .map_err(|f| unavailable(&f))?;
+        *generation += 1;
+        if let Ok(mut s) = self.slot.lock() {
+            *s = Some((*generation, conn.clone()));
+        }
+        tracing::debug!(generation = *generation, "redis connection ready");
+        Ok((*generation, conn))
+    }
+
+    async fn load_scripts(&self, conn: &mut MultiplexedConnection) -> Result<(), Fail> {
+        let mut pipe = ::redis::pipe();
+        for s in Script::ALL {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(s.code());
+        }
+        let shas: Vec<String> = tokio::time::timeout(self.timeout, pipe.query_async(conn))
+            .await
+            .map_err(|_| Fail::Timeout)?
+            .map_err(|e| classify(&e))?;
+        if shas.len() != Script::ALL.len()
+            || Script::ALL.iter().zip(&shas).any(|(s, h)| s.sha() != h)
+        {
+            return Err(Fail::Internal("script_hash_mismatch"));
+        }
+        Ok(())
+    }
+
+    async fn evalsha(
+        &self,
+        conn: &mut MultiplexedConnection,
+        script: Script,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<String, Fail> {
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(script.sha()).arg(keys.len()).arg(keys).arg(args);
+        tokio::time::timeout(self.timeout, cmd.query_async::<String>(conn))
+            .await
+            .map_err(|_| Fail::Timeout)?
+            .map_err(|e| classify(&e))
+    }
+
+    /// Runs a preloaded script. `NOSCRIPT` reloads every script and retries once; an
+    /// I/O error or `READONLY` reconnects (re-resolving the master), reloads, and
+    /// retries once with the same arguments (the operation ID inside them makes the
+    /// retry return the first result if the first attempt committed).
+    pub(crate) async fn eval(
+        &self,
+        script: Script,
+        keys: &[String],
+        args: &[String],
+    ) -> PoolResult<String> {
+        let (generation, mut conn) = self.connection(None).await?;
+        let first = self.evalsha(&mut conn, script, keys, args).await;
+        let fail = match first {
+            Ok(v) => return Ok(v),
+            Err(f) => f,
+        };
+        tracing::debug!(script = script.name(), failure = ?fail, "redis call failed");
+        match fail {
+            Fail::NoScript => {
+                if let Err(f) = self.load_scripts(&mut conn).await {
+                    self.forget(generation);
+                    return Err(unavailable(&f));
+                }
+                self.evalsha(&mut conn, script, keys, args)
+                    .await
+                    .map_err(|f| self.finish(generation, f))
+            }
+            Fail::Reconnect(_) => {
+                self.forget(generation);
+                let (g2, mut c2) = self.connection(Some(generation)).await?;
+                self.evalsha(&mut c2, script, keys, args)
+                    .await
+                    .map_err(|f| self.finish(g2, f))
+            }
+            f => Err(self.finish(generation, f)),
+        }
+    }
+
+    fn finish(&self, generation: u64, f: Fail) -> PoolError {
+        if matches!(f, Fail::Reconnect(_) | Fail::Timeout) {
+            self.forget(generation);
+        }
+        unavailable(&f)
+    }
+}
+
+fn unavailable(f: &Fail) -> PoolError {
+    match f {
+        Fail::NoScript => PoolError::Unavailable("noscript".into()),
+        Fail::Reconnect(code) | Fail::Unavailable(code) => PoolError::Unavailable((*code).into()),
+        Fail::Timeout => PoolError::Unavailable("timeout".into()),
+        Fail::Internal(code) => PoolError::Internal((*code).into()),
+    }
+}

@@ -1,0 +1,130 @@
+-- One atomic extraction (docs/pool.md "Extract").
+-- K_RESULT = replay key (idem:<d> or the request-ID op key); K_RESULT2 = the request-ID
+-- op key (same as K_RESULT without an idempotency key).
+-- P = { cnt, res, aon, dig, ittl, minttl, maxage?, budget,
+--       dims = { u = [pos], r = [pos], c = [pos], p = [pos] } (driver candidates, KEYS positions, values ascending),
+--       f = { proto = [], region = [], carrier = [], up = [] } }
+local stored = stored_result(K_RESULT)
+if stored then
+  local s = cjson.decode(stored)
+  if s.d ~= P.dig then return cjson.encode({ r = { err = 'idempotency_key_reused' } }) end
+  return '{"r":{"replay":' .. stored .. '}}'
+end
+
+local function set_of(list)
+  if #list == 0 then return nil end
+  local s = {}
+  for _, v in ipairs(list) do s[v] = true end
+  return s
+end
+local F_PROTO, F_REGION, F_CARRIER, F_UP = set_of(P.f.proto), set_of(P.f.region), set_of(P.f.carrier), set_of(P.f.up)
+
+local function eligible(rec)
+  if not live(rec) or rec.st ~= 'AVAILABLE' or rec.uu <= NOW then return false end
+  if rec.exp - NOW < P.minttl then return false end
+  if P.maxage and (not rec.lc or NOW - rec.lc > P.maxage) then return false end
+  if F_PROTO and not F_PROTO[rec.proto] then return false end
+  if F_UP and not F_UP[rec.up] then return false end
+  if F_REGION and not (rec.region and F_REGION[rec.region]) then return false end
+  if F_CARRIER and not (rec.carrier and F_CARRIER[rec.carrier]) then return false end
+  return not owned(rec.id)
+end
+
+-- Driving index: the smallest filtered dimension; ties in the order u, r, c, p.
+local scan_keys, best = nil, nil
+for _, d in ipairs({ 'u', 'r', 'c', 'p' }) do
+  local list = P.dims[d]
+  if list and #list > 0 then
+    local size = 0
+    for _, pos in ipairs(list) do size = size + redis.call('ZCARD', KEYS[pos]) end
+    if not best or size < best then
+      best = size
+      scan_keys = {}
+      for _, pos in ipairs(list) do scan_keys[#scan_keys + 1] = KEYS[pos] end
+    end
+  end
+end
+if not scan_keys then scan_keys = { K_AVAILABLE } end
+
+-- Bounded scan: every member read costs one unit of the budget.
+local want = P.cnt + P.res
+local found, examined, complete = {}, 0, true
+local lower = '(' .. istr(NOW)
+local ki = 1
+while ki <= #scan_keys and #found < want do
+  local key = scan_keys[ki]
+  local offset, exhausted = 0, false
+  while not exhausted and #found < want do
+    local left = P.budget - examined
+    if left <= 0 then
+      if #redis.call('ZREVRANGEBYSCORE', key, '+inf', lower, 'LIMIT', offset, 1) > 0 then complete = false end
+      for j = ki + 1, #scan_keys do
+        if redis.call('ZCOUNT', scan_keys[j], lower, '+inf') > 0 then complete = false end
+      end
+      ki = #scan_keys
+      break
+    end
+    local page = math.min(left, want - #found + 8)
+    local ids = redis.call('ZREVRANGEBYSCORE', key, '+inf', lower, 'LIMIT', offset, page)
+    local consumed = 0
+    for _, id in ipairs(ids) do
+      examined = examined + 1
+      consumed = consumed + 1
+      local rec = get_rec(id)
+      if eligible(rec) then found[#found + 1] = rec end
+      if #found == want or examined >= P.budget then break end
+    end
+    offset = offset + consumed
+    if consumed == #ids and #ids < page then exhausted = true end
+  end
+  ki = ki + 1
+end
+
+-- Decide.
+local k = #found
+local refusal = nil
+local n = 0
+if not complete and k < want then
+  refusal = { err = 'scan_budget' }
+else
+  local beyond = math.max(k - P.res, 0)
+  n = math.min(P.cnt, beyond)
+  if P.aon and n < P.cnt then refusal = { insufficient = beyond } end
+end
+
+-- Check phase, then writes.
+local due = due_expired(PURGE_N)
+if not refusal then
+  for i = 1, n do need_keys(found[i]) end
+end
+local need = need_reply()
+if need then return need end
+purge_due(due)
+if refusal then
+  expire_touched()
+  return cjson.encode({ r = refusal })
+end
+
+local px = {}
+local earliest = nil
+for i = 1, n do
+  local rec = found[i]
+  local after = copy(rec)
+  after.st = 'EXTRACTED'
+  after.xa = NOW
+  update(rec, after)
+  px[i] = {
+    id = rec.id, up = rec.up, proto = rec.proto, host = rec.host, port = rec.port,
+    user = rec.user, pass = rec.pass, region = rec.region, carrier = rec.carrier, exp = rec.exp,
+  }
+  if not earliest or rec.exp < earliest then earliest = rec.exp end
+end
+expire_touched()
+if n == 0 then
+  return cjson.encode({ r = { x = { d = P.dig, at = NOW, empty = true } } })
+end
+local result = cjson.encode({ d = P.dig, at = NOW, px = px })
+local until_ms = math.min(NOW + P.ittl, earliest)
+store_result(K_RESULT, until_ms, result)
+if K_RESULT2 ~= K_RESULT then store_result(K_RESULT2, until_ms, result) end
+return '{"r":{"x":' .. result .. '}}'

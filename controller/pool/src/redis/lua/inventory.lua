@@ -1,0 +1,44 @@
+-- Read only: counters and Available Slots of one upstream, scanning only its indexes.
+-- P = { up, u = KEYS position of upstream:<u>, o = KEYS position of owned:<d>, budget }
+local ku, ko = KEYS[P.u], KEYS[P.o]
+local inv = tonumber(redis.call('HGET', K_INVENTORY, P.up) or '0')
+local man = tonumber(redis.call('HGET', K_MANAGED, P.up) or '0')
+if redis.call('ZCARD', ku) + redis.call('ZCARD', ko) > P.budget then
+  return cjson.encode({ r = { err = 'scan_budget' } })
+end
+local lower = '(' .. istr(NOW)
+local slots = 0
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', ku, lower, '+inf')) do
+  local rec = get_rec(id)
+  if live(rec) then slots = slots + rec.cap end
+end
+local runtimes = {}
+local function usage_of(w)
+  if runtimes[w] == nil then
+    runtimes[w] = false
+    local rep = readable_report(w)
+    if rep then
+      local ok, body = pcall(cjson.decode, rep.body)
+      if ok and type(body) == 'table' and type(body.e) == 'string' and type(body.ent) == 'table' then
+        local by = {}
+        for _, e in ipairs(body.ent) do by[e.p] = e end
+        runtimes[w] = { e = body.e, by = by }
+      end
+    end
+  end
+  return runtimes[w]
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', ko, lower, '+inf')) do
+  local rec = get_rec(id)
+  local a = get_owner(id)
+  if live(rec) and a then
+    local rt = usage_of(a.w)
+    if rt and ucmp(rt.e, a.e) >= 0 then
+      local used = 0
+      local e = rt.by[id]
+      if e and e.e == a.e then used = e.a + e.r end
+      slots = slots + math.max(0, rec.cap - used)
+    end
+  end
+end
+return cjson.encode({ r = { inv = inv, man = man, slots = slots } })

@@ -1,0 +1,26 @@
+-- Ownership helpers (composed after the prelude into the ownership scripts).
+-- An assignment is stored as { p = proxy, u = upstream, w = worker, e = epoch (decimal
+-- string), l = lease end ms, d = draining }.
+
+-- The live assignment of `id` matching worker `w` and epoch `e` with an unexpired
+-- lease; or nil and an error code.
+local function matching(id, w, e)
+  local rec = get_rec(id)
+  if not live(rec) then return nil, nil, 'not_found' end
+  local a = get_owner(id)
+  if not a or a.w ~= w then return nil, nil, 'not_owner' end
+  if a.e ~= e then return nil, nil, 'epoch_mismatch' end
+  if a.l <= NOW then return nil, nil, 'lease_expired' end
+  return a, rec, nil
+end
+
+-- Deletes an assignment; DRAINING goes back to AVAILABLE; re-indexed.
+local function release(id, rec)
+  if rec then unindex(rec) end
+  del_owner(id)
+  if rec then
+    local after = copy(rec)
+    if after.st == 'DRAINING' then after.st = 'AVAILABLE' end
+    update(rec, after)
+  end
+end

@@ -1,0 +1,243 @@
+-- Shared prelude of every activity-pool script (composed at compile time in scripts.rs).
+--
+-- KEYS layout (fixed, set by keys.rs):
+--  1 records  2 unique  3 idkeys  4 expiry  5 available  6 owners  7 owner-expiry
+--  8 epoch  9 inventory  10 managed  11 worker-sessions  12 worker-session-expiry
+--  13 worker-runtime  14 worker-runtime-expiry  15 result key  16 second result key
+--  17.. index keys (filter indexes and owned:<digest> keys), given by the Rust side.
+-- ARGV: 1 now override in ms ('' = read TIME)  2 operation TTL ms  3 opportunistic
+--  purge count  4 operation payload (JSON).
+-- A script never builds a key name: names come from KEYS (or from a record's `ix`,
+-- whose names were given in KEYS when it was written, and are checked against KEYS
+-- again before use). A script that meets a key it was not given returns
+-- {"need":[...]} before it writes anything; the adapter retries with those keys.
+
+local K_RECORDS, K_UNIQUE, K_IDKEYS, K_EXPIRY, K_AVAILABLE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_OWNERS, K_OWNER_EXP, K_EPOCH, K_INVENTORY, K_MANAGED = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local K_SESSIONS, K_SESSION_EXP, K_RUNTIME, K_RUNTIME_EXP = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
+local K_RESULT, K_RESULT2 = KEYS[15], KEYS[16]
+
+local OVERRIDE = ARGV[1] ~= ''
+local NOW
+if OVERRIDE then
+  NOW = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local OP_TTL = tonumber(ARGV[2])
+local PURGE_N = tonumber(ARGV[3])
+local P = cjson.decode(ARGV[4])
+
+local GIVEN = {}
+for i = 17, #KEYS do GIVEN[KEYS[i]] = true end
+local MISSING, MISSING_SEEN = {}, {}
+-- Keys written by this script, by TTL class ('main', 'sess', 'rt').
+local TOUCHED = {}
+
+local function istr(n) return string.format('%.0f', n) end
+
+-- Unsigned decimal strings (u64 values that doubles cannot hold exactly).
+local function ucmp(a, b)
+  if #a ~= #b then return (#a < #b) and -1 or 1 end
+  if a == b then return 0 end
+  return (a < b) and -1 or 1
+end
+
+local function touch(key, class) TOUCHED[key] = class or 'main' end
+
+local function need_keys(rec)
+  if not rec then return true end
+  local ok = true
+  for _, k in pairs(rec.ix) do
+    if not GIVEN[k] then
+      ok = false
+      if not MISSING_SEEN[k] then MISSING_SEEN[k] = true; MISSING[#MISSING + 1] = k end
+    end
+  end
+  return ok
+end
+
+local function need_reply()
+  if #MISSING > 0 then return cjson.encode({ need = MISSING }) end
+  return nil
+end
+
+local function get_rec(id)
+  local raw = redis.call('HGET', K_RECORDS, id)
+  if not raw then return nil end
+  return cjson.decode(raw)
+end
+
+local function put_rec(rec)
+  redis.call('HSET', K_RECORDS, rec.id, cjson.encode(rec))
+  touch(K_RECORDS)
+end
+
+local function live(rec) return rec ~= nil and rec.exp > NOW end
+
+local UNEXTRACTED = { FETCHED = true, CHECKING = true, AVAILABLE = true, SUSPECT = true, UNHEALTHY = true, DRAINING = true }
+local MANAGED = { FETCHED = true, CHECKING = true, AVAILABLE = true, SUSPECT = true, DRAINING = true }
+
+local function bump(key, field, d)
+  local n = redis.call('HINCRBY', key, field, d)
+  if n == 0 then redis.call('HDEL', key, field) end
+  touch(key)
+end
+
+local function count(up, st, d)
+  if UNEXTRACTED[st] then bump(K_INVENTORY, up, d) end
+  if MANAGED[st] then bump(K_MANAGED, up, d) end
+end
+
+local function owned(id) return redis.call('HEXISTS', K_OWNERS, id) == 1 end
+
+-- Out of every AVAILABLE index and the owned index.
+local function unindex(rec)
+  redis.call('ZREM', K_AVAILABLE, rec.id)
+  for _, k in pairs(rec.ix) do redis.call('ZREM', k, rec.id) end
+end
+
+-- Where the membership rule says the record belongs.
+local function index(rec)
+  if rec.st ~= 'AVAILABLE' or rec.uu <= NOW then return end
+  if owned(rec.id) then
+    redis.call('ZADD', rec.ix.o, rec.uu, rec.id); touch(rec.ix.o)
+  else
+    redis.call('ZADD', K_AVAILABLE, rec.uu, rec.id); touch(K_AVAILABLE)
+    for _, d in ipairs({ 'p', 'u', 'r', 'c' }) do
+      local k = rec.ix[d]
+      if k then redis.call('ZADD', k, rec.uu, rec.id); touch(k) end
+    end
+  end
+end
+
+-- Writes `after` over `before` (same id): indexes, counters, expiry.
+local function update(before, after)
+  unindex(before)
+  count(before.up, before.st, -1)
+  count(after.up, after.st, 1)
+  if before.exp ~= after.exp then
+    redis.call('ZADD', K_EXPIRY, after.exp, after.id); touch(K_EXPIRY)
+  end
+  put_rec(after)
+  index(after)
+end
+
+local function copy(t)
+  local c = {}
+  for k, v in pairs(t) do
+    if type(v) == 'table' then c[k] = copy(v) else c[k] = v end
+  end
+  return c
+end
+
+local function get_owner(id)
+  local raw = redis.call('HGET', K_OWNERS, id)
+  if not raw then return nil end
+  return cjson.decode(raw)
+end
+
+local function put_owner(a)
+  redis.call('HSET', K_OWNERS, a.p, cjson.encode(a)); touch(K_OWNERS)
+  redis.call('ZADD', K_OWNER_EXP, a.l, a.p); touch(K_OWNER_EXP)
+end
+
+local function del_owner(id)
+  redis.call('HDEL', K_OWNERS, id)
+  redis.call('ZREM', K_OWNER_EXP, id)
+end
+
+-- Deletes a record and everything that points at it.
+local function purge(rec)
+  local id = rec.id
+  redis.call('HDEL', K_RECORDS, id)
+  if redis.call('HGET', K_UNIQUE, rec.uq) == id then redis.call('HDEL', K_UNIQUE, rec.uq) end
+  redis.call('HDEL', K_IDKEYS, id)
+  redis.call('ZREM', K_EXPIRY, id)
+  unindex(rec)
+  del_owner(id)
+  count(rec.up, rec.st, -1)
+end
+
+-- Check phase of a purge: up to n records past hard expiry (their keys checked).
+local function due_expired(n)
+  local out = {}
+  if n <= 0 then return out end
+  local ids = redis.call('ZRANGEBYSCORE', K_EXPIRY, '-inf', NOW, 'LIMIT', 0, n)
+  for _, id in ipairs(ids) do
+    local rec = get_rec(id)
+    if rec then need_keys(rec) end
+    out[#out + 1] = { id = id, rec = rec }
+  end
+  return out
+end
+
+-- Write phase of a purge.
+local function purge_due(due)
+  for _, d in ipairs(due) do
+    if d.rec then
+      purge(d.rec)
+    else
+      redis.call('ZREM', K_EXPIRY, d.id)
+      redis.call('HDEL', K_IDKEYS, d.id)
+    end
+  end
+  return #due
+end
+
+-- A stored operation result answering at NOW ("<expiry ms>|<reply>"), or nil.
+local function stored_result(key)
+  local raw = redis.call('GET', key)
+  if not raw then return nil end
+  local bar = string.find(raw, '|', 1, true)
+  if not bar then return nil end
+  if tonumber(string.sub(raw, 1, bar - 1)) <= NOW then return nil end
+  return string.sub(raw, bar + 1)
+end
+
+local function store_result(key, expires, reply)
+  local ttl = expires - NOW
+  if ttl < 1 then return end
+  redis.call('SET', key, istr(expires) .. '|' .. reply, 'PX', ttl)
+end
+
+local function latest(zkey)
+  local top = redis.call('ZRANGE', zkey, -1, -1, 'WITHSCORES')
+  if top[2] then return tonumber(top[2]) end
+  return nil
+end
+
+-- Pushes every written key's expiry to the latest expiry of its class, so that a pool
+-- that stops being written frees itself.
+local function expire_touched()
+  local at = {}
+  local sources = { main = K_EXPIRY, sess = K_SESSION_EXP, rt = K_RUNTIME_EXP }
+  for key, class in pairs(TOUCHED) do
+    if not at[class] then
+      at[class] = math.max(latest(sources[class]) or 0, NOW + 1000)
+    end
+    if OVERRIDE then
+      redis.call('PEXPIRE', key, at[class] - NOW)
+    else
+      redis.call('PEXPIREAT', key, at[class])
+    end
+  end
+end
+
+-- Ends a write script: key expiries, the operation result (for a retry), the reply.
+local function finish(result)
+  expire_touched()
+  local reply = cjson.encode({ r = result })
+  store_result(K_RESULT, NOW + OP_TTL, reply)
+  return reply
+end
+
+local function fail(code)
+  return finish({ err = code })
+end
+
+-- Start of a write script: the stored result of the same operation, if any.
+local function replay()
+  return stored_result(K_RESULT)
+end

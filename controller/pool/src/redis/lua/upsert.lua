@@ -1,0 +1,79 @@
+-- Upsert one chunk of a provider batch (docs/pool.md "Upsert").
+-- P = { up, mg = safety margin ms, max = max_size, c = [candidate] }, candidate =
+-- { id, proto, host, port, user?, pass?, region?, carrier?, ttl, cap, uq, ix = {p,u,r?,c?,o} (KEYS positions) }
+local prev = replay()
+if prev then return prev end
+
+local up = P.up
+-- Check phase: every record this chunk may touch must have its index keys given.
+local due = due_expired(PURGE_N)
+for _, c in ipairs(P.c) do
+  local ix = {}
+  for d, pos in pairs(c.ix) do ix[d] = KEYS[pos] end
+  c.ix = ix
+  need_keys(get_rec(c.id))
+  local other = redis.call('HGET', K_UNIQUE, c.uq)
+  if other and other ~= c.id then need_keys(get_rec(other)) end
+end
+local need = need_reply()
+if need then return need end
+
+purge_due(due)
+local ins, ref, dropped = 0, 0, {}
+local function drop(reason) dropped[reason] = (dropped[reason] or 0) + 1 end
+
+for _, c in ipairs(P.c) do
+  local skip = false
+  local other = redis.call('HGET', K_UNIQUE, c.uq)
+  if other and other ~= c.id then
+    local orec = get_rec(other)
+    if live(orec) then
+      if orec.up ~= up then drop('incumbent_other_upstream') else drop('id_conflict') end
+      skip = true
+    elseif orec then
+      purge(orec)
+    else
+      redis.call('HDEL', K_UNIQUE, c.uq)
+    end
+  end
+  if not skip then
+    local rec = get_rec(c.id)
+    if rec and not live(rec) then purge(rec); rec = nil end
+    local exp = NOW + c.ttl
+    local uu = exp - P.mg
+    if rec then
+      if rec.uq ~= c.uq then drop('id_conflict')
+      elseif rec.up ~= up then drop('incumbent_other_upstream')
+      elseif rec.st == 'EXTRACTED' then drop('already_extracted')
+      elseif rec.st == 'REMOVED' then drop('already_removed')
+      else
+        local after = copy(rec)
+        after.exp, after.uu = exp, uu
+        after.user, after.pass = c.user, c.pass
+        after.region, after.carrier, after.cap = c.region, c.carrier, c.cap
+        after.ix = c.ix
+        update(rec, after)
+        ref = ref + 1
+      end
+    else
+      local inv = tonumber(redis.call('HGET', K_INVENTORY, up) or '0')
+      if inv >= P.max then
+        drop('pool_full')
+      else
+        local new = {
+          id = c.id, up = up, proto = c.proto, host = c.host, port = c.port,
+          user = c.user, pass = c.pass, region = c.region, carrier = c.carrier,
+          st = 'FETCHED', fa = NOW, exp = exp, uu = uu, cap = c.cap, uq = c.uq, ix = c.ix,
+        }
+        put_rec(new)
+        redis.call('HSET', K_UNIQUE, c.uq, c.id); touch(K_UNIQUE)
+        redis.call('HSET', K_IDKEYS, c.id, c.uq); touch(K_IDKEYS)
+        redis.call('ZADD', K_EXPIRY, exp, c.id); touch(K_EXPIRY)
+        count(up, 'FETCHED', 1)
+        ins = ins + 1
+      end
+    end
+  end
+end
+
+return finish({ ins = ins, ref = ref, drop = dropped })

@@ -1,0 +1,66 @@
+//! Catalog reads: records by ID, assignable proxies of an upstream.
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::codec::{StoredAssignment, StoredRecord, decode, lua_vec};
+use super::keys::{self, CallKeys};
+use super::scripts::Script;
+use super::{Call, RedisPool};
+use crate::error::{PoolError, PoolResult};
+use crate::model::{Assignment, ProxyId, ProxyRecord, UpstreamId};
+use crate::options::MAX_SWEEP;
+use crate::ports::ProxyCatalog;
+use crate::validate::check_id_batch;
+
+#[derive(Deserialize)]
+struct RecordsReply {
+    now: i64,
+    #[serde(deserialize_with = "lua_vec")]
+    recs: Vec<(Option<StoredRecord>, Option<StoredAssignment>)>,
+}
+
+#[async_trait]
+impl ProxyCatalog for RedisPool {
+    async fn records(&self, ids: &[ProxyId]) -> PoolResult<Vec<Option<ProxyRecord>>> {
+        check_id_batch(ids)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let r = self
+            .run(Call::new(
+                Script::Records,
+                CallKeys::new(None, None),
+                json!({ "ids": ids }),
+            ))
+            .await?;
+        let r: RecordsReply = decode(r, "records")?;
+        r.recs
+            .into_iter()
+            .map(|(rec, owner)| {
+                rec.map(|rec| rec.into_record(owner.map(Assignment::from), r.now))
+                    .transpose()
+            })
+            .collect()
+    }
+
+    async fn assignable(&self, upstream: &UpstreamId, limit: u32) -> PoolResult<Vec<ProxyId>> {
+        if limit > MAX_SWEEP {
+            return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
+        }
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut ck = CallKeys::new(None, None);
+        let u = ck.index(keys::upstream_key(upstream));
+        let r = self
+            .run(Call::new(
+                Script::Assignable,
+                ck,
+                json!({ "u": u, "lim": limit }),
+            ))
+            .await?;
+        decode(r, "assignable")
+    }
+}

@@ -1,0 +1,221 @@
+//! Provider upsert and removal, health updates and the maintenance purge.
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::codec::{self, decode, ms};
+use super::keys::{self, CallKeys};
+use super::scripts::Script;
+use super::{Call, RedisPool};
+use crate::error::{PoolError, PoolResult};
+use crate::model::{
+    DropReason, FetchedBatch, HealthResult, HealthUpdate, ProxyId, ProxyState, PurgeReport,
+    RemoveResult, UpsertReport, UpstreamId,
+};
+use crate::options::{MAX_SWEEP, UPSERT_CHUNK};
+use crate::ports::{HealthStore, Maintenance, Upserter};
+use crate::validate::{
+    PreparedBatch, PreparedCandidate, check_health_batch, check_id_batch, prepare_batch,
+};
+
+#[derive(Deserialize)]
+struct ChunkReply {
+    ins: u32,
+    #[serde(rename = "ref")]
+    refreshed: u32,
+    drop: std::collections::BTreeMap<String, u32>,
+}
+
+impl RedisPool {
+    /// The candidate as the upsert script takes it; its index keys are added to `ck`.
+    fn candidate_json(
+        &self,
+        c: &PreparedCandidate,
+        batch: &PreparedBatch,
+        ck: &mut CallKeys,
+        learned: &mut Vec<String>,
+    ) -> Value {
+        let cand = &c.candidate;
+        let mut ix = serde_json::Map::new();
+        let mut add = |dim: &str, name: String, ck: &mut CallKeys| {
+            ix.insert(dim.to_owned(), ck.index(name.clone()).into());
+            learned.push(name);
+        };
+        add("p", keys::protocol_key(cand.protocol), ck);
+        add("u", keys::upstream_key(&batch.batch.upstream), ck);
+        add("o", keys::owned_key(&batch.batch.upstream), ck);
+        if let Some(r) = &cand.region {
+            add("r", keys::region_key(r.as_str()), ck);
+        }
+        if let Some(cr) = &cand.carrier {
+            add("c", keys::carrier_key(cr.as_str()), ck);
+        }
+        let mut v = json!({
+            "id": cand.id,
+            "proto": cand.protocol.as_str(),
+            "host": cand.host,
+            "port": cand.port,
+            "ttl": ms(cand.ttl),
+            "cap": cand.max_concurrency,
+            "uq": c.unique,
+            "ix": ix,
+        });
+        if let Some(r) = &cand.region {
+            v["region"] = r.as_str().into();
+        }
+        if let Some(cr) = &cand.carrier {
+            v["carrier"] = cr.as_str().into();
+        }
+        if let Some(cr) = &cand.credentials {
+            v["user"] = cr.username.clone().into();
+            v["pass"] = cr.password.expose().into();
+        }
+        v
+    }
+}
+
+#[async_trait]
+impl Upserter for RedisPool {
+    async fn upsert(&self, batch: FetchedBatch) -> PoolResult<UpsertReport> {
+        let prepared = prepare_batch(batch, self.options())?;
+        let mut total = UpsertReport {
+            dropped: prepared.dropped.clone(),
+            ..Default::default()
+        };
+        let b = &prepared.batch;
+        for (i, chunk) in prepared.candidates.chunks(UPSERT_CHUNK).enumerate() {
+            let op = keys::op_key(&["upsert", b.operation_id.as_str(), &i.to_string()]);
+            let mut ck = CallKeys::new(Some(op), None).with_known(&self.inner.keys);
+            let mut learned = Vec::new();
+            let cands: Vec<Value> = chunk
+                .iter()
+                .map(|c| self.candidate_json(c, &prepared, &mut ck, &mut learned))
+                .collect();
+            self.inner.keys.learn(&learned);
+            let payload = json!({
+                "up": b.upstream,
+                "mg": ms(b.safety_margin),
+                "max": b.max_size.get(),
+                "c": cands,
+            });
+            let reply: ChunkReply = decode(
+                self.run(Call::new(Script::Upsert, ck, payload)).await?,
+                "upsert reply",
+            )?;
+            let mut report = UpsertReport {
+                inserted: reply.ins,
+                refreshed: reply.refreshed,
+                ..Default::default()
+            };
+            for (reason, n) in reply.drop {
+                let reason =
+                    DropReason::parse(&reason).ok_or_else(|| codec::corrupt("drop reason"))?;
+                report.dropped.insert(reason, n);
+            }
+            total.merge(&report);
+        }
+        Ok(total)
+    }
+
+    async fn remove(
+        &self,
+        upstream: &UpstreamId,
+        ids: &[ProxyId],
+    ) -> PoolResult<Vec<RemoveResult>> {
+        check_id_batch(ids)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let payload = json!({ "up": upstream, "ids": ids });
+        let r = self
+            .run(Call::new(
+                Script::Remove,
+                self.write_keys(Script::Remove),
+                payload,
+            ))
+            .await?;
+        let codes: Vec<String> = decode(r, "remove reply")?;
+        codes
+            .iter()
+            .map(|c| match c.as_str() {
+                "removed" => Ok(RemoveResult::Removed),
+                "not_found" => Ok(RemoveResult::NotFound),
+                "ignored" => Ok(RemoveResult::Ignored),
+                _ => Err(codec::corrupt("remove result")),
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl HealthStore for RedisPool {
+    async fn apply_health(&self, updates: &[HealthUpdate]) -> PoolResult<Vec<HealthResult>> {
+        check_health_batch(updates)?;
+        if updates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list: Vec<Value> = updates
+            .iter()
+            .map(|u| {
+                let mut v =
+                    json!({ "id": u.proxy_id, "st": u.verdict.state().as_str(), "ok": u.success });
+                if let Some(l) = u.latency {
+                    v["lat"] = ms(l).into();
+                }
+                if let Some(f) = &u.failure {
+                    v["fail"] = f.as_str().into();
+                }
+                v
+            })
+            .collect();
+        let r = self
+            .run(Call::new(
+                Script::Health,
+                self.write_keys(Script::Health),
+                json!({ "u": list }),
+            ))
+            .await?;
+        let codes: Vec<String> = decode(r, "health reply")?;
+        codes.iter().map(|c| health_result(c)).collect()
+    }
+}
+
+fn health_result(code: &str) -> PoolResult<HealthResult> {
+    let state = |s: &str| ProxyState::parse(s).ok_or_else(|| codec::corrupt("health result"));
+    match code.split_once(':') {
+        Some(("A", s)) => Ok(HealthResult::Applied(state(s)?)),
+        Some(("I", s)) => Ok(HealthResult::Ignored(state(s)?)),
+        _ if code == "N" => Ok(HealthResult::NotFound),
+        _ => Err(codec::corrupt("health result")),
+    }
+}
+
+#[derive(Deserialize)]
+struct PurgeReply {
+    p: u32,
+    s: u32,
+    more: bool,
+}
+
+#[async_trait]
+impl Maintenance for RedisPool {
+    async fn purge_expired(&self, limit: u32) -> PoolResult<PurgeReport> {
+        if limit > MAX_SWEEP {
+            return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
+        }
+        let r = self
+            .run(Call::new(
+                Script::Purge,
+                self.write_keys(Script::Purge),
+                json!({ "lim": limit }),
+            ))
+            .await?;
+        let p: PurgeReply = decode(r, "purge reply")?;
+        Ok(PurgeReport {
+            purged: p.p,
+            sessions_purged: p.s,
+            more: p.more,
+        })
+    }
+}
