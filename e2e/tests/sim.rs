@@ -384,6 +384,10 @@ async fn plain_http_forwarding_keeps_the_client_connection_alive() {
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         let reply: EchoReply = serde_json::from_slice(&body).unwrap();
         assert_eq!(reply.path, path);
+        assert!(
+            reply.proxy_headers.is_empty(),
+            "no credential or client leak"
+        );
         remotes.push(reply.remote);
     }
     let egress = egress_of(&sim, &p);
@@ -963,8 +967,8 @@ async fn vendor_sim_binary_prints_its_urls_serves_and_stops_on_sigterm() {
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-proxy-ttl-seconds"], "5");
     let pid = child.id().unwrap().to_string();
-    let killed = tokio::process::Command::new("kill")
-        .args(["-TERM", &pid])
+    let killed = tokio::process::Command::new("sh")
+        .args(["-c", &format!("kill -TERM {pid}")])
         .status()
         .await
         .unwrap();

@@ -12,6 +12,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -34,6 +35,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the echo server answers (JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct EchoReply {
     /// `ip:port` the server saw the connection come from.
     pub remote: String,
@@ -45,7 +47,21 @@ pub struct EchoReply {
     pub method: String,
     /// Whether the request came over TLS.
     pub tls: bool,
+    /// Headers that reveal a proxy or its client (`via`, `forwarded`,
+    /// `x-forwarded-for`, `x-real-ip`; `proxy-authorization` shown as `<redacted>`),
+    /// for anonymity probes. Absent when none was sent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub proxy_headers: BTreeMap<String, String>,
 }
+
+/// Headers the echo server reports in [`EchoReply::proxy_headers`].
+const LEAK_HEADERS: [&str; 5] = [
+    "via",
+    "forwarded",
+    "x-forwarded-for",
+    "x-real-ip",
+    "proxy-authorization",
+];
 
 /// Accepts until shutdown; `tls` turns this into the HTTPS echo server.
 pub(crate) async fn run(core: Arc<SimCore>, listener: TcpListener, tls: Option<EchoTls>) {
@@ -137,6 +153,7 @@ fn respond(req: &Request<Incoming>, peer: SocketAddr, tls: bool) -> Response<Ech
         path: path.to_owned(),
         method: req.method().to_string(),
         tls,
+        proxy_headers: leaks(req.headers()),
     };
     let body = serde_json::to_vec(&reply).unwrap_or_default();
     let mut resp = Response::new(Full::new(Bytes::from(body)).boxed());
@@ -145,6 +162,20 @@ fn respond(req: &Request<Incoming>, peer: SocketAddr, tls: bool) -> Response<Ech
         HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+fn leaks(headers: &http::HeaderMap) -> BTreeMap<String, String> {
+    LEAK_HEADERS
+        .iter()
+        .filter_map(|name| {
+            let value = headers.get(*name)?;
+            let shown = match *name {
+                "proxy-authorization" => "<redacted>".to_owned(),
+                _ => String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            };
+            Some(((*name).to_owned(), shown))
+        })
+        .collect()
 }
 
 fn status(code: StatusCode) -> Response<EchoBody> {
@@ -181,5 +212,33 @@ impl Body for Repeat {
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::with_exact(self.remaining)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leak_headers_are_reported_and_credentials_redacted() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("via", HeaderValue::from_static("1.1 some-proxy"));
+        headers.insert(
+            "proxy-authorization",
+            HeaderValue::from_static("Basic c2VjcmV0"),
+        );
+        headers.insert("accept", HeaderValue::from_static("*/*"));
+        let leaks = leaks(&headers);
+        assert_eq!(leaks.len(), 2);
+        assert_eq!(leaks["via"], "1.1 some-proxy");
+        assert_eq!(leaks["proxy-authorization"], "<redacted>");
+        assert!(super::leaks(&http::HeaderMap::new()).is_empty());
+    }
+
+    #[test]
+    fn repeat_body_reports_its_exact_size() {
+        let body = Repeat { remaining: 40_000 };
+        assert_eq!(body.size_hint().exact(), Some(40_000));
+        assert!(Repeat { remaining: 0 }.is_end_stream());
     }
 }
