@@ -1,0 +1,284 @@
+//! Activity-pool benchmark on a real `redis-server` (started by the testkit).
+//!
+//! `cargo bench -p activity-pool --bench pool` fills a pool of 100,000 proxies, then
+//! measures extract count 1, extract count 5 with a region filter, upsert batches of
+//! 500, and a trivial `EVALSHA` (`return 1`) as the baseline of one script round trip;
+//! prints ops/s, p50 and p99 per operation and the rate relative to the baseline.
+//! Sequential figures are one caller on one connection (latency-bound); concurrent
+//! figures use 16 callers sharing the pool's multiplexed connection.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use activity_pool::model::*;
+use activity_pool::ports::*;
+use activity_pool::testkit::RedisServer;
+use activity_pool::{PoolOptions, RedisConnector, RedisOptions, RedisPool};
+
+const POOL_SIZE: usize = 100_000;
+const REGIONS: usize = 10;
+const CONCURRENCY: usize = 16;
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+fn next() -> u64 {
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn cand(i: usize) -> Candidate {
+    Candidate {
+        id: ProxyId::new(format!("p{i}")).unwrap(),
+        protocol: if i.is_multiple_of(4) {
+            Protocol::Socks5
+        } else {
+            Protocol::Http
+        },
+        host: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
+        port: 8000 + (i % 1000) as u16,
+        credentials: Some(Credentials {
+            username: format!("u{i}"),
+            password: Secret::new("bench-pass"),
+        }),
+        region: Some(Label::new(format!("r{}", i % REGIONS)).unwrap()),
+        carrier: Some(Label::new(format!("c{}", i % 4)).unwrap()),
+        ttl: Duration::from_secs(3600),
+        max_concurrency: 8,
+    }
+}
+
+fn batch(range: std::ops::Range<usize>) -> FetchedBatch {
+    FetchedBatch {
+        upstream: UpstreamId::new(format!("vendor-{}", range.start / 500 % 4)).unwrap(),
+        operation_id: OperationId::new(format!("bench-{}", next())).unwrap(),
+        safety_margin: Duration::from_secs(10),
+        max_size: NonZeroU32::new(1_000_000).unwrap(),
+        candidates: range.map(cand).collect(),
+    }
+}
+
+fn extract_req(count: u32, region: Option<&str>) -> ExtractRequest {
+    let mut filters = Filters::default();
+    if let Some(r) = region {
+        filters.regions = vec![Label::new(r).unwrap()];
+    }
+    ExtractRequest {
+        client_id: ClientId::new("bench").unwrap(),
+        request_id: RequestId::new(format!("req-{}", next())).unwrap(),
+        idempotency_key: None,
+        request_digest: RequestDigest::of(b"bench"),
+        count: NonZeroU32::new(count).unwrap(),
+        fulfillment: Fulfillment::Partial,
+        filters,
+        min_remaining_ttl: Duration::from_secs(30),
+        max_health_check_age: Some(Duration::from_secs(3600)),
+        reserve_for_gateway: 0,
+        idempotency_ttl: Duration::from_secs(300),
+    }
+}
+
+struct Figures {
+    name: String,
+    ops: usize,
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+fn figures(name: &str, mut lat: Vec<Duration>, wall: Duration) -> Figures {
+    lat.sort();
+    let pick = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)];
+    Figures {
+        name: name.to_owned(),
+        ops: lat.len(),
+        rate: lat.len() as f64 / wall.as_secs_f64(),
+        p50: pick(0.50),
+        p99: pick(0.99),
+    }
+}
+
+/// Runs `op` `n` times sequentially.
+async fn sequential<F, Fut>(name: &str, n: usize, mut op: F) -> Figures
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut lat = Vec::with_capacity(n);
+    let start = Instant::now();
+    for i in 0..n {
+        let t = Instant::now();
+        op(i).await;
+        lat.push(t.elapsed());
+    }
+    figures(name, lat, start.elapsed())
+}
+
+/// Runs `op` `n` times from `CONCURRENCY` tasks.
+async fn concurrent<F, Fut>(name: &str, n: usize, op: F) -> Figures
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let op = Arc::new(op);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..CONCURRENCY {
+        let op = op.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            for i in (t..n).step_by(CONCURRENCY) {
+                let s = Instant::now();
+                op(i).await;
+                lat.push(s.elapsed());
+            }
+            lat
+        }));
+    }
+    let mut lat = Vec::with_capacity(n);
+    for t in tasks {
+        lat.extend(t.await.unwrap());
+    }
+    figures(name, lat, start.elapsed())
+}
+
+fn print(rows: &[Figures], baseline: f64) {
+    println!(
+        "{:<44} {:>7} {:>10} {:>9} {:>9} {:>8}",
+        "operation", "ops", "ops/s", "p50", "p99", "×base"
+    );
+    for f in rows {
+        println!(
+            "{:<44} {:>7} {:>10.0} {:>7.3}ms {:>7.3}ms {:>8.3}",
+            f.name,
+            f.ops,
+            f.rate,
+            f.p50.as_secs_f64() * 1e3,
+            f.p99.as_secs_f64() * 1e3,
+            f.rate / baseline
+        );
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let server = RedisServer::start();
+    let options = RedisOptions {
+        pool: PoolOptions::default(),
+        command_timeout: Duration::from_secs(5),
+        clock_override: None,
+    };
+    let pool = RedisPool::new(RedisConnector::direct(&server.url()).unwrap(), options)
+        .await
+        .unwrap();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg("return 1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    // Fill: 200 upserts of 500, then health for everything.
+    let pool_ref = &pool;
+    let upsert = sequential(
+        "upsert batch 500 (filling to 100,000)",
+        POOL_SIZE / 500,
+        |i| async move {
+            let r = pool_ref
+                .upsert(batch(i * 500..(i + 1) * 500))
+                .await
+                .unwrap();
+            assert_eq!(r.inserted, 500);
+        },
+    )
+    .await;
+    for chunk in (0..POOL_SIZE).collect::<Vec<_>>().chunks(1000) {
+        let updates: Vec<_> = chunk
+            .iter()
+            .map(|i| HealthUpdate {
+                proxy_id: ProxyId::new(format!("p{i}")).unwrap(),
+                verdict: HealthVerdict::Available,
+                success: true,
+                latency: Some(Duration::from_millis(20)),
+                failure: None,
+            })
+            .collect();
+        pool.apply_health(&updates).await.unwrap();
+    }
+
+    let mut rows = Vec::new();
+    let c = &conn;
+    let sha_ref = &sha;
+    let base_seq = sequential("trivial EVALSHA `return 1` (baseline)", 20_000, |_| {
+        let mut c = c.clone();
+        async move {
+            let _: i64 = redis::cmd("EVALSHA")
+                .arg(sha_ref)
+                .arg(0)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    let e1 = sequential("extract count 1, no filter", 5_000, |_| async move {
+        let o = pool_ref.extract(&extract_req(1, None)).await.unwrap();
+        assert!(matches!(o, ExtractOutcome::Extracted(ref x) if x.proxies.len() == 1));
+    })
+    .await;
+    let e5 = sequential("extract count 5, region filter", 1_500, |i| async move {
+        let region = format!("r{}", i % REGIONS);
+        let o = pool_ref
+            .extract(&extract_req(5, Some(&region)))
+            .await
+            .unwrap();
+        assert!(matches!(o, ExtractOutcome::Extracted(ref x) if x.proxies.len() == 5));
+    })
+    .await;
+    let baseline = base_seq.rate;
+    rows.push(base_seq);
+    rows.push(e1);
+    rows.push(e5);
+    rows.push(upsert);
+    println!("\nActivity pool on redis-server, {POOL_SIZE} proxies — sequential (1 caller)");
+    print(&rows, baseline);
+
+    let conn2 = conn.clone();
+    let sha2 = sha.clone();
+    let base_con = concurrent("trivial EVALSHA `return 1` (baseline)", 50_000, move |_| {
+        let mut c = conn2.clone();
+        let sha = sha2.clone();
+        async move {
+            let _: i64 = redis::cmd("EVALSHA")
+                .arg(sha)
+                .arg(0)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    let p1 = pool.clone();
+    let e1c = concurrent("extract count 1, no filter", 8_000, move |_| {
+        let p = p1.clone();
+        async move {
+            p.extract(&extract_req(1, None)).await.unwrap();
+        }
+    })
+    .await;
+    let p5 = pool.clone();
+    let e5c = concurrent("extract count 5, region filter", 3_000, move |i| {
+        let p = p5.clone();
+        async move {
+            let region = format!("r{}", i % REGIONS);
+            p.extract(&extract_req(5, Some(&region))).await.unwrap();
+        }
+    })
+    .await;
+    let baseline = base_con.rate;
+    println!("\nconcurrent ({CONCURRENCY} callers, one multiplexed connection)");
+    print(&[base_con, e1c, e5c], baseline);
+}

@@ -1,0 +1,777 @@
+//! Facts only the Redis adapter has to prove, on a real `redis-server` (and
+//! `redis-sentinel`) started per test by `activity_pool::testkit`. Never skipped: a
+//! missing binary fails the test.
+
+use std::collections::{BTreeSet, HashMap};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use activity_pool::model::*;
+use activity_pool::ports::*;
+use activity_pool::testkit::{FaultProxy, RedisSentinel, RedisServer};
+use activity_pool::{PoolError, RedisConnector, RedisOptions, RedisPool, Timestamp};
+
+const SECRET_PASSWORD: &str = "pw-NEVER-IN-KEYS";
+const SECRET_USER: &str = "user-NEVER-IN-KEYS";
+const IDEM: &str = "idem-NEVER-IN-KEYS";
+const CLIENT: &str = "client-NEVER-IN-KEYS";
+const REQUEST: &str = "req-NEVER-IN-KEYS";
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+fn unique(tag: &str) -> String {
+    format!("{tag}-{}", NEXT.fetch_add(1, Ordering::SeqCst))
+}
+
+fn cand(id: &str, region: &str, ttl_secs: u64) -> Candidate {
+    Candidate {
+        id: ProxyId::new(id).unwrap(),
+        protocol: Protocol::Http,
+        host: format!("{id}.vendor.test"),
+        port: 8080,
+        credentials: Some(Credentials {
+            username: format!("{SECRET_USER}-{id}"),
+            password: Secret::new(SECRET_PASSWORD),
+        }),
+        region: Some(Label::new(region).unwrap()),
+        carrier: Some(Label::new("c1").unwrap()),
+        ttl: Duration::from_secs(ttl_secs),
+        max_concurrency: 4,
+    }
+}
+
+fn batch(upstream: &str, candidates: Vec<Candidate>) -> FetchedBatch {
+    FetchedBatch {
+        upstream: UpstreamId::new(upstream).unwrap(),
+        operation_id: OperationId::new(unique("op")).unwrap(),
+        safety_margin: Duration::from_secs(5),
+        max_size: NonZeroU32::new(100_000).unwrap(),
+        candidates,
+    }
+}
+
+fn req(count: u32) -> ExtractRequest {
+    ExtractRequest {
+        client_id: ClientId::new("client-a").unwrap(),
+        request_id: RequestId::new(unique("req")).unwrap(),
+        idempotency_key: None,
+        request_digest: RequestDigest::of(format!("count={count}").as_bytes()),
+        count: NonZeroU32::new(count).unwrap(),
+        fulfillment: Fulfillment::Partial,
+        filters: Filters::default(),
+        min_remaining_ttl: Duration::ZERO,
+        max_health_check_age: None,
+        reserve_for_gateway: 0,
+        idempotency_ttl: Duration::from_secs(3600),
+    }
+}
+
+fn ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+async fn pool_at(url: &str) -> RedisPool {
+    let options = RedisOptions {
+        command_timeout: Duration::from_millis(500),
+        ..RedisOptions::default()
+    };
+    RedisPool::new(RedisConnector::direct(url).unwrap(), options)
+        .await
+        .expect("pool")
+}
+
+async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Upserts `ids` (upstream `vendor-a`, region `eu`) and marks them AVAILABLE.
+async fn fill(pool: &RedisPool, ids: &[String], ttl_secs: u64) {
+    let report = pool
+        .upsert(batch(
+            "vendor-a",
+            ids.iter().map(|id| cand(id, "eu", ttl_secs)).collect(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        report.inserted as usize + report.refreshed as usize,
+        ids.len(),
+        "{report:?}"
+    );
+    let updates: Vec<_> = ids
+        .iter()
+        .map(|id| HealthUpdate {
+            proxy_id: ProxyId::new(id.as_str()).unwrap(),
+            verdict: HealthVerdict::Available,
+            success: true,
+            latency: Some(Duration::from_millis(10)),
+            failure: None,
+        })
+        .collect();
+    for r in pool.apply_health(&updates).await.unwrap() {
+        assert_eq!(r, HealthResult::Applied(ProxyState::Available));
+    }
+}
+
+async fn all_keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(conn).await.unwrap();
+    keys.sort();
+    keys
+}
+
+fn proxy_ids(o: &ExtractOutcome) -> Vec<String> {
+    match o {
+        ExtractOutcome::Extracted(x) => x.proxies.iter().map(|p| p.id.to_string()).collect(),
+        ExtractOutcome::Insufficient { .. } => Vec::new(),
+    }
+}
+
+/// Records in `state` among `ids`.
+async fn states(pool: &RedisPool, ids: &[String]) -> HashMap<ProxyState, usize> {
+    let pids: Vec<ProxyId> = ids
+        .iter()
+        .map(|i| ProxyId::new(i.as_str()).unwrap())
+        .collect();
+    let mut out = HashMap::new();
+    for r in pool.records(&pids).await.unwrap().into_iter().flatten() {
+        *out.entry(r.state).or_default() += 1;
+    }
+    out
+}
+
+/// Every pool invariant a reader can check from outside: AVAILABLE indexes hold only
+/// AVAILABLE, unowned records; counters equal the records they count.
+async fn assert_consistent(url: &str) {
+    let mut c = admin(url).await;
+    let records: HashMap<String, String> = redis::cmd("HGETALL")
+        .arg("pp:{activity}:records")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let owners: HashMap<String, String> = redis::cmd("HGETALL")
+        .arg("pp:{activity}:owners")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let mut inventory: HashMap<String, i64> = HashMap::new();
+    let mut managed: HashMap<String, i64> = HashMap::new();
+    let mut available_expected = BTreeSet::new();
+    for (id, raw) in &records {
+        let v: serde_json::Value = serde_json::from_str(raw).unwrap();
+        let st = v["st"].as_str().unwrap();
+        let up = v["up"].as_str().unwrap().to_owned();
+        if !matches!(st, "EXTRACTED" | "REMOVED") {
+            *inventory.entry(up.clone()).or_default() += 1;
+        }
+        if matches!(
+            st,
+            "FETCHED" | "CHECKING" | "AVAILABLE" | "SUSPECT" | "DRAINING"
+        ) {
+            *managed.entry(up).or_default() += 1;
+        }
+        if st == "AVAILABLE" && !owners.contains_key(id) {
+            available_expected.insert(id.clone());
+        }
+    }
+    let available: Vec<String> = redis::cmd("ZRANGE")
+        .arg("pp:{activity}:available")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let available: BTreeSet<String> = available.into_iter().collect();
+    assert_eq!(
+        available, available_expected,
+        "available index == AVAILABLE unowned records"
+    );
+    let inv: HashMap<String, i64> = redis::cmd("HGETALL")
+        .arg("pp:{activity}:inventory")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let man: HashMap<String, i64> = redis::cmd("HGETALL")
+        .arg("pp:{activity}:managed")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(inv, inventory, "inventory counters");
+    assert_eq!(man, managed, "managed counters");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_is_under_the_prefix_and_no_secret_is_in_a_key_name() {
+    let server = RedisServer::start();
+    let pool = pool_at(&server.url()).await;
+    let ids = ids("p", 20);
+    fill(&pool, &ids, 120).await;
+    let mut r = req(3);
+    r.client_id = ClientId::new(CLIENT).unwrap();
+    r.request_id = RequestId::new(REQUEST).unwrap();
+    r.idempotency_key = Some(IdempotencyKey::new(IDEM).unwrap());
+    r.filters.regions = vec![Label::new("eu").unwrap()];
+    assert_eq!(proxy_ids(&pool.extract(&r).await.unwrap()).len(), 3);
+    let worker = WorkerId::new("worker-1").unwrap();
+    let a = pool
+        .assign(
+            &ProxyId::new("p-10").unwrap(),
+            &worker,
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    let session = SessionId::new("session-1").unwrap();
+    pool.register(&SessionRegistration {
+        worker_id: worker.clone(),
+        instance_id: InstanceId::new("instance-1").unwrap(),
+        session_id: session.clone(),
+        ttl: Duration::from_secs(60),
+    })
+    .await
+    .unwrap();
+    pool.acknowledge(&worker, &session, 1, a.epoch, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let report = RuntimeReport {
+        worker_id: worker.clone(),
+        session_id: session,
+        sequence: 1,
+        snapshot_version: 1,
+        epoch: a.epoch,
+        entries: vec![RuntimeEntry {
+            proxy_id: a.proxy_id.clone(),
+            epoch: a.epoch,
+            active: 1,
+            reserved: 0,
+            draining: false,
+        }],
+        ttl: Duration::from_secs(60),
+    };
+    assert_eq!(
+        pool.write_report(&report).await.unwrap(),
+        ReportAck::Accepted
+    );
+    pool.inventory(&UpstreamId::new("vendor-a").unwrap())
+        .await
+        .unwrap();
+    pool.remove(
+        &UpstreamId::new("vendor-a").unwrap(),
+        &[ProxyId::new("p-11").unwrap()],
+    )
+    .await
+    .unwrap();
+    pool.purge_expired(100).await.unwrap();
+
+    let mut c = admin(&server.url()).await;
+    let keys = all_keys(&mut c).await;
+    assert!(keys.len() > 10, "{keys:?}");
+    for k in &keys {
+        assert!(
+            k.starts_with("pp:{activity}:"),
+            "key outside the prefix: {k}"
+        );
+        for secret in [SECRET_PASSWORD, SECRET_USER, IDEM, CLIENT, REQUEST] {
+            assert!(!k.contains(secret), "{secret} leaked into key {k}");
+        }
+    }
+    // The shapes of the doc's key table.
+    for k in [
+        "records",
+        "unique",
+        "idkeys",
+        "expiry",
+        "available",
+        "owners",
+        "owner-expiry",
+        "epoch",
+        "inventory",
+        "managed",
+        "worker-sessions",
+        "worker-session-expiry",
+        "worker-runtime",
+        "worker-runtime-expiry",
+        "region:eu",
+        "protocol:http",
+        "carrier:c1",
+        "upstream:vendor-a",
+    ] {
+        assert!(
+            keys.contains(&format!("pp:{{activity}}:{k}")),
+            "missing {k} in {keys:?}"
+        );
+    }
+    assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:idem:")));
+    assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:op:")));
+    assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:owned:")));
+    assert_consistent(&server.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn main_key_ttls_follow_the_latest_hard_expiry() {
+    let server = RedisServer::start();
+    let pool = pool_at(&server.url()).await;
+    let mut c = admin(&server.url()).await;
+    let before = Timestamp::now().millis();
+    fill(&pool, &ids("short", 5), 60).await;
+    fill(&pool, &ids("long", 5), 120).await;
+    let after = Timestamp::now().millis();
+    let latest: Vec<(String, i64)> = redis::cmd("ZRANGE")
+        .arg("pp:{activity}:expiry")
+        .arg(-1)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let latest = latest[0].1;
+    assert!(latest >= before + 120_000 && latest <= after + 120_000);
+    for k in [
+        "records",
+        "unique",
+        "idkeys",
+        "expiry",
+        "available",
+        "inventory",
+        "managed",
+        "region:eu",
+        "upstream:vendor-a",
+        "protocol:http",
+    ] {
+        let at: i64 = redis::cmd("PEXPIRETIME")
+            .arg(format!("pp:{{activity}}:{k}"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(at, latest, "{k} expires with the latest hard expiry");
+    }
+    // No key lives forever: a pool that stops being written frees itself.
+    for k in all_keys(&mut c).await {
+        let at: i64 = redis::cmd("PEXPIRETIME")
+            .arg(&k)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(at > 0, "{k} has no expiry");
+        assert!(
+            at <= latest.max(Timestamp::now().millis() + 600_000),
+            "{k} outlives the pool"
+        );
+    }
+    // A later proxy pushes it further.
+    fill(&pool, &ids("later", 1), 300).await;
+    let at: i64 = redis::cmd("PEXPIRETIME")
+        .arg("pp:{activity}:records")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(at >= latest + 150_000, "pushed to the new latest expiry");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_dropped_after_commit_returns_the_first_result() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let pool = pool_at(&proxy.url()).await;
+    let all = ids("d", 10);
+    fill(&pool, &all, 120).await;
+
+    // Extraction: Redis commits, the reply is lost, the adapter reconnects and retries
+    // with the same request ID: the stored result comes back, nothing is taken twice.
+    proxy.arm_drop_next_reply();
+    let first = pool.extract(&req(3)).await.unwrap();
+    assert_eq!(proxy.dropped_replies(), 1, "the reply was dropped");
+    let got = proxy_ids(&first);
+    assert_eq!(got.len(), 3);
+    let s = states(&pool, &all).await;
+    assert_eq!(s.get(&ProxyState::Extracted), Some(&3), "{s:?}");
+    let inv = pool
+        .inventory(&UpstreamId::new("vendor-a").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(inv.unextracted, 7);
+
+    // Upsert chunk: the stored chunk report answers the retry; counts do not change.
+    proxy.arm_drop_next_reply();
+    let report = pool
+        .upsert(batch(
+            "vendor-a",
+            ids("n", 4).iter().map(|i| cand(i, "eu", 120)).collect(),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(proxy.dropped_replies(), 2);
+    assert_eq!(report.inserted, 4, "{report:?}");
+    let inv = pool
+        .inventory(&UpstreamId::new("vendor-a").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(inv.unextracted, 11);
+
+    // Assignment: one epoch, one assignment.
+    let worker = WorkerId::new("w1").unwrap();
+    let target = ProxyId::new(all.iter().find(|i| !got.contains(i)).unwrap().as_str()).unwrap();
+    proxy.arm_drop_next_reply();
+    let a = pool
+        .assign(&target, &worker, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(proxy.dropped_replies(), 3);
+    assert_eq!(pool.get(&target).await.unwrap(), Some(a));
+    assert_consistent(&server.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_mid_run_is_survived() {
+    let server = RedisServer::start();
+    let pool = pool_at(&server.url()).await;
+    let all = ids("f", 10);
+    fill(&pool, &all, 120).await;
+    let mut c = admin(&server.url()).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(proxy_ids(&pool.extract(&req(2)).await.unwrap()).len(), 2);
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    fill(&pool, &ids("g", 3), 120).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(
+        pool.inventory(&UpstreamId::new("vendor-a").unwrap())
+            .await
+            .unwrap()
+            .unextracted,
+        11
+    );
+    assert_consistent(&server.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancelled_calls_apply_fully_or_not_at_all() {
+    let server = RedisServer::start();
+    let pool = pool_at(&server.url()).await;
+    let all = ids("c", 200);
+    fill(&pool, &all, 120).await;
+    let mut returned = BTreeSet::new();
+    let mut cancelled = 0;
+    for i in 0..200u64 {
+        let mut r = req(1 + (i % 3) as u32);
+        r.idempotency_key = Some(IdempotencyKey::new(format!("k-{i}")).unwrap());
+        // Cancel at a different point of the call each time.
+        let budget = Duration::from_micros(i * 7 % 400);
+        match tokio::time::timeout(budget, pool.extract(&r)).await {
+            Ok(Ok(o)) => {
+                for id in proxy_ids(&o) {
+                    assert!(returned.insert(id), "a proxy was handed out twice");
+                }
+            }
+            Ok(Err(e)) => panic!("unexpected error {e:?}"),
+            Err(_) => cancelled += 1,
+        }
+        if i % 4 == 0 {
+            let worker = WorkerId::new("w").unwrap();
+            let id = ProxyId::new(all[(i as usize * 13) % all.len()].as_str()).unwrap();
+            let _ =
+                tokio::time::timeout(budget, pool.assign(&id, &worker, Duration::from_secs(10)))
+                    .await;
+        }
+    }
+    assert!(cancelled > 0, "some calls must have been cancelled");
+    assert_consistent(&server.url()).await;
+    let s = states(&pool, &all).await;
+    let extracted = s.get(&ProxyState::Extracted).copied().unwrap_or(0);
+    assert!(
+        extracted >= returned.len(),
+        "every returned proxy is EXTRACTED"
+    );
+    let inv = pool
+        .inventory(&UpstreamId::new("vendor-a").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(inv.unextracted as usize, all.len() - extracted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_is_unavailable_fast_and_restart_recovers() {
+    let mut server = RedisServer::start();
+    let pool = pool_at(&server.url()).await;
+    let all = ids("s", 5);
+    fill(&pool, &all, 120).await;
+    server.stop();
+
+    let up = UpstreamId::new("vendor-a").unwrap();
+    let p = ProxyId::new("s-1").unwrap();
+    let w = WorkerId::new("w").unwrap();
+    let s = SessionId::new("s").unwrap();
+    let started = Instant::now();
+    let results: Vec<(&str, Result<(), PoolError>)> = vec![
+        (
+            "upsert",
+            pool.upsert(batch("vendor-a", vec![cand("x-1", "eu", 60)]))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "remove",
+            pool.remove(&up, std::slice::from_ref(&p)).await.map(|_| ()),
+        ),
+        (
+            "health",
+            pool.apply_health(&[HealthUpdate {
+                proxy_id: p.clone(),
+                verdict: HealthVerdict::Suspect,
+                success: false,
+                latency: None,
+                failure: None,
+            }])
+            .await
+            .map(|_| ()),
+        ),
+        ("extract", pool.extract(&req(1)).await.map(|_| ())),
+        (
+            "assign",
+            pool.assign(&p, &w, Duration::from_secs(5))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "renew",
+            pool.renew(&p, &w, 1, Duration::from_secs(5))
+                .await
+                .map(|_| ()),
+        ),
+        ("begin_drain", pool.begin_drain(&p, &w, 1).await.map(|_| ())),
+        (
+            "acknowledge_drain",
+            pool.acknowledge_drain(&p, &w, 1, 0, 0).await,
+        ),
+        ("get", pool.get(&p).await.map(|_| ())),
+        ("expire", pool.expire(10).await.map(|_| ())),
+        (
+            "register",
+            pool.register(&SessionRegistration {
+                worker_id: w.clone(),
+                instance_id: InstanceId::new("i").unwrap(),
+                session_id: s.clone(),
+                ttl: Duration::from_secs(5),
+            })
+            .await
+            .map(|_| ()),
+        ),
+        (
+            "acknowledge",
+            pool.acknowledge(&w, &s, 1, 1, Duration::from_secs(5))
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "reject",
+            pool.reject_snapshot(&w, &s, Duration::from_secs(5))
+                .await
+                .map(|_| ()),
+        ),
+        ("session", pool.session(&w).await.map(|_| ())),
+        (
+            "report",
+            pool.write_report(&RuntimeReport {
+                worker_id: w.clone(),
+                session_id: s.clone(),
+                sequence: 1,
+                snapshot_version: 1,
+                epoch: 1,
+                entries: vec![],
+                ttl: Duration::from_secs(5),
+            })
+            .await
+            .map(|_| ()),
+        ),
+        ("runtime", pool.runtime(&w).await.map(|_| ())),
+        ("inventory", pool.inventory(&up).await.map(|_| ())),
+        (
+            "records",
+            pool.records(std::slice::from_ref(&p)).await.map(|_| ()),
+        ),
+        ("assignable", pool.assignable(&up, 5).await.map(|_| ())),
+        ("purge", pool.purge_expired(10).await.map(|_| ())),
+    ];
+    for (name, r) in results {
+        assert!(matches!(r, Err(PoolError::Unavailable(_))), "{name}: {r:?}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "failing took {:?}",
+        started.elapsed()
+    );
+
+    // Back (empty: the pool's generation ended); the same handle works again.
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pool.inventory(&up).await.is_err() {
+        assert!(Instant::now() < deadline, "pool never recovered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(pool.inventory(&up).await.unwrap().unextracted, 0);
+    let fresh = ids("r", 3);
+    fill(&pool, &fresh, 120).await;
+    assert_eq!(proxy_ids(&pool.extract(&req(2)).await.unwrap()).len(), 2);
+    assert_consistent(&server.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_password_fails_without_printing_it() {
+    let server = RedisServer::start_with(vec!["--requirepass".into(), "right-PASSWORD-1".into()]);
+    let connector = RedisConnector::direct(&server.url())
+        .unwrap()
+        .with_password(Secret::new("wrong-PASSWORD-2"));
+    assert!(!format!("{connector:?}").contains("PASSWORD"));
+    let err = RedisPool::new(connector, RedisOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PoolError::Unavailable(_)), "{err:?}");
+    assert!(!format!("{err} {err:?}").contains("PASSWORD"), "{err:?}");
+
+    let url = format!("redis://:right-PASSWORD-1@127.0.0.1:{}/", server.port());
+    let connector = RedisConnector::direct(&url).unwrap();
+    assert!(
+        !format!("{connector:?}").contains("PASSWORD"),
+        "{connector:?}"
+    );
+    let pool = RedisPool::new(connector, RedisOptions::default())
+        .await
+        .unwrap();
+    fill(&pool, &ids("a", 2), 60).await;
+    let connector = RedisConnector::direct(&server.url())
+        .unwrap()
+        .with_password(Secret::new("right-PASSWORD-1"));
+    let pool = RedisPool::new(connector, RedisOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        pool.inventory(&UpstreamId::new("vendor-a").unwrap())
+            .await
+            .unwrap()
+            .unextracted,
+        2
+    );
+}
+
+async fn sentinel_master_port(sentinel: &RedisSentinel) -> u16 {
+    let mut c = admin(&format!("redis://{}/", sentinel.addr())).await;
+    let (_, port): (String, u16) = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg("pool")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_connector_resolves_the_master_and_follows_a_failover() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(master.port());
+    let sentinel = RedisSentinel::start("pool", master.port());
+    let connector = RedisConnector::sentinel("pool", vec![sentinel.addr()]).unwrap();
+    let options = RedisOptions {
+        command_timeout: Duration::from_millis(1000),
+        ..RedisOptions::default()
+    };
+    let pool = RedisPool::new(connector, options)
+        .await
+        .expect("pool through sentinel");
+    let all = ids("m", 10);
+    fill(&pool, &all, 300).await;
+    let worker = WorkerId::new("w").unwrap();
+    let a1 = pool
+        .assign(
+            &ProxyId::new("m-0").unwrap(),
+            &worker,
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+
+    // Let the replica catch up, wait until the sentinel knows it, then fail over.
+    let mut m = admin(&master.url()).await;
+    let synced = Instant::now() + Duration::from_secs(20);
+    loop {
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(200)
+            .query_async(&mut m)
+            .await
+            .unwrap();
+        if acked == 1 {
+            break;
+        }
+        assert!(Instant::now() < synced, "replica never caught up");
+    }
+    let mut s = admin(&format!("redis://{}/", sentinel.addr())).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r: redis::RedisResult<String> = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg("pool")
+            .query_async(&mut s)
+            .await;
+        if r.is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sentinel never accepted FAILOVER: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    while sentinel_master_port(&sentinel).await != replica.port() {
+        assert!(Instant::now() < deadline, "failover did not complete");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The old master turns replica: writes get READONLY, the adapter re-resolves.
+    let mut last = None;
+    while Instant::now() < deadline {
+        match pool
+            .assign(
+                &ProxyId::new("m-1").unwrap(),
+                &worker,
+                Duration::from_secs(60),
+            )
+            .await
+        {
+            Ok(a2) => {
+                assert!(
+                    a2.epoch > a1.epoch,
+                    "epochs never go backwards across a failover"
+                );
+                last = None;
+                break;
+            }
+            Err(e) => {
+                assert!(matches!(e, PoolError::Unavailable(_)), "{e:?}");
+                last = Some(e);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    assert!(last.is_none(), "never followed the new master: {last:?}");
+    assert_eq!(proxy_ids(&pool.extract(&req(3)).await.unwrap()).len(), 3);
+    let inv = pool
+        .inventory(&UpstreamId::new("vendor-a").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(inv.unextracted, 7, "data followed the failover");
+    assert_consistent(&replica.url()).await;
+}
