@@ -980,3 +980,27 @@ async fn vendor_sim_binary_prints_its_urls_serves_and_stops_on_sigterm() {
     assert!(status.success(), "clean exit: {status}");
     assert!(TcpStream::connect(vendor).await.is_err());
 }
+
+// ---------- docs ----------
+
+#[test]
+fn the_documented_config_example_parses_and_validates() {
+    let doc = include_str!("../../docs/vendor-simulator.md");
+    let yaml = doc
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/vendor-simulator.md has a yaml example");
+    let config: SimConfig = serde_yaml::from_str(yaml).expect("the example parses");
+    assert_eq!(config.failure_mix.len(), 1);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let sim = Simulator::start(config)
+            .await
+            .expect("the example validates");
+        assert!(sim.shutdown().await);
+    });
+}
