@@ -1,0 +1,252 @@
+//! Client handshakes through a vendor proxy: HTTP `CONNECT` and SOCKS5 (RFC 1928 /
+//! RFC 1929). Every read is bounded; failures map to [`FailureCode`]s; nothing here
+//! logs or returns a credential.
+
+use std::io;
+use std::net::IpAddr;
+
+use base64::Engine as _;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::model::{FailureCode, ProxyCredentials};
+
+/// Largest HTTP `CONNECT` response head read.
+const MAX_HEAD: usize = 8 * 1024;
+
+/// Connects to the proxy; maps socket errors to failure codes.
+pub async fn dial(host: &str, port: u16) -> Result<TcpStream, FailureCode> {
+    let stream = TcpStream::connect((host, port))
+        .await
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::TimedOut => FailureCode::ConnectTimeout,
+            _ => FailureCode::ConnectRefused,
+        })?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// `Proxy-Authorization` value for `creds`.
+pub fn basic_auth(creds: &ProxyCredentials) -> String {
+    let raw = format!("{}:{}", creds.username, creds.password);
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(raw)
+    )
+}
+
+fn authority(host: &str, port: u16) -> String {
+    if host.parse::<std::net::Ipv6Addr>().is_ok() {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Sends `CONNECT host:port` and reads the response head. On `Ok` the stream is a
+/// tunnel to the target.
+pub async fn http_connect<S>(
+    stream: &mut S,
+    host: &str,
+    port: u16,
+    creds: Option<&ProxyCredentials>,
+) -> Result<(), FailureCode>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let target = authority(host, port);
+    let mut req = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
+    if let Some(c) = creds {
+        req.push_str("Proxy-Authorization: ");
+        req.push_str(&basic_auth(c));
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    stream
+        .write_all(req.as_bytes())
+        .await
+        .map_err(|_| FailureCode::HandshakeFailed)?;
+    let head = read_head(stream).await?;
+    match parse_status(&head) {
+        Some(200..=299) => Ok(()),
+        Some(407) => Err(FailureCode::AuthRejected),
+        Some(502..=504) => Err(FailureCode::TargetUnreachable),
+        _ => Err(FailureCode::HandshakeFailed),
+    }
+}
+
+/// Reads up to the blank line ending an HTTP head, one byte at a time so that no
+/// tunnel byte is consumed. Bounded by [`MAX_HEAD`].
+async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Vec<u8>, FailureCode> {
+    let mut head = Vec::with_capacity(128);
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() >= MAX_HEAD {
+            return Err(FailureCode::HandshakeFailed);
+        }
+        match stream.read(&mut byte).await {
+            Ok(1) => head.push(byte[0]),
+            _ => return Err(FailureCode::HandshakeFailed),
+        }
+    }
+    Ok(head)
+}
+
+/// The status code of an HTTP/1.x response head.
+pub fn parse_status(head: &[u8]) -> Option<u16> {
+    let line = head.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let mut parts = line.split_whitespace();
+    let version = parts.next()?;
+    if !version.starts_with("HTTP/1.") {
+        return None;
+    }
+    parts.next()?.parse().ok()
+}
+
+/// SOCKS5 greeting, optional username/password sub-negotiation, and `CONNECT`.
+pub async fn socks5_connect<S>(
+    stream: &mut S,
+    host: &str,
+    port: u16,
+    creds: Option<&ProxyCredentials>,
+) -> Result<(), FailureCode>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let fail = |_| FailureCode::HandshakeFailed;
+    let method = if creds.is_some() { 2u8 } else { 0u8 };
+    stream.write_all(&[5, 1, method]).await.map_err(fail)?;
+    let mut reply = [0u8; 2];
+    stream.read_exact(&mut reply).await.map_err(fail)?;
+    if reply[0] != 5 {
+        return Err(FailureCode::HandshakeFailed);
+    }
+    if reply[1] == 0xff {
+        return Err(FailureCode::AuthRejected);
+    }
+    if reply[1] != method {
+        return Err(FailureCode::HandshakeFailed);
+    }
+    if let Some(c) = creds {
+        let (user, pass) = (c.username.as_bytes(), c.password.as_bytes());
+        let (Ok(ulen), Ok(plen)) = (u8::try_from(user.len()), u8::try_from(pass.len())) else {
+            return Err(FailureCode::AuthRejected);
+        };
+        let mut msg = Vec::with_capacity(3 + user.len() + pass.len());
+        msg.push(1);
+        msg.push(ulen);
+        msg.extend_from_slice(user);
+        msg.push(plen);
+        msg.extend_from_slice(pass);
+        stream.write_all(&msg).await.map_err(fail)?;
+        let mut status = [0u8; 2];
+        stream.read_exact(&mut status).await.map_err(fail)?;
+        if status[1] != 0 {
+            return Err(FailureCode::AuthRejected);
+        }
+    }
+    let mut req = vec![5, 1, 0];
+    match host.parse::<IpAddr>() {
+        Ok(IpAddr::V4(v4)) => {
+            req.push(1);
+            req.extend_from_slice(&v4.octets());
+        }
+        Ok(IpAddr::V6(v6)) => {
+            req.push(4);
+            req.extend_from_slice(&v6.octets());
+        }
+        Err(_) => {
+            let len = u8::try_from(host.len()).map_err(|_| FailureCode::CheckerError)?;
+            req.push(3);
+            req.push(len);
+            req.extend_from_slice(host.as_bytes());
+        }
+    }
+    req.extend_from_slice(&port.to_be_bytes());
+    stream.write_all(&req).await.map_err(fail)?;
+    let mut head = [0u8; 4];
+    stream.read_exact(&mut head).await.map_err(fail)?;
+    if head[0] != 5 {
+        return Err(FailureCode::HandshakeFailed);
+    }
+    match head[1] {
+        0 => {}
+        1 | 3..=6 => return Err(FailureCode::TargetUnreachable),
+        _ => return Err(FailureCode::HandshakeFailed),
+    }
+    let addr_len = match head[3] {
+        1 => 4,
+        4 => 16,
+        3 => {
+            let mut len = [0u8; 1];
+            stream.read_exact(&mut len).await.map_err(fail)?;
+            usize::from(len[0])
+        }
+        _ => return Err(FailureCode::HandshakeFailed),
+    };
+    let mut rest = vec![0u8; addr_len + 2];
+    stream.read_exact(&mut rest).await.map_err(fail)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::duplex;
+
+    #[test]
+    fn status_lines() {
+        assert_eq!(
+            parse_status(b"HTTP/1.1 200 Connection established\r\n\r\n"),
+            Some(200)
+        );
+        assert_eq!(parse_status(b"HTTP/1.0 407 x\r\n"), Some(407));
+        assert_eq!(parse_status(b"SSH-2.0\r\n"), None);
+        assert_eq!(parse_status(b""), None);
+        assert_eq!(parse_status(b"HTTP/1.1 abc\r\n"), None);
+    }
+
+    #[tokio::test]
+    async fn oversized_connect_head_is_refused() {
+        let (mut client, mut server) = duplex(64 * 1024);
+        let junk = vec![b'a'; MAX_HEAD + 10];
+        server.write_all(&junk).await.unwrap();
+        let err = http_connect(&mut client, "h", 1, None).await.unwrap_err();
+        assert_eq!(err, FailureCode::HandshakeFailed);
+    }
+
+    #[tokio::test]
+    async fn socks5_garbage_and_rejections() {
+        for (answer, want) in [
+            (&[4u8, 0][..], FailureCode::HandshakeFailed),
+            (&[5, 0xff], FailureCode::AuthRejected),
+            (&[5, 2, 1, 1], FailureCode::AuthRejected),
+            (&[5, 2, 1, 0, 5, 5, 0, 1], FailureCode::TargetUnreachable),
+            (&[5, 2, 1, 0, 5, 0, 0, 9], FailureCode::HandshakeFailed),
+            (&[5], FailureCode::HandshakeFailed),
+        ] {
+            let (mut client, mut server) = duplex(1024);
+            server.write_all(answer).await.unwrap();
+            server.shutdown().await.unwrap();
+            let creds = ProxyCredentials {
+                username: "u".into(),
+                password: "p".into(),
+            };
+            let err = socks5_connect(&mut client, "127.0.0.1", 80, Some(&creds))
+                .await
+                .unwrap_err();
+            assert_eq!(err, want, "{answer:?}");
+            drop(server);
+        }
+    }
+
+    #[test]
+    fn basic_auth_encodes() {
+        let c = ProxyCredentials {
+            username: "u".into(),
+            password: "p".into(),
+        };
+        assert_eq!(basic_auth(&c), "Basic dTpw");
+    }
+}

@@ -1,0 +1,26 @@
+//! `proxy-pool-checker`: probes vendor proxies *through* the proxy — BASIC (connect +
+//! HTTP `CONNECT` / SOCKS5 handshake with the vendor credentials), EGRESS (which
+//! address a target sees, and whether ours leaks), TARGET (a routing's target is
+//! reachable) — and returns observations. It never decides health: the controller's
+//! reducer does.
+//!
+//! Structure: [`ports`] (task source, observation sink, prober), [`NetProber`] (real
+//! sockets), [`runner::run`] (bounded concurrency, deadlines, graceful shutdown),
+//! [`memory`] (in-process bindings). It never logs a credential and nothing is
+//! logged above DEBUG per probe.
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod handshake;
+pub mod memory;
+pub mod model;
+pub mod ports;
+pub mod prober;
+pub mod runner;
+
+pub use memory::{MemorySink, MemorySource};
+pub use model::{
+    Check, FailureCode, Observation, ProbeTask, ProxyCredentials, ProxyProtocol, Tier,
+};
+pub use ports::{BindingError, ObservationSink, Prober, TaskSource};
+pub use prober::{NetProber, ProberOptions};
+pub use runner::{RunStats, RunnerOptions, run};

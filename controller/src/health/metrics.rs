@@ -1,0 +1,77 @@
+//! Prometheus counters of health checking. Labels are bounded: `tier`, `result`,
+//! `state` (fixed code sets).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ObservationLabels {
+    tier: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+}
+
+/// Health counters. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct HealthMetrics {
+    observations: Family<ObservationLabels, Counter>,
+    verdicts: Family<StateLabels, Counter>,
+    ignored_tasks: Counter,
+    announce_dropped: Counter,
+}
+
+impl HealthMetrics {
+    /// Registers every metric under `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "health_observations",
+            "Checker observations by tier and result",
+            self.observations.clone(),
+        );
+        registry.register(
+            "health_verdicts",
+            "Health verdicts applied to the pool, by resulting state",
+            self.verdicts.clone(),
+        );
+        registry.register(
+            "health_ignored_tasks",
+            "Task reports ignored (unknown, duplicate or late)",
+            self.ignored_tasks.clone(),
+        );
+        registry.register(
+            "health_announce_dropped",
+            "Proxies not tracked because the planner was full",
+            self.announce_dropped.clone(),
+        );
+    }
+
+    pub(crate) fn observation(&self, tier: &'static str, success: bool) {
+        let result = if success { "success" } else { "failure" };
+        self.observations
+            .get_or_create(&ObservationLabels { tier, result })
+            .inc();
+    }
+
+    pub(crate) fn verdict(&self, state: &'static str) {
+        self.verdicts.get_or_create(&StateLabels { state }).inc();
+    }
+
+    pub(crate) fn ignored_tasks(&self, n: u32) {
+        self.ignored_tasks.inc_by(u64::from(n));
+    }
+
+    pub(crate) fn announce_dropped(&self, n: u32) {
+        self.announce_dropped.inc_by(u64::from(n));
+    }
+
+    /// Verdicts applied that left proxies in `state` (e.g. `AVAILABLE`).
+    pub fn verdicts(&self, state: &'static str) -> u64 {
+        self.verdicts.get_or_create(&StateLabels { state }).get()
+    }
+}

@@ -1,0 +1,24 @@
+//! Health: the reducer that turns checker observations (BASIC / EGRESS / TARGET)
+//! into AVAILABLE / SUSPECT / UNHEALTHY, and the planner that decides which proxies
+//! need which checks when. The control plane hands tasks to checkers and their
+//! observations back through [`TaskSource`] and [`ObservationSink`]; verdicts reach
+//! the pool only through `HealthStore::apply_health`, from one writer.
+//!
+//! It owns thresholds, schedules and the per-proxy streaks (in memory: a controller
+//! restart starts every streak afresh). It never probes anything itself and never
+//! logs proxy credentials (tasks carry them to the checker, nothing prints them).
+
+mod metrics;
+mod model;
+mod planner;
+mod reducer;
+mod service;
+
+pub use metrics::HealthMetrics;
+pub use model::{Check, CheckTask, CheckerId, FailureCode, Observation, Tier};
+pub use planner::{Announced, Lease, MAX_TARGETS, Planner, PlannerConfig, TargetSpec, Verdict};
+pub use reducer::{Fact, HealthState, ProxyHealth, ReducerConfig, reduce};
+pub use service::{
+    HealthError, HealthService, MAX_OBSERVATIONS_PER_SUBMIT, ObservationSink, SubmitReport,
+    TaskSource,
+};

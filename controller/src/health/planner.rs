@@ -1,0 +1,476 @@
+//! The task planner: which proxies need which checks when. Pure and synchronous (the
+//! caller holds it under a lock and passes "now"); bounded in every dimension.
+//!
+//! New proxies (announced by the provider) are due at once and come first, in
+//! announcement order; after each completed task a proxy is due again after the
+//! interval of its state. A leased task not reported by its deadline (plus grace) is
+//! handed out again. Reports for unknown or no-longer-leased tasks are ignored.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use activity_pool::Timestamp;
+use activity_pool::model::{HealthVerdict, ProxyId};
+
+use super::model::{Check, Observation, Tier};
+use super::reducer::{Fact, HealthState, ProxyHealth, ReducerConfig, reduce};
+
+/// A TARGET check the planner adds to every task (one per routing target).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetSpec {
+    /// Routing name.
+    pub routing: String,
+    /// Host.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+}
+
+/// Planner settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannerConfig {
+    /// Most proxies tracked; announcements beyond it are dropped (and counted).
+    pub max_tracked: usize,
+    /// Most tasks one lease call hands out.
+    pub max_tasks_per_lease: usize,
+    /// Re-check interval of AVAILABLE proxies.
+    pub recheck_interval: Duration,
+    /// Re-check interval of SUSPECT (and not yet decided) proxies.
+    pub suspect_recheck_interval: Duration,
+    /// Re-check interval of UNHEALTHY proxies.
+    pub unhealthy_recheck_interval: Duration,
+    /// Time a checker has to report a task.
+    pub task_deadline: Duration,
+    /// Extra time after the deadline before a task is handed out again.
+    pub lease_grace: Duration,
+    /// Every n-th check of a proxy includes EGRESS (1: every time, 0: never).
+    pub egress_every: u32,
+    /// TARGET checks added to every task (at most 16).
+    pub targets: Vec<TargetSpec>,
+}
+
+impl Default for PlannerConfig {
+    fn default() -> Self {
+        Self {
+            max_tracked: 100_000,
+            max_tasks_per_lease: 256,
+            recheck_interval: Duration::from_secs(15),
+            suspect_recheck_interval: Duration::from_secs(3),
+            unhealthy_recheck_interval: Duration::from_secs(30),
+            task_deadline: Duration::from_secs(10),
+            lease_grace: Duration::from_secs(2),
+            egress_every: 4,
+            targets: Vec::new(),
+        }
+    }
+}
+
+/// Most TARGET specs per task.
+pub const MAX_TARGETS: usize = 16;
+
+#[derive(Clone, Debug)]
+struct Entry {
+    health: ProxyHealth,
+    /// Key in `due` while waiting; `None` while leased.
+    due_key: Option<(Timestamp, u64)>,
+    lease: Option<(u64, Timestamp)>,
+    /// Checks of the current lease not yet reported.
+    pending: usize,
+    checks: u32,
+}
+
+/// A task handed out: the proxy and which checks to run, by when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// Task ID.
+    pub task_id: u64,
+    /// Proxy.
+    pub proxy_id: ProxyId,
+    /// Checks.
+    pub checks: Vec<Check>,
+    /// Deadline.
+    pub deadline: Timestamp,
+}
+
+/// The verdict a completed observation produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// Proxy.
+    pub proxy_id: ProxyId,
+    /// Verdict.
+    pub verdict: HealthVerdict,
+    /// Whether the observation that produced it succeeded.
+    pub success: bool,
+    /// Latency of the task's first timed check.
+    pub latency: Option<Duration>,
+    /// Failure code of the observation that produced it.
+    pub failure: Option<super::model::FailureCode>,
+}
+
+/// What an `announce` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Announced {
+    /// Newly tracked.
+    pub added: u32,
+    /// Dropped because `max_tracked` was reached.
+    pub dropped: u32,
+}
+
+/// The planner state.
+#[derive(Debug)]
+pub struct Planner {
+    cfg: PlannerConfig,
+    reducer: ReducerConfig,
+    entries: HashMap<ProxyId, Entry>,
+    due: BTreeSet<(Timestamp, u64, ProxyId)>,
+    leases: BTreeSet<(Timestamp, u64)>,
+    tasks: HashMap<u64, ProxyId>,
+    seq: u64,
+}
+
+impl Planner {
+    /// An empty planner.
+    pub fn new(mut cfg: PlannerConfig, reducer: ReducerConfig) -> Self {
+        cfg.targets.truncate(MAX_TARGETS);
+        cfg.max_tasks_per_lease = cfg.max_tasks_per_lease.max(1);
+        Self {
+            cfg,
+            reducer,
+            entries: HashMap::new(),
+            due: BTreeSet::new(),
+            leases: BTreeSet::new(),
+            tasks: HashMap::new(),
+            seq: 0,
+        }
+    }
+
+    /// Tracked proxies.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The reducer's current view of a proxy.
+    pub fn health(&self, id: &ProxyId) -> Option<ProxyHealth> {
+        self.entries.get(id).map(|e| e.health)
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn schedule(&mut self, id: &ProxyId, at: Timestamp) {
+        let seq = self.next_seq();
+        if let Some(e) = self.entries.get_mut(id) {
+            if let Some((t, s)) = e.due_key.take() {
+                self.due.remove(&(t, s, id.clone()));
+            }
+            e.due_key = Some((at, seq));
+            self.due.insert((at, seq, id.clone()));
+        }
+    }
+
+    /// Tracks new proxies (already tracked ones are left alone). They are due first.
+    pub fn announce(&mut self, ids: &[ProxyId]) -> Announced {
+        let mut out = Announced::default();
+        for id in ids {
+            if self.entries.contains_key(id) {
+                continue;
+            }
+            if self.entries.len() >= self.cfg.max_tracked {
+                out.dropped += 1;
+                continue;
+            }
+            self.entries.insert(
+                id.clone(),
+                Entry {
+                    health: ProxyHealth::default(),
+                    due_key: None,
+                    lease: None,
+                    pending: 0,
+                    checks: 0,
+                },
+            );
+            self.schedule(id, Timestamp(0));
+            out.added += 1;
+        }
+        out
+    }
+
+    /// Stops tracking a proxy (gone from the pool, extracted, removed, expired).
+    pub fn forget(&mut self, id: &ProxyId) {
+        if let Some(e) = self.entries.remove(id) {
+            if let Some((t, s)) = e.due_key {
+                self.due.remove(&(t, s, id.clone()));
+            }
+            if let Some((task, deadline)) = e.lease {
+                self.leases.remove(&(deadline, task));
+                self.tasks.remove(&task);
+            }
+        }
+    }
+
+    /// Puts a leased proxy back to be due at `at` without a verdict (e.g. the task
+    /// could not be built).
+    pub fn release(&mut self, task_id: u64, at: Timestamp) {
+        if let Some(id) = self.tasks.remove(&task_id) {
+            if let Some(e) = self.entries.get_mut(&id)
+                && let Some((task, deadline)) = e.lease.take()
+            {
+                self.leases.remove(&(deadline, task));
+            }
+            self.schedule(&id, at);
+        }
+    }
+
+    /// Hands out up to `max` due tasks with the checks of the given tiers.
+    pub fn lease(&mut self, now: Timestamp, max: usize, tiers: &[Tier]) -> Vec<Lease> {
+        self.reclaim(now);
+        let max = max.min(self.cfg.max_tasks_per_lease);
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some(first) = self.due.first().cloned() else {
+                break;
+            };
+            if first.0 > now {
+                break;
+            }
+            self.due.remove(&first);
+            let (_, _, id) = first;
+            let task_id = self.next_seq();
+            let deadline = now.plus(self.cfg.task_deadline);
+            let Some(e) = self.entries.get_mut(&id) else {
+                continue;
+            };
+            e.due_key = None;
+            e.lease = Some((task_id, deadline));
+            let n = e.checks;
+            e.checks = e.checks.saturating_add(1);
+            let checks = Self::checks(&self.cfg, n, tiers);
+            e.pending = checks.len();
+            self.leases.insert((deadline, task_id));
+            self.tasks.insert(task_id, id.clone());
+            out.push(Lease {
+                task_id,
+                proxy_id: id,
+                checks,
+                deadline,
+            });
+        }
+        out
+    }
+
+    fn checks(cfg: &PlannerConfig, n: u32, tiers: &[Tier]) -> Vec<Check> {
+        let mut checks = vec![Check::Basic];
+        let every = cfg.egress_every;
+        if tiers.contains(&Tier::Egress) && every > 0 && n.is_multiple_of(every) {
+            checks.push(Check::Egress);
+        }
+        if tiers.contains(&Tier::Target) {
+            checks.extend(cfg.targets.iter().map(|t| Check::Target {
+                routing: t.routing.clone(),
+                host: t.host.clone(),
+                port: t.port,
+            }));
+        }
+        checks
+    }
+
+    /// Re-queues tasks whose deadline plus grace has passed.
+    fn reclaim(&mut self, now: Timestamp) {
+        let cutoff = now.minus(self.cfg.lease_grace);
+        while let Some(&(deadline, task)) = self.leases.first() {
+            if deadline > cutoff {
+                break;
+            }
+            self.release(task, now);
+        }
+    }
+
+    /// Applies observations of a task (in order). A task's checks may be reported
+    /// together or across several calls; the proxy is rescheduled once every check is
+    /// in, a BASIC check failed, or an empty report says the checker gave up. Returns
+    /// the verdicts to write, or `None` if the task is unknown, finished, or late.
+    pub fn complete(
+        &mut self,
+        now: Timestamp,
+        task_id: u64,
+        observations: &[Observation],
+    ) -> Option<Vec<Verdict>> {
+        let id = self.tasks.get(&task_id)?.clone();
+        let entry = self.entries.get(&id)?;
+        let (_, deadline) = entry.lease?;
+        if now > deadline.plus(self.cfg.lease_grace) {
+            return None;
+        }
+        let mut health = entry.health;
+        let mut verdicts = Vec::new();
+        let mut done = observations.is_empty();
+        let latency = observations.iter().find_map(|o| o.latency);
+        let mine: Vec<&Observation> = observations.iter().filter(|o| o.proxy_id == id).collect();
+        for o in &mine {
+            let fact = Fact {
+                tier: o.tier,
+                success: o.success,
+                failure: o.failure,
+            };
+            let (next, verdict) = reduce(&self.reducer, health, fact);
+            health = next;
+            done |= o.tier == Tier::Basic && !o.success;
+            if let Some(v) = verdict {
+                verdicts.push(Verdict {
+                    proxy_id: id.clone(),
+                    verdict: v,
+                    success: o.success,
+                    latency,
+                    failure: o.failure,
+                });
+            }
+        }
+        let e = self.entries.get_mut(&id)?;
+        e.health = health;
+        e.pending = e.pending.saturating_sub(mine.len());
+        if done || e.pending == 0 {
+            e.lease = None;
+            self.tasks.remove(&task_id);
+            self.leases.remove(&(deadline, task_id));
+            let interval = match health.state {
+                HealthState::Available => self.cfg.recheck_interval,
+                HealthState::Unhealthy => self.cfg.unhealthy_recheck_interval,
+                HealthState::Suspect | HealthState::Unchecked => self.cfg.suspect_recheck_interval,
+            };
+            self.schedule(&id, now.plus(interval));
+        }
+        // Only the last verdict of a report matters to the pool.
+        Some(verdicts.pop().into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::model::FailureCode;
+
+    fn id(s: &str) -> ProxyId {
+        ProxyId::new(s).unwrap()
+    }
+
+    fn obs(task: u64, p: &str, success: bool) -> Observation {
+        Observation {
+            task_id: task,
+            proxy_id: id(p),
+            tier: Tier::Basic,
+            routing: None,
+            success,
+            latency: None,
+            failure: (!success).then_some(FailureCode::ConnectRefused),
+            egress: None,
+        }
+    }
+
+    const ALL: [Tier; 3] = [Tier::Basic, Tier::Egress, Tier::Target];
+
+    #[test]
+    fn new_proxies_first_then_rechecks_by_state() {
+        let cfg = PlannerConfig {
+            egress_every: 2,
+            recheck_interval: Duration::from_secs(5),
+            ..PlannerConfig::default()
+        };
+        let mut p = Planner::new(cfg, ReducerConfig::default());
+        let t0 = Timestamp(1_000_000);
+        p.announce(&[id("a"), id("b")]);
+        let leases = p.lease(t0, 10, &ALL);
+        assert_eq!(
+            leases
+                .iter()
+                .map(|l| l.proxy_id.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        assert_eq!(leases[0].checks, vec![Check::Basic, Check::Egress]);
+        assert!(
+            p.lease(t0, 10, &ALL).is_empty(),
+            "leased tasks are not handed out twice"
+        );
+        let t = leases[0].task_id;
+        let v = p.complete(t0, t, &[obs(t, "a", true)]).unwrap();
+        assert_eq!(v[0].verdict, HealthVerdict::Available);
+        let egress = Observation {
+            tier: Tier::Egress,
+            ..obs(t, "a", true)
+        };
+        assert!(
+            p.complete(t0, t, &[egress]).is_some(),
+            "checks may come in separate reports"
+        );
+        assert!(
+            p.complete(t0, leases[0].task_id, &[]).is_none(),
+            "second report ignored"
+        );
+        p.announce(&[id("c"), id("a")]);
+        let leases2 = p.lease(t0, 10, &ALL);
+        assert_eq!(leases2.len(), 1);
+        assert_eq!(leases2[0].proxy_id, id("c"));
+        let later = t0.plus(Duration::from_secs(5));
+        let again = p.lease(later, 10, &[Tier::Basic]);
+        assert_eq!(
+            again.len(),
+            1,
+            "a is due after the recheck interval; b is still leased"
+        );
+        assert_eq!(again[0].checks, vec![Check::Basic]);
+    }
+
+    #[test]
+    fn unreported_tasks_are_reclaimed_and_late_reports_ignored() {
+        let mut p = Planner::new(PlannerConfig::default(), ReducerConfig::default());
+        let t0 = Timestamp(1_000_000);
+        p.announce(&[id("a")]);
+        let l = p.lease(t0, 1, &ALL).remove(0);
+        let late = t0.plus(Duration::from_secs(13));
+        let again = p.lease(late, 1, &ALL);
+        assert_eq!(again.len(), 1);
+        assert!(
+            p.complete(late, l.task_id, &[obs(l.task_id, "a", true)])
+                .is_none()
+        );
+        assert!(
+            p.complete(late, again[0].task_id, &[obs(again[0].task_id, "a", true)])
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn tracking_is_bounded_and_forget_cleans_up() {
+        let cfg = PlannerConfig {
+            max_tracked: 2,
+            ..PlannerConfig::default()
+        };
+        let mut p = Planner::new(cfg, ReducerConfig::default());
+        let a = p.announce(&[id("a"), id("b"), id("c")]);
+        assert_eq!((a.added, a.dropped), (2, 1));
+        let l = p.lease(Timestamp(1), 5, &ALL);
+        p.forget(&id("a"));
+        assert!(p.complete(Timestamp(1), l[0].task_id, &[]).is_none());
+        assert_eq!(p.len(), 1);
+        assert_eq!(p.announce(&[id("c")]).added, 1);
+    }
+
+    #[test]
+    fn lease_size_is_bounded() {
+        let cfg = PlannerConfig {
+            max_tasks_per_lease: 3,
+            ..PlannerConfig::default()
+        };
+        let mut p = Planner::new(cfg, ReducerConfig::default());
+        let ids: Vec<ProxyId> = (0..10).map(|i| id(&format!("p{i}"))).collect();
+        p.announce(&ids);
+        assert_eq!(p.lease(Timestamp(1), 100, &ALL).len(), 3);
+    }
+}

@@ -1,0 +1,405 @@
+//! The health reducer's pure core: one proxy's health facts plus one observation give
+//! the next facts and, when the pool must hear about it, a verdict. No I/O, no clock.
+//!
+//! | state now   | observation                          | next state                          | verdict sent |
+//! |-------------|--------------------------------------|-------------------------------------|--------------|
+//! | any         | checker error                        | unchanged                           | no           |
+//! | UNCHECKED   | success                              | AVAILABLE                           | yes          |
+//! | AVAILABLE   | success                              | AVAILABLE (freshness)               | yes          |
+//! | SUSPECT     | success                              | AVAILABLE (SUSPECT if targets fail) | yes          |
+//! | UNHEALTHY   | success, `recover_after` in a row     | AVAILABLE                           | yes          |
+//! | UNHEALTHY   | success, fewer in a row              | UNHEALTHY                           | yes          |
+//! | any         | failure, streak ≥ `unhealthy_after`  | UNHEALTHY                           | on change    |
+//! | any ≠ UNH.  | failure, streak ≥ `suspect_after`    | SUSPECT                             | on change    |
+//! | any         | failure, streak below both           | unchanged                           | no           |
+//! | any         | EGRESS `client_leaked` (if enabled)  | UNHEALTHY                           | on change    |
+//! | AVAILABLE   | TARGET unreachable, ≥ `target_suspect_after` in a row | SUSPECT            | on change    |
+
+use std::num::NonZeroU32;
+
+use activity_pool::model::HealthVerdict;
+
+use super::model::{FailureCode, Tier};
+
+/// Thresholds of the reducer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReducerConfig {
+    /// Consecutive connectivity failures that make a proxy SUSPECT (N).
+    pub suspect_after: NonZeroU32,
+    /// Consecutive connectivity failures that make it UNHEALTHY (M ≥ N).
+    pub unhealthy_after: NonZeroU32,
+    /// Consecutive successes that bring an UNHEALTHY proxy back (0: never).
+    pub recover_after: u32,
+    /// An EGRESS check that sees the checker's own address makes the proxy UNHEALTHY.
+    pub unhealthy_on_leak: bool,
+    /// Consecutive TARGET failures (with working BASIC) that make it SUSPECT.
+    pub target_suspect_after: NonZeroU32,
+}
+
+impl Default for ReducerConfig {
+    fn default() -> Self {
+        Self {
+            suspect_after: NonZeroU32::MIN,
+            unhealthy_after: NonZeroU32::MIN.saturating_add(2),
+            recover_after: 2,
+            unhealthy_on_leak: true,
+            target_suspect_after: NonZeroU32::MIN.saturating_add(2),
+        }
+    }
+}
+
+impl ReducerConfig {
+    /// Checks `suspect_after ≤ unhealthy_after`.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.unhealthy_after < self.suspect_after {
+            return Err("health.unhealthyAfter must be >= health.suspectAfter".into());
+        }
+        Ok(())
+    }
+}
+
+/// The reducer's view of a proxy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HealthState {
+    /// Fetched, no verdict yet.
+    #[default]
+    Unchecked,
+    /// AVAILABLE.
+    Available,
+    /// SUSPECT.
+    Suspect,
+    /// UNHEALTHY.
+    Unhealthy,
+}
+
+impl HealthState {
+    fn verdict(self) -> Option<HealthVerdict> {
+        match self {
+            Self::Unchecked => None,
+            Self::Available => Some(HealthVerdict::Available),
+            Self::Suspect => Some(HealthVerdict::Suspect),
+            Self::Unhealthy => Some(HealthVerdict::Unhealthy),
+        }
+    }
+}
+
+/// Health facts the reducer keeps per proxy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProxyHealth {
+    /// Current state.
+    pub state: HealthState,
+    /// Connectivity failures in a row.
+    pub failures: u32,
+    /// Successes in a row.
+    pub successes: u32,
+    /// TARGET failures in a row.
+    pub target_failures: u32,
+}
+
+/// The part of an observation the reducer looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fact {
+    /// Tier.
+    pub tier: Tier,
+    /// Passed.
+    pub success: bool,
+    /// Failure code.
+    pub failure: Option<FailureCode>,
+}
+
+/// Reduces one observation. Returns the next facts and the verdict to send, if any.
+pub fn reduce(
+    cfg: &ReducerConfig,
+    prev: ProxyHealth,
+    fact: Fact,
+) -> (ProxyHealth, Option<HealthVerdict>) {
+    let mut next = prev;
+    if !fact.success && fact.failure == Some(FailureCode::CheckerError) {
+        return (prev, None);
+    }
+    if fact.success {
+        next.failures = 0;
+        next.successes = next.successes.saturating_add(1);
+        if fact.tier == Tier::Target {
+            next.target_failures = 0;
+        }
+        let targets_bad = next.target_failures >= cfg.target_suspect_after.get();
+        next.state = match prev.state {
+            HealthState::Unhealthy
+                if cfg.recover_after == 0 || next.successes < cfg.recover_after =>
+            {
+                HealthState::Unhealthy
+            }
+            _ if targets_bad => HealthState::Suspect,
+            _ => HealthState::Available,
+        };
+        return (next, next.state.verdict());
+    }
+    next.successes = 0;
+    let leaked = fact.failure == Some(FailureCode::ClientLeaked);
+    if leaked && cfg.unhealthy_on_leak {
+        next.state = HealthState::Unhealthy;
+    } else if fact.tier == Tier::Target && fact.failure == Some(FailureCode::TargetUnreachable) {
+        next.target_failures = next.target_failures.saturating_add(1);
+        if next.target_failures >= cfg.target_suspect_after.get()
+            && prev.state == HealthState::Available
+        {
+            next.state = HealthState::Suspect;
+        }
+    } else {
+        next.failures = next.failures.saturating_add(1);
+        if next.failures >= cfg.unhealthy_after.get() {
+            next.state = HealthState::Unhealthy;
+        } else if next.failures >= cfg.suspect_after.get() && prev.state != HealthState::Unhealthy {
+            next.state = HealthState::Suspect;
+        }
+    }
+    let verdict = if next.state == prev.state {
+        None
+    } else {
+        next.state.verdict()
+    };
+    (next, verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cfg(n: u32, m: u32) -> ReducerConfig {
+        ReducerConfig {
+            suspect_after: NonZeroU32::new(n).unwrap(),
+            unhealthy_after: NonZeroU32::new(m).unwrap(),
+            ..ReducerConfig::default()
+        }
+    }
+
+    const OK: Fact = Fact {
+        tier: Tier::Basic,
+        success: true,
+        failure: None,
+    };
+    const FAIL: Fact = Fact {
+        tier: Tier::Basic,
+        success: false,
+        failure: Some(FailureCode::ConnectRefused),
+    };
+
+    fn run(cfg: &ReducerConfig, facts: &[Fact]) -> (ProxyHealth, Vec<Option<HealthVerdict>>) {
+        let mut h = ProxyHealth::default();
+        let mut out = Vec::new();
+        for f in facts {
+            let (n, v) = reduce(cfg, h, *f);
+            h = n;
+            out.push(v);
+        }
+        (h, out)
+    }
+
+    #[test]
+    fn the_state_table() {
+        let c = cfg(2, 4);
+        use HealthVerdict::*;
+        let (h, v) = run(&c, &[OK, FAIL, FAIL, FAIL, FAIL, OK, OK, FAIL, FAIL, OK]);
+        assert_eq!(
+            v,
+            vec![
+                Some(Available),
+                None,
+                Some(Suspect),
+                None,
+                Some(Unhealthy),
+                Some(Unhealthy),
+                Some(Available),
+                None,
+                Some(Suspect),
+                Some(Available)
+            ]
+        );
+        assert_eq!(h.state, HealthState::Available);
+    }
+
+    #[test]
+    fn fresh_proxy_failing_goes_straight_to_the_thresholds() {
+        let (h, v) = run(&cfg(1, 2), &[FAIL, FAIL]);
+        assert_eq!(
+            v,
+            vec![Some(HealthVerdict::Suspect), Some(HealthVerdict::Unhealthy)]
+        );
+        assert_eq!(h.failures, 2);
+    }
+
+    #[test]
+    fn leak_is_unhealthy_and_checker_errors_are_ignored() {
+        let c = cfg(2, 4);
+        let leak = Fact {
+            tier: Tier::Egress,
+            success: false,
+            failure: Some(FailureCode::ClientLeaked),
+        };
+        let err = Fact {
+            tier: Tier::Basic,
+            success: false,
+            failure: Some(FailureCode::CheckerError),
+        };
+        let (h, v) = run(&c, &[OK, err, err, err, leak]);
+        assert_eq!(
+            v,
+            vec![
+                Some(HealthVerdict::Available),
+                None,
+                None,
+                None,
+                Some(HealthVerdict::Unhealthy)
+            ]
+        );
+        assert_eq!(h.state, HealthState::Unhealthy);
+    }
+
+    #[test]
+    fn target_failures_make_suspect_and_target_success_clears() {
+        let c = cfg(2, 4);
+        let tf = Fact {
+            tier: Tier::Target,
+            success: false,
+            failure: Some(FailureCode::TargetUnreachable),
+        };
+        let ts = Fact {
+            tier: Tier::Target,
+            success: true,
+            failure: None,
+        };
+        let (h, v) = run(&c, &[OK, tf, tf, tf, OK, ts]);
+        assert_eq!(v[3], Some(HealthVerdict::Suspect));
+        assert_eq!(
+            v[4],
+            Some(HealthVerdict::Suspect),
+            "basic success does not clear target trouble"
+        );
+        assert_eq!(v[5], Some(HealthVerdict::Available));
+        assert_eq!(h.target_failures, 0);
+    }
+
+    #[test]
+    fn unhealthy_stays_when_recovery_is_disabled() {
+        let c = ReducerConfig {
+            recover_after: 0,
+            ..cfg(1, 1)
+        };
+        let (h, _) = run(&c, &[FAIL, OK, OK, OK, OK]);
+        assert_eq!(h.state, HealthState::Unhealthy);
+    }
+
+    fn fact() -> impl Strategy<Value = Fact> {
+        let tier = prop_oneof![Just(Tier::Basic), Just(Tier::Egress), Just(Tier::Target)];
+        let code = prop_oneof![
+            Just(None),
+            Just(Some(FailureCode::ConnectRefused)),
+            Just(Some(FailureCode::Timeout)),
+            Just(Some(FailureCode::ClientLeaked)),
+            Just(Some(FailureCode::TargetUnreachable)),
+            Just(Some(FailureCode::CheckerError)),
+        ];
+        (tier, any::<bool>(), code).prop_map(|(tier, success, failure)| Fact {
+            tier,
+            success,
+            failure: if success {
+                None
+            } else {
+                failure.or(Some(FailureCode::HandshakeFailed))
+            },
+        })
+    }
+
+    /// A deliberately naive model: recompute everything from the whole history.
+    fn model(c: &ReducerConfig, facts: &[Fact]) -> HealthState {
+        let relevant: Vec<&Fact> = facts
+            .iter()
+            .filter(|f| f.failure != Some(FailureCode::CheckerError))
+            .collect();
+        let mut state = HealthState::Unchecked;
+        for (i, f) in relevant.iter().enumerate() {
+            let hist = &relevant[..=i];
+            let conn_fail = |f: &&&Fact| {
+                let leak = f.failure == Some(FailureCode::ClientLeaked) && c.unhealthy_on_leak;
+                let target =
+                    f.tier == Tier::Target && f.failure == Some(FailureCode::TargetUnreachable);
+                !(f.success || leak || target)
+            };
+            let is_target_fail = |f: &&&Fact| {
+                f.tier == Tier::Target && f.failure == Some(FailureCode::TargetUnreachable)
+            };
+            // trailing run of connectivity failures, skipping target failures and leaks
+            let streak = hist
+                .iter()
+                .rev()
+                .take_while(|f| !f.success)
+                .filter(conn_fail)
+                .count() as u32;
+            let tstreak = hist
+                .iter()
+                .rev()
+                .take_while(|f| !(f.success && f.tier == Tier::Target))
+                .filter(is_target_fail)
+                .count() as u32;
+            let wins = hist.iter().rev().take_while(|f| f.success).count() as u32;
+            state = if f.success {
+                if state == HealthState::Unhealthy
+                    && (c.recover_after == 0 || wins < c.recover_after)
+                {
+                    HealthState::Unhealthy
+                } else if tstreak >= c.target_suspect_after.get() {
+                    HealthState::Suspect
+                } else {
+                    HealthState::Available
+                }
+            } else if f.failure == Some(FailureCode::ClientLeaked) && c.unhealthy_on_leak {
+                HealthState::Unhealthy
+            } else if is_target_fail(&f) {
+                if tstreak >= c.target_suspect_after.get() && state == HealthState::Available {
+                    HealthState::Suspect
+                } else {
+                    state
+                }
+            } else if streak >= c.unhealthy_after.get() {
+                HealthState::Unhealthy
+            } else if streak >= c.suspect_after.get() && state != HealthState::Unhealthy {
+                HealthState::Suspect
+            } else {
+                state
+            };
+        }
+        state
+    }
+
+    proptest! {
+        #[test]
+        fn reducer_matches_the_model(
+            n in 1u32..4, extra in 0u32..3, recover in 0u32..3,
+            facts in proptest::collection::vec(fact(), 0..40),
+        ) {
+            let c = ReducerConfig { recover_after: recover, ..cfg(n, n + extra) };
+            let mut h = ProxyHealth::default();
+            for (i, f) in facts.iter().enumerate() {
+                let (next, verdict) = reduce(&c, h, *f);
+                prop_assert_eq!(next.state, model(&c, &facts[..=i]), "after {:?}", &facts[..=i]);
+                // a verdict always names the state it leaves the proxy in
+                if let Some(v) = verdict {
+                    prop_assert_eq!(Some(v), next.state.verdict());
+                }
+                // successes always report (freshness); failures only on change
+                if f.success { prop_assert_eq!(verdict, next.state.verdict()); }
+                else if next.state == h.state { prop_assert_eq!(verdict, None); }
+                // never AVAILABLE with a failure streak at the threshold
+                if next.state == HealthState::Available {
+                    prop_assert!(next.failures < c.suspect_after.get());
+                }
+                if next.failures >= c.unhealthy_after.get() {
+                    prop_assert_eq!(next.state, HealthState::Unhealthy);
+                }
+                h = next;
+            }
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! The health service: the planner and reducer behind the two hand-off ports the
+//! control plane serves to checkers ([`TaskSource`], [`ObservationSink`]), and the
+//! announcer the provider reconciler feeds. Verdicts reach the pool through
+//! [`HealthStore::apply_health`] in batches, by one writer at a time.
+
+use std::sync::Arc;
+
+use activity_pool::model::{HealthResult, HealthUpdate, ProxyId, ProxyState, UpstreamId};
+use activity_pool::options::MAX_UPDATE_BATCH;
+use activity_pool::ports::{HealthStore, ProxyCatalog};
+use activity_pool::{Clock, PoolError};
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use tracing::debug;
+
+use super::metrics::HealthMetrics;
+use super::model::{CheckTask, CheckerId, Observation, Tier};
+use super::planner::{Lease, Planner, PlannerConfig, Verdict};
+use super::reducer::ReducerConfig;
+use crate::provider::ProxyAnnouncer;
+
+/// Most observations one `submit` call takes.
+pub const MAX_OBSERVATIONS_PER_SUBMIT: usize = 4_096;
+
+/// Errors of the health hand-off.
+#[derive(Debug, thiserror::Error)]
+pub enum HealthError {
+    /// The pool failed; retryable when the pool error is.
+    #[error("pool: {0}")]
+    Pool(#[from] PoolError),
+    /// The call exceeds a limit.
+    #[error("{what} exceeds the limit of {limit}")]
+    TooLarge {
+        /// What.
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// What a `submit` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SubmitReport {
+    /// Tasks whose observations were applied.
+    pub accepted_tasks: u32,
+    /// Tasks ignored (unknown, already reported, or late).
+    pub ignored_tasks: u32,
+    /// Verdicts written to the pool.
+    pub verdicts: u32,
+}
+
+/// Hands check tasks to checkers (called by the control plane's `CheckerControlPlane`).
+#[async_trait]
+pub trait TaskSource: Send + Sync {
+    /// Up to `max` tasks for `checker`, limited to the `tiers` it supports; empty when
+    /// nothing is due (the caller waits and asks again).
+    async fn next_tasks(
+        &self,
+        checker: &CheckerId,
+        max: usize,
+        tiers: &[Tier],
+    ) -> Result<Vec<CheckTask>, HealthError>;
+}
+
+/// Takes checker observations (called by the control plane's `CheckerControlPlane`).
+#[async_trait]
+pub trait ObservationSink: Send + Sync {
+    /// Applies a batch of observations; a task's observations must arrive together.
+    async fn submit(
+        &self,
+        checker: &CheckerId,
+        observations: Vec<Observation>,
+    ) -> Result<SubmitReport, HealthError>;
+}
+
+/// The planner + reducer service.
+pub struct HealthService {
+    /// Short critical sections only, never held across `.await`.
+    planner: Mutex<Planner>,
+    /// Serialises reduce-and-write so verdicts reach the pool in reduction order
+    /// (a single writer, whatever the number of checkers).
+    writer: tokio::sync::Mutex<()>,
+    catalog: Arc<dyn ProxyCatalog>,
+    store: Arc<dyn HealthStore>,
+    clock: Arc<dyn Clock>,
+    metrics: HealthMetrics,
+}
+
+impl std::fmt::Debug for HealthService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthService")
+            .field("tracked", &self.tracked())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HealthService {
+    /// A service; fails when the reducer thresholds are inconsistent.
+    pub fn new(
+        planner: PlannerConfig,
+        reducer: ReducerConfig,
+        catalog: Arc<dyn ProxyCatalog>,
+        store: Arc<dyn HealthStore>,
+        clock: Arc<dyn Clock>,
+        metrics: HealthMetrics,
+    ) -> Result<Self, String> {
+        reducer.validate()?;
+        Ok(Self {
+            planner: Mutex::new(Planner::new(planner, reducer)),
+            writer: tokio::sync::Mutex::new(()),
+            catalog,
+            store,
+            clock,
+            metrics,
+        })
+    }
+
+    /// Tracked proxies.
+    pub fn tracked(&self) -> usize {
+        self.planner.lock().len()
+    }
+
+    /// Starts tracking proxies (also the [`ProxyAnnouncer`] entry point).
+    pub fn track(&self, ids: &[ProxyId]) {
+        let a = self.planner.lock().announce(ids);
+        if a.dropped > 0 {
+            self.metrics.announce_dropped(a.dropped);
+        }
+    }
+
+    async fn build_tasks(&self, leases: Vec<Lease>) -> Result<Vec<CheckTask>, HealthError> {
+        let ids: Vec<ProxyId> = leases.iter().map(|l| l.proxy_id.clone()).collect();
+        let records = match self.catalog.records(&ids).await {
+            Ok(r) => r,
+            Err(err) => {
+                let now = self.clock.now();
+                let mut p = self.planner.lock();
+                for l in &leases {
+                    p.release(l.task_id, now);
+                }
+                return Err(err.into());
+            }
+        };
+        let now = self.clock.now();
+        let mut tasks = Vec::with_capacity(leases.len());
+        let mut p = self.planner.lock();
+        for (lease, record) in leases.into_iter().zip(records) {
+            let record = match record {
+                Some(r) if now < r.usable_until => r,
+                _ => {
+                    p.forget(&lease.proxy_id);
+                    continue;
+                }
+            };
+            match record.state {
+                ProxyState::Extracted | ProxyState::Removed | ProxyState::Expired => {
+                    p.forget(&lease.proxy_id);
+                }
+                ProxyState::Draining => {
+                    p.release(lease.task_id, now.plus(std::time::Duration::from_secs(5)))
+                }
+                _ => tasks.push(CheckTask {
+                    task_id: lease.task_id,
+                    proxy_id: lease.proxy_id,
+                    protocol: record.protocol,
+                    host: record.host,
+                    port: record.port,
+                    credentials: record.credentials,
+                    checks: lease.checks,
+                    deadline: lease.deadline,
+                }),
+            }
+        }
+        Ok(tasks)
+    }
+
+    async fn write(&self, verdicts: Vec<Verdict>) -> Result<u32, HealthError> {
+        let mut written = 0;
+        for chunk in verdicts.chunks(MAX_UPDATE_BATCH) {
+            let updates: Vec<HealthUpdate> = chunk
+                .iter()
+                .map(|v| HealthUpdate {
+                    proxy_id: v.proxy_id.clone(),
+                    verdict: v.verdict,
+                    success: v.success,
+                    latency: v.latency,
+                    failure: v.failure.and_then(|f| f.label()),
+                })
+                .collect();
+            let results = self.store.apply_health(&updates).await?;
+            let mut p = self.planner.lock();
+            for (v, r) in chunk.iter().zip(results) {
+                match r {
+                    HealthResult::Applied(state) => {
+                        written += 1;
+                        self.metrics.verdict(state.as_str());
+                    }
+                    HealthResult::NotFound
+                    | HealthResult::Ignored(
+                        ProxyState::Extracted | ProxyState::Removed | ProxyState::Expired,
+                    ) => {
+                        p.forget(&v.proxy_id);
+                    }
+                    HealthResult::Ignored(_) => {}
+                }
+            }
+        }
+        Ok(written)
+    }
+}
+
+#[async_trait]
+impl TaskSource for HealthService {
+    async fn next_tasks(
+        &self,
+        checker: &CheckerId,
+        max: usize,
+        tiers: &[Tier],
+    ) -> Result<Vec<CheckTask>, HealthError> {
+        let leases = self.planner.lock().lease(self.clock.now(), max, tiers);
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tasks = self.build_tasks(leases).await?;
+        debug!(checker = %checker.0, tasks = tasks.len(), "check tasks leased");
+        Ok(tasks)
+    }
+}
+
+#[async_trait]
+impl ObservationSink for HealthService {
+    async fn submit(
+        &self,
+        checker: &CheckerId,
+        mut observations: Vec<Observation>,
+    ) -> Result<SubmitReport, HealthError> {
+        if observations.len() > MAX_OBSERVATIONS_PER_SUBMIT {
+            return Err(HealthError::TooLarge {
+                what: "observations",
+                limit: MAX_OBSERVATIONS_PER_SUBMIT,
+            });
+        }
+        for o in &observations {
+            self.metrics.observation(o.tier.as_str(), o.success);
+        }
+        // Group by task, keeping each task's order.
+        observations.sort_by_key(|o| o.task_id);
+        let _writer = self.writer.lock().await;
+        let now = self.clock.now();
+        let mut report = SubmitReport::default();
+        let mut verdicts = Vec::new();
+        {
+            let mut p = self.planner.lock();
+            for task in observations.chunk_by(|a, b| a.task_id == b.task_id) {
+                match p.complete(now, task[0].task_id, task) {
+                    Some(v) => {
+                        report.accepted_tasks += 1;
+                        verdicts.extend(v);
+                    }
+                    None => report.ignored_tasks += 1,
+                }
+            }
+        }
+        if report.ignored_tasks > 0 {
+            self.metrics.ignored_tasks(report.ignored_tasks);
+        }
+        report.verdicts = self.write(verdicts).await?;
+        debug!(
+            checker = %checker.0,
+            accepted = report.accepted_tasks,
+            ignored = report.ignored_tasks,
+            verdicts = report.verdicts,
+            "observations applied"
+        );
+        Ok(report)
+    }
+}
+
+impl ProxyAnnouncer for HealthService {
+    fn announce(&self, _upstream: &UpstreamId, ids: &[ProxyId]) {
+        self.track(ids);
+    }
+}

@@ -1,0 +1,140 @@
+//! Prometheus counters of the provider reconcilers. Labels are bounded: `upstream`
+//! (from configuration) and `reason` / `result` (fixed code sets).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    upstream: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    upstream: String,
+    reason: String,
+}
+
+/// Counters shared by every reconciler of a controller. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct ProviderMetrics {
+    fetches: Family<ReasonLabels, Counter>,
+    fetched: Family<UpstreamLabels, Counter>,
+    inserted: Family<UpstreamLabels, Counter>,
+    refreshed: Family<UpstreamLabels, Counter>,
+    dropped: Family<ReasonLabels, Counter>,
+    consecutive_failures: Family<UpstreamLabels, Gauge>,
+}
+
+fn up(upstream: &str) -> UpstreamLabels {
+    UpstreamLabels {
+        upstream: upstream.to_owned(),
+    }
+}
+
+fn reason(upstream: &str, reason: &str) -> ReasonLabels {
+    ReasonLabels {
+        upstream: upstream.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+impl ProviderMetrics {
+    /// Registers every metric under `registry` (prefix it with a sub-registry if wanted).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "provider_fetches",
+            "Vendor fetches by result (ok or an error kind)",
+            self.fetches.clone(),
+        );
+        registry.register(
+            "provider_fetched_proxies",
+            "Proxy entries offered by vendors",
+            self.fetched.clone(),
+        );
+        registry.register(
+            "provider_upserted_proxies",
+            "Proxies inserted into the pool (new lifetimes)",
+            self.inserted.clone(),
+        );
+        registry.register(
+            "provider_refreshed_proxies",
+            "Proxies whose lifetime a fetch refreshed",
+            self.refreshed.clone(),
+        );
+        registry.register(
+            "provider_dropped_proxies",
+            "Proxy entries not written, by reason",
+            self.dropped.clone(),
+        );
+        registry.register(
+            "provider_consecutive_failures",
+            "Failed fetches in a row (0 after a success)",
+            self.consecutive_failures.clone(),
+        );
+    }
+
+    pub(crate) fn fetch_result(&self, upstream: &str, result: &str) {
+        self.fetches.get_or_create(&reason(upstream, result)).inc();
+    }
+
+    pub(crate) fn add_fetched(&self, upstream: &str, n: u32) {
+        self.fetched
+            .get_or_create(&up(upstream))
+            .inc_by(u64::from(n));
+    }
+
+    pub(crate) fn add_upserted(&self, upstream: &str, inserted: u32, refreshed: u32) {
+        self.inserted
+            .get_or_create(&up(upstream))
+            .inc_by(u64::from(inserted));
+        self.refreshed
+            .get_or_create(&up(upstream))
+            .inc_by(u64::from(refreshed));
+    }
+
+    pub(crate) fn add_dropped(&self, upstream: &str, why: &str, n: u32) {
+        self.dropped
+            .get_or_create(&reason(upstream, why))
+            .inc_by(u64::from(n));
+    }
+
+    pub(crate) fn set_failures(&self, upstream: &str, n: u32) {
+        self.consecutive_failures
+            .get_or_create(&up(upstream))
+            .set(i64::from(n));
+    }
+
+    /// Fetches of `upstream` with `result` (`ok` or an error kind).
+    pub fn fetches(&self, upstream: &str, result: &str) -> u64 {
+        self.fetches.get_or_create(&reason(upstream, result)).get()
+    }
+
+    /// Entries offered by `upstream`'s vendor.
+    pub fn fetched(&self, upstream: &str) -> u64 {
+        self.fetched.get_or_create(&up(upstream)).get()
+    }
+
+    /// Proxies inserted for `upstream`.
+    pub fn upserted(&self, upstream: &str) -> u64 {
+        self.inserted.get_or_create(&up(upstream)).get()
+    }
+
+    /// Proxies refreshed for `upstream`.
+    pub fn refreshed(&self, upstream: &str) -> u64 {
+        self.refreshed.get_or_create(&up(upstream)).get()
+    }
+
+    /// Entries of `upstream` dropped for `why`.
+    pub fn dropped(&self, upstream: &str, why: &str) -> u64 {
+        self.dropped.get_or_create(&reason(upstream, why)).get()
+    }
+
+    /// Current failure streak of `upstream`.
+    pub fn consecutive_failures(&self, upstream: &str) -> i64 {
+        self.consecutive_failures.get_or_create(&up(upstream)).get()
+    }
+}
