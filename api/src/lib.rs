@@ -1,3 +1,5 @@
 //! Contracts shared by every Proxy Pool binary.
 //!
 //! Owns the wire and config types; never does I/O.
+
+pub mod config;

@@ -1,5 +1,217 @@
-//! `proxy-pool-controller` as a library: the parts the composition root (`main.rs`)
-//! starts. Each module owns one concern and takes its dependencies as ports.
+//! The Proxy Pool controller as a library: the composition of its parts (store,
+//! Distribution API, admin listener, static upstreams, maintenance) behind
+//! [`Controller`], so `main.rs` only parses arguments and tests drive the real thing on
+//! `127.0.0.1:0`.
+//!
+//! Nothing here binds a socket or reads the environment; listeners come in bound.
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod health;
+pub mod admin;
+pub mod distribution;
+pub mod maintenance;
+pub mod metrics;
 pub mod provider;
+pub mod redis_link;
+pub mod server;
+pub mod shutdown;
+pub mod static_upstreams;
+pub mod store;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use activity_pool::SystemClock;
+use activity_pool::model::UpstreamId;
+use proxy_pool_api::config::{Config, SourceConfig, StoreConfig};
+use tokio::net::TcpListener;
+
+use crate::admin::AdminState;
+use crate::distribution::{
+    Authenticator, DistributionState, LocalLimiter, RateLimiter, RedisLimiter,
+};
+use crate::metrics::Metrics;
+use crate::redis_link::RedisLink;
+use crate::server::ServeOptions;
+use crate::shutdown::{Phase, Shutdown};
+use crate::static_upstreams::StaticUpstream;
+use crate::store::{BuildError, Ports, Store};
+
+/// The bound listeners the controller serves.
+#[derive(Debug)]
+pub struct Listeners {
+    /// Distribution API.
+    pub distribution: TcpListener,
+    /// Admin / ops.
+    pub admin: TcpListener,
+}
+
+impl Listeners {
+    /// Binds the addresses from the config.
+    pub async fn bind(config: &Config) -> std::io::Result<Self> {
+        Ok(Self {
+            distribution: TcpListener::bind(config.distribution.listen).await?,
+            admin: TcpListener::bind(config.admin.listen).await?,
+        })
+    }
+}
+
+/// A built controller, ready to run.
+#[derive(Debug)]
+pub struct Controller {
+    config: Arc<Config>,
+    ports: Ports,
+    redis: Option<Arc<RedisLink>>,
+    limiter: Arc<dyn RateLimiter>,
+    auth: Arc<Authenticator>,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+    statics: Vec<StaticUpstream>,
+}
+
+impl Controller {
+    /// Builds the store the config names (connecting to Redis) and every part.
+    pub async fn build(config: Config) -> Result<Self, BuildError> {
+        let store = store::build(&config).await?;
+        Self::from_store(config, store)
+    }
+
+    /// Builds the parts around an existing store (tests inject wrapped ports).
+    pub fn from_store(config: Config, store: Store) -> Result<Self, BuildError> {
+        let mut statics = Vec::new();
+        for u in &config.upstreams {
+            if let SourceConfig::Static(s) = &u.source {
+                let password = s
+                    .credentials
+                    .as_ref()
+                    .map(|c| store::resolve_password(&c.password))
+                    .transpose()?;
+                statics.push(StaticUpstream::new(u, s, password)?);
+            }
+        }
+        let global = config.distribution.global_rate;
+        let limiter: Arc<dyn RateLimiter> = match (&config.store, &store.redis) {
+            (StoreConfig::Redis(_), Some(link)) => {
+                Arc::new(RedisLimiter::new(link.clone(), global))
+            }
+            _ => Arc::new(LocalLimiter::new(global)),
+        };
+        let auth = Arc::new(Authenticator::new(
+            &config.distribution.auth,
+            &config.clients,
+        ));
+        Ok(Self {
+            config: Arc::new(config),
+            ports: store.ports,
+            redis: store.redis,
+            limiter,
+            auth,
+            metrics: Metrics::new(),
+            shutdown: Shutdown::new(),
+            statics,
+        })
+    }
+
+    /// The shutdown handle (other components watch it).
+    pub fn shutdown(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// The Distribution API state.
+    pub fn distribution_state(&self) -> DistributionState {
+        DistributionState::new(
+            Arc::new(self.config.distribution.clone()),
+            self.auth.clone(),
+            self.limiter.clone(),
+            self.ports.extraction.clone(),
+            self.metrics.clone(),
+            self.shutdown.clone(),
+            Arc::new(SystemClock),
+        )
+    }
+
+    /// The admin state.
+    pub fn admin_state(&self) -> AdminState {
+        let upstreams = self
+            .config
+            .upstreams
+            .iter()
+            .filter_map(|u| UpstreamId::new(&u.name).ok())
+            .collect();
+        AdminState {
+            shutdown: self.shutdown.clone(),
+            metrics: self.metrics.clone(),
+            inventory: self.ports.inventory.clone(),
+            upstreams: Arc::new(upstreams),
+            redis: self.redis.clone(),
+        }
+    }
+
+    /// Serves until `signal` resolves, then runs the shutdown protocol and returns when
+    /// every listener has drained (or the grace period is over).
+    pub async fn run(self, listeners: Listeners, signal: impl Future<Output = ()> + Send) {
+        let limits = &self.config.distribution.limits;
+        let dist_opts = ServeOptions {
+            max_connections: limits.max_connections as usize,
+            max_buf_size: 64 * 1024,
+            header_read_timeout: limits.request_timeout,
+        };
+        let sd = self.shutdown.clone();
+        let dist = tokio::spawn(server::serve(
+            listeners.distribution,
+            distribution::app(self.distribution_state()),
+            dist_opts,
+            sd.clone(),
+        ));
+        let admin = tokio::spawn(server::serve(
+            listeners.admin,
+            admin::app(self.admin_state()),
+            ServeOptions::default(),
+            sd.clone(),
+        ));
+        let mut background = Vec::new();
+        for s in self.statics.iter().cloned() {
+            background.push(tokio::spawn(s.run(
+                self.ports.upserter.clone(),
+                self.ports.health.clone(),
+                self.metrics.clone(),
+                sd.clone(),
+            )));
+        }
+        background.push(tokio::spawn(maintenance::maintenance(
+            self.ports.maintenance.clone(),
+            self.config.pool.maintenance_interval,
+            self.config.pool.maintenance_batch,
+            sd.clone(),
+        )));
+        tracing::info!(
+            distribution = %self.config.distribution.listen,
+            admin = %self.config.admin.listen,
+            store = match self.config.store { StoreConfig::Memory => "memory", StoreConfig::Redis(_) => "redis" },
+            "controller running"
+        );
+        let deadline = shutdown::drive(
+            sd.clone(),
+            signal,
+            self.config.shutdown.drain_delay,
+            self.config.shutdown.grace_period,
+        )
+        .await;
+        let servers = async {
+            let _ = dist.await;
+            let _ = admin.await;
+        };
+        if tokio::time::timeout_at(deadline, servers).await.is_err() {
+            tracing::warn!("grace period over before every listener drained");
+        }
+        for b in background {
+            b.abort();
+        }
+        debug_assert!(sd.phase() >= Phase::Stopping);
+        tracing::info!("controller stopped");
+    }
+}

@@ -1,5 +1,85 @@
-//! `proxy-pool-controller` entry point.
+//! `proxy-pool-controller`: parses the command line, loads the config, builds the
+//! controller, binds its listeners and runs until SIGTERM / Ctrl-C. Composition only.
 
-fn main() {
-    println!("proxy-pool-controller {}", env!("CARGO_PKG_VERSION"));
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use proxy_pool_controller::{Controller, Listeners, shutdown};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "proxy-pool-controller",
+    version,
+    about = "Proxy Pool controller"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the controller.
+    Run {
+        /// Config file (YAML).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Check a config file and print every problem.
+    ValidateConfig {
+        /// Config file (YAML).
+        file: PathBuf,
+    },
+}
+
+fn load(path: &PathBuf) -> anyhow::Result<proxy_pool_api::config::Config> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    proxy_pool_api::config::load_yaml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::ValidateConfig { file } => match load(&file) {
+            Ok(_) => {
+                println!("{}: ok", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e:#}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Run { config } => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .init();
+            match run(config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), "controller failed");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn run(path: PathBuf) -> anyhow::Result<()> {
+    let config = load(&path)?;
+    let listeners = Listeners::bind(&config)
+        .await
+        .context("binding listeners")?;
+    let controller = Controller::build(config)
+        .await
+        .context("building the controller")?;
+    controller.run(listeners, shutdown::signal()).await;
+    Ok(())
 }

@@ -1,0 +1,75 @@
+//! The controller's configuration: one schema, rendered by the operator and loaded by
+//! the controller.
+//!
+//! Vector's model: raw serde structs ([`raw`], unknown fields denied, defaults) →
+//! a pure [`validate`](validate::validate) that collects every problem with its field
+//! path → the typed [`Config`]. Nothing here reads files or the environment; the
+//! controller reads referenced files (passwords) when it builds the store.
+
+mod duration;
+pub mod raw;
+mod types;
+mod validate;
+
+use std::fmt;
+
+pub use duration::parse_duration;
+pub use raw::RawConfig;
+pub use types::*;
+pub use validate::{
+    MAX_COUNT_PER_REQUEST, MAX_LIST_VALUES, check_identifier, split_host_port, validate,
+};
+
+/// One problem in a config file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Field path, e.g. `distribution.auth.methods[1].type`.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Every problem found in a config file (never empty).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} problem(s) in the configuration", self.0.len())?;
+        for e in &self.0 {
+            write!(f, "\n  - {e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Parses YAML into the raw config; a syntax or shape error names its field path.
+pub fn parse_yaml(text: &str) -> Result<RawConfig, ConfigErrors> {
+    let de = serde_yaml::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        ConfigErrors(vec![ConfigError {
+            path,
+            message: e.into_inner().to_string(),
+        }])
+    })
+}
+
+/// Parses and validates a YAML config.
+pub fn load_yaml(text: &str) -> Result<Config, ConfigErrors> {
+    validate(&parse_yaml(text)?)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,455 @@
+//! The controller's configuration file as written: serde structs only.
+//!
+//! Every struct denies unknown fields and carries its defaults; nothing here checks a
+//! value (that is `validate.rs`) and nothing here does I/O.
+
+use serde::{Deserialize, Serialize};
+
+/// The whole file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawConfig {
+    /// Where the activity pool lives.
+    #[serde(default)]
+    pub store: RawStore,
+    /// Activity pool tunables.
+    #[serde(default)]
+    pub pool: RawPool,
+    /// The Distribution HTTP API listener.
+    #[serde(default)]
+    pub distribution: RawDistribution,
+    /// The admin / ops listener.
+    #[serde(default)]
+    pub admin: RawAdmin,
+    /// The gRPC control-plane listener (off by default).
+    #[serde(default)]
+    pub control_plane: RawControlPlane,
+    /// Providers of proxies.
+    #[serde(default)]
+    pub upstreams: Vec<RawUpstream>,
+    /// Gateway routing rules.
+    #[serde(default)]
+    pub routings: Vec<RawRouting>,
+    /// Distribution (and gateway) clients.
+    #[serde(default)]
+    pub clients: Vec<RawClient>,
+    /// Usage analytics (off by default).
+    #[serde(default)]
+    pub analytics: RawAnalytics,
+    /// Read-through cache (off by default).
+    #[serde(default)]
+    pub cache: RawCache,
+    /// Graceful shutdown.
+    #[serde(default)]
+    pub shutdown: RawShutdown,
+}
+
+/// `store`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawStore {
+    /// `memory` (default) or `redis`.
+    #[serde(default)]
+    pub backend: Option<String>,
+    /// Redis connection; required when `backend: redis`.
+    #[serde(default)]
+    pub redis: Option<RawRedis>,
+}
+
+/// `store.redis`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawRedis {
+    /// `redis://host:port/[db]` of a single Redis.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// A Sentinel-monitored master instead of `address`.
+    #[serde(default)]
+    pub sentinel: Option<RawSentinel>,
+    /// ACL user name.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// File holding the password (a mounted Secret key).
+    #[serde(default)]
+    pub password_file: Option<String>,
+    /// Bound on one Redis round trip, e.g. `500ms`.
+    #[serde(default)]
+    pub command_timeout: Option<String>,
+}
+
+/// `store.redis.sentinel`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawSentinel {
+    /// The master's name in the sentinels' configuration.
+    pub master_name: String,
+    /// `host:port` of each sentinel.
+    pub addresses: Vec<String>,
+}
+
+/// `pool`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawPool {
+    /// Index members one extraction may examine.
+    #[serde(default)]
+    pub extract_scan_budget: Option<u32>,
+    /// Index members one inventory read may examine.
+    #[serde(default)]
+    pub inventory_scan_budget: Option<u32>,
+    /// Expired records each write purges on the side.
+    #[serde(default)]
+    pub opportunistic_purge: Option<u32>,
+    /// Longest vendor TTL accepted.
+    #[serde(default)]
+    pub max_ttl: Option<String>,
+    /// Time between two maintenance passes.
+    #[serde(default)]
+    pub maintenance_interval: Option<String>,
+    /// Records one maintenance pass purges at most.
+    #[serde(default)]
+    pub maintenance_batch: Option<u32>,
+}
+
+/// `distribution`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawDistribution {
+    /// Listen address, e.g. `0.0.0.0:8081`.
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// Largest `count` one request may ask for.
+    #[serde(default)]
+    pub max_count_per_request: Option<u32>,
+    /// `partial` (default) or `allOrNothing`, used when a request omits it.
+    #[serde(default)]
+    pub default_fulfillment: Option<String>,
+    /// Each returned proxy has at least this much life left.
+    #[serde(default)]
+    pub min_remaining_ttl: Option<String>,
+    /// Each returned proxy was health-checked at most this long ago (unset: not required).
+    #[serde(default)]
+    pub max_health_check_age: Option<String>,
+    /// Eligible proxies always kept for the gateway.
+    #[serde(default)]
+    pub reserve_for_gateway: Option<u32>,
+    /// How long an idempotent result answers replays.
+    #[serde(default)]
+    pub idempotency_ttl: Option<String>,
+    /// Request size and concurrency limits.
+    #[serde(default)]
+    pub limits: RawLimits,
+    /// CIDRs whose forwarded headers are believed.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// Global and default per-client rate limits.
+    #[serde(default)]
+    pub rate_limit: RawRateLimits,
+    /// Authentication of the listener.
+    #[serde(default)]
+    pub auth: RawAuth,
+}
+
+/// `distribution.limits`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawLimits {
+    /// Largest request body.
+    #[serde(default)]
+    pub max_body_bytes: Option<u32>,
+    /// Largest sum of header names and values.
+    #[serde(default)]
+    pub max_header_bytes: Option<u32>,
+    /// Most header fields.
+    #[serde(default)]
+    pub max_headers: Option<u32>,
+    /// Most open connections.
+    #[serde(default)]
+    pub max_connections: Option<u32>,
+    /// Most requests served at once; more wait briefly, then get 503.
+    #[serde(default)]
+    pub max_in_flight: Option<u32>,
+    /// Deadline of one request.
+    #[serde(default)]
+    pub request_timeout: Option<String>,
+}
+
+/// `distribution.rateLimit`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawRateLimits {
+    /// Across every client and replica.
+    #[serde(default)]
+    pub global: Option<RawRate>,
+    /// Per client unless the client sets its own.
+    #[serde(default)]
+    pub per_client: Option<RawRate>,
+}
+
+/// A token bucket.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawRate {
+    /// Sustained requests per second.
+    pub requests_per_second: u32,
+    /// Bucket size; default `requestsPerSecond`.
+    #[serde(default)]
+    pub burst: Option<u32>,
+}
+
+/// `distribution.auth`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawAuth {
+    /// `none` (default when no client is configured) or `any`.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Permissions of credentials (and of anonymous clients) that declare none.
+    #[serde(default)]
+    pub permissions: Option<Vec<String>>,
+    /// Enabled methods (`mode: any`; default: every method some client uses).
+    #[serde(default)]
+    pub methods: Vec<RawAuthMethod>,
+}
+
+/// One entry of `distribution.auth.methods`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawAuthMethod {
+    /// `apiKey`, `basic` or `bearer`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Permissions granted through this method when the client declares none.
+    #[serde(default)]
+    pub permissions: Option<Vec<String>>,
+}
+
+/// `admin`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawAdmin {
+    /// Listen address, e.g. `127.0.0.1:9090`.
+    #[serde(default)]
+    pub listen: Option<String>,
+}
+
+/// `controlPlane`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawControlPlane {
+    /// Serve the gRPC control plane.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Listen address.
+    #[serde(default)]
+    pub listen: Option<String>,
+}
+
+/// One `upstreams[]` entry.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawUpstream {
+    /// Unique name.
+    pub name: String,
+    /// Where the proxies come from.
+    #[serde(default)]
+    pub source: RawSource,
+    /// `http` or `socks5`.
+    #[serde(default)]
+    pub protocol: Option<String>,
+    /// Labels given to every proxy.
+    #[serde(default)]
+    pub labels: RawLabels,
+    /// Hard lifetime of a proxy.
+    #[serde(default)]
+    pub ttl: Option<String>,
+    /// `usableUntil = expiresAt - safetyMargin`.
+    #[serde(default)]
+    pub safety_margin: Option<String>,
+    /// Most concurrent requests one proxy may carry.
+    #[serde(default)]
+    pub max_concurrency_per_proxy: Option<u32>,
+    /// Hard limit on un-extracted inventory.
+    #[serde(default)]
+    pub max_size: Option<u32>,
+    /// Time between two fetches.
+    #[serde(default)]
+    pub fetch_interval: Option<String>,
+}
+
+/// `upstreams[].source`: exactly one of `static` or `vendorApi`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawSource {
+    /// A fixed list of proxies.
+    #[serde(default, rename = "static")]
+    pub static_list: Option<RawStaticSource>,
+    /// A vendor HTTP API.
+    #[serde(default)]
+    pub vendor_api: Option<RawVendorApi>,
+}
+
+/// `upstreams[].source.static`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawStaticSource {
+    /// `host:port` entries.
+    pub proxies: Vec<String>,
+    /// Credentials used for every listed proxy.
+    #[serde(default)]
+    pub credentials: Option<RawProxyCredentials>,
+    /// Mark upserted proxies AVAILABLE right away (no checker needed). Default `true`.
+    #[serde(default)]
+    pub assume_healthy: Option<bool>,
+}
+
+/// Credentials of upstream proxies.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawProxyCredentials {
+    /// Username.
+    pub username: String,
+    /// Inline password (local runs only; prefer `passwordFile`).
+    #[serde(default)]
+    pub password: Option<String>,
+    /// File holding the password (a mounted Secret key).
+    #[serde(default)]
+    pub password_file: Option<String>,
+}
+
+/// `upstreams[].source.vendorApi`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawVendorApi {
+    /// URL fetched with GET.
+    pub url: String,
+    /// `json` or `lines`.
+    pub format: String,
+    /// File with the vendor API key (sent as a bearer token).
+    #[serde(default)]
+    pub api_key_file: Option<String>,
+    /// Credentials of the vendor's proxies.
+    #[serde(default)]
+    pub credentials: Option<RawProxyCredentials>,
+    /// Deadline of one vendor call.
+    #[serde(default)]
+    pub timeout: Option<String>,
+    /// Most vendor calls per minute.
+    #[serde(default)]
+    pub max_requests_per_minute: Option<u32>,
+}
+
+/// Region / carrier labels.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawLabels {
+    /// Region, e.g. `shanghai`.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Carrier, e.g. `telecom`.
+    #[serde(default)]
+    pub carrier: Option<String>,
+}
+
+/// One `routings[]` entry (the gateway's section; only its references are checked here).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawRouting {
+    /// Unique name.
+    pub name: String,
+    /// Lower runs first.
+    #[serde(default)]
+    pub priority: i32,
+    /// Clients it applies to (empty: every client).
+    #[serde(default)]
+    pub clients: Vec<String>,
+    /// Upstreams it draws from.
+    #[serde(default)]
+    pub upstreams: Vec<String>,
+    /// Allowed regions (empty: any).
+    #[serde(default)]
+    pub regions: Vec<String>,
+    /// `roundRobin`, `leastActive` or `powerOfTwoChoices`.
+    #[serde(default)]
+    pub strategy: Option<String>,
+}
+
+/// One `clients[]` entry: a DistributionClient.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawClient {
+    /// Unique name; the client's ID.
+    pub name: String,
+    /// Permissions; unset: those of the method / listener.
+    #[serde(default)]
+    pub permissions: Option<Vec<String>>,
+    /// Most proxies one request may ask for.
+    #[serde(default)]
+    pub max_extract_count: Option<u32>,
+    /// Upstreams it may take proxies from (empty: any).
+    #[serde(default)]
+    pub allowed_upstreams: Vec<String>,
+    /// Regions it may take proxies from (empty: any).
+    #[serde(default)]
+    pub allowed_regions: Vec<String>,
+    /// Its own rate limit.
+    #[serde(default)]
+    pub rate_limit: Option<RawRate>,
+    /// `X-API-Key` values, as hashes.
+    #[serde(default)]
+    pub api_keys: Vec<RawHashedSecret>,
+    /// HTTP Basic.
+    #[serde(default)]
+    pub basic: Option<RawBasic>,
+    /// `Authorization: Bearer` tokens, as hashes.
+    #[serde(default)]
+    pub bearer_tokens: Vec<RawHashedSecret>,
+}
+
+/// A secret stored only as its hash.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawHashedSecret {
+    /// Lower-case hex SHA-256 of the secret.
+    pub sha256: String,
+}
+
+/// HTTP Basic credentials.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawBasic {
+    /// User name.
+    pub username: String,
+    /// Lower-case hex SHA-256 of the password.
+    pub password_sha256: String,
+}
+
+/// `analytics`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawAnalytics {
+    /// Off by default.
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+/// `cache`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawCache {
+    /// Off by default.
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+/// `shutdown`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawShutdown {
+    /// Longest time from the signal to exit.
+    #[serde(default)]
+    pub grace_period: Option<String>,
+    /// Time spent not-ready (answering 503) before the listeners stop accepting.
+    #[serde(default)]
+    pub drain_delay: Option<String>,
+}

@@ -1,0 +1,160 @@
+use std::time::Duration;
+
+use super::*;
+
+const HASH: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+fn paths(text: &str) -> Vec<String> {
+    match load_yaml(text) {
+        Ok(_) => Vec::new(),
+        Err(e) => e.0.into_iter().map(|e| e.path).collect(),
+    }
+}
+
+#[test]
+fn empty_file_gives_defaults() {
+    let c = load_yaml("{}").expect("defaults are valid");
+    assert_eq!(c.store, StoreConfig::Memory);
+    assert_eq!(c.distribution.auth.mode, AuthMode::None);
+    assert_eq!(c.distribution.max_count_per_request.get(), 100);
+    assert_eq!(
+        c.distribution.default_fulfillment,
+        FulfillmentDefault::Partial
+    );
+    assert_eq!(c.distribution.idempotency_ttl, Duration::from_secs(600));
+    assert!(c.control_plane.is_none());
+    assert!(!c.analytics_enabled && !c.cache_enabled);
+}
+
+#[test]
+fn unknown_fields_are_rejected_with_their_path() {
+    let e = load_yaml("distribution:\n  auth:\n    mood: any\n").unwrap_err();
+    assert_eq!(e.0.len(), 1);
+    assert_eq!(e.0[0].path, "distribution.auth.mood");
+    assert!(e.0[0].message.contains("mood"), "{}", e.0[0].message);
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let text = format!(
+        r#"
+store: {{backend: redis}}
+distribution:
+  listen: nowhere
+  maxCountPerRequest: 0
+  defaultFulfillment: most
+  trustedProxies: [10.0.0.0/8, banana]
+  auth: {{mode: any, methods: [{{type: apiKey}}, {{type: magic}}]}}
+upstreams:
+  - name: "bad name"
+    ttl: 10s
+    safetyMargin: 20s
+    source: {{static: {{proxies: ["nope"]}}}}
+clients:
+  - name: c1
+    basic: {{username: u, passwordSha256: {HASH}}}
+  - name: c1
+    apiKeys: [{{sha256: XYZ}}]
+shutdown: {{gracePeriod: 1s, drainDelay: 2s}}
+"#
+    );
+    let got = paths(&text);
+    for want in [
+        "store.redis",
+        "distribution.listen",
+        "distribution.maxCountPerRequest",
+        "distribution.defaultFulfillment",
+        "distribution.trustedProxies[1]",
+        "distribution.auth.methods[1].type",
+        "upstreams[0].name",
+        "upstreams[0].safetyMargin",
+        "upstreams[0].maxSize",
+        "upstreams[0].source.static.proxies[0]",
+        "clients[1].name",
+        "clients[1].apiKeys[0].sha256",
+        "clients[0].basic",
+        "shutdown.drainDelay",
+    ] {
+        assert!(got.iter().any(|p| p == want), "missing {want} in {got:?}");
+    }
+}
+
+#[test]
+fn a_full_config_types_every_section() {
+    let text = format!(
+        r#"
+store:
+  backend: redis
+  redis:
+    sentinel: {{masterName: mymaster, addresses: ["127.0.0.1:26379"]}}
+    passwordFile: /run/secrets/redis
+distribution:
+  listen: 0.0.0.0:8081
+  maxCountPerRequest: 50
+  trustedProxies: [10.0.0.0/8, 127.0.0.1]
+  rateLimit: {{global: {{requestsPerSecond: 100, burst: 200}}, perClient: {{requestsPerSecond: 10}}}}
+  auth:
+    mode: any
+    permissions: [distribution:extract]
+    methods: [{{type: apiKey}}, {{type: bearer, permissions: [stats:read]}}]
+upstreams:
+  - name: demo
+    ttl: 2m
+    maxSize: 100
+    labels: {{region: shanghai}}
+    source:
+      static:
+        proxies: ["127.0.0.1:20001", "[::1]:20002", "proxy.example:3128"]
+        credentials: {{username: u, password: p}}
+  - name: vendor
+    ttl: 1m
+    maxSize: 10
+    source: {{vendorApi: {{url: "http://vendor:8080/v1", format: json}}}}
+routings:
+  - {{name: r2, priority: 2, upstreams: [demo]}}
+  - {{name: r1, priority: 1, upstreams: [vendor], clients: [team]}}
+clients:
+  - name: team
+    maxExtractCount: 20
+    allowedUpstreams: [demo]
+    allowedRegions: [shanghai]
+    apiKeys: [{{sha256: {HASH}}}]
+controlPlane: {{enabled: true}}
+"#
+    );
+    let c = load_yaml(&text).expect("valid");
+    assert!(
+        matches!(&c.store, StoreConfig::Redis(r) if matches!(r.target, RedisTarget::Sentinel{..}))
+    );
+    assert_eq!(c.distribution.trusted_proxies.len(), 2);
+    assert_eq!(
+        c.distribution.per_client_rate.map(|r| r.burst.get()),
+        Some(10)
+    );
+    assert_eq!(c.routings[0].name, "r1");
+    let SourceConfig::Static(s) = &c.upstreams[0].source else {
+        panic!("static")
+    };
+    assert_eq!(s.proxies[1].host, "::1");
+    assert!(s.assume_healthy);
+    assert_eq!(c.clients[0].api_keys[0].0[0], 0x9f);
+    assert!(c.control_plane.is_some());
+    assert!(!format!("{c:?}").contains("password: \"p\""));
+}
+
+#[test]
+fn a_client_needs_an_enabled_method() {
+    let text = format!(
+        "distribution: {{auth: {{mode: any, methods: [{{type: basic}}]}}}}\nclients: [{{name: c, apiKeys: [{{sha256: {HASH}}}]}}]\n"
+    );
+    assert_eq!(paths(&text), vec!["clients[0].apiKeys".to_owned()]);
+}
+
+#[test]
+fn routing_references_must_exist() {
+    let got = paths("routings: [{name: r, upstreams: [ghost], clients: [nobody]}]");
+    assert_eq!(
+        got,
+        vec!["routings[0].upstreams[0]", "routings[0].clients[0]"]
+    );
+}

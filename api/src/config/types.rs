@@ -1,0 +1,460 @@
+//! The validated controller configuration: every value parsed into its final type.
+//!
+//! Built only by [`super::validate`]; every later function trusts it.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+/// The controller's configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Where the activity pool lives.
+    pub store: StoreConfig,
+    /// Activity pool tunables.
+    pub pool: PoolConfig,
+    /// The Distribution API.
+    pub distribution: DistributionConfig,
+    /// The admin listener.
+    pub admin: AdminConfig,
+    /// The gRPC control plane (`None`: off).
+    pub control_plane: Option<ControlPlaneConfig>,
+    /// Providers of proxies, by unique name.
+    pub upstreams: Vec<UpstreamConfig>,
+    /// Gateway routing rules, ordered by priority then name.
+    pub routings: Vec<RoutingConfig>,
+    /// Distribution clients.
+    pub clients: Vec<ClientConfig>,
+    /// Usage analytics on.
+    pub analytics_enabled: bool,
+    /// Read-through cache on.
+    pub cache_enabled: bool,
+    /// Graceful shutdown.
+    pub shutdown: ShutdownConfig,
+}
+
+/// The pool's backing store.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreConfig {
+    /// The embedded in-memory pool (one controller replica only).
+    Memory,
+    /// Redis (production).
+    Redis(RedisConfig),
+}
+
+/// How to reach Redis.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RedisConfig {
+    /// Direct or through sentinels.
+    pub target: RedisTarget,
+    /// ACL user.
+    pub username: Option<String>,
+    /// File holding the password; read when the store is built.
+    pub password_file: Option<PathBuf>,
+    /// Bound on one round trip.
+    pub command_timeout: Duration,
+}
+
+/// Where the Redis master is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RedisTarget {
+    /// `redis://host:port/[db]`.
+    Address(String),
+    /// A Sentinel-monitored master.
+    Sentinel {
+        /// Master name.
+        master_name: String,
+        /// `host:port` of each sentinel.
+        addresses: Vec<String>,
+    },
+}
+
+/// Activity pool tunables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Index members one extraction may examine.
+    pub extract_scan_budget: u32,
+    /// Index members one inventory read may examine.
+    pub inventory_scan_budget: u32,
+    /// Expired records each write purges on the side.
+    pub opportunistic_purge: u32,
+    /// Longest vendor TTL accepted.
+    pub max_ttl: Duration,
+    /// Time between two maintenance passes.
+    pub maintenance_interval: Duration,
+    /// Records one maintenance pass purges at most.
+    pub maintenance_batch: u32,
+}
+
+/// Fulfilment used when a request omits it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FulfillmentDefault {
+    /// Return what is eligible.
+    Partial,
+    /// All or nothing.
+    AllOrNothing,
+}
+
+/// The Distribution API.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DistributionConfig {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Largest `count`.
+    pub max_count_per_request: NonZeroU32,
+    /// Fulfilment when omitted.
+    pub default_fulfillment: FulfillmentDefault,
+    /// Least remaining life of a returned proxy.
+    pub min_remaining_ttl: Duration,
+    /// Oldest health check of a returned proxy (`None`: not required).
+    pub max_health_check_age: Option<Duration>,
+    /// Eligible proxies kept for the gateway.
+    pub reserve_for_gateway: u32,
+    /// Replay window of idempotent results.
+    pub idempotency_ttl: Duration,
+    /// Request limits.
+    pub limits: LimitsConfig,
+    /// CIDRs whose forwarded headers are believed.
+    pub trusted_proxies: Vec<IpNet>,
+    /// Across every client and replica (`None`: unlimited).
+    pub global_rate: Option<Rate>,
+    /// Default per-client rate (`None`: unlimited).
+    pub per_client_rate: Option<Rate>,
+    /// Authentication.
+    pub auth: AuthConfig,
+}
+
+/// Request limits of the Distribution listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitsConfig {
+    /// Largest body.
+    pub max_body_bytes: u32,
+    /// Largest sum of header names and values.
+    pub max_header_bytes: u32,
+    /// Most header fields.
+    pub max_headers: u32,
+    /// Most open connections.
+    pub max_connections: u32,
+    /// Most requests served at once.
+    pub max_in_flight: u32,
+    /// Deadline of one request.
+    pub request_timeout: Duration,
+}
+
+/// A token bucket: `requests_per_second` sustained, `burst` at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    /// Sustained rate.
+    pub requests_per_second: NonZeroU32,
+    /// Bucket size (≥ 1).
+    pub burst: NonZeroU32,
+}
+
+/// A permission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Permission {
+    /// `distribution:extract`.
+    DistributionExtract,
+    /// `gateway:connect`.
+    GatewayConnect,
+    /// `stats:read`.
+    StatsRead,
+}
+
+impl Permission {
+    /// Every permission (what a credential without declared permissions holds).
+    pub const ALL: [Permission; 3] = [
+        Permission::DistributionExtract,
+        Permission::GatewayConnect,
+        Permission::StatsRead,
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DistributionExtract => "distribution:extract",
+            Self::GatewayConnect => "gateway:connect",
+            Self::StatsRead => "stats:read",
+        }
+    }
+
+    /// Inverse of [`Permission::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
+
+/// An authentication method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AuthMethodKind {
+    /// `X-API-Key`.
+    ApiKey,
+    /// `Authorization: Basic`.
+    Basic,
+    /// `Authorization: Bearer`.
+    Bearer,
+}
+
+impl AuthMethodKind {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ApiKey => "apiKey",
+            Self::Basic => "basic",
+            Self::Bearer => "bearer",
+        }
+    }
+}
+
+/// How the listener authenticates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthMode {
+    /// No credentials; clients are identified by source address.
+    None,
+    /// Any enabled method identifies a configured client.
+    Any,
+}
+
+/// Authentication of the Distribution listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthConfig {
+    /// Mode.
+    pub mode: AuthMode,
+    /// Permissions of credentials (and anonymous clients) that declare none
+    /// (`None`: every permission, the compatible default).
+    pub permissions: Option<BTreeSet<Permission>>,
+    /// Enabled methods, each with optional permissions.
+    pub methods: Vec<AuthMethodConfig>,
+}
+
+/// One enabled method.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthMethodConfig {
+    /// Which.
+    pub kind: AuthMethodKind,
+    /// Permissions through this method when the client declares none.
+    pub permissions: Option<BTreeSet<Permission>>,
+}
+
+/// The admin listener.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// Listen address.
+    pub listen: SocketAddr,
+}
+
+/// The gRPC control plane.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlPlaneConfig {
+    /// Listen address.
+    pub listen: SocketAddr,
+}
+
+/// A proxy protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyProtocol {
+    /// HTTP proxy.
+    Http,
+    /// SOCKS5.
+    Socks5,
+}
+
+/// One provider.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpstreamConfig {
+    /// Unique name (a valid pool upstream ID).
+    pub name: String,
+    /// Source.
+    pub source: SourceConfig,
+    /// Protocol.
+    pub protocol: ProxyProtocol,
+    /// Region label.
+    pub region: Option<String>,
+    /// Carrier label.
+    pub carrier: Option<String>,
+    /// Hard lifetime.
+    pub ttl: Duration,
+    /// Safety margin (< ttl).
+    pub safety_margin: Duration,
+    /// Per-proxy capacity.
+    pub max_concurrency_per_proxy: u32,
+    /// Hard limit on un-extracted inventory.
+    pub max_size: NonZeroU32,
+    /// Time between fetches.
+    pub fetch_interval: Duration,
+}
+
+/// Where an upstream's proxies come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceConfig {
+    /// A fixed list.
+    Static(StaticSourceConfig),
+    /// A vendor API (fetched by the provider reconciler).
+    VendorApi(VendorApiConfig),
+}
+
+/// A fixed list of proxies.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StaticSourceConfig {
+    /// Endpoints.
+    pub proxies: Vec<StaticProxy>,
+    /// Credentials of every listed proxy.
+    pub credentials: Option<ProxyCredentials>,
+    /// Mark upserted proxies AVAILABLE right away.
+    pub assume_healthy: bool,
+}
+
+/// One listed endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaticProxy {
+    /// Host name or IP address (IPv6 without brackets).
+    pub host: String,
+    /// Port.
+    pub port: u16,
+}
+
+/// Credentials of upstream proxies.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProxyCredentials {
+    /// Username.
+    pub username: String,
+    /// Where the password is.
+    pub password: PasswordSource,
+}
+
+impl fmt::Debug for ProxyCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyCredentials")
+            .field("username", &self.username)
+            .field("password", &"***")
+            .finish()
+    }
+}
+
+/// A password inline or in a file.
+#[derive(Clone, PartialEq, Eq)]
+pub enum PasswordSource {
+    /// Inline (local runs).
+    Inline(String),
+    /// A file read at start-up.
+    File(PathBuf),
+}
+
+impl fmt::Debug for PasswordSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Inline(_) => f.write_str("Inline(***)"),
+            Self::File(p) => f.debug_tuple("File").field(p).finish(),
+        }
+    }
+}
+
+/// A vendor API source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VendorApiConfig {
+    /// URL.
+    pub url: String,
+    /// `json` or `lines`.
+    pub format: VendorFormat,
+    /// File with the API key.
+    pub api_key_file: Option<PathBuf>,
+    /// Credentials of the vendor's proxies.
+    pub credentials: Option<ProxyCredentials>,
+    /// Deadline of one call.
+    pub timeout: Duration,
+    /// Most calls per minute.
+    pub max_requests_per_minute: u32,
+}
+
+/// Vendor response formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VendorFormat {
+    /// JSON array of objects.
+    Json,
+    /// One `host:port[:user:pass]` per line.
+    Lines,
+}
+
+/// Routing strategies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// Round robin.
+    RoundRobin,
+    /// Least active.
+    LeastActive,
+    /// Power of two choices.
+    PowerOfTwoChoices,
+}
+
+/// One routing rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoutingConfig {
+    /// Name.
+    pub name: String,
+    /// Order.
+    pub priority: i32,
+    /// Clients (empty: all).
+    pub clients: Vec<String>,
+    /// Upstreams.
+    pub upstreams: Vec<String>,
+    /// Regions (empty: any).
+    pub regions: Vec<String>,
+    /// Strategy.
+    pub strategy: Strategy,
+}
+
+/// A SHA-256 of a secret; compared in constant time by the authenticator.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct SecretHash(pub [u8; 32]);
+
+impl fmt::Debug for SecretHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretHash(***)")
+    }
+}
+
+/// HTTP Basic credentials.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BasicCredentials {
+    /// User name.
+    pub username: String,
+    /// Password hash.
+    pub password: SecretHash,
+}
+
+/// A Distribution client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// Name and client ID.
+    pub name: String,
+    /// Declared permissions.
+    pub permissions: Option<BTreeSet<Permission>>,
+    /// Most proxies per request.
+    pub max_extract_count: Option<NonZeroU32>,
+    /// Allowed upstreams (empty: any).
+    pub allowed_upstreams: Vec<String>,
+    /// Allowed regions (empty: any).
+    pub allowed_regions: Vec<String>,
+    /// Own rate limit (`None`: the listener default).
+    pub rate_limit: Option<Rate>,
+    /// API key hashes.
+    pub api_keys: Vec<SecretHash>,
+    /// Basic credentials.
+    pub basic: Option<BasicCredentials>,
+    /// Bearer token hashes.
+    pub bearer_tokens: Vec<SecretHash>,
+}
+
+/// Graceful shutdown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShutdownConfig {
+    /// Longest time from the signal to exit.
+    pub grace_period: Duration,
+    /// Time spent not-ready before the listeners stop accepting.
+    pub drain_delay: Duration,
+}

@@ -1,0 +1,973 @@
+//! Raw config → typed config: a pure function that collects every problem, each with
+//! its field path, instead of stopping at the first.
+
+use std::collections::{BTreeSet, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use super::duration::parse_duration;
+use super::raw::{
+    RawAuth, RawClient, RawConfig, RawDistribution, RawPool, RawProxyCredentials, RawRate,
+    RawRedis, RawRouting, RawSource, RawStore, RawUpstream,
+};
+use super::types::{
+    AdminConfig, AuthConfig, AuthMethodConfig, AuthMethodKind, AuthMode, BasicCredentials,
+    ClientConfig, Config, ControlPlaneConfig, DistributionConfig, FulfillmentDefault, LimitsConfig,
+    PasswordSource, Permission, PoolConfig, ProxyCredentials, ProxyProtocol, Rate, RedisConfig,
+    RedisTarget, RoutingConfig, SecretHash, ShutdownConfig, SourceConfig, StaticProxy,
+    StaticSourceConfig, StoreConfig, Strategy, UpstreamConfig, VendorApiConfig, VendorFormat,
+};
+use super::{ConfigError, ConfigErrors};
+
+/// Largest `count` the pool accepts in one extraction.
+pub const MAX_COUNT_PER_REQUEST: u32 = 1000;
+/// Most values of one list filter or allow-list.
+pub const MAX_LIST_VALUES: usize = 64;
+/// Longest client name (the client ID adds a short prefix).
+pub const MAX_CLIENT_NAME: usize = 100;
+
+/// Collects problems while building the typed config.
+#[derive(Default)]
+struct Ctx {
+    errors: Vec<ConfigError>,
+}
+
+impl Ctx {
+    fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    fn duration(&mut self, path: &str, raw: Option<&str>, default: Duration) -> Duration {
+        match raw {
+            None => default,
+            Some(s) => parse_duration(s).unwrap_or_else(|e| {
+                self.err(path, e);
+                default
+            }),
+        }
+    }
+
+    fn required_duration(&mut self, path: &str, raw: Option<&str>) -> Duration {
+        if raw.is_none() {
+            self.err(path, "is required");
+        }
+        self.duration(path, raw, Duration::from_secs(1))
+    }
+
+    fn socket(&mut self, path: &str, raw: Option<&str>, default: &str) -> SocketAddr {
+        let text = raw.unwrap_or(default);
+        text.parse().unwrap_or_else(|_| {
+            self.err(path, format!("`{text}` is not an `ip:port` address"));
+            SocketAddr::from(([127, 0, 0, 1], 0))
+        })
+    }
+
+    fn range(&mut self, path: &str, value: Option<u32>, default: u32, min: u32, max: u32) -> u32 {
+        let v = value.unwrap_or(default);
+        if v < min || v > max {
+            self.err(path, format!("must be between {min} and {max}, got {v}"));
+            return default;
+        }
+        v
+    }
+
+    fn identifier(&mut self, path: &str, value: &str, max: usize) -> bool {
+        match check_identifier(value, max) {
+            Ok(()) => true,
+            Err(e) => {
+                self.err(path, e);
+                false
+            }
+        }
+    }
+
+    fn list(&mut self, path: &str, values: &[String], max_len: usize) -> Vec<String> {
+        if values.len() > MAX_LIST_VALUES {
+            self.err(path, format!("at most {MAX_LIST_VALUES} values"));
+        }
+        let mut seen = HashSet::new();
+        for (i, v) in values.iter().enumerate() {
+            self.identifier(&format!("{path}[{i}]"), v, max_len);
+            if !seen.insert(v.as_str()) {
+                self.err(format!("{path}[{i}]"), format!("duplicate value `{v}`"));
+            }
+        }
+        values.to_vec()
+    }
+
+    fn permissions(
+        &mut self,
+        path: &str,
+        raw: Option<&Vec<String>>,
+    ) -> Option<BTreeSet<Permission>> {
+        let raw = raw?;
+        let mut set = BTreeSet::new();
+        for (i, p) in raw.iter().enumerate() {
+            match Permission::parse(p) {
+                Some(p) => {
+                    set.insert(p);
+                }
+                None => self.err(
+                    format!("{path}[{i}]"),
+                    format!(
+                        "unknown permission `{p}` (use distribution:extract, gateway:connect, stats:read)"
+                    ),
+                ),
+            }
+        }
+        Some(set)
+    }
+
+    fn rate(&mut self, path: &str, raw: Option<&RawRate>) -> Option<Rate> {
+        let raw = raw?;
+        let Some(rps) = NonZeroU32::new(raw.requests_per_second) else {
+            self.err(format!("{path}.requestsPerSecond"), "must be at least 1");
+            return None;
+        };
+        let burst = raw.burst.unwrap_or(raw.requests_per_second);
+        if burst < raw.requests_per_second {
+            self.err(
+                format!("{path}.burst"),
+                "must be at least requestsPerSecond",
+            );
+        }
+        Some(Rate {
+            requests_per_second: rps,
+            burst: NonZeroU32::new(burst).unwrap_or(rps),
+        })
+    }
+
+    fn hash(&mut self, path: &str, hex_text: &str) -> SecretHash {
+        let mut out = [0u8; 32];
+        let ok = hex_text.len() == 64
+            && hex_text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            && hex::decode_to_slice(hex_text, &mut out).is_ok();
+        if !ok {
+            self.err(path, "must be a lower-case hex SHA-256 (64 characters)");
+        }
+        SecretHash(out)
+    }
+}
+
+/// `1..=max` bytes of `[A-Za-z0-9._:-]`: safe in a Redis key and a log line.
+pub fn check_identifier(value: &str, max: usize) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if value.len() > max {
+        return Err(format!("must be at most {max} bytes"));
+    }
+    if let Some(bad) = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+    {
+        return Err(format!(
+            "character {bad:?} not allowed (use A-Z a-z 0-9 . _ : -)"
+        ));
+    }
+    Ok(())
+}
+
+/// Validates a raw config into the typed one, reporting every problem.
+pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
+    let mut cx = Ctx::default();
+    let store = store(&mut cx, &raw.store);
+    let pool = pool(&mut cx, &raw.pool);
+    let upstreams: Vec<UpstreamConfig> = raw
+        .upstreams
+        .iter()
+        .enumerate()
+        .map(|(i, u)| upstream(&mut cx, &format!("upstreams[{i}]"), u, pool.max_ttl))
+        .collect();
+    unique(
+        &mut cx,
+        "upstreams",
+        raw.upstreams.iter().map(|u| u.name.as_str()),
+    );
+    let clients: Vec<ClientConfig> = raw
+        .clients
+        .iter()
+        .enumerate()
+        .map(|(i, c)| client(&mut cx, &format!("clients[{i}]"), c))
+        .collect();
+    unique(
+        &mut cx,
+        "clients",
+        raw.clients.iter().map(|c| c.name.as_str()),
+    );
+    credentials_unique(&mut cx, &clients);
+    let distribution = distribution(&mut cx, &raw.distribution, &clients);
+    let upstream_names: HashSet<&str> = raw.upstreams.iter().map(|u| u.name.as_str()).collect();
+    let client_names: HashSet<&str> = raw.clients.iter().map(|c| c.name.as_str()).collect();
+    let mut routings: Vec<RoutingConfig> = raw
+        .routings
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            routing(
+                &mut cx,
+                &format!("routings[{i}]"),
+                r,
+                &upstream_names,
+                &client_names,
+            )
+        })
+        .collect();
+    unique(
+        &mut cx,
+        "routings",
+        raw.routings.iter().map(|r| r.name.as_str()),
+    );
+    routings.sort_by(|a, b| a.priority.cmp(&b.priority).then(a.name.cmp(&b.name)));
+    let admin = AdminConfig {
+        listen: cx.socket(
+            "admin.listen",
+            raw.admin.listen.as_deref(),
+            "127.0.0.1:9090",
+        ),
+    };
+    if admin.listen.port() != 0 && admin.listen == distribution.listen {
+        cx.err("admin.listen", "must differ from distribution.listen");
+    }
+    let control_plane = raw.control_plane.enabled.then(|| ControlPlaneConfig {
+        listen: cx.socket(
+            "controlPlane.listen",
+            raw.control_plane.listen.as_deref(),
+            "0.0.0.0:9443",
+        ),
+    });
+    let grace_period = cx.duration(
+        "shutdown.gracePeriod",
+        raw.shutdown.grace_period.as_deref(),
+        Duration::from_secs(25),
+    );
+    let drain_delay = cx.duration(
+        "shutdown.drainDelay",
+        raw.shutdown.drain_delay.as_deref(),
+        Duration::ZERO,
+    );
+    if grace_period.is_zero() {
+        cx.err("shutdown.gracePeriod", "must be positive");
+    }
+    if drain_delay >= grace_period && !grace_period.is_zero() {
+        cx.err("shutdown.drainDelay", "must be shorter than gracePeriod");
+    }
+    if cx.errors.is_empty() {
+        Ok(Config {
+            store,
+            pool,
+            distribution,
+            admin,
+            control_plane,
+            upstreams,
+            routings,
+            clients,
+            analytics_enabled: raw.analytics.enabled,
+            cache_enabled: raw.cache.enabled,
+            shutdown: ShutdownConfig {
+                grace_period,
+                drain_delay,
+            },
+        })
+    } else {
+        Err(ConfigErrors(cx.errors))
+    }
+}
+
+fn unique<'a>(cx: &mut Ctx, path: &str, names: impl Iterator<Item = &'a str>) {
+    let mut seen = HashSet::new();
+    for (i, n) in names.enumerate() {
+        if !seen.insert(n) {
+            cx.err(format!("{path}[{i}].name"), format!("duplicate name `{n}`"));
+        }
+    }
+}
+
+fn store(cx: &mut Ctx, raw: &RawStore) -> StoreConfig {
+    match raw.backend.as_deref().unwrap_or("memory") {
+        "memory" => {
+            if raw.redis.is_some() {
+                cx.err("store.redis", "only allowed with `backend: redis`");
+            }
+            StoreConfig::Memory
+        }
+        "redis" => match &raw.redis {
+            Some(r) => StoreConfig::Redis(redis(cx, r)),
+            None => {
+                cx.err("store.redis", "is required with `backend: redis`");
+                StoreConfig::Memory
+            }
+        },
+        other => {
+            cx.err(
+                "store.backend",
+                format!("`{other}` is not one of memory, redis"),
+            );
+            StoreConfig::Memory
+        }
+    }
+}
+
+fn redis(cx: &mut Ctx, raw: &RawRedis) -> RedisConfig {
+    let target = match (&raw.address, &raw.sentinel) {
+        (Some(a), None) => {
+            if !(a.starts_with("redis://") || a.starts_with("redis+unix://")) {
+                cx.err("store.redis.address", "must be a redis:// URL");
+            }
+            RedisTarget::Address(a.clone())
+        }
+        (None, Some(s)) => {
+            if s.master_name.is_empty() {
+                cx.err("store.redis.sentinel.masterName", "must not be empty");
+            }
+            if s.addresses.is_empty() {
+                cx.err("store.redis.sentinel.addresses", "at least one sentinel");
+            }
+            for (i, a) in s.addresses.iter().enumerate() {
+                if split_host_port(a).is_none() {
+                    cx.err(
+                        format!("store.redis.sentinel.addresses[{i}]"),
+                        format!("`{a}` is not host:port"),
+                    );
+                }
+            }
+            RedisTarget::Sentinel {
+                master_name: s.master_name.clone(),
+                addresses: s.addresses.clone(),
+            }
+        }
+        _ => {
+            cx.err("store.redis", "needs exactly one of address or sentinel");
+            RedisTarget::Address(String::new())
+        }
+    };
+    let command_timeout = cx.duration(
+        "store.redis.commandTimeout",
+        raw.command_timeout.as_deref(),
+        Duration::from_millis(500),
+    );
+    if command_timeout.is_zero() {
+        cx.err("store.redis.commandTimeout", "must be positive");
+    }
+    RedisConfig {
+        target,
+        username: raw.username.clone(),
+        password_file: raw.password_file.as_ref().map(PathBuf::from),
+        command_timeout,
+    }
+}
+
+fn pool(cx: &mut Ctx, raw: &RawPool) -> PoolConfig {
+    PoolConfig {
+        extract_scan_budget: cx.range(
+            "pool.extractScanBudget",
+            raw.extract_scan_budget,
+            2048,
+            16,
+            1_000_000,
+        ),
+        inventory_scan_budget: cx.range(
+            "pool.inventoryScanBudget",
+            raw.inventory_scan_budget,
+            20_000,
+            16,
+            10_000_000,
+        ),
+        opportunistic_purge: cx.range(
+            "pool.opportunisticPurge",
+            raw.opportunistic_purge,
+            16,
+            0,
+            10_000,
+        ),
+        max_ttl: cx.duration(
+            "pool.maxTtl",
+            raw.max_ttl.as_deref(),
+            Duration::from_secs(24 * 3600),
+        ),
+        maintenance_interval: cx.duration(
+            "pool.maintenanceInterval",
+            raw.maintenance_interval.as_deref(),
+            Duration::from_secs(1),
+        ),
+        maintenance_batch: cx.range(
+            "pool.maintenanceBatch",
+            raw.maintenance_batch,
+            1000,
+            1,
+            10_000,
+        ),
+    }
+}
+
+fn distribution(
+    cx: &mut Ctx,
+    raw: &RawDistribution,
+    clients: &[ClientConfig],
+) -> DistributionConfig {
+    let max_count = cx.range(
+        "distribution.maxCountPerRequest",
+        raw.max_count_per_request,
+        100,
+        1,
+        MAX_COUNT_PER_REQUEST,
+    );
+    let default_fulfillment = match raw.default_fulfillment.as_deref().unwrap_or("partial") {
+        "partial" => FulfillmentDefault::Partial,
+        "allOrNothing" => FulfillmentDefault::AllOrNothing,
+        other => {
+            cx.err(
+                "distribution.defaultFulfillment",
+                format!("`{other}` is not one of partial, allOrNothing"),
+            );
+            FulfillmentDefault::Partial
+        }
+    };
+    let idempotency_ttl = cx.duration(
+        "distribution.idempotencyTtl",
+        raw.idempotency_ttl.as_deref(),
+        Duration::from_secs(600),
+    );
+    if idempotency_ttl.is_zero() || idempotency_ttl > Duration::from_secs(24 * 3600) {
+        cx.err("distribution.idempotencyTtl", "must be between 1s and 24h");
+    }
+    let l = &raw.limits;
+    let limits = LimitsConfig {
+        max_body_bytes: cx.range(
+            "distribution.limits.maxBodyBytes",
+            l.max_body_bytes,
+            16 * 1024,
+            256,
+            1024 * 1024,
+        ),
+        max_header_bytes: cx.range(
+            "distribution.limits.maxHeaderBytes",
+            l.max_header_bytes,
+            16 * 1024,
+            1024,
+            64 * 1024,
+        ),
+        max_headers: cx.range("distribution.limits.maxHeaders", l.max_headers, 64, 8, 100),
+        max_connections: cx.range(
+            "distribution.limits.maxConnections",
+            l.max_connections,
+            1024,
+            1,
+            100_000,
+        ),
+        max_in_flight: cx.range(
+            "distribution.limits.maxInFlight",
+            l.max_in_flight,
+            256,
+            1,
+            100_000,
+        ),
+        request_timeout: cx.duration(
+            "distribution.limits.requestTimeout",
+            l.request_timeout.as_deref(),
+            Duration::from_secs(10),
+        ),
+    };
+    if limits.request_timeout.is_zero() {
+        cx.err("distribution.limits.requestTimeout", "must be positive");
+    }
+    let trusted_proxies = raw
+        .trusted_proxies
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| {
+            let parsed = t
+                .parse::<IpNet>()
+                .ok()
+                .or_else(|| t.parse::<IpAddr>().ok().map(IpNet::from));
+            if parsed.is_none() {
+                cx.err(
+                    format!("distribution.trustedProxies[{i}]"),
+                    format!("`{t}` is not a CIDR or IP address"),
+                );
+            }
+            parsed
+        })
+        .collect();
+    DistributionConfig {
+        listen: cx.socket(
+            "distribution.listen",
+            raw.listen.as_deref(),
+            "127.0.0.1:8081",
+        ),
+        max_count_per_request: NonZeroU32::new(max_count).unwrap_or(NonZeroU32::MIN),
+        default_fulfillment,
+        min_remaining_ttl: cx.duration(
+            "distribution.minRemainingTtl",
+            raw.min_remaining_ttl.as_deref(),
+            Duration::from_secs(5),
+        ),
+        max_health_check_age: raw
+            .max_health_check_age
+            .as_deref()
+            .map(|s| cx.duration("distribution.maxHealthCheckAge", Some(s), Duration::ZERO)),
+        reserve_for_gateway: raw.reserve_for_gateway.unwrap_or(0),
+        idempotency_ttl,
+        limits,
+        trusted_proxies,
+        global_rate: cx.rate(
+            "distribution.rateLimit.global",
+            raw.rate_limit.global.as_ref(),
+        ),
+        per_client_rate: cx.rate(
+            "distribution.rateLimit.perClient",
+            raw.rate_limit.per_client.as_ref(),
+        ),
+        auth: auth(cx, &raw.auth, clients),
+    }
+}
+
+fn auth(cx: &mut Ctx, raw: &RawAuth, clients: &[ClientConfig]) -> AuthConfig {
+    let default_mode = if clients.is_empty() { "none" } else { "any" };
+    let mode = match raw.mode.as_deref().unwrap_or(default_mode) {
+        "none" => AuthMode::None,
+        "any" => AuthMode::Any,
+        other => {
+            cx.err(
+                "distribution.auth.mode",
+                format!("`{other}` is not one of none, any"),
+            );
+            AuthMode::None
+        }
+    };
+    let permissions = cx.permissions("distribution.auth.permissions", raw.permissions.as_ref());
+    let mut methods = Vec::new();
+    for (i, m) in raw.methods.iter().enumerate() {
+        let path = format!("distribution.auth.methods[{i}]");
+        let kind = match m.kind.as_str() {
+            "apiKey" => AuthMethodKind::ApiKey,
+            "basic" => AuthMethodKind::Basic,
+            "bearer" => AuthMethodKind::Bearer,
+            other => {
+                cx.err(
+                    format!("{path}.type"),
+                    format!("`{other}` is not one of apiKey, basic, bearer"),
+                );
+                continue;
+            }
+        };
+        if methods.iter().any(|x: &AuthMethodConfig| x.kind == kind) {
+            cx.err(
+                format!("{path}.type"),
+                format!("method `{}` listed twice", kind.as_str()),
+            );
+        }
+        let permissions = cx.permissions(&format!("{path}.permissions"), m.permissions.as_ref());
+        methods.push(AuthMethodConfig { kind, permissions });
+    }
+    if mode == AuthMode::Any {
+        if clients.is_empty() {
+            cx.err(
+                "distribution.auth.mode",
+                "`any` needs at least one entry in clients",
+            );
+        }
+        if raw.methods.is_empty() {
+            methods = [
+                AuthMethodKind::ApiKey,
+                AuthMethodKind::Basic,
+                AuthMethodKind::Bearer,
+            ]
+            .into_iter()
+            .map(|kind| AuthMethodConfig {
+                kind,
+                permissions: None,
+            })
+            .collect();
+        }
+        let enabled = |k| methods.iter().any(|m| m.kind == k);
+        for (i, c) in clients.iter().enumerate() {
+            let uses = [
+                (!c.api_keys.is_empty(), AuthMethodKind::ApiKey, "apiKeys"),
+                (c.basic.is_some(), AuthMethodKind::Basic, "basic"),
+                (
+                    !c.bearer_tokens.is_empty(),
+                    AuthMethodKind::Bearer,
+                    "bearerTokens",
+                ),
+            ];
+            for (used, kind, field) in uses {
+                if used && !enabled(kind) {
+                    cx.err(
+                        format!("clients[{i}].{field}"),
+                        format!(
+                            "method `{}` is not enabled in distribution.auth.methods",
+                            kind.as_str()
+                        ),
+                    );
+                }
+            }
+        }
+    } else if !raw.methods.is_empty() {
+        cx.err("distribution.auth.methods", "only allowed with `mode: any`");
+    }
+    AuthConfig {
+        mode,
+        permissions,
+        methods,
+    }
+}
+
+fn client(cx: &mut Ctx, path: &str, raw: &RawClient) -> ClientConfig {
+    cx.identifier(&format!("{path}.name"), &raw.name, MAX_CLIENT_NAME);
+    let max_extract_count = match raw.max_extract_count {
+        None => None,
+        Some(n) if (1..=MAX_COUNT_PER_REQUEST).contains(&n) => NonZeroU32::new(n),
+        Some(n) => {
+            cx.err(
+                format!("{path}.maxExtractCount"),
+                format!("must be between 1 and {MAX_COUNT_PER_REQUEST}, got {n}"),
+            );
+            None
+        }
+    };
+    let api_keys: Vec<SecretHash> = raw
+        .api_keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| cx.hash(&format!("{path}.apiKeys[{i}].sha256"), &k.sha256))
+        .collect();
+    let bearer_tokens: Vec<SecretHash> = raw
+        .bearer_tokens
+        .iter()
+        .enumerate()
+        .map(|(i, k)| cx.hash(&format!("{path}.bearerTokens[{i}].sha256"), &k.sha256))
+        .collect();
+    let basic = raw.basic.as_ref().map(|b| {
+        if b.username.is_empty() || b.username.contains(':') || b.username.len() > 128 {
+            cx.err(
+                format!("{path}.basic.username"),
+                "must be 1 to 128 bytes without `:`",
+            );
+        }
+        BasicCredentials {
+            username: b.username.clone(),
+            password: cx.hash(&format!("{path}.basic.passwordSha256"), &b.password_sha256),
+        }
+    });
+    if api_keys.is_empty() && basic.is_none() && bearer_tokens.is_empty() {
+        cx.err(path, "needs at least one of apiKeys, basic or bearerTokens");
+    }
+    ClientConfig {
+        name: raw.name.clone(),
+        permissions: cx.permissions(&format!("{path}.permissions"), raw.permissions.as_ref()),
+        max_extract_count,
+        allowed_upstreams: cx.list(
+            &format!("{path}.allowedUpstreams"),
+            &raw.allowed_upstreams,
+            63,
+        ),
+        allowed_regions: cx.list(&format!("{path}.allowedRegions"), &raw.allowed_regions, 64),
+        rate_limit: cx.rate(&format!("{path}.rateLimit"), raw.rate_limit.as_ref()),
+        api_keys,
+        basic,
+        bearer_tokens,
+    }
+}
+
+fn credentials_unique(cx: &mut Ctx, clients: &[ClientConfig]) {
+    let mut keys = HashSet::new();
+    let mut tokens = HashSet::new();
+    let mut users = HashSet::new();
+    for (i, c) in clients.iter().enumerate() {
+        for (j, k) in c.api_keys.iter().enumerate() {
+            if !keys.insert(k.0) {
+                cx.err(
+                    format!("clients[{i}].apiKeys[{j}]"),
+                    "the same API key is configured twice",
+                );
+            }
+        }
+        for (j, k) in c.bearer_tokens.iter().enumerate() {
+            if !tokens.insert(k.0) {
+                cx.err(
+                    format!("clients[{i}].bearerTokens[{j}]"),
+                    "the same token is configured twice",
+                );
+            }
+        }
+        if let Some(b) = &c.basic
+            && !users.insert(b.username.clone())
+        {
+            cx.err(
+                format!("clients[{i}].basic.username"),
+                "the same username is configured twice",
+            );
+        }
+    }
+}
+
+fn upstream(cx: &mut Ctx, path: &str, raw: &RawUpstream, max_ttl: Duration) -> UpstreamConfig {
+    cx.identifier(&format!("{path}.name"), &raw.name, 63);
+    let protocol = match raw.protocol.as_deref().unwrap_or("http") {
+        "http" => ProxyProtocol::Http,
+        "socks5" => ProxyProtocol::Socks5,
+        other => {
+            cx.err(
+                format!("{path}.protocol"),
+                format!("`{other}` is not one of http, socks5"),
+            );
+            ProxyProtocol::Http
+        }
+    };
+    for (field, v) in [
+        ("region", &raw.labels.region),
+        ("carrier", &raw.labels.carrier),
+    ] {
+        if let Some(v) = v {
+            cx.identifier(&format!("{path}.labels.{field}"), v, 64);
+        }
+    }
+    let ttl = cx.required_duration(&format!("{path}.ttl"), raw.ttl.as_deref());
+    let safety_margin = cx.duration(
+        &format!("{path}.safetyMargin"),
+        raw.safety_margin.as_deref(),
+        Duration::from_secs(5),
+    );
+    if raw.ttl.is_some() && safety_margin >= ttl {
+        cx.err(format!("{path}.safetyMargin"), "must be shorter than ttl");
+    }
+    if ttl > max_ttl {
+        cx.err(format!("{path}.ttl"), "must not exceed pool.maxTtl");
+    }
+    if raw.max_size.is_none() {
+        cx.err(format!("{path}.maxSize"), "is required");
+    }
+    let max_size = cx.range(&format!("{path}.maxSize"), raw.max_size, 1, 1, 1_000_000);
+    let fetch_interval = cx.duration(
+        &format!("{path}.fetchInterval"),
+        raw.fetch_interval.as_deref(),
+        Duration::from_secs(10),
+    );
+    if fetch_interval < Duration::from_millis(100) {
+        cx.err(format!("{path}.fetchInterval"), "must be at least 100ms");
+    }
+    UpstreamConfig {
+        name: raw.name.clone(),
+        source: source(cx, &format!("{path}.source"), &raw.source),
+        protocol,
+        region: raw.labels.region.clone(),
+        carrier: raw.labels.carrier.clone(),
+        ttl,
+        safety_margin,
+        max_concurrency_per_proxy: cx.range(
+            &format!("{path}.maxConcurrencyPerProxy"),
+            raw.max_concurrency_per_proxy,
+            1,
+            1,
+            100_000,
+        ),
+        max_size: NonZeroU32::new(max_size).unwrap_or(NonZeroU32::MIN),
+        fetch_interval,
+    }
+}
+
+fn source(cx: &mut Ctx, path: &str, raw: &RawSource) -> SourceConfig {
+    match (&raw.static_list, &raw.vendor_api) {
+        (Some(s), None) => {
+            if s.proxies.is_empty() || s.proxies.len() > 10_000 {
+                cx.err(format!("{path}.static.proxies"), "needs 1 to 10000 entries");
+            }
+            let mut seen = HashSet::new();
+            let proxies = s
+                .proxies
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| {
+                    let parsed = split_host_port(p);
+                    match &parsed {
+                        None => cx.err(
+                            format!("{path}.static.proxies[{i}]"),
+                            format!("`{p}` is not host:port"),
+                        ),
+                        Some(sp) if !seen.insert((sp.host.to_ascii_lowercase(), sp.port)) => cx
+                            .err(
+                                format!("{path}.static.proxies[{i}]"),
+                                format!("duplicate `{p}`"),
+                            ),
+                        Some(_) => {}
+                    }
+                    parsed
+                })
+                .collect();
+            SourceConfig::Static(StaticSourceConfig {
+                proxies,
+                credentials: s
+                    .credentials
+                    .as_ref()
+                    .map(|c| proxy_credentials(cx, &format!("{path}.static.credentials"), c)),
+                assume_healthy: s.assume_healthy.unwrap_or(true),
+            })
+        }
+        (None, Some(v)) => {
+            if !(v.url.starts_with("http://") || v.url.starts_with("https://"))
+                || v.url.len() > 2048
+            {
+                cx.err(
+                    format!("{path}.vendorApi.url"),
+                    "must be an http(s) URL of at most 2048 bytes",
+                );
+            }
+            let format = match v.format.as_str() {
+                "json" => VendorFormat::Json,
+                "lines" => VendorFormat::Lines,
+                other => {
+                    cx.err(
+                        format!("{path}.vendorApi.format"),
+                        format!("`{other}` is not one of json, lines"),
+                    );
+                    VendorFormat::Json
+                }
+            };
+            SourceConfig::VendorApi(VendorApiConfig {
+                url: v.url.clone(),
+                format,
+                api_key_file: v.api_key_file.as_ref().map(PathBuf::from),
+                credentials: v
+                    .credentials
+                    .as_ref()
+                    .map(|c| proxy_credentials(cx, &format!("{path}.vendorApi.credentials"), c)),
+                timeout: cx.duration(
+                    &format!("{path}.vendorApi.timeout"),
+                    v.timeout.as_deref(),
+                    Duration::from_secs(10),
+                ),
+                max_requests_per_minute: cx.range(
+                    &format!("{path}.vendorApi.maxRequestsPerMinute"),
+                    v.max_requests_per_minute,
+                    60,
+                    1,
+                    600,
+                ),
+            })
+        }
+        _ => {
+            cx.err(path, "needs exactly one of static or vendorApi");
+            SourceConfig::Static(StaticSourceConfig {
+                proxies: Vec::new(),
+                credentials: None,
+                assume_healthy: true,
+            })
+        }
+    }
+}
+
+fn proxy_credentials(cx: &mut Ctx, path: &str, raw: &RawProxyCredentials) -> ProxyCredentials {
+    if raw.username.is_empty()
+        || raw.username.len() > 255
+        || raw.username.chars().any(char::is_control)
+    {
+        cx.err(
+            format!("{path}.username"),
+            "must be 1 to 255 bytes without control characters",
+        );
+    }
+    let password = match (&raw.password, &raw.password_file) {
+        (Some(p), None) => {
+            if p.is_empty() || p.len() > 255 || p.chars().any(char::is_control) {
+                cx.err(
+                    format!("{path}.password"),
+                    "must be 1 to 255 bytes without control characters",
+                );
+            }
+            PasswordSource::Inline(p.clone())
+        }
+        (None, Some(f)) => PasswordSource::File(PathBuf::from(f)),
+        _ => {
+            cx.err(path, "needs exactly one of password or passwordFile");
+            PasswordSource::Inline(String::new())
+        }
+    };
+    ProxyCredentials {
+        username: raw.username.clone(),
+        password,
+    }
+}
+
+fn routing(
+    cx: &mut Ctx,
+    path: &str,
+    raw: &RawRouting,
+    upstreams: &HashSet<&str>,
+    clients: &HashSet<&str>,
+) -> RoutingConfig {
+    cx.identifier(&format!("{path}.name"), &raw.name, 63);
+    if raw.upstreams.is_empty() {
+        cx.err(format!("{path}.upstreams"), "at least one upstream");
+    }
+    for (i, u) in raw.upstreams.iter().enumerate() {
+        if !upstreams.contains(u.as_str()) {
+            cx.err(
+                format!("{path}.upstreams[{i}]"),
+                format!("unknown upstream `{u}`"),
+            );
+        }
+    }
+    for (i, c) in raw.clients.iter().enumerate() {
+        if !clients.contains(c.as_str()) {
+            cx.err(
+                format!("{path}.clients[{i}]"),
+                format!("unknown client `{c}`"),
+            );
+        }
+    }
+    let strategy = match raw.strategy.as_deref().unwrap_or("roundRobin") {
+        "roundRobin" => Strategy::RoundRobin,
+        "leastActive" => Strategy::LeastActive,
+        "powerOfTwoChoices" => Strategy::PowerOfTwoChoices,
+        other => {
+            cx.err(
+                format!("{path}.strategy"),
+                format!("`{other}` is not one of roundRobin, leastActive, powerOfTwoChoices"),
+            );
+            Strategy::RoundRobin
+        }
+    };
+    RoutingConfig {
+        name: raw.name.clone(),
+        priority: raw.priority,
+        clients: raw.clients.clone(),
+        upstreams: raw.upstreams.clone(),
+        regions: cx.list(&format!("{path}.regions"), &raw.regions, 64),
+        strategy,
+    }
+}
+
+/// Splits `host:port` or `[v6]:port`.
+pub fn split_host_port(s: &str) -> Option<StaticProxy> {
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (h, p) = rest.split_once("]:")?;
+        h.parse::<std::net::Ipv6Addr>().ok()?;
+        (h, p)
+    } else {
+        let (h, p) = s.rsplit_once(':')?;
+        if h.contains(':') {
+            return None;
+        }
+        (h, p)
+    };
+    let valid_host = !host.is_empty()
+        && host.len() <= 253
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':'));
+    let port: u16 = port.parse().ok().filter(|p| *p != 0)?;
+    valid_host.then(|| StaticProxy {
+        host: host.to_owned(),
+        port,
+    })
+}

@@ -1,0 +1,151 @@
+//! The admin / ops listener: `/healthz` (alive), `/readyz` (serving and its store
+//! reachable), `/metrics` (Prometheus text) and a read-only inventory
+//! (`GET /api/v1/inventory`, Managed and Available Slots per upstream).
+//!
+//! Read-only: nothing here changes the pool. Errors are problem+json like the API's.
+
+use std::sync::Arc;
+
+use activity_pool::model::UpstreamId;
+use activity_pool::ports::InventoryReader;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Serialize;
+
+use crate::distribution::ApiError;
+use crate::metrics::{InventoryLabels, Metrics};
+use crate::redis_link::RedisLink;
+use crate::shutdown::Shutdown;
+
+/// What the admin endpoints read.
+#[derive(Clone)]
+pub struct AdminState {
+    /// Shutdown phase (readiness).
+    pub shutdown: Shutdown,
+    /// Metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// Inventory port.
+    pub inventory: Arc<dyn InventoryReader>,
+    /// Configured upstreams (bounded label set).
+    pub upstreams: Arc<Vec<UpstreamId>>,
+    /// Redis reachability for readiness (`None` with the memory store).
+    pub redis: Option<Arc<RedisLink>>,
+}
+
+impl std::fmt::Debug for AdminState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminState")
+            .field("upstreams", &self.upstreams)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One upstream's inventory.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct UpstreamInventoryDto {
+    name: String,
+    managed: u64,
+    unextracted: u64,
+    available_slots: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct InventoryDto {
+    upstreams: Vec<UpstreamInventoryDto>,
+}
+
+/// The admin router.
+pub fn app(state: AdminState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/inventory", get(inventory))
+        .fallback(|| async { ApiError::NotFound.into_problem("") })
+        .with_state(state)
+}
+
+async fn healthz() -> Response {
+    text(StatusCode::OK, "ok\n")
+}
+
+async fn readyz(State(st): State<AdminState>) -> Response {
+    if !st.shutdown.is_running() {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n");
+    }
+    if let Some(redis) = &st.redis
+        && redis.ping().await.is_err()
+    {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "redis unavailable\n");
+    }
+    text(StatusCode::OK, "ready\n")
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response {
+    let mut r = (status, body).into_response();
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+async fn read_inventory(st: &AdminState) -> Result<Vec<UpstreamInventoryDto>, ApiError> {
+    let mut out = Vec::with_capacity(st.upstreams.len());
+    for u in st.upstreams.iter() {
+        let inv = st.inventory.inventory(u).await.map_err(|e| {
+            if e.is_retryable() {
+                ApiError::PoolUnavailable
+            } else {
+                ApiError::Internal
+            }
+        })?;
+        out.push(UpstreamInventoryDto {
+            name: u.to_string(),
+            managed: inv.managed,
+            unextracted: inv.unextracted,
+            available_slots: inv.available_slots,
+        });
+    }
+    Ok(out)
+}
+
+async fn metrics(State(st): State<AdminState>) -> Response {
+    if let Ok(inv) = read_inventory(&st).await {
+        for u in inv {
+            for (kind, v) in [
+                ("managed", u.managed),
+                ("unextracted", u.unextracted),
+                ("available_slots", u.available_slots),
+            ] {
+                st.metrics
+                    .inventory
+                    .get_or_create(&InventoryLabels {
+                        upstream: u.name.clone(),
+                        kind,
+                    })
+                    .set(i64::try_from(v).unwrap_or(i64::MAX));
+            }
+        }
+    }
+    let mut r = st.metrics.encode().into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    r
+}
+
+async fn inventory(State(st): State<AdminState>) -> Response {
+    match read_inventory(&st).await {
+        Ok(upstreams) => {
+            let mut r = axum::Json(InventoryDto { upstreams }).into_response();
+            r.headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            r
+        }
+        Err(e) => e.into_problem(""),
+    }
+}

@@ -1,0 +1,377 @@
+//! Authentication and identity of Distribution clients: API key, Basic and Bearer
+//! against hashed secrets from the config (constant-time comparison), or the source
+//! address when the listener runs without authentication.
+//!
+//! Runs on headers only, before any body is read. Never logs or returns a presented
+//! secret.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use activity_pool::model::ClientId;
+use async_trait::async_trait;
+use axum::http::HeaderMap;
+use base64::Engine;
+use proxy_pool_api::config::{
+    AuthConfig, AuthMethodKind, AuthMode, ClientConfig, Permission, Rate, SecretHash,
+};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::problem::ApiError;
+
+/// Longest credential header value looked at.
+const MAX_CREDENTIAL_LEN: usize = 1024;
+
+/// Who is calling, with what rights and limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// Stable ID (`client:<name>` or `anon:<ip>`); digested before it enters Redis.
+    pub client_id: ClientId,
+    /// Granted permissions.
+    pub permissions: BTreeSet<Permission>,
+    /// Most proxies per request (`None`: the listener's limit).
+    pub max_extract_count: Option<NonZeroU32>,
+    /// Allowed upstreams (empty: any).
+    pub allowed_upstreams: Vec<String>,
+    /// Allowed regions (empty: any).
+    pub allowed_regions: Vec<String>,
+    /// Own rate limit (`None`: the listener default).
+    pub rate_limit: Option<Rate>,
+}
+
+/// Why a credential was refused (never carries the credential).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// Unknown or malformed credential.
+    #[error("invalid credential")]
+    Invalid,
+    /// The verifier could not decide (e.g. a remote review failed).
+    #[error("verifier unavailable")]
+    Unavailable,
+}
+
+/// Checks bearer tokens. The static implementation compares hashes from the config;
+/// a Kubernetes `TokenReview` implementation can replace it later.
+#[async_trait]
+pub trait BearerVerifier: Send + Sync + std::fmt::Debug {
+    /// The index (into the configured clients) of the client owning `token`.
+    async fn verify(&self, token: &str) -> Result<usize, AuthError>;
+}
+
+/// Bearer tokens as SHA-256 hashes from the config.
+#[derive(Debug, Default)]
+pub struct StaticBearerVerifier {
+    tokens: Vec<(SecretHash, usize)>,
+}
+
+impl StaticBearerVerifier {
+    /// From the configured clients.
+    pub fn new(clients: &[ClientConfig]) -> Self {
+        let tokens = clients
+            .iter()
+            .enumerate()
+            .flat_map(|(i, c)| c.bearer_tokens.iter().map(move |h| (*h, i)))
+            .collect();
+        Self { tokens }
+    }
+}
+
+#[async_trait]
+impl BearerVerifier for StaticBearerVerifier {
+    async fn verify(&self, token: &str) -> Result<usize, AuthError> {
+        find_hash(&self.tokens, token).ok_or(AuthError::Invalid)
+    }
+}
+
+/// Constant time in the secret: every configured hash is compared.
+fn find_hash(hashes: &[(SecretHash, usize)], secret: &str) -> Option<usize> {
+    let presented: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
+    let mut found = None;
+    for (h, i) in hashes {
+        if bool::from(h.0.ct_eq(&presented)) {
+            found = Some(*i);
+        }
+    }
+    found
+}
+
+/// The listener's authenticator.
+#[derive(Debug)]
+pub struct Authenticator {
+    mode: AuthMode,
+    default_permissions: Option<BTreeSet<Permission>>,
+    methods: Vec<(AuthMethodKind, Option<BTreeSet<Permission>>)>,
+    clients: Vec<ClientConfig>,
+    api_keys: Vec<(SecretHash, usize)>,
+    bearer: Arc<dyn BearerVerifier>,
+    challenge: String,
+}
+
+impl Authenticator {
+    /// From the config, with the static bearer verifier.
+    pub fn new(auth: &AuthConfig, clients: &[ClientConfig]) -> Self {
+        Self::with_bearer(auth, clients, Arc::new(StaticBearerVerifier::new(clients)))
+    }
+
+    /// From the config, with another bearer verifier.
+    pub fn with_bearer(
+        auth: &AuthConfig,
+        clients: &[ClientConfig],
+        bearer: Arc<dyn BearerVerifier>,
+    ) -> Self {
+        let api_keys = clients
+            .iter()
+            .enumerate()
+            .flat_map(|(i, c)| c.api_keys.iter().map(move |h| (*h, i)))
+            .collect();
+        let methods: Vec<_> = auth
+            .methods
+            .iter()
+            .map(|m| (m.kind, m.permissions.clone()))
+            .collect();
+        let challenge = methods
+            .iter()
+            .map(|(k, _)| match k {
+                AuthMethodKind::ApiKey => "ApiKey header=\"X-API-Key\"",
+                AuthMethodKind::Basic => "Basic realm=\"proxy-pool\"",
+                AuthMethodKind::Bearer => "Bearer realm=\"proxy-pool\"",
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        Self {
+            mode: auth.mode.clone(),
+            default_permissions: auth.permissions.clone(),
+            methods,
+            clients: clients.to_vec(),
+            api_keys,
+            bearer,
+            challenge,
+        }
+    }
+
+    fn enabled(&self, kind: AuthMethodKind) -> Option<&Option<BTreeSet<Permission>>> {
+        self.methods
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, p)| p)
+    }
+
+    fn unauthenticated(&self) -> ApiError {
+        ApiError::Unauthenticated {
+            challenge: self.challenge.clone(),
+        }
+    }
+
+    /// Identifies the caller from its headers and source address.
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        source: IpAddr,
+    ) -> Result<Identity, ApiError> {
+        if self.mode == AuthMode::None {
+            return self.anonymous(source);
+        }
+        let api_key = single(headers, "x-api-key")?;
+        let authorization = single(headers, "authorization")?;
+        let (kind, index) = if let Some(key) =
+            api_key.filter(|_| self.enabled(AuthMethodKind::ApiKey).is_some())
+        {
+            let i = find_hash(&self.api_keys, key).ok_or_else(|| self.unauthenticated())?;
+            (AuthMethodKind::ApiKey, i)
+        } else if let Some(value) = authorization {
+            let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
+            let rest = rest.trim();
+            if scheme.eq_ignore_ascii_case("basic") && self.enabled(AuthMethodKind::Basic).is_some()
+            {
+                (
+                    AuthMethodKind::Basic,
+                    self.basic(rest).ok_or_else(|| self.unauthenticated())?,
+                )
+            } else if scheme.eq_ignore_ascii_case("bearer")
+                && self.enabled(AuthMethodKind::Bearer).is_some()
+            {
+                match self.bearer.verify(rest).await {
+                    Ok(i) => (AuthMethodKind::Bearer, i),
+                    Err(AuthError::Invalid) => return Err(self.unauthenticated()),
+                    Err(AuthError::Unavailable) => return Err(ApiError::PoolUnavailable),
+                }
+            } else {
+                return Err(self.unauthenticated());
+            }
+        } else {
+            return Err(self.unauthenticated());
+        };
+        let client = self.clients.get(index).ok_or(ApiError::Internal)?;
+        let permissions = client
+            .permissions
+            .clone()
+            .or_else(|| self.enabled(kind).cloned().flatten())
+            .or_else(|| self.default_permissions.clone())
+            .unwrap_or_else(|| Permission::ALL.into_iter().collect());
+        Ok(Identity {
+            client_id: ClientId::new(format!("client:{}", client.name))
+                .map_err(|_| ApiError::Internal)?,
+            permissions,
+            max_extract_count: client.max_extract_count,
+            allowed_upstreams: client.allowed_upstreams.clone(),
+            allowed_regions: client.allowed_regions.clone(),
+            rate_limit: client.rate_limit,
+        })
+    }
+
+    fn anonymous(&self, source: IpAddr) -> Result<Identity, ApiError> {
+        let ip = match source {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        };
+        Ok(Identity {
+            // An IP address is always a valid identifier (digits, hex, `.` and `:`).
+            client_id: ClientId::new(format!("anon:{ip}")).map_err(|_| ApiError::Internal)?,
+            permissions: self
+                .default_permissions
+                .clone()
+                .unwrap_or_else(|| Permission::ALL.into_iter().collect()),
+            max_extract_count: None,
+            allowed_upstreams: Vec::new(),
+            allowed_regions: Vec::new(),
+            rate_limit: None,
+        })
+    }
+
+    /// Checks `base64(user:password)`; the password hash comparison is constant time
+    /// and happens even for an unknown user.
+    fn basic(&self, encoded: &str) -> Option<usize> {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()?;
+        let text = std::str::from_utf8(&decoded).ok()?;
+        let (user, password) = text.split_once(':')?;
+        let presented: [u8; 32] = Sha256::digest(password.as_bytes()).into();
+        let mut found = None;
+        for (i, c) in self.clients.iter().enumerate() {
+            if let Some(b) = &c.basic {
+                let ok = bool::from(b.password.0.ct_eq(&presented));
+                if ok && b.username == user {
+                    found = Some(i);
+                }
+            }
+        }
+        found
+    }
+}
+
+/// The value of a header that may appear at most once.
+fn single<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&'a str>, ApiError> {
+    let mut values = headers.get_all(name).iter();
+    let Some(v) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ApiError::InvalidHeader {
+            header: name,
+            reason: "must appear at most once",
+        });
+    }
+    if v.len() > MAX_CREDENTIAL_LEN {
+        return Err(ApiError::InvalidHeader {
+            header: name,
+            reason: "too long",
+        });
+    }
+    v.to_str().map(Some).map_err(|_| ApiError::InvalidHeader {
+        header: name,
+        reason: "must be visible ASCII",
+    })
+}
+
+/// Lower-case hex SHA-256 of a secret, as the config stores it.
+pub fn hash_secret(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proxy_pool_api::config::load_yaml;
+
+    fn auth(yaml: &str) -> Authenticator {
+        let c = load_yaml(yaml).expect("config");
+        Authenticator::new(&c.distribution.auth, &c.clients)
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, v.parse().expect("value"));
+        }
+        h
+    }
+
+    fn config() -> String {
+        format!(
+            "clients:\n- name: a\n  apiKeys: [{{sha256: {}}}]\n  basic: {{username: alice, passwordSha256: {}}}\n  permissions: [gateway:connect]\n- name: b\n  bearerTokens: [{{sha256: {}}}]\n  maxExtractCount: 3\n",
+            hash_secret("key-a"),
+            hash_secret("pw-a"),
+            hash_secret("token-b")
+        )
+    }
+
+    #[tokio::test]
+    async fn each_method_identifies_its_client() {
+        let a = auth(&config());
+        let ip: IpAddr = "127.0.0.1".parse().expect("ip");
+        let id = a
+            .authenticate(&headers(&[("x-api-key", "key-a")]), ip)
+            .await
+            .expect("api key");
+        assert_eq!(id.client_id.as_str(), "client:a");
+        assert!(!id.permissions.contains(&Permission::DistributionExtract));
+        let basic = base64::engine::general_purpose::STANDARD.encode("alice:pw-a");
+        let id = a
+            .authenticate(
+                &headers(&[("authorization", &format!("Basic {basic}"))]),
+                ip,
+            )
+            .await
+            .expect("basic");
+        assert_eq!(id.client_id.as_str(), "client:a");
+        let id = a
+            .authenticate(&headers(&[("authorization", "bearer token-b")]), ip)
+            .await
+            .expect("bearer");
+        assert_eq!(id.client_id.as_str(), "client:b");
+        assert!(id.permissions.contains(&Permission::DistributionExtract));
+        assert_eq!(id.max_extract_count.map(NonZeroU32::get), Some(3));
+    }
+
+    #[tokio::test]
+    async fn wrong_or_missing_credentials_are_401() {
+        let a = auth(&config());
+        let ip: IpAddr = "127.0.0.1".parse().expect("ip");
+        let basic = base64::engine::general_purpose::STANDARD.encode("alice:wrong");
+        for h in [
+            headers(&[]),
+            headers(&[("x-api-key", "nope")]),
+            headers(&[("authorization", &format!("Basic {basic}"))]),
+            headers(&[("authorization", "Bearer nope")]),
+            headers(&[("authorization", "Digest x")]),
+        ] {
+            let e = a.authenticate(&h, ip).await.expect_err("refused");
+            assert_eq!(e.code(), "UNAUTHENTICATED");
+        }
+    }
+
+    #[tokio::test]
+    async fn anonymous_clients_are_their_source_address() {
+        let a = auth("{}");
+        let id = a
+            .authenticate(&headers(&[]), "::ffff:192.0.2.7".parse().expect("ip"))
+            .await
+            .expect("anonymous");
+        assert_eq!(id.client_id.as_str(), "anon:192.0.2.7");
+        assert!(id.permissions.contains(&Permission::DistributionExtract));
+    }
+}

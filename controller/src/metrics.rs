@@ -1,0 +1,111 @@
+//! Prometheus metrics of the controller. Label sets are bounded: HTTP status codes
+//! the API can produce, and configured upstream names. No client ID, proxy or secret
+//! is ever a label.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Labels of request counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    /// HTTP status code.
+    pub status: String,
+}
+
+/// Labels of inventory gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InventoryLabels {
+    /// Configured upstream name.
+    pub upstream: String,
+    /// `managed`, `unextracted` or `available_slots`.
+    pub kind: &'static str,
+}
+
+/// Labels of static upsert counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpsertLabels {
+    /// Configured upstream name.
+    pub upstream: String,
+    /// `inserted`, `refreshed`, `dropped` or `failed`.
+    pub result: &'static str,
+}
+
+/// Every metric, and the registry that encodes them.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    /// Distribution requests by status.
+    pub requests: Family<StatusLabels, Counter>,
+    /// Proxies handed out (replays not counted).
+    pub extracted: Counter,
+    /// Distribution request latency, seconds.
+    pub latency: Histogram,
+    /// Pool inventory per upstream (refreshed at scrape).
+    pub inventory: Family<InventoryLabels, Gauge>,
+    /// Static upstream upserts.
+    pub upserts: Family<UpsertLabels, Counter>,
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Arc<Self> {
+        let mut registry = Registry::with_prefix("proxy_pool");
+        let requests = Family::<StatusLabels, Counter>::default();
+        let extracted = Counter::default();
+        let latency = Histogram::new([
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        ]);
+        let inventory = Family::<InventoryLabels, Gauge>::default();
+        let upserts = Family::<UpsertLabels, Counter>::default();
+        registry.register(
+            "distribution_requests",
+            "Distribution API requests by HTTP status",
+            requests.clone(),
+        );
+        registry.register(
+            "distribution_extracted_proxies",
+            "Proxies handed out by the Distribution API",
+            extracted.clone(),
+        );
+        registry.register(
+            "distribution_request_duration_seconds",
+            "Distribution API request latency",
+            latency.clone(),
+        );
+        registry.register(
+            "pool_inventory",
+            "Activity pool inventory per upstream (managed, unextracted, available_slots)",
+            inventory.clone(),
+        );
+        registry.register(
+            "static_upstream_upserts",
+            "Static upstream upsert results (candidates)",
+            upserts.clone(),
+        );
+        Arc::new(Self {
+            registry: Mutex::new(registry),
+            requests,
+            extracted,
+            latency,
+            inventory,
+            upserts,
+        })
+    }
+
+    /// OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let registry = self.registry.lock();
+        if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

@@ -1,0 +1,105 @@
+//! Serves an axum `Router` on a bound listener with hard limits (connections, header
+//! buffer, header read timeout) and the graceful shutdown protocol.
+//!
+//! Takes a bound listener (tests bind `127.0.0.1:0`); never binds sockets itself.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+use crate::shutdown::{Phase, Shutdown};
+
+/// Connection-level limits of one listener.
+#[derive(Clone, Copy, Debug)]
+pub struct ServeOptions {
+    /// Most open connections; more are closed right after accept.
+    pub max_connections: usize,
+    /// hyper's read buffer, which bounds the request head (≥ 8192).
+    pub max_buf_size: usize,
+    /// Deadline for a request head to arrive.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 256,
+            max_buf_size: 64 * 1024,
+            header_read_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Serves `router` until the shutdown phase reaches Stopping, then lets in-flight
+/// requests finish until the shutdown deadline and returns.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    options: ServeOptions,
+    shutdown: Shutdown,
+) {
+    let graceful = GracefulShutdown::new();
+    let permits = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.reached(Phase::Stopping) => break,
+            a = listener.accept() => a,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::debug!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tracing::debug!("connection limit reached; closing a new connection");
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
+            let router = router.clone();
+            async move {
+                let resp = router.oneshot(req.map(Body::new)).await;
+                Ok::<_, Infallible>(resp.unwrap_or_else(|e| match e {}))
+            }
+        });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(options.header_read_timeout)
+            .max_buf_size(options.max_buf_size.max(8192))
+            .keep_alive(true);
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let watched = graceful.watch(conn);
+        tokio::spawn(async move {
+            let _ = watched.await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    let wait = graceful.shutdown();
+    match shutdown.deadline() {
+        Some(at) => {
+            if tokio::time::timeout_at(at, wait).await.is_err() {
+                tracing::warn!("grace period over: closing remaining connections");
+            }
+        }
+        None => wait.await,
+    }
+}

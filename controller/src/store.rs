@@ -1,0 +1,158 @@
+//! Builds the activity pool the config names (memory or Redis) and hands out its
+//! ports. Reads referenced secret files here, at the edge.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use activity_pool::model::Secret;
+use activity_pool::ports::{
+    ActivityPool, ExtractionStore, HealthStore, InventoryReader, Maintenance, Upserter,
+};
+use activity_pool::{MemoryPool, PoolError, PoolOptions, RedisConnector, RedisOptions, RedisPool};
+use proxy_pool_api::config::{
+    Config, PasswordSource, PoolConfig, RedisConfig, RedisTarget, StoreConfig,
+};
+
+use crate::redis_link::{LinkError, RedisLink};
+
+/// Why the controller could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A referenced secret file could not be read (its content is never shown).
+    #[error("cannot read secret file {path}: {reason}")]
+    SecretFile {
+        /// The file.
+        path: String,
+        /// The I/O error kind.
+        reason: String,
+    },
+    /// The pool could not be built or reached.
+    #[error("activity pool: {0}")]
+    Pool(#[from] PoolError),
+    /// The controller's Redis link.
+    #[error("redis: {0}")]
+    Redis(#[from] LinkError),
+    /// A static upstream does not fit the pool's rules.
+    #[error("{0}")]
+    Static(#[from] crate::static_upstreams::StaticError),
+}
+
+/// The pool ports the controller uses.
+#[derive(Clone)]
+pub struct Ports {
+    /// Distribution API.
+    pub extraction: Arc<dyn ExtractionStore>,
+    /// Admin inventory.
+    pub inventory: Arc<dyn InventoryReader>,
+    /// Static upstreams.
+    pub upserter: Arc<dyn Upserter>,
+    /// Static upstreams (assumed health).
+    pub health: Arc<dyn HealthStore>,
+    /// Maintenance loop.
+    pub maintenance: Arc<dyn Maintenance>,
+}
+
+impl std::fmt::Debug for Ports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ports").finish_non_exhaustive()
+    }
+}
+
+impl Ports {
+    /// Every port from one full pool.
+    pub fn from_pool<P: ActivityPool + 'static>(pool: P) -> Self {
+        let pool = Arc::new(pool);
+        Self {
+            extraction: pool.clone(),
+            inventory: pool.clone(),
+            upserter: pool.clone(),
+            health: pool.clone(),
+            maintenance: pool,
+        }
+    }
+}
+
+/// A built store: its ports and, with Redis, the controller's own link.
+#[derive(Debug)]
+pub struct Store {
+    /// Pool ports.
+    pub ports: Ports,
+    /// Rate limiter / readiness link (`None`: memory store).
+    pub redis: Option<Arc<RedisLink>>,
+}
+
+/// Reads a secret file, trimming one trailing newline.
+pub fn read_secret(path: &Path) -> Result<String, BuildError> {
+    let text = std::fs::read_to_string(path).map_err(|e| BuildError::SecretFile {
+        path: path.display().to_string(),
+        reason: e.kind().to_string(),
+    })?;
+    Ok(text.trim_end_matches(['\n', '\r']).to_owned())
+}
+
+/// Resolves a password source.
+pub fn resolve_password(p: &PasswordSource) -> Result<String, BuildError> {
+    match p {
+        PasswordSource::Inline(s) => Ok(s.clone()),
+        PasswordSource::File(path) => read_secret(path),
+    }
+}
+
+/// Pool options from the config.
+pub fn pool_options(p: &PoolConfig) -> PoolOptions {
+    PoolOptions {
+        extract_scan_budget: p.extract_scan_budget,
+        inventory_scan_budget: p.inventory_scan_budget,
+        opportunistic_purge: p.opportunistic_purge,
+        max_ttl: p.max_ttl,
+        ..PoolOptions::default()
+    }
+}
+
+/// Builds the store the config names; connects to Redis.
+pub async fn build(config: &Config) -> Result<Store, BuildError> {
+    let options = pool_options(&config.pool);
+    match &config.store {
+        StoreConfig::Memory => Ok(Store {
+            ports: Ports::from_pool(MemoryPool::new(options)),
+            redis: None,
+        }),
+        StoreConfig::Redis(r) => build_redis(r, options).await,
+    }
+}
+
+async fn build_redis(r: &RedisConfig, options: PoolOptions) -> Result<Store, BuildError> {
+    let password = r.password_file.as_deref().map(read_secret).transpose()?;
+    let (mut connector, link) = match &r.target {
+        RedisTarget::Address(url) => (
+            RedisConnector::direct(url)?,
+            RedisLink::direct(url, r.command_timeout)?,
+        ),
+        RedisTarget::Sentinel {
+            master_name,
+            addresses,
+        } => (
+            RedisConnector::sentinel(master_name, addresses.clone())?,
+            RedisLink::sentinel(master_name, addresses, r.command_timeout),
+        ),
+    };
+    if let Some(p) = &password {
+        connector = connector.with_password(Secret::new(p.clone()));
+    }
+    if let Some(u) = &r.username {
+        connector = connector.with_username(u.clone());
+    }
+    let pool = RedisPool::new(
+        connector,
+        RedisOptions {
+            pool: options,
+            command_timeout: r.command_timeout,
+            clock_override: None,
+        },
+    )
+    .await?;
+    Ok(Store {
+        ports: Ports::from_pool(pool),
+        redis: Some(Arc::new(link.with_auth(r.username.clone(), password))),
+    })
+}
