@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod distribution;
+pub mod health;
 pub mod maintenance;
 pub mod metrics;
 pub mod provider;
