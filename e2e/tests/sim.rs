@@ -8,7 +8,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 use proxy_pool_e2e::sim::{
-    EchoReply, FailureMode, Protocol, ProxySpec, SimConfig, SimProxy, Simulator,
+    EchoReply, FailureMode, Protocol, ProxySpec, SimConfig, SimProxy, Simulator, VendorFault,
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -823,6 +823,56 @@ async fn control_api_lists_changes_and_expires_proxies() {
             .unwrap()
             .contains("BEGIN CERTIFICATE")
     );
+}
+
+#[tokio::test]
+async fn vendor_faults_make_the_vendor_api_fail_slow_or_garbled() {
+    let sim = sim().await;
+    let key = api_key(&sim);
+    let fault = "/v1/sim/vendor/fault";
+    for (status, retry_after) in [(503u16, true), (429, true), (500, false)] {
+        let body = format!(r#"{{"mode":"status","status":{status}}}"#);
+        assert_eq!(vendor_send(&sim, "PUT", fault, &body).await, 204);
+        let (got, headers, _) = vendor_get(&sim, "/v1/proxies?count=2", &key).await;
+        assert_eq!(got, status);
+        assert_eq!(headers.contains_key("retry-after"), retry_after, "{status}");
+    }
+    assert!(
+        sim.live_proxies().is_empty(),
+        "a failing vendor issues nothing"
+    );
+
+    sim.set_vendor_fault(VendorFault::Garbage).unwrap();
+    let (status, _, body) = vendor_get(&sim, "/v1/proxies", &key).await;
+    assert_eq!(status, 200);
+    assert!(serde_json::from_str::<serde_json::Value>(&body).is_err());
+
+    sim.set_vendor_fault(VendorFault::Slow { delay_ms: 300 })
+        .unwrap();
+    let started = Instant::now();
+    let (status, _, _) = vendor_get(&sim, "/v1/proxies", &key).await;
+    assert_eq!(status, 200);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    let (status, _, body) = vendor_get(&sim, fault, &key).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, r#"{"mode":"slow","delayMs":300}"#)
+    );
+    assert_eq!(
+        vendor_send(&sim, "PUT", fault, r#"{"mode":"status","status":200}"#).await,
+        400
+    );
+    assert!(
+        sim.set_vendor_fault(VendorFault::Status { status: 99 })
+            .is_err()
+    );
+    assert_eq!(
+        vendor_send(&sim, "PUT", fault, r#"{"mode":"none"}"#).await,
+        204
+    );
+    let (status, _, _) = vendor_get(&sim, "/v1/proxies", &key).await;
+    assert_eq!(status, 200);
 }
 
 // ---------- lifecycle ----------

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::config::Settings;
+use super::failure::{Switch, VendorFault};
 use super::registry::Registry;
 
 /// Where the echo servers listen and the PEM a client must trust for HTTPS.
@@ -22,6 +23,8 @@ pub(crate) struct SimCore {
     pub(crate) settings: Settings,
     pub(crate) registry: Registry,
     pub(crate) echo: EchoInfo,
+    /// Fault the vendor API currently simulates.
+    pub(crate) vendor_fault: Switch<VendorFault>,
     /// Root of every cancellation: proxies hold child tokens.
     pub(crate) token: CancellationToken,
     pub(crate) tracker: TaskTracker,
@@ -34,6 +37,7 @@ impl SimCore {
             settings,
             registry,
             echo,
+            vendor_fault: Switch::new(VendorFault::None),
             token: CancellationToken::new(),
             tracker: TaskTracker::new(),
             seq: AtomicU64::new(0),

@@ -1,5 +1,5 @@
-//! Failure modes a simulated proxy can be told to exhibit, and the runtime switch
-//! that holds a proxy's current mode. A mode is read when a connection is accepted:
+//! Failure modes a simulated proxy can be told to exhibit, faults of the vendor API,
+//! and the runtime switch that holds either. A mode is read when a connection is accepted:
 //! changing it affects new connections, never tunnels already open.
 
 use parking_lot::Mutex;
@@ -67,24 +67,68 @@ impl FailureMode {
     }
 }
 
-/// A proxy's current failure mode, changeable while the proxy runs.
+/// Faults of the vendor API itself, for testing a provider reconciler.
+/// JSON: `{"mode":"status","status":503}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(
+    tag = "mode",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
+pub enum VendorFault {
+    /// `GET /v1/proxies` works.
+    #[default]
+    None,
+    /// `GET /v1/proxies` answers this status (400-599) with a JSON error and issues nothing;
+    /// 429 and 503 carry `Retry-After: 1`.
+    Status {
+        /// The HTTP status to answer.
+        status: u16,
+    },
+    /// `GET /v1/proxies` waits `delay_ms` before answering normally.
+    Slow {
+        /// Delay in milliseconds (at most [`MAX_SLOW_DELAY`]).
+        delay_ms: u64,
+    },
+    /// `GET /v1/proxies` answers 200 with a truncated, unparseable JSON body.
+    Garbage,
+}
+
+impl VendorFault {
+    /// Checks the fault's parameters; returns a description of the first problem.
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            Self::Status { status } if !(400..=599).contains(status) => {
+                Err("status must be in 400..=599".into())
+            }
+            Self::Slow { delay_ms } => FailureMode::Slow {
+                delay_ms: *delay_ms,
+            }
+            .check(),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A value changeable at run time: a proxy's failure mode, the vendor API's fault.
 ///
 /// A plain mutex: the value is `Copy`, the critical section is a load or a store,
 /// and no lock is ever held across an `.await`.
 #[derive(Debug, Default)]
-pub(crate) struct FailureSwitch(Mutex<FailureMode>);
+pub(crate) struct Switch<T>(Mutex<T>);
 
-impl FailureSwitch {
-    pub(crate) fn new(mode: FailureMode) -> Self {
-        Self(Mutex::new(mode))
+impl<T: Copy> Switch<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self(Mutex::new(value))
     }
 
-    pub(crate) fn get(&self) -> FailureMode {
+    pub(crate) fn get(&self) -> T {
         *self.0.lock()
     }
 
-    pub(crate) fn set(&self, mode: FailureMode) {
-        *self.0.lock() = mode;
+    pub(crate) fn set(&self, value: T) {
+        *self.0.lock() = value;
     }
 }
 
@@ -125,8 +169,16 @@ mod tests {
     }
 
     #[test]
+    fn vendor_faults_are_checked() {
+        let fault: VendorFault = serde_json::from_str(r#"{"mode":"status","status":429}"#).unwrap();
+        assert!(fault.check().is_ok());
+        assert!(VendorFault::Status { status: 200 }.check().is_err());
+        assert!(VendorFault::Slow { delay_ms: u64::MAX }.check().is_err());
+    }
+
+    #[test]
     fn switch_changes_mode() {
-        let switch = FailureSwitch::new(FailureMode::None);
+        let switch = Switch::new(FailureMode::None);
         switch.set(FailureMode::Refuse);
         assert_eq!(switch.get(), FailureMode::Refuse);
     }

@@ -21,7 +21,7 @@ mod tls;
 pub use config::{FailureShare, MAX_LIVE_PROXIES, SimConfig, VendorCredentials};
 pub use echo::{EchoReply, MAX_ECHO_BYTES};
 pub use error::{ConfigError, SimError};
-pub use failure::{FailureMode, MAX_SLOW_DELAY};
+pub use failure::{FailureMode, MAX_SLOW_DELAY, VendorFault};
 pub use model::{MAX_PROXY_TTL, Protocol, ProxySpec, ProxyStatus, SimProxy};
 
 use std::net::SocketAddr;
@@ -183,6 +183,17 @@ impl Simulator {
     /// Changes a live proxy's failure mode (affects connections accepted from now on).
     pub fn set_failure(&self, id: &str, failure: FailureMode) -> Result<(), SimError> {
         self.core.registry.get(id)?.failure.set(failure);
+        Ok(())
+    }
+
+    /// Makes the vendor API (`GET /v1/proxies`) fail, slow down or recover.
+    pub fn set_vendor_fault(&self, fault: VendorFault) -> Result<(), SimError> {
+        fault.check().map_err(|msg| {
+            SimError::Config(ConfigError {
+                problems: vec![format!("vendorFault: {msg}")],
+            })
+        })?;
+        self.core.vendor_fault.set(fault);
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::egress::EgressPool;
 use super::error::SimError;
-use super::failure::FailureSwitch;
+use super::failure::{FailureMode, Switch};
 use super::model::{ProxyStatus, SimProxy};
 
 /// One live proxy's shared state (read by its connection tasks and the control API).
@@ -19,7 +19,7 @@ use super::model::{ProxyStatus, SimProxy};
 pub(crate) struct ProxyState {
     pub(crate) info: SimProxy,
     pub(crate) egress_ip: Ipv4Addr,
-    pub(crate) failure: FailureSwitch,
+    pub(crate) failure: Switch<FailureMode>,
     /// One permit per concurrent client connection.
     pub(crate) conn_limit: Arc<Semaphore>,
     pub(crate) max_connections: usize,

@@ -17,7 +17,7 @@ use tracing::{debug, instrument};
 
 use super::core::SimCore;
 use super::error::{ConfigError, SimError};
-use super::failure::{FailureMode, FailureSwitch};
+use super::failure::{FailureMode, Switch};
 use super::model::{MAX_PROXY_TTL, Protocol, ProxySpec, SimProxy, rfc3339};
 use super::registry::ProxyState;
 
@@ -89,7 +89,7 @@ pub(crate) async fn spawn(core: &Arc<SimCore>, spec: ProxySpec) -> Result<SimPro
     let state = Arc::new(ProxyState {
         info: info.clone(),
         egress_ip,
-        failure: FailureSwitch::new(spec.failure),
+        failure: Switch::new(spec.failure),
         conn_limit: Arc::new(Semaphore::new(settings.max_connections_per_proxy)),
         max_connections: settings.max_connections_per_proxy,
         token: core.token.child_token(),

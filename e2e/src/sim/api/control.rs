@@ -1,0 +1,121 @@
+//! `/v1/sim/...`: the simulator's control API for tests — info, live proxies,
+//! direct creation, failure modes, early expiry, vendor faults.
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{ApiError, ProxyList, VendorAuth};
+use crate::sim::core::SimCore;
+use crate::sim::failure::{FailureMode, VendorFault};
+use crate::sim::model::{Protocol, ProxySpec, ProxyStatus, SimProxy};
+use crate::sim::proxy;
+
+/// Where the echo servers are and the CA PEM to trust for HTTPS.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct SimInfo {
+    echo_http: String,
+    echo_https: String,
+    ca_pem: String,
+    live_proxies: usize,
+    max_live_proxies: usize,
+}
+
+pub(super) async fn info(_auth: VendorAuth, State(core): State<Arc<SimCore>>) -> Json<SimInfo> {
+    Json(SimInfo {
+        echo_http: format!("http://{}", core.echo.http),
+        echo_https: format!("https://{}", core.echo.https),
+        ca_pem: core.echo.ca_pem.clone(),
+        live_proxies: core.registry.len(),
+        max_live_proxies: core.settings.max_live_proxies,
+    })
+}
+
+pub(super) async fn list(
+    _auth: VendorAuth,
+    State(core): State<Arc<SimCore>>,
+) -> Json<ProxyList<ProxyStatus>> {
+    let proxies = core.registry.list().iter().map(|p| p.status()).collect();
+    Json(ProxyList { proxies })
+}
+
+/// Body of `POST /v1/sim/proxies`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct CreateProxy {
+    protocol: Protocol,
+    ttl_ms: u64,
+    #[serde(default)]
+    failure: FailureMode,
+    region: Option<String>,
+    carrier: Option<String>,
+}
+
+/// Longest TTL the control API accepts for a directly created proxy.
+const MAX_CONTROL_TTL: Duration = Duration::from_secs(24 * 3600);
+
+pub(super) async fn create(
+    _auth: VendorAuth,
+    State(core): State<Arc<SimCore>>,
+    body: Result<Json<CreateProxy>, JsonRejection>,
+) -> Result<(StatusCode, Json<SimProxy>), ApiError> {
+    let Json(req) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let ttl = Duration::from_millis(req.ttl_ms);
+    if ttl.is_zero() || ttl > MAX_CONTROL_TTL {
+        return Err(ApiError::BadRequest("ttlMs must be in 1..=86400000".into()));
+    }
+    req.failure.check().map_err(ApiError::BadRequest)?;
+    let spec = ProxySpec {
+        protocol: req.protocol,
+        ttl,
+        failure: req.failure,
+        region: req.region,
+        carrier: req.carrier,
+    };
+    let created = proxy::spawn(&core, spec).await?;
+    Ok((StatusCode::CREATED, Json(created)))
+}
+
+pub(super) async fn set_failure(
+    _auth: VendorAuth,
+    State(core): State<Arc<SimCore>>,
+    Path(id): Path<String>,
+    body: Result<Json<FailureMode>, JsonRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Json(mode) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    mode.check().map_err(ApiError::BadRequest)?;
+    core.registry.get(&id)?.failure.set(mode);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(super) async fn expire(
+    _auth: VendorAuth,
+    State(core): State<Arc<SimCore>>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    core.registry.expire(&id)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(super) async fn vendor_fault(
+    _auth: VendorAuth,
+    State(core): State<Arc<SimCore>>,
+) -> Json<VendorFault> {
+    Json(core.vendor_fault.get())
+}
+
+pub(super) async fn set_vendor_fault(
+    _auth: VendorAuth,
+    State(core): State<Arc<SimCore>>,
+    body: Result<Json<VendorFault>, JsonRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Json(fault) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    fault.check().map_err(ApiError::BadRequest)?;
+    core.vendor_fault.set(fault);
+    Ok(StatusCode::NO_CONTENT)
+}
