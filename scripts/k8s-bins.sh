@@ -24,6 +24,8 @@ done
 
 say() { printf 'k8s-bins: %s\n' "$*" >&2; }
 
+# The Go toolchain of the Debian-based images lives in /usr/local/go.
+command -v go >/dev/null 2>&1 || PATH="$PATH:/usr/local/go/bin"
 command -v go >/dev/null 2>&1 || {
   say "the Go toolchain is required (go >= the version in e2e/k8s/go.mod)"; exit 1; }
 
@@ -68,7 +70,7 @@ build() {
   # Build to a temporary name and rename, so an interrupted build never leaves a
   # half-written binary that a later run would take as done.
   (cd "$mod_dir" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-    go build -trimpath -ldflags "$ldflags" -o "$out.partial" "$pkg")
+    go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$out.partial" "$pkg")
   mv -f "$out.partial" "$out"
   say "$name: built in $((SECONDS - start))s"
 }

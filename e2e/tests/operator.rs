@@ -664,3 +664,64 @@ async fn token_request_and_review_for_identity_audience(cluster: &KubeApiServer)
         "token accepted for a foreign audience: {other:?}"
     );
 }
+
+/// With kube-controller-manager running, objects owned through ownerReferences (as the
+/// operator's gateway Deployments and ConfigMaps will be) are garbage-collected when
+/// their owner goes (the harness already waited for the ServiceAccount controller).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_manager_collects_owned_objects() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::api::DeleteParams;
+
+    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let mut cluster = KubeApiServer::start(&bins)
+        .await
+        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+    cluster
+        .start_controller_manager(&bins)
+        .await
+        .unwrap_or_else(|e| panic!("starting kube-controller-manager: {e}"));
+
+    let cms = Api::<ConfigMap>::namespaced(cluster.client(), NS);
+    let pp = PostParams::default();
+    let cm = |name: &str, owner: Option<OwnerReference>| ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            owner_references: owner.map(|o| vec![o]),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let owner = cms
+        .create(&pp, &cm("owner", None))
+        .await
+        .expect("create owner");
+    let reference = OwnerReference {
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        name: "owner".into(),
+        uid: owner.metadata.uid.clone().expect("owner uid"),
+        ..Default::default()
+    };
+    cms.create(&pp, &cm("owned", Some(reference)))
+        .await
+        .expect("create owned");
+    cms.delete("owner", &DeleteParams::background())
+        .await
+        .expect("delete owner");
+
+    let mut gone = false;
+    for _ in 0..240 {
+        if cms.get_opt("owned").await.expect("get owned").is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        gone,
+        "the garbage collector did not delete the owned ConfigMap within 60s\n{}",
+        cluster.logs()
+    );
+}

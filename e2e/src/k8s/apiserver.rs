@@ -19,18 +19,23 @@ pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster
 const ETCD_READY: Duration = Duration::from_secs(60);
 /// How long kube-apiserver may take to report `/readyz` ok (a loaded 2-core box is slow).
 const APISERVER_READY: Duration = Duration::from_secs(180);
+/// How long kube-controller-manager may take to run its ServiceAccount controller.
+const CONTROLLER_MANAGER_READY: Duration = Duration::from_secs(120);
 const POLL: Duration = Duration::from_millis(250);
 /// Start attempts; a retry covers a free port taken between choosing and binding it.
 const START_ATTEMPTS: usize = 3;
 
 /// A running test control plane. Dropping it kills the processes and deletes its files.
 pub struct KubeApiServer {
+    controller_manager: Option<Spawned>,
     apiserver: Spawned,
     etcd: Spawned,
     url: String,
     kubeconfig: PathBuf,
     kubectl: PathBuf,
     client: kube::Client,
+    sa_key: PathBuf,
+    ca: PathBuf,
     // Last: removed after the processes are gone.
     dir: TempDir,
 }
@@ -64,7 +69,7 @@ impl KubeApiServer {
     async fn start_once(bins: &K8sBins) -> Result<Self, HarnessError> {
         let dir = TempDir::new("proxy-pool-k8s")?;
         let files = write_pki(dir.path())?;
-        let [etcd_port, peer_port, api_port] = ports()?;
+        let [etcd_port, peer_port, api_port] = free_ports::<3>()?;
 
         let mut etcd = Spawned::start(
             "etcd",
@@ -92,14 +97,76 @@ impl KubeApiServer {
         wait_ready(&client, &mut apiserver, &mut etcd).await?;
         tracing::info!(%url, dir = %dir.path().display(), "kube-apiserver ready");
         Ok(Self {
+            controller_manager: None,
             apiserver,
             etcd,
             url,
             kubeconfig,
             kubectl: bins.kubectl()?,
             client,
+            sa_key: files.sa_key,
+            ca: files.ca,
             dir,
         })
+    }
+
+    /// Starts kube-controller-manager against this API server (garbage collector,
+    /// ServiceAccount + token controllers, Deployment/ReplicaSet controllers, ...;
+    /// no scheduler or kubelet, so Pods stay Pending) and waits until its
+    /// ServiceAccount controller has created `default/default`. Needs the binary that
+    /// `scripts/k8s-bins.sh --with-controller-manager` builds.
+    pub async fn start_controller_manager(&mut self, bins: &K8sBins) -> Result<(), HarnessError> {
+        if self.controller_manager.is_some() {
+            return Ok(());
+        }
+        let bin = bins.kube_controller_manager()?;
+        let [port] = free_ports::<1>()?;
+        let kubeconfig = self.kubeconfig.display().to_string();
+        let mut cmd = Command::new(bin);
+        cmd.arg(format!("--kubeconfig={kubeconfig}"))
+            .arg(format!("--authentication-kubeconfig={kubeconfig}"))
+            .arg(format!("--authorization-kubeconfig={kubeconfig}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            .arg(format!(
+                "--cert-dir={}",
+                self.dir.path().join("kcm-certs").display()
+            ))
+            .arg("--leader-elect=false")
+            .arg(format!(
+                "--service-account-private-key-file={}",
+                self.sa_key.display()
+            ))
+            .arg(format!("--root-ca-file={}", self.ca.display()))
+            .arg("--v=1");
+        let mut kcm = Spawned::start(
+            "kube-controller-manager",
+            cmd,
+            self.dir.path().join("kube-controller-manager.log"),
+        )?;
+        let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            kube::Api::namespaced(self.client.clone(), "default");
+        let start = Instant::now();
+        loop {
+            kcm.check_running()?;
+            let last = match sas.get_opt("default").await {
+                Ok(Some(_)) => break,
+                Ok(None) => "ServiceAccount default/default not created yet".to_owned(),
+                Err(e) => e.to_string(),
+            };
+            if start.elapsed() > CONTROLLER_MANAGER_READY {
+                return Err(HarnessError::NotReady {
+                    name: kcm.name(),
+                    secs: CONTROLLER_MANAGER_READY.as_secs(),
+                    last,
+                    log: kcm.log_tail(),
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        tracing::info!("kube-controller-manager ready");
+        self.controller_manager = Some(kcm);
+        Ok(())
     }
 
     /// A client authenticated as a cluster admin (`system:masters`).
@@ -133,18 +200,23 @@ impl KubeApiServer {
 
     /// Tails of the etcd and kube-apiserver logs, for test failure messages.
     pub fn logs(&self) -> String {
-        format!(
-            "--- {} ---\n{}\n--- {} ---\n{}",
-            self.etcd.name(),
-            self.etcd.log_tail(),
-            self.apiserver.name(),
-            self.apiserver.log_tail()
-        )
+        [
+            Some(&self.etcd),
+            Some(&self.apiserver),
+            self.controller_manager.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|p| format!("--- {} ---\n{}\n", p.name(), p.log_tail()))
+        .collect()
     }
 }
 
 impl Drop for KubeApiServer {
     fn drop(&mut self) {
+        if let Some(kcm) = &mut self.controller_manager {
+            kcm.stop();
+        }
         self.apiserver.stop();
         self.etcd.stop();
     }
@@ -175,11 +247,6 @@ fn write_pki(dir: &Path) -> Result<PkiFiles, HarnessError> {
         sa_pub: write("sa.pub", &pki.sa_pub)?,
         pki,
     })
-}
-
-fn ports() -> Result<[u16; 3], HarnessError> {
-    let p = free_ports(3)?;
-    Ok([p[0], p[1], p[2]])
 }
 
 fn etcd_command(bin: &Path, dir: &Path, client: u16, peer: u16) -> Command {

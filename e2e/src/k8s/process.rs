@@ -112,19 +112,22 @@ fn tail(path: &Path) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
-/// `n` distinct free TCP ports on 127.0.0.1. The listeners are held until all ports
+/// `N` distinct free TCP ports on 127.0.0.1. The listeners are held until all ports
 /// are chosen so none repeats; a port can still be taken by someone else before the
 /// caller binds it, which a retry of the whole start covers.
-pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>, HarnessError> {
-    let listeners = (0..n)
+pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N], HarnessError> {
+    let listeners = (0..N)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()
         .map_err(HarnessError::io("bind a free loopback port"))?;
-    listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(HarnessError::io("read a bound port"))
+    let mut ports = [0u16; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener
+            .local_addr()
+            .map_err(HarnessError::io("read a bound port"))?
+            .port();
+    }
+    Ok(ports)
 }
 
 #[cfg(test)]
@@ -133,8 +136,7 @@ mod tests {
 
     #[test]
     fn free_ports_are_distinct() {
-        let ports = free_ports(3).unwrap();
-        assert_eq!(ports.len(), 3);
+        let ports = free_ports::<3>().unwrap();
         assert!(ports[0] != ports[1] && ports[1] != ports[2] && ports[0] != ports[2]);
     }
 

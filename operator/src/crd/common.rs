@@ -48,3 +48,76 @@ pub struct SecretKeyRef {
 pub const CONDITION_READY: &str = "Ready";
 /// Condition type: the resource works, but with reduced capacity or a failing part.
 pub const CONDITION_DEGRADED: &str = "Degraded";
+
+/// A duration string that does not match [`DURATION_PATTERN`] or overflows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid duration {0:?}: expected whole units like 30s, 5m, 1h30m or 250ms")]
+pub struct InvalidDuration(pub String);
+
+/// Parses a duration in the CRDs' syntax (see [`DURATION_PATTERN`]); the API server has
+/// already checked the pattern, so this fails only on values it never admitted.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, InvalidDuration> {
+    let invalid = || InvalidDuration(text.to_owned());
+    if text.is_empty() || text.len() > DURATION_MAX_LEN as usize {
+        return Err(invalid());
+    }
+    let mut total_ms: u64 = 0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || digits > 9 {
+            return Err(invalid());
+        }
+        let value: u64 = rest[..digits].parse().map_err(|_| invalid())?;
+        rest = &rest[digits..];
+        let (unit_ms, unit_len) = if rest.starts_with("ms") {
+            (1, 2)
+        } else if rest.starts_with('s') {
+            (1_000, 1)
+        } else if rest.starts_with('m') {
+            (60_000, 1)
+        } else if rest.starts_with('h') {
+            (3_600_000, 1)
+        } else {
+            return Err(invalid());
+        };
+        rest = &rest[unit_len..];
+        total_ms = value
+            .checked_mul(unit_ms)
+            .and_then(|ms| total_ms.checked_add(ms))
+            .ok_or_else(invalid)?;
+    }
+    Ok(std::time::Duration::from_millis(total_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn parses_the_units_the_pattern_admits() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1m500ms"), Ok(Duration::from_millis(60_500)));
+    }
+
+    #[test]
+    fn rejects_what_the_pattern_rejects() {
+        for bad in [
+            "",
+            "5",
+            "s",
+            "5 m",
+            "1.5s",
+            "5d",
+            "-1s",
+            "10us",
+            "1234567890s",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} must be rejected");
+        }
+    }
+}

@@ -9,7 +9,10 @@ mod distribution_client;
 mod routing;
 mod upstream;
 
-pub use common::{CONDITION_DEGRADED, CONDITION_READY, DURATION_PATTERN, SecretKeyRef, SecretRef};
+pub use common::{
+    CONDITION_DEGRADED, CONDITION_READY, DURATION_PATTERN, InvalidDuration, SecretKeyRef,
+    SecretRef, parse_duration,
+};
 pub use distribution_client::{
     BasicAuth, ClientAuth, DistributionClient, DistributionClientSpec, DistributionClientStatus,
     Permission, RateLimit, SecretKeyAuth,
