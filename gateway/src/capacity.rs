@@ -1,0 +1,325 @@
+//! Exact per-proxy capacity: Reserved while the upstream handshake runs, Active for
+//! the life of a tunnel or request, both released on every path by RAII guards.
+//!
+//! One `AtomicU64` per proxy packs `active << 32 | reserved`, so "is there room" and
+//! "take a slot" are one compare-and-swap on the sum: the limit can never be
+//! overshot, even by racing workers. The state outlives snapshots (the registry hands
+//! the same `Arc` to the next snapshot that still lists the proxy), so a proxy that
+//! leaves a snapshot keeps its counts until its last guard drops (drain).
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::snapshot::ProxyId;
+
+const RESERVED_MASK: u64 = 0xFFFF_FFFF;
+const ACTIVE_ONE: u64 = 1 << 32;
+/// Latency assumed for a proxy nobody has measured yet (microseconds).
+pub const DEFAULT_LATENCY_US: u32 = 100_000;
+
+/// Live counters of one upstream proxy.
+#[derive(Debug)]
+pub struct ProxyState {
+    id: ProxyId,
+    counts: AtomicU64,
+    max: AtomicU32,
+    latency_us: AtomicU32,
+}
+
+/// A point-in-time copy of a proxy's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeCounts {
+    /// Proxy ID.
+    pub id: ProxyId,
+    /// Requests or tunnels using it.
+    pub active: u32,
+    /// Upstream handshakes in progress.
+    pub reserved: u32,
+}
+
+impl ProxyState {
+    /// A state with zero counts.
+    pub fn new(id: ProxyId, max: u32, latency_us: u32) -> Self {
+        Self {
+            id,
+            counts: AtomicU64::new(0),
+            max: AtomicU32::new(max),
+            latency_us: AtomicU32::new(latency_us.max(1)),
+        }
+    }
+
+    /// The proxy's ID.
+    pub fn id(&self) -> &ProxyId {
+        &self.id
+    }
+
+    /// `(active, reserved)` now.
+    pub fn counts(&self) -> (u32, u32) {
+        split(self.counts.load(Ordering::Acquire))
+    }
+
+    /// Active + reserved.
+    pub fn load(&self) -> u32 {
+        let (a, r) = self.counts();
+        a.saturating_add(r)
+    }
+
+    /// Whether a slot is free right now (a hint; only `try_reserve` decides).
+    pub fn has_room(&self) -> bool {
+        self.load() < self.max.load(Ordering::Relaxed)
+    }
+
+    /// Configured maximum concurrency.
+    pub fn max(&self) -> u32 {
+        self.max.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_max(&self, max: u32) {
+        self.max.store(max, Ordering::Relaxed);
+    }
+
+    /// Smoothed handshake latency in microseconds (never 0).
+    pub fn latency_us(&self) -> u32 {
+        self.latency_us.load(Ordering::Relaxed)
+    }
+
+    /// Folds a new latency sample into the moving average (weight 1/8). Racing
+    /// updates may lose a sample; that is fine for a load-balancing score.
+    pub fn observe_latency(&self, sample_us: u32) {
+        let old = u64::from(self.latency_us());
+        let new = (old * 7 + u64::from(sample_us.max(1))) / 8;
+        self.latency_us.store(
+            u32::try_from(new).unwrap_or(u32::MAX).max(1),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Takes a Reserved slot if active + reserved < max.
+    pub fn try_reserve(self: &Arc<Self>) -> Option<Reservation> {
+        let max = u64::from(self.max.load(Ordering::Relaxed));
+        let mut cur = self.counts.load(Ordering::Relaxed);
+        loop {
+            let (a, r) = split(cur);
+            if u64::from(a) + u64::from(r) >= max {
+                return None;
+            }
+            match self.counts.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Some(Reservation {
+                        state: Some(self.clone()),
+                    });
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// A point-in-time copy of the counters.
+    pub fn runtime(&self) -> RuntimeCounts {
+        let (active, reserved) = self.counts();
+        RuntimeCounts {
+            id: self.id.clone(),
+            active,
+            reserved,
+        }
+    }
+}
+
+fn split(v: u64) -> (u32, u32) {
+    ((v >> 32) as u32, (v & RESERVED_MASK) as u32)
+}
+
+/// A Reserved slot; released on drop unless turned into an [`ActiveLease`].
+#[derive(Debug)]
+pub struct Reservation {
+    state: Option<Arc<ProxyState>>,
+}
+
+impl Reservation {
+    /// The proxy this reservation is on.
+    pub fn state(&self) -> Option<&Arc<ProxyState>> {
+        self.state.as_ref()
+    }
+
+    /// Moves the slot from Reserved to Active in one atomic step.
+    pub fn activate(mut self) -> ActiveLease {
+        let state = self.state.take();
+        if let Some(s) = &state {
+            // reserved >= 1, so adding 2^32 - 1 is active + 1, reserved - 1.
+            s.counts.fetch_add(ACTIVE_ONE - 1, Ordering::AcqRel);
+        }
+        ActiveLease { state }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(s) = self.state.take() {
+            s.counts.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// An Active slot, released on drop.
+#[derive(Debug)]
+pub struct ActiveLease {
+    state: Option<Arc<ProxyState>>,
+}
+
+impl ActiveLease {
+    /// The proxy this lease is on.
+    pub fn state(&self) -> Option<&Arc<ProxyState>> {
+        self.state.as_ref()
+    }
+}
+
+impl Drop for ActiveLease {
+    fn drop(&mut self) {
+        if let Some(s) = self.state.take() {
+            s.counts.fetch_sub(ACTIVE_ONE, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Every proxy state this gateway knows: those in the current snapshot and those
+/// removed from it that still have counts (draining). Touched only when a snapshot
+/// is built and when a runtime report is taken, never per request.
+#[derive(Debug, Default)]
+pub struct CapacityRegistry {
+    states: Mutex<HashMap<ProxyId, Arc<ProxyState>>>,
+}
+
+impl CapacityRegistry {
+    /// The state for `id`, reused if known, with `max` and a latency hint applied.
+    pub fn state_for(&self, id: &ProxyId, max: u32, latency_us: Option<u32>) -> Arc<ProxyState> {
+        let mut states = self.states.lock();
+        let state = states
+            .entry(id.clone())
+            .or_insert_with(|| {
+                Arc::new(ProxyState::new(
+                    id.clone(),
+                    max,
+                    latency_us.unwrap_or(DEFAULT_LATENCY_US),
+                ))
+            })
+            .clone();
+        state.set_max(max);
+        state
+    }
+
+    /// Forgets states that are neither in `keep` nor busy.
+    pub fn retain(&self, keep: impl Fn(&ProxyId) -> bool) {
+        self.states
+            .lock()
+            .retain(|id, state| keep(id) || state.load() > 0);
+    }
+
+    /// Counters of every known proxy, including draining ones.
+    pub fn report(&self) -> Vec<RuntimeCounts> {
+        let mut out: Vec<_> = self.states.lock().values().map(|s| s.runtime()).collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+
+    /// Marks a proxy's slots unavailable for new work (its maximum becomes zero);
+    /// used for proxies removed from the snapshot.
+    pub fn close(&self, id: &ProxyId) {
+        if let Some(state) = self.states.lock().get(id) {
+            state.set_max(0);
+        }
+    }
+
+    /// IDs of proxies known now.
+    pub fn ids(&self) -> Vec<ProxyId> {
+        self.states.lock().keys().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(max: u32) -> Arc<ProxyState> {
+        Arc::new(ProxyState::new(ProxyId::from("p"), max, 10))
+    }
+
+    #[test]
+    fn reserve_activate_release() {
+        let s = state(2);
+        let r1 = s.try_reserve().unwrap();
+        let r2 = s.try_reserve().unwrap();
+        assert!(s.try_reserve().is_none());
+        assert_eq!(s.counts(), (0, 2));
+        let a1 = r1.activate();
+        assert_eq!(s.counts(), (1, 1));
+        drop(r2);
+        assert_eq!(s.counts(), (1, 0));
+        let r3 = s.try_reserve().unwrap();
+        drop(a1);
+        assert_eq!(s.counts(), (0, 1));
+        drop(r3);
+        assert_eq!(s.counts(), (0, 0));
+    }
+
+    #[test]
+    fn concurrent_reservations_never_exceed_the_limit() {
+        let s = state(7);
+        let peak = Arc::new(AtomicU32::new(0));
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                let s = s.clone();
+                let peak = peak.clone();
+                scope.spawn(move || {
+                    for _ in 0..20_000 {
+                        if let Some(r) = s.try_reserve() {
+                            let lease = r.activate();
+                            peak.fetch_max(s.load(), Ordering::Relaxed);
+                            drop(lease);
+                        }
+                    }
+                });
+            }
+        });
+        assert!(peak.load(Ordering::Relaxed) <= 7);
+        assert_eq!(s.counts(), (0, 0));
+    }
+
+    #[test]
+    fn registry_keeps_busy_states_across_snapshots() {
+        let reg = CapacityRegistry::default();
+        let id = ProxyId::from("a");
+        let s = reg.state_for(&id, 3, None);
+        let lease = s.try_reserve().unwrap().activate();
+        reg.close(&id);
+        reg.retain(|_| false);
+        assert_eq!(
+            reg.report().len(),
+            1,
+            "busy proxy kept for the drain report"
+        );
+        assert!(s.try_reserve().is_none(), "closed proxy takes no new work");
+        drop(lease);
+        reg.retain(|_| false);
+        assert!(reg.report().is_empty());
+        assert!(Arc::ptr_eq(
+            &reg.state_for(&id, 1, None),
+            &reg.state_for(&id, 1, None)
+        ));
+    }
+
+    #[test]
+    fn latency_moves_towards_samples() {
+        let s = state(1);
+        for _ in 0..64 {
+            s.observe_latency(1000);
+        }
+        assert!((900..=1000).contains(&s.latency_us()));
+    }
+}

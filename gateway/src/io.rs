@@ -1,0 +1,421 @@
+//! Byte plumbing shared by listeners and upstream code: a connection with one fixed,
+//! bounded read buffer ([`BufConn`]), body relays for each HTTP framing, and the
+//! tunnel relay with an idle timeout. Every wait is bounded by a timeout.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::parse::chunked::{MAX_CHUNK_LINE, parse_chunk_size};
+use crate::parse::http_head::{BodyFraming, HeadError, head_len};
+
+/// A TCP stream with a fixed-capacity read buffer.
+#[derive(Debug)]
+pub struct BufConn {
+    /// The stream.
+    pub stream: TcpStream,
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+/// Which side of a body copy failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// Reading the source.
+    #[error("read: {0}")]
+    Read(io::Error),
+    /// Writing the destination.
+    #[error("write: {0}")]
+    Write(io::Error),
+    /// Malformed chunked encoding.
+    #[error("malformed chunked body")]
+    Malformed,
+}
+
+impl BufConn {
+    /// Wraps `stream` with a buffer of `capacity` bytes.
+    pub fn new(stream: TcpStream, capacity: usize) -> Self {
+        Self {
+            stream,
+            buf: vec![0; capacity.max(1024)].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// Size of the read buffer.
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Bytes read but not consumed.
+    pub fn buffered(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Marks `n` buffered bytes as used.
+    pub fn consume(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.end);
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Reads more, waiting at most `timeout`. Returns 0 at EOF; fails when the buffer
+    /// is full of unconsumed bytes.
+    pub async fn fill(&mut self, timeout: Duration) -> io::Result<usize> {
+        if self.end == self.buf.len() {
+            if self.start == 0 {
+                return Err(io::Error::new(io::ErrorKind::OutOfMemory, "buffer full"));
+            }
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let read = self.stream.read(&mut self.buf[self.end..]);
+        let n = tokio::time::timeout(timeout, read)
+            .await
+            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))??;
+        self.end += n;
+        Ok(n)
+    }
+
+    /// Reads until a complete HTTP head (≤ `max` bytes) is buffered; returns its length,
+    /// or `None` on a clean EOF before any byte.
+    pub async fn read_head(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<Option<usize>, HeadReadError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(len) = head_len(self.buffered(), max)? {
+                return Ok(Some(len));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.fill(left).await {
+                Ok(0) if self.buffered().is_empty() => return Ok(None),
+                Ok(0) => return Err(HeadReadError::Io(io::ErrorKind::UnexpectedEof.into())),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::OutOfMemory => {
+                    return Err(HeadReadError::Head(HeadError::TooLarge));
+                }
+                Err(e) => return Err(HeadReadError::Io(e)),
+            }
+        }
+    }
+
+    /// Whether the peer has closed or sent unexpected bytes (for pooled connections):
+    /// a non-blocking probe.
+    pub fn is_dead(&self) -> bool {
+        if !self.buffered().is_empty() {
+            return true;
+        }
+        let mut probe = [0u8; 1];
+        !matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+}
+
+/// Reading a head failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HeadReadError {
+    /// Malformed or too large.
+    #[error(transparent)]
+    Head(#[from] HeadError),
+    /// I/O (including timeouts).
+    #[error(transparent)]
+    Io(io::Error),
+}
+
+/// Copies one body of `framing` from `src` to `dst` (chunked bodies verbatim).
+pub async fn copy_body(
+    src: &mut BufConn,
+    dst: &mut TcpStream,
+    framing: BodyFraming,
+    idle: Duration,
+) -> Result<u64, CopyError> {
+    match framing {
+        BodyFraming::None => Ok(0),
+        BodyFraming::Length(n) => copy_exact(src, dst, n, idle).await.map(|()| n),
+        BodyFraming::Chunked => copy_chunked(src, dst, idle).await,
+        BodyFraming::UntilClose => copy_until_close(src, dst, idle).await,
+    }
+}
+
+async fn copy_exact(
+    src: &mut BufConn,
+    dst: &mut TcpStream,
+    mut left: u64,
+    idle: Duration,
+) -> Result<(), CopyError> {
+    while left > 0 {
+        if src.buffered().is_empty() {
+            match src.fill(idle).await {
+                Ok(0) => return Err(CopyError::Read(io::ErrorKind::UnexpectedEof.into())),
+                Ok(_) => {}
+                Err(e) => return Err(CopyError::Read(e)),
+            }
+        }
+        let avail = src.buffered();
+        let n = avail.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        dst.write_all(&avail[..n]).await.map_err(CopyError::Write)?;
+        src.consume(n);
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+async fn copy_until_close(
+    src: &mut BufConn,
+    dst: &mut TcpStream,
+    idle: Duration,
+) -> Result<u64, CopyError> {
+    let mut total = 0u64;
+    loop {
+        if src.buffered().is_empty() && src.fill(idle).await.map_err(CopyError::Read)? == 0 {
+            return Ok(total);
+        }
+        let n = src.buffered().len();
+        dst.write_all(src.buffered())
+            .await
+            .map_err(CopyError::Write)?;
+        src.consume(n);
+        total += n as u64;
+    }
+}
+
+/// Reads one CRLF-terminated line (≤ [`MAX_CHUNK_LINE`]); returns its length
+/// without CRLF, the line staying buffered.
+async fn buffer_line(src: &mut BufConn, idle: Duration) -> Result<usize, CopyError> {
+    loop {
+        if let Some(pos) = src.buffered().windows(2).position(|w| w == b"\r\n") {
+            return Ok(pos);
+        }
+        if src.buffered().len() > MAX_CHUNK_LINE {
+            return Err(CopyError::Malformed);
+        }
+        match src.fill(idle).await {
+            Ok(0) => return Err(CopyError::Read(io::ErrorKind::UnexpectedEof.into())),
+            Ok(_) => {}
+            Err(e) => return Err(CopyError::Read(e)),
+        }
+    }
+}
+
+async fn copy_chunked(
+    src: &mut BufConn,
+    dst: &mut TcpStream,
+    idle: Duration,
+) -> Result<u64, CopyError> {
+    let mut total = 0u64;
+    loop {
+        let len = buffer_line(src, idle).await?;
+        let size = parse_chunk_size(&src.buffered()[..len]).map_err(|_| CopyError::Malformed)?;
+        dst.write_all(&src.buffered()[..len + 2])
+            .await
+            .map_err(CopyError::Write)?;
+        src.consume(len + 2);
+        if size == 0 {
+            break;
+        }
+        copy_exact(src, dst, size, idle).await?;
+        let crlf = buffer_line(src, idle).await?;
+        if crlf != 0 {
+            return Err(CopyError::Malformed);
+        }
+        dst.write_all(b"\r\n").await.map_err(CopyError::Write)?;
+        src.consume(2);
+        total += size;
+    }
+    // Trailer fields, then the blank line.
+    for _ in 0..64 {
+        let len = buffer_line(src, idle).await?;
+        dst.write_all(&src.buffered()[..len + 2])
+            .await
+            .map_err(CopyError::Write)?;
+        src.consume(len + 2);
+        if len == 0 {
+            return Ok(total);
+        }
+    }
+    Err(CopyError::Malformed)
+}
+
+/// Why a tunnel ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TunnelEnd {
+    /// Both sides closed (or one side closed and the other followed).
+    Closed,
+    /// No bytes either way for the idle timeout.
+    Idle,
+    /// Cancelled (shutdown grace expired).
+    Cancelled,
+    /// An I/O error on either side.
+    Error,
+}
+
+/// Relays bytes both ways until both sides close, the tunnel idles out, or
+/// `cancel` fires. Returns bytes client→upstream, upstream→client and how it ended.
+pub async fn tunnel(
+    client: &mut TcpStream,
+    upstream: &mut TcpStream,
+    idle: Duration,
+    cancel: &CancellationToken,
+) -> (u64, u64, TunnelEnd) {
+    let base = Instant::now();
+    let last = AtomicU64::new(0);
+    let up = AtomicU64::new(0);
+    let down = AtomicU64::new(0);
+    let mut a = Tracked {
+        inner: client,
+        last: &last,
+        read: &up,
+        base,
+    };
+    let mut b = Tracked {
+        inner: upstream,
+        last: &last,
+        read: &down,
+        base,
+    };
+    let watchdog = async {
+        loop {
+            let seen = Duration::from_millis(last.load(Ordering::Relaxed));
+            let deadline = base + seen + idle;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    };
+    let end = tokio::select! {
+        res = tokio::io::copy_bidirectional_with_sizes(&mut a, &mut b, 16 * 1024, 16 * 1024) => {
+            if res.is_ok() { TunnelEnd::Closed } else { TunnelEnd::Error }
+        }
+        () = watchdog => TunnelEnd::Idle,
+        () = cancel.cancelled() => TunnelEnd::Cancelled,
+    };
+    (
+        up.load(Ordering::Relaxed),
+        down.load(Ordering::Relaxed),
+        end,
+    )
+}
+
+/// A stream that records when it last read bytes and how many it read.
+struct Tracked<'a> {
+    inner: &'a mut TcpStream,
+    last: &'a AtomicU64,
+    read: &'a AtomicU64,
+    base: Instant,
+}
+
+impl AsyncRead for Tracked<'_> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let res = Pin::new(&mut *self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.last.store(ms, Ordering::Relaxed);
+            self.read.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        res
+    }
+}
+
+impl AsyncWrite for Tracked<'_> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut *self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut *self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (c, s)
+    }
+
+    #[tokio::test]
+    async fn chunked_bodies_are_copied_verbatim() {
+        let (mut w, r) = pair().await;
+        let (mut out_r, mut out_w) = pair().await;
+        let body = b"5;x=y\r\nhello\r\n0\r\nTrailer: 1\r\n\r\nNEXT";
+        w.write_all(body).await.unwrap();
+        let mut src = BufConn::new(r, 1024);
+        let n = copy_body(
+            &mut src,
+            &mut out_w,
+            BodyFraming::Chunked,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert_eq!(n, 5);
+        assert_eq!(src.buffered(), b"NEXT");
+        drop(out_w);
+        let mut got = Vec::new();
+        out_r.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, &body[..body.len() - 4]);
+    }
+
+    #[tokio::test]
+    async fn length_bodies_stop_at_the_length() {
+        let (mut w, r) = pair().await;
+        let (mut out_r, mut out_w) = pair().await;
+        w.write_all(b"abcdefXYZ").await.unwrap();
+        let mut src = BufConn::new(r, 1024);
+        copy_body(
+            &mut src,
+            &mut out_w,
+            BodyFraming::Length(6),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert_eq!(src.buffered(), b"XYZ");
+        drop(out_w);
+        let mut got = Vec::new();
+        out_r.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"abcdef");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_tunnels_end() {
+        let (mut a, _a_peer) = pair().await;
+        let (mut b, _b_peer) = pair().await;
+        let cancel = CancellationToken::new();
+        let (_, _, end) = tunnel(&mut a, &mut b, Duration::from_secs(5), &cancel).await;
+        assert_eq!(end, TunnelEnd::Idle);
+    }
+}

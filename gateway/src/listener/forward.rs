@@ -1,0 +1,393 @@
+//! Plain-HTTP forwarding of one absolute-URI request: pick a proxy per request
+//! (rotation on kept-alive client connections unless sticky), reuse an idle pooled
+//! upstream connection when there is one, rewrite hop-by-hop headers, relay the body
+//! both ways with its own framing, and return the upstream connection to the pool.
+
+use std::sync::atomic::Ordering;
+use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::Shared;
+use super::http::{Failure, Next, moved_header, proxy_credentials};
+use super::tunnel::Attempts;
+use crate::capacity::ActiveLease;
+use crate::error::GatewayError;
+use crate::io::{BufConn, CopyError, HeadReadError, copy_body};
+use crate::outcome::Stage;
+use crate::parse::authority::parse_absolute_uri;
+use crate::parse::http_head::{
+    BodyFraming, HeadLimits, HeaderRange, Version, is_hop_by_hop, parse_request, parse_response,
+    request_framing, response_framing, wants_keep_alive,
+};
+use crate::route::{Pick, Ticket};
+use crate::session::MoveReason;
+use crate::snapshot::live::now_ms;
+use crate::snapshot::{ProxyEntry, UpstreamProtocol};
+use crate::upstream::pool::PoolKey;
+use crate::upstream::{self, Target};
+
+/// Per-connection buffers, reused across requests.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    pub(crate) ranges: Vec<HeaderRange>,
+    pub(crate) creds: Vec<u8>,
+    /// End-to-end request header lines, CRLF-terminated.
+    headers: Vec<u8>,
+    /// Method, then the absolute URI.
+    line: Vec<u8>,
+    /// Outgoing head.
+    out: Vec<u8>,
+}
+
+/// What the request head said, copied out of the client buffer.
+struct RequestInfo {
+    method_len: usize,
+    /// Offset of the path in `Scratch::line`.
+    path_at: usize,
+    framing: BodyFraming,
+    keep_alive: bool,
+    is_head: bool,
+}
+
+/// Forwards the request whose head (`len` bytes) is buffered in `conn`.
+pub(crate) async fn forward(
+    shared: &Shared,
+    conn: &mut BufConn,
+    len: usize,
+    scratch: &mut Scratch,
+) -> Result<Next, Failure> {
+    let (info, ticket, pick, target) = prepare(shared, conn, scratch)?;
+    conn.consume(len);
+    let mut attempts = Attempts::new(&ticket);
+    let mut first = Some(pick);
+    let mut moved = None;
+    loop {
+        let pick = attempts.next_pick(shared, &ticket, &mut first, moved)?;
+        moved = pick.moved;
+        let entry = pick.entry.clone();
+        let (mut upstream, lease, reused) = match obtain(shared, pick, &target, &attempts).await {
+            Ok(got) => got,
+            Err(err) if attempts.may_retry(&err) => {
+                attempts.exclude.push(entry.id.clone());
+                continue;
+            }
+            Err(err) => return Err(err.into()),
+        };
+        let started = Instant::now();
+        write_head(scratch, &info, &entry);
+        match exchange(shared, conn, &mut upstream, scratch, &info, moved).await {
+            Ok(outcome) => {
+                shared
+                    .outcomes
+                    .record(&entry.id, Stage::ResponseHeaders, None, started.elapsed());
+                shared.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
+                if outcome.upstream_reusable {
+                    shared.pool.checkin(pool_key(&entry, &target), upstream);
+                }
+                drop(lease);
+                let keep = info.keep_alive && outcome.client_reusable;
+                return Ok(if keep { Next::KeepAlive } else { Next::Close });
+            }
+            Err(Exchange::Stale) if reused && info.framing == BodyFraming::None => {
+                // A pooled connection the proxy had closed: try a fresh one.
+                drop(lease);
+                if attempts.made >= attempts.max {
+                    return Err(
+                        GatewayError::UpstreamIo(std::io::ErrorKind::BrokenPipe.into()).into(),
+                    );
+                }
+                first = None;
+                attempts.exclude.clear();
+                continue;
+            }
+            Err(Exchange::Stale) => {
+                return Err(GatewayError::UpstreamIo(std::io::ErrorKind::BrokenPipe.into()).into());
+            }
+            Err(Exchange::Failed(failure)) => {
+                shared.outcomes.record(
+                    &entry.id,
+                    Stage::ResponseHeaders,
+                    Some(failure.err.reason()),
+                    started.elapsed(),
+                );
+                return Err(failure);
+            }
+        }
+    }
+}
+
+/// Parses the head, admits the request and copies what later steps need.
+fn prepare(
+    shared: &Shared,
+    conn: &BufConn,
+    scratch: &mut Scratch,
+) -> Result<(RequestInfo, Ticket, Pick, Target), GatewayError> {
+    let Scratch {
+        ranges,
+        creds,
+        headers,
+        line,
+        ..
+    } = scratch;
+    let head = parse_request(conn.buffered(), shared.config.head, ranges)?
+        .ok_or(GatewayError::Unsupported("incomplete head"))?;
+    let uri = parse_absolute_uri(head.target).map_err(|e| match e {
+        crate::parse::authority::AuthorityError::NotAbsoluteHttp => {
+            GatewayError::Unsupported("only absolute http:// URIs and CONNECT")
+        }
+        other => GatewayError::Target(other),
+    })?;
+    let framing = request_framing(&head.headers)?;
+    let credentials = proxy_credentials(&head.headers, creds)?;
+    let snap = shared.snapshots.load();
+    let (ticket, pick) =
+        shared
+            .router
+            .admit(snap.as_deref(), credentials, &uri.authority.host, now_ms())?;
+    line.clear();
+    line.extend_from_slice(head.method.as_bytes());
+    line.extend_from_slice(b" http://");
+    line.extend_from_slice(uri.authority_raw);
+    let path_at = line.len();
+    line.extend_from_slice(uri.path_and_query);
+    headers.clear();
+    let mut has_host = false;
+    for (name, value) in head.headers.iter() {
+        let keep_te = name.eq_ignore_ascii_case(b"transfer-encoding");
+        if !keep_te && is_hop_by_hop(&head.headers, name) {
+            continue;
+        }
+        has_host |= name.eq_ignore_ascii_case(b"host");
+        push_header(headers, name, value);
+    }
+    if !has_host {
+        push_header(headers, b"Host", uri.authority_raw);
+    }
+    let info = RequestInfo {
+        method_len: head.method.len(),
+        path_at,
+        framing,
+        keep_alive: wants_keep_alive(head.version, &head.headers),
+        is_head: head.method == "HEAD",
+    };
+    Ok((info, ticket, pick, Target::from_authority(&uri.authority)))
+}
+
+fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn pool_key(entry: &ProxyEntry, target: &Target) -> PoolKey {
+    match entry.protocol {
+        UpstreamProtocol::Http => PoolKey::http(entry.id.clone()),
+        UpstreamProtocol::Socks5 => PoolKey::tunnel(entry.id.clone(), target.clone()),
+    }
+}
+
+/// An upstream connection with an Active slot: pooled if possible, else dialed
+/// (and, for SOCKS5 proxies, tunnelled to the target).
+async fn obtain(
+    shared: &Shared,
+    pick: Pick,
+    target: &Target,
+    attempts: &Attempts,
+) -> Result<(BufConn, ActiveLease, bool), GatewayError> {
+    let entry = &pick.entry;
+    if let Some(conn) = shared.pool.checkout(&pool_key(entry, target)) {
+        shared.metrics.pool_reused.fetch_add(1, Ordering::Relaxed);
+        return Ok((conn, pick.reservation.activate(), true));
+    }
+    let up = &shared.config.upstream;
+    let started = Instant::now();
+    let stream = upstream::dial(entry, attempts.left(up.connect_timeout)).await;
+    shared.outcomes.record(
+        &entry.id,
+        Stage::Dial,
+        stream.as_ref().err().map(GatewayError::reason),
+        started.elapsed(),
+    );
+    let mut conn = BufConn::new(stream?, up.max_response_head);
+    if entry.protocol == UpstreamProtocol::Socks5 {
+        let at = Instant::now();
+        let timeout = attempts.left(up.handshake_timeout);
+        let res = upstream::socks5_connect(&mut conn, entry, target, timeout).await;
+        shared.outcomes.record(
+            &entry.id,
+            Stage::ProxyHandshake,
+            res.as_ref().err().map(GatewayError::reason),
+            at.elapsed(),
+        );
+        res?;
+    }
+    let micros = u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX);
+    entry.state.observe_latency(micros);
+    Ok((conn, pick.reservation.activate(), false))
+}
+
+/// Composes the outgoing head for `entry`'s protocol into `scratch.out`.
+fn write_head(scratch: &mut Scratch, info: &RequestInfo, entry: &ProxyEntry) {
+    let out = &mut scratch.out;
+    out.clear();
+    match entry.protocol {
+        // HTTP proxies take the absolute URI and their own credentials.
+        UpstreamProtocol::Http => {
+            out.extend_from_slice(&scratch.line);
+            out.extend_from_slice(b" HTTP/1.1\r\n");
+            if let Some(auth) = &entry.auth {
+                push_header(out, b"Proxy-Authorization", auth.basic.as_bytes());
+            }
+        }
+        // Through a SOCKS5 tunnel we talk to the origin: origin-form.
+        UpstreamProtocol::Socks5 => {
+            out.extend_from_slice(&scratch.line[..info.method_len]);
+            out.push(b' ');
+            out.extend_from_slice(&scratch.line[info.path_at..]);
+            out.extend_from_slice(b" HTTP/1.1\r\n");
+        }
+    }
+    out.extend_from_slice(&scratch.headers);
+    out.extend_from_slice(b"Connection: keep-alive\r\n\r\n");
+}
+
+struct ExchangeOk {
+    upstream_reusable: bool,
+    client_reusable: bool,
+}
+
+enum Exchange {
+    /// The upstream connection failed before any response byte.
+    Stale,
+    Failed(Failure),
+}
+
+fn up_err(e: std::io::Error) -> Exchange {
+    Exchange::Failed(GatewayError::UpstreamIo(e).into())
+}
+
+fn client_gone(e: std::io::Error) -> Exchange {
+    Exchange::Failed(Failure {
+        err: GatewayError::DownstreamIo(e),
+        respond: false,
+    })
+}
+
+/// Sends the request, relays the response. After the first response byte reaches
+/// the client, failures can no longer be answered with an error status.
+async fn exchange(
+    shared: &Shared,
+    client: &mut BufConn,
+    upstream: &mut BufConn,
+    scratch: &Scratch,
+    info: &RequestInfo,
+    moved: Option<MoveReason>,
+) -> Result<ExchangeOk, Exchange> {
+    let cfg = &shared.config;
+    let idle = cfg.io_idle_timeout;
+    if upstream.stream.write_all(&scratch.out).await.is_err() {
+        return Err(Exchange::Stale);
+    }
+    copy_body(client, &mut upstream.stream, info.framing, idle)
+        .await
+        .map_err(|e| match e {
+            CopyError::Read(e) => client_gone(e),
+            CopyError::Write(e) => up_err(e),
+            CopyError::Malformed => {
+                Exchange::Failed(GatewayError::Unsupported("bad chunked body").into())
+            }
+        })?;
+    let limits = HeadLimits {
+        max_head_bytes: upstream.capacity(),
+        max_headers: cfg.head.max_headers.max(100),
+    };
+    let mut ranges = Vec::new();
+    let mut out = Vec::with_capacity(512);
+    loop {
+        let len = match upstream
+            .read_head(limits.max_head_bytes, cfg.upstream.response_timeout)
+            .await
+        {
+            Ok(Some(len)) => len,
+            Ok(None) => return Err(Exchange::Stale),
+            Err(HeadReadError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
+                return Err(Exchange::Failed(GatewayError::UpstreamTimeout.into()));
+            }
+            Err(HeadReadError::Io(_)) => return Err(Exchange::Stale),
+            Err(HeadReadError::Head(e)) => {
+                return Err(Exchange::Failed(GatewayError::BadResponse(e).into()));
+            }
+        };
+        let head = parse_response(upstream.buffered(), limits, &mut ranges)
+            .map_err(|e| Exchange::Failed(GatewayError::BadResponse(e).into()))?
+            .ok_or(Exchange::Stale)?;
+        let status = head.status;
+        if status == 407 {
+            return Err(Exchange::Failed(
+                GatewayError::ProxyHandshake("proxy rejected credentials").into(),
+            ));
+        }
+        let framing = response_framing(info.is_head, status, &head.headers)
+            .map_err(|e| Exchange::Failed(GatewayError::BadResponse(e).into()))?;
+        let upstream_keep = wants_keep_alive(head.version, &head.headers)
+            && framing != BodyFraming::UntilClose
+            && head.version == Version::Http11;
+        let interim = (100..200).contains(&status) && status != 101;
+        let client_keep = info.keep_alive && framing != BodyFraming::UntilClose && !interim;
+        out.clear();
+        out.extend_from_slice(b"HTTP/1.1");
+        let line_end = upstream
+            .buffered()
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .unwrap_or(8);
+        out.extend_from_slice(&upstream.buffered()[8..line_end]);
+        out.extend_from_slice(b"\r\n");
+        for (name, value) in head.headers.iter() {
+            let keep_te = name.eq_ignore_ascii_case(b"transfer-encoding");
+            if keep_te || !is_hop_by_hop(&head.headers, name) {
+                push_header(&mut out, name, value);
+            }
+        }
+        if !interim {
+            moved_header(&mut out, moved, shared);
+            out.extend_from_slice(if client_keep {
+                b"Connection: keep-alive\r\n"
+            } else {
+                b"Connection: close\r\n"
+            });
+        }
+        out.extend_from_slice(b"\r\n");
+        upstream.consume(len);
+        client.stream.write_all(&out).await.map_err(client_gone)?;
+        if interim {
+            continue;
+        }
+        if status == 101 {
+            return Err(Exchange::Failed(Failure {
+                err: GatewayError::Unsupported("protocol upgrade"),
+                respond: false,
+            }));
+        }
+        copy_body(upstream, &mut client.stream, framing, idle)
+            .await
+            .map_err(|e| match e {
+                CopyError::Read(e) => Exchange::Failed(Failure {
+                    err: GatewayError::UpstreamIo(e),
+                    respond: false,
+                }),
+                CopyError::Write(e) => client_gone(e),
+                CopyError::Malformed => Exchange::Failed(Failure {
+                    err: GatewayError::BadResponse(crate::parse::http_head::HeadError::BadFraming),
+                    respond: false,
+                }),
+            })?;
+        debug!(status, "forwarded");
+        return Ok(ExchangeOk {
+            upstream_reusable: upstream_keep && upstream.buffered().is_empty(),
+            client_reusable: client_keep,
+        });
+    }
+}

@@ -1,0 +1,202 @@
+//! The SOCKS5 listener: RFC 1928 method negotiation, RFC 1929 username/password
+//! (the username carries routing parameters), CONNECT only — BIND and UDP ASSOCIATE
+//! get "command not supported", unknown address types "address type not supported",
+//! no proxy with room "general failure". The whole handshake runs under one timeout.
+
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tracing::{debug, instrument};
+
+use super::Shared;
+use super::tunnel;
+use crate::config::AuthMode;
+use crate::error::GatewayError;
+use crate::io::BufConn;
+use crate::parse::socks5::{
+    self, Command, Parsed, Socks5Error, encode_reply, parse_greeting, parse_request,
+    parse_user_pass, reply,
+};
+use crate::route::{Credentials, Pick, Ticket};
+use crate::snapshot::live::now_ms;
+use crate::upstream::Target;
+
+/// Greeting (≤ 257) + credentials (≤ 513) + request (≤ 262) fit.
+const HANDSHAKE_BUFFER: usize = 1100;
+
+/// Serves one client connection.
+#[instrument(level = "debug", skip_all)]
+pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream) {
+    let mut conn = BufConn::new(stream, HANDSHAKE_BUFFER);
+    let timeout = shared.config.handshake_timeout;
+    let admitted = match tokio::time::timeout(timeout, handshake(shared, &mut conn)).await {
+        Ok(Ok(Some(admitted))) => admitted,
+        Ok(Ok(None)) => return,
+        Ok(Err(err)) => {
+            debug!(reason = err.reason(), "socks5 handshake failed");
+            shared.metrics.error(&err);
+            return;
+        }
+        Err(_) => {
+            shared.metrics.error(&GatewayError::DownstreamTimeout);
+            return;
+        }
+    };
+    let (ticket, pick, target) = admitted;
+    match tunnel::establish(shared, &ticket, pick, &target).await {
+        Ok(est) => {
+            let bound = conn.stream.local_addr().ok();
+            if write_reply(&mut conn, reply::SUCCEEDED, bound)
+                .await
+                .is_ok()
+            {
+                tunnel::relay(shared, &mut conn, est).await;
+            }
+        }
+        Err(err) => {
+            debug!(reason = err.reason(), "socks5 connect failed");
+            shared.metrics.error(&err);
+            let _ = write_reply(&mut conn, err.socks_reply(), None).await;
+        }
+    }
+}
+
+type Admitted = (Ticket, Pick, Target);
+
+/// Runs the handshake up to admission. `Ok(None)`: the client was answered (refused).
+async fn handshake(shared: &Shared, conn: &mut BufConn) -> Result<Option<Admitted>, GatewayError> {
+    let n = buffer_msg(conn, |b| parse_greeting(b).map(done_len)).await?;
+    let Ok(Parsed::Done(greeting, _)) = parse_greeting(conn.buffered()) else {
+        return Err(GatewayError::Unsupported("greeting"));
+    };
+    conn.consume(n);
+    let open = shared.config.auth == AuthMode::Open;
+    let method = if greeting.user_pass {
+        socks5::METHOD_USER_PASS
+    } else if open && greeting.no_auth {
+        socks5::METHOD_NO_AUTH
+    } else {
+        send(conn, &[socks5::VERSION, socks5::METHOD_NONE_ACCEPTABLE]).await?;
+        return Err(GatewayError::AuthRequired);
+    };
+    send(conn, &[socks5::VERSION, method]).await?;
+    // Credentials are kept as `username || password` with the split point.
+    let mut creds = Vec::new();
+    let mut split = 0;
+    if method == socks5::METHOD_USER_PASS {
+        let n = buffer_msg(conn, |b| parse_user_pass(b).map(done_len)).await?;
+        if let Ok(Parsed::Done(up, _)) = parse_user_pass(conn.buffered()) {
+            creds.extend_from_slice(up.username);
+            creds.extend_from_slice(up.password);
+            split = up.username.len();
+        }
+        conn.consume(n);
+        let (username, password) = creds.split_at(split);
+        let credentials = Credentials { username, password };
+        let snap = shared.snapshots.load();
+        let verdict = shared
+            .router
+            .check_credentials(snap.as_deref(), credentials);
+        drop(snap);
+        if let Err(err) = verdict {
+            send(conn, &[socks5::AUTH_VERSION, 0x01]).await?;
+            return Err(err);
+        }
+        send(conn, &[socks5::AUTH_VERSION, 0x00]).await?;
+    }
+    let n = match buffer_msg(conn, |b| parse_request(b).map(done_len)).await {
+        Ok(n) => n,
+        Err(GatewayError::Socks(e)) => {
+            refuse(conn, e.reply_code()).await?;
+            return Err(GatewayError::Socks(e));
+        }
+        Err(e) => return Err(e),
+    };
+    let Ok(Parsed::Done(request, _)) = parse_request(conn.buffered()) else {
+        return Err(GatewayError::Unsupported("request"));
+    };
+    if request.command != Command::Connect {
+        refuse(conn, reply::COMMAND_NOT_SUPPORTED).await?;
+        return Ok(None);
+    }
+    let target = Target {
+        host: match request.host.ip() {
+            Some(ip) => crate::upstream::TargetHost::Ip(ip),
+            None => match request.host {
+                crate::parse::authority::Host::Domain(d) => {
+                    crate::upstream::TargetHost::Domain(d.into())
+                }
+                _ => return Err(GatewayError::Unsupported("address")),
+            },
+        },
+        port: request.port,
+    };
+    conn.consume(n);
+    let credentials = (method == socks5::METHOD_USER_PASS).then(|| {
+        let (username, password) = creds.split_at(split);
+        Credentials { username, password }
+    });
+    let snap = shared.snapshots.load();
+    let admitted = shared
+        .router
+        .admit(snap.as_deref(), credentials, &target.host(), now_ms());
+    drop(snap);
+    match admitted {
+        Ok((ticket, pick)) => Ok(Some((ticket, pick, target))),
+        Err(err) => {
+            refuse(conn, err.socks_reply()).await?;
+            Err(err)
+        }
+    }
+}
+
+fn done_len<T>(p: Parsed<T>) -> Option<usize> {
+    match p {
+        Parsed::Done(_, n) => Some(n),
+        Parsed::Incomplete => None,
+    }
+}
+
+/// Reads until `complete` reports a whole message; returns its length.
+async fn buffer_msg(
+    conn: &mut BufConn,
+    complete: impl Fn(&[u8]) -> Result<Option<usize>, Socks5Error>,
+) -> Result<usize, GatewayError> {
+    loop {
+        if let Some(n) = complete(conn.buffered())? {
+            return Ok(n);
+        }
+        // The caller's handshake timeout bounds the total wait.
+        match conn.fill(std::time::Duration::from_secs(3600)).await {
+            Ok(0) => {
+                return Err(GatewayError::DownstreamIo(
+                    std::io::ErrorKind::UnexpectedEof.into(),
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(GatewayError::DownstreamIo(e)),
+        }
+    }
+}
+
+async fn send(conn: &mut BufConn, bytes: &[u8]) -> Result<(), GatewayError> {
+    conn.stream
+        .write_all(bytes)
+        .await
+        .map_err(GatewayError::DownstreamIo)
+}
+
+async fn refuse(conn: &mut BufConn, code: u8) -> Result<(), GatewayError> {
+    write_reply(conn, code, None)
+        .await
+        .map_err(GatewayError::DownstreamIo)
+}
+
+async fn write_reply(
+    conn: &mut BufConn,
+    code: u8,
+    bound: Option<std::net::SocketAddr>,
+) -> std::io::Result<()> {
+    let (buf, n) = encode_reply(code, bound);
+    conn.stream.write_all(&buf[..n]).await
+}

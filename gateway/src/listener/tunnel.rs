@@ -1,0 +1,199 @@
+//! Opening a tunnel through a vendor proxy with bounded retries (DIAL and
+//! PROXY_HANDSHAKE failures move to another proxy within the routing's budget and
+//! deadline), and relaying it. Shared by HTTP CONNECT and SOCKS5 CONNECT. A tunnel
+//! keeps its proxy for its whole life; its Active slot is released when it ends.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::Shared;
+use crate::capacity::ActiveLease;
+use crate::error::GatewayError;
+use crate::io::{self, BufConn, TunnelEnd};
+use crate::outcome::Stage;
+use crate::route::{Pick, Ticket};
+use crate::session::MoveReason;
+use crate::snapshot::live::now_ms;
+use crate::snapshot::{ProxyEntry, ProxyId, UpstreamProtocol};
+use crate::upstream::{self, Target};
+
+/// A tunnel through a vendor proxy, ready for bytes.
+#[derive(Debug)]
+pub(crate) struct Established {
+    pub(crate) upstream: BufConn,
+    pub(crate) entry: Arc<ProxyEntry>,
+    pub(crate) lease: ActiveLease,
+    pub(crate) moved: Option<MoveReason>,
+}
+
+/// Budget of one request's attempts.
+pub(crate) struct Attempts {
+    pub(crate) deadline: Instant,
+    pub(crate) max: u32,
+    pub(crate) made: u32,
+    pub(crate) exclude: Vec<ProxyId>,
+}
+
+impl Attempts {
+    pub(crate) fn new(ticket: &Ticket) -> Self {
+        Self {
+            deadline: Instant::now() + ticket.retry.deadline,
+            max: ticket.retry.max_attempts.max(1),
+            made: 0,
+            exclude: Vec::new(),
+        }
+    }
+
+    /// Whether a failure of `err` may be retried on another proxy.
+    pub(crate) fn may_retry(&self, err: &GatewayError) -> bool {
+        err.retryable() && self.made < self.max && Instant::now() < self.deadline
+    }
+
+    /// Time left, capped at `cap`.
+    pub(crate) fn left(&self, cap: Duration) -> Duration {
+        self.deadline
+            .saturating_duration_since(Instant::now())
+            .min(cap)
+    }
+
+    /// The next pick: `first` for the first attempt, a fresh one afterwards.
+    pub(crate) fn next_pick(
+        &mut self,
+        shared: &Shared,
+        ticket: &Ticket,
+        first: &mut Option<Pick>,
+        moved_before: Option<MoveReason>,
+    ) -> Result<Pick, GatewayError> {
+        self.made += 1;
+        if let Some(pick) = first.take() {
+            return Ok(pick);
+        }
+        shared.metrics.retries.fetch_add(1, Ordering::Relaxed);
+        let snap = shared.snapshots.load();
+        let mut pick = shared
+            .router
+            .reselect(snap.as_deref(), ticket, now_ms(), &self.exclude)?;
+        pick.moved = pick.moved.or(moved_before);
+        Ok(pick)
+    }
+}
+
+/// Dials and handshakes through proxies until one works or the budget is spent.
+pub(crate) async fn establish(
+    shared: &Shared,
+    ticket: &Ticket,
+    first: Pick,
+    target: &Target,
+) -> Result<Established, GatewayError> {
+    let up = &shared.config.upstream;
+    let mut attempts = Attempts::new(ticket);
+    let mut first = Some(first);
+    let mut moved = None;
+    loop {
+        let pick = attempts.next_pick(shared, ticket, &mut first, moved)?;
+        let entry = pick.entry.clone();
+        match attempt(shared, &entry, target, &attempts, up).await {
+            Ok(upstream) => {
+                return Ok(Established {
+                    upstream,
+                    entry,
+                    lease: pick.reservation.activate(),
+                    moved: pick.moved,
+                });
+            }
+            Err(err) => {
+                debug!(proxy = %entry.id, reason = err.reason(), "tunnel attempt failed");
+                if !attempts.may_retry(&err) {
+                    return Err(err);
+                }
+                if ticket.is_sticky() {
+                    moved = Some(MoveReason::ProxyFailed);
+                }
+                attempts.exclude.push(entry.id.clone());
+            }
+        }
+    }
+}
+
+async fn attempt(
+    shared: &Shared,
+    entry: &ProxyEntry,
+    target: &Target,
+    attempts: &Attempts,
+    up: &crate::config::UpstreamConfig,
+) -> Result<BufConn, GatewayError> {
+    let started = Instant::now();
+    let stream = upstream::dial(entry, attempts.left(up.connect_timeout)).await;
+    let dialed = Instant::now();
+    shared.outcomes.record(
+        &entry.id,
+        Stage::Dial,
+        stream.as_ref().err().map(GatewayError::reason),
+        dialed - started,
+    );
+    let mut conn = BufConn::new(stream?, up.max_response_head);
+    let timeout = attempts.left(up.handshake_timeout);
+    let res = match entry.protocol {
+        UpstreamProtocol::Http => upstream::http_connect(&mut conn, entry, target, timeout).await,
+        UpstreamProtocol::Socks5 => {
+            upstream::socks5_connect(&mut conn, entry, target, timeout).await
+        }
+    };
+    shared.outcomes.record(
+        &entry.id,
+        Stage::ProxyHandshake,
+        res.as_ref().err().map(GatewayError::reason),
+        dialed.elapsed(),
+    );
+    res?;
+    let micros = u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX);
+    entry.state.observe_latency(micros);
+    Ok(conn)
+}
+
+/// Relays an established tunnel to the end and records its outcome. `client` may
+/// hold bytes the client sent early (e.g. a TLS ClientHello); they go first.
+pub(crate) async fn relay(shared: &Shared, client: &mut BufConn, mut est: Established) {
+    shared.metrics.tunnels.fetch_add(1, Ordering::Relaxed);
+    let started = Instant::now();
+    let early = async {
+        if !client.buffered().is_empty() {
+            est.upstream.stream.write_all(client.buffered()).await?;
+        }
+        if !est.upstream.buffered().is_empty() {
+            client.stream.write_all(est.upstream.buffered()).await?;
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let (up, down, end) = match early.await {
+        Ok(()) => {
+            let n = client.buffered().len();
+            client.consume(n);
+            let m = est.upstream.buffered().len();
+            est.upstream.consume(m);
+            io::tunnel(
+                &mut client.stream,
+                &mut est.upstream.stream,
+                shared.config.io_idle_timeout,
+                &shared.force,
+            )
+            .await
+        }
+        Err(_) => (0, 0, TunnelEnd::Error),
+    };
+    let error = match end {
+        TunnelEnd::Closed => None,
+        TunnelEnd::Idle => Some("idle-timeout"),
+        TunnelEnd::Cancelled => Some("shutting-down"),
+        TunnelEnd::Error => Some("tunnel-io"),
+    };
+    shared
+        .outcomes
+        .record(&est.entry.id, Stage::Tunnel, error, started.elapsed());
+    debug!(proxy = %est.entry.id, up, down, ?end, "tunnel closed");
+    drop(est.lease);
+}

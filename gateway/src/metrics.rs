@@ -1,0 +1,170 @@
+//! Gateway counters: plain atomics bumped on the request path, rendered in the
+//! Prometheus text format on demand. Every label set is a fixed enum, never a user
+//! value, proxy address or credential.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use crate::error::GatewayError;
+
+/// Listener kinds (label `listener`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenerKind {
+    /// HTTP proxy listener.
+    Http,
+    /// SOCKS5 listener.
+    Socks5,
+}
+
+const REASONS: [&str; 18] = [
+    "head-too-large",
+    "bad-request",
+    "unsupported",
+    "auth-required",
+    "auth-failed",
+    "client-io",
+    "client-timeout",
+    "no-snapshot",
+    "snapshot-stale",
+    "no-routing",
+    "no-capacity",
+    "shutting-down",
+    "upstream-dial-failed",
+    "upstream-timeout",
+    "upstream-handshake-failed",
+    "target-unreachable",
+    "upstream-io",
+    "upstream-bad-response",
+];
+
+/// All counters.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Client connections accepted, per listener.
+    pub connections: [AtomicU64; 2],
+    /// Client connections open now.
+    pub open_connections: AtomicI64,
+    /// Client connections refused at the connection cap.
+    pub connections_refused: AtomicU64,
+    /// CONNECT tunnels established (HTTP and SOCKS5).
+    pub tunnels: AtomicU64,
+    /// Plain HTTP requests forwarded.
+    pub forwarded: AtomicU64,
+    /// Forwarded requests served on a pooled upstream connection.
+    pub pool_reused: AtomicU64,
+    /// Attempts retried on another proxy.
+    pub retries: AtomicU64,
+    /// Sticky sessions moved to another proxy.
+    pub sessions_moved: AtomicU64,
+    errors: [AtomicU64; REASONS.len()],
+}
+
+impl Metrics {
+    /// Counts an accepted connection.
+    pub fn accepted(&self, kind: ListenerKind) {
+        self.connections[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed request by reason.
+    pub fn error(&self, err: &GatewayError) {
+        let reason = err.reason();
+        if let Some(i) = REASONS.iter().position(|r| *r == reason) {
+            self.errors[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Failures counted for `reason`.
+    pub fn errors_for(&self, reason: &str) -> u64 {
+        REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .map_or(0, |i| self.errors[i].load(Ordering::Relaxed))
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self, outcomes_dropped: u64) -> String {
+        let mut out = String::with_capacity(4096);
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut counter = |name: &str, help: &str, lines: &[(String, u64)]| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (labels, v) in lines {
+                let _ = writeln!(out, "{name}{labels} {v}");
+            }
+        };
+        counter(
+            "gateway_connections_total",
+            "Client connections accepted.",
+            &[
+                ("{listener=\"http\"}".into(), get(&self.connections[0])),
+                ("{listener=\"socks5\"}".into(), get(&self.connections[1])),
+            ],
+        );
+        counter(
+            "gateway_connections_refused_total",
+            "Client connections closed at the connection cap.",
+            &[(String::new(), get(&self.connections_refused))],
+        );
+        counter(
+            "gateway_tunnels_total",
+            "CONNECT tunnels established.",
+            &[(String::new(), get(&self.tunnels))],
+        );
+        counter(
+            "gateway_forwarded_total",
+            "Plain HTTP requests forwarded.",
+            &[(String::new(), get(&self.forwarded))],
+        );
+        counter(
+            "gateway_upstream_pool_reused_total",
+            "Forwarded requests served on a pooled upstream connection.",
+            &[(String::new(), get(&self.pool_reused))],
+        );
+        counter(
+            "gateway_retries_total",
+            "Attempts retried on another proxy.",
+            &[(String::new(), get(&self.retries))],
+        );
+        counter(
+            "gateway_sessions_moved_total",
+            "Sticky sessions moved to another proxy.",
+            &[(String::new(), get(&self.sessions_moved))],
+        );
+        counter(
+            "gateway_outcomes_dropped_total",
+            "Outcome observations dropped at the full queue.",
+            &[(String::new(), outcomes_dropped)],
+        );
+        let errors: Vec<_> = REASONS
+            .iter()
+            .zip(&self.errors)
+            .map(|(r, c)| (format!("{{reason=\"{r}\"}}"), get(c)))
+            .collect();
+        counter(
+            "gateway_request_errors_total",
+            "Requests ended early, by reason.",
+            &errors,
+        );
+        let _ = writeln!(
+            out,
+            "# HELP gateway_open_connections Client connections open now.\n# TYPE gateway_open_connections gauge\ngateway_open_connections {}",
+            self.open_connections.load(Ordering::Relaxed)
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_reason_has_a_counter() {
+        let m = Metrics::default();
+        m.error(&GatewayError::NoCapacity);
+        m.error(&GatewayError::Stale);
+        assert_eq!(m.errors_for("no-capacity"), 1);
+        let text = m.render(3);
+        assert!(text.contains("gateway_request_errors_total{reason=\"snapshot-stale\"} 1"));
+        assert!(text.contains("gateway_outcomes_dropped_total 3"));
+    }
+}

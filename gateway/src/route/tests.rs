@@ -1,0 +1,209 @@
+use super::*;
+use crate::capacity::CapacityRegistry;
+use crate::snapshot::live::now_ms;
+use crate::snapshot::{
+    ClientCredential, Routing, RoutingMatch, Snapshot, Strategy, UpstreamProtocol, UpstreamProxy,
+};
+use std::net::Ipv4Addr;
+use std::time::{Duration, SystemTime};
+
+fn proxy(id: &str, region: &str, max: u32) -> UpstreamProxy {
+    let far = SystemTime::now() + Duration::from_secs(600);
+    UpstreamProxy {
+        id: ProxyId::from(id),
+        protocol: UpstreamProtocol::Http,
+        host: "127.0.0.1".into(),
+        port: 1,
+        credentials: None,
+        upstream: "u".into(),
+        region: region.into(),
+        carrier: "c".into(),
+        max_concurrent: max,
+        expires_at: far,
+        usable_until: far,
+        observed_latency: None,
+        draining: false,
+    }
+}
+
+fn snapshot() -> LiveSnapshot {
+    let mut sh = Routing::catch_all("shanghai");
+    sh.matcher = RoutingMatch {
+        username_params: vec![("region".into(), "shanghai".into())],
+        ..RoutingMatch::default()
+    };
+    sh.regions = vec!["shanghai".into()];
+    sh.sticky = Some(StickyPolicy {
+        ttl: Duration::from_secs(60),
+        idle_timeout: Duration::from_secs(30),
+    });
+    let mut only_b = Routing::catch_all("team-b");
+    only_b.matcher.clients = vec!["team-b".into()];
+    only_b.strategy = Strategy::LeastActive;
+    let mut rest = Routing::catch_all("rest");
+    rest.matcher.target_hosts = vec!["*.example.com".into(), "127.0.0.1".into()];
+    let s = Snapshot {
+        version: 1,
+        epoch: 1,
+        generated_at: SystemTime::now(),
+        valid_until: SystemTime::now() + Duration::from_secs(600),
+        routings: vec![sh, only_b, rest],
+        proxies: vec![
+            proxy("sh1", "shanghai", 1),
+            proxy("sh2", "shanghai", 1),
+            proxy("bj1", "beijing", 5),
+        ],
+        clients: vec![
+            ClientCredential::from_password("team-a", "alice", "pw-a"),
+            ClientCredential::from_password("team-b", "bob", "pw-b"),
+        ],
+    };
+    let far = SystemTime::now() + Duration::from_secs(600);
+    LiveSnapshot::build(s, &CapacityRegistry::default(), far).unwrap()
+}
+
+fn creds<'a>(u: &'a str, p: &'a str) -> Option<Credentials<'a>> {
+    Some(Credentials {
+        username: u.as_bytes(),
+        password: p.as_bytes(),
+    })
+}
+
+const WWW: Host<'static> = Host::Domain("www.example.com");
+
+#[test]
+fn authentication_is_required_and_checked() {
+    let snap = snapshot();
+    let router = Router::new(AuthMode::Required, 100);
+    let err = router.admit(Some(&snap), None, &WWW, now_ms()).unwrap_err();
+    assert!(matches!(err, GatewayError::AuthRequired));
+    let err = router
+        .admit(Some(&snap), creds("alice", "wrong"), &WWW, now_ms())
+        .unwrap_err();
+    assert!(matches!(err, GatewayError::AuthFailed));
+    let err = router
+        .admit(Some(&snap), creds("mallory", "pw-a"), &WWW, now_ms())
+        .unwrap_err();
+    assert!(matches!(err, GatewayError::AuthFailed));
+    assert!(
+        router
+            .admit(Some(&snap), creds("alice", "pw-a"), &WWW, now_ms())
+            .is_ok()
+    );
+    let open = Router::new(AuthMode::Open, 100);
+    assert!(open.admit(Some(&snap), None, &WWW, now_ms()).is_ok());
+}
+
+#[test]
+fn first_matching_routing_wins() {
+    let snap = snapshot();
+    let router = Router::new(AuthMode::Required, 100);
+    let (t, p) = router
+        .admit(
+            Some(&snap),
+            creds("alice-region-shanghai", "pw-a"),
+            &WWW,
+            now_ms(),
+        )
+        .unwrap();
+    assert_eq!(&*t.routing, "shanghai");
+    assert!(p.entry.id.as_str().starts_with("sh"));
+    let (t, _) = router
+        .admit(
+            Some(&snap),
+            creds("bob", "pw-b"),
+            &Host::Domain("other.org"),
+            now_ms(),
+        )
+        .unwrap();
+    assert_eq!(&*t.routing, "team-b");
+    let (t, _) = router
+        .admit(
+            Some(&snap),
+            creds("alice", "pw-a"),
+            &Host::V4(Ipv4Addr::LOCALHOST),
+            now_ms(),
+        )
+        .unwrap();
+    assert_eq!(&*t.routing, "rest");
+    let err = router
+        .admit(
+            Some(&snap),
+            creds("alice", "pw-a"),
+            &Host::Domain("other.org"),
+            now_ms(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, GatewayError::NoRouting));
+    let err = router
+        .admit(
+            Some(&snap),
+            creds("alice", "pw-a"),
+            &Host::Domain("example.com"),
+            now_ms(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, GatewayError::NoRouting),
+        "suffix needs a subdomain"
+    );
+}
+
+#[test]
+fn sticky_sessions_stay_then_move_when_full_or_failed() {
+    let snap = snapshot();
+    let router = Router::new(AuthMode::Required, 100);
+    let user = "alice-region-shanghai-session-s1";
+    let (ticket, first) = router
+        .admit(Some(&snap), creds(user, "pw-a"), &WWW, now_ms())
+        .unwrap();
+    assert!(ticket.is_sticky());
+    assert_eq!(first.moved, None);
+    let bound = first.entry.id.clone();
+    drop(first);
+    let (_, again) = router
+        .admit(Some(&snap), creds(user, "pw-a"), &WWW, now_ms())
+        .unwrap();
+    assert_eq!(again.entry.id, bound, "kept");
+    // Its proxy is full (max 1, still held): the session moves and says so.
+    let (_, moved) = router
+        .admit(Some(&snap), creds(user, "pw-a"), &WWW, now_ms())
+        .unwrap();
+    assert_ne!(moved.entry.id, bound);
+    assert_eq!(moved.moved, Some(MoveReason::ProxyFull));
+    let now_bound = moved.entry.id.clone();
+    drop((again, moved));
+    let retry = router
+        .reselect(
+            Some(&snap),
+            &ticket,
+            now_ms(),
+            std::slice::from_ref(&now_bound),
+        )
+        .unwrap();
+    assert_eq!(retry.moved, Some(MoveReason::ProxyFailed));
+    assert_ne!(retry.entry.id, now_bound);
+}
+
+#[test]
+fn stale_and_missing_snapshots_refuse() {
+    let snap = snapshot();
+    let router = Router::new(AuthMode::Open, 100);
+    let err = router.admit(None, None, &WWW, now_ms()).unwrap_err();
+    assert!(matches!(err, GatewayError::NoSnapshot));
+    let later = now_ms() + 3_600_000;
+    let err = router.admit(Some(&snap), None, &WWW, later).unwrap_err();
+    assert!(matches!(err, GatewayError::Stale));
+}
+
+#[test]
+fn no_room_is_no_capacity() {
+    let snap = snapshot();
+    let router = Router::new(AuthMode::Required, 100);
+    let c = creds("alice-region-shanghai", "pw-a");
+    let a = router.admit(Some(&snap), c, &WWW, now_ms()).unwrap();
+    let b = router.admit(Some(&snap), c, &WWW, now_ms()).unwrap();
+    let err = router.admit(Some(&snap), c, &WWW, now_ms()).unwrap_err();
+    assert!(matches!(err, GatewayError::NoCapacity));
+    drop((a, b));
+}

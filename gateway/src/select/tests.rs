@@ -1,0 +1,146 @@
+use super::*;
+use crate::capacity::CapacityRegistry;
+use crate::snapshot::live::now_ms;
+use crate::snapshot::{Routing, Snapshot, UpstreamProtocol, UpstreamProxy};
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+fn proxy(i: usize, max: u32) -> UpstreamProxy {
+    let far = SystemTime::now() + Duration::from_secs(600);
+    UpstreamProxy {
+        id: ProxyId::from(format!("p{i}")),
+        protocol: UpstreamProtocol::Http,
+        host: "127.0.0.1".into(),
+        port: 1000 + i as u16,
+        credentials: None,
+        upstream: "u".into(),
+        region: if i.is_multiple_of(2) { "even" } else { "odd" }.into(),
+        carrier: "c".into(),
+        max_concurrent: max,
+        expires_at: far,
+        usable_until: far,
+        observed_latency: None,
+        draining: false,
+    }
+}
+
+pub(crate) fn live(proxies: Vec<UpstreamProxy>, strategy: Strategy) -> LiveSnapshot {
+    let mut routing = Routing::catch_all("all");
+    routing.strategy = strategy;
+    let snapshot = Snapshot {
+        version: 1,
+        epoch: 1,
+        generated_at: SystemTime::now(),
+        valid_until: SystemTime::now() + Duration::from_secs(600),
+        routings: vec![routing],
+        proxies,
+        clients: vec![],
+    };
+    let far = SystemTime::now() + Duration::from_secs(600);
+    LiveSnapshot::build(snapshot, &CapacityRegistry::default(), far).unwrap()
+}
+
+fn ids(snap: &LiveSnapshot, strategy_picks: usize) -> Vec<String> {
+    (0..strategy_picks)
+        .map(|_| {
+            let c = pick(snap, &snap.routings[0], now_ms(), &[]).unwrap();
+            snap.proxies[c.idx as usize].id.to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn round_robin_cycles_through_candidates() {
+    let snap = live((0..3).map(|i| proxy(i, 10)).collect(), Strategy::RoundRobin);
+    assert_eq!(ids(&snap, 6), ["p0", "p1", "p2", "p0", "p1", "p2"]);
+}
+
+#[test]
+fn full_and_unusable_proxies_are_skipped_and_exhaustion_is_none() {
+    let mut ps: Vec<_> = (0..3).map(|i| proxy(i, 1)).collect();
+    ps[1].usable_until = SystemTime::now() - Duration::from_secs(1);
+    for strategy in [
+        Strategy::RoundRobin,
+        Strategy::LeastActive,
+        Strategy::PowerOfTwoChoices,
+    ] {
+        let snap = live(ps.clone(), strategy);
+        let r = &snap.routings[0];
+        let a = pick(&snap, r, now_ms(), &[]).unwrap();
+        let b = pick(&snap, r, now_ms(), &[]).unwrap();
+        let mut got = [a.idx, b.idx];
+        got.sort();
+        assert_eq!(got, [0, 2], "{strategy:?}");
+        assert!(pick(&snap, r, now_ms(), &[]).is_none(), "{strategy:?}");
+        drop(a);
+        assert!(pick(&snap, r, now_ms(), &[]).is_some());
+    }
+}
+
+#[test]
+fn excluded_proxies_are_not_picked() {
+    let snap = live(
+        (0..2).map(|i| proxy(i, 5)).collect(),
+        Strategy::PowerOfTwoChoices,
+    );
+    let exclude = [ProxyId::from("p0")];
+    for _ in 0..20 {
+        let c = pick(&snap, &snap.routings[0], now_ms(), &exclude).unwrap();
+        assert_eq!(c.idx, 1);
+    }
+}
+
+#[test]
+fn least_active_prefers_the_idle_proxy() {
+    let snap = live(
+        (0..4).map(|i| proxy(i, 10)).collect(),
+        Strategy::LeastActive,
+    );
+    let r = &snap.routings[0];
+    let held: Vec<_> = (0..4)
+        .map(|_| pick(&snap, r, now_ms(), &[]).unwrap())
+        .collect();
+    let mut idxs: Vec<_> = held.iter().map(|c| c.idx).collect();
+    idxs.sort();
+    assert_eq!(idxs, [0, 1, 2, 3], "spreads one each");
+    drop(held);
+    let _busy: Vec<_> = [0u32, 0, 1, 3]
+        .iter()
+        .map(|&i| try_take(&snap, i, now_ms(), &[]).unwrap())
+        .collect();
+    assert_eq!(pick(&snap, r, now_ms(), &[]).unwrap().idx, 2);
+}
+
+#[test]
+fn two_choices_favours_low_latency_and_low_load() {
+    let snap = live(
+        (0..2).map(|i| proxy(i, 100)).collect(),
+        Strategy::PowerOfTwoChoices,
+    );
+    for _ in 0..50 {
+        snap.proxies[0].state.observe_latency(1_000_000);
+        snap.proxies[1].state.observe_latency(1_000);
+    }
+    let mut counts = HashMap::new();
+    let mut held = Vec::new();
+    for _ in 0..20 {
+        let c = pick(&snap, &snap.routings[0], now_ms(), &[]).unwrap();
+        *counts.entry(c.idx).or_insert(0) += 1;
+        held.push(c);
+    }
+    assert!(counts.get(&1).copied().unwrap_or(0) >= 18, "{counts:?}");
+}
+
+#[test]
+fn large_candidate_lists_use_a_bounded_window() {
+    let snap = live(
+        (0..1000).map(|i| proxy(i, 1)).collect(),
+        Strategy::LeastActive,
+    );
+    let r = &snap.routings[0];
+    let held: Vec<_> = (0..1000)
+        .map(|_| pick(&snap, r, now_ms(), &[]).unwrap())
+        .collect();
+    assert!(pick(&snap, r, now_ms(), &[]).is_none());
+    drop(held);
+}

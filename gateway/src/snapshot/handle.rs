@@ -1,0 +1,226 @@
+//! Publishing snapshots: [`SnapshotHandle`] builds a [`LiveSnapshot`] off the hot path
+//! and swaps it in with one atomic pointer store (`arc-swap`); requests do one atomic
+//! load. [`SnapshotSource`] is the seam a control-plane client (or a test) feeds.
+
+use arc_swap::{ArcSwapOption, Guard};
+use parking_lot::Mutex;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use super::Snapshot;
+use super::live::{LiveSnapshot, SnapshotError};
+use crate::capacity::{CapacityRegistry, RuntimeCounts};
+
+/// The current snapshot, shared by every listener task.
+#[derive(Debug, Clone)]
+pub struct SnapshotHandle {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    current: ArcSwapOption<LiveSnapshot>,
+    /// Serialises builds (a build reads and updates the registry); never taken on
+    /// the request path.
+    registry: Mutex<()>,
+    capacity: CapacityRegistry,
+    max_stale_age: Duration,
+}
+
+impl SnapshotHandle {
+    /// An empty handle: every request is refused until a snapshot is installed.
+    pub fn new(max_stale_age: Duration) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                current: ArcSwapOption::empty(),
+                registry: Mutex::new(()),
+                capacity: CapacityRegistry::default(),
+                max_stale_age,
+            }),
+        }
+    }
+
+    /// Validates, compiles and publishes `snapshot`. It stays usable until
+    /// `min(valid_until, now + max_stale_age)` unless refreshed.
+    pub fn install(&self, snapshot: Snapshot) -> Result<Arc<LiveSnapshot>, SnapshotError> {
+        let version = snapshot.version;
+        let _build = self.inner.registry.lock();
+        if let Some(cur) = self.inner.current.load().as_ref()
+            && (snapshot.epoch, snapshot.version) < (cur.epoch, cur.version)
+        {
+            return Err(SnapshotError {
+                problems: vec![format!(
+                    "version: {}@{} is older than the installed {}@{}",
+                    snapshot.version, snapshot.epoch, cur.version, cur.epoch
+                )],
+            });
+        }
+        let stale_at = SystemTime::now() + self.inner.max_stale_age;
+        let live = Arc::new(LiveSnapshot::build(
+            snapshot,
+            &self.inner.capacity,
+            stale_at,
+        )?);
+        self.inner.current.store(Some(live.clone()));
+        debug!(
+            version,
+            proxies = live.proxies.len(),
+            routings = live.routings.len(),
+            "snapshot installed"
+        );
+        Ok(live)
+    }
+
+    /// The current snapshot (one atomic load; hold the guard only briefly).
+    pub fn load(&self) -> Guard<Option<Arc<LiveSnapshot>>> {
+        self.inner.current.load()
+    }
+
+    /// Records that the control plane confirmed the current snapshot is still
+    /// current (e.g. a heartbeat): its staleness deadline moves forward.
+    pub fn confirm_fresh(&self) {
+        if let Some(cur) = self.inner.current.load().as_ref() {
+            cur.refresh(SystemTime::now() + self.inner.max_stale_age);
+        }
+    }
+
+    /// Active/Reserved counts of every proxy, including removed ones still draining.
+    pub fn runtime_report(&self) -> Vec<RuntimeCounts> {
+        let _build = self.inner.registry.lock();
+        self.inner.capacity.retain(|id| {
+            self.inner
+                .current
+                .load()
+                .as_ref()
+                .is_some_and(|s| s.index_of(id).is_some())
+        });
+        self.inner.capacity.report()
+    }
+}
+
+/// Something that delivers snapshots (the control-plane client, a file, a test).
+pub trait SnapshotSource: Send {
+    /// The next snapshot; `None` when the source has ended.
+    fn next(&mut self) -> impl Future<Output = Option<Snapshot>> + Send;
+}
+
+/// A source fed through a bounded channel.
+#[derive(Debug)]
+pub struct ChannelSource(pub mpsc::Receiver<Snapshot>);
+
+impl SnapshotSource for ChannelSource {
+    async fn next(&mut self) -> Option<Snapshot> {
+        self.0.recv().await
+    }
+}
+
+/// Installs every snapshot `source` delivers until it ends or `shutdown` resolves.
+pub async fn run_source<S: SnapshotSource>(
+    mut source: S,
+    handle: SnapshotHandle,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let next = tokio::select! {
+            next = source.next() => next,
+            () = &mut shutdown => return,
+        };
+        let Some(snapshot) = next else {
+            info!("snapshot source ended");
+            return;
+        };
+        let version = snapshot.version;
+        if let Err(err) = handle.install(snapshot) {
+            warn!(version, error = %err, "snapshot rejected");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{ProxyId, Routing, UpstreamProtocol, UpstreamProxy};
+
+    pub(crate) fn proxy(id: &str, max: u32) -> UpstreamProxy {
+        let far = SystemTime::now() + Duration::from_secs(600);
+        UpstreamProxy {
+            id: ProxyId::from(id),
+            protocol: UpstreamProtocol::Http,
+            host: "127.0.0.1".into(),
+            port: 1,
+            credentials: None,
+            upstream: "u".into(),
+            region: "r".into(),
+            carrier: "c".into(),
+            max_concurrent: max,
+            expires_at: far,
+            usable_until: far,
+            observed_latency: None,
+            draining: false,
+        }
+    }
+
+    fn snapshot(version: u64, proxies: Vec<UpstreamProxy>) -> Snapshot {
+        Snapshot {
+            version,
+            epoch: 1,
+            generated_at: SystemTime::now(),
+            valid_until: SystemTime::now() + Duration::from_secs(600),
+            routings: vec![Routing::catch_all("all")],
+            proxies,
+            clients: vec![],
+        }
+    }
+
+    #[test]
+    fn install_swaps_and_keeps_counters_across_versions() {
+        let handle = SnapshotHandle::new(Duration::from_secs(60));
+        let first = handle.install(snapshot(1, vec![proxy("a", 2)])).unwrap();
+        let lease = first.proxies[0].state.try_reserve().unwrap().activate();
+        let second = handle
+            .install(snapshot(2, vec![proxy("b", 1), proxy("a", 2)]))
+            .unwrap();
+        assert_eq!(second.proxies[1].state.counts(), (1, 0));
+        assert_eq!(handle.load().as_ref().unwrap().version, 2);
+        // "a" removed: it keeps counting (draining) until the lease ends.
+        handle.install(snapshot(3, vec![proxy("b", 1)])).unwrap();
+        let report = handle.runtime_report();
+        assert!(report.iter().any(|r| r.id.as_str() == "a" && r.active == 1));
+        drop(lease);
+        let report = handle.runtime_report();
+        assert_eq!(report.len(), 1);
+        assert!(
+            handle.install(snapshot(2, vec![])).is_err(),
+            "older version refused"
+        );
+    }
+
+    #[test]
+    fn invalid_snapshots_report_every_problem() {
+        let handle = SnapshotHandle::new(Duration::from_secs(60));
+        let mut bad = proxy("a", 1);
+        bad.port = 0;
+        bad.host = "bad host".into();
+        let mut s = snapshot(1, vec![bad, proxy("a", 1)]);
+        s.routings.push(Routing::catch_all("all"));
+        let err = handle.install(s).unwrap_err();
+        assert_eq!(err.problems.len(), 4, "{err}");
+        assert!(handle.load().is_none());
+    }
+
+    #[test]
+    fn staleness_uses_the_earlier_of_validity_and_max_stale_age() {
+        let handle = SnapshotHandle::new(Duration::from_millis(0));
+        let live = handle.install(snapshot(1, vec![])).unwrap();
+        assert!(live.is_stale(crate::snapshot::live::now_ms()));
+        let handle = SnapshotHandle::new(Duration::from_secs(60));
+        let mut s = snapshot(1, vec![]);
+        s.valid_until = SystemTime::now() - Duration::from_secs(1);
+        let live = handle.install(s).unwrap();
+        assert!(live.is_stale(crate::snapshot::live::now_ms()));
+    }
+}

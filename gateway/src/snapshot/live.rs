@@ -1,0 +1,367 @@
+//! The compiled, immutable snapshot the hot path reads: proxies with their stable
+//! capacity state and pre-encoded upstream credentials, routings with their candidate
+//! lists computed once, clients by username. Built off the hot path.
+
+use base64::Engine as _;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::{ClientCredential, ProxyId, Routing, Snapshot, UpstreamProtocol};
+use crate::capacity::{CapacityRegistry, ProxyState};
+use crate::parse::authority::{Host, parse_host};
+
+/// Why a snapshot was rejected before it was published.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid snapshot: {}", problems.join("; "))]
+pub struct SnapshotError {
+    /// Every problem found, with its field path.
+    pub problems: Vec<String>,
+}
+
+/// Where a vendor proxy listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamAddr {
+    /// An IP literal: no resolution needed.
+    Ip(SocketAddr),
+    /// A DNS name.
+    Name(Arc<str>, u16),
+}
+
+/// Upstream credentials, pre-encoded. `Debug` shows neither.
+#[derive(Clone)]
+pub(crate) struct UpstreamAuth {
+    pub(crate) username: Arc<str>,
+    pub(crate) password: Arc<str>,
+    /// `Basic …` value for `Proxy-Authorization`.
+    pub(crate) basic: Arc<str>,
+}
+
+impl fmt::Debug for UpstreamAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("UpstreamAuth(..)")
+    }
+}
+
+/// One proxy as the hot path sees it.
+#[derive(Debug)]
+pub struct ProxyEntry {
+    /// ID.
+    pub id: ProxyId,
+    /// Protocol it speaks.
+    pub protocol: UpstreamProtocol,
+    /// Address.
+    pub addr: UpstreamAddr,
+    pub(crate) auth: Option<UpstreamAuth>,
+    /// Unix milliseconds after which no new work starts on it.
+    pub usable_until_ms: u64,
+    /// Capacity counters, stable across snapshots.
+    pub state: Arc<ProxyState>,
+}
+
+/// A routing with its candidates.
+#[derive(Debug)]
+pub struct CompiledRouting {
+    /// The rule as delivered.
+    pub spec: Routing,
+    /// The rule's name, shared with requests for retries.
+    pub name: Arc<str>,
+    /// Indexes into [`LiveSnapshot::proxies`], ascending.
+    pub candidates: Vec<u32>,
+    target_patterns: Vec<TargetPattern>,
+    pub(crate) cursor: AtomicUsize,
+}
+
+#[derive(Debug)]
+enum TargetPattern {
+    Ip(IpAddr),
+    Exact(String),
+    Suffix(String),
+}
+
+impl CompiledRouting {
+    /// Whether `idx` is a candidate (binary search).
+    pub fn contains(&self, idx: u32) -> bool {
+        self.candidates.binary_search(&idx).is_ok()
+    }
+
+    /// Whether the routing's conditions hold for this request.
+    pub fn matches(&self, client: &str, params: &[(&str, &str)], target: &Host<'_>) -> bool {
+        let m = &self.spec.matcher;
+        if !m.clients.is_empty() && !m.clients.iter().any(|c| c == client) {
+            return false;
+        }
+        let params_ok = m.username_params.iter().all(|(k, v)| {
+            params
+                .iter()
+                .any(|(pk, pv)| pk.eq_ignore_ascii_case(k) && pv.eq_ignore_ascii_case(v))
+        });
+        params_ok && (self.target_patterns.is_empty() || self.target_matches(target))
+    }
+
+    fn target_matches(&self, target: &Host<'_>) -> bool {
+        let ip = target.ip();
+        self.target_patterns.iter().any(|p| match (p, target) {
+            (TargetPattern::Ip(want), _) => ip == Some(*want),
+            (TargetPattern::Exact(name), Host::Domain(d)) => {
+                d.trim_end_matches('.').eq_ignore_ascii_case(name)
+            }
+            (TargetPattern::Suffix(suffix), Host::Domain(d)) => {
+                let d = d.trim_end_matches('.');
+                d.len() > suffix.len()
+                    && d.is_char_boundary(d.len() - suffix.len())
+                    && d[d.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+            }
+            _ => false,
+        })
+    }
+}
+
+/// A client that may authenticate.
+#[derive(Debug)]
+pub(crate) struct ClientEntry {
+    pub(crate) client: Arc<str>,
+    pub(crate) password_sha256: [u8; 32],
+}
+
+/// The compiled snapshot.
+#[derive(Debug)]
+pub struct LiveSnapshot {
+    /// Version.
+    pub version: u64,
+    /// Ownership epoch.
+    pub epoch: u64,
+    /// When the controller built it.
+    pub generated_at: SystemTime,
+    /// Its validity end.
+    pub valid_until: SystemTime,
+    /// Proxies, in snapshot order.
+    pub proxies: Vec<Arc<ProxyEntry>>,
+    /// Routings, in match order.
+    pub routings: Vec<CompiledRouting>,
+    by_id: HashMap<ProxyId, u32>,
+    pub(crate) clients: HashMap<String, ClientEntry>,
+    stale_at_ms: AtomicU64,
+}
+
+impl LiveSnapshot {
+    /// Validates and compiles `snapshot`, reusing capacity state from `registry`.
+    /// `stale_at` is the instant past which it refuses new traffic.
+    pub fn build(
+        snapshot: Snapshot,
+        registry: &CapacityRegistry,
+        stale_at: SystemTime,
+    ) -> Result<Self, SnapshotError> {
+        validate(&snapshot)?;
+        let mut proxies = Vec::with_capacity(snapshot.proxies.len());
+        let mut by_id = HashMap::with_capacity(snapshot.proxies.len());
+        for (i, p) in snapshot.proxies.iter().enumerate() {
+            let idx = u32::try_from(i).map_err(|_| problem("proxies: too many"))?;
+            let latency = p
+                .observed_latency
+                .map(|d| u32::try_from(d.as_micros()).unwrap_or(u32::MAX));
+            let max = if p.draining { 0 } else { p.max_concurrent };
+            let state = registry.state_for(&p.id, max, latency);
+            let addr = match p.host.parse::<IpAddr>() {
+                Ok(ip) => UpstreamAddr::Ip(SocketAddr::new(ip, p.port)),
+                Err(_) => UpstreamAddr::Name(Arc::from(p.host.as_str()), p.port),
+            };
+            let auth = p.credentials.as_ref().map(|c| {
+                let raw = format!("{}:{}", c.username, c.password);
+                let basic = format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(raw)
+                );
+                UpstreamAuth {
+                    username: Arc::from(c.username.as_str()),
+                    password: Arc::from(c.password.as_str()),
+                    basic: Arc::from(basic),
+                }
+            });
+            by_id.insert(p.id.clone(), idx);
+            proxies.push(Arc::new(ProxyEntry {
+                id: p.id.clone(),
+                protocol: p.protocol,
+                addr,
+                auth,
+                usable_until_ms: unix_ms(p.usable_until.min(p.expires_at)),
+                state,
+            }));
+        }
+        // Proxies gone from this snapshot take no new work; busy ones stay for reports.
+        let listed: HashSet<&ProxyId> = by_id.keys().collect();
+        for id in registry.ids() {
+            if !listed.contains(&id) {
+                registry.close(&id);
+            }
+        }
+        registry.retain(|id| listed.contains(id));
+        let routings = snapshot
+            .routings
+            .into_iter()
+            .map(|r| compile_routing(r, &snapshot.proxies))
+            .collect();
+        let clients = snapshot
+            .clients
+            .into_iter()
+            .map(|c: ClientCredential| {
+                let entry = ClientEntry {
+                    client: Arc::from(c.client.as_str()),
+                    password_sha256: c.password_sha256,
+                };
+                (c.username, entry)
+            })
+            .collect();
+        Ok(Self {
+            version: snapshot.version,
+            epoch: snapshot.epoch,
+            generated_at: snapshot.generated_at,
+            valid_until: snapshot.valid_until,
+            proxies,
+            routings,
+            by_id,
+            clients,
+            stale_at_ms: AtomicU64::new(unix_ms(stale_at.min(snapshot.valid_until))),
+        })
+    }
+
+    /// Index of a proxy by ID.
+    pub fn index_of(&self, id: &ProxyId) -> Option<u32> {
+        self.by_id.get(id).copied()
+    }
+
+    /// Whether new traffic must be refused at `now_ms` (Unix milliseconds).
+    pub fn is_stale(&self, now_ms: u64) -> bool {
+        now_ms >= self.stale_at_ms.load(Ordering::Relaxed)
+    }
+
+    /// Pushes the staleness deadline to `stale_at`, capped at `valid_until`.
+    pub fn refresh(&self, stale_at: SystemTime) {
+        let at = unix_ms(stale_at.min(self.valid_until));
+        self.stale_at_ms.fetch_max(at, Ordering::Relaxed);
+    }
+
+    /// The routing named `name`.
+    pub fn routing(&self, name: &str) -> Option<&CompiledRouting> {
+        self.routings.iter().find(|r| &*r.name == name)
+    }
+}
+
+fn compile_routing(spec: Routing, proxies: &[super::UpstreamProxy]) -> CompiledRouting {
+    let any_or = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
+    let candidates = proxies
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| {
+            !p.draining
+                && p.max_concurrent > 0
+                && any_or(&spec.upstreams, &p.upstream)
+                && any_or(&spec.regions, &p.region)
+                && any_or(&spec.carriers, &p.carrier)
+        })
+        .filter_map(|(i, _)| u32::try_from(i).ok())
+        .collect();
+    let target_patterns = spec
+        .matcher
+        .target_hosts
+        .iter()
+        .map(|t| {
+            let t = t.trim_end_matches('.');
+            if let Some(suffix) = t.strip_prefix("*.") {
+                TargetPattern::Suffix(format!(".{suffix}"))
+            } else if let Ok(ip) = t.trim_matches(['[', ']']).parse::<IpAddr>() {
+                TargetPattern::Ip(ip)
+            } else {
+                TargetPattern::Exact(t.to_owned())
+            }
+        })
+        .collect();
+    CompiledRouting {
+        name: Arc::from(spec.name.as_str()),
+        spec,
+        candidates,
+        target_patterns,
+        cursor: AtomicUsize::new(0),
+    }
+}
+
+fn validate(s: &Snapshot) -> Result<(), SnapshotError> {
+    let mut problems = Vec::new();
+    let mut ids = HashSet::new();
+    for (i, p) in s.proxies.iter().enumerate() {
+        if !ids.insert(&p.id) {
+            problems.push(format!("proxies[{i}].id: duplicate {}", p.id));
+        }
+        if p.port == 0 {
+            problems.push(format!("proxies[{i}].port: must not be 0"));
+        }
+        if p.host.parse::<IpAddr>().is_err() && parse_host(p.host.as_bytes()).is_err() {
+            problems.push(format!("proxies[{i}].host: not an IP or DNS name"));
+        }
+        if let Some(c) = &p.credentials
+            && (c.username.contains(':') || c.username.len() > 255 || c.password.len() > 255)
+        {
+            problems.push(format!(
+                "proxies[{i}].credentials: username without ':' and both at most 255 bytes"
+            ));
+        }
+    }
+    let mut names = HashSet::new();
+    for (i, r) in s.routings.iter().enumerate() {
+        if !names.insert(&r.name) {
+            problems.push(format!("routings[{i}].name: duplicate {}", r.name));
+        }
+        if r.retry.max_attempts == 0 || r.retry.max_attempts > 10 {
+            problems.push(format!("routings[{i}].retry.maxAttempts: must be 1..=10"));
+        }
+        if r.retry.deadline.is_zero() {
+            problems.push(format!("routings[{i}].retry.deadline: must be positive"));
+        }
+        if let Some(st) = r.sticky
+            && (st.ttl.is_zero() || st.idle_timeout.is_zero())
+        {
+            problems.push(format!(
+                "routings[{i}].sticky: ttl and idleTimeout must be positive"
+            ));
+        }
+    }
+    let mut users = HashSet::new();
+    for (i, c) in s.clients.iter().enumerate() {
+        if !users.insert(&c.username) {
+            problems.push(format!("clients[{i}].username: duplicate"));
+        }
+        if c.username.is_empty() || c.username.contains('-') {
+            problems.push(format!("clients[{i}].username: non-empty, without '-'"));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(SnapshotError { problems })
+    }
+}
+
+fn problem(p: &str) -> SnapshotError {
+    SnapshotError {
+        problems: vec![p.to_owned()],
+    }
+}
+
+/// Unix milliseconds of `t` (0 before the epoch).
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> u64 {
+    unix_ms(SystemTime::now())
+}
+
+/// `SystemTime` of `ms` Unix milliseconds.
+pub fn from_unix_ms(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
