@@ -79,7 +79,35 @@ fn extract_req(count: u32, region: Option<&str>) -> ExtractRequest {
     }
 }
 
+/// Server-side µs of `EVALSHA` per operation since the last reset (`INFO commandstats`).
+async fn server_usec(conn: &mut redis::aio::MultiplexedConnection, ops: usize) -> f64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let line = info
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .unwrap_or("");
+    let usec: f64 = line
+        .split(|c| c == ',' || c == ':')
+        .find_map(|kv| kv.strip_prefix("usec="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    usec / ops.max(1) as f64
+}
+
+async fn reset_stats(conn: &mut redis::aio::MultiplexedConnection) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
 struct Figures {
+    server_us: f64,
     name: String,
     ops: usize,
     rate: f64,
@@ -91,6 +119,7 @@ fn figures(name: &str, mut lat: Vec<Duration>, wall: Duration) -> Figures {
     lat.sort();
     let pick = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)];
     Figures {
+        server_us: 0.0,
         name: name.to_owned(),
         ops: lat.len(),
         rate: lat.len() as f64 / wall.as_secs_f64(),
@@ -145,18 +174,19 @@ where
 
 fn print(rows: &[Figures], baseline: f64) {
     println!(
-        "{:<44} {:>7} {:>10} {:>9} {:>9} {:>8}",
-        "operation", "ops", "ops/s", "p50", "p99", "×base"
+        "{:<44} {:>7} {:>10} {:>9} {:>9} {:>8} {:>10}",
+        "operation", "ops", "ops/s", "p50", "p99", "×base", "server µs"
     );
     for f in rows {
         println!(
-            "{:<44} {:>7} {:>10.0} {:>7.3}ms {:>7.3}ms {:>8.3}",
+            "{:<44} {:>7} {:>10.0} {:>7.3}ms {:>7.3}ms {:>8.3} {:>10.1}",
             f.name,
             f.ops,
             f.rate,
             f.p50.as_secs_f64() * 1e3,
             f.p99.as_secs_f64() * 1e3,
-            f.rate / baseline
+            f.rate / baseline,
+            f.server_us
         );
     }
 }
@@ -174,6 +204,7 @@ async fn main() {
         .unwrap();
     let client = redis::Client::open(server.url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg("return 1")
@@ -183,7 +214,8 @@ async fn main() {
 
     // Fill: 200 upserts of 500, then health for everything.
     let pool_ref = &pool;
-    let upsert = sequential(
+    reset_stats(&mut admin).await;
+    let mut upsert = sequential(
         "upsert batch 500 (filling to 100,000)",
         POOL_SIZE / 500,
         |i| async move {
@@ -195,6 +227,7 @@ async fn main() {
         },
     )
     .await;
+    upsert.server_us = server_usec(&mut admin, upsert.ops).await;
     for chunk in (0..POOL_SIZE).collect::<Vec<_>>().chunks(1000) {
         let updates: Vec<_> = chunk
             .iter()
@@ -212,7 +245,8 @@ async fn main() {
     let mut rows = Vec::new();
     let c = &conn;
     let sha_ref = &sha;
-    let base_seq = sequential("trivial EVALSHA `return 1` (baseline)", 20_000, |_| {
+    reset_stats(&mut admin).await;
+    let mut base_seq = sequential("trivial EVALSHA `return 1` (baseline)", 20_000, |_| {
         let mut c = c.clone();
         async move {
             let _: i64 = redis::cmd("EVALSHA")
@@ -224,12 +258,16 @@ async fn main() {
         }
     })
     .await;
-    let e1 = sequential("extract count 1, no filter", 5_000, |_| async move {
+    base_seq.server_us = server_usec(&mut admin, base_seq.ops).await;
+    reset_stats(&mut admin).await;
+    let mut e1 = sequential("extract count 1, no filter", 5_000, |_| async move {
         let o = pool_ref.extract(&extract_req(1, None)).await.unwrap();
         assert!(matches!(o, ExtractOutcome::Extracted(ref x) if x.proxies.len() == 1));
     })
     .await;
-    let e5 = sequential("extract count 5, region filter", 1_500, |i| async move {
+    e1.server_us = server_usec(&mut admin, e1.ops).await;
+    reset_stats(&mut admin).await;
+    let mut e5 = sequential("extract count 5, region filter", 1_500, |i| async move {
         let region = format!("r{}", i % REGIONS);
         let o = pool_ref
             .extract(&extract_req(5, Some(&region)))
@@ -238,6 +276,7 @@ async fn main() {
         assert!(matches!(o, ExtractOutcome::Extracted(ref x) if x.proxies.len() == 5));
     })
     .await;
+    e5.server_us = server_usec(&mut admin, e5.ops).await;
     let baseline = base_seq.rate;
     rows.push(base_seq);
     rows.push(e1);
@@ -248,7 +287,8 @@ async fn main() {
 
     let conn2 = conn.clone();
     let sha2 = sha.clone();
-    let base_con = concurrent("trivial EVALSHA `return 1` (baseline)", 50_000, move |_| {
+    reset_stats(&mut admin).await;
+    let mut base_con = concurrent("trivial EVALSHA `return 1` (baseline)", 50_000, move |_| {
         let mut c = conn2.clone();
         let sha = sha2.clone();
         async move {
@@ -261,16 +301,20 @@ async fn main() {
         }
     })
     .await;
+    base_con.server_us = server_usec(&mut admin, base_con.ops).await;
     let p1 = pool.clone();
-    let e1c = concurrent("extract count 1, no filter", 8_000, move |_| {
+    reset_stats(&mut admin).await;
+    let mut e1c = concurrent("extract count 1, no filter", 8_000, move |_| {
         let p = p1.clone();
         async move {
             p.extract(&extract_req(1, None)).await.unwrap();
         }
     })
     .await;
+    e1c.server_us = server_usec(&mut admin, e1c.ops).await;
     let p5 = pool.clone();
-    let e5c = concurrent("extract count 5, region filter", 3_000, move |i| {
+    reset_stats(&mut admin).await;
+    let mut e5c = concurrent("extract count 5, region filter", 3_000, move |i| {
         let p = p5.clone();
         async move {
             let region = format!("r{}", i % REGIONS);
@@ -278,6 +322,7 @@ async fn main() {
         }
     })
     .await;
+    e5c.server_us = server_usec(&mut admin, e5c.ops).await;
     let baseline = base_con.rate;
     println!("\nconcurrent ({CONCURRENCY} callers, one multiplexed connection)");
     print(&[base_con, e1c, e5c], baseline);

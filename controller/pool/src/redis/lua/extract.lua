@@ -48,7 +48,7 @@ if not scan_keys then scan_keys = { K_AVAILABLE } end
 
 -- Bounded scan: every member read costs one unit of the budget.
 local want = P.cnt + P.res
-local found, examined, complete = {}, 0, true
+local found, raws, examined, complete = {}, {}, 0, true
 local lower = '(' .. istr(NOW)
 local ki = 1
 while ki <= #scan_keys and #found < want do
@@ -70,8 +70,9 @@ while ki <= #scan_keys and #found < want do
     for _, id in ipairs(ids) do
       examined = examined + 1
       consumed = consumed + 1
-      local rec = get_rec(id)
-      if eligible(rec) then found[#found + 1] = rec end
+      local raw = redis.call('HGET', K_RECORDS, id)
+      local rec = raw and cjson.decode(raw)
+      if eligible(rec) then found[#found + 1] = rec; raws[#found] = raw end
       if #found == want or examined >= P.budget then break end
     end
     offset = offset + consumed
@@ -101,29 +102,39 @@ local need = need_reply()
 if need then return need end
 purge_due(due)
 if refusal then
-  expire_touched()
+  commit()
   return cjson.encode({ r = refusal })
 end
 
-local px = {}
+-- Commit. The stored JSON is patched in place (state and extraction time) rather than
+-- re-encoded: `"st":"AVAILABLE"` occurs once in a record (string values are escaped).
+local STATE_FROM = '"st":"AVAILABLE"'
+local STATE_TO = '"st":"EXTRACTED","xa":' .. istr(NOW)
 local earliest = nil
 for i = 1, n do
   local rec = found[i]
-  local after = copy(rec)
-  after.st = 'EXTRACTED'
-  after.xa = NOW
-  update(rec, after)
-  px[i] = {
-    id = rec.id, up = rec.up, proto = rec.proto, host = rec.host, port = rec.port,
-    user = rec.user, pass = rec.pass, region = rec.region, carrier = rec.carrier, exp = rec.exp,
-  }
+  unindex(rec, false)
+  count(rec.up, 'AVAILABLE', -1)
+  local raw = raws[i]
+  local at = string.find(raw, STATE_FROM, 1, true)
+  if at then
+    raw = string.sub(raw, 1, at - 1) .. STATE_TO .. string.sub(raw, at + #STATE_FROM)
+  else
+    local after = copy(rec)
+    after.st, after.xa = 'EXTRACTED', NOW
+    raw = cjson.encode(after)
+  end
+  redis.call('HSET', K_RECORDS, rec.id, raw)
+  raws[i] = raw
   if not earliest or rec.exp < earliest then earliest = rec.exp end
 end
-expire_touched()
+commit()
 if n == 0 then
   return cjson.encode({ r = { x = { d = P.dig, at = NOW, empty = true } } })
 end
-local result = cjson.encode({ d = P.dig, at = NOW, px = px })
+-- The stored result holds the extracted records as stored (the reader takes the
+-- connection fields it needs).
+local result = '{"d":"' .. P.dig .. '","at":' .. istr(NOW) .. ',"px":[' .. table.concat(raws, ',', 1, n) .. ']}'
 local until_ms = math.min(NOW + P.ittl, earliest)
 store_result(K_RESULT, until_ms, result)
 if K_RESULT2 ~= K_RESULT then store_result(K_RESULT2, until_ms, result) end

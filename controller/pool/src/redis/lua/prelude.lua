@@ -69,9 +69,10 @@ local function get_rec(id)
   return cjson.decode(raw)
 end
 
+-- Writes a record. Only inserts and expiry changes `touch` the key: a state change
+-- never needs a later key expiry.
 local function put_rec(rec)
   redis.call('HSET', K_RECORDS, rec.id, cjson.encode(rec))
-  touch(K_RECORDS)
 end
 
 local function live(rec) return rec ~= nil and rec.exp > NOW end
@@ -79,10 +80,34 @@ local function live(rec) return rec ~= nil and rec.exp > NOW end
 local UNEXTRACTED = { FETCHED = true, CHECKING = true, AVAILABLE = true, SUSPECT = true, UNHEALTHY = true, DRAINING = true }
 local MANAGED = { FETCHED = true, CHECKING = true, AVAILABLE = true, SUSPECT = true, DRAINING = true }
 
+-- Counter changes are summed per script and applied once at the end (`commit`).
+local DELTA = {}
+
 local function bump(key, field, d)
-  local n = redis.call('HINCRBY', key, field, d)
-  if n == 0 then redis.call('HDEL', key, field) end
-  touch(key)
+  local t = DELTA[key]
+  if not t then t = {}; DELTA[key] = t end
+  t[field] = (t[field] or 0) + d
+end
+
+-- A counter's value including this script's pending changes.
+local function counter(key, field)
+  local n = tonumber(redis.call('HGET', key, field) or '0')
+  local t = DELTA[key]
+  if t and t[field] then n = n + t[field] end
+  return n
+end
+
+local function flush_counts()
+  for key, t in pairs(DELTA) do
+    for field, d in pairs(t) do
+      if d ~= 0 then
+        local n = redis.call('HINCRBY', key, field, d)
+        if n == 0 then redis.call('HDEL', key, field) end
+        if d > 0 then touch(key) end
+      end
+    end
+  end
+  DELTA = {}
 end
 
 local function count(up, st, d)
@@ -92,10 +117,27 @@ end
 
 local function owned(id) return redis.call('HEXISTS', K_OWNERS, id) == 1 end
 
--- Out of every AVAILABLE index and the owned index.
-local function unindex(rec)
+-- Out of every index key, whatever the membership rule says (purge).
+local function unindex_all(rec)
   redis.call('ZREM', K_AVAILABLE, rec.id)
   for _, k in pairs(rec.ix) do redis.call('ZREM', k, rec.id) end
+end
+
+-- Out of the indexes the membership rule put it in: AVAILABLE + owned -> owned:<u>;
+-- AVAILABLE + unowned -> every AVAILABLE index; any other state -> none.
+-- `is_owned` may be given when the caller already knows it.
+local function unindex(rec, is_owned)
+  if rec.st ~= 'AVAILABLE' then return end
+  if is_owned == nil then is_owned = owned(rec.id) end
+  if is_owned then
+    redis.call('ZREM', rec.ix.o, rec.id)
+  else
+    redis.call('ZREM', K_AVAILABLE, rec.id)
+    for _, d in ipairs({ 'p', 'u', 'r', 'c' }) do
+      local k = rec.ix[d]
+      if k then redis.call('ZREM', k, rec.id) end
+    end
+  end
 end
 
 -- Where the membership rule says the record belongs.
@@ -118,7 +160,7 @@ local function update(before, after)
   count(before.up, before.st, -1)
   count(after.up, after.st, 1)
   if before.exp ~= after.exp then
-    redis.call('ZADD', K_EXPIRY, after.exp, after.id); touch(K_EXPIRY)
+    redis.call('ZADD', K_EXPIRY, after.exp, after.id); touch(K_EXPIRY); touch(K_RECORDS)
   end
   put_rec(after)
   index(after)
@@ -148,14 +190,18 @@ local function del_owner(id)
   redis.call('ZREM', K_OWNER_EXP, id)
 end
 
+-- IDs purged by this script (cached reads of them are stale).
+local PURGED = {}
+
 -- Deletes a record and everything that points at it.
 local function purge(rec)
   local id = rec.id
+  PURGED[id] = true
   redis.call('HDEL', K_RECORDS, id)
   if redis.call('HGET', K_UNIQUE, rec.uq) == id then redis.call('HDEL', K_UNIQUE, rec.uq) end
   redis.call('HDEL', K_IDKEYS, id)
   redis.call('ZREM', K_EXPIRY, id)
-  unindex(rec)
+  unindex_all(rec)
   del_owner(id)
   count(rec.up, rec.st, -1)
 end
@@ -211,6 +257,7 @@ end
 -- Pushes every written key's expiry to the latest expiry of its class, so that a pool
 -- that stops being written frees itself.
 local function expire_touched()
+  if next(TOUCHED) == nil then return end
   local at = {}
   local sources = { main = K_EXPIRY, sess = K_SESSION_EXP, rt = K_RUNTIME_EXP }
   for key, class in pairs(TOUCHED) do
@@ -225,9 +272,16 @@ local function expire_touched()
   end
 end
 
--- Ends a write script: key expiries, the operation result (for a retry), the reply.
-local function finish(result)
+-- Applies the pending counter changes and the key expiries.
+local function commit()
+  flush_counts()
   expire_touched()
+end
+
+-- Ends a write script: counters, key expiries, the operation result (for a retry),
+-- the reply.
+local function finish(result)
+  commit()
   local reply = cjson.encode({ r = result })
   store_result(K_RESULT, NOW + OP_TTL, reply)
   return reply

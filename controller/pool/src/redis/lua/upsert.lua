@@ -11,9 +11,14 @@ for _, c in ipairs(P.c) do
   local ix = {}
   for d, pos in pairs(c.ix) do ix[d] = KEYS[pos] end
   c.ix = ix
-  need_keys(get_rec(c.id))
-  local other = redis.call('HGET', K_UNIQUE, c.uq)
-  if other and other ~= c.id then need_keys(get_rec(other)) end
+  -- Reads cached for the write phase (valid unless the record is purged meanwhile).
+  c.rec0 = get_rec(c.id)
+  need_keys(c.rec0)
+  c.other0 = redis.call('HGET', K_UNIQUE, c.uq)
+  if c.other0 and c.other0 ~= c.id then
+    c.orec0 = get_rec(c.other0)
+    need_keys(c.orec0)
+  end
 end
 local need = need_reply()
 if need then return need end
@@ -24,9 +29,11 @@ local function drop(reason) dropped[reason] = (dropped[reason] or 0) + 1 end
 
 for _, c in ipairs(P.c) do
   local skip = false
-  local other = redis.call('HGET', K_UNIQUE, c.uq)
+  local other = c.other0
+  -- A purge (above, or for an earlier candidate) also dropped its unique mapping.
+  if other and PURGED[other] then other = nil end
   if other and other ~= c.id then
-    local orec = get_rec(other)
+    local orec = c.orec0
     if live(orec) then
       if orec.up ~= up then drop('incumbent_other_upstream') else drop('id_conflict') end
       skip = true
@@ -37,7 +44,8 @@ for _, c in ipairs(P.c) do
     end
   end
   if not skip then
-    local rec = get_rec(c.id)
+    local rec = c.rec0
+    if PURGED[c.id] then rec = nil end
     if rec and not live(rec) then purge(rec); rec = nil end
     local exp = NOW + c.ttl
     local uu = exp - P.mg
@@ -56,7 +64,7 @@ for _, c in ipairs(P.c) do
         ref = ref + 1
       end
     else
-      local inv = tonumber(redis.call('HGET', K_INVENTORY, up) or '0')
+      local inv = counter(K_INVENTORY, up)
       if inv >= P.max then
         drop('pool_full')
       else
@@ -65,7 +73,7 @@ for _, c in ipairs(P.c) do
           user = c.user, pass = c.pass, region = c.region, carrier = c.carrier,
           st = 'FETCHED', fa = NOW, exp = exp, uu = uu, cap = c.cap, uq = c.uq, ix = c.ix,
         }
-        put_rec(new)
+        put_rec(new); touch(K_RECORDS)
         redis.call('HSET', K_UNIQUE, c.uq, c.id); touch(K_UNIQUE)
         redis.call('HSET', K_IDKEYS, c.id, c.uq); touch(K_IDKEYS)
         redis.call('ZADD', K_EXPIRY, exp, c.id); touch(K_EXPIRY)
