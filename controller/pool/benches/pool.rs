@@ -91,7 +91,7 @@ async fn server_usec(conn: &mut redis::aio::MultiplexedConnection, ops: usize) -
         .find(|l| l.starts_with("cmdstat_evalsha:"))
         .unwrap_or("");
     let usec: f64 = line
-        .split(|c| c == ',' || c == ':')
+        .split([',', ':'])
         .find_map(|kv| kv.strip_prefix("usec="))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0);
