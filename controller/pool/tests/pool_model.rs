@@ -10,7 +10,9 @@ use std::time::Duration;
 use activity_pool::model::*;
 use activity_pool::ports::ActivityPool;
 use activity_pool::testkit::RedisServer;
-use activity_pool::{ManualClock, MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool, Timestamp};
+use activity_pool::{
+    ManualClock, MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool, Timestamp,
+};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
 
@@ -21,33 +23,79 @@ const WORKERS: [&str; 2] = ["w1", "w2"];
 
 #[derive(Clone, Debug)]
 enum Op {
-    Upsert { upstream: usize, ids: Vec<usize>, ttl: u64, region: usize, max_size: u32 },
-    Health { id: usize, verdict: u8 },
-    Extract { count: u32, all: bool, region: Option<usize>, upstream: Option<usize>, reserve: u32, key: Option<u8>, min_ttl: u64, fresh: Option<u64> },
-    Assign { id: usize, worker: usize, lease: u64 },
-    Renew { id: usize, worker: usize, lease: u64 },
-    Drain { id: usize, worker: usize },
-    Ack { id: usize, worker: usize, active: u32 },
-    Expire { limit: u32 },
-    Remove { id: usize, upstream: usize },
-    Advance { millis: u64 },
-    Purge { limit: u32 },
+    Upsert {
+        upstream: usize,
+        ids: Vec<usize>,
+        ttl: u64,
+        region: usize,
+        max_size: u32,
+    },
+    Health {
+        id: usize,
+        verdict: u8,
+    },
+    /// Marks several proxies AVAILABLE at once, so sequences reach the owned states.
+    Healthy {
+        ids: Vec<usize>,
+    },
+    Extract {
+        count: u32,
+        all: bool,
+        region: Option<usize>,
+        upstream: Option<usize>,
+        reserve: u32,
+        key: Option<u8>,
+        min_ttl: u64,
+        fresh: Option<u64>,
+    },
+    Assign {
+        id: usize,
+        worker: usize,
+        lease: u64,
+    },
+    /// `pick` chooses among the assignments made so far (so renew / drain / ack meet
+    /// real assignments, including stale ones).
+    Renew {
+        pick: usize,
+        lease: u64,
+    },
+    Drain {
+        pick: usize,
+    },
+    Ack {
+        pick: usize,
+        active: u32,
+    },
+    Expire {
+        limit: u32,
+    },
+    Remove {
+        id: usize,
+        upstream: usize,
+    },
+    Advance {
+        millis: u64,
+    },
+    Purge {
+        limit: u32,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (0..2usize, prop::collection::vec(0..IDS, 1..5), prop::sample::select(vec![8u64, 20, 60]), 0..2usize, 3..12u32)
+        3 => (0..2usize, prop::collection::vec(0..IDS, 1..5), prop::sample::select(vec![8u64, 20, 60, 120]), 0..2usize, 3..12u32)
             .prop_map(|(upstream, ids, ttl, region, max_size)| Op::Upsert { upstream, ids, ttl, region, max_size }),
         3 => (0..IDS, 0..4u8).prop_map(|(id, verdict)| Op::Health { id, verdict }),
-        3 => (1..4u32, any::<bool>(), prop::option::of(0..2usize), prop::option::of(0..2usize), 0..2u32, prop::option::of(0..3u8), prop::sample::select(vec![0u64, 10, 30]), prop::option::of(prop::sample::select(vec![5u64, 30])))
+        3 => prop::collection::vec(0..IDS, 1..6).prop_map(|ids| Op::Healthy { ids }),
+        2 => (1..4u32, any::<bool>(), prop::option::of(0..2usize), prop::option::of(0..2usize), 0..2u32, prop::option::of(0..3u8), prop::sample::select(vec![0u64, 10, 30]), prop::option::of(prop::sample::select(vec![5u64, 30])))
             .prop_map(|(count, all, region, upstream, reserve, key, min_ttl, fresh)| Op::Extract { count, all, region, upstream, reserve, key, min_ttl, fresh }),
-        2 => (0..IDS, 0..2usize, prop::sample::select(vec![5u64, 30])).prop_map(|(id, worker, lease)| Op::Assign { id, worker, lease }),
-        1 => (0..IDS, 0..2usize, prop::sample::select(vec![5u64, 30])).prop_map(|(id, worker, lease)| Op::Renew { id, worker, lease }),
-        1 => (0..IDS, 0..2usize).prop_map(|(id, worker)| Op::Drain { id, worker }),
-        1 => (0..IDS, 0..2usize, 0..2u32).prop_map(|(id, worker, active)| Op::Ack { id, worker, active }),
+        4 => (0..IDS, 0..2usize, prop::sample::select(vec![5u64, 30])).prop_map(|(id, worker, lease)| Op::Assign { id, worker, lease }),
+        2 => (0..8usize, prop::sample::select(vec![5u64, 30])).prop_map(|(pick, lease)| Op::Renew { pick, lease }),
+        2 => (0..8usize).prop_map(|pick| Op::Drain { pick }),
+        3 => (0..8usize, prop::sample::select(vec![0u32, 0, 1])).prop_map(|(pick, active)| Op::Ack { pick, active }),
         1 => (1..4u32).prop_map(|limit| Op::Expire { limit }),
         1 => (0..IDS, 0..2usize).prop_map(|(id, upstream)| Op::Remove { id, upstream }),
-        2 => (1..12_000u64).prop_map(|millis| Op::Advance { millis }),
+        2 => (1..8_000u64).prop_map(|millis| Op::Advance { millis }),
         1 => (1..5u32).prop_map(|limit| Op::Purge { limit }),
     ]
 }
@@ -59,10 +107,17 @@ fn pid(i: usize) -> ProxyId {
 fn candidate(i: usize, ttl: u64, region: usize) -> Candidate {
     Candidate {
         id: pid(i),
-        protocol: if i % 3 == 0 { Protocol::Socks5 } else { Protocol::Http },
+        protocol: if i % 3 == 0 {
+            Protocol::Socks5
+        } else {
+            Protocol::Http
+        },
         host: format!("p{i}.vendor.test"),
         port: 1080,
-        credentials: Some(Credentials { username: format!("u{i}"), password: Secret::new("pw") }),
+        credentials: Some(Credentials {
+            username: format!("u{i}"),
+            password: Secret::new("pw"),
+        }),
         region: Some(Label::new(REGIONS[region]).unwrap()),
         carrier: None,
         ttl: Duration::from_secs(ttl),
@@ -76,14 +131,36 @@ fn observe<T: std::fmt::Debug>(r: activity_pool::PoolResult<T>) -> String {
 }
 
 struct Epochs {
-    /// Epoch of the last assignment per (proxy, worker), so renew/drain/ack use real epochs.
-    last: std::collections::HashMap<(usize, usize), u64>,
+    /// Every successful assignment so far: (proxy, worker, epoch).
+    made: Vec<(usize, usize, u64)>,
 }
 
-async fn apply(pool: &dyn ActivityPool, clock: &ManualClock, step: usize, op: &Op, epochs: &mut Epochs) -> String {
+impl Epochs {
+    fn pick(&self, pick: usize) -> (usize, usize, u64) {
+        if self.made.is_empty() {
+            (0, 0, 1)
+        } else {
+            self.made[self.made.len() - 1 - pick % self.made.len()]
+        }
+    }
+}
+
+async fn apply(
+    pool: &dyn ActivityPool,
+    clock: &ManualClock,
+    step: usize,
+    op: &Op,
+    epochs: &mut Epochs,
+) -> String {
     let w = |i: usize| WorkerId::new(WORKERS[i]).unwrap();
     match op {
-        Op::Upsert { upstream, ids, ttl, region, max_size } => {
+        Op::Upsert {
+            upstream,
+            ids,
+            ttl,
+            region,
+            max_size,
+        } => {
             let batch = FetchedBatch {
                 upstream: UpstreamId::new(UPSTREAMS[*upstream]).unwrap(),
                 operation_id: OperationId::new(format!("op-{step}")).unwrap(),
@@ -94,21 +171,64 @@ async fn apply(pool: &dyn ActivityPool, clock: &ManualClock, step: usize, op: &O
             observe(pool.upsert(batch).await)
         }
         Op::Health { id, verdict } => {
-            let verdict = [HealthVerdict::Available, HealthVerdict::Suspect, HealthVerdict::Unhealthy, HealthVerdict::Checking][*verdict as usize];
-            let u = HealthUpdate { proxy_id: pid(*id), verdict, success: verdict == HealthVerdict::Available, latency: Some(Duration::from_millis(7)), failure: None };
+            let verdict = [
+                HealthVerdict::Available,
+                HealthVerdict::Suspect,
+                HealthVerdict::Unhealthy,
+                HealthVerdict::Checking,
+            ][*verdict as usize];
+            let u = HealthUpdate {
+                proxy_id: pid(*id),
+                verdict,
+                success: verdict == HealthVerdict::Available,
+                latency: Some(Duration::from_millis(7)),
+                failure: None,
+            };
             observe(pool.apply_health(&[u]).await)
         }
-        Op::Extract { count, all, region, upstream, reserve, key, min_ttl, fresh } => {
+        Op::Healthy { ids } => {
+            let updates: Vec<HealthUpdate> = ids
+                .iter()
+                .map(|i| HealthUpdate {
+                    proxy_id: pid(*i),
+                    verdict: HealthVerdict::Available,
+                    success: true,
+                    latency: None,
+                    failure: None,
+                })
+                .collect();
+            observe(pool.apply_health(&updates).await)
+        }
+        Op::Extract {
+            count,
+            all,
+            region,
+            upstream,
+            reserve,
+            key,
+            min_ttl,
+            fresh,
+        } => {
             let req = ExtractRequest {
                 client_id: ClientId::new("model").unwrap(),
                 request_id: RequestId::new(format!("r{step}")).unwrap(),
                 idempotency_key: key.map(|k| IdempotencyKey::new(format!("k{k}")).unwrap()),
-                request_digest: RequestDigest::of(format!("{count}{all}{region:?}{upstream:?}").as_bytes()),
+                request_digest: RequestDigest::of(
+                    format!("{count}{all}{region:?}{upstream:?}").as_bytes(),
+                ),
                 count: NonZeroU32::new(*count).unwrap(),
-                fulfillment: if *all { Fulfillment::AllOrNothing } else { Fulfillment::Partial },
+                fulfillment: if *all {
+                    Fulfillment::AllOrNothing
+                } else {
+                    Fulfillment::Partial
+                },
                 filters: Filters {
-                    regions: region.map(|r| vec![Label::new(REGIONS[r]).unwrap()]).unwrap_or_default(),
-                    upstreams: upstream.map(|u| vec![UpstreamId::new(UPSTREAMS[u]).unwrap()]).unwrap_or_default(),
+                    regions: region
+                        .map(|r| vec![Label::new(REGIONS[r]).unwrap()])
+                        .unwrap_or_default(),
+                    upstreams: upstream
+                        .map(|u| vec![UpstreamId::new(UPSTREAMS[u]).unwrap()])
+                        .unwrap_or_default(),
                     ..Filters::default()
                 },
                 min_remaining_ttl: Duration::from_secs(*min_ttl),
@@ -119,26 +239,37 @@ async fn apply(pool: &dyn ActivityPool, clock: &ManualClock, step: usize, op: &O
             observe(pool.extract(&req).await)
         }
         Op::Assign { id, worker, lease } => {
-            let r = pool.assign(&pid(*id), &w(*worker), Duration::from_secs(*lease)).await;
+            let r = pool
+                .assign(&pid(*id), &w(*worker), Duration::from_secs(*lease))
+                .await;
             if let Ok(a) = &r {
-                epochs.last.insert((*id, *worker), a.epoch);
+                epochs.made.push((*id, *worker, a.epoch));
             }
             observe(r)
         }
-        Op::Renew { id, worker, lease } => {
-            let epoch = epochs.last.get(&(*id, *worker)).copied().unwrap_or(1);
-            observe(pool.renew(&pid(*id), &w(*worker), epoch, Duration::from_secs(*lease)).await)
+        Op::Renew { pick, lease } => {
+            let (id, worker, epoch) = epochs.pick(*pick);
+            observe(
+                pool.renew(&pid(id), &w(worker), epoch, Duration::from_secs(*lease))
+                    .await,
+            )
         }
-        Op::Drain { id, worker } => {
-            let epoch = epochs.last.get(&(*id, *worker)).copied().unwrap_or(1);
-            observe(pool.begin_drain(&pid(*id), &w(*worker), epoch).await)
+        Op::Drain { pick } => {
+            let (id, worker, epoch) = epochs.pick(*pick);
+            observe(pool.begin_drain(&pid(id), &w(worker), epoch).await)
         }
-        Op::Ack { id, worker, active } => {
-            let epoch = epochs.last.get(&(*id, *worker)).copied().unwrap_or(1);
-            observe(pool.acknowledge_drain(&pid(*id), &w(*worker), epoch, *active, 0).await)
+        Op::Ack { pick, active } => {
+            let (id, worker, epoch) = epochs.pick(*pick);
+            observe(
+                pool.acknowledge_drain(&pid(id), &w(worker), epoch, *active, 0)
+                    .await,
+            )
         }
         Op::Expire { limit } => observe(pool.expire(*limit).await),
-        Op::Remove { id, upstream } => observe(pool.remove(&UpstreamId::new(UPSTREAMS[*upstream]).unwrap(), &[pid(*id)]).await),
+        Op::Remove { id, upstream } => observe(
+            pool.remove(&UpstreamId::new(UPSTREAMS[*upstream]).unwrap(), &[pid(*id)])
+                .await,
+        ),
         Op::Advance { millis } => {
             clock.advance(Duration::from_millis(*millis));
             String::new()
@@ -153,7 +284,11 @@ async fn snapshot(pool: &dyn ActivityPool) -> String {
     let mut out = format!("{:?}", pool.records(&ids).await);
     for u in UPSTREAMS {
         let up = UpstreamId::new(u).unwrap();
-        out.push_str(&format!("|{:?}|{:?}", pool.inventory(&up).await, pool.assignable(&up, 100).await));
+        out.push_str(&format!(
+            "|{:?}|{:?}",
+            pool.inventory(&up).await,
+            pool.assignable(&up, 100).await
+        ));
     }
     out
 }
@@ -163,13 +298,18 @@ fn memory_and_redis_agree_on_random_operation_sequences() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let server = RedisServer::start();
     let url = server.url();
-    let cases: u32 = std::env::var("POOL_MODEL_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48);
+    let cases: u32 = std::env::var("POOL_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(48);
     let mut runner = TestRunner::new(Config {
         cases,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
         ..Config::default()
     });
-    let result = runner.run(&prop::collection::vec(op(), 1..60), |ops| {
+    let result = runner.run(&prop::collection::vec(op(), 1..80), |ops| {
         rt.block_on(async {
             let client = redis::Client::open(url.as_str()).unwrap();
             let mut conn = client.get_multiplexed_async_connection().await.unwrap();
@@ -177,11 +317,21 @@ fn memory_and_redis_agree_on_random_operation_sequences() {
             let start = Timestamp::now();
             let mem_clock = ManualClock::new(start);
             let redis_clock = ManualClock::new(start);
-            let options = PoolOptions { extract_scan_budget: 6, inventory_scan_budget: 8, ..PoolOptions::default() };
+            let options = PoolOptions {
+                extract_scan_budget: 6,
+                inventory_scan_budget: 8,
+                ..PoolOptions::default()
+            };
             let memory = MemoryPool::with_clock(options.clone(), Arc::new(mem_clock.clone()));
-            let redis_options = RedisOptions { pool: options, clock_override: Some(Arc::new(redis_clock.clone())), ..RedisOptions::default() };
-            let redis = RedisPool::new(RedisConnector::direct(&url).unwrap(), redis_options).await.unwrap();
-            let (mut e1, mut e2) = (Epochs { last: Default::default() }, Epochs { last: Default::default() });
+            let redis_options = RedisOptions {
+                pool: options,
+                clock_override: Some(Arc::new(redis_clock.clone())),
+                ..RedisOptions::default()
+            };
+            let redis = RedisPool::new(RedisConnector::direct(&url).unwrap(), redis_options)
+                .await
+                .unwrap();
+            let (mut e1, mut e2) = (Epochs { made: Vec::new() }, Epochs { made: Vec::new() });
             for (step, op) in ops.iter().enumerate() {
                 let a = apply(&memory, &mem_clock, step, op, &mut e1).await;
                 let b = apply(&redis, &redis_clock, step, op, &mut e2).await;
