@@ -117,6 +117,11 @@ impl Controller {
         self.shutdown.clone()
     }
 
+    /// The pool ports (tests seed and inspect the pool through them).
+    pub fn ports(&self) -> Ports {
+        self.ports.clone()
+    }
+
     /// The metrics registry.
     pub fn metrics(&self) -> Arc<Metrics> {
         self.metrics.clone()
