@@ -82,7 +82,7 @@ impl Drop for AbortOnDrop {
 #[derive(Deserialize)]
 struct Echo {
     remote: String,
-    #[serde(default)]
+    #[serde(default, alias = "proxyHeaders")]
     proxy_headers: BTreeMap<String, String>,
 }
 

@@ -1,0 +1,411 @@
+//! The provider reconciler against the vendor simulator's API and hostile HTTP servers,
+//! writing into the activity pool on memory and on a real `redis-server`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use activity_pool::model::{
+    Label, Protocol as PoolProtocol, ProxyId, ProxyState, Secret, UpstreamId,
+};
+use activity_pool::ports::ActivityPool;
+use activity_pool::testkit::RedisServer;
+use activity_pool::{MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool};
+use proxy_pool_controller::provider::{
+    BackoffOptions, FetchError, HttpVendorSource, ProviderError, ProviderMetrics, ProviderOptions,
+    ProviderReconciler, StaticSource, VendorAuth, VendorFormat, VendorProxy, stable_id,
+};
+use proxy_pool_e2e::sim::{SimConfig, Simulator};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+struct Pool {
+    pool: Arc<dyn ActivityPool>,
+    _server: Option<RedisServer>,
+}
+
+async fn pool(redis: bool) -> Pool {
+    if !redis {
+        return Pool {
+            pool: Arc::new(MemoryPool::new(PoolOptions::default())),
+            _server: None,
+        };
+    }
+    let server = RedisServer::start();
+    let connector = RedisConnector::direct(&server.url()).unwrap();
+    let pool = RedisPool::new(connector, RedisOptions::default())
+        .await
+        .unwrap();
+    Pool {
+        pool: Arc::new(pool),
+        _server: Some(server),
+    }
+}
+
+fn upstream() -> UpstreamId {
+    UpstreamId::new("sim-vendor").unwrap()
+}
+
+fn options(protocol: PoolProtocol) -> ProviderOptions {
+    let mut o = ProviderOptions::new(upstream(), protocol, Duration::from_secs(60));
+    o.defaults.region = Some(Label::new("default-region").unwrap());
+    o.safety_margin = Duration::from_secs(5);
+    o.chunk_size = 2;
+    o.budget.request_timeout = Duration::from_secs(5);
+    o
+}
+
+fn reconciler(
+    o: ProviderOptions,
+    source: HttpVendorSource,
+    pool: &Pool,
+    m: &ProviderMetrics,
+) -> ProviderReconciler {
+    ProviderReconciler::new(o, Arc::new(source), pool.pool.clone(), m.clone()).unwrap()
+}
+
+async fn fetch_json_into_pool(redis: bool) {
+    let p = pool(redis).await;
+    let sim = Simulator::start(SimConfig::default()).await.unwrap();
+    let url = format!("{}/v1/proxies?count=5&protocol=socks5", sim.vendor_url());
+    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
+    let source = HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap();
+    let metrics = ProviderMetrics::default();
+    let opts = options(PoolProtocol::Http);
+    let r = reconciler(opts.clone(), source, &p, &metrics);
+    let out = r.reconcile_once().await.unwrap();
+    assert_eq!(
+        (out.offered, out.report.inserted, out.report.dropped_total()),
+        (5, 5, 0)
+    );
+    assert_eq!(metrics.upserted("sim-vendor"), 5);
+    assert_eq!(metrics.fetched("sim-vendor"), 5);
+    assert_eq!(metrics.fetches("sim-vendor", "ok"), 1);
+
+    let live = sim.live_proxies();
+    assert_eq!(live.len(), 5);
+    let ids: Vec<ProxyId> = live
+        .iter()
+        .map(|s| {
+            let v = VendorProxy {
+                vendor_id: Some(s.proxy.id.clone()),
+                protocol: None,
+                host: s.proxy.host.to_string(),
+                port: s.proxy.port,
+                username: None,
+                password: None,
+                region: None,
+                carrier: None,
+                ttl: None,
+            };
+            stable_id(&upstream(), &v, &opts.defaults).unwrap()
+        })
+        .collect();
+    let records = p.pool.records(&ids).await.unwrap();
+    for (s, rec) in live.iter().zip(records) {
+        let rec = rec.expect("record in the pool");
+        assert_eq!(rec.state, ProxyState::Fetched);
+        assert_eq!(
+            rec.protocol,
+            PoolProtocol::Socks5,
+            "vendor protocol wins over the default"
+        );
+        assert_eq!(
+            (rec.host.as_str(), rec.port),
+            (s.proxy.host.to_string().as_str(), s.proxy.port)
+        );
+        let creds = rec.credentials.expect("credentials");
+        assert_eq!(creds.username, s.proxy.username);
+        assert_eq!(creds.password.expose(), s.proxy.password);
+        assert_eq!(
+            rec.region.as_ref().map(Label::as_str),
+            Some(s.proxy.region.as_str())
+        );
+        assert_eq!(
+            rec.carrier.as_ref().map(Label::as_str),
+            Some(s.proxy.carrier.as_str())
+        );
+        let ttl = rec.expires_at.since(rec.fetched_at);
+        assert_eq!(ttl, Duration::from_secs(s.proxy.ttl_seconds), "vendor TTL");
+        assert_eq!(
+            rec.usable_until,
+            rec.expires_at.minus(Duration::from_secs(5))
+        );
+    }
+}
+
+#[tokio::test]
+async fn fetch_json_into_pool_memory() {
+    fetch_json_into_pool(false).await;
+}
+
+#[tokio::test]
+async fn fetch_json_into_pool_redis() {
+    fetch_json_into_pool(true).await;
+}
+
+async fn fetch_lines_into_pool(redis: bool) {
+    let p = pool(redis).await;
+    let sim = Simulator::start(SimConfig::default()).await.unwrap();
+    let url = format!("{}/v1/proxies?count=3&format=lines", sim.vendor_url());
+    let c = sim.credentials();
+    let auth = VendorAuth::Basic {
+        username: c.username.clone(),
+        password: Secret::new(c.password.clone()),
+    };
+    let source = HttpVendorSource::new(&url, VendorFormat::Lines, auth).unwrap();
+    let metrics = ProviderMetrics::default();
+    let opts = options(PoolProtocol::Socks5);
+    let r = reconciler(opts.clone(), source, &p, &metrics);
+    let out = r.reconcile_once().await.unwrap();
+    assert_eq!((out.offered, out.report.inserted), (3, 3));
+    for s in sim.live_proxies() {
+        let v = VendorProxy {
+            vendor_id: None,
+            protocol: Some(PoolProtocol::Http),
+            host: s.proxy.host.to_string(),
+            port: s.proxy.port,
+            username: Some(s.proxy.username.clone()),
+            password: None,
+            region: None,
+            carrier: None,
+            ttl: None,
+        };
+        let id = stable_id(&upstream(), &v, &opts.defaults).unwrap();
+        let rec = p
+            .pool
+            .records(&[id])
+            .await
+            .unwrap()
+            .remove(0)
+            .expect("record");
+        assert_eq!(rec.protocol, PoolProtocol::Http);
+        assert_eq!(rec.credentials.unwrap().password.expose(), s.proxy.password);
+        assert_eq!(
+            rec.region.as_ref().map(Label::as_str),
+            Some("default-region")
+        );
+        assert_eq!(rec.carrier, None);
+        assert_eq!(
+            rec.expires_at.since(rec.fetched_at),
+            Duration::from_secs(s.proxy.ttl_seconds),
+            "TTL from X-Proxy-TTL-Seconds"
+        );
+    }
+}
+
+#[tokio::test]
+async fn fetch_lines_into_pool_memory() {
+    fetch_lines_into_pool(false).await;
+}
+
+#[tokio::test]
+async fn fetch_lines_into_pool_redis() {
+    fetch_lines_into_pool(true).await;
+}
+
+async fn wrong_credentials_count_a_failure_back_off_and_write_nothing(redis: bool) {
+    let p = pool(redis).await;
+    let sim = Simulator::start(SimConfig::default()).await.unwrap();
+    let url = format!("{}/v1/proxies?count=5", sim.vendor_url());
+    let source = HttpVendorSource::new(
+        &url,
+        VendorFormat::Json,
+        VendorAuth::api_key(Secret::new("wrong-key")),
+    )
+    .unwrap();
+    let metrics = ProviderMetrics::default();
+    let mut opts = options(PoolProtocol::Http);
+    opts.fetch_interval = Duration::from_secs(3600);
+    opts.backoff = BackoffOptions {
+        initial: Duration::from_millis(100),
+        max: Duration::from_millis(200),
+    };
+    let r = reconciler(opts, source, &p, &metrics);
+    let err = r.reconcile_once().await.unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Fetch(FetchError::Unauthorized(401))),
+        "{err:?}"
+    );
+    assert!(!format!("{err} {err:?}").contains("wrong-key"));
+    assert_eq!(metrics.fetches("sim-vendor", "unauthorized"), 1);
+
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(r.run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    shutdown.cancel();
+    task.await.unwrap();
+    let failures = metrics.fetches("sim-vendor", "unauthorized");
+    // Backoff 50..=200 ms between tries: a handful in one second, not a tight loop.
+    assert!((4..=13).contains(&failures), "{failures} fetches");
+    assert!(metrics.consecutive_failures("sim-vendor") >= 3);
+    assert_eq!(metrics.upserted("sim-vendor"), 0);
+    assert!(sim.live_proxies().is_empty(), "the vendor issued nothing");
+    let inv = p.pool.inventory(&upstream()).await.unwrap();
+    assert_eq!(inv.unextracted, 0, "nothing written");
+}
+
+#[tokio::test]
+async fn wrong_credentials_count_a_failure_back_off_and_write_nothing_memory() {
+    wrong_credentials_count_a_failure_back_off_and_write_nothing(false).await;
+}
+
+#[tokio::test]
+async fn wrong_credentials_count_a_failure_back_off_and_write_nothing_redis() {
+    wrong_credentials_count_a_failure_back_off_and_write_nothing(true).await;
+}
+
+/// A hostile vendor: answers by path.
+async fn hostile_vendor() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).to_string();
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+                let ok = "HTTP/1.1 200 OK\r\nConnection: close\r\n";
+                match path.as_str() {
+                    "/declared-big" => {
+                        let _ = s
+                            .write_all(format!("{ok}Content-Length: 10000000\r\n\r\n{{").as_bytes())
+                            .await;
+                    }
+                    "/streamed-big" => {
+                        let _ = s
+                            .write_all(format!("{ok}Transfer-Encoding: chunked\r\n\r\n").as_bytes())
+                            .await;
+                        let chunk = format!("4000\r\n{}\r\n", "x".repeat(0x4000));
+                        for _ in 0..64 {
+                            if s.write_all(chunk.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    "/garbage" => {
+                        let body = "{\"proxies\": [ {\"host\": ";
+                        let _ = s
+                            .write_all(
+                                format!("{ok}Content-Length: {}\r\n\r\n{body}", body.len())
+                                    .as_bytes(),
+                            )
+                            .await;
+                    }
+                    "/mixed" => {
+                        let body = "http://u:p@127.0.0.2:1000\nnot-a-proxy\nftp://x:1\nhttp://u:p@127.0.0.3:1001\n";
+                        let _ = s
+                            .write_all(
+                                format!("{ok}Content-Length: {}\r\n\r\n{body}", body.len())
+                                    .as_bytes(),
+                            )
+                            .await;
+                    }
+                    "/slow" => {
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                    }
+                    _ => {
+                        let _ = s
+                            .write_all(b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\n\r\n")
+                            .await;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+async fn hostile_responses_are_refused(redis: bool) {
+    let p = pool(redis).await;
+    let addr = hostile_vendor().await;
+    let metrics = ProviderMetrics::default();
+    let mut opts = options(PoolProtocol::Http);
+    opts.budget.max_response_bytes = 64 * 1024;
+    opts.budget.request_timeout = Duration::from_millis(500);
+    for (path, format, kind) in [
+        ("/declared-big", VendorFormat::Json, "too_large"),
+        ("/streamed-big", VendorFormat::Lines, "too_large"),
+        ("/garbage", VendorFormat::Json, "invalid_document"),
+        ("/slow", VendorFormat::Json, "timeout"),
+        ("/other", VendorFormat::Json, "status"),
+    ] {
+        let source =
+            HttpVendorSource::new(&format!("http://{addr}{path}"), format, VendorAuth::None)
+                .unwrap();
+        let r = reconciler(opts.clone(), source, &p, &metrics);
+        let err = r.reconcile_once().await.unwrap_err();
+        assert_eq!(err.kind(), kind, "{path}: {err}");
+        assert!(metrics.fetches("sim-vendor", kind) >= 1, "{kind} counted");
+    }
+    assert_eq!(p.pool.inventory(&upstream()).await.unwrap().unextracted, 0);
+
+    let source = HttpVendorSource::new(
+        &format!("http://{addr}/mixed"),
+        VendorFormat::Lines,
+        VendorAuth::None,
+    )
+    .unwrap();
+    let out = reconciler(opts.clone(), source, &p, &metrics)
+        .reconcile_once()
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.offered, out.report.inserted, out.parse_dropped),
+        (4, 2, 2)
+    );
+    assert_eq!(metrics.dropped("sim-vendor", "malformed"), 1);
+    assert_eq!(metrics.dropped("sim-vendor", "unsupported_protocol"), 1);
+    assert_eq!(p.pool.inventory(&upstream()).await.unwrap().unextracted, 2);
+}
+
+#[tokio::test]
+async fn hostile_responses_are_refused_memory() {
+    hostile_responses_are_refused(false).await;
+}
+
+#[tokio::test]
+async fn hostile_responses_are_refused_redis() {
+    hostile_responses_are_refused(true).await;
+}
+
+#[tokio::test]
+async fn static_source_refreshes_and_counts_pool_drops() {
+    let p = pool(false).await;
+    let entry = |port| VendorProxy {
+        vendor_id: None,
+        protocol: None,
+        host: "127.0.0.9".into(),
+        port,
+        username: Some("u".into()),
+        password: Some(Secret::new("p")),
+        region: None,
+        carrier: None,
+        ttl: None,
+    };
+    let mut short = entry(3);
+    short.ttl = Some(Duration::from_secs(2));
+    let source = StaticSource::new(vec![entry(1), entry(2), short]);
+    let metrics = ProviderMetrics::default();
+    let mut opts = options(PoolProtocol::Http);
+    opts.assume_healthy = true;
+    let r = ProviderReconciler::new(opts, Arc::new(source), p.pool.clone(), metrics.clone())
+        .unwrap()
+        .with_health_store(p.pool.clone());
+    let first = r.reconcile_once().await.unwrap();
+    assert_eq!(first.report.inserted, 2);
+    assert_eq!(metrics.dropped("sim-vendor", "ttl_too_short"), 1);
+    let second = r.reconcile_once().await.unwrap();
+    assert_eq!((second.report.inserted, second.report.refreshed), (0, 2));
+    assert_eq!(metrics.refreshed("sim-vendor"), 2);
+    assert_eq!(
+        p.pool.assignable(&upstream(), 10).await.unwrap().len(),
+        2,
+        "assumed healthy"
+    );
+}
