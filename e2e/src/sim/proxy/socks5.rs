@@ -195,6 +195,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn arbitrary_bytes_never_panic_and_reads_stay_bounded() {
+        use rand::{Rng, RngCore};
+        let mut rng = rand::rng();
+        for _ in 0..2_000 {
+            let len = rng.random_range(0..64);
+            let mut bytes = vec![0u8; len];
+            rng.fill_bytes(&mut bytes);
+            if rng.random_bool(0.5) && !bytes.is_empty() {
+                bytes[0] = VERSION;
+            }
+            let mut input: &[u8] = &bytes;
+            let _ = read_request(&mut input).await;
+            let (mut client, mut server) = tokio::io::duplex(1024);
+            client.write_all(&bytes).await.unwrap();
+            drop(client);
+            let _ = authenticate(&mut server, |_, _| true).await;
+        }
+    }
+
+    #[tokio::test]
     async fn requests_parse_and_unsupported_ones_get_codes() {
         let mut connect_v4: &[u8] = b"\x05\x01\x00\x01\x7f\x00\x00\x01\x00\x50";
         assert_eq!(
