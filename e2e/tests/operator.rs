@@ -75,6 +75,8 @@ async fn kubectl(
 async fn kubectl_ok(cluster: &KubeApiServer, args: &[&str]) -> String {
     let (ok, out, err) = kubectl(cluster, args, None).await;
     assert!(ok, "kubectl {args:?} failed:\n{err}\n{out}");
+    // Warnings (deprecated fields, unknown formats, ...) count as failures too.
+    assert!(err.trim().is_empty(), "kubectl {args:?} warned:\n{err}");
     out
 }
 
@@ -106,7 +108,14 @@ async fn operator_crds_on_a_real_apiserver() {
 
 async fn install_crds(cluster: &KubeApiServer) {
     let crds = repo_path("crds/proxy-pool.yaml");
-    let out = kubectl_ok(cluster, &["apply", "-f", &crds.display().to_string()]).await;
+    let (ok, out, err) =
+        kubectl(cluster, &["apply", "-f", &crds.display().to_string()], None).await;
+    assert!(ok, "kubectl apply of the CRDs failed:\n{err}\n{out}");
+    // The API server warns about schema problems it tolerates; the CRDs must have none.
+    assert!(
+        err.trim().is_empty(),
+        "kubectl apply of the CRDs warned:\n{err}"
+    );
     for name in ["upstreams", "routings", "distributionclients"] {
         assert!(
             out.contains(&format!(

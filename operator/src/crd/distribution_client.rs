@@ -60,6 +60,7 @@ pub struct DistributionClientSpec {
     /// Most proxies one extract request may ask for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10_000))]
+    #[schemars(extend("format" = "int32"))]
     pub max_extract_count: Option<u32>,
     /// Upstreams the client may take proxies from. Empty: any. Request filters can only narrow it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -139,10 +140,12 @@ pub enum Permission {
 pub struct RateLimit {
     /// Sustained requests per second.
     #[schemars(range(min = 1, max = 100_000))]
+    #[schemars(extend("format" = "int32"))]
     pub requests_per_second: u32,
     /// Bucket size. Default: `requestsPerSecond`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1_000_000))]
+    #[schemars(extend("format" = "int32"))]
     pub burst: Option<u32>,
 }
 

@@ -177,6 +177,7 @@ pub struct RetryBudget {
     /// Attempts per request, the first included.
     #[serde(default = "default_max_attempts")]
     #[schemars(range(min = 1, max = 10))]
+    #[schemars(extend("format" = "int32"))]
     pub max_attempts: u32,
     /// Deadline for all attempts together.
     #[serde(default = "default_retry_deadline")]

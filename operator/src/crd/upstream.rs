@@ -75,9 +75,11 @@ pub struct UpstreamSpec {
     /// Most concurrent requests or tunnels one vendor proxy may carry.
     #[serde(default = "default_max_concurrency")]
     #[schemars(range(min = 1, max = 100_000))]
+    #[schemars(extend("format" = "int32"))]
     pub max_concurrency_per_proxy: u32,
     /// Hard limit on this upstream's un-extracted inventory.
     #[schemars(range(min = 1, max = 1_000_000))]
+    #[schemars(extend("format" = "int32"))]
     pub max_size: u32,
     /// Time between two fetches from the source.
     #[serde(default = "default_fetch_interval")]
@@ -177,10 +179,12 @@ pub struct FetchBudget {
     /// Most vendor API calls per minute, retries included.
     #[serde(default = "default_requests_per_minute")]
     #[schemars(range(min = 1, max = 600))]
+    #[schemars(extend("format" = "int32"))]
     pub max_requests_per_minute: u32,
     /// Most proxies asked for in one call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100_000))]
+    #[schemars(extend("format" = "int32"))]
     pub max_proxies_per_fetch: Option<u32>,
     /// Deadline of one vendor API call.
     #[serde(default = "default_fetch_timeout")]
@@ -209,6 +213,7 @@ pub struct HealthSettings {
     /// Consecutive failures that make a proxy UNHEALTHY.
     #[serde(default = "default_failure_threshold")]
     #[schemars(range(min = 1, max = 20))]
+    #[schemars(extend("format" = "int32"))]
     pub failure_threshold: u32,
     /// Also run EGRESS checks (exit address and anonymity).
     #[serde(default)]
