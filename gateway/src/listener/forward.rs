@@ -70,6 +70,10 @@ pub(crate) async fn forward(
             Ok(got) => got,
             Err(err) if attempts.may_retry(&err) => {
                 attempts.exclude.push(entry.id.clone());
+                if ticket.is_sticky() {
+                    moved = Some(crate::session::MoveReason::ProxyFailed);
+                }
+                attempts.last_err = Some(err);
                 continue;
             }
             Err(err) => return Err(err.into()),

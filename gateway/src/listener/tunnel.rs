@@ -36,6 +36,8 @@ pub(crate) struct Attempts {
     pub(crate) max: u32,
     pub(crate) made: u32,
     pub(crate) exclude: Vec<ProxyId>,
+    /// The last retryable failure, reported if no other proxy can be tried.
+    pub(crate) last_err: Option<GatewayError>,
 }
 
 impl Attempts {
@@ -45,6 +47,7 @@ impl Attempts {
             max: ticket.retry.max_attempts.max(1),
             made: 0,
             exclude: Vec::new(),
+            last_err: None,
         }
     }
 
@@ -74,11 +77,20 @@ impl Attempts {
         }
         shared.metrics.retries.fetch_add(1, Ordering::Relaxed);
         let snap = shared.snapshots.load();
-        let mut pick = shared
+        match shared
             .router
-            .reselect(snap.as_deref(), ticket, now_ms(), &self.exclude)?;
-        pick.moved = pick.moved.or(moved_before);
-        Ok(pick)
+            .reselect(snap.as_deref(), ticket, now_ms(), &self.exclude)
+        {
+            Ok(mut pick) => {
+                pick.moved = pick.moved.or(moved_before);
+                Ok(pick)
+            }
+            // Nothing else to try: the failure that started the retry says more.
+            Err(GatewayError::NoCapacity) => {
+                Err(self.last_err.take().unwrap_or(GatewayError::NoCapacity))
+            }
+            Err(err) => Err(err),
+        }
     }
 }
 
@@ -114,6 +126,7 @@ pub(crate) async fn establish(
                     moved = Some(MoveReason::ProxyFailed);
                 }
                 attempts.exclude.push(entry.id.clone());
+                attempts.last_err = Some(err);
             }
         }
     }
