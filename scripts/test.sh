@@ -10,6 +10,7 @@ log() { printf '\n==> %s\n' "$*"; }
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-sentinel >/dev/null 2>&1 || need_apt+=(redis-sentinel)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]} from Debian's packages"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

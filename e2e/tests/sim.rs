@@ -1,5 +1,5 @@
 //! Vendor simulator end to end, with real sockets and real clients: raw HTTP and
-//! SOCKS5 handshakes written here, hyper, rustls, and curl when installed.
+//! SOCKS5 handshakes written here, hyper, rustls, and curl.
 //! Everything stays on loopback.
 
 use base64::Engine as _;
@@ -919,26 +919,20 @@ async fn spawn_proxy_with_sets_labels() {
     );
 }
 
-// ---------- interop with curl, when installed ----------
+// ---------- interop with curl (scripts/test.sh installs it when missing) ----------
 
-async fn curl(args: &[&str]) -> Option<String> {
-    let out = match tokio::process::Command::new("curl")
+async fn curl(args: &[&str]) -> String {
+    let out = tokio::process::Command::new("curl")
         .args(args)
         .output()
         .await
-    {
-        Ok(out) => out,
-        Err(_) => {
-            eprintln!("curl not installed: skipping curl interop");
-            return None;
-        }
-    };
+        .expect("curl is required for this test: apt-get install curl (scripts/test.sh does)");
     assert!(
         out.status.success(),
         "curl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    Some(String::from_utf8(out.stdout).unwrap())
+    String::from_utf8(out.stdout).unwrap()
 }
 
 #[tokio::test]
@@ -969,7 +963,7 @@ async fn curl_goes_through_http_and_socks5_proxies() {
             proxy_url.as_str(),
             url.as_str(),
         ];
-        let Some(out) = curl(&args).await else { return };
+        let out = curl(&args).await;
         let reply: EchoReply = serde_json::from_str(&out).unwrap();
         assert_eq!(reply.tls, tls, "{url}");
         assert_eq!(remote_ip(&reply), IpAddr::V4(egress_of(&sim, &p)), "{url}");
