@@ -383,8 +383,17 @@ async fn connection_dropped_after_commit_returns_the_first_result() {
     // Extraction: Redis commits, the reply is lost, the adapter reconnects and retries
     // with the same request ID: the stored result comes back, nothing is taken twice.
     proxy.arm_drop_next_reply();
-    let first = pool.extract(&req(3)).await.unwrap();
+    let request = req(3);
+    let first = pool.extract(&request).await.unwrap();
     assert_eq!(proxy.dropped_replies(), 1, "the reply was dropped");
+    assert!(
+        matches!(first, ExtractOutcome::Extracted(ref x) if !x.replayed),
+        "the caller's first answer is not a replay: {first:?}"
+    );
+    // The same request again (a client retry) is a replay of the same proxies.
+    let again = pool.extract(&request).await.unwrap();
+    assert!(matches!(again, ExtractOutcome::Extracted(ref x) if x.replayed));
+    assert_eq!(proxy_ids(&again), proxy_ids(&first));
     let got = proxy_ids(&first);
     assert_eq!(got.len(), 3);
     let s = states(&pool, &all).await;
@@ -774,4 +783,47 @@ async fn sentinel_connector_resolves_the_master_and_follows_a_failover() {
         .unwrap();
     assert_eq!(inv.unextracted, 7, "data followed the failover");
     assert_consistent(&replica.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slowlog_never_holds_a_password() {
+    let server = RedisServer::start();
+    let mut c = admin(&server.url()).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-max-len")
+        .arg(10_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let pool = pool_at(&server.url()).await;
+    // One candidate per batch: the shortest payload, the password nearest its start.
+    for id in ids("sl", 5) {
+        fill(&pool, std::slice::from_ref(&id), 60).await;
+    }
+    fill(&pool, &ids("many", 40), 60).await;
+    assert_eq!(proxy_ids(&pool.extract(&req(3)).await.unwrap()).len(), 3);
+    let log: redis::Value = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(10_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let text = format!("{log:?}");
+    assert!(text.contains("EVALSHA"), "the slowlog recorded the calls");
+    assert!(
+        text.contains("vendor-a"),
+        "the payload's start is visible in the slowlog"
+    );
+    assert!(
+        !text.contains(SECRET_PASSWORD),
+        "a password reached the slowlog"
+    );
 }

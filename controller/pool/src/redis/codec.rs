@@ -239,6 +239,9 @@ impl StoredProxy {
 #[derive(Debug, Deserialize)]
 pub(crate) struct StoredExtraction {
     pub at: i64,
+    /// Nonce of the call that stored it.
+    #[serde(default)]
+    pub n: Option<String>,
     #[serde(default, deserialize_with = "lua_vec")]
     pub px: Vec<StoredProxy>,
 }

@@ -53,7 +53,12 @@ impl ExtractionStore for RedisPool {
             "p": dim(f.protocols.iter().map(|p| keys::protocol_key(*p)).collect()),
         });
         let ck = ck.with_known(&self.inner.keys);
+        // A retry of this very call (after a dropped connection) finds its own result:
+        // that is the first answer, not a replay.
+        let nonce = self.fresh_op(Script::Extract);
+        let nonce = nonce.rsplit(':').next().unwrap_or_default().to_owned();
         let mut payload = json!({
+            "n": nonce,
             "cnt": req.count.get(),
             "res": req.reserve_for_gateway,
             "aon": req.fulfillment == Fulfillment::AllOrNothing,
@@ -77,7 +82,8 @@ impl ExtractionStore for RedisPool {
             "extract reply",
         )?;
         if let Some(s) = r.replay {
-            return Ok(ExtractOutcome::Extracted(extraction(s, true)?));
+            let replayed = s.n.as_deref() != Some(nonce.as_str());
+            return Ok(ExtractOutcome::Extracted(extraction(s, replayed)?));
         }
         if let Some(eligible) = r.insufficient {
             return Ok(ExtractOutcome::Insufficient { eligible });

@@ -68,8 +68,10 @@ impl RedisPool {
             v["carrier"] = cr.as_str().into();
         }
         if let Some(cr) = &cand.credentials {
-            v["user"] = cr.username.clone().into();
-            v["pass"] = cr.password.expose().into();
+            // Sorted last (serde_json orders keys): a Redis SLOWLOG entry keeps only the
+            // first 128 bytes of an argument, so credentials never reach it.
+            v["zu"] = cr.username.clone().into();
+            v["zp"] = cr.password.expose().into();
         }
         v
     }
@@ -97,7 +99,7 @@ impl Upserter for RedisPool {
                 "up": b.upstream,
                 "mg": ms(b.safety_margin),
                 "max": b.max_size.get(),
-                "c": cands,
+                "z": cands,
             });
             let reply: ChunkReply = decode(
                 self.run(Call::new(Script::Upsert, ck, payload)).await?,

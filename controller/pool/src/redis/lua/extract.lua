@@ -1,7 +1,7 @@
 -- One atomic extraction (docs/pool.md "Extract").
 -- K_RESULT = replay key (idem:<d> or the request-ID op key); K_RESULT2 = the request-ID
 -- op key (same as K_RESULT without an idempotency key).
--- P = { cnt, res, aon, dig, ittl, minttl, maxage?, budget,
+-- P = { cnt, res, aon, dig, n (this call's nonce, hex), ittl, minttl, maxage?, budget,
 --       dims = { u = [pos], r = [pos], c = [pos], p = [pos] } (driver candidates, KEYS positions, values ascending),
 --       f = { proto = [], region = [], carrier = [], up = [] } }
 local stored = stored_result(K_RESULT)
@@ -134,7 +134,7 @@ if n == 0 then
 end
 -- The stored result holds the extracted records as stored (the reader takes the
 -- connection fields it needs).
-local result = '{"d":"' .. P.dig .. '","at":' .. istr(NOW) .. ',"px":[' .. table.concat(raws, ',', 1, n) .. ']}'
+local result = '{"d":"' .. P.dig .. '","n":"' .. P.n .. '","at":' .. istr(NOW) .. ',"px":[' .. table.concat(raws, ',', 1, n) .. ']}'
 local until_ms = math.min(NOW + P.ittl, earliest)
 store_result(K_RESULT, until_ms, result)
 if K_RESULT2 ~= K_RESULT then store_result(K_RESULT2, until_ms, result) end

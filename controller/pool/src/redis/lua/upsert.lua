@@ -1,13 +1,14 @@
 -- Upsert one chunk of a provider batch (docs/pool.md "Upsert").
--- P = { up, mg = safety margin ms, max = max_size, c = [candidate] }, candidate =
--- { id, proto, host, port, user?, pass?, region?, carrier?, ttl, cap, uq, ix = {p,u,r?,c?,o} (KEYS positions) }
+-- P = { up, mg = safety margin ms, max = max_size, z = [candidate] }, candidate =
+-- { id, proto, host, port, zu? (username), zp? (password), region?, carrier?, ttl, cap, uq,
+--   ix = {p,u,r?,c?,o} (KEYS positions) }
 local prev = replay()
 if prev then return prev end
 
 local up = P.up
 -- Check phase: every record this chunk may touch must have its index keys given.
 local due = due_expired(PURGE_N)
-for _, c in ipairs(P.c) do
+for _, c in ipairs(P.z) do
   local ix = {}
   for d, pos in pairs(c.ix) do ix[d] = KEYS[pos] end
   c.ix = ix
@@ -27,7 +28,7 @@ purge_due(due)
 local ins, ref, dropped = 0, 0, {}
 local function drop(reason) dropped[reason] = (dropped[reason] or 0) + 1 end
 
-for _, c in ipairs(P.c) do
+for _, c in ipairs(P.z) do
   local skip = false
   local other = c.other0
   -- A purge (above, or for an earlier candidate) also dropped its unique mapping.
@@ -57,7 +58,7 @@ for _, c in ipairs(P.c) do
       else
         local after = copy(rec)
         after.exp, after.uu = exp, uu
-        after.user, after.pass = c.user, c.pass
+        after.user, after.pass = c.zu, c.zp
         after.region, after.carrier, after.cap = c.region, c.carrier, c.cap
         after.ix = c.ix
         update(rec, after)
@@ -70,7 +71,7 @@ for _, c in ipairs(P.c) do
       else
         local new = {
           id = c.id, up = up, proto = c.proto, host = c.host, port = c.port,
-          user = c.user, pass = c.pass, region = c.region, carrier = c.carrier,
+          user = c.zu, pass = c.zp, region = c.region, carrier = c.carrier,
           st = 'FETCHED', fa = NOW, exp = exp, uu = uu, cap = c.cap, uq = c.uq, ix = c.ix,
         }
         put_rec(new); touch(K_RECORDS)
