@@ -31,7 +31,7 @@ log "cargo fmt --check"
 cargo fmt --all -- --check
 
 log "cargo clippy --all-targets -- -D warnings"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets -- -D warnings
 
 log "cargo test"
-cargo test --workspace --locked --no-fail-fast
+cargo test --workspace --no-fail-fast
