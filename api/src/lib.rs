@@ -3,3 +3,4 @@
 //! Owns the wire and config types; never does I/O.
 
 pub mod config;
+pub mod controlplane;

@@ -1,0 +1,184 @@
+//! Connecting to the controller's control plane, for the gateway and the checker: mTLS
+//! (the workload's SPIFFE certificate) or plaintext to a loopback test fixture only, and
+//! the jittered, bounded exponential backoff every reconnect loop must use.
+//!
+//! It lives in the `api` crate because both clients need it and it is small; it never
+//! holds a policy of its own beyond refusing plaintext to a non-loopback address.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use rand::Rng;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use super::model::Secret;
+
+/// How a client authenticates to the controller.
+#[derive(Clone, Debug)]
+pub enum ClientTransport {
+    /// mTLS with the workload certificate; the controller's certificate is verified
+    /// against `ca_pem` and `server_name`.
+    Mtls {
+        /// Trust bundle (PEM).
+        ca_pem: String,
+        /// Leaf certificate chain (PEM) carrying the SPIFFE URI.
+        cert_pem: String,
+        /// Private key (PEM).
+        key_pem: Secret,
+        /// Name the controller's certificate must carry.
+        server_name: String,
+    },
+    /// Plaintext to a loopback address; for test fixtures and local runs only.
+    LoopbackPlaintext,
+}
+
+/// Connection settings.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// HTTP/2 keepalive ping interval.
+    pub keepalive_interval: Duration,
+    /// Keepalive ping answer deadline.
+    pub keepalive_timeout: Duration,
+    /// Largest message accepted from the controller.
+    pub max_message_bytes: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            keepalive_interval: Duration::from_secs(20),
+            keepalive_timeout: Duration::from_secs(10),
+            max_message_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Why a connection could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The endpoint URI is invalid.
+    #[error("invalid control-plane endpoint: {0}")]
+    InvalidEndpoint(String),
+    /// Plaintext was asked for a non-loopback address.
+    #[error("plaintext is allowed only to a loopback address")]
+    PlaintextNotLoopback,
+    /// TLS material or the connection failed.
+    #[error("control-plane connection failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Connects a channel to `endpoint` (`https://host:port`, or `http://127.0.0.1:port`
+/// for the loopback fixture).
+pub async fn connect(
+    endpoint: &str,
+    transport: &ClientTransport,
+    options: &ClientOptions,
+) -> Result<Channel, ClientError> {
+    let ep = Endpoint::from_shared(endpoint.to_owned())
+        .map_err(|_| ClientError::InvalidEndpoint(endpoint.to_owned()))?
+        .connect_timeout(options.connect_timeout)
+        .http2_keep_alive_interval(options.keepalive_interval)
+        .keep_alive_timeout(options.keepalive_timeout)
+        .keep_alive_while_idle(true);
+    let ep = match transport {
+        ClientTransport::LoopbackPlaintext => {
+            let host = ep.uri().host().unwrap_or_default().trim_matches(['[', ']']);
+            let loopback =
+                host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+            if !loopback || ep.uri().scheme_str() != Some("http") {
+                return Err(ClientError::PlaintextNotLoopback);
+            }
+            ep
+        }
+        ClientTransport::Mtls {
+            ca_pem,
+            cert_pem,
+            key_pem,
+            server_name,
+        } => ep.tls_config(
+            ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(ca_pem))
+                .identity(Identity::from_pem(cert_pem, key_pem.expose()))
+                .domain_name(server_name.clone()),
+        )?,
+    };
+    Ok(ep.connect().await?)
+}
+
+/// Jittered, bounded exponential backoff ("full jitter" above a floor): the n-th delay
+/// is uniform in `[base, min(max, base·2ⁿ)]`.
+#[derive(Clone, Debug)]
+pub struct Backoff {
+    base: Duration,
+    max: Duration,
+    attempt: u32,
+}
+
+impl Backoff {
+    /// A backoff from `base` up to `max`.
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Self {
+            base,
+            max: max.max(base),
+            attempt: 0,
+        }
+    }
+
+    /// The next delay; grows until `max`.
+    pub fn next_delay(&mut self) -> Duration {
+        let cap = self
+            .base
+            .saturating_mul(1u32 << self.attempt.min(20))
+            .min(self.max);
+        self.attempt = self.attempt.saturating_add(1);
+        if cap <= self.base {
+            return self.base;
+        }
+        let lo = self.base.as_millis() as u64;
+        let hi = cap.as_millis() as u64;
+        Duration::from_millis(rand::rng().random_range(lo..=hi))
+    }
+
+    /// Back to the first step (after a connection that worked).
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new(Duration::from_millis(200), Duration::from_secs(30))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_bounded_and_grows() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+        assert_eq!(b.next_delay(), Duration::from_millis(100));
+        for _ in 0..50 {
+            let d = b.next_delay();
+            assert!(d >= Duration::from_millis(100) && d <= Duration::from_secs(2));
+        }
+        b.reset();
+        assert_eq!(b.next_delay(), Duration::from_millis(100));
+    }
+
+    #[tokio::test]
+    async fn plaintext_only_to_loopback() {
+        let err = connect(
+            "http://10.1.2.3:1",
+            &ClientTransport::LoopbackPlaintext,
+            &ClientOptions::default(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, ClientError::PlaintextNotLoopback));
+    }
+}

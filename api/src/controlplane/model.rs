@@ -1,0 +1,347 @@
+//! Domain values of the control plane, as both ends use them once the protobuf edge
+//! ([`super::convert`]) has checked the wire messages. Times are Unix milliseconds.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A secret string (an upstream proxy password): never printed by `Debug`.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself; call only where it must leave the process.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Credentials for dialing an upstream (vendor) proxy.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Credentials {
+    /// Username.
+    pub username: String,
+    /// Password.
+    pub password: Secret,
+}
+
+/// The protocol an upstream proxy speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// HTTP CONNECT / absolute-URI forwarding.
+    Http,
+    /// SOCKS5.
+    Socks5,
+}
+
+/// One proxy of a worker snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SnapshotProxy {
+    /// Proxy ID (unique in the pool).
+    pub id: String,
+    /// Its upstream.
+    pub upstream: String,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Host name or address.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Dial credentials.
+    pub credentials: Option<Credentials>,
+    /// Region label.
+    pub region: Option<String>,
+    /// Carrier label.
+    pub carrier: Option<String>,
+    /// Most concurrent Active + Reserved uses.
+    pub max_concurrency: u32,
+    /// Hard expiry.
+    pub expires_at_ms: i64,
+    /// Last instant a new request may use it.
+    pub usable_until_ms: i64,
+    /// Ownership epoch of the worker's assignment.
+    pub assignment_epoch: u64,
+    /// Draining: no new reservations.
+    pub draining: bool,
+}
+
+/// Load-balancing strategy of a routing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Strategy {
+    /// Round-robin.
+    #[default]
+    RoundRobin,
+    /// Fewest Active.
+    LeastActive,
+    /// Power of two choices by active load × latency.
+    PowerOfTwoChoices,
+}
+
+/// A username parameter condition (`user-region-shanghai` has key `region`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct UsernameParam {
+    /// Key.
+    pub key: String,
+    /// Accepted values (empty: any value, key present).
+    pub values: Vec<String>,
+}
+
+/// When a routing applies: every non-empty part must match.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct RoutingMatch {
+    /// Username parameter conditions.
+    pub username_params: Vec<UsernameParam>,
+    /// Client identities (empty: any).
+    pub clients: Vec<String>,
+    /// Target hosts, exact or `*.suffix` (empty: any).
+    pub target_hosts: Vec<String>,
+}
+
+/// Sticky sessions of a routing.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Sticky {
+    /// Username parameter holding the session key.
+    pub param: String,
+    /// Longest life of a session.
+    pub session_ttl: Duration,
+    /// A session unused this long ends.
+    pub idle_timeout: Duration,
+}
+
+/// Retries of DIAL / PROXY_HANDSHAKE failures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RetryBudget {
+    /// Attempts including the first (≥ 1).
+    pub max_attempts: u32,
+    /// Deadline over all attempts.
+    pub deadline: Duration,
+}
+
+impl Default for RetryBudget {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            deadline: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A routing rule as the worker serves it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Routing {
+    /// Unique name.
+    pub name: String,
+    /// When it applies.
+    pub matcher: RoutingMatch,
+    /// Upstreams it draws from (empty: any).
+    pub upstreams: Vec<String>,
+    /// Regions (empty: any).
+    pub regions: Vec<String>,
+    /// Carriers (empty: any).
+    pub carriers: Vec<String>,
+    /// Strategy.
+    pub strategy: Strategy,
+    /// Sticky sessions, if enabled.
+    pub sticky: Option<Sticky>,
+    /// Retry budget.
+    pub retry: RetryBudget,
+}
+
+/// A snapshot checksum (SHA-256, see [`super::state`]).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Checksum(pub [u8; 32]);
+
+impl fmt::Debug for Checksum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in &self.0[..6] {
+            write!(f, "{b:02x}")?;
+        }
+        f.write_str("…")
+    }
+}
+
+/// A complete worker snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Monotonic version.
+    pub version: u64,
+    /// Ownership epoch (never decreases for a worker).
+    pub ownership_epoch: u64,
+    /// When it was built.
+    pub generated_at_ms: i64,
+    /// Not fresh after this instant.
+    pub valid_until_ms: i64,
+    /// Routings in match order.
+    pub routings: Vec<Routing>,
+    /// The worker's proxies, sorted by ID.
+    pub proxies: Vec<SnapshotProxy>,
+    /// Content checksum.
+    pub checksum: Checksum,
+}
+
+/// Changes from `base_version` to `version`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delta {
+    /// Version the delta applies to.
+    pub base_version: u64,
+    /// Version after applying.
+    pub version: u64,
+    /// Ownership epoch after applying.
+    pub ownership_epoch: u64,
+    /// When it was built.
+    pub generated_at_ms: i64,
+    /// Not fresh after this instant.
+    pub valid_until_ms: i64,
+    /// Added or changed proxies, sorted by ID.
+    pub upserts: Vec<SnapshotProxy>,
+    /// Removed proxy IDs, sorted.
+    pub removals: Vec<String>,
+    /// The new routing list, when it changed.
+    pub routings: Option<Vec<Routing>>,
+    /// Checksum after applying.
+    pub checksum: Checksum,
+}
+
+/// Where a request failed (or ended).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OutcomeStage {
+    /// Connecting to the proxy.
+    Dial,
+    /// CONNECT / SOCKS5 handshake with the proxy.
+    ProxyHandshake,
+    /// Before the target's response headers.
+    ResponseHeaders,
+    /// After the tunnel was up.
+    Tunnel,
+}
+
+impl OutcomeStage {
+    /// Stable lowercase name (metrics label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Dial => "dial",
+            Self::ProxyHandshake => "proxy_handshake",
+            Self::ResponseHeaders => "response_headers",
+            Self::Tunnel => "tunnel",
+        }
+    }
+}
+
+/// One request outcome reported by a worker (an observation only).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Proxy.
+    pub proxy_id: String,
+    /// Routing, if known.
+    pub routing: Option<String>,
+    /// Stage.
+    pub stage: OutcomeStage,
+    /// Success.
+    pub success: bool,
+    /// Latency.
+    pub latency: Duration,
+    /// Failure code.
+    pub failure_code: Option<String>,
+    /// When the worker saw it.
+    pub observed_at_ms: i64,
+}
+
+/// Health-check tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CheckTier {
+    /// Connectivity and proxy handshake.
+    Basic,
+    /// Egress identity and anonymity.
+    Egress,
+    /// Target reachability per routing.
+    Target,
+}
+
+impl CheckTier {
+    /// Stable lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Basic => "basic",
+            Self::Egress => "egress",
+            Self::Target => "target",
+        }
+    }
+}
+
+/// The proxy a check task probes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyEndpoint {
+    /// Proxy ID.
+    pub id: String,
+    /// Upstream.
+    pub upstream: String,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Host.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Dial credentials.
+    pub credentials: Option<Credentials>,
+}
+
+/// A TARGET-tier target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckTarget {
+    /// URL or `host:port`.
+    pub url: String,
+    /// Expected status (`None`: any 2xx/3xx).
+    pub expect_status: Option<u16>,
+}
+
+/// One deadline-bound health-check task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckTask {
+    /// Task ID (unique per controller run).
+    pub task_id: String,
+    /// Tier.
+    pub tier: CheckTier,
+    /// The proxy.
+    pub proxy: ProxyEndpoint,
+    /// Report by then or the result is discarded.
+    pub deadline_ms: i64,
+    /// TARGET tier: routing name.
+    pub routing: Option<String>,
+    /// TARGET tier: the target.
+    pub target: Option<CheckTarget>,
+}
+
+/// A checker's result for one task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observation {
+    /// Task.
+    pub task_id: String,
+    /// Proxy.
+    pub proxy_id: String,
+    /// Tier.
+    pub tier: CheckTier,
+    /// Success.
+    pub success: bool,
+    /// Latency.
+    pub latency: Duration,
+    /// Failure code.
+    pub failure_code: Option<String>,
+    /// Egress address the target saw.
+    pub egress_address: Option<String>,
+    /// Anonymity leak detected.
+    pub anonymity_leak: bool,
+    /// Routing (TARGET tier).
+    pub routing: Option<String>,
+    /// When it was observed.
+    pub observed_at_ms: i64,
+}

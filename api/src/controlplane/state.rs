@@ -1,0 +1,636 @@
+//! A worker's snapshot state, the checksum and the delta rules — shared by the
+//! controller (which publishes through it) and the workers (which apply through it), so
+//! both ends compute the same checksum by construction.
+//!
+//! # Checksum
+//!
+//! `SHA-256("proxy-pool/snapshot/v1" ‖ version ‖ ownership_epoch ‖ R ‖ n ‖ S)` with
+//! integers as little-endian `u64`, `R` = SHA-256 of the canonical encoding of the
+//! ordered routings, `n` the number of proxies and `S` the sum modulo 2²⁵⁶ of the
+//! SHA-256 of each proxy's canonical encoding. The sum makes the checksum independent
+//! of proxy order and lets a delta update it in O(changes). `generated_at` and
+//! `valid_until` are not covered (they are freshness metadata). The canonical encoding
+//! writes every field in proto field order: strings and byte strings as a `u32`
+//! little-endian length then the bytes, integers little-endian, booleans as one byte,
+//! optional values with a presence byte.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use super::model::{Checksum, Delta, Protocol, Routing, Snapshot, SnapshotProxy};
+
+/// Why a snapshot or delta cannot be applied; the worker answers with a negative ACK
+/// (and, for a delta, re-opens the watch to get a full snapshot).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// The delta's base is not the local version.
+    #[error("delta base {base} does not match local version {local}")]
+    BaseMismatch {
+        /// Delta base.
+        base: u64,
+        /// Local version.
+        local: u64,
+    },
+    /// The content does not hash to the announced checksum.
+    #[error("checksum mismatch")]
+    ChecksumMismatch,
+    /// A delta removes a proxy the local state does not hold, or lists one twice.
+    #[error("delta does not fit the local state")]
+    Inconsistent,
+    /// Versions must increase.
+    #[error("version does not increase")]
+    VersionRegression,
+}
+
+/// Header fields of a new version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Version.
+    pub version: u64,
+    /// Ownership epoch.
+    pub ownership_epoch: u64,
+    /// Build time.
+    pub generated_at_ms: i64,
+    /// Freshness limit.
+    pub valid_until_ms: i64,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    proxy: SnapshotProxy,
+    digest: [u8; 32],
+}
+
+/// 256-bit accumulator of proxy digests (addition modulo 2²⁵⁶).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Sum([u64; 4]);
+
+impl Sum {
+    fn limbs(d: &[u8; 32]) -> [u64; 4] {
+        let mut l = [0u64; 4];
+        for (i, chunk) in d.chunks_exact(8).enumerate() {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            l[i] = u64::from_le_bytes(b);
+        }
+        l
+    }
+
+    fn add(&mut self, d: &[u8; 32]) {
+        let x = Self::limbs(d);
+        let mut carry = false;
+        for (a, b) in self.0.iter_mut().zip(x) {
+            let (s1, c1) = a.overflowing_add(b);
+            let (s2, c2) = s1.overflowing_add(u64::from(carry));
+            *a = s2;
+            carry = c1 || c2;
+        }
+    }
+
+    fn sub(&mut self, d: &[u8; 32]) {
+        let x = Self::limbs(d);
+        let mut borrow = false;
+        for (a, b) in self.0.iter_mut().zip(x) {
+            let (s1, b1) = a.overflowing_sub(b);
+            let (s2, b2) = s1.overflowing_sub(u64::from(borrow));
+            *a = s2;
+            borrow = b1 || b2;
+        }
+    }
+
+    fn bytes(&self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        for (i, l) in self.0.iter().enumerate() {
+            out[i * 8..i * 8 + 8].copy_from_slice(&l.to_le_bytes());
+        }
+        out
+    }
+}
+
+struct Canon(Sha256);
+
+impl Canon {
+    fn new() -> Self {
+        Self(Sha256::new())
+    }
+    fn str(&mut self, s: &str) {
+        self.0
+            .update(u32::try_from(s.len()).unwrap_or(u32::MAX).to_le_bytes());
+        self.0.update(s.as_bytes());
+    }
+    fn opt(&mut self, s: Option<&str>) {
+        match s {
+            Some(s) => {
+                self.0.update([1]);
+                self.str(s);
+            }
+            None => self.0.update([0]),
+        }
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.update(v.to_le_bytes());
+    }
+    fn i64(&mut self, v: i64) {
+        self.0.update(v.to_le_bytes());
+    }
+    fn list(&mut self, v: &[String]) {
+        self.u64(v.len() as u64);
+        for s in v {
+            self.str(s);
+        }
+    }
+    fn finish(self) -> [u8; 32] {
+        self.0.finalize().into()
+    }
+}
+
+/// SHA-256 of one proxy's canonical encoding.
+pub fn proxy_digest(p: &SnapshotProxy) -> [u8; 32] {
+    let mut c = Canon::new();
+    c.str(&p.id);
+    c.str(&p.upstream);
+    c.0.update([match p.protocol {
+        Protocol::Http => 1,
+        Protocol::Socks5 => 2,
+    }]);
+    c.str(&p.host);
+    c.u64(u64::from(p.port));
+    match &p.credentials {
+        Some(cr) => {
+            c.0.update([1]);
+            c.str(&cr.username);
+            c.str(cr.password.expose());
+        }
+        None => c.0.update([0]),
+    }
+    c.opt(p.region.as_deref());
+    c.opt(p.carrier.as_deref());
+    c.u64(u64::from(p.max_concurrency));
+    c.i64(p.expires_at_ms);
+    c.i64(p.usable_until_ms);
+    c.u64(p.assignment_epoch);
+    c.0.update([u8::from(p.draining)]);
+    c.finish()
+}
+
+/// SHA-256 of the canonical encoding of an ordered routing list.
+pub fn routings_digest(routings: &[Routing]) -> [u8; 32] {
+    let mut c = Canon::new();
+    c.u64(routings.len() as u64);
+    for r in routings {
+        c.str(&r.name);
+        c.u64(r.matcher.username_params.len() as u64);
+        for p in &r.matcher.username_params {
+            c.str(&p.key);
+            c.list(&p.values);
+        }
+        c.list(&r.matcher.clients);
+        c.list(&r.matcher.target_hosts);
+        c.list(&r.upstreams);
+        c.list(&r.regions);
+        c.list(&r.carriers);
+        c.u64(r.strategy as u64);
+        match &r.sticky {
+            Some(s) => {
+                c.0.update([1]);
+                c.str(&s.param);
+                c.u64(u64::try_from(s.session_ttl.as_millis()).unwrap_or(u64::MAX));
+                c.u64(u64::try_from(s.idle_timeout.as_millis()).unwrap_or(u64::MAX));
+            }
+            None => c.0.update([0]),
+        }
+        c.u64(u64::from(r.retry.max_attempts));
+        c.u64(u64::try_from(r.retry.deadline.as_millis()).unwrap_or(u64::MAX));
+    }
+    c.finish()
+}
+
+fn checksum_of(version: u64, epoch: u64, routings: &[u8; 32], count: usize, sum: &Sum) -> Checksum {
+    let mut h = Sha256::new();
+    h.update(b"proxy-pool/snapshot/v1");
+    h.update(version.to_le_bytes());
+    h.update(epoch.to_le_bytes());
+    h.update(routings);
+    h.update((count as u64).to_le_bytes());
+    h.update(sum.bytes());
+    Checksum(h.finalize().into())
+}
+
+/// One worker's snapshot content with per-proxy digests (version 0 = nothing yet).
+#[derive(Clone, Debug, Default)]
+pub struct SnapshotState {
+    header: Option<Header>,
+    routings: Vec<Routing>,
+    routings_digest: [u8; 32],
+    proxies: BTreeMap<String, Entry>,
+    sum: Sum,
+    checksum: Checksum,
+}
+
+impl SnapshotState {
+    /// An empty state at version 0.
+    pub fn new() -> Self {
+        Self {
+            routings_digest: routings_digest(&[]),
+            ..Self::default()
+        }
+    }
+
+    /// Builds a state from a full snapshot, verifying its checksum.
+    pub fn from_snapshot(s: Snapshot) -> Result<Self, StateError> {
+        let mut st = Self::new();
+        st.routings_digest = routings_digest(&s.routings);
+        st.routings = s.routings;
+        for p in s.proxies {
+            let digest = proxy_digest(&p);
+            st.sum.add(&digest);
+            if st
+                .proxies
+                .insert(p.id.clone(), Entry { proxy: p, digest })
+                .is_some()
+            {
+                return Err(StateError::Inconsistent);
+            }
+        }
+        st.checksum = checksum_of(
+            s.version,
+            s.ownership_epoch,
+            &st.routings_digest,
+            st.proxies.len(),
+            &st.sum,
+        );
+        if st.checksum != s.checksum {
+            return Err(StateError::ChecksumMismatch);
+        }
+        st.header = Some(Header {
+            version: s.version,
+            ownership_epoch: s.ownership_epoch,
+            generated_at_ms: s.generated_at_ms,
+            valid_until_ms: s.valid_until_ms,
+        });
+        Ok(st)
+    }
+
+    /// Current version (0 before the first snapshot).
+    pub fn version(&self) -> u64 {
+        self.header.map_or(0, |h| h.version)
+    }
+
+    /// Header of the current version.
+    pub fn header(&self) -> Option<Header> {
+        self.header
+    }
+
+    /// Current checksum.
+    pub fn checksum(&self) -> Checksum {
+        self.checksum
+    }
+
+    /// Routings in match order.
+    pub fn routings(&self) -> &[Routing] {
+        &self.routings
+    }
+
+    /// Proxies by ID order.
+    pub fn proxies(&self) -> impl Iterator<Item = &SnapshotProxy> {
+        self.proxies.values().map(|e| &e.proxy)
+    }
+
+    /// One proxy.
+    pub fn proxy(&self, id: &str) -> Option<&SnapshotProxy> {
+        self.proxies.get(id).map(|e| &e.proxy)
+    }
+
+    /// Number of proxies.
+    pub fn len(&self) -> usize {
+        self.proxies.len()
+    }
+
+    /// No proxies.
+    pub fn is_empty(&self) -> bool {
+        self.proxies.is_empty()
+    }
+
+    /// The full snapshot of the current version.
+    pub fn to_snapshot(&self) -> Snapshot {
+        let h = self.header.unwrap_or(Header {
+            version: 0,
+            ownership_epoch: 0,
+            generated_at_ms: 0,
+            valid_until_ms: 0,
+        });
+        Snapshot {
+            version: h.version,
+            ownership_epoch: h.ownership_epoch,
+            generated_at_ms: h.generated_at_ms,
+            valid_until_ms: h.valid_until_ms,
+            routings: self.routings.clone(),
+            proxies: self.proxies().cloned().collect(),
+            checksum: self.checksum,
+        }
+    }
+
+    /// Applies a delta: only onto its base version, and only if the result hashes to
+    /// its checksum. On error nothing changes.
+    pub fn apply_delta(&mut self, d: Delta) -> Result<(), StateError> {
+        let local = self.version();
+        if d.base_version != local || self.header.is_none() {
+            return Err(StateError::BaseMismatch {
+                base: d.base_version,
+                local,
+            });
+        }
+        if d.version <= local {
+            return Err(StateError::VersionRegression);
+        }
+        let header = Header {
+            version: d.version,
+            ownership_epoch: d.ownership_epoch,
+            generated_at_ms: d.generated_at_ms,
+            valid_until_ms: d.valid_until_ms,
+        };
+        let plan = self.plan(d.upserts, &d.removals)?;
+        let routings_digest = d
+            .routings
+            .as_deref()
+            .map_or(self.routings_digest, routings_digest);
+        let checksum = checksum_of(
+            header.version,
+            header.ownership_epoch,
+            &routings_digest,
+            plan.count,
+            &plan.sum,
+        );
+        if checksum != d.checksum {
+            return Err(StateError::ChecksumMismatch);
+        }
+        self.commit(
+            plan,
+            &d.removals,
+            header,
+            d.routings,
+            routings_digest,
+            checksum,
+        );
+        Ok(())
+    }
+
+    /// Controller side: moves to `header` with the desired proxies (any order) and,
+    /// when given, new routings; returns the delta from the previous version.
+    pub fn advance(
+        &mut self,
+        header: Header,
+        routings: Option<Vec<Routing>>,
+        desired: Vec<SnapshotProxy>,
+    ) -> Result<Delta, StateError> {
+        let changes = self.diff(routings, desired);
+        self.apply(header, changes)
+    }
+
+    /// The changes that turn this state into `desired` (any order, duplicates by ID
+    /// dropped) with `routings` (when given). Reads only.
+    pub fn diff(&self, routings: Option<Vec<Routing>>, mut desired: Vec<SnapshotProxy>) -> Changes {
+        desired.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        desired.dedup_by(|a, b| a.id == b.id);
+        let mut removals = Vec::new();
+        let mut upserts = Vec::new();
+        let mut want = desired.into_iter().peekable();
+        for (id, e) in &self.proxies {
+            while want.peek().is_some_and(|p| p.id < *id) {
+                upserts.extend(want.next());
+            }
+            match want.peek() {
+                Some(p) if p.id == *id => {
+                    if let Some(p) = want.next()
+                        && p != e.proxy
+                    {
+                        upserts.push(p);
+                    }
+                }
+                _ => removals.push(id.clone()),
+            }
+        }
+        upserts.extend(want);
+        Changes {
+            upserts,
+            removals,
+            routings: routings.filter(|r| *r != self.routings),
+        }
+    }
+
+    /// Controller side: applies `changes` as version `header` and returns the delta.
+    pub fn apply(&mut self, header: Header, changes: Changes) -> Result<Delta, StateError> {
+        if header.version <= self.version() {
+            return Err(StateError::VersionRegression);
+        }
+        let Changes {
+            upserts,
+            removals,
+            routings,
+        } = changes;
+        let base_version = self.version();
+        let plan = self.plan(upserts.clone(), &removals)?;
+        let rd = routings
+            .as_deref()
+            .map_or(self.routings_digest, routings_digest);
+        let checksum = checksum_of(
+            header.version,
+            header.ownership_epoch,
+            &rd,
+            plan.count,
+            &plan.sum,
+        );
+        self.commit(plan, &removals, header, routings.clone(), rd, checksum);
+        Ok(Delta {
+            base_version,
+            version: header.version,
+            ownership_epoch: header.ownership_epoch,
+            generated_at_ms: header.generated_at_ms,
+            valid_until_ms: header.valid_until_ms,
+            upserts,
+            removals,
+            routings,
+            checksum,
+        })
+    }
+
+    fn plan(&self, upserts: Vec<SnapshotProxy>, removals: &[String]) -> Result<Plan, StateError> {
+        let mut sum = self.sum;
+        let mut count = self.proxies.len();
+        let mut seen = std::collections::HashSet::with_capacity(removals.len() + upserts.len());
+        for id in removals {
+            let e = self.proxies.get(id).ok_or(StateError::Inconsistent)?;
+            if !seen.insert(id.as_str()) {
+                return Err(StateError::Inconsistent);
+            }
+            sum.sub(&e.digest);
+            count -= 1;
+        }
+        let mut entries = Vec::with_capacity(upserts.len());
+        for p in upserts {
+            if seen.contains(p.id.as_str()) {
+                return Err(StateError::Inconsistent);
+            }
+            match self.proxies.get(&p.id) {
+                Some(old) => sum.sub(&old.digest),
+                None => count += 1,
+            }
+            let digest = proxy_digest(&p);
+            sum.add(&digest);
+            entries.push(Entry { proxy: p, digest });
+        }
+        let mut ids: Vec<&str> = entries.iter().map(|e| e.proxy.id.as_str()).collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            return Err(StateError::Inconsistent);
+        }
+        Ok(Plan {
+            entries,
+            sum,
+            count,
+        })
+    }
+
+    fn commit(
+        &mut self,
+        plan: Plan,
+        removals: &[String],
+        header: Header,
+        routings: Option<Vec<Routing>>,
+        routings_digest: [u8; 32],
+        checksum: Checksum,
+    ) {
+        for id in removals {
+            self.proxies.remove(id);
+        }
+        for e in plan.entries {
+            self.proxies.insert(e.proxy.id.clone(), e);
+        }
+        if let Some(r) = routings {
+            self.routings = r;
+        }
+        self.routings_digest = routings_digest;
+        self.sum = plan.sum;
+        self.checksum = checksum;
+        self.header = Some(header);
+    }
+}
+
+/// Content changes between two versions (see [`SnapshotState::diff`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Added or changed proxies, sorted by ID.
+    pub upserts: Vec<SnapshotProxy>,
+    /// Removed IDs, sorted.
+    pub removals: Vec<String>,
+    /// New routings, when they changed.
+    pub routings: Option<Vec<Routing>>,
+}
+
+impl Changes {
+    /// Nothing changes.
+    pub fn is_empty(&self) -> bool {
+        self.upserts.is_empty() && self.removals.is_empty() && self.routings.is_none()
+    }
+}
+
+struct Plan {
+    entries: Vec<Entry>,
+    sum: Sum,
+    count: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controlplane::model::{Credentials, Secret};
+
+    fn proxy(id: &str, epoch: u64) -> SnapshotProxy {
+        SnapshotProxy {
+            id: id.into(),
+            upstream: "u".into(),
+            protocol: Protocol::Http,
+            host: "127.0.0.1".into(),
+            port: 8080,
+            credentials: Some(Credentials {
+                username: "user".into(),
+                password: Secret::new("pw"),
+            }),
+            region: Some("sh".into()),
+            carrier: None,
+            max_concurrency: 4,
+            expires_at_ms: 100_000,
+            usable_until_ms: 95_000,
+            assignment_epoch: epoch,
+            draining: false,
+        }
+    }
+
+    fn header(version: u64) -> Header {
+        Header {
+            version,
+            ownership_epoch: 7,
+            generated_at_ms: 1,
+            valid_until_ms: 2,
+        }
+    }
+
+    #[test]
+    fn controller_deltas_apply_on_a_worker_and_checksums_agree() {
+        let mut server = SnapshotState::new();
+        server
+            .advance(header(1), Some(vec![]), vec![proxy("a", 1), proxy("b", 1)])
+            .unwrap();
+        let mut worker = SnapshotState::from_snapshot(server.to_snapshot()).unwrap();
+        let mut changed = proxy("b", 2);
+        changed.draining = true;
+        let d = server
+            .advance(header(2), None, vec![changed, proxy("c", 1)])
+            .unwrap();
+        assert_eq!(d.removals, vec!["a".to_string()]);
+        assert_eq!(d.upserts.len(), 2);
+        worker.apply_delta(d).unwrap();
+        assert_eq!(worker.checksum(), server.checksum());
+        assert_eq!(worker.to_snapshot(), server.to_snapshot());
+    }
+
+    #[test]
+    fn delta_on_wrong_base_or_checksum_is_refused_and_changes_nothing() {
+        let mut server = SnapshotState::new();
+        server
+            .advance(header(1), None, vec![proxy("a", 1)])
+            .unwrap();
+        let mut worker = SnapshotState::from_snapshot(server.to_snapshot()).unwrap();
+        let d2 = server
+            .advance(header(2), None, vec![proxy("b", 1)])
+            .unwrap();
+        let d3 = server
+            .advance(header(3), None, vec![proxy("c", 1)])
+            .unwrap();
+        let before = worker.checksum();
+        assert!(matches!(
+            worker.apply_delta(d3),
+            Err(StateError::BaseMismatch { .. })
+        ));
+        let mut bad = d2.clone();
+        bad.checksum.0[0] ^= 1;
+        assert_eq!(worker.apply_delta(bad), Err(StateError::ChecksumMismatch));
+        assert_eq!(worker.checksum(), before);
+        worker.apply_delta(d2).unwrap();
+    }
+
+    #[test]
+    fn tampered_full_snapshot_is_refused() {
+        let mut server = SnapshotState::new();
+        server
+            .advance(header(1), None, vec![proxy("a", 1)])
+            .unwrap();
+        let mut s = server.to_snapshot();
+        s.proxies[0].port = 1;
+        assert_eq!(
+            SnapshotState::from_snapshot(s).unwrap_err(),
+            StateError::ChecksumMismatch
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! The gRPC control plane (`WorkerControlPlane` + `CheckerControlPlane`), the
+//! ownership manager and the snapshot publisher.
+//!
+//! Owns: worker sessions as the controller sees them, per-worker snapshots and their
+//! deltas, which worker holds which proxy (through the pool's ownership port), and the
+//! gRPC edge (mTLS identity checks, limits, status mapping). It never touches the pool
+//! except through its ports, never blocks a worker on the health reducer, and never
+//! logs a proxy password.
+//!
+//! Composition: build a [`ControlPlane`], spawn [`ControlPlane::run`] (the ownership
+//! loop) and [`serve`] (the gRPC listener) with the same shutdown signal.
+
+pub mod checker;
+pub mod config;
+pub mod error;
+pub mod identity;
+pub mod outcomes;
+pub mod ownership;
+pub mod publisher;
+pub mod registry;
+mod server;
+pub mod worker;
+
+use std::sync::Arc;
+
+use activity_pool::Clock;
+use activity_pool::ports::{
+    ActivityPool, OwnershipRepository, ProxyCatalog, ReportWriter, RuntimeReader, SessionWriter,
+};
+use tokio::sync::{Notify, Semaphore, watch};
+
+pub use checker::{CheckerBackend, MemoryCheckerBackend};
+pub use config::{ControlPlaneConfig, Limits, OwnershipConfig, RoutingSpec};
+pub use error::ControlPlaneError;
+pub use identity::Authenticator;
+pub use outcomes::{OutcomeQueue, WorkerOutcome};
+pub use ownership::{DrainRequest, OwnershipManager, OwnershipPorts, PassReport};
+pub use publisher::Publisher;
+pub use server::{ServeError, ServerTls, Transport, serve};
+
+/// The pool ports the control plane uses.
+#[derive(Clone)]
+pub struct ControlPlanePorts {
+    /// Worker sessions.
+    pub sessions: Arc<dyn SessionWriter>,
+    /// Runtime report writes.
+    pub reports: Arc<dyn ReportWriter>,
+    /// Runtime report reads.
+    pub runtime: Arc<dyn RuntimeReader>,
+    /// Leases.
+    pub ownership: Arc<dyn OwnershipRepository>,
+    /// Records.
+    pub catalog: Arc<dyn ProxyCatalog>,
+    /// The controller's clock (snapshot times, task deadlines).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for ControlPlanePorts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ControlPlanePorts")
+    }
+}
+
+impl ControlPlanePorts {
+    /// Every port from one pool.
+    pub fn from_pool<P: ActivityPool + 'static>(pool: Arc<P>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            sessions: pool.clone(),
+            reports: pool.clone(),
+            runtime: pool.clone(),
+            ownership: pool.clone(),
+            catalog: pool,
+            clock,
+        }
+    }
+}
+
+/// State shared by the services, the publisher and the ownership loop.
+#[derive(Debug)]
+pub struct Shared {
+    config: ControlPlaneConfig,
+    ports: ControlPlanePorts,
+    registry: Arc<registry::Registry>,
+    publisher: Arc<Publisher>,
+    ownership: Arc<OwnershipManager>,
+    outcomes: OutcomeQueue,
+    checker: Arc<dyn CheckerBackend>,
+    streams: Arc<Semaphore>,
+    shutdown: watch::Receiver<bool>,
+    wake: Notify,
+}
+
+/// The control plane: shared state plus its background loop.
+#[derive(Debug)]
+pub struct ControlPlane {
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl ControlPlane {
+    /// Builds the control plane. `outcomes` feeds the health reducer; `checker` holds
+    /// the check task queue and the observation sink.
+    pub fn new(
+        config: ControlPlaneConfig,
+        ports: ControlPlanePorts,
+        checker: Arc<dyn CheckerBackend>,
+        outcomes: OutcomeQueue,
+    ) -> Self {
+        let registry = Arc::new(registry::Registry::default());
+        let publisher = Arc::new(Publisher::new(config.history));
+        let ownership = Arc::new(OwnershipManager::new(
+            OwnershipPorts {
+                ownership: ports.ownership.clone(),
+                catalog: ports.catalog.clone(),
+                sessions: ports.sessions.clone(),
+                runtime: ports.runtime.clone(),
+                clock: ports.clock.clone(),
+            },
+            config.clone(),
+            registry.clone(),
+            publisher.clone(),
+        ));
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let streams = Arc::new(Semaphore::new(config.limits.max_open_streams));
+        Self {
+            shared: Arc::new(Shared {
+                config,
+                ports,
+                registry,
+                publisher,
+                ownership,
+                outcomes,
+                checker,
+                streams,
+                shutdown: shutdown_rx,
+                wake: Notify::new(),
+            }),
+            shutdown,
+        }
+    }
+
+    /// The ownership manager (drain requests for extraction; manual passes in tests).
+    pub fn ownership(&self) -> &OwnershipManager {
+        &self.shared.ownership
+    }
+
+    /// The snapshot publisher.
+    pub fn publisher(&self) -> &Publisher {
+        &self.shared.publisher
+    }
+
+    /// Runs the ownership loop until `shutdown` completes: a pass every
+    /// `ownership.interval`, and promptly after a worker registers.
+    pub async fn run(&self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let interval = self.shared.config.ownership.interval;
+        loop {
+            if let Err(e) = self.shared.ownership.pass().await {
+                tracing::warn!(error = %e, retryable = e.is_retryable(), "ownership pass failed");
+            }
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = self.shared.wake.notified() => {}
+                () = &mut shutdown => break,
+            }
+        }
+    }
+
+    /// Ends every open stream (the first step of shutdown).
+    pub fn close_streams(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+}

@@ -1,0 +1,111 @@
+//! The gRPC listener: transport security, limits, keepalive, graceful shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use proxy_pool_api::controlplane::model::Secret;
+use proxy_pool_api::controlplane::pb::checker_control_plane_server::CheckerControlPlaneServer;
+use proxy_pool_api::controlplane::pb::worker_control_plane_server::WorkerControlPlaneServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+
+use super::ControlPlane;
+use super::checker::CheckerService;
+use super::identity::Authenticator;
+use super::worker::WorkerService;
+
+/// The controller's TLS material and the identities it accepts.
+#[derive(Clone, Debug)]
+pub struct ServerTls {
+    /// Server certificate chain (PEM).
+    pub cert_pem: String,
+    /// Server key (PEM).
+    pub key_pem: Secret,
+    /// Trust bundle client certificates are verified against (PEM).
+    pub client_ca_pem: String,
+    /// SPIFFE trust domain of accepted clients.
+    pub trust_domain: String,
+    /// Environment segment of accepted clients.
+    pub environment: String,
+}
+
+/// How the listener is secured.
+#[derive(Clone, Debug)]
+pub enum Transport {
+    /// mTLS with SPIFFE identities (clusters).
+    Mtls(ServerTls),
+    /// Plaintext on a loopback listener, explicitly configured as a test fixture.
+    LoopbackFixture,
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Plaintext requested on a non-loopback listener.
+    #[error("plaintext control plane is allowed only on a loopback listener")]
+    PlaintextNotLoopback,
+    /// Listener or TLS setup failed.
+    #[error("control-plane listener: {0}")]
+    Io(#[from] std::io::Error),
+    /// The transport failed.
+    #[error("control-plane transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves both control-plane services on `listener` until `shutdown` completes, then
+/// ends every open stream and lets in-flight calls finish (the caller bounds the
+/// grace period).
+pub async fn serve(
+    listener: TcpListener,
+    transport: Transport,
+    control_plane: Arc<ControlPlane>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let limits = control_plane.shared.config.limits.clone();
+    let mut builder = Server::builder()
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        .max_concurrent_streams(Some(limits.max_concurrent_streams_per_connection))
+        .tcp_keepalive(Some(limits.keepalive_interval))
+        .timeout(limits.request_timeout);
+    let auth = match transport {
+        Transport::LoopbackFixture => {
+            if !listener.local_addr()?.ip().is_loopback() {
+                return Err(ServeError::PlaintextNotLoopback);
+            }
+            tracing::warn!("control plane serving plaintext on a loopback test fixture");
+            Authenticator::LoopbackFixture
+        }
+        Transport::Mtls(tls) => {
+            builder = builder.tls_config(
+                ServerTlsConfig::new()
+                    .identity(Identity::from_pem(&tls.cert_pem, tls.key_pem.expose()))
+                    .client_ca_root(Certificate::from_pem(&tls.client_ca_pem))
+                    .client_auth_optional(false),
+            )?;
+            Authenticator::Spiffe {
+                trust_domain: tls.trust_domain,
+                environment: tls.environment,
+            }
+        }
+    };
+    let shared = control_plane.shared();
+    let worker = WorkerControlPlaneServer::new(WorkerService::new(shared.clone(), auth.clone()))
+        .max_decoding_message_size(limits.max_message_bytes)
+        .max_encoding_message_size(limits.max_message_bytes);
+    let checker = CheckerControlPlaneServer::new(CheckerService::new(shared, auth))
+        .max_decoding_message_size(limits.max_message_bytes)
+        .max_encoding_message_size(limits.max_message_bytes);
+    let cp = control_plane.clone();
+    let signal = async move {
+        shutdown.await;
+        cp.close_streams();
+    };
+    builder
+        .add_service(worker)
+        .add_service(checker)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,387 @@
+//! `WorkerControlPlane`: sessions, snapshot watch, ACKs, runtime and outcome reports.
+//!
+//! Every handler first checks that the caller's certificate names the worker of the
+//! message, then converts the message to domain values, then calls one port.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use activity_pool::model::{
+    InstanceId, ProxyId, ReportAck, RuntimeEntry, RuntimeReport, SessionId, SessionRegistration,
+    WorkerId,
+};
+use proxy_pool_api::controlplane::convert::checksum_from_wire;
+use proxy_pool_api::controlplane::model::{Checksum, Outcome};
+use proxy_pool_api::controlplane::pb::{self, worker_control_plane_server::WorkerControlPlane};
+use proxy_pool_api::controlplane::spiffe::WorkloadKind;
+use proxy_pool_api::controlplane::{ConvertError, negotiate_version};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use super::Shared;
+use super::error::{ControlPlaneError, CpResult};
+use super::identity::Authenticator;
+use super::outcomes::WorkerOutcome;
+use super::publisher::{Issued, Update};
+use super::registry::{SequenceVerdict, WorkerInfo};
+
+/// The worker service.
+#[derive(Debug, Clone)]
+pub struct WorkerService {
+    shared: Arc<Shared>,
+    auth: Authenticator,
+}
+
+impl WorkerService {
+    /// A service over the shared control-plane state.
+    pub fn new(shared: Arc<Shared>, auth: Authenticator) -> Self {
+        Self { shared, auth }
+    }
+}
+
+fn wire_err(field: &str, e: activity_pool::PoolError) -> ControlPlaneError {
+    let _ = e;
+    ControlPlaneError::Invalid(ConvertError {
+        field: field.to_owned(),
+        reason: "not a valid identifier",
+    })
+}
+
+fn worker_id(s: &str) -> CpResult<WorkerId> {
+    WorkerId::new(s).map_err(|e| wire_err("worker_id", e))
+}
+
+fn session_id(s: &str) -> CpResult<SessionId> {
+    SessionId::new(s).map_err(|e| wire_err("session_id", e))
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl WorkerService {
+    async fn current_session(&self, worker: &WorkerId, session: &SessionId) -> CpResult<()> {
+        if !self.shared.registry.is_current(worker, session) {
+            return Err(ControlPlaneError::StaleSession);
+        }
+        match self.shared.ports.sessions.session(worker).await? {
+            Some(s) if s.session_id == *session => Ok(()),
+            _ => Err(ControlPlaneError::StaleSession),
+        }
+    }
+
+    async fn register(
+        &self,
+        req: Request<pb::RegisterWorkerRequest>,
+    ) -> CpResult<pb::RegisterWorkerResponse> {
+        let worker = worker_id(&req.get_ref().worker_id)?;
+        self.auth
+            .authorize(&req, WorkloadKind::Worker, worker.as_str())?;
+        let m = req.into_inner();
+        let instance = InstanceId::new(m.instance_id).map_err(|e| wire_err("instance_id", e))?;
+        let version = negotiate_version(&m.supported_protocol_versions)
+            .ok_or(ControlPlaneError::IncompatibleVersion)?;
+        if m.gateway_group.len() > 63 {
+            return Err(ControlPlaneError::TooLarge("gateway_group"));
+        }
+        let session = SessionId::new(format!("s-{}", uuid::Uuid::new_v4().simple()))
+            .map_err(|e| wire_err("session_id", e))?;
+        let cfg = &self.shared.config;
+        self.shared
+            .ports
+            .sessions
+            .register(&SessionRegistration {
+                worker_id: worker.clone(),
+                instance_id: instance.clone(),
+                session_id: session.clone(),
+                ttl: cfg.session_ttl,
+            })
+            .await?;
+        self.shared.registry.register(
+            &worker,
+            WorkerInfo {
+                session_id: session.clone(),
+                instance_id: instance,
+                group: m.gateway_group,
+                last_ack_version: 0,
+                outcome_sequence: 0,
+            },
+        );
+        tracing::info!(worker = %worker, session = %session, "worker registered");
+        // Give the new session a snapshot promptly rather than at the next pass.
+        self.shared.wake.notify_one();
+        Ok(pb::RegisterWorkerResponse {
+            session_id: session.to_string(),
+            protocol_version: version,
+            ownership_epoch: self.shared.publisher.epoch(&worker),
+            max_stale_age_ms: millis(cfg.max_stale_age),
+            session_ttl_ms: millis(cfg.session_ttl),
+            report_interval_ms: millis(cfg.report_interval),
+            max_outcome_batch: u32::try_from(cfg.limits.max_outcome_batch).unwrap_or(u32::MAX),
+        })
+    }
+
+    async fn acknowledge(
+        &self,
+        req: Request<pb::AcknowledgeSnapshotRequest>,
+    ) -> CpResult<pb::AcknowledgeSnapshotResponse> {
+        let worker = worker_id(&req.get_ref().worker_id)?;
+        self.auth
+            .authorize(&req, WorkloadKind::Worker, worker.as_str())?;
+        let m = req.into_inner();
+        let session = session_id(&m.session_id)?;
+        let issued = Issued {
+            version: m.version,
+            epoch: m.ownership_epoch,
+            checksum: checksum_from_wire("checksum", &m.checksum)?,
+        };
+        if !self.shared.publisher.was_issued(&worker, &issued) {
+            return Err(ControlPlaneError::NotIssued);
+        }
+        self.current_session(&worker, &session).await?;
+        if !self.shared.registry.note_ack(&worker, &session, m.version) {
+            return Err(ControlPlaneError::AckRegression);
+        }
+        let ttl = self.shared.config.session_ttl;
+        let s = if m.accepted {
+            self.shared
+                .ports
+                .sessions
+                .acknowledge(&worker, &session, m.version, m.ownership_epoch, ttl)
+                .await?
+        } else {
+            tracing::warn!(worker = %worker, version = m.version, reason = %m.reason.chars().take(64).collect::<String>(), "negative snapshot ACK; runtime fence closed");
+            self.shared
+                .ports
+                .sessions
+                .reject_snapshot(&worker, &session, ttl)
+                .await?
+        };
+        Ok(pb::AcknowledgeSnapshotResponse {
+            session_expires_at_ms: s.expires_at.millis(),
+            runtime_fence_open: s.fence_open,
+        })
+    }
+
+    async fn report_runtime(
+        &self,
+        req: Request<pb::ReportRuntimeRequest>,
+    ) -> CpResult<pb::ReportRuntimeResponse> {
+        let worker = worker_id(&req.get_ref().worker_id)?;
+        self.auth
+            .authorize(&req, WorkloadKind::Worker, worker.as_str())?;
+        let m = req.into_inner();
+        if m.counts.len() > self.shared.config.limits.max_runtime_entries {
+            return Err(ControlPlaneError::TooLarge("counts"));
+        }
+        let session = session_id(&m.session_id)?;
+        let entries = m
+            .counts
+            .into_iter()
+            .map(|c| {
+                Ok(RuntimeEntry {
+                    proxy_id: ProxyId::new(c.proxy_id)
+                        .map_err(|e| wire_err("counts[].proxy_id", e))?,
+                    epoch: c.assignment_epoch,
+                    active: c.active,
+                    reserved: c.reserved,
+                    draining: c.draining,
+                })
+            })
+            .collect::<CpResult<Vec<_>>>()?;
+        let ack = self
+            .shared
+            .ports
+            .reports
+            .write_report(&RuntimeReport {
+                worker_id: worker.clone(),
+                session_id: session,
+                sequence: m.report_sequence,
+                snapshot_version: m.snapshot_version,
+                epoch: m.ownership_epoch,
+                entries,
+                ttl: self.shared.config.runtime_report_ttl,
+            })
+            .await?;
+        Ok(pb::ReportRuntimeResponse {
+            replayed: ack == ReportAck::Replayed,
+            revoke_proxy_ids: self.shared.ownership.revoked(&worker),
+        })
+    }
+
+    async fn report_outcomes(
+        &self,
+        req: Request<pb::ReportOutcomesRequest>,
+    ) -> CpResult<pb::ReportOutcomesResponse> {
+        let worker = worker_id(&req.get_ref().worker_id)?;
+        self.auth
+            .authorize(&req, WorkloadKind::Worker, worker.as_str())?;
+        let m = req.into_inner();
+        if m.outcomes.len() > self.shared.config.limits.max_outcome_batch {
+            return Err(ControlPlaneError::TooLarge("outcomes"));
+        }
+        let session = session_id(&m.session_id)?;
+        // Convert first: a malformed batch is refused whole and does not move the sequence.
+        let outcomes = m
+            .outcomes
+            .into_iter()
+            .map(Outcome::try_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        let (verdict, highest) = self
+            .shared
+            .registry
+            .offer_outcomes(&worker, &session, m.batch_sequence)
+            .ok_or(ControlPlaneError::StaleSession)?;
+        let mut dropped = 0u32;
+        if verdict == SequenceVerdict::Accept {
+            for outcome in outcomes {
+                let item = WorkerOutcome {
+                    worker_id: worker.clone(),
+                    outcome,
+                };
+                if !self.shared.outcomes.offer(item) {
+                    dropped += 1;
+                }
+            }
+        }
+        Ok(pb::ReportOutcomesResponse {
+            highest_accepted_sequence: highest,
+            dropped,
+        })
+    }
+
+    async fn watch(&self, req: Request<pb::WatchSnapshotsRequest>) -> CpResult<WatchStream> {
+        let worker = worker_id(&req.get_ref().worker_id)?;
+        self.auth
+            .authorize(&req, WorkloadKind::Worker, worker.as_str())?;
+        let m = req.into_inner();
+        let session = session_id(&m.session_id)?;
+        self.current_session(&worker, &session).await?;
+        let permit = self
+            .shared
+            .streams
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ControlPlaneError::Exhausted("too many open streams"))?;
+        let have = (m.last_version > 0)
+            .then(|| checksum_from_wire("last_checksum", &m.last_checksum).ok())
+            .flatten()
+            .map(|c| (m.last_version, c));
+        let (tx, rx) = mpsc::channel(4);
+        let shared = self.shared.clone();
+        tokio::spawn(watch_loop(shared, worker, session, have, tx, permit));
+        Ok(Box::pin(ReceiverStream::new(rx)))
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotUpdate, Status>> + Send>>;
+
+/// Sends updates to one worker until it goes away, its session is replaced, the stream
+/// reaches its maximum duration, or the server shuts down.
+async fn watch_loop(
+    shared: Arc<Shared>,
+    worker: WorkerId,
+    session: SessionId,
+    mut have: Option<(u64, Checksum)>,
+    tx: mpsc::Sender<Result<pb::SnapshotUpdate, Status>>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let mut versions = shared.publisher.subscribe(&worker);
+    let Some(mut sessions) = shared.registry.session_changes(&worker) else {
+        return;
+    };
+    let deadline = tokio::time::sleep(shared.config.limits.max_stream_duration);
+    tokio::pin!(deadline);
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        while let Some(update) = shared.publisher.next_update(&worker, have) {
+            let (next, msg) = match update {
+                Update::Full(s) => (
+                    (s.version, checksum_or_default(&s.checksum)),
+                    pb::snapshot_update::Update::Full((*s).clone()),
+                ),
+                Update::Delta(d) => (
+                    (d.version, checksum_or_default(&d.checksum)),
+                    pb::snapshot_update::Update::Delta((*d).clone()),
+                ),
+            };
+            if tx
+                .send(Ok(pb::SnapshotUpdate { update: Some(msg) }))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            have = Some(next);
+        }
+        tokio::select! {
+            changed = versions.changed() => if changed.is_err() { return },
+            changed = sessions.changed() => {
+                if changed.is_err() || *sessions.borrow() != session {
+                    let _ = tx.send(Err(ControlPlaneError::StaleSession.into())).await;
+                    return;
+                }
+            }
+            () = &mut deadline => return,
+            _ = shutdown.changed() => {
+                let _ = tx.send(Err(ControlPlaneError::ShuttingDown.into())).await;
+                return;
+            }
+        }
+    }
+}
+
+fn checksum_or_default(bytes: &[u8]) -> Checksum {
+    super::publisher::checksum_of(bytes).unwrap_or_default()
+}
+
+#[tonic::async_trait]
+impl WorkerControlPlane for WorkerService {
+    type WatchSnapshotsStream = WatchStream;
+
+    #[tracing::instrument(skip_all, fields(worker = %request.get_ref().worker_id))]
+    async fn register_worker(
+        &self,
+        request: Request<pb::RegisterWorkerRequest>,
+    ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
+        Ok(Response::new(self.register(request).await?))
+    }
+
+    #[tracing::instrument(skip_all, fields(worker = %request.get_ref().worker_id))]
+    async fn watch_snapshots(
+        &self,
+        request: Request<pb::WatchSnapshotsRequest>,
+    ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
+        Ok(Response::new(self.watch(request).await?))
+    }
+
+    #[tracing::instrument(skip_all, fields(worker = %request.get_ref().worker_id, version = request.get_ref().version))]
+    async fn acknowledge_snapshot(
+        &self,
+        request: Request<pb::AcknowledgeSnapshotRequest>,
+    ) -> Result<Response<pb::AcknowledgeSnapshotResponse>, Status> {
+        Ok(Response::new(self.acknowledge(request).await?))
+    }
+
+    #[tracing::instrument(skip_all, fields(worker = %request.get_ref().worker_id, sequence = request.get_ref().report_sequence))]
+    async fn report_runtime(
+        &self,
+        request: Request<pb::ReportRuntimeRequest>,
+    ) -> Result<Response<pb::ReportRuntimeResponse>, Status> {
+        Ok(Response::new(
+            WorkerService::report_runtime(self, request).await?,
+        ))
+    }
+
+    #[tracing::instrument(skip_all, fields(worker = %request.get_ref().worker_id, sequence = request.get_ref().batch_sequence))]
+    async fn report_outcomes(
+        &self,
+        request: Request<pb::ReportOutcomesRequest>,
+    ) -> Result<Response<pb::ReportOutcomesResponse>, Status> {
+        Ok(Response::new(
+            WorkerService::report_outcomes(self, request).await?,
+        ))
+    }
+}

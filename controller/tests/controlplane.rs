@@ -1,0 +1,445 @@
+//! Control-plane behaviour through real gRPC: a tonic client against the server on
+//! `127.0.0.1:0` (loopback fixture), over the activity pool on memory and on a real
+//! `redis-server`. Pool time is a `ManualClock`; ownership passes are run by hand.
+
+mod controlplane_support;
+
+use std::time::Duration;
+
+use activity_pool::model::WorkerId;
+use controlplane_support::*;
+use proxy_pool_api::controlplane::model::{Delta, OutcomeStage};
+use proxy_pool_api::controlplane::pb;
+use proxy_pool_api::controlplane::state::{Header, SnapshotState};
+use proxy_pool_controller::controlplane::DrainRequest;
+use tonic::Code;
+
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Kind::Memory).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Kind::Redis).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both!(
+    incompatible_protocol_version_fails_registration,
+    new_session_fences_the_old_instance,
+    ack_only_issued_triples_and_negative_ack_closes_the_fence,
+    full_then_deltas_and_resync_on_mismatch,
+    runtime_report_rules_through_grpc,
+    outcomes_dedupe_and_highest_accepted,
+    drain_then_extraction_of_a_formerly_owned_proxy,
+    crashed_worker_proxies_move_only_after_lease_expiry,
+);
+
+async fn incompatible_protocol_version_fails_registration(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let mut c = h.client().await;
+    let mut req = register_req("gw-0", "i-1");
+    req.supported_protocol_versions = vec![2];
+    assert_code(
+        c.register_worker(req).await,
+        Code::FailedPrecondition,
+        "incompatible_protocol_version",
+    );
+    let w = WorkerId::new("gw-0").expect("w");
+    assert!(h.pool.session(&w).await.expect("session").is_none());
+}
+
+async fn new_session_fences_the_old_instance(kind: Kind) {
+    let h = Harness::new(kind).await;
+    h.available("p", 2, 600).await;
+    let mut old = Worker::register(&h, "gw-0").await;
+    h.pass().await;
+    old.watch().await;
+    old.apply_next().await;
+    old.ack(true).await.expect("ack");
+    old.report(&[]).await.expect("report");
+
+    let mut c = h.client().await;
+    let new = c
+        .register_worker(register_req("gw-0", "i-2"))
+        .await
+        .expect("register")
+        .into_inner();
+    assert_ne!(new.session_id, old.session);
+    // The old instance's writes are fenced, and its stream ends.
+    assert_code(
+        old.report(&[]).await,
+        Code::FailedPrecondition,
+        "stale_session",
+    );
+    assert_code(
+        old.ack(true).await,
+        Code::FailedPrecondition,
+        "stale_session",
+    );
+    let s = old.stream.as_mut().expect("stream");
+    let end = tokio::time::timeout(Duration::from_secs(10), s.message())
+        .await
+        .expect("ends");
+    assert_eq!(end.expect_err("stale").code(), Code::FailedPrecondition);
+}
+
+async fn ack_only_issued_triples_and_negative_ack_closes_the_fence(kind: Kind) {
+    let mut cfg = config();
+    cfg.ownership.target_slots_per_worker = 1_000;
+    let h = Harness::with(kind, cfg, 16).await;
+    h.available("p", 2, 600).await;
+    let mut w = Worker::register(&h, "gw-0").await;
+    h.pass().await;
+    w.watch().await;
+    assert!(!w.apply_next().await, "first update is a full snapshot");
+    assert_eq!(w.state.len(), 2);
+
+    // Triples the controller never issued: wrong checksum, wrong epoch, future version.
+    let h1 = w.state.header().expect("header");
+    let sum = w.state.checksum().0.to_vec();
+    for (version, epoch, checksum) in [
+        (h1.version, h1.ownership_epoch, vec![0u8; 32]),
+        (h1.version, h1.ownership_epoch + 1, sum.clone()),
+        (h1.version + 1, h1.ownership_epoch, sum.clone()),
+    ] {
+        let r = w
+            .client
+            .acknowledge_snapshot(pb::AcknowledgeSnapshotRequest {
+                worker_id: w.id.clone(),
+                session_id: w.session.clone(),
+                version,
+                ownership_epoch: epoch,
+                checksum,
+                accepted: true,
+                reason: String::new(),
+            })
+            .await;
+        assert_code(r, Code::FailedPrecondition, "snapshot_not_issued");
+    }
+    // Before any ACK there is no bound to report against.
+    assert_code(
+        w.report(&[]).await,
+        Code::FailedPrecondition,
+        "bound_mismatch",
+    );
+    let ack = w.ack(true).await.expect("ack");
+    assert!(ack.runtime_fence_open);
+    w.report(&[]).await.expect("report after ACK");
+
+    // A negative ACK closes the fence until the next positive ACK.
+    let ack = w.ack(false).await.expect("negative ack");
+    assert!(!ack.runtime_fence_open);
+    assert_code(
+        w.report(&[]).await,
+        Code::FailedPrecondition,
+        "fence_closed",
+    );
+    // A new version arrives; its positive ACK reopens the fence.
+    h.available("q", 1, 600).await;
+    h.pass().await;
+    assert!(w.apply_next().await);
+    let ack = w.ack(true).await.expect("ack v2");
+    assert!(ack.runtime_fence_open);
+    w.report(&[]).await.expect("report after reopening");
+}
+
+async fn full_then_deltas_and_resync_on_mismatch(kind: Kind) {
+    let mut cfg = config();
+    cfg.ownership.target_slots_per_worker = 1_000;
+    let h = Harness::with(kind, cfg, 16).await;
+    h.available("p", 3, 600).await;
+    let mut w = Worker::register(&h, "gw-0").await;
+    h.pass().await;
+    w.watch().await;
+    assert!(!w.apply_next().await);
+    assert_eq!(w.state.len(), 3);
+    let p0 = w.state.proxies().next().expect("proxy").clone();
+    assert_eq!(
+        p0.credentials.as_ref().map(|c| c.password.expose()),
+        Some("s3cr3t-pass")
+    );
+    assert!(p0.usable_until_ms < p0.expires_at_ms);
+    assert_eq!(w.state.routings().len(), 1);
+
+    // New proxies arrive: a delta on the open stream.
+    h.available("q", 2, 600).await;
+    h.pass().await;
+    assert!(w.apply_next().await, "second update is a delta");
+    assert_eq!(w.state.len(), 5);
+    let v2 = (w.state.version(), w.state.checksum());
+
+    // Re-opening with the current (version, checksum) gets the next change as a delta.
+    w.watch().await;
+    h.available("r", 1, 600).await;
+    h.pass().await;
+    assert!(
+        w.apply_next().await,
+        "resume with a matching base is a delta"
+    );
+    assert_eq!(w.state.len(), 6);
+
+    // A base with a checksum the controller did not issue: a full snapshot.
+    w.watch_from(v2.0, vec![7u8; 32]).await;
+    assert!(
+        !w.apply_next().await,
+        "checksum mismatch resyncs with a full snapshot"
+    );
+    assert_eq!(w.state.len(), 6);
+
+    // A delta whose base is not the local version is refused locally, unchanged.
+    let mut stale = SnapshotState::new();
+    let header = Header {
+        version: 1,
+        ownership_epoch: 0,
+        generated_at_ms: 0,
+        valid_until_ms: 0,
+    };
+    stale.advance(header, None, vec![]).expect("advance");
+    h.available("s", 1, 600).await;
+    h.pass().await;
+    match w.next().await {
+        pb::snapshot_update::Update::Delta(d) => {
+            let d = Delta::try_from(d).expect("convert");
+            assert!(stale.apply_delta(d.clone()).is_err());
+            let mut tampered = d.clone();
+            tampered.checksum.0[3] ^= 0xff;
+            assert!(w.state.clone().apply_delta(tampered).is_err());
+            w.state.apply_delta(d).expect("applies on the right base");
+        }
+        other => panic!("expected a delta, got {other:?}"),
+    }
+    assert_eq!(w.state.len(), 7);
+}
+
+async fn runtime_report_rules_through_grpc(kind: Kind) {
+    let h = Harness::new(kind).await;
+    h.available("p", 2, 600).await;
+    let mut w = Worker::register(&h, "gw-0").await;
+    h.pass().await;
+    w.watch().await;
+    w.apply_next().await;
+    w.ack(true).await.expect("ack");
+    let ids = w.proxy_ids();
+    assert_eq!(ids.len(), 2);
+
+    let r5 = w.runtime_req(5, &[(&ids[0], 1)]);
+    w.client.report_runtime(r5.clone()).await.expect("seq 5");
+    let replay = w
+        .client
+        .report_runtime(r5)
+        .await
+        .expect("replay")
+        .into_inner();
+    assert!(replay.replayed);
+    let other = w.runtime_req(5, &[(&ids[0], 2)]);
+    assert_code(
+        w.client.report_runtime(other).await,
+        Code::FailedPrecondition,
+        "sequence_replay_mismatch",
+    );
+    let lower = w.runtime_req(4, &[]);
+    assert_code(
+        w.client.report_runtime(lower).await,
+        Code::FailedPrecondition,
+        "sequence_regression",
+    );
+    // A count on a proxy the worker does not own.
+    h.available("foreign", 1, 600).await;
+    let foreign = w.runtime_req(6, &[("foreign-0", 1)]);
+    assert_code(
+        w.client.report_runtime(foreign).await,
+        Code::FailedPrecondition,
+        "ownership_mismatch",
+    );
+    // A version ahead of the ACKed bound.
+    let mut ahead = w.runtime_req(7, &[]);
+    ahead.snapshot_version += 1;
+    assert_code(
+        w.client.report_runtime(ahead).await,
+        Code::FailedPrecondition,
+        "bound_mismatch",
+    );
+    // An empty report clears the counts.
+    let empty = w.runtime_req(8, &[]);
+    w.client.report_runtime(empty).await.expect("empty report");
+    let worker = WorkerId::new("gw-0").expect("w");
+    let rt = h
+        .pool
+        .runtime(&worker)
+        .await
+        .expect("runtime")
+        .expect("stored");
+    assert!(rt.entries.is_empty());
+    // Malformed input never reaches the pool.
+    let mut bad = w.runtime_req(9, &[]);
+    bad.counts.push(pb::RuntimeCount {
+        proxy_id: "bad id!".into(),
+        ..Default::default()
+    });
+    let err = w.client.report_runtime(bad).await.expect_err("invalid");
+    assert_eq!(err.code(), Code::InvalidArgument);
+}
+
+async fn outcomes_dedupe_and_highest_accepted(kind: Kind) {
+    let mut h = Harness::with(kind, config(), 3).await;
+    let mut w = Worker::register(&h, "gw-0").await;
+    let session = w.session.clone();
+    let batch = |seq: u64, n: usize| pb::ReportOutcomesRequest {
+        worker_id: "gw-0".into(),
+        session_id: session.clone(),
+        batch_sequence: seq,
+        outcomes: (0..n)
+            .map(|i| pb::Outcome {
+                proxy_id: format!("p-{i}"),
+                routing: "default".into(),
+                stage: pb::OutcomeStage::ProxyHandshake as i32,
+                success: false,
+                latency_ms: 12,
+                failure_code: "http_407".into(),
+                observed_at_ms: 1,
+            })
+            .collect(),
+    };
+    let r = w
+        .client
+        .report_outcomes(batch(1, 2))
+        .await
+        .expect("b1")
+        .into_inner();
+    assert_eq!((r.highest_accepted_sequence, r.dropped), (1, 0));
+    // A retry of batch 1 is a no-op that still answers the highest accepted.
+    let r = w
+        .client
+        .report_outcomes(batch(1, 2))
+        .await
+        .expect("retry")
+        .into_inner();
+    assert_eq!((r.highest_accepted_sequence, r.dropped), (1, 0));
+    // Batch 3 after a lost batch 2 is accepted; the queue of 3 is then full, so one of
+    // its outcomes is dropped (and counted) rather than waited for.
+    let r = w
+        .client
+        .report_outcomes(batch(3, 2))
+        .await
+        .expect("b3")
+        .into_inner();
+    assert_eq!((r.highest_accepted_sequence, r.dropped), (3, 1));
+    // Batch 2 arriving late is a duplicate now.
+    let r = w
+        .client
+        .report_outcomes(batch(2, 1))
+        .await
+        .expect("b2")
+        .into_inner();
+    assert_eq!((r.highest_accepted_sequence, r.dropped), (3, 0));
+    let mut got = Vec::new();
+    while let Ok(o) = h.outcomes_rx.try_recv() {
+        got.push(o);
+    }
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[0].outcome.stage, OutcomeStage::ProxyHandshake);
+    assert_eq!(got[0].outcome.failure_code.as_deref(), Some("http_407"));
+    // Unknown stages are refused whole and do not move the sequence.
+    let mut bad = batch(4, 1);
+    bad.outcomes[0].stage = 99;
+    let err = w.client.report_outcomes(bad).await.expect_err("bad");
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let r = w
+        .client
+        .report_outcomes(batch(4, 0))
+        .await
+        .expect("b4")
+        .into_inner();
+    assert_eq!(r.highest_accepted_sequence, 4);
+    // Oversized batches are refused.
+    let err = w
+        .client
+        .report_outcomes(batch(5, 1_001))
+        .await
+        .expect_err("big");
+    assert_eq!(err.code(), Code::InvalidArgument);
+}
+
+async fn drain_then_extraction_of_a_formerly_owned_proxy(kind: Kind) {
+    let h = Harness::new(kind).await;
+    h.available("p", 2, 600).await;
+    let mut w = Worker::register(&h, "gw-0").await;
+    h.pass().await;
+    w.watch().await;
+    w.apply_next().await;
+    w.ack(true).await.expect("ack");
+    assert_eq!(w.state.len(), 2);
+    // Everything is owned: extraction finds nothing.
+    assert!(extracted(&h.pool, 1).await.is_empty());
+
+    let target = "p-0";
+    w.report(&[(target, 1)]).await.expect("busy report");
+    assert!(
+        h.cp.ownership()
+            .request_drain(DrainRequest::Proxy(pid(target)))
+    );
+    h.pass().await;
+    assert!(w.apply_next().await);
+    assert!(w.state.proxy(target).expect("still listed").draining);
+    // Until the worker ACKs the draining snapshot, nothing is released.
+    h.pass().await;
+    assert_eq!(h.owner(target).await.as_deref(), Some("gw-0"));
+    w.ack(true).await.expect("ack draining snapshot");
+    let r = w.report(&[(target, 1)]).await.expect("still busy");
+    assert_eq!(r.revoke_proxy_ids, vec![target.to_string()]);
+    h.pass().await;
+    assert_eq!(h.owner(target).await.as_deref(), Some("gw-0"), "busy: kept");
+    assert!(extracted(&h.pool, 1).await.is_empty());
+    // The worker reports zero: ownership clears, and only then can extraction take it.
+    w.report(&[]).await.expect("idle");
+    h.pass().await;
+    assert_eq!(h.owner(target).await, None);
+    assert!(w.apply_next().await);
+    assert!(w.state.proxy(target).is_none(), "dropped from the snapshot");
+    let got = extracted(&h.pool, 1).await;
+    assert_eq!(got, vec![target.to_string()]);
+}
+
+async fn crashed_worker_proxies_move_only_after_lease_expiry(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let ids = h.available("p", 2, 3_600).await;
+    let mut a = Worker::register(&h, "gw-a").await;
+    h.pass().await;
+    a.watch().await;
+    a.apply_next().await;
+    a.ack(true).await.expect("ack");
+    assert_eq!(a.state.len(), 2);
+    drop(a); // crash: no more ACKs or reports
+
+    // Past A's session TTL (30 s) but inside its 60 s lease: B gets nothing yet.
+    h.advance(35);
+    let mut b = Worker::register(&h, "gw-b").await;
+    h.pass().await;
+    for id in &ids {
+        assert_eq!(h.owner(id).await.as_deref(), Some("gw-a"));
+    }
+    b.watch().await;
+    b.apply_next().await;
+    assert_eq!(b.state.len(), 0);
+    b.ack(true).await.expect("ack b");
+    // Past the lease (and inside B's session): the leases expire, B gets the proxies.
+    h.advance(26);
+    h.pass().await;
+    for id in &ids {
+        assert_eq!(h.owner(id).await.as_deref(), Some("gw-b"));
+    }
+    assert!(b.apply_next().await);
+    assert_eq!(b.state.len(), 2);
+}

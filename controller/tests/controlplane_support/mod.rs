@@ -1,0 +1,445 @@
+//! Shared fixtures of the control-plane tests: a pool (memory or a real redis-server)
+//! on a `ManualClock`, the control plane served on `127.0.0.1:0`, and a worker that
+//! behaves as a gateway does (session, local snapshot state, ACKs, reports).
+
+#![allow(dead_code)]
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use activity_pool::model::*;
+use activity_pool::ports::ActivityPool;
+use activity_pool::testkit::RedisServer;
+use activity_pool::{
+    ManualClock, MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool,
+};
+use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, connect};
+use proxy_pool_api::controlplane::model::{Delta, Routing, Snapshot};
+use proxy_pool_api::controlplane::pb;
+use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControlPlaneClient;
+use proxy_pool_api::controlplane::state::SnapshotState;
+use proxy_pool_controller::controlplane::{
+    ControlPlane, ControlPlaneConfig, ControlPlanePorts, MemoryCheckerBackend, OutcomeQueue,
+    OwnershipConfig, RoutingSpec, Transport, WorkerOutcome, serve,
+};
+use tokio::sync::{mpsc, oneshot};
+use tonic::transport::Channel;
+use tonic::{Code, Streaming};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Memory,
+    Redis,
+}
+
+pub struct Harness {
+    pub pool: Arc<dyn ActivityPool>,
+    pub clock: ManualClock,
+    pub cp: Arc<ControlPlane>,
+    pub checker: Arc<MemoryCheckerBackend>,
+    pub observations:
+        mpsc::Receiver<proxy_pool_controller::controlplane::checker::CheckerObservation>,
+    pub outcomes_rx: mpsc::Receiver<WorkerOutcome>,
+    pub endpoint: String,
+    pub stop: Option<oneshot::Sender<()>>,
+    pub server_task: Option<
+        tokio::task::JoinHandle<Result<(), proxy_pool_controller::controlplane::ServeError>>,
+    >,
+    _redis: Option<RedisServer>,
+}
+
+pub fn config() -> ControlPlaneConfig {
+    ControlPlaneConfig {
+        session_ttl: Duration::from_secs(30),
+        runtime_report_ttl: Duration::from_secs(30),
+        ownership: OwnershipConfig {
+            interval: Duration::from_secs(3600),
+            lease: Duration::from_secs(60),
+            renew_before: Duration::from_secs(20),
+            target_slots_per_worker: 8,
+            upstreams: vec![up("vendor-a")],
+            ..OwnershipConfig::default()
+        },
+        routings: vec![RoutingSpec {
+            routing: Routing {
+                name: "default".into(),
+                upstreams: vec!["vendor-a".into()],
+                ..Routing::default()
+            },
+            gateway_groups: vec![],
+        }],
+        ..ControlPlaneConfig::default()
+    }
+}
+
+pub async fn pool_of(
+    kind: Kind,
+    clock: &ManualClock,
+) -> (Arc<dyn ActivityPool>, Option<RedisServer>) {
+    match kind {
+        Kind::Memory => (
+            Arc::new(MemoryPool::with_clock(
+                PoolOptions::default(),
+                Arc::new(clock.clone()),
+            )),
+            None,
+        ),
+        Kind::Redis => {
+            let server = RedisServer::start();
+            let connector = RedisConnector::direct(&server.url()).expect("connector");
+            let options = RedisOptions {
+                clock_override: Some(Arc::new(clock.clone())),
+                ..RedisOptions::default()
+            };
+            let pool = RedisPool::new(connector, options)
+                .await
+                .expect("redis pool");
+            (Arc::new(pool), Some(server))
+        }
+    }
+}
+
+impl Harness {
+    pub async fn new(kind: Kind) -> Self {
+        Self::with(kind, config(), 1024).await
+    }
+
+    pub async fn with(kind: Kind, config: ControlPlaneConfig, outcome_capacity: usize) -> Self {
+        Self::serving(kind, config, outcome_capacity, None).await
+    }
+
+    /// Builds the pool and control plane; serves it with `transport` (default: the
+    /// loopback fixture) on `127.0.0.1:0`.
+    pub async fn serving(
+        kind: Kind,
+        config: ControlPlaneConfig,
+        outcome_capacity: usize,
+        transport: Option<Transport>,
+    ) -> Self {
+        let clock = ManualClock::starting_now();
+        let (pool, redis) = pool_of(kind, &clock).await;
+        let ports = ports_of(pool.clone(), clock.clone());
+        let (checker, observations) = MemoryCheckerBackend::new(64, 64, Arc::new(clock.clone()));
+        let checker = Arc::new(checker);
+        let (outcomes, outcomes_rx) = OutcomeQueue::bounded(outcome_capacity);
+        let cp = Arc::new(ControlPlane::new(config, ports, checker.clone(), outcomes));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let scheme = if matches!(transport, Some(Transport::Mtls(_))) {
+            "https"
+        } else {
+            "http"
+        };
+        let endpoint = format!("{scheme}://{}", listener.local_addr().expect("addr"));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server_task = tokio::spawn(serve(
+            listener,
+            transport.unwrap_or(Transport::LoopbackFixture),
+            cp.clone(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Harness {
+            pool,
+            clock,
+            cp,
+            checker,
+            observations,
+            outcomes_rx,
+            endpoint,
+            stop: Some(stop),
+            server_task: Some(server_task),
+            _redis: redis,
+        }
+    }
+
+    pub async fn channel(&self) -> Channel {
+        connect(
+            &self.endpoint,
+            &ClientTransport::LoopbackPlaintext,
+            &ClientOptions::default(),
+        )
+        .await
+        .expect("connect")
+    }
+
+    pub async fn client(&self) -> WorkerControlPlaneClient<Channel> {
+        WorkerControlPlaneClient::new(self.channel().await)
+    }
+
+    /// Inserts `n` AVAILABLE proxies `<prefix>-<i>` of `vendor-a` with `ttl` seconds.
+    pub async fn available(&self, prefix: &str, n: usize, ttl: u64) -> Vec<String> {
+        let ids: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+        let report = self
+            .pool
+            .upsert(FetchedBatch {
+                upstream: up("vendor-a"),
+                operation_id: OperationId::new(format!("op-{prefix}-{}", rand_u64())).expect("op"),
+                safety_margin: Duration::from_secs(5),
+                max_size: NonZeroU32::new(10_000).expect("nz"),
+                candidates: ids.iter().map(|id| cand(id, ttl)).collect(),
+            })
+            .await
+            .expect("upsert");
+        assert_eq!(report.inserted as usize, n, "{report:?}");
+        let updates: Vec<HealthUpdate> = ids
+            .iter()
+            .map(|id| HealthUpdate {
+                proxy_id: pid(id),
+                verdict: HealthVerdict::Available,
+                success: true,
+                latency: Some(Duration::from_millis(10)),
+                failure: None,
+            })
+            .collect();
+        self.pool.apply_health(&updates).await.expect("health");
+        ids
+    }
+
+    pub async fn pass(&self) {
+        self.cp.ownership().pass().await.expect("ownership pass");
+    }
+
+    pub fn advance(&self, secs: u64) {
+        self.clock.advance(Duration::from_secs(secs));
+    }
+
+    pub async fn owner(&self, id: &str) -> Option<String> {
+        self.pool
+            .get(&pid(id))
+            .await
+            .expect("owner")
+            .map(|a| a.worker_id.to_string())
+    }
+}
+
+pub fn ports_of(pool: Arc<dyn ActivityPool>, clock: ManualClock) -> ControlPlanePorts {
+    ControlPlanePorts {
+        sessions: pool.clone(),
+        reports: pool.clone(),
+        runtime: pool.clone(),
+        ownership: pool.clone(),
+        catalog: pool,
+        clock: Arc::new(clock),
+    }
+}
+
+pub fn rand_u64() -> u64 {
+    use rand::Rng;
+    rand::rng().random()
+}
+
+pub fn pid(s: &str) -> ProxyId {
+    ProxyId::new(s).expect("proxy id")
+}
+
+pub fn up(s: &str) -> UpstreamId {
+    UpstreamId::new(s).expect("upstream")
+}
+
+pub fn cand(id: &str, ttl: u64) -> Candidate {
+    Candidate {
+        id: pid(id),
+        protocol: Protocol::Http,
+        host: format!("{id}.vendor.test"),
+        port: 8080,
+        credentials: Some(Credentials {
+            username: format!("user-{id}"),
+            password: Secret::new("s3cr3t-pass"),
+        }),
+        region: Some(Label::new("eu").expect("label")),
+        carrier: None,
+        ttl: Duration::from_secs(ttl),
+        max_concurrency: 4,
+    }
+}
+
+pub fn extract_req(count: u32) -> ExtractRequest {
+    ExtractRequest {
+        client_id: ClientId::new("client-1").expect("client"),
+        request_id: RequestId::new(format!("req-{}", rand_u64())).expect("request"),
+        idempotency_key: None,
+        request_digest: RequestDigest::of(format!("x{}", rand_u64()).as_bytes()),
+        count: NonZeroU32::new(count).expect("nz"),
+        fulfillment: Fulfillment::Partial,
+        filters: Filters::default(),
+        min_remaining_ttl: Duration::ZERO,
+        max_health_check_age: None,
+        reserve_for_gateway: 0,
+        idempotency_ttl: Duration::from_secs(60),
+    }
+}
+
+pub async fn extracted(pool: &Arc<dyn ActivityPool>, count: u32) -> Vec<String> {
+    match pool.extract(&extract_req(count)).await.expect("extract") {
+        ExtractOutcome::Extracted(e) => e.proxies.into_iter().map(|p| p.id.to_string()).collect(),
+        ExtractOutcome::Insufficient { eligible } => panic!("insufficient {eligible}"),
+    }
+}
+
+/// A worker as the gateway runs one: session, local state, report sequence.
+pub struct Worker {
+    pub id: String,
+    pub client: WorkerControlPlaneClient<Channel>,
+    pub session: String,
+    pub state: SnapshotState,
+    pub stream: Option<Streaming<pb::SnapshotUpdate>>,
+    pub report_seq: u64,
+}
+
+impl Worker {
+    pub async fn register(h: &Harness, id: &str) -> Worker {
+        Self::register_on(h.client().await, id).await
+    }
+
+    pub async fn register_on(mut client: WorkerControlPlaneClient<Channel>, id: &str) -> Worker {
+        let r = client
+            .register_worker(register_req(id, "i-1"))
+            .await
+            .expect("register")
+            .into_inner();
+        Worker {
+            id: id.into(),
+            client,
+            session: r.session_id,
+            state: SnapshotState::new(),
+            stream: None,
+            report_seq: 0,
+        }
+    }
+
+    pub async fn watch(&mut self) {
+        let (v, sum) = (self.state.version(), self.state.checksum());
+        self.watch_from(v, sum.0.to_vec()).await;
+    }
+
+    pub async fn watch_from(&mut self, version: u64, checksum: Vec<u8>) {
+        let s = self
+            .client
+            .watch_snapshots(pb::WatchSnapshotsRequest {
+                worker_id: self.id.clone(),
+                session_id: self.session.clone(),
+                last_version: version,
+                last_checksum: checksum,
+            })
+            .await
+            .expect("watch")
+            .into_inner();
+        self.stream = Some(s);
+    }
+
+    /// Next update from the stream (with a deadline).
+    pub async fn next(&mut self) -> pb::snapshot_update::Update {
+        let s = self.stream.as_mut().expect("watching");
+        tokio::time::timeout(Duration::from_secs(10), s.message())
+            .await
+            .expect("update in time")
+            .expect("stream ok")
+            .expect("stream open")
+            .update
+            .expect("update set")
+    }
+
+    /// Applies the next update; returns whether it was a delta.
+    pub async fn apply_next(&mut self) -> bool {
+        match self.next().await {
+            pb::snapshot_update::Update::Full(s) => {
+                let s = Snapshot::try_from(s).expect("convert");
+                self.state = SnapshotState::from_snapshot(s).expect("valid full");
+                false
+            }
+            pb::snapshot_update::Update::Delta(d) => {
+                self.state
+                    .apply_delta(Delta::try_from(d).expect("convert"))
+                    .expect("delta applies");
+                true
+            }
+        }
+    }
+
+    pub async fn ack(
+        &mut self,
+        accepted: bool,
+    ) -> Result<pb::AcknowledgeSnapshotResponse, tonic::Status> {
+        let h = self.state.header().expect("has snapshot");
+        let req = pb::AcknowledgeSnapshotRequest {
+            worker_id: self.id.clone(),
+            session_id: self.session.clone(),
+            version: h.version,
+            ownership_epoch: h.ownership_epoch,
+            checksum: self.state.checksum().0.to_vec(),
+            accepted,
+            reason: if accepted {
+                String::new()
+            } else {
+                "test".into()
+            },
+        };
+        self.client
+            .acknowledge_snapshot(req)
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    pub async fn report(
+        &mut self,
+        counts: &[(&str, u32)],
+    ) -> Result<pb::ReportRuntimeResponse, tonic::Status> {
+        self.report_seq += 1;
+        let req = self.runtime_req(self.report_seq, counts);
+        self.client
+            .report_runtime(req)
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    pub fn runtime_req(&self, seq: u64, counts: &[(&str, u32)]) -> pb::ReportRuntimeRequest {
+        let h = self.state.header().expect("has snapshot");
+        pb::ReportRuntimeRequest {
+            worker_id: self.id.clone(),
+            session_id: self.session.clone(),
+            report_sequence: seq,
+            snapshot_version: h.version,
+            ownership_epoch: h.ownership_epoch,
+            counts: counts
+                .iter()
+                .map(|(id, active)| pb::RuntimeCount {
+                    proxy_id: (*id).into(),
+                    assignment_epoch: self.state.proxy(id).map_or(1, |p| p.assignment_epoch),
+                    active: *active,
+                    reserved: 0,
+                    draining: self.state.proxy(id).is_some_and(|p| p.draining),
+                })
+                .collect(),
+            observed_at_ms: 0,
+        }
+    }
+
+    pub fn proxy_ids(&self) -> Vec<String> {
+        self.state.proxies().map(|p| p.id.clone()).collect()
+    }
+}
+
+pub fn register_req(id: &str, instance: &str) -> pb::RegisterWorkerRequest {
+    pb::RegisterWorkerRequest {
+        worker_id: id.into(),
+        instance_id: instance.into(),
+        zone: "z1".into(),
+        gateway_group: "default".into(),
+        supported_protocol_versions: vec![1],
+        build_version: "test".into(),
+    }
+}
+
+pub fn assert_code<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, msg: &str) {
+    match r {
+        Err(s) => {
+            assert_eq!(s.code(), code, "{s:?}");
+            assert_eq!(s.message(), msg, "{s:?}");
+        }
+        Ok(v) => panic!("expected {code:?} {msg}, got {v:?}"),
+    }
+}
