@@ -207,7 +207,7 @@ impl Harness {
                 let k = base + i;
                 Candidate {
                     id: ProxyId::new(format!("px-{upstream}-{k}")).unwrap(),
-                    protocol: if k % 2 == 0 {
+                    protocol: if k.is_multiple_of(2) {
                         Protocol::Http
                     } else {
                         Protocol::Socks5

@@ -18,7 +18,7 @@ fn spec() -> &'static Value {
     })
 }
 
-fn resolve<'a>(v: &'a Value) -> &'a Value {
+fn resolve(v: &Value) -> &Value {
     let mut v = v;
     while let Some(r) = v.get("$ref").and_then(Value::as_str) {
         let mut cur = spec();
@@ -39,7 +39,12 @@ pub fn check(path: &str, method: &str, status: u16, content_type: Option<&str>, 
         assert_eq!(status, 405, "{method} {path} is not in the OpenAPI file");
         let json: Value = serde_json::from_slice(body).expect("a JSON body");
         let mut errors = Vec::new();
-        validate(&serde_json::json!({"$ref": "#/components/schemas/Problem"}), &json, "$", &mut errors);
+        validate(
+            &serde_json::json!({"$ref": "#/components/schemas/Problem"}),
+            &json,
+            "$",
+            &mut errors,
+        );
         assert!(errors.is_empty(), "{errors:?}");
         return;
     }

@@ -1,0 +1,142 @@
+//! Captures every log line of a full run (memory and Redis stores, static upstream
+//! with credentials, every auth method, successes, replays and errors) and proves that
+//! no proxy host, proxy password, API key, Basic password or bearer token appears,
+//! while each request left exactly one access line.
+
+mod common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use activity_pool::testkit::RedisServer;
+use base64::Engine;
+use common::{
+    BASIC_PASSWORD, BASIC_USER, BEARER, Harness, KEY_FULL, KEY_GATEWAY, KEY_LIMITED, KEY_SLOW, Kind,
+};
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+const STATIC_PASSWORD: &str = "static-upstream-pw-61c2";
+
+async fn full_run(kind: Kind) -> usize {
+    let redis = (kind == Kind::Redis).then(RedisServer::start);
+    let yaml = common::config_yaml(&common::store_yaml(kind, redis.as_ref()), "").replace(
+        "upstreams:\n",
+        &format!(
+            "upstreams:\n  - {{name: st, ttl: 1m, maxSize: 100, fetchInterval: 200ms, labels: {{region: shanghai}}, source: {{static: {{proxies: [\"st1.secret-host.test:8080\", \"192.0.2.77:3128\"], credentials: {{username: stuser, password: {STATIC_PASSWORD}}}}}}}}}\n"
+        ),
+    );
+    let h = Harness::start_yaml(&yaml, redis, |p| p).await;
+    h.seed("up-a", 20, "shanghai", "telecom").await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{BASIC_USER}:{BASIC_PASSWORD}"))
+    );
+    let bearer = format!("Bearer {BEARER}");
+    let mut requests = 0;
+    let mut go = async |body: &str, headers: &[(&str, &str)]| {
+        requests += 1;
+        h.extract(body, headers).await.status
+    };
+    assert_eq!(
+        go(r#"{"count":2,"filters":{"allowedUpstreams":["st"]}}"#, &[]).await,
+        200
+    );
+    assert_eq!(
+        go(r#"{"count":2}"#, &[("authorization", &basic)]).await,
+        200
+    );
+    assert_eq!(
+        go(r#"{"count":2}"#, &[("authorization", &bearer)]).await,
+        200
+    );
+    assert_eq!(
+        go(r#"{"count":1}"#, &[("x-api-key", KEY_LIMITED)]).await,
+        200
+    );
+    assert_eq!(
+        go(r#"{"count":1}"#, &[("idempotency-key", "k1")]).await,
+        200
+    );
+    assert_eq!(
+        go(r#"{"count":1}"#, &[("idempotency-key", "k1")]).await,
+        200
+    );
+    assert_eq!(
+        go(r#"{"count":2}"#, &[("idempotency-key", "k1")]).await,
+        409
+    );
+    assert_eq!(
+        go(r#"{"count":100,"fulfillment":"allOrNothing"}"#, &[]).await,
+        409
+    );
+    assert_eq!(
+        go(r#"{"count":1}"#, &[("x-api-key", KEY_GATEWAY)]).await,
+        403
+    );
+    assert_eq!(
+        go(r#"{"count":1}"#, &[("x-api-key", "not-a-key-9f")]).await,
+        401
+    );
+    assert_eq!(go(r#"{"count":0}"#, &[]).await, 422);
+    assert_eq!(go(r#"{"count":1}"#, &[("x-api-key", KEY_SLOW)]).await, 200);
+    assert_eq!(go(r#"{"count":1}"#, &[("x-api-key", KEY_SLOW)]).await, 429);
+    assert_eq!(h.admin_get("/api/v1/inventory").await.status, 200);
+    assert_eq!(h.admin_get("/metrics").await.status, 200);
+    h.stop().await;
+    requests
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_carry_no_address_or_secret() {
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            "trace,hyper=info,hyper_util=info,h2=info,tower=info,mio=info,redis=debug",
+        ))
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).expect("one subscriber per test binary");
+
+    let mut requests = full_run(Kind::Memory).await;
+    requests += full_run(Kind::Redis).await;
+
+    let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let access = logs
+        .lines()
+        .filter(|l| l.contains(" access:") || l.contains("access: extract"))
+        .count();
+    assert_eq!(access, requests, "one access line per request\n{logs}");
+    assert!(logs.contains("request_id=req_"), "{logs}");
+    assert!(logs.contains("filters=\"upstreams=[st]\""), "{logs}");
+    for needle in [
+        "secret-host.test",
+        "192.0.2.77",
+        "proxy-password-",
+        STATIC_PASSWORD,
+        KEY_FULL,
+        KEY_LIMITED,
+        KEY_GATEWAY,
+        KEY_SLOW,
+        "not-a-key-9f",
+        BASIC_PASSWORD,
+        BEARER,
+    ] {
+        assert!(!logs.contains(needle), "the logs contain {needle}");
+    }
+}
