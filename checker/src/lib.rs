@@ -10,6 +10,7 @@
 //! logged above DEBUG per probe.
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod cli;
 pub mod handshake;
 pub mod memory;
 pub mod model;

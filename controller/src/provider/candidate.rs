@@ -78,10 +78,13 @@ fn candidate(
     defaults: &CandidateDefaults,
     batch_ttl: Option<Duration>,
 ) -> Result<Candidate, ParseDrop> {
-    let credentials = p.username.as_ref().map(|u| Credentials {
-        username: u.clone(),
-        password: p.password.clone().unwrap_or_else(|| Secret::new("")),
-    });
+    let credentials = match &p.username {
+        Some(u) => Some(Credentials {
+            username: u.clone(),
+            password: p.password.clone().unwrap_or_else(|| Secret::new("")),
+        }),
+        None => defaults.credentials.clone(),
+    };
     Ok(Candidate {
         id: stable_id(upstream, p, defaults)?,
         protocol: p.protocol.unwrap_or(defaults.protocol),
@@ -107,6 +110,7 @@ mod tests {
             carrier: None,
             ttl: Duration::from_secs(60),
             max_concurrency: 8,
+            credentials: None,
         }
     }
 

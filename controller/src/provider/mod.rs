@@ -8,6 +8,7 @@
 //! a proxy password or a vendor URL's query.
 
 mod candidate;
+mod config;
 mod error;
 mod http;
 mod metrics;
@@ -18,6 +19,7 @@ mod reconciler;
 mod source;
 
 pub use candidate::{candidates, stable_id};
+pub use config::{ResolvedSecrets, UpstreamPlan, plan_upstream};
 pub use error::{FetchError, ProviderError};
 pub use http::{HttpVendorSource, VendorAuth, VendorFormat};
 pub use metrics::ProviderMetrics;

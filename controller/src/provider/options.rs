@@ -4,7 +4,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use activity_pool::model::{Label, Protocol, UpstreamId};
+use activity_pool::model::{Credentials, Label, Protocol, UpstreamId};
 use rand::Rng;
 
 use super::error::ProviderError;
@@ -73,6 +73,9 @@ pub struct CandidateDefaults {
     pub ttl: Duration,
     /// Per-proxy capacity.
     pub max_concurrency: u32,
+    /// Credentials when the entry carries none (vendors that authenticate every
+    /// proxy with one account).
+    pub credentials: Option<Credentials>,
 }
 
 /// Everything one upstream's reconciler needs besides its ports.
@@ -112,6 +115,7 @@ impl ProviderOptions {
                 carrier: None,
                 ttl,
                 max_concurrency: 64,
+                credentials: None,
             },
             safety_margin: Duration::from_secs(5),
             max_size: NonZeroU32::MIN.saturating_add(9_999),

@@ -1,0 +1,84 @@
+//! Helpers of the command line: a proxy URL for one-shot probes.
+
+use crate::model::{ProxyCredentials, ProxyProtocol};
+
+/// A proxy given on the command line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyUrl {
+    /// Protocol.
+    pub protocol: ProxyProtocol,
+    /// Host.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Credentials.
+    pub credentials: Option<ProxyCredentials>,
+}
+
+/// Parses `http://[user:pass@]host:port` or `socks5://…`. Errors never echo the input
+/// (it may hold a password).
+pub fn parse_proxy_url(s: &str) -> Result<ProxyUrl, &'static str> {
+    let (scheme, rest) = s.split_once("://").ok_or("expected scheme://host:port")?;
+    let protocol = match scheme {
+        "http" => ProxyProtocol::Http,
+        "socks5" | "socks5h" => ProxyProtocol::Socks5,
+        _ => return Err("scheme must be http or socks5"),
+    };
+    let rest = rest.trim_end_matches('/');
+    let (creds, hostport) = match rest.rsplit_once('@') {
+        Some((u, h)) => {
+            let (user, pass) = u.split_once(':').unwrap_or((u, ""));
+            let c = ProxyCredentials {
+                username: user.to_owned(),
+                password: pass.to_owned(),
+            };
+            (Some(c), h)
+        }
+        None => (None, rest),
+    };
+    let (host, port) = match hostport.strip_prefix('[') {
+        Some(v6) => {
+            let (h, p) = v6.split_once("]:").ok_or("bad IPv6 host:port")?;
+            (h, p)
+        }
+        None => hostport.rsplit_once(':').ok_or("expected host:port")?,
+    };
+    let port = port
+        .parse::<u16>()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or("bad port")?;
+    if host.is_empty() {
+        return Err("empty host");
+    }
+    Ok(ProxyUrl {
+        protocol,
+        host: host.to_owned(),
+        port,
+        credentials: creds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let u = parse_proxy_url("socks5://a:b@127.0.0.2:1080").unwrap();
+        assert_eq!(u.protocol, ProxyProtocol::Socks5);
+        assert_eq!(u.credentials.unwrap().password, "b");
+        assert_eq!(parse_proxy_url("http://[::1]:3128").unwrap().host, "::1");
+        for bad in [
+            "ftp://h:1",
+            "h:1",
+            "http://h",
+            "http://h:0",
+            "http://:1",
+            "http://u:secret@h:x",
+        ] {
+            let err = parse_proxy_url(bad).unwrap_err();
+            assert!(!err.contains("secret"));
+        }
+    }
+}
