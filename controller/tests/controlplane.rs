@@ -8,8 +8,12 @@ use std::time::Duration;
 
 use activity_pool::model::WorkerId;
 use controlplane_support::*;
-use proxy_pool_api::controlplane::model::{Delta, OutcomeStage};
+use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, connect};
+use proxy_pool_api::controlplane::model::{
+    CheckTask, CheckTier, Delta, OutcomeStage, Protocol, ProxyEndpoint,
+};
 use proxy_pool_api::controlplane::pb;
+use proxy_pool_api::controlplane::pb::checker_control_plane_client::CheckerControlPlaneClient;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
 use proxy_pool_controller::controlplane::DrainRequest;
 use tonic::Code;
@@ -442,4 +446,167 @@ async fn crashed_worker_proxies_move_only_after_lease_expiry(kind: Kind) {
     }
     assert!(b.apply_next().await);
     assert_eq!(b.state.len(), 2);
+}
+
+fn check_task(h: &Harness, id: &str, tier: CheckTier, secs: i64) -> CheckTask {
+    use activity_pool::Clock;
+    CheckTask {
+        task_id: id.into(),
+        tier,
+        proxy: ProxyEndpoint {
+            id: format!("proxy-{id}"),
+            upstream: "vendor-a".into(),
+            protocol: Protocol::Socks5,
+            host: "127.0.0.1".into(),
+            port: 9,
+            credentials: None,
+        },
+        deadline_ms: h.clock.now().millis() + secs * 1000,
+        routing: None,
+        target: None,
+    }
+}
+
+async fn next_task(s: &mut tonic::Streaming<pb::CheckTask>) -> pb::CheckTask {
+    tokio::time::timeout(Duration::from_secs(10), s.message())
+        .await
+        .expect("task in time")
+        .expect("ok")
+        .expect("open")
+}
+
+fn observation(task: &pb::CheckTask, success: bool) -> pb::Observation {
+    pb::Observation {
+        task_id: task.task_id.clone(),
+        proxy_id: task.proxy_id.clone(),
+        tier: task.tier,
+        success,
+        latency_ms: 40,
+        failure_code: if success {
+            String::new()
+        } else {
+            "dial_timeout".into()
+        },
+        egress_address: "203.0.113.7".into(),
+        anonymity_leak: false,
+        routing: String::new(),
+        observed_at_ms: 1,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checker_tasks_respect_tiers_concurrency_and_deadlines() {
+    let mut h = Harness::new(Kind::Memory).await;
+    let mut c = CheckerControlPlaneClient::new(h.channel().await);
+    let reg = c
+        .register_checker(pb::RegisterCheckerRequest {
+            checker_id: "chk-0".into(),
+            instance_id: "i-1".into(),
+            max_concurrency: 1,
+            tiers: vec![pb::CheckTier::Basic as i32, pb::CheckTier::Egress as i32],
+            supported_protocol_versions: vec![1],
+        })
+        .await
+        .expect("register")
+        .into_inner();
+    assert_eq!(reg.protocol_version, 1);
+    let mut stream = c
+        .stream_tasks(pb::StreamTasksRequest {
+            checker_id: "chk-0".into(),
+            session_id: reg.session_id.clone(),
+        })
+        .await
+        .expect("stream")
+        .into_inner();
+    assert!(
+        h.checker
+            .enqueue(check_task(&h, "t-target", CheckTier::Target, 30))
+    );
+    assert!(
+        h.checker
+            .enqueue(check_task(&h, "t-1", CheckTier::Basic, 30))
+    );
+    assert!(
+        h.checker
+            .enqueue(check_task(&h, "t-2", CheckTier::Egress, 30))
+    );
+    let t1 = next_task(&mut stream).await;
+    assert_eq!(t1.task_id, "t-1", "TARGET is not a tier this checker runs");
+    // Concurrency 1: t-2 comes only after t-1 is reported.
+    let early = tokio::time::timeout(Duration::from_millis(300), stream.message()).await;
+    assert!(early.is_err(), "no second task while one is outstanding");
+    let r = c
+        .report_observations(pb::ReportObservationsRequest {
+            checker_id: "chk-0".into(),
+            session_id: reg.session_id.clone(),
+            observations: vec![observation(&t1, true)],
+        })
+        .await
+        .expect("report")
+        .into_inner();
+    assert_eq!((r.accepted, r.discarded), (1, 0));
+    let t2 = next_task(&mut stream).await;
+    assert_eq!(t2.task_id, "t-2");
+    // Past its deadline, t-2's result is discarded; a duplicate of t-1 too.
+    h.advance(31);
+    let r = c
+        .report_observations(pb::ReportObservationsRequest {
+            checker_id: "chk-0".into(),
+            session_id: reg.session_id.clone(),
+            observations: vec![observation(&t2, false), observation(&t1, true)],
+        })
+        .await
+        .expect("report")
+        .into_inner();
+    assert_eq!((r.accepted, r.discarded), (0, 2));
+    let got = h.observations.try_recv().expect("one observation");
+    assert_eq!(got.checker_id, "chk-0");
+    assert_eq!(
+        got.observation.egress_address.as_deref(),
+        Some("203.0.113.7")
+    );
+    assert!(h.observations.try_recv().is_err());
+    assert_eq!(
+        h.checker.queued(),
+        0,
+        "the expired TARGET task was dropped too"
+    );
+    // A stale session is refused.
+    let r = c
+        .report_observations(pb::ReportObservationsRequest {
+            checker_id: "chk-0".into(),
+            session_id: "c-old".into(),
+            observations: vec![],
+        })
+        .await;
+    assert_code(r, Code::FailedPrecondition, "stale_session");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_open_streams_and_the_server() {
+    let mut h = Harness::new(Kind::Memory).await;
+    h.available("p", 1, 600).await;
+    let mut w = Worker::register(&h, "gw-0").await;
+    h.pass().await;
+    w.watch().await;
+    w.apply_next().await;
+    drop(h.stop.take());
+    let s = w.stream.as_mut().expect("stream");
+    let end = tokio::time::timeout(Duration::from_secs(10), s.message())
+        .await
+        .expect("stream ends");
+    assert_eq!(end.expect_err("shutting down").code(), Code::Unavailable);
+    let server = h.server_task.take().expect("task");
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("server stops")
+        .expect("join")
+        .expect("clean stop");
+    let again = connect(
+        &h.endpoint,
+        &ClientTransport::LoopbackPlaintext,
+        &ClientOptions::default(),
+    )
+    .await;
+    assert!(again.is_err(), "no new connections after shutdown");
 }
