@@ -1,3 +1,4 @@
 //! Proxy Pool operator: the custom resource types and (later) their reconcilers.
 
 pub mod crd;
+pub mod reconcile;

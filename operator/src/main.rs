@@ -1,5 +1,156 @@
-//! `proxy-pool-operator` entry point.
+//! `proxy-pool-operator`: parses the command line, binds the ops listener, waits for
+//! the leader Lease and runs the reconcilers until SIGTERM / Ctrl-C. Composition only.
 
-fn main() {
-    println!("proxy-pool-operator {}", env!("CARGO_PKG_VERSION"));
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use proxy_pool_operator::reconcile::{
+    self, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig, http,
+};
+
+/// Proxy Pool operator: renders the controller config and runs gateways from
+/// Upstream, Routing and DistributionClient resources.
+#[derive(Debug, Parser)]
+#[command(name = "proxy-pool-operator", version)]
+struct Cli {
+    /// Namespace watched (the release namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    namespace: String,
+    /// This replica's name, the leader Lease identity.
+    #[arg(long, env = "POD_NAME")]
+    pod_name: String,
+    /// Controller settings not derived from custom resources (YAML, the controller's schema).
+    #[arg(long, env = "PROXY_POOL_BASE_CONFIG")]
+    base_config: PathBuf,
+    /// The controller Deployment whose config this operator renders.
+    #[arg(long, env = "PROXY_POOL_CONTROLLER_DEPLOYMENT")]
+    controller_deployment: String,
+    /// The container in it that reads the config.
+    #[arg(long, default_value = "controller")]
+    controller_container: String,
+    /// ConfigMap the rendered config is written to.
+    #[arg(long, env = "PROXY_POOL_CONFIG_MAP")]
+    config_map: String,
+    /// Mount path of the config volume in the controller container.
+    #[arg(long, default_value = "/etc/proxy-pool")]
+    config_dir: String,
+    /// Gateway image.
+    #[arg(long, env = "PROXY_POOL_GATEWAY_IMAGE")]
+    gateway_image: String,
+    /// Gateway image pull policy.
+    #[arg(long, default_value = "IfNotPresent")]
+    gateway_image_pull_policy: String,
+    /// ServiceAccount of the gateway pods.
+    #[arg(long, env = "PROXY_POOL_GATEWAY_SERVICE_ACCOUNT")]
+    gateway_service_account: String,
+    /// `host:port` of the controller's control plane, as gateways reach it.
+    #[arg(long, env = "PROXY_POOL_CONTROLLER_ADDRESS")]
+    controller_address: String,
+    /// URL of the identity issuance endpoint, as gateways reach it.
+    #[arg(long, env = "PROXY_POOL_IDENTITY_ENDPOINT")]
+    identity_endpoint: String,
+    /// ConfigMap with the identity trust bundle.
+    #[arg(long, default_value = "proxy-pool-trust-bundle")]
+    trust_bundle_config_map: String,
+    /// Leader Lease name.
+    #[arg(long, default_value = "proxy-pool-operator")]
+    lease_name: String,
+    /// Leader Lease duration, seconds.
+    #[arg(long, default_value_t = 15)]
+    lease_seconds: u64,
+    /// `/metrics`, `/healthz` and `/readyz` listener.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    ops_listen: SocketAddr,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let text = std::fs::read_to_string(&cli.base_config)
+        .with_context(|| format!("reading {}", cli.base_config.display()))?;
+    let base_config = proxy_pool_api::config::parse_yaml(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", cli.base_config.display()))?;
+    let config = OperatorConfig {
+        namespace: cli.namespace,
+        base_config,
+        controller_deployment: cli.controller_deployment,
+        controller_container: cli.controller_container,
+        config_map: cli.config_map,
+        config_dir: cli.config_dir,
+        gateway: GatewayTemplate {
+            image: cli.gateway_image,
+            image_pull_policy: cli.gateway_image_pull_policy,
+            service_account: cli.gateway_service_account,
+            controller_address: cli.controller_address,
+            identity_endpoint: cli.identity_endpoint,
+            trust_bundle_config_map: cli.trust_bundle_config_map,
+        },
+        instance: Some(cli.pod_name.clone()),
+    };
+    let leader = LeaderSettings {
+        lease_name: cli.lease_name,
+        identity: cli.pod_name,
+        lease_duration: Duration::from_secs(cli.lease_seconds.max(3)),
+    };
+    let rt = tokio::runtime::Runtime::new().context("tokio runtime")?;
+    rt.block_on(async move {
+        let client = kube::Client::try_default()
+            .await
+            .context("Kubernetes client")?;
+        let health = http::Health::default();
+        let metrics: Arc<Metrics> = health.metrics.clone();
+        let listener = tokio::net::TcpListener::bind(cli.ops_listen)
+            .await
+            .with_context(|| format!("binding {}", cli.ops_listen))?;
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stopped = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        };
+        let ops = tokio::spawn(http::serve(listener, health.clone(), stopped()));
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down");
+            let _ = stop_tx.send(true);
+        });
+        health.ready.store(true, Ordering::Release);
+        let result = reconcile::run_as_leader(client, config, metrics, leader, stopped()).await;
+        ops.abort();
+        result.context("operator")
+    })
+}
+
+/// SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -1,0 +1,256 @@
+//! The reconcilers: Upstream / Routing / DistributionClient → the controller's config
+//! (a ConfigMap plus Secret keys mounted as files into the controller pod), a gateway
+//! Deployment + Service per Routing, and status conditions and events on each resource.
+//!
+//! Four kube-runtime controllers (the `reconcile(Arc<Obj>, Arc<Context>) -> Result<Action>`
+//! + `error_policy` model of kube-rs/controller-rs), all in one namespace:
+//!
+//! * the config reconciler ([`config`]), rooted at the controller Deployment and
+//!   triggered by any change of the three kinds or of a Secret, deletions included;
+//! * the Routing reconciler ([`gateway`]), which owns the gateway objects;
+//! * the Upstream and DistributionClient reconcilers ([`resources`]), status only.
+//!
+//! Everything is written with server-side apply (field manager `proxy-pool-operator`),
+//! so a reconcile of an unchanged world changes nothing on the server. A bad reference
+//! is a Degraded condition, never an error: errors are API failures, retried with a
+//! per-object exponential backoff. No finalizers: every object the operator makes is
+//! in the cluster, in the namespace and owned (garbage-collected with its owner), and
+//! the config is re-rendered from the remaining resources when one is deleted.
+
+pub mod config;
+pub mod context;
+mod error;
+pub mod gateway;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod render;
+pub mod resources;
+pub mod status;
+
+pub use context::{Context, FIELD_MANAGER, GatewayTemplate, OperatorConfig};
+pub use error::Error;
+pub use metrics::Metrics;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use kube::api::Api;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+
+use crate::crd::{DistributionClient, Routing, Upstream};
+use render::Kind;
+
+/// Runs the four controllers until `shutdown` completes, then lets in-flight
+/// reconciles finish. Call it only while holding leadership (see [`run_as_leader`]).
+pub async fn run(
+    client: Client,
+    config: OperatorConfig,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let shutdown = shutdown.shared();
+    let ctx = Arc::new(Context::new(client, config, metrics));
+    let wc = watcher::Config::default();
+    let gateway_wc = watcher::Config::default().labels(&format!(
+        "{}={}",
+        gateway::COMPONENT.0,
+        gateway::COMPONENT.1
+    ));
+    let controller_name = ctx.config.controller_deployment.clone();
+    let root = ObjectRef::<Deployment>::new(&controller_name).within(&ctx.config.namespace);
+    let debounce = controller::Config::default().debounce(Duration::from_millis(300));
+
+    let config_ctrl = Controller::new(
+        ctx.api::<Deployment>(),
+        watcher::Config::default().fields(&format!("metadata.name={controller_name}")),
+    )
+    .with_config(debounce.clone())
+    .owns(ctx.api::<ConfigMap>(), wc.clone())
+    .watches(ctx.api::<Upstream>(), wc.clone(), to(&root))
+    .watches(ctx.api::<Routing>(), wc.clone(), to(&root))
+    .watches(ctx.api::<DistributionClient>(), wc.clone(), to(&root))
+    .watches(ctx.api::<Secret>(), wc.clone(), to(&root))
+    .graceful_shutdown_on(shutdown.clone())
+    .run(
+        config::reconcile,
+        |d, e, c| policy(config::CONFIG_KIND, &d.name_any(), e, &c),
+        ctx.clone(),
+    );
+
+    let routing_ctrl =
+        Controller::new(ctx.api::<Routing>(), wc.clone()).with_config(debounce.clone());
+    let store = routing_ctrl.store();
+    let routing_ctrl = routing_ctrl
+        .owns(ctx.api::<Deployment>(), gateway_wc.clone())
+        .owns(ctx.api::<Service>(), gateway_wc)
+        .watches(ctx.api::<Upstream>(), wc.clone(), all(&store))
+        .watches(ctx.api::<DistributionClient>(), wc.clone(), all(&store))
+        .watches(ctx.api::<Secret>(), wc.clone(), all(&store))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            gateway::reconcile,
+            |r, e, c| policy(Kind::Routing.as_str(), &r.name_any(), e, &c),
+            ctx.clone(),
+        );
+
+    let upstream_ctrl =
+        Controller::new(ctx.api::<Upstream>(), wc.clone()).with_config(debounce.clone());
+    let store = upstream_ctrl.store();
+    let upstream_ctrl = upstream_ctrl
+        .watches(ctx.api::<Secret>(), wc.clone(), all(&store))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            resources::reconcile_upstream,
+            |u, e, c| policy(Kind::Upstream.as_str(), &u.name_any(), e, &c),
+            ctx.clone(),
+        );
+
+    let client_ctrl =
+        Controller::new(ctx.api::<DistributionClient>(), wc.clone()).with_config(debounce);
+    let store = client_ctrl.store();
+    let client_ctrl = client_ctrl
+        .watches(ctx.api::<Secret>(), wc.clone(), all(&store))
+        .watches(ctx.api::<Upstream>(), wc, all(&store))
+        .graceful_shutdown_on(shutdown)
+        .run(
+            resources::reconcile_client,
+            |c, e, cx| policy(Kind::DistributionClient.as_str(), &c.name_any(), e, &cx),
+            ctx.clone(),
+        );
+
+    tokio::join!(
+        drain(config::CONFIG_KIND, config_ctrl, &ctx),
+        drain(Kind::Routing.as_str(), routing_ctrl, &ctx),
+        drain(Kind::Upstream.as_str(), upstream_ctrl, &ctx),
+        drain(Kind::DistributionClient.as_str(), client_ctrl, &ctx),
+    );
+    Ok(())
+}
+
+/// How a Lease-guarded operator replica identifies itself.
+#[derive(Clone, Debug)]
+pub struct LeaderSettings {
+    /// Name of the Lease in the operator's namespace.
+    pub lease_name: String,
+    /// This replica's identity (its pod name).
+    pub identity: String,
+    /// How long the Lease lasts without renewal.
+    pub lease_duration: Duration,
+}
+
+/// Waits for the leader Lease, runs the controllers while holding it and releases it
+/// on shutdown. Returns [`Error::LeaseLost`] when leadership is lost: the caller should
+/// exit so a restart starts over as a standby.
+pub async fn run_as_leader(
+    client: Client,
+    config: OperatorConfig,
+    metrics: Arc<Metrics>,
+    leader: LeaderSettings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let shutdown = shutdown.shared();
+    let lock = leader::LeaseLock::new(
+        Api::namespaced(client.clone(), &config.namespace),
+        &leader.lease_name,
+        &leader.identity,
+        leader.lease_duration,
+    );
+    let retry = leader.lease_duration / 3;
+    loop {
+        match lock.try_acquire().await {
+            Ok(true) => break,
+            Ok(false) => tracing::debug!(lease = %leader.lease_name, "standing by"),
+            Err(error) => tracing::warn!(%error, "cannot read the leader Lease"),
+        }
+        tokio::select! {
+            () = shutdown.clone() => return Ok(()),
+            () = tokio::time::sleep(retry) => {}
+        }
+    }
+    tracing::info!(lease = %leader.lease_name, identity = %leader.identity, "leading");
+    metrics.set_leader(true);
+    let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
+    let holder = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            leader::hold(&lock).await;
+            let _ = lost_tx.send(());
+        })
+    };
+    let stop = {
+        let shutdown = shutdown.clone();
+        async move {
+            tokio::select! {
+                () = shutdown => {}
+                _ = lost_rx => {}
+            }
+        }
+    };
+    let result = run(client, config, metrics.clone(), stop).await;
+    let lost = holder.is_finished();
+    holder.abort();
+    metrics.set_leader(false);
+    if lost {
+        return Err(Error::LeaseLost(leader.lease_name));
+    }
+    if let Err(error) = lock.release().await {
+        tracing::warn!(%error, "cannot release the leader Lease");
+    }
+    result
+}
+
+/// Maps any event to one object.
+fn to<K, O>(target: &ObjectRef<K>) -> impl Fn(O) -> Option<ObjectRef<K>> + Send + Sync + 'static
+where
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+{
+    let target = target.clone();
+    move |_| Some(target.clone())
+}
+
+/// Maps any event to every object of the controller's own kind.
+fn all<K, O>(store: &Store<K>) -> impl Fn(O) -> Vec<ObjectRef<K>> + Send + Sync + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let store = store.clone();
+    move |_| {
+        store
+            .state()
+            .iter()
+            .map(|o| ObjectRef::from_obj(&**o))
+            .collect()
+    }
+}
+
+/// The error policy: counts the failure and retries with the object's backoff.
+fn policy(kind: &'static str, name: &str, error: &Error, ctx: &Context) -> Action {
+    let delay = ctx.failed(kind, name);
+    tracing::warn!(kind, name, %error, retry_in_s = delay.as_secs(), "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Consumes a controller's result stream: resets the backoff of objects that
+/// reconciled, logs the rest at debug (the error policy already logged failures).
+async fn drain<K, S, E>(kind: &'static str, stream: S, ctx: &Context)
+where
+    K: Resource,
+    S: futures::Stream<Item = Result<(ObjectRef<K>, Action), E>>,
+    E: std::fmt::Display,
+{
+    stream
+        .for_each(|result| async move {
+            match result {
+                Ok((obj, _)) => ctx.succeeded(kind, &obj.name),
+                Err(error) => tracing::debug!(kind, %error, "controller event"),
+            }
+        })
+        .await;
+}

@@ -1,0 +1,647 @@
+//! Custom resources → the controller's configuration (`proxy_pool_api::config::RawConfig`).
+//!
+//! Pure: takes the resources, the operator's base config and the data of the Secrets
+//! they reference, returns the config, the Secret keys the controller must mount and,
+//! per resource, what kept it out of the config. It never copies a Secret value into
+//! the output: passwords and vendor API keys become file paths of the mounted Secret,
+//! client credentials become their SHA-256 (the only form the config schema takes).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proxy_pool_api::config::raw::{
+    RawBasic, RawClient, RawHashedSecret, RawLabels, RawProxyCredentials, RawRate, RawRouting,
+    RawSource, RawStaticSource, RawUpstream, RawVendorApi,
+};
+use proxy_pool_api::config::{ConfigError, RawConfig, validate};
+use sha2::{Digest, Sha256};
+
+use crate::crd::{
+    DistributionClient, ProxyProtocol, Routing, SecretKeyRef, Strategy, Upstream, VendorFormat,
+};
+
+/// Data of the Secrets in the namespace, by Secret name then key.
+pub type SecretData = BTreeMap<String, BTreeMap<String, Vec<u8>>>;
+
+/// The kind of a custom resource, as it keys [`Rendered::problems`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// `Upstream`.
+    Upstream,
+    /// `Routing`.
+    Routing,
+    /// `DistributionClient`.
+    DistributionClient,
+}
+
+impl Kind {
+    /// The Kubernetes kind, also the metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Upstream => "Upstream",
+            Self::Routing => "Routing",
+            Self::DistributionClient => "DistributionClient",
+        }
+    }
+}
+
+/// Why a resource is left out of the controller config (shown as its Degraded condition).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// `PascalCase` reason, e.g. `SecretNotFound`.
+    pub reason: &'static str,
+    /// Human-readable detail; names Secrets and keys, never their values.
+    pub message: String,
+}
+
+impl Problem {
+    fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The resources and Secrets one rendering reads.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    /// Settings not derived from custom resources (store, listeners, …), from the chart.
+    pub base: &'a RawConfig,
+    /// Upstreams of the namespace.
+    pub upstreams: &'a [Upstream],
+    /// Routings of the namespace.
+    pub routings: &'a [Routing],
+    /// DistributionClients of the namespace.
+    pub clients: &'a [DistributionClient],
+    /// Data of the Secrets the resources may reference (missing name: no such Secret).
+    pub secrets: &'a SecretData,
+    /// Directory where the controller pod mounts referenced Secret keys as
+    /// `<dir>/<secret>/<key>`.
+    pub secret_dir: &'a str,
+}
+
+/// The outcome of one rendering.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rendered {
+    /// The controller config; it passed the controller's own `validate()` unless
+    /// [`Rendered::global`] is non-empty.
+    pub config: RawConfig,
+    /// Secret keys the controller pod must mount, by Secret name.
+    pub mounts: BTreeMap<String, BTreeSet<String>>,
+    /// Resources left out of the config and why, by kind and name.
+    pub problems: BTreeMap<(Kind, String), Vec<Problem>>,
+    /// Problems no single resource explains (e.g. in the base config): when non-empty
+    /// the config must not be written.
+    pub global: Vec<ConfigError>,
+    /// Digest of the referenced Secret keys' values (SHA-256 over their hashes), so a
+    /// changed password changes the config hash without revealing anything.
+    pub secrets_digest: String,
+}
+
+impl Rendered {
+    /// Problems of one resource (empty: it is in the config).
+    pub fn problems_of(&self, kind: Kind, name: &str) -> &[Problem] {
+        self.problems
+            .get(&(kind, name.to_owned()))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// The config as YAML, null fields left out.
+    pub fn to_yaml(&self) -> Result<String, serde_yaml::Error> {
+        let mut value = serde_yaml::to_value(&self.config)?;
+        strip_nulls(&mut value);
+        serde_yaml::to_string(&value)
+    }
+
+    /// Content hash of the config YAML and the referenced Secret values.
+    pub fn hash(&self, yaml: &str) -> String {
+        let mut h = Sha256::new();
+        h.update(yaml.as_bytes());
+        h.update([0]);
+        h.update(self.secrets_digest.as_bytes());
+        hex::encode(h.finalize())
+    }
+}
+
+/// Renders the config: resources with a bad reference, or that the controller's
+/// validator rejects, are left out and listed in [`Rendered::problems`].
+pub fn render(inputs: &Inputs<'_>) -> Rendered {
+    let mut cx = Cx {
+        inputs,
+        mounts: BTreeMap::new(),
+        problems: BTreeMap::new(),
+        secret_hasher: Sha256::new(),
+    };
+    let mut upstreams: Vec<(String, RawUpstream)> = sorted(inputs.upstreams)
+        .into_iter()
+        .filter_map(|u| cx.upstream(u).map(|raw| (name(u), raw)))
+        .collect();
+    let mut clients: Vec<(String, RawClient)> = sorted(inputs.clients)
+        .into_iter()
+        .filter_map(|c| cx.client(c).map(|raw| (name(c), raw)))
+        .collect();
+    let routings_in = sorted(inputs.routings);
+    let mut global = Vec::new();
+    // Leaving one resource out can invalidate another (a Routing naming a dropped
+    // Upstream), so repeat until the validator accepts or blames no resource.
+    for _ in 0..8 {
+        let upstream_names: BTreeSet<&str> = upstreams.iter().map(|(n, _)| n.as_str()).collect();
+        let client_names: BTreeSet<&str> = clients.iter().map(|(n, _)| n.as_str()).collect();
+        let mut routings: Vec<(String, RawRouting)> = Vec::new();
+        for r in &routings_in {
+            let n = name(*r);
+            if cx.problems.contains_key(&(Kind::Routing, n.clone())) {
+                continue;
+            }
+            match routing(r, &upstream_names, &client_names) {
+                Ok(raw) => routings.push((n, raw)),
+                Err(p) => cx.problem(Kind::Routing, &n, p),
+            }
+        }
+        let config = assemble(inputs.base, &upstreams, &routings, &clients);
+        let errors = match validate(&config) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0,
+        };
+        let mut blamed = false;
+        global.clear();
+        for e in errors {
+            match blame(&e.path, &upstreams, &routings, &clients) {
+                Some((kind, who)) => {
+                    blamed = true;
+                    cx.problem(
+                        kind,
+                        &who,
+                        Problem::new(
+                            "InvalidConfig",
+                            format!(
+                                "rejected by the controller's validator: {}",
+                                local_error(&e)
+                            ),
+                        ),
+                    );
+                }
+                None => global.push(e),
+            }
+        }
+        if !blamed {
+            return cx.finish(config, global);
+        }
+        upstreams.retain(|(n, _)| !cx.problems.contains_key(&(Kind::Upstream, n.clone())));
+        clients.retain(|(n, _)| {
+            !cx.problems
+                .contains_key(&(Kind::DistributionClient, n.clone()))
+        });
+    }
+    let config = assemble(inputs.base, &upstreams, &[], &clients);
+    global.push(ConfigError {
+        path: String::new(),
+        message: "the rendered config did not settle".into(),
+    });
+    cx.finish(config, global)
+}
+
+struct Cx<'a> {
+    inputs: &'a Inputs<'a>,
+    mounts: BTreeMap<String, BTreeSet<String>>,
+    problems: BTreeMap<(Kind, String), Vec<Problem>>,
+    secret_hasher: Sha256,
+}
+
+impl Cx<'_> {
+    fn problem(&mut self, kind: Kind, name: &str, p: Problem) {
+        self.problems
+            .entry((kind, name.to_owned()))
+            .or_default()
+            .push(p);
+    }
+
+    fn finish(self, config: RawConfig, global: Vec<ConfigError>) -> Rendered {
+        Rendered {
+            config,
+            mounts: self.mounts,
+            problems: self.problems,
+            global,
+            secrets_digest: hex::encode(self.secret_hasher.finalize()),
+        }
+    }
+
+    /// The Secret, or a `SecretNotFound` problem.
+    fn secret(&self, secret: &str) -> Result<&BTreeMap<String, Vec<u8>>, Problem> {
+        self.inputs.secrets.get(secret).ok_or_else(|| {
+            Problem::new(
+                "SecretNotFound",
+                format!("Secret {secret:?} does not exist in this namespace"),
+            )
+        })
+    }
+
+    /// A key the controller reads from a mounted file: returns its path.
+    fn file(&mut self, secret: &str, key: &str) -> String {
+        let value = self
+            .inputs
+            .secrets
+            .get(secret)
+            .and_then(|s| s.get(key))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        self.digest(secret, key, value);
+        self.mounts
+            .entry(secret.to_owned())
+            .or_default()
+            .insert(key.to_owned());
+        format!(
+            "{}/{secret}/{key}",
+            self.inputs.secret_dir.trim_end_matches('/')
+        )
+    }
+
+    fn digest(&mut self, secret: &str, key: &str, value: &[u8]) {
+        self.secret_hasher.update(secret.as_bytes());
+        self.secret_hasher.update([0]);
+        self.secret_hasher.update(key.as_bytes());
+        self.secret_hasher.update([0]);
+        self.secret_hasher.update(Sha256::digest(value));
+    }
+
+    /// A key whose (UTF-8, trimmed) value the config holds in clear: user names only.
+    fn clear_text(&mut self, secret: &str, key: &str) -> Result<String, Problem> {
+        let data = self.secret(secret)?;
+        let value = data
+            .get(key)
+            .ok_or_else(|| missing_key(secret, key))?
+            .clone();
+        let text = std::str::from_utf8(&value)
+            .map_err(|_| {
+                Problem::new(
+                    "InvalidSecret",
+                    format!("key {key:?} of Secret {secret:?} is not UTF-8"),
+                )
+            })?
+            .trim()
+            .to_owned();
+        self.digest(secret, key, &value);
+        Ok(text)
+    }
+
+    /// SHA-256 (lower-case hex) of a key's value: how the config holds client credentials.
+    fn hashed(&mut self, r: &SecretKeyRef) -> Result<String, Problem> {
+        let data = self.secret(&r.name)?;
+        let value = data
+            .get(&r.key)
+            .ok_or_else(|| missing_key(&r.name, &r.key))?
+            .clone();
+        let trimmed = trim_newline(&value);
+        if trimmed.is_empty() {
+            return Err(Problem::new(
+                "InvalidSecret",
+                format!("key {:?} of Secret {:?} is empty", r.key, r.name),
+            ));
+        }
+        self.digest(&r.name, &r.key, &value);
+        Ok(hex::encode(Sha256::digest(trimmed)))
+    }
+
+    /// `username` in clear + `password` as a mounted file.
+    fn proxy_credentials(&mut self, secret: &str) -> Result<RawProxyCredentials, Problem> {
+        let data = self.secret(secret)?;
+        if !data.contains_key("password") {
+            return Err(missing_key(secret, "password"));
+        }
+        let username = self.clear_text(secret, "username")?;
+        Ok(RawProxyCredentials {
+            username,
+            password: None,
+            password_file: Some(self.file(secret, "password")),
+        })
+    }
+
+    fn upstream(&mut self, u: &Upstream) -> Option<RawUpstream> {
+        let n = name(u);
+        match self.upstream_source(u) {
+            Ok(source) => Some(RawUpstream {
+                name: n,
+                source,
+                protocol: Some(
+                    match u.spec.protocol {
+                        ProxyProtocol::Http => "http",
+                        ProxyProtocol::Socks5 => "socks5",
+                    }
+                    .to_owned(),
+                ),
+                labels: u
+                    .spec
+                    .labels
+                    .as_ref()
+                    .map(|l| RawLabels {
+                        region: l.region.clone(),
+                        carrier: l.carrier.clone(),
+                    })
+                    .unwrap_or_default(),
+                ttl: Some(u.spec.ttl.clone()),
+                safety_margin: Some(u.spec.safety_margin.clone()),
+                max_concurrency_per_proxy: Some(u.spec.max_concurrency_per_proxy),
+                max_size: Some(u.spec.max_size),
+                fetch_interval: Some(u.spec.fetch_interval.clone()),
+            }),
+            Err(p) => {
+                self.problem(Kind::Upstream, &n, p);
+                None
+            }
+        }
+    }
+
+    fn upstream_source(&mut self, u: &Upstream) -> Result<RawSource, Problem> {
+        let src = &u.spec.source;
+        if let Some(v) = &src.vendor_api {
+            let budget = u.spec.fetch_budget.as_ref();
+            let (api_key_file, credentials) = match &v.credentials_secret_ref {
+                None => (None, None),
+                Some(r) => {
+                    let data = self.secret(&r.name)?;
+                    let has_key = data.contains_key("apiKey");
+                    let has_user = data.contains_key("username") || data.contains_key("password");
+                    if !has_key && !has_user {
+                        return Err(Problem::new(
+                            "SecretKeyMissing",
+                            format!(
+                                "Secret {:?} has neither key \"apiKey\" nor keys \"username\" and \"password\"",
+                                r.name
+                            ),
+                        ));
+                    }
+                    let creds = if has_user {
+                        Some(self.proxy_credentials(&r.name)?)
+                    } else {
+                        None
+                    };
+                    let key = has_key.then(|| self.file(&r.name, "apiKey"));
+                    (key, creds)
+                }
+            };
+            return Ok(RawSource {
+                static_list: None,
+                vendor_api: Some(RawVendorApi {
+                    url: v.url.clone(),
+                    format: match v.format {
+                        VendorFormat::Json => "json",
+                        VendorFormat::Lines => "lines",
+                    }
+                    .to_owned(),
+                    api_key_file,
+                    credentials,
+                    timeout: budget.map(|b| b.timeout.clone()),
+                    max_requests_per_minute: budget.map(|b| b.max_requests_per_minute),
+                }),
+            });
+        }
+        if let Some(s) = &src.static_list {
+            let credentials = match &s.credentials_secret_ref {
+                None => None,
+                Some(r) => Some(self.proxy_credentials(&r.name)?),
+            };
+            return Ok(RawSource {
+                static_list: Some(RawStaticSource {
+                    proxies: s.proxies.clone(),
+                    credentials,
+                    assume_healthy: None,
+                }),
+                vendor_api: None,
+            });
+        }
+        Err(Problem::new(
+            "InvalidSpec",
+            "source needs exactly one of vendorApi or static",
+        ))
+    }
+
+    fn client(&mut self, c: &DistributionClient) -> Option<RawClient> {
+        let n = name(c);
+        let auth = &c.spec.auth;
+        let mut out = RawClient {
+            name: n.clone(),
+            permissions: Some(
+                c.spec
+                    .permissions
+                    .iter()
+                    .map(|p| permission(*p).to_owned())
+                    .collect(),
+            ),
+            max_extract_count: c.spec.max_extract_count,
+            allowed_upstreams: c.spec.allowed_upstreams.clone(),
+            allowed_regions: c.spec.allowed_regions.clone(),
+            rate_limit: c.spec.rate_limit.as_ref().map(|r| RawRate {
+                requests_per_second: r.requests_per_second,
+                burst: r.burst,
+            }),
+            ..RawClient::default()
+        };
+        let mut problems = Vec::new();
+        if let Some(k) = &auth.api_key {
+            match self.hashed(&k.secret_ref) {
+                Ok(sha256) => out.api_keys.push(RawHashedSecret { sha256 }),
+                Err(p) => problems.push(p),
+            }
+        }
+        if let Some(b) = &auth.bearer {
+            match self.hashed(&b.secret_ref) {
+                Ok(sha256) => out.bearer_tokens.push(RawHashedSecret { sha256 }),
+                Err(p) => problems.push(p),
+            }
+        }
+        if let Some(b) = &auth.basic {
+            let secret = &b.secret_ref.name;
+            let basic = self.clear_text(secret, "username").and_then(|username| {
+                let password = SecretKeyRef {
+                    name: secret.clone(),
+                    key: "password".into(),
+                };
+                Ok(RawBasic {
+                    username,
+                    password_sha256: self.hashed(&password)?,
+                })
+            });
+            match basic {
+                Ok(b) => out.basic = Some(b),
+                Err(p) => problems.push(p),
+            }
+        }
+        if problems.is_empty() {
+            Some(out)
+        } else {
+            for p in problems {
+                self.problem(Kind::DistributionClient, &n, p);
+            }
+            None
+        }
+    }
+}
+
+/// A Routing's config entry, or why it cannot have one.
+fn routing(
+    r: &Routing,
+    upstreams: &BTreeSet<&str>,
+    clients: &BTreeSet<&str>,
+) -> Result<RawRouting, Problem> {
+    let unknown: Vec<&str> = r
+        .spec
+        .upstreams
+        .iter()
+        .map(String::as_str)
+        .filter(|u| !upstreams.contains(u))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(Problem::new(
+            "UnknownUpstream",
+            format!("upstream(s) {unknown:?} not found or not usable (see their status)"),
+        ));
+    }
+    let match_clients = r
+        .spec
+        .match_
+        .as_ref()
+        .map(|m| m.clients.clone())
+        .unwrap_or_default();
+    let unknown: Vec<&str> = match_clients
+        .iter()
+        .map(String::as_str)
+        .filter(|c| !clients.contains(c))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(Problem::new(
+            "UnknownClient",
+            format!("DistributionClient(s) {unknown:?} not found or not usable (see their status)"),
+        ));
+    }
+    // The CRD's empty list means "any upstream"; the config wants them named.
+    let names: Vec<String> = if r.spec.upstreams.is_empty() {
+        upstreams.iter().map(|s| (*s).to_owned()).collect()
+    } else {
+        r.spec.upstreams.clone()
+    };
+    if names.is_empty() {
+        return Err(Problem::new(
+            "NoUpstreams",
+            "no usable Upstream exists in this namespace",
+        ));
+    }
+    Ok(RawRouting {
+        name: name(r),
+        // The CRD runs the highest priority first, the config the lowest.
+        priority: -r.spec.priority,
+        clients: match_clients,
+        upstreams: names,
+        regions: r
+            .spec
+            .labels
+            .as_ref()
+            .map(|l| l.regions.clone())
+            .unwrap_or_default(),
+        strategy: Some(
+            match r.spec.strategy {
+                Strategy::RoundRobin => "roundRobin",
+                Strategy::LeastActive => "leastActive",
+                Strategy::PowerOfTwoChoices => "powerOfTwoChoices",
+            }
+            .to_owned(),
+        ),
+    })
+}
+
+fn assemble(
+    base: &RawConfig,
+    upstreams: &[(String, RawUpstream)],
+    routings: &[(String, RawRouting)],
+    clients: &[(String, RawClient)],
+) -> RawConfig {
+    let mut config = base.clone();
+    config.upstreams = upstreams.iter().map(|(_, u)| u.clone()).collect();
+    config.routings = routings.iter().map(|(_, r)| r.clone()).collect();
+    config.clients = clients.iter().map(|(_, c)| c.clone()).collect();
+    config
+}
+
+/// Which resource a validator error path (`routings[2].upstreams[0]`) belongs to.
+fn blame(
+    path: &str,
+    upstreams: &[(String, RawUpstream)],
+    routings: &[(String, RawRouting)],
+    clients: &[(String, RawClient)],
+) -> Option<(Kind, String)> {
+    let index = |prefix: &str| -> Option<usize> {
+        path.strip_prefix(prefix)?.split(']').next()?.parse().ok()
+    };
+    if let Some(i) = index("upstreams[") {
+        return upstreams.get(i).map(|(n, _)| (Kind::Upstream, n.clone()));
+    }
+    if let Some(i) = index("routings[") {
+        return routings.get(i).map(|(n, _)| (Kind::Routing, n.clone()));
+    }
+    if let Some(i) = index("clients[") {
+        return clients
+            .get(i)
+            .map(|(n, _)| (Kind::DistributionClient, n.clone()));
+    }
+    None
+}
+
+/// The error with its `kind[i].` prefix cut, so it reads against the resource.
+fn local_error(e: &ConfigError) -> String {
+    let field = e.path.split_once("].").map(|(_, f)| f).unwrap_or("");
+    if field.is_empty() {
+        e.message.clone()
+    } else {
+        format!("{field}: {}", e.message)
+    }
+}
+
+fn missing_key(secret: &str, key: &str) -> Problem {
+    Problem::new(
+        "SecretKeyMissing",
+        format!("Secret {secret:?} has no key {key:?}"),
+    )
+}
+
+fn trim_newline(value: &[u8]) -> &[u8] {
+    let end = value
+        .iter()
+        .rposition(|b| !matches!(b, b'\n' | b'\r'))
+        .map_or(0, |i| i + 1);
+    &value[..end]
+}
+
+fn permission(p: crate::crd::Permission) -> &'static str {
+    match p {
+        crate::crd::Permission::DistributionExtract => "distribution:extract",
+        crate::crd::Permission::GatewayConnect => "gateway:connect",
+        crate::crd::Permission::StatsRead => "stats:read",
+    }
+}
+
+fn name<K: kube::Resource>(obj: &K) -> String {
+    obj.meta().name.clone().unwrap_or_default()
+}
+
+fn sorted<K: kube::Resource>(objs: &[K]) -> Vec<&K> {
+    let mut v: Vec<&K> = objs.iter().collect();
+    v.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
+    v
+}
+
+fn strip_nulls(value: &mut serde_yaml::Value) {
+    match value {
+        serde_yaml::Value::Mapping(m) => {
+            m.retain(|_, v| !v.is_null());
+            for (_, v) in m.iter_mut() {
+                strip_nulls(v);
+            }
+        }
+        serde_yaml::Value::Sequence(s) => s.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+#[path = "render_tests.rs"]
+mod tests;
