@@ -252,6 +252,7 @@ impl Drop for RedisSentinel {
 pub struct FaultProxy {
     port: u16,
     armed: Arc<AtomicBool>,
+    blackhole: Arc<AtomicBool>,
     dropped: Arc<AtomicU64>,
     shutdown: tokio::sync::watch::Sender<bool>,
 }
@@ -264,9 +265,10 @@ impl FaultProxy {
             .expect("bind fault proxy");
         let port = listener.local_addr().expect("local addr").port();
         let armed = Arc::new(AtomicBool::new(false));
+        let blackhole = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
         let (shutdown, rx) = tokio::sync::watch::channel(false);
-        let (a, d) = (armed.clone(), dropped.clone());
+        let (a, b, d) = (armed.clone(), blackhole.clone(), dropped.clone());
         tokio::spawn(async move {
             let mut stop = rx.clone();
             loop {
@@ -274,7 +276,12 @@ impl FaultProxy {
                     _ = stop.changed() => return,
                     accepted = listener.accept() => {
                         let Ok((client, _)) = accepted else { continue };
-                        tokio::spawn(pump(client, target_port, a.clone(), d.clone(), rx.clone()));
+                        tokio::spawn(pump(
+                            client,
+                            target_port,
+                            Faults { armed: a.clone(), blackhole: b.clone(), dropped: d.clone() },
+                            rx.clone(),
+                        ));
                     }
                 }
             }
@@ -282,6 +289,7 @@ impl FaultProxy {
         Self {
             port,
             armed,
+            blackhole,
             dropped,
             shutdown,
         }
@@ -303,6 +311,12 @@ impl FaultProxy {
         self.armed.store(true, Ordering::SeqCst);
     }
 
+    /// While on, every request (on new and existing connections) is swallowed: Redis
+    /// looks alive at the TCP level but never answers.
+    pub fn set_blackhole(&self, on: bool) {
+        self.blackhole.store(on, Ordering::SeqCst);
+    }
+
     /// Whether an armed drop is still pending.
     pub fn is_armed(&self) -> bool {
         self.armed.load(Ordering::SeqCst)
@@ -320,11 +334,16 @@ impl Drop for FaultProxy {
     }
 }
 
+struct Faults {
+    armed: Arc<AtomicBool>,
+    blackhole: Arc<AtomicBool>,
+    dropped: Arc<AtomicU64>,
+}
+
 async fn pump(
     mut client: tokio::net::TcpStream,
     target_port: u16,
-    armed: Arc<AtomicBool>,
-    dropped: Arc<AtomicU64>,
+    faults: Faults,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", target_port)).await else {
@@ -339,13 +358,14 @@ async fn pump(
             _ = stop.changed() => return,
             n = cr.read(&mut up) => match n {
                 Ok(0) | Err(_) => return,
+                Ok(_) if faults.blackhole.load(Ordering::SeqCst) => {}
                 Ok(n) => if sw.write_all(&up[..n]).await.is_err() { return },
             },
             n = sr.read(&mut down) => match n {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
-                    if armed.swap(false, Ordering::SeqCst) {
-                        dropped.fetch_add(1, Ordering::SeqCst);
+                    if faults.armed.swap(false, Ordering::SeqCst) {
+                        faults.dropped.fetch_add(1, Ordering::SeqCst);
                         return; // both sockets close: the reply never reaches the client
                     }
                     if cw.write_all(&down[..n]).await.is_err() { return }

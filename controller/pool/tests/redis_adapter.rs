@@ -827,3 +827,54 @@ async fn slowlog_never_holds_a_password() {
         "a password reached the slowlog"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unanswering_redis_fails_every_caller_within_the_timeout() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let pool = pool_at(&proxy.url()).await;
+    let all = ids("b", 10);
+    fill(&pool, &all, 120).await;
+    proxy.set_blackhole(true);
+
+    // 20 callers at once: the live connection times out (500 ms), then one reconnect
+    // attempt times out and the callers queued behind it share its failure.
+    let started = Instant::now();
+    let calls: Vec<_> = (0..20)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.extract(&req(1)).await })
+        })
+        .collect();
+    for c in calls {
+        let r = c.await.unwrap();
+        assert!(matches!(r, Err(PoolError::Unavailable(_))), "{r:?}");
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(2500),
+        "callers waited {took:?}"
+    );
+    let started = Instant::now();
+    let r = pool.inventory(&UpstreamId::new("vendor-a").unwrap()).await;
+    assert!(matches!(r, Err(PoolError::Unavailable(_))), "{r:?}");
+    assert!(started.elapsed() < Duration::from_millis(1200));
+
+    // Nothing was taken while Redis did not answer; it answers again, the pool recovers.
+    proxy.set_blackhole(false);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let inv = loop {
+        match pool.inventory(&UpstreamId::new("vendor-a").unwrap()).await {
+            Ok(inv) => break inv,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("never recovered: {e:?}"),
+        }
+    };
+    assert_eq!(
+        inv.unextracted, 10,
+        "a request that never reached Redis changed nothing"
+    );
+    assert_consistent(&server.url()).await;
+}

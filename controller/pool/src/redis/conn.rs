@@ -8,7 +8,7 @@
 //! Redis error text never leaves this module: errors become short codes.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ::redis::aio::MultiplexedConnection;
 use ::redis::{ErrorKind, RedisError, ServerErrorKind};
@@ -31,6 +31,9 @@ pub(crate) struct Conn {
     timeout: Duration,
     slot: Mutex<Option<(u64, MultiplexedConnection)>>,
     connecting: tokio::sync::Mutex<u64>,
+    /// When the last connect attempt failed: callers that queued behind that attempt
+    /// share its failure instead of trying one after another (each up to the timeout).
+    last_failure: Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -69,6 +72,7 @@ impl Conn {
             timeout,
             slot: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(0),
+            last_failure: Mutex::new(None),
         }
     }
 
@@ -94,16 +98,39 @@ impl Conn {
         {
             return Ok(c);
         }
+        let waiting_since = Instant::now();
         let mut generation = self.connecting.lock().await;
         if let Some(c) = self.current()
             && Some(c.0) != failed
         {
             return Ok(c);
         }
-        let mut conn = self.connector.connect(self.timeout).await?;
-        self.load_scripts(&mut conn)
-            .await
-            .map_err(|f| unavailable(&f))?;
+        let failed_meanwhile = self
+            .last_failure
+            .lock()
+            .ok()
+            .and_then(|f| *f)
+            .is_some_and(|t| t >= waiting_since);
+        if failed_meanwhile {
+            return Err(PoolError::Unavailable("connect_failed".into()));
+        }
+        let connected = match self.connector.connect(self.timeout).await {
+            Ok(mut conn) => self
+                .load_scripts(&mut conn)
+                .await
+                .map(|()| conn)
+                .map_err(|f| unavailable(&f)),
+            Err(e) => Err(e),
+        };
+        let conn = match connected {
+            Ok(conn) => conn,
+            Err(e) => {
+                if let Ok(mut f) = self.last_failure.lock() {
+                    *f = Some(Instant::now());
+                }
+                return Err(e);
+            }
+        };
         *generation += 1;
         if let Ok(mut s) = self.slot.lock() {
             *s = Some((*generation, conn.clone()));
