@@ -11,6 +11,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cli;
+pub mod grpc;
 pub mod handshake;
 pub mod memory;
 pub mod model;
@@ -18,6 +19,7 @@ pub mod ports;
 pub mod prober;
 pub mod runner;
 
+pub use grpc::{GrpcBinding, GrpcOptions};
 pub use memory::{MemorySink, MemorySource};
 pub use model::{
     Check, FailureCode, Observation, ProbeTask, ProxyCredentials, ProxyProtocol, Tier,

@@ -1,13 +1,21 @@
 //! `proxy-pool-checker` entry point: parses arguments and composes the library.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
+use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
+use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_checker::cli::parse_proxy_url;
-use proxy_pool_checker::{Check, NetProber, ProbeTask, Prober, ProberOptions};
+use proxy_pool_checker::{
+    Check, GrpcBinding, GrpcOptions, NetProber, ProbeTask, Prober, ProberOptions, RunnerOptions,
+    Tier,
+};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -17,6 +25,41 @@ use proxy_pool_checker::{Check, NetProber, ProbeTask, Prober, ProberOptions};
 struct Args {
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Control plane, `https://controller:port` (`http://127.0.0.1:port` with
+    /// `--loopback-plaintext`).
+    #[arg(long)]
+    controller: String,
+    /// This checker's ID (the name in its certificate).
+    #[arg(long)]
+    checker_id: String,
+    /// Echo server (plain HTTP) for EGRESS checks, `host:port`.
+    #[arg(long)]
+    echo: SocketAddr,
+    /// Probes at once.
+    #[arg(long, default_value_t = 32)]
+    concurrency: u32,
+    /// Seconds in-flight probes get after SIGTERM / Ctrl-C.
+    #[arg(long, default_value_t = 10)]
+    grace: u64,
+    /// Plaintext to a loopback controller (local runs and tests only).
+    #[arg(long)]
+    loopback_plaintext: bool,
+    /// Trust bundle (PEM) for the controller's certificate.
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// Workload certificate chain (PEM).
+    #[arg(long)]
+    cert: Option<PathBuf>,
+    /// Workload private key (PEM).
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// Name the controller's certificate carries.
+    #[arg(long, default_value = "proxy-pool-controller")]
+    server_name: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -36,12 +79,8 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         timeout: u64,
     },
-    /// Pull tasks from the controller and report observations.
-    Run {
-        /// Controller control-plane address.
-        #[arg(long)]
-        controller: String,
-    },
+    /// Pull tasks from the controller's CheckerControlPlane and report observations.
+    Run(RunArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -58,10 +97,7 @@ fn main() -> anyhow::Result<()> {
             target,
             timeout,
         } => rt.block_on(probe(&proxy, echo, &target, timeout)),
-        Command::Run { controller: _ } => bail!(
-            "the CheckerControlPlane gRPC binding is not built yet; embed the checker \
-             library with an in-process binding (see docs/providers-and-health.md)"
-        ),
+        Command::Run(run_args) => rt.block_on(run(run_args)),
     }
 }
 
@@ -83,7 +119,7 @@ async fn probe(
         });
     }
     let task = ProbeTask {
-        task_id: 1,
+        task_id: "cli".into(),
         proxy_id: "cli".into(),
         protocol: url.protocol,
         host: url.host,
@@ -112,4 +148,78 @@ async fn probe(
         bail!("probe failed");
     }
     Ok(())
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let transport = if args.loopback_plaintext {
+        ClientTransport::LoopbackPlaintext
+    } else {
+        let read = |p: &Option<PathBuf>, what: &str| -> anyhow::Result<String> {
+            let p = p
+                .as_ref()
+                .with_context(|| format!("--{what} is required for mTLS"))?;
+            std::fs::read_to_string(p).with_context(|| format!("reading --{what}"))
+        };
+        ClientTransport::Mtls {
+            ca_pem: read(&args.ca, "ca")?,
+            cert_pem: read(&args.cert, "cert")?,
+            key_pem: Secret::new(read(&args.key, "key")?),
+            server_name: args.server_name.clone(),
+        }
+    };
+    let tiers = vec![Tier::Basic, Tier::Egress, Tier::Target];
+    let concurrency =
+        NonZeroUsize::new(args.concurrency as usize).context("--concurrency must be >= 1")?;
+    let shutdown = CancellationToken::new();
+    let binding = GrpcBinding::start(
+        GrpcOptions {
+            endpoint: args.controller.clone(),
+            transport,
+            client: ClientOptions::default(),
+            checker_id: args.checker_id.clone(),
+            instance_id: format!("{}-{}", args.checker_id, std::process::id()),
+            max_concurrency: args.concurrency,
+            tiers: tiers.clone(),
+            idle_wait: Duration::from_millis(500),
+        },
+        shutdown.clone(),
+    );
+    let options = RunnerOptions {
+        concurrency,
+        tiers,
+        grace: Duration::from_secs(args.grace),
+        ..RunnerOptions::default()
+    };
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down: finishing in-flight probes");
+        signal.cancel();
+    });
+    tracing::info!(checker = %args.checker_id, "checker running");
+    let stats = proxy_pool_checker::run(
+        Arc::new(binding.clone()),
+        Arc::new(binding),
+        Arc::new(NetProber::new(ProberOptions::new(args.echo))),
+        options,
+        shutdown,
+    )
+    .await;
+    tracing::info!(?stats, "checker stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }

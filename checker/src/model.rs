@@ -89,7 +89,7 @@ impl Check {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeTask {
     /// Task ID (echoed back).
-    pub task_id: u64,
+    pub task_id: String,
     /// Proxy ID (echoed back).
     pub proxy_id: String,
     /// Proxy protocol.
@@ -150,7 +150,7 @@ impl FailureCode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Observation {
     /// Task ID.
-    pub task_id: u64,
+    pub task_id: String,
     /// Proxy ID.
     pub proxy_id: String,
     /// Tier.

@@ -229,14 +229,14 @@ impl Prober for NetProber {
                 });
             let success = outcome.failure.is_none();
             debug!(
-                task = task.task_id,
+                task = %task.task_id,
                 tier = check.tier().as_str(),
                 success,
                 failure = outcome.failure.map(FailureCode::as_str),
                 "check done"
             );
             out.push(Observation {
-                task_id: task.task_id,
+                task_id: task.task_id.clone(),
                 proxy_id: task.proxy_id.clone(),
                 tier: check.tier(),
                 routing: match check {

@@ -18,9 +18,9 @@ fn prober(sim: &Simulator) -> NetProber {
     NetProber::new(o)
 }
 
-fn task(id: u64, p: &SimProxy, checks: Vec<Check>) -> ProbeTask {
+fn task(id: usize, p: &SimProxy, checks: Vec<Check>) -> ProbeTask {
     ProbeTask {
-        task_id: id,
+        task_id: format!("t{id}"),
         proxy_id: p.id.clone(),
         protocol: match p.protocol {
             Protocol::Http => ProxyProtocol::Http,
@@ -207,7 +207,7 @@ async fn runner_bounds_concurrency_and_finishes_in_flight_probes_on_shutdown() {
         );
     }
     for (i, p) in slow.iter().enumerate() {
-        assert!(source.push(task(i as u64, p, vec![Check::Basic])));
+        assert!(source.push(task(i, p, vec![Check::Basic])));
     }
     let options = RunnerOptions {
         concurrency: std::num::NonZeroUsize::new(2).unwrap(),

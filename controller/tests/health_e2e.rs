@@ -44,7 +44,7 @@ fn to_tier(t: checker::Tier) -> Tier {
 fn to_probe(t: CheckTask) -> checker::ProbeTask {
     let left = t.deadline.since(SystemClock.now());
     checker::ProbeTask {
-        task_id: t.task_id,
+        task_id: t.task_id.to_string(),
         proxy_id: t.proxy_id.to_string(),
         protocol: match t.protocol {
             Protocol::Http => checker::ProxyProtocol::Http,
@@ -79,7 +79,7 @@ fn to_probe(t: CheckTask) -> checker::ProbeTask {
 
 fn from_obs(o: checker::Observation) -> Option<Observation> {
     Some(Observation {
-        task_id: o.task_id,
+        task_id: o.task_id.parse().ok()?,
         proxy_id: ProxyId::new(o.proxy_id).ok()?,
         tier: to_tier(o.tier),
         routing: o.routing,

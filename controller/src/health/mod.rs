@@ -8,12 +8,14 @@
 //! restart starts every streak afresh). It never probes anything itself and never
 //! logs proxy credentials (tasks carry them to the checker, nothing prints them).
 
+mod bridge;
 mod metrics;
 mod model;
 mod planner;
 mod reducer;
 mod service;
 
+pub use bridge::{BridgeOptions, CheckerBridge, from_wire, to_wire};
 pub use metrics::HealthMetrics;
 pub use model::{Check, CheckTask, CheckerId, FailureCode, Observation, Tier};
 pub use planner::{Announced, Lease, MAX_TARGETS, Planner, PlannerConfig, TargetSpec, Verdict};

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use activity_pool::Timestamp;
-use activity_pool::model::{Credentials, Label, Protocol, ProxyId};
+use activity_pool::model::{Credentials, Label, Protocol, ProxyId, UpstreamId};
 
 /// A check tier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -127,6 +127,8 @@ pub struct CheckTask {
     pub task_id: u64,
     /// The proxy.
     pub proxy_id: ProxyId,
+    /// Its upstream.
+    pub upstream: UpstreamId,
     /// Its protocol.
     pub protocol: Protocol,
     /// Its host.

@@ -120,6 +120,16 @@ impl HealthService {
         self.planner.lock().len()
     }
 
+    /// Gives leased tasks back without a verdict (e.g. they could not be queued); the
+    /// proxies are due again at once.
+    pub fn release_tasks(&self, task_ids: &[u64]) {
+        let now = self.clock.now();
+        let mut p = self.planner.lock();
+        for t in task_ids {
+            p.release(*t, now);
+        }
+    }
+
     /// Starts tracking proxies (also the [`ProxyAnnouncer`] entry point).
     pub fn track(&self, ids: &[ProxyId]) {
         let a = self.planner.lock().announce(ids);
@@ -162,6 +172,7 @@ impl HealthService {
                 _ => tasks.push(CheckTask {
                     task_id: lease.task_id,
                     proxy_id: lease.proxy_id,
+                    upstream: record.upstream,
                     protocol: record.protocol,
                     host: record.host,
                     port: record.port,

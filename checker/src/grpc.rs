@@ -1,0 +1,391 @@
+//! The `CheckerControlPlane` binding of the checker's ports: register, keep one
+//! `StreamTasks` stream open (reconnecting with jittered, bounded backoff), buffer the
+//! pushed tasks in a bounded channel for [`TaskSource::next_tasks`], and send
+//! observations with `ReportObservations`. Protobuf is converted to the checker's
+//! domain types here and nowhere else. Credentials pass through, never logged.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use proxy_pool_api::controlplane::client::{Backoff, ClientOptions, ClientTransport, connect};
+use proxy_pool_api::controlplane::model as wire;
+use proxy_pool_api::controlplane::pb;
+use proxy_pool_api::controlplane::pb::checker_control_plane_client::CheckerControlPlaneClient;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use tracing::{debug, warn};
+
+use crate::model::{
+    Check, FailureCode, Observation, ProbeTask, ProxyCredentials, ProxyProtocol, Tier,
+};
+use crate::ports::{BindingError, ObservationSink, TaskSource};
+
+/// Protocol versions this checker speaks.
+pub const SUPPORTED_PROTOCOL_VERSIONS: [u32; 1] = [1];
+
+/// Settings of the binding.
+#[derive(Clone, Debug)]
+pub struct GrpcOptions {
+    /// `https://controller:port` (or `http://127.0.0.1:port` for the loopback fixture).
+    pub endpoint: String,
+    /// mTLS or loopback plaintext.
+    pub transport: ClientTransport,
+    /// Connection limits.
+    pub client: ClientOptions,
+    /// This checker's ID (must match its certificate).
+    pub checker_id: String,
+    /// This process.
+    pub instance_id: String,
+    /// Tasks outstanding at once (the runner's concurrency).
+    pub max_concurrency: u32,
+    /// Tiers it runs.
+    pub tiers: Vec<Tier>,
+    /// Wait for a first task in `next_tasks` before answering "none".
+    pub idle_wait: Duration,
+}
+
+type Client = CheckerControlPlaneClient<Channel>;
+
+#[derive(Debug)]
+struct Shared {
+    options: GrpcOptions,
+    session: Mutex<Option<(Client, String)>>,
+    tasks: tokio::sync::Mutex<mpsc::Receiver<ProbeTask>>,
+}
+
+/// The binding; clone it to use it as both ports.
+#[derive(Clone, Debug)]
+pub struct GrpcBinding {
+    shared: Arc<Shared>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn wire_tier(t: Tier) -> pb::CheckTier {
+    match t {
+        Tier::Basic => pb::CheckTier::Basic,
+        Tier::Egress => pb::CheckTier::Egress,
+        Tier::Target => pb::CheckTier::Target,
+    }
+}
+
+/// `host:port` or `scheme://host[:port][/…]` of a TARGET check.
+pub fn target_host_port(url: &str) -> Option<(String, u16)> {
+    let (default_port, rest) = match url.split_once("://") {
+        Some(("https", rest)) => (Some(443), rest),
+        Some(("http", rest)) => (Some(80), rest),
+        Some(_) => return None,
+        None => (None, url),
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (h, p) = v6.split_once(']')?;
+            (h, p.strip_prefix(':'))
+        }
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    let port = match port {
+        Some(p) => p.parse().ok()?,
+        None => default_port?,
+    };
+    (!host.is_empty() && port != 0).then(|| (host.to_owned(), port))
+}
+
+/// A wire task as a probe task (one check); `None` when it cannot be run.
+pub fn task_from_wire(t: wire::CheckTask) -> Option<ProbeTask> {
+    let check = match t.tier {
+        wire::CheckTier::Basic => Check::Basic,
+        wire::CheckTier::Egress => Check::Egress,
+        wire::CheckTier::Target => {
+            let (host, port) = target_host_port(&t.target?.url)?;
+            Check::Target {
+                routing: t.routing.unwrap_or_default(),
+                host,
+                port,
+            }
+        }
+    };
+    let left = u64::try_from(t.deadline_ms.saturating_sub(now_ms())).unwrap_or(0);
+    Some(ProbeTask {
+        task_id: t.task_id,
+        proxy_id: t.proxy.id,
+        protocol: match t.proxy.protocol {
+            wire::Protocol::Http => ProxyProtocol::Http,
+            wire::Protocol::Socks5 => ProxyProtocol::Socks5,
+        },
+        host: t.proxy.host,
+        port: t.proxy.port,
+        credentials: t.proxy.credentials.map(|c| ProxyCredentials {
+            username: c.username,
+            password: c.password.expose().to_owned(),
+        }),
+        checks: vec![check],
+        deadline: Instant::now() + Duration::from_millis(left),
+    })
+}
+
+/// An observation on the wire.
+pub fn observation_to_wire(o: &Observation) -> wire::Observation {
+    wire::Observation {
+        task_id: o.task_id.clone(),
+        proxy_id: o.proxy_id.clone(),
+        tier: match o.tier {
+            Tier::Basic => wire::CheckTier::Basic,
+            Tier::Egress => wire::CheckTier::Egress,
+            Tier::Target => wire::CheckTier::Target,
+        },
+        success: o.success,
+        latency: o.latency.unwrap_or_default(),
+        failure_code: o.failure.map(|f| f.as_str().to_owned()),
+        egress_address: o.egress.map(|ip: IpAddr| ip.to_string()),
+        anonymity_leak: o.failure == Some(FailureCode::ClientLeaked),
+        routing: o.routing.clone(),
+        observed_at_ms: now_ms(),
+    }
+}
+
+impl GrpcBinding {
+    /// Starts the stream loop (until `shutdown`) and returns the binding.
+    pub fn start(options: GrpcOptions, shutdown: CancellationToken) -> Self {
+        let buffer = usize::try_from(options.max_concurrency)
+            .unwrap_or(1)
+            .clamp(1, 4_096);
+        let (tx, rx) = mpsc::channel(buffer);
+        let shared = Arc::new(Shared {
+            options,
+            session: Mutex::new(None),
+            tasks: tokio::sync::Mutex::new(rx),
+        });
+        tokio::spawn(stream_loop(shared.clone(), tx, shutdown));
+        Self { shared }
+    }
+
+    /// Whether a session is registered right now.
+    pub fn registered(&self) -> bool {
+        self.shared.session.lock().is_some()
+    }
+}
+
+async fn register(shared: &Shared) -> Result<(Client, String), String> {
+    let o = &shared.options;
+    let channel = connect(&o.endpoint, &o.transport, &o.client)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut client = Client::new(channel);
+    let reg = client
+        .register_checker(pb::RegisterCheckerRequest {
+            checker_id: o.checker_id.clone(),
+            instance_id: o.instance_id.clone(),
+            max_concurrency: o.max_concurrency.max(1),
+            tiers: o.tiers.iter().map(|t| wire_tier(*t) as i32).collect(),
+            supported_protocol_versions: SUPPORTED_PROTOCOL_VERSIONS.to_vec(),
+        })
+        .await
+        .map_err(|s| format!("register: {}", s.code()))?
+        .into_inner();
+    Ok((client, reg.session_id))
+}
+
+async fn stream_loop(
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<ProbeTask>,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+    while !shutdown.is_cancelled() {
+        let served = tokio::select! {
+            () = shutdown.cancelled() => break,
+            r = stream_once(&shared, &tx) => r,
+        };
+        *shared.session.lock() = None;
+        match served {
+            Ok(()) => backoff.reset(),
+            Err(e) => warn!(error = %e, "checker control-plane stream failed"),
+        }
+        let delay = backoff.next_delay();
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+    *shared.session.lock() = None;
+}
+
+async fn stream_once(shared: &Shared, tx: &mpsc::Sender<ProbeTask>) -> Result<(), String> {
+    let (mut client, session) = register(shared).await?;
+    let mut stream = client
+        .stream_tasks(pb::StreamTasksRequest {
+            checker_id: shared.options.checker_id.clone(),
+            session_id: session.clone(),
+        })
+        .await
+        .map_err(|s| format!("stream: {}", s.code()))?
+        .into_inner();
+    *shared.session.lock() = Some((client, session));
+    loop {
+        let msg = stream
+            .message()
+            .await
+            .map_err(|s| format!("stream: {}", s.code()))?;
+        let Some(task) = msg else { return Ok(()) };
+        let task = match wire::CheckTask::try_from(task) {
+            Ok(t) => t,
+            Err(e) => {
+                debug!(error = %e, "undecodable check task skipped");
+                continue;
+            }
+        };
+        let Some(task) = task_from_wire(task) else {
+            debug!("check task without a usable target skipped");
+            continue;
+        };
+        if tx.send(task).await.is_err() {
+            return Ok(());
+        }
+    }
+}
+
+#[async_trait]
+impl TaskSource for GrpcBinding {
+    async fn next_tasks(
+        &self,
+        max: usize,
+        _tiers: &[Tier],
+    ) -> Result<Vec<ProbeTask>, BindingError> {
+        let mut rx = self.shared.tasks.lock().await;
+        let mut out = Vec::new();
+        match tokio::time::timeout(self.shared.options.idle_wait, rx.recv()).await {
+            Ok(Some(t)) => out.push(t),
+            Ok(None) => return Err(BindingError::Unavailable("task stream closed".into())),
+            Err(_) => return Ok(out),
+        }
+        while out.len() < max {
+            match rx.try_recv() {
+                Ok(t) => out.push(t),
+                Err(_) => break,
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl ObservationSink for GrpcBinding {
+    async fn submit(&self, observations: Vec<Observation>) -> Result<(), BindingError> {
+        let current = self.shared.session.lock().clone();
+        let Some((mut client, session)) = current else {
+            return Err(BindingError::Unavailable("not registered".into()));
+        };
+        let req = pb::ReportObservationsRequest {
+            checker_id: self.shared.options.checker_id.clone(),
+            session_id: session,
+            observations: observations
+                .iter()
+                .map(|o| pb::Observation::from(&observation_to_wire(o)))
+                .collect(),
+        };
+        match client.report_observations(req).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                debug!(
+                    accepted = r.accepted,
+                    discarded = r.discarded,
+                    "observations reported"
+                );
+                Ok(())
+            }
+            Err(s) if s.code() == tonic::Code::Unavailable => {
+                Err(BindingError::Unavailable(s.code().to_string()))
+            }
+            Err(s) => Err(BindingError::Refused(s.code().to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_urls() {
+        assert_eq!(
+            target_host_port("example.com:8443"),
+            Some(("example.com".into(), 8443))
+        );
+        assert_eq!(
+            target_host_port("https://example.com/x"),
+            Some(("example.com".into(), 443))
+        );
+        assert_eq!(
+            target_host_port("http://[::1]:81/"),
+            Some(("::1".into(), 81))
+        );
+        assert_eq!(target_host_port("example.com"), None);
+        assert_eq!(target_host_port("ftp://x:1"), None);
+        assert_eq!(target_host_port("h:0"), None);
+    }
+
+    #[test]
+    fn tasks_and_observations_convert() {
+        let t = wire::CheckTask {
+            task_id: "h1-0".into(),
+            tier: wire::CheckTier::Target,
+            proxy: wire::ProxyEndpoint {
+                id: "p".into(),
+                upstream: "u".into(),
+                protocol: wire::Protocol::Socks5,
+                host: "127.0.0.2".into(),
+                port: 1080,
+                credentials: Some(wire::Credentials {
+                    username: "a".into(),
+                    password: wire::Secret::new("b"),
+                }),
+            },
+            deadline_ms: now_ms() + 5_000,
+            routing: Some("r".into()),
+            target: Some(wire::CheckTarget {
+                url: "127.0.0.1:80".into(),
+                expect_status: None,
+            }),
+        };
+        let p = task_from_wire(t).unwrap();
+        assert_eq!(
+            p.checks,
+            vec![Check::Target {
+                routing: "r".into(),
+                host: "127.0.0.1".into(),
+                port: 80
+            }]
+        );
+        assert_eq!(p.credentials.unwrap().password, "b");
+        assert!(p.deadline > Instant::now() + Duration::from_secs(4));
+        let o = Observation {
+            task_id: "h1-0".into(),
+            proxy_id: "p".into(),
+            tier: Tier::Egress,
+            routing: None,
+            success: false,
+            latency: Some(Duration::from_millis(3)),
+            failure: Some(FailureCode::ClientLeaked),
+            egress: Some(IpAddr::from([127, 0, 0, 1])),
+        };
+        let w = observation_to_wire(&o);
+        assert!(w.anonymity_leak);
+        assert_eq!(w.failure_code.as_deref(), Some("client_leaked"));
+        assert_eq!(w.egress_address.as_deref(), Some("127.0.0.1"));
+    }
+}
