@@ -1,4 +1,5 @@
 //! Proxy Pool operator: the custom resource types and (later) their reconcilers.
 
 pub mod crd;
+pub mod identity;
 pub mod reconcile;

@@ -1,0 +1,22 @@
+//! Worker side of Proxy Pool's SPIFFE-style identities (see `docs/identity.md`).
+//!
+//! A worker (gateway or checker) generates its private key in memory, sends a CSR and
+//! its projected ServiceAccount token to the operator's issuance endpoint over
+//! server-authenticated TLS (trusting the operator's CA bundle file), keeps the issued
+//! certificate and key in memory behind an [`IdentityHandle`] that rustls can use on
+//! both sides of a connection, and renews at about half-life with jitter.
+//!
+//! This crate owns the wire contract of `POST /v1/identity/issue` ([`wire`]), which the
+//! operator's issuer also uses. It never writes the key to disk, never logs the token,
+//! the key or the certificate, and does not depend on `kube`.
+
+mod client;
+mod error;
+mod handle;
+mod renew;
+pub mod wire;
+
+pub use client::{ClientConfig, IdentityClient};
+pub use error::ClientError;
+pub use handle::{Identity, IdentityHandle};
+pub use renew::{Backoff, RenewalPolicy, run_renewal};

@@ -1,0 +1,172 @@
+//! The HTTPS issuance endpoint: `fn router(issuer) -> Router` (tested with `oneshot`)
+//! and [`serve`], which takes a bound listener, the TLS config and a shutdown future.
+//! Server-only TLS: the caller proves itself with its token, not a client certificate.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::routing::post;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use rustls::server::ResolvesServerCert;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+
+use super::error::IssueError;
+use super::issuer::Issuer;
+use super::wire::{ISSUE_PATH, IssueRequest, IssueResponse, MAX_REQUEST_BYTES};
+
+/// Deadline for the TLS handshake and for reading request headers.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Deadline for one issuance (TokenReview + lookups + signing).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections served at once; more are closed on accept.
+const MAX_CONNECTIONS: usize = 512;
+/// How long in-flight requests may run after shutdown begins.
+const GRACE: Duration = Duration::from_secs(10);
+
+/// The endpoint's routes.
+pub fn router(issuer: Arc<Issuer>) -> Router {
+    Router::new()
+        .route(ISSUE_PATH, post(issue))
+        .with_state(issuer)
+}
+
+async fn issue(
+    State(issuer): State<Arc<Issuer>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<IssueResponse>, IssueError> {
+    let result = handle(&issuer, &headers, body).await;
+    match &result {
+        Err(e @ (IssueError::Unavailable(_) | IssueError::Internal(_))) => {
+            tracing::warn!(error = %e, "identity issuance failed");
+        }
+        Err(e) => tracing::debug!(status = e.status().as_u16(), "identity request refused"),
+        Ok(_) => {}
+    }
+    result.map(Json)
+}
+
+async fn handle(
+    issuer: &Issuer,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<IssueResponse, IssueError> {
+    let token = bearer(headers).ok_or(IssueError::Unauthenticated("missing bearer token"))?;
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return Err(IssueError::UnsupportedMediaType);
+    }
+    let bytes = axum::body::to_bytes(body, MAX_REQUEST_BYTES)
+        .await
+        .map_err(|e| {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                IssueError::PayloadTooLarge
+            } else {
+                IssueError::BadRequest("could not read the request body".into())
+            }
+        })?;
+    let request: IssueRequest = serde_json::from_slice(&bytes)
+        .map_err(|_| IssueError::BadRequest(r#"body must be {"csr": "<PEM CSR>"}"#.into()))?;
+    tokio::time::timeout(REQUEST_TIMEOUT, issuer.issue(token, &request.csr))
+        .await
+        .map_err(|_| IssueError::Unavailable("issuance timed out".into()))?
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// A server-only TLS configuration (ring, TLS 1.2/1.3, `http/1.1`).
+pub fn server_tls(
+    resolver: Arc<dyn ResolvesServerCert>,
+) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Serves `app` over TLS on `listener` until `shutdown` completes, then lets
+/// in-flight requests finish for up to a bounded grace period.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Router,
+    shutdown: impl Future<Output = ()>,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    tokio::pin!(shutdown);
+    loop {
+        let tcp = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            tracing::debug!("connection limit reached; closing a new connection");
+            continue;
+        };
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone());
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(HANDSHAKE_TIMEOUT);
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            if let Err(error) = watcher.watch(conn).await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("identity endpoint: grace period over; dropping open connections");
+    }
+}
+
+#[cfg(test)]
+#[path = "http_tests.rs"]
+mod tests;
