@@ -409,3 +409,28 @@ async fn static_source_refreshes_and_counts_pool_drops() {
         "assumed healthy"
     );
 }
+
+#[tokio::test]
+async fn run_stops_promptly_on_shutdown_even_mid_fetch() {
+    let p = pool(false).await;
+    let addr = hostile_vendor().await;
+    let mut opts = options(PoolProtocol::Http);
+    opts.budget.request_timeout = Duration::from_secs(30);
+    let source = HttpVendorSource::new(
+        &format!("http://{addr}/slow"),
+        VendorFormat::Json,
+        VendorAuth::None,
+    )
+    .unwrap();
+    let r = reconciler(opts, source, &p, &ProviderMetrics::default());
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(r.run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = tokio::time::Instant::now();
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(1), task)
+        .await
+        .expect("run returns within a second of shutdown")
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1));
+}

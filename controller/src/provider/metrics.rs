@@ -138,3 +138,33 @@ impl ProviderMetrics {
         self.consecutive_failures.get_or_create(&up(upstream)).get()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::encoding::text::encode;
+
+    #[test]
+    fn exposition_has_the_documented_names_and_labels() {
+        let m = ProviderMetrics::default();
+        m.fetch_result("vendor-a", "ok");
+        m.add_fetched("vendor-a", 3);
+        m.add_upserted("vendor-a", 2, 1);
+        m.add_dropped("vendor-a", "malformed", 2);
+        m.set_failures("vendor-a", 0);
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for line in [
+            "provider_fetches_total{upstream=\"vendor-a\",reason=\"ok\"} 1",
+            "provider_fetched_proxies_total{upstream=\"vendor-a\"} 3",
+            "provider_upserted_proxies_total{upstream=\"vendor-a\"} 2",
+            "provider_refreshed_proxies_total{upstream=\"vendor-a\"} 1",
+            "provider_dropped_proxies_total{upstream=\"vendor-a\",reason=\"malformed\"} 2",
+            "provider_consecutive_failures{upstream=\"vendor-a\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+}

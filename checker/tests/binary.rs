@@ -1,0 +1,94 @@
+//! The `proxy-pool-checker` binary: one-shot probes of a live simulator proxy, and a
+//! clean exit on SIGTERM.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use proxy_pool_e2e::sim::{FailureMode, Protocol, SimConfig, Simulator};
+
+const BIN: &str = env!("CARGO_BIN_EXE_proxy-pool-checker");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_prints_observations_without_secrets() {
+    let sim = Simulator::start(SimConfig::default()).await.unwrap();
+    let p = sim
+        .spawn_proxy(Protocol::Socks5, Duration::from_secs(60), FailureMode::None)
+        .await
+        .unwrap();
+    let echo = sim.echo_http_addr().to_string();
+    let url = p.url();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(BIN)
+            .args(["probe", "--proxy", &url, "--echo", &echo])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["tier"], "basic");
+    assert_eq!(lines[1]["tier"], "egress");
+    let egress = sim.live_proxies()[0].egress_ip.to_string();
+    assert_eq!(lines[1]["egress"], egress.as_str());
+    assert!(!stdout.contains(&p.password) && !stderr.contains(&p.password));
+
+    sim.set_failure(&p.id, FailureMode::BadAuth).unwrap();
+    let (url, echo) = (p.url(), sim.echo_http_addr().to_string());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(BIN)
+            .args(["probe", "--proxy", &url, "--echo", &echo])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("auth_rejected"));
+}
+
+#[test]
+fn run_exits_cleanly_on_sigterm() {
+    let mut child = Command::new(BIN)
+        .args([
+            "run",
+            "--loopback-plaintext",
+            "--controller",
+            "http://127.0.0.1:1",
+            "--checker-id",
+            "chk-test",
+            "--echo",
+            "127.0.0.1:9",
+            "--grace",
+            "2",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "still running");
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
