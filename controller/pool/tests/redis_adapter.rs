@@ -878,3 +878,44 @@ async fn unanswering_redis_fails_every_caller_within_the_timeout() {
     );
     assert_consistent(&server.url()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_sweeps_run_in_bounded_scripts_and_report_more() {
+    use activity_pool::ManualClock;
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_now();
+    let options = RedisOptions {
+        clock_override: Some(std::sync::Arc::new(clock.clone())),
+        ..RedisOptions::default()
+    };
+    let pool = RedisPool::new(RedisConnector::direct(&server.url()).unwrap(), options)
+        .await
+        .unwrap();
+    let all = ids("w", 1300);
+    for chunk in all.chunks(650) {
+        fill(&pool, chunk, 60).await;
+    }
+    let worker = WorkerId::new("w").unwrap();
+    for id in &all[..700] {
+        let p = ProxyId::new(id.as_str()).unwrap();
+        pool.assign(&p, &worker, Duration::from_secs(10))
+            .await
+            .unwrap();
+    }
+    clock.advance(Duration::from_secs(20));
+    let e = pool.expire(600).await.unwrap();
+    assert_eq!((e.released.len(), e.more), (600, true));
+    let e = pool.expire(600).await.unwrap();
+    assert_eq!((e.released.len(), e.more), (100, false));
+
+    clock.advance(Duration::from_secs(60));
+    let p = pool.purge_expired(1000).await.unwrap();
+    assert_eq!((p.purged, p.more), (1000, true));
+    let p = pool.purge_expired(1000).await.unwrap();
+    assert_eq!((p.purged, p.more), (300, false));
+    let inv = pool
+        .inventory(&UpstreamId::new("vendor-a").unwrap())
+        .await
+        .unwrap();
+    assert_eq!((inv.unextracted, inv.managed), (0, 0));
+}

@@ -9,6 +9,7 @@ use serde_json::json;
 use super::codec::{StoredAssignment, decode, lua_vec, ms};
 use super::keys::CallKeys;
 use super::scripts::Script;
+use super::write::SCRIPT_SWEEP;
 use super::{Call, RedisPool};
 use crate::error::{PoolError, PoolResult};
 use crate::model::{Assignment, ExpiredAssignments, ProxyId, WorkerId};
@@ -115,18 +116,21 @@ impl OwnershipRepository for RedisPool {
         if limit > MAX_SWEEP {
             return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
         }
-        let r: ExpireReply = decode(
-            self.run(Call::new(
-                Script::Expire,
-                self.write_keys(Script::Expire),
-                json!({ "lim": limit }),
-            ))
-            .await?,
-            "expire reply",
-        )?;
-        Ok(ExpiredAssignments {
-            released: r.rel.into_iter().map(Assignment::from).collect(),
-            more: r.more,
-        })
+        let mut out = ExpiredAssignments::default();
+        let mut left = limit;
+        loop {
+            let lim = left.min(SCRIPT_SWEEP);
+            let keys = self.write_keys(Script::Expire);
+            let r = self
+                .run(Call::new(Script::Expire, keys, json!({ "lim": lim })))
+                .await?;
+            let r: ExpireReply = decode(r, "expire reply")?;
+            out.released.extend(r.rel.into_iter().map(Assignment::from));
+            out.more = r.more;
+            left -= lim;
+            if left == 0 || !r.more {
+                return Ok(out);
+            }
+        }
     }
 }

@@ -14,6 +14,12 @@ use crate::model::{
     RemoveResult, UpsertReport, UpstreamId,
 };
 use crate::options::{MAX_SWEEP, UPSERT_CHUNK};
+
+/// Most updates / IDs one health or removal script carries (each update is its own
+/// atomic step; chunks keep every script well under a few milliseconds).
+pub(super) const SCRIPT_BATCH: usize = 128;
+/// Most records / leases one purge or expire script handles.
+pub(super) const SCRIPT_SWEEP: u32 = 256;
 use crate::ports::{HealthStore, Maintenance, Upserter};
 use crate::validate::{
     PreparedBatch, PreparedCandidate, check_health_batch, check_id_batch, prepare_batch,
@@ -129,24 +135,22 @@ impl Upserter for RedisPool {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let payload = json!({ "up": upstream, "ids": ids });
-        let r = self
-            .run(Call::new(
-                Script::Remove,
-                self.write_keys(Script::Remove),
-                payload,
-            ))
-            .await?;
-        let codes: Vec<String> = decode(r, "remove reply")?;
-        codes
-            .iter()
-            .map(|c| match c.as_str() {
-                "removed" => Ok(RemoveResult::Removed),
-                "not_found" => Ok(RemoveResult::NotFound),
-                "ignored" => Ok(RemoveResult::Ignored),
-                _ => Err(codec::corrupt("remove result")),
-            })
-            .collect()
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(SCRIPT_BATCH) {
+            let payload = json!({ "up": upstream, "ids": chunk });
+            let keys = self.write_keys(Script::Remove);
+            let r = self.run(Call::new(Script::Remove, keys, payload)).await?;
+            let codes: Vec<String> = decode(r, "remove reply")?;
+            for c in codes {
+                out.push(match c.as_str() {
+                    "removed" => RemoveResult::Removed,
+                    "not_found" => RemoveResult::NotFound,
+                    "ignored" => RemoveResult::Ignored,
+                    _ => return Err(codec::corrupt("remove result")),
+                });
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -171,15 +175,18 @@ impl HealthStore for RedisPool {
                 v
             })
             .collect();
-        let r = self
-            .run(Call::new(
-                Script::Health,
-                self.write_keys(Script::Health),
-                json!({ "u": list }),
-            ))
-            .await?;
-        let codes: Vec<String> = decode(r, "health reply")?;
-        codes.iter().map(|c| health_result(c)).collect()
+        let mut out = Vec::with_capacity(updates.len());
+        for chunk in list.chunks(SCRIPT_BATCH) {
+            let keys = self.write_keys(Script::Health);
+            let r = self
+                .run(Call::new(Script::Health, keys, json!({ "u": chunk })))
+                .await?;
+            let codes: Vec<String> = decode(r, "health reply")?;
+            for c in codes {
+                out.push(health_result(&c)?);
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -206,18 +213,23 @@ impl Maintenance for RedisPool {
         if limit > MAX_SWEEP {
             return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
         }
-        let r = self
-            .run(Call::new(
-                Script::Purge,
-                self.write_keys(Script::Purge),
-                json!({ "lim": limit }),
-            ))
-            .await?;
-        let p: PurgeReply = decode(r, "purge reply")?;
-        Ok(PurgeReport {
-            purged: p.p,
-            sessions_purged: p.s,
-            more: p.more,
-        })
+        // One script per SCRIPT_SWEEP records keeps every script short.
+        let mut report = PurgeReport::default();
+        let mut left = limit;
+        loop {
+            let lim = left.min(SCRIPT_SWEEP);
+            let keys = self.write_keys(Script::Purge);
+            let r = self
+                .run(Call::new(Script::Purge, keys, json!({ "lim": lim })))
+                .await?;
+            let p: PurgeReply = decode(r, "purge reply")?;
+            report.purged += p.p;
+            report.sessions_purged += p.s;
+            report.more = p.more;
+            left -= lim;
+            if left == 0 || !p.more {
+                return Ok(report);
+            }
+        }
     }
 }
