@@ -200,11 +200,10 @@ impl Router {
                 if exclude.contains(&id) {
                     Some(MoveReason::ProxyFailed)
                 } else {
-                    let idx = snap.index_of(&id).filter(|&i| routing.contains(i));
-                    let usable = idx.filter(|&i| now_ms < snap.proxies[i as usize].usable_until_ms);
-                    match usable {
+                    let cand = snap.index_of(&id).and_then(|i| routing.candidate(i));
+                    match cand.filter(|c| now_ms < c.usable_until_ms) {
                         None => Some(MoveReason::ProxyGone),
-                        Some(i) => match select::try_take(snap, i, now_ms, exclude) {
+                        Some(c) => match select::try_take(c, now_ms, exclude) {
                             Some(c) => return Ok(pick(c, None)),
                             None => Some(MoveReason::ProxyFull),
                         },

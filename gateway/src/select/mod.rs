@@ -3,14 +3,15 @@
 //! request is refused only when no candidate is usable and has room. Returns a
 //! [`Reservation`]: capacity is taken in the same step as the choice.
 //!
-//! Hot path: no locks, no allocation, atomics only.
+//! Hot path: no locks, no allocation, atomics only; it reads the routing's
+//! contiguous candidate array and each candidate's counters, nothing else.
 
 mod rng;
 
 use std::sync::atomic::Ordering;
 
 use crate::capacity::Reservation;
-use crate::snapshot::{CompiledRouting, LiveSnapshot, ProxyId, Strategy};
+use crate::snapshot::{Candidate, CompiledRouting, LiveSnapshot, ProxyId, Strategy};
 
 /// Up to this many candidates least-active compares exactly; beyond it, a window of
 /// this size starting at a rotating offset (so one pick stays O(1)).
@@ -26,73 +27,64 @@ pub struct Choice {
 }
 
 /// Picks a proxy for `routing`: usable at `now_ms`, not in `exclude`, with room.
+/// (`_snap` is the snapshot the routing belongs to; selection needs only the routing.)
 pub fn pick(
-    snap: &LiveSnapshot,
+    _snap: &LiveSnapshot,
     routing: &CompiledRouting,
     now_ms: u64,
     exclude: &[ProxyId],
 ) -> Option<Choice> {
-    let n = routing.candidates.len();
-    if n == 0 {
+    if routing.candidates.is_empty() {
         return None;
     }
     let first = match routing.spec.strategy {
         Strategy::RoundRobin => None,
-        Strategy::LeastActive => least_active(snap, routing, now_ms, exclude),
-        Strategy::PowerOfTwoChoices => two_choices(snap, routing, now_ms, exclude),
+        Strategy::LeastActive => least_active(routing, now_ms, exclude),
+        Strategy::PowerOfTwoChoices => two_choices(routing, now_ms, exclude),
     };
     first.or_else(|| {
         let start = routing.cursor.fetch_add(1, Ordering::Relaxed);
-        scan(snap, routing, start, now_ms, exclude)
+        scan(routing, start, now_ms, exclude)
     })
 }
 
-/// Tries `idx`: usable, not excluded, and a slot could be reserved.
-pub fn try_take(snap: &LiveSnapshot, idx: u32, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
-    let entry = snap.proxies.get(idx as usize)?;
-    if now_ms >= entry.usable_until_ms || is_excluded(&entry.id, exclude) {
+/// Tries one candidate: usable, not excluded, and a slot could be reserved.
+pub fn try_take(c: &Candidate, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
+    if now_ms >= c.usable_until_ms || is_excluded(c, exclude) {
         return None;
     }
-    entry
-        .state
-        .try_reserve()
-        .map(|reservation| Choice { idx, reservation })
+    c.state.try_reserve().map(|reservation| Choice {
+        idx: c.idx,
+        reservation,
+    })
 }
 
-fn is_excluded(id: &ProxyId, exclude: &[ProxyId]) -> bool {
-    !exclude.is_empty() && exclude.contains(id)
+fn is_excluded(c: &Candidate, exclude: &[ProxyId]) -> bool {
+    !exclude.is_empty() && exclude.contains(c.state.id())
 }
 
 /// Every candidate once, from `start` on.
 fn scan(
-    snap: &LiveSnapshot,
     routing: &CompiledRouting,
     start: usize,
     now_ms: u64,
     exclude: &[ProxyId],
 ) -> Option<Choice> {
     let cands = &routing.candidates;
-    let n = cands.len();
-    let start = start % n;
+    let start = start % cands.len();
     cands[start..]
         .iter()
         .chain(&cands[..start])
-        .find_map(|&idx| try_take(snap, idx, now_ms, exclude))
+        .find_map(|c| try_take(c, now_ms, exclude))
 }
 
-fn usable_load(snap: &LiveSnapshot, idx: u32, now_ms: u64, exclude: &[ProxyId]) -> Option<u32> {
-    let entry = snap.proxies.get(idx as usize)?;
-    let state = &entry.state;
-    (now_ms < entry.usable_until_ms && state.has_room() && !is_excluded(&entry.id, exclude))
-        .then(|| state.load())
+/// Current load of a candidate that could take work, else `None`.
+fn usable_load(c: &Candidate, now_ms: u64, exclude: &[ProxyId]) -> Option<u32> {
+    (now_ms < c.usable_until_ms && c.state.has_room() && !is_excluded(c, exclude))
+        .then(|| c.state.load())
 }
 
-fn least_active(
-    snap: &LiveSnapshot,
-    routing: &CompiledRouting,
-    now_ms: u64,
-    exclude: &[ProxyId],
-) -> Option<Choice> {
+fn least_active(routing: &CompiledRouting, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
     let cands = &routing.candidates;
     let n = cands.len();
     let (start, len) = if n <= LEAST_ACTIVE_WINDOW {
@@ -103,49 +95,40 @@ fn least_active(
             LEAST_ACTIVE_WINDOW,
         )
     };
-    let mut best: Option<(u32, u32)> = None;
+    let mut best: Option<(&Candidate, u32)> = None;
     for i in 0..len {
-        let idx = cands[(start + i) % n];
-        if let Some(load) = usable_load(snap, idx, now_ms, exclude)
+        let c = &cands[(start + i) % n];
+        if let Some(load) = usable_load(c, now_ms, exclude)
             && best.is_none_or(|(_, b)| load < b)
         {
-            best = Some((idx, load));
+            best = Some((c, load));
             if load == 0 {
                 break;
             }
         }
     }
-    best.and_then(|(idx, _)| try_take(snap, idx, now_ms, exclude))
+    best.and_then(|(c, _)| try_take(c, now_ms, exclude))
 }
 
-fn two_choices(
-    snap: &LiveSnapshot,
-    routing: &CompiledRouting,
-    now_ms: u64,
-    exclude: &[ProxyId],
-) -> Option<Choice> {
+fn two_choices(routing: &CompiledRouting, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
     let cands = &routing.candidates;
     let n = cands.len();
     if n == 1 {
-        return try_take(snap, cands[0], now_ms, exclude);
+        return try_take(&cands[0], now_ms, exclude);
     }
     let (a, b) = rng::two_distinct(n);
-    let score = |idx: u32| {
-        usable_load(snap, idx, now_ms, exclude).map(|load| {
-            let latency = snap.proxies[idx as usize].state.latency_us();
-            (u64::from(load) + 1) * u64::from(latency)
-        })
+    let (ca, cb) = (&cands[a], &cands[b]);
+    let score = |c: &Candidate| {
+        usable_load(c, now_ms, exclude)
+            .map(|load| (u64::from(load) + 1) * u64::from(c.state.latency_us()))
     };
-    let (ia, ib) = (cands[a], cands[b]);
-    let order = match (score(ia), score(ib)) {
-        (Some(sa), Some(sb)) if sb < sa => [ib, ia],
-        (Some(_), _) => [ia, ib],
-        (None, Some(_)) => [ib, ia],
+    let order = match (score(ca), score(cb)) {
+        (Some(sa), Some(sb)) if sb < sa => [cb, ca],
+        (Some(_), _) => [ca, cb],
+        (None, Some(_)) => [cb, ca],
         (None, None) => return None,
     };
-    order
-        .into_iter()
-        .find_map(|idx| try_take(snap, idx, now_ms, exclude))
+    order.into_iter().find_map(|c| try_take(c, now_ms, exclude))
 }
 
 #[cfg(test)]

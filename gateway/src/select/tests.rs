@@ -104,9 +104,9 @@ fn least_active_prefers_the_idle_proxy() {
     idxs.sort();
     assert_eq!(idxs, [0, 1, 2, 3], "spreads one each");
     drop(held);
-    let _busy: Vec<_> = [0u32, 0, 1, 3]
+    let _busy: Vec<_> = [0usize, 0, 1, 3]
         .iter()
-        .map(|&i| try_take(&snap, i, now_ms(), &[]).unwrap())
+        .map(|&i| try_take(&r.candidates[i], now_ms(), &[]).unwrap())
         .collect();
     assert_eq!(pick(&snap, r, now_ms(), &[]).unwrap().idx, 2);
 }

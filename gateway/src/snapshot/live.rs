@@ -62,6 +62,18 @@ pub struct ProxyEntry {
     pub state: Arc<ProxyState>,
 }
 
+/// One candidate of a routing: everything selection reads, in one contiguous array
+/// (no pointer chase to the [`ProxyEntry`] on the hot path).
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// Index into [`LiveSnapshot::proxies`].
+    pub idx: u32,
+    /// Unix milliseconds after which no new work starts on it.
+    pub usable_until_ms: u64,
+    /// Its capacity counters.
+    pub state: Arc<ProxyState>,
+}
+
 /// A routing with its candidates.
 #[derive(Debug)]
 pub struct CompiledRouting {
@@ -69,8 +81,8 @@ pub struct CompiledRouting {
     pub spec: Routing,
     /// The rule's name, shared with requests for retries.
     pub name: Arc<str>,
-    /// Indexes into [`LiveSnapshot::proxies`], ascending.
-    pub candidates: Vec<u32>,
+    /// Candidates by ascending proxy index.
+    pub candidates: Vec<Candidate>,
     target_patterns: Vec<TargetPattern>,
     pub(crate) cursor: AtomicUsize,
 }
@@ -83,9 +95,12 @@ enum TargetPattern {
 }
 
 impl CompiledRouting {
-    /// Whether `idx` is a candidate (binary search).
-    pub fn contains(&self, idx: u32) -> bool {
-        self.candidates.binary_search(&idx).is_ok()
+    /// The candidate for proxy `idx`, if it is one (binary search).
+    pub fn candidate(&self, idx: u32) -> Option<&Candidate> {
+        self.candidates
+            .binary_search_by_key(&idx, |c| c.idx)
+            .ok()
+            .map(|i| &self.candidates[i])
     }
 
     /// Whether the routing's conditions hold for this request.
@@ -202,7 +217,7 @@ impl LiveSnapshot {
         let routings = snapshot
             .routings
             .into_iter()
-            .map(|r| compile_routing(r, &snapshot.proxies))
+            .map(|r| compile_routing(r, &snapshot.proxies, &proxies))
             .collect();
         let clients = snapshot
             .clients
@@ -250,7 +265,11 @@ impl LiveSnapshot {
     }
 }
 
-fn compile_routing(spec: Routing, proxies: &[super::UpstreamProxy]) -> CompiledRouting {
+fn compile_routing(
+    spec: Routing,
+    proxies: &[super::UpstreamProxy],
+    entries: &[Arc<ProxyEntry>],
+) -> CompiledRouting {
     let any_or = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
     let candidates = proxies
         .iter()
@@ -262,7 +281,14 @@ fn compile_routing(spec: Routing, proxies: &[super::UpstreamProxy]) -> CompiledR
                 && any_or(&spec.regions, &p.region)
                 && any_or(&spec.carriers, &p.carrier)
         })
-        .filter_map(|(i, _)| u32::try_from(i).ok())
+        .filter_map(|(i, _)| {
+            let entry = entries.get(i)?;
+            Some(Candidate {
+                idx: u32::try_from(i).ok()?,
+                usable_until_ms: entry.usable_until_ms,
+                state: entry.state.clone(),
+            })
+        })
         .collect();
     let target_patterns = spec
         .matcher

@@ -9,7 +9,7 @@ mod handle;
 pub mod live;
 
 pub use handle::{ChannelSource, SnapshotHandle, SnapshotSource, run_source};
-pub use live::{CompiledRouting, LiveSnapshot, ProxyEntry, SnapshotError, UpstreamAddr};
+pub use live::{Candidate, CompiledRouting, LiveSnapshot, ProxyEntry, SnapshotError, UpstreamAddr};
 
 use std::fmt;
 use std::sync::Arc;
