@@ -1,0 +1,495 @@
+//! Worker identity e2e against a real etcd + kube-apiserver (built by
+//! `scripts/k8s-bins.sh`): the operator's CA is created in a Secret by server-side
+//! apply and its bundle published in ConfigMaps; a pod of a managed gateway Deployment
+//! (Deployment → ReplicaSet → Pod objects created directly — no controllers run here)
+//! gets a certificate through the real client library with a bound ServiceAccount
+//! token, whose only SAN is its SPIFFE ID and whose chain verifies against the
+//! published bundle; pods outside a managed gateway are refused (403) and tokens for
+//! another audience are refused (401).
+//!
+//! One control plane serves every step (starting one is slow on a small machine).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, ReplicaSet, ReplicaSetSpec};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Namespace, Pod, PodSpec, PodTemplateSpec, Secret, ServiceAccount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kube::api::{Api, DeleteParams, PostParams};
+use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
+use proxy_pool_identity_client::{ClientConfig, ClientError, Identity, IdentityClient};
+use proxy_pool_operator::identity::authority::Authority;
+use proxy_pool_operator::identity::http::{router, serve, server_tls};
+use proxy_pool_operator::identity::kube_adapters::{
+    BUNDLE_KEY, KubeCaStore, KubeTokenReviewer, KubeWorkloads,
+};
+use proxy_pool_operator::identity::review::{CachedReviewer, MAX_CACHE_TTL};
+use proxy_pool_operator::identity::serving::ServingCert;
+use proxy_pool_operator::identity::{
+    CaParams, FIELD_MANAGER, Issuer, IssuerConfig, SystemClock, wire::DEFAULT_AUDIENCE,
+};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+
+const OPERATOR_NS: &str = "proxy-pool-system";
+const GATEWAY_NS: &str = "gateways";
+const CA_SECRET: &str = "proxy-pool-identity-ca";
+const BUNDLE_CM: &str = "proxy-pool-identity-trust-bundle";
+const SA: &str = "gateway";
+const SERVER_NAME: &str = "proxy-pool-operator.proxy-pool-system.svc";
+const TRUST_DOMAIN: &str = "proxy-pool.test";
+const ENVIRONMENT: &str = "e2e";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_identities_on_a_real_apiserver() {
+    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let cluster = KubeApiServer::start(&bins)
+        .await
+        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+    let client = cluster.client();
+    let dir = TempDir::new();
+
+    for ns in [OPERATOR_NS, GATEWAY_NS] {
+        create(&Api::all(client.clone()), &namespace(ns)).await;
+    }
+    create(&in_gateway_ns(&client), &service_account(SA)).await;
+
+    let authority = ca_is_created_and_bundle_published(&client).await;
+    let issuer_addr = start_issuer(&client, authority).await;
+    let bundle_file = dir.write(
+        "ca-bundle.crt",
+        &published_bundle(&client, GATEWAY_NS).await,
+    );
+
+    // A managed gateway: Deployment (our labels) → ReplicaSet → Pod.
+    let gateway_pod = gateway_chain(&client, "gw", true).await;
+    let token = token_for(&client, &gateway_pod, DEFAULT_AUDIENCE).await;
+    let identity = issue(issuer_addr, &dir.write("gw.token", &token), &bundle_file)
+        .await
+        .unwrap_or_else(|e| panic!("issuing for the gateway pod: {e}\n{}", cluster.logs()));
+    certificate_names_the_pod_and_verifies_against_the_bundle(
+        &identity,
+        &gateway_pod.name,
+        &bundle_file,
+    );
+
+    // A pod of a Deployment without our labels, and a bare pod: 403.
+    let unmanaged_pod = gateway_chain(&client, "other", false).await;
+    let token = token_for(&client, &unmanaged_pod, DEFAULT_AUDIENCE).await;
+    let err = issue(issuer_addr, &dir.write("other.token", &token), &bundle_file).await;
+    assert_refused(err, 403, "pod of an unmanaged Deployment");
+    let bare = create_pod(&client, "bare", None).await;
+    let token = token_for(&client, &bare, DEFAULT_AUDIENCE).await;
+    let err = issue(issuer_addr, &dir.write("bare.token", &token), &bundle_file).await;
+    assert_refused(err, 403, "pod without owner");
+
+    // The gateway pod's own token, but for another audience: 401. And garbage: 401.
+    let token = token_for(&client, &gateway_pod, "some-other-audience").await;
+    let err = issue(issuer_addr, &dir.write("aud.token", &token), &bundle_file).await;
+    assert_refused(err, 401, "token for another audience");
+    let err = issue(
+        issuer_addr,
+        &dir.write("junk.token", "not-a-token"),
+        &bundle_file,
+    )
+    .await;
+    assert_refused(err, 401, "garbage token");
+
+    // Once the pod is gone its (possibly cached) token no longer yields a certificate.
+    let gw_token = dir.path.join("gw.token");
+    Api::<Pod>::namespaced(client.clone(), GATEWAY_NS)
+        .delete(&gateway_pod.name, &DeleteParams::default())
+        .await
+        .expect("delete gateway pod");
+    let err = issue(issuer_addr, &gw_token, &bundle_file).await;
+    match err {
+        Err(ClientError::Rejected {
+            status: 401 | 403, ..
+        }) => {}
+        other => panic!("deleted pod: expected 401/403, got {other:?}"),
+    }
+}
+
+async fn ca_is_created_and_bundle_published(client: &kube::Client) -> Arc<Authority> {
+    let store = KubeCaStore::new(
+        client.clone(),
+        OPERATOR_NS,
+        CA_SECRET,
+        BUNDLE_CM,
+        vec![OPERATOR_NS.into(), GATEWAY_NS.into()],
+    );
+    let authority = Authority::start(
+        Arc::new(store.clone()),
+        Arc::new(SystemClock),
+        CaParams::default(),
+    )
+    .await
+    .expect("CA bootstrap");
+    let secret = Api::<Secret>::namespaced(client.clone(), OPERATOR_NS)
+        .get(CA_SECRET)
+        .await
+        .expect("CA Secret exists");
+    let data = secret.data.clone().unwrap_or_default();
+    assert!(
+        data.contains_key("ca.crt") && data.contains_key("ca.key"),
+        "{:?}",
+        data.keys()
+    );
+    let managers: Vec<_> = secret
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            (
+                m.manager.unwrap_or_default(),
+                m.operation.unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        managers,
+        vec![(FIELD_MANAGER.to_owned(), "Apply".to_owned())]
+    );
+
+    // A restart keeps the same CA.
+    let again = Authority::start(Arc::new(store), Arc::new(SystemClock), CaParams::default())
+        .await
+        .expect("CA reload");
+    assert_eq!(
+        again.cas().cas()[0].cert_pem(),
+        authority.cas().cas()[0].cert_pem()
+    );
+
+    let ca_pem = String::from_utf8(data["ca.crt"].0.clone()).expect("PEM");
+    for ns in [OPERATOR_NS, GATEWAY_NS] {
+        assert_eq!(
+            published_bundle(client, ns).await.trim(),
+            ca_pem.trim(),
+            "bundle in {ns}"
+        );
+    }
+    authority
+}
+
+async fn published_bundle(client: &kube::Client, ns: &str) -> String {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get(BUNDLE_CM)
+        .await
+        .expect("bundle ConfigMap")
+        .data
+        .and_then(|mut d| d.remove(BUNDLE_KEY))
+        .expect("bundle key")
+}
+
+async fn start_issuer(client: &kube::Client, authority: Arc<Authority>) -> SocketAddr {
+    let reviewer = CachedReviewer::new(
+        Arc::new(KubeTokenReviewer::new(client.clone())),
+        Arc::new(SystemClock),
+        MAX_CACHE_TTL,
+        1024,
+    );
+    let issuer = Issuer::new(
+        IssuerConfig::new(TRUST_DOMAIN, ENVIRONMENT),
+        Arc::new(reviewer),
+        Arc::new(KubeWorkloads::new(client.clone())),
+        authority.clone(),
+    );
+    let serving = ServingCert::new(authority, vec![SERVER_NAME.into()]).expect("serving cert");
+    let tls = server_tls(serving).expect("TLS config");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(serve(
+        listener,
+        tls,
+        router(Arc::new(issuer)),
+        std::future::pending(),
+    ));
+    addr
+}
+
+async fn issue(addr: SocketAddr, token: &Path, bundle: &Path) -> Result<Identity, ClientError> {
+    let mut config = ClientConfig::new(
+        format!("https://{addr}").parse().expect("endpoint"),
+        token.to_owned(),
+        bundle.to_owned(),
+    );
+    config.server_name = Some(SERVER_NAME.into());
+    config.timeout = Duration::from_secs(30);
+    IdentityClient::new(config).issue().await
+}
+
+fn assert_refused(result: Result<Identity, ClientError>, want: u16, what: &str) {
+    match result {
+        Err(ClientError::Rejected { status, .. }) if status == want => {}
+        other => panic!("{what}: expected {want}, got {other:?}"),
+    }
+}
+
+fn certificate_names_the_pod_and_verifies_against_the_bundle(
+    identity: &Identity,
+    pod: &str,
+    bundle: &Path,
+) {
+    let want = format!("spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/worker/{pod}");
+    assert_eq!(identity.spiffe_id(), want);
+    let leaf =
+        CertificateDer::from_pem_slice(identity.certificate_pem().as_bytes()).expect("leaf PEM");
+    let (_, cert) = x509_parser::parse_x509_certificate(&leaf).expect("leaf X.509");
+    let san = cert
+        .subject_alternative_name()
+        .expect("SAN extension")
+        .expect("SAN present")
+        .value;
+    assert_eq!(
+        san.general_names,
+        vec![x509_parser::extensions::GeneralName::URI(&want)],
+        "exactly one URI SAN"
+    );
+    let eku = cert
+        .extended_key_usage()
+        .expect("EKU")
+        .expect("EKU present")
+        .value;
+    assert!(eku.client_auth && eku.server_auth);
+    let life = cert.validity().not_after.timestamp() - cert.validity().not_before.timestamp();
+    assert!(
+        (24 * 3600..=24 * 3600 + 120).contains(&life),
+        "lifetime {life}s"
+    );
+
+    // The chain verifies against the bundle the operator published, as a peer's
+    // mTLS verifier would check it.
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(bundle).expect("bundle file");
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        roots
+            .add(cert.expect("bundle PEM"))
+            .expect("bundle certificate");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .expect("verifier");
+    verifier
+        .verify_client_cert(&leaf, &[], UnixTime::now())
+        .expect("leaf chains to the published bundle");
+}
+
+// ---- fixtures -------------------------------------------------------------------
+
+struct PodRef {
+    name: String,
+    uid: String,
+}
+
+async fn create<K>(api: &Api<K>, obj: &K) -> K
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.create(&PostParams::default(), obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {:?}: {e}", obj.meta().name))
+}
+
+fn in_gateway_ns<K>(client: &kube::Client) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    Api::namespaced(client.clone(), GATEWAY_NS)
+}
+
+fn meta(name: &str, labels: BTreeMap<String, String>, owner: Option<OwnerReference>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        labels: Some(labels),
+        owner_references: owner.map(|o| vec![o]),
+        ..Default::default()
+    }
+}
+
+fn namespace(name: &str) -> Namespace {
+    Namespace {
+        metadata: meta(name, BTreeMap::new(), None),
+        ..Default::default()
+    }
+}
+
+fn service_account(name: &str) -> ServiceAccount {
+    ServiceAccount {
+        metadata: meta(name, BTreeMap::new(), None),
+        ..Default::default()
+    }
+}
+
+fn controller_ref(kind: &str, name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: kind.into(),
+        name: name.into(),
+        uid: uid.into(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn pod_spec() -> PodSpec {
+    PodSpec {
+        service_account_name: Some(SA.into()),
+        containers: vec![Container {
+            name: "gateway".into(),
+            image: Some("proxy-pool-gateway:e2e".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn template(app: &str) -> (LabelSelector, PodTemplateSpec) {
+    let labels = BTreeMap::from([("app".to_owned(), app.to_owned())]);
+    (
+        LabelSelector {
+            match_labels: Some(labels.clone()),
+            ..Default::default()
+        },
+        PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(labels),
+                ..Default::default()
+            }),
+            spec: Some(pod_spec()),
+        },
+    )
+}
+
+/// Deployment `name` (with the operator's gateway labels when `managed`), its
+/// ReplicaSet and one Pod, linked by controller references with real UIDs.
+async fn gateway_chain(client: &kube::Client, name: &str, managed: bool) -> PodRef {
+    let mut labels = BTreeMap::from([("app".to_owned(), name.to_owned())]);
+    if managed {
+        labels.insert(
+            "app.kubernetes.io/managed-by".into(),
+            "proxy-pool-operator".into(),
+        );
+        labels.insert("proxypool.io/component".into(), "gateway".into());
+    }
+    let (selector, tmpl) = template(name);
+    let deployment = create(
+        &in_gateway_ns(client),
+        &Deployment {
+            metadata: meta(name, labels, None),
+            spec: Some(DeploymentSpec {
+                replicas: Some(1),
+                selector: selector.clone(),
+                template: tmpl.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let rs_name = format!("{name}-7c9d5");
+    let rs = create(
+        &in_gateway_ns(client),
+        &ReplicaSet {
+            metadata: meta(
+                &rs_name,
+                BTreeMap::from([("app".to_owned(), name.to_owned())]),
+                Some(controller_ref(
+                    "Deployment",
+                    name,
+                    &uid_of(&deployment.metadata),
+                )),
+            ),
+            spec: Some(ReplicaSetSpec {
+                replicas: Some(1),
+                selector,
+                template: Some(tmpl),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let owner = controller_ref("ReplicaSet", &rs_name, &uid_of(&rs.metadata));
+    create_pod(client, &format!("{rs_name}-x2k4q"), Some(owner)).await
+}
+
+async fn create_pod(client: &kube::Client, name: &str, owner: Option<OwnerReference>) -> PodRef {
+    let pod = create(
+        &in_gateway_ns(client),
+        &Pod {
+            metadata: meta(name, BTreeMap::new(), owner),
+            spec: Some(pod_spec()),
+            ..Default::default()
+        },
+    )
+    .await;
+    PodRef {
+        name: name.into(),
+        uid: uid_of(&pod.metadata),
+    }
+}
+
+fn uid_of(meta: &ObjectMeta) -> String {
+    meta.uid.clone().expect("created object has a UID")
+}
+
+/// A ServiceAccount token for `audience`, bound to `pod` (so its extras carry the
+/// pod's name and UID), as the kubelet would project it.
+async fn token_for(client: &kube::Client, pod: &PodRef, audience: &str) -> String {
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec![audience.into()]),
+            expiration_seconds: Some(600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(pod.name.clone()),
+                uid: Some(pod.uid.clone()),
+            }),
+        }),
+        ..Default::default()
+    };
+    Api::<ServiceAccount>::namespaced(client.clone(), GATEWAY_NS)
+        .create_token_request(SA, &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .and_then(|s| s.token)
+        .expect("token")
+}
+
+/// A private temp dir for token and bundle files, removed on drop.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new() -> Self {
+        let path = std::env::temp_dir().join(format!("pp-identity-e2e-{}", std::process::id()));
+        std::fs::create_dir_all(&path).expect("temp dir");
+        Self { path }
+    }
+
+    fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.path.join(name);
+        std::fs::write(&path, contents).expect("write temp file");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
