@@ -107,7 +107,7 @@ fn pid(i: usize) -> ProxyId {
 fn candidate(i: usize, ttl: u64, region: usize) -> Candidate {
     Candidate {
         id: pid(i),
-        protocol: if i % 3 == 0 {
+        protocol: if i.is_multiple_of(3) {
             Protocol::Socks5
         } else {
             Protocol::Http
