@@ -16,21 +16,34 @@ command -v go >/dev/null 2>&1 || { say "the Go toolchain is required"; exit 1; }
 cache_dir="${PROXY_POOL_CACHE_DIR:-$repo/.cache}"
 out_dir="$cache_dir/helm/$version"
 out="$out_dir/helm"
-if [ -x "$out" ]; then
+mkdir -p "$out_dir"
+
+# Like helm's Makefile: the Kubernetes version helm assumes for `helm template` and
+# `helm lint` (Capabilities.KubeVersion) follows its client-go module (v0.X → 1.X);
+# without it helm claims Kubernetes 1.20.
+mod_dir="$(go mod download -json "helm.sh/helm/v3@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+client_go="$(awk '$1 == "k8s.io/client-go" { print $2; exit }' "$mod_dir/go.mod")"
+k8s_minor="$(echo "$client_go" | cut -d. -f2)"
+[ -n "$k8s_minor" ] || { say "cannot read the client-go version of helm $version"; exit 1; }
+ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  ldflags="$ldflags -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$k8s_minor"
+done
+stamp="$(printf '%s\n%s\n' "$ldflags" "$(go version)" | sha256sum | cut -d' ' -f1)"
+if [ -x "$out" ] && [ "$(cat "$out_dir/.stamp" 2>/dev/null)" = "$stamp" ]; then
   say "helm $version: already built"
   echo "$out"
   exit 0
 fi
-mkdir -p "$out_dir"
 say "helm $version: building helm.sh/helm/v3/cmd/helm (takes minutes on a small machine)"
 start=$SECONDS
 # `go install pkg@version` builds the module exactly as its own go.mod/go.sum pin it;
 # GOBIN is a scratch dir so an interrupted build never leaves a half-written binary.
 tmp="$(mktemp -d "$out_dir/.build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
 CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS="${GOFLAGS:-}" \
   go install -trimpath -buildvcs=false -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$version"
 mv -f "$tmp/helm" "$out"
+printf '%s\n' "$stamp" > "$out_dir/.stamp"
 say "helm $version: built in $((SECONDS - start))s"
 echo "$out"

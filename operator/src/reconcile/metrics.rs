@@ -66,7 +66,7 @@ impl Metrics {
         );
         registry.register(
             "leader",
-            "1 while this replica holds the leader Lease",
+            "Whether this replica holds the leader Lease (1) or stands by (0)",
             leader.clone(),
         );
         Self {
@@ -149,6 +149,9 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("proxy_pool_operator_leader 1"), "{text}");
+        assert!(
+            text.lines().any(|l| l == "proxy_pool_operator_leader 1"),
+            "{text}"
+        );
     }
 }

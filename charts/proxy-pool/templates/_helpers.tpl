@@ -1,0 +1,71 @@
+{{/* Chart name. */}}
+{{- define "proxy-pool.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Release-scoped base name, at most 40 characters so suffixes fit in 63. */}}
+{{- define "proxy-pool.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Common labels; call with (dict "ctx" $ "component" "operator"). */}}
+{{- define "proxy-pool.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "proxy-pool.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: proxy-pool
+proxypool.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Selector labels; call with (dict "ctx" $ "component" "operator"). */}}
+{{- define "proxy-pool.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "proxy-pool.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+proxypool.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Image reference; call with (dict "ctx" $ "image" .Values.operator.image). */}}
+{{- define "proxy-pool.image" -}}
+{{- $tag := .image.tag | default .ctx.Values.image.tag | default .ctx.Chart.AppVersion -}}
+{{- printf "%s/%s:%s" .ctx.Values.image.registry .image.repository $tag -}}
+{{- end -}}
+
+{{- define "proxy-pool.pullPolicy" -}}
+{{- .image.pullPolicy | default .ctx.Values.image.pullPolicy -}}
+{{- end -}}
+
+{{- define "proxy-pool.operator" -}}{{ include "proxy-pool.fullname" . }}-operator{{- end -}}
+{{- define "proxy-pool.controller" -}}{{ include "proxy-pool.fullname" . }}-controller{{- end -}}
+{{- define "proxy-pool.checker" -}}{{ include "proxy-pool.fullname" . }}-checker{{- end -}}
+{{- define "proxy-pool.gateway" -}}{{ include "proxy-pool.fullname" . }}-gateway{{- end -}}
+
+{{/* The controller's base config: everything not derived from custom resources. */}}
+{{- define "proxy-pool.baseConfig" -}}
+{{- $v := .Values -}}
+{{- $store := dict "backend" $v.store.backend -}}
+{{- if eq $v.store.backend "redis" -}}
+{{- $redis := dict "commandTimeout" $v.redis.commandTimeout -}}
+{{- if $v.redis.sentinel.masterName -}}
+{{- $_ := set $redis "sentinel" (dict "masterName" $v.redis.sentinel.masterName "addresses" $v.redis.sentinel.addresses) -}}
+{{- else -}}
+{{- $_ := set $redis "address" (required "redis.address or redis.sentinel.masterName is required with store.backend=redis" $v.redis.address) -}}
+{{- end -}}
+{{- if $v.redis.username -}}{{- $_ := set $redis "username" $v.redis.username -}}{{- end -}}
+{{- if $v.redis.passwordSecret.name -}}{{- $_ := set $redis "passwordFile" "/etc/proxy-pool-redis/password" -}}{{- end -}}
+{{- $_ := set $store "redis" $redis -}}
+{{- end -}}
+{{- $base := dict
+  "store" $store
+  "distribution" (dict "listen" (printf "0.0.0.0:%d" (int $v.controller.distributionPort)))
+  "admin" (dict "listen" (printf "0.0.0.0:%d" (int $v.controller.adminPort)))
+  "controlPlane" (dict "enabled" true "listen" (printf "0.0.0.0:%d" (int $v.controller.controlPlanePort)))
+  "analytics" (dict "enabled" $v.postgresql.enabled)
+-}}
+{{- toYaml (mustMergeOverwrite $base (deepCopy $v.controller.config)) -}}
+{{- end -}}

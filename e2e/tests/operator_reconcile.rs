@@ -1,0 +1,773 @@
+//! Operator reconcile e2e against a real etcd + kube-apiserver + kube-controller-manager
+//! (built by `scripts/k8s-bins.sh --with-controller-manager`) and the real kubectl and
+//! helm (`scripts/helm-bin.sh`): the chart installs (after a server-side dry run), the
+//! examples apply, the reconcilers run in-process under leader election and must
+//! produce the controller config (no Secret values in it), the gateway Deployment +
+//! Service with owner references, Ready statuses, Degraded on bad references, nothing
+//! changed by a second reconcile, and garbage-collected gateways when a Routing goes.
+//!
+//! kube-controller-manager runs so that deletion is checked the way a cluster does it:
+//! the operator sets owner references and no finalizer, and the garbage collector
+//! removes the owned objects (the operator never deletes them itself).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::{Resource, ResourceExt};
+use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
+use proxy_pool_operator::crd::{DistributionClient, Routing, Upstream};
+use proxy_pool_operator::reconcile::{
+    self, Context, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig,
+};
+
+const NS: &str = "proxy-pool";
+const RELEASE: &str = "proxy-pool";
+const CONTROLLER: &str = "proxy-pool-controller";
+const CONFIG_MAP: &str = "proxy-pool-controller-config";
+const GATEWAY: &str = "shanghai-crawler-gateway";
+const HELM_ENV: &str = "PROXY_POOL_HELM_BIN";
+/// Values in the example Secrets that must never reach a ConfigMap.
+const SECRET_VALUES: [&str; 4] = [
+    "example-vendor-api-key",
+    "proxypass",
+    "example-client-api-key-change-me",
+    "example-password-change-me",
+];
+
+fn repo_path(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(rel)
+}
+
+/// Runs kubectl; returns (success, stdout, stderr).
+async fn kubectl(
+    cluster: &KubeApiServer,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = cluster.kubectl();
+    cmd.args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn kubectl");
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().expect("kubectl stdin");
+        pipe.write_all(input.as_bytes())
+            .await
+            .expect("write kubectl stdin");
+        drop(pipe);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("kubectl finishes within 120s")
+        .expect("kubectl output");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn kubectl_ok(cluster: &KubeApiServer, args: &[&str], stdin: Option<&str>) -> String {
+    let (ok, out, err) = kubectl(cluster, args, stdin).await;
+    assert!(ok, "kubectl {args:?} failed:\n{err}\n{out}");
+    assert!(err.trim().is_empty(), "kubectl {args:?} warned:\n{err}");
+    out
+}
+
+/// Polls `check` until it returns `Some`, for at most `secs` seconds.
+async fn eventually<T, F, Fut>(what: &str, secs: u64, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {secs}s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn helm() -> PathBuf {
+    let path = std::env::var_os(HELM_ENV).unwrap_or_else(|| {
+        panic!("{HELM_ENV} is not set: build helm with `scripts/helm-bin.sh` and export {HELM_ENV}=<the path it prints> (scripts/test.sh does both)")
+    });
+    PathBuf::from(path)
+}
+
+/// `helm template` of the chart into the test namespace.
+async fn helm_template(kube_version: &str) -> String {
+    let out = tokio::process::Command::new(helm())
+        .args(["template", RELEASE])
+        .arg(repo_path("charts/proxy-pool"))
+        .args(["--namespace", NS, "--kube-version", kube_version])
+        .output()
+        .await
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm template failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 manifests")
+}
+
+/// The operator settings the chart passes on its command line.
+fn operator_config(base_yaml: &str) -> OperatorConfig {
+    OperatorConfig {
+        namespace: NS.into(),
+        base_config: proxy_pool_api::config::parse_yaml(base_yaml).expect("chart base config"),
+        controller_deployment: CONTROLLER.into(),
+        controller_container: "controller".into(),
+        config_map: CONFIG_MAP.into(),
+        config_dir: "/etc/proxy-pool".into(),
+        gateway: GatewayTemplate {
+            image: "ghcr.io/proxy-pool/proxy-pool-gateway:0.1.0".into(),
+            image_pull_policy: "IfNotPresent".into(),
+            service_account: "proxy-pool-gateway".into(),
+            controller_address: "proxy-pool-controller.proxy-pool.svc:9443".into(),
+            identity_endpoint: "https://proxy-pool-operator.proxy-pool.svc:8443".into(),
+            trust_bundle_config_map: "proxy-pool-trust-bundle".into(),
+        },
+        instance: Some("operator-0".into()),
+    }
+}
+
+#[test]
+fn chart_crds_are_the_generated_crds() {
+    let generated = std::fs::read_to_string(repo_path("crds/proxy-pool.yaml")).expect("crds/");
+    let chart = std::fs::read_to_string(repo_path("charts/proxy-pool/crds/proxy-pool.yaml"))
+        .expect("chart crds/");
+    assert!(
+        generated == chart,
+        "charts/proxy-pool/crds/proxy-pool.yaml differs from crds/proxy-pool.yaml: \
+         cp crds/proxy-pool.yaml charts/proxy-pool/crds/"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_reconciles_on_a_real_cluster() {
+    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let mut cluster = KubeApiServer::start(&bins)
+        .await
+        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+    cluster
+        .start_controller_manager(&bins)
+        .await
+        .unwrap_or_else(|e| panic!("starting kube-controller-manager: {e}"));
+    let client = cluster.client();
+
+    // CRDs with the real kubectl, then the chart (dry run first, then for real).
+    let crds = repo_path("crds/proxy-pool.yaml").display().to_string();
+    kubectl_ok(&cluster, &["apply", "--server-side", "-f", &crds], None).await;
+    kubectl_ok(
+        &cluster,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            "--timeout=60s",
+        ],
+        None,
+    )
+    .await;
+    kubectl_ok(&cluster, &["create", "namespace", NS], None).await;
+    let version: serde_json::Value =
+        serde_json::from_str(&kubectl_ok(&cluster, &["version", "-o", "json"], None).await)
+            .expect("version");
+    let kube_version = version["serverVersion"]["gitVersion"]
+        .as_str()
+        .expect("gitVersion")
+        .to_owned();
+    let manifests = helm_template(&kube_version).await;
+    kubectl_ok(
+        &cluster,
+        &["apply", "--dry-run=server", "-n", NS, "-f", "-"],
+        Some(&manifests),
+    )
+    .await;
+    kubectl_ok(&cluster, &["apply", "-n", NS, "-f", "-"], Some(&manifests)).await;
+    let base_cm: ConfigMap = Api::namespaced(client.clone(), NS)
+        .get("proxy-pool-operator-base-config")
+        .await
+        .expect("base config ConfigMap");
+    let base_yaml = base_cm.data.expect("data")["base.yaml"].clone();
+
+    // The examples.
+    for f in ["upstream.yaml", "distribution-client.yaml", "routing.yaml"] {
+        let path = repo_path(&format!("examples/{f}")).display().to_string();
+        kubectl_ok(&cluster, &["apply", "-n", NS, "-f", &path], None).await;
+    }
+
+    // Two replicas under leader election: only one may reconcile.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let metrics = [Arc::new(Metrics::new()), Arc::new(Metrics::new())];
+    let replicas: Vec<_> = ["operator-0", "operator-1"]
+        .into_iter()
+        .zip(metrics.iter().cloned())
+        .map(|(id, m)| {
+            let leader = LeaderSettings {
+                lease_name: "proxy-pool-operator".into(),
+                identity: id.into(),
+                lease_duration: Duration::from_secs(6),
+            };
+            let fut = reconcile::run_as_leader(
+                client.clone(),
+                operator_config(&base_yaml),
+                m,
+                leader,
+                stopped(),
+            );
+            let handle = tokio::spawn(fut);
+            (id, handle)
+        })
+        .collect();
+
+    let config = config_map_is_rendered(&client).await;
+    controller_deployment_is_pointed_at_it(&client, &config).await;
+    gateway_objects_are_owned_by_the_routing(&client).await;
+    statuses_become_ready(&client).await;
+    only_one_replica_leads(&client, &metrics).await;
+    second_reconcile_changes_nothing(&client, &base_yaml).await;
+    bad_references_degrade(&cluster, &client).await;
+    deleting_a_routing_collects_its_gateway(&client).await;
+
+    // Graceful shutdown: both replicas stop, the leader gives the Lease up.
+    stop_tx.send(true).expect("stop");
+    for (id, handle) in replicas {
+        let result = tokio::time::timeout(Duration::from_secs(30), handle)
+            .await
+            .unwrap_or_else(|_| panic!("{id} did not stop within 30s"))
+            .expect("join");
+        result.unwrap_or_else(|e| panic!("{id}: {e}"));
+    }
+    let lease: Lease = Api::namespaced(client.clone(), NS)
+        .get("proxy-pool-operator")
+        .await
+        .expect("lease");
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity),
+        None,
+        "the Lease is released"
+    );
+}
+
+async fn config_map_is_rendered(client: &kube::Client) -> String {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let cm = eventually("the controller ConfigMap with every example", 90, || {
+        let api = api.clone();
+        async move {
+            let cm = api.get_opt(CONFIG_MAP).await.ok()??;
+            let text = cm.data.as_ref()?.get("config.yaml")?.clone();
+            (text.contains("vendor-sim")
+                && text.contains("team-crawler")
+                && text.contains("shanghai-crawler"))
+            .then_some(cm)
+        }
+    })
+    .await;
+    let text = cm.data.as_ref().expect("data")["config.yaml"].clone();
+    // The controller's own loader accepts it.
+    let config = proxy_pool_api::config::load_yaml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(config.upstreams.len(), 1);
+    assert_eq!(config.routings.len(), 1);
+    assert_eq!(config.clients.len(), 1);
+    for value in SECRET_VALUES {
+        assert!(
+            !text.contains(value),
+            "secret value {value:?} in the ConfigMap:\n{text}"
+        );
+        let whole = serde_json::to_string(&cm).expect("json");
+        assert!(
+            !whole.contains(value),
+            "secret value {value:?} in the ConfigMap object"
+        );
+    }
+    assert!(
+        text.contains("/etc/proxy-pool/secrets/vendor-sim-credentials/password"),
+        "{text}"
+    );
+    let owner = &cm.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Deployment", CONTROLLER)
+    );
+    assert_eq!(
+        cm.labels()["app.kubernetes.io/managed-by"],
+        "proxy-pool-operator"
+    );
+    cm.annotations()["proxypool.io/config-hash"].clone()
+}
+
+async fn controller_deployment_is_pointed_at_it(client: &kube::Client, hash: &str) {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let d = eventually("the controller Deployment's config-hash", 30, || {
+        let api = api.clone();
+        async move {
+            let d = api.get(CONTROLLER).await.ok()?;
+            let annotations = d
+                .spec
+                .as_ref()?
+                .template
+                .metadata
+                .as_ref()?
+                .annotations
+                .clone()?;
+            (annotations
+                .get("proxypool.io/config-hash")
+                .map(String::as_str)
+                == Some(hash))
+            .then_some(d)
+        }
+    })
+    .await;
+    let pod = d.spec.expect("spec").template.spec.expect("pod");
+    let volume = pod
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .find(|v| v.name == "proxy-pool-config")
+        .expect("config volume");
+    let sources = volume
+        .projected
+        .expect("projected")
+        .sources
+        .expect("sources");
+    assert_eq!(
+        sources[0].config_map.as_ref().expect("configMap").name,
+        CONFIG_MAP
+    );
+    let secret = sources
+        .iter()
+        .filter_map(|s| s.secret.as_ref())
+        .find(|s| s.name == "vendor-sim-credentials")
+        .expect("vendor Secret projected");
+    let keys: Vec<&str> = secret
+        .items
+        .iter()
+        .flatten()
+        .map(|i| i.key.as_str())
+        .collect();
+    assert_eq!(keys, ["apiKey", "password"]);
+    let container = pod
+        .containers
+        .iter()
+        .find(|c| c.name == "controller")
+        .expect("container");
+    // The chart's fields survive next to the operator's.
+    assert!(
+        container
+            .image
+            .as_deref()
+            .is_some_and(|i| i.contains("proxy-pool-controller"))
+    );
+    let mounts = container.volume_mounts.as_ref().expect("mounts");
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m.name == "proxy-pool-config" && m.mount_path == "/etc/proxy-pool")
+    );
+}
+
+async fn gateway_objects_are_owned_by_the_routing(client: &kube::Client) {
+    let routing: Routing = Api::namespaced(client.clone(), NS)
+        .get("shanghai-crawler")
+        .await
+        .expect("routing");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let d = eventually("the gateway Deployment", 60, || {
+        let api = deployments.clone();
+        async move { api.get_opt(GATEWAY).await.ok()? }
+    })
+    .await;
+    let owner = &d.owner_references()[0];
+    assert_eq!(owner.uid, routing.uid().expect("uid"));
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("Routing", Some(true))
+    );
+    assert_eq!(
+        d.labels()["app.kubernetes.io/managed-by"],
+        "proxy-pool-operator"
+    );
+    assert_eq!(d.labels()["proxypool.io/component"], "gateway");
+    let spec = d.spec.expect("spec");
+    assert_eq!(spec.replicas, Some(2));
+    let pod = spec.template.spec.expect("pod");
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some("proxy-pool-gateway")
+    );
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    let token = pod
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.projected.as_ref())
+        .flat_map(|p| p.sources.iter().flatten())
+        .find_map(|s| s.service_account_token.as_ref())
+        .expect("projected token");
+    assert_eq!(token.audience.as_deref(), Some("proxy-pool-identity"));
+    let c = &pod.containers[0];
+    let ports: Vec<i32> = c.ports.iter().flatten().map(|p| p.container_port).collect();
+    assert_eq!(ports, [3128, 1080]);
+    assert_eq!(c.resources, routing.spec.gateway.resources);
+
+    let services: Api<Service> = Api::namespaced(client.clone(), NS);
+    let s = eventually("the gateway Service", 30, || {
+        let api = services.clone();
+        async move { api.get_opt(GATEWAY).await.ok()? }
+    })
+    .await;
+    assert_eq!(s.owner_references()[0].uid, routing.uid().expect("uid"));
+    let spec = s.spec.expect("spec");
+    let ports: Vec<i32> = spec.ports.iter().flatten().map(|p| p.port).collect();
+    assert_eq!(ports, [3128, 1080]);
+    let selector = spec.selector.expect("selector");
+    assert_eq!(Some(&selector), spec_selector(&deployments).await.as_ref());
+}
+
+async fn spec_selector(api: &Api<Deployment>) -> Option<BTreeMap<String, String>> {
+    api.get(GATEWAY).await.ok()?.spec?.selector.match_labels
+}
+
+/// Waits until `name` of kind `K` reports Ready with the given status; returns it.
+async fn wait_ready<K>(client: &kube::Client, name: &str, want: &str) -> K
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + HasConditions,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), NS);
+    eventually(&format!("{} {name} Ready={want}", K::kind(&())), 90, || {
+        let api = api.clone();
+        async move {
+            let obj = api.get_opt(name).await.ok()??;
+            let generation = obj.meta().generation;
+            let ready = condition(obj.conditions(), "Ready")?;
+            (ready.status == want && obj.observed_generation() == generation).then_some(obj)
+        }
+    })
+    .await
+}
+
+trait HasConditions {
+    fn conditions(&self) -> &[Condition];
+    fn observed_generation(&self) -> Option<i64>;
+}
+
+macro_rules! has_conditions {
+    ($t:ty) => {
+        impl HasConditions for $t {
+            fn conditions(&self) -> &[Condition] {
+                self.status
+                    .as_ref()
+                    .map(|s| s.conditions.as_slice())
+                    .unwrap_or(&[])
+            }
+            fn observed_generation(&self) -> Option<i64> {
+                self.status.as_ref().and_then(|s| s.observed_generation)
+            }
+        }
+    };
+}
+has_conditions!(Upstream);
+has_conditions!(Routing);
+has_conditions!(DistributionClient);
+
+async fn statuses_become_ready(client: &kube::Client) {
+    let u: Upstream = wait_ready(client, "vendor-sim", "True").await;
+    let degraded = condition(u.conditions(), "Degraded").expect("Degraded condition");
+    assert_eq!(degraded.status, "False");
+    let _: DistributionClient = wait_ready(client, "team-crawler", "True").await;
+    let r: Routing = wait_ready(client, "shanghai-crawler", "True").await;
+    assert_eq!(
+        r.status.as_ref().and_then(|s| s.service.as_deref()),
+        Some(GATEWAY)
+    );
+}
+
+async fn only_one_replica_leads(client: &kube::Client, metrics: &[Arc<Metrics>; 2]) {
+    let lease: Lease = Api::namespaced(client.clone(), NS)
+        .get("proxy-pool-operator")
+        .await
+        .expect("lease");
+    let dump = serde_json::to_string(&lease).expect("json");
+    let holder = lease.spec.and_then(|s| s.holder_identity).expect("holder");
+    let leading: Vec<bool> = metrics
+        .iter()
+        .map(|m| {
+            m.encode()
+                .lines()
+                .any(|l| l == "proxy_pool_operator_leader 1")
+        })
+        .collect();
+    assert_eq!(
+        leading.iter().filter(|l| **l).count(),
+        1,
+        "exactly one leader: {leading:?}, lease {dump}"
+    );
+    let index = usize::from(holder == "operator-1");
+    assert!(
+        leading[index],
+        "the Lease holder {holder} is the one reconciling"
+    );
+    assert!(
+        metrics[index]
+            .encode()
+            .contains("proxy_pool_operator_reconciles_total{kind=\"Routing\"}")
+    );
+}
+
+/// Resource versions (or generations, for Deployments whose status the
+/// kube-controller-manager keeps updating) of everything the operator writes.
+async fn versions(client: &kube::Client) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let cm: ConfigMap = Api::namespaced(client.clone(), NS)
+        .get(CONFIG_MAP)
+        .await
+        .expect("cm");
+    out.push((
+        "ConfigMap".into(),
+        cm.resource_version().unwrap_or_default(),
+    ));
+    let svc: Service = Api::namespaced(client.clone(), NS)
+        .get(GATEWAY)
+        .await
+        .expect("svc");
+    out.push(("Service".into(), svc.resource_version().unwrap_or_default()));
+    for name in [GATEWAY, CONTROLLER] {
+        let d: Deployment = Api::namespaced(client.clone(), NS)
+            .get(name)
+            .await
+            .expect("deployment");
+        out.push((
+            format!("Deployment {name} generation"),
+            format!("{:?}", d.meta().generation),
+        ));
+    }
+    let u: Upstream = Api::namespaced(client.clone(), NS)
+        .get("vendor-sim")
+        .await
+        .expect("u");
+    out.push(("Upstream".into(), u.resource_version().unwrap_or_default()));
+    let r: Routing = Api::namespaced(client.clone(), NS)
+        .get("shanghai-crawler")
+        .await
+        .expect("r");
+    out.push(("Routing".into(), r.resource_version().unwrap_or_default()));
+    let c: DistributionClient = Api::namespaced(client.clone(), NS)
+        .get("team-crawler")
+        .await
+        .expect("c");
+    out.push((
+        "DistributionClient".into(),
+        c.resource_version().unwrap_or_default(),
+    ));
+    out
+}
+
+async fn second_reconcile_changes_nothing(client: &kube::Client, base_yaml: &str) {
+    // Let the running operator settle, then reconcile everything once more directly.
+    let before = eventually("a settled state", 30, || async {
+        let a = versions(client).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let b = versions(client).await;
+        (a == b).then_some(b)
+    })
+    .await;
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        operator_config(base_yaml),
+        Arc::new(Metrics::new()),
+    ));
+    let get = |name: &'static str| {
+        let client = client.clone();
+        async move {
+            Api::<Deployment>::namespaced(client, NS)
+                .get(name)
+                .await
+                .expect(name)
+        }
+    };
+    reconcile::config::reconcile(Arc::new(get(CONTROLLER).await), ctx.clone())
+        .await
+        .expect("config reconcile");
+    let r: Routing = Api::namespaced(client.clone(), NS)
+        .get("shanghai-crawler")
+        .await
+        .expect("r");
+    reconcile::gateway::reconcile(Arc::new(r), ctx.clone())
+        .await
+        .expect("routing reconcile");
+    let u: Upstream = Api::namespaced(client.clone(), NS)
+        .get("vendor-sim")
+        .await
+        .expect("u");
+    reconcile::resources::reconcile_upstream(Arc::new(u), ctx.clone())
+        .await
+        .expect("upstream reconcile");
+    let c: DistributionClient = Api::namespaced(client.clone(), NS)
+        .get("team-crawler")
+        .await
+        .expect("c");
+    reconcile::resources::reconcile_client(Arc::new(c), ctx)
+        .await
+        .expect("client reconcile");
+    let after = versions(client).await;
+    assert_eq!(before, after, "a second reconcile changed something");
+}
+
+async fn bad_references_degrade(cluster: &KubeApiServer, client: &kube::Client) {
+    // A Routing naming an Upstream that does not exist.
+    let orphan = r#"
+apiVersion: proxypool.io/v1alpha1
+kind: Routing
+metadata: {name: orphan}
+spec:
+  upstreams: [does-not-exist]
+  gateway: {replicas: 1, listeners: {http: {port: 3128}}}
+"#;
+    kubectl_ok(cluster, &["apply", "-n", NS, "-f", "-"], Some(orphan)).await;
+    let r: Routing = wait_ready(client, "orphan", "False").await;
+    let degraded = condition(r.conditions(), "Degraded").expect("Degraded");
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "UnknownUpstream")
+    );
+    assert!(
+        degraded.message.contains("does-not-exist"),
+        "{}",
+        degraded.message
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    eventually("a Warning event on the orphan Routing", 30, || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("orphan")
+                    && e.reason.as_deref() == Some("UnknownUpstream")
+                    && e.type_.as_deref() == Some("Warning")
+            })
+        }
+    })
+    .await;
+
+    // A client whose Secret is missing: Degraded, then Ready once the Secret appears.
+    let ghost = r#"
+apiVersion: proxypool.io/v1alpha1
+kind: DistributionClient
+metadata: {name: ghost}
+spec:
+  auth: {bearer: {secretRef: {name: ghost-token, key: token}}}
+  permissions: [distribution:extract]
+"#;
+    kubectl_ok(cluster, &["apply", "-n", NS, "-f", "-"], Some(ghost)).await;
+    let c: DistributionClient = wait_ready(client, "ghost", "False").await;
+    let degraded = condition(c.conditions(), "Degraded").expect("Degraded");
+    assert_eq!(degraded.reason, "SecretNotFound");
+    kubectl_ok(
+        cluster,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "ghost-token",
+            "-n",
+            NS,
+            "--from-literal=token=ghost-bearer-token-value",
+        ],
+        None,
+    )
+    .await;
+    let _: DistributionClient = wait_ready(client, "ghost", "True").await;
+    // Neither broke the config: the good resources are still in it, the orphan is not.
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let text = eventually("ghost in the config", 30, || {
+        let api = api.clone();
+        async move {
+            let text = api
+                .get(CONFIG_MAP)
+                .await
+                .ok()?
+                .data?
+                .get("config.yaml")?
+                .clone();
+            text.contains("ghost").then_some(text)
+        }
+    })
+    .await;
+    assert!(!text.contains("orphan"), "{text}");
+    assert!(!text.contains("ghost-bearer-token-value"), "{text}");
+    assert!(text.contains("shanghai-crawler"), "{text}");
+}
+
+async fn deleting_a_routing_collects_its_gateway(client: &kube::Client) {
+    let routings: Api<Routing> = Api::namespaced(client.clone(), NS);
+    routings
+        .delete("shanghai-crawler", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let services: Api<Service> = Api::namespaced(client.clone(), NS);
+    eventually("the garbage collector to remove the gateway", 90, || {
+        let (d, s) = (deployments.clone(), services.clone());
+        async move {
+            let gone = d.get_opt(GATEWAY).await.ok()?.is_none()
+                && s.get_opt(GATEWAY).await.ok()?.is_none();
+            gone.then_some(())
+        }
+    })
+    .await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    eventually("the routing to leave the config", 30, || {
+        let api = api.clone();
+        async move {
+            let text = api
+                .get(CONFIG_MAP)
+                .await
+                .ok()?
+                .data?
+                .get("config.yaml")?
+                .clone();
+            (!text.contains("shanghai-crawler")).then_some(())
+        }
+    })
+    .await;
+}
