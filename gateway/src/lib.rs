@@ -10,6 +10,7 @@
 //! Entry point: [`serve`] (or [`Gateway`]) with caller-bound listeners, a
 //! [`SnapshotHandle`], a [`GatewayConfig`] and a shutdown future.
 
+pub mod admin;
 pub mod capacity;
 pub mod config;
 pub mod error;

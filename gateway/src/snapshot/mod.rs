@@ -5,6 +5,7 @@
 //! atomic pointer swap. Protobuf never reaches this module: conversion happens at the
 //! edge.
 
+pub mod file;
 mod handle;
 pub mod live;
 

@@ -1,0 +1,86 @@
+//! A tiny ops listener: `GET /metrics` (Prometheus text), `GET /healthz` (always
+//! 200) and `GET /readyz` (200 while a fresh snapshot is installed, else 503).
+//! Reads at most one small request head per connection, with a timeout.
+
+use std::future::Future;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tracing::debug;
+
+use crate::listener::Gateway;
+use crate::snapshot::SnapshotHandle;
+use crate::snapshot::live::now_ms;
+
+const MAX_REQUEST: usize = 4096;
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves the ops endpoints until `shutdown` resolves.
+pub async fn serve_admin(
+    listener: TcpListener,
+    gateway: Gateway,
+    snapshots: SnapshotHandle,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(err) => {
+                    debug!(error = %err, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => return,
+        };
+        let gateway = gateway.clone();
+        let snapshots = snapshots.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(TIMEOUT, answer(stream, &gateway, &snapshots)).await;
+        });
+    }
+}
+
+async fn answer(
+    mut stream: TcpStream,
+    gateway: &Gateway,
+    snapshots: &SnapshotHandle,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; MAX_REQUEST];
+    let mut len = 0;
+    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+        if len == buf.len() {
+            return Ok(());
+        }
+        let n = stream.read(&mut buf[len..]).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        len += n;
+    }
+    let path = buf[..len].split(|&b| b == b' ').nth(1).unwrap_or_default();
+    let (status, body) = match path {
+        b"/metrics" => ("200 OK", gateway.render_metrics()),
+        b"/healthz" => ("200 OK", "ok\n".to_owned()),
+        b"/readyz" => {
+            let fresh = snapshots
+                .load()
+                .as_ref()
+                .is_some_and(|s| !s.is_stale(now_ms()));
+            if fresh {
+                ("200 OK", "ready\n".to_owned())
+            } else {
+                ("503 Service Unavailable", "no fresh snapshot\n".to_owned())
+            }
+        }
+        _ => ("404 Not Found", "not found\n".to_owned()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body.as_bytes()).await
+}

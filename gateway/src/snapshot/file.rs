@@ -1,0 +1,270 @@
+//! A static snapshot from a JSON file, for local runs without a controller: raw serde
+//! types (`deny_unknown_fields`) turned into a [`Snapshot`] by `into_snapshot`, which
+//! reports every problem with its path. Reading the file is the caller's job.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use super::{
+    ClientCredential, ProxyCredentials, ProxyId, RetryPolicy, Routing, RoutingMatch, Snapshot,
+    StickyPolicy, Strategy, UpstreamProtocol, UpstreamProxy,
+};
+use crate::snapshot::SnapshotError;
+
+/// The file's top level.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SnapshotFile {
+    /// Routings in match order.
+    #[serde(default)]
+    pub routings: Vec<RawRouting>,
+    /// Proxies.
+    #[serde(default)]
+    pub proxies: Vec<RawProxy>,
+    /// Clients.
+    #[serde(default)]
+    pub clients: Vec<RawClient>,
+}
+
+/// A routing.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawRouting {
+    /// Name.
+    pub name: String,
+    /// Conditions.
+    #[serde(default, rename = "match")]
+    pub matcher: RawMatch,
+    /// Allowed upstreams.
+    #[serde(default)]
+    pub upstreams: Vec<String>,
+    /// Allowed regions.
+    #[serde(default)]
+    pub regions: Vec<String>,
+    /// Allowed carriers.
+    #[serde(default)]
+    pub carriers: Vec<String>,
+    /// `roundRobin`, `leastActive` or `powerOfTwoChoices`.
+    #[serde(default)]
+    pub strategy: Option<String>,
+    /// Sticky sessions.
+    #[serde(default)]
+    pub sticky_session: Option<RawSticky>,
+    /// Retries.
+    #[serde(default)]
+    pub retry: Option<RawRetry>,
+}
+
+/// Routing conditions.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawMatch {
+    /// Client names.
+    #[serde(default)]
+    pub clients: Vec<String>,
+    /// Username parameters.
+    #[serde(default)]
+    pub username_params: BTreeMap<String, String>,
+    /// Target hosts.
+    #[serde(default)]
+    pub target_hosts: Vec<String>,
+}
+
+/// Sticky sessions.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawSticky {
+    /// Binding TTL in seconds.
+    pub ttl_seconds: u64,
+    /// Idle timeout in seconds.
+    pub idle_timeout_seconds: u64,
+}
+
+/// Retry budget.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawRetry {
+    /// Attempts, the first included.
+    pub max_attempts: u32,
+    /// Deadline for all attempts, milliseconds.
+    pub deadline_ms: u64,
+}
+
+/// A proxy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawProxy {
+    /// ID.
+    pub id: String,
+    /// `http` or `socks5`.
+    pub protocol: String,
+    /// Host.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Username.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// Password.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// Upstream name.
+    #[serde(default)]
+    pub upstream: String,
+    /// Region.
+    #[serde(default)]
+    pub region: String,
+    /// Carrier.
+    #[serde(default)]
+    pub carrier: String,
+    /// Concurrency limit.
+    pub max_concurrent: u32,
+}
+
+/// A client (clear password: local runs only).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawClient {
+    /// Client name.
+    pub client: String,
+    /// Base username.
+    pub username: String,
+    /// Password.
+    pub password: String,
+}
+
+impl SnapshotFile {
+    /// Converts to a snapshot valid for `validity` from now.
+    pub fn into_snapshot(
+        self,
+        version: u64,
+        validity: Duration,
+    ) -> Result<Snapshot, SnapshotError> {
+        let mut problems = Vec::new();
+        let now = SystemTime::now();
+        let far = now + validity;
+        let routings = self
+            .routings
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let strategy = match r.strategy.as_deref() {
+                    None | Some("roundRobin") => Strategy::RoundRobin,
+                    Some("leastActive") => Strategy::LeastActive,
+                    Some("powerOfTwoChoices") => Strategy::PowerOfTwoChoices,
+                    Some(other) => {
+                        problems.push(format!("routings[{i}].strategy: unknown {other:?}"));
+                        Strategy::RoundRobin
+                    }
+                };
+                Routing {
+                    name: r.name,
+                    matcher: RoutingMatch {
+                        clients: r.matcher.clients,
+                        username_params: r.matcher.username_params.into_iter().collect(),
+                        target_hosts: r.matcher.target_hosts,
+                    },
+                    upstreams: r.upstreams,
+                    regions: r.regions,
+                    carriers: r.carriers,
+                    strategy,
+                    sticky: r.sticky_session.map(|s| StickyPolicy {
+                        ttl: Duration::from_secs(s.ttl_seconds),
+                        idle_timeout: Duration::from_secs(s.idle_timeout_seconds),
+                    }),
+                    retry: r.retry.map_or_else(RetryPolicy::default, |r| RetryPolicy {
+                        max_attempts: r.max_attempts,
+                        deadline: Duration::from_millis(r.deadline_ms),
+                    }),
+                }
+            })
+            .collect();
+        let proxies = self
+            .proxies
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let protocol = match p.protocol.as_str() {
+                    "http" => UpstreamProtocol::Http,
+                    "socks5" => UpstreamProtocol::Socks5,
+                    other => {
+                        problems.push(format!("proxies[{i}].protocol: unknown {other:?}"));
+                        UpstreamProtocol::Http
+                    }
+                };
+                let credentials = match (p.username, p.password) {
+                    (Some(username), Some(password)) => {
+                        Some(ProxyCredentials { username, password })
+                    }
+                    (None, None) => None,
+                    _ => {
+                        problems.push(format!("proxies[{i}]: username and password go together"));
+                        None
+                    }
+                };
+                UpstreamProxy {
+                    id: ProxyId::from(p.id),
+                    protocol,
+                    host: p.host,
+                    port: p.port,
+                    credentials,
+                    upstream: p.upstream,
+                    region: p.region,
+                    carrier: p.carrier,
+                    max_concurrent: p.max_concurrent,
+                    expires_at: far,
+                    usable_until: far,
+                    observed_latency: None,
+                    draining: false,
+                }
+            })
+            .collect();
+        let clients = self
+            .clients
+            .iter()
+            .map(|c| ClientCredential::from_password(&c.client, &c.username, &c.password))
+            .collect();
+        if !problems.is_empty() {
+            return Err(SnapshotError { problems });
+        }
+        Ok(Snapshot {
+            version,
+            epoch: 0,
+            generated_at: now,
+            valid_until: far,
+            routings,
+            proxies,
+            clients,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_file_and_reports_problems() {
+        let text = r#"{
+            "routings": [{"name": "sh", "match": {"usernameParams": {"region": "shanghai"}},
+                          "strategy": "powerOfTwoChoices",
+                          "stickySession": {"ttlSeconds": 600, "idleTimeoutSeconds": 60}}],
+            "proxies": [{"id": "p1", "protocol": "socks5", "host": "127.0.0.1", "port": 1080,
+                         "username": "u", "password": "p", "maxConcurrent": 5}],
+            "clients": [{"client": "team", "username": "alice", "password": "pw"}]
+        }"#;
+        let file: SnapshotFile = serde_json::from_str(text).unwrap();
+        let snap = file.into_snapshot(1, Duration::from_secs(60)).unwrap();
+        assert_eq!(snap.routings[0].strategy, Strategy::PowerOfTwoChoices);
+        assert_eq!(snap.proxies[0].protocol, UpstreamProtocol::Socks5);
+        let bad = r#"{"proxies": [{"id": "p", "protocol": "ftp", "host": "h", "port": 1,
+                      "username": "u", "maxConcurrent": 1}]}"#;
+        let err = serde_json::from_str::<SnapshotFile>(bad)
+            .unwrap()
+            .into_snapshot(1, Duration::from_secs(1))
+            .unwrap_err();
+        assert_eq!(err.problems.len(), 2);
+        assert!(serde_json::from_str::<SnapshotFile>(r#"{"extra": 1}"#).is_err());
+    }
+}
