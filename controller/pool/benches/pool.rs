@@ -282,7 +282,12 @@ async fn main() {
     rows.push(e1);
     rows.push(e5);
     rows.push(upsert);
-    println!("\nActivity pool on redis-server, {POOL_SIZE} proxies — sequential (1 caller)");
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    println!(
+        "\nActivity pool on redis-server, {POOL_SIZE} proxies — sequential (1 caller); load average {}",
+        load.join(" ")
+    );
     print(&rows, baseline);
 
     let conn2 = conn.clone();
