@@ -20,9 +20,9 @@ mod redis;
 pub mod testkit;
 mod validate;
 
+pub use crate::redis::{RedisConnector, RedisOptions, RedisPool};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use error::{ConflictReason, PoolError, PoolResult};
 pub use memory::MemoryPool;
 pub use options::PoolOptions;
-pub use crate::redis::{RedisConnector, RedisOptions, RedisPool};
 pub use validate::{key_digest, unique_key};
