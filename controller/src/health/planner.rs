@@ -473,4 +473,90 @@ mod tests {
         p.announce(&ids);
         assert_eq!(p.lease(Timestamp(1), 100, &ALL).len(), 3);
     }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Announce(Vec<u8>),
+        Lease(usize),
+        Complete(usize, bool),
+        Forget(u8),
+        Advance(u64),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            proptest::collection::vec(0u8..20, 0..5).prop_map(Op::Announce),
+            (0usize..6).prop_map(Op::Lease),
+            (0usize..8, any::<bool>()).prop_map(|(i, ok)| Op::Complete(i, ok)),
+            (0u8..20).prop_map(Op::Forget),
+            (0u64..20_000).prop_map(Op::Advance),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever happens, a tracked proxy is never leased twice at once, the bounds
+        /// hold, and no tracked proxy is ever lost from the schedule.
+        #[test]
+        fn schedule_invariants(ops in proptest::collection::vec(op(), 0..60)) {
+            use std::collections::{HashMap, HashSet};
+            let cfg = PlannerConfig { max_tracked: 12, max_tasks_per_lease: 4, ..PlannerConfig::default() };
+            let mut p = Planner::new(cfg, ReducerConfig::default());
+            let mut now = Timestamp(1_000_000);
+            let mut out: HashMap<u64, (ProxyId, Timestamp)> = HashMap::new();
+            let grace = PlannerConfig::default().lease_grace;
+            for o in ops {
+                match o {
+                    Op::Announce(ids) => {
+                        let ids: Vec<ProxyId> = ids.iter().map(|i| id(&format!("p{i}"))).collect();
+                        p.announce(&ids);
+                    }
+                    Op::Lease(n) => {
+                        let leases = p.lease(now, n, &ALL);
+                        proptest::prop_assert!(leases.len() <= 4);
+                        for l in leases {
+                            // Only a lease past its deadline + grace may be superseded.
+                            let old: Vec<u64> = out
+                                .iter()
+                                .filter(|(_, (pid, _))| *pid == l.proxy_id)
+                                .map(|(t, _)| *t)
+                                .collect();
+                            for t in old {
+                                let (_, deadline) = out.remove(&t).unwrap();
+                                proptest::prop_assert!(deadline.plus(grace) <= now, "leased twice");
+                            }
+                            out.insert(l.task_id, (l.proxy_id, l.deadline));
+                        }
+                    }
+                    Op::Complete(i, ok) => {
+                        let mut keys: Vec<u64> = out.keys().copied().collect();
+                        keys.sort_unstable();
+                        if let Some(&t) = keys.get(i) {
+                            let pid = out[&t].0.clone();
+                            let res = p.complete(now, t, &[obs(t, pid.as_str(), ok)]);
+                            if res.is_some() {
+                                out.remove(&t);
+                            }
+                        }
+                    }
+                    Op::Forget(i) => {
+                        let pid = id(&format!("p{i}"));
+                        p.forget(&pid);
+                        out.retain(|_, (x, _)| *x != pid);
+                    }
+                    Op::Advance(ms) => now = Timestamp(now.0 + ms as i64),
+                }
+                proptest::prop_assert!(p.len() <= 12);
+            }
+            // Liveness: far in the future every tracked proxy is handed out again.
+            let later = now.plus(Duration::from_secs(3600));
+            let mut seen = HashSet::new();
+            for _ in 0..10 {
+                for l in p.lease(later, 4, &ALL) {
+                    seen.insert(l.proxy_id);
+                }
+            }
+            proptest::prop_assert_eq!(seen.len(), p.len());
+        }
+    }
 }
