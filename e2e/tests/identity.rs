@@ -25,14 +25,10 @@ use kube::api::{Api, DeleteParams, PostParams};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
 use proxy_pool_identity_client::{ClientConfig, ClientError, Identity, IdentityClient};
 use proxy_pool_operator::identity::authority::Authority;
-use proxy_pool_operator::identity::http::{router, serve, server_tls};
-use proxy_pool_operator::identity::kube_adapters::{
-    BUNDLE_KEY, KubeCaStore, KubeTokenReviewer, KubeWorkloads,
-};
-use proxy_pool_operator::identity::review::{CachedReviewer, MAX_CACHE_TTL};
-use proxy_pool_operator::identity::serving::ServingCert;
+use proxy_pool_operator::identity::kube_adapters::{BUNDLE_KEY, KubeCaStore};
 use proxy_pool_operator::identity::{
-    CaParams, FIELD_MANAGER, Issuer, IssuerConfig, SystemClock, wire::DEFAULT_AUDIENCE,
+    CaParams, FIELD_MANAGER, IdentityOptions, IdentityService, IssuerConfig, SystemClock,
+    wire::DEFAULT_AUDIENCE,
 };
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, UnixTime};
@@ -41,7 +37,7 @@ use rustls::server::WebPkiClientVerifier;
 const OPERATOR_NS: &str = "proxy-pool-system";
 const GATEWAY_NS: &str = "gateways";
 const CA_SECRET: &str = "proxy-pool-identity-ca";
-const BUNDLE_CM: &str = "proxy-pool-identity-trust-bundle";
+const BUNDLE_CM: &str = "proxy-pool-trust-bundle";
 const SA: &str = "gateway";
 const SERVER_NAME: &str = "proxy-pool-operator.proxy-pool-system.svc";
 const TRUST_DOMAIN: &str = "proxy-pool.test";
@@ -189,31 +185,28 @@ async fn published_bundle(client: &kube::Client, ns: &str) -> String {
         .expect("bundle key")
 }
 
+/// The operator's identity service as `main` composes it (same CA Secret and bundle
+/// ConfigMaps as above), serving on a loopback port.
 async fn start_issuer(client: &kube::Client, authority: Arc<Authority>) -> SocketAddr {
-    let reviewer = CachedReviewer::new(
-        Arc::new(KubeTokenReviewer::new(client.clone())),
-        Arc::new(SystemClock),
-        MAX_CACHE_TTL,
-        1024,
-    );
-    let issuer = Issuer::new(
+    let mut options = IdentityOptions::new(
+        OPERATOR_NS,
+        "proxy-pool-operator",
         IssuerConfig::new(TRUST_DOMAIN, ENVIRONMENT),
-        Arc::new(reviewer),
-        Arc::new(KubeWorkloads::new(client.clone())),
-        authority.clone(),
     );
-    let serving = ServingCert::new(authority, vec![SERVER_NAME.into()]).expect("serving cert");
-    let tls = server_tls(serving).expect("TLS config");
+    options.bundle_namespaces = vec![OPERATOR_NS.into(), GATEWAY_NS.into()];
+    let service = IdentityService::start(client.clone(), options)
+        .await
+        .expect("identity service");
+    assert_eq!(
+        service.authority().cas().cas()[0].cert_pem(),
+        authority.cas().cas()[0].cert_pem(),
+        "the service uses the stored CA"
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    tokio::spawn(serve(
-        listener,
-        tls,
-        router(Arc::new(issuer)),
-        std::future::pending(),
-    ));
+    tokio::spawn(service.run(listener, std::future::pending()));
     addr
 }
 

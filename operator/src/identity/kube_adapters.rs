@@ -22,7 +22,7 @@ use super::store::{CaStore, Loaded, StoreError, StoredCa};
 use super::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POD_NAME_EXTRA, POD_UID_EXTRA};
 
 /// Key of the trust bundle in its ConfigMap.
-pub const BUNDLE_KEY: &str = "ca-bundle.crt";
+pub const BUNDLE_KEY: &str = "ca.crt";
 const CA_CERT_KEY: &str = "ca.crt";
 const CA_KEY_KEY: &str = "ca.key";
 const PREVIOUS_CERT_KEY: &str = "previous-ca.crt";

@@ -24,6 +24,7 @@ pub mod http;
 pub mod issuer;
 pub mod kube_adapters;
 pub mod review;
+pub mod service;
 pub mod serving;
 pub mod store;
 
@@ -33,6 +34,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::IssueError;
 pub use issuer::{Issuer, IssuerConfig};
 pub use proxy_pool_identity_client::wire;
+pub use service::{IdentityOptions, IdentityService};
 
 /// Field manager of every object the operator writes with server-side apply.
 pub const FIELD_MANAGER: &str = "proxy-pool-operator";
