@@ -306,6 +306,14 @@ async fn every_key_is_under_the_prefix_and_no_secret_is_in_a_key_name() {
         );
     }
     assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:idem:")));
+    // Stored results name the extracted records; credentials live only in the records.
+    for k in keys
+        .iter()
+        .filter(|k| k.contains(":idem:") || k.contains(":op:"))
+    {
+        let v: String = redis::cmd("GET").arg(k).query_async(&mut c).await.unwrap();
+        assert!(!v.contains(SECRET_PASSWORD), "{k} holds a password");
+    }
     assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:op:")));
     assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:owned:")));
     assert_consistent(&server.url()).await;

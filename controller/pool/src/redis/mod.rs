@@ -183,6 +183,7 @@ fn error_code(code: &str) -> PoolError {
     match code {
         "not_found" => PoolError::NotFound,
         "scan_budget" => PoolError::ScanBudgetExhausted,
+        "replay_incomplete" => PoolError::Internal("replay_incomplete".into()),
         other => match ConflictReason::parse(other) {
             Some(reason) => PoolError::Conflict(reason),
             None => PoolError::Internal("unknown_script_result".into()),

@@ -4,11 +4,19 @@
 -- P = { cnt, res, aon, dig, n (this call's nonce, hex), ittl, minttl, maxage?, budget,
 --       dims = { u = [pos], r = [pos], c = [pos], p = [pos] } (driver candidates, KEYS positions, values ascending),
 --       f = { proto = [], region = [], carrier = [], up = [] } }
+-- A stored result names the extracted records; they cannot change (EXTRACTED never
+-- re-enters) and outlive it (its expiry is at most their earliest hard expiry), so a
+-- replay reads them back instead of keeping a second copy of every credential.
 local stored = stored_result(K_RESULT)
 if stored then
   local s = cjson.decode(stored)
   if s.d ~= P.dig then return cjson.encode({ r = { err = 'idempotency_key_reused' } }) end
-  return '{"r":{"replay":' .. stored .. '}}'
+  local raws = redis.call('HMGET', K_RECORDS, unpack(s.ids))
+  for i = 1, #s.ids do
+    if not raws[i] then return cjson.encode({ r = { err = 'replay_incomplete' } }) end
+  end
+  return '{"r":{"replay":{"d":"' .. s.d .. '","n":"' .. s.n .. '","at":' .. istr(s.at)
+    .. ',"px":[' .. table.concat(raws, ',') .. ']}}}'
 end
 
 local function set_of(list)
@@ -132,10 +140,13 @@ commit()
 if n == 0 then
   return cjson.encode({ r = { x = { d = P.dig, at = NOW, empty = true } } })
 end
--- The stored result holds the extracted records as stored (the reader takes the
--- connection fields it needs).
-local result = '{"d":"' .. P.dig .. '","n":"' .. P.n .. '","at":' .. istr(NOW) .. ',"px":[' .. table.concat(raws, ',', 1, n) .. ']}'
+-- IDs and digests are validated identifiers / hex: safe inside JSON strings as they are.
+local ids = {}
+for i = 1, n do ids[i] = '"' .. found[i].id .. '"' end
+local head = '{"d":"' .. P.dig .. '","n":"' .. P.n .. '","at":' .. istr(NOW)
 local until_ms = math.min(NOW + P.ittl, earliest)
+local result = head .. ',"ids":[' .. table.concat(ids, ',') .. ']}'
 store_result(K_RESULT, until_ms, result)
 if K_RESULT2 ~= K_RESULT then store_result(K_RESULT2, until_ms, result) end
-return '{"r":{"x":' .. result .. '}}'
+-- The reply carries the records as stored (the reader takes the connection fields).
+return '{"r":{"x":' .. head .. ',"px":[' .. table.concat(raws, ',', 1, n) .. ']}}}'
