@@ -171,6 +171,65 @@ fn chart_crds_are_the_generated_crds() {
     );
 }
 
+/// Values that switch on every optional part of the chart.
+const FULL_VALUES: &[&str] = &[
+    "store.backend=redis",
+    "redis.sentinel.masterName=mymaster",
+    "redis.sentinel.addresses={redis-sentinel:26379}",
+    "redis.passwordSecret.name=redis-auth",
+    "postgresql.enabled=true",
+    "postgresql.dsnSecret.name=pg-dsn",
+    "ingress.enabled=true",
+    "ingress.className=nginx",
+    "controller.config.distribution.maxCountPerRequest=200",
+];
+
+#[tokio::test]
+async fn chart_lints_and_templates_clean() {
+    let chart = repo_path("charts/proxy-pool");
+    let full: Vec<String> = FULL_VALUES
+        .iter()
+        .flat_map(|v| ["--set".to_owned(), (*v).to_owned()])
+        .collect();
+    for extra in [Vec::new(), full] {
+        for cmd in [vec!["lint", "--strict"], vec!["template", "proxy-pool"]] {
+            let out = tokio::process::Command::new(helm())
+                .args(&cmd)
+                .arg(&chart)
+                .args(["--namespace", NS])
+                .args(&extra)
+                .output()
+                .await
+                .expect("run helm");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success(),
+                "helm {cmd:?} {extra:?} failed:\n{stderr}\n{stdout}"
+            );
+            assert!(
+                stderr.trim().is_empty(),
+                "helm {cmd:?} {extra:?} warned:\n{stderr}"
+            );
+            if cmd[0] == "lint" {
+                assert!(
+                    !stdout.contains("[WARNING]") && !stdout.contains("[ERROR]"),
+                    "{stdout}"
+                );
+            } else {
+                // The base config the operator starts from passes the controller's validator.
+                let base = stdout
+                    .split("\n---")
+                    .find(|d| d.contains("name: proxy-pool-operator-base-config"))
+                    .expect("base config ConfigMap");
+                let cm: ConfigMap = serde_yaml::from_str(base).expect("ConfigMap");
+                let yaml = &cm.data.expect("data")["base.yaml"];
+                proxy_pool_api::config::load_yaml(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_reconciles_on_a_real_cluster() {
     let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));

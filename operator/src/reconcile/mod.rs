@@ -38,7 +38,7 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
-use kube::api::Api;
+use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -66,6 +66,10 @@ pub async fn run(
     let controller_name = ctx.config.controller_deployment.clone();
     let root = ObjectRef::<Deployment>::new(&controller_name).within(&ctx.config.namespace);
     let debounce = controller::Config::default().debounce(Duration::from_millis(300));
+    // Secrets only trigger reconciles: watch their metadata (an `Api` of
+    // `PartialObjectMeta` makes metadata-only requests), so the operator never
+    // receives the values of Secrets no resource references.
+    let secrets = || ctx.api::<PartialObjectMeta<Secret>>();
 
     let config_ctrl = Controller::new(
         ctx.api::<Deployment>(),
@@ -76,7 +80,7 @@ pub async fn run(
     .watches(ctx.api::<Upstream>(), wc.clone(), to(&root))
     .watches(ctx.api::<Routing>(), wc.clone(), to(&root))
     .watches(ctx.api::<DistributionClient>(), wc.clone(), to(&root))
-    .watches(ctx.api::<Secret>(), wc.clone(), to(&root))
+    .watches(secrets(), wc.clone(), to(&root))
     .graceful_shutdown_on(shutdown.clone())
     .run(
         config::reconcile,
@@ -92,7 +96,7 @@ pub async fn run(
         .owns(ctx.api::<Service>(), gateway_wc)
         .watches(ctx.api::<Upstream>(), wc.clone(), all(&store))
         .watches(ctx.api::<DistributionClient>(), wc.clone(), all(&store))
-        .watches(ctx.api::<Secret>(), wc.clone(), all(&store))
+        .watches(secrets(), wc.clone(), all(&store))
         .graceful_shutdown_on(shutdown.clone())
         .run(
             gateway::reconcile,
@@ -104,7 +108,7 @@ pub async fn run(
         Controller::new(ctx.api::<Upstream>(), wc.clone()).with_config(debounce.clone());
     let store = upstream_ctrl.store();
     let upstream_ctrl = upstream_ctrl
-        .watches(ctx.api::<Secret>(), wc.clone(), all(&store))
+        .watches(secrets(), wc.clone(), all(&store))
         .graceful_shutdown_on(shutdown.clone())
         .run(
             resources::reconcile_upstream,
@@ -116,7 +120,7 @@ pub async fn run(
         Controller::new(ctx.api::<DistributionClient>(), wc.clone()).with_config(debounce);
     let store = client_ctrl.store();
     let client_ctrl = client_ctrl
-        .watches(ctx.api::<Secret>(), wc.clone(), all(&store))
+        .watches(secrets(), wc.clone(), all(&store))
         .watches(ctx.api::<Upstream>(), wc, all(&store))
         .graceful_shutdown_on(shutdown)
         .run(
