@@ -1,9 +1,10 @@
 //! The Redis adapter of the activity pool (production).
 //!
 //! Owns every Redis detail: key names (`keys.rs`), the Lua scripts (`lua/`, composed in
-//! `scripts.rs`), the stored encodings (`codec.rs`) and the connection (`conn.rs`). Every
-//! state change is one `EVALSHA` of a preloaded script; every script reads Redis `TIME`
-//! once (or the test clock override from `ARGV`). It must never put a password, a
+//! `scripts.rs`), the stored encodings (`codec.rs`) and the connection (`conn.rs`); one
+//! file per port group (`write.rs`, `extract.rs`, `owner.rs`, `worker.rs`, `read.rs`).
+//! Every state change is one `EVALSHA` of a preloaded script (per chunk for batches);
+//! every script reads Redis `TIME` once (or the test clock override from `ARGV`). It must never put a password, a
 //! credential reference or raw Redis error text into a key, a log line or an error.
 
 mod codec;
@@ -18,9 +19,8 @@ mod worker;
 mod write;
 
 use std::sync::Arc;
-use std::time::Duration;
-
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use serde::Deserialize;
 
