@@ -193,6 +193,8 @@ async fn start_issuer(client: &kube::Client, authority: Arc<Authority>) -> Socke
         "proxy-pool-operator",
         IssuerConfig::new(TRUST_DOMAIN, ENVIRONMENT),
     );
+    // Gateways run in their own namespace here (by default only the operator's is served).
+    options.issuer.namespaces = Some(vec![GATEWAY_NS.into()]);
     options.bundle_namespaces = vec![OPERATOR_NS.into(), GATEWAY_NS.into()];
     let service = IdentityService::start(client.clone(), options)
         .await

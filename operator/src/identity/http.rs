@@ -31,20 +31,37 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_CONNECTIONS: usize = 512;
 /// How long in-flight requests may run after shutdown begins.
 const GRACE: Duration = Duration::from_secs(10);
+/// Issuances in progress at once; more get 503 at once. Bounds the TokenReview and
+/// lookup load unauthenticated callers can push onto the API server.
+pub const MAX_IN_FLIGHT: usize = 64;
+
+#[derive(Clone, Debug)]
+struct AppState {
+    issuer: Arc<Issuer>,
+    in_flight: Arc<Semaphore>,
+}
 
 /// The endpoint's routes.
 pub fn router(issuer: Arc<Issuer>) -> Router {
     Router::new()
         .route(ISSUE_PATH, post(issue))
-        .with_state(issuer)
+        .with_state(AppState {
+            issuer,
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+        })
 }
 
 async fn issue(
-    State(issuer): State<Arc<Issuer>>,
+    State(state): State<AppState>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<IssueResponse>, IssueError> {
-    let result = handle(&issuer, &headers, body).await;
+    let result = match state.in_flight.try_acquire() {
+        Ok(_permit) => handle(&state.issuer, &headers, body).await,
+        Err(_) => Err(IssueError::Unavailable(
+            "too many issuances in flight".into(),
+        )),
+    };
     match &result {
         Err(e @ (IssueError::Unavailable(_) | IssueError::Internal(_))) => {
             tracing::warn!(error = %e, "identity issuance failed");

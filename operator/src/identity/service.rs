@@ -49,7 +49,11 @@ pub struct IdentityOptions {
 impl IdentityOptions {
     /// Defaults for an operator in `namespace` serving workers in the same namespace
     /// behind Service `service` (serving names `<service>`, `<service>.<ns>.svc`, ...).
-    pub fn new(namespace: &str, service: &str, issuer: IssuerConfig) -> Self {
+    /// Unless `issuer.namespaces` is set, only pods of `namespace` are served.
+    pub fn new(namespace: &str, service: &str, mut issuer: IssuerConfig) -> Self {
+        if issuer.namespaces.is_none() {
+            issuer.namespaces = Some(vec![namespace.to_owned()]);
+        }
         Self {
             namespace: namespace.to_owned(),
             ca_secret: DEFAULT_CA_SECRET.to_owned(),
