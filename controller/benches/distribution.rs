@@ -1,1 +1,241 @@
-fn main() {}
+//! Distribution API benchmark on a real `redis-server` (started by the testkit).
+//!
+//! `cargo bench -p proxy-pool-controller --bench distribution` runs the controller on
+//! loopback with the Redis store and measures, at count 1 and count 5:
+//! - the raw extraction script rate: `ExtractionStore::extract` called directly on the
+//!   controller's own `RedisPool` by 16 concurrent callers (the pool benchmark's
+//!   concurrent figure, measured again in this run as the baseline);
+//! - HTTP `POST /api/v1/proxies/extract` by 16 concurrent keep-alive clients (API-key
+//!   auth, Redis rate limiter on, idempotency keys), with p50 / p99 latency.
+//!
+//! It prints req/s and the HTTP / script ratio (target ≥ 0.4). `BENCH_REQUESTS` sets
+//! the requests per phase (default 8000).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use activity_pool::model::{
+    Candidate, ClientId, Credentials, ExtractOutcome, ExtractRequest, FetchedBatch, Filters,
+    Fulfillment, HealthUpdate, HealthVerdict, Label, OperationId, Protocol, ProxyId, RequestDigest,
+    RequestId, Secret, UpstreamId,
+};
+use activity_pool::testkit::RedisServer;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use proxy_pool_controller::store::Ports;
+use proxy_pool_controller::{Controller, Listeners};
+
+const CONCURRENCY: usize = 16;
+const API_KEY: &str = "bench-api-key";
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+async fn seed(ports: &Ports, n: usize) {
+    let base = NEXT.fetch_add(n as u64, Ordering::SeqCst) as usize;
+    let cands: Vec<Candidate> = (base..base + n)
+        .map(|i| Candidate {
+            id: ProxyId::new(format!("b{i}")).unwrap(),
+            protocol: Protocol::Http,
+            host: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
+            port: 8000 + (i % 1000) as u16,
+            credentials: Some(Credentials {
+                username: format!("u{i}"),
+                password: Secret::new("bench-pass"),
+            }),
+            region: Some(Label::new(format!("r{}", i % 10)).unwrap()),
+            carrier: None,
+            ttl: Duration::from_secs(3600),
+            max_concurrency: 8,
+        })
+        .collect();
+    for chunk in cands.chunks(5000) {
+        ports
+            .upserter
+            .upsert(FetchedBatch {
+                upstream: UpstreamId::new("bench").unwrap(),
+                operation_id: OperationId::new(format!(
+                    "seed-{}",
+                    NEXT.fetch_add(1, Ordering::SeqCst)
+                ))
+                .unwrap(),
+                safety_margin: Duration::from_secs(10),
+                max_size: NonZeroU32::new(10_000_000).unwrap(),
+                candidates: chunk.to_vec(),
+            })
+            .await
+            .unwrap();
+        let updates: Vec<HealthUpdate> = chunk
+            .iter()
+            .map(|c| HealthUpdate {
+                proxy_id: c.id.clone(),
+                verdict: HealthVerdict::Available,
+                success: true,
+                latency: None,
+                failure: None,
+            })
+            .collect();
+        for u in updates.chunks(1000) {
+            ports.health.apply_health(u).await.unwrap();
+        }
+    }
+}
+
+struct Figures {
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+fn figures(mut lat: Vec<Duration>, elapsed: Duration) -> Figures {
+    lat.sort();
+    let pick = |q: f64| lat[((lat.len() as f64 * q) as usize).min(lat.len() - 1)];
+    Figures {
+        rate: lat.len() as f64 / elapsed.as_secs_f64(),
+        p50: pick(0.50),
+        p99: pick(0.99),
+    }
+}
+
+async fn raw(ports: &Ports, count: u32, requests: usize) -> Figures {
+    let per = requests / CONCURRENCY;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..CONCURRENCY {
+        let store = ports.extraction.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(per);
+            for _ in 0..per {
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
+                let req = ExtractRequest {
+                    client_id: ClientId::new("client:bench").unwrap(),
+                    request_id: RequestId::new(format!("raw-{n}")).unwrap(),
+                    idempotency_key: None,
+                    request_digest: RequestDigest::of(b"bench"),
+                    count: NonZeroU32::new(count).unwrap(),
+                    fulfillment: Fulfillment::Partial,
+                    filters: Filters::default(),
+                    min_remaining_ttl: Duration::from_secs(5),
+                    max_health_check_age: None,
+                    reserve_for_gateway: 0,
+                    idempotency_ttl: Duration::from_secs(600),
+                };
+                let t = Instant::now();
+                let out = store.extract(&req).await.unwrap();
+                lat.push(t.elapsed());
+                let ExtractOutcome::Extracted(x) = out else {
+                    panic!("insufficient")
+                };
+                assert_eq!(x.proxies.len(), count as usize, "pool ran dry");
+            }
+            lat
+        }));
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.unwrap());
+    }
+    figures(lat, started.elapsed())
+}
+
+async fn http(api: std::net::SocketAddr, count: u32, requests: usize) -> Figures {
+    let per = requests / CONCURRENCY;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..CONCURRENCY {
+        tasks.push(tokio::spawn(async move {
+            let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+            let mut lat = Vec::with_capacity(per);
+            let body = Bytes::from(format!(r#"{{"count":{count}}}"#));
+            for _ in 0..per {
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
+                let req = http::Request::post(format!("http://{api}/api/v1/proxies/extract"))
+                    .header("content-type", "application/json")
+                    .header("x-api-key", API_KEY)
+                    .header("idempotency-key", format!("bench-{n}"))
+                    .body(Full::new(body.clone()))
+                    .unwrap();
+                let t = Instant::now();
+                let resp = client.request(req).await.unwrap();
+                let status = resp.status();
+                let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+                lat.push(t.elapsed());
+                assert_eq!(status, 200, "{}", String::from_utf8_lossy(&bytes));
+            }
+            lat
+        }));
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.unwrap());
+    }
+    figures(lat, started.elapsed())
+}
+
+fn main() {
+    let requests: usize = std::env::var("BENCH_REQUESTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8000);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let redis = RedisServer::start();
+        let yaml = format!(
+            r#"
+store: {{backend: redis, redis: {{address: "{}"}}}}
+distribution:
+  listen: 127.0.0.1:0
+  maxCountPerRequest: 100
+  limits: {{maxInFlight: 1024}}
+  rateLimit:
+    global: {{requestsPerSecond: 1000000, burst: 1000000}}
+    perClient: {{requestsPerSecond: 1000000, burst: 1000000}}
+admin: {{listen: 127.0.0.1:0}}
+clients:
+  - name: bench
+    apiKeys: [{{sha256: {}}}]
+"#,
+            redis.url(),
+            proxy_pool_controller::distribution::hash_secret(API_KEY)
+        );
+        let config = proxy_pool_api::config::load_yaml(&yaml).unwrap();
+        let listeners = Listeners::bind(&config).await.unwrap();
+        let api = listeners.distribution.local_addr().unwrap();
+        let controller = Controller::build(config).await.unwrap();
+        let ports = controller.ports();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(controller.run(listeners, async move {
+            let _ = rx.await;
+        }));
+        println!(
+            "distribution benchmark: {requests} requests per phase, {CONCURRENCY} concurrent callers, real redis-server on loopback"
+        );
+        println!("{:<28} {:>10} {:>10} {:>10}", "phase", "req/s", "p50", "p99");
+        for count in [1u32, 5] {
+            seed(&ports, requests * count as usize * 2 + 1000).await;
+            // Warm-up.
+            let _ = raw(&ports, count, CONCURRENCY * 20).await;
+            let _ = http(api, count, CONCURRENCY * 20).await;
+            let r = raw(&ports, count, requests).await;
+            let h = http(api, count, requests).await;
+            for (name, f) in [(format!("script extract count={count}"), &r), (format!("HTTP extract count={count}"), &h)] {
+                println!(
+                    "{:<28} {:>10.0} {:>8.2}ms {:>8.2}ms",
+                    name,
+                    f.rate,
+                    f.p50.as_secs_f64() * 1000.0,
+                    f.p99.as_secs_f64() * 1000.0
+                );
+            }
+            println!("{:<28} {:>10.2}", format!("HTTP / script count={count}"), h.rate / r.rate);
+        }
+        let _ = tx.send(());
+        let _ = task.await;
+    });
+}

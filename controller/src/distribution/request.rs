@@ -18,22 +18,47 @@ use serde::{Deserialize, Serialize};
 use super::auth::Identity;
 use super::problem::ApiError;
 
-/// The body as sent.
+/// The body as sent. Absent members are allowed; explicit `null`s are not.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Body {
-    count: Option<i64>,
+    #[serde(default, deserialize_with = "present")]
+    count: Option<serde_json::Number>,
+    #[serde(default, deserialize_with = "present")]
     fulfillment: Option<String>,
+    #[serde(default, deserialize_with = "present")]
     filters: Option<FilterBody>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct FilterBody {
+    #[serde(default, deserialize_with = "present")]
     protocols: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
     regions: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
     carriers: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
     allowed_upstreams: Option<Vec<String>>,
+}
+
+/// A member that is present must not be `null`.
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+/// A JSON integer (`244` or `244.0`, as JSON Schema counts them); `None` otherwise.
+fn integer(n: &serde_json::Number) -> Option<i64> {
+    n.as_i64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
+            .map(|f| f as i64)
+    })
 }
 
 /// A validated extract request (before the client's constraints).
@@ -161,6 +186,9 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, Ap
         Some(rest) => rest.strip_suffix('"').ok_or(bad("unbalanced quotes"))?,
         None => text,
     };
+    if text.contains('"') {
+        return Err(bad("must not contain double quotes"));
+    }
     IdempotencyKey::new(text)
         .map(Some)
         .map_err(|_| bad("must be 1 to 255 printable ASCII characters without spaces"))
@@ -184,7 +212,14 @@ pub fn parse_body(
         // serde_json messages name the field and position, never other input.
         ApiError::InvalidJson(msg.chars().take(200).collect())
     })?;
-    let count = match body.count {
+    let count = match body.count.as_ref().map(integer) {
+        None => return Err(validation("count", "is required")),
+        Some(None) => {
+            return Err(ApiError::InvalidJson("count must be an integer".to_owned()));
+        }
+        Some(Some(n)) => Some(n),
+    };
+    let count = match count {
         None => return Err(validation("count", "is required")),
         Some(n) if n < 1 => return Err(validation("count", "must be at least 1")),
         Some(n) if n > i64::from(max_count.get()) => {
