@@ -8,8 +8,23 @@ if redis.call('ZCARD', ku) + redis.call('ZCARD', ko) > P.budget then
 end
 local lower = '(' .. istr(NOW)
 local slots = 0
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', ku, lower, '+inf')) do
-  local rec = get_rec(id)
+-- Records of `ids`, read in batches (one HMGET per 256 members).
+local function records_of(ids)
+  local out = {}
+  for first = 1, #ids, 256 do
+    local last = math.min(first + 255, #ids)
+    local raws = redis.call('HMGET', K_RECORDS, unpack(ids, first, last))
+    for i = first, last do
+      local raw = raws[i - first + 1]
+      if raw then out[i] = cjson.decode(raw) end
+    end
+  end
+  return out
+end
+local unowned = redis.call('ZRANGEBYSCORE', ku, lower, '+inf')
+local recs = records_of(unowned)
+for i = 1, #unowned do
+  local rec = recs[i]
   if live(rec) then slots = slots + rec.cap end
 end
 local runtimes = {}
@@ -28,8 +43,10 @@ local function usage_of(w)
   end
   return runtimes[w]
 end
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', ko, lower, '+inf')) do
-  local rec = get_rec(id)
+local owned_ids = redis.call('ZRANGEBYSCORE', ko, lower, '+inf')
+local owned_recs = records_of(owned_ids)
+for i, id in ipairs(owned_ids) do
+  local rec = owned_recs[i]
   local a = get_owner(id)
   if live(rec) and a then
     local rt = usage_of(a.w)
