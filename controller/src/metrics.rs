@@ -99,6 +99,12 @@ impl Metrics {
         })
     }
 
+    /// Registers more metrics (other components: health, provider, control plane) in
+    /// the registry `/metrics` serves.
+    pub fn register_with(&self, f: impl FnOnce(&mut Registry)) {
+        f(&mut self.registry.lock());
+    }
+
     /// OpenMetrics text.
     pub fn encode(&self) -> String {
         let mut out = String::new();

@@ -633,4 +633,30 @@ async fn forwarded_headers_only_from_trusted_proxies() {
         "another forwarded client has its own bucket"
     );
     h.stop().await;
+    // Source control: only allowed CIDRs may call (after forwarded-header resolution).
+    let yaml = yaml.replace(
+        "trustedProxies: [127.0.0.1/32]",
+        "trustedProxies: [127.0.0.1/32]\n  allowedSources: [198.51.100.0/24]",
+    );
+    let h = Harness::start_yaml(&yaml, None, |p| p).await;
+    h.seed("up-a", 2, "shanghai", "telecom").await;
+    let r = h
+        .request(
+            "POST",
+            "/api/v1/proxies/extract",
+            &[json, ("x-forwarded-for", "203.0.113.5")],
+            r#"{"count":1}"#,
+        )
+        .await;
+    assert_eq!((r.status, r.code().as_str()), (403, "SOURCE_NOT_ALLOWED"));
+    let r = h
+        .request(
+            "POST",
+            "/api/v1/proxies/extract",
+            &[json, ("x-forwarded-for", "198.51.100.9")],
+            r#"{"count":1}"#,
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    h.stop().await;
 }

@@ -14,11 +14,11 @@ _pp_schemathesis_bin() {
   venv="$cache/venv-$version"
   if [ ! -x "$venv/bin/st" ]; then
     mkdir -p "$cache"
-    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -m venv "$venv" >/dev/null 2>&1; then
       local sudo=""
       [ "$(id -u)" -eq 0 ] || sudo="sudo"
       $sudo apt-get update -qq >&2
-      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3 python3-venv >/dev/null
       rm -rf "$venv"
       python3 -m venv "$venv" >&2
     fi

@@ -142,6 +142,9 @@ pub struct RawDistribution {
     /// CIDRs whose forwarded headers are believed.
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
+    /// Source CIDRs allowed to call the API (empty: any source).
+    #[serde(default)]
+    pub allowed_sources: Vec<String>,
     /// Global and default per-client rate limits.
     #[serde(default)]
     pub rate_limit: RawRateLimits,

@@ -121,6 +121,8 @@ pub struct DistributionConfig {
     pub limits: LimitsConfig,
     /// CIDRs whose forwarded headers are believed.
     pub trusted_proxies: Vec<IpNet>,
+    /// Source CIDRs allowed to call the API (empty: any source).
+    pub allowed_sources: Vec<IpNet>,
     /// Across every client and replica (`None`: unlimited).
     pub global_rate: Option<Rate>,
     /// Default per-client rate (`None`: unlimited).

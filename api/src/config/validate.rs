@@ -144,6 +144,26 @@ impl Ctx {
         })
     }
 
+    fn cidrs(&mut self, path: &str, values: &[String]) -> Vec<IpNet> {
+        values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| {
+                let parsed = t
+                    .parse::<IpNet>()
+                    .ok()
+                    .or_else(|| t.parse::<IpAddr>().ok().map(IpNet::from));
+                if parsed.is_none() {
+                    self.err(
+                        format!("{path}[{i}]"),
+                        format!("`{t}` is not a CIDR or IP address"),
+                    );
+                }
+                parsed
+            })
+            .collect()
+    }
+
     fn hash(&mut self, path: &str, hex_text: &str) -> SecretHash {
         let mut out = [0u8; 32];
         let ok = hex_text.len() == 64
@@ -480,24 +500,8 @@ fn distribution(
     if limits.request_timeout.is_zero() {
         cx.err("distribution.limits.requestTimeout", "must be positive");
     }
-    let trusted_proxies = raw
-        .trusted_proxies
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| {
-            let parsed = t
-                .parse::<IpNet>()
-                .ok()
-                .or_else(|| t.parse::<IpAddr>().ok().map(IpNet::from));
-            if parsed.is_none() {
-                cx.err(
-                    format!("distribution.trustedProxies[{i}]"),
-                    format!("`{t}` is not a CIDR or IP address"),
-                );
-            }
-            parsed
-        })
-        .collect();
+    let trusted_proxies = cx.cidrs("distribution.trustedProxies", &raw.trusted_proxies);
+    let allowed_sources = cx.cidrs("distribution.allowedSources", &raw.allowed_sources);
     DistributionConfig {
         listen: cx.socket(
             "distribution.listen",
@@ -519,6 +523,7 @@ fn distribution(
         idempotency_ttl,
         limits,
         trusted_proxies,
+        allowed_sources,
         global_rate: cx.rate(
             "distribution.rateLimit.global",
             raw.rate_limit.global.as_ref(),

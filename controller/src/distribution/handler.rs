@@ -62,6 +62,9 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let cfg = &st.config;
     let source = source_ip(peer, &parts.headers, &cfg.trusted_proxies)?;
+    if !cfg.allowed_sources.is_empty() && !cfg.allowed_sources.iter().any(|n| n.contains(&source)) {
+        return Err(ApiError::SourceNotAllowed);
+    }
     let identity = st.auth.authenticate(&parts.headers, source).await?;
     info.client = Some(identity.client_id.to_string());
     if !identity

@@ -38,6 +38,9 @@ pub enum ApiError {
         /// `WWW-Authenticate` challenge.
         challenge: String,
     },
+    /// The source address is outside `allowedSources`.
+    #[error("requests from this source are not allowed")]
+    SourceNotAllowed,
     /// The credential lacks a permission.
     #[error("the credential lacks the permission {0}")]
     PermissionDenied(&'static str),
@@ -152,6 +155,7 @@ impl ApiError {
             Self::HeadersTooLarge => (S::BAD_REQUEST, "HEADERS_TOO_LARGE", "Headers too large"),
             Self::Unauthenticated { .. } => (S::UNAUTHORIZED, "UNAUTHENTICATED", "Unauthenticated"),
             Self::PermissionDenied(_) => (S::FORBIDDEN, "PERMISSION_DENIED", "Permission denied"),
+            Self::SourceNotAllowed => (S::FORBIDDEN, "SOURCE_NOT_ALLOWED", "Source not allowed"),
             Self::CountAboveClientLimit { .. } => (
                 S::FORBIDDEN,
                 "COUNT_EXCEEDS_CLIENT_LIMIT",
