@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
@@ -27,8 +27,8 @@ use proxy_pool_identity_client::{ClientConfig, ClientError, Identity, IdentityCl
 use proxy_pool_operator::identity::authority::Authority;
 use proxy_pool_operator::identity::kube_adapters::{BUNDLE_KEY, KubeCaStore};
 use proxy_pool_operator::identity::{
-    CaParams, FIELD_MANAGER, IdentityOptions, IdentityService, IssuerConfig, SystemClock,
-    wire::DEFAULT_AUDIENCE,
+    CaParams, FIELD_MANAGER, IdentityOptions, IdentityService, IssuerConfig, ManualClock,
+    SystemClock, wire::DEFAULT_AUDIENCE,
 };
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, UnixTime};
@@ -58,6 +58,7 @@ async fn worker_identities_on_a_real_apiserver() {
     create(&in_gateway_ns(&client), &service_account(SA)).await;
 
     let authority = ca_is_created_and_bundle_published(&client).await;
+    ca_rotation_through_server_side_apply(&client).await;
     let issuer_addr = start_issuer(&client, authority).await;
     let bundle_file = dir.write(
         "ca-bundle.crt",
@@ -173,6 +174,72 @@ async fn ca_is_created_and_bundle_published(client: &kube::Client) -> Arc<Author
         );
     }
     authority
+}
+
+/// A rotation on a controllable clock, through the real Secret and ConfigMap: the
+/// previous CA is added next to the new one, both are published, and the previous one's
+/// keys disappear from the Secret (server-side apply drops fields it no longer sets).
+async fn ca_rotation_through_server_side_apply(client: &kube::Client) {
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+    let (secret_name, bundle_name) = ("rotation-ca", "rotation-bundle");
+    let store = KubeCaStore::new(
+        client.clone(),
+        OPERATOR_NS,
+        secret_name,
+        bundle_name,
+        vec![OPERATOR_NS.into()],
+    );
+    let clock = ManualClock::new(SystemTime::now());
+    let params = CaParams {
+        ca_lifetime: 100 * DAY,
+        overlap: 10 * DAY,
+        publish_lead: Duration::from_secs(3600),
+        leaf_lifetime: DAY,
+    };
+    let authority = Authority::start(Arc::new(store), Arc::new(clock.clone()), params)
+        .await
+        .expect("CA bootstrap");
+    let secrets = Api::<Secret>::namespaced(client.clone(), OPERATOR_NS);
+    let keys = |s: Secret| -> BTreeMap<String, String> {
+        s.data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8(v.0).expect("PEM")))
+            .collect()
+    };
+    let bundle = || async {
+        Api::<ConfigMap>::namespaced(client.clone(), OPERATOR_NS)
+            .get(bundle_name)
+            .await
+            .expect("bundle ConfigMap")
+            .data
+            .and_then(|mut d| d.remove(BUNDLE_KEY))
+            .expect("bundle key")
+    };
+    let first = keys(secrets.get(secret_name).await.expect("Secret"));
+    assert_eq!(first.keys().collect::<Vec<_>>(), ["ca.crt", "ca.key"]);
+
+    clock.advance(90 * DAY);
+    authority.reconcile().await.expect("rotate");
+    let during = keys(secrets.get(secret_name).await.expect("Secret"));
+    assert_eq!(
+        during.keys().collect::<Vec<_>>(),
+        ["ca.crt", "ca.key", "previous-ca.crt", "previous-ca.key"]
+    );
+    assert_eq!(during["previous-ca.crt"], first["ca.crt"]);
+    assert_ne!(during["ca.crt"], first["ca.crt"]);
+    let published = bundle().await;
+    assert_eq!(published.matches("BEGIN CERTIFICATE").count(), 2);
+    assert!(
+        published.contains(first["ca.crt"].trim()) && published.contains(during["ca.crt"].trim())
+    );
+
+    clock.advance(11 * DAY);
+    authority.reconcile().await.expect("drop the expired CA");
+    let after = keys(secrets.get(secret_name).await.expect("Secret"));
+    assert_eq!(after.keys().collect::<Vec<_>>(), ["ca.crt", "ca.key"]);
+    assert_eq!(after["ca.crt"], during["ca.crt"]);
+    assert_eq!(bundle().await.trim(), during["ca.crt"].trim());
 }
 
 async fn published_bundle(client: &kube::Client, ns: &str) -> String {
