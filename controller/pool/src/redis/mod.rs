@@ -190,3 +190,29 @@ fn error_code(code: &str) -> PoolError {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_codes_map_to_pool_errors() {
+        assert_eq!(error_code("not_found"), PoolError::NotFound);
+        assert_eq!(error_code("scan_budget"), PoolError::ScanBudgetExhausted);
+        assert_eq!(
+            error_code("lease_expired"),
+            PoolError::Conflict(ConflictReason::LeaseExpired)
+        );
+        assert!(matches!(
+            error_code("ERR something odd"),
+            PoolError::Internal(_)
+        ));
+    }
+
+    #[test]
+    fn default_options_are_production_values() {
+        let o = RedisOptions::default();
+        assert!(o.clock_override.is_none());
+        assert!(o.command_timeout >= Duration::from_millis(100));
+    }
+}
