@@ -93,6 +93,27 @@ async fn extract_returns_every_contract_field(kind: Kind) {
 async fn each_auth_method_works_and_bad_credentials_are_401(kind: Kind) {
     let h = Harness::start(kind).await;
     h.seed("up-a", 10, "shanghai", "telecom").await;
+    // Authentication and permission come before the body is read: an oversized,
+    // mistyped body still gets 401 / 403.
+    let big = "x".repeat(4096);
+    let r = h
+        .request(
+            "POST",
+            "/api/v1/proxies/extract",
+            &[("content-type", "text/plain")],
+            &big,
+        )
+        .await;
+    assert_eq!(r.status, 401);
+    let r = h
+        .request(
+            "POST",
+            "/api/v1/proxies/extract",
+            &[("content-type", "text/plain"), ("x-api-key", KEY_GATEWAY)],
+            &big,
+        )
+        .await;
+    assert_eq!(r.status, 403);
     let basic =
         base64::engine::general_purpose::STANDARD.encode(format!("{BASIC_USER}:{BASIC_PASSWORD}"));
     let basic_header = format!("Basic {basic}");
@@ -565,13 +586,19 @@ async fn redis_outage_is_503_then_service_resumes() {
                 &[("idempotency-key", &format!("during-{i}"))],
             )
             .await;
+        // The full client has no rate limit: the pool itself answers unavailable.
         assert_eq!(r.status, 503, "{:?}", r.json());
-        assert!(matches!(
-            r.code().as_str(),
-            "POOL_UNAVAILABLE" | "RATE_LIMITER_UNAVAILABLE"
-        ));
+        assert_eq!(r.code(), "POOL_UNAVAILABLE");
         assert!(r.json().get("proxies").is_none());
     }
+    // A rate-limited client is stopped earlier, by the unavailable Redis limiter.
+    let r = h
+        .extract(r#"{"count":1}"#, &[("x-api-key", KEY_SLOW)])
+        .await;
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (503, "RATE_LIMITER_UNAVAILABLE")
+    );
     assert_eq!(h.admin_get("/readyz").await.status, 503);
     h.redis.as_mut().unwrap().restart();
     // The restarted Redis is empty (a new pool generation): refill and extract again.
