@@ -452,3 +452,65 @@ mod over_tls {
         panic!("condition not met within 10 s");
     }
 }
+
+/// Captured log output for one test.
+#[derive(Clone, Default)]
+struct Capture(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn tokens_keys_and_certificates_never_reach_the_logs() {
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let f = fixture().await;
+        let csr = csr_with_sans(vec![]);
+        let (status, _, body) = call(&f, request(Some(TOKEN), json_body(&csr))).await;
+        assert_eq!(status, StatusCode::OK);
+        let issued: IssueResponse = serde_json::from_slice(&body).unwrap();
+        problem(
+            &f,
+            request(Some("forged-token-xyz"), json_body(&csr)),
+            StatusCode::UNAUTHORIZED,
+        )
+        .await;
+        f.workloads.set_unavailable(true);
+        problem(
+            &f,
+            request(Some(TOKEN), json_body(&csr)),
+            StatusCode::SERVICE_UNAVAILABLE,
+        )
+        .await;
+        let logs = String::from_utf8(capture.0.lock().clone()).unwrap();
+        assert!(logs.contains("worker certificate issued"), "{logs}");
+        assert!(logs.contains("identity issuance failed"), "{logs}");
+        for secret in [
+            TOKEN,
+            "forged-token-xyz",
+            "BEGIN",
+            issued.certificate.lines().nth(1).unwrap(),
+        ] {
+            assert!(!logs.contains(secret), "{secret:?} logged:\n{logs}");
+        }
+    });
+}
