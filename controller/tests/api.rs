@@ -568,6 +568,51 @@ async fn admin_endpoints(kind: Kind) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_bound_and_request_timeout_are_503() {
+    // maxInFlight 1: a second request while one is in progress is refused at once.
+    let yaml = common::config_yaml("{backend: memory}", "").replace(
+        "limits: {maxBodyBytes: 1024, requestTimeout: 5s}",
+        "limits: {maxBodyBytes: 1024, requestTimeout: 1s, maxInFlight: 1}",
+    );
+    let mut slow = None;
+    let h = Harness::start_yaml(&yaml, None, |mut p| {
+        let f = Faulty::wrap(p.extraction.clone());
+        slow = Some(f.clone());
+        p.extraction = f;
+        p
+    })
+    .await;
+    let slow = slow.unwrap();
+    h.seed("up-a", 5, "shanghai", "telecom").await;
+    *slow.delay.lock() = Duration::from_millis(400);
+    let api = h.api;
+    let first = tokio::spawn(async move {
+        common::send(
+            &common::client(),
+            api,
+            "POST",
+            "/api/v1/proxies/extract",
+            &[
+                ("content-type", "application/json"),
+                ("x-api-key", KEY_FULL),
+            ],
+            r#"{"count":1}"#.to_owned(),
+        )
+        .await
+        .status
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = h.extract(r#"{"count":1}"#, &[]).await;
+    assert_eq!((r.status, r.code().as_str()), (503, "OVERLOADED"));
+    assert_eq!(first.await.unwrap(), 200);
+    // requestTimeout 1s: a stuck pool call ends in 503 TIMEOUT, not a hung client.
+    *slow.delay.lock() = Duration::from_millis(1500);
+    let r = h.extract(r#"{"count":1}"#, &[]).await;
+    assert_eq!((r.status, r.code().as_str()), (503, "TIMEOUT"));
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_outage_is_503_then_service_resumes() {
     let h = Harness::start(Kind::Redis).await;
     h.seed("up-a", 50, "shanghai", "telecom").await;

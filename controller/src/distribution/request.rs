@@ -430,6 +430,41 @@ mod tests {
         assert_ne!(a.digest(), c.digest());
     }
 
+    proptest::proptest! {
+        /// Untrusted bytes never panic the decoder, and what it accepts is in range,
+        /// sorted and free of duplicates.
+        #[test]
+        fn any_bytes_decode_safely(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+            check(&bytes);
+        }
+
+        #[test]
+        fn json_like_bodies_decode_safely(
+            count in -3i64..300,
+            regions in proptest::collection::vec("[a-z]{0,3}", 0..70),
+            extra in proptest::option::of("[a-z]{1,8}"),
+        ) {
+            let body = serde_json::json!({"count": count, "filters": {"regions": regions}});
+            let mut text = body.to_string();
+            if let Some(x) = extra {
+                text = text.replacen('{', &format!("{{\"{x}\":1,"), 1);
+            }
+            check(text.as_bytes());
+        }
+    }
+
+    fn check(bytes: &[u8]) {
+        if let Ok(i) = parse_body(
+            bytes,
+            NonZeroU32::new(200).expect("200"),
+            FulfillmentDefault::Partial,
+        ) {
+            assert!((1..=200).contains(&i.count.get()));
+            assert!(i.filters.regions.windows(2).all(|w| w[0] < w[1]));
+            assert!(i.filters.regions.len() <= MAX_FILTER_VALUES);
+        }
+    }
+
     #[test]
     fn idempotency_keys_may_be_quoted() {
         let mut h = HeaderMap::new();
