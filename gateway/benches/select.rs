@@ -12,7 +12,7 @@ use proxy_pool_gateway::route::{Credentials, Router};
 use proxy_pool_gateway::select::pick;
 use proxy_pool_gateway::snapshot::live::{LiveSnapshot, now_ms};
 use proxy_pool_gateway::snapshot::{
-    ClientCredential, ProxyId, Routing, RoutingMatch, Snapshot, StickyPolicy, Strategy,
+    ClientCredential, ParamMatch, ProxyId, Routing, RoutingMatch, Snapshot, StickyPolicy, Strategy,
     UpstreamProtocol, UpstreamProxy,
 };
 use std::hint::black_box;
@@ -41,13 +41,14 @@ fn snapshot(strategy: Strategy) -> LiveSnapshot {
             usable_until: far,
             observed_latency: Some(Duration::from_millis(20 + (i % 50) as u64)),
             draining: false,
+            assignment_epoch: 0,
         })
         .collect();
     let mut routing = Routing::catch_all("all");
     routing.strategy = strategy;
     let mut region = Routing::catch_all("shanghai");
     region.matcher = RoutingMatch {
-        username_params: vec![("region".into(), "shanghai".into())],
+        username_params: vec![ParamMatch::exact("region", "shanghai")],
         ..RoutingMatch::default()
     };
     region.regions = vec!["shanghai".into()];

@@ -26,6 +26,10 @@ pub struct ProxyState {
     counts: AtomicU64,
     max: AtomicU32,
     latency_us: AtomicU32,
+    /// Assignment epoch of the snapshot that last listed it.
+    epoch: AtomicU64,
+    /// Draining or removed: no new work, counts reported until zero.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 /// A point-in-time copy of a proxy's counters.
@@ -37,6 +41,10 @@ pub struct RuntimeCounts {
     pub active: u32,
     /// Upstream handshakes in progress.
     pub reserved: u32,
+    /// Assignment epoch of the snapshot that last listed it.
+    pub assignment_epoch: u64,
+    /// Draining (or removed from the snapshot).
+    pub draining: bool,
 }
 
 impl ProxyState {
@@ -47,7 +55,14 @@ impl ProxyState {
             counts: AtomicU64::new(0),
             max: AtomicU32::new(max),
             latency_us: AtomicU32::new(latency_us.max(1)),
+            epoch: AtomicU64::new(0),
+            draining: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    pub(crate) fn set_assignment(&self, epoch: u64, draining: bool) {
+        self.epoch.store(epoch, Ordering::Relaxed);
+        self.draining.store(draining, Ordering::Relaxed);
     }
 
     /// The proxy's ID.
@@ -128,6 +143,8 @@ impl ProxyState {
             id: self.id.clone(),
             active,
             reserved,
+            assignment_epoch: self.epoch.load(Ordering::Relaxed),
+            draining: self.draining.load(Ordering::Relaxed),
         }
     }
 }
@@ -233,6 +250,7 @@ impl CapacityRegistry {
     pub fn close(&self, id: &ProxyId) {
         if let Some(state) = self.states.lock().get(id) {
             state.set_max(0);
+            state.draining.store(true, Ordering::Relaxed);
         }
     }
 

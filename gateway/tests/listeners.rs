@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use proxy_pool_e2e::sim::Protocol;
-use proxy_pool_gateway::snapshot::{Routing, RoutingMatch};
+use proxy_pool_gateway::snapshot::{ParamMatch, Routing, RoutingMatch};
 use rustls::pki_types::ServerName;
 use tokio::io::AsyncWriteExt;
 
@@ -193,7 +193,7 @@ async fn username_parameters_select_the_routing() {
     let region = |name: &str| {
         let mut r = Routing::catch_all(name);
         r.matcher = RoutingMatch {
-            username_params: vec![("region".into(), name.into())],
+            username_params: vec![ParamMatch::exact("region", name)],
             ..RoutingMatch::default()
         };
         r.regions = vec![name.into()];

@@ -101,11 +101,10 @@ impl Router {
             .iter()
             .find(|r| r.matches(client, user.params(), target))
             .ok_or(GatewayError::NoRouting)?;
-        let session = routing
-            .spec
-            .sticky
-            .zip(user.session())
-            .map(|(policy, s)| (self.sessions.key(client, &routing.name, s), policy));
+        let session = routing.spec.sticky.and_then(|policy| {
+            let s = user.param(&routing.spec.session_param)?;
+            Some((self.sessions.key(client, &routing.name, s), policy))
+        });
         let ticket = Ticket {
             routing: routing.name.clone(),
             retry: routing.spec.retry,

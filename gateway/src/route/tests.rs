@@ -2,7 +2,8 @@ use super::*;
 use crate::capacity::CapacityRegistry;
 use crate::snapshot::live::now_ms;
 use crate::snapshot::{
-    ClientCredential, Routing, RoutingMatch, Snapshot, Strategy, UpstreamProtocol, UpstreamProxy,
+    ClientCredential, ParamMatch, Routing, RoutingMatch, Snapshot, Strategy, UpstreamProtocol,
+    UpstreamProxy,
 };
 use std::net::Ipv4Addr;
 use std::time::{Duration, SystemTime};
@@ -23,13 +24,14 @@ fn proxy(id: &str, region: &str, max: u32) -> UpstreamProxy {
         usable_until: far,
         observed_latency: None,
         draining: false,
+        assignment_epoch: 0,
     }
 }
 
 fn snapshot() -> LiveSnapshot {
     let mut sh = Routing::catch_all("shanghai");
     sh.matcher = RoutingMatch {
-        username_params: vec![("region".into(), "shanghai".into())],
+        username_params: vec![ParamMatch::exact("region", "shanghai")],
         ..RoutingMatch::default()
     };
     sh.regions = vec!["shanghai".into()];

@@ -21,6 +21,7 @@ fn proxy(i: usize, max: u32) -> UpstreamProxy {
         usable_until: far,
         observed_latency: None,
         draining: false,
+        assignment_epoch: 0,
     }
 }
 

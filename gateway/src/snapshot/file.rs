@@ -162,7 +162,12 @@ impl SnapshotFile {
                     name: r.name,
                     matcher: RoutingMatch {
                         clients: r.matcher.clients,
-                        username_params: r.matcher.username_params.into_iter().collect(),
+                        username_params: r
+                            .matcher
+                            .username_params
+                            .iter()
+                            .map(|(k, v)| super::ParamMatch::exact(k, v))
+                            .collect(),
                         target_hosts: r.matcher.target_hosts,
                     },
                     upstreams: r.upstreams,
@@ -173,6 +178,7 @@ impl SnapshotFile {
                         ttl: Duration::from_secs(s.ttl_seconds),
                         idle_timeout: Duration::from_secs(s.idle_timeout_seconds),
                     }),
+                    session_param: "session".to_owned(),
                     retry: r.retry.map_or_else(RetryPolicy::default, |r| RetryPolicy {
                         max_attempts: r.max_attempts,
                         deadline: Duration::from_millis(r.deadline_ms),
@@ -217,6 +223,7 @@ impl SnapshotFile {
                     usable_until: far,
                     observed_latency: None,
                     draining: false,
+                    assignment_epoch: 0,
                 }
             })
             .collect();

@@ -10,9 +10,10 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::Snapshot;
 use super::live::{LiveSnapshot, SnapshotError};
+use super::{ProxyId, Snapshot};
 use crate::capacity::{CapacityRegistry, RuntimeCounts};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The current snapshot, shared by every listener task.
 #[derive(Debug, Clone)]
@@ -27,7 +28,8 @@ struct Inner {
     /// the request path.
     registry: Mutex<()>,
     capacity: CapacityRegistry,
-    max_stale_age: Duration,
+    /// Milliseconds; set by the control plane at registration.
+    max_stale_age_ms: AtomicU64,
 }
 
 impl SnapshotHandle {
@@ -38,7 +40,7 @@ impl SnapshotHandle {
                 current: ArcSwapOption::empty(),
                 registry: Mutex::new(()),
                 capacity: CapacityRegistry::default(),
-                max_stale_age,
+                max_stale_age_ms: AtomicU64::new(duration_ms(max_stale_age)),
             }),
         }
     }
@@ -58,7 +60,7 @@ impl SnapshotHandle {
                 )],
             });
         }
-        let stale_at = SystemTime::now() + self.inner.max_stale_age;
+        let stale_at = SystemTime::now() + self.max_stale_age();
         let live = Arc::new(LiveSnapshot::build(
             snapshot,
             &self.inner.capacity,
@@ -83,7 +85,27 @@ impl SnapshotHandle {
     /// current (e.g. a heartbeat): its staleness deadline moves forward.
     pub fn confirm_fresh(&self) {
         if let Some(cur) = self.inner.current.load().as_ref() {
-            cur.refresh(SystemTime::now() + self.inner.max_stale_age);
+            cur.refresh(SystemTime::now() + self.max_stale_age());
+        }
+    }
+
+    /// Changes how long a snapshot stays usable without a newer one (from the next
+    /// install or confirmation on).
+    pub fn set_max_stale_age(&self, age: Duration) {
+        self.inner
+            .max_stale_age_ms
+            .store(duration_ms(age), Ordering::Relaxed);
+    }
+
+    fn max_stale_age(&self) -> Duration {
+        Duration::from_millis(self.inner.max_stale_age_ms.load(Ordering::Relaxed))
+    }
+
+    /// Stops new work on these proxies now (the controller's `revoke_proxy_ids`); the
+    /// next snapshot is authoritative again.
+    pub fn revoke(&self, ids: &[ProxyId]) {
+        for id in ids {
+            self.inner.capacity.close(id);
         }
     }
 
@@ -99,6 +121,10 @@ impl SnapshotHandle {
         });
         self.inner.capacity.report()
     }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Something that delivers snapshots (the control-plane client, a file, a test).
@@ -161,6 +187,7 @@ mod tests {
             usable_until: far,
             observed_latency: None,
             draining: false,
+            assignment_epoch: 0,
         }
     }
 

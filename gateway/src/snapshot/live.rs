@@ -109,10 +109,12 @@ impl CompiledRouting {
         if !m.clients.is_empty() && !m.clients.iter().any(|c| c == client) {
             return false;
         }
-        let params_ok = m.username_params.iter().all(|(k, v)| {
-            params
-                .iter()
-                .any(|(pk, pv)| pk.eq_ignore_ascii_case(k) && pv.eq_ignore_ascii_case(v))
+        let params_ok = m.username_params.iter().all(|want| {
+            params.iter().any(|(pk, pv)| {
+                pk.eq_ignore_ascii_case(&want.key)
+                    && (want.values.is_empty()
+                        || want.values.iter().any(|v| pv.eq_ignore_ascii_case(v)))
+            })
         });
         params_ok && (self.target_patterns.is_empty() || self.target_matches(target))
     }
@@ -180,6 +182,7 @@ impl LiveSnapshot {
                 .map(|d| u32::try_from(d.as_micros()).unwrap_or(u32::MAX));
             let max = if p.draining { 0 } else { p.max_concurrent };
             let state = registry.state_for(&p.id, max, latency);
+            state.set_assignment(p.assignment_epoch, p.draining);
             let addr = match p.host.parse::<IpAddr>() {
                 Ok(ip) => UpstreamAddr::Ip(SocketAddr::new(ip, p.port)),
                 Err(_) => UpstreamAddr::Name(Arc::from(p.host.as_str()), p.port),

@@ -106,6 +106,8 @@ pub struct UpstreamProxy {
     pub observed_latency: Option<Duration>,
     /// Being drained: keep counting, never select.
     pub draining: bool,
+    /// Ownership epoch of this worker's assignment (echoed in runtime reports).
+    pub assignment_epoch: u64,
 }
 
 /// Proxy selection strategy.
@@ -148,13 +150,33 @@ impl Default for RetryPolicy {
     }
 }
 
+/// A username parameter condition: `key` present, with one of `values` (any value
+/// when `values` is empty). Compared ASCII case-insensitively.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ParamMatch {
+    /// Parameter key, e.g. `region`.
+    pub key: String,
+    /// Accepted values.
+    pub values: Vec<String>,
+}
+
+impl ParamMatch {
+    /// `key` must equal `value`.
+    pub fn exact(key: &str, value: &str) -> Self {
+        Self {
+            key: key.to_owned(),
+            values: vec![value.to_owned()],
+        }
+    }
+}
+
 /// Which requests a routing takes; every non-empty condition must hold.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RoutingMatch {
     /// Client names (empty: any authenticated client).
     pub clients: Vec<String>,
-    /// Username parameters that must be present with these values.
-    pub username_params: Vec<(String, String)>,
+    /// Username parameter conditions (all must hold).
+    pub username_params: Vec<ParamMatch>,
     /// Target hosts: exact names/IPs or `*.suffix` (empty: any).
     pub target_hosts: Vec<String>,
 }
@@ -176,6 +198,8 @@ pub struct Routing {
     pub strategy: Strategy,
     /// Sticky sessions, if enabled.
     pub sticky: Option<StickyPolicy>,
+    /// Username parameter carrying the session key (`session`).
+    pub session_param: String,
     /// Retry budget.
     pub retry: RetryPolicy,
 }
@@ -191,6 +215,7 @@ impl Routing {
             carriers: Vec::new(),
             strategy: Strategy::RoundRobin,
             sticky: None,
+            session_param: "session".to_owned(),
             retry: RetryPolicy::default(),
         }
     }

@@ -183,6 +183,7 @@ pub fn upstream(p: &SimProxy, max: u32) -> UpstreamProxy {
         usable_until: far,
         observed_latency: None,
         draining: false,
+        assignment_epoch: 0,
     }
 }
 

@@ -1,0 +1,414 @@
+//! The worker side of the control plane: register, watch snapshots (full, then
+//! deltas applied only onto their base and verified by checksum), build each one off
+//! the hot path and publish it with one atomic swap, ACK (or NACK) exactly what was
+//! issued, report runtime counts on an interval (draining proxies included), and ship
+//! outcome observations in bounded batches. Reconnects with jittered, bounded backoff.
+//!
+//! Never logs credentials; never blocks a request.
+
+pub mod convert;
+
+use proxy_pool_api::controlplane::client::{self, Backoff, ClientOptions, ClientTransport};
+use proxy_pool_api::controlplane::model;
+use proxy_pool_api::controlplane::pb;
+use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControlPlaneClient;
+use proxy_pool_api::controlplane::state::SnapshotState;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use tracing::{debug, info, warn};
+
+use crate::outcome::{Outcome, OutcomeReceiver, Stage};
+use crate::snapshot::{ClientCredential, ProxyId, SnapshotHandle};
+
+/// Most outcomes per batch when the controller does not say.
+const DEFAULT_OUTCOME_BATCH: usize = 500;
+/// How often outcomes are flushed when the batch is not full.
+const OUTCOME_FLUSH: Duration = Duration::from_secs(1);
+
+/// Who this worker is and where its controller is.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// `http://127.0.0.1:PORT` (loopback plaintext) or `https://…` (mTLS).
+    pub endpoint: String,
+    /// Transport security.
+    pub transport: ClientTransport,
+    /// Channel options.
+    pub options: ClientOptions,
+    /// Logical worker (pod) name; must match the SPIFFE ID in mTLS.
+    pub worker_id: String,
+    /// This process.
+    pub instance_id: String,
+    /// Zone, for the controller's placement.
+    pub zone: String,
+    /// The Routing / gateway group served.
+    pub gateway_group: String,
+    /// Clients allowed to authenticate (not carried by the control plane).
+    pub clients: Vec<ClientCredential>,
+}
+
+/// Why a session with the controller ended.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Could not connect.
+    #[error(transparent)]
+    Connect(#[from] client::ClientError),
+    /// An RPC failed.
+    #[error("control-plane call failed: {0}")]
+    Rpc(#[from] tonic::Status),
+    /// The controller closed the watch stream.
+    #[error("snapshot stream ended")]
+    StreamEnded,
+}
+
+/// The control-plane agent of one gateway process.
+#[derive(Debug)]
+pub struct Agent {
+    cfg: AgentConfig,
+    handle: SnapshotHandle,
+    outcomes: OutcomeReceiver,
+}
+
+/// The last positively acknowledged (version, epoch), which runtime reports must name.
+type Acked = Option<(u64, u64)>;
+
+impl Agent {
+    /// An agent that feeds `handle` and drains `outcomes`.
+    pub fn new(cfg: AgentConfig, handle: SnapshotHandle, outcomes: OutcomeReceiver) -> Self {
+        Self {
+            cfg,
+            handle,
+            outcomes,
+        }
+    }
+
+    /// Runs sessions until `stop` is cancelled, reconnecting with backoff.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
+        let mut state: Option<SnapshotState> = None;
+        loop {
+            let res = tokio::select! {
+                res = self.session(&mut state, &mut backoff) => res,
+                () = stop.cancelled() => return,
+            };
+            if let Err(err) = res {
+                warn!(error = %err, "control-plane session ended");
+            }
+            let delay = backoff.next_delay();
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = stop.cancelled() => return,
+            }
+        }
+    }
+
+    async fn session(
+        &mut self,
+        state: &mut Option<SnapshotState>,
+        backoff: &mut Backoff,
+    ) -> Result<(), AgentError> {
+        let channel =
+            client::connect(&self.cfg.endpoint, &self.cfg.transport, &self.cfg.options).await?;
+        let max = self.cfg.options.max_message_bytes;
+        let mut rpc = WorkerControlPlaneClient::new(channel.clone())
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max);
+        let reg = rpc
+            .register_worker(pb::RegisterWorkerRequest {
+                worker_id: self.cfg.worker_id.clone(),
+                instance_id: self.cfg.instance_id.clone(),
+                zone: self.cfg.zone.clone(),
+                gateway_group: self.cfg.gateway_group.clone(),
+                supported_protocol_versions: vec![proxy_pool_api::controlplane::PROTOCOL_VERSION],
+                build_version: env!("CARGO_PKG_VERSION").to_owned(),
+            })
+            .await?
+            .into_inner();
+        if reg.max_stale_age_ms > 0 {
+            self.handle
+                .set_max_stale_age(Duration::from_millis(reg.max_stale_age_ms));
+        }
+        info!(session = %reg.session_id, "registered with the control plane");
+        backoff.reset();
+        let ids = Ids {
+            worker_id: self.cfg.worker_id.clone(),
+            session_id: reg.session_id.clone(),
+        };
+        let (acked_tx, acked_rx) = watch::channel::<Acked>(None);
+        let interval = Duration::from_millis(reg.report_interval_ms.max(100));
+        let batch = usize::try_from(reg.max_outcome_batch)
+            .ok()
+            .filter(|b| *b > 0)
+            .unwrap_or(DEFAULT_OUTCOME_BATCH);
+        let reporter = report_runtime(
+            channel.clone(),
+            ids.clone(),
+            self.handle.clone(),
+            acked_rx,
+            interval,
+        );
+        let shipper = ship_outcomes(channel, ids.clone(), &mut self.outcomes, batch);
+        let watcher = watch_snapshots(
+            &mut rpc,
+            &ids,
+            &self.handle,
+            &self.cfg.clients,
+            state,
+            &acked_tx,
+        );
+        tokio::select! {
+            res = watcher => res,
+            res = reporter => res,
+            res = shipper => res,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Ids {
+    worker_id: String,
+    session_id: String,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Watches snapshots until the stream fails or ends; applies, publishes and ACKs.
+async fn watch_snapshots(
+    rpc: &mut WorkerControlPlaneClient<Channel>,
+    ids: &Ids,
+    handle: &SnapshotHandle,
+    clients: &[ClientCredential],
+    state: &mut Option<SnapshotState>,
+    acked: &watch::Sender<Acked>,
+) -> Result<(), AgentError> {
+    let (last_version, last_checksum) = state
+        .as_ref()
+        .map_or((0, Vec::new()), |s| (s.version(), s.checksum().0.to_vec()));
+    let mut stream = rpc
+        .watch_snapshots(pb::WatchSnapshotsRequest {
+            worker_id: ids.worker_id.clone(),
+            session_id: ids.session_id.clone(),
+            last_version,
+            last_checksum,
+        })
+        .await?
+        .into_inner();
+    while let Some(update) = stream.message().await? {
+        let applied = apply(state, update);
+        let (version, epoch, checksum) = match &applied {
+            Ok(st) => header(st),
+            Err(Rejected {
+                version,
+                epoch,
+                checksum,
+                ..
+            }) => (*version, *epoch, checksum.clone()),
+        };
+        let verdict = match applied {
+            Ok(st) => publish(handle, st, clients).await,
+            Err(rejected) => Err(rejected.reason),
+        };
+        let accepted = verdict.is_ok();
+        rpc.acknowledge_snapshot(pb::AcknowledgeSnapshotRequest {
+            worker_id: ids.worker_id.clone(),
+            session_id: ids.session_id.clone(),
+            version,
+            ownership_epoch: epoch,
+            checksum,
+            accepted,
+            reason: verdict.err().unwrap_or_default(),
+        })
+        .await?;
+        if accepted {
+            acked.send_replace(Some((version, epoch)));
+        } else {
+            // Re-open without a base: the controller answers with a full snapshot.
+            *state = None;
+            return Err(AgentError::StreamEnded);
+        }
+    }
+    Err(AgentError::StreamEnded)
+}
+
+struct Rejected {
+    version: u64,
+    epoch: u64,
+    checksum: Vec<u8>,
+    reason: String,
+}
+
+fn header(st: &SnapshotState) -> (u64, u64, Vec<u8>) {
+    let epoch = st.header().map_or(0, |h| h.ownership_epoch);
+    (st.version(), epoch, st.checksum().0.to_vec())
+}
+
+/// Applies one update to the local state (unchanged on error).
+fn apply(
+    state: &mut Option<SnapshotState>,
+    update: pb::SnapshotUpdate,
+) -> Result<&SnapshotState, Rejected> {
+    let reject = |version, epoch, checksum: &[u8], reason: String| Rejected {
+        version,
+        epoch,
+        checksum: checksum.to_vec(),
+        reason,
+    };
+    match update.update {
+        Some(pb::snapshot_update::Update::Full(msg)) => {
+            let (v, e, c) = (msg.version, msg.ownership_epoch, msg.checksum.clone());
+            let snap = model::Snapshot::try_from(msg)
+                .map_err(|err| reject(v, e, &c, format!("invalid: {err}")))?;
+            let st = SnapshotState::from_snapshot(snap)
+                .map_err(|err| reject(v, e, &c, err.to_string()))?;
+            Ok(state.insert(st))
+        }
+        Some(pb::snapshot_update::Update::Delta(msg)) => {
+            let (v, e, c) = (msg.version, msg.ownership_epoch, msg.checksum.clone());
+            let delta = model::Delta::try_from(msg)
+                .map_err(|err| reject(v, e, &c, format!("invalid: {err}")))?;
+            let Some(st) = state.as_mut() else {
+                return Err(reject(v, e, &c, "delta without a base".into()));
+            };
+            st.apply_delta(delta)
+                .map_err(|err| reject(v, e, &c, err.to_string()))?;
+            Ok(st)
+        }
+        None => Err(reject(0, 0, &[], "empty update".into())),
+    }
+}
+
+/// Converts and builds the snapshot on a blocking thread, then swaps it in.
+async fn publish(
+    handle: &SnapshotHandle,
+    st: &SnapshotState,
+    clients: &[ClientCredential],
+) -> Result<(), String> {
+    let snapshot = convert::snapshot(&st.to_snapshot(), clients);
+    let handle = handle.clone();
+    let version = snapshot.version;
+    let built = tokio::task::spawn_blocking(move || handle.install(snapshot).map(|_| ()))
+        .await
+        .map_err(|_| "build task failed".to_owned())?;
+    built.map_err(|err| {
+        warn!(version, error = %err, "snapshot refused");
+        "invalid snapshot".to_owned()
+    })
+}
+
+/// Sends runtime counts every `interval`, bound to the last ACKed snapshot.
+async fn report_runtime(
+    channel: Channel,
+    ids: Ids,
+    handle: SnapshotHandle,
+    acked: watch::Receiver<Acked>,
+    interval: Duration,
+) -> Result<(), AgentError> {
+    let mut rpc = WorkerControlPlaneClient::new(channel);
+    let mut sequence = 0u64;
+    let mut tick = tokio::time::interval(interval);
+    loop {
+        tick.tick().await;
+        let Some((version, epoch)) = *acked.borrow() else {
+            continue;
+        };
+        let counts = handle
+            .runtime_report()
+            .into_iter()
+            .filter(|c| c.active > 0 || c.reserved > 0)
+            .map(|c| pb::RuntimeCount {
+                proxy_id: c.id.to_string(),
+                assignment_epoch: c.assignment_epoch,
+                active: c.active,
+                reserved: c.reserved,
+                draining: c.draining,
+            })
+            .collect();
+        sequence += 1;
+        let resp = rpc
+            .report_runtime(pb::ReportRuntimeRequest {
+                worker_id: ids.worker_id.clone(),
+                session_id: ids.session_id.clone(),
+                report_sequence: sequence,
+                snapshot_version: version,
+                ownership_epoch: epoch,
+                counts,
+                observed_at_ms: now_ms(),
+            })
+            .await?
+            .into_inner();
+        if !resp.revoke_proxy_ids.is_empty() {
+            let ids: Vec<ProxyId> = resp
+                .revoke_proxy_ids
+                .iter()
+                .map(|s| ProxyId::from(s.as_str()))
+                .collect();
+            handle.revoke(&ids);
+        }
+    }
+}
+
+/// Ships outcome observations in batches; a failed batch is dropped (observations
+/// are hints) rather than held.
+async fn ship_outcomes(
+    channel: Channel,
+    ids: Ids,
+    outcomes: &mut OutcomeReceiver,
+    batch: usize,
+) -> Result<(), AgentError> {
+    let mut rpc = WorkerControlPlaneClient::new(channel);
+    let mut sequence = 0u64;
+    let mut buf: Vec<Outcome> = Vec::with_capacity(batch);
+    loop {
+        let got = tokio::time::timeout(OUTCOME_FLUSH, outcomes.rx.recv_many(&mut buf, batch)).await;
+        if matches!(got, Ok(0)) {
+            // The gateway dropped its sink: nothing more will come.
+            std::future::pending::<()>().await;
+        }
+        if buf.is_empty() {
+            continue;
+        }
+        sequence += 1;
+        let items = buf.drain(..).map(outcome_to_wire).collect();
+        let resp = rpc
+            .report_outcomes(pb::ReportOutcomesRequest {
+                worker_id: ids.worker_id.clone(),
+                session_id: ids.session_id.clone(),
+                batch_sequence: sequence,
+                outcomes: items,
+            })
+            .await?
+            .into_inner();
+        debug!(
+            sequence,
+            accepted = resp.highest_accepted_sequence,
+            dropped = resp.dropped,
+            "outcomes shipped"
+        );
+    }
+}
+
+fn outcome_to_wire(o: Outcome) -> pb::Outcome {
+    let stage = match o.stage {
+        Stage::Dial => pb::OutcomeStage::Dial,
+        Stage::ProxyHandshake => pb::OutcomeStage::ProxyHandshake,
+        Stage::ResponseHeaders => pb::OutcomeStage::ResponseHeaders,
+        Stage::Tunnel => pb::OutcomeStage::Tunnel,
+    };
+    pb::Outcome {
+        proxy_id: o.proxy.to_string(),
+        routing: String::new(),
+        stage: stage as i32,
+        success: o.error.is_none(),
+        latency_ms: u64::try_from(o.latency.as_millis()).unwrap_or(u64::MAX),
+        failure_code: o.error.unwrap_or_default().to_owned(),
+        observed_at_ms: o
+            .at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+    }
+}

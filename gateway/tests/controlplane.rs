@@ -1,0 +1,288 @@
+//! The control-plane agent against a scripted `WorkerControlPlane` server on loopback
+//! (plaintext fixture): full snapshot then deltas, checksum-verified and ACKed,
+//! traffic served from what arrived, runtime reports bound to the ACKed version, a
+//! corrupt delta NACKed and followed by a full resync, outcomes shipped.
+
+mod common;
+
+use common::*;
+use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
+use proxy_pool_api::controlplane::model;
+use proxy_pool_api::controlplane::pb;
+use proxy_pool_api::controlplane::pb::worker_control_plane_server::{
+    WorkerControlPlane, WorkerControlPlaneServer,
+};
+use proxy_pool_api::controlplane::state::{Header, SnapshotState};
+use proxy_pool_e2e::sim::{Protocol, SimProxy};
+use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
+use proxy_pool_gateway::snapshot::ClientCredential;
+use std::pin::Pin;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+type Updates = mpsc::Sender<Result<pb::SnapshotUpdate, Status>>;
+
+/// Everything the fake controller saw, and a way to feed each watch stream.
+struct Seen {
+    streams: mpsc::UnboundedReceiver<(pb::WatchSnapshotsRequest, Updates)>,
+    acks: mpsc::UnboundedReceiver<pb::AcknowledgeSnapshotRequest>,
+    reports: mpsc::UnboundedReceiver<pb::ReportRuntimeRequest>,
+    outcomes: mpsc::UnboundedReceiver<pb::ReportOutcomesRequest>,
+}
+
+struct Fake {
+    streams: mpsc::UnboundedSender<(pb::WatchSnapshotsRequest, Updates)>,
+    acks: mpsc::UnboundedSender<pb::AcknowledgeSnapshotRequest>,
+    reports: mpsc::UnboundedSender<pb::ReportRuntimeRequest>,
+    outcomes: mpsc::UnboundedSender<pb::ReportOutcomesRequest>,
+}
+
+#[tonic::async_trait]
+impl WorkerControlPlane for Fake {
+    type WatchSnapshotsStream =
+        Pin<Box<dyn Stream<Item = Result<pb::SnapshotUpdate, Status>> + Send>>;
+
+    async fn register_worker(
+        &self,
+        request: Request<pb::RegisterWorkerRequest>,
+    ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
+        assert_eq!(request.get_ref().supported_protocol_versions, vec![1]);
+        Ok(Response::new(pb::RegisterWorkerResponse {
+            session_id: "s1".into(),
+            protocol_version: 1,
+            ownership_epoch: 1,
+            max_stale_age_ms: 60_000,
+            session_ttl_ms: 30_000,
+            report_interval_ms: 100,
+            max_outcome_batch: 50,
+        }))
+    }
+
+    async fn watch_snapshots(
+        &self,
+        request: Request<pb::WatchSnapshotsRequest>,
+    ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
+        let (tx, rx) = mpsc::channel(8);
+        let _ = self.streams.send((request.into_inner(), tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn acknowledge_snapshot(
+        &self,
+        request: Request<pb::AcknowledgeSnapshotRequest>,
+    ) -> Result<Response<pb::AcknowledgeSnapshotResponse>, Status> {
+        let _ = self.acks.send(request.into_inner());
+        Ok(Response::new(pb::AcknowledgeSnapshotResponse {
+            session_expires_at_ms: 0,
+            runtime_fence_open: true,
+        }))
+    }
+
+    async fn report_runtime(
+        &self,
+        request: Request<pb::ReportRuntimeRequest>,
+    ) -> Result<Response<pb::ReportRuntimeResponse>, Status> {
+        let _ = self.reports.send(request.into_inner());
+        Ok(Response::new(pb::ReportRuntimeResponse::default()))
+    }
+
+    async fn report_outcomes(
+        &self,
+        request: Request<pb::ReportOutcomesRequest>,
+    ) -> Result<Response<pb::ReportOutcomesResponse>, Status> {
+        let req = request.into_inner();
+        let seq = req.batch_sequence;
+        let _ = self.outcomes.send(req);
+        Ok(Response::new(pb::ReportOutcomesResponse {
+            highest_accepted_sequence: seq,
+            dropped: 0,
+        }))
+    }
+}
+
+async fn fake_controller() -> (String, Seen) {
+    let (streams_tx, streams) = mpsc::unbounded_channel();
+    let (acks_tx, acks) = mpsc::unbounded_channel();
+    let (reports_tx, reports) = mpsc::unbounded_channel();
+    let (outcomes_tx, outcomes) = mpsc::unbounded_channel();
+    let fake = Fake {
+        streams: streams_tx,
+        acks: acks_tx,
+        reports: reports_tx,
+        outcomes: outcomes_tx,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(WorkerControlPlaneServer::new(fake))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    (
+        format!("http://{addr}"),
+        Seen {
+            streams,
+            acks,
+            reports,
+            outcomes,
+        },
+    )
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn header(version: u64) -> Header {
+    Header {
+        version,
+        ownership_epoch: 1,
+        generated_at_ms: now_ms(),
+        valid_until_ms: now_ms() + 600_000,
+    }
+}
+
+fn wire_proxy(p: &SimProxy) -> model::SnapshotProxy {
+    model::SnapshotProxy {
+        id: p.id.clone(),
+        upstream: "sim".into(),
+        protocol: match p.protocol {
+            Protocol::Http => model::Protocol::Http,
+            Protocol::Socks5 => model::Protocol::Socks5,
+        },
+        host: p.host.to_string(),
+        port: p.port,
+        credentials: Some(model::Credentials {
+            username: p.username.clone(),
+            password: model::Secret::new(p.password.clone()),
+        }),
+        region: Some(p.region.clone()),
+        carrier: Some(p.carrier.clone()),
+        max_concurrency: 4,
+        expires_at_ms: now_ms() + 600_000,
+        usable_until_ms: now_ms() + 590_000,
+        assignment_epoch: 1,
+        draining: false,
+    }
+}
+
+async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("in time")
+        .expect("open")
+}
+
+#[tokio::test]
+async fn agent_applies_snapshots_and_deltas_acks_reports_and_resyncs() {
+    let mut h = Harness::start().await;
+    let (endpoint, mut seen) = fake_controller().await;
+    let a = h.proxy(Protocol::Http).await;
+    let b = h.proxy(Protocol::Socks5).await;
+    let outcomes = std::mem::replace(&mut h.outcomes, proxy_pool_gateway::outcome::queue(1).1);
+    let agent = Agent::new(
+        AgentConfig {
+            endpoint,
+            transport: ClientTransport::LoopbackPlaintext,
+            options: ClientOptions::default(),
+            worker_id: "gw-0".into(),
+            instance_id: "i-1".into(),
+            zone: "z".into(),
+            gateway_group: "all".into(),
+            clients: vec![ClientCredential::from_password("team-a", USER, PASS)],
+        },
+        h.handle.clone(),
+        outcomes,
+    );
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+
+    // Full snapshot v1 with proxy A.
+    let (watch, updates) = next(&mut seen.streams).await;
+    assert_eq!((watch.worker_id.as_str(), watch.last_version), ("gw-0", 0));
+    let routings = vec![model::Routing {
+        name: "all".into(),
+        ..Default::default()
+    }];
+    let mut state = SnapshotState::build(header(1), routings, vec![wire_proxy(&a)]).unwrap();
+    let full = pb::snapshot_update::Update::Full(state.to_message());
+    updates
+        .send(Ok(pb::SnapshotUpdate::new(full)))
+        .await
+        .unwrap();
+    let ack = next(&mut seen.acks).await;
+    assert!(ack.accepted, "{}", ack.reason);
+    assert_eq!(
+        (ack.version, ack.checksum.as_slice()),
+        (1, &state.checksum().0[..])
+    );
+    let r = get_once(h.http, USER, h.echo(), "/v1").await;
+    assert_eq!(
+        r.remote_ip(),
+        h.egress(&a),
+        "served from the control-plane snapshot"
+    );
+
+    // Delta v2 adds proxy B.
+    let delta = state
+        .advance(header(2), None, &[wire_proxy(&a), wire_proxy(&b)])
+        .unwrap();
+    let msg = pb::snapshot_update::Update::Delta(pb::SnapshotDelta::from(&delta));
+    updates
+        .send(Ok(pb::SnapshotUpdate::new(msg)))
+        .await
+        .unwrap();
+    let ack = next(&mut seen.acks).await;
+    assert!(ack.accepted && ack.version == 2, "{ack:?}");
+    let live = h.handle.load();
+    assert_eq!(live.as_ref().unwrap().proxies.len(), 2);
+    drop(live);
+
+    // A tunnel held open shows up in a runtime report bound to v2.
+    let (resp, tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    assert_eq!(resp.status, 200);
+    let report = loop {
+        let report = next(&mut seen.reports).await;
+        if report.counts.iter().any(|c| c.active == 1) {
+            break report;
+        }
+    };
+    assert_eq!((report.snapshot_version, report.ownership_epoch), (2, 1));
+    assert_eq!(report.counts.len(), 1);
+    assert_eq!(report.counts[0].assignment_epoch, 1);
+    drop(tunnel);
+
+    // Outcome observations from the traffic above arrive in batches.
+    let batch = next(&mut seen.outcomes).await;
+    assert!(!batch.outcomes.is_empty() && batch.outcomes.len() <= 50);
+    assert_eq!(batch.batch_sequence, 1);
+
+    // A delta with a bad checksum is refused, and the agent resyncs from scratch.
+    let mut bad = state.advance(header(3), None, &[wire_proxy(&b)]).unwrap();
+    bad.checksum.0[0] ^= 0xff;
+    let msg = pb::snapshot_update::Update::Delta(pb::SnapshotDelta::from(&bad));
+    updates
+        .send(Ok(pb::SnapshotUpdate::new(msg)))
+        .await
+        .unwrap();
+    let nack = next(&mut seen.acks).await;
+    assert!(!nack.accepted && nack.version == 3, "{nack:?}");
+    assert_eq!(
+        h.handle.load().as_ref().unwrap().version,
+        2,
+        "v2 stays in service"
+    );
+    let (watch, _updates) = next(&mut seen.streams).await;
+    assert_eq!(
+        watch.last_version, 0,
+        "re-opened without a base: full resync"
+    );
+    stop.cancel();
+}
