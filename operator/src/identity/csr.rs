@@ -106,6 +106,22 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Untrusted input: arbitrary text, and arbitrary bytes inside a well-formed
+        /// PEM envelope, are refused with an error, never a panic.
+        #[test]
+        fn arbitrary_input_never_panics(text in ".{0,600}", der in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            let _ = public_key_of(&text);
+            let pem = format!(
+                "-----BEGIN CERTIFICATE REQUEST-----\n{}\n-----END CERTIFICATE REQUEST-----\n",
+                base64_encode(&der)
+            );
+            proptest::prop_assert!(public_key_of(&pem).is_err());
+        }
+    }
+
     fn base64_encode(bytes: &[u8]) -> String {
         use base64::Engine as _;
         base64::engine::general_purpose::STANDARD.encode(bytes)
