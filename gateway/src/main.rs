@@ -3,8 +3,12 @@
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
+use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_gateway::admin::serve_admin;
-use proxy_pool_gateway::snapshot::file::SnapshotFile;
+use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
+use proxy_pool_gateway::snapshot::ClientCredential;
+use proxy_pool_gateway::snapshot::file::{RawClient, SnapshotFile};
 use proxy_pool_gateway::{AuthMode, Gateway, GatewayConfig, Listeners, SnapshotHandle};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,6 +45,33 @@ struct Args {
     /// Accept any client credentials (local runs only).
     #[arg(long)]
     open_auth: bool,
+    /// Control-plane endpoint (`https://…` with mTLS, or `http://127.0.0.1:…`).
+    #[arg(long)]
+    controller: Option<String>,
+    /// Worker ID (the pod name; must match the SPIFFE ID of the certificate).
+    #[arg(long, env = "POD_NAME", default_value = "gateway-local")]
+    worker_id: String,
+    /// Gateway group (Routing) this worker serves.
+    #[arg(long, default_value = "")]
+    gateway_group: String,
+    /// Zone, for the controller.
+    #[arg(long, default_value = "")]
+    zone: String,
+    /// Client credentials, JSON `[{"client","username","password"}]` (mounted Secret).
+    #[arg(long)]
+    clients_file: Option<PathBuf>,
+    /// mTLS: CA bundle, certificate and key (PEM); plaintext to loopback without them.
+    #[arg(long, requires_all = ["cert_file", "key_file"])]
+    ca_file: Option<PathBuf>,
+    /// mTLS client certificate (PEM).
+    #[arg(long)]
+    cert_file: Option<PathBuf>,
+    /// mTLS client key (PEM).
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// TLS server name of the controller.
+    #[arg(long, default_value = "proxy-pool-controller")]
+    server_name: String,
 }
 
 #[tokio::main]
@@ -70,8 +101,13 @@ async fn main() -> Result<()> {
     let admin = bind(args.admin_listen).await?;
     let (gateway, mut outcomes) = Gateway::new(snapshots.clone(), config);
     let stop = CancellationToken::new();
-    // No control-plane client yet: observations are drained and dropped here.
-    tokio::spawn(async move { while outcomes.rx.recv().await.is_some() {} });
+    if let Some(endpoint) = args.controller.clone() {
+        let agent = Agent::new(agent_config(&args, endpoint)?, snapshots.clone(), outcomes);
+        tokio::spawn(agent.run(stop.clone()));
+    } else {
+        // Without a controller, observations are drained and dropped here.
+        tokio::spawn(async move { while outcomes.rx.recv().await.is_some() {} });
+    }
     tokio::spawn(serve_admin(
         admin,
         gateway.clone(),
@@ -95,6 +131,41 @@ async fn main() -> Result<()> {
     stop.cancel();
     info!(drained = report.drained, "gateway stopped");
     Ok(())
+}
+
+fn agent_config(args: &Args, endpoint: String) -> Result<AgentConfig> {
+    let read = |p: &PathBuf| {
+        std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+    };
+    let transport = match (&args.ca_file, &args.cert_file, &args.key_file) {
+        (Some(ca), Some(cert), Some(key)) => ClientTransport::Mtls {
+            ca_pem: read(ca)?,
+            cert_pem: read(cert)?,
+            key_pem: Secret::new(read(key)?),
+            server_name: args.server_name.clone(),
+        },
+        _ => ClientTransport::LoopbackPlaintext,
+    };
+    let clients = match &args.clients_file {
+        Some(path) => {
+            let raw: Vec<RawClient> = serde_json::from_str(&read(path)?)
+                .with_context(|| format!("parsing {}", path.display()))?;
+            raw.iter()
+                .map(|c| ClientCredential::from_password(&c.client, &c.username, &c.password))
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    Ok(AgentConfig {
+        endpoint,
+        transport,
+        options: ClientOptions::default(),
+        worker_id: args.worker_id.clone(),
+        instance_id: format!("{}-{}", args.worker_id, std::process::id()),
+        zone: args.zone.clone(),
+        gateway_group: args.gateway_group.clone(),
+        clients,
+    })
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener> {
