@@ -21,6 +21,8 @@ use activity_pool::{PoolOptions, RedisConnector, RedisOptions, RedisPool};
 const POOL_SIZE: usize = 100_000;
 const REGIONS: usize = 10;
 const CONCURRENCY: usize = 16;
+/// Interleaved rounds of the sequential measurement.
+const ROUNDS: usize = 20;
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -242,45 +244,59 @@ async fn main() {
         pool.apply_health(&updates).await.unwrap();
     }
 
-    let mut rows = Vec::new();
-    let c = &conn;
-    let sha_ref = &sha;
-    reset_stats(&mut admin).await;
-    let mut base_seq = sequential("trivial EVALSHA `return 1` (baseline)", 20_000, |_| {
-        let mut c = c.clone();
-        async move {
-            let _: i64 = redis::cmd("EVALSHA")
-                .arg(sha_ref)
-                .arg(0)
-                .query_async(&mut c)
-                .await
-                .unwrap();
+    // Sequential, interleaved: every round runs a block of each operation, so the
+    // baseline and the extractions see the same machine load; a shared, busy box moves
+    // absolute figures a lot, their ratio much less.
+    let mut lat: [Vec<Duration>; 3] = Default::default();
+    let mut server = [0.0f64; 3];
+    let blocks = [500usize, 100, 40];
+    for round in 0..ROUNDS {
+        for (op, &n) in blocks.iter().enumerate() {
+            let before = server_usec(&mut admin, 1).await;
+            for i in 0..n {
+                let t = Instant::now();
+                match op {
+                    0 => {
+                        let _: i64 = redis::cmd("EVALSHA")
+                            .arg(&sha)
+                            .arg(0)
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap();
+                    }
+                    1 => {
+                        let o = pool.extract(&extract_req(1, None)).await.unwrap();
+                        assert!(
+                            matches!(o, ExtractOutcome::Extracted(ref x) if x.proxies.len() == 1)
+                        );
+                    }
+                    _ => {
+                        let region = format!("r{}", (round * n + i) % REGIONS);
+                        let o = pool.extract(&extract_req(5, Some(&region))).await.unwrap();
+                        assert!(
+                            matches!(o, ExtractOutcome::Extracted(ref x) if x.proxies.len() == 5)
+                        );
+                    }
+                }
+                lat[op].push(t.elapsed());
+            }
+            server[op] += server_usec(&mut admin, 1).await - before;
         }
-    })
-    .await;
-    base_seq.server_us = server_usec(&mut admin, base_seq.ops).await;
-    reset_stats(&mut admin).await;
-    let mut e1 = sequential("extract count 1, no filter", 5_000, |_| async move {
-        let o = pool_ref.extract(&extract_req(1, None)).await.unwrap();
-        assert!(matches!(o, ExtractOutcome::Extracted(ref x) if x.proxies.len() == 1));
-    })
-    .await;
-    e1.server_us = server_usec(&mut admin, e1.ops).await;
-    reset_stats(&mut admin).await;
-    let mut e5 = sequential("extract count 5, region filter", 1_500, |i| async move {
-        let region = format!("r{}", i % REGIONS);
-        let o = pool_ref
-            .extract(&extract_req(5, Some(&region)))
-            .await
-            .unwrap();
-        assert!(matches!(o, ExtractOutcome::Extracted(ref x) if x.proxies.len() == 5));
-    })
-    .await;
-    e5.server_us = server_usec(&mut admin, e5.ops).await;
-    let baseline = base_seq.rate;
-    rows.push(base_seq);
-    rows.push(e1);
-    rows.push(e5);
+    }
+    let names = [
+        "trivial EVALSHA `return 1` (baseline)",
+        "extract count 1, no filter",
+        "extract count 5, region filter",
+    ];
+    let mut rows = Vec::new();
+    for (op, samples) in lat.into_iter().enumerate() {
+        let spent: Duration = samples.iter().sum();
+        let n = samples.len();
+        let mut f = figures(names[op], samples, spent);
+        f.server_us = server[op] / n as f64;
+        rows.push(f);
+    }
+    let baseline = rows[0].rate;
     rows.push(upsert);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load: Vec<&str> = load.split_whitespace().take(3).collect();

@@ -927,3 +927,23 @@ async fn large_sweeps_run_in_bounded_scripts_and_report_more() {
         .unwrap();
     assert_eq!((inv.unextracted, inv.managed), (0, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dangling_index_member_is_skipped_not_fatal() {
+    let server = RedisServer::start();
+    let pool = pool_at(&server.url()).await;
+    let all = ids("g", 5);
+    fill(&pool, &all, 120).await;
+    // Damage the data behind the adapter's back: one record vanishes, its index
+    // memberships stay.
+    let mut c = admin(&server.url()).await;
+    let _: i64 = redis::cmd("HDEL")
+        .arg("pp:{activity}:records")
+        .arg("g-2")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let got = proxy_ids(&pool.extract(&req(5)).await.unwrap());
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert!(!got.contains(&"g-2".to_owned()));
+}

@@ -27,15 +27,15 @@ local function set_of(list)
 end
 local F_PROTO, F_REGION, F_CARRIER, F_UP = set_of(P.f.proto), set_of(P.f.region), set_of(P.f.carrier), set_of(P.f.up)
 
-local function eligible(rec)
-  if not live(rec) or rec.st ~= 'AVAILABLE' or rec.uu <= NOW then return false end
+local function eligible(rec, is_owned)
+  if is_owned or not live(rec) or rec.st ~= 'AVAILABLE' or rec.uu <= NOW then return false end
   if rec.exp - NOW < P.minttl then return false end
   if P.maxage and (not rec.lc or NOW - rec.lc > P.maxage) then return false end
   if F_PROTO and not F_PROTO[rec.proto] then return false end
   if F_UP and not F_UP[rec.up] then return false end
   if F_REGION and not (rec.region and F_REGION[rec.region]) then return false end
   if F_CARRIER and not (rec.carrier and F_CARRIER[rec.carrier]) then return false end
-  return not owned(rec.id)
+  return true
 end
 
 -- Driving index: the smallest filtered dimension; ties in the order u, r, c, p.
@@ -72,16 +72,21 @@ while ki <= #scan_keys and #found < want do
       ki = #scan_keys
       break
     end
-    local page = math.min(left, want - #found + 8)
+    local page = math.min(left, want - #found + 2)
     local ids = redis.call('ZREVRANGEBYSCORE', key, '+inf', lower, 'LIMIT', offset, page)
     local consumed = 0
-    for _, id in ipairs(ids) do
-      examined = examined + 1
-      consumed = consumed + 1
-      local raw = redis.call('HGET', K_RECORDS, id)
-      local rec = raw and cjson.decode(raw)
-      if eligible(rec) then found[#found + 1] = rec; raws[#found] = raw end
-      if #found == want or examined >= P.budget then break end
+    if #ids > 0 then
+      -- One read per page for records and owners (fewer calls, same members).
+      local page_raws = redis.call('HMGET', K_RECORDS, unpack(ids))
+      local page_owners = redis.call('HMGET', K_OWNERS, unpack(ids))
+      for i, id in ipairs(ids) do
+        examined = examined + 1
+        consumed = consumed + 1
+        local raw = page_raws[i]
+        local rec = raw and cjson.decode(raw) or nil
+        if eligible(rec, page_owners[i] ~= false) then found[#found + 1] = rec; raws[#found] = raw end
+        if #found == want or examined >= P.budget then break end
+      end
     end
     offset = offset + consumed
     if consumed == #ids and #ids < page then exhausted = true end
@@ -119,9 +124,22 @@ end
 local STATE_FROM = '"st":"AVAILABLE"'
 local STATE_TO = '"st":"EXTRACTED","xa":' .. istr(NOW)
 local earliest = nil
+-- Out of every AVAILABLE index (one ZREM per index key for all chosen proxies).
+local zrem = {}
 for i = 1, n do
   local rec = found[i]
-  unindex(rec, false)
+  for _, k in ipairs({ K_AVAILABLE, rec.ix.p, rec.ix.u, rec.ix.r or false, rec.ix.c or false }) do
+    if k then
+      local members = zrem[k]
+      if not members then members = {}; zrem[k] = members end
+      members[#members + 1] = rec.id
+    end
+  end
+end
+for k, members in pairs(zrem) do redis.call('ZREM', k, unpack(members)) end
+local writes = {}
+for i = 1, n do
+  local rec = found[i]
   count(rec.up, 'AVAILABLE', -1)
   local raw = raws[i]
   local at = string.find(raw, STATE_FROM, 1, true)
@@ -132,10 +150,12 @@ for i = 1, n do
     after.st, after.xa = 'EXTRACTED', NOW
     raw = cjson.encode(after)
   end
-  redis.call('HSET', K_RECORDS, rec.id, raw)
+  writes[#writes + 1] = rec.id
+  writes[#writes + 1] = raw
   raws[i] = raw
   if not earliest or rec.exp < earliest then earliest = rec.exp end
 end
+if n > 0 then redis.call('HSET', K_RECORDS, unpack(writes)) end
 commit()
 if n == 0 then
   return cjson.encode({ r = { x = { d = P.dig, at = NOW, empty = true } } })

@@ -75,7 +75,7 @@ local function put_rec(rec)
   redis.call('HSET', K_RECORDS, rec.id, cjson.encode(rec))
 end
 
-local function live(rec) return rec ~= nil and rec.exp > NOW end
+local function live(rec) return (rec and rec.exp > NOW) == true end
 
 local UNEXTRACTED = { FETCHED = true, CHECKING = true, AVAILABLE = true, SUSPECT = true, UNHEALTHY = true, DRAINING = true }
 local MANAGED = { FETCHED = true, CHECKING = true, AVAILABLE = true, SUSPECT = true, DRAINING = true }
