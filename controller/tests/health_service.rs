@@ -165,6 +165,7 @@ async fn tasks_carry_the_record_and_verdicts_reach_the_pool(redis: bool) {
         f.svc.next_tasks(&me, 10, &ALL).await.unwrap().is_empty(),
         "leased"
     );
+    assert_eq!(state(&f, &ids[0]).await, Some(ProxyState::Checking), "FETCHED → CHECKING");
 
     let r = f
         .svc
@@ -234,7 +235,7 @@ async fn late_reports_are_ignored_and_gone_proxies_forgotten(redis: bool) {
         .await
         .unwrap();
     assert_eq!((r.accepted_tasks, r.ignored_tasks), (0, 1));
-    assert_eq!(state(&f, &ids[0]).await, Some(ProxyState::Fetched));
+    assert_eq!(state(&f, &ids[0]).await, Some(ProxyState::Checking));
 
     // p1 is extracted meanwhile (after an AVAILABLE verdict), p2 expires.
     let again = f.svc.next_tasks(&me, 10, &ALL).await.unwrap();

@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use activity_pool::model::{HealthResult, HealthUpdate, ProxyId, ProxyState, UpstreamId};
+use activity_pool::model::{
+    HealthResult, HealthUpdate, HealthVerdict, ProxyId, ProxyState, UpstreamId,
+};
 use activity_pool::options::MAX_UPDATE_BATCH;
 use activity_pool::ports::{HealthStore, ProxyCatalog};
 use activity_pool::{Clock, PoolError};
@@ -153,36 +155,65 @@ impl HealthService {
         };
         let now = self.clock.now();
         let mut tasks = Vec::with_capacity(leases.len());
-        let mut p = self.planner.lock();
-        for (lease, record) in leases.into_iter().zip(records) {
-            let record = match record {
-                Some(r) if now < r.usable_until => r,
-                _ => {
-                    p.forget(&lease.proxy_id);
-                    continue;
+        let mut checking = Vec::new();
+        {
+            let mut p = self.planner.lock();
+            for (lease, record) in leases.into_iter().zip(records) {
+                let record = match record {
+                    Some(r) if now < r.usable_until => r,
+                    _ => {
+                        p.forget(&lease.proxy_id);
+                        continue;
+                    }
+                };
+                match record.state {
+                    ProxyState::Extracted | ProxyState::Removed | ProxyState::Expired => {
+                        p.forget(&lease.proxy_id);
+                    }
+                    ProxyState::Draining => {
+                        p.release(lease.task_id, now.plus(std::time::Duration::from_secs(5)))
+                    }
+                    state => {
+                        if state == ProxyState::Fetched {
+                            checking.push(lease.proxy_id.clone());
+                        }
+                        tasks.push(CheckTask {
+                            task_id: lease.task_id,
+                            proxy_id: lease.proxy_id,
+                            upstream: record.upstream,
+                            protocol: record.protocol,
+                            host: record.host,
+                            port: record.port,
+                            credentials: record.credentials,
+                            checks: lease.checks,
+                            deadline: lease.deadline,
+                        })
+                    }
                 }
-            };
-            match record.state {
-                ProxyState::Extracted | ProxyState::Removed | ProxyState::Expired => {
-                    p.forget(&lease.proxy_id);
-                }
-                ProxyState::Draining => {
-                    p.release(lease.task_id, now.plus(std::time::Duration::from_secs(5)))
-                }
-                _ => tasks.push(CheckTask {
-                    task_id: lease.task_id,
-                    proxy_id: lease.proxy_id,
-                    upstream: record.upstream,
-                    protocol: record.protocol,
-                    host: record.host,
-                    port: record.port,
-                    credentials: record.credentials,
-                    checks: lease.checks,
-                    deadline: lease.deadline,
-                }),
             }
         }
+        self.mark_checking(&checking).await;
         Ok(tasks)
+    }
+
+    /// FETCHED → CHECKING for proxies whose first check is handed out (visibility
+    /// only; a failure here does not hold the tasks back).
+    async fn mark_checking(&self, ids: &[ProxyId]) {
+        for chunk in ids.chunks(MAX_UPDATE_BATCH) {
+            let updates: Vec<HealthUpdate> = chunk
+                .iter()
+                .map(|id| HealthUpdate {
+                    proxy_id: id.clone(),
+                    verdict: HealthVerdict::Checking,
+                    success: false,
+                    latency: None,
+                    failure: None,
+                })
+                .collect();
+            if let Err(e) = self.store.apply_health(&updates).await {
+                debug!(error = %e, "marking proxies CHECKING failed");
+            }
+        }
     }
 
     async fn write(&self, verdicts: Vec<Verdict>) -> Result<u32, HealthError> {
