@@ -165,7 +165,11 @@ async fn tasks_carry_the_record_and_verdicts_reach_the_pool(redis: bool) {
         f.svc.next_tasks(&me, 10, &ALL).await.unwrap().is_empty(),
         "leased"
     );
-    assert_eq!(state(&f, &ids[0]).await, Some(ProxyState::Checking), "FETCHED → CHECKING");
+    assert_eq!(
+        state(&f, &ids[0]).await,
+        Some(ProxyState::Checking),
+        "FETCHED → CHECKING"
+    );
 
     let r = f
         .svc
