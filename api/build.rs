@@ -8,6 +8,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // Carries upstream passwords: its Debug is written by hand and redacts them.
         .skip_debug([".proxypool.controlplane.v1.UpstreamCredentials"])
+        // Hand-written (`controlplane::wire`) so the controller can send a full snapshot
+        // it encoded once, from cached per-proxy encodings, without rebuilding messages.
+        .extern_path(
+            ".proxypool.controlplane.v1.SnapshotUpdate",
+            "crate::controlplane::wire::SnapshotUpdate",
+        )
         .compile_fds(fds)?;
     Ok(())
 }

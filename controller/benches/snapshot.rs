@@ -1,6 +1,8 @@
-//! Snapshot publisher cost: a full snapshot of 100,000 proxies (build + checksum +
-//! protobuf encode) and a delta of 1,000 changes against it (diff + checksum update +
-//! encode). Prints bytes on the wire next to criterion's timings.
+//! Snapshot publisher cost at 100,000 proxies for one worker: a full snapshot (build:
+//! per-proxy encoding + digest + checksum, then the encoded `SnapshotUpdate` as the
+//! publisher sends it) and a delta of 1,000 changes (apply with checksum update, encode);
+//! also the O(n) diff that finds the changes, re-encoding a cached full snapshot, and a
+//! worker applying the delta. Prints the bytes on the wire.
 //!
 //! Run: `cargo bench -p proxy-pool-controller --bench snapshot`
 
@@ -70,20 +72,25 @@ fn changed() -> Vec<SnapshotProxy> {
     v
 }
 
-fn full(state: &SnapshotState) -> Vec<u8> {
-    pb::WorkerSnapshot::from(&state.to_snapshot()).encode_to_vec()
-}
-
 fn bench(c: &mut Criterion) {
-    let mut base = SnapshotState::new();
-    base.advance(header(1), Some(routings()), desired())
-        .expect("advance");
-    let full_bytes = full(&base).len();
+    let base = SnapshotState::build(header(1), routings(), desired()).expect("build");
+    let full_bytes = base.encode_full_update().len();
+    assert_eq!(
+        full_bytes,
+        pb::SnapshotUpdate::new(pb::snapshot_update::Update::Full(base.to_message()))
+            .encode_to_vec()
+            .len()
+    );
+    let target = changed();
+    let changes = base.diff(Some(routings()), &target);
+    assert_eq!(changes.upserts.len() + changes.removals.len(), CHANGES);
     let mut next = base.clone();
-    let delta = next
-        .advance(header(2), Some(routings()), changed())
-        .expect("delta");
-    let delta_bytes = pb::SnapshotDelta::from(&delta).encode_to_vec().len();
+    let delta = next.apply(header(2), changes.clone()).expect("delta");
+    let delta_bytes = pb::SnapshotUpdate::new(pb::snapshot_update::Update::Delta(
+        pb::SnapshotDelta::from(&delta),
+    ))
+    .encode_to_vec()
+    .len();
     println!(
         "snapshot: full {PROXIES} proxies = {full_bytes} bytes; delta {CHANGES} changes = {delta_bytes} bytes ({:.2} % of full)",
         100.0 * delta_bytes as f64 / full_bytes as f64
@@ -91,38 +98,46 @@ fn bench(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("snapshot");
     g.sample_size(20);
+    // Inputs are made and outputs dropped outside the timed routine.
     g.bench_function("full_build_encode_100k", |b| {
         b.iter_batched(
             desired,
             |d| {
-                let mut s = SnapshotState::new();
-                s.advance(header(1), Some(routings()), d).expect("advance");
-                black_box(full(&s))
+                let s = SnapshotState::build(header(1), routings(), d).expect("build");
+                let bytes = s.encode_full_update();
+                (s, black_box(bytes))
             },
-            BatchSize::LargeInput,
+            BatchSize::PerIteration,
         )
     });
-    g.bench_function("full_encode_only_100k", |b| {
-        b.iter(|| black_box(full(&base)))
+    g.bench_function("full_encode_cached_100k", |b| {
+        b.iter_with_large_drop(|| base.encode_full_update())
     });
-    g.bench_function("delta_1k_of_100k_diff_build_encode", |b| {
+    g.bench_function("delta_1k_apply_encode", |b| {
         b.iter_batched(
-            || (base.clone(), changed()),
-            |(mut s, d)| {
-                let delta = s.advance(header(2), Some(routings()), d).expect("delta");
-                black_box(pb::SnapshotDelta::from(&delta).encode_to_vec())
+            || (base.clone(), changes.clone()),
+            |(mut s, ch)| {
+                let d = s.apply(header(2), ch).expect("apply");
+                let msg = pb::SnapshotUpdate::new(pb::snapshot_update::Update::Delta(
+                    pb::SnapshotDelta::from(&d),
+                ));
+                let bytes = msg.encode_to_vec();
+                (s, d, black_box(bytes))
             },
-            BatchSize::LargeInput,
+            BatchSize::PerIteration,
         )
     });
-    g.bench_function("delta_1k_apply_on_worker", |b| {
+    g.bench_function("diff_100k_find_1k_changes", |b| {
+        b.iter_with_large_drop(|| base.diff(Some(routings()), &target))
+    });
+    g.bench_function("worker_apply_delta_1k", |b| {
         b.iter_batched(
             || (base.clone(), delta.clone()),
             |(mut s, d)| {
                 s.apply_delta(d).expect("apply");
-                black_box(s.checksum())
+                s
             },
-            BatchSize::LargeInput,
+            BatchSize::PerIteration,
         )
     });
     g.finish();

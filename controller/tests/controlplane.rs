@@ -210,7 +210,7 @@ async fn full_then_deltas_and_resync_on_mismatch(kind: Kind) {
         generated_at_ms: 0,
         valid_until_ms: 0,
     };
-    stale.advance(header, None, vec![]).expect("advance");
+    stale.advance(header, None, &[]).expect("advance");
     h.available("s", 1, 600).await;
     h.pass().await;
     match w.next().await {

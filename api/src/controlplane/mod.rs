@@ -11,6 +11,7 @@ pub mod convert;
 pub mod model;
 pub mod spiffe;
 pub mod state;
+pub mod wire;
 
 /// Generated protobuf messages, clients and servers of `proxypool.controlplane.v1`.
 #[allow(
@@ -21,6 +22,13 @@ pub mod state;
 )]
 pub mod pb {
     tonic::include_proto!("proxypool.controlplane.v1");
+
+    pub use super::wire::SnapshotUpdate;
+
+    /// The `update` oneof of [`SnapshotUpdate`].
+    pub mod snapshot_update {
+        pub use super::super::wire::Update;
+    }
 
     impl std::fmt::Debug for UpstreamCredentials {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -9,16 +9,19 @@
 //! ordered routings, `n` the number of proxies and `S` the sum modulo 2²⁵⁶ of the
 //! SHA-256 of each proxy's canonical encoding. The sum makes the checksum independent
 //! of proxy order and lets a delta update it in O(changes). `generated_at` and
-//! `valid_until` are not covered (they are freshness metadata). The canonical encoding
-//! writes every field in proto field order: strings and byte strings as a `u32`
-//! little-endian length then the bytes, integers little-endian, booleans as one byte,
-//! optional values with a presence byte.
+//! `valid_until` are not covered (they are freshness metadata). A proxy's canonical
+//! encoding is its deterministic protobuf encoding (fields in number order, proto3
+//! defaults omitted — exactly what prost writes; [`super::wire::encode_proxy`]), which
+//! the controller also caches to send full snapshots without re-encoding. The routings'
+//! canonical encoding writes every field in proto field order: strings as a `u32`
+//! little-endian length then the bytes, integers little-endian, presence bytes for
+//! optional values, list lengths before lists.
 
 use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::model::{Checksum, Delta, Protocol, Routing, Snapshot, SnapshotProxy};
+use super::model::{Checksum, Delta, Routing, Snapshot, SnapshotProxy};
 
 /// Why a snapshot or delta cannot be applied; the worker answers with a negative ACK
 /// (and, for a delta, re-opens the watch to get a full snapshot).
@@ -59,7 +62,22 @@ pub struct Header {
 #[derive(Clone, Debug)]
 struct Entry {
     proxy: SnapshotProxy,
+    /// Its protobuf encoding (see [`super::wire::encode_proxy`]).
+    wire: Vec<u8>,
     digest: [u8; 32],
+}
+
+impl Entry {
+    fn new(proxy: SnapshotProxy) -> Self {
+        let mut wire = Vec::with_capacity(160);
+        super::wire::encode_proxy(&proxy, &mut wire);
+        let digest = Sha256::digest(&wire).into();
+        Self {
+            proxy,
+            wire,
+            digest,
+        }
+    }
 }
 
 /// 256-bit accumulator of proxy digests (addition modulo 2²⁵⁶).
@@ -108,31 +126,22 @@ impl Sum {
     }
 }
 
-struct Canon(Sha256);
+/// Canonical encoding into a buffer, hashed once (one SHA-256 call per item).
+struct Canon(Vec<u8>);
 
 impl Canon {
     fn new() -> Self {
-        Self(Sha256::new())
+        Self(Vec::with_capacity(256))
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(b);
     }
     fn str(&mut self, s: &str) {
-        self.0
-            .update(u32::try_from(s.len()).unwrap_or(u32::MAX).to_le_bytes());
-        self.0.update(s.as_bytes());
-    }
-    fn opt(&mut self, s: Option<&str>) {
-        match s {
-            Some(s) => {
-                self.0.update([1]);
-                self.str(s);
-            }
-            None => self.0.update([0]),
-        }
+        self.bytes(&u32::try_from(s.len()).unwrap_or(u32::MAX).to_le_bytes());
+        self.bytes(s.as_bytes());
     }
     fn u64(&mut self, v: u64) {
-        self.0.update(v.to_le_bytes());
-    }
-    fn i64(&mut self, v: i64) {
-        self.0.update(v.to_le_bytes());
+        self.bytes(&v.to_le_bytes());
     }
     fn list(&mut self, v: &[String]) {
         self.u64(v.len() as u64);
@@ -141,37 +150,14 @@ impl Canon {
         }
     }
     fn finish(self) -> [u8; 32] {
-        self.0.finalize().into()
+        Sha256::digest(&self.0).into()
     }
 }
 
-/// SHA-256 of one proxy's canonical encoding.
+/// SHA-256 of one proxy's canonical encoding: its deterministic protobuf encoding
+/// (fields in number order, proto3 defaults omitted; [`super::wire::encode_proxy`]).
 pub fn proxy_digest(p: &SnapshotProxy) -> [u8; 32] {
-    let mut c = Canon::new();
-    c.str(&p.id);
-    c.str(&p.upstream);
-    c.0.update([match p.protocol {
-        Protocol::Http => 1,
-        Protocol::Socks5 => 2,
-    }]);
-    c.str(&p.host);
-    c.u64(u64::from(p.port));
-    match &p.credentials {
-        Some(cr) => {
-            c.0.update([1]);
-            c.str(&cr.username);
-            c.str(cr.password.expose());
-        }
-        None => c.0.update([0]),
-    }
-    c.opt(p.region.as_deref());
-    c.opt(p.carrier.as_deref());
-    c.u64(u64::from(p.max_concurrency));
-    c.i64(p.expires_at_ms);
-    c.i64(p.usable_until_ms);
-    c.u64(p.assignment_epoch);
-    c.0.update([u8::from(p.draining)]);
-    c.finish()
+    Entry::new(p.clone()).digest
 }
 
 /// SHA-256 of the canonical encoding of an ordered routing list.
@@ -193,12 +179,12 @@ pub fn routings_digest(routings: &[Routing]) -> [u8; 32] {
         c.u64(r.strategy as u64);
         match &r.sticky {
             Some(s) => {
-                c.0.update([1]);
+                c.0.extend_from_slice(&[1]);
                 c.str(&s.param);
                 c.u64(u64::try_from(s.session_ttl.as_millis()).unwrap_or(u64::MAX));
                 c.u64(u64::try_from(s.idle_timeout.as_millis()).unwrap_or(u64::MAX));
             }
-            None => c.0.update([0]),
+            None => c.0.extend_from_slice(&[0]),
         }
         c.u64(u64::from(r.retry.max_attempts));
         c.u64(u64::try_from(r.retry.deadline.as_millis()).unwrap_or(u64::MAX));
@@ -239,37 +225,104 @@ impl SnapshotState {
 
     /// Builds a state from a full snapshot, verifying its checksum.
     pub fn from_snapshot(s: Snapshot) -> Result<Self, StateError> {
-        let mut st = Self::new();
-        st.routings_digest = routings_digest(&s.routings);
-        st.routings = s.routings;
-        for p in s.proxies {
-            let digest = proxy_digest(&p);
-            st.sum.add(&digest);
-            if st
-                .proxies
-                .insert(p.id.clone(), Entry { proxy: p, digest })
-                .is_some()
-            {
-                return Err(StateError::Inconsistent);
-            }
-        }
-        st.checksum = checksum_of(
-            s.version,
-            s.ownership_epoch,
-            &st.routings_digest,
-            st.proxies.len(),
-            &st.sum,
-        );
-        if st.checksum != s.checksum {
-            return Err(StateError::ChecksumMismatch);
-        }
-        st.header = Some(Header {
+        let header = Header {
             version: s.version,
             ownership_epoch: s.ownership_epoch,
             generated_at_ms: s.generated_at_ms,
             valid_until_ms: s.valid_until_ms,
-        });
+        };
+        let st = Self::build(header, s.routings, s.proxies)?;
+        if st.checksum != s.checksum {
+            return Err(StateError::ChecksumMismatch);
+        }
         Ok(st)
+    }
+
+    /// Builds a state from its content (any order); refuses duplicate IDs.
+    pub fn build(
+        header: Header,
+        routings: Vec<Routing>,
+        mut proxies: Vec<SnapshotProxy>,
+    ) -> Result<Self, StateError> {
+        proxies.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        if proxies.windows(2).any(|w| w[0].id == w[1].id) {
+            return Err(StateError::Inconsistent);
+        }
+        let mut sum = Sum::default();
+        let entries: BTreeMap<String, Entry> = proxies
+            .into_iter()
+            .map(|p| {
+                let e = Entry::new(p);
+                sum.add(&e.digest);
+                (e.proxy.id.clone(), e)
+            })
+            .collect();
+        let rd = routings_digest(&routings);
+        let checksum = checksum_of(
+            header.version,
+            header.ownership_epoch,
+            &rd,
+            entries.len(),
+            &sum,
+        );
+        Ok(Self {
+            header: Some(header),
+            routings,
+            routings_digest: rd,
+            proxies: entries,
+            sum,
+            checksum,
+        })
+    }
+
+    /// The complete encoding of a `SnapshotUpdate` carrying the full snapshot of the
+    /// current version, from the cached per-proxy encodings (no message is built).
+    pub fn encode_full_update(&self) -> bytes::Bytes {
+        let mut head = self.to_message_head();
+        head.routings = self.routings.iter().map(super::pb::Routing::from).collect();
+        super::wire::encode_full(&head, self.proxies.values().map(|e| e.wire.as_slice()))
+    }
+
+    fn to_message_head(&self) -> super::pb::WorkerSnapshot {
+        let h = self.header.unwrap_or(Header {
+            version: 0,
+            ownership_epoch: 0,
+            generated_at_ms: 0,
+            valid_until_ms: 0,
+        });
+        super::pb::WorkerSnapshot {
+            version: h.version,
+            ownership_epoch: h.ownership_epoch,
+            generated_at_ms: h.generated_at_ms,
+            valid_until_ms: h.valid_until_ms,
+            routings: Vec::new(),
+            proxies: Vec::new(),
+            checksum: self.checksum.0.to_vec(),
+        }
+    }
+
+    /// The full snapshot of the current version as its wire message (one copy of
+    /// each field, no intermediate domain snapshot).
+    pub fn to_message(&self) -> super::pb::WorkerSnapshot {
+        let h = self.header.unwrap_or(Header {
+            version: 0,
+            ownership_epoch: 0,
+            generated_at_ms: 0,
+            valid_until_ms: 0,
+        });
+        super::pb::WorkerSnapshot {
+            version: h.version,
+            ownership_epoch: h.ownership_epoch,
+            generated_at_ms: h.generated_at_ms,
+            valid_until_ms: h.valid_until_ms,
+            routings: self.routings.iter().map(super::pb::Routing::from).collect(),
+            proxies: self
+                .proxies
+                .values()
+                .map(|e| super::pb::SnapshotProxy::from(&e.proxy))
+                .collect(),
+            checksum: self.checksum.0.to_vec(),
+        }
     }
 
     /// Current version (0 before the first snapshot).
@@ -382,36 +435,37 @@ impl SnapshotState {
         &mut self,
         header: Header,
         routings: Option<Vec<Routing>>,
-        desired: Vec<SnapshotProxy>,
+        desired: &[SnapshotProxy],
     ) -> Result<Delta, StateError> {
         let changes = self.diff(routings, desired);
         self.apply(header, changes)
     }
 
-    /// The changes that turn this state into `desired` (any order, duplicates by ID
-    /// dropped) with `routings` (when given). Reads only.
-    pub fn diff(&self, routings: Option<Vec<Routing>>, mut desired: Vec<SnapshotProxy>) -> Changes {
-        desired.sort_unstable_by(|a, b| a.id.cmp(&b.id));
-        desired.dedup_by(|a, b| a.id == b.id);
+    /// The changes that turn this state into `desired` (any order; of duplicate IDs the
+    /// first wins) with `routings` (when given). Reads only; clones only what changed.
+    pub fn diff(&self, routings: Option<Vec<Routing>>, desired: &[SnapshotProxy]) -> Changes {
+        let mut want: Vec<&SnapshotProxy> = desired.iter().collect();
+        want.sort_by(|a, b| a.id.cmp(&b.id));
+        want.dedup_by(|a, b| a.id == b.id);
         let mut removals = Vec::new();
         let mut upserts = Vec::new();
-        let mut want = desired.into_iter().peekable();
+        let mut want = want.into_iter().peekable();
         for (id, e) in &self.proxies {
             while want.peek().is_some_and(|p| p.id < *id) {
-                upserts.extend(want.next());
+                upserts.extend(want.next().cloned());
             }
             match want.peek() {
                 Some(p) if p.id == *id => {
                     if let Some(p) = want.next()
-                        && p != e.proxy
+                        && *p != e.proxy
                     {
-                        upserts.push(p);
+                        upserts.push(p.clone());
                     }
                 }
                 _ => removals.push(id.clone()),
             }
         }
-        upserts.extend(want);
+        upserts.extend(want.cloned());
         Changes {
             upserts,
             removals,
@@ -476,9 +530,9 @@ impl SnapshotState {
                 Some(old) => sum.sub(&old.digest),
                 None => count += 1,
             }
-            let digest = proxy_digest(&p);
-            sum.add(&digest);
-            entries.push(Entry { proxy: p, digest });
+            let e = Entry::new(p);
+            sum.add(&e.digest);
+            entries.push(e);
         }
         let mut ids: Vec<&str> = entries.iter().map(|e| e.proxy.id.as_str()).collect();
         ids.sort_unstable();
@@ -544,7 +598,7 @@ struct Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controlplane::model::{Credentials, Secret};
+    use crate::controlplane::model::{Credentials, Protocol, Secret};
 
     fn proxy(id: &str, epoch: u64) -> SnapshotProxy {
         SnapshotProxy {
@@ -580,13 +634,13 @@ mod tests {
     fn controller_deltas_apply_on_a_worker_and_checksums_agree() {
         let mut server = SnapshotState::new();
         server
-            .advance(header(1), Some(vec![]), vec![proxy("a", 1), proxy("b", 1)])
+            .advance(header(1), Some(vec![]), &[proxy("a", 1), proxy("b", 1)])
             .unwrap();
         let mut worker = SnapshotState::from_snapshot(server.to_snapshot()).unwrap();
         let mut changed = proxy("b", 2);
         changed.draining = true;
         let d = server
-            .advance(header(2), None, vec![changed, proxy("c", 1)])
+            .advance(header(2), None, &[changed, proxy("c", 1)])
             .unwrap();
         assert_eq!(d.removals, vec!["a".to_string()]);
         assert_eq!(d.upserts.len(), 2);
@@ -598,16 +652,10 @@ mod tests {
     #[test]
     fn delta_on_wrong_base_or_checksum_is_refused_and_changes_nothing() {
         let mut server = SnapshotState::new();
-        server
-            .advance(header(1), None, vec![proxy("a", 1)])
-            .unwrap();
+        server.advance(header(1), None, &[proxy("a", 1)]).unwrap();
         let mut worker = SnapshotState::from_snapshot(server.to_snapshot()).unwrap();
-        let d2 = server
-            .advance(header(2), None, vec![proxy("b", 1)])
-            .unwrap();
-        let d3 = server
-            .advance(header(3), None, vec![proxy("c", 1)])
-            .unwrap();
+        let d2 = server.advance(header(2), None, &[proxy("b", 1)]).unwrap();
+        let d3 = server.advance(header(3), None, &[proxy("c", 1)]).unwrap();
         let before = worker.checksum();
         assert!(matches!(
             worker.apply_delta(d3),
@@ -623,9 +671,7 @@ mod tests {
     #[test]
     fn tampered_full_snapshot_is_refused() {
         let mut server = SnapshotState::new();
-        server
-            .advance(header(1), None, vec![proxy("a", 1)])
-            .unwrap();
+        server.advance(header(1), None, &[proxy("a", 1)]).unwrap();
         let mut s = server.to_snapshot();
         s.proxies[0].port = 1;
         assert_eq!(

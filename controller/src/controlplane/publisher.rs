@@ -1,15 +1,18 @@
 //! The snapshot publisher: one [`SnapshotState`] per worker, advanced off the request
-//! path by the ownership loop, with a bounded history of deltas and issued
-//! (version, epoch, checksum) triples. Watch streams read it; they never build.
+//! path by the ownership loop, with a bounded history of encoded deltas and of issued
+//! (version, epoch, checksum) triples. Watch streams only copy out bytes encoded here
+//! (a full snapshot is encoded once per version, from cached per-proxy encodings).
 //!
-//! Lock choice: one `parking_lot::Mutex` per worker (held only while diffing or
-//! copying out an update, never across I/O) and one for the worker map.
+//! Lock choice: one `parking_lot::Mutex` per worker (held while diffing or encoding,
+//! never across I/O) and one for the worker map.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use activity_pool::model::WorkerId;
+use bytes::Bytes;
 use parking_lot::Mutex;
+use prost::Message;
 use proxy_pool_api::controlplane::model::{Checksum, Routing, SnapshotProxy};
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
@@ -26,23 +29,17 @@ pub struct Issued {
     pub checksum: Checksum,
 }
 
-/// What a watch stream sends next.
+/// What a watch stream sends next: an encoded `SnapshotUpdate` (full or delta).
 #[derive(Clone, Debug)]
-pub enum Update {
-    /// A full snapshot (shared: encoded once per version).
-    Full(Arc<pb::WorkerSnapshot>),
-    /// A delta from the stream's last version.
-    Delta(Arc<pb::SnapshotDelta>),
-}
-
-impl Update {
-    /// The version the worker holds after applying it.
-    pub fn version(&self) -> u64 {
-        match self {
-            Self::Full(s) => s.version,
-            Self::Delta(d) => d.version,
-        }
-    }
+pub struct Update {
+    /// Version the worker holds after applying it.
+    pub version: u64,
+    /// Its checksum.
+    pub checksum: Checksum,
+    /// `true` for a full snapshot.
+    pub full: bool,
+    /// The encoded `SnapshotUpdate`.
+    pub bytes: Bytes,
 }
 
 #[derive(Debug)]
@@ -52,11 +49,17 @@ struct Channel {
 }
 
 #[derive(Debug)]
+struct Encoded {
+    base: u64,
+    update: Update,
+}
+
+#[derive(Debug)]
 struct WorkerState {
     snapshot: SnapshotState,
-    history: VecDeque<Arc<pb::SnapshotDelta>>,
+    history: VecDeque<Encoded>,
     issued: VecDeque<Issued>,
-    full: Option<Arc<pb::WorkerSnapshot>>,
+    full: Option<Update>,
     last_published_ms: i64,
 }
 
@@ -115,7 +118,7 @@ impl Publisher {
             .max()
             .unwrap_or(0)
             .max(cur.map_or(0, |h| h.ownership_epoch));
-        let changes = st.snapshot.diff(Some(routings), proxies);
+        let changes = st.snapshot.diff(Some(routings), &proxies);
         let stale = now_ms.saturating_sub(st.last_published_ms) >= heartbeat_ms;
         if changes.is_empty() && cur.is_some_and(|h| h.ownership_epoch == epoch_now) && !stale {
             return st.snapshot.version();
@@ -131,14 +134,30 @@ impl Publisher {
             tracing::error!(worker = %worker, "snapshot delta did not fit its state");
             return st.snapshot.version();
         };
-        let issued = Issued {
+        st.issued.push_back(Issued {
             version: delta.version,
             epoch: delta.ownership_epoch,
             checksum: delta.checksum,
-        };
-        st.history
-            .push_back(Arc::new(pb::SnapshotDelta::from(&delta)));
-        st.issued.push_back(issued);
+        });
+        // A delta from nothing, or one touching most of a large snapshot, is not kept:
+        // a worker that needs it is better served by the full snapshot.
+        let touched = delta.upserts.len() + delta.removals.len();
+        if delta.base_version > 0 && touched <= (st.snapshot.len() / 2).max(1_024) {
+            let msg = pb::SnapshotUpdate::new(pb::snapshot_update::Update::Delta(
+                pb::SnapshotDelta::from(&delta),
+            ));
+            st.history.push_back(Encoded {
+                base: delta.base_version,
+                update: Update {
+                    version: delta.version,
+                    checksum: delta.checksum,
+                    full: false,
+                    bytes: Bytes::from(msg.encode_to_vec()),
+                },
+            });
+        } else {
+            st.history.clear();
+        }
         while st.history.len() > self.history {
             st.history.pop_front();
         }
@@ -150,7 +169,7 @@ impl Publisher {
         let version = delta.version;
         drop(st);
         ch.notify.send_replace(version);
-        tracing::debug!(worker = %worker, version, "snapshot published");
+        tracing::debug!(worker = %worker, version, changed = touched, "snapshot published");
         version
     }
 
@@ -182,8 +201,8 @@ impl Publisher {
     }
 
     /// The next update for a worker that holds `have` (version, checksum): `None` when
-    /// it is current or nothing was published yet; a delta when `have` is in the
-    /// history and matches; a full snapshot otherwise.
+    /// it is current or nothing was published yet; the delta from `have` when `have` is
+    /// an issued version in the history; the full snapshot otherwise.
     pub fn next_update(&self, worker: &WorkerId, have: Option<(u64, Checksum)>) -> Option<Update> {
         let ch = self.channel(worker);
         let mut st = ch.state.lock();
@@ -199,23 +218,19 @@ impl Publisher {
                 .issued
                 .iter()
                 .any(|i| i.version == v && i.checksum == sum);
-            if known && let Some(d) = st.history.iter().find(|d| d.base_version == v) {
-                return Some(Update::Delta(d.clone()));
+            if known && let Some(d) = st.history.iter().find(|d| d.base == v) {
+                return Some(d.update.clone());
             }
         }
-        let full = match &st.full {
-            Some(f) => f.clone(),
-            None => {
-                let f = Arc::new(pb::WorkerSnapshot::from(&st.snapshot.to_snapshot()));
-                st.full = Some(f.clone());
-                f
-            }
-        };
-        Some(Update::Full(full))
+        if st.full.is_none() {
+            let full = Update {
+                version: current,
+                checksum: st.snapshot.checksum(),
+                full: true,
+                bytes: st.snapshot.encode_full_update(),
+            };
+            st.full = Some(full);
+        }
+        st.full.clone()
     }
-}
-
-/// The issued triple of a pb checksum field, if well-formed.
-pub fn checksum_of(bytes: &[u8]) -> Option<Checksum> {
-    <[u8; 32]>::try_from(bytes).ok().map(Checksum)
 }

@@ -24,7 +24,7 @@ use super::Shared;
 use super::error::{ControlPlaneError, CpResult};
 use super::identity::Authenticator;
 use super::outcomes::WorkerOutcome;
-use super::publisher::{Issued, Update};
+use super::publisher::Issued;
 use super::registry::{SequenceVerdict, WorkerInfo};
 
 /// The worker service.
@@ -297,24 +297,11 @@ async fn watch_loop(
     let mut shutdown = shared.shutdown.clone();
     loop {
         while let Some(update) = shared.publisher.next_update(&worker, have) {
-            let (next, msg) = match update {
-                Update::Full(s) => (
-                    (s.version, checksum_or_default(&s.checksum)),
-                    pb::snapshot_update::Update::Full((*s).clone()),
-                ),
-                Update::Delta(d) => (
-                    (d.version, checksum_or_default(&d.checksum)),
-                    pb::snapshot_update::Update::Delta((*d).clone()),
-                ),
-            };
-            if tx
-                .send(Ok(pb::SnapshotUpdate { update: Some(msg) }))
-                .await
-                .is_err()
-            {
+            let msg = pb::SnapshotUpdate::pre_encoded(update.bytes.clone());
+            if tx.send(Ok(msg)).await.is_err() {
                 return;
             }
-            have = Some(next);
+            have = Some((update.version, update.checksum));
         }
         tokio::select! {
             changed = versions.changed() => if changed.is_err() { return },
@@ -331,10 +318,6 @@ async fn watch_loop(
             }
         }
     }
-}
-
-fn checksum_or_default(bytes: &[u8]) -> Checksum {
-    super::publisher::checksum_of(bytes).unwrap_or_default()
 }
 
 #[tonic::async_trait]
