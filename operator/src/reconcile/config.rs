@@ -27,6 +27,8 @@ use super::gateway::MANAGED_BY;
 
 /// Metric label and backoff key of this reconciler.
 pub const CONFIG_KIND: &str = "ControllerConfig";
+/// `proxypool.io/component` label of the config ConfigMap.
+pub const CONFIG_COMPONENT: &str = "controller-config";
 /// Pod-template annotation holding the config's content hash.
 pub const CONFIG_HASH_ANNOTATION: &str = "proxypool.io/config-hash";
 /// Key of the config inside the ConfigMap (and file name in the volume).
@@ -115,7 +117,7 @@ async fn reconcile_inner(d: &Deployment, ctx: &Context) -> Result<Action, Error>
                 (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
                 (
                     "proxypool.io/component".to_owned(),
-                    "controller-config".to_owned(),
+                    CONFIG_COMPONENT.to_owned(),
                 ),
             ])),
             annotations: Some(BTreeMap::from([(

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::ListParams;
 use kube::runtime::events::{Recorder, Reporter};
@@ -14,7 +15,7 @@ use proxy_pool_api::config::RawConfig;
 
 use super::Error;
 use super::metrics::Metrics;
-use super::render::{Inputs, Rendered, SecretData, render};
+use super::render::{Inputs, Problem, Rendered, SecretData, render};
 use crate::crd::{DistributionClient, Routing, Upstream};
 
 /// Field manager of every server-side apply the operator makes.
@@ -133,6 +134,34 @@ impl Context {
             secrets: &secrets,
             secret_dir: &secret_dir,
         }))
+    }
+
+    /// Why no resource can be in the controller's config right now, beyond its own
+    /// problems: the base config is invalid, or the controller Deployment is missing
+    /// (so nothing renders the config).
+    pub async fn config_problems(&self, rendered: &Rendered) -> Result<Vec<Problem>, Error> {
+        let mut out = Vec::new();
+        if !rendered.global.is_empty() {
+            out.push(Problem {
+                reason: "ControllerConfigInvalid",
+                message: "the controller config is not written: see the events of the controller Deployment".into(),
+            });
+        }
+        let deployments = self.api::<Deployment>();
+        if deployments
+            .get_opt(&self.config.controller_deployment)
+            .await?
+            .is_none()
+        {
+            out.push(Problem {
+                reason: "ControllerNotFound",
+                message: format!(
+                    "controller Deployment {:?} not found in namespace {:?}: no config is written",
+                    self.config.controller_deployment, self.config.namespace
+                ),
+            });
+        }
+        Ok(out)
     }
 
     /// Data of every Secret the resources reference (absent ones are left out).

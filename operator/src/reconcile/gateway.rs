@@ -286,12 +286,7 @@ async fn reconcile_inner(r: &Routing, ctx: &Context) -> Result<Action, Error> {
         .and_then(|s| s.ready_replicas)
         .unwrap_or(0);
     let mut problems = rendered.problems_of(Kind::Routing, &name).to_vec();
-    if !rendered.global.is_empty() {
-        problems.push(super::render::Problem {
-            reason: "ControllerConfigInvalid",
-            message: "the controller config is not written: see the operator's events".into(),
-        });
-    }
+    problems.extend(ctx.config_problems(&rendered).await?);
     let outcome = Outcome {
         problems,
         ready_message: format!(

@@ -76,7 +76,13 @@ pub async fn run(
         watcher::Config::default().fields(&format!("metadata.name={controller_name}")),
     )
     .with_config(debounce.clone())
-    .owns(ctx.api::<ConfigMap>(), wc.clone())
+    .owns(
+        ctx.api::<ConfigMap>(),
+        watcher::Config::default().labels(&format!(
+            "proxypool.io/component={}",
+            config::CONFIG_COMPONENT
+        )),
+    )
     .watches(ctx.api::<Upstream>(), wc.clone(), to(&root))
     .watches(ctx.api::<Routing>(), wc.clone(), to(&root))
     .watches(ctx.api::<DistributionClient>(), wc.clone(), to(&root))

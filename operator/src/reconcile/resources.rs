@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::Error;
 use super::context::Context;
-use super::render::{Kind, Problem};
+use super::render::Kind;
 use super::status::{Outcome, apply_status, conditions, event_on_change};
 use crate::crd::{DistributionClient, Upstream};
 
@@ -74,12 +74,7 @@ where
 async fn outcome(ctx: &Context, kind: Kind, name: &str) -> Result<Outcome, Error> {
     let rendered = ctx.render().await?;
     let mut problems = rendered.problems_of(kind, name).to_vec();
-    if !rendered.global.is_empty() {
-        problems.push(Problem {
-            reason: "ControllerConfigInvalid",
-            message: "the controller config is not written: see the operator's events".into(),
-        });
-    }
+    problems.extend(ctx.config_problems(&rendered).await?);
     Ok(Outcome {
         problems,
         ready_message: format!("in the controller config {}", ctx.config.config_map),
