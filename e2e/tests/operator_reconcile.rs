@@ -286,53 +286,71 @@ async fn operator_reconciles_on_a_real_cluster() {
     }
 
     // Two replicas under leader election: only one may reconcile.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
+    const IDS: [&str; 2] = ["operator-0", "operator-1"];
     let metrics = [Arc::new(Metrics::new()), Arc::new(Metrics::new())];
-    let replicas: Vec<_> = ["operator-0", "operator-1"]
-        .into_iter()
-        .zip(metrics.iter().cloned())
-        .map(|(id, m)| {
-            let leader = LeaderSettings {
-                lease_name: "proxy-pool-operator".into(),
-                identity: id.into(),
-                lease_duration: Duration::from_secs(6),
-            };
-            let fut = reconcile::run_as_leader(
-                client.clone(),
-                operator_config(&base_yaml),
-                m,
-                leader,
-                stopped(),
-            );
-            let handle = tokio::spawn(fut);
-            (id, handle)
-        })
-        .collect();
+    let mut stops = Vec::new();
+    let mut handles = Vec::new();
+    for (id, m) in IDS.into_iter().zip(metrics.iter().cloned()) {
+        let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+        let leader = LeaderSettings {
+            lease_name: "proxy-pool-operator".into(),
+            identity: id.into(),
+            lease_duration: Duration::from_secs(6),
+        };
+        let stopped = async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        };
+        let fut = reconcile::run_as_leader(
+            client.clone(),
+            operator_config(&base_yaml),
+            m,
+            leader,
+            stopped,
+        );
+        stops.push(stop_tx);
+        handles.push(Some(tokio::spawn(fut)));
+    }
 
     let config = config_map_is_rendered(&client).await;
     controller_deployment_is_pointed_at_it(&client, &config).await;
     gateway_objects_are_owned_by_the_routing(&client).await;
     statuses_become_ready(&client).await;
-    only_one_replica_leads(&client, &metrics).await;
+    let leader = only_one_replica_leads(&client, &metrics).await;
     second_reconcile_changes_nothing(&client, &base_yaml).await;
     bad_references_degrade(&cluster, &client).await;
     deleting_a_routing_collects_its_gateway(&client).await;
 
-    // Graceful shutdown: both replicas stop, the leader gives the Lease up.
-    stop_tx.send(true).expect("stop");
-    for (id, handle) in replicas {
-        let result = tokio::time::timeout(Duration::from_secs(30), handle)
-            .await
-            .unwrap_or_else(|_| panic!("{id} did not stop within 30s"))
-            .expect("join");
-        result.unwrap_or_else(|e| panic!("{id}: {e}"));
-    }
+    // Failover: the leader shuts down gracefully and gives the Lease up; the standby
+    // takes it and reconciles what changes next.
+    let standby = 1 - leader;
+    stop_replica(IDS[leader], &stops[leader], handles[leader].take()).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    eventually("the standby to take the Lease", 30, || {
+        let (leases, m) = (leases.clone(), metrics[standby].clone());
+        async move {
+            let holder = leases
+                .get("proxy-pool-operator")
+                .await
+                .ok()?
+                .spec?
+                .holder_identity?;
+            (holder == IDS[standby] && is_leader(&m)).then_some(())
+        }
+    })
+    .await;
+    let late = r#"
+apiVersion: proxypool.io/v1alpha1
+kind: Routing
+metadata: {name: after-failover}
+spec:
+  upstreams: [vendor-sim]
+  gateway: {replicas: 1, listeners: {socks5: {port: 1080}}}
+"#;
+    kubectl_ok(&cluster, &["apply", "-n", NS, "-f", "-"], Some(late)).await;
+    let _: Routing = wait_ready(&client, "after-failover", "True").await;
+
+    // Graceful shutdown of the last replica releases the Lease.
+    stop_replica(IDS[standby], &stops[standby], handles[standby].take()).await;
     let lease: Lease = Api::namespaced(client.clone(), NS)
         .get("proxy-pool-operator")
         .await
@@ -342,6 +360,26 @@ async fn operator_reconciles_on_a_real_cluster() {
         None,
         "the Lease is released"
     );
+}
+
+async fn stop_replica(
+    id: &str,
+    stop: &tokio::sync::watch::Sender<bool>,
+    handle: Option<tokio::task::JoinHandle<Result<(), reconcile::Error>>>,
+) {
+    stop.send(true).expect("stop");
+    let handle = handle.expect("replica still running");
+    let result = tokio::time::timeout(Duration::from_secs(30), handle)
+        .await
+        .unwrap_or_else(|_| panic!("{id} did not stop within 30s"))
+        .expect("join");
+    result.unwrap_or_else(|e| panic!("{id}: {e}"));
+}
+
+fn is_leader(m: &Metrics) -> bool {
+    m.encode()
+        .lines()
+        .any(|l| l == "proxy_pool_operator_leader 1")
 }
 
 async fn config_map_is_rendered(client: &kube::Client) -> String {
@@ -581,21 +619,14 @@ async fn statuses_become_ready(client: &kube::Client) {
     );
 }
 
-async fn only_one_replica_leads(client: &kube::Client, metrics: &[Arc<Metrics>; 2]) {
+async fn only_one_replica_leads(client: &kube::Client, metrics: &[Arc<Metrics>; 2]) -> usize {
     let lease: Lease = Api::namespaced(client.clone(), NS)
         .get("proxy-pool-operator")
         .await
         .expect("lease");
     let dump = serde_json::to_string(&lease).expect("json");
     let holder = lease.spec.and_then(|s| s.holder_identity).expect("holder");
-    let leading: Vec<bool> = metrics
-        .iter()
-        .map(|m| {
-            m.encode()
-                .lines()
-                .any(|l| l == "proxy_pool_operator_leader 1")
-        })
-        .collect();
+    let leading: Vec<bool> = metrics.iter().map(|m| is_leader(m)).collect();
     assert_eq!(
         leading.iter().filter(|l| **l).count(),
         1,
@@ -611,6 +642,7 @@ async fn only_one_replica_leads(client: &kube::Client, metrics: &[Arc<Metrics>; 
             .encode()
             .contains("proxy_pool_operator_reconciles_total{kind=\"Routing\"}")
     );
+    index
 }
 
 /// Resource versions (or generations, for Deployments whose status the
