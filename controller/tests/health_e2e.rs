@@ -214,6 +214,7 @@ async fn simulator_to_pool_state(redis: bool) {
             region: None,
             carrier: None,
             ttl: None,
+            expires_at: None,
         };
         ids.push(
             proxy_pool_controller::provider::stable_id(&upstream, &v, &provider.options().defaults)

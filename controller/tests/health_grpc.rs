@@ -149,6 +149,7 @@ async fn health_over_grpc(redis: bool) {
                 region: None,
                 carrier: None,
                 ttl: None,
+                expires_at: None,
             };
             stable_id(&upstream, &v, &provider.options().defaults).unwrap()
         })

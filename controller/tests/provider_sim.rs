@@ -13,7 +13,7 @@ use activity_pool::testkit::RedisServer;
 use activity_pool::{MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool};
 use proxy_pool_controller::provider::{
     BackoffOptions, FetchError, HttpVendorSource, ProviderError, ProviderMetrics, ProviderOptions,
-    ProviderReconciler, StaticSource, VendorAuth, VendorFormat, VendorProxy, stable_id,
+    ProviderReconciler, StaticSource, VendorAuth, VendorFormat, VendorProxy, parse_time, stable_id,
 };
 use proxy_pool_e2e::sim::{SimConfig, Simulator};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -98,6 +98,7 @@ async fn fetch_json_into_pool(redis: bool) {
                 region: None,
                 carrier: None,
                 ttl: None,
+                expires_at: None,
             };
             stable_id(&upstream(), &v, &opts.defaults).unwrap()
         })
@@ -127,7 +128,16 @@ async fn fetch_json_into_pool(redis: bool) {
             Some(s.proxy.carrier.as_str())
         );
         let ttl = rec.expires_at.since(rec.fetched_at);
-        assert_eq!(ttl, Duration::from_secs(s.proxy.ttl_seconds), "vendor TTL");
+        assert!(
+            ttl <= Duration::from_secs(s.proxy.ttl_seconds),
+            "never longer than stated"
+        );
+        let stated = parse_time(&s.proxy.expires_at).expect("vendor expiresAt");
+        let skew = (rec.expires_at.millis() - stated.millis()).abs();
+        assert!(
+            skew <= 1_500,
+            "expiry follows the vendor's expiresAt ({skew} ms off)"
+        );
         assert_eq!(
             rec.usable_until,
             rec.expires_at.minus(Duration::from_secs(5))
@@ -171,6 +181,7 @@ async fn fetch_lines_into_pool(redis: bool) {
             region: None,
             carrier: None,
             ttl: None,
+            expires_at: None,
         };
         let id = stable_id(&upstream(), &v, &opts.defaults).unwrap();
         let rec = p
@@ -387,6 +398,7 @@ async fn static_source_refreshes_and_counts_pool_drops() {
         region: None,
         carrier: None,
         ttl: None,
+        expires_at: None,
     };
     let mut short = entry(3);
     short.ttl = Some(Duration::from_secs(2));

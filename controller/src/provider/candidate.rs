@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use activity_pool::Timestamp;
 use activity_pool::model::{Candidate, Credentials, Label, ProxyId, Secret, UpstreamId};
 use sha2::{Digest, Sha256};
 
@@ -53,11 +54,12 @@ pub fn candidates(
     upstream: &UpstreamId,
     batch: &mut VendorBatch,
     defaults: &CandidateDefaults,
+    now: Timestamp,
 ) -> Vec<Candidate> {
     let proxies = std::mem::take(&mut batch.proxies);
     let mut out = Vec::with_capacity(proxies.len());
     for p in proxies {
-        match candidate(upstream, &p, defaults, batch.batch_ttl) {
+        match candidate(upstream, &p, defaults, batch.batch_ttl, now) {
             Ok(c) => out.push(c),
             Err(reason) => batch.drop_entry(reason),
         }
@@ -77,7 +79,15 @@ fn candidate(
     p: &VendorProxy,
     defaults: &CandidateDefaults,
     batch_ttl: Option<Duration>,
+    now: Timestamp,
 ) -> Result<Candidate, ParseDrop> {
+    // The shorter of a stated TTL and a stated expiry: never promise more life than
+    // the vendor does. A past expiry gives zero, which the pool drops as too short.
+    let stated = match (p.ttl.or(batch_ttl), p.expires_at) {
+        (Some(ttl), Some(at)) => Some(ttl.min(at.since(now))),
+        (None, Some(at)) => Some(at.since(now)),
+        (ttl, None) => ttl,
+    };
     let credentials = match &p.username {
         Some(u) => Some(Credentials {
             username: u.clone(),
@@ -93,7 +103,7 @@ fn candidate(
         credentials,
         region: label(p.region.as_deref(), defaults.region.as_ref())?,
         carrier: label(p.carrier.as_deref(), defaults.carrier.as_ref())?,
-        ttl: p.ttl.or(batch_ttl).unwrap_or(defaults.ttl),
+        ttl: stated.unwrap_or(defaults.ttl),
         max_concurrency: defaults.max_concurrency,
     })
 }
@@ -125,6 +135,7 @@ mod tests {
             region: None,
             carrier: Some("telecom".into()),
             ttl: None,
+            expires_at: None,
         }
     }
 
@@ -174,7 +185,7 @@ mod tests {
             batch_ttl: Some(Duration::from_secs(30)),
             ..VendorBatch::default()
         };
-        let out = candidates(&u, &mut batch, &defaults());
+        let out = candidates(&u, &mut batch, &defaults(), Timestamp(0));
         assert_eq!(out.len(), 1);
         let c = &out[0];
         assert_eq!(c.ttl, Duration::from_secs(30));
@@ -183,5 +194,28 @@ mod tests {
         assert_eq!(c.max_concurrency, 8);
         assert_eq!(c.credentials.as_ref().unwrap().password.expose(), "p");
         assert_eq!(batch.dropped.get(&ParseDrop::InvalidLabel), Some(&1));
+    }
+
+    #[test]
+    fn the_shorter_of_ttl_and_expiry_wins() {
+        let u = UpstreamId::new("u").unwrap();
+        let now = Timestamp(1_000_000);
+        let with = |ttl: Option<u64>, at: Option<i64>| {
+            let mut p = proxy();
+            p.ttl = ttl.map(Duration::from_secs);
+            p.expires_at = at.map(|s| Timestamp(now.0 + s * 1000));
+            let mut batch = VendorBatch {
+                proxies: vec![p],
+                ..VendorBatch::default()
+            };
+            candidates(&u, &mut batch, &defaults(), now)[0]
+                .ttl
+                .as_secs()
+        };
+        assert_eq!(with(Some(40), Some(30)), 30);
+        assert_eq!(with(Some(20), Some(30)), 20);
+        assert_eq!(with(None, Some(30)), 30);
+        assert_eq!(with(None, Some(-5)), 0);
+        assert_eq!(with(None, None), 60);
     }
 }

@@ -86,6 +86,7 @@ pub fn plan_upstream(
                     region: None,
                     carrier: None,
                     ttl: None,
+                    expires_at: None,
                 })
                 .collect();
             Arc::new(StaticSource::new(entries))

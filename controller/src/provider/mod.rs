@@ -25,7 +25,7 @@ pub use http::{HttpVendorSource, VendorAuth, VendorFormat};
 pub use metrics::ProviderMetrics;
 pub use model::{ParseDrop, VendorBatch, VendorProxy};
 pub use options::{BackoffOptions, CandidateDefaults, FetchBudget, MAX_CHUNK, ProviderOptions};
-pub use parse::{MAX_LINE_BYTES, parse_json, parse_line, parse_lines};
+pub use parse::{MAX_LINE_BYTES, parse_json, parse_line, parse_lines, parse_time};
 pub use reconciler::{FetchOutcome, ProviderReconciler, ProxyAnnouncer};
 pub use source::{StaticSource, VendorSource};
 

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use activity_pool::Timestamp;
 use activity_pool::model::{Protocol, Secret};
 
 /// One proxy as a vendor offered it. Fields the vendor left out fall back to the
@@ -30,6 +31,8 @@ pub struct VendorProxy {
     pub carrier: Option<String>,
     /// Remaining life the vendor promises.
     pub ttl: Option<Duration>,
+    /// Hard expiry the vendor states (the shorter of this and `ttl` wins).
+    pub expires_at: Option<Timestamp>,
 }
 
 /// Why a vendor entry was refused before it became a candidate (bounded label set).

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use activity_pool::Timestamp;
 use activity_pool::model::{Protocol, Secret};
 use serde::Deserialize;
 use serde_json::Value;
@@ -94,6 +95,7 @@ fn json_item(item: &Value) -> Result<VendorProxy, ParseDrop> {
             region: None,
             carrier: None,
             ttl: None,
+            expires_at: None,
         }
     };
     if let Some(p) = text(&["protocol", "type", "scheme"])? {
@@ -108,7 +110,83 @@ fn json_item(item: &Value) -> Result<VendorProxy, ParseDrop> {
         Some(Value::String(s)) => Some(ttl_secs(s.parse().map_err(|_| ParseDrop::Malformed)?)?),
         Some(_) => return Err(ParseDrop::Malformed),
     };
+    proxy.expires_at = match field(&["expiresAt", "expires_at", "expireTime", "expire_time"]) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(parse_time(s).ok_or(ParseDrop::Malformed)?),
+        Some(Value::Number(n)) => {
+            let n = n.as_i64().filter(|n| *n > 0).ok_or(ParseDrop::Malformed)?;
+            // Unix seconds, or milliseconds when it is that large.
+            Some(Timestamp(if n < 100_000_000_000 {
+                n.saturating_mul(1000)
+            } else {
+                n
+            }))
+        }
+        Some(_) => return Err(ParseDrop::Malformed),
+    };
     Ok(proxy)
+}
+
+/// Parses `YYYY-MM-DD[T ]HH:MM:SS[.fraction][Z|±HH:MM]` (no zone: UTC) to Unix ms.
+pub fn parse_time(s: &str) -> Option<Timestamp> {
+    let b = s.as_bytes();
+    if b.len() < 19 || b.len() > 40 || !s.is_ascii() {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let sep = |i: usize, c: &[u8]| c.contains(&b[i]);
+    if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {
+        return None;
+    }
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let mut rest = &s[19..];
+    let mut millis = 0i64;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let ms: String = frac[..digits].chars().chain("00".chars()).take(3).collect();
+        millis = ms.parse().ok()?;
+        rest = &frac[digits..];
+    }
+    let offset_min = match rest {
+        "" | "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes()[0] {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let hm = &rest[1..];
+            if hm.len() != 5 || hm.as_bytes()[2] != b':' {
+                return None;
+            }
+            let (oh, om) = (hm[..2].parse::<i64>().ok()?, hm[3..].parse::<i64>().ok()?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            sign * (oh * 60 + om)
+        }
+    };
+    let days = days_from_civil(y, mo, d);
+    let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset_min * 60;
+    Some(Timestamp(secs.checked_mul(1000)?.checked_add(millis)?))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 fn secretish(v: Option<&Value>) -> Result<Option<String>, ParseDrop> {
@@ -202,6 +280,7 @@ pub fn parse_line(line: &str) -> Result<VendorProxy, ParseDrop> {
         region: None,
         carrier: None,
         ttl: None,
+        expires_at: None,
     })
 }
 
@@ -344,7 +423,7 @@ mod tests {
     fn json_shapes() {
         let body = br#"{"proxies":[
             {"id":"a1","protocol":"socks5","host":"127.0.0.9","port":1081,"username":"u","password":"p",
-             "region":"shanghai","carrier":"telecom","expiresAt":"x","ttlSeconds":60},
+             "region":"shanghai","carrier":"telecom","expiresAt":"2026-11-30T04:19:05.196Z","ttlSeconds":60},
             {"ip":"10.0.0.1","port":"8080","ttl":"30"},
             {"url":"http://u:p@127.0.0.7:3128","id":7},
             {"host":"h","port":99999},
@@ -360,6 +439,7 @@ mod tests {
         assert_eq!(a.vendor_id.as_deref(), Some("a1"));
         assert_eq!(a.protocol, Some(Protocol::Socks5));
         assert_eq!(a.ttl, Some(Duration::from_secs(60)));
+        assert_eq!(a.expires_at, Some(Timestamp(1_796_012_345_196)));
         assert_eq!(a.region.as_deref(), Some("shanghai"));
         assert_eq!(batch.proxies[1].port, 8080);
         assert_eq!(batch.proxies[2].vendor_id.as_deref(), Some("7"));
@@ -367,6 +447,39 @@ mod tests {
         assert_eq!(batch.dropped.get(&ParseDrop::UnsupportedProtocol), Some(&1));
         let top = parse_json(br#"[{"host":"h","port":1}]"#, 10).unwrap();
         assert_eq!(top.proxies.len(), 1);
+    }
+
+    #[test]
+    fn expiry_times() {
+        let t = |s| parse_time(s).map(|t| t.0);
+        assert_eq!(t("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(t("2026-11-30T04:19:05.000Z"), Some(1_796_012_345_000));
+        assert_eq!(t("2026-11-30 04:19:05"), Some(1_796_012_345_000));
+        assert_eq!(t("2026-11-30T12:19:05.5+08:00"), Some(1_796_012_345_500));
+        assert_eq!(t("2000-02-29T00:00:00.123456Z"), Some(951_782_400_123));
+        for bad in [
+            "",
+            "2026-13-01T00:00:00Z",
+            "2026-11-30T04:19",
+            "2026-11-30T04:19:05+0800",
+            "2026-11-30T04:19:05.Z",
+            "yyyy-mm-ddThh:mm:ssZ",
+            "2026-11-30T04:19:05Zjunk",
+        ] {
+            assert_eq!(t(bad), None, "{bad}");
+        }
+        let body = br#"[{"host":"h","port":1,"expiresAt":"2026-11-30T04:19:05Z"},
+            {"host":"h","port":2,"expiresAt":1796012345},
+            {"host":"h","port":3,"expiresAt":1796012345000},
+            {"host":"h","port":4,"expiresAt":"tomorrow"}]"#;
+        let batch = parse_json(body, 10).unwrap();
+        let got: Vec<_> = batch
+            .proxies
+            .iter()
+            .map(|p| p.expires_at.map(|t| t.0))
+            .collect();
+        assert_eq!(got, vec![Some(1_796_012_345_000); 3]);
+        assert_eq!(batch.dropped.get(&ParseDrop::Malformed), Some(&1));
     }
 
     #[test]
@@ -407,6 +520,7 @@ mod tests {
 
         #[test]
         fn arbitrary_lines_never_panic(line in "\\PC{0,200}") {
+            let _ = parse_time(&line);
             let _ = parse_line(&line);
             let _ = parse_lines(line.as_bytes(), 5);
         }

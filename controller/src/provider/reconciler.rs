@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use activity_pool::PoolError;
 use activity_pool::model::{
     FetchedBatch, HealthUpdate, HealthVerdict, OperationId, ProxyId, UpsertReport,
 };
 use activity_pool::options::MAX_UPDATE_BATCH;
 use activity_pool::ports::{HealthStore, Upserter};
+use activity_pool::{PoolError, Timestamp};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, instrument, warn};
 
@@ -152,7 +152,12 @@ impl ProviderReconciler {
         };
         let offered = batch.offered();
         self.metrics.add_fetched(upstream, offered);
-        let cands = candidates(&self.options.upstream, &mut batch, &self.options.defaults);
+        let cands = candidates(
+            &self.options.upstream,
+            &mut batch,
+            &self.options.defaults,
+            Timestamp::now(),
+        );
         let parse_dropped: u32 = batch.dropped.values().sum();
         for (reason, n) in &batch.dropped {
             self.metrics.add_dropped(upstream, reason.as_str(), *n);
