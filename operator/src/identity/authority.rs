@@ -207,6 +207,31 @@ mod tests {
         assert_eq!(store.load().await.unwrap().cas.len(), 1);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn the_run_loop_rotates_when_due_and_stops_on_shutdown() {
+        let clock = ManualClock::new(SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+        let store = Arc::new(MemoryCaStore::new());
+        let authority = Authority::start(store.clone(), Arc::new(clock.clone()), params())
+            .await
+            .unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = Arc::clone(&authority);
+        let task = tokio::spawn(async move {
+            running
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        clock.advance(90 * DAY);
+        // The loop re-checks at least every MAX_PAUSE (paused time advances by itself).
+        tokio::time::sleep(MAX_PAUSE + Duration::from_secs(1)).await;
+        assert_eq!(store.load().await.unwrap().cas.len(), 2);
+        assert_eq!(authority.cas().cas().len(), 2);
+        stop.send(()).unwrap();
+        task.await.unwrap();
+    }
+
     #[tokio::test]
     async fn invalid_params_are_refused_before_touching_the_store() {
         let store = Arc::new(MemoryCaStore::new());
