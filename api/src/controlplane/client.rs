@@ -108,6 +108,36 @@ pub async fn connect(
     Ok(ep.connect().await?)
 }
 
+/// Connects like [`connect`], retrying transport failures after `backoff` delays until
+/// it works or `give_up` completes (then the last error is returned). Configuration
+/// errors are returned at once. The backoff is reset after a success.
+pub async fn connect_with_backoff(
+    endpoint: &str,
+    transport: &ClientTransport,
+    options: &ClientOptions,
+    backoff: &mut Backoff,
+    give_up: impl std::future::Future<Output = ()>,
+) -> Result<Channel, ClientError> {
+    tokio::pin!(give_up);
+    loop {
+        match connect(endpoint, transport, options).await {
+            Ok(ch) => {
+                backoff.reset();
+                return Ok(ch);
+            }
+            Err(e @ ClientError::Transport(_)) => {
+                let delay = backoff.next_delay();
+                tracing::debug!(error = %e, delay_ms = delay.as_millis() as u64, "control plane unreachable; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = &mut give_up => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Jittered, bounded exponential backoff ("full jitter" above a floor): the n-th delay
 /// is uniform in `[base, min(max, base·2ⁿ)]`.
 #[derive(Clone, Debug)]
@@ -168,6 +198,40 @@ mod tests {
         }
         b.reset();
         assert_eq!(b.next_delay(), Duration::from_millis(100));
+    }
+
+    #[tokio::test]
+    async fn reconnects_until_the_server_is_up_or_gives_up() {
+        let probe = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = probe.local_addr().unwrap();
+        drop(probe);
+        let endpoint = format!("http://{addr}");
+        let mut b = Backoff::new(Duration::from_millis(10), Duration::from_millis(50));
+        let r = connect_with_backoff(
+            &endpoint,
+            &ClientTransport::LoopbackPlaintext,
+            &ClientOptions::default(),
+            &mut b,
+            tokio::time::sleep(Duration::from_millis(200)),
+        )
+        .await;
+        assert!(matches!(r, Err(ClientError::Transport(_))));
+        let server = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let l = tokio::net::TcpListener::bind(addr).await.unwrap();
+            let _conn = l.accept().await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        });
+        let r = connect_with_backoff(
+            &endpoint,
+            &ClientTransport::LoopbackPlaintext,
+            &ClientOptions::default(),
+            &mut b,
+            tokio::time::sleep(Duration::from_secs(5)),
+        )
+        .await;
+        assert!(r.is_ok(), "{r:?}");
+        server.abort();
     }
 
     #[tokio::test]

@@ -183,7 +183,19 @@ impl OwnershipManager {
         report.drains_begun = self.begin_drains(owners).await?;
         report.assigned = self.assign(owners, &live, now).await?;
         self.publish(owners, &live, now).await?;
+        self.forget_dead(owners, &live);
         Ok(())
+    }
+
+    /// Dead workers that own nothing any more leave the manager and the publisher.
+    fn forget_dead(&self, owners: &mut Owners, live: &[(WorkerId, WorkerInfo, WorkerSession)]) {
+        let is_live = |w: &WorkerId| live.iter().any(|(l, _, _)| l == w);
+        owners.retain(|w, m| is_live(w) || !m.is_empty());
+        for w in self.publisher.workers() {
+            if !is_live(&w) && !owners.contains_key(&w) && self.registry.get(&w).is_none() {
+                self.publisher.forget(&w);
+            }
+        }
     }
 
     async fn expire(&self, owners: &mut Owners) -> PoolResult<usize> {

@@ -57,6 +57,8 @@ struct Encoded {
 #[derive(Debug)]
 struct WorkerState {
     snapshot: SnapshotState,
+    /// Versions start above this (a forgotten worker's last version).
+    floor: u64,
     history: VecDeque<Encoded>,
     issued: VecDeque<Issued>,
     full: Option<Update>,
@@ -67,19 +69,29 @@ struct WorkerState {
 #[derive(Debug)]
 pub struct Publisher {
     workers: Mutex<HashMap<WorkerId, Arc<Channel>>>,
+    /// Last version of forgotten workers, so a returning worker's versions keep rising.
+    tombstones: Mutex<HashMap<WorkerId, u64>>,
     history: usize,
 }
+
+/// Most tombstones kept (one `u64` each); beyond, the oldest-looking are dropped.
+const MAX_TOMBSTONES: usize = 100_000;
 
 impl Publisher {
     /// A publisher keeping `history` versions per worker.
     pub fn new(history: usize) -> Self {
         Self {
             workers: Mutex::new(HashMap::new()),
+            tombstones: Mutex::new(HashMap::new()),
             history: history.max(1),
         }
     }
 
     fn channel(&self, worker: &WorkerId) -> Arc<Channel> {
+        if let Some(ch) = self.workers.lock().get(worker) {
+            return ch.clone();
+        }
+        let floor = self.tombstones.lock().remove(worker).unwrap_or(0);
         self.workers
             .lock()
             .entry(worker.clone())
@@ -87,6 +99,7 @@ impl Publisher {
                 Arc::new(Channel {
                     state: Mutex::new(WorkerState {
                         snapshot: SnapshotState::new(),
+                        floor,
                         history: VecDeque::new(),
                         issued: VecDeque::new(),
                         full: None,
@@ -96,6 +109,34 @@ impl Publisher {
                 })
             })
             .clone()
+    }
+
+    fn existing(&self, worker: &WorkerId) -> Option<Arc<Channel>> {
+        self.workers.lock().get(worker).cloned()
+    }
+
+    /// Drops a worker's snapshot state (a dead worker that owns nothing any more); its
+    /// last version is remembered so versions keep rising if it comes back.
+    pub fn forget(&self, worker: &WorkerId) {
+        let Some(ch) = self.workers.lock().remove(worker) else {
+            return;
+        };
+        let last = {
+            let st = ch.state.lock();
+            st.snapshot.version().max(st.floor)
+        };
+        let mut t = self.tombstones.lock();
+        if t.len() >= MAX_TOMBSTONES
+            && let Some(k) = t.keys().next().cloned()
+        {
+            t.remove(&k);
+        }
+        t.insert(worker.clone(), last);
+    }
+
+    /// Workers with published state.
+    pub fn workers(&self) -> Vec<WorkerId> {
+        self.workers.lock().keys().cloned().collect()
     }
 
     /// Publishes the worker's content if it changed (or when `heartbeat_ms` passed
@@ -124,7 +165,7 @@ impl Publisher {
             return st.snapshot.version();
         }
         let header = Header {
-            version: st.snapshot.version() + 1,
+            version: st.snapshot.version().max(st.floor) + 1,
             ownership_epoch: epoch_now,
             generated_at_ms: now_ms,
             valid_until_ms: now_ms.saturating_add(validity_ms),
@@ -175,24 +216,25 @@ impl Publisher {
 
     /// Whether the controller issued this triple to the worker (within the history).
     pub fn was_issued(&self, worker: &WorkerId, issued: &Issued) -> bool {
-        let ch = self.channel(worker);
-        let st = ch.state.lock();
-        st.issued.iter().any(|i| i == issued)
+        self.existing(worker)
+            .is_some_and(|ch| ch.state.lock().issued.iter().any(|i| i == issued))
     }
 
     /// Current version of a worker's snapshot (0: none yet).
     pub fn version(&self, worker: &WorkerId) -> u64 {
-        self.channel(worker).state.lock().snapshot.version()
+        self.existing(worker)
+            .map_or(0, |ch| ch.state.lock().snapshot.version())
     }
 
     /// Current ownership epoch of a worker's snapshot.
     pub fn epoch(&self, worker: &WorkerId) -> u64 {
-        self.channel(worker)
-            .state
-            .lock()
-            .snapshot
-            .header()
-            .map_or(0, |h| h.ownership_epoch)
+        self.existing(worker).map_or(0, |ch| {
+            ch.state
+                .lock()
+                .snapshot
+                .header()
+                .map_or(0, |h| h.ownership_epoch)
+        })
     }
 
     /// A receiver woken at every new version of the worker's snapshot.
@@ -232,5 +274,81 @@ impl Publisher {
             st.full = Some(full);
         }
         st.full.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proxy_pool_api::controlplane::model::Protocol;
+
+    fn proxy(id: &str) -> SnapshotProxy {
+        SnapshotProxy {
+            id: id.into(),
+            upstream: "u".into(),
+            protocol: Protocol::Http,
+            host: "h".into(),
+            port: 1,
+            credentials: None,
+            region: None,
+            carrier: None,
+            max_concurrency: 1,
+            expires_at_ms: 10,
+            usable_until_ms: 5,
+            assignment_epoch: 3,
+            draining: false,
+        }
+    }
+
+    #[test]
+    fn unchanged_content_is_not_republished_until_the_heartbeat() {
+        let p = Publisher::new(8);
+        let w = WorkerId::new("w").unwrap();
+        assert_eq!(p.publish(&w, vec![], vec![proxy("a")], 0, 100, 50), 1);
+        assert_eq!(p.publish(&w, vec![], vec![proxy("a")], 10, 100, 50), 1);
+        assert_eq!(p.publish(&w, vec![], vec![proxy("a")], 60, 100, 50), 2);
+        assert_eq!(p.epoch(&w), 3);
+        let u = p.next_update(&w, None).unwrap();
+        assert!(u.full);
+        assert!(p.was_issued(
+            &w,
+            &Issued {
+                version: 2,
+                epoch: 3,
+                checksum: u.checksum
+            }
+        ));
+        // Versions keep rising across forget.
+        p.forget(&w);
+        assert_eq!(p.version(&w), 0);
+        assert!(!p.was_issued(
+            &w,
+            &Issued {
+                version: 2,
+                epoch: 3,
+                checksum: u.checksum
+            }
+        ));
+        assert_eq!(p.publish(&w, vec![], vec![], 70, 100, 50), 3);
+    }
+
+    #[test]
+    fn lagging_worker_gets_delta_chain_then_full_beyond_history() {
+        let p = Publisher::new(2);
+        let w = WorkerId::new("w").unwrap();
+        p.publish(&w, vec![], vec![proxy("a")], 0, 100, 1_000);
+        let v1 = p.next_update(&w, None).unwrap();
+        p.publish(&w, vec![], vec![proxy("a"), proxy("b")], 1, 100, 1_000);
+        let d = p.next_update(&w, Some((v1.version, v1.checksum))).unwrap();
+        assert!(!d.full);
+        assert_eq!(d.version, 2);
+        p.publish(&w, vec![], vec![proxy("b")], 2, 100, 1_000);
+        p.publish(&w, vec![], vec![proxy("c")], 3, 100, 1_000);
+        // v1's successor fell out of the 2-version history: full snapshot.
+        assert!(
+            p.next_update(&w, Some((v1.version, v1.checksum)))
+                .unwrap()
+                .full
+        );
     }
 }
