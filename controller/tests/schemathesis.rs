@@ -75,30 +75,33 @@ fn run(bin: &str, url: &str, tag: &str, headers: &[&str]) {
         "/../api/openapi/proxy-pool.yaml"
     );
     let report = std::env::temp_dir().join(format!("pp-schemathesis-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&report).expect("report dir");
     let mut cmd = Command::new(bin);
-    cmd.args([
-        "--no-color",
-        "run",
-        spec,
-        "--url",
-        url,
-        "--include-tag",
-        tag,
-        "--checks",
-        "all",
-    ])
-    .args([
-        "--max-examples",
-        "60",
-        "--workers",
-        "1",
-        "--seed",
-        "1",
-        "--generation-database",
-        "none",
-    ])
-    .arg("--report-dir")
-    .arg(&report);
+    // Schemathesis keeps a cache in its working directory: keep it out of the tree.
+    cmd.current_dir(&report)
+        .args([
+            "--no-color",
+            "run",
+            spec,
+            "--url",
+            url,
+            "--include-tag",
+            tag,
+            "--checks",
+            "all",
+        ])
+        .args([
+            "--max-examples",
+            "60",
+            "--workers",
+            "1",
+            "--seed",
+            "1",
+            "--generation-database",
+            "none",
+        ])
+        .arg("--report-dir")
+        .arg(&report);
     for h in headers {
         cmd.args(["-H", h]);
     }
