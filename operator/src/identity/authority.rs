@@ -111,7 +111,7 @@ impl Authority {
         Err(StoreError::Conflict.into())
     }
 
-    /// Reconciles whenever the set may change (bounded by [`MAX_PAUSE`]) until
+    /// Reconciles whenever the set may change (and at least every 5 min) until
     /// `shutdown` completes; failures are logged and retried with backoff.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
