@@ -21,8 +21,12 @@ use std::time::{Duration, SystemTime};
 const PROXIES: usize = 100_000;
 
 fn snapshot(strategy: Strategy) -> LiveSnapshot {
+    snapshot_of(PROXIES, strategy)
+}
+
+fn snapshot_of(size: usize, strategy: Strategy) -> LiveSnapshot {
     let far = SystemTime::now() + Duration::from_secs(3600);
-    let proxies = (0..PROXIES)
+    let proxies = (0..size)
         .map(|i| UpstreamProxy {
             id: ProxyId::from(format!("px-{i:06}")),
             protocol: if i.is_multiple_of(2) {
@@ -70,21 +74,23 @@ fn snapshot(strategy: Strategy) -> LiveSnapshot {
 }
 
 fn picks(c: &mut Criterion) {
-    let mut group = c.benchmark_group("select_100k");
-    group.throughput(Throughput::Elements(1));
-    for (name, strategy) in [
-        ("round_robin", Strategy::RoundRobin),
-        ("least_active", Strategy::LeastActive),
-        ("power_of_two", Strategy::PowerOfTwoChoices),
-    ] {
-        let snap = snapshot(strategy);
-        let routing = &snap.routings[1];
-        let now = now_ms();
-        group.bench_function(name, |b| {
-            b.iter(|| black_box(pick(&snap, routing, now, &[])).map(|c| c.idx))
-        });
+    for (group_name, size) in [("select_100k", PROXIES), ("select_1k", 1_000)] {
+        let mut group = c.benchmark_group(group_name);
+        group.throughput(Throughput::Elements(1));
+        for (name, strategy) in [
+            ("round_robin", Strategy::RoundRobin),
+            ("least_active", Strategy::LeastActive),
+            ("power_of_two", Strategy::PowerOfTwoChoices),
+        ] {
+            let snap = snapshot_of(size, strategy);
+            let routing = &snap.routings[1];
+            let now = now_ms();
+            group.bench_function(name, |b| {
+                b.iter(|| black_box(pick(&snap, routing, now, &[])).map(|c| c.idx))
+            });
+        }
+        group.finish();
     }
-    group.finish();
 }
 
 fn admission(c: &mut Criterion) {

@@ -175,14 +175,23 @@ impl LiveSnapshot {
         validate(&snapshot)?;
         let mut proxies = Vec::with_capacity(snapshot.proxies.len());
         let mut by_id = HashMap::with_capacity(snapshot.proxies.len());
-        for (i, p) in snapshot.proxies.iter().enumerate() {
+        // Counters first, in one pass: new ones are then allocated next to each other,
+        // which keeps random picks (power of two choices) cache- and TLB-friendlier.
+        let states: Vec<Arc<ProxyState>> = snapshot
+            .proxies
+            .iter()
+            .map(|p| {
+                let latency = p
+                    .observed_latency
+                    .map(|d| u32::try_from(d.as_micros()).unwrap_or(u32::MAX));
+                let max = if p.draining { 0 } else { p.max_concurrent };
+                let state = registry.state_for(&p.id, max, latency);
+                state.set_assignment(p.assignment_epoch, p.draining);
+                state
+            })
+            .collect();
+        for ((i, p), state) in snapshot.proxies.iter().enumerate().zip(states) {
             let idx = u32::try_from(i).map_err(|_| problem("proxies: too many"))?;
-            let latency = p
-                .observed_latency
-                .map(|d| u32::try_from(d.as_micros()).unwrap_or(u32::MAX));
-            let max = if p.draining { 0 } else { p.max_concurrent };
-            let state = registry.state_for(&p.id, max, latency);
-            state.set_assignment(p.assignment_epoch, p.draining);
             let addr = match p.host.parse::<IpAddr>() {
                 Ok(ip) => UpstreamAddr::Ip(SocketAddr::new(ip, p.port)),
                 Err(_) => UpstreamAddr::Name(Arc::from(p.host.as_str()), p.port),
