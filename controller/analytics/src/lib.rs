@@ -1,1 +1,27 @@
-//! placeholder
+//! Proxy Pool usage analytics (seed 002 §5–8, brief §9).
+//!
+//! Owns: the `analytics` config section; the [`Collector`] handle (bounded queue, drops
+//! and counts); the Redis working set (daily/cumulative counters and HyperLogLogs under
+//! `<prefix>:analytics:v1:`, plain commands and MULTI pipelines, no Lua); the PostgreSQL
+//! store (explicit migrations, sequenced snapshots, 90-day retention); the single worker
+//! that applies events, flushes, recovers and does the final flush; the stats API and
+//! dashboard router. Must never: make a request wait on Redis or SQL, run DDL at
+//! start-up, reset totals, or show an unknown day as zero.
+
+mod collector;
+mod day;
+mod engine;
+mod error;
+mod model;
+mod options;
+mod pg;
+mod ws;
+
+pub use collector::{Collector, CollectorCounts, CollectorStats, MAX_UPSTREAMS_PER_EVENT};
+pub use day::{Clock, Days, ManualClock, SystemClock, minus_days};
+pub use engine::{APPLY_BATCH, Engine, FlushReport, WorkerMetrics, reason, run};
+pub use error::AnalyticsError;
+pub use model::{Event, Kind, Subject, valid_name};
+pub use options::{AnalyticsOptions, Settings};
+pub use pg::{CommitOutcome, DailyRow, DayCoverage, Meta, PgStore, Snapshot, TotalRow, migrate};
+pub use ws::WorkingSet;

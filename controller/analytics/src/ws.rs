@@ -1,0 +1,483 @@
+//! The Redis working set under `<prefix>:analytics:v1:`: daily and cumulative counter
+//! hashes, daily and cumulative HyperLogLogs, the snapshot sequence and the dirty
+//! markers. Plain commands and MULTI pipelines only (no Lua). Only the worker writes it.
+
+use std::collections::BTreeSet;
+
+use jiff::Timestamp;
+use jiff::civil::Date;
+use redis::aio::MultiplexedConnection;
+use redis::{RedisError, Value};
+use sha2::{Digest, Sha256};
+
+use crate::day::Days;
+use crate::error::AnalyticsError;
+use crate::model::{Event, Kind, Subject};
+use crate::pg::{DailyRow, TotalRow};
+
+/// Keys one SCAN/UNLINK round handles.
+const SCAN_BATCH: usize = 500;
+/// Dirty entries read per pipeline.
+pub const READ_BATCH: usize = 200;
+
+/// The working set of one deployment.
+#[derive(Clone)]
+pub struct WorkingSet {
+    conn: MultiplexedConnection,
+    prefix: String,
+    id_key: Vec<u8>,
+}
+
+impl std::fmt::Debug for WorkingSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkingSet")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One increment of one subject's day.
+#[derive(Debug)]
+struct Incr {
+    subject: Subject,
+    day: Date,
+    requests: i64,
+    proxies: i64,
+    member: String,
+}
+
+/// Classifies a Redis error: transport problems are "unavailable", anything the server
+/// refused (WRONGTYPE, INVALIDOBJ, …) means the state is not what we wrote.
+pub fn classify(e: RedisError) -> AnalyticsError {
+    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
+        AnalyticsError::Redis(e)
+    } else {
+        AnalyticsError::Corrupt(format!("redis state: {}", e.kind_str()))
+    }
+}
+
+trait KindStr {
+    fn kind_str(&self) -> String;
+}
+impl KindStr for RedisError {
+    fn kind_str(&self) -> String {
+        self.code().unwrap_or("error").to_owned()
+    }
+}
+
+fn parse_member(m: &str) -> Option<(Subject, Date)> {
+    let mut it = m.split('|');
+    let kind = Kind::parse(it.next()?)?;
+    let name = it.next()?.to_owned();
+    let day = it.next()?.parse().ok()?;
+    it.next().is_none().then_some((Subject { kind, name }, day))
+}
+
+fn int_of(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn hash_of(v: &Value) -> Option<Vec<(String, Value)>> {
+    match v {
+        Value::Map(m) => Some(
+            m.iter()
+                .filter_map(|(k, v)| match k {
+                    Value::BulkString(k) => {
+                        Some((String::from_utf8_lossy(k).into_owned(), v.clone()))
+                    }
+                    _ => None,
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Some(
+            a.chunks(2)
+                .filter_map(|c| match c {
+                    [Value::BulkString(k), v] => {
+                        Some((String::from_utf8_lossy(k).into_owned(), v.clone()))
+                    }
+                    _ => None,
+                })
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+fn field(h: &[(String, Value)], name: &str) -> Option<i64> {
+    h.iter()
+        .find(|(k, _)| k == name)
+        .and_then(|(_, v)| int_of(v))
+}
+
+fn corrupt(what: &str) -> AnalyticsError {
+    AnalyticsError::Corrupt(what.to_owned())
+}
+
+impl WorkingSet {
+    /// A working set under `<key_prefix>:analytics:v1:`; `id_key` is mixed into identity
+    /// digests so raw identities never reach Redis.
+    pub fn new(conn: MultiplexedConnection, key_prefix: &str, id_key: Vec<u8>) -> Self {
+        Self {
+            conn,
+            prefix: format!("{key_prefix}:analytics:v1:"),
+            id_key,
+        }
+    }
+
+    fn k_daily(&self, s: &Subject, day: Date) -> String {
+        format!("{}d:{s}|{day}", self.prefix)
+    }
+    fn k_daily_hll(&self, s: &Subject, day: Date) -> String {
+        format!("{}dh:{s}|{day}", self.prefix)
+    }
+    fn k_total(&self, s: &Subject) -> String {
+        format!("{}t:{s}", self.prefix)
+    }
+    fn k_total_hll(&self, s: &Subject) -> String {
+        format!("{}th:{s}", self.prefix)
+    }
+    fn k_seq(&self) -> String {
+        format!("{}seq", self.prefix)
+    }
+    fn k_dirty(&self) -> String {
+        format!("{}dirty", self.prefix)
+    }
+
+    fn digest(&self, s: &Subject, identity: &str) -> String {
+        let mut h = Sha256::new();
+        h.update(&self.id_key);
+        h.update(s.to_string().as_bytes());
+        h.update([0]);
+        h.update(identity.as_bytes());
+        hex::encode(&h.finalize()[..16])
+    }
+
+    fn incrs(&self, events: &[Event], days: &Days) -> Vec<Incr> {
+        let mut out = Vec::new();
+        for e in events {
+            let day = days.day_of(e.at());
+            match e {
+                Event::Extraction {
+                    client,
+                    identity,
+                    per_upstream,
+                    ..
+                } => {
+                    let cs = Subject {
+                        kind: Kind::Clients,
+                        name: client.clone(),
+                    };
+                    let total: i64 = per_upstream.iter().map(|(_, n)| i64::from(*n)).sum();
+                    out.push(Incr {
+                        member: self.digest(&cs, identity),
+                        subject: cs,
+                        day,
+                        requests: 1,
+                        proxies: total,
+                    });
+                    for (u, n) in per_upstream {
+                        let us = Subject {
+                            kind: Kind::Upstreams,
+                            name: u.clone(),
+                        };
+                        out.push(Incr {
+                            member: self.digest(&us, client),
+                            subject: us,
+                            day,
+                            requests: 1,
+                            proxies: i64::from(*n),
+                        });
+                    }
+                }
+                Event::GatewayRequests {
+                    routing,
+                    identity,
+                    requests,
+                    ..
+                } => {
+                    let rs = Subject {
+                        kind: Kind::Routings,
+                        name: routing.clone(),
+                    };
+                    out.push(Incr {
+                        member: self.digest(&rs, identity),
+                        subject: rs,
+                        day,
+                        requests: i64::from(*requests),
+                        proxies: 0,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Applies `events` in one MULTI pipeline; returns the days they touched.
+    pub async fn apply(
+        &self,
+        events: &[Event],
+        days: &Days,
+    ) -> Result<BTreeSet<Date>, AnalyticsError> {
+        let incrs = self.incrs(events, days);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        let mut touched = BTreeSet::new();
+        for i in &incrs {
+            touched.insert(i.day);
+            let (d, t) = (self.k_daily(&i.subject, i.day), self.k_total(&i.subject));
+            pipe.hincr(&d, "req", i.requests).ignore();
+            pipe.hincr(&d, "prx", i.proxies).ignore();
+            pipe.persist(&d).ignore();
+            pipe.pfadd(self.k_daily_hll(&i.subject, i.day), &i.member)
+                .ignore();
+            pipe.persist(self.k_daily_hll(&i.subject, i.day)).ignore();
+            pipe.hincr(&t, "req", i.requests).ignore();
+            pipe.hincr(&t, "prx", i.proxies).ignore();
+            pipe.hset_nx(&t, "first", i.day.to_string()).ignore();
+            pipe.pfadd(self.k_total_hll(&i.subject), &i.member).ignore();
+            pipe.hset(self.k_dirty(), format!("{}|{}", i.subject, i.day), 1)
+                .ignore();
+        }
+        let mut conn = self.conn.clone();
+        pipe.query_async::<()>(&mut conn).await.map_err(classify)?;
+        Ok(touched)
+    }
+
+    /// The stored sequence: `None` when missing; `Corrupt` when wrong-typed.
+    pub async fn seq(&self) -> Result<Option<i64>, AnalyticsError> {
+        let mut conn = self.conn.clone();
+        let v: Value = redis::cmd("GET")
+            .arg(self.k_seq())
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        match v {
+            Value::Nil => Ok(None),
+            other => int_of(&other)
+                .map(Some)
+                .ok_or_else(|| corrupt("sequence not an integer")),
+        }
+    }
+
+    /// The next snapshot sequence.
+    pub async fn next_seq(&self) -> Result<i64, AnalyticsError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("INCR")
+            .arg(self.k_seq())
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)
+    }
+
+    /// Every dirty (subject, day).
+    pub async fn dirty(&self) -> Result<Vec<(Subject, Date)>, AnalyticsError> {
+        let mut conn = self.conn.clone();
+        let keys: Vec<String> = redis::cmd("HKEYS")
+            .arg(self.k_dirty())
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        Ok(keys.iter().filter_map(|k| parse_member(k)).collect())
+    }
+
+    /// Reads the dirty entries' daily and cumulative values with their HLL bytes.
+    /// A missing or wrong-typed key is `Corrupt` (the caller rebuilds from SQL).
+    pub async fn read(
+        &self,
+        items: &[(Subject, Date)],
+    ) -> Result<(Vec<TotalRow>, Vec<DailyRow>), AnalyticsError> {
+        let mut totals = Vec::new();
+        let mut days = Vec::new();
+        let subjects: BTreeSet<&Subject> = items.iter().map(|(s, _)| s).collect();
+        let mut conn = self.conn.clone();
+        for chunk in subjects.into_iter().collect::<Vec<_>>().chunks(READ_BATCH) {
+            let mut pipe = redis::pipe();
+            for s in chunk {
+                pipe.hgetall(self.k_total(s))
+                    .get(self.k_total_hll(s))
+                    .pfcount(self.k_total_hll(s));
+            }
+            let vals: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
+            for (s, v) in chunk.iter().zip(vals.chunks(3)) {
+                let [h, hll, uv] = v else {
+                    return Err(corrupt("short reply"));
+                };
+                let h = hash_of(h).ok_or_else(|| corrupt("total not a hash"))?;
+                let first = h
+                    .iter()
+                    .find(|(k, _)| k == "first")
+                    .and_then(|(_, v)| match v {
+                        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse::<Date>().ok(),
+                        _ => None,
+                    })
+                    .ok_or_else(|| corrupt("total missing"))?;
+                totals.push(TotalRow {
+                    subject: (*s).clone(),
+                    requests: field(&h, "req").ok_or_else(|| corrupt("total missing"))?,
+                    proxies: field(&h, "prx").unwrap_or(0),
+                    uv: int_of(uv).ok_or_else(|| corrupt("total hll"))?,
+                    hll: match hll {
+                        Value::BulkString(b) => b.clone(),
+                        _ => return Err(corrupt("total hll missing")),
+                    },
+                    first_day: first,
+                });
+            }
+        }
+        for chunk in items.chunks(READ_BATCH) {
+            let mut pipe = redis::pipe();
+            for (s, d) in chunk {
+                pipe.hgetall(self.k_daily(s, *d))
+                    .get(self.k_daily_hll(s, *d))
+                    .pfcount(self.k_daily_hll(s, *d));
+            }
+            let vals: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
+            for ((s, d), v) in chunk.iter().zip(vals.chunks(3)) {
+                let [h, hll, uv] = v else {
+                    return Err(corrupt("short reply"));
+                };
+                let h = hash_of(h).ok_or_else(|| corrupt("daily not a hash"))?;
+                days.push(DailyRow {
+                    subject: s.clone(),
+                    day: *d,
+                    requests: field(&h, "req").ok_or_else(|| corrupt("daily missing"))?,
+                    proxies: field(&h, "prx").unwrap_or(0),
+                    uv: int_of(uv).ok_or_else(|| corrupt("daily hll"))?,
+                    hll: match hll {
+                        Value::BulkString(b) => b.clone(),
+                        _ => return Err(corrupt("daily hll missing")),
+                    },
+                    degraded: false,
+                });
+            }
+        }
+        Ok((totals, days))
+    }
+
+    /// After a commit: clears the committed dirty markers and lets persisted daily keys
+    /// expire `hot_days` after their day ends.
+    pub async fn committed(
+        &self,
+        items: &[(Subject, Date)],
+        days: &Days,
+        hot_days: u16,
+        now: Timestamp,
+    ) -> Result<(), AnalyticsError> {
+        let mut conn = self.conn.clone();
+        for chunk in items.chunks(READ_BATCH) {
+            let mut pipe = redis::pipe();
+            pipe.atomic();
+            for (s, d) in chunk {
+                pipe.hdel(self.k_dirty(), format!("{s}|{d}")).ignore();
+                let ttl = days.secs_until_end_plus(*d, i64::from(hot_days), now);
+                pipe.expire(self.k_daily(s, *d), ttl).ignore();
+                pipe.expire(self.k_daily_hll(s, *d), ttl).ignore();
+            }
+            pipe.query_async::<()>(&mut conn).await.map_err(classify)?;
+        }
+        Ok(())
+    }
+
+    /// Removes every key of the working set (SCAN + UNLINK in batches).
+    pub async fn wipe(&self) -> Result<u64, AnalyticsError> {
+        let mut conn = self.conn.clone();
+        let mut cursor: u64 = 0;
+        let mut n = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{}*", self.prefix))
+                .arg("COUNT")
+                .arg(SCAN_BATCH)
+                .query_async(&mut conn)
+                .await
+                .map_err(classify)?;
+            if !keys.is_empty() {
+                n += keys.len() as u64;
+                let _: () = redis::cmd("UNLINK")
+                    .arg(&keys)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(classify)?;
+            }
+            if next == 0 {
+                return Ok(n);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Restores totals and daily rows (HLL bytes included) from SQL and sets the sequence.
+    pub async fn restore(
+        &self,
+        totals: &[TotalRow],
+        daily: &[DailyRow],
+        seq: i64,
+    ) -> Result<(), AnalyticsError> {
+        let mut conn = self.conn.clone();
+        for chunk in totals.chunks(READ_BATCH) {
+            let mut pipe = redis::pipe();
+            pipe.atomic();
+            for t in chunk {
+                pipe.hset_multiple(
+                    self.k_total(&t.subject),
+                    &[
+                        ("req", t.requests.to_string()),
+                        ("prx", t.proxies.to_string()),
+                        ("first", t.first_day.to_string()),
+                    ],
+                )
+                .ignore();
+                pipe.set(self.k_total_hll(&t.subject), &t.hll).ignore();
+            }
+            pipe.query_async::<()>(&mut conn).await.map_err(classify)?;
+        }
+        for chunk in daily.chunks(READ_BATCH) {
+            let mut pipe = redis::pipe();
+            pipe.atomic();
+            for d in chunk {
+                pipe.hset_multiple(
+                    self.k_daily(&d.subject, d.day),
+                    &[("req", d.requests), ("prx", d.proxies)],
+                )
+                .ignore();
+                pipe.set(self.k_daily_hll(&d.subject, d.day), &d.hll)
+                    .ignore();
+            }
+            pipe.query_async::<()>(&mut conn).await.map_err(classify)?;
+        }
+        let _: () = redis::cmd("SET")
+            .arg(self.k_seq())
+            .arg(seq)
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    /// The estimate of the union of `hlls` (raw bytes from SQL), computed by Redis on
+    /// short-lived scratch keys; nothing of the working set is read or changed.
+    pub async fn union_count(&self, hlls: &[Vec<u8>]) -> Result<i64, AnalyticsError> {
+        if hlls.is_empty() {
+            return Ok(0);
+        }
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        let keys: Vec<String> = (0..hlls.len())
+            .map(|i| format!("{}tmp:{tag}:{i}", self.prefix))
+            .collect();
+        let mut pipe = redis::pipe();
+        for (k, b) in keys.iter().zip(hlls) {
+            pipe.cmd("SET").arg(k).arg(b).arg("PX").arg(10_000).ignore();
+        }
+        pipe.cmd("PFCOUNT").arg(&keys);
+        pipe.cmd("UNLINK").arg(&keys).ignore();
+        let mut conn = self.conn.clone();
+        let (n,): (i64,) = pipe.query_async(&mut conn).await.map_err(classify)?;
+        Ok(n)
+    }
+}
