@@ -540,7 +540,7 @@ async fn gateway_objects_are_owned_by_the_routing(client: &kube::Client) {
     assert_eq!(token.audience.as_deref(), Some("proxy-pool-identity"));
     let c = &pod.containers[0];
     let ports: Vec<i32> = c.ports.iter().flatten().map(|p| p.container_port).collect();
-    assert_eq!(ports, [3128, 1080]);
+    assert_eq!(ports, [3128, 1080, 9090]);
     assert_eq!(c.resources, routing.spec.gateway.resources);
 
     let services: Api<Service> = Api::namespaced(client.clone(), NS);

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector,
-    PodSpec, PodTemplateSpec, ProjectedVolumeSource, Service, ServiceAccountTokenProjection,
-    ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
+    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, Service,
+    ServiceAccountTokenProjection, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -123,12 +123,36 @@ fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
+/// The gateway's ops port: 9090 unless a listener uses it.
+fn admin_port(r: &Routing) -> i32 {
+    let used: Vec<i32> = ports(r).into_iter().map(|(_, p)| p).collect();
+    (9090..).find(|p| !used.contains(p)).unwrap_or(9090)
+}
+
+/// The gateway binary's command line. It always binds both listeners, so an
+/// unconfigured one goes to an ephemeral loopback port nobody can reach.
+fn args(r: &Routing, name: &str, t: &GatewayTemplate, admin: i32) -> Vec<String> {
+    let l = &r.spec.gateway.listeners;
+    let listen = |port: Option<i32>| match port {
+        Some(p) => format!("0.0.0.0:{p}"),
+        None => "127.0.0.1:0".to_owned(),
+    };
+    vec![
+        format!("--http-listen={}", listen(l.http.as_ref().map(|h| h.port))),
+        format!(
+            "--socks5-listen={}",
+            listen(l.socks5.as_ref().map(|s| s.port))
+        ),
+        format!("--admin-listen=0.0.0.0:{admin}"),
+        format!("--controller=https://{}", t.controller_address),
+        format!("--gateway-group={name}"),
+    ]
+}
+
 /// The gateway Deployment of a Routing.
 pub fn deployment(r: &Routing, t: &GatewayTemplate) -> Result<Deployment, Error> {
     let name = r.meta().name.clone().ok_or(Error::MissingKey("Routing"))?;
-    let mut env_vars = vec![
-        env("PROXY_POOL_ROUTING", name.clone()),
-        env("PROXY_POOL_CONTROLLER", t.controller_address.clone()),
+    let env_vars = vec![
         env("PROXY_POOL_IDENTITY_ENDPOINT", t.identity_endpoint.clone()),
         env(
             "PROXY_POOL_IDENTITY_TOKEN_FILE",
@@ -142,27 +166,35 @@ pub fn deployment(r: &Routing, t: &GatewayTemplate) -> Result<Deployment, Error>
         field_env("POD_UID", "metadata.uid"),
         field_env("POD_NAMESPACE", "metadata.namespace"),
     ];
-    for (listener, port) in ports(r) {
-        let var = format!("PROXY_POOL_{}_LISTEN", listener.to_ascii_uppercase());
-        env_vars.push(env(&var, format!("0.0.0.0:{port}")));
-    }
+    let admin = admin_port(r);
+    let container_ports: Vec<ContainerPort> = ports(r)
+        .into_iter()
+        .chain([("admin", admin)])
+        .map(|(n, p)| ContainerPort {
+            name: Some(n.into()),
+            container_port: p,
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        })
+        .collect();
+    let probe = |path: &str| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("admin".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(5),
+        ..Probe::default()
+    };
     let container = Container {
         name: "gateway".into(),
         image: Some(t.image.clone()),
         image_pull_policy: Some(t.image_pull_policy.clone()),
-        args: Some(vec!["run".into()]),
+        args: Some(args(r, &name, t, admin)),
         env: Some(env_vars),
-        ports: Some(
-            ports(r)
-                .into_iter()
-                .map(|(n, p)| ContainerPort {
-                    name: Some(n.into()),
-                    container_port: p,
-                    protocol: Some("TCP".into()),
-                    ..ContainerPort::default()
-                })
-                .collect(),
-        ),
+        ports: Some(container_ports),
+        readiness_probe: Some(probe("/readyz")),
+        liveness_probe: Some(probe("/healthz")),
         resources: r.spec.gateway.resources.clone(),
         volume_mounts: Some(vec![
             VolumeMount {
@@ -382,8 +414,40 @@ mod tests {
             .iter()
             .map(|p| p.container_port)
             .collect();
-        assert_eq!(ports, vec![3128, 1080]);
+        assert_eq!(ports, vec![3128, 1080, 9090]);
         assert_eq!(c.resources, r.spec.gateway.resources);
+        let args = c.args.as_ref().expect("args");
+        assert_eq!(
+            args,
+            &[
+                "--http-listen=0.0.0.0:3128",
+                "--socks5-listen=0.0.0.0:1080",
+                "--admin-listen=0.0.0.0:9090",
+                "--controller=https://proxy-pool-controller:9443",
+                "--gateway-group=shanghai-crawler",
+            ]
+        );
+        assert!(c.readiness_probe.is_some() && c.liveness_probe.is_some());
+    }
+
+    #[test]
+    fn an_absent_listener_binds_loopback_and_admin_avoids_listener_ports() {
+        let mut r = routing();
+        r.spec.gateway.listeners.http = None;
+        if let Some(s) = r.spec.gateway.listeners.socks5.as_mut() {
+            s.port = 9090;
+        }
+        let d = deployment(&r, &template()).expect("deployment");
+        let c = &d.spec.expect("spec").template.spec.expect("pod").containers[0];
+        let args = c.args.as_ref().expect("args");
+        assert!(
+            args.contains(&"--http-listen=127.0.0.1:0".to_owned()),
+            "{args:?}"
+        );
+        assert!(
+            args.contains(&"--admin-listen=0.0.0.0:9091".to_owned()),
+            "{args:?}"
+        );
     }
 
     #[test]
