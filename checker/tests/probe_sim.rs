@@ -278,3 +278,53 @@ async fn probes_past_the_grace_period_are_cancelled() {
         1
     );
 }
+
+#[derive(Clone, Default)]
+struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn probes_log_no_credentials_even_at_trace() {
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let sim = Simulator::start(SimConfig::default()).await.unwrap();
+    let mut secrets = Vec::new();
+    for (protocol, mode) in [
+        (Protocol::Http, FailureMode::None),
+        (Protocol::Socks5, FailureMode::None),
+        (Protocol::Http, FailureMode::BadAuth),
+        (Protocol::Socks5, FailureMode::BadAuth),
+    ] {
+        let p = sim
+            .spawn_proxy(protocol, Duration::from_secs(60), mode)
+            .await
+            .unwrap();
+        probe(&sim, &p, vec![Check::Basic, Check::Egress]).await;
+        secrets.push(p.password.clone());
+        // the Proxy-Authorization value too
+        let basic = format!("{}:{}", p.username, p.password);
+        secrets.push(base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            basic,
+        ));
+    }
+    let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    assert!(text.contains("check done"), "captured:\n{text}");
+    for s in secrets {
+        assert!(!text.contains(&s), "a proxy password leaked:\n{text}");
+    }
+}
