@@ -9,13 +9,14 @@ use std::time::Duration;
 use activity_pool::model::WorkerId;
 use controlplane_support::*;
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, connect};
+use proxy_pool_api::controlplane::model::Routing;
 use proxy_pool_api::controlplane::model::{
     CheckTask, CheckTier, Delta, OutcomeStage, Protocol, ProxyEndpoint,
 };
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::checker_control_plane_client::CheckerControlPlaneClient;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
-use proxy_pool_controller::controlplane::DrainRequest;
+use proxy_pool_controller::controlplane::{DrainRequest, RoutingSpec};
 use tonic::Code;
 
 macro_rules! on_both {
@@ -609,4 +610,89 @@ async fn shutdown_ends_open_streams_and_the_server() {
     )
     .await;
     assert!(again.is_err(), "no new connections after shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_count_and_duration_are_limited() {
+    let mut cfg = config();
+    cfg.limits.max_open_streams = 1;
+    cfg.limits.max_stream_duration = Duration::from_millis(300);
+    let h = Harness::with(Kind::Memory, cfg, 16).await;
+    h.available("p", 1, 600).await;
+    let mut w = Worker::register(&h, "gw-0").await;
+    h.pass().await;
+    w.watch().await;
+    w.apply_next().await;
+    // A second open stream is over the limit.
+    let second = w
+        .client
+        .watch_snapshots(pb::WatchSnapshotsRequest {
+            worker_id: w.id.clone(),
+            session_id: w.session.clone(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(second.expect_err("limit").code(), Code::ResourceExhausted);
+    // The first ends cleanly at its maximum duration; re-opening resumes from the
+    // worker's version (nothing new: no update until the next publish).
+    let s = w.stream.as_mut().expect("stream");
+    let end = tokio::time::timeout(Duration::from_secs(10), s.message())
+        .await
+        .expect("ends in time");
+    assert!(matches!(end, Ok(None)), "{end:?}");
+    w.watch().await;
+    h.available("q", 1, 600).await;
+    h.pass().await;
+    assert!(w.apply_next().await, "resumed with a delta");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routings_and_upstreams_follow_the_gateway_group() {
+    let mut cfg = config();
+    cfg.ownership.upstreams = vec![up("vendor-a"), up("vendor-b")];
+    cfg.ownership.target_slots_per_worker = 1_000;
+    cfg.routings = vec![
+        RoutingSpec {
+            routing: Routing {
+                name: "only-a".into(),
+                upstreams: vec!["vendor-a".into()],
+                ..Routing::default()
+            },
+            gateway_groups: vec!["group-a".into()],
+        },
+        RoutingSpec {
+            routing: Routing {
+                name: "only-b".into(),
+                upstreams: vec!["vendor-b".into()],
+                ..Routing::default()
+            },
+            gateway_groups: vec!["group-b".into()],
+        },
+    ];
+    let h = Harness::with(Kind::Memory, cfg, 16).await;
+    h.available_in("vendor-a", "a", 2, 600).await;
+    h.available_in("vendor-b", "b", 3, 600).await;
+    let mut client = h.client().await;
+    let mut req = register_req("gw-b", "i-1");
+    req.gateway_group = "group-b".into();
+    let reg = client
+        .register_worker(req)
+        .await
+        .expect("register")
+        .into_inner();
+    let mut w = Worker {
+        id: "gw-b".into(),
+        client,
+        session: reg.session_id,
+        state: SnapshotState::new(),
+        stream: None,
+        report_seq: 0,
+    };
+    h.pass().await;
+    w.watch().await;
+    w.apply_next().await;
+    let names: Vec<&str> = w.state.routings().iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, vec!["only-b"]);
+    assert_eq!(w.state.len(), 3);
+    assert!(w.state.proxies().all(|p| p.upstream == "vendor-b"));
 }

@@ -172,11 +172,22 @@ impl Harness {
 
     /// Inserts `n` AVAILABLE proxies `<prefix>-<i>` of `vendor-a` with `ttl` seconds.
     pub async fn available(&self, prefix: &str, n: usize, ttl: u64) -> Vec<String> {
+        self.available_in("vendor-a", prefix, n, ttl).await
+    }
+
+    /// Inserts `n` AVAILABLE proxies `<prefix>-<i>` of `upstream` with `ttl` seconds.
+    pub async fn available_in(
+        &self,
+        upstream: &str,
+        prefix: &str,
+        n: usize,
+        ttl: u64,
+    ) -> Vec<String> {
         let ids: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
         let report = self
             .pool
             .upsert(FetchedBatch {
-                upstream: up("vendor-a"),
+                upstream: up(upstream),
                 operation_id: OperationId::new(format!("op-{prefix}-{}", rand_u64())).expect("op"),
                 safety_margin: Duration::from_secs(5),
                 max_size: NonZeroU32::new(10_000).expect("nz"),
