@@ -7,7 +7,6 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod admin;
-pub mod controlplane;
 pub mod distribution;
 pub mod health;
 pub mod maintenance;

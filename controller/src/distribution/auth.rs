@@ -196,7 +196,7 @@ impl Authenticator {
                 match self.bearer.verify(rest).await {
                     Ok(i) => (AuthMethodKind::Bearer, i),
                     Err(AuthError::Invalid) => return Err(self.unauthenticated()),
-                    Err(AuthError::Unavailable) => return Err(ApiError::PoolUnavailable),
+                    Err(AuthError::Unavailable) => return Err(ApiError::AuthUnavailable),
                 }
             } else {
                 return Err(self.unauthenticated());
@@ -362,6 +362,42 @@ mod tests {
             let e = a.authenticate(&h, ip).await.expect_err("refused");
             assert_eq!(e.code(), "UNAUTHENTICATED");
         }
+    }
+
+    #[derive(Debug)]
+    struct Review;
+
+    #[async_trait]
+    impl BearerVerifier for Review {
+        async fn verify(&self, token: &str) -> Result<usize, AuthError> {
+            match token {
+                "reviewed" => Ok(1),
+                "down" => Err(AuthError::Unavailable),
+                _ => Err(AuthError::Invalid),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn another_bearer_verifier_plugs_in() {
+        let c = load_yaml(&config()).expect("config");
+        let a = Authenticator::with_bearer(&c.distribution.auth, &c.clients, Arc::new(Review));
+        let ip: IpAddr = "127.0.0.1".parse().expect("ip");
+        let id = a
+            .authenticate(&headers(&[("authorization", "Bearer reviewed")]), ip)
+            .await
+            .expect("reviewed");
+        assert_eq!(id.client_id.as_str(), "client:b");
+        let e = a
+            .authenticate(&headers(&[("authorization", "Bearer down")]), ip)
+            .await
+            .expect_err("verifier down");
+        assert_eq!(e.code(), "AUTH_UNAVAILABLE");
+        let e = a
+            .authenticate(&headers(&[("authorization", "Bearer token-b")]), ip)
+            .await
+            .expect_err("the static hashes are not consulted");
+        assert_eq!(e.code(), "UNAUTHENTICATED");
     }
 
     #[tokio::test]

@@ -100,6 +100,9 @@ pub enum ApiError {
     /// The extraction scan could not finish within its budget.
     #[error("the extraction could not be completed right now; retry shortly")]
     ScanBudgetExhausted,
+    /// The credential verifier (e.g. a token review) cannot answer.
+    #[error("authentication is temporarily unavailable")]
+    AuthUnavailable,
     /// The distributed rate limiter cannot answer.
     #[error("the rate limiter is temporarily unavailable")]
     LimiterUnavailable,
@@ -202,6 +205,11 @@ impl ApiError {
                 "Rate limiter unavailable",
             ),
             Self::Overloaded => (S::SERVICE_UNAVAILABLE, "OVERLOADED", "Overloaded"),
+            Self::AuthUnavailable => (
+                S::SERVICE_UNAVAILABLE,
+                "AUTH_UNAVAILABLE",
+                "Authentication unavailable",
+            ),
             Self::Timeout => (S::SERVICE_UNAVAILABLE, "TIMEOUT", "Request timed out"),
             Self::ShuttingDown => (S::SERVICE_UNAVAILABLE, "SHUTTING_DOWN", "Shutting down"),
             Self::NotFound => (S::NOT_FOUND, "NOT_FOUND", "Not found"),
@@ -257,6 +265,7 @@ impl ApiError {
             Self::PoolUnavailable
             | Self::ScanBudgetExhausted
             | Self::LimiterUnavailable
+            | Self::AuthUnavailable
             | Self::Overloaded
             | Self::Timeout
             | Self::ShuttingDown => {
