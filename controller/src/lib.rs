@@ -7,6 +7,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod admin;
+pub mod controlplane;
 pub mod distribution;
 pub mod health;
 pub mod maintenance;
@@ -110,6 +111,17 @@ impl Controller {
             shutdown: Shutdown::new(),
             statics,
         })
+    }
+
+    /// Replaces the bearer-token verifier (the static hash check by default; a
+    /// Kubernetes `TokenReview` verifier plugs in here).
+    pub fn with_bearer_verifier(mut self, verifier: Arc<dyn distribution::BearerVerifier>) -> Self {
+        self.auth = Arc::new(Authenticator::with_bearer(
+            &self.config.distribution.auth,
+            &self.config.clients,
+            verifier,
+        ));
+        self
     }
 
     /// The shutdown handle (other components watch it).
