@@ -6,8 +6,8 @@
 use libfuzzer_sys::fuzz_target;
 use proxy_pool_gateway::parse::chunked::parse_chunk_size;
 use proxy_pool_gateway::parse::http_head::{
-    HeadLimits, is_hop_by_hop, parse_request, parse_response, request_framing,
-    response_framing, wants_keep_alive,
+    HeadLimits, is_hop_by_hop, parse_request, parse_response, request_framing, response_framing,
+    wants_keep_alive,
 };
 use proxy_pool_gateway::parse::username::parse_username;
 

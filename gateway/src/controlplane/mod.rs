@@ -341,6 +341,8 @@ async fn report_runtime(
             })
             .await?
             .into_inner();
+        // The controller accepted a report bound to our snapshot: it is still current.
+        handle.confirm_fresh();
         if !resp.revoke_proxy_ids.is_empty() {
             let ids: Vec<ProxyId> = resp
                 .revoke_proxy_ids

@@ -339,7 +339,10 @@ async fn exchange(
             && framing != BodyFraming::UntilClose
             && head.version == Version::Http11;
         let interim = (100..200).contains(&status) && status != 101;
-        let client_keep = info.keep_alive && framing != BodyFraming::UntilClose && !interim;
+        let client_keep = info.keep_alive
+            && framing != BodyFraming::UntilClose
+            && !interim
+            && !shared.draining.is_cancelled();
         out.clear();
         out.extend_from_slice(b"HTTP/1.1");
         let line_end = upstream
