@@ -446,3 +446,69 @@ async fn run_stops_promptly_on_shutdown_even_mid_fetch() {
         .unwrap();
     assert!(started.elapsed() < Duration::from_secs(1));
 }
+
+/// Commits the first call, then reports the connection as lost (as a dropped reply).
+struct LosesFirstReply {
+    inner: Arc<dyn ActivityPool>,
+    calls: std::sync::atomic::AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl activity_pool::ports::Upserter for LosesFirstReply {
+    async fn upsert(
+        &self,
+        batch: activity_pool::model::FetchedBatch,
+    ) -> activity_pool::PoolResult<activity_pool::model::UpsertReport> {
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let report = self.inner.upsert(batch).await?;
+        if n == 0 {
+            return Err(activity_pool::PoolError::Unavailable("reply lost".into()));
+        }
+        Ok(report)
+    }
+
+    async fn remove(
+        &self,
+        upstream: &UpstreamId,
+        ids: &[ProxyId],
+    ) -> activity_pool::PoolResult<Vec<activity_pool::model::RemoveResult>> {
+        self.inner.remove(upstream, ids).await
+    }
+}
+
+async fn a_lost_reply_is_retried_with_the_same_operation_id(redis: bool) {
+    let p = pool(redis).await;
+    let sim = Simulator::start(SimConfig::default()).await.unwrap();
+    let url = format!("{}/v1/proxies?count=3", sim.vendor_url());
+    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
+    let source = HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap();
+    let flaky = Arc::new(LosesFirstReply {
+        inner: p.pool.clone(),
+        calls: std::sync::atomic::AtomicU32::new(0),
+    });
+    let metrics = ProviderMetrics::default();
+    let mut opts = options(PoolProtocol::Http);
+    opts.chunk_size = 10;
+    let r =
+        ProviderReconciler::new(opts, Arc::new(source), flaky.clone(), metrics.clone()).unwrap();
+    let out = r.reconcile_once().await.unwrap();
+    assert_eq!(
+        flaky.calls.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "retried once"
+    );
+    assert_eq!(out.report.inserted, 3, "the stored result, not a refresh");
+    assert_eq!(metrics.upserted("sim-vendor"), 3);
+    assert_eq!(metrics.refreshed("sim-vendor"), 0);
+    assert_eq!(p.pool.inventory(&upstream()).await.unwrap().unextracted, 3);
+}
+
+#[tokio::test]
+async fn a_lost_reply_is_retried_with_the_same_operation_id_memory() {
+    a_lost_reply_is_retried_with_the_same_operation_id(false).await;
+}
+
+#[tokio::test]
+async fn a_lost_reply_is_retried_with_the_same_operation_id_redis() {
+    a_lost_reply_is_retried_with_the_same_operation_id(true).await;
+}
