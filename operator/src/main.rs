@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use proxy_pool_operator::identity::IssuerConfig;
+use proxy_pool_operator::identity::service::{IdentityOptions, IdentityService};
 use proxy_pool_operator::reconcile::{
     self, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig, http,
 };
@@ -66,6 +68,18 @@ struct Cli {
     /// `/metrics`, `/healthz` and `/readyz` listener.
     #[arg(long, default_value = "0.0.0.0:8080")]
     ops_listen: SocketAddr,
+    /// Identity issuance endpoint (HTTPS) listener.
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    identity_listen: SocketAddr,
+    /// Service name workers reach the issuance endpoint by (its certificate's names).
+    #[arg(long, default_value = "proxy-pool-operator")]
+    identity_service: String,
+    /// SPIFFE trust domain of worker identities.
+    #[arg(long, default_value = "proxy-pool.local")]
+    trust_domain: String,
+    /// Environment segment of worker SPIFFE IDs.
+    #[arg(long, default_value = "default")]
+    environment: String,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -80,6 +94,11 @@ fn main() -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", cli.base_config.display()))?;
     let base_config = proxy_pool_api::config::parse_yaml(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", cli.base_config.display()))?;
+    let identity = IdentityOptions::new(
+        &cli.namespace,
+        &cli.identity_service,
+        IssuerConfig::new(cli.trust_domain, cli.environment),
+    );
     let config = OperatorConfig {
         namespace: cli.namespace,
         base_config,
@@ -120,6 +139,15 @@ fn main() -> anyhow::Result<()> {
             }
         };
         let ops = tokio::spawn(http::serve(listener, health.clone(), stopped()));
+        // Every replica issues identities (the CA Secret is written with optimistic
+        // concurrency); only the leader reconciles.
+        let identity_listener = tokio::net::TcpListener::bind(cli.identity_listen)
+            .await
+            .with_context(|| format!("binding {}", cli.identity_listen))?;
+        let identity = IdentityService::start(client.clone(), identity)
+            .await
+            .context("identity service")?;
+        let identity = tokio::spawn(identity.run(identity_listener, stopped()));
         tokio::spawn(async move {
             shutdown_signal().await;
             tracing::info!("shutting down");
@@ -128,6 +156,14 @@ fn main() -> anyhow::Result<()> {
         health.ready.store(true, Ordering::Release);
         let result = reconcile::run_as_leader(client, config, metrics, leader, stopped()).await;
         ops.abort();
+        if result.is_ok() {
+            identity
+                .await
+                .context("identity service task")?
+                .context("identity service")?;
+        } else {
+            identity.abort();
+        }
         result.context("operator")
     })
 }
