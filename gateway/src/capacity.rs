@@ -341,3 +341,74 @@ mod tests {
         assert!((900..=1000).contains(&s.latency_us()));
     }
 }
+
+#[cfg(test)]
+mod model_tests {
+    //! Model test: random sequences of reserve / activate / release / limit changes run
+    //! against a plain-integer model; the real counters must agree after every step and
+    //! never exceed the limit at the moment a slot was taken.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Reserve,
+        Activate(usize),
+        DropReserved(usize),
+        DropActive(usize),
+        SetMax(u32),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => Just(Op::Reserve),
+            3 => any::<usize>().prop_map(Op::Activate),
+            2 => any::<usize>().prop_map(Op::DropReserved),
+            2 => any::<usize>().prop_map(Op::DropActive),
+            1 => (0u32..6).prop_map(Op::SetMax),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn counters_follow_the_model(ops in proptest::collection::vec(op(), 1..200)) {
+            let state = Arc::new(ProxyState::new(ProxyId::from("p"), 3, 1));
+            let mut max = 3u32;
+            let mut reserved: Vec<Reservation> = Vec::new();
+            let mut active: Vec<ActiveLease> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Reserve => {
+                        let room = ((reserved.len() + active.len()) as u32) < max;
+                        match state.try_reserve() {
+                            Some(r) => {
+                                prop_assert!(room, "reserved past the limit");
+                                reserved.push(r);
+                            }
+                            None => prop_assert!(!room, "refused with room"),
+                        }
+                    }
+                    Op::Activate(i) if !reserved.is_empty() => {
+                        let r = reserved.swap_remove(i % reserved.len());
+                        active.push(r.activate());
+                    }
+                    Op::DropReserved(i) if !reserved.is_empty() => {
+                        reserved.swap_remove(i % reserved.len());
+                    }
+                    Op::DropActive(i) if !active.is_empty() => {
+                        active.swap_remove(i % active.len());
+                    }
+                    Op::SetMax(m) => {
+                        max = m;
+                        state.set_max(m);
+                    }
+                    _ => {}
+                }
+                prop_assert_eq!(state.counts(), (active.len() as u32, reserved.len() as u32));
+            }
+            drop((reserved, active));
+            prop_assert_eq!(state.counts(), (0, 0));
+        }
+    }
+}
