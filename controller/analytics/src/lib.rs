@@ -15,6 +15,7 @@ mod error;
 mod model;
 mod options;
 mod pg;
+mod stats;
 mod ws;
 
 pub use collector::{Collector, CollectorCounts, CollectorStats, MAX_UPSTREAMS_PER_EVENT};
@@ -24,4 +25,5 @@ pub use error::AnalyticsError;
 pub use model::{Event, Kind, Subject, valid_name};
 pub use options::{AnalyticsOptions, Settings};
 pub use pg::{CommitOutcome, DailyRow, DayCoverage, Meta, PgStore, Snapshot, TotalRow, migrate};
+pub use stats::{StatsState, router};
 pub use ws::WorkingSet;
