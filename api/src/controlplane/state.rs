@@ -59,12 +59,22 @@ pub struct Header {
     pub valid_until_ms: i64,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 struct Entry {
     proxy: SnapshotProxy,
     /// Its protobuf encoding (see [`super::wire::encode_proxy`]).
     wire: Vec<u8>,
     digest: [u8; 32],
+}
+
+impl std::fmt::Debug for Entry {
+    // The cached encoding holds the dial password: print only its length.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("proxy", &self.proxy)
+            .field("wire_len", &self.wire.len())
+            .finish()
+    }
 }
 
 impl Entry {
@@ -646,6 +656,8 @@ mod tests {
         assert_eq!(d.upserts.len(), 2);
         worker.apply_delta(d).unwrap();
         assert_eq!(worker.checksum(), server.checksum());
+        let shown = format!("{server:?}");
+        assert!(!shown.contains("pw\"") && !shown.contains("112, 119"), "{shown}");
         assert_eq!(worker.to_snapshot(), server.to_snapshot());
     }
 

@@ -21,12 +21,22 @@ pub enum Update {
     Delta(pb::SnapshotDelta),
 }
 
-/// `proxypool.controlplane.v1.SnapshotUpdate`.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// `proxypool.controlplane.v1.SnapshotUpdate`. `Debug` never prints pre-encoded bytes
+/// (they hold dial passwords).
+#[derive(Clone, Default, PartialEq)]
 pub struct SnapshotUpdate {
     /// The update (always set by decoding).
     pub update: Option<Update>,
     encoded: Option<Bytes>,
+}
+
+impl std::fmt::Debug for SnapshotUpdate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotUpdate")
+            .field("update", &self.update)
+            .field("encoded_len", &self.encoded.as_ref().map(Bytes::len))
+            .finish()
+    }
 }
 
 impl SnapshotUpdate {
@@ -259,6 +269,10 @@ mod tests {
         };
         let bytes = encode_full(&head, [w.as_slice()].into_iter());
         let pre = SnapshotUpdate::pre_encoded(bytes.clone());
+        assert!(
+            !format!("{pre:?}").contains("112, 119"),
+            "no raw bytes in Debug"
+        );
         assert_eq!(pre.encode_to_vec(), bytes.to_vec());
         let decoded = SnapshotUpdate::decode(bytes).unwrap();
         let mut want = head.clone();

@@ -30,7 +30,8 @@ pub struct Issued {
 }
 
 /// What a watch stream sends next: an encoded `SnapshotUpdate` (full or delta).
-#[derive(Clone, Debug)]
+/// `Debug` prints the length of the bytes only (they hold dial passwords).
+#[derive(Clone)]
 pub struct Update {
     /// Version the worker holds after applying it.
     pub version: u64,
@@ -40,6 +41,16 @@ pub struct Update {
     pub full: bool,
     /// The encoded `SnapshotUpdate`.
     pub bytes: Bytes,
+}
+
+impl std::fmt::Debug for Update {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Update")
+            .field("version", &self.version)
+            .field("full", &self.full)
+            .field("len", &self.bytes.len())
+            .finish()
+    }
 }
 
 #[derive(Debug)]
