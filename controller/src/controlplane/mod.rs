@@ -11,6 +11,7 @@
 //! loop) and [`serve`] (the gRPC listener) with the same shutdown signal.
 
 pub mod checker;
+pub mod compose;
 pub mod config;
 pub mod error;
 pub mod identity;
