@@ -365,6 +365,7 @@ pub async fn sustained_churn_stays_bounded_and_consistent(kind: Kind) {
     let h = Harness::new(kind).await;
     let mut all: Vec<String> = Vec::new();
     let mut extracted = 0usize;
+    let mut redis_base: Option<u64> = None;
     for round in 0..120 {
         let ids: Vec<String> = (0..10).map(|i| format!("ch-{round}-{i}")).collect();
         let mut cands: Vec<Candidate> = ids
@@ -426,6 +427,23 @@ pub async fn sustained_churn_stays_bounded_and_consistent(kind: Kind) {
                 recount,
                 "round {round}"
             );
+            // Redis: the keyspace and memory stay bounded. Operation and idempotency
+            // results expire by native TTL in Redis time (minutes, so they pile up in
+            // this compressed run, each with its TTL checked); every other key belongs to
+            // a fixed set.
+            if let Some((keys, records, used)) = h.redis_footprint(Duration::from_secs(3600)).await
+            {
+                assert!(
+                    records <= 10 * 8 + 10,
+                    "round {round}: {records} records in Redis"
+                );
+                assert!(keys <= 30, "round {round}: {keys} structural keys");
+                let base = *redis_base.get_or_insert(used);
+                assert!(
+                    used <= base + 4 * 1024 * 1024,
+                    "round {round}: used_memory {used} from {base}"
+                );
+            }
         }
     }
     assert!(extracted > 100, "churn extracted {extracted}");

@@ -141,6 +141,55 @@ impl Harness {
         self.pool.inventory(&up(upstream)).await.expect("inventory")
     }
 
+    /// Redis only: the storage footprint — structural keys (everything but operation and
+    /// idempotency results), entries in the records hash, `used_memory` — after checking
+    /// that every operation / idempotency result carries a native TTL of at most `max_ttl`.
+    pub async fn redis_footprint(&self, max_ttl: Duration) -> Option<(u64, u64, u64)> {
+        let server = self.server.as_ref()?;
+        let client = redis::Client::open(server.url()).expect("redis url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connection");
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut conn)
+            .await
+            .expect("KEYS");
+        let mut structural = 0;
+        for k in &keys {
+            if k.starts_with("pp:{activity}:op:") || k.starts_with("pp:{activity}:idem:") {
+                let ttl: i64 = redis::cmd("PTTL")
+                    .arg(k)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("PTTL");
+                assert!(
+                    ttl > 0 && ttl as u128 <= max_ttl.as_millis(),
+                    "{k} has TTL {ttl} ms"
+                );
+            } else {
+                structural += 1;
+            }
+        }
+        let records: u64 = redis::cmd("HLEN")
+            .arg("pp:{activity}:records")
+            .query_async(&mut conn)
+            .await
+            .expect("HLEN");
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO");
+        let used = info
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("used_memory");
+        Some((structural, records, used))
+    }
+
     /// Purges until nothing expired remains.
     pub async fn purge_all(&self) {
         for _ in 0..1000 {
