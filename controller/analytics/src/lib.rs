@@ -16,6 +16,7 @@ mod model;
 mod options;
 mod pg;
 mod stats;
+mod wiring;
 mod ws;
 
 pub use collector::{Collector, CollectorCounts, CollectorStats, MAX_UPSTREAMS_PER_EVENT};
@@ -26,4 +27,5 @@ pub use model::{Event, Kind, Subject, valid_name};
 pub use options::{AnalyticsOptions, Settings};
 pub use pg::{CommitOutcome, DailyRow, DayCoverage, Meta, PgStore, Snapshot, TotalRow, migrate};
 pub use stats::{StatsState, router};
+pub use wiring::{Analytics, pg_config, start};
 pub use ws::WorkingSet;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
@@ -86,7 +87,10 @@ struct DaysQuery {
     days: Option<String>,
 }
 
-fn parse_days(q: &DaysQuery) -> Result<i64, ApiError> {
+fn parse_days(q: &Result<Query<DaysQuery>, QueryRejection>) -> Result<i64, ApiError> {
+    let Ok(q) = q else {
+        return Err(ApiError::BadDays);
+    };
     match q.days.as_deref() {
         None => Ok(7),
         Some("7") => Ok(7),
@@ -209,7 +213,7 @@ fn committed_at(ms: i64) -> Option<String> {
 async fn subject(
     State(state): State<Arc<StatsState>>,
     Path((kind, name)): Path<(String, String)>,
-    Query(q): Query<DaysQuery>,
+    q: Result<Query<DaysQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let n = parse_days(&q)?;
     let kind = Kind::parse(&kind).ok_or(ApiError::NotFound)?;
@@ -303,7 +307,7 @@ struct Summary {
 
 async fn summary(
     State(state): State<Arc<StatsState>>,
-    Query(q): Query<DaysQuery>,
+    q: Result<Query<DaysQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let n = parse_days(&q)?;
     let (from, to) = window(&state, n);

@@ -122,6 +122,8 @@ async fn bad_requests_are_problems_and_the_summary_lists_subjects() {
         (400, "no-store", "application/problem+json")
     );
     assert_eq!(get(&state, "/api/v1/stats/routings/nope").await.0, 404);
+    let (s, _, ct, _) = get(&state, "/api/v1/stats/summary?days=7&x=1").await;
+    assert_eq!((s, ct.as_str()), (400, "application/problem+json"));
     assert_eq!(get(&state, "/api/v1/stats/widgets/route-1").await.0, 404);
     assert_eq!(get(&state, "/api/v1/stats/routings/Bad_Name").await.0, 400);
     let (s, cc, _, v) = get(&state, "/api/v1/stats/summary?days=30").await;
