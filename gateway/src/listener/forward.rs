@@ -38,6 +38,9 @@ pub(crate) struct Scratch {
     line: Vec<u8>,
     /// Outgoing head.
     out: Vec<u8>,
+    /// Response header ranges and the rewritten response head.
+    resp_ranges: Vec<HeaderRange>,
+    resp_out: Vec<u8>,
 }
 
 /// What the request head said, copied out of the client buffer.
@@ -285,7 +288,7 @@ async fn exchange(
     shared: &Shared,
     client: &mut BufConn,
     upstream: &mut BufConn,
-    scratch: &Scratch,
+    scratch: &mut Scratch,
     info: &RequestInfo,
     moved: Option<MoveReason>,
 ) -> Result<ExchangeOk, Exchange> {
@@ -307,8 +310,11 @@ async fn exchange(
         max_head_bytes: upstream.capacity(),
         max_headers: cfg.head.max_headers.max(100),
     };
-    let mut ranges = Vec::new();
-    let mut out = Vec::with_capacity(512);
+    let Scratch {
+        resp_ranges: ranges,
+        resp_out: out,
+        ..
+    } = scratch;
     loop {
         let len = match upstream
             .read_head(limits.max_head_bytes, cfg.upstream.response_timeout)
@@ -324,7 +330,7 @@ async fn exchange(
                 return Err(Exchange::Failed(GatewayError::BadResponse(e).into()));
             }
         };
-        let head = parse_response(upstream.buffered(), limits, &mut ranges)
+        let head = parse_response(upstream.buffered(), limits, ranges)
             .map_err(|e| Exchange::Failed(GatewayError::BadResponse(e).into()))?
             .ok_or(Exchange::Stale)?;
         let status = head.status;
@@ -355,11 +361,11 @@ async fn exchange(
         for (name, value) in head.headers.iter() {
             let keep_te = name.eq_ignore_ascii_case(b"transfer-encoding");
             if keep_te || !is_hop_by_hop(&head.headers, name) {
-                push_header(&mut out, name, value);
+                push_header(out, name, value);
             }
         }
         if !interim {
-            moved_header(&mut out, moved, shared);
+            moved_header(out, moved, shared);
             out.extend_from_slice(if client_keep {
                 b"Connection: keep-alive\r\n"
             } else {
@@ -368,7 +374,7 @@ async fn exchange(
         }
         out.extend_from_slice(b"\r\n");
         upstream.consume(len);
-        client.stream.write_all(&out).await.map_err(client_gone)?;
+        client.stream.write_all(out).await.map_err(client_gone)?;
         if interim {
             continue;
         }

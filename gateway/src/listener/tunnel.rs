@@ -21,6 +21,10 @@ use crate::snapshot::live::now_ms;
 use crate::snapshot::{ProxyEntry, ProxyId, UpstreamProtocol};
 use crate::upstream::{self, Target};
 
+/// Read buffer of a tunnel's upstream side: a CONNECT response head (or SOCKS5 reply)
+/// and whatever arrived with it; the relay uses its own buffers afterwards.
+const HANDSHAKE_BUFFER: usize = 8 * 1024;
+
 /// A tunnel through a vendor proxy, ready for bytes.
 #[derive(Debug)]
 pub(crate) struct Established {
@@ -148,7 +152,7 @@ async fn attempt(
         stream.as_ref().err().map(GatewayError::reason),
         dialed - started,
     );
-    let mut conn = BufConn::new(stream?, up.max_response_head);
+    let mut conn = BufConn::new(stream?, up.max_response_head.min(HANDSHAKE_BUFFER));
     let timeout = attempts.left(up.handshake_timeout);
     let res = match entry.protocol {
         UpstreamProtocol::Http => upstream::http_connect(&mut conn, entry, target, timeout).await,
