@@ -17,10 +17,10 @@ mod token;
 
 pub use envelope::{Cached, DecodeError, decode, encode};
 pub use metrics::{MetricsSnapshot, NamespaceMetrics};
-pub use mget::{Answer, Cache, CacheError, Loader, MAX_KEY_BYTES, jittered};
+pub use mget::{Answer, Cache, CacheError, CacheKey, Loader, MAX_KEY_BYTES, jittered};
 pub use options::{
     CacheOptions, FieldError, KNOWN_NAMESPACES, MAX_BATCH, Namespace, NamespaceOptions,
     RedisOptions,
 };
 pub use store::{CacheStore, RedisStore, StoreError};
-pub use token::{TOKEN_REVIEW_MAX_TTL, token_key, token_review_ttl};
+pub use token::{TOKEN_REVIEW_MAX_TTL, TokenKey, token_key, token_review_ttl};

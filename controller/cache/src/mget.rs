@@ -9,7 +9,7 @@
 //! (a token's review, a Secret's value), and decide per request.
 
 use std::collections::HashMap;
-use std::fmt::{Debug, Display};
+use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -30,6 +30,24 @@ use crate::store::CacheStore;
 
 /// Longest key accepted for caching; longer keys bypass the cache.
 pub const MAX_KEY_BYTES: usize = 256;
+
+/// A key the cache can store: `cache_key` names it in Redis (it must not contain a
+/// secret: a token key returns a digest) and `Eq`/`Hash` dedup it in memory.
+pub trait CacheKey: Clone + Eq + Hash + Send + Sync + 'static {
+    /// The key's name inside the namespace.
+    fn cache_key(&self) -> String;
+}
+
+macro_rules! display_key {
+    ($($t:ty),*) => {$(
+        impl CacheKey for $t {
+            fn cache_key(&self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+display_key!(String, u32, u64, i64);
 
 /// What the loader says about one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +122,7 @@ fn now_ms() -> u64 {
 
 impl<K, V> Cache<K, V>
 where
-    K: Clone + Eq + Hash + Display + Send + Sync + 'static,
+    K: CacheKey,
     V: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
     /// A cache in front of `loader`. `store = None` means disabled: straight to the
@@ -216,11 +234,11 @@ where
         let inner = &self.inner;
         let (cacheable, long): (Vec<&K>, Vec<&K>) = keys
             .iter()
-            .partition(|k| k.to_string().len() <= MAX_KEY_BYTES);
+            .partition(|k| k.cache_key().len() <= MAX_KEY_BYTES);
         let mut misses: Vec<K> = long.into_iter().cloned().collect();
         let names: Vec<String> = cacheable
             .iter()
-            .map(|k| format!("{}{k}", inner.key_prefix))
+            .map(|k| format!("{}{}", inner.key_prefix, k.cache_key()))
             .collect();
         let values = match store.mget(&names, inner.ns.redis_timeout).await {
             Ok(v) if v.len() == names.len() => v,
@@ -319,7 +337,7 @@ where
         let now = now_ms();
         let mut out = Vec::new();
         for (k, a) in answers {
-            let name = format!("{}{k}", self.inner.key_prefix);
+            let name = format!("{}{}", self.inner.key_prefix, k.cache_key());
             if name.len() > MAX_KEY_BYTES + self.inner.key_prefix.len() {
                 continue;
             }

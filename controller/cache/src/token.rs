@@ -32,6 +32,30 @@ pub fn token_key(audience: &str, token: &str) -> String {
     hex::encode(h.finalize())
 }
 
+/// A bearer token to review, as a cache key: stored under its digest, never printed.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct TokenKey {
+    /// The audience the token is reviewed for.
+    pub audience: String,
+    /// The token itself (kept in memory only for the loader).
+    pub token: String,
+}
+
+impl std::fmt::Debug for TokenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenKey")
+            .field("audience", &self.audience)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+impl crate::mget::CacheKey for TokenKey {
+    fn cache_key(&self) -> String {
+        token_key(&self.audience, &self.token)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

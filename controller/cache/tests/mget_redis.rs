@@ -332,3 +332,99 @@ async fn disabled_cache_goes_to_the_source_every_time() {
     assert_eq!(c.get(1).await.unwrap().as_deref(), Some("v1"));
     assert_eq!(src.calls().len(), 2);
 }
+
+/// TokenReview through the cache: keyed by digest (the token never reaches Redis),
+/// cached at most 120 s and never past the token's expiry, rejections never cached.
+#[tokio::test]
+async fn token_reviews_are_cached_by_digest_within_the_token_rule() {
+    use proxy_pool_cache::{TokenKey, token_review_ttl};
+    use std::time::SystemTime;
+
+    #[derive(Debug, Default)]
+    struct Reviewer {
+        calls: AtomicUsize,
+    }
+    #[async_trait]
+    impl Loader<TokenKey, String> for Reviewer {
+        async fn load(
+            &self,
+            keys: &[TokenKey],
+        ) -> Result<HashMap<TokenKey, Answer<String>>, CacheError> {
+            self.calls.fetch_add(keys.len(), Ordering::SeqCst);
+            let now = SystemTime::now();
+            Ok(keys
+                .iter()
+                .filter(|k| k.token != "bad-token") // rejected: not answered, never cached
+                .map(|k| {
+                    let exp = if k.token == "short-token" { 5 } else { 3600 };
+                    let ttl = token_review_ttl(Some(now + Duration::from_secs(exp)), now);
+                    (
+                        k.clone(),
+                        Answer::Found(
+                            format!("system:serviceaccount:ns:{}", k.token.len()),
+                            Some(ttl),
+                        ),
+                    )
+                })
+                .collect())
+        }
+    }
+    let redis = RedisServer::start();
+    let mut n = ns();
+    n.name = "token_review".into();
+    n.ttl = Duration::from_secs(120);
+    let reviewer = Arc::new(Reviewer::default());
+    let mut conn = conn(&redis).await;
+    let store: Arc<dyn CacheStore> = Arc::new(RedisStore::new(conn.clone()));
+    let c: Cache<TokenKey, String> = Cache::new(n, "t", Some(store), reviewer.clone());
+    let key = |t: &str| TokenKey {
+        audience: "proxy-pool".into(),
+        token: t.into(),
+    };
+    let r = c
+        .mget(&[key("long-token"), key("short-token"), key("bad-token")])
+        .await;
+    assert!(r[&key("long-token")].as_ref().unwrap().is_some());
+    assert_eq!(r[&key("bad-token")].as_ref().unwrap(), &None);
+    let names: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.contains("token") || n.starts_with("t:cache:v1:token_review:"))
+    );
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.contains("long-token") && !n.contains("short-token"))
+    );
+    for n in &names {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(n)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(ttl > 0 && ttl <= 120_000, "{n}: {ttl}");
+    }
+    let short = format!(
+        "t:cache:v1:token_review:{}",
+        proxy_pool_cache::token_key("proxy-pool", "short-token")
+    );
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&short)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(ttl <= 5_000, "never past the token's expiry: {ttl}");
+    let _ = c.mget(&[key("long-token"), key("bad-token")]).await;
+    assert_eq!(
+        reviewer.calls.load(Ordering::SeqCst),
+        4,
+        "the rejected token is asked again"
+    );
+    assert!(!format!("{:?}", key("long-token")).contains("long-token"));
+}
