@@ -81,6 +81,13 @@ impl Collector {
         Arc::clone(&self.stats)
     }
 
+    /// Events waiting in the queue.
+    pub fn queued(&self) -> usize {
+        self.tx
+            .as_ref()
+            .map_or(0, |tx| tx.max_capacity() - tx.capacity())
+    }
+
     /// A successful extraction: `client` got `per_upstream` proxies.
     pub fn extraction(&self, client: &str, identity: &str, per_upstream: &[(&str, u32)]) {
         if self.tx.is_none() {

@@ -12,6 +12,7 @@ mod collector;
 mod day;
 mod engine;
 mod error;
+mod metrics;
 mod model;
 mod options;
 mod pg;
@@ -23,6 +24,7 @@ pub use collector::{Collector, CollectorCounts, CollectorStats, MAX_UPSTREAMS_PE
 pub use day::{Clock, Days, ManualClock, SystemClock, minus_days};
 pub use engine::{APPLY_BATCH, Engine, FlushReport, WorkerMetrics, reason, run};
 pub use error::AnalyticsError;
+pub use metrics::AnalyticsMetrics;
 pub use model::{Event, Kind, Subject, valid_name};
 pub use options::{AnalyticsOptions, Settings};
 pub use pg::{CommitOutcome, DailyRow, DayCoverage, Meta, PgStore, Snapshot, TotalRow, migrate};

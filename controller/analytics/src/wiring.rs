@@ -13,6 +13,7 @@ use crate::collector::Collector;
 use crate::day::{Clock, SystemClock};
 use crate::engine::{Engine, run};
 use crate::error::AnalyticsError;
+use crate::metrics::AnalyticsMetrics;
 use crate::options::AnalyticsOptions;
 use crate::pg::PgStore;
 use crate::stats::{StatsState, router};
@@ -32,6 +33,8 @@ pub struct Analytics {
     pub router: Router,
     /// The worker; await it after signalling shutdown.
     pub worker: JoinHandle<()>,
+    /// Register on the controller's Prometheus registry.
+    pub metrics: AnalyticsMetrics,
 }
 
 fn read_secret(path: &str) -> Result<Vec<u8>, AnalyticsError> {
@@ -91,6 +94,10 @@ pub fn start(
         Arc::clone(&clock),
         collector.stats(),
     );
+    let metrics = AnalyticsMetrics {
+        collector: collector.clone(),
+        worker: engine.metrics(),
+    };
     let worker = tokio::spawn(run(engine, rx, shutdown));
     let router = router(StatsState {
         pg: Arc::new(PgStore::new(cfg)),
@@ -102,5 +109,6 @@ pub fn start(
         collector,
         router,
         worker,
+        metrics,
     }))
 }

@@ -16,7 +16,7 @@ mod store;
 mod token;
 
 pub use envelope::{Cached, DecodeError, decode, encode};
-pub use metrics::{MetricsSnapshot, NamespaceMetrics};
+pub use metrics::{CacheMetricsCollector, MetricsSnapshot, NamespaceMetrics};
 pub use mget::{Answer, Cache, CacheError, CacheKey, Loader, MAX_KEY_BYTES, jittered};
 pub use options::{
     CacheOptions, FieldError, KNOWN_NAMESPACES, MAX_BATCH, Namespace, NamespaceOptions,

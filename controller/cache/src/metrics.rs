@@ -65,3 +65,79 @@ impl NamespaceMetrics {
         }
     }
 }
+
+/// A Prometheus collector over the caches' counters, labelled by namespace only.
+/// Register once with `registry.register_collector(Box::new(metrics.clone()))`.
+#[derive(Debug, Clone, Default)]
+pub struct CacheMetricsCollector {
+    // std Mutex: touched at registration and per scrape, never across an await.
+    namespaces: std::sync::Arc<std::sync::Mutex<Vec<(String, std::sync::Arc<NamespaceMetrics>)>>>,
+}
+
+impl CacheMetricsCollector {
+    /// Adds a namespace's counters (from `Cache::metrics_handle`).
+    pub fn add(&self, namespace: &str, metrics: std::sync::Arc<NamespaceMetrics>) {
+        if let Ok(mut v) = self.namespaces.lock() {
+            v.push((namespace.to_owned(), metrics));
+        }
+    }
+}
+
+impl prometheus_client::collector::Collector for CacheMetricsCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric;
+        use prometheus_client::metrics::counter::ConstCounter;
+        let Ok(list) = self.namespaces.lock() else {
+            return Ok(());
+        };
+        let snaps: Vec<(&str, MetricsSnapshot)> = list
+            .iter()
+            .map(|(n, m)| (n.as_str(), m.snapshot()))
+            .collect();
+        type Pick = fn(&MetricsSnapshot) -> u64;
+        let series: [(&str, &str, Pick); 10] = [
+            ("cache_hits", "Keys answered from Redis", |s| s.hits),
+            (
+                "cache_negative_hits",
+                "Keys answered by a negative entry",
+                |s| s.negative_hits,
+            ),
+            ("cache_misses", "Keys that went to the loader", |s| s.misses),
+            (
+                "cache_shared_waits",
+                "Misses that joined an in-flight load",
+                |s| s.shared_waits,
+            ),
+            ("cache_decode_errors", "Undecodable entries", |s| {
+                s.decode_errors
+            }),
+            ("cache_redis_errors", "Failed Redis round trips", |s| {
+                s.redis_errors
+            }),
+            ("cache_loader_calls", "Loader calls", |s| s.loader_calls),
+            (
+                "cache_loader_errors",
+                "Failed or timed-out loader calls",
+                |s| s.loader_errors,
+            ),
+            ("cache_loader_micros", "Loader time in microseconds", |s| {
+                s.loader_micros
+            }),
+            ("cache_oversized", "Values too large to store", |s| {
+                s.oversized
+            }),
+        ];
+        for (name, help, pick) in series {
+            let counter = ConstCounter::new(0u64);
+            let mut family = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            for (ns, snap) in &snaps {
+                let labels = [("namespace", *ns)];
+                ConstCounter::new(pick(snap)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}

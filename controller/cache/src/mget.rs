@@ -110,7 +110,7 @@ struct Inner<K, V> {
     loader: Arc<dyn Loader<K, V>>,
     inflight: Mutex<HashMap<K, watch::Receiver<Slot<V>>>>,
     permits: Arc<Semaphore>,
-    metrics: NamespaceMetrics,
+    metrics: Arc<NamespaceMetrics>,
 }
 
 fn now_ms() -> u64 {
@@ -142,7 +142,7 @@ where
                 loader,
                 inflight: Mutex::new(HashMap::new()),
                 permits,
-                metrics: NamespaceMetrics::default(),
+                metrics: Arc::default(),
             }),
         }
     }
@@ -150,6 +150,11 @@ where
     /// The namespace's counters.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.inner.metrics.snapshot()
+    }
+
+    /// The live counters, for a metrics collector.
+    pub fn metrics_handle(&self) -> Arc<NamespaceMetrics> {
+        Arc::clone(&self.inner.metrics)
     }
 
     /// The namespace's name.

@@ -428,3 +428,21 @@ async fn token_reviews_are_cached_by_digest_within_the_token_rule() {
     );
     assert!(!format!("{:?}", key("long-token")).contains("long-token"));
 }
+
+#[tokio::test]
+async fn metrics_are_exported_per_namespace() {
+    let src = Arc::new(Source::default());
+    let c: Cache<u32, String> = Cache::new(ns(), "t", None, src);
+    let _ = c.get(1).await;
+    let collector = proxy_pool_cache::CacheMetricsCollector::default();
+    collector.add(c.namespace(), c.metrics_handle());
+    let mut registry = prometheus_client::registry::Registry::with_prefix("proxy_pool");
+    registry.register_collector(Box::new(collector));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+    assert!(
+        out.contains(r#"proxy_pool_cache_misses_total{namespace="secret"} 1"#),
+        "{out}"
+    );
+    assert!(out.contains(r#"proxy_pool_cache_loader_calls_total{namespace="secret"} 1"#));
+}
