@@ -66,12 +66,15 @@ impl NamespaceMetrics {
     }
 }
 
+/// The registered namespaces and their live counters.
+type Registered = std::sync::Arc<std::sync::Mutex<Vec<(String, std::sync::Arc<NamespaceMetrics>)>>>;
+
 /// A Prometheus collector over the caches' counters, labelled by namespace only.
 /// Register once with `registry.register_collector(Box::new(metrics.clone()))`.
 #[derive(Debug, Clone, Default)]
 pub struct CacheMetricsCollector {
     // std Mutex: touched at registration and per scrape, never across an await.
-    namespaces: std::sync::Arc<std::sync::Mutex<Vec<(String, std::sync::Arc<NamespaceMetrics>)>>>,
+    namespaces: Registered,
 }
 
 impl CacheMetricsCollector {
