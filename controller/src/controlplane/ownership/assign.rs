@@ -1,0 +1,126 @@
+//! Assignment by capacity and routing demand.
+
+use std::collections::BTreeMap;
+
+use activity_pool::model::{ProxyId, ProxyState, UpstreamId, WorkerId, WorkerSession};
+use activity_pool::{ConflictReason, PoolError, PoolResult, Timestamp};
+
+use super::{Owned, Owners, OwnershipManager};
+use crate::controlplane::registry::WorkerInfo;
+
+impl OwnershipManager {
+    pub(super) fn upstreams_for(&self, group: &str) -> Vec<UpstreamId> {
+        let all = &self.config.ownership.upstreams;
+        let mut wanted: Vec<UpstreamId> = Vec::new();
+        for r in self.config.routings.iter().filter(|r| r.visible_to(group)) {
+            if r.routing.upstreams.is_empty() {
+                return all.clone();
+            }
+            for u in all {
+                if r.routing.upstreams.iter().any(|n| n == u.as_str()) && !wanted.contains(u) {
+                    wanted.push(u.clone());
+                }
+            }
+        }
+        if self.config.routings.is_empty() {
+            return all.clone();
+        }
+        wanted
+    }
+
+    pub(super) async fn assign(
+        &self,
+        owners: &mut Owners,
+        live: &[(WorkerId, WorkerInfo, WorkerSession)],
+        now: Timestamp,
+    ) -> PoolResult<usize> {
+        let cfg = &self.config.ownership;
+        let mut order: Vec<(u64, &WorkerId, &WorkerInfo)> = live
+            .iter()
+            .map(|(w, i, _)| (slots_of(owners.get(w)), w, i))
+            .collect();
+        order.sort_by_key(|(s, _, _)| *s);
+        let mut assigned = 0;
+        for (slots, worker, info) in order {
+            let mut missing = cfg.target_slots_per_worker.saturating_sub(slots);
+            let upstreams = self.upstreams_for(&info.group);
+            if missing == 0 || upstreams.is_empty() {
+                continue;
+            }
+            let per_upstream = cfg.assign_batch.div_ceil(upstreams.len() as u32).max(1);
+            for upstream in upstreams {
+                if missing == 0 {
+                    break;
+                }
+                let count = owners.get(worker).map_or(0, BTreeMap::len);
+                if count >= cfg.max_proxies_per_worker {
+                    break;
+                }
+                let ids = self
+                    .ports
+                    .catalog
+                    .assignable(
+                        &upstream,
+                        per_upstream.saturating_add(cfg.extraction_reserve),
+                    )
+                    .await?;
+                let ids: Vec<ProxyId> = ids
+                    .into_iter()
+                    .skip(cfg.extraction_reserve as usize)
+                    .collect();
+                if ids.is_empty() {
+                    continue;
+                }
+                let records = self.ports.catalog.records(&ids).await?;
+                for rec in records.into_iter().flatten() {
+                    if missing == 0 {
+                        break;
+                    }
+                    if rec.state != ProxyState::Available
+                        || rec.owner.is_some()
+                        || rec.usable_until <= now
+                        || self.is_held(&rec.id, now)
+                    {
+                        continue;
+                    }
+                    match self
+                        .ports
+                        .ownership
+                        .assign(&rec.id, worker, cfg.lease)
+                        .await
+                    {
+                        Ok(a) => {
+                            let slots = u64::from(rec.max_concurrency);
+                            missing = missing.saturating_sub(slots);
+                            owners.entry(worker.clone()).or_default().insert(
+                                rec.id.clone(),
+                                Owned {
+                                    assignment: a,
+                                    slots,
+                                    usable_until: rec.usable_until,
+                                    drain_version: None,
+                                },
+                            );
+                            assigned += 1;
+                        }
+                        Err(
+                            PoolError::Conflict(ConflictReason::NotAssignable)
+                            | PoolError::NotFound,
+                        ) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        Ok(assigned)
+    }
+}
+
+fn slots_of(m: Option<&BTreeMap<ProxyId, Owned>>) -> u64 {
+    m.map_or(0, |m| {
+        m.values()
+            .filter(|o| !o.assignment.draining)
+            .map(|o| o.slots)
+            .sum()
+    })
+}

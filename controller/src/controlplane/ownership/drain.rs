@@ -1,0 +1,137 @@
+//! Drains: beginning them on request, completing them when the worker reports zero,
+//! and holding released proxies back for extraction.
+
+use activity_pool::model::{ProxyId, WorkerId, WorkerSession};
+use activity_pool::{ConflictReason, PoolError, PoolResult, Timestamp};
+
+use super::{DrainRequest, MAX_HELD, Owners, OwnershipManager};
+use crate::controlplane::registry::WorkerInfo;
+
+impl OwnershipManager {
+    pub(super) async fn begin_drains(&self, owners: &mut Owners) -> PoolResult<usize> {
+        let requests: Vec<DrainRequest> = self.requests.lock().drain(..).collect();
+        let mut targets: Vec<(WorkerId, ProxyId)> = Vec::new();
+        for r in requests {
+            match r {
+                DrainRequest::Proxy(id) => {
+                    if let Some((w, _)) = owners.iter().find(|(_, m)| m.contains_key(&id)) {
+                        targets.push((w.clone(), id));
+                    }
+                }
+                DrainRequest::Upstream { upstream, count } => {
+                    let mut picked = 0;
+                    for (w, m) in owners.iter() {
+                        for (id, o) in m {
+                            if picked >= count {
+                                break;
+                            }
+                            if !o.assignment.draining && o.assignment.upstream == upstream {
+                                targets.push((w.clone(), id.clone()));
+                                picked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let mut begun = 0;
+        for (worker, id) in targets {
+            let Some(o) = owners.get_mut(&worker).and_then(|m| m.get_mut(&id)) else {
+                continue;
+            };
+            if o.assignment.draining {
+                continue;
+            }
+            match self
+                .ports
+                .ownership
+                .begin_drain(&id, &worker, o.assignment.epoch)
+                .await
+            {
+                Ok(a) => {
+                    o.assignment = a;
+                    o.drain_version = None;
+                    begun += 1;
+                    tracing::info!(proxy = %id, worker = %worker, "drain begun");
+                }
+                Err(e @ (PoolError::Conflict(_) | PoolError::NotFound)) => {
+                    tracing::debug!(proxy = %id, worker = %worker, error = %e, "drain refused");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(begun)
+    }
+
+    /// Keeps a proxy drained for extraction out of assignment for `drain_hold`.
+    pub(super) fn hold(&self, id: ProxyId, now: Timestamp) {
+        let mut held = self.held.lock();
+        held.retain(|_, until| *until > now);
+        if held.len() < MAX_HELD {
+            held.insert(id, now.plus(self.config.ownership.drain_hold));
+        }
+    }
+
+    pub(super) fn is_held(&self, id: &ProxyId, now: Timestamp) -> bool {
+        self.held.lock().get(id).is_some_and(|until| *until > now)
+    }
+
+    pub(super) async fn finish_drains(
+        &self,
+        owners: &mut Owners,
+        live: &[(WorkerId, WorkerInfo, WorkerSession)],
+        now: Timestamp,
+    ) -> PoolResult<usize> {
+        let mut released = 0;
+        for (worker, _, session) in live {
+            let Some(m) = owners.get_mut(worker) else {
+                continue;
+            };
+            let draining: Vec<(ProxyId, u64, u64)> = m
+                .iter()
+                .filter_map(|(id, o)| {
+                    let v = o.drain_version.filter(|_| o.assignment.draining)?;
+                    Some((id.clone(), o.assignment.epoch, v))
+                })
+                .collect();
+            if draining.is_empty() {
+                continue;
+            }
+            let Some(runtime) = self.ports.runtime.runtime(worker).await? else {
+                continue;
+            };
+            let acked = session.acked_version.unwrap_or(0);
+            for (id, epoch, drain_version) in draining {
+                // The worker must hold the snapshot that marks the proxy draining, and
+                // its counts must come from a report bound to it or a later one.
+                if acked < drain_version || runtime.snapshot_version < drain_version {
+                    continue;
+                }
+                let (active, reserved) = runtime
+                    .entries
+                    .iter()
+                    .find(|e| e.proxy_id == id)
+                    .map_or((0, 0), |e| (e.active, e.reserved));
+                match self
+                    .ports
+                    .ownership
+                    .acknowledge_drain(&id, worker, epoch, active, reserved)
+                    .await
+                {
+                    Ok(()) => {
+                        m.remove(&id);
+                        self.hold(id.clone(), now);
+                        released += 1;
+                        tracing::info!(proxy = %id, worker = %worker, "drain complete; ownership cleared");
+                    }
+                    Err(PoolError::Conflict(ConflictReason::Busy)) => {}
+                    Err(PoolError::Conflict(_) | PoolError::NotFound) => {
+                        m.remove(&id);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(released)
+    }
+}

@@ -1,0 +1,91 @@
+//! Publishing each live worker's snapshot from its owned proxies' records.
+
+use std::collections::HashSet;
+
+use activity_pool::model::{Assignment, ProxyId, ProxyRecord, ProxyState, WorkerId, WorkerSession};
+use activity_pool::{PoolResult, Timestamp};
+use proxy_pool_api::controlplane::model::{Credentials, Protocol, Secret, SnapshotProxy};
+
+use super::{Owners, OwnershipManager, RECORD_CHUNK};
+use crate::controlplane::registry::WorkerInfo;
+
+impl OwnershipManager {
+    pub(super) async fn publish(
+        &self,
+        owners: &mut Owners,
+        live: &[(WorkerId, WorkerInfo, WorkerSession)],
+        now: Timestamp,
+    ) -> PoolResult<()> {
+        let validity = activity_pool::clock::duration_millis(self.config.snapshot_validity);
+        for (worker, info, _) in live {
+            let m = owners.entry(worker.clone()).or_default();
+            let ids: Vec<ProxyId> = m.keys().cloned().collect();
+            let mut proxies = Vec::with_capacity(ids.len());
+            let mut gone = HashSet::new();
+            for chunk in ids.chunks(RECORD_CHUNK) {
+                let records = self.ports.catalog.records(chunk).await?;
+                for (id, rec) in chunk.iter().zip(records) {
+                    let Some(o) = m.get_mut(id) else { continue };
+                    match rec {
+                        Some(rec)
+                            if rec.owner.as_ref().is_some_and(|a| {
+                                a.worker_id == *worker && a.epoch == o.assignment.epoch
+                            }) && rec.expires_at > now =>
+                        {
+                            o.slots = u64::from(rec.max_concurrency);
+                            o.usable_until = rec.usable_until;
+                            if matches!(rec.state, ProxyState::Available | ProxyState::Draining) {
+                                proxies.push(snapshot_proxy(&rec, &o.assignment));
+                            }
+                        }
+                        _ => {
+                            gone.insert(id.clone());
+                        }
+                    }
+                }
+            }
+            for id in &gone {
+                m.remove(id);
+            }
+            let version = self.publisher.publish(
+                worker,
+                self.routings_for(&info.group),
+                proxies,
+                now.millis(),
+                validity,
+                validity / 2,
+            );
+            for o in m.values_mut() {
+                if o.assignment.draining && o.drain_version.is_none() {
+                    o.drain_version = Some(version);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A pool record as a worker's snapshot entry.
+pub fn snapshot_proxy(rec: &ProxyRecord, a: &Assignment) -> SnapshotProxy {
+    SnapshotProxy {
+        id: rec.id.to_string(),
+        upstream: rec.upstream.to_string(),
+        protocol: match rec.protocol {
+            activity_pool::model::Protocol::Http => Protocol::Http,
+            activity_pool::model::Protocol::Socks5 => Protocol::Socks5,
+        },
+        host: rec.host.clone(),
+        port: rec.port,
+        credentials: rec.credentials.as_ref().map(|c| Credentials {
+            username: c.username.clone(),
+            password: Secret::new(c.password.expose()),
+        }),
+        region: rec.region.as_ref().map(ToString::to_string),
+        carrier: rec.carrier.as_ref().map(ToString::to_string),
+        max_concurrency: rec.max_concurrency,
+        expires_at_ms: rec.expires_at.millis(),
+        usable_until_ms: rec.usable_until.millis(),
+        assignment_epoch: a.epoch,
+        draining: a.draining,
+    }
+}
