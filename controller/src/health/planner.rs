@@ -251,7 +251,7 @@ impl Planner {
             e.lease = Some((task_id, deadline));
             let n = e.checks;
             e.checks = e.checks.saturating_add(1);
-            let checks = Self::checks(&self.cfg, n, tiers);
+            let checks = Self::checks(&self.cfg, n, e.health.leaked, tiers);
             e.pending = checks.len();
             self.leases.insert((deadline, task_id));
             self.tasks.insert(task_id, id.clone());
@@ -265,10 +265,11 @@ impl Planner {
         out
     }
 
-    fn checks(cfg: &PlannerConfig, n: u32, tiers: &[Tier]) -> Vec<Check> {
+    fn checks(cfg: &PlannerConfig, n: u32, leaked: bool, tiers: &[Tier]) -> Vec<Check> {
         let mut checks = vec![Check::Basic];
         let every = cfg.egress_every;
-        if tiers.contains(&Tier::Egress) && every > 0 && n.is_multiple_of(every) {
+        // An open leak is re-checked by EGRESS every time: nothing else can clear it.
+        if tiers.contains(&Tier::Egress) && (leaked || (every > 0 && n.is_multiple_of(every))) {
             checks.push(Check::Egress);
         }
         if tiers.contains(&Tier::Target) {
@@ -460,6 +461,34 @@ mod tests {
         assert!(p.complete(Timestamp(1), l[0].task_id, &[]).is_none());
         assert_eq!(p.len(), 1);
         assert_eq!(p.announce(&[id("c")]).added, 1);
+    }
+
+    #[test]
+    fn an_open_leak_is_rechecked_with_egress_every_time() {
+        let cfg = PlannerConfig {
+            egress_every: 0,
+            ..PlannerConfig::default()
+        };
+        let mut p = Planner::new(cfg, ReducerConfig::default());
+        let mut now = Timestamp(1_000_000);
+        p.announce(&[id("a")]);
+        let l = p.lease(now, 1, &ALL).remove(0);
+        assert_eq!(
+            l.checks,
+            vec![Check::Basic],
+            "egress_every 0: no EGRESS normally"
+        );
+        let leak = Observation {
+            tier: Tier::Egress,
+            failure: Some(FailureCode::ClientLeaked),
+            ..obs(l.task_id, "a", false)
+        };
+        p.complete(now, l.task_id, &[leak]).unwrap();
+        assert!(p.health(&id("a")).unwrap().leaked);
+        now = now.plus(Duration::from_secs(60));
+        let l = p.lease(now, 1, &ALL).remove(0);
+        assert_eq!(l.checks, vec![Check::Basic, Check::Egress]);
+        assert_eq!(p.lease(now, 1, &[Tier::Basic]).len(), 0);
     }
 
     #[test]

@@ -7,12 +7,12 @@
 //! | UNCHECKED   | success                              | AVAILABLE                           | yes          |
 //! | AVAILABLE   | success                              | AVAILABLE (freshness)               | yes          |
 //! | SUSPECT     | success                              | AVAILABLE (SUSPECT if targets fail) | yes          |
-//! | UNHEALTHY   | success, `recover_after` in a row     | AVAILABLE                           | yes          |
-//! | UNHEALTHY   | success, fewer in a row              | UNHEALTHY                           | yes          |
+//! | UNHEALTHY   | success, `recover_after` in a row, no open leak | AVAILABLE                | yes          |
+//! | UNHEALTHY   | success, fewer in a row or leak open | UNHEALTHY                           | no           |
 //! | any         | failure, streak ≥ `unhealthy_after`  | UNHEALTHY                           | on change    |
 //! | any ≠ UNH.  | failure, streak ≥ `suspect_after`    | SUSPECT                             | on change    |
 //! | any         | failure, streak below both           | unchanged                           | no           |
-//! | any         | EGRESS `client_leaked` (if enabled)  | UNHEALTHY                           | on change    |
+//! | any         | EGRESS `client_leaked` (if enabled)  | UNHEALTHY, leak open until an EGRESS success | on change |
 //! | AVAILABLE   | TARGET unreachable, ≥ `target_suspect_after` in a row | SUSPECT            | on change    |
 
 use std::num::NonZeroU32;
@@ -94,6 +94,9 @@ pub struct ProxyHealth {
     pub successes: u32,
     /// TARGET failures in a row.
     pub target_failures: u32,
+    /// An EGRESS check saw the checker's address; only an EGRESS success clears it,
+    /// and until then the proxy stays UNHEALTHY whatever else succeeds.
+    pub leaked: bool,
 }
 
 /// The part of an observation the reducer looks at.
@@ -123,22 +126,33 @@ pub fn reduce(
         if fact.tier == Tier::Target {
             next.target_failures = 0;
         }
+        if fact.tier == Tier::Egress {
+            next.leaked = false;
+        }
         let targets_bad = next.target_failures >= cfg.target_suspect_after.get();
         next.state = match prev.state {
             HealthState::Unhealthy
-                if cfg.recover_after == 0 || next.successes < cfg.recover_after =>
+                if next.leaked || cfg.recover_after == 0 || next.successes < cfg.recover_after =>
             {
                 HealthState::Unhealthy
             }
             _ if targets_bad => HealthState::Suspect,
             _ => HealthState::Available,
         };
-        return (next, next.state.verdict());
+        // Still UNHEALTHY: nothing to write (and the failure code that made it so stays).
+        let verdict =
+            if prev.state == HealthState::Unhealthy && next.state == HealthState::Unhealthy {
+                None
+            } else {
+                next.state.verdict()
+            };
+        return (next, verdict);
     }
     next.successes = 0;
     let leaked = fact.failure == Some(FailureCode::ClientLeaked);
     if leaked && cfg.unhealthy_on_leak {
         next.state = HealthState::Unhealthy;
+        next.leaked = true;
     } else if fact.tier == Tier::Target && fact.failure == Some(FailureCode::TargetUnreachable) {
         next.target_failures = next.target_failures.saturating_add(1);
         if next.target_failures >= cfg.target_suspect_after.get()
@@ -210,7 +224,7 @@ mod tests {
                 Some(Suspect),
                 None,
                 Some(Unhealthy),
-                Some(Unhealthy),
+                None,
                 Some(Available),
                 None,
                 Some(Suspect),
@@ -291,6 +305,33 @@ mod tests {
         assert_eq!(h.state, HealthState::Unhealthy);
     }
 
+    #[test]
+    fn an_open_leak_blocks_recovery_until_egress_succeeds() {
+        let c = cfg(2, 4);
+        let leak = Fact {
+            tier: Tier::Egress,
+            success: false,
+            failure: Some(FailureCode::ClientLeaked),
+        };
+        let egress_ok = Fact {
+            tier: Tier::Egress,
+            success: true,
+            failure: None,
+        };
+        // BASIC successes (even reported after the leak) never bring it back.
+        let (h, v) = run(&c, &[OK, leak, OK, OK, OK]);
+        assert_eq!(h.state, HealthState::Unhealthy);
+        assert!(h.leaked);
+        assert_eq!(
+            &v[2..],
+            &[None, None, None],
+            "nothing written: the failure code stays"
+        );
+        let (h, v) = run(&c, &[OK, leak, OK, egress_ok]);
+        assert_eq!(h.state, HealthState::Available);
+        assert_eq!(v[3], Some(HealthVerdict::Available));
+    }
+
     fn fact() -> impl Strategy<Value = Fact> {
         let tier = prop_oneof![Just(Tier::Basic), Just(Tier::Egress), Just(Tier::Target)];
         let code = prop_oneof![
@@ -344,9 +385,16 @@ mod tests {
                 .filter(is_target_fail)
                 .count() as u32;
             let wins = hist.iter().rev().take_while(|f| f.success).count() as u32;
+            // a leak not yet cleared by a later EGRESS success
+            let leak_open = c.unhealthy_on_leak
+                && hist
+                    .iter()
+                    .rev()
+                    .take_while(|f| !(f.success && f.tier == Tier::Egress))
+                    .any(|f| f.failure == Some(FailureCode::ClientLeaked));
             state = if f.success {
                 if state == HealthState::Unhealthy
-                    && (c.recover_after == 0 || wins < c.recover_after)
+                    && (leak_open || c.recover_after == 0 || wins < c.recover_after)
                 {
                     HealthState::Unhealthy
                 } else if tstreak >= c.target_suspect_after.get() {
@@ -388,9 +436,14 @@ mod tests {
                 if let Some(v) = verdict {
                     prop_assert_eq!(Some(v), next.state.verdict());
                 }
-                // successes always report (freshness); failures only on change
-                if f.success { prop_assert_eq!(verdict, next.state.verdict()); }
-                else if next.state == h.state { prop_assert_eq!(verdict, None); }
+                // successes report (freshness) unless the proxy stays UNHEALTHY;
+                // failures only on change
+                let stays_unhealthy =
+                    h.state == HealthState::Unhealthy && next.state == HealthState::Unhealthy;
+                if f.success && !stays_unhealthy { prop_assert_eq!(verdict, next.state.verdict()); }
+                if stays_unhealthy || (!f.success && next.state == h.state) {
+                    prop_assert_eq!(verdict, None);
+                }
                 // never AVAILABLE with a failure streak at the threshold
                 if next.state == HealthState::Available {
                     prop_assert!(next.failures < c.suspect_after.get());
