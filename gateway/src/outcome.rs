@@ -40,6 +40,8 @@ impl Stage {
 pub struct Outcome {
     /// The proxy.
     pub proxy: ProxyId,
+    /// The routing the request matched.
+    pub routing: Option<Arc<str>>,
     /// Stage.
     pub stage: Stage,
     /// `None` on success, else a bounded reason (see `GatewayError::reason`).
@@ -83,12 +85,14 @@ impl OutcomeSink {
     pub fn record(
         &self,
         proxy: &ProxyId,
+        routing: Option<&Arc<str>>,
         stage: Stage,
         error: Option<&'static str>,
         latency: Duration,
     ) {
         let outcome = Outcome {
             proxy: proxy.clone(),
+            routing: routing.cloned(),
             stage,
             error,
             latency,
@@ -121,7 +125,7 @@ mod tests {
         let (sink, mut rx) = queue(2);
         let id = ProxyId::from("p");
         for _ in 0..5 {
-            sink.record(&id, Stage::Dial, None, Duration::ZERO);
+            sink.record(&id, None, Stage::Dial, None, Duration::ZERO);
         }
         assert_eq!((sink.recorded(), sink.dropped()), (2, 3));
         assert_eq!(rx.rx.try_recv().unwrap().stage, Stage::Dial);

@@ -263,6 +263,10 @@ async fn agent_applies_snapshots_and_deltas_acks_reports_and_resyncs() {
     let batch = next(&mut seen.outcomes).await;
     assert!(!batch.outcomes.is_empty() && batch.outcomes.len() <= 50);
     assert_eq!(batch.batch_sequence, 1);
+    assert!(
+        batch.outcomes.iter().all(|o| o.routing == "all"),
+        "{batch:?}"
+    );
 
     // A delta with a bad checksum is refused, and the agent resyncs from scratch.
     let mut bad = state.advance(header(3), None, &[wire_proxy(&b)]).unwrap();

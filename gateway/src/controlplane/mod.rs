@@ -403,7 +403,7 @@ fn outcome_to_wire(o: Outcome) -> pb::Outcome {
     };
     pb::Outcome {
         proxy_id: o.proxy.to_string(),
-        routing: String::new(),
+        routing: o.routing.as_deref().unwrap_or_default().to_owned(),
         stage: stage as i32,
         success: o.error.is_none(),
         latency_ms: u64::try_from(o.latency.as_millis()).unwrap_or(u64::MAX),

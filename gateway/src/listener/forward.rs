@@ -85,9 +85,13 @@ pub(crate) async fn forward(
         write_head(scratch, &info, &entry);
         match exchange(shared, conn, &mut upstream, scratch, &info, moved).await {
             Ok(outcome) => {
-                shared
-                    .outcomes
-                    .record(&entry.id, Stage::ResponseHeaders, None, started.elapsed());
+                shared.outcomes.record(
+                    &entry.id,
+                    Some(&attempts.routing),
+                    Stage::ResponseHeaders,
+                    None,
+                    started.elapsed(),
+                );
                 shared.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
                 if outcome.upstream_reusable {
                     shared.pool.checkin(pool_key(&entry, &target), upstream);
@@ -114,6 +118,7 @@ pub(crate) async fn forward(
             Err(Exchange::Failed(failure)) => {
                 shared.outcomes.record(
                     &entry.id,
+                    Some(&attempts.routing),
                     Stage::ResponseHeaders,
                     Some(failure.err.reason()),
                     started.elapsed(),
@@ -213,6 +218,7 @@ async fn obtain(
     let stream = upstream::dial(entry, attempts.left(up.connect_timeout)).await;
     shared.outcomes.record(
         &entry.id,
+        Some(&attempts.routing),
         Stage::Dial,
         stream.as_ref().err().map(GatewayError::reason),
         started.elapsed(),
@@ -224,6 +230,7 @@ async fn obtain(
         let res = upstream::socks5_connect(&mut conn, entry, target, timeout).await;
         shared.outcomes.record(
             &entry.id,
+            Some(&attempts.routing),
             Stage::ProxyHandshake,
             res.as_ref().err().map(GatewayError::reason),
             at.elapsed(),

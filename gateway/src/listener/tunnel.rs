@@ -32,10 +32,13 @@ pub(crate) struct Established {
     pub(crate) entry: Arc<ProxyEntry>,
     pub(crate) lease: ActiveLease,
     pub(crate) moved: Option<MoveReason>,
+    pub(crate) routing: Arc<str>,
 }
 
 /// Budget of one request's attempts.
 pub(crate) struct Attempts {
+    /// The routing, for outcome observations.
+    pub(crate) routing: std::sync::Arc<str>,
     pub(crate) deadline: Instant,
     pub(crate) max: u32,
     pub(crate) made: u32,
@@ -47,6 +50,7 @@ pub(crate) struct Attempts {
 impl Attempts {
     pub(crate) fn new(ticket: &Ticket) -> Self {
         Self {
+            routing: ticket.routing.clone(),
             deadline: Instant::now() + ticket.retry.deadline,
             max: ticket.retry.max_attempts.max(1),
             made: 0,
@@ -119,6 +123,7 @@ pub(crate) async fn establish(
                     entry,
                     lease: pick.reservation.activate(),
                     moved: pick.moved,
+                    routing: ticket.routing.clone(),
                 });
             }
             Err(err) => {
@@ -148,6 +153,7 @@ async fn attempt(
     let dialed = Instant::now();
     shared.outcomes.record(
         &entry.id,
+        Some(&attempts.routing),
         Stage::Dial,
         stream.as_ref().err().map(GatewayError::reason),
         dialed - started,
@@ -162,6 +168,7 @@ async fn attempt(
     };
     shared.outcomes.record(
         &entry.id,
+        Some(&attempts.routing),
         Stage::ProxyHandshake,
         res.as_ref().err().map(GatewayError::reason),
         dialed.elapsed(),
@@ -208,9 +215,13 @@ pub(crate) async fn relay(shared: &Shared, client: &mut BufConn, mut est: Establ
         TunnelEnd::Cancelled => Some("shutting-down"),
         TunnelEnd::Error => Some("tunnel-io"),
     };
-    shared
-        .outcomes
-        .record(&est.entry.id, Stage::Tunnel, error, started.elapsed());
+    shared.outcomes.record(
+        &est.entry.id,
+        Some(&est.routing),
+        Stage::Tunnel,
+        error,
+        started.elapsed(),
+    );
     debug!(proxy = %est.entry.id, up, down, ?end, "tunnel closed");
     drop(est.lease);
 }
