@@ -467,3 +467,32 @@ async fn shutdown_makes_a_bounded_final_flush() {
         .unwrap();
     assert_eq!(t.requests, 250);
 }
+
+#[tokio::test]
+async fn redis_outage_loses_events_without_blocking_and_flags_the_day() {
+    let mut rig = Rig::new("2026-05-10T08:00:00Z", "UTC").await;
+    rig.engine.start().await.unwrap();
+    rig.collector.gateway_requests("route-1", "a", 1);
+    rig.drain().await;
+    rig.engine.flush().await.unwrap();
+    rig.redis.stop();
+    rig.collector.gateway_requests("route-1", "a", 5);
+    let started = std::time::Instant::now();
+    rig.drain().await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        rig.engine
+            .metrics()
+            .lost
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert!(rig.engine.flush().await.is_err(), "no flush without Redis");
+    let pending = rig.engine.pending_degraded();
+    assert!(
+        pending
+            .iter()
+            .any(|(_, r)| r.contains(&reason::REDIS_UNAVAILABLE)),
+        "{pending:?}"
+    );
+}

@@ -248,3 +248,30 @@ async fn dashboard_renders_trends_with_gaps_in_headless_chromium() {
     assert!(size > 1000, "screenshot written");
     println!("dashboard screenshot: {}", shot.display());
 }
+
+/// The OpenAPI fragment documents exactly the routes the router serves.
+#[test]
+fn openapi_fragment_lists_the_served_routes() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi-stats.yaml"))
+        .unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let mut paths: Vec<String> = doc["paths"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str().unwrap().to_owned())
+        .collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        vec![
+            "/api/v1/stats/summary",
+            "/api/v1/stats/{kind}/{name}",
+            "/stats"
+        ]
+    );
+    let src = include_str!("../src/stats.rs");
+    for p in &paths {
+        assert!(src.contains(&format!(".route(\"{p}\"")), "{p} is routed");
+    }
+}
