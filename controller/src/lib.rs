@@ -7,6 +7,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod admin;
+pub mod compose;
 pub mod controlplane;
 pub mod distribution;
 pub mod health;
@@ -45,6 +46,8 @@ pub struct Listeners {
     pub distribution: TcpListener,
     /// Admin / ops.
     pub admin: TcpListener,
+    /// gRPC control plane (when the config serves it).
+    pub control_plane: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -53,6 +56,10 @@ impl Listeners {
         Ok(Self {
             distribution: TcpListener::bind(config.distribution.listen).await?,
             admin: TcpListener::bind(config.admin.listen).await?,
+            control_plane: match &config.control_plane {
+                Some(cp) => Some(TcpListener::bind(cp.listen).await?),
+                None => None,
+            },
         })
     }
 }
@@ -68,13 +75,27 @@ pub struct Controller {
     metrics: Arc<Metrics>,
     shutdown: Shutdown,
     statics: Vec<StaticUpstream>,
+    composed: Option<compose::Prepared>,
 }
 
 impl Controller {
     /// Builds the store the config names (connecting to Redis) and every part.
-    pub async fn build(config: Config) -> Result<Self, BuildError> {
-        let store = store::build(&config).await?;
-        Self::from_store(config, store)
+    pub async fn build(config: Config) -> Result<Self, compose::ComposeError> {
+        let (store, pool) = compose::build_store(&config).await?;
+        let mut controller = Self::from_store(config, store)?;
+        controller.composed = Some(compose::prepare(
+            &controller.config,
+            pool,
+            controller.ports.upserter.clone(),
+            controller.ports.health.clone(),
+        )?);
+        Ok(controller)
+    }
+
+    /// The control plane, health service and provider reconcilers [`Controller::run`]
+    /// starts (`None` when built with [`Controller::from_store`]).
+    pub fn composed(&self) -> Option<&compose::Prepared> {
+        self.composed.as_ref()
     }
 
     /// Builds the parts around an existing store (tests inject wrapped ports).
@@ -110,6 +131,7 @@ impl Controller {
             metrics: Metrics::new(),
             shutdown: Shutdown::new(),
             statics,
+            composed: None,
         })
     }
 
@@ -171,7 +193,7 @@ impl Controller {
 
     /// Serves until `signal` resolves, then runs the shutdown protocol and returns when
     /// every listener has drained (or the grace period is over).
-    pub async fn run(self, listeners: Listeners, signal: impl Future<Output = ()> + Send) {
+    pub async fn run(mut self, listeners: Listeners, signal: impl Future<Output = ()> + Send) {
         let limits = &self.config.distribution.limits;
         let dist_opts = ServeOptions {
             max_connections: limits.max_connections as usize,
@@ -206,6 +228,10 @@ impl Controller {
             self.config.pool.maintenance_batch,
             sd.clone(),
         )));
+        let composed = self
+            .composed
+            .take()
+            .map(|p| compose::start(p, listeners.control_plane, sd.clone()));
         tracing::info!(
             distribution = %self.config.distribution.listen,
             admin = %self.config.admin.listen,
@@ -228,6 +254,9 @@ impl Controller {
         }
         for b in background {
             b.abort();
+        }
+        if let Some(c) = composed {
+            c.stop(deadline).await;
         }
         debug_assert!(sd.phase() >= Phase::Stopping);
         tracing::info!("controller stopped");

@@ -246,6 +246,37 @@ pub struct RawControlPlane {
     /// Listen address.
     #[serde(default)]
     pub listen: Option<String>,
+    /// Serve plaintext: a test fixture, allowed only on a loopback listener.
+    #[serde(default)]
+    pub loopback_plaintext: bool,
+    /// mTLS material (required to serve anything but the loopback fixture).
+    #[serde(default)]
+    pub tls: Option<RawControlPlaneTls>,
+    /// Assignable proxies of each upstream the ownership manager leaves unassigned,
+    /// for the Distribution API (default 0).
+    #[serde(default)]
+    pub extraction_reserve: Option<u32>,
+}
+
+/// `controlPlane.tls`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawControlPlaneTls {
+    /// Server certificate chain (PEM file).
+    #[serde(default)]
+    pub cert_file: String,
+    /// Server private key (PEM file).
+    #[serde(default)]
+    pub key_file: String,
+    /// Trust bundle of worker / checker certificates (PEM file).
+    #[serde(default)]
+    pub client_ca_file: String,
+    /// SPIFFE trust domain of accepted clients.
+    #[serde(default)]
+    pub trust_domain: Option<String>,
+    /// Environment segment of accepted SPIFFE IDs.
+    #[serde(default)]
+    pub environment: Option<String>,
 }
 
 /// One `upstreams[]` entry.

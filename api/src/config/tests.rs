@@ -158,3 +158,50 @@ fn routing_references_must_exist() {
         vec!["routings[0].upstreams[0]", "routings[0].clients[0]"]
     );
 }
+
+#[test]
+fn control_plane_transport() {
+    let c = load_yaml(
+        "controlPlane: {enabled: true, listen: '127.0.0.1:0', loopbackPlaintext: true}\n",
+    )
+    .expect("valid");
+    let cp = c.control_plane.expect("on");
+    assert_eq!(cp.transport, ControlPlaneTransport::LoopbackPlaintext);
+    assert_eq!(cp.extraction_reserve, 0);
+    let c = load_yaml("controlPlane: {enabled: true, listen: '127.0.0.1:0', loopbackPlaintext: true, extractionReserve: 3}\n")
+        .expect("valid");
+    assert_eq!(c.control_plane.expect("on").extraction_reserve, 3);
+    let c = load_yaml("controlPlane: {enabled: true}\n").expect("valid");
+    assert_eq!(
+        c.control_plane.expect("on").transport,
+        ControlPlaneTransport::Unconfigured
+    );
+    let c = load_yaml(
+        "controlPlane: {enabled: true, tls: {certFile: /c.pem, keyFile: /k.pem, clientCaFile: /ca.pem}}\n",
+    )
+    .expect("valid");
+    let ControlPlaneTransport::Mtls(t) = c.control_plane.expect("on").transport else {
+        panic!("mtls")
+    };
+    assert_eq!(t.trust_domain, "proxy-pool.local");
+    assert_eq!(t.environment, "default");
+    assert_eq!(
+        paths("controlPlane: {enabled: true, listen: '0.0.0.0:9443', loopbackPlaintext: true}\n"),
+        vec!["controlPlane.loopbackPlaintext".to_owned()]
+    );
+    assert_eq!(
+        paths(
+            "controlPlane: {enabled: true, tls: {certFile: /c.pem, keyFile: '', clientCaFile: /ca.pem, trustDomain: 'a/b'}}\n"
+        ),
+        vec![
+            "controlPlane.tls.keyFile".to_owned(),
+            "controlPlane.tls.trustDomain".to_owned()
+        ]
+    );
+    assert_eq!(
+        paths(
+            "controlPlane: {enabled: true, listen: '127.0.0.1:1', loopbackPlaintext: true, tls: {certFile: a, keyFile: b, clientCaFile: c}}\n"
+        ),
+        vec!["controlPlane.loopbackPlaintext".to_owned()]
+    );
+}

@@ -255,6 +255,37 @@ pub struct AdminConfig {
 pub struct ControlPlaneConfig {
     /// Listen address.
     pub listen: SocketAddr,
+    /// How the listener is secured.
+    pub transport: ControlPlaneTransport,
+    /// Assignable proxies of each upstream left unassigned for extraction.
+    pub extraction_reserve: u32,
+}
+
+/// How the control-plane listener is secured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlPlaneTransport {
+    /// Neither `tls` nor `loopbackPlaintext` given: the controller does not serve the
+    /// control plane (and says so in its log).
+    Unconfigured,
+    /// Plaintext on a loopback listener, explicitly configured as a test fixture.
+    LoopbackPlaintext,
+    /// mTLS with SPIFFE identities.
+    Mtls(ControlPlaneTls),
+}
+
+/// mTLS material of the control-plane listener (files read at start-up).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlPlaneTls {
+    /// Server certificate chain (PEM).
+    pub cert_file: PathBuf,
+    /// Server private key (PEM).
+    pub key_file: PathBuf,
+    /// Trust bundle of client certificates (PEM).
+    pub client_ca_file: PathBuf,
+    /// SPIFFE trust domain of accepted clients.
+    pub trust_domain: String,
+    /// Environment segment of accepted SPIFFE IDs.
+    pub environment: String,
 }
 
 /// A proxy protocol.

@@ -11,15 +11,16 @@ use ipnet::IpNet;
 
 use super::duration::parse_duration;
 use super::raw::{
-    RawAuth, RawClient, RawConfig, RawDistribution, RawPool, RawProxyCredentials, RawRate,
-    RawRedis, RawRouting, RawSource, RawStore, RawUpstream,
+    RawAuth, RawClient, RawConfig, RawControlPlane, RawDistribution, RawPool, RawProxyCredentials,
+    RawRate, RawRedis, RawRouting, RawSource, RawStore, RawUpstream,
 };
 use super::types::{
     AdminConfig, AuthConfig, AuthMethodConfig, AuthMethodKind, AuthMode, BasicCredentials,
-    ClientConfig, Config, ControlPlaneConfig, DistributionConfig, FulfillmentDefault, LimitsConfig,
-    PasswordSource, Permission, PoolConfig, ProxyCredentials, ProxyProtocol, Rate, RedisConfig,
-    RedisTarget, RoutingConfig, SecretHash, ShutdownConfig, SourceConfig, StaticProxy,
-    StaticSourceConfig, StoreConfig, Strategy, UpstreamConfig, VendorApiConfig, VendorFormat,
+    ClientConfig, Config, ControlPlaneConfig, ControlPlaneTls, ControlPlaneTransport,
+    DistributionConfig, FulfillmentDefault, LimitsConfig, PasswordSource, Permission, PoolConfig,
+    ProxyCredentials, ProxyProtocol, Rate, RedisConfig, RedisTarget, RoutingConfig, SecretHash,
+    ShutdownConfig, SourceConfig, StaticProxy, StaticSourceConfig, StoreConfig, Strategy,
+    UpstreamConfig, VendorApiConfig, VendorFormat,
 };
 use super::{ConfigError, ConfigErrors};
 
@@ -258,13 +259,21 @@ pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
     if admin.listen.port() != 0 && admin.listen == distribution.listen {
         cx.err("admin.listen", "must differ from distribution.listen");
     }
-    let control_plane = raw.control_plane.enabled.then(|| ControlPlaneConfig {
-        listen: cx.socket(
+    let control_plane = if raw.control_plane.enabled {
+        let listen = cx.socket(
             "controlPlane.listen",
             raw.control_plane.listen.as_deref(),
             "0.0.0.0:9443",
-        ),
-    });
+        );
+        let transport = control_plane_transport(&mut cx, &raw.control_plane, listen);
+        Some(ControlPlaneConfig {
+            listen,
+            transport,
+            extraction_reserve: raw.control_plane.extraction_reserve.unwrap_or(0),
+        })
+    } else {
+        None
+    };
     let grace_period = cx.duration(
         "shutdown.gracePeriod",
         raw.shutdown.grace_period.as_deref(),
@@ -975,4 +984,62 @@ pub fn split_host_port(s: &str) -> Option<StaticProxy> {
         host: host.to_owned(),
         port,
     })
+}
+
+/// `controlPlane.loopbackPlaintext` / `controlPlane.tls`: plaintext only on a loopback
+/// listener, never together with TLS; TLS needs its three files.
+fn control_plane_transport(
+    cx: &mut Ctx,
+    raw: &RawControlPlane,
+    listen: SocketAddr,
+) -> ControlPlaneTransport {
+    match (&raw.tls, raw.loopback_plaintext) {
+        (Some(_), true) => {
+            cx.err(
+                "controlPlane.loopbackPlaintext",
+                "cannot be combined with controlPlane.tls",
+            );
+            ControlPlaneTransport::Unconfigured
+        }
+        (None, true) => {
+            if !listen.ip().is_loopback() {
+                cx.err(
+                    "controlPlane.loopbackPlaintext",
+                    "plaintext is allowed only on a loopback listen address",
+                );
+            }
+            ControlPlaneTransport::LoopbackPlaintext
+        }
+        (Some(t), false) => {
+            let mut file = |field: &str, v: &str| {
+                if v.trim().is_empty() {
+                    cx.err(format!("controlPlane.tls.{field}"), "is required");
+                }
+                PathBuf::from(v)
+            };
+            let cert_file = file("certFile", &t.cert_file);
+            let key_file = file("keyFile", &t.key_file);
+            let client_ca_file = file("clientCaFile", &t.client_ca_file);
+            let mut name = |field: &str, v: &Option<String>, default: &str| {
+                let v = v.clone().unwrap_or_else(|| default.to_owned());
+                if v.is_empty() || v.contains('/') || v.chars().any(char::is_whitespace) {
+                    cx.err(
+                        format!("controlPlane.tls.{field}"),
+                        "must be a non-empty name without '/' or spaces",
+                    );
+                }
+                v
+            };
+            let trust_domain = name("trustDomain", &t.trust_domain, "proxy-pool.local");
+            let environment = name("environment", &t.environment, "default");
+            ControlPlaneTransport::Mtls(ControlPlaneTls {
+                cert_file,
+                key_file,
+                client_ca_file,
+                trust_domain,
+                environment,
+            })
+        }
+        (None, false) => ControlPlaneTransport::Unconfigured,
+    }
 }

@@ -1,0 +1,373 @@
+//! The rest of the composition root: the gRPC control plane (listener, ownership
+//! manager, snapshot publisher), the provider reconcilers of vendor-API upstreams and
+//! the health reducer / planner bridged to the checker service.
+//!
+//! [`prepare`] does everything that can fail (reading key files, planning upstreams)
+//! when the controller is built; [`start`] spawns the loops when it runs, and
+//! [`Running::stop`] ends them within the shutdown deadline. Nothing here logs a
+//! vendor key, a proxy password or TLS key material.
+
+use std::sync::Arc;
+
+use activity_pool::SystemClock;
+use activity_pool::model::Secret;
+use activity_pool::ports::{HealthStore, Upserter};
+use activity_pool::{Clock, PoolError};
+use proxy_pool_api::config::{Config, ControlPlaneTransport, SourceConfig};
+use proxy_pool_api::controlplane::model::Secret as WireSecret;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::controlplane::checker::CheckerObservation;
+use crate::controlplane::{
+    CheckerBackend, ControlPlane, ControlPlanePorts, MemoryCheckerBackend, OutcomeQueue, ServerTls,
+    Transport, WorkerOutcome,
+};
+use crate::health::{
+    BridgeOptions, CheckerBridge, HealthMetrics, HealthService, PlannerConfig, ReducerConfig,
+};
+use crate::provider::{
+    ProviderError, ProviderMetrics, ProviderReconciler, ResolvedSecrets, plan_upstream,
+};
+use crate::shutdown::{Phase, Shutdown};
+use crate::store::{self, BuildError, Ports, Store};
+
+/// Checks queued for checkers at most.
+const CHECK_QUEUE: usize = 1_024;
+/// Checker observations waiting for the reducer at most.
+const OBSERVATION_QUEUE: usize = 4_096;
+/// Gateway outcomes waiting at most.
+const OUTCOME_QUEUE: usize = 4_096;
+
+/// Why the controller could not be composed.
+#[derive(Debug, thiserror::Error)]
+pub enum ComposeError {
+    /// Store, secrets or static upstreams.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// A vendor-API upstream cannot be planned.
+    #[error("upstream {upstream}: {source}")]
+    Provider {
+        /// Upstream name.
+        upstream: String,
+        /// Why.
+        source: ProviderError,
+    },
+    /// A TLS file of the control plane could not be read (content never shown).
+    #[error("controlPlane.tls: cannot read {path}: {reason}")]
+    TlsFile {
+        /// The file.
+        path: String,
+        /// The I/O error kind.
+        reason: String,
+    },
+    /// Inconsistent health thresholds.
+    #[error("health: {0}")]
+    Health(String),
+    /// The pool.
+    #[error("activity pool: {0}")]
+    Pool(#[from] PoolError),
+}
+
+/// Builds the store the config names and keeps every port of the same pool (the
+/// control plane needs more than [`Ports`] carries).
+pub async fn build_store(config: &Config) -> Result<(Store, ControlPlanePorts), ComposeError> {
+    use activity_pool::MemoryPool;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    match &config.store {
+        proxy_pool_api::config::StoreConfig::Memory => {
+            let pool = Arc::new(MemoryPool::new(store::pool_options(&config.pool)));
+            Ok((
+                Store {
+                    ports: ports_of(pool.clone()),
+                    redis: None,
+                },
+                ControlPlanePorts::from_pool(pool, clock),
+            ))
+        }
+        proxy_pool_api::config::StoreConfig::Redis(_) => {
+            let built = store::build(config).await?;
+            let redis = redis_pool(config).await?;
+            // The same Redis keyspace behind both port sets.
+            Ok((built, ControlPlanePorts::from_pool(redis, clock)))
+        }
+    }
+}
+
+fn ports_of<P: activity_pool::ports::ActivityPool + 'static>(pool: Arc<P>) -> Ports {
+    Ports {
+        extraction: pool.clone(),
+        inventory: pool.clone(),
+        upserter: pool.clone(),
+        health: pool.clone(),
+        maintenance: pool,
+    }
+}
+
+async fn redis_pool(config: &Config) -> Result<Arc<activity_pool::RedisPool>, ComposeError> {
+    use activity_pool::{RedisConnector, RedisOptions, RedisPool};
+    use proxy_pool_api::config::{RedisTarget, StoreConfig};
+    let StoreConfig::Redis(r) = &config.store else {
+        return Err(ComposeError::Health("not a Redis store".into()));
+    };
+    let mut connector = match &r.target {
+        RedisTarget::Address(url) => RedisConnector::direct(url)?,
+        RedisTarget::Sentinel {
+            master_name,
+            addresses,
+        } => RedisConnector::sentinel(master_name, addresses.clone())?,
+    };
+    if let Some(path) = &r.password_file {
+        let p =
+            store::resolve_password(&proxy_pool_api::config::PasswordSource::File(path.clone()))?;
+        connector = connector.with_password(Secret::new(p));
+    }
+    if let Some(u) = &r.username {
+        connector = connector.with_username(u.clone());
+    }
+    Ok(Arc::new(
+        RedisPool::new(
+            connector,
+            RedisOptions {
+                pool: store::pool_options(&config.pool),
+                command_timeout: r.command_timeout,
+                clock_override: None,
+            },
+        )
+        .await?,
+    ))
+}
+
+/// Everything built and checked, not yet running.
+#[derive(Debug)]
+pub struct Prepared {
+    control_plane: Option<(Arc<ControlPlane>, Transport)>,
+    outcomes: Option<mpsc::Receiver<WorkerOutcome>>,
+    bridge: CheckerBridge,
+    observations: mpsc::Receiver<CheckerObservation>,
+    reconcilers: Vec<ProviderReconciler>,
+    health: Arc<HealthService>,
+}
+
+impl Prepared {
+    /// The control plane, when the config serves it (tests drive its ownership loop).
+    pub fn control_plane(&self) -> Option<Arc<ControlPlane>> {
+        self.control_plane.as_ref().map(|(cp, _)| cp.clone())
+    }
+
+    /// The health service (tests read how many proxies it tracks).
+    pub fn health(&self) -> Arc<HealthService> {
+        self.health.clone()
+    }
+}
+
+fn read_file(path: &std::path::Path) -> Result<String, ComposeError> {
+    std::fs::read_to_string(path).map_err(|e| ComposeError::TlsFile {
+        path: path.display().to_string(),
+        reason: e.kind().to_string(),
+    })
+}
+
+/// Builds the control plane, the health service and bridge, and one provider
+/// reconciler per vendor-API upstream.
+pub fn prepare(
+    config: &Config,
+    pool: ControlPlanePorts,
+    upserter: Arc<dyn Upserter>,
+    health_store: Arc<dyn HealthStore>,
+) -> Result<Prepared, ComposeError> {
+    let clock: Arc<dyn Clock> = pool.clock.clone();
+    let (backend, observations) =
+        MemoryCheckerBackend::new(CHECK_QUEUE, OBSERVATION_QUEUE, clock.clone());
+    let backend = Arc::new(backend);
+    let health = Arc::new(
+        HealthService::new(
+            PlannerConfig::default(),
+            ReducerConfig::default(),
+            pool.catalog.clone(),
+            health_store.clone(),
+            clock,
+            HealthMetrics::default(),
+        )
+        .map_err(ComposeError::Health)?,
+    );
+    let bridge = CheckerBridge::new(
+        health.clone(),
+        backend.clone(),
+        BridgeOptions {
+            queue_target: CHECK_QUEUE / 2,
+            ..BridgeOptions::default()
+        },
+    );
+
+    let mut reconcilers = Vec::new();
+    let metrics = ProviderMetrics::default();
+    for u in &config.upstreams {
+        let SourceConfig::VendorApi(v) = &u.source else {
+            continue;
+        };
+        let err = |source| ComposeError::Provider {
+            upstream: u.name.clone(),
+            source,
+        };
+        let vendor_api_key = v
+            .api_key_file
+            .as_ref()
+            .map(|p| {
+                store::resolve_password(&proxy_pool_api::config::PasswordSource::File(p.clone()))
+            })
+            .transpose()?
+            .map(|k| Secret::new(k.trim().to_owned()));
+        let proxy_password = v
+            .credentials
+            .as_ref()
+            .map(|c| store::resolve_password(&c.password))
+            .transpose()?
+            .map(Secret::new);
+        let plan = plan_upstream(
+            u,
+            &ResolvedSecrets {
+                vendor_api_key,
+                proxy_password,
+            },
+        )
+        .map_err(err)?;
+        let r =
+            ProviderReconciler::new(plan.options, plan.source, upserter.clone(), metrics.clone())
+                .map_err(err)?
+                .with_health_store(health_store.clone())
+                .with_announcer(health.clone());
+        reconcilers.push(r);
+    }
+
+    let (control_plane, outcomes) = match &config.control_plane {
+        None => (None, None),
+        Some(cp) => {
+            let transport = match &cp.transport {
+                ControlPlaneTransport::Unconfigured => None,
+                ControlPlaneTransport::LoopbackPlaintext => Some(Transport::LoopbackFixture),
+                ControlPlaneTransport::Mtls(t) => Some(Transport::Mtls(ServerTls {
+                    cert_pem: read_file(&t.cert_file)?,
+                    key_pem: WireSecret::new(read_file(&t.key_file)?),
+                    client_ca_pem: read_file(&t.client_ca_file)?,
+                    trust_domain: t.trust_domain.clone(),
+                    environment: t.environment.clone(),
+                })),
+            };
+            match transport {
+                None => {
+                    tracing::error!(
+                        "controlPlane is enabled without tls or loopbackPlaintext: not serving it"
+                    );
+                    (None, None)
+                }
+                Some(transport) => {
+                    let (queue, rx) = OutcomeQueue::bounded(OUTCOME_QUEUE);
+                    let checker: Arc<dyn CheckerBackend> = backend.clone();
+                    let mut cp_config = crate::controlplane::compose::control_plane_config(config);
+                    cp_config.ownership.extraction_reserve = cp.extraction_reserve;
+                    let plane = ControlPlane::new(cp_config, pool, checker, queue);
+                    (Some((Arc::new(plane), transport)), Some(rx))
+                }
+            }
+        }
+    };
+    Ok(Prepared {
+        control_plane,
+        outcomes,
+        bridge,
+        observations,
+        reconcilers,
+        health,
+    })
+}
+
+/// The running loops.
+#[derive(Debug)]
+pub struct Running {
+    stop: CancellationToken,
+    tracker: TaskTracker,
+}
+
+/// Spawns every prepared loop; they stop when `shutdown` reaches
+/// [`Phase::Stopping`] (or [`Running::stop`]).
+pub fn start(prepared: Prepared, listener: Option<TcpListener>, shutdown: Shutdown) -> Running {
+    let stop = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    {
+        let stop = stop.clone();
+        tracker.spawn(async move {
+            tokio::select! {
+                () = shutdown.reached(Phase::Stopping) => stop.cancel(),
+                () = stop.cancelled() => {}
+            }
+        });
+    }
+    let Prepared {
+        control_plane,
+        outcomes,
+        bridge,
+        observations,
+        reconcilers,
+        health: _,
+    } = prepared;
+    match (control_plane, listener) {
+        (Some((plane, transport)), Some(listener)) => {
+            let addr = listener.local_addr().ok();
+            let p = plane.clone();
+            let s = stop.clone();
+            tracker.spawn(async move { p.run(s.cancelled_owned()).await });
+            let s = stop.clone();
+            tracker.spawn(async move {
+                if let Err(e) = crate::controlplane::serve(
+                    listener,
+                    transport,
+                    plane.clone(),
+                    s.clone().cancelled_owned(),
+                )
+                .await
+                {
+                    tracing::error!(error = %e, "control plane stopped");
+                }
+                plane.close_streams();
+            });
+            tracing::info!(listen = ?addr, "control plane serving");
+        }
+        (Some(_), None) => {
+            tracing::error!("control plane configured but no listener given: not serving it");
+        }
+        _ => {}
+    }
+    if let Some(mut rx) = outcomes {
+        // Gateway outcomes are not reduced yet: drained so the queue never blocks.
+        let s = stop.clone();
+        tracker.spawn(async move {
+            loop {
+                tokio::select! {
+                    () = s.cancelled() => return,
+                    o = rx.recv() => if o.is_none() { return },
+                }
+            }
+        });
+    }
+    tracker.spawn(bridge.run(observations, stop.clone()));
+    crate::provider::spawn_all(reconcilers, &stop, &tracker);
+    Running { stop, tracker }
+}
+
+impl Running {
+    /// Stops every loop and waits for them until `deadline`.
+    pub async fn stop(self, deadline: Instant) {
+        self.stop.cancel();
+        self.tracker.close();
+        if tokio::time::timeout_at(deadline, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("grace period over before every background loop stopped");
+        }
+    }
+}
