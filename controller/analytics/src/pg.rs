@@ -206,7 +206,7 @@ impl PgStore {
         .await
     }
 
-    /// Fails unless the schema is at [`SCHEMA_VERSION`] (start-up never migrates).
+    /// Fails unless the schema is at `SCHEMA_VERSION` (start-up never migrates).
     pub async fn check_schema(&self) -> Result<(), AnalyticsError> {
         self.with(async |c| {
             let exists: bool = c
@@ -372,7 +372,7 @@ impl PgStore {
         .await
     }
 
-    /// Every total (bounded by [`MAX_SUBJECTS`]).
+    /// Every total (bounded by `MAX_SUBJECTS`).
     pub async fn totals(&self) -> Result<Vec<TotalRow>, AnalyticsError> {
         self.with(async |c| {
             let q =
