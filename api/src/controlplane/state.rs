@@ -657,7 +657,10 @@ mod tests {
         worker.apply_delta(d).unwrap();
         assert_eq!(worker.checksum(), server.checksum());
         let shown = format!("{server:?}");
-        assert!(!shown.contains("pw\"") && !shown.contains("112, 119"), "{shown}");
+        assert!(
+            !shown.contains("pw\"") && !shown.contains("112, 119"),
+            "{shown}"
+        );
         assert_eq!(worker.to_snapshot(), server.to_snapshot());
     }
 
