@@ -16,7 +16,7 @@ use crate::day::{Clock, minus_days};
 use crate::error::AnalyticsError;
 use crate::model::Event;
 use crate::options::Settings;
-use crate::pg::{CommitOutcome, DayCoverage, Meta, PgStore, Snapshot};
+use crate::pg::{CommitOutcome, DailyRow, DayCoverage, Meta, PgStore, Snapshot, TotalRow};
 use crate::ws::WorkingSet;
 
 /// Events applied per Redis pipeline.
@@ -238,6 +238,38 @@ impl Engine {
         Ok(())
     }
 
+    /// `Corrupt` when a Redis counter is behind its committed SQL value: keys were
+    /// evicted and re-created by new events (the absolute snapshot would lose counts).
+    async fn behind_sql(
+        &self,
+        totals: &[TotalRow],
+        days: &[DailyRow],
+    ) -> Result<(), AnalyticsError> {
+        if totals.is_empty() && days.is_empty() {
+            return Ok(());
+        }
+        let from = days
+            .iter()
+            .map(|d| d.day)
+            .min()
+            .unwrap_or_else(|| self.today());
+        let (sql_totals, sql_days) = self.pg.committed_requests(from).await?;
+        let total_behind = totals
+            .iter()
+            .any(|t| sql_totals.get(&t.subject).is_some_and(|&n| t.requests < n));
+        let day_behind = days.iter().any(|d| {
+            sql_days
+                .get(&(d.subject.clone(), d.day))
+                .is_some_and(|&n| d.requests < n)
+        });
+        if total_behind || day_behind {
+            return Err(AnalyticsError::Corrupt(
+                "redis counters behind postgres".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// One flush: check, snapshot, commit, clear, prune.
     pub async fn flush(&mut self) -> Result<FlushReport, AnalyticsError> {
         let started = std::time::Instant::now();
@@ -276,7 +308,11 @@ impl Engine {
         let mut recovered = self.recover_if_needed(meta.as_ref()).await?;
         let (items, totals, mut days) = loop {
             let items = self.ws.dirty().await?;
-            match self.ws.read(&items).await {
+            let read = match self.ws.read(&items).await {
+                Ok((t, d)) => self.behind_sql(&t, &d).await.map(|()| (t, d)),
+                Err(e) => Err(e),
+            };
+            match read {
                 Ok((t, d)) => break (items, t, d),
                 Err(AnalyticsError::Corrupt(what)) if !recovered => {
                     tracing::warn!(what, "analytics working set inconsistent");

@@ -2,6 +2,8 @@
 //! transaction, absolute values, newer sequences only), batched retention, and the
 //! committed-value reads behind the stats API. Never runs DDL outside `migrate`.
 
+use std::collections::HashMap;
+
 use jiff::Timestamp;
 use jiff::civil::Date;
 use tokio::sync::Mutex;
@@ -382,6 +384,42 @@ impl PgStore {
                 .iter()
                 .map(total_of)
                 .collect()
+        })
+        .await
+    }
+
+    /// Committed request counts (no HLL bytes): every total, and daily rows on or after
+    /// `from`. Used to notice a Redis working set that lost keys (it would be behind).
+    pub async fn committed_requests(
+        &self,
+        from: Date,
+    ) -> Result<(HashMap<Subject, i64>, HashMap<(Subject, Date), i64>), AnalyticsError> {
+        self.with(async |c| {
+            let mut totals = HashMap::new();
+            for r in c
+                .query(
+                    "SELECT kind, name, requests FROM pp_analytics_total LIMIT $1",
+                    &[&MAX_SUBJECTS],
+                )
+                .await?
+            {
+                totals.insert(subject_of(&r)?, r.try_get::<_, i64>("requests")?);
+            }
+            let mut days = HashMap::new();
+            for r in c
+                .query(
+                    "SELECT kind, name, day::text AS day, requests FROM pp_analytics_daily \
+                     WHERE day >= $1::text::date LIMIT $2",
+                    &[&from.to_string(), &MAX_SUBJECTS],
+                )
+                .await?
+            {
+                days.insert(
+                    (subject_of(&r)?, day_of(&r, "day")?),
+                    r.try_get::<_, i64>("requests")?,
+                );
+            }
+            Ok((totals, days))
         })
         .await
     }

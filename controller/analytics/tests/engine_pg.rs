@@ -496,3 +496,54 @@ async fn redis_outage_loses_events_without_blocking_and_flags_the_day() {
         "{pending:?}"
     );
 }
+
+#[tokio::test]
+async fn evicted_counters_recreated_by_new_events_are_caught_and_rebuilt() {
+    let mut rig = Rig::new("2026-05-10T08:00:00Z", "UTC").await;
+    rig.engine.start().await.unwrap();
+    for _ in 0..10 {
+        rig.collector.gateway_requests("route-1", "a", 1);
+    }
+    rig.drain().await;
+    rig.engine.flush().await.unwrap();
+    // Eviction of this subject's keys only (the sequence survives).
+    for k in [
+        "t:routings|route-1",
+        "th:routings|route-1",
+        "d:routings|route-1|2026-05-10",
+        "dh:routings|route-1|2026-05-10",
+    ] {
+        let _: () = redis::cmd("DEL")
+            .arg(format!("test:analytics:v1:{k}"))
+            .query_async(&mut rig.conn)
+            .await
+            .unwrap();
+    }
+    rig.collector.gateway_requests("route-1", "a", 1);
+    rig.drain().await;
+    let r = rig.engine.flush().await.unwrap();
+    assert!(r.recovered, "a counter behind SQL means lost keys");
+    let day = rig
+        .store
+        .days(
+            &subj(Kind::Routings, "route-1"),
+            d("2026-05-10"),
+            d("2026-05-10"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        day[0].requests, 10,
+        "the committed day is not overwritten with a smaller value"
+    );
+    rig.collector.gateway_requests("route-1", "a", 1);
+    rig.drain().await;
+    rig.engine.flush().await.unwrap();
+    let t = rig
+        .store
+        .total(&subj(Kind::Routings, "route-1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(t.requests, 11);
+}
