@@ -71,26 +71,26 @@ async fn sticky_session_moves_at_its_ttl() {
     h.install(
         vec![upstream(&a, 10), upstream(&b, 10)],
         vec![sticky(
-            Duration::from_millis(900),
-            Duration::from_millis(600),
+            Duration::from_millis(1500),
+            Duration::from_millis(1000),
         )],
     );
     let user = "alice-session-ttl";
     let r = get_once(h.http, user, h.echo(), "/").await;
     let first = r.remote_ip();
     for _ in 0..2 {
-        tokio::time::sleep(Duration::from_millis(350)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
         let r = get_once(h.http, user, h.echo(), "/").await;
         assert_eq!(r.remote_ip(), first, "used within the idle timeout: kept");
     }
-    tokio::time::sleep(Duration::from_millis(350)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let r = get_once(h.http, user, h.echo(), "/").await;
     assert_eq!(
         r.header("x-proxy-pool-session-moved").as_deref(),
         Some("session-expired")
     );
     // An idle-forgotten session starts afresh without a move notice.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let r = get_once(h.http, user, h.echo(), "/").await;
     assert_eq!(r.header("x-proxy-pool-session-moved"), None);
 }
