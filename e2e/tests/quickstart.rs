@@ -1,0 +1,298 @@
+//! The README's first command: `scripts/dev-up.sh` starts the whole stack, the curl
+//! commands it prints work (HTTP and SOCKS5 through the gateway reach the simulator's
+//! echo server through a simulator proxy; the Distribution API hands out proxies), and
+//! SIGTERM stops every process.
+//!
+//! Builds the four binaries through the script (a no-op when they are fresh) into the
+//! target directory this test runs from; ports come from a free random range.
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const PORTS: u16 = 10;
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root")
+        .to_path_buf()
+}
+
+/// `target/` of this test binary (`target/debug/deps/quickstart-…`).
+fn target_dir() -> PathBuf {
+    if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {
+        return PathBuf::from(t);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
+}
+
+/// A base port with `PORTS` consecutive free loopback ports.
+fn free_base() -> u16 {
+    for _ in 0..200 {
+        let base = 20_000 + rand_u16() % 30_000;
+        let all_free = (0..PORTS).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
+        if all_free {
+            return base;
+        }
+    }
+    panic!("no free port range");
+}
+
+fn rand_u16() -> u16 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .subsec_nanos();
+    (nanos ^ std::process::id().rotate_left(7)) as u16
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Sends SIGTERM to the script if the test ends early.
+struct Stack {
+    child: Child,
+    done: bool,
+}
+
+impl Stack {
+    fn sigterm(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if !self.done {
+            self.sigterm();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Splits a printed `curl …` line into arguments (single quotes only, as printed).
+fn shell_words(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut any = false;
+    for c in line.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                any = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    out.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            c => {
+                cur.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        out.push(cur);
+    }
+    out
+}
+
+fn curl(args: &[String]) -> serde_json::Value {
+    assert_eq!(args[0], "curl");
+    let out = Command::new("curl")
+        .args(["-sS", "--fail-with-body", "--max-time", "10"])
+        .args(&args[1..])
+        .output()
+        .expect("run curl");
+    let body = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "curl {:?} failed: {} {}",
+        &args[1..args.len().min(3)],
+        body,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+fn assert_egress(answer: &serde_json::Value) {
+    let remote = answer["remote"].as_str().expect("remote");
+    let ip = remote.rsplit_once(':').expect("ip:port").0;
+    assert!(
+        ip.starts_with("127.0.") && ip != "127.0.0.1",
+        "the echo server should see a simulator proxy's egress, saw {remote}"
+    );
+}
+
+#[test]
+fn dev_up_serves_the_printed_commands_and_stops_on_sigterm() {
+    if !have("curl") {
+        eprintln!("skipping: curl is not installed (scripts/test.sh installs it)");
+        return;
+    }
+    let root = repo_root();
+    let base = free_base();
+    let dev_dir =
+        std::env::temp_dir().join(format!("proxy-pool-quickstart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dev_dir);
+    let mut cmd = Command::new("bash");
+    cmd.arg(root.join("scripts/dev-up.sh"))
+        .current_dir(&root)
+        .env("DEV_PORT_BASE", base.to_string())
+        .env("DEV_DIR", &dev_dir)
+        .env("DEV_READY_TIMEOUT", "90")
+        .env("CARGO_TARGET_DIR", target_dir())
+        .env_remove("PROXY_POOL_REDIS_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if std::env::var_os("QUICKSTART_NO_BUILD").is_some() {
+        cmd.arg("--no-build");
+    }
+    let mut child = cmd.spawn().expect("start dev-up.sh");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut stack = Stack { child, done: false };
+
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            println!("dev-up> {line}");
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // The build may take long on a cold machine; the stack itself must come up fast.
+    let deadline = Instant::now() + Duration::from_secs(1_800);
+    let mut printed = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line == "dev-up: ready" => break,
+            Ok(line) => printed.push(line),
+            Err(e) => panic!("dev-up.sh did not get ready: {e}; printed: {printed:#?}"),
+        }
+    }
+    let started = Instant::now();
+    let commands: Vec<Vec<String>> = printed
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| l.starts_with("curl "))
+        .map(shell_words)
+        .collect();
+    let find = |needle: &str| {
+        commands
+            .iter()
+            .find(|c| c.iter().any(|a| a.contains(needle)))
+            .unwrap_or_else(|| panic!("no printed command with {needle}: {printed:#?}"))
+            .clone()
+    };
+
+    // HTTP and SOCKS5 through the gateway, to the echo server, through a sim proxy.
+    let via = |scheme: &str| {
+        commands
+            .iter()
+            .find(|c| c.len() > 2 && c[1] == "-x" && c[2].starts_with(scheme))
+            .unwrap_or_else(|| panic!("no printed `curl -x {scheme}…`: {printed:#?}"))
+            .clone()
+    };
+    let http = via("http://");
+    let socks = via("socks5h://");
+    for _ in 0..3 {
+        assert_egress(&curl(&http));
+        assert_egress(&curl(&socks));
+    }
+    let echo = curl(&http);
+    assert_eq!(echo["path"], "/hello");
+
+    // The Distribution API hands out two proxies with working credentials.
+    let extract = curl(&find("/api/v1/proxies/extract"));
+    assert_eq!(extract["returned"], 2, "{extract}");
+    let proxies = extract["proxies"].as_array().expect("proxies");
+    assert_eq!(proxies.len(), 2);
+    let echo_url = http.last().expect("echo url").clone();
+    for p in proxies {
+        let url = p["url"]
+            .as_str()
+            .expect("url")
+            .replace("socks5://", "socks5h://");
+        let answer = curl(&["curl".into(), "-x".into(), url, echo_url.clone()]);
+        assert_egress(&answer);
+    }
+    let inventory = curl(&find("/api/v1/inventory"));
+    assert!(
+        inventory["upstreams"]
+            .as_array()
+            .is_some_and(|u| u.len() == 2)
+    );
+
+    // SIGTERM stops everything.
+    stack.sigterm();
+    let stop_deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = stack.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < stop_deadline, "dev-up.sh did not exit");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    stack.done = true;
+    assert!(
+        !status.success() && status.code() == Some(143),
+        "dev-up.sh should exit 143 on SIGTERM, got {status}"
+    );
+    for i in [0, 1, 3, 4, 5, 6, 7, 8] {
+        assert!(
+            TcpStream::connect_timeout(
+                &(std::net::Ipv4Addr::LOCALHOST, base + i).into(),
+                Duration::from_millis(500)
+            )
+            .is_err(),
+            "port {} still open after SIGTERM",
+            base + i
+        );
+    }
+    let log = std::fs::read_to_string(dev_dir.join("logs/controller.log")).expect("log");
+    assert!(
+        log.contains("controller stopped"),
+        "controller did not stop cleanly"
+    );
+    let log = std::fs::read_to_string(dev_dir.join("logs/gateway.log")).expect("log");
+    assert!(
+        log.contains("gateway stopped"),
+        "gateway did not stop cleanly"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?} after the stack was up",
+        started.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(&dev_dir);
+}
