@@ -123,7 +123,7 @@ async fn main() -> Result<()> {
             max_stale,
             stop.clone(),
         ));
-    } else {
+    } else if args.controller.is_none() {
         warn!("no snapshot source configured: every request is refused");
     }
     info!(http = %args.http_listen, socks5 = %args.socks5_listen, "gateway serving");
