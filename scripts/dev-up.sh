@@ -134,9 +134,11 @@ STOPPING=0
 stop_all() {
     [ "$STOPPING" = 1 ] && return
     STOPPING=1
-    trap '' INT TERM
-    echo
-    echo "dev-up: stopping"
+    # Whatever happens to our stdout (a closed pipe), the children are stopped.
+    set +e
+    trap '' INT TERM PIPE
+    echo 2>/dev/null
+    echo "dev-up: stopping" 2>/dev/null
     local i
     for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
         kill -TERM "${PIDS[$i]}" 2>/dev/null || true
@@ -150,11 +152,12 @@ stop_all() {
         fi
         wait "${PIDS[$i]}" 2>/dev/null || true
     done
-    echo "dev-up: stopped"
+    echo "dev-up: stopped" 2>/dev/null
 }
 trap 'stop_all; exit 130' INT
 trap 'stop_all; exit 143' TERM
 trap 'stop_all' EXIT
+trap 'exit 141' PIPE
 
 start() { # name command...
     local name=$1

@@ -184,9 +184,9 @@ fn dev_up_serves_the_printed_commands_and_stops_on_sigterm() {
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             println!("dev-up> {line}");
-            if tx.send(line).is_err() {
-                return;
-            }
+            // Keep reading after the receiver is gone: a closed pipe must not cut
+            // the script's shutdown short.
+            let _ = tx.send(line);
         }
     });
     // The build may take long on a cold machine; the stack itself must come up fast.
