@@ -29,6 +29,7 @@ use crate::controlplane::{
 use crate::health::{
     BridgeOptions, CheckerBridge, HealthMetrics, HealthService, PlannerConfig, ReducerConfig,
 };
+use crate::metrics::Metrics;
 use crate::provider::{
     ProviderError, ProviderMetrics, ProviderReconciler, ResolvedSecrets, plan_upstream,
 };
@@ -178,8 +179,15 @@ pub fn prepare(
     pool: ControlPlanePorts,
     upserter: Arc<dyn Upserter>,
     health_store: Arc<dyn HealthStore>,
+    registry: &Metrics,
 ) -> Result<Prepared, ComposeError> {
     let clock: Arc<dyn Clock> = pool.clock.clone();
+    let health_metrics = HealthMetrics::default();
+    let provider_metrics = ProviderMetrics::default();
+    registry.register_with(|r| {
+        health_metrics.register(r);
+        provider_metrics.register(r);
+    });
     let (backend, observations) =
         MemoryCheckerBackend::new(CHECK_QUEUE, OBSERVATION_QUEUE, clock.clone());
     let backend = Arc::new(backend);
@@ -190,7 +198,7 @@ pub fn prepare(
             pool.catalog.clone(),
             health_store.clone(),
             clock,
-            HealthMetrics::default(),
+            health_metrics,
         )
         .map_err(ComposeError::Health)?,
     );
@@ -204,7 +212,7 @@ pub fn prepare(
     );
 
     let mut reconcilers = Vec::new();
-    let metrics = ProviderMetrics::default();
+    let metrics = provider_metrics;
     for u in &config.upstreams {
         let SourceConfig::VendorApi(v) = &u.source else {
             continue;

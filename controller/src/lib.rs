@@ -88,6 +88,7 @@ impl Controller {
             pool,
             controller.ports.upserter.clone(),
             controller.ports.health.clone(),
+            &controller.metrics,
         )?);
         Ok(controller)
     }

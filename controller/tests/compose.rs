@@ -137,6 +137,7 @@ shutdown: {{gracePeriod: 3s}}
             .and_then(|c| c.control_plane())
             .is_some()
     );
+    let metrics = controller.metrics();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(controller.run(listeners, async {
         let _ = stop_rx.await;
@@ -196,6 +197,11 @@ shutdown: {{gracePeriod: 3s}}
         let echo = via_http_proxy(p, sim.echo_http_addr()).await;
         let remote = echo["remote"].as_str().expect("remote");
         assert!(remote.starts_with("127.0.") && !remote.starts_with("127.0.0.1:"));
+    }
+
+    let text = metrics.encode();
+    for name in ["provider_upserted_proxies", "health_verdicts"] {
+        assert!(text.contains(name), "{name} not exported");
     }
 
     // Everything stops on the signal.
