@@ -143,11 +143,7 @@ pub fn observation_to_wire(o: &Observation) -> wire::Observation {
     wire::Observation {
         task_id: o.task_id.clone(),
         proxy_id: o.proxy_id.clone(),
-        tier: match o.tier {
-            Tier::Basic => wire::CheckTier::Basic,
-            Tier::Egress => wire::CheckTier::Egress,
-            Tier::Target => wire::CheckTier::Target,
-        },
+        tier: o.tier,
         success: o.success,
         latency: o.latency.unwrap_or_default(),
         failure_code: o.failure.map(|f| f.as_str().to_owned()),

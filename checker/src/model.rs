@@ -34,27 +34,8 @@ impl fmt::Debug for ProxyCredentials {
     }
 }
 
-/// A check tier.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Tier {
-    /// TCP connect + proxy handshake with the vendor credentials.
-    Basic,
-    /// Egress identity and anonymity through the proxy.
-    Egress,
-    /// A routing's target reachable through the proxy.
-    Target,
-}
-
-impl Tier {
-    /// Stable lower-case code.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Basic => "basic",
-            Self::Egress => "egress",
-            Self::Target => "target",
-        }
-    }
-}
+/// A check tier (the wire contract's own type).
+pub use proxy_pool_api::controlplane::model::CheckTier as Tier;
 
 /// One check of a task.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,45 +87,8 @@ pub struct ProbeTask {
     pub deadline: Instant,
 }
 
-/// Why a check failed (bounded code set).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FailureCode {
-    /// TCP connect refused or reset.
-    ConnectRefused,
-    /// TCP connect timed out.
-    ConnectTimeout,
-    /// Credentials rejected.
-    AuthRejected,
-    /// Handshake failed otherwise (closed, garbage, unexpected status).
-    HandshakeFailed,
-    /// The proxy could not reach the target.
-    TargetUnreachable,
-    /// The echo answer was missing or malformed.
-    BadResponse,
-    /// The target saw the checker's own address.
-    ClientLeaked,
-    /// Past the deadline.
-    Timeout,
-    /// The checker itself failed (not the proxy's fault).
-    CheckerError,
-}
-
-impl FailureCode {
-    /// Stable snake_case code (same set as the controller's).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ConnectRefused => "connect_refused",
-            Self::ConnectTimeout => "connect_timeout",
-            Self::AuthRejected => "auth_rejected",
-            Self::HandshakeFailed => "handshake_failed",
-            Self::TargetUnreachable => "target_unreachable",
-            Self::BadResponse => "bad_response",
-            Self::ClientLeaked => "client_leaked",
-            Self::Timeout => "timeout",
-            Self::CheckerError => "checker_error",
-        }
-    }
-}
+/// Why a check failed (the wire contract's bounded code set).
+pub use proxy_pool_api::controlplane::model::FailureCode;
 
 /// What one check saw.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -278,6 +278,64 @@ impl CheckTier {
     }
 }
 
+/// Why a check failed: a bounded code set, carried on the wire as its `as_str` code and
+/// used as the pool's failure label. Shared by the checker and the controller's reducer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FailureCode {
+    /// TCP connect to the proxy refused or reset.
+    ConnectRefused,
+    /// TCP connect to the proxy timed out.
+    ConnectTimeout,
+    /// The proxy rejected the vendor credentials.
+    AuthRejected,
+    /// The proxy protocol handshake failed otherwise (closed, garbage, unexpected status).
+    HandshakeFailed,
+    /// The proxy could not reach the target.
+    TargetUnreachable,
+    /// The echo answer was missing or malformed.
+    BadResponse,
+    /// The target saw the checker's own address (the proxy is transparent / leaks).
+    ClientLeaked,
+    /// The check ran past its deadline.
+    Timeout,
+    /// The checker could not run the check (not the proxy's fault).
+    CheckerError,
+}
+
+impl FailureCode {
+    const ALL: [FailureCode; 9] = [
+        Self::ConnectRefused,
+        Self::ConnectTimeout,
+        Self::AuthRejected,
+        Self::HandshakeFailed,
+        Self::TargetUnreachable,
+        Self::BadResponse,
+        Self::ClientLeaked,
+        Self::Timeout,
+        Self::CheckerError,
+    ];
+
+    /// Stable snake_case code.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ConnectRefused => "connect_refused",
+            Self::ConnectTimeout => "connect_timeout",
+            Self::AuthRejected => "auth_rejected",
+            Self::HandshakeFailed => "handshake_failed",
+            Self::TargetUnreachable => "target_unreachable",
+            Self::BadResponse => "bad_response",
+            Self::ClientLeaked => "client_leaked",
+            Self::Timeout => "timeout",
+            Self::CheckerError => "checker_error",
+        }
+    }
+
+    /// Inverse of [`FailureCode::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
 /// The proxy a check task probes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyEndpoint {

@@ -56,14 +56,6 @@ pub struct CheckerBridge {
     options: BridgeOptions,
 }
 
-fn wire_tier(t: Tier) -> wire::CheckTier {
-    match t {
-        Tier::Basic => wire::CheckTier::Basic,
-        Tier::Egress => wire::CheckTier::Egress,
-        Tier::Target => wire::CheckTier::Target,
-    }
-}
-
 /// One wire task per check of a planner task.
 pub fn to_wire(task: &CheckTask) -> Vec<wire::CheckTask> {
     let proxy = wire::ProxyEndpoint {
@@ -100,7 +92,7 @@ pub fn to_wire(task: &CheckTask) -> Vec<wire::CheckTask> {
             };
             wire::CheckTask {
                 task_id: format!("h{}-{i}", task.task_id),
-                tier: wire_tier(check.tier()),
+                tier: check.tier(),
                 proxy: proxy.clone(),
                 deadline_ms: task.deadline.millis(),
                 routing,
@@ -134,11 +126,7 @@ pub fn from_wire(o: &wire::Observation) -> Option<Observation> {
     Some(Observation {
         task_id: task,
         proxy_id: ProxyId::new(o.proxy_id.clone()).ok()?,
-        tier: match o.tier {
-            wire::CheckTier::Basic => Tier::Basic,
-            wire::CheckTier::Egress => Tier::Egress,
-            wire::CheckTier::Target => Tier::Target,
-        },
+        tier: o.tier,
         routing: o.routing.clone(),
         success: o.success,
         latency: Some(o.latency),

@@ -7,88 +7,15 @@ use std::time::Duration;
 use activity_pool::Timestamp;
 use activity_pool::model::{Credentials, Label, Protocol, ProxyId, UpstreamId};
 
-/// A check tier.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Tier {
-    /// TCP connect and the proxy protocol handshake with the vendor credentials.
-    Basic,
-    /// The egress identity: which address a target sees, and whether ours leaks.
-    Egress,
-    /// A routing's target host:port is reachable through the proxy.
-    Target,
-}
+/// A check tier (the wire contract's own type).
+pub use proxy_pool_api::controlplane::model::CheckTier as Tier;
 
-impl Tier {
-    /// Stable lower-case code.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Basic => "basic",
-            Self::Egress => "egress",
-            Self::Target => "target",
-        }
-    }
-}
+/// Why a check failed (the wire contract's bounded code set).
+pub use proxy_pool_api::controlplane::model::FailureCode;
 
-/// Why a check failed: a bounded code set (metrics label, pool failure code).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum FailureCode {
-    /// TCP connect to the proxy refused or reset.
-    ConnectRefused,
-    /// TCP connect to the proxy timed out.
-    ConnectTimeout,
-    /// The proxy rejected the vendor credentials.
-    AuthRejected,
-    /// The proxy protocol handshake failed otherwise.
-    HandshakeFailed,
-    /// The proxy could not reach the target.
-    TargetUnreachable,
-    /// The echo answer was missing or malformed.
-    BadResponse,
-    /// The target saw the checker's own address (the proxy is transparent / leaks).
-    ClientLeaked,
-    /// The check ran past its deadline.
-    Timeout,
-    /// The checker could not run the check (not the proxy's fault).
-    CheckerError,
-}
-
-impl FailureCode {
-    /// Stable snake_case code.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ConnectRefused => "connect_refused",
-            Self::ConnectTimeout => "connect_timeout",
-            Self::AuthRejected => "auth_rejected",
-            Self::HandshakeFailed => "handshake_failed",
-            Self::TargetUnreachable => "target_unreachable",
-            Self::BadResponse => "bad_response",
-            Self::ClientLeaked => "client_leaked",
-            Self::Timeout => "timeout",
-            Self::CheckerError => "checker_error",
-        }
-    }
-
-    /// Inverse of [`FailureCode::as_str`].
-    pub fn parse(s: &str) -> Option<Self> {
-        [
-            Self::ConnectRefused,
-            Self::ConnectTimeout,
-            Self::AuthRejected,
-            Self::HandshakeFailed,
-            Self::TargetUnreachable,
-            Self::BadResponse,
-            Self::ClientLeaked,
-            Self::Timeout,
-            Self::CheckerError,
-        ]
-        .into_iter()
-        .find(|c| c.as_str() == s)
-    }
-
-    /// As a pool failure label.
-    pub fn label(self) -> Option<Label> {
-        Label::new(self.as_str()).ok()
-    }
+/// A failure code as a pool failure label.
+pub fn failure_label(code: FailureCode) -> Option<Label> {
+    Label::new(code.as_str()).ok()
 }
 
 /// One check to run within a task.

@@ -226,7 +226,7 @@ impl HealthService {
                     verdict: v.verdict,
                     success: v.success,
                     latency: v.latency,
-                    failure: v.failure.and_then(|f| f.label()),
+                    failure: v.failure.and_then(super::model::failure_label),
                 })
                 .collect();
             let results = self.store.apply_health(&updates).await?;
