@@ -9,6 +9,7 @@
 mod duration;
 pub mod raw;
 mod types;
+mod usage;
 mod validate;
 
 use std::fmt;
@@ -16,6 +17,7 @@ use std::fmt;
 pub use duration::parse_duration;
 pub use raw::RawConfig;
 pub use types::*;
+pub use usage::{MAX_CACHE_BATCH, MAX_KEY_PREFIX, TOKEN_REVIEW_MAX_TTL};
 pub use validate::{
     MAX_COUNT_PER_REQUEST, MAX_LIST_VALUES, check_identifier, split_host_port, validate,
 };

@@ -23,7 +23,7 @@ fn empty_file_gives_defaults() {
     );
     assert_eq!(c.distribution.idempotency_ttl, Duration::from_secs(600));
     assert!(c.control_plane.is_none());
-    assert!(!c.analytics_enabled && !c.cache_enabled);
+    assert!(c.analytics.is_none() && c.cache.is_none());
 }
 
 #[test]
@@ -203,5 +203,122 @@ fn control_plane_transport() {
             "controlPlane: {enabled: true, listen: '127.0.0.1:1', loopbackPlaintext: true, tls: {certFile: a, keyFile: b, clientCaFile: c}}\n"
         ),
         vec!["controlPlane.loopbackPlaintext".to_owned()]
+    );
+}
+
+const REDIS_STORE: &str =
+    "store: {backend: redis, redis: {address: \"redis://127.0.0.1:6379/0\"}}\n";
+
+#[test]
+fn analytics_and_cache_defaults_when_enabled() {
+    let c = load_yaml(&format!(
+        "{REDIS_STORE}analytics: {{enabled: true, dsnFile: /etc/pp/dsn}}\ncache: {{enabled: true}}\n"
+    ))
+    .expect("valid");
+    let a = c.analytics.expect("analytics on");
+    assert_eq!(a.dsn_file, std::path::PathBuf::from("/etc/pp/dsn"));
+    assert_eq!(a.time_zone, "UTC");
+    assert_eq!(a.key_prefix, "pp");
+    assert_eq!(a.queue_capacity, 4096);
+    assert_eq!(a.flush_interval, Duration::from_secs(60));
+    assert_eq!(a.retention_days, 90);
+    assert_eq!(a.hot_days, 3);
+    assert_eq!(a.shutdown_flush_timeout, Duration::from_secs(5));
+    assert_eq!(a.identity_key_file, None);
+    let k = c.cache.expect("cache on");
+    assert_eq!(k.batch_size, 100);
+    assert_eq!(k.token_review.ttl, Duration::from_secs(120));
+    assert_eq!(k.token_review.negative_ttl, None);
+    assert_eq!(k.secret.ttl, Duration::from_secs(60));
+    assert_eq!(k.redis_timeout, Duration::from_millis(20));
+}
+
+#[test]
+fn analytics_needs_a_redis_store_and_a_dsn_file() {
+    let p = paths("analytics: {enabled: true}\ncache: {enabled: true}\n");
+    assert_eq!(
+        p,
+        vec!["analytics.enabled", "analytics.dsnFile", "cache.enabled"]
+    );
+    // Off sections are not checked at all.
+    assert!(paths("analytics: {enabled: false, timeZone: \"/bad\"}\n").is_empty());
+}
+
+#[test]
+fn analytics_and_cache_problems_carry_their_paths() {
+    let text = format!(
+        r#"{REDIS_STORE}shutdown: {{gracePeriod: 10s}}
+analytics:
+  enabled: true
+  dsnFile: relative/dsn
+  timeZone: "../etc/passwd"
+  keyPrefix: "bad prefix"
+  queueCapacity: 0
+  flushInterval: 1500ms
+  flushAfterEvents: 0
+  retentionDays: 30
+  hotDays: 40
+  shutdownFlushTimeout: 10s
+  identityKeyFile: key
+cache:
+  enabled: true
+  batchSize: 101
+  loaderTimeout: 1ms
+  loaderConcurrency: 0
+  redisTimeout: 6s
+  namespaces:
+    tokenReview: {{ttl: 121s, negativeTtl: 5s}}
+    secret: {{ttl: 30s, negativeTtl: 60s, jitterPercent: 51, maxEntryBytes: 10}}
+"#
+    );
+    let got = paths(&text);
+    for want in [
+        "analytics.dsnFile",
+        "analytics.timeZone",
+        "analytics.keyPrefix",
+        "analytics.queueCapacity",
+        "analytics.flushInterval",
+        "analytics.flushAfterEvents",
+        "analytics.retentionDays",
+        "analytics.hotDays",
+        "analytics.shutdownFlushTimeout",
+        "analytics.identityKeyFile",
+        "cache.batchSize",
+        "cache.loaderTimeout",
+        "cache.loaderConcurrency",
+        "cache.redisTimeout",
+        "cache.namespaces.tokenReview.ttl",
+        "cache.namespaces.tokenReview.negativeTtl",
+        "cache.namespaces.secret.negativeTtl",
+        "cache.namespaces.secret.jitterPercent",
+        "cache.namespaces.secret.maxEntryBytes",
+    ] {
+        assert!(got.contains(&want.to_owned()), "{want} missing in {got:?}");
+    }
+    assert_eq!(got.len(), 19, "{got:?}");
+}
+
+#[test]
+fn unknown_usage_fields_and_namespaces_are_rejected() {
+    let e = load_yaml("analytics: {enabled: true, postgresDsn: \"host=db\"}\n").unwrap_err();
+    assert_eq!(e.0[0].path, "analytics.postgresDsn");
+    let e = load_yaml("cache: {namespaces: {books: {ttl: 1s}}}\n").unwrap_err();
+    assert_eq!(e.0[0].path, "cache.namespaces.books");
+}
+
+#[test]
+fn accepted_time_zones_and_negative_entries() {
+    let c = load_yaml(&format!(
+        "{REDIS_STORE}analytics: {{enabled: true, dsnFile: /d, timeZone: America/Argentina/Buenos_Aires}}\n\
+         cache: {{enabled: true, namespaces: {{secret: {{ttl: 600s, negativeTtl: 30s}}}}}}\n"
+    ))
+    .expect("valid");
+    assert_eq!(
+        c.analytics.map(|a| a.time_zone).as_deref(),
+        Some("America/Argentina/Buenos_Aires")
+    );
+    assert_eq!(
+        c.cache.and_then(|k| k.secret.negative_ttl),
+        Some(Duration::from_secs(30))
     );
 }

@@ -290,6 +290,13 @@ pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
     if drain_delay >= grace_period && !grace_period.is_zero() {
         cx.err("shutdown.drainDelay", "must be shorter than gracePeriod");
     }
+    let (analytics, cache) = super::usage::usage(
+        &mut cx.errors,
+        &raw.analytics,
+        &raw.cache,
+        &store,
+        grace_period,
+    );
     if cx.errors.is_empty() {
         Ok(Config {
             store,
@@ -300,8 +307,8 @@ pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
             upstreams,
             routings,
             clients,
-            analytics_enabled: raw.analytics.enabled,
-            cache_enabled: raw.cache.enabled,
+            analytics,
+            cache,
             shutdown: ShutdownConfig {
                 grace_period,
                 drain_delay,
