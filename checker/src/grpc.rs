@@ -12,8 +12,10 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use proxy_pool_api::controlplane::client::{Backoff, ClientOptions, ClientTransport, connect};
 use proxy_pool_api::controlplane::model as wire;
+use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::checker_control_plane_client::CheckerControlPlaneClient;
+use proxy_pool_identity_client::WorkerTls;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -54,6 +56,8 @@ type Client = CheckerControlPlaneClient<Channel>;
 #[derive(Debug)]
 struct Shared {
     options: GrpcOptions,
+    /// When set, replaces `options.transport` with material read per connection.
+    tls: Option<(WorkerTls, String)>,
     session: Mutex<Option<(Client, String)>>,
     tasks: tokio::sync::Mutex<mpsc::Receiver<ProbeTask>>,
 }
@@ -157,12 +161,24 @@ pub fn observation_to_wire(o: &Observation) -> wire::Observation {
 impl GrpcBinding {
     /// Starts the stream loop (until `shutdown`) and returns the binding.
     pub fn start(options: GrpcOptions, shutdown: CancellationToken) -> Self {
+        Self::start_with_tls(options, None, shutdown)
+    }
+
+    /// Like [`GrpcBinding::start`], but every (re)connection uses mTLS with material
+    /// read from `tls` at that moment (a renewed certificate or rewritten files),
+    /// verifying the controller as the given server name.
+    pub fn start_with_tls(
+        options: GrpcOptions,
+        tls: Option<(WorkerTls, String)>,
+        shutdown: CancellationToken,
+    ) -> Self {
         let buffer = usize::try_from(options.max_concurrency)
             .unwrap_or(1)
             .clamp(1, 4_096);
         let (tx, rx) = mpsc::channel(buffer);
         let shared = Arc::new(Shared {
             options,
+            tls,
             session: Mutex::new(None),
             tasks: tokio::sync::Mutex::new(rx),
         });
@@ -178,7 +194,19 @@ impl GrpcBinding {
 
 async fn register(shared: &Shared) -> Result<(Client, String), String> {
     let o = &shared.options;
-    let channel = connect(&o.endpoint, &o.transport, &o.client)
+    let transport = match &shared.tls {
+        None => o.transport.clone(),
+        Some((tls, server_name)) => {
+            let m = tls.material().map_err(|e| format!("TLS material: {e}"))?;
+            ClientTransport::Mtls {
+                ca_pem: m.ca_pem,
+                cert_pem: m.cert_pem,
+                key_pem: Secret::new(m.key_pem),
+                server_name: server_name.clone(),
+            }
+        }
+    };
+    let channel = connect(&o.endpoint, &transport, &o.client)
         .await
         .map_err(|e| e.to_string())?;
     let mut client = Client::new(channel);

@@ -9,11 +9,13 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
-use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_checker::cli::parse_proxy_url;
 use proxy_pool_checker::{
     Check, GrpcBinding, GrpcOptions, NetProber, ProbeTask, Prober, ProberOptions, RunnerOptions,
     Tier,
+};
+use proxy_pool_identity_client::{
+    ClientConfig as IdentityClientConfig, IdentityClient, WorkerTls, start_issued,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -48,15 +50,34 @@ struct RunArgs {
     /// Plaintext to a loopback controller (local runs and tests only).
     #[arg(long)]
     loopback_plaintext: bool,
-    /// Trust bundle (PEM) for the controller's certificate.
-    #[arg(long)]
+    /// File-based mTLS: trust bundle (PEM) for the controller's certificate. The three
+    /// files are re-read for every new control-plane connection.
+    #[arg(long, alias = "tls-ca")]
     ca: Option<PathBuf>,
-    /// Workload certificate chain (PEM).
-    #[arg(long)]
+    /// File-based mTLS: workload certificate chain (PEM).
+    #[arg(long, alias = "tls-cert")]
     cert: Option<PathBuf>,
-    /// Workload private key (PEM).
-    #[arg(long)]
+    /// File-based mTLS: workload private key (PEM).
+    #[arg(long, alias = "tls-key")]
     key: Option<PathBuf>,
+    /// Operator's identity issuance endpoint (`https://…`): the certificate is
+    /// requested before connecting and renewed in memory at about half-life.
+    #[arg(
+        long,
+        env = "PROXY_POOL_IDENTITY_ENDPOINT",
+        conflicts_with_all = ["ca", "loopback_plaintext"],
+        requires_all = ["identity_token_file", "trust_bundle_file"]
+    )]
+    identity_endpoint: Option<String>,
+    /// Projected ServiceAccount token (audience `proxy-pool-identity`).
+    #[arg(long, env = "PROXY_POOL_IDENTITY_TOKEN_FILE")]
+    identity_token_file: Option<PathBuf>,
+    /// The operator's trust bundle (PEM): verifies the issuer and the controller.
+    #[arg(long, env = "PROXY_POOL_TRUST_BUNDLE_FILE")]
+    trust_bundle_file: Option<PathBuf>,
+    /// TLS name of the issuance endpoint, when it differs from the URL's host.
+    #[arg(long)]
+    identity_server_name: Option<String>,
     /// Name the controller's certificate carries.
     #[arg(long, default_value = "proxy-pool-controller")]
     server_name: String,
@@ -151,30 +172,62 @@ async fn probe(
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let transport = if args.loopback_plaintext {
-        ClientTransport::LoopbackPlaintext
-    } else {
-        let read = |p: &Option<PathBuf>, what: &str| -> anyhow::Result<String> {
-            let p = p
-                .as_ref()
-                .with_context(|| format!("--{what} is required for mTLS"))?;
-            std::fs::read_to_string(p).with_context(|| format!("reading --{what}"))
+    let shutdown = CancellationToken::new();
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down: finishing in-flight probes");
+        signal.cancel();
+    });
+    let tls = if args.loopback_plaintext {
+        None
+    } else if let Some(endpoint) = args.identity_endpoint.as_deref().filter(|e| !e.is_empty()) {
+        let (Some(token), Some(bundle)) = (&args.identity_token_file, &args.trust_bundle_file)
+        else {
+            bail!("--identity-endpoint needs --identity-token-file and --trust-bundle-file");
         };
-        ClientTransport::Mtls {
-            ca_pem: read(&args.ca, "ca")?,
-            cert_pem: read(&args.cert, "cert")?,
-            key_pem: Secret::new(read(&args.key, "key")?),
-            server_name: args.server_name.clone(),
+        let uri: http::Uri = endpoint
+            .parse()
+            .with_context(|| format!("--identity-endpoint {endpoint:?} is not a URL"))?;
+        let mut cfg = IdentityClientConfig::new(uri, token.clone(), bundle.clone());
+        cfg.server_name = args.identity_server_name.clone();
+        let started = start_issued(
+            IdentityClient::new(cfg),
+            bundle.clone(),
+            shutdown.clone().cancelled_owned(),
+            shutdown.clone().cancelled_owned(),
+        )
+        .await;
+        match started {
+            Ok(Some(tls)) => Some(tls),
+            Ok(None) => return Ok(()),
+            Err(err) => {
+                tracing::error!(error = %err, endpoint, checker = %args.checker_id, "the identity issuer refused this checker: not starting");
+                bail!("no workload certificate: {err}");
+            }
         }
+    } else {
+        let path = |p: &Option<PathBuf>, what: &str| -> anyhow::Result<PathBuf> {
+            p.clone()
+                .with_context(|| format!("--{what} is required for mTLS"))
+        };
+        let tls = WorkerTls::Files {
+            ca: path(&args.ca, "ca")?,
+            cert: path(&args.cert, "cert")?,
+            key: path(&args.key, "key")?,
+        };
+        // Fail fast on unreadable files; later reads happen per connection.
+        tls.material().context("control-plane TLS files")?;
+        Some(tls)
     };
     let tiers = vec![Tier::Basic, Tier::Egress, Tier::Target];
     let concurrency =
         NonZeroUsize::new(args.concurrency as usize).context("--concurrency must be >= 1")?;
-    let shutdown = CancellationToken::new();
-    let binding = GrpcBinding::start(
+    let binding = GrpcBinding::start_with_tls(
         GrpcOptions {
             endpoint: args.controller.clone(),
-            transport,
+            // Replaced by the TLS source when there is one.
+            transport: ClientTransport::LoopbackPlaintext,
             client: ClientOptions::default(),
             checker_id: args.checker_id.clone(),
             instance_id: format!("{}-{}", args.checker_id, std::process::id()),
@@ -182,6 +235,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             tiers: tiers.clone(),
             idle_wait: Duration::from_millis(500),
         },
+        tls.map(|t| (t, args.server_name.clone())),
         shutdown.clone(),
     );
     let options = RunnerOptions {
@@ -190,12 +244,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         grace: Duration::from_secs(args.grace),
         ..RunnerOptions::default()
     };
-    let signal = shutdown.clone();
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("shutting down: finishing in-flight probes");
-        signal.cancel();
-    });
     tracing::info!(checker = %args.checker_id, "checker running");
     let stats = proxy_pool_checker::run(
         Arc::new(binding.clone()),

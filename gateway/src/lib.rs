@@ -25,6 +25,7 @@ pub mod select;
 pub mod session;
 pub mod snapshot;
 pub mod upstream;
+pub mod usage;
 
 pub use config::{AuthMode, GatewayConfig, UpstreamConfig};
 pub use error::{ErrorSource, GatewayError};

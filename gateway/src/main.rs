@@ -1,21 +1,23 @@
 //! `proxy-pool-gateway` entry point: parse flags, bind listeners, load snapshots,
 //! serve until SIGTERM/SIGINT, then drain. Only composes library pieces.
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Parser;
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
-use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_gateway::admin::serve_admin;
 use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
 use proxy_pool_gateway::snapshot::ClientCredential;
 use proxy_pool_gateway::snapshot::file::{RawClient, SnapshotFile};
 use proxy_pool_gateway::{AuthMode, Gateway, GatewayConfig, Listeners, SnapshotHandle};
+use proxy_pool_identity_client::{
+    ClientConfig as IdentityClientConfig, IdentityClient, WorkerTls, start_issued,
+};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// The Proxy Pool gateway: HTTP and SOCKS5 forward proxy over the pool's proxies.
 #[derive(Debug, Parser)]
@@ -60,18 +62,39 @@ struct Args {
     /// Client credentials, JSON `[{"client","username","password"}]` (mounted Secret).
     #[arg(long)]
     clients_file: Option<PathBuf>,
-    /// mTLS: CA bundle, certificate and key (PEM); plaintext to loopback without them.
-    #[arg(long, requires_all = ["cert_file", "key_file"])]
-    ca_file: Option<PathBuf>,
-    /// mTLS client certificate (PEM).
+    /// File-based mTLS: trust bundle (PEM) the controller's certificate is verified
+    /// against. The three files are re-read for every new control-plane connection.
+    #[arg(long, alias = "ca-file", requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
+    /// File-based mTLS: workload certificate chain (PEM) with the SPIFFE URI.
+    #[arg(long, alias = "cert-file", requires = "tls_ca")]
+    tls_cert: Option<PathBuf>,
+    /// File-based mTLS: workload private key (PEM).
+    #[arg(long, alias = "key-file", requires = "tls_ca")]
+    tls_key: Option<PathBuf>,
+    /// Operator's identity issuance endpoint (`https://…`): the workload certificate is
+    /// requested from it before connecting and renewed in memory at about half-life.
+    #[arg(
+        long,
+        env = "PROXY_POOL_IDENTITY_ENDPOINT",
+        conflicts_with = "tls_ca",
+        requires_all = ["identity_token_file", "trust_bundle_file"]
+    )]
+    identity_endpoint: Option<String>,
+    /// Projected ServiceAccount token (audience `proxy-pool-identity`), re-read on
+    /// every issuance.
+    #[arg(long, env = "PROXY_POOL_IDENTITY_TOKEN_FILE")]
+    identity_token_file: Option<PathBuf>,
+    /// The operator's trust bundle (PEM): verifies the issuance endpoint and the
+    /// controller; re-read on every connection.
+    #[arg(long, env = "PROXY_POOL_TRUST_BUNDLE_FILE")]
+    trust_bundle_file: Option<PathBuf>,
+    /// TLS name of the issuance endpoint, when it differs from the URL's host.
     #[arg(long)]
-    cert_file: Option<PathBuf>,
-    /// mTLS client key (PEM).
+    identity_server_name: Option<String>,
+    /// TLS name of the controller (default: the host of --controller).
     #[arg(long)]
-    key_file: Option<PathBuf>,
-    /// TLS server name of the controller.
-    #[arg(long, default_value = "proxy-pool-controller")]
-    server_name: String,
+    server_name: Option<String>,
 }
 
 #[tokio::main]
@@ -94,27 +117,55 @@ async fn main() -> Result<()> {
     config.validate()?;
     let max_stale = Duration::from_secs(args.max_stale_age_seconds);
     let snapshots = SnapshotHandle::new(max_stale);
-    let listeners = Listeners {
-        http: Some(bind(args.http_listen).await?),
-        socks5: Some(bind(args.socks5_listen).await?),
-    };
     let admin = bind(args.admin_listen).await?;
     let (gateway, mut outcomes) = Gateway::new(snapshots.clone(), config);
     let stop = CancellationToken::new();
-    if let Some(endpoint) = args.controller.clone() {
-        let agent = Agent::new(agent_config(&args, endpoint)?, snapshots.clone(), outcomes);
-        tokio::spawn(agent.run(stop.clone()));
-    } else {
-        // Without a controller, observations are drained and dropped here.
-        tokio::spawn(async move { while outcomes.rx.recv().await.is_some() {} });
-    }
+    let signalled = CancellationToken::new();
+    let on_signal = signalled.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        on_signal.cancel();
+    });
     tokio::spawn(serve_admin(
         admin,
         gateway.clone(),
         snapshots.clone(),
         stop.clone().cancelled_owned(),
     ));
-    if let Some(path) = args.snapshot_file {
+    // The identity comes first: no traffic listener is bound until the worker has a
+    // certificate (or a clear refusal has stopped it).
+    let tls = if args.controller.is_some() {
+        match worker_tls(&args, &signalled, &stop).await? {
+            Tls::Stopped => {
+                stop.cancel();
+                return Ok(());
+            }
+            Tls::Ready(tls) => tls,
+        }
+    } else {
+        None
+    };
+    let listeners = Listeners {
+        http: Some(bind(args.http_listen).await?),
+        socks5: Some(bind(args.socks5_listen).await?),
+    };
+    if let Some(endpoint) = args.controller.clone() {
+        let server_name = args
+            .server_name
+            .clone()
+            .or_else(|| endpoint_host(&endpoint))
+            .unwrap_or_else(|| "proxy-pool-controller".to_owned());
+        let mut agent = Agent::new(agent_config(&args, endpoint)?, snapshots.clone(), outcomes)
+            .with_usage(gateway.usage().clone());
+        if let Some(tls) = tls {
+            agent = agent.with_tls(tls, server_name);
+        }
+        tokio::spawn(agent.run(stop.clone()));
+    } else {
+        // Without a controller, observations are drained and dropped here.
+        tokio::spawn(async move { while outcomes.rx.recv().await.is_some() {} });
+    }
+    if let Some(path) = args.snapshot_file.clone() {
         let every = Duration::from_secs(args.reload_seconds.max(1));
         tokio::spawn(reload_file(
             path,
@@ -127,24 +178,84 @@ async fn main() -> Result<()> {
         warn!("no snapshot source configured: every request is refused");
     }
     info!(http = %args.http_listen, socks5 = %args.socks5_listen, "gateway serving");
-    let report = gateway.run(listeners, shutdown_signal()).await;
+    let report = gateway.run(listeners, signalled.cancelled_owned()).await;
     stop.cancel();
     info!(drained = report.drained, "gateway stopped");
     Ok(())
 }
 
+enum Tls {
+    /// Transport material to use (`None`: plaintext to a loopback fixture).
+    Ready(Option<WorkerTls>),
+    /// Shutdown was requested while waiting for the first certificate.
+    Stopped,
+}
+
+/// The control-plane TLS source from the flags. With `--identity-endpoint`, obtains
+/// the first certificate now (retrying transient failures until `signalled`), then
+/// renews it in the background until `stop`; a refusal (400/403) is an error.
+async fn worker_tls(
+    args: &Args,
+    signalled: &CancellationToken,
+    stop: &CancellationToken,
+) -> Result<Tls> {
+    if let Some(endpoint) = args.identity_endpoint.as_deref().filter(|e| !e.is_empty()) {
+        let (Some(token), Some(bundle)) = (&args.identity_token_file, &args.trust_bundle_file)
+        else {
+            bail!("--identity-endpoint needs --identity-token-file and --trust-bundle-file");
+        };
+        let uri: http::Uri = endpoint
+            .parse()
+            .with_context(|| format!("--identity-endpoint {endpoint:?} is not a URL"))?;
+        let mut cfg = IdentityClientConfig::new(uri, token.clone(), bundle.clone());
+        cfg.server_name = args.identity_server_name.clone();
+        info!(endpoint, worker = %args.worker_id, "requesting the workload certificate");
+        let started = start_issued(
+            IdentityClient::new(cfg),
+            bundle.clone(),
+            signalled.cancelled(),
+            stop.clone().cancelled_owned(),
+        )
+        .await;
+        return match started {
+            Ok(Some(tls)) => Ok(Tls::Ready(Some(tls))),
+            Ok(None) => Ok(Tls::Stopped),
+            Err(err) => {
+                error!(
+                    error = %err,
+                    endpoint,
+                    worker = %args.worker_id,
+                    "the identity issuer refused this worker: not serving traffic"
+                );
+                bail!("no workload certificate: {err}");
+            }
+        };
+    }
+    match (&args.tls_ca, &args.tls_cert, &args.tls_key) {
+        (Some(ca), Some(cert), Some(key)) => {
+            let tls = WorkerTls::Files {
+                ca: ca.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+            };
+            // Fail fast on unreadable files; later reads happen per connection.
+            tls.material().context("control-plane TLS files")?;
+            Ok(Tls::Ready(Some(tls)))
+        }
+        _ => Ok(Tls::Ready(None)),
+    }
+}
+
+/// The host of an `https://host:port` endpoint (brackets of IPv6 removed).
+fn endpoint_host(endpoint: &str) -> Option<String> {
+    let uri: http::Uri = endpoint.parse().ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then(|| host.to_owned())
+}
+
 fn agent_config(args: &Args, endpoint: String) -> Result<AgentConfig> {
     let read = |p: &PathBuf| {
         std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
-    };
-    let transport = match (&args.ca_file, &args.cert_file, &args.key_file) {
-        (Some(ca), Some(cert), Some(key)) => ClientTransport::Mtls {
-            ca_pem: read(ca)?,
-            cert_pem: read(cert)?,
-            key_pem: Secret::new(read(key)?),
-            server_name: args.server_name.clone(),
-        },
-        _ => ClientTransport::LoopbackPlaintext,
     };
     let clients = match &args.clients_file {
         Some(path) => {
@@ -158,7 +269,8 @@ fn agent_config(args: &Args, endpoint: String) -> Result<AgentConfig> {
     };
     Ok(AgentConfig {
         endpoint,
-        transport,
+        // Replaced by the agent's TLS source when one is configured.
+        transport: ClientTransport::LoopbackPlaintext,
         options: ClientOptions::default(),
         worker_id: args.worker_id.clone(),
         instance_id: format!("{}-{}", args.worker_id, std::process::id()),

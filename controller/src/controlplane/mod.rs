@@ -34,7 +34,7 @@ pub use checker::{CheckerBackend, MemoryCheckerBackend};
 pub use config::{ControlPlaneConfig, Limits, OwnershipConfig, RoutingSpec};
 pub use error::ControlPlaneError;
 pub use identity::Authenticator;
-pub use outcomes::{OutcomeQueue, WorkerOutcome};
+pub use outcomes::{OutcomeQueue, UsageCounts, UsageSink, WorkerOutcome};
 pub use ownership::{DrainRequest, OwnershipManager, OwnershipPorts, PassReport};
 pub use publisher::Publisher;
 pub use server::{ServeError, ServerTls, Transport, serve};
@@ -85,6 +85,7 @@ pub struct Shared {
     publisher: Arc<Publisher>,
     ownership: Arc<OwnershipManager>,
     outcomes: OutcomeQueue,
+    usage: UsageSink,
     checker: Arc<dyn CheckerBackend>,
     streams: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
@@ -131,6 +132,7 @@ impl ControlPlane {
                 publisher,
                 ownership,
                 outcomes,
+                usage: UsageSink::default(),
                 checker,
                 streams,
                 shutdown: shutdown_rx,
@@ -138,6 +140,23 @@ impl ControlPlane {
             }),
             shutdown,
         }
+    }
+
+    /// Feeds gateway usage from accepted runtime reports into `collector` (usage
+    /// analytics). Without it the control plane counts usage but records nothing
+    /// (as with `Collector::disabled()`). Set once, before serving; a second call is
+    /// ignored with a warning.
+    #[must_use]
+    pub fn with_analytics(self, collector: proxy_pool_analytics::Collector) -> Self {
+        if !self.shared.usage.set_collector(collector) {
+            tracing::warn!("analytics collector already set; the new one is ignored");
+        }
+        self
+    }
+
+    /// Gateway usage counters (requests fed, unknown routings ignored, ...).
+    pub fn usage_counts(&self) -> UsageCounts {
+        self.shared.usage.counts()
     }
 
     /// The ownership manager (drain requests for extraction; manual passes in tests).

@@ -68,3 +68,228 @@ impl OutcomeQueue {
         self.counters.dropped.load(Ordering::Relaxed)
     }
 }
+
+/// Most routings one runtime report may carry usage for.
+pub const MAX_USAGE_ROUTINGS: usize = 256;
+/// Most client identities per routing in one report (the gateway caps at this).
+pub const MAX_USAGE_CLIENTS: usize = 10_000;
+/// Longest client identity accepted in a usage report, in bytes.
+pub const MAX_USAGE_IDENTITY_BYTES: usize = 256;
+/// The identity the requests of unlisted clients (past the gateway's cap) are counted
+/// under: their requests stay exact, the unique-client estimate gains at most one.
+pub const UNLISTED_IDENTITY: &str = "(unlisted)";
+
+/// Gateway usage from runtime reports on its way to the analytics collector. The
+/// collector is disabled until [`super::ControlPlane::with_analytics`] sets one;
+/// feeding it never waits (the collector drops and counts when full).
+#[derive(Debug, Default)]
+pub struct UsageSink {
+    collector: std::sync::OnceLock<proxy_pool_analytics::Collector>,
+    counters: UsageCounterCells,
+}
+
+#[derive(Debug, Default)]
+struct UsageCounterCells {
+    requests: AtomicU64,
+    unknown_routings: AtomicU64,
+    unknown_requests: AtomicU64,
+    unlisted_requests: AtomicU64,
+}
+
+/// A copy of the usage counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UsageCounts {
+    /// Requests handed to the collector (including unlisted clients' requests).
+    pub requests: u64,
+    /// Routing entries ignored because the controller does not know the routing.
+    pub unknown_routings: u64,
+    /// Requests in those ignored entries.
+    pub unknown_requests: u64,
+    /// Requests of clients gateways did not list (past their identity cap).
+    pub unlisted_requests: u64,
+}
+
+/// One routing's usage as validated from the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoutingUsage {
+    /// Routing name.
+    pub routing: String,
+    /// Every request on it in the interval.
+    pub requests: u64,
+    /// (identity, requests) of listed clients.
+    pub clients: Vec<(String, u64)>,
+}
+
+impl UsageSink {
+    /// Sets the collector once; `false` when one was already set.
+    pub fn set_collector(&self, collector: proxy_pool_analytics::Collector) -> bool {
+        self.collector.set(collector).is_ok()
+    }
+
+    /// The counters so far.
+    pub fn counts(&self) -> UsageCounts {
+        let c = &self.counters;
+        UsageCounts {
+            requests: c.requests.load(Ordering::Relaxed),
+            unknown_routings: c.unknown_routings.load(Ordering::Relaxed),
+            unknown_requests: c.unknown_requests.load(Ordering::Relaxed),
+            unlisted_requests: c.unlisted_requests.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Feeds one accepted report's usage: entries for routings `known` rejects are
+    /// ignored and counted; the rest become one collector event per listed client,
+    /// plus one for the requests of unlisted clients.
+    pub fn feed(&self, usage: &[RoutingUsage], known: impl Fn(&str) -> bool) {
+        let c = &self.counters;
+        for u in usage {
+            if !known(&u.routing) {
+                c.unknown_routings.fetch_add(1, Ordering::Relaxed);
+                c.unknown_requests.fetch_add(u.requests, Ordering::Relaxed);
+                continue;
+            }
+            let listed: u64 = u.clients.iter().map(|(_, n)| *n).sum();
+            let unlisted = u.requests.saturating_sub(listed);
+            c.requests.fetch_add(u.requests, Ordering::Relaxed);
+            c.unlisted_requests.fetch_add(unlisted, Ordering::Relaxed);
+            let Some(collector) = self.collector.get() else {
+                continue;
+            };
+            for (identity, requests) in &u.clients {
+                send(collector, &u.routing, identity, *requests);
+            }
+            send(collector, &u.routing, UNLISTED_IDENTITY, unlisted);
+        }
+    }
+}
+
+/// One event per `u32::MAX` requests (the collector's unit), none for zero.
+fn send(collector: &proxy_pool_analytics::Collector, routing: &str, identity: &str, n: u64) {
+    let mut left = n;
+    while left > 0 {
+        let chunk = u32::try_from(left).unwrap_or(u32::MAX);
+        collector.gateway_requests(routing, identity, chunk);
+        left -= u64::from(chunk);
+    }
+}
+
+/// Validates the usage of a runtime report: bounded sizes, every routing listed once,
+/// identities non-empty and short, listed requests not above the routing's total.
+pub fn usage_from_wire(
+    usage: Vec<proxy_pool_api::controlplane::pb::RoutingUsage>,
+) -> Result<Vec<RoutingUsage>, &'static str> {
+    if usage.len() > MAX_USAGE_ROUTINGS {
+        return Err("usage");
+    }
+    let mut seen = std::collections::HashSet::with_capacity(usage.len());
+    usage
+        .into_iter()
+        .map(|u| {
+            if u.routing.is_empty() || u.routing.len() > 253 || !seen.insert(u.routing.clone()) {
+                return Err("usage[].routing");
+            }
+            if u.clients.len() > MAX_USAGE_CLIENTS {
+                return Err("usage[].clients");
+            }
+            let mut listed = 0u64;
+            let clients = u
+                .clients
+                .into_iter()
+                .map(|c| {
+                    if c.identity.is_empty() || c.identity.len() > MAX_USAGE_IDENTITY_BYTES {
+                        return Err("usage[].clients[].identity");
+                    }
+                    listed = listed.checked_add(c.requests).ok_or("usage[].clients")?;
+                    Ok((c.identity, c.requests))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            if listed > u.requests {
+                return Err("usage[].requests");
+            }
+            Ok(RoutingUsage {
+                routing: u.routing,
+                requests: u.requests,
+                clients,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proxy_pool_analytics::{Collector, Event, SystemClock};
+    use proxy_pool_api::controlplane::pb;
+
+    fn wire(routing: &str, requests: u64, clients: &[(&str, u64)]) -> pb::RoutingUsage {
+        pb::RoutingUsage {
+            routing: routing.into(),
+            requests,
+            clients: clients
+                .iter()
+                .map(|(i, n)| pb::ClientUsage {
+                    identity: (*i).into(),
+                    requests: *n,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn usage_reaches_the_collector_with_exact_counts() {
+        let (collector, mut rx) = Collector::bounded(64, Arc::new(SystemClock));
+        let sink = UsageSink::default();
+        assert!(sink.set_collector(collector));
+        let usage = usage_from_wire(vec![
+            wire("r1", 10, &[("alice", 3), ("bob", 5)]),
+            wire("ghost", 7, &[("carol", 7)]),
+        ])
+        .unwrap();
+        sink.feed(&usage, |r| r == "r1");
+        let mut got = Vec::new();
+        while let Ok(Event::GatewayRequests {
+            routing,
+            identity,
+            requests,
+            ..
+        }) = rx.try_recv()
+        {
+            got.push((routing, identity, requests));
+        }
+        assert_eq!(
+            got,
+            vec![
+                ("r1".to_owned(), "alice".to_owned(), 3),
+                ("r1".to_owned(), "bob".to_owned(), 5),
+                ("r1".to_owned(), UNLISTED_IDENTITY.to_owned(), 2),
+            ]
+        );
+        assert_eq!(
+            sink.counts(),
+            UsageCounts {
+                requests: 10,
+                unknown_routings: 1,
+                unknown_requests: 7,
+                unlisted_requests: 2,
+            }
+        );
+    }
+
+    #[test]
+    fn malformed_usage_is_refused() {
+        assert!(usage_from_wire(vec![wire("r1", 2, &[("a", 3)])]).is_err());
+        assert!(usage_from_wire(vec![wire("r1", 1, &[]), wire("r1", 1, &[])]).is_err());
+        assert!(usage_from_wire(vec![wire("r1", 1, &[("", 1)])]).is_err());
+        let long = "x".repeat(MAX_USAGE_IDENTITY_BYTES + 1);
+        assert!(usage_from_wire(vec![wire("r1", 1, &[(long.as_str(), 1)])]).is_err());
+        assert!(usage_from_wire(vec![wire("r1", 0, &[])]).is_ok());
+    }
+
+    #[test]
+    fn without_a_collector_only_the_counters_move() {
+        let sink = UsageSink::default();
+        let usage = usage_from_wire(vec![wire("r1", 4, &[("a", 4)])]).unwrap();
+        sink.feed(&usage, |_| true);
+        assert_eq!(sink.counts().requests, 4);
+    }
+}

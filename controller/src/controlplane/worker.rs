@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status};
 use super::Shared;
 use super::error::{ControlPlaneError, CpResult};
 use super::identity::Authenticator;
-use super::outcomes::WorkerOutcome;
+use super::outcomes::{WorkerOutcome, usage_from_wire};
 use super::publisher::Issued;
 use super::registry::{SequenceVerdict, WorkerInfo};
 
@@ -177,6 +177,13 @@ impl WorkerService {
             return Err(ControlPlaneError::TooLarge("counts"));
         }
         let session = session_id(&m.session_id)?;
+        // Validated before anything is written: a malformed report is refused whole.
+        let usage = usage_from_wire(m.usage).map_err(|field| {
+            ControlPlaneError::Invalid(ConvertError {
+                field: field.to_owned(),
+                reason: "invalid usage",
+            })
+        })?;
         let entries = m
             .counts
             .into_iter()
@@ -205,6 +212,14 @@ impl WorkerService {
                 ttl: self.shared.config.runtime_report_ttl,
             })
             .await?;
+        // Counted once per (session, sequence): a replayed report was counted when it
+        // was first accepted.
+        if ack == ReportAck::Accepted && !usage.is_empty() {
+            let routings = &self.shared.config.routings;
+            self.shared.usage.feed(&usage, |name| {
+                routings.iter().any(|r| r.routing.name == name)
+            });
+        }
         Ok(pb::ReportRuntimeResponse {
             replayed: ack == ReportAck::Replayed,
             revoke_proxy_ids: self.shared.ownership.revoked(&worker),

@@ -426,6 +426,7 @@ impl Worker {
                 })
                 .collect(),
             observed_at_ms: 0,
+            usage: Vec::new(),
         }
     }
 

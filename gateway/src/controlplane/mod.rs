@@ -10,9 +10,12 @@ pub mod convert;
 
 use proxy_pool_api::controlplane::client::{self, Backoff, ClientOptions, ClientTransport};
 use proxy_pool_api::controlplane::model;
+use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControlPlaneClient;
 use proxy_pool_api::controlplane::state::SnapshotState;
+use proxy_pool_identity_client::{MaterialError, WorkerTls};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +24,7 @@ use tracing::{debug, info, warn};
 
 use crate::outcome::{Outcome, OutcomeReceiver, Stage};
 use crate::snapshot::{ClientCredential, ProxyId, SnapshotHandle};
+use crate::usage::{UsageRecorder, UsageReport};
 
 /// Most outcomes per batch when the controller does not say.
 const DEFAULT_OUTCOME_BATCH: usize = 500;
@@ -60,6 +64,9 @@ pub enum AgentError {
     /// The controller closed the watch stream.
     #[error("snapshot stream ended")]
     StreamEnded,
+    /// No certificate to present (not issued yet, or unreadable files).
+    #[error("control-plane TLS material: {0}")]
+    Tls(#[from] MaterialError),
 }
 
 /// The control-plane agent of one gateway process.
@@ -68,6 +75,10 @@ pub struct Agent {
     cfg: AgentConfig,
     handle: SnapshotHandle,
     outcomes: OutcomeReceiver,
+    tls: Option<(WorkerTls, String)>,
+    usage: Option<Arc<UsageRecorder>>,
+    /// Usage the controller refused with a definite answer, resent with the next report.
+    pending: UsageReport,
 }
 
 /// The last positively acknowledged (version, epoch), which runtime reports must name.
@@ -80,7 +91,40 @@ impl Agent {
             cfg,
             handle,
             outcomes,
+            tls: None,
+            usage: None,
+            pending: UsageReport::default(),
         }
+    }
+
+    /// Uses mTLS with material read from `tls` for every new connection (renewed
+    /// certificates, rewritten files), verifying the controller as `server_name`;
+    /// replaces `AgentConfig::transport`.
+    #[must_use]
+    pub fn with_tls(mut self, tls: WorkerTls, server_name: String) -> Self {
+        self.tls = Some((tls, server_name));
+        self
+    }
+
+    /// Sends the per-Routing usage `usage` records with every runtime report.
+    #[must_use]
+    pub fn with_usage(mut self, usage: Arc<UsageRecorder>) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// The transport for a new connection: fresh material when a TLS source is set.
+    fn transport(&self) -> Result<ClientTransport, AgentError> {
+        let Some((tls, server_name)) = &self.tls else {
+            return Ok(self.cfg.transport.clone());
+        };
+        let m = tls.material()?;
+        Ok(ClientTransport::Mtls {
+            ca_pem: m.ca_pem,
+            cert_pem: m.cert_pem,
+            key_pem: Secret::new(m.key_pem),
+            server_name: server_name.clone(),
+        })
     }
 
     /// Runs sessions until `stop` is cancelled, reconnecting with backoff.
@@ -108,8 +152,8 @@ impl Agent {
         state: &mut Option<SnapshotState>,
         backoff: &mut Backoff,
     ) -> Result<(), AgentError> {
-        let channel =
-            client::connect(&self.cfg.endpoint, &self.cfg.transport, &self.cfg.options).await?;
+        let transport = self.transport()?;
+        let channel = client::connect(&self.cfg.endpoint, &transport, &self.cfg.options).await?;
         let max = self.cfg.options.max_message_bytes;
         let mut rpc = WorkerControlPlaneClient::new(channel.clone())
             .max_decoding_message_size(max)
@@ -147,6 +191,8 @@ impl Agent {
             self.handle.clone(),
             acked_rx,
             interval,
+            self.usage.as_deref(),
+            &mut self.pending,
         );
         let shipper = ship_outcomes(channel, ids.clone(), &mut self.outcomes, batch);
         let watcher = watch_snapshots(
@@ -300,13 +346,20 @@ async fn publish(
     })
 }
 
-/// Sends runtime counts every `interval`, bound to the last ACKed snapshot.
+/// Sends runtime counts (and the interval's per-Routing usage) every `interval`,
+/// bound to the last ACKed snapshot. Usage waits in the recorder until a report can
+/// be sent; a report the controller refuses with FAILED_PRECONDITION (it counted
+/// nothing) has its usage resent with the next report, possibly in the next session;
+/// any other failure may or may not have been counted, so its usage is dropped and
+/// counted as lost rather than risk counting it twice.
 async fn report_runtime(
     channel: Channel,
     ids: Ids,
     handle: SnapshotHandle,
     acked: watch::Receiver<Acked>,
     interval: Duration,
+    recorder: Option<&UsageRecorder>,
+    pending: &mut UsageReport,
 ) -> Result<(), AgentError> {
     let mut rpc = WorkerControlPlaneClient::new(channel);
     let mut sequence = 0u64;
@@ -328,8 +381,12 @@ async fn report_runtime(
                 draining: c.draining,
             })
             .collect();
+        let mut usage = std::mem::take(pending);
+        if let Some(recorder) = recorder {
+            recorder.count_dropped(usage.merge(recorder.take()));
+        }
         sequence += 1;
-        let resp = rpc
+        let sent = rpc
             .report_runtime(pb::ReportRuntimeRequest {
                 worker_id: ids.worker_id.clone(),
                 session_id: ids.session_id.clone(),
@@ -338,9 +395,20 @@ async fn report_runtime(
                 ownership_epoch: epoch,
                 counts,
                 observed_at_ms: now_ms(),
+                usage: usage.to_wire(),
             })
-            .await?
-            .into_inner();
+            .await;
+        let resp = match sent {
+            Ok(resp) => resp.into_inner(),
+            Err(status) => {
+                if status.code() == tonic::Code::FailedPrecondition {
+                    *pending = usage;
+                } else if let Some(recorder) = recorder.filter(|_| !usage.is_empty()) {
+                    recorder.lost(&usage);
+                }
+                return Err(status.into());
+            }
+        };
         // The controller accepted a report bound to our snapshot: it is still current.
         handle.confirm_fresh();
         if !resp.revoke_proxy_ids.is_empty() {

@@ -102,7 +102,14 @@ impl Gateway {
 
     /// Prometheus text of the counters.
     pub fn render_metrics(&self) -> String {
-        self.shared.metrics.render(self.shared.outcomes.dropped())
+        let mut text = self.shared.metrics.render(self.shared.outcomes.dropped());
+        text.push_str(&self.shared.router.usage().render());
+        text
+    }
+
+    /// Per-Routing usage recorded on admission (give it to the control-plane agent).
+    pub fn usage(&self) -> &Arc<crate::usage::UsageRecorder> {
+        self.shared.router.usage()
     }
 
     /// The outcome sink (its drop/record counters).

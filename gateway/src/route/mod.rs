@@ -16,6 +16,7 @@ use crate::session::{Lookup, MoveReason, SessionKey, SessionTable};
 use crate::snapshot::{
     CompiledRouting, LiveSnapshot, ProxyEntry, ProxyId, RetryPolicy, StickyPolicy,
 };
+use crate::usage::UsageRecorder;
 
 /// Client credentials as presented (`Proxy-Authorization: Basic` or RFC 1929).
 #[derive(Clone, Copy)]
@@ -66,6 +67,7 @@ pub struct Pick {
 pub struct Router {
     sessions: SessionTable,
     auth: AuthMode,
+    usage: Arc<UsageRecorder>,
 }
 
 impl Router {
@@ -74,7 +76,13 @@ impl Router {
         Self {
             sessions: SessionTable::new(max_sessions),
             auth,
+            usage: Arc::default(),
         }
+    }
+
+    /// Per-Routing usage (requests and client identities), drained by the agent.
+    pub fn usage(&self) -> &Arc<UsageRecorder> {
+        &self.usage
     }
 
     /// The session table (for sweeping).
@@ -101,6 +109,7 @@ impl Router {
             .iter()
             .find(|r| r.matches(client, user.params(), target))
             .ok_or(GatewayError::NoRouting)?;
+        self.usage.record(&routing.name, client);
         let session = routing.spec.sticky.and_then(|policy| {
             let s = user.param(&routing.spec.session_param)?;
             Some((self.sessions.key(client, &routing.name, s), policy))

@@ -15,8 +15,10 @@ mod error;
 mod handle;
 mod renew;
 pub mod wire;
+mod worker;
 
 pub use client::{ClientConfig, IdentityClient};
 pub use error::ClientError;
 pub use handle::{Identity, IdentityHandle};
 pub use renew::{Backoff, RenewalPolicy, run_renewal};
+pub use worker::{MaterialError, TlsMaterial, WorkerTls, obtain_first, start_issued};
