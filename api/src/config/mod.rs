@@ -3,10 +3,13 @@
 //!
 //! Vector's model: raw serde structs ([`raw`], unknown fields denied, defaults) →
 //! a pure [`validate`](validate::validate) that collects every problem with its field
-//! path → the typed [`Config`]. Nothing here reads files or the environment; the
-//! controller reads referenced files (passwords) when it builds the store.
+//! path → the typed [`Config`]. Nothing here reads files or the environment except
+//! [`resolve_secret_files`] (client credentials referenced by path, read once when the
+//! controller loads its config); the controller reads other referenced files
+//! (passwords, keys) when it builds the store.
 
 mod duration;
+mod files;
 pub mod raw;
 mod types;
 mod usage;
@@ -15,11 +18,13 @@ mod validate;
 use std::fmt;
 
 pub use duration::parse_duration;
+pub use files::{MAX_SECRET_FILE_BYTES, load_yaml_with_files, resolve_secret_files};
 pub use raw::RawConfig;
 pub use types::*;
 pub use usage::{MAX_CACHE_BATCH, MAX_KEY_PREFIX, TOKEN_REVIEW_MAX_TTL};
 pub use validate::{
-    MAX_COUNT_PER_REQUEST, MAX_LIST_VALUES, check_identifier, split_host_port, validate,
+    MAX_COUNT_PER_REQUEST, MAX_HEALTH_TARGETS, MAX_LIST_VALUES, MAX_TARGET_HOSTS,
+    MAX_USERNAME_PARAMS, check_identifier, split_host_port, target_url, validate,
 };
 
 /// One problem in a config file.

@@ -309,6 +309,33 @@ pub struct RawUpstream {
     /// Time between two fetches.
     #[serde(default)]
     pub fetch_interval: Option<String>,
+    /// Health checking of this upstream's proxies.
+    #[serde(default)]
+    pub health: Option<RawUpstreamHealth>,
+}
+
+/// `upstreams[].health`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawUpstreamHealth {
+    /// Time between two checks of one AVAILABLE proxy.
+    #[serde(default)]
+    pub interval: Option<String>,
+    /// Deadline of one check.
+    #[serde(default)]
+    pub timeout: Option<String>,
+    /// A proxy whose last successful check is older than this is not handed out.
+    #[serde(default)]
+    pub max_check_age: Option<String>,
+    /// Consecutive failures that make a proxy UNHEALTHY.
+    #[serde(default)]
+    pub failure_threshold: Option<u32>,
+    /// Also run EGRESS checks (exit address and anonymity).
+    #[serde(default)]
+    pub egress: Option<bool>,
+    /// URLs probed by TARGET checks.
+    #[serde(default)]
+    pub targets: Vec<String>,
 }
 
 /// `upstreams[].source`: exactly one of `static` or `vendorApi`.
@@ -371,6 +398,10 @@ pub struct RawVendorApi {
     /// Most vendor calls per minute.
     #[serde(default)]
     pub max_requests_per_minute: Option<u32>,
+    /// Most proxies asked for in one call (unset: what the vendor returns, up to
+    /// `maxSize`).
+    #[serde(default)]
+    pub max_proxies_per_fetch: Option<u32>,
 }
 
 /// Region / carrier labels.
@@ -403,9 +434,55 @@ pub struct RawRouting {
     /// Allowed regions (empty: any).
     #[serde(default)]
     pub regions: Vec<String>,
+    /// Allowed carriers (empty: any).
+    #[serde(default)]
+    pub carriers: Vec<String>,
     /// `roundRobin`, `leastActive` or `powerOfTwoChoices`.
     #[serde(default)]
     pub strategy: Option<String>,
+    /// Username parameters that must be present, each with its accepted values
+    /// (empty list: any value), e.g. `region: [shanghai]`.
+    #[serde(default)]
+    pub username_params: std::collections::BTreeMap<String, Vec<String>>,
+    /// Target hosts: exact names or `*.suffix` wildcards (empty: any target).
+    #[serde(default)]
+    pub target_hosts: Vec<String>,
+    /// Keep a session (the `session` username parameter) on one proxy.
+    #[serde(default)]
+    pub sticky_session: Option<RawStickySession>,
+    /// Retries of DIAL / PROXY_HANDSHAKE failures on another proxy.
+    #[serde(default)]
+    pub retry: Option<RawRetry>,
+    /// Gateway groups that serve this routing (empty: every gateway).
+    #[serde(default)]
+    pub gateway_groups: Vec<String>,
+}
+
+/// `routings[].stickySession`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawStickySession {
+    /// Longest life of a session's binding to one proxy.
+    #[serde(default)]
+    pub ttl: Option<String>,
+    /// A session unused this long is forgotten.
+    #[serde(default)]
+    pub idle_timeout: Option<String>,
+    /// Username parameter holding the session key (default `session`).
+    #[serde(default)]
+    pub param: Option<String>,
+}
+
+/// `routings[].retry`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawRetry {
+    /// Attempts per request, the first included.
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+    /// Deadline for all attempts together.
+    #[serde(default)]
+    pub deadline: Option<String>,
 }
 
 /// One `clients[]` entry: a DistributionClient.
@@ -440,22 +517,36 @@ pub struct RawClient {
     pub bearer_tokens: Vec<RawHashedSecret>,
 }
 
-/// A secret stored only as its hash.
+/// A client secret: exactly one of its hash or a file holding it (a mounted Secret
+/// key, read and hashed when the controller loads its config).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RawHashedSecret {
     /// Lower-case hex SHA-256 of the secret.
-    pub sha256: String,
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// File holding the secret (trailing newline ignored).
+    #[serde(default)]
+    pub file: Option<String>,
 }
 
-/// HTTP Basic credentials.
+/// HTTP Basic credentials: the user name in clear or in a file, the password as its
+/// hash or in a file.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RawBasic {
     /// User name.
-    pub username: String,
+    #[serde(default)]
+    pub username: Option<String>,
+    /// File holding the user name (trailing newline ignored).
+    #[serde(default)]
+    pub username_file: Option<String>,
     /// Lower-case hex SHA-256 of the password.
-    pub password_sha256: String,
+    #[serde(default)]
+    pub password_sha256: Option<String>,
+    /// File holding the password (trailing newline ignored).
+    #[serde(default)]
+    pub password_file: Option<String>,
 }
 
 /// `analytics`: usage counting (Redis working set → PostgreSQL). Uses the store's Redis

@@ -322,3 +322,340 @@ fn accepted_time_zones_and_negative_entries() {
         Some(Duration::from_secs(30))
     );
 }
+
+#[test]
+fn routing_match_selection_sticky_retry_and_groups() {
+    let text = r#"
+upstreams:
+  - {name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["127.0.0.1:1"]}}}
+clients:
+  - {name: team, apiKeys: [{file: /run/k}]}
+routings:
+  - name: r
+    upstreams: [u]
+    clients: [team]
+    regions: [shanghai]
+    carriers: [telecom, unicom]
+    strategy: leastActive
+    usernameParams: {region: [shanghai, beijing], country: []}
+    targetHosts: [Example.com, "*.example.org"]
+    stickySession: {ttl: 5m, idleTimeout: 1m}
+    retry: {maxAttempts: 2, deadline: 3s}
+    gatewayGroups: [edge]
+"#;
+    let c = load_yaml(text).expect("valid");
+    let r = &c.routings[0];
+    assert_eq!(r.carriers, ["telecom", "unicom"]);
+    assert_eq!(r.strategy, Strategy::LeastActive);
+    assert_eq!(
+        r.username_params,
+        vec![
+            UsernameParamConfig {
+                key: "country".into(),
+                values: vec![]
+            },
+            UsernameParamConfig {
+                key: "region".into(),
+                values: vec!["shanghai".into(), "beijing".into()]
+            },
+        ]
+    );
+    assert_eq!(r.target_hosts, ["example.com", "*.example.org"]);
+    assert_eq!(
+        r.sticky,
+        Some(StickyConfig {
+            param: "session".into(),
+            ttl: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(60),
+        })
+    );
+    assert_eq!(
+        r.retry,
+        RetryConfig {
+            max_attempts: 2,
+            deadline: Duration::from_secs(3)
+        }
+    );
+    assert_eq!(r.gateway_groups, ["edge"]);
+
+    // Defaults: no sticky sessions, 3 attempts in 10 s, every gateway.
+    let c = load_yaml("upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: [\"127.0.0.1:1\"]}}}]\nroutings: [{name: r, upstreams: [u]}]\n").expect("valid");
+    let r = &c.routings[0];
+    assert_eq!((r.sticky.as_ref(), r.retry), (None, RetryConfig::default()));
+    assert!(r.gateway_groups.is_empty() && r.target_hosts.is_empty());
+}
+
+#[test]
+fn routing_fields_are_validated_with_their_paths() {
+    let text = r#"
+upstreams:
+  - {name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["127.0.0.1:1"]}}}
+routings:
+  - name: r
+    upstreams: [u]
+    carriers: ["bad carrier", telecom, telecom]
+    usernameParams: {"re-gion": [ok], region: ["a b", x, x]}
+    targetHosts: ["*.", "a..b", "ok.com", "OK.com", "http://x"]
+    stickySession: {ttl: 1m, idleTimeout: 2m, param: "se-ss"}
+    retry: {maxAttempts: 11, deadline: 10ms}
+    gatewayGroups: ["no/slash"]
+"#;
+    let got = paths(text);
+    let want = [
+        "routings[0].carriers[0]",
+        "routings[0].carriers[2]",
+        "routings[0].usernameParams.re-gion",
+        "routings[0].usernameParams.region[0]",
+        "routings[0].usernameParams.region[2]",
+        "routings[0].targetHosts[0]",
+        "routings[0].targetHosts[1]",
+        "routings[0].targetHosts[3]",
+        "routings[0].targetHosts[4]",
+        "routings[0].stickySession.idleTimeout",
+        "routings[0].stickySession.param",
+        "routings[0].retry.deadline",
+        "routings[0].retry.maxAttempts",
+        "routings[0].gatewayGroups[0]",
+    ];
+    let mut sorted_got = got.clone();
+    sorted_got.sort();
+    let mut sorted_want: Vec<String> = want.iter().map(|s| (*s).to_owned()).collect();
+    sorted_want.sort();
+    assert_eq!(sorted_got, sorted_want, "{got:?}");
+    let e = load_yaml("routings: [{name: r, upstreams: [u], stickySession: {ttl: 1m, idle: 1s}}]")
+        .unwrap_err();
+    assert_eq!(e.0[0].path, "routings[0].stickySession.idle");
+}
+
+#[test]
+fn upstream_health_and_fetch_budget() {
+    let text = r#"
+upstreams:
+  - name: v
+    ttl: 5m
+    maxSize: 100
+    source:
+      vendorApi: {url: "http://vendor/v1", format: json, maxProxiesPerFetch: 50}
+    health:
+      interval: 20s
+      timeout: 2s
+      maxCheckAge: 1m
+      failureThreshold: 4
+      egress: true
+      targets: ["https://example.com/health", "http://[::1]:8080/"]
+  - name: s
+    ttl: 5m
+    maxSize: 1
+    source: {static: {proxies: ["127.0.0.1:1"]}}
+"#;
+    let c = load_yaml(text).expect("valid");
+    let h = &c.upstreams[0].health;
+    assert_eq!(h.interval, Duration::from_secs(20));
+    assert_eq!(h.timeout, Duration::from_secs(2));
+    assert_eq!(h.max_check_age, Duration::from_secs(60));
+    assert_eq!(h.failure_threshold.get(), 4);
+    assert!(h.egress);
+    assert_eq!(h.targets.len(), 2);
+    let SourceConfig::VendorApi(v) = &c.upstreams[0].source else {
+        panic!("vendor")
+    };
+    assert_eq!(v.max_proxies_per_fetch.map(|n| n.get()), Some(50));
+    assert_eq!(c.upstreams[1].health, UpstreamHealthConfig::default());
+    assert_eq!(
+        target_url("http://[::1]:8080/x"),
+        Some(("::1".to_owned(), 8080))
+    );
+    assert_eq!(
+        target_url("https://example.com"),
+        Some(("example.com".to_owned(), 443))
+    );
+    assert_eq!(target_url("ftp://example.com"), None);
+    assert_eq!(target_url("http://user@example.com/"), None);
+
+    let bad = r#"
+upstreams:
+  - name: v
+    ttl: 5m
+    maxSize: 100
+    source:
+      vendorApi: {url: "http://vendor/v1", format: json, maxProxiesPerFetch: 0}
+    health:
+      interval: 10s
+      timeout: 11s
+      maxCheckAge: 5s
+      failureThreshold: 21
+      targets: ["gopher://x", "http://"]
+"#;
+    let mut got = paths(bad);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "upstreams[0].health.failureThreshold",
+            "upstreams[0].health.maxCheckAge",
+            "upstreams[0].health.targets[0]",
+            "upstreams[0].health.targets[1]",
+            "upstreams[0].health.timeout",
+            "upstreams[0].source.vendorApi.maxProxiesPerFetch",
+        ]
+    );
+}
+
+/// A temporary directory removed on drop (no dev-dependency for it).
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "proxy-pool-config-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn file(&self, name: &str, content: &[u8]) -> String {
+        let p = self.0.join(name);
+        std::fs::write(&p, content).unwrap();
+        p.display().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn sha(bytes: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).into()
+}
+
+#[test]
+fn client_credentials_in_files_are_read_and_hashed_at_load() {
+    let dir = TempDir::new("ok");
+    let key = dir.file("key", b"the-api-key\n");
+    let token = dir.file("token", b"the-token\r\n");
+    let user = dir.file("user", b"alice\n");
+    let pass = dir.file("pass", b"s3cret");
+    let carol = dir.file("carol", b"carol");
+    let text = format!(
+        r#"
+clients:
+  - name: a
+    apiKeys: [{{file: "{key}"}}, {{sha256: {HASH}}}]
+    bearerTokens: [{{file: "{token}"}}]
+    basic: {{usernameFile: "{user}", passwordFile: "{pass}"}}
+  - name: b
+    basic: {{username: bob, passwordFile: "{pass}"}}
+  - name: c
+    basic: {{usernameFile: "{carol}", passwordSha256: {HASH}}}
+"#
+    );
+    let validated = load_yaml(&text).expect("valid without reading files");
+    assert_eq!(validated.clients[0].secret_files.len(), 4);
+    assert_eq!(validated.clients[0].basic, None);
+    assert!(
+        !format!("{validated:?}").contains("the-api-key"),
+        "nothing is read before resolve"
+    );
+    let c = load_yaml_with_files(&text).expect("files resolve");
+    let a = &c.clients[0];
+    assert!(a.secret_files.is_empty());
+    assert_eq!(
+        a.api_keys.iter().map(|h| h.0).collect::<Vec<_>>(),
+        vec![
+            {
+                let mut h = [0u8; 32];
+                hex::decode_to_slice(HASH, &mut h).unwrap();
+                h
+            },
+            sha(b"the-api-key")
+        ],
+        "inline hashes first, then the files"
+    );
+    assert_eq!(a.bearer_tokens[0].0, sha(b"the-token"));
+    let basic = a.basic.as_ref().expect("basic");
+    assert_eq!(basic.username, "alice");
+    assert_eq!(basic.password.0, sha(b"s3cret"));
+    let b = c.clients[1].basic.as_ref().expect("basic b");
+    assert_eq!((b.username.as_str(), b.password.0), ("bob", sha(b"s3cret")));
+    assert_eq!(c.clients[2].basic.as_ref().expect("c").username, "carol");
+    let shown = format!("{c:?}");
+    for secret in ["the-api-key", "the-token", "s3cret"] {
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
+}
+
+#[test]
+fn credential_file_problems_name_the_field_and_the_file() {
+    let dir = TempDir::new("bad");
+    let empty = dir.file("empty", b"\n");
+    let big = dir.file("big", &vec![b'x'; (MAX_SECRET_FILE_BYTES + 1) as usize]);
+    let colon = dir.file("colon", b"a:b\n");
+    let same1 = dir.file("same1", b"k\n");
+    let same2 = dir.file("same2", b"k");
+    let missing = dir.0.join("missing").display().to_string();
+    let text = format!(
+        r#"
+clients:
+  - name: a
+    apiKeys: [{{file: "{missing}"}}, {{file: "{empty}"}}, {{file: "{big}"}}, {{file: "{dir}"}}]
+  - name: b
+    basic: {{usernameFile: "{colon}", passwordSha256: {HASH}}}
+  - name: c
+    bearerTokens: [{{file: "{same1}"}}, {{file: "{same2}"}}]
+"#,
+        dir = dir.0.display()
+    );
+    let errors = load_yaml_with_files(&text).unwrap_err().0;
+    let find =
+        |path: &str| -> Vec<&ConfigError> { errors.iter().filter(|e| e.path == path).collect() };
+    let m = &find("clients[0].apiKeys[0].file")[0].message;
+    assert!(m.contains("does not exist") && m.contains(&missing), "{m}");
+    assert!(
+        find("clients[0].apiKeys[1].file")[0]
+            .message
+            .ends_with("is empty")
+    );
+    assert!(
+        find("clients[0].apiKeys[2].file")[0]
+            .message
+            .contains("larger than")
+    );
+    assert!(
+        find("clients[0].apiKeys[3].file")[0]
+            .message
+            .starts_with("cannot read")
+    );
+    assert!(
+        find("clients[1].basic.usernameFile")[0]
+            .message
+            .contains("without `:`")
+    );
+    assert_eq!(
+        find("clients[2].bearerTokens[1]")[0].message,
+        "the same token is configured twice"
+    );
+    assert_eq!(errors.len(), 6, "{errors:?}");
+
+    // Exactly one form of each secret.
+    let mut got = paths(&format!(
+        "clients:\n  - {{name: a, apiKeys: [{{sha256: {HASH}, file: /k}}, {{}}], basic: {{username: u, usernameFile: /u, passwordFile: ''}}}}\n"
+    ));
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "clients[0]",
+            "clients[0].apiKeys[0]",
+            "clients[0].apiKeys[1]",
+            "clients[0].basic",
+            "clients[0].basic.passwordFile"
+        ]
+    );
+}

@@ -320,6 +320,38 @@ pub struct UpstreamConfig {
     pub max_size: NonZeroU32,
     /// Time between fetches.
     pub fetch_interval: Duration,
+    /// Health checking of its proxies.
+    pub health: UpstreamHealthConfig,
+}
+
+/// Health checking of one upstream's proxies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamHealthConfig {
+    /// Time between two checks of one AVAILABLE proxy.
+    pub interval: Duration,
+    /// Deadline of one check (≤ `interval`).
+    pub timeout: Duration,
+    /// A proxy whose last successful check is older than this is not handed out.
+    pub max_check_age: Duration,
+    /// Consecutive failures that make a proxy UNHEALTHY (1–20).
+    pub failure_threshold: NonZeroU32,
+    /// Also run EGRESS checks.
+    pub egress: bool,
+    /// TARGET check URLs (http/https, at most 16).
+    pub targets: Vec<String>,
+}
+
+impl Default for UpstreamHealthConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(15),
+            timeout: Duration::from_secs(5),
+            max_check_age: Duration::from_secs(30),
+            failure_threshold: NonZeroU32::MIN.saturating_add(1),
+            egress: false,
+            targets: Vec::new(),
+        }
+    }
 }
 
 /// Where an upstream's proxies come from.
@@ -402,6 +434,8 @@ pub struct VendorApiConfig {
     pub timeout: Duration,
     /// Most calls per minute.
     pub max_requests_per_minute: u32,
+    /// Most proxies taken from one call (`None`: as many as the vendor returns).
+    pub max_proxies_per_fetch: Option<NonZeroU32>,
 }
 
 /// Vendor response formats.
@@ -437,8 +471,58 @@ pub struct RoutingConfig {
     pub upstreams: Vec<String>,
     /// Regions (empty: any).
     pub regions: Vec<String>,
+    /// Carriers (empty: any).
+    pub carriers: Vec<String>,
     /// Strategy.
     pub strategy: Strategy,
+    /// Username parameters that must match, by key (sorted).
+    pub username_params: Vec<UsernameParamConfig>,
+    /// Target hosts, exact or `*.suffix` (empty: any).
+    pub target_hosts: Vec<String>,
+    /// Sticky sessions (`None`: off).
+    pub sticky: Option<StickyConfig>,
+    /// Retry budget.
+    pub retry: RetryConfig,
+    /// Gateway groups that serve it (empty: every gateway).
+    pub gateway_groups: Vec<String>,
+}
+
+/// One username parameter condition of a routing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsernameParamConfig {
+    /// Key, e.g. `region`.
+    pub key: String,
+    /// Accepted values (empty: the key must be present with any value).
+    pub values: Vec<String>,
+}
+
+/// Sticky sessions of a routing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StickyConfig {
+    /// Username parameter holding the session key.
+    pub param: String,
+    /// Longest life of a binding.
+    pub ttl: Duration,
+    /// A session unused this long ends (≤ `ttl`).
+    pub idle_timeout: Duration,
+}
+
+/// Retries of DIAL / PROXY_HANDSHAKE failures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryConfig {
+    /// Attempts including the first (1–10).
+    pub max_attempts: u32,
+    /// Deadline over all attempts.
+    pub deadline: Duration,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            deadline: Duration::from_secs(10),
+        }
+    }
 }
 
 /// A SHA-256 of a secret; compared in constant time by the authenticator.
@@ -481,6 +565,40 @@ pub struct ClientConfig {
     pub basic: Option<BasicCredentials>,
     /// Bearer token hashes.
     pub bearer_tokens: Vec<SecretHash>,
+    /// Credentials still in files: [`super::resolve_secret_files`] reads and hashes
+    /// them into the fields above (and empties this list).
+    pub secret_files: Vec<ClientSecretFile>,
+}
+
+/// What a client credential file holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientSecretKind {
+    /// An `X-API-Key` value.
+    ApiKey,
+    /// A bearer token.
+    BearerToken,
+    /// The HTTP Basic user name (the password comes with a `BasicPassword` entry or
+    /// is the hash in `password_sha256`).
+    BasicUsername {
+        /// The password hash when it is given inline.
+        password_sha256: Option<SecretHash>,
+    },
+    /// The HTTP Basic password.
+    BasicPassword {
+        /// The user name when it is given inline (else a `BasicUsername` entry).
+        username: Option<String>,
+    },
+}
+
+/// A client credential referenced by file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientSecretFile {
+    /// What it holds.
+    pub kind: ClientSecretKind,
+    /// The file.
+    pub path: PathBuf,
+    /// Its field path in the config, for error messages.
+    pub field: String,
 }
 
 /// Graceful shutdown.

@@ -11,16 +11,18 @@ use ipnet::IpNet;
 
 use super::duration::parse_duration;
 use super::raw::{
-    RawAuth, RawClient, RawConfig, RawControlPlane, RawDistribution, RawPool, RawProxyCredentials,
-    RawRate, RawRedis, RawRouting, RawSource, RawStore, RawUpstream,
+    RawAuth, RawBasic, RawClient, RawConfig, RawControlPlane, RawDistribution, RawHashedSecret,
+    RawPool, RawProxyCredentials, RawRate, RawRedis, RawRouting, RawSource, RawStore, RawUpstream,
+    RawUpstreamHealth,
 };
 use super::types::{
     AdminConfig, AuthConfig, AuthMethodConfig, AuthMethodKind, AuthMode, BasicCredentials,
-    ClientConfig, Config, ControlPlaneConfig, ControlPlaneTls, ControlPlaneTransport,
-    DistributionConfig, FulfillmentDefault, LimitsConfig, PasswordSource, Permission, PoolConfig,
-    ProxyCredentials, ProxyProtocol, Rate, RedisConfig, RedisTarget, RoutingConfig, SecretHash,
-    ShutdownConfig, SourceConfig, StaticProxy, StaticSourceConfig, StoreConfig, Strategy,
-    UpstreamConfig, VendorApiConfig, VendorFormat,
+    ClientConfig, ClientSecretFile, ClientSecretKind, Config, ControlPlaneConfig, ControlPlaneTls,
+    ControlPlaneTransport, DistributionConfig, FulfillmentDefault, LimitsConfig, PasswordSource,
+    Permission, PoolConfig, ProxyCredentials, ProxyProtocol, Rate, RedisConfig, RedisTarget,
+    RetryConfig, RoutingConfig, SecretHash, ShutdownConfig, SourceConfig, StaticProxy,
+    StaticSourceConfig, StickyConfig, StoreConfig, Strategy, UpstreamConfig, UpstreamHealthConfig,
+    UsernameParamConfig, VendorApiConfig, VendorFormat,
 };
 use super::{ConfigError, ConfigErrors};
 
@@ -656,31 +658,27 @@ fn client(cx: &mut Ctx, path: &str, raw: &RawClient) -> ClientConfig {
             None
         }
     };
-    let api_keys: Vec<SecretHash> = raw
-        .api_keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| cx.hash(&format!("{path}.apiKeys[{i}].sha256"), &k.sha256))
-        .collect();
-    let bearer_tokens: Vec<SecretHash> = raw
-        .bearer_tokens
-        .iter()
-        .enumerate()
-        .map(|(i, k)| cx.hash(&format!("{path}.bearerTokens[{i}].sha256"), &k.sha256))
-        .collect();
-    let basic = raw.basic.as_ref().map(|b| {
-        if b.username.is_empty() || b.username.contains(':') || b.username.len() > 128 {
-            cx.err(
-                format!("{path}.basic.username"),
-                "must be 1 to 128 bytes without `:`",
-            );
-        }
-        BasicCredentials {
-            username: b.username.clone(),
-            password: cx.hash(&format!("{path}.basic.passwordSha256"), &b.password_sha256),
-        }
-    });
-    if api_keys.is_empty() && basic.is_none() && bearer_tokens.is_empty() {
+    let mut secret_files = Vec::new();
+    let api_keys = hashed_secrets(
+        cx,
+        &format!("{path}.apiKeys"),
+        &raw.api_keys,
+        &ClientSecretKind::ApiKey,
+        &mut secret_files,
+    );
+    let bearer_tokens = hashed_secrets(
+        cx,
+        &format!("{path}.bearerTokens"),
+        &raw.bearer_tokens,
+        &ClientSecretKind::BearerToken,
+        &mut secret_files,
+    );
+    let basic = raw
+        .basic
+        .as_ref()
+        .and_then(|b| basic(cx, &format!("{path}.basic"), b, &mut secret_files));
+    if api_keys.is_empty() && basic.is_none() && bearer_tokens.is_empty() && secret_files.is_empty()
+    {
         cx.err(path, "needs at least one of apiKeys, basic or bearerTokens");
     }
     ClientConfig {
@@ -697,7 +695,132 @@ fn client(cx: &mut Ctx, path: &str, raw: &RawClient) -> ClientConfig {
         api_keys,
         basic,
         bearer_tokens,
+        secret_files,
     }
+}
+
+/// A file path of a credential: non-empty, no NUL.
+fn secret_file(cx: &mut Ctx, path: &str, file: &str) -> PathBuf {
+    if file.trim().is_empty() || file.contains('\0') {
+        cx.err(path, "must be a file path");
+    }
+    PathBuf::from(file)
+}
+
+/// `apiKeys[]` / `bearerTokens[]`: hashes now, files queued for loading.
+fn hashed_secrets(
+    cx: &mut Ctx,
+    path: &str,
+    raw: &[RawHashedSecret],
+    kind: &ClientSecretKind,
+    files: &mut Vec<ClientSecretFile>,
+) -> Vec<SecretHash> {
+    let mut hashes = Vec::new();
+    for (i, k) in raw.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        match (&k.sha256, &k.file) {
+            (Some(h), None) => hashes.push(cx.hash(&format!("{p}.sha256"), h)),
+            (None, Some(f)) => {
+                let field = format!("{p}.file");
+                files.push(ClientSecretFile {
+                    kind: kind.clone(),
+                    path: secret_file(cx, &field, f),
+                    field,
+                });
+            }
+            _ => cx.err(p, "needs exactly one of sha256 or file"),
+        }
+    }
+    hashes
+}
+
+/// Whether an HTTP Basic user name is acceptable.
+pub(super) fn check_basic_username(username: &str) -> Result<(), &'static str> {
+    if username.is_empty() || username.contains(':') || username.len() > 128 {
+        return Err("must be 1 to 128 bytes without `:`");
+    }
+    Ok(())
+}
+
+/// `basic`: the credentials when both parts are inline, else queued files.
+fn basic(
+    cx: &mut Ctx,
+    path: &str,
+    raw: &RawBasic,
+    files: &mut Vec<ClientSecretFile>,
+) -> Option<BasicCredentials> {
+    let username = match (&raw.username, &raw.username_file) {
+        (Some(u), None) => {
+            if let Err(e) = check_basic_username(u) {
+                cx.err(format!("{path}.username"), e);
+            }
+            Some(Ok(u.clone()))
+        }
+        (None, Some(f)) => {
+            let field = format!("{path}.usernameFile");
+            Some(Err((secret_file(cx, &field, f), field)))
+        }
+        _ => {
+            cx.err(path, "needs exactly one of username or usernameFile");
+            None
+        }
+    };
+    let password = match (&raw.password_sha256, &raw.password_file) {
+        (Some(h), None) => Some(Ok(cx.hash(&format!("{path}.passwordSha256"), h))),
+        (None, Some(f)) => {
+            let field = format!("{path}.passwordFile");
+            Some(Err((secret_file(cx, &field, f), field)))
+        }
+        _ => {
+            cx.err(path, "needs exactly one of passwordSha256 or passwordFile");
+            None
+        }
+    };
+    match (username?, password?) {
+        (Ok(username), Ok(password)) => Some(BasicCredentials { username, password }),
+        (Ok(username), Err((path, field))) => {
+            files.push(ClientSecretFile {
+                kind: ClientSecretKind::BasicPassword {
+                    username: Some(username),
+                },
+                path,
+                field,
+            });
+            None
+        }
+        (Err((path, field)), Ok(hash)) => {
+            files.push(ClientSecretFile {
+                kind: ClientSecretKind::BasicUsername {
+                    password_sha256: Some(hash),
+                },
+                path,
+                field,
+            });
+            None
+        }
+        (Err((upath, ufield)), Err((ppath, pfield))) => {
+            files.push(ClientSecretFile {
+                kind: ClientSecretKind::BasicUsername {
+                    password_sha256: None,
+                },
+                path: upath,
+                field: ufield,
+            });
+            files.push(ClientSecretFile {
+                kind: ClientSecretKind::BasicPassword { username: None },
+                path: ppath,
+                field: pfield,
+            });
+            None
+        }
+    }
+}
+
+/// Problems of clients whose credentials collide (run again once files are read).
+pub(super) fn duplicate_credentials(clients: &[ClientConfig]) -> Vec<ConfigError> {
+    let mut cx = Ctx::default();
+    credentials_unique(&mut cx, clients);
+    cx.errors
 }
 
 fn credentials_unique(cx: &mut Ctx, clients: &[ClientConfig]) {
@@ -794,7 +917,114 @@ fn upstream(cx: &mut Ctx, path: &str, raw: &RawUpstream, max_ttl: Duration) -> U
         ),
         max_size: NonZeroU32::new(max_size).unwrap_or(NonZeroU32::MIN),
         fetch_interval,
+        health: upstream_health(cx, &format!("{path}.health"), raw.health.as_ref()),
     }
+}
+
+/// Most TARGET URLs of one upstream.
+pub const MAX_HEALTH_TARGETS: usize = 16;
+
+fn upstream_health(
+    cx: &mut Ctx,
+    path: &str,
+    raw: Option<&RawUpstreamHealth>,
+) -> UpstreamHealthConfig {
+    let d = UpstreamHealthConfig::default();
+    let Some(raw) = raw else {
+        return d;
+    };
+    let interval = cx.duration(
+        &format!("{path}.interval"),
+        raw.interval.as_deref(),
+        d.interval,
+    );
+    let timeout = cx.duration(
+        &format!("{path}.timeout"),
+        raw.timeout.as_deref(),
+        d.timeout,
+    );
+    let max_check_age = cx.duration(
+        &format!("{path}.maxCheckAge"),
+        raw.max_check_age.as_deref(),
+        d.max_check_age,
+    );
+    if interval < Duration::from_secs(1) {
+        cx.err(format!("{path}.interval"), "must be at least 1s");
+    }
+    if timeout < Duration::from_millis(100) {
+        cx.err(format!("{path}.timeout"), "must be at least 100ms");
+    }
+    if timeout > interval {
+        cx.err(
+            format!("{path}.timeout"),
+            "must not be longer than interval",
+        );
+    }
+    if max_check_age < interval {
+        cx.err(
+            format!("{path}.maxCheckAge"),
+            "must not be shorter than interval",
+        );
+    }
+    let threshold = cx.range(
+        &format!("{path}.failureThreshold"),
+        raw.failure_threshold,
+        d.failure_threshold.get(),
+        1,
+        20,
+    );
+    if raw.targets.len() > MAX_HEALTH_TARGETS {
+        cx.err(
+            format!("{path}.targets"),
+            format!("at most {MAX_HEALTH_TARGETS} URLs"),
+        );
+    }
+    for (i, t) in raw.targets.iter().enumerate() {
+        if target_url(t).is_none() {
+            cx.err(
+                format!("{path}.targets[{i}]"),
+                "must be an http(s) URL with a host, at most 2048 bytes",
+            );
+        }
+    }
+    UpstreamHealthConfig {
+        interval,
+        timeout,
+        max_check_age,
+        failure_threshold: NonZeroU32::new(threshold).unwrap_or(d.failure_threshold),
+        egress: raw.egress.unwrap_or(d.egress),
+        targets: raw.targets.clone(),
+    }
+}
+
+/// Host and port of an `http(s)://host[:port][/…]` URL (default port by scheme).
+pub fn target_url(url: &str) -> Option<(String, u16)> {
+    if url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return None;
+    }
+    let (rest, default_port) = if let Some(r) = url.strip_prefix("https://") {
+        (r, 443)
+    } else if let Some(r) = url.strip_prefix("http://") {
+        (r, 80)
+    } else {
+        return None;
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    if authority.is_empty() || authority.contains('@') {
+        return None;
+    }
+    if let Some(sp) = split_host_port(authority) {
+        return Some((sp.host, sp.port));
+    }
+    let host = authority
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(authority);
+    let valid = host
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':'))
+        && (!host.contains(':') || host.parse::<std::net::Ipv6Addr>().is_ok());
+    (valid && !host.is_empty()).then(|| (host.to_owned(), default_port))
 }
 
 fn source(cx: &mut Ctx, path: &str, raw: &RawSource) -> SourceConfig {
@@ -874,6 +1104,15 @@ fn source(cx: &mut Ctx, path: &str, raw: &RawSource) -> SourceConfig {
                     1,
                     600,
                 ),
+                max_proxies_per_fetch: v.max_proxies_per_fetch.and_then(|n| {
+                    NonZeroU32::new(cx.range(
+                        &format!("{path}.vendorApi.maxProxiesPerFetch"),
+                        Some(n),
+                        1,
+                        1,
+                        100_000,
+                    ))
+                }),
             })
         }
         _ => {
@@ -964,7 +1203,162 @@ fn routing(
         clients: raw.clients.clone(),
         upstreams: raw.upstreams.clone(),
         regions: cx.list(&format!("{path}.regions"), &raw.regions, 64),
+        carriers: cx.list(&format!("{path}.carriers"), &raw.carriers, 64),
         strategy,
+        username_params: username_params(cx, &format!("{path}.usernameParams"), raw),
+        target_hosts: target_hosts(cx, &format!("{path}.targetHosts"), &raw.target_hosts),
+        sticky: raw
+            .sticky_session
+            .as_ref()
+            .map(|s| sticky(cx, &format!("{path}.stickySession"), s)),
+        retry: retry(cx, &format!("{path}.retry"), raw.retry.as_ref()),
+        gateway_groups: cx.list(&format!("{path}.gatewayGroups"), &raw.gateway_groups, 253),
+    }
+}
+
+/// Most username parameters one routing matches on.
+pub const MAX_USERNAME_PARAMS: usize = 16;
+/// Most target host patterns of one routing.
+pub const MAX_TARGET_HOSTS: usize = 256;
+
+/// A username parameter key or value: what `user-key-value` can carry.
+fn username_token(value: &str) -> Result<(), String> {
+    if value.is_empty() || value.len() > 64 {
+        return Err("must be 1 to 64 bytes".into());
+    }
+    match value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_')))
+    {
+        Some(bad) => Err(format!(
+            "character {bad:?} not allowed (use A-Z a-z 0-9 . _)"
+        )),
+        None => Ok(()),
+    }
+}
+
+fn username_params(cx: &mut Ctx, path: &str, raw: &RawRouting) -> Vec<UsernameParamConfig> {
+    if raw.username_params.len() > MAX_USERNAME_PARAMS {
+        cx.err(path, format!("at most {MAX_USERNAME_PARAMS} parameters"));
+    }
+    raw.username_params
+        .iter()
+        .map(|(key, values)| {
+            if let Err(e) = username_token(key) {
+                cx.err(format!("{path}.{key}"), format!("key {e}"));
+            }
+            if values.len() > MAX_LIST_VALUES {
+                cx.err(
+                    format!("{path}.{key}"),
+                    format!("at most {MAX_LIST_VALUES} values"),
+                );
+            }
+            let mut seen = HashSet::new();
+            for (i, v) in values.iter().enumerate() {
+                if let Err(e) = username_token(v) {
+                    cx.err(format!("{path}.{key}[{i}]"), e);
+                }
+                if !seen.insert(v.as_str()) {
+                    cx.err(
+                        format!("{path}.{key}[{i}]"),
+                        format!("duplicate value `{v}`"),
+                    );
+                }
+            }
+            UsernameParamConfig {
+                key: key.clone(),
+                values: values.clone(),
+            }
+        })
+        .collect()
+}
+
+/// `host` or `*.suffix`, DNS characters only.
+fn target_hosts(cx: &mut Ctx, path: &str, raw: &[String]) -> Vec<String> {
+    if raw.len() > MAX_TARGET_HOSTS {
+        cx.err(path, format!("at most {MAX_TARGET_HOSTS} hosts"));
+    }
+    let mut seen = HashSet::new();
+    raw.iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let name = h.strip_prefix("*.").unwrap_or(h);
+            let ok = !name.is_empty()
+                && h.len() <= 255
+                && !name.starts_with(['.', '-'])
+                && !name.ends_with(['.', '-'])
+                && !name.contains("..")
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'));
+            if !ok {
+                cx.err(
+                    format!("{path}[{i}]"),
+                    format!("`{h}` is not a host name or `*.suffix` pattern"),
+                );
+            }
+            let lower = h.to_ascii_lowercase();
+            if !seen.insert(lower.clone()) {
+                cx.err(format!("{path}[{i}]"), format!("duplicate host `{h}`"));
+            }
+            lower
+        })
+        .collect()
+}
+
+fn sticky(cx: &mut Ctx, path: &str, raw: &super::raw::RawStickySession) -> StickyConfig {
+    let ttl = cx.duration(
+        &format!("{path}.ttl"),
+        raw.ttl.as_deref(),
+        Duration::from_secs(600),
+    );
+    let idle_timeout = cx.duration(
+        &format!("{path}.idleTimeout"),
+        raw.idle_timeout.as_deref(),
+        Duration::from_secs(120),
+    );
+    if ttl < Duration::from_secs(1) {
+        cx.err(format!("{path}.ttl"), "must be at least 1s");
+    }
+    if idle_timeout.is_zero() {
+        cx.err(format!("{path}.idleTimeout"), "must be positive");
+    }
+    if idle_timeout > ttl {
+        cx.err(format!("{path}.idleTimeout"), "must not be longer than ttl");
+    }
+    let param = raw.param.clone().unwrap_or_else(|| "session".to_owned());
+    if let Err(e) = username_token(&param) {
+        cx.err(format!("{path}.param"), e);
+    }
+    StickyConfig {
+        param,
+        ttl,
+        idle_timeout,
+    }
+}
+
+fn retry(cx: &mut Ctx, path: &str, raw: Option<&super::raw::RawRetry>) -> RetryConfig {
+    let d = RetryConfig::default();
+    let Some(raw) = raw else {
+        return d;
+    };
+    let deadline = cx.duration(
+        &format!("{path}.deadline"),
+        raw.deadline.as_deref(),
+        d.deadline,
+    );
+    if deadline < Duration::from_millis(100) {
+        cx.err(format!("{path}.deadline"), "must be at least 100ms");
+    }
+    RetryConfig {
+        max_attempts: cx.range(
+            &format!("{path}.maxAttempts"),
+            raw.max_attempts,
+            d.max_attempts,
+            1,
+            10,
+        ),
+        deadline,
     }
 }
 

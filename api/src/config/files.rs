@@ -1,0 +1,127 @@
+//! The one place the config reads files: client credentials referenced by path
+//! (`clients[].apiKeys[].file`, `bearerTokens[].file`, `basic.usernameFile`,
+//! `basic.passwordFile` — mounted Secret keys). Each is read once when the controller
+//! loads its config, its trailing newline dropped, and kept only as its SHA-256 (the
+//! user name in clear). A missing, unreadable, oversized or empty file is a
+//! [`ConfigError`] naming the field and the path, never the content.
+
+use std::io::Read as _;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use super::types::{BasicCredentials, ClientSecretKind, Config, SecretHash};
+use super::validate::{check_basic_username, duplicate_credentials};
+use super::{ConfigError, ConfigErrors};
+
+/// Largest credential file accepted.
+pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
+
+/// Reads one credential file: its content without trailing `\n` / `\r`.
+fn read_secret(path: &Path) -> Result<Vec<u8>, String> {
+    let shown = path.display();
+    let file = std::fs::File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("file {shown} does not exist"),
+        kind => format!("cannot read {shown}: {kind}"),
+    })?;
+    let mut bytes = Vec::new();
+    file.take(MAX_SECRET_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {shown}: {}", e.kind()))?;
+    if bytes.len() as u64 > MAX_SECRET_FILE_BYTES {
+        return Err(format!(
+            "file {shown} is larger than {MAX_SECRET_FILE_BYTES} bytes"
+        ));
+    }
+    let end = bytes
+        .iter()
+        .rposition(|b| !matches!(b, b'\n' | b'\r'))
+        .map_or(0, |i| i + 1);
+    bytes.truncate(end);
+    if bytes.is_empty() {
+        return Err(format!("file {shown} is empty"));
+    }
+    Ok(bytes)
+}
+
+fn hash(bytes: &[u8]) -> SecretHash {
+    SecretHash(Sha256::digest(bytes).into())
+}
+
+/// Reads every client credential file of a validated config and stores what they
+/// hold as hashes (user names in clear); afterwards no client has `secret_files`.
+/// Collects every problem; on error the config is left partly resolved and must not
+/// be used.
+pub fn resolve_secret_files(config: &mut Config) -> Result<(), ConfigErrors> {
+    let mut errors = Vec::new();
+    for client in &mut config.clients {
+        let mut username: Option<String> = None;
+        let mut password: Option<SecretHash> = None;
+        let mut basic_failed = false;
+        for f in std::mem::take(&mut client.secret_files) {
+            let content = match read_secret(&f.path) {
+                Ok(c) => c,
+                Err(message) => {
+                    errors.push(ConfigError {
+                        path: f.field.clone(),
+                        message,
+                    });
+                    if matches!(
+                        f.kind,
+                        ClientSecretKind::BasicUsername { .. }
+                            | ClientSecretKind::BasicPassword { .. }
+                    ) {
+                        basic_failed = true;
+                    }
+                    continue;
+                }
+            };
+            match f.kind {
+                ClientSecretKind::ApiKey => client.api_keys.push(hash(&content)),
+                ClientSecretKind::BearerToken => client.bearer_tokens.push(hash(&content)),
+                ClientSecretKind::BasicUsername { password_sha256 } => {
+                    let text = String::from_utf8(content).ok();
+                    match text.as_deref().map(check_basic_username) {
+                        Some(Ok(())) => username = text,
+                        Some(Err(e)) => {
+                            basic_failed = true;
+                            errors.push(ConfigError {
+                                path: f.field.clone(),
+                                message: format!("content of {}: {e}", f.path.display()),
+                            });
+                        }
+                        None => {
+                            basic_failed = true;
+                            errors.push(ConfigError {
+                                path: f.field.clone(),
+                                message: format!("file {} is not UTF-8", f.path.display()),
+                            });
+                        }
+                    }
+                    password = password.or(password_sha256);
+                }
+                ClientSecretKind::BasicPassword { username: inline } => {
+                    password = Some(hash(&content));
+                    username = username.or(inline);
+                }
+            }
+        }
+        if !basic_failed && let (Some(username), Some(password)) = (username, password) {
+            client.basic = Some(BasicCredentials { username, password });
+        }
+    }
+    errors.extend(duplicate_credentials(&config.clients));
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// Parses, validates and resolves the credential files of a YAML config: what the
+/// controller does when it starts.
+pub fn load_yaml_with_files(text: &str) -> Result<Config, ConfigErrors> {
+    let mut config = super::load_yaml(text)?;
+    resolve_secret_files(&mut config)?;
+    Ok(config)
+}
