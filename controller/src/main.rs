@@ -37,7 +37,9 @@ enum Command {
 fn load(path: &PathBuf) -> anyhow::Result<proxy_pool_api::config::Config> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    proxy_pool_api::config::load_yaml(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    // Client credentials referenced by file are read and hashed here, once.
+    proxy_pool_api::config::load_yaml_with_files(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 fn main() -> ExitCode {

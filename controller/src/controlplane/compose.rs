@@ -3,30 +3,50 @@
 
 use activity_pool::model::UpstreamId;
 use proxy_pool_api::config::{Config, RoutingConfig, Strategy as ConfigStrategy};
-use proxy_pool_api::controlplane::model::{Routing, RoutingMatch, Strategy};
+use proxy_pool_api::controlplane::model::{
+    RetryBudget, Routing, RoutingMatch, Sticky, Strategy, UsernameParam,
+};
 
 use super::config::{ControlPlaneConfig, OwnershipConfig, RoutingSpec};
 
-/// A configured routing as the control plane publishes it (visible to every gateway
-/// group until the config names groups).
+/// A configured routing as the control plane publishes it: every match field, the
+/// label filters, strategy, sticky sessions and retry budget go into the snapshot's
+/// `Routing`; `gatewayGroups` decide which workers see it (empty: every group).
 pub fn routing_spec(r: &RoutingConfig) -> RoutingSpec {
     RoutingSpec {
         routing: Routing {
             name: r.name.clone(),
             matcher: RoutingMatch {
+                username_params: r
+                    .username_params
+                    .iter()
+                    .map(|p| UsernameParam {
+                        key: p.key.clone(),
+                        values: p.values.clone(),
+                    })
+                    .collect(),
                 clients: r.clients.clone(),
-                ..RoutingMatch::default()
+                target_hosts: r.target_hosts.clone(),
             },
             upstreams: r.upstreams.clone(),
             regions: r.regions.clone(),
+            carriers: r.carriers.clone(),
             strategy: match r.strategy {
                 ConfigStrategy::RoundRobin => Strategy::RoundRobin,
                 ConfigStrategy::LeastActive => Strategy::LeastActive,
                 ConfigStrategy::PowerOfTwoChoices => Strategy::PowerOfTwoChoices,
             },
-            ..Routing::default()
+            sticky: r.sticky.as_ref().map(|s| Sticky {
+                param: s.param.clone(),
+                session_ttl: s.ttl,
+                idle_timeout: s.idle_timeout,
+            }),
+            retry: RetryBudget {
+                max_attempts: r.retry.max_attempts,
+                deadline: r.retry.deadline,
+            },
         },
-        gateway_groups: Vec::new(),
+        gateway_groups: r.gateway_groups.clone(),
     }
 }
 
@@ -50,6 +70,8 @@ pub fn control_plane_config(config: &Config) -> ControlPlaneConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proxy_pool_api::config::{RetryConfig, StickyConfig, UsernameParamConfig};
+    use std::time::Duration;
 
     #[test]
     fn routings_keep_order_and_fields() {
@@ -59,12 +81,88 @@ mod tests {
             clients: vec!["c".into()],
             upstreams: vec!["u".into()],
             regions: vec!["sh".into()],
+            carriers: vec!["telecom".into()],
             strategy: ConfigStrategy::LeastActive,
+            username_params: vec![UsernameParamConfig {
+                key: "region".into(),
+                values: vec!["sh".into(), "bj".into()],
+            }],
+            target_hosts: vec!["example.com".into(), "*.example.org".into()],
+            sticky: Some(StickyConfig {
+                param: "session".into(),
+                ttl: Duration::from_secs(300),
+                idle_timeout: Duration::from_secs(60),
+            }),
+            retry: RetryConfig {
+                max_attempts: 2,
+                deadline: Duration::from_secs(4),
+            },
+            gateway_groups: vec!["edge".into()],
         };
         let s = routing_spec(&r);
-        assert_eq!(s.routing.name, "r1");
-        assert_eq!(s.routing.matcher.clients, vec!["c".to_string()]);
-        assert_eq!(s.routing.strategy, Strategy::LeastActive);
-        assert!(s.visible_to("any-group"));
+        let w = &s.routing;
+        assert_eq!(w.name, "r1");
+        assert_eq!(w.matcher.clients, vec!["c".to_string()]);
+        assert_eq!(
+            w.matcher.username_params,
+            vec![UsernameParam {
+                key: "region".into(),
+                values: vec!["sh".into(), "bj".into()]
+            }]
+        );
+        assert_eq!(w.matcher.target_hosts, ["example.com", "*.example.org"]);
+        assert_eq!(w.upstreams, ["u"]);
+        assert_eq!(w.regions, ["sh"]);
+        assert_eq!(w.carriers, ["telecom"]);
+        assert_eq!(w.strategy, Strategy::LeastActive);
+        assert_eq!(
+            w.sticky,
+            Some(Sticky {
+                param: "session".into(),
+                session_ttl: Duration::from_secs(300),
+                idle_timeout: Duration::from_secs(60),
+            })
+        );
+        assert_eq!(
+            w.retry,
+            RetryBudget {
+                max_attempts: 2,
+                deadline: Duration::from_secs(4)
+            }
+        );
+        assert!(s.visible_to("edge"));
+        assert!(!s.visible_to("other"), "gateway groups restrict visibility");
+    }
+
+    #[test]
+    fn a_loaded_config_reaches_the_control_plane_in_match_order() {
+        let c = proxy_pool_api::config::load_yaml(
+            r#"
+upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["127.0.0.1:1"]}}}]
+routings:
+  - {name: late, priority: 5, upstreams: [u]}
+  - name: early
+    priority: -1
+    upstreams: [u]
+    usernameParams: {country: []}
+    retry: {maxAttempts: 1}
+"#,
+        )
+        .expect("valid");
+        let cp = control_plane_config(&c);
+        let names: Vec<&str> = cp
+            .routings
+            .iter()
+            .map(|r| r.routing.name.as_str())
+            .collect();
+        assert_eq!(names, ["early", "late"]);
+        let early = &cp.routings[0].routing;
+        assert_eq!(early.retry.max_attempts, 1);
+        assert_eq!(early.matcher.username_params[0].key, "country");
+        assert!(early.matcher.username_params[0].values.is_empty());
+        assert_eq!(cp.routings[1].routing.retry, RetryBudget::default());
+        assert_eq!(cp.routings[1].routing.sticky, None);
+        assert!(cp.routings.iter().all(|r| r.visible_to("any")));
+        assert_eq!(cp.ownership.upstreams.len(), 1);
     }
 }

@@ -36,7 +36,8 @@ pub struct UpstreamPlan {
 
 /// Maps one upstream of the controller config. `maxRequestsPerMinute` stretches the
 /// fetch interval so the vendor is never called more often; `timeout` becomes the
-/// fetch budget's request timeout.
+/// fetch budget's request timeout and `maxProxiesPerFetch` its `max_candidates` (the
+/// rest of a response is counted `over_budget`).
 pub fn plan_upstream(
     cfg: &UpstreamConfig,
     secrets: &ResolvedSecrets,
@@ -94,6 +95,9 @@ pub fn plan_upstream(
         SourceConfig::VendorApi(v) => {
             options.defaults.credentials = creds(&v.credentials);
             options.budget.request_timeout = v.timeout;
+            if let Some(n) = v.max_proxies_per_fetch {
+                options.budget.max_candidates = usize::try_from(n.get()).unwrap_or(usize::MAX);
+            }
             if v.max_requests_per_minute > 0 {
                 let floor = Duration::from_secs(60) / v.max_requests_per_minute;
                 options.fetch_interval = options.fetch_interval.max(floor);
@@ -117,6 +121,7 @@ pub fn plan_upstream(
 
 #[cfg(test)]
 mod tests {
+    use super::super::options::FetchBudget as FetchBudgetDefault;
     use super::*;
     use proxy_pool_api::config::{
         PasswordSource, ProxyCredentials, StaticProxy, StaticSourceConfig, VendorApiConfig,
@@ -135,6 +140,7 @@ mod tests {
             max_concurrency_per_proxy: 16,
             max_size: NonZeroU32::new(500).unwrap(),
             fetch_interval: Duration::from_secs(5),
+            health: Default::default(),
         }
     }
 
@@ -154,6 +160,7 @@ mod tests {
             credentials: creds(),
             timeout: Duration::from_secs(3),
             max_requests_per_minute: 6,
+            max_proxies_per_fetch: NonZeroU32::new(25),
         }));
         let secrets = ResolvedSecrets {
             vendor_api_key: Some(Secret::new("k")),
@@ -174,6 +181,7 @@ mod tests {
             "6/min caps at one per 10 s"
         );
         assert_eq!(o.budget.request_timeout, Duration::from_secs(3));
+        assert_eq!(o.budget.max_candidates, 25, "maxProxiesPerFetch");
         let c = o.defaults.credentials.as_ref().unwrap();
         assert_eq!((c.username.as_str(), c.password.expose()), ("acct", "pw"));
         assert!(!format!("{plan:?}").contains("pw\""));
@@ -191,6 +199,11 @@ mod tests {
         }));
         let plan = plan_upstream(&cfg, &ResolvedSecrets::default()).unwrap();
         assert!(plan.options.assume_healthy);
+        assert_eq!(
+            plan.options.budget.max_candidates,
+            FetchBudgetDefault::default().max_candidates,
+            "no maxProxiesPerFetch: the default budget"
+        );
         let mut bad = cfg.clone();
         bad.name = "not ok".into();
         let err = plan_upstream(&bad, &ResolvedSecrets::default()).unwrap_err();
