@@ -3,14 +3,17 @@
 //! Pure: takes the resources, the operator's base config and the data of the Secrets
 //! they reference, returns the config, the Secret keys the controller must mount and,
 //! per resource, what kept it out of the config. It never copies a Secret value into
-//! the output: passwords and vendor API keys become file paths of the mounted Secret,
-//! client credentials become their SHA-256 (the only form the config schema takes).
+//! the output: passwords, vendor API keys and every client credential (API key,
+//! bearer token, Basic user name and password) become file paths of the mounted
+//! Secret; the controller reads (and hashes) them when it loads the config. Only an
+//! upstream's proxy user name is rendered in clear (the schema has no file form for it).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use proxy_pool_api::config::raw::{
-    RawBasic, RawClient, RawHashedSecret, RawLabels, RawProxyCredentials, RawRate, RawRouting,
-    RawSource, RawStaticSource, RawUpstream, RawVendorApi,
+    RawBasic, RawClient, RawHashedSecret, RawLabels, RawProxyCredentials, RawRate, RawRetry,
+    RawRouting, RawSource, RawStaticSource, RawStickySession, RawUpstream, RawUpstreamHealth,
+    RawVendorApi,
 };
 use proxy_pool_api::config::{ConfigError, RawConfig, validate};
 use sha2::{Digest, Sha256};
@@ -285,22 +288,44 @@ impl Cx<'_> {
         Ok(text)
     }
 
-    /// SHA-256 (lower-case hex) of a key's value: how the config holds client credentials.
-    fn hashed(&mut self, r: &SecretKeyRef) -> Result<String, Problem> {
+    /// A client credential key the controller reads (and hashes) from a mounted file:
+    /// checked to exist and be non-empty (the controller would refuse the whole
+    /// config otherwise), returns the file path.
+    fn credential_file(&mut self, r: &SecretKeyRef) -> Result<String, Problem> {
         let data = self.secret(&r.name)?;
         let value = data
             .get(&r.key)
-            .ok_or_else(|| missing_key(&r.name, &r.key))?
-            .clone();
-        let trimmed = trim_newline(&value);
-        if trimmed.is_empty() {
+            .ok_or_else(|| missing_key(&r.name, &r.key))?;
+        if trim_newline(value).is_empty() {
             return Err(Problem::new(
                 "InvalidSecret",
                 format!("key {:?} of Secret {:?} is empty", r.key, r.name),
             ));
         }
-        self.digest(&r.name, &r.key, &value);
-        Ok(hex::encode(Sha256::digest(trimmed)))
+        Ok(self.file(&r.name, &r.key))
+    }
+
+    /// A Basic user name file: also valid UTF-8, 1–128 bytes, no `:`.
+    fn username_file(&mut self, secret: &str) -> Result<String, Problem> {
+        let r = SecretKeyRef {
+            name: secret.to_owned(),
+            key: "username".into(),
+        };
+        let data = self.secret(secret)?;
+        let value = data
+            .get("username")
+            .ok_or_else(|| missing_key(secret, "username"))?;
+        let ok = std::str::from_utf8(trim_newline(value))
+            .is_ok_and(|u| !u.is_empty() && u.len() <= 128 && !u.contains(':'));
+        if !ok {
+            return Err(Problem::new(
+                "InvalidSecret",
+                format!(
+                    "key \"username\" of Secret {secret:?} must be 1 to 128 bytes of UTF-8 without `:`"
+                ),
+            ));
+        }
+        self.credential_file(&r)
     }
 
     /// `username` in clear + `password` as a mounted file.
@@ -344,6 +369,14 @@ impl Cx<'_> {
                 max_concurrency_per_proxy: Some(u.spec.max_concurrency_per_proxy),
                 max_size: Some(u.spec.max_size),
                 fetch_interval: Some(u.spec.fetch_interval.clone()),
+                health: u.spec.health.as_ref().map(|h| RawUpstreamHealth {
+                    interval: Some(h.interval.clone()),
+                    timeout: Some(h.timeout.clone()),
+                    max_check_age: Some(h.max_check_age.clone()),
+                    failure_threshold: Some(h.failure_threshold),
+                    egress: Some(h.egress),
+                    targets: h.targets.clone(),
+                }),
             }),
             Err(p) => {
                 self.problem(Kind::Upstream, &n, p);
@@ -393,6 +426,7 @@ impl Cx<'_> {
                     credentials,
                     timeout: budget.map(|b| b.timeout.clone()),
                     max_requests_per_minute: budget.map(|b| b.max_requests_per_minute),
+                    max_proxies_per_fetch: budget.and_then(|b| b.max_proxies_per_fetch),
                 }),
             });
         }
@@ -438,28 +472,34 @@ impl Cx<'_> {
             ..RawClient::default()
         };
         let mut problems = Vec::new();
+        let file = |path| RawHashedSecret {
+            sha256: None,
+            file: Some(path),
+        };
         if let Some(k) = &auth.api_key {
-            match self.hashed(&k.secret_ref) {
-                Ok(sha256) => out.api_keys.push(RawHashedSecret { sha256 }),
+            match self.credential_file(&k.secret_ref) {
+                Ok(path) => out.api_keys.push(file(path)),
                 Err(p) => problems.push(p),
             }
         }
         if let Some(b) = &auth.bearer {
-            match self.hashed(&b.secret_ref) {
-                Ok(sha256) => out.bearer_tokens.push(RawHashedSecret { sha256 }),
+            match self.credential_file(&b.secret_ref) {
+                Ok(path) => out.bearer_tokens.push(file(path)),
                 Err(p) => problems.push(p),
             }
         }
         if let Some(b) = &auth.basic {
             let secret = &b.secret_ref.name;
-            let basic = self.clear_text(secret, "username").and_then(|username| {
+            let basic = self.username_file(secret).and_then(|username_file| {
                 let password = SecretKeyRef {
                     name: secret.clone(),
                     key: "password".into(),
                 };
                 Ok(RawBasic {
-                    username,
-                    password_sha256: self.hashed(&password)?,
+                    username: None,
+                    username_file: Some(username_file),
+                    password_sha256: None,
+                    password_file: Some(self.credential_file(&password)?),
                 })
             });
             match basic {
@@ -526,18 +566,35 @@ fn routing(
             "no usable Upstream exists in this namespace",
         ));
     }
+    let labels = r.spec.labels.clone().unwrap_or_default();
+    let matcher = r.spec.match_.clone().unwrap_or_default();
     Ok(RawRouting {
         name: name(r),
         // The CRD runs the highest priority first, the config the lowest.
         priority: -r.spec.priority,
         clients: match_clients,
         upstreams: names,
-        regions: r
-            .spec
-            .labels
-            .as_ref()
-            .map(|l| l.regions.clone())
-            .unwrap_or_default(),
+        regions: labels.regions,
+        carriers: labels.carriers,
+        // The CRD's `usernameParams` map requires each key to equal one value.
+        username_params: matcher
+            .username_params
+            .into_iter()
+            .map(|(k, v)| (k, vec![v]))
+            .collect(),
+        target_hosts: matcher.target_hosts,
+        sticky_session: r.spec.sticky_session.as_ref().map(|s| RawStickySession {
+            ttl: Some(s.ttl.clone()),
+            idle_timeout: Some(s.idle_timeout.clone()),
+            param: None,
+        }),
+        retry: r.spec.retry.as_ref().map(|x| RawRetry {
+            max_attempts: Some(x.max_attempts),
+            deadline: Some(x.deadline.clone()),
+        }),
+        // Each Routing runs on its own gateway Deployment, whose pods register with
+        // the Routing's name as their gateway group (`--gateway-group`).
+        gateway_groups: vec![name(r)],
         strategy: Some(
             match r.spec.strategy {
                 Strategy::RoundRobin => "roundRobin",

@@ -136,9 +136,141 @@ fn no_secret_value_reaches_the_config() {
     assert!(yaml.contains("/etc/proxy-pool/secrets/vendor-sim-credentials/apiKey"));
     let mounted = out.mounts.get("vendor-sim-credentials").expect("mount");
     assert!(mounted.contains("password") && mounted.contains("apiKey"));
-    // Client credentials are held only as their SHA-256.
+    // Client credentials are files too: not even their hash is in the config.
     let key = hex::encode(Sha256::digest(b"example-client-api-key-change-me"));
-    assert!(yaml.contains(&key));
+    assert!(!yaml.contains(&key));
+    let client = &out.config.clients[0];
+    let dir = "/etc/proxy-pool/secrets/team-crawler-credentials";
+    assert_eq!(
+        client.api_keys[0].file.as_deref(),
+        Some(format!("{dir}/apiKey").as_str())
+    );
+    assert_eq!(client.api_keys[0].sha256, None);
+    let basic = client.basic.as_ref().expect("basic");
+    assert_eq!(
+        (
+            basic.username_file.as_deref(),
+            basic.password_file.as_deref()
+        ),
+        (
+            Some(format!("{dir}/username").as_str()),
+            Some(format!("{dir}/password").as_str())
+        )
+    );
+    assert_eq!((&basic.username, &basic.password_sha256), (&None, &None));
+    let mounted = out
+        .mounts
+        .get("team-crawler-credentials")
+        .expect("client mount");
+    assert_eq!(
+        mounted.iter().map(String::as_str).collect::<Vec<_>>(),
+        ["apiKey", "password", "username"]
+    );
+}
+
+#[test]
+fn every_routing_and_upstream_field_reaches_the_config() {
+    let ex = examples();
+    let base = RawConfig::default();
+    let out = render(&inputs(&ex, &base));
+    let r = &out.config.routings[0];
+    assert_eq!(r.name, "shanghai-crawler");
+    assert_eq!(r.clients, ["team-crawler"]);
+    assert_eq!(
+        r.username_params,
+        BTreeMap::from([("region".to_owned(), vec!["shanghai".to_owned()])])
+    );
+    assert_eq!(r.target_hosts, ["*.example.com", "example.org"]);
+    assert_eq!(r.regions, ["shanghai"]);
+    assert_eq!(r.carriers, ["telecom"]);
+    assert_eq!(r.strategy.as_deref(), Some("powerOfTwoChoices"));
+    let sticky = r.sticky_session.as_ref().expect("sticky");
+    assert_eq!(
+        (sticky.ttl.as_deref(), sticky.idle_timeout.as_deref()),
+        (Some("10m"), Some("2m"))
+    );
+    let retry = r.retry.as_ref().expect("retry");
+    assert_eq!(
+        (retry.max_attempts, retry.deadline.as_deref()),
+        (Some(3), Some("10s"))
+    );
+    assert_eq!(r.gateway_groups, ["shanghai-crawler"], "its own gateway");
+
+    let u = &out.config.upstreams[0];
+    let v = u.source.vendor_api.as_ref().expect("vendor");
+    assert_eq!(
+        (
+            v.max_proxies_per_fetch,
+            v.max_requests_per_minute,
+            v.timeout.as_deref()
+        ),
+        (Some(50), Some(30), Some("5s"))
+    );
+    let h = u.health.as_ref().expect("health");
+    assert_eq!(h.interval.as_deref(), Some("15s"));
+    assert_eq!(h.timeout.as_deref(), Some("3s"));
+    assert_eq!(h.max_check_age.as_deref(), Some("45s"));
+    assert_eq!((h.failure_threshold, h.egress), (Some(2), Some(true)));
+    assert_eq!(h.targets, ["https://example.com/"]);
+
+    // What the controller makes of it.
+    let config = load_yaml(&out.to_yaml().expect("YAML")).expect("valid");
+    let r = &config.routings[0];
+    assert_eq!(r.sticky.as_ref().map(|s| s.param.as_str()), Some("session"));
+    assert_eq!(r.retry.deadline, std::time::Duration::from_secs(10));
+    assert_eq!(config.upstreams[0].health.failure_threshold.get(), 2);
+    assert!(config.upstreams[0].health.egress);
+}
+
+#[test]
+fn client_credential_files_resolve_in_the_controller() {
+    // Write the example Secrets where the rendered config says they are mounted,
+    // then let the controller's loader read and hash them.
+    let ex = examples();
+    let dir = std::env::temp_dir().join(format!("proxy-pool-render-{}", std::process::id()));
+    let secret_dir = dir.join("secrets").display().to_string();
+    for (secret, keys) in &ex.secrets {
+        std::fs::create_dir_all(dir.join("secrets").join(secret)).expect("mkdir");
+        for (k, v) in keys {
+            std::fs::write(dir.join("secrets").join(secret).join(k), v).expect("write");
+        }
+    }
+    let base = RawConfig::default();
+    let out = render(&Inputs {
+        secret_dir: &secret_dir,
+        ..inputs(&ex, &base)
+    });
+    let loaded = proxy_pool_api::config::load_yaml_with_files(&out.to_yaml().expect("YAML"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = loaded.expect("files resolve");
+    let c = &config.clients[0];
+    assert_eq!(
+        c.api_keys[0].0,
+        <[u8; 32]>::from(Sha256::digest(b"example-client-api-key-change-me"))
+    );
+    let basic = c.basic.as_ref().expect("basic");
+    assert_eq!(basic.username, "team-crawler");
+    assert_eq!(
+        basic.password.0,
+        <[u8; 32]>::from(Sha256::digest(b"example-password-change-me"))
+    );
+}
+
+#[test]
+fn an_empty_or_bad_client_secret_is_a_problem() {
+    let mut ex = examples();
+    let s = ex
+        .secrets
+        .get_mut("team-crawler-credentials")
+        .expect("client secret");
+    s.insert("apiKey".into(), b"\n".to_vec());
+    s.insert("username".into(), b"a:b".to_vec());
+    let base = RawConfig::default();
+    let out = render(&inputs(&ex, &base));
+    let p = out.problems_of(Kind::DistributionClient, "team-crawler");
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(p.iter().all(|p| p.reason == "InvalidSecret"), "{p:?}");
+    assert!(out.config.clients.is_empty());
 }
 
 #[test]
