@@ -117,13 +117,28 @@ impl Harness {
         outcome_capacity: usize,
         transport: Option<Transport>,
     ) -> Self {
+        Self::serving_with(kind, config, outcome_capacity, transport, None).await
+    }
+
+    /// Like [`Harness::serving`], with gateway usage fed into `analytics`.
+    pub async fn serving_with(
+        kind: Kind,
+        config: ControlPlaneConfig,
+        outcome_capacity: usize,
+        transport: Option<Transport>,
+        analytics: Option<proxy_pool_analytics::Collector>,
+    ) -> Self {
         let clock = ManualClock::starting_now();
         let (pool, redis) = pool_of(kind, &clock).await;
         let ports = ports_of(pool.clone(), clock.clone());
         let (checker, observations) = MemoryCheckerBackend::new(64, 64, Arc::new(clock.clone()));
         let checker = Arc::new(checker);
         let (outcomes, outcomes_rx) = OutcomeQueue::bounded(outcome_capacity);
-        let cp = Arc::new(ControlPlane::new(config, ports, checker.clone(), outcomes));
+        let mut cp = ControlPlane::new(config, ports, checker.clone(), outcomes);
+        if let Some(collector) = analytics {
+            cp = cp.with_analytics(collector);
+        }
+        let cp = Arc::new(cp);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");

@@ -109,7 +109,6 @@ impl Router {
             .iter()
             .find(|r| r.matches(client, user.params(), target))
             .ok_or(GatewayError::NoRouting)?;
-        self.usage.record(&routing.name, client);
         let session = routing.spec.sticky.and_then(|policy| {
             let s = user.param(&routing.spec.session_param)?;
             Some((self.sessions.key(client, &routing.name, s), policy))
@@ -120,6 +119,8 @@ impl Router {
             session,
         };
         let pick = self.choose(snap, routing, &ticket, now_ms, &[])?;
+        // One request per admission that got a proxy (retries reselect; not recounted).
+        self.usage.record(&routing.name, client);
         Ok((ticket, pick))
     }
 

@@ -1,0 +1,823 @@
+//! Worker identities end to end, on a real etcd + kube-apiserver (binaries from
+//! `scripts/k8s-bins.sh`, named by `PROXY_POOL_K8S_BIN_DIR`):
+//!
+//! - the operator's CA and issuance endpoint run as the operator composes them;
+//! - the real controller binary serves the control plane on mTLS, its server
+//!   certificate signed by the same CA, trusting the published bundle;
+//! - the real gateway binary, given `--identity-endpoint` and a ServiceAccount token
+//!   bound to a pod of a managed gateway Deployment, obtains its certificate, registers,
+//!   receives a snapshot (`/readyz`) and proxies a request through a simulator proxy;
+//!   the checker binary (file-based certificate, `checker/<id>` identity signed by the
+//!   same CA) checks the simulator's proxies over the same mTLS control plane;
+//! - a gateway with a token bound to a pod outside any managed Deployment is refused
+//!   by the issuer, says so in one clear log line, exits non-zero and never opens its
+//!   traffic listener.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use base64::Engine as _;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, ReplicaSet, ReplicaSetSpec};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Namespace, Pod, PodSpec, PodTemplateSpec, ServiceAccount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kube::api::{Api, PostParams};
+use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
+use proxy_pool_operator::identity::authority::Authority;
+use proxy_pool_operator::identity::kube_adapters::{BUNDLE_KEY, KubeCaStore};
+use proxy_pool_operator::identity::{
+    CaParams, IdentityOptions, IdentityService, IssuerConfig, SystemClock, wire::DEFAULT_AUDIENCE,
+};
+
+const OPERATOR_NS: &str = "proxy-pool-system";
+const GATEWAY_NS: &str = "gateways";
+const CA_SECRET: &str = "proxy-pool-identity-ca";
+const BUNDLE_CM: &str = "proxy-pool-trust-bundle";
+const SA: &str = "gateway";
+const ISSUER_NAME: &str = "proxy-pool-operator.proxy-pool-system.svc";
+const CONTROLLER_NAME: &str = "proxy-pool-controller";
+const TRUST_DOMAIN: &str = "proxy-pool.test";
+const ENVIRONMENT: &str = "e2e";
+const GW_USER: &str = "e2e-user";
+const GW_PASS: &str = "e2e-gateway-password";
+/// Long enough for a cold start on a small machine: fetch, check, assign, publish.
+const READY_WITHIN: Duration = Duration::from_secs(120);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_and_checker_use_operator_issued_identities() {
+    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
+    build_binaries();
+    let cluster = KubeApiServer::start(&bins)
+        .await
+        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+    let client = cluster.client();
+    let dir = TempDir::new();
+
+    for ns in [OPERATOR_NS, GATEWAY_NS] {
+        create(&Api::all(client.clone()), &namespace(ns)).await;
+    }
+    create(&in_gateway_ns(&client), &service_account(SA)).await;
+    let authority = start_authority(&client).await;
+    let issuer = start_issuer(&client).await;
+    let bundle = dir.write("trust/ca.crt", &published_bundle(&client).await);
+
+    // The controller's serving certificate and the checker's workload certificate,
+    // signed by the operator's CA (in a cluster: cert-manager or the chart).
+    let cas = authority.cas();
+    let now = SystemTime::now();
+    let controller_key = rcgen::KeyPair::generate().expect("key");
+    let controller_cert = cas
+        .sign_serving(
+            now,
+            authority.params(),
+            &controller_key,
+            &[CONTROLLER_NAME.to_owned()],
+        )
+        .expect("controller certificate");
+    let checker_key = rcgen::KeyPair::generate().expect("key");
+    let checker_cert = cas
+        .sign_workload(
+            now,
+            authority.params(),
+            &checker_key,
+            &format!("spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/checker/e2e-checker"),
+            Duration::from_secs(3600),
+        )
+        .expect("checker certificate");
+
+    let ports = Ports::new();
+    let logs = dir.path.join("logs");
+    std::fs::create_dir_all(&logs).expect("logs dir");
+    let mut procs = Procs::default();
+
+    procs.start(
+        "vendor-sim",
+        &logs,
+        Command::new(bin("vendor-sim")).args([
+            "--listen",
+            &ports.sim.to_string(),
+            "--echo-http",
+            &ports.echo.to_string(),
+            "--echo-https",
+            &ports.echo_tls.to_string(),
+            "--ca-out",
+            &dir.path.join("sim-ca.pem").display().to_string(),
+            "--api-key",
+            "e2e-vendor-key",
+            "--ttl-min",
+            "300",
+            "--ttl-max",
+            "900",
+        ]),
+    );
+    wait_http(&mut procs, ports.sim, "/healthz", "vendor simulator").await;
+
+    let config = controller_config(
+        &ports,
+        &dir.write("controller.crt", &controller_cert.pem),
+        &dir.write("controller.key", &controller_key.serialize_pem()),
+        &bundle,
+        &dir.write("vendor-api-key", "e2e-vendor-key"),
+    );
+    let config = dir.write("controller.yaml", &config);
+    procs.start(
+        "controller",
+        &logs,
+        Command::new(bin("proxy-pool-controller"))
+            .args(["run", "--config"])
+            .arg(&config),
+    );
+    wait_http(&mut procs, ports.admin, "/healthz", "controller").await;
+
+    // The checker: file-based mTLS.
+    procs.start(
+        "checker",
+        &logs,
+        Command::new(bin("proxy-pool-checker"))
+            .args(["run", "--controller"])
+            .arg(format!("https://{}", ports.cp))
+            .args(["--checker-id", "e2e-checker", "--echo"])
+            .arg(ports.echo.to_string())
+            .arg("--tls-ca")
+            .arg(&bundle)
+            .arg("--tls-cert")
+            .arg(dir.write("checker.crt", &checker_cert.pem))
+            .arg("--tls-key")
+            .arg(dir.write("checker.key", &checker_key.serialize_pem()))
+            .args(["--server-name", CONTROLLER_NAME]),
+    );
+
+    // The gateway of a managed Deployment's pod: certificate from the issuer.
+    let pod = gateway_chain(&client, "gw", true).await;
+    let token = dir.write(
+        "gw/token",
+        &token_for(&client, &pod, DEFAULT_AUDIENCE).await,
+    );
+    let clients = dir.write(
+        "clients.json",
+        &format!(r#"[{{"client":"e2e-client","username":"{GW_USER}","password":"{GW_PASS}"}}]"#),
+    );
+    let mut gateway = gateway_command(&ports.gw, &ports, &issuer, &token, &bundle, &pod.name);
+    gateway.arg("--clients-file").arg(&clients);
+    procs.start("gateway", &logs, &mut gateway);
+    wait_http(
+        &mut procs,
+        ports.gw.admin,
+        "/readyz",
+        "gateway snapshot over mTLS",
+    )
+    .await;
+    let log = std::fs::read_to_string(logs.join("gateway.log")).unwrap_or_default();
+    assert!(
+        log.contains("workload certificate issued")
+            && log.contains(&format!(
+                "spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/worker/{}",
+                pod.name
+            )),
+        "gateway log:\n{log}"
+    );
+    assert!(
+        log.contains("registered with the control plane"),
+        "gateway log:\n{log}"
+    );
+
+    // A request through the gateway to the echo server, through a simulator proxy the
+    // checker found working and the controller assigned to this gateway.
+    let deadline = Instant::now() + READY_WITHIN;
+    let answer = loop {
+        procs.all_alive();
+        match proxied_get(ports.gw.http, ports.echo) {
+            Ok(a) if a.starts_with("HTTP/1.1 200") => break a,
+            other if Instant::now() > deadline => {
+                panic!("no proxied answer: {other:?}\n{}", procs.logs())
+            }
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    };
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let metrics = http_get(ports.gw.admin, "/metrics").unwrap_or_default();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("gateway_usage_requests_total ") && !l.ends_with(" 0")),
+        "usage recorded:\n{metrics}"
+    );
+
+    // A pod outside any managed gateway Deployment: refused, no traffic listener.
+    let other = gateway_chain(&client, "rogue", false).await;
+    let token = dir.write(
+        "rogue/token",
+        &token_for(&client, &other, DEFAULT_AUDIENCE).await,
+    );
+    let rogue_ports = GatewayPorts::new();
+    let out = gateway_command(&rogue_ports, &ports, &issuer, &token, &bundle, &other.name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rogue gateway");
+    let out = wait_output(out, Duration::from_secs(60));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "a refused gateway exits non-zero:\n{text}"
+    );
+    assert!(
+        text.contains("the identity issuer refused this worker: not serving traffic")
+            && text.contains("403"),
+        "clear refusal line:\n{text}"
+    );
+    let raw = std::fs::read_to_string(&token).expect("token");
+    assert!(!text.contains(raw.trim()), "the token is never logged");
+    assert!(
+        TcpStream::connect(rogue_ports.http).is_err(),
+        "the refused gateway never listened for traffic"
+    );
+
+    procs.stop();
+}
+
+// ---- processes --------------------------------------------------------------------
+
+fn target_dir() -> PathBuf {
+    if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {
+        return PathBuf::from(t);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
+}
+
+fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .map_or_else(|| "debug".into(), |p| p.to_string_lossy().into_owned());
+    target_dir().join(profile).join(name)
+}
+
+/// The binaries under test, built like `scripts/dev-up.sh` builds them.
+fn build_binaries() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "build",
+            "-p",
+            "proxy-pool-e2e",
+            "-p",
+            "proxy-pool-controller",
+            "-p",
+            "proxy-pool-checker",
+            "-p",
+            "proxy-pool-gateway",
+            "--bins",
+        ])
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building the binaries failed");
+}
+
+#[derive(Default)]
+struct Procs {
+    children: Vec<(String, Child)>,
+    dir: PathBuf,
+}
+
+impl Procs {
+    fn start(&mut self, name: &str, logs: &Path, cmd: &mut Command) {
+        self.dir = logs.to_owned();
+        let log = std::fs::File::create(logs.join(format!("{name}.log"))).expect("log file");
+        let err = log.try_clone().expect("log file");
+        let child = cmd
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        self.children.push((name.to_owned(), child));
+    }
+
+    fn all_alive(&mut self) {
+        let mut dead = None;
+        for (name, child) in &mut self.children {
+            if let Ok(Some(status)) = child.try_wait() {
+                dead = Some(format!("{name} exited early: {status}"));
+            }
+        }
+        if let Some(dead) = dead {
+            panic!("{dead}\n{}", self.logs());
+        }
+    }
+
+    fn logs(&self) -> String {
+        self.children
+            .iter()
+            .map(|(name, _)| {
+                let text = std::fs::read_to_string(self.dir.join(format!("{name}.log")))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(30).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("--- {name} ---\n{}\n", tail.join("\n"))
+            })
+            .collect()
+    }
+
+    fn stop(&mut self) {
+        for (_, child) in self.children.iter_mut().rev() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+        }
+        for (_, child) in self.children.iter_mut().rev() {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.children.clear();
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn wait_output(mut child: Child, within: Duration) -> std::process::Output {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "the refused gateway kept running:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+async fn wait_http(procs: &mut Procs, addr: SocketAddr, path: &str, what: &str) {
+    let deadline = Instant::now() + READY_WITHIN;
+    loop {
+        procs.all_alive();
+        if http_get(addr, path).is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n{}",
+            procs.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    exchange(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+    .ok()
+}
+
+/// An absolute-URI GET through the gateway's HTTP proxy listener.
+fn proxied_get(gateway: SocketAddr, echo: SocketAddr) -> std::io::Result<String> {
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{GW_USER}:{GW_PASS}"));
+    exchange(
+        gateway,
+        &format!(
+            "GET http://{echo}/hello HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n"
+        ),
+    )
+}
+
+fn exchange(addr: SocketAddr, request: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(request.as_bytes())?;
+    let mut out = Vec::new();
+    s.take(1 << 20).read_to_end(&mut out)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+fn free_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+struct GatewayPorts {
+    http: SocketAddr,
+    socks5: SocketAddr,
+    admin: SocketAddr,
+}
+
+impl GatewayPorts {
+    fn new() -> Self {
+        Self {
+            http: free_port(),
+            socks5: free_port(),
+            admin: free_port(),
+        }
+    }
+}
+
+struct Ports {
+    sim: SocketAddr,
+    echo: SocketAddr,
+    echo_tls: SocketAddr,
+    dist: SocketAddr,
+    admin: SocketAddr,
+    cp: SocketAddr,
+    gw: GatewayPorts,
+}
+
+impl Ports {
+    fn new() -> Self {
+        Self {
+            sim: free_port(),
+            echo: free_port(),
+            echo_tls: free_port(),
+            dist: free_port(),
+            admin: free_port(),
+            cp: free_port(),
+            gw: GatewayPorts::new(),
+        }
+    }
+}
+
+/// What the operator renders for a gateway, as flags (the Deployment passes the
+/// identity settings as `PROXY_POOL_*` environment variables; the flags are the same).
+fn gateway_command(
+    gw: &GatewayPorts,
+    ports: &Ports,
+    issuer: &SocketAddr,
+    token: &Path,
+    bundle: &Path,
+    pod: &str,
+) -> Command {
+    let mut cmd = Command::new(bin("proxy-pool-gateway"));
+    cmd.env("RUST_LOG", "info")
+        .env("POD_NAME", pod)
+        .arg("--http-listen")
+        .arg(gw.http.to_string())
+        .arg("--socks5-listen")
+        .arg(gw.socks5.to_string())
+        .arg("--admin-listen")
+        .arg(gw.admin.to_string())
+        .arg(format!("--controller=https://{}", ports.cp))
+        .arg(format!("--server-name={CONTROLLER_NAME}"))
+        .arg("--gateway-group=e2e")
+        .arg(format!("--identity-endpoint=https://{issuer}"))
+        .arg(format!("--identity-server-name={ISSUER_NAME}"))
+        .arg("--identity-token-file")
+        .arg(token)
+        .arg("--trust-bundle-file")
+        .arg(bundle);
+    cmd
+}
+
+fn controller_config(
+    ports: &Ports,
+    cert: &Path,
+    key: &Path,
+    bundle: &Path,
+    vendor_key: &Path,
+) -> String {
+    let upstream = |name: &str, protocol: &str| {
+        format!(
+            "  - name: {name}
+    protocol: {protocol}
+    ttl: 10m
+    safetyMargin: 10s
+    maxConcurrencyPerProxy: 16
+    maxSize: 20
+    fetchInterval: 5s
+    source:
+      vendorApi:
+        url: http://{sim}/v1/proxies?count=4&protocol={protocol}
+        format: json
+        apiKeyFile: {key}
+        timeout: 5s
+",
+            sim = ports.sim,
+            key = vendor_key.display()
+        )
+    };
+    format!(
+        "store:
+  backend: memory
+distribution:
+  listen: {dist}
+  auth:
+    mode: any
+    methods: [{{type: apiKey}}]
+admin:
+  listen: {admin}
+controlPlane:
+  enabled: true
+  listen: {cp}
+  tls:
+    certFile: {cert}
+    keyFile: {key}
+    clientCaFile: {bundle}
+    trustDomain: {TRUST_DOMAIN}
+    environment: {ENVIRONMENT}
+upstreams:
+{http}{socks}routings:
+  - {{name: e2e, priority: 1, upstreams: [sim-http, sim-socks5]}}
+clients:
+  - name: e2e-client
+    permissions: [distribution:extract]
+    apiKeys: [{{sha256: {sha}}}]
+shutdown:
+  gracePeriod: 5s
+",
+        dist = ports.dist,
+        admin = ports.admin,
+        cp = ports.cp,
+        cert = cert.display(),
+        key = key.display(),
+        bundle = bundle.display(),
+        http = upstream("sim-http", "http"),
+        socks = upstream("sim-socks5", "socks5"),
+        // SHA-256 of "unused-api-key" (the Distribution API is not exercised here).
+        sha = "0f6d9ff3d8a2c9ec2a1b1b0c3cf6d1b9bde0d6e0a0f8c4c7a7c6d2b0e0f1a2b3",
+    )
+}
+
+// ---- the operator side --------------------------------------------------------------
+
+async fn start_authority(client: &kube::Client) -> Arc<Authority> {
+    let store = KubeCaStore::new(
+        client.clone(),
+        OPERATOR_NS,
+        CA_SECRET,
+        BUNDLE_CM,
+        vec![OPERATOR_NS.into(), GATEWAY_NS.into()],
+    );
+    Authority::start(Arc::new(store), Arc::new(SystemClock), CaParams::default())
+        .await
+        .expect("CA bootstrap")
+}
+
+async fn start_issuer(client: &kube::Client) -> SocketAddr {
+    let mut options = IdentityOptions::new(
+        OPERATOR_NS,
+        "proxy-pool-operator",
+        IssuerConfig::new(TRUST_DOMAIN, ENVIRONMENT),
+    );
+    options.issuer.namespaces = Some(vec![GATEWAY_NS.into()]);
+    options.bundle_namespaces = vec![OPERATOR_NS.into(), GATEWAY_NS.into()];
+    let service = IdentityService::start(client.clone(), options)
+        .await
+        .expect("identity service");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(service.run(listener, std::future::pending()));
+    addr
+}
+
+async fn published_bundle(client: &kube::Client) -> String {
+    Api::<ConfigMap>::namespaced(client.clone(), GATEWAY_NS)
+        .get(BUNDLE_CM)
+        .await
+        .expect("bundle ConfigMap")
+        .data
+        .and_then(|mut d| d.remove(BUNDLE_KEY))
+        .expect("bundle key")
+}
+
+// ---- Kubernetes fixtures (as in tests/identity.rs) ----------------------------------
+
+struct PodRef {
+    name: String,
+    uid: String,
+}
+
+async fn create<K>(api: &Api<K>, obj: &K) -> K
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.create(&PostParams::default(), obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {:?}: {e}", obj.meta().name))
+}
+
+fn in_gateway_ns<K>(client: &kube::Client) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    Api::namespaced(client.clone(), GATEWAY_NS)
+}
+
+fn meta(name: &str, labels: BTreeMap<String, String>, owner: Option<OwnerReference>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        labels: Some(labels),
+        owner_references: owner.map(|o| vec![o]),
+        ..Default::default()
+    }
+}
+
+fn namespace(name: &str) -> Namespace {
+    Namespace {
+        metadata: meta(name, BTreeMap::new(), None),
+        ..Default::default()
+    }
+}
+
+fn service_account(name: &str) -> ServiceAccount {
+    ServiceAccount {
+        metadata: meta(name, BTreeMap::new(), None),
+        ..Default::default()
+    }
+}
+
+fn controller_ref(kind: &str, name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: kind.into(),
+        name: name.into(),
+        uid: uid.into(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn pod_spec() -> PodSpec {
+    PodSpec {
+        service_account_name: Some(SA.into()),
+        containers: vec![Container {
+            name: "gateway".into(),
+            image: Some("proxy-pool-gateway:e2e".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Deployment `name` (with the operator's gateway labels when `managed`), its
+/// ReplicaSet and one Pod, linked by controller references with real UIDs.
+async fn gateway_chain(client: &kube::Client, name: &str, managed: bool) -> PodRef {
+    let mut labels = BTreeMap::from([("app".to_owned(), name.to_owned())]);
+    if managed {
+        labels.insert(
+            "app.kubernetes.io/managed-by".into(),
+            "proxy-pool-operator".into(),
+        );
+        labels.insert("proxypool.io/component".into(), "gateway".into());
+    }
+    let app = BTreeMap::from([("app".to_owned(), name.to_owned())]);
+    let selector = LabelSelector {
+        match_labels: Some(app.clone()),
+        ..Default::default()
+    };
+    let tmpl = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(app.clone()),
+            ..Default::default()
+        }),
+        spec: Some(pod_spec()),
+    };
+    let deployment = create(
+        &in_gateway_ns(client),
+        &Deployment {
+            metadata: meta(name, labels, None),
+            spec: Some(DeploymentSpec {
+                replicas: Some(1),
+                selector: selector.clone(),
+                template: tmpl.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let rs_name = format!("{name}-7c9d5");
+    let rs = create(
+        &in_gateway_ns(client),
+        &ReplicaSet {
+            metadata: meta(
+                &rs_name,
+                app,
+                Some(controller_ref(
+                    "Deployment",
+                    name,
+                    &uid_of(&deployment.metadata),
+                )),
+            ),
+            spec: Some(ReplicaSetSpec {
+                replicas: Some(1),
+                selector,
+                template: Some(tmpl),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await;
+    let owner = controller_ref("ReplicaSet", &rs_name, &uid_of(&rs.metadata));
+    let pod_name = format!("{rs_name}-x2k4q");
+    let pod = create(
+        &in_gateway_ns(client),
+        &Pod {
+            metadata: meta(&pod_name, BTreeMap::new(), Some(owner)),
+            spec: Some(pod_spec()),
+            ..Default::default()
+        },
+    )
+    .await;
+    PodRef {
+        name: pod_name,
+        uid: uid_of(&pod.metadata),
+    }
+}
+
+fn uid_of(meta: &ObjectMeta) -> String {
+    meta.uid.clone().expect("created object has a UID")
+}
+
+/// A ServiceAccount token for `audience`, bound to `pod`, as the kubelet projects it.
+async fn token_for(client: &kube::Client, pod: &PodRef, audience: &str) -> String {
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec![audience.into()]),
+            expiration_seconds: Some(600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(pod.name.clone()),
+                uid: Some(pod.uid.clone()),
+            }),
+        }),
+        ..Default::default()
+    };
+    Api::<ServiceAccount>::namespaced(client.clone(), GATEWAY_NS)
+        .create_token_request(SA, &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .and_then(|s| s.token)
+        .expect("token")
+}
+
+/// A private temp dir, removed on drop.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new() -> Self {
+        let path =
+            std::env::temp_dir().join(format!("pp-worker-identity-e2e-{}", std::process::id()));
+        std::fs::create_dir_all(&path).expect("temp dir");
+        Self { path }
+    }
+
+    fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.path.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("temp subdir");
+        }
+        std::fs::write(&path, contents).expect("write temp file");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
