@@ -149,12 +149,12 @@ async fn states(pool: &RedisPool, ids: &[String]) -> HashMap<ProxyState, usize> 
 async fn assert_consistent(url: &str) {
     let mut c = admin(url).await;
     let records: HashMap<String, String> = redis::cmd("HGETALL")
-        .arg("pp:{activity}:records")
+        .arg("pp:{activity}:v2:records")
         .query_async(&mut c)
         .await
         .unwrap();
     let owners: HashMap<String, String> = redis::cmd("HGETALL")
-        .arg("pp:{activity}:owners")
+        .arg("pp:{activity}:v2:owners")
         .query_async(&mut c)
         .await
         .unwrap();
@@ -179,7 +179,7 @@ async fn assert_consistent(url: &str) {
         }
     }
     let available: Vec<String> = redis::cmd("ZRANGE")
-        .arg("pp:{activity}:available")
+        .arg("pp:{activity}:v2:available")
         .arg(0)
         .arg(-1)
         .query_async(&mut c)
@@ -190,13 +190,54 @@ async fn assert_consistent(url: &str) {
         available, available_expected,
         "available index == AVAILABLE unowned records"
     );
+    // Each of them in exactly its own combination; the registry names exactly the
+    // non-empty combinations.
+    let mut combos_expected: HashMap<String, BTreeSet<String>> = HashMap::new();
+    for id in &available {
+        let v: serde_json::Value = serde_json::from_str(&records[id]).unwrap();
+        let combo = v["ix"]["a"].as_str().unwrap().to_owned();
+        let labels = format!(
+            "pp:{{activity}}:v2:avail:{}|{}|{}|{}",
+            v["up"].as_str().unwrap(),
+            v["proto"].as_str().unwrap(),
+            v["region"].as_str().unwrap_or(""),
+            v["carrier"].as_str().unwrap_or("")
+        );
+        assert_eq!(combo, labels, "combination of {id}");
+        combos_expected.entry(combo).or_default().insert(id.clone());
+    }
+    let registry: BTreeSet<String> = redis::cmd("SMEMBERS")
+        .arg("pp:{activity}:v2:combos")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let mut combos = HashMap::new();
+    for k in &registry {
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg(k)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(!members.is_empty(), "registered combination {k} is empty");
+        combos.insert(k.clone(), members.into_iter().collect::<BTreeSet<_>>());
+    }
+    let mut all = all_keys(&mut c).await;
+    all.retain(|k| k.starts_with("pp:{activity}:v2:avail:"));
+    assert_eq!(
+        all.into_iter().collect::<BTreeSet<_>>(),
+        registry,
+        "registry == combination keys"
+    );
+    assert_eq!(combos, combos_expected, "combination indexes");
     let inv: HashMap<String, i64> = redis::cmd("HGETALL")
-        .arg("pp:{activity}:inventory")
+        .arg("pp:{activity}:v2:inventory")
         .query_async(&mut c)
         .await
         .unwrap();
     let man: HashMap<String, i64> = redis::cmd("HGETALL")
-        .arg("pp:{activity}:managed")
+        .arg("pp:{activity}:v2:managed")
         .query_async(&mut c)
         .await
         .unwrap();
@@ -272,7 +313,7 @@ async fn every_key_is_under_the_prefix_and_no_secret_is_in_a_key_name() {
     assert!(keys.len() > 10, "{keys:?}");
     for k in &keys {
         assert!(
-            k.starts_with("pp:{activity}:"),
+            k.starts_with("pp:{activity}:v2:"),
             "key outside the prefix: {k}"
         );
         for secret in [SECRET_PASSWORD, SECRET_USER, IDEM, CLIENT, REQUEST] {
@@ -295,17 +336,16 @@ async fn every_key_is_under_the_prefix_and_no_secret_is_in_a_key_name() {
         "worker-session-expiry",
         "worker-runtime",
         "worker-runtime-expiry",
-        "region:eu",
-        "protocol:http",
-        "carrier:c1",
-        "upstream:vendor-a",
+        "avail:vendor-a|http|eu|c1",
+        "combos",
+        "combos-version",
     ] {
         assert!(
-            keys.contains(&format!("pp:{{activity}}:{k}")),
+            keys.contains(&format!("pp:{{activity}}:v2:{k}")),
             "missing {k} in {keys:?}"
         );
     }
-    assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:idem:")));
+    assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:v2:idem:")));
     // Stored results name the extracted records; credentials live only in the records.
     for k in keys
         .iter()
@@ -314,8 +354,8 @@ async fn every_key_is_under_the_prefix_and_no_secret_is_in_a_key_name() {
         let v: String = redis::cmd("GET").arg(k).query_async(&mut c).await.unwrap();
         assert!(!v.contains(SECRET_PASSWORD), "{k} holds a password");
     }
-    assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:op:")));
-    assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:owned:")));
+    assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:v2:op:")));
+    assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:v2:owned:")));
     assert_consistent(&server.url()).await;
 }
 
@@ -329,7 +369,7 @@ async fn main_key_ttls_follow_the_latest_hard_expiry() {
     fill(&pool, &ids("long", 5), 120).await;
     let after = Timestamp::now().millis();
     let latest: Vec<(String, i64)> = redis::cmd("ZRANGE")
-        .arg("pp:{activity}:expiry")
+        .arg("pp:{activity}:v2:expiry")
         .arg(-1)
         .arg(-1)
         .arg("WITHSCORES")
@@ -346,12 +386,12 @@ async fn main_key_ttls_follow_the_latest_hard_expiry() {
         "available",
         "inventory",
         "managed",
-        "region:eu",
-        "upstream:vendor-a",
-        "protocol:http",
+        "avail:vendor-a|http|eu|c1",
+        "combos",
+        "combos-version",
     ] {
         let at: i64 = redis::cmd("PEXPIRETIME")
-            .arg(format!("pp:{{activity}}:{k}"))
+            .arg(format!("pp:{{activity}}:v2:{k}"))
             .query_async(&mut c)
             .await
             .unwrap();
@@ -373,7 +413,7 @@ async fn main_key_ttls_follow_the_latest_hard_expiry() {
     // A later proxy pushes it further.
     fill(&pool, &ids("later", 1), 300).await;
     let at: i64 = redis::cmd("PEXPIRETIME")
-        .arg("pp:{activity}:records")
+        .arg("pp:{activity}:v2:records")
         .query_async(&mut c)
         .await
         .unwrap();
@@ -938,7 +978,7 @@ async fn a_dangling_index_member_is_skipped_not_fatal() {
     // memberships stay.
     let mut c = admin(&server.url()).await;
     let _: i64 = redis::cmd("HDEL")
-        .arg("pp:{activity}:records")
+        .arg("pp:{activity}:v2:records")
         .arg("g-2")
         .query_async(&mut c)
         .await

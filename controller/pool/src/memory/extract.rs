@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use super::MemoryPool;
-use super::state::{State, StoredResult};
+use super::state::{Index, State, StoredResult, combo_labels};
 use crate::clock::Timestamp;
 use crate::error::{ConflictReason, PoolError, PoolResult};
 use crate::model::{
@@ -36,34 +36,61 @@ pub(crate) fn result_keys(request: &ExtractRequest) -> (String, Option<String>) 
     }
 }
 
-/// The driver's index keys: the smallest filtered dimension (ties: upstream, region,
-/// carrier, protocol), values ascending; no filter → `available`.
-fn driver_keys(st: &State, f: &Filters) -> Vec<String> {
-    let dims: [Vec<String>; 4] = [
-        f.upstreams
-            .iter()
-            .map(|v| format!("upstream:{v}"))
-            .collect(),
-        f.regions.iter().map(|v| format!("region:{v}")).collect(),
-        f.carriers.iter().map(|v| format!("carrier:{v}")).collect(),
-        f.protocols
-            .iter()
-            .map(|v| format!("protocol:{v}"))
-            .collect(),
-    ];
-    let size = |keys: &Vec<String>| -> usize {
-        keys.iter()
-            .map(|k| st.filters.get(k).map_or(0, |ix| ix.len()))
-            .sum()
-    };
-    let mut best: Option<(usize, &Vec<String>)> = None;
-    for keys in dims.iter().filter(|k| !k.is_empty()) {
-        let s = size(keys);
-        if best.is_none_or(|(b, _)| s < b) {
-            best = Some((s, keys));
-        }
+/// Whether a combination's labels pass the filters (OR within a dimension, AND across,
+/// an empty dimension passes everything).
+fn combo_passes(combo: &str, f: &Filters) -> bool {
+    let [u, p, r, c] = combo_labels(combo);
+    (f.upstreams.is_empty() || f.upstreams.iter().any(|v| v.as_str() == u))
+        && (f.protocols.is_empty() || f.protocols.iter().any(|v| v.as_str() == p))
+        && (f.regions.is_empty() || f.regions.iter().any(|v| v.as_str() == r))
+        && (f.carriers.is_empty() || f.carriers.iter().any(|v| v.as_str() == c))
+}
+
+fn filtered(f: &Filters) -> bool {
+    !(f.protocols.is_empty()
+        && f.regions.is_empty()
+        && f.carriers.is_empty()
+        && f.upstreams.is_empty())
+}
+
+/// The scan sources: `available` without a filter, else every combination index whose
+/// labels pass the filters.
+fn sources<'a>(st: &'a State, f: &Filters) -> Vec<&'a Index> {
+    if !filtered(f) {
+        return vec![&st.available];
     }
-    best.map_or_else(|| vec!["available".to_owned()], |(_, keys)| keys.clone())
+    st.combos
+        .iter()
+        .filter(|(combo, _)| combo_passes(combo, f))
+        .map(|(_, ix)| ix)
+        .collect()
+}
+
+/// Members of `sources` with score > now, merged in descending (score, member) order
+/// (how the script merges its `ZREVRANGEBYSCORE` pages).
+pub(super) fn merged<'a>(
+    sources: Vec<&'a Index>,
+    now: Timestamp,
+) -> impl Iterator<Item = &'a ProxyId> + 'a {
+    let mut heads: Vec<_> = sources
+        .into_iter()
+        .map(|ix| {
+            ix.iter()
+                .rev()
+                .take_while(move |(s, _)| *s > now.0)
+                .peekable()
+        })
+        .collect();
+    std::iter::from_fn(move || {
+        let mut best: Option<(usize, &'a (i64, ProxyId))> = None;
+        for (i, head) in heads.iter_mut().enumerate() {
+            let Some(&h) = head.peek() else { continue };
+            if best.is_none_or(|(_, b)| h > b) {
+                best = Some((i, h));
+            }
+        }
+        best.and_then(|(b, _)| heads[b].next()).map(|(_, id)| id)
+    })
 }
 
 fn eligible(
@@ -99,31 +126,19 @@ fn scan(
     now: Timestamp,
 ) -> (Vec<ProxyId>, bool) {
     let mut found = Vec::new();
-    let mut examined = 0u32;
-    for key in driver_keys(st, f) {
-        let ix = if key == "available" {
-            Some(&st.available)
-        } else {
-            st.filters.get(&key)
-        };
-        let Some(ix) = ix else { continue };
-        for (score, id) in ix.iter().rev() {
-            if *score <= now.0 {
-                break;
-            }
-            if examined == budget {
-                return (found, false);
-            }
-            examined += 1;
-            let ok = st
-                .records
-                .get(id)
-                .is_some_and(|s| eligible(st, &s.record, req, f, now));
-            if ok {
-                found.push(id.clone());
-                if found.len() == need {
-                    return (found, true);
-                }
+    // Every member read costs one unit of the budget.
+    for (examined, id) in merged(sources(st, f), now).enumerate() {
+        if examined == budget as usize {
+            return (found, false);
+        }
+        let ok = st
+            .records
+            .get(id)
+            .is_some_and(|s| eligible(st, &s.record, req, f, now));
+        if ok {
+            found.push(id.clone());
+            if found.len() == need {
+                return (found, true);
             }
         }
     }

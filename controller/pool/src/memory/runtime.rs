@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::MemoryPool;
-use super::state::{State, StoredReport};
+use super::state::{Index, State, StoredReport, combo_labels};
 use crate::clock::Timestamp;
 use crate::error::{ConflictReason, PoolError, PoolResult};
 use crate::model::{
@@ -191,9 +191,15 @@ impl InventoryReader for MemoryPool {
     async fn inventory(&self, upstream: &UpstreamId) -> PoolResult<UpstreamInventory> {
         let now = self.clock.now();
         let st = self.state.lock();
-        let unowned = st.filters.get(&format!("upstream:{upstream}"));
+        let unowned: Vec<&Index> = st
+            .combos
+            .iter()
+            .filter(|(combo, _)| combo_labels(combo)[0] == upstream.as_str())
+            .map(|(_, ix)| ix)
+            .collect();
         let owned = st.owned.get(upstream);
-        let members = unowned.map_or(0, |ix| ix.len()) + owned.map_or(0, |ix| ix.len());
+        let members =
+            unowned.iter().map(|ix| ix.len()).sum::<usize>() + owned.map_or(0, |ix| ix.len());
         if members > self.options.inventory_scan_budget as usize {
             return Err(PoolError::ScanBudgetExhausted);
         }

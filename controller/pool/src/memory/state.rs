@@ -1,7 +1,7 @@
 //! The data of the in-memory pool and the record-level helpers every operation shares
 //! (indexing, counters, purge). Mirrors the Redis key space one to one.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::clock::Timestamp;
 use crate::model::{
@@ -41,8 +41,9 @@ pub(super) struct State {
     pub unique: HashMap<String, ProxyId>,
     pub expiry: Index,
     pub available: Index,
-    /// Filter indexes by key suffix: `protocol:http`, `region:eu`, `upstream:vendor-a`, …
-    pub filters: HashMap<String, Index>,
+    /// One availability index per label combination (`combo_of`); only non-empty ones
+    /// are kept (the Redis `combos` registry).
+    pub combos: BTreeMap<String, Index>,
     pub owned: HashMap<UpstreamId, Index>,
     pub owners: HashMap<ProxyId, Assignment>,
     pub owner_expiry: Index,
@@ -56,19 +57,23 @@ pub(super) struct State {
     pub results: HashMap<String, (i64, StoredResult)>,
 }
 
-/// Filter-index key suffixes of a record.
-pub(super) fn filter_keys(r: &ProxyRecord) -> Vec<String> {
-    let mut keys = vec![
-        format!("protocol:{}", r.protocol.as_str()),
-        format!("upstream:{}", r.upstream),
-    ];
-    if let Some(region) = &r.region {
-        keys.push(format!("region:{region}"));
-    }
-    if let Some(carrier) = &r.carrier {
-        keys.push(format!("carrier:{carrier}"));
-    }
-    keys
+/// The availability combination of a record: `<upstream>|<protocol>|<region>|<carrier>`
+/// (region / carrier empty when absent), as the Redis key suffix `avail:<…>`.
+pub(super) fn combo_of(r: &ProxyRecord) -> String {
+    format!(
+        "{}|{}|{}|{}",
+        r.upstream,
+        r.protocol.as_str(),
+        r.region.as_ref().map_or("", |v| v.as_str()),
+        r.carrier.as_ref().map_or("", |v| v.as_str())
+    )
+}
+
+/// The labels of a combination (`combo_of`): upstream, protocol, region, carrier.
+pub(super) fn combo_labels(combo: &str) -> [&str; 4] {
+    let mut parts = combo.splitn(4, '|');
+    let mut next = || parts.next().unwrap_or("");
+    [next(), next(), next(), next()]
 }
 
 impl State {
@@ -80,12 +85,11 @@ impl State {
     pub fn unindex(&mut self, r: &ProxyRecord) {
         let member = (r.usable_until.0, r.id.clone());
         self.available.remove(&member);
-        for key in filter_keys(r) {
-            if let Some(ix) = self.filters.get_mut(&key) {
-                ix.remove(&member);
-                if ix.is_empty() {
-                    self.filters.remove(&key);
-                }
+        let key = combo_of(r);
+        if let Some(ix) = self.combos.get_mut(&key) {
+            ix.remove(&member);
+            if ix.is_empty() {
+                self.combos.remove(&key);
             }
         }
         if let Some(ix) = self.owned.get_mut(&r.upstream) {
@@ -109,9 +113,7 @@ impl State {
                 .insert(member);
         } else {
             self.available.insert(member.clone());
-            for key in filter_keys(r) {
-                self.filters.entry(key).or_default().insert(member.clone());
-            }
+            self.combos.entry(combo_of(r)).or_default().insert(member);
         }
     }
 

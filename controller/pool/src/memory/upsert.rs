@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 
 use super::MemoryPool;
-use super::state::{State, Stored, StoredResult};
+use super::extract::merged;
+use super::state::{State, Stored, StoredResult, combo_labels};
 use crate::clock::Timestamp;
 use crate::error::{PoolError, PoolResult};
 use crate::model::{
@@ -242,19 +243,13 @@ impl ProxyCatalog for MemoryPool {
         }
         let now = self.clock.now();
         let st = self.state.lock();
-        let key = format!("upstream:{upstream}");
-        Ok(st
-            .filters
-            .get(&key)
-            .map(|ix| {
-                ix.iter()
-                    .rev()
-                    .take_while(|(score, _)| *score > now.0)
-                    .take(limit as usize)
-                    .map(|(_, id)| id.clone())
-                    .collect()
-            })
-            .unwrap_or_default())
+        let sources = st
+            .combos
+            .iter()
+            .filter(|(combo, _)| combo_labels(combo)[0] == upstream.as_str())
+            .map(|(_, ix)| ix)
+            .collect();
+        Ok(merged(sources, now).take(limit as usize).cloned().collect())
     }
 }
 

@@ -1,12 +1,13 @@
-//! Exclusive, idempotent extraction: one script call (two result keys, the driver's
-//! index keys by dimension, every known index key for the records it will extract).
+//! Exclusive, idempotent extraction: one script call (two result keys, every known
+//! combination matching the filters as the sources, every known index key for the
+//! records it will extract or purge).
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::codec::{StoredExtraction, decode, ms};
-use super::keys::{self, CallKeys};
+use super::keys::{self, CallKeys, Combo, KeyBook};
 use super::scripts::Script;
 use super::{Call, RedisPool};
 use crate::clock::Timestamp;
@@ -43,16 +44,10 @@ impl ExtractionStore for RedisPool {
             Some(k) => (keys::idem_key(req.client_id.as_str(), k.as_str()), Some(op)),
             None => (op, None),
         };
-        let mut ck = CallKeys::new(Some(k1), k2);
-        let mut dim =
-            |names: Vec<String>| names.into_iter().map(|n| ck.index(n)).collect::<Vec<_>>();
-        let dims = json!({
-            "u": dim(f.upstreams.iter().map(keys::upstream_key).collect()),
-            "r": dim(f.regions.iter().map(|v| keys::region_key(v.as_str())).collect()),
-            "c": dim(f.carriers.iter().map(|v| keys::carrier_key(v.as_str())).collect()),
-            "p": dim(f.protocols.iter().map(|p| keys::protocol_key(*p)).collect()),
-        });
-        let ck = ck.with_known(&self.inner.keys);
+        let filtered = !(f.protocols.is_empty()
+            && f.regions.is_empty()
+            && f.carriers.is_empty()
+            && f.upstreams.is_empty());
         // A retry of this very call (after a dropped connection) finds its own result:
         // that is the first answer, not a replay.
         let nonce = self.fresh_op(Script::Extract);
@@ -66,21 +61,32 @@ impl ExtractionStore for RedisPool {
             "ittl": ms(req.idempotency_ttl),
             "minttl": ms(req.min_remaining_ttl),
             "budget": self.options().extract_scan_budget,
-            "dims": dims,
-            "f": {
-                "proto": f.protocols.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
-                "region": f.regions,
-                "carrier": f.carriers,
-                "up": f.upstreams,
-            },
         });
         if let Some(age) = req.max_health_check_age {
             payload["maxage"] = ms(age).into();
         }
-        let r: ExtractReply = decode(
-            self.run(Call::new(Script::Extract, ck, payload)).await?,
-            "extract reply",
-        )?;
+        let build = |book: &KeyBook| {
+            let mut ck = CallKeys::new(Some(k1.clone()), k2.clone());
+            let mut payload = payload.clone();
+            if filtered {
+                // Every known combination whose labels pass the filters (OR within a
+                // dimension, AND across; an empty dimension passes everything).
+                let pass = |c: &Combo| {
+                    (f.upstreams.is_empty() || f.upstreams.iter().any(|u| u.as_str() == c.upstream))
+                        && (f.protocols.is_empty()
+                            || f.protocols.iter().any(|p| p.as_str() == c.protocol))
+                        && (f.regions.is_empty()
+                            || f.regions.iter().any(|r| r.as_str() == c.region))
+                        && (f.carriers.is_empty()
+                            || f.carriers.iter().any(|v| v.as_str() == c.carrier))
+                };
+                let src: Vec<usize> = book.combos(pass).into_iter().map(|k| ck.index(k)).collect();
+                payload["src"] = src.into();
+                payload["cv"] = book.combos_version().into();
+            }
+            Call::new(Script::Extract, ck.with_known(book), payload)
+        };
+        let r: ExtractReply = decode(self.run_combos(build).await?, "extract reply")?;
         if let Some(s) = r.replay {
             let replayed = s.n.as_deref() != Some(nonce.as_str());
             return Ok(ExtractOutcome::Extracted(extraction(s, replayed)?));

@@ -1,5 +1,5 @@
 //! Key names of the Redis key space (`docs/pool.md`, "Key space") and the call layout
-//! every script shares: 16 fixed keys, then the index keys a call may touch.
+//! every script shares: 18 fixed keys, then the index keys a call may touch.
 //!
 //! Label values enter key names only as validated identifiers; client IDs, idempotency
 //! keys and operation IDs only digested. Nothing here may ever see a password.
@@ -10,11 +10,13 @@ use std::sync::Mutex;
 use crate::model::{Protocol, UpstreamId};
 use crate::validate::key_digest;
 
-/// The hash-tagged prefix of every key.
-pub(crate) const PREFIX: &str = "pp:{activity}:";
+/// The hash-tagged prefix of every key. `v2`: the key-space version (v2 = one
+/// availability ZSET per label combination). A layout change bumps it, so a new
+/// version never reads keys an older one wrote (`docs/pool.md`, "Key-space versions").
+pub(crate) const PREFIX: &str = "pp:{activity}:v2:";
 
-/// Fixed keys 1..=14, in the order of `lua/prelude.lua`.
-const FIXED: [&str; 14] = [
+/// Fixed keys 1..=16, in the order of `lua/prelude.lua`.
+const FIXED: [&str; 16] = [
     "records",
     "unique",
     "idkeys",
@@ -29,6 +31,8 @@ const FIXED: [&str; 14] = [
     "worker-session-expiry",
     "worker-runtime",
     "worker-runtime-expiry",
+    "combos",
+    "combos-version",
 ];
 
 /// Most index keys remembered for later calls; past it, keys are learnt per call.
@@ -38,20 +42,52 @@ pub(crate) fn key(suffix: &str) -> String {
     format!("{PREFIX}{suffix}")
 }
 
-pub(crate) fn protocol_key(p: Protocol) -> String {
-    key(&format!("protocol:{}", p.as_str()))
+/// The labels of one availability combination: upstream, protocol, region, carrier.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Combo {
+    pub upstream: String,
+    pub protocol: String,
+    pub region: String,
+    pub carrier: String,
 }
 
-pub(crate) fn region_key(v: &str) -> String {
-    key(&format!("region:{v}"))
+/// Prefix of the combination keys: `avail:<upstream>|<protocol>|<region>|<carrier>`
+/// (region / carrier empty when the proxy has none). Label values are validated
+/// identifiers (`[A-Za-z0-9._:-]`), so `|` cannot occur in them.
+fn combo_prefix() -> String {
+    key("avail:")
 }
 
-pub(crate) fn carrier_key(v: &str) -> String {
-    key(&format!("carrier:{v}"))
+/// The availability ZSET of one label combination.
+pub(crate) fn combo_key(
+    u: &UpstreamId,
+    p: Protocol,
+    region: Option<&str>,
+    carrier: Option<&str>,
+) -> String {
+    format!(
+        "{}{u}|{}|{}|{}",
+        combo_prefix(),
+        p.as_str(),
+        region.unwrap_or(""),
+        carrier.unwrap_or("")
+    )
 }
 
-pub(crate) fn upstream_key(u: &UpstreamId) -> String {
-    key(&format!("upstream:{u}"))
+/// The labels of a combination key; `None` for any other key.
+pub(crate) fn parse_combo(name: &str) -> Option<Combo> {
+    let rest = name.strip_prefix(&combo_prefix())?;
+    let mut parts = rest.split('|');
+    let combo = Combo {
+        upstream: parts.next()?.to_owned(),
+        protocol: parts.next()?.to_owned(),
+        region: parts.next()?.to_owned(),
+        carrier: parts.next()?.to_owned(),
+    };
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(combo)
 }
 
 pub(crate) fn owned_key(u: &UpstreamId) -> String {
@@ -74,21 +110,53 @@ pub(crate) fn idem_key(client: &str, idempotency_key: &str) -> String {
 #[derive(Debug, Default)]
 pub(crate) struct KeyBook {
     known: Mutex<BTreeSet<String>>,
+    /// The version of the combination registry `known` is complete for ("" = none).
+    combos_version: Mutex<String>,
 }
 
 impl KeyBook {
-    pub(crate) fn learn<'a>(&self, keys: impl IntoIterator<Item = &'a String>) {
+    /// Records the registry version after learning every registered combination.
+    pub(crate) fn set_combos_version(&self, v: &str) {
+        if let Ok(mut cv) = self.combos_version.lock() {
+            v.clone_into(&mut cv);
+        }
+    }
+
+    pub(crate) fn combos_version(&self) -> String {
+        self.combos_version
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default()
+    }
+
+    /// Known combination keys whose labels satisfy `keep`, ascending by name.
+    pub(crate) fn combos(&self, keep: impl Fn(&Combo) -> bool) -> Vec<String> {
+        let Ok(known) = self.known.lock() else {
+            return Vec::new();
+        };
+        let from = combo_prefix();
+        known
+            .range(from.clone()..)
+            .take_while(|k| k.starts_with(&from))
+            .filter(|k| parse_combo(k).is_some_and(|c| keep(&c)))
+            .cloned()
+            .collect()
+    }
+
+    /// Remembers index key names; false when some did not fit (the book is bounded).
+    pub(crate) fn learn<'a>(&self, keys: impl IntoIterator<Item = &'a String>) -> bool {
         let Ok(mut known) = self.known.lock() else {
-            return;
+            return false;
         };
         for k in keys {
-            if known.len() >= MAX_KNOWN {
-                return;
-            }
             if k.starts_with(PREFIX) && !known.contains(k) {
+                if known.len() >= MAX_KNOWN {
+                    return false;
+                }
                 known.insert(k.clone());
             }
         }
+        true
     }
 
     fn snapshot(&self) -> Vec<String> {
@@ -158,20 +226,30 @@ mod tests {
     #[test]
     fn every_key_is_under_the_hash_tag() {
         let u = UpstreamId::new("vendor-a").unwrap();
+        let combo = combo_key(&u, Protocol::Http, Some("eu"), None);
+        assert_eq!(combo, "pp:{activity}:v2:avail:vendor-a|http|eu|");
+        assert_eq!(
+            parse_combo(&combo),
+            Some(Combo {
+                upstream: "vendor-a".into(),
+                protocol: "http".into(),
+                region: "eu".into(),
+                carrier: String::new(),
+            })
+        );
+        assert_eq!(parse_combo(&owned_key(&u)), None);
+        assert_eq!(parse_combo(&format!("{combo}|x")), None);
         for k in [
-            protocol_key(Protocol::Http),
-            region_key("eu"),
-            carrier_key("x"),
-            upstream_key(&u),
+            combo,
             owned_key(&u),
             op_key(&["a"]),
             idem_key("c", "secret-key"),
         ] {
-            assert!(k.starts_with("pp:{activity}:"), "{k}");
+            assert!(k.starts_with("pp:{activity}:v2:"), "{k}");
         }
         assert!(!idem_key("c", "secret-key").contains("secret"));
         let ck = CallKeys::new(None, None);
-        assert_eq!(ck.as_slice().len(), 16);
+        assert_eq!(ck.as_slice().len(), 18);
         assert!(ck.as_slice().iter().all(|k| k.starts_with(PREFIX)));
     }
 }

@@ -77,6 +77,17 @@ static NEXT_OP: AtomicU64 = AtomicU64::new(0);
 struct Envelope {
     r: Option<serde_json::Value>,
     need: Option<Vec<String>>,
+    /// With `need`: the caller's combination registry was stale; `need` is every
+    /// registered combination and `cv` the version they make complete.
+    cv: Option<String>,
+}
+
+/// What one call came back with.
+enum Reply {
+    Value(serde_json::Value),
+    /// The script needed every combination matching the call and the key book did not
+    /// know them all; the book has now learnt them: build the call again.
+    StaleCombos,
 }
 
 /// One script call: its keys, payload and (for writes) the operation result key.
@@ -136,7 +147,29 @@ impl RedisPool {
 
     /// Runs a call; retries (bounded) when the script asks for index keys it was not
     /// given. Returns the script's result value.
-    async fn run(&self, mut call: Call) -> PoolResult<serde_json::Value> {
+    async fn run(&self, call: Call) -> PoolResult<serde_json::Value> {
+        match self.run_reply(call).await? {
+            Reply::Value(v) => Ok(v),
+            Reply::StaleCombos => Err(PoolError::Unavailable("index_keys_unsettled".into())),
+        }
+    }
+
+    /// Runs a call that passes every combination matching it (built from the key book
+    /// by `build`); builds it again (bounded) when the script finds the book stale.
+    async fn run_combos(
+        &self,
+        build: impl Fn(&KeyBook) -> Call + Send + Sync,
+    ) -> PoolResult<serde_json::Value> {
+        for _ in 0..KEY_ROUNDS {
+            match self.run_reply(build(&self.inner.keys)).await? {
+                Reply::Value(v) => return Ok(v),
+                Reply::StaleCombos => continue,
+            }
+        }
+        Err(PoolError::Unavailable("index_keys_unsettled".into()))
+    }
+
+    async fn run_reply(&self, mut call: Call) -> PoolResult<Reply> {
         let pool = self.options();
         for _ in 0..KEY_ROUNDS {
             let now = match &self.inner.options.clock_override {
@@ -159,6 +192,18 @@ impl RedisPool {
                 .await?;
             let env: Envelope =
                 serde_json::from_str(&reply).map_err(|_| codec::corrupt("reply"))?;
+            if let (Some(need), Some(cv)) = (&env.need, &env.cv) {
+                tracing::debug!(
+                    script = call.script.name(),
+                    combinations = need.len(),
+                    "combination registry changed"
+                );
+                // Only a complete book may claim the new version.
+                if self.inner.keys.learn(need) {
+                    self.inner.keys.set_combos_version(cv);
+                }
+                return Ok(Reply::StaleCombos);
+            }
             if let Some(need) = env.need {
                 tracing::debug!(
                     script = call.script.name(),
@@ -173,7 +218,7 @@ impl RedisPool {
             if let Some(code) = r.get("err").and_then(|e| e.as_str()) {
                 return Err(error_code(code));
             }
-            return Ok(r);
+            return Ok(Reply::Value(r));
         }
         Err(PoolError::Unavailable("index_keys_unsettled".into()))
     }

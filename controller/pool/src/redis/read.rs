@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::codec::{StoredAssignment, StoredRecord, decode, lua_vec};
-use super::keys::{self, CallKeys};
+use super::keys::CallKeys;
 use super::scripts::Script;
 use super::{Call, RedisPool};
 use crate::error::{PoolError, PoolResult};
@@ -52,14 +52,17 @@ impl ProxyCatalog for RedisPool {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let mut ck = CallKeys::new(None, None);
-        let u = ck.index(keys::upstream_key(upstream));
         let r = self
-            .run(Call::new(
-                Script::Assignable,
-                ck,
-                json!({ "u": u, "lim": limit }),
-            ))
+            .run_combos(|book| {
+                let mut ck = CallKeys::new(None, None);
+                let src: Vec<usize> = book
+                    .combos(|c| c.upstream == upstream.as_str())
+                    .into_iter()
+                    .map(|k| ck.index(k))
+                    .collect();
+                let payload = json!({ "src": src, "cv": book.combos_version(), "lim": limit });
+                Call::new(Script::Assignable, ck, payload)
+            })
             .await?;
         decode(r, "assignable")
     }

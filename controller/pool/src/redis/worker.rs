@@ -219,12 +219,26 @@ struct InventoryReply {
 #[async_trait]
 impl InventoryReader for RedisPool {
     async fn inventory(&self, upstream: &UpstreamId) -> PoolResult<UpstreamInventory> {
-        let mut ck = CallKeys::new(None, None);
-        let u = ck.index(keys::upstream_key(upstream));
-        let o = ck.index(keys::owned_key(upstream));
-        let payload = json!({ "up": upstream, "u": u, "o": o, "budget": self.options().inventory_scan_budget });
+        let budget = self.options().inventory_scan_budget;
         let r: InventoryReply = decode(
-            self.run(Call::new(Script::Inventory, ck, payload)).await?,
+            self.run_combos(|book| {
+                let mut ck = CallKeys::new(None, None);
+                let o = ck.index(keys::owned_key(upstream));
+                let src: Vec<usize> = book
+                    .combos(|c| c.upstream == upstream.as_str())
+                    .into_iter()
+                    .map(|k| ck.index(k))
+                    .collect();
+                let payload = json!({
+                    "up": upstream,
+                    "src": src,
+                    "cv": book.combos_version(),
+                    "o": o,
+                    "budget": budget,
+                });
+                Call::new(Script::Inventory, ck, payload)
+            })
+            .await?,
             "inventory",
         )?;
         Ok(UpstreamInventory {

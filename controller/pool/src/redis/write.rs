@@ -48,15 +48,17 @@ impl RedisPool {
             ix.insert(dim.to_owned(), ck.index(name.clone()).into());
             learned.push(name);
         };
-        add("p", keys::protocol_key(cand.protocol), ck);
-        add("u", keys::upstream_key(&batch.batch.upstream), ck);
+        add(
+            "a",
+            keys::combo_key(
+                &batch.batch.upstream,
+                cand.protocol,
+                cand.region.as_ref().map(|v| v.as_str()),
+                cand.carrier.as_ref().map(|v| v.as_str()),
+            ),
+            ck,
+        );
         add("o", keys::owned_key(&batch.batch.upstream), ck);
-        if let Some(r) = &cand.region {
-            add("r", keys::region_key(r.as_str()), ck);
-        }
-        if let Some(cr) = &cand.carrier {
-            add("c", keys::carrier_key(cr.as_str()), ck);
-        }
         let mut v = json!({
             "id": cand.id,
             "proto": cand.protocol.as_str(),

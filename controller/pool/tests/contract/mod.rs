@@ -158,7 +158,7 @@ impl Harness {
             .expect("KEYS");
         let mut structural = 0;
         for k in &keys {
-            if k.starts_with("pp:{activity}:op:") || k.starts_with("pp:{activity}:idem:") {
+            if k.starts_with("pp:{activity}:v2:op:") || k.starts_with("pp:{activity}:v2:idem:") {
                 let ttl: i64 = redis::cmd("PTTL")
                     .arg(k)
                     .query_async(&mut conn)
@@ -173,7 +173,7 @@ impl Harness {
             }
         }
         let records: u64 = redis::cmd("HLEN")
-            .arg("pp:{activity}:records")
+            .arg("pp:{activity}:v2:records")
             .query_async(&mut conn)
             .await
             .expect("HLEN");

@@ -2,8 +2,9 @@
 -- K_RESULT = replay key (idem:<d> or the request-ID op key); K_RESULT2 = the request-ID
 -- op key (same as K_RESULT without an idempotency key).
 -- P = { cnt, res, aon, dig, n (this call's nonce, hex), ittl, minttl, maxage?, budget,
---       dims = { u = [pos], r = [pos], c = [pos], p = [pos] } (driver candidates, KEYS positions, values ascending),
---       f = { proto = [], region = [], carrier = [], up = [] } }
+--       src? = KEYS positions of every combination matching the filters (absent: no
+--       filter, the source is `available`), cv = the registry version `src` is complete
+--       for }
 -- A stored result names the extracted records; they cannot change (EXTRACTED never
 -- re-enters) and outlive it (its expiry is at most their earliest hard expiry), so a
 -- replay reads them back instead of keeping a second copy of every credential.
@@ -19,79 +20,111 @@ if stored then
     .. ',"px":[' .. table.concat(raws, ',') .. ']}}}'
 end
 
-local function set_of(list)
-  if #list == 0 then return nil end
-  local s = {}
-  for _, v in ipairs(list) do s[v] = true end
-  return s
-end
-local F_PROTO, F_REGION, F_CARRIER, F_UP = set_of(P.f.proto), set_of(P.f.region), set_of(P.f.carrier), set_of(P.f.up)
-
-local function eligible(rec, is_owned)
-  if is_owned or not live(rec) or rec.st ~= 'AVAILABLE' or rec.uu <= NOW then return false end
-  if rec.exp - NOW < P.minttl then return false end
-  if P.maxage and (not rec.lc or NOW - rec.lc > P.maxage) then return false end
-  if F_PROTO and not F_PROTO[rec.proto] then return false end
-  if F_UP and not F_UP[rec.up] then return false end
-  if F_REGION and not (rec.region and F_REGION[rec.region]) then return false end
-  if F_CARRIER and not (rec.carrier and F_CARRIER[rec.carrier]) then return false end
-  return true
+-- Sources: `available`, or every combination matching the filters (the caller proves
+-- it knew them all: registry version). MATCH: their names, for the filter re-check.
+local sources, MATCH = {}, nil
+if P.src then
+  if not combos_known() then return combos_reply() end
+  MATCH = {}
+  for i, pos in ipairs(P.src) do
+    sources[i] = KEYS[pos]
+    MATCH[KEYS[pos]] = true
+  end
+else
+  sources[1] = K_AVAILABLE
 end
 
--- Driving index: the smallest filtered dimension; ties in the order u, r, c, p.
-local scan_keys, best = nil, nil
-for _, d in ipairs({ 'u', 'r', 'c', 'p' }) do
-  local list = P.dims[d]
-  if list and #list > 0 then
-    local size = 0
-    for _, pos in ipairs(list) do size = size + redis.call('ZCARD', KEYS[pos]) end
-    if not best or size < best then
-      best = size
-      scan_keys = {}
-      for _, pos in ipairs(list) do scan_keys[#scan_keys + 1] = KEYS[pos] end
+-- The scan reads only the fields it checks from the stored JSON (no full decode): keys
+-- are unique in a record and string values are escaped, so `"name":` occurs once.
+local NUM = '":([%d%.eE%+%-]+)'
+local PAT_EXP, PAT_UU, PAT_LC = '"exp' .. NUM, '"uu' .. NUM, '"lc' .. NUM
+local function num(raw, pat)
+  local v = string.match(raw, pat)
+  return v and tonumber(v)
+end
+
+-- Eligible: live, AVAILABLE, unowned, usable, minimum remaining TTL, health freshness,
+-- and (filtered) its combination is one of the matching ones. Returns ok, exp, combo.
+local function eligible(raw, is_owned)
+  if is_owned or not raw then return false end
+  if not string.find(raw, '"st":"AVAILABLE"', 1, true) then return false end
+  local exp, uu = num(raw, PAT_EXP), num(raw, PAT_UU)
+  if not exp or not uu or exp <= NOW or uu <= NOW then return false end
+  if exp - NOW < P.minttl then return false end
+  if P.maxage then
+    local lc = num(raw, PAT_LC)
+    if not lc or NOW - lc > P.maxage then return false end
+  end
+  local combo = string.match(raw, '"a":"([^"]*)"')
+  if not combo then return false end
+  if MATCH and not MATCH[combo] then return false end
+  return true, exp, combo
+end
+
+-- The merged order of the sources: descending score (usable_until > now), then
+-- descending member, read page by page.
+local lower = '(' .. istr(NOW)
+local heads = {}
+for i, key in ipairs(sources) do heads[i] = { key = key, ids = {}, sc = {}, i = 1, off = 0, done = false } end
+local function fill(h, page)
+  local r = redis.call('ZREVRANGEBYSCORE', h.key, '+inf', lower, 'WITHSCORES', 'LIMIT', h.off, page)
+  local ids, sc = {}, {}
+  for j = 1, #r, 2 do
+    ids[#ids + 1] = r[j]
+    sc[#sc + 1] = tonumber(r[j + 1])
+  end
+  h.ids, h.sc, h.i = ids, sc, 1
+  h.off = h.off + #ids
+  if #ids < page then h.done = true end
+end
+local function next_member(page)
+  local best = nil
+  for _, h in ipairs(heads) do
+    if h.i > #h.ids and not h.done then fill(h, page) end
+    if h.i <= #h.ids then
+      if not best then
+        best = h
+      else
+        local s, bs = h.sc[h.i], best.sc[best.i]
+        if s > bs or (s == bs and h.ids[h.i] > best.ids[best.i]) then best = h end
+      end
     end
   end
+  if not best then return nil end
+  local id = best.ids[best.i]
+  best.i = best.i + 1
+  return id
 end
-if not scan_keys then scan_keys = { K_AVAILABLE } end
 
 -- Bounded scan: every member read costs one unit of the budget.
 local want = P.cnt + P.res
-local found, raws, examined, complete = {}, {}, 0, true
-local lower = '(' .. istr(NOW)
-local ki = 1
-while ki <= #scan_keys and #found < want do
-  local key = scan_keys[ki]
-  local offset, exhausted = 0, false
-  while not exhausted and #found < want do
-    local left = P.budget - examined
-    if left <= 0 then
-      if #redis.call('ZREVRANGEBYSCORE', key, '+inf', lower, 'LIMIT', offset, 1) > 0 then complete = false end
-      for j = ki + 1, #scan_keys do
-        if redis.call('ZCOUNT', scan_keys[j], lower, '+inf') > 0 then complete = false end
-      end
-      ki = #scan_keys
-      break
-    end
-    local page = math.min(left, want - #found + 2)
-    local ids = redis.call('ZREVRANGEBYSCORE', key, '+inf', lower, 'LIMIT', offset, page)
-    local consumed = 0
-    if #ids > 0 then
-      -- One read per page for records and owners (fewer calls, same members).
-      local page_raws = redis.call('HMGET', K_RECORDS, unpack(ids))
-      local page_owners = redis.call('HMGET', K_OWNERS, unpack(ids))
-      for i, id in ipairs(ids) do
-        examined = examined + 1
-        consumed = consumed + 1
-        local raw = page_raws[i]
-        local rec = raw and cjson.decode(raw) or nil
-        if eligible(rec, page_owners[i] ~= false) then found[#found + 1] = rec; raws[#found] = raw end
-        if #found == want or examined >= P.budget then break end
-      end
-    end
-    offset = offset + consumed
-    if consumed == #ids and #ids < page then exhausted = true end
+local found, raws, exps, combos = {}, {}, {}, {}
+local examined, complete = 0, true
+while #found < want do
+  local take = math.min(want - #found, P.budget - examined)
+  if take <= 0 then
+    if next_member(1) then complete = false end
+    break
   end
-  ki = ki + 1
+  local batch = {}
+  for _ = 1, take do
+    local id = next_member(take)
+    if not id then break end
+    batch[#batch + 1] = id
+  end
+  if #batch == 0 then break end
+  -- One read per batch for records and owners.
+  local rs = redis.call('HMGET', K_RECORDS, unpack(batch))
+  local owners_raw = redis.call('HMGET', K_OWNERS, unpack(batch))
+  for i, id in ipairs(batch) do
+    examined = examined + 1
+    local ok, exp, combo = eligible(rs[i], owners_raw[i] ~= false)
+    if ok then
+      local k = #found + 1
+      found[k], raws[k], exps[k], combos[k] = id, rs[i], exp, combo
+    end
+  end
+  if #batch < take then break end
 end
 
 -- Decide.
@@ -106,10 +139,16 @@ else
   if P.aon and n < P.cnt then refusal = { insufficient = beyond } end
 end
 
--- Check phase, then writes.
+-- Check phase (the combination key of every proxy to extract must be given), then writes.
 local due = due_expired(PURGE_N)
 if not refusal then
-  for i = 1, n do need_keys(found[i]) end
+  for i = 1, n do
+    local c = combos[i]
+    if not GIVEN[c] and not MISSING_SEEN[c] then
+      MISSING_SEEN[c] = true
+      MISSING[#MISSING + 1] = c
+    end
+  end
 end
 local need = need_reply()
 if need then return need end
@@ -124,36 +163,30 @@ end
 local STATE_FROM = '"st":"AVAILABLE"'
 local STATE_TO = '"st":"EXTRACTED","xa":' .. istr(NOW)
 local earliest = nil
--- Out of every AVAILABLE index (one ZREM per index key for all chosen proxies).
-local zrem = {}
-for i = 1, n do
-  local rec = found[i]
-  for _, k in ipairs({ K_AVAILABLE, rec.ix.p, rec.ix.u, rec.ix.r or false, rec.ix.c or false }) do
-    if k then
-      local members = zrem[k]
-      if not members then members = {}; zrem[k] = members end
-      members[#members + 1] = rec.id
+-- Out of `available` and its combination (one ZREM per key for all chosen proxies).
+if n > 0 then
+  redis.call('ZREM', K_AVAILABLE, unpack(found, 1, n))
+  local by_combo = {}
+  for i = 1, n do
+    local members = by_combo[combos[i]]
+    if not members then
+      members = {}
+      by_combo[combos[i]] = members
     end
+    members[#members + 1] = found[i]
   end
+  for key, members in pairs(by_combo) do combo_rem(key, members) end
 end
-for k, members in pairs(zrem) do redis.call('ZREM', k, unpack(members)) end
 local writes = {}
 for i = 1, n do
-  local rec = found[i]
-  count(rec.up, 'AVAILABLE', -1)
   local raw = raws[i]
+  count(string.match(raw, '"up":"([^"]*)"'), 'AVAILABLE', -1)
   local at = string.find(raw, STATE_FROM, 1, true)
-  if at then
-    raw = string.sub(raw, 1, at - 1) .. STATE_TO .. string.sub(raw, at + #STATE_FROM)
-  else
-    local after = copy(rec)
-    after.st, after.xa = 'EXTRACTED', NOW
-    raw = cjson.encode(after)
-  end
-  writes[#writes + 1] = rec.id
+  raw = string.sub(raw, 1, at - 1) .. STATE_TO .. string.sub(raw, at + #STATE_FROM)
+  writes[#writes + 1] = found[i]
   writes[#writes + 1] = raw
   raws[i] = raw
-  if not earliest or rec.exp < earliest then earliest = rec.exp end
+  if not earliest or exps[i] < earliest then earliest = exps[i] end
 end
 if n > 0 then redis.call('HSET', K_RECORDS, unpack(writes)) end
 commit()
@@ -162,7 +195,7 @@ if n == 0 then
 end
 -- IDs and digests are validated identifiers / hex: safe inside JSON strings as they are.
 local ids = {}
-for i = 1, n do ids[i] = '"' .. found[i].id .. '"' end
+for i = 1, n do ids[i] = '"' .. found[i] .. '"' end
 local head = '{"d":"' .. P.dig .. '","n":"' .. P.n .. '","at":' .. istr(NOW)
 local until_ms = math.min(NOW + P.ittl, earliest)
 local result = head .. ',"ids":[' .. table.concat(ids, ',') .. ']}'

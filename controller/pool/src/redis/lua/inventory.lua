@@ -1,9 +1,13 @@
 -- Read only: counters and Available Slots of one upstream, scanning only its indexes.
--- P = { up, u = KEYS position of upstream:<u>, o = KEYS position of owned:<d>, budget }
-local ku, ko = KEYS[P.u], KEYS[P.o]
+-- P = { up, src = KEYS positions of every combination of the upstream, cv,
+--       o = KEYS position of owned:<d>, budget }
+if not combos_known() then return combos_reply() end
+local ko = KEYS[P.o]
 local inv = tonumber(redis.call('HGET', K_INVENTORY, P.up) or '0')
 local man = tonumber(redis.call('HGET', K_MANAGED, P.up) or '0')
-if redis.call('ZCARD', ku) + redis.call('ZCARD', ko) > P.budget then
+local members = redis.call('ZCARD', ko)
+for _, pos in ipairs(P.src) do members = members + redis.call('ZCARD', KEYS[pos]) end
+if members > P.budget then
   return cjson.encode({ r = { err = 'scan_budget' } })
 end
 local lower = '(' .. istr(NOW)
@@ -21,7 +25,10 @@ local function records_of(ids)
   end
   return out
 end
-local unowned = redis.call('ZRANGEBYSCORE', ku, lower, '+inf')
+local unowned = {}
+for _, pos in ipairs(P.src) do
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[pos], lower, '+inf')) do unowned[#unowned + 1] = id end
+end
 local recs = records_of(unowned)
 for i = 1, #unowned do
   local rec = recs[i]

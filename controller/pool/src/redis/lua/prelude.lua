@@ -3,8 +3,9 @@
 -- KEYS layout (fixed, set by keys.rs):
 --  1 records  2 unique  3 idkeys  4 expiry  5 available  6 owners  7 owner-expiry
 --  8 epoch  9 inventory  10 managed  11 worker-sessions  12 worker-session-expiry
---  13 worker-runtime  14 worker-runtime-expiry  15 result key  16 second result key
---  17.. index keys (filter indexes and owned:<digest> keys), given by the Rust side.
+--  13 worker-runtime  14 worker-runtime-expiry  15 combos (SET: the non-empty
+--  combination keys)  16 combos-version  17 result key  18 second result key
+--  19.. index keys (avail:<combination> and owned:<digest> keys), given by the Rust side.
 -- ARGV: 1 now override in ms ('' = read TIME)  2 operation TTL ms  3 opportunistic
 --  purge count  4 operation payload (JSON).
 -- A script never builds a key name: names come from KEYS (or from a record's `ix`,
@@ -15,7 +16,8 @@
 local K_RECORDS, K_UNIQUE, K_IDKEYS, K_EXPIRY, K_AVAILABLE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local K_OWNERS, K_OWNER_EXP, K_EPOCH, K_INVENTORY, K_MANAGED = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local K_SESSIONS, K_SESSION_EXP, K_RUNTIME, K_RUNTIME_EXP = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
-local K_RESULT, K_RESULT2 = KEYS[15], KEYS[16]
+local K_COMBOS, K_COMBOS_VER = KEYS[15], KEYS[16]
+local K_RESULT, K_RESULT2 = KEYS[17], KEYS[18]
 
 local OVERRIDE = ARGV[1] ~= ''
 local NOW
@@ -30,7 +32,7 @@ local PURGE_N = tonumber(ARGV[3])
 local P = cjson.decode(ARGV[4])
 
 local GIVEN = {}
-for i = 17, #KEYS do GIVEN[KEYS[i]] = true end
+for i = 19, #KEYS do GIVEN[KEYS[i]] = true end
 local MISSING, MISSING_SEEN = {}, {}
 -- Keys written by this script, by TTL class ('main', 'sess', 'rt').
 local TOUCHED = {}
@@ -117,14 +119,48 @@ end
 
 local function owned(id) return redis.call('HEXISTS', K_OWNERS, id) == 1 end
 
+-- Combination keys (`avail:<upstream>|<protocol>|<region>|<carrier>`, one per label
+-- combination, rec.ix.a): K_COMBOS holds exactly the non-empty ones; K_COMBOS_VER
+-- changes whenever one is added, so a caller passing "every combination matching my
+-- filter" can prove it knew them all (`combos_stale`).
+-- The registry and its version expire with the combinations (never before them).
+local function combo_add(key, score, id)
+  redis.call('ZADD', key, score, id)
+  touch(key); touch(K_COMBOS); touch(K_COMBOS_VER)
+  if redis.call('SADD', K_COMBOS, key) == 1 then
+    local v = tonumber(redis.call('GET', K_COMBOS_VER) or '0')
+    redis.call('SET', K_COMBOS_VER, istr(math.max(v + 1, NOW * 1000)))
+  end
+end
+
+local function combo_rem(key, ids)
+  redis.call('ZREM', key, unpack(ids))
+  if redis.call('ZCARD', key) == 0 then redis.call('SREM', K_COMBOS, key) end
+end
+
+-- The reply of a call whose caller did not know every registered combination: all of
+-- them, and the registry version they make complete. Nothing was written.
+local function combos_reply()
+  local all = redis.call('SMEMBERS', K_COMBOS)
+  local v = redis.call('GET', K_COMBOS_VER) or '0'
+  if #all == 0 then return '{"need":[],"cv":"' .. v .. '"}' end
+  return cjson.encode({ need = all, cv = v })
+end
+
+-- False when the caller's registry version (P.cv) is not the current one.
+local function combos_known()
+  return (redis.call('GET', K_COMBOS_VER) or '0') == P.cv
+end
+
 -- Out of every index key, whatever the membership rule says (purge).
 local function unindex_all(rec)
   redis.call('ZREM', K_AVAILABLE, rec.id)
-  for _, k in pairs(rec.ix) do redis.call('ZREM', k, rec.id) end
+  combo_rem(rec.ix.a, { rec.id })
+  redis.call('ZREM', rec.ix.o, rec.id)
 end
 
 -- Out of the indexes the membership rule put it in: AVAILABLE + owned -> owned:<u>;
--- AVAILABLE + unowned -> every AVAILABLE index; any other state -> none.
+-- AVAILABLE + unowned -> `available` and its combination; any other state -> none.
 -- `is_owned` may be given when the caller already knows it.
 local function unindex(rec, is_owned)
   if rec.st ~= 'AVAILABLE' then return end
@@ -133,10 +169,7 @@ local function unindex(rec, is_owned)
     redis.call('ZREM', rec.ix.o, rec.id)
   else
     redis.call('ZREM', K_AVAILABLE, rec.id)
-    for _, d in ipairs({ 'p', 'u', 'r', 'c' }) do
-      local k = rec.ix[d]
-      if k then redis.call('ZREM', k, rec.id) end
-    end
+    combo_rem(rec.ix.a, { rec.id })
   end
 end
 
@@ -147,10 +180,7 @@ local function index(rec)
     redis.call('ZADD', rec.ix.o, rec.uu, rec.id); touch(rec.ix.o)
   else
     redis.call('ZADD', K_AVAILABLE, rec.uu, rec.id); touch(K_AVAILABLE)
-    for _, d in ipairs({ 'p', 'u', 'r', 'c' }) do
-      local k = rec.ix[d]
-      if k then redis.call('ZADD', k, rec.uu, rec.id); touch(k) end
-    end
+    combo_add(rec.ix.a, rec.uu, rec.id)
   end
 end
 
