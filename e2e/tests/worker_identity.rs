@@ -45,7 +45,7 @@ const ISSUER_NAME: &str = "proxy-pool-operator.proxy-pool-system.svc";
 const CONTROLLER_NAME: &str = "proxy-pool-controller";
 const TRUST_DOMAIN: &str = "proxy-pool.test";
 const ENVIRONMENT: &str = "e2e";
-const GW_USER: &str = "e2e-user";
+const GW_USER: &str = "e2euser";
 const GW_PASS: &str = "e2e-gateway-password";
 /// Long enough for a cold start on a small machine: fetch, check, assign, publish.
 const READY_WITHIN: Duration = Duration::from_secs(120);
