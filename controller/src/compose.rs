@@ -36,6 +36,11 @@ use crate::provider::{
 use crate::shutdown::{Phase, Shutdown};
 use crate::store::{self, BuildError, Ports, Store};
 
+mod usage;
+
+pub use usage::{Usage, UsageWorker, analytics_options, analytics_settings};
+pub use usage::{check as check_usage, migrate, prepare as prepare_usage};
+
 /// Checks queued for checkers at most.
 const CHECK_QUEUE: usize = 1_024;
 /// Checker observations waiting for the reducer at most.
@@ -71,6 +76,14 @@ pub enum ComposeError {
     /// The pool.
     #[error("activity pool: {0}")]
     Pool(#[from] PoolError),
+    /// Usage analytics cannot be set up (files, settings; never the DSN's content).
+    #[error("analytics: {0}")]
+    Analytics(String),
+    /// The analytics database is not ready for this version: run `migrate`.
+    #[error(
+        "analytics: {0} (run `proxy-pool-controller migrate --config <file>` against this database first)"
+    )]
+    AnalyticsSchema(String),
 }
 
 /// Builds the store the config names and keeps every port of the same pool (the
@@ -151,9 +164,20 @@ pub struct Prepared {
     observations: mpsc::Receiver<CheckerObservation>,
     reconcilers: Vec<ProviderReconciler>,
     health: Arc<HealthService>,
+    usage: Usage,
 }
 
 impl Prepared {
+    /// The usage collector (disabled when analytics is off).
+    pub fn collector(&self) -> proxy_pool_analytics::Collector {
+        self.usage.collector()
+    }
+
+    /// The stats API and dashboard, merged into the admin listener (analytics on).
+    pub fn stats_router(&self) -> Option<axum::Router> {
+        self.usage.router()
+    }
+
     /// The control plane, when the config serves it (tests drive its ownership loop).
     pub fn control_plane(&self) -> Option<Arc<ControlPlane>> {
         self.control_plane.as_ref().map(|(cp, _)| cp.clone())
@@ -173,13 +197,15 @@ fn read_file(path: &std::path::Path) -> Result<String, ComposeError> {
 }
 
 /// Builds the control plane, the health service and bridge, and one provider
-/// reconciler per vendor-API upstream.
+/// reconciler per vendor-API upstream; `usage` (from [`prepare_usage`]) is started
+/// with them.
 pub fn prepare(
     config: &Config,
     pool: ControlPlanePorts,
     upserter: Arc<dyn Upserter>,
     health_store: Arc<dyn HealthStore>,
     registry: &Metrics,
+    usage: Usage,
 ) -> Result<Prepared, ComposeError> {
     let clock: Arc<dyn Clock> = pool.clock.clone();
     let health_metrics = HealthMetrics::default();
@@ -277,7 +303,8 @@ pub fn prepare(
                     let checker: Arc<dyn CheckerBackend> = backend.clone();
                     let mut cp_config = crate::controlplane::compose::control_plane_config(config);
                     cp_config.ownership.extraction_reserve = cp.extraction_reserve;
-                    let plane = ControlPlane::new(cp_config, pool, checker, queue);
+                    let plane = ControlPlane::new(cp_config, pool, checker, queue)
+                        .with_analytics(usage.collector());
                     (Some((Arc::new(plane), transport)), Some(rx))
                 }
             }
@@ -290,6 +317,7 @@ pub fn prepare(
         observations,
         reconcilers,
         health,
+        usage,
     })
 }
 
@@ -298,6 +326,7 @@ pub fn prepare(
 pub struct Running {
     stop: CancellationToken,
     tracker: TaskTracker,
+    usage: Option<UsageWorker>,
 }
 
 /// Spawns every prepared loop; they stop when `shutdown` reaches
@@ -321,7 +350,9 @@ pub fn start(prepared: Prepared, listener: Option<TcpListener>, shutdown: Shutdo
         observations,
         reconcilers,
         health: _,
+        mut usage,
     } = prepared;
+    let usage = usage.start();
     match (control_plane, listener) {
         (Some((plane, transport)), Some(listener)) => {
             let addr = listener.local_addr().ok();
@@ -363,19 +394,37 @@ pub fn start(prepared: Prepared, listener: Option<TcpListener>, shutdown: Shutdo
     }
     tracker.spawn(bridge.run(observations, stop.clone()));
     crate::provider::spawn_all(reconcilers, &stop, &tracker);
-    Running { stop, tracker }
+    Running {
+        stop,
+        tracker,
+        usage,
+    }
 }
 
 impl Running {
-    /// Stops every loop and waits for them until `deadline`.
+    /// The part of the grace period the final analytics flush needs at its end
+    /// ([`crate::shutdown::reserve`]); zero when analytics is off.
+    pub fn reserved(&self) -> std::time::Duration {
+        self.usage
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, UsageWorker::flush_timeout)
+    }
+
+    /// Stops every loop and waits for them until `deadline`, then stops analytics
+    /// collection and makes its final flush (after the listeners drained, so every
+    /// answered extraction is in it).
     pub async fn stop(self, deadline: Instant) {
         self.stop.cancel();
         self.tracker.close();
-        if tokio::time::timeout_at(deadline, self.tracker.wait())
+        let loops_deadline = crate::shutdown::reserve(deadline, self.reserved());
+        if tokio::time::timeout_at(loops_deadline, self.tracker.wait())
             .await
             .is_err()
         {
             tracing::warn!("grace period over before every background loop stopped");
+        }
+        if let Some(u) = self.usage {
+            u.stop(deadline).await;
         }
     }
 }

@@ -83,12 +83,14 @@ impl Controller {
     pub async fn build(config: Config) -> Result<Self, compose::ComposeError> {
         let (store, pool) = compose::build_store(&config).await?;
         let mut controller = Self::from_store(config, store)?;
+        let usage = compose::prepare_usage(&controller.config, &controller.metrics).await?;
         controller.composed = Some(compose::prepare(
             &controller.config,
             pool,
             controller.ports.upserter.clone(),
             controller.ports.health.clone(),
             &controller.metrics,
+            usage,
         )?);
         Ok(controller)
     }
@@ -173,6 +175,7 @@ impl Controller {
             self.shutdown.clone(),
             Arc::new(SystemClock),
         )
+        .with_collector(self.composed.as_ref().map(compose::Prepared::collector))
     }
 
     /// The admin state.
@@ -189,6 +192,10 @@ impl Controller {
             inventory: self.ports.inventory.clone(),
             upstreams: Arc::new(upstreams),
             redis: self.redis.clone(),
+            stats: self
+                .composed
+                .as_ref()
+                .and_then(compose::Prepared::stats_router),
         }
     }
 
@@ -250,7 +257,13 @@ impl Controller {
             let _ = dist.await;
             let _ = admin.await;
         };
-        if tokio::time::timeout_at(deadline, servers).await.is_err() {
+        let reserved = composed
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, compose::Running::reserved);
+        if tokio::time::timeout_at(shutdown::reserve(deadline, reserved), servers)
+            .await
+            .is_err()
+        {
             tracing::warn!("grace period over before every listener drained");
         }
         for b in background {

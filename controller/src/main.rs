@@ -32,14 +32,33 @@ enum Command {
         /// Config file (YAML).
         file: PathBuf,
     },
+    /// Apply the usage analytics SQL migrations to the database of `analytics.dsnFile`
+    /// (idempotent). `run` never migrates: it refuses to start analytics on a database
+    /// without the current schema.
+    Migrate {
+        /// Config file (YAML) with `analytics.enabled: true`.
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 fn load(path: &PathBuf) -> anyhow::Result<proxy_pool_api::config::Config> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     // Client credentials referenced by file are read and hashed here, once.
-    proxy_pool_api::config::load_yaml_with_files(&text)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    let config = proxy_pool_api::config::load_yaml_with_files(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    // What only the controller can check (the analytics time zone).
+    let more = proxy_pool_controller::compose::check_usage(&config);
+    if !more.is_empty() {
+        anyhow::bail!(
+            "{}: {} problem(s) in the configuration\n  - {}",
+            path.display(),
+            more.len(),
+            more.join("\n  - ")
+        );
+    }
+    Ok(config)
 }
 
 fn main() -> ExitCode {
@@ -53,6 +72,16 @@ fn main() -> ExitCode {
             Err(e) => {
                 eprintln!("{e:#}");
                 ExitCode::from(2)
+            }
+        },
+        Command::Migrate { config } => match migrate(config) {
+            Ok(()) => {
+                println!("analytics schema is current");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e:#}");
+                ExitCode::FAILURE
             }
         },
         Command::Run { config } => {
@@ -84,4 +113,12 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
         .context("building the controller")?;
     controller.run(listeners, shutdown::signal()).await;
     Ok(())
+}
+
+#[tokio::main]
+async fn migrate(path: PathBuf) -> anyhow::Result<()> {
+    let config = load(&path)?;
+    proxy_pool_controller::compose::migrate(&config)
+        .await
+        .context("migrating the analytics database")
 }

@@ -102,6 +102,20 @@ pub async fn signal() {
     }
 }
 
+/// The instant by which the listeners and loops must have stopped so that `reserved`
+/// (the final analytics flush, which runs last) still fits before `deadline`.
+///
+/// Ordering at shutdown: draining → listeners stop accepting → in-flight requests
+/// finish (until `reserve(deadline, reserved)`) → background loops stop → analytics
+/// stops collecting, applies its queue and makes its final flush (until `deadline`).
+pub fn reserve(deadline: Instant, reserved: Duration) -> Instant {
+    let now = Instant::now();
+    deadline
+        .checked_sub(reserved)
+        .filter(|t| *t > now)
+        .unwrap_or(now.min(deadline))
+}
+
 /// Drives the phases after `trigger` resolves: Draining for `drain_delay`, then
 /// Stopping. Returns the instant by which everything must have stopped.
 pub async fn drive(

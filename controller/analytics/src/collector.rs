@@ -154,7 +154,7 @@ mod tests {
         for _ in 0..5 {
             c.gateway_requests("r1", "alice", 1);
         }
-        c.extraction("Bad_Name", "x", &[("u1", 1)]);
+        c.extraction("bad|name", "x", &[("u1", 1)]);
         assert_eq!(
             c.stats().counts(),
             CollectorCounts {

@@ -12,11 +12,13 @@ mod collector;
 mod day;
 mod engine;
 mod error;
+mod link;
 mod metrics;
 mod model;
 mod options;
 mod pg;
 mod stats;
+pub mod testkit;
 mod wiring;
 mod ws;
 
@@ -24,10 +26,16 @@ pub use collector::{Collector, CollectorCounts, CollectorStats, MAX_UPSTREAMS_PE
 pub use day::{Clock, Days, ManualClock, SystemClock, minus_days};
 pub use engine::{APPLY_BATCH, Engine, FlushReport, WorkerMetrics, reason, run};
 pub use error::AnalyticsError;
+pub use link::{Connect, RedisConn};
 pub use metrics::AnalyticsMetrics;
 pub use model::{Event, Kind, Subject, valid_name};
 pub use options::{AnalyticsOptions, Settings};
 pub use pg::{CommitOutcome, DailyRow, DayCoverage, Meta, PgStore, Snapshot, TotalRow, migrate};
 pub use stats::{StatsState, router};
-pub use wiring::{Analytics, pg_config, start};
+/// The PostgreSQL client config type (re-exported so embedders need no direct dependency).
+pub use tokio_postgres::Config as PgConfig;
+pub use wiring::{
+    Analytics, Prepared, check_database, identity_key_from_file, pg_config, pg_config_from_file,
+    prepare, start,
+};
 pub use ws::WorkingSet;

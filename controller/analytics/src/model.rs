@@ -38,7 +38,7 @@ impl Kind {
     }
 }
 
-/// A counted object: kind + Kubernetes-style name.
+/// A counted object: kind + configured name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Subject {
     /// Kind.
@@ -53,13 +53,15 @@ impl fmt::Display for Subject {
     }
 }
 
-/// Names that may be counted: 1..=253 of `[a-z0-9.-]` (Kubernetes object names).
+/// Names that may be counted: 1..=253 of `[A-Za-z0-9._:-]` — every name the
+/// controller config accepts for a client, upstream or routing (never `|`, the key
+/// separator, nor `/`).
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
         && name
             .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':'))
 }
 
 /// One observation, stamped when it was recorded.

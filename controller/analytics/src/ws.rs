@@ -6,12 +6,12 @@ use std::collections::BTreeSet;
 
 use jiff::Timestamp;
 use jiff::civil::Date;
-use redis::aio::MultiplexedConnection;
 use redis::{RedisError, Value};
 use sha2::{Digest, Sha256};
 
 use crate::day::Days;
 use crate::error::AnalyticsError;
+use crate::link::RedisConn;
 use crate::model::{Event, Kind, Subject};
 use crate::pg::{DailyRow, TotalRow};
 
@@ -23,7 +23,7 @@ pub const READ_BATCH: usize = 200;
 /// The working set of one deployment.
 #[derive(Clone)]
 pub struct WorkingSet {
-    conn: MultiplexedConnection,
+    conn: RedisConn,
     prefix: String,
     id_key: Vec<u8>,
 }
@@ -49,7 +49,15 @@ struct Incr {
 /// Classifies a Redis error: transport problems are "unavailable", anything the server
 /// refused (WRONGTYPE, INVALIDOBJ, …) means the state is not what we wrote.
 pub fn classify(e: RedisError) -> AnalyticsError {
-    if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
+    if e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.code(),
+            Some("READONLY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN")
+        )
+    {
         AnalyticsError::Redis(e)
     } else {
         AnalyticsError::Corrupt(format!("redis state: {}", e.kind_str()))
@@ -120,9 +128,9 @@ fn corrupt(what: &str) -> AnalyticsError {
 impl WorkingSet {
     /// A working set under `<key_prefix>:analytics:v1:`; `id_key` is mixed into identity
     /// digests so raw identities never reach Redis.
-    pub fn new(conn: MultiplexedConnection, key_prefix: &str, id_key: Vec<u8>) -> Self {
+    pub fn new(conn: impl Into<RedisConn>, key_prefix: &str, id_key: Vec<u8>) -> Self {
         Self {
-            conn,
+            conn: conn.into(),
             prefix: format!("{key_prefix}:analytics:v1:"),
             id_key,
         }

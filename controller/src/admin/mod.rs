@@ -1,6 +1,7 @@
 //! The admin / ops listener: `/healthz` (alive), `/readyz` (serving and its store
-//! reachable), `/metrics` (Prometheus text) and a read-only inventory
-//! (`GET /api/v1/inventory`, Managed and Available Slots per upstream).
+//! reachable), `/metrics` (Prometheus text), a read-only inventory
+//! (`GET /api/v1/inventory`, Managed and Available Slots per upstream) and, with
+//! analytics on, the usage stats API and dashboard (`proxy-pool-analytics`).
 //!
 //! Read-only: nothing here changes the pool. Errors are problem+json like the API's.
 
@@ -33,6 +34,9 @@ pub struct AdminState {
     pub upstreams: Arc<Vec<UpstreamId>>,
     /// Redis reachability for readiness (`None` with the memory store).
     pub redis: Option<Arc<RedisLink>>,
+    /// The usage stats API and dashboard (`None`: analytics off). Not part of
+    /// readiness: analytics never makes the controller unready.
+    pub stats: Option<Router>,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -58,15 +62,21 @@ struct InventoryDto {
     upstreams: Vec<UpstreamInventoryDto>,
 }
 
-/// The admin router.
+/// The admin router (with the stats API and dashboard when analytics is on:
+/// `/api/v1/stats/…`, `/stats`).
 pub fn app(state: AdminState) -> Router {
-    Router::new()
+    let stats = state.stats.clone();
+    let router = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/api/v1/inventory", get(inventory))
         .fallback(|| async { ApiError::NotFound.into_problem("") })
-        .with_state(state)
+        .with_state(state);
+    match stats {
+        Some(stats) => router.merge(stats),
+        None => router,
+    }
 }
 
 async fn healthz() -> Response {

@@ -40,6 +40,12 @@ pub struct Identity {
     pub allowed_regions: Vec<String>,
     /// Own rate limit (`None`: the listener default).
     pub rate_limit: Option<Rate>,
+    /// The configured client's name (`None`: an anonymous caller in no-auth mode).
+    pub client_name: Option<String>,
+    /// Which credential identified the caller, for the unique-caller counts of usage
+    /// analytics: `apiKey:`/`bearer:` + a 16-hex digest prefix, `basic:` + user name, or
+    /// `addr:` + source address when anonymous. Never the secret itself.
+    pub credential: String,
 }
 
 /// Why a credential was refused (never carries the credential).
@@ -176,25 +182,23 @@ impl Authenticator {
         }
         let api_key = single(headers, "x-api-key")?;
         let authorization = single(headers, "authorization")?;
-        let (kind, index) = if let Some(key) =
+        let (kind, index, credential) = if let Some(key) =
             api_key.filter(|_| self.enabled(AuthMethodKind::ApiKey).is_some())
         {
             let i = find_hash(&self.api_keys, key).ok_or_else(|| self.unauthenticated())?;
-            (AuthMethodKind::ApiKey, i)
+            (AuthMethodKind::ApiKey, i, digest_label("apiKey", key))
         } else if let Some(value) = authorization {
             let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
             let rest = rest.trim();
             if scheme.eq_ignore_ascii_case("basic") && self.enabled(AuthMethodKind::Basic).is_some()
             {
-                (
-                    AuthMethodKind::Basic,
-                    self.basic(rest).ok_or_else(|| self.unauthenticated())?,
-                )
+                let (i, user) = self.basic(rest).ok_or_else(|| self.unauthenticated())?;
+                (AuthMethodKind::Basic, i, format!("basic:{user}"))
             } else if scheme.eq_ignore_ascii_case("bearer")
                 && self.enabled(AuthMethodKind::Bearer).is_some()
             {
                 match self.bearer.verify(rest).await {
-                    Ok(i) => (AuthMethodKind::Bearer, i),
+                    Ok(i) => (AuthMethodKind::Bearer, i, digest_label("bearer", rest)),
                     Err(AuthError::Invalid) => return Err(self.unauthenticated()),
                     Err(AuthError::Unavailable) => return Err(ApiError::AuthUnavailable),
                 }
@@ -219,6 +223,8 @@ impl Authenticator {
             allowed_upstreams: client.allowed_upstreams.clone(),
             allowed_regions: client.allowed_regions.clone(),
             rate_limit: client.rate_limit,
+            client_name: Some(client.name.clone()),
+            credential,
         })
     }
 
@@ -238,12 +244,14 @@ impl Authenticator {
             allowed_upstreams: Vec::new(),
             allowed_regions: Vec::new(),
             rate_limit: None,
+            client_name: None,
+            credential: format!("addr:{ip}"),
         })
     }
 
     /// Checks `base64(user:password)`; the password hash comparison is constant time
     /// and happens even for an unknown user.
-    fn basic(&self, encoded: &str) -> Option<usize> {
+    fn basic(&self, encoded: &str) -> Option<(usize, String)> {
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(encoded)
             .ok()?;
@@ -259,7 +267,7 @@ impl Authenticator {
                 }
             }
         }
-        found
+        found.map(|i| (i, user.to_owned()))
     }
 }
 
@@ -285,6 +293,13 @@ fn single<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&'a s
         header: name,
         reason: "must be visible ASCII",
     })
+}
+
+/// `<method>:` + the first 16 hex digits of the secret's SHA-256: tells credentials
+/// apart without carrying the secret.
+fn digest_label(method: &str, secret: &str) -> String {
+    let d = Sha256::digest(secret.as_bytes());
+    format!("{method}:{}", hex::encode(&d[..8]))
 }
 
 /// Lower-case hex SHA-256 of a secret, as the config stores it.

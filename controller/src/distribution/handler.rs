@@ -141,6 +141,7 @@ async fn run(
     info.replayed = extraction.replayed;
     if !extraction.replayed {
         st.metrics.extracted.inc_by(u64::from(body.returned));
+        record_usage(st, &identity, &extraction.proxies);
     }
     let mut resp = (StatusCode::OK, axum::Json(body)).into_response();
     resp.headers_mut()
@@ -150,6 +151,33 @@ async fn run(
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(resp)
+}
+
+/// Anonymous callers (no-auth mode) are counted under this client name.
+pub const ANONYMOUS_CLIENT: &str = "anonymous";
+
+/// Usage analytics of a first (not replayed) successful extraction with at least one
+/// proxy: one request for the client and for each upstream that supplied proxies.
+/// A `try_send`: never waits, a full queue drops and counts.
+fn record_usage(
+    st: &DistributionState,
+    identity: &super::Identity,
+    proxies: &[activity_pool::model::ExtractedProxy],
+) {
+    if proxies.is_empty() {
+        return;
+    }
+    let mut per_upstream: Vec<(&str, u32)> = Vec::new();
+    for p in proxies {
+        let u = p.upstream.as_str();
+        match per_upstream.iter_mut().find(|(n, _)| *n == u) {
+            Some((_, n)) => *n += 1,
+            None => per_upstream.push((u, 1)),
+        }
+    }
+    let client = identity.client_name.as_deref().unwrap_or(ANONYMOUS_CLIENT);
+    st.collector
+        .extraction(client, &identity.credential, &per_upstream);
 }
 
 fn pool_error(e: PoolError) -> ApiError {

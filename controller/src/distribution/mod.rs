@@ -23,6 +23,7 @@ use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::post;
+use proxy_pool_analytics::Collector;
 use proxy_pool_api::config::DistributionConfig;
 use tokio::sync::Semaphore;
 
@@ -60,6 +61,8 @@ pub struct DistributionState {
     pub in_flight: Arc<Semaphore>,
     /// Wall clock for `remainingTtlSeconds`.
     pub clock: Arc<dyn Clock>,
+    /// Usage analytics (never waits; disabled unless analytics is on).
+    pub collector: Collector,
 }
 
 impl std::fmt::Debug for DistributionState {
@@ -92,7 +95,15 @@ impl DistributionState {
             shutdown,
             in_flight,
             clock,
+            collector: Collector::disabled(),
         }
+    }
+
+    /// Records successful extractions in `collector` (`None`: analytics off).
+    #[must_use]
+    pub fn with_collector(mut self, collector: Option<Collector>) -> Self {
+        self.collector = collector.unwrap_or_else(Collector::disabled);
+        self
     }
 }
 

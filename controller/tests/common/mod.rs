@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod openapi;
+pub mod usage;
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;

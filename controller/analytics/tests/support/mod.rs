@@ -1,8 +1,6 @@
 //! Shared fixtures of the analytics integration tests.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-pub mod postgres;
-
 use std::sync::Arc;
 
 use activity_pool::testkit::RedisServer;
@@ -10,7 +8,7 @@ use jiff::Timestamp;
 use proxy_pool_analytics::{Collector, Engine, Event, ManualClock, PgStore, Settings, WorkingSet};
 use tokio::sync::mpsc;
 
-pub use postgres::Postgres;
+pub use proxy_pool_analytics::testkit::Postgres;
 
 /// Redis + PostgreSQL + a worker on a manual clock.
 pub struct Rig {

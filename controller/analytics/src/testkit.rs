@@ -1,6 +1,10 @@
-//! A private PostgreSQL server per test: `initdb` + `postgres` on a free loopback port in
-//! a temp dir, run as the `postgres` user when the tests run as root (postgres refuses
-//! root). Missing binaries fail the test: PostgreSQL tests never skip.
+//! Test fixtures: a private PostgreSQL server per test — `initdb` + `postgres` on a free
+//! loopback port in a temp dir, run as the `postgres` user when the tests run as root
+//! (postgres refuses root). Missing binaries fail the test: PostgreSQL tests never skip.
+//!
+//! Public only so this crate's and the controller's integration tests share it (like
+//! `activity_pool::testkit`); never used by production code.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -152,6 +156,19 @@ impl Postgres {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("postgres did not start on port {}", self.port);
+    }
+
+    /// The loopback port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A libpq key=value DSN of the `postgres` database (what a `dsnFile` holds).
+    pub fn dsn(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=pp dbname=postgres connect_timeout=2",
+            self.port
+        )
     }
 
     /// A client config for the `postgres` database.

@@ -1,0 +1,279 @@
+//! Usage analytics in a live controller (real Redis, real PostgreSQL): the `migrate`
+//! command applies the schema and `run` refuses an unmigrated database; extractions
+//! through the Distribution API appear in the stats API after a flush (exact PV, UV
+//! within the HyperLogLog error — exact for these small sets), idempotent replays count
+//! once, failed extractions not at all; the dashboard is served; every stats answer is
+//! `no-store` and conforms to the OpenAPI file; shutdown makes the final flush.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use activity_pool::testkit::RedisServer;
+use common::usage::{analytics_yaml, start_built};
+use common::{BASIC_PASSWORD, BASIC_USER, Harness, KEY_LIMITED, Kind, Resp};
+use proxy_pool_analytics::PgStore;
+use proxy_pool_analytics::testkit::Postgres;
+use serde_json::Value;
+
+fn yaml(redis: &RedisServer, analytics: &str) -> String {
+    format!(
+        "{}{analytics}",
+        common::config_yaml(&common::store_yaml(Kind::Redis, Some(redis)), "")
+    )
+}
+
+fn migrate_cli(config: &str) -> std::process::Output {
+    let path = std::env::temp_dir().join(format!(
+        "pp-analytics-migrate-{}-{}.yaml",
+        std::process::id(),
+        config.len()
+    ));
+    std::fs::write(&path, config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_proxy-pool-controller"))
+        .arg("migrate")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run the controller binary");
+    let _ = std::fs::remove_file(path);
+    out
+}
+
+/// A stats GET, checked against the OpenAPI file and for `Cache-Control: no-store`.
+async fn stats(h: &Harness, path: &str) -> Resp {
+    let r = h.admin_get(path).await;
+    let template = match path.split('?').next().unwrap_or("") {
+        "/api/v1/stats/summary" => "/api/v1/stats/summary",
+        "/stats" => "/stats",
+        _ => "/api/v1/stats/{kind}/{name}",
+    };
+    let ct = r.headers.get("content-type").and_then(|v| v.to_str().ok());
+    common::openapi::check(template, "get", r.status, ct, &r.body);
+    assert_eq!(r.headers["cache-control"], "no-store", "{path}");
+    r
+}
+
+/// Waits (bounded) until the committed total of a subject reaches `requests`.
+async fn committed(h: &Harness, subject: &str, requests: u64) -> Value {
+    let path = format!("/api/v1/stats/{subject}?days=7");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = stats(h, &path).await;
+        if r.status == 200 && r.json()["total"]["requests"].as_u64() == Some(requests) {
+            return r.json();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{subject} never reached {requests} committed requests: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The committed stats of a subject now (must exist).
+async fn current(h: &Harness, subject: &str) -> Value {
+    let r = stats(h, &format!("/api/v1/stats/{subject}?days=7")).await;
+    assert_eq!(
+        r.status,
+        200,
+        "{subject}: {}",
+        String::from_utf8_lossy(&r.body)
+    );
+    r.json()
+}
+
+fn extract_body(count: u32, upstream: &str) -> String {
+    format!(r#"{{"count":{count},"filters":{{"allowedUpstreams":["{upstream}"]}}}}"#)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_then_count_extractions_through_the_api() {
+    let redis = RedisServer::start();
+    let pg = Postgres::start();
+    let (section, _dsn) = analytics_yaml(&pg, ", flushInterval: 1s, shutdownFlushTimeout: 2s");
+    let config = yaml(&redis, &section);
+
+    // Without the schema the controller refuses to start analytics, naming the command.
+    let parsed = proxy_pool_api::config::load_yaml(&config).unwrap();
+    let err = proxy_pool_controller::Controller::build(parsed)
+        .await
+        .expect_err("an unmigrated database is refused")
+        .to_string();
+    assert!(err.contains("schema") && err.contains("migrate"), "{err}");
+
+    // `migrate` applies it (and is idempotent).
+    for _ in 0..2 {
+        let out = migrate_cli(&config);
+        assert!(
+            out.status.success(),
+            "migrate failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    PgStore::new(pg.config()).check_schema().await.unwrap();
+
+    let h = start_built(&config, Some(redis)).await;
+    h.seed("up-a", 40, "shanghai", "telecom").await;
+    h.seed("up-b", 40, "beijing", "unicom").await;
+
+    // client `full`: 3 extractions by API key (2 from up-a, 1 from up-b) …
+    for (n, up) in [(2, "up-a"), (3, "up-a"), (4, "up-b")] {
+        let r = h.extract(&extract_body(n, up), &[]).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.ids().len(), n as usize);
+    }
+    // … 1 by HTTP Basic (a second credential of the same client) …
+    let basic = format!(
+        "Basic {}",
+        base64_encode(&format!("{BASIC_USER}:{BASIC_PASSWORD}"))
+    );
+    let r = h
+        .extract(&extract_body(1, "up-a"), &[("authorization", &basic)])
+        .await;
+    assert_eq!(r.status, 200);
+    // … 1 with an Idempotency-Key, replayed twice (counted once) …
+    for i in 0..3 {
+        let r = h
+            .extract(&extract_body(2, "up-b"), &[("idempotency-key", "once-7f")])
+            .await;
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.headers.get("idempotent-replayed").is_some(),
+            i > 0,
+            "replay {i}"
+        );
+    }
+    // … and refusals that count nothing: allOrNothing shortfall, unknown key.
+    let r = h
+        .extract(
+            r#"{"count":150,"fulfillment":"allOrNothing","filters":{"allowedUpstreams":["up-a"]}}"#,
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 409);
+    let r = h
+        .extract(&extract_body(1, "up-a"), &[("x-api-key", "nope")])
+        .await;
+    assert_eq!(r.status, 401);
+    // client `limited`: 1 extraction from up-a.
+    let r = h
+        .extract(&extract_body(2, "up-a"), &[("x-api-key", KEY_LIMITED)])
+        .await;
+    assert_eq!(r.status, 200);
+
+    // The worker applies events in order and a flush commits all it applied: once the
+    // last request (limited's) is committed, so is every earlier one.
+    let limited = committed(&h, "clients/limited", 1).await;
+    assert_eq!(limited["total"]["proxies"], 2);
+    assert_eq!(limited["total"]["uniqueIdentities"], 1);
+    // full: 5 requests (2+3+4+1+2 = 12 proxies), 2 credentials.
+    let full = current(&h, "clients/full").await;
+    assert_eq!(full["total"]["requests"], 5);
+    assert_eq!(full["total"]["proxies"], 12);
+    assert_eq!(full["total"]["uniqueIdentities"], 2);
+    assert_eq!(full["today"]["requests"], 5);
+    assert_eq!(full["range"]["requests"], 5);
+    assert_eq!(full["range"]["uniqueIdentities"], 2);
+    assert_eq!(full["timeZone"], "UTC");
+    // up-a: 4 requests (2, 3, 1 by full; 2 by limited) = 8 proxies, 2 clients.
+    let up_a = current(&h, "upstreams/up-a").await;
+    assert_eq!(up_a["total"]["requests"], 4);
+    assert_eq!(up_a["total"]["proxies"], 8);
+    assert_eq!(up_a["total"]["uniqueIdentities"], 2);
+    // up-b: 2 requests (4, 2 by full) = 6 proxies, 1 client.
+    let up_b = current(&h, "upstreams/up-b").await;
+    assert_eq!(up_b["total"]["requests"], 2);
+    assert_eq!(up_b["total"]["proxies"], 6);
+    assert_eq!(up_b["total"]["uniqueIdentities"], 1);
+
+    let summary = stats(&h, "/api/v1/stats/summary?days=30").await;
+    assert_eq!(summary.status, 200);
+    let mut names: Vec<String> = summary.json()["subjects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            format!(
+                "{}/{}",
+                s["kind"].as_str().unwrap(),
+                s["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "clients/full",
+            "clients/limited",
+            "upstreams/up-a",
+            "upstreams/up-b"
+        ]
+    );
+    assert_eq!(stats(&h, "/api/v1/stats/clients/nobody").await.status, 404);
+    assert_eq!(
+        stats(&h, "/api/v1/stats/clients/full?days=8").await.status,
+        400
+    );
+
+    let page = stats(&h, "/stats").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let html = String::from_utf8_lossy(&page.body);
+    assert!(html.contains("usage statistics") && html.contains("api/v1/stats/summary"));
+
+    let metrics = h.admin_get("/metrics").await;
+    let text = String::from_utf8_lossy(&metrics.body).to_string();
+    assert!(
+        text.contains("proxy_pool_analytics_events_accepted_total 6"),
+        "{text}"
+    );
+    assert!(text.contains("proxy_pool_analytics_events_dropped_total 0"));
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_makes_the_final_flush() {
+    let redis = RedisServer::start();
+    let pg = Postgres::start();
+    let store = PgStore::new(pg.config());
+    store.migrate().await.unwrap();
+    // No periodic flush during the test: only the shutdown one can commit.
+    let (section, _dsn) = analytics_yaml(&pg, ", flushInterval: 1h, shutdownFlushTimeout: 3s");
+    let h = start_built(&yaml(&redis, &section), Some(redis)).await;
+    h.seed("up-a", 10, "shanghai", "telecom").await;
+    for _ in 0..3 {
+        assert_eq!(h.extract(&extract_body(2, "up-a"), &[]).await.status, 200);
+    }
+    let before = stats(&h, "/api/v1/stats/clients/full").await;
+    assert_eq!(before.status, 404, "nothing committed before shutdown");
+    h.stop().await;
+    let totals = store.totals().await.unwrap();
+    let full = totals
+        .iter()
+        .find(|t| t.subject.name == "full")
+        .expect("the client's total was committed at shutdown");
+    assert_eq!((full.requests, full.proxies), (3, 6));
+}
+
+#[test]
+fn migrate_needs_analytics_in_the_config() {
+    let out = migrate_cli("store: {backend: memory}\n");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("analytics is not enabled"), "{err}");
+}
+
+fn base64_encode(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
