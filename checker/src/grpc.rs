@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::model::{
     Check, FailureCode, Observation, ProbeTask, ProxyCredentials, ProxyProtocol, Tier,
@@ -221,6 +221,7 @@ async fn register(shared: &Shared) -> Result<(Client, String), String> {
         .await
         .map_err(|s| format!("register: {}", s.code()))?
         .into_inner();
+    info!(checker = %o.checker_id, session = %reg.session_id, "registered with the control plane");
     Ok((client, reg.session_id))
 }
 

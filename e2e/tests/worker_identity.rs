@@ -202,6 +202,11 @@ async fn gateway_and_checker_use_operator_issued_identities() {
         }
     };
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let checker_log = std::fs::read_to_string(logs.join("checker.log")).unwrap_or_default();
+    assert!(
+        checker_log.contains("registered with the control plane"),
+        "the checker registered over mTLS with its file-based certificate:\n{checker_log}"
+    );
     let metrics = http_get(ports.gw.admin, "/metrics").unwrap_or_default();
     assert!(
         metrics

@@ -235,6 +235,50 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// An identity as the issuer would return it (self-signed here: only the pairing
+    /// of certificate and key matters to the handle).
+    fn identity(bundle: &str) -> Identity {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["w".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let response = crate::wire::IssueResponse {
+            spiffe_id: "spiffe://td/env/worker/w".into(),
+            certificate: cert.pem(),
+            trust_bundle: bundle.into(),
+            not_before: 1,
+            not_after: u64::MAX / 4,
+        };
+        Identity::from_response(response, key.serialize_der(), key.serialize_pem()).unwrap()
+    }
+
+    #[test]
+    fn issued_material_follows_renewals() {
+        let handle = IdentityHandle::new();
+        let tls = WorkerTls::Issued {
+            handle: handle.clone(),
+            trust_bundle: PathBuf::from("/nonexistent/ca.crt"),
+        };
+        let first = identity("-----BEGIN CERTIFICATE-----\nAA\n-----END CERTIFICATE-----\n");
+        let first_pem = first.certificate_pem().to_owned();
+        handle.store(first);
+        let m = tls.material().unwrap();
+        assert_eq!(m.cert_pem, first_pem);
+        assert!(
+            m.ca_pem.contains("AA"),
+            "the issuer's bundle when the file is missing"
+        );
+        // A renewal swaps the handle: the next connection's material is the new one.
+        let second = identity("-----BEGIN CERTIFICATE-----\nBB\n-----END CERTIFICATE-----\n");
+        let second_pem = second.certificate_pem().to_owned();
+        handle.store(second);
+        let m = tls.material().unwrap();
+        assert_eq!(m.cert_pem, second_pem);
+        assert_ne!(second_pem, first_pem);
+        assert!(m.key_pem.contains("PRIVATE KEY"));
+    }
+
     #[test]
     fn issued_needs_a_certificate() {
         let tls = WorkerTls::Issued {
