@@ -8,7 +8,6 @@
 //! small machine); each step is its own function so a failure names it.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{
@@ -37,47 +36,25 @@ fn repo_path(rel: &str) -> PathBuf {
         .join(rel)
 }
 
-/// Runs kubectl against the test cluster; returns (success, stdout, stderr).
+/// Runs kubectl (at most 60 s); returns (success, stdout, stderr).
 async fn kubectl(
     cluster: &KubeApiServer,
     args: &[&str],
     stdin: Option<&str>,
 ) -> (bool, String, String) {
-    use tokio::io::AsyncWriteExt;
-    let mut cmd = cluster.kubectl();
-    cmd.args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn kubectl");
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().expect("kubectl stdin");
-        pipe.write_all(input.as_bytes())
-            .await
-            .expect("write kubectl stdin");
-        drop(pipe);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+    let out = cluster
+        .run_kubectl(args, stdin, Duration::from_secs(60))
         .await
-        .expect("kubectl finishes within 60s")
-        .expect("kubectl output");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        .unwrap_or_else(|e| panic!("{e}"));
+    (out.success, out.stdout, out.stderr)
 }
 
+/// kubectl that must succeed without warnings (deprecated fields, unknown formats, …).
 async fn kubectl_ok(cluster: &KubeApiServer, args: &[&str]) -> String {
-    let (ok, out, err) = kubectl(cluster, args, None).await;
-    assert!(ok, "kubectl {args:?} failed:\n{err}\n{out}");
-    // Warnings (deprecated fields, unknown formats, ...) count as failures too.
-    assert!(err.trim().is_empty(), "kubectl {args:?} warned:\n{err}");
-    out
+    cluster
+        .kubectl_ok(args, None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Documents of one kind in an example file, as that kind's Rust type.

@@ -12,21 +12,21 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
 use proxy_pool_operator::crd::{DistributionClient, Routing, Upstream};
+use proxy_pool_operator::identity::{CaParams, IdentityOptions, IdentityService, IssuerConfig};
 use proxy_pool_operator::reconcile::{
-    self, Context, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig,
+    self, Context, ControllerTls, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig,
 };
 
 const NS: &str = "proxy-pool";
@@ -34,6 +34,8 @@ const RELEASE: &str = "proxy-pool";
 const CONTROLLER: &str = "proxy-pool-controller";
 const CONFIG_MAP: &str = "proxy-pool-controller-config";
 const GATEWAY: &str = "shanghai-crawler-gateway";
+const CONTROLLER_TLS: &str = "proxy-pool-controller-tls";
+const TRUST_BUNDLE: &str = "proxy-pool-trust-bundle";
 const HELM_ENV: &str = "PROXY_POOL_HELM_BIN";
 /// Values in the example Secrets that must never reach a ConfigMap.
 const SECRET_VALUES: [&str; 4] = [
@@ -49,46 +51,12 @@ fn repo_path(rel: &str) -> PathBuf {
         .join(rel)
 }
 
-/// Runs kubectl; returns (success, stdout, stderr).
-async fn kubectl(
-    cluster: &KubeApiServer,
-    args: &[&str],
-    stdin: Option<&str>,
-) -> (bool, String, String) {
-    use tokio::io::AsyncWriteExt;
-    let mut cmd = cluster.kubectl();
-    cmd.args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn kubectl");
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().expect("kubectl stdin");
-        pipe.write_all(input.as_bytes())
-            .await
-            .expect("write kubectl stdin");
-        drop(pipe);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
-        .await
-        .expect("kubectl finishes within 120s")
-        .expect("kubectl output");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
+/// kubectl that must succeed without warnings.
 async fn kubectl_ok(cluster: &KubeApiServer, args: &[&str], stdin: Option<&str>) -> String {
-    let (ok, out, err) = kubectl(cluster, args, stdin).await;
-    assert!(ok, "kubectl {args:?} failed:\n{err}\n{out}");
-    assert!(err.trim().is_empty(), "kubectl {args:?} warned:\n{err}");
-    out
+    cluster
+        .kubectl_ok(args, stdin)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Polls `check` until it returns `Some`, for at most `secs` seconds.
@@ -156,6 +124,22 @@ fn operator_config(base_yaml: &str) -> OperatorConfig {
             trust_bundle_config_map: "proxy-pool-trust-bundle".into(),
         },
         instance: Some("operator-0".into()),
+        // As the chart's --controller-tls-secret / --controller-dns-names say.
+        controller_tls: Some(ControllerTls {
+            secret: CONTROLLER_TLS.into(),
+            dns_names: vec![
+                CONTROLLER.into(),
+                format!("{CONTROLLER}.{NS}"),
+                format!("{CONTROLLER}.{NS}.svc"),
+                format!("{CONTROLLER}.{NS}.svc.cluster.local"),
+            ],
+            trust_domain: "proxy-pool.local".into(),
+            environment: "default".into(),
+            ca_secret: "proxy-pool-identity-ca".into(),
+            trust_bundle_config_map: TRUST_BUNDLE.into(),
+            ca: CaParams::default(),
+            lifetime: Duration::from_secs(24 * 3600),
+        }),
     }
 }
 
@@ -285,6 +269,19 @@ async fn operator_reconciles_on_a_real_cluster() {
         kubectl_ok(&cluster, &["apply", "-n", NS, "-f", &path], None).await;
     }
 
+    // The identity service creates the CA and the trust bundle the controller's
+    // certificate comes from (in the operator binary it starts before reconciling).
+    let _identity = IdentityService::start(
+        client.clone(),
+        IdentityOptions::new(
+            NS,
+            "proxy-pool-operator",
+            IssuerConfig::new("proxy-pool.local", "default"),
+        ),
+    )
+    .await
+    .expect("identity service");
+
     // Two replicas under leader election: only one may reconcile.
     const IDS: [&str; 2] = ["operator-0", "operator-1"];
     let metrics = [Arc::new(Metrics::new()), Arc::new(Metrics::new())];
@@ -313,6 +310,7 @@ async fn operator_reconciles_on_a_real_cluster() {
 
     let config = config_map_is_rendered(&client).await;
     controller_deployment_is_pointed_at_it(&client, &config).await;
+    the_mounted_files_load_in_the_controller(&client).await;
     gateway_objects_are_owned_by_the_routing(&client).await;
     statuses_become_ready(&client).await;
     let leader = only_one_replica_leads(&client, &metrics).await;
@@ -402,6 +400,84 @@ async fn config_map_is_rendered(client: &kube::Client) -> String {
     assert_eq!(config.upstreams.len(), 1);
     assert_eq!(config.routings.len(), 1);
     assert_eq!(config.clients.len(), 1);
+    // Every Routing field of the example reaches the config.
+    let r = &config.routings[0];
+    assert_eq!(
+        (
+            r.username_params[0].key.as_str(),
+            r.username_params[0].values.as_slice()
+        ),
+        ("region", ["shanghai".to_owned()].as_slice())
+    );
+    assert_eq!(r.target_hosts, ["*.example.com", "example.org"]);
+    assert_eq!(
+        (r.regions.as_slice(), r.carriers.as_slice()),
+        (
+            ["shanghai".to_owned()].as_slice(),
+            ["telecom".to_owned()].as_slice()
+        )
+    );
+    let sticky = r.sticky.as_ref().expect("sticky sessions");
+    assert_eq!(
+        (sticky.ttl, sticky.idle_timeout),
+        (Duration::from_secs(600), Duration::from_secs(120))
+    );
+    assert_eq!(
+        (r.retry.max_attempts, r.retry.deadline),
+        (3, Duration::from_secs(10))
+    );
+    assert_eq!(r.gateway_groups, ["shanghai-crawler"]);
+    // And every Upstream field.
+    let u = &config.upstreams[0];
+    assert_eq!(u.health.interval, Duration::from_secs(15));
+    assert_eq!(u.health.timeout, Duration::from_secs(3));
+    assert_eq!(u.health.max_check_age, Duration::from_secs(45));
+    assert_eq!(u.health.failure_threshold.get(), 2);
+    assert!(u.health.egress);
+    assert_eq!(u.health.targets, ["https://example.com/"]);
+    let proxy_pool_api::config::SourceConfig::VendorApi(v) = &u.source else {
+        panic!("vendor API upstream")
+    };
+    assert_eq!(v.max_proxies_per_fetch.map(|n| n.get()), Some(50));
+    assert_eq!(v.max_requests_per_minute, 30);
+    // Client credentials are mounted files, not even hashes.
+    let c = &config.clients[0];
+    assert!(c.api_keys.is_empty() && c.basic.is_none());
+    let files: Vec<String> = c
+        .secret_files
+        .iter()
+        .map(|f| f.path.display().to_string())
+        .collect();
+    let dir = "/etc/proxy-pool/secrets/team-crawler-credentials";
+    assert_eq!(
+        files,
+        [
+            format!("{dir}/apiKey"),
+            format!("{dir}/username"),
+            format!("{dir}/password")
+        ]
+    );
+    // The control plane runs with the operator-issued certificate.
+    let cp = config.control_plane.as_ref().expect("control plane on");
+    let proxy_pool_api::config::ControlPlaneTransport::Mtls(tls) = &cp.transport else {
+        panic!("mTLS control plane: {:?}", cp.transport)
+    };
+    assert_eq!(
+        tls.cert_file.display().to_string(),
+        "/etc/proxy-pool/tls/tls.crt"
+    );
+    assert_eq!(
+        tls.key_file.display().to_string(),
+        "/etc/proxy-pool/tls/tls.key"
+    );
+    assert_eq!(
+        tls.client_ca_file.display().to_string(),
+        "/etc/proxy-pool/trust/ca.crt"
+    );
+    assert_eq!(
+        (tls.trust_domain.as_str(), tls.environment.as_str()),
+        ("proxy-pool.local", "default")
+    );
     for value in SECRET_VALUES {
         assert!(
             !text.contains(value),
@@ -479,6 +555,58 @@ async fn controller_deployment_is_pointed_at_it(client: &kube::Client, hash: &st
         .map(|i| i.key.as_str())
         .collect();
     assert_eq!(keys, ["apiKey", "password"]);
+    let items = |name: &str| -> Vec<(String, String)> {
+        sources
+            .iter()
+            .find_map(|s| {
+                s.secret
+                    .as_ref()
+                    .filter(|x| x.name == name)
+                    .and_then(|x| x.items.clone())
+                    .or_else(|| {
+                        s.config_map
+                            .as_ref()
+                            .filter(|x| x.name == name)
+                            .and_then(|x| x.items.clone())
+                    })
+            })
+            .unwrap_or_else(|| panic!("{name} projected"))
+            .into_iter()
+            .map(|i| (i.key, i.path))
+            .collect()
+    };
+    let pair = |k: &str, p: &str| (k.to_owned(), p.to_owned());
+    assert_eq!(
+        items("team-crawler-credentials"),
+        [
+            pair("apiKey", "secrets/team-crawler-credentials/apiKey"),
+            pair("password", "secrets/team-crawler-credentials/password"),
+            pair("username", "secrets/team-crawler-credentials/username"),
+        ]
+    );
+    assert_eq!(
+        items(CONTROLLER_TLS),
+        [
+            pair("tls.crt", "tls/tls.crt"),
+            pair("tls.key", "tls/tls.key")
+        ]
+    );
+    assert_eq!(items(TRUST_BUNDLE), [pair("ca.crt", "trust/ca.crt")]);
+    // The TLS Secret is the operator's, owned by the controller Deployment.
+    let secret: Secret = Api::namespaced(client.clone(), NS)
+        .get(CONTROLLER_TLS)
+        .await
+        .expect("controller TLS Secret");
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    let owner = &secret.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Deployment", CONTROLLER)
+    );
+    assert_eq!(
+        secret.labels()["app.kubernetes.io/managed-by"],
+        "proxy-pool-operator"
+    );
     let container = pod
         .containers
         .iter()
@@ -861,4 +989,140 @@ async fn deleting_a_routing_collects_its_gateway(client: &kube::Client) {
         }
     })
     .await;
+}
+
+/// Materialises the controller's projected config volume from the API objects it
+/// names (as the kubelet would), then loads the config the way the controller does —
+/// client credential files read and hashed — and checks the TLS files make a server
+/// certificate gateways accept.
+async fn the_mounted_files_load_in_the_controller(client: &kube::Client) {
+    use rustls::client::danger::ServerCertVerifier as _;
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+    use x509_parser::prelude::FromDer as _;
+
+    let d: Deployment = Api::namespaced(client.clone(), NS)
+        .get(CONTROLLER)
+        .await
+        .expect("controller");
+    let volume = d
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|p| p.volumes)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|v| v.name == "proxy-pool-config")
+        .expect("config volume");
+    let root = std::env::temp_dir().join(format!("proxy-pool-e2e-volume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    for source in volume.projected.and_then(|p| p.sources).unwrap_or_default() {
+        let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+        if let Some(s) = source.secret {
+            let data = secrets
+                .get(&s.name)
+                .await
+                .expect("projected Secret")
+                .data
+                .unwrap_or_default();
+            for i in s.items.unwrap_or_default() {
+                files.push((i.path, data.get(&i.key).expect("projected key").0.clone()));
+            }
+        }
+        if let Some(c) = source.config_map {
+            let data = config_maps
+                .get(&c.name)
+                .await
+                .expect("projected ConfigMap")
+                .data
+                .unwrap_or_default();
+            for i in c.items.unwrap_or_default() {
+                files.push((
+                    i.path,
+                    data.get(&i.key)
+                        .expect("projected key")
+                        .clone()
+                        .into_bytes(),
+                ));
+            }
+        }
+        for (path, bytes) in files {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, bytes).expect("write");
+        }
+    }
+    let text = std::fs::read_to_string(root.join("config.yaml")).expect("config.yaml");
+    let text = text.replace("/etc/proxy-pool/", &format!("{}/", root.display()));
+    let loaded = proxy_pool_api::config::load_yaml_with_files(&text);
+    let read = |p: &std::path::Path| std::fs::read(p).expect("TLS file");
+    let result = loaded.map(|config| {
+        let proxy_pool_api::config::ControlPlaneTransport::Mtls(tls) = config
+            .control_plane
+            .clone()
+            .expect("control plane")
+            .transport
+        else {
+            panic!("mTLS")
+        };
+        (
+            config,
+            read(&tls.cert_file),
+            read(&tls.key_file),
+            read(&tls.client_ca_file),
+        )
+    });
+    let _ = std::fs::remove_dir_all(&root);
+    let (config, cert_pem, key_pem, bundle_pem) = result.unwrap_or_else(|e| panic!("{e}"));
+    let c = &config.clients[0];
+    assert!(c.secret_files.is_empty());
+    assert_eq!(c.api_keys.len(), 1, "the API key file was read and hashed");
+    assert_eq!(
+        c.basic.as_ref().map(|b| b.username.as_str()),
+        Some("team-crawler")
+    );
+
+    // Certificate and key belong together and make a server config.
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<_, _>>()
+        .expect("certificate PEM");
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).expect("key PEM");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(chain.clone(), key)
+        .expect("key matches the certificate");
+    // A gateway dialling the controller Service by name accepts it with the bundle.
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(&bundle_pem) {
+        roots
+            .add(ca.expect("bundle PEM"))
+            .expect("bundle certificate");
+    }
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .expect("verifier");
+    let name = ServerName::try_from(format!("{CONTROLLER}.{NS}.svc")).expect("name");
+    verifier
+        .verify_server_cert(&chain[0], &chain[1..], &name, &[], UnixTime::now())
+        .expect("the controller certificate verifies for its Service name");
+    let (_, x) = x509_parser::certificate::X509Certificate::from_der(&chain[0]).expect("X.509");
+    let san = x
+        .subject_alternative_name()
+        .expect("SAN")
+        .expect("SAN present");
+    let uris: Vec<String> = san
+        .value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            x509_parser::extensions::GeneralName::URI(u) => Some((*u).to_owned()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(uris, ["spiffe://proxy-pool.local/default/controller"]);
 }

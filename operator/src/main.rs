@@ -12,7 +12,7 @@ use clap::Parser;
 use proxy_pool_operator::identity::IssuerConfig;
 use proxy_pool_operator::identity::service::{IdentityOptions, IdentityService};
 use proxy_pool_operator::reconcile::{
-    self, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig, http,
+    self, ControllerTls, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig, http,
 };
 
 /// Proxy Pool operator: renders the controller config and runs gateways from
@@ -80,6 +80,17 @@ struct Cli {
     /// Environment segment of worker SPIFFE IDs.
     #[arg(long, default_value = "default")]
     environment: String,
+    /// Secret the operator writes the controller's control-plane certificate to
+    /// (empty: the operator does not secure the control plane; the base config's
+    /// `controlPlane` is rendered as it is).
+    #[arg(long, default_value = "")]
+    controller_tls_secret: String,
+    /// DNS names of the controller Service (the certificate's names), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    controller_dns_names: Vec<String>,
+    /// Lifetime of the controller's certificate, hours (renewed at half-life).
+    #[arg(long, default_value_t = 24)]
+    controller_cert_hours: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -97,8 +108,18 @@ fn main() -> anyhow::Result<()> {
     let identity = IdentityOptions::new(
         &cli.namespace,
         &cli.identity_service,
-        IssuerConfig::new(cli.trust_domain, cli.environment),
+        IssuerConfig::new(cli.trust_domain.clone(), cli.environment.clone()),
     );
+    let controller_tls = (!cli.controller_tls_secret.is_empty()).then(|| ControllerTls {
+        secret: cli.controller_tls_secret.clone(),
+        dns_names: cli.controller_dns_names.clone(),
+        trust_domain: cli.trust_domain.clone(),
+        environment: cli.environment.clone(),
+        ca_secret: identity.ca_secret.clone(),
+        trust_bundle_config_map: identity.trust_bundle_config_map.clone(),
+        ca: identity.ca.clone(),
+        lifetime: Duration::from_secs(cli.controller_cert_hours.max(1) * 3600),
+    });
     let config = OperatorConfig {
         namespace: cli.namespace,
         base_config,
@@ -115,6 +136,7 @@ fn main() -> anyhow::Result<()> {
             trust_bundle_config_map: cli.trust_bundle_config_map,
         },
         instance: Some(cli.pod_name.clone()),
+        controller_tls,
     };
     let leader = LeaderSettings {
         lease_name: cli.lease_name,

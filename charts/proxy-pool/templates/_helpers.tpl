@@ -67,5 +67,9 @@ proxypool.io/component: {{ .component }}
   "controlPlane" (dict "enabled" true "listen" (printf "0.0.0.0:%d" (int $v.controller.controlPlanePort)))
   "analytics" (dict "enabled" $v.postgresql.enabled)
 -}}
+{{- if $v.postgresql.enabled -}}
+{{- /* The DSN Secret is mounted into the controller by this chart (controller.yaml). */ -}}
+{{- $_ := set $base.analytics "dsnFile" "/etc/proxy-pool-postgres/dsn" -}}
+{{- end -}}
 {{- toYaml (mustMergeOverwrite $base (deepCopy $v.controller.config)) -}}
 {{- end -}}

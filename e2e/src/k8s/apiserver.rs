@@ -40,6 +40,17 @@ pub struct KubeApiServer {
     dir: TempDir,
 }
 
+/// What one kubectl run printed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubectlOutput {
+    /// Exit status 0.
+    pub success: bool,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
 impl fmt::Debug for KubeApiServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KubeApiServer")
@@ -196,6 +207,69 @@ impl KubeApiServer {
             .arg(&self.kubeconfig)
             .kill_on_drop(true);
         cmd
+    }
+
+    /// Runs kubectl with `args` (and `stdin` piped in), at most `timeout`; a non-zero
+    /// exit is an [`KubectlOutput`] with `success: false`, not an error.
+    pub async fn run_kubectl(
+        &self,
+        args: &[&str],
+        stdin: Option<&str>,
+        timeout: Duration,
+    ) -> Result<KubectlOutput, HarnessError> {
+        use std::process::Stdio;
+        use tokio::io::AsyncWriteExt as _;
+        let mut cmd = self.kubectl();
+        cmd.args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(HarnessError::io("spawning kubectl"))?;
+        if let Some(input) = stdin
+            && let Some(mut pipe) = child.stdin.take()
+        {
+            pipe.write_all(input.as_bytes())
+                .await
+                .map_err(HarnessError::io("writing kubectl's stdin"))?;
+        }
+        let owned = || args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
+        let out = tokio::time::timeout(timeout, child.wait_with_output())
+            .await
+            .map_err(|_| HarnessError::KubectlTimeout {
+                args: owned(),
+                secs: timeout.as_secs(),
+            })?
+            .map_err(HarnessError::io("waiting for kubectl"))?;
+        Ok(KubectlOutput {
+            success: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    /// Runs kubectl (at most 120 s) and returns its stdout; failing, or printing
+    /// anything on stderr (a warning), is an error.
+    pub async fn kubectl_ok(
+        &self,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<String, HarnessError> {
+        let out = self
+            .run_kubectl(args, stdin, Duration::from_secs(120))
+            .await?;
+        if out.success && out.stderr.trim().is_empty() {
+            return Ok(out.stdout);
+        }
+        Err(HarnessError::Kubectl {
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            success: out.success,
+            stdout: out.stdout,
+            stderr: out.stderr,
+        })
     }
 
     /// Tails of the etcd and kube-apiserver logs, for test failure messages.

@@ -11,7 +11,7 @@ mod bins;
 mod pki;
 mod process;
 
-pub use apiserver::{KubeApiServer, SERVICE_ACCOUNT_ISSUER};
+pub use apiserver::{KubeApiServer, KubectlOutput, SERVICE_ACCOUNT_ISSUER};
 pub use bins::{BIN_DIR_ENV, K8sBins};
 
 use std::path::PathBuf;
@@ -81,6 +81,26 @@ pub enum HarnessError {
     /// Serialising the kubeconfig failed.
     #[error("writing the kubeconfig: {0}")]
     Yaml(#[from] serde_yaml::Error),
+    /// kubectl did not finish in time.
+    #[error("kubectl {args:?} did not finish within {secs}s")]
+    KubectlTimeout {
+        /// Its arguments.
+        args: Vec<String>,
+        /// The limit.
+        secs: u64,
+    },
+    /// kubectl failed, or succeeded with warnings on stderr.
+    #[error("kubectl {args:?} {}:\n{stderr}\n{stdout}", if *.success { "warned" } else { "failed" })]
+    Kubectl {
+        /// Its arguments.
+        args: Vec<String>,
+        /// Whether it exited 0 (then stderr held warnings).
+        success: bool,
+        /// Its stdout.
+        stdout: String,
+        /// Its stderr.
+        stderr: String,
+    },
 }
 
 impl HarnessError {

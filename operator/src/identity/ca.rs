@@ -304,6 +304,27 @@ impl CaSet {
         self.sign(now, params, key, sans, ekus, params.leaf_lifetime)
     }
 
+    /// Signs the controller's control-plane certificate: its SPIFFE ID and the DNS
+    /// names workers dial it by, serverAuth + clientAuth, valid for `lifetime` but
+    /// never past its signer.
+    pub fn sign_controller(
+        &self,
+        now: SystemTime,
+        params: &CaParams,
+        key: &KeyPair,
+        spiffe_id: &str,
+        dns_names: &[String],
+        lifetime: Duration,
+    ) -> Result<SignedLeaf, CaError> {
+        let mut sans = vec![SanType::URI(spiffe_id.try_into()?)];
+        sans.extend(CertificateParams::new(dns_names.to_vec())?.subject_alt_names);
+        let ekus = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        self.sign(now, params, key, sans, ekus, lifetime)
+    }
+
     fn sign(
         &self,
         now: SystemTime,

@@ -36,11 +36,37 @@ pub const CONFIG_KEY: &str = "config.yaml";
 /// Name of the projected volume the operator adds to the controller pod.
 pub const CONFIG_VOLUME: &str = "proxy-pool-config";
 
-/// The projected volume: the config file plus `secrets/<secret>/<key>` for each mount.
-pub fn config_volume(config_map: &str, mounts: &BTreeMap<String, BTreeSet<String>>) -> Value {
+/// Where the controller's TLS material comes from: the operator-owned TLS Secret and
+/// the trust bundle ConfigMap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TlsSources<'a> {
+    /// Secret with `tls.crt` and `tls.key`.
+    pub secret: &'a str,
+    /// ConfigMap with `ca.crt`.
+    pub bundle: &'a str,
+}
+
+/// The projected volume: the config file plus `secrets/<secret>/<key>` for each mount,
+/// and with TLS `tls/tls.crt`, `tls/tls.key` and `trust/ca.crt`.
+pub fn config_volume(
+    config_map: &str,
+    mounts: &BTreeMap<String, BTreeSet<String>>,
+    tls: Option<TlsSources<'_>>,
+) -> Value {
     let mut sources = vec![json!({
         "configMap": {"name": config_map, "items": [{"key": CONFIG_KEY, "path": CONFIG_KEY}]}
     })];
+    if let Some(t) = tls {
+        use super::tls::{CERT_KEY, KEY_KEY};
+        use crate::identity::kube_adapters::BUNDLE_KEY;
+        sources.push(json!({"secret": {"name": t.secret, "items": [
+            {"key": CERT_KEY, "path": format!("tls/{CERT_KEY}")},
+            {"key": KEY_KEY, "path": format!("tls/{KEY_KEY}")},
+        ]}}));
+        sources.push(json!({"configMap": {"name": t.bundle, "items": [
+            {"key": BUNDLE_KEY, "path": format!("trust/{BUNDLE_KEY}")},
+        ]}}));
+    }
     for (secret, keys) in mounts {
         let items: Vec<Value> = keys
             .iter()
@@ -58,6 +84,7 @@ pub fn deployment_patch(
     config_dir: &str,
     config_map: &str,
     mounts: &BTreeMap<String, BTreeSet<String>>,
+    tls: Option<TlsSources<'_>>,
     hash: &str,
 ) -> Value {
     json!({
@@ -67,7 +94,7 @@ pub fn deployment_patch(
         "spec": {"template": {
             "metadata": {"annotations": {CONFIG_HASH_ANNOTATION: hash}},
             "spec": {
-                "volumes": [config_volume(config_map, mounts)],
+                "volumes": [config_volume(config_map, mounts, tls)],
                 "containers": [{
                     "name": container,
                     "volumeMounts": [{"name": CONFIG_VOLUME, "mountPath": config_dir, "readOnly": true}],
@@ -97,7 +124,23 @@ async fn reconcile_inner(d: &Deployment, ctx: &Context) -> Result<Action, Error>
         return Err(Error::InvalidConfig(message));
     }
     let yaml = rendered.to_yaml()?;
-    let hash = rendered.hash(&yaml);
+    let tls = match &cfg.controller_tls {
+        Some(t) => Some(super::tls::ensure(ctx, d, t).await?),
+        None => None,
+    };
+    let hash = match &tls {
+        None => rendered.hash(&yaml),
+        // The certificate and bundle are files the controller reads at start-up:
+        // a renewal or a CA rotation must roll it.
+        Some(state) => {
+            use sha2::Digest as _;
+            let mut h = sha2::Sha256::new();
+            h.update(rendered.hash(&yaml).as_bytes());
+            h.update([0]);
+            h.update(state.digest.as_bytes());
+            hex::encode(h.finalize())
+        }
+    };
     let owner = OwnerReference {
         api_version: "apps/v1".into(),
         kind: "Deployment".into(),
@@ -148,6 +191,10 @@ async fn reconcile_inner(d: &Deployment, ctx: &Context) -> Result<Action, Error>
         &cfg.config_dir,
         &cfg.config_map,
         &rendered.mounts,
+        cfg.controller_tls.as_ref().map(|t| TlsSources {
+            secret: &t.secret,
+            bundle: &t.trust_bundle_config_map,
+        }),
         &hash,
     );
     let deployments: Api<Deployment> = ctx.api();
@@ -166,7 +213,15 @@ async fn reconcile_inner(d: &Deployment, ctx: &Context) -> Result<Action, Error>
         tracing::info!(hash = %&hash[..12], "{note}");
         publish(ctx, d, EventType::Normal, "ConfigRendered", &note).await;
     }
-    Ok(Action::requeue(Duration::from_secs(300)))
+    let mut next = Duration::from_secs(300);
+    if let Some(state) = &tls {
+        let until_renewal = state
+            .renew_at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        next = next.min(until_renewal.max(Duration::from_secs(1)));
+    }
+    Ok(Action::requeue(next))
 }
 
 async fn publish(ctx: &Context, d: &Deployment, type_: EventType, reason: &str, note: &str) {
@@ -192,7 +247,7 @@ mod tests {
             "vendor".to_owned(),
             BTreeSet::from(["apiKey".to_owned(), "password".to_owned()]),
         )]);
-        let v = config_volume("cfg", &mounts);
+        let v = config_volume("cfg", &mounts, None);
         let sources = v["projected"]["sources"].as_array().expect("sources");
         assert_eq!(sources[0]["configMap"]["name"], "cfg");
         assert_eq!(
@@ -206,6 +261,10 @@ mod tests {
             "/etc/proxy-pool",
             "cfg",
             &mounts,
+            Some(TlsSources {
+                secret: "ctl-tls",
+                bundle: "bundle",
+            }),
             "abc",
         );
         let t = &p["spec"]["template"];
@@ -214,5 +273,15 @@ mod tests {
             t["spec"]["containers"][0]["volumeMounts"][0]["mountPath"],
             "/etc/proxy-pool"
         );
+        let sources = t["spec"]["volumes"][0]["projected"]["sources"]
+            .as_array()
+            .expect("sources");
+        assert_eq!(sources.len(), 4, "config, TLS Secret, bundle, vendor Secret");
+        assert_eq!(sources[1]["secret"]["name"], "ctl-tls");
+        assert_eq!(sources[1]["secret"]["items"][0]["path"], "tls/tls.crt");
+        assert_eq!(sources[1]["secret"]["items"][1]["path"], "tls/tls.key");
+        assert_eq!(sources[2]["configMap"]["name"], "bundle");
+        assert_eq!(sources[2]["configMap"]["items"][0]["path"], "trust/ca.crt");
+        assert_eq!(sources[3]["secret"]["name"], "vendor");
     }
 }

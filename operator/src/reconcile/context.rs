@@ -43,12 +43,28 @@ pub struct OperatorConfig {
     pub gateway: GatewayTemplate,
     /// This replica's name (pod name), reported with events.
     pub instance: Option<String>,
+    /// Issue the controller's control-plane certificate and render `controlPlane.tls`
+    /// (`None`: the base config's `controlPlane` is rendered as it is).
+    pub controller_tls: Option<super::tls::ControllerTls>,
 }
 
 impl OperatorConfig {
     /// Directory of the mounted Secret keys, as the rendered config names them.
     pub fn secret_dir(&self) -> String {
         format!("{}/secrets", self.config_dir.trim_end_matches('/'))
+    }
+
+    /// The base config with `controlPlane.tls` pointing at the operator-issued
+    /// certificate when the operator secures the control plane.
+    pub fn effective_base(&self) -> RawConfig {
+        let mut base = self.base_config.clone();
+        if let Some(tls) = &self.controller_tls
+            && base.control_plane.enabled
+        {
+            base.control_plane.loopback_plaintext = false;
+            base.control_plane.tls = Some(tls.raw(&self.config_dir));
+        }
+        base
     }
 }
 
@@ -126,8 +142,9 @@ impl Context {
         let clients = self.api::<DistributionClient>().list(&lp).await?.items;
         let secrets = self.secrets(&upstreams, &clients).await?;
         let secret_dir = self.config.secret_dir();
+        let base = self.config.effective_base();
         Ok(render(&Inputs {
-            base: &self.config.base_config,
+            base: &base,
             upstreams: &upstreams,
             routings: &routings,
             clients: &clients,

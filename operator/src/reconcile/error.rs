@@ -17,6 +17,10 @@ pub enum Error {
     /// An object from the API server lacks its name or namespace.
     #[error("{0} has no name or namespace")]
     MissingKey(&'static str),
+    /// The controller's control-plane certificate could not be made (the identity CA
+    /// or trust bundle is missing or unreadable, or signing failed).
+    #[error("controller TLS: {0}")]
+    Tls(String),
     /// Another replica took the leader Lease; this one must stop reconciling.
     #[error("lost the leader Lease {0}")]
     LeaseLost(String),

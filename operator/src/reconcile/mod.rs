@@ -27,10 +27,12 @@ pub mod metrics;
 pub mod render;
 pub mod resources;
 pub mod status;
+pub mod tls;
 
 pub use context::{Context, FIELD_MANAGER, GatewayTemplate, OperatorConfig};
 pub use error::Error;
 pub use metrics::Metrics;
+pub use tls::ControllerTls;
 
 use std::sync::Arc;
 use std::time::Duration;
