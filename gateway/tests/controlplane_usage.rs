@@ -1,0 +1,281 @@
+//! Per-Routing usage from real traffic through the gateway reaches the controller in
+//! runtime reports (a scripted `WorkerControlPlane` on loopback): exact counts per
+//! client identity; a report refused with FAILED_PRECONDITION (nothing counted) has its
+//! usage resent in a later report; one that fails otherwise (the controller may have
+//! counted it) is dropped and counted as lost, never sent twice.
+
+mod common;
+
+use common::*;
+use parking_lot::Mutex;
+use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
+use proxy_pool_api::controlplane::model;
+use proxy_pool_api::controlplane::pb;
+use proxy_pool_api::controlplane::pb::worker_control_plane_server::{
+    WorkerControlPlane, WorkerControlPlaneServer,
+};
+use proxy_pool_api::controlplane::state::{Header, SnapshotState};
+use proxy_pool_e2e::sim::{Protocol, SimProxy};
+use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
+use proxy_pool_gateway::snapshot::ClientCredential;
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_util::sync::CancellationToken;
+use tonic::{Code, Request, Response, Status};
+
+type Updates = mpsc::Sender<Result<pb::SnapshotUpdate, Status>>;
+
+/// A controller that answers reports carrying usage from a script (then OK).
+struct Fake {
+    streams: mpsc::UnboundedSender<Updates>,
+    reports: mpsc::UnboundedSender<(pb::ReportRuntimeRequest, Code)>,
+    script: Arc<Mutex<VecDeque<Code>>>,
+}
+
+#[tonic::async_trait]
+impl WorkerControlPlane for Fake {
+    type WatchSnapshotsStream =
+        Pin<Box<dyn Stream<Item = Result<pb::SnapshotUpdate, Status>> + Send>>;
+
+    async fn register_worker(
+        &self,
+        _request: Request<pb::RegisterWorkerRequest>,
+    ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
+        Ok(Response::new(pb::RegisterWorkerResponse {
+            session_id: "s1".into(),
+            protocol_version: 1,
+            ownership_epoch: 1,
+            max_stale_age_ms: 60_000,
+            session_ttl_ms: 30_000,
+            report_interval_ms: 100,
+            max_outcome_batch: 50,
+        }))
+    }
+
+    async fn watch_snapshots(
+        &self,
+        _request: Request<pb::WatchSnapshotsRequest>,
+    ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
+        let (tx, rx) = mpsc::channel(8);
+        let _ = self.streams.send(tx);
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn acknowledge_snapshot(
+        &self,
+        _request: Request<pb::AcknowledgeSnapshotRequest>,
+    ) -> Result<Response<pb::AcknowledgeSnapshotResponse>, Status> {
+        Ok(Response::new(pb::AcknowledgeSnapshotResponse {
+            session_expires_at_ms: 0,
+            runtime_fence_open: true,
+        }))
+    }
+
+    async fn report_runtime(
+        &self,
+        request: Request<pb::ReportRuntimeRequest>,
+    ) -> Result<Response<pb::ReportRuntimeResponse>, Status> {
+        let req = request.into_inner();
+        let code = if req.usage.is_empty() {
+            Code::Ok
+        } else {
+            self.script.lock().pop_front().unwrap_or(Code::Ok)
+        };
+        let _ = self.reports.send((req, code));
+        if code == Code::Ok {
+            Ok(Response::new(pb::ReportRuntimeResponse::default()))
+        } else {
+            Err(Status::new(code, "scripted"))
+        }
+    }
+
+    async fn report_outcomes(
+        &self,
+        request: Request<pb::ReportOutcomesRequest>,
+    ) -> Result<Response<pb::ReportOutcomesResponse>, Status> {
+        Ok(Response::new(pb::ReportOutcomesResponse {
+            highest_accepted_sequence: request.get_ref().batch_sequence,
+            dropped: 0,
+        }))
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn snapshot(p: &SimProxy, version: u64) -> pb::SnapshotUpdate {
+    let header = Header {
+        version,
+        ownership_epoch: 1,
+        generated_at_ms: now_ms(),
+        valid_until_ms: now_ms() + 600_000,
+    };
+    let proxy = model::SnapshotProxy {
+        id: p.id.clone(),
+        upstream: "sim".into(),
+        protocol: model::Protocol::Http,
+        host: p.host.to_string(),
+        port: p.port,
+        credentials: Some(model::Credentials {
+            username: p.username.clone(),
+            password: model::Secret::new(p.password.clone()),
+        }),
+        region: Some(p.region.clone()),
+        carrier: Some(p.carrier.clone()),
+        max_concurrency: 4,
+        expires_at_ms: now_ms() + 600_000,
+        usable_until_ms: now_ms() + 590_000,
+        assignment_epoch: 1,
+        draining: false,
+    };
+    let routings = vec![model::Routing {
+        name: "all".into(),
+        ..Default::default()
+    }];
+    let state = SnapshotState::build(header, routings, vec![proxy]).unwrap();
+    pb::SnapshotUpdate::new(pb::snapshot_update::Update::Full(state.to_message()))
+}
+
+async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("in time")
+        .expect("open")
+}
+
+/// (requests, requests of team-a) in a report's usage.
+fn totals(r: &pb::ReportRuntimeRequest) -> (u64, u64) {
+    let all = r.usage.iter().find(|u| u.routing == "all");
+    let requests = all.map_or(0, |u| u.requests);
+    let team_a = all
+        .and_then(|u| u.clients.iter().find(|c| c.identity == "team-a"))
+        .map_or(0, |c| c.requests);
+    (requests, team_a)
+}
+
+#[tokio::test]
+async fn usage_from_traffic_is_reported_once_or_counted_lost() {
+    let mut h = Harness::start().await;
+    let a = h.proxy(Protocol::Http).await;
+    let (streams_tx, mut streams) = mpsc::unbounded_channel();
+    let (reports_tx, mut reports) = mpsc::unbounded_channel();
+    let script = Arc::new(Mutex::new(VecDeque::from([
+        Code::FailedPrecondition,
+        Code::Ok,
+        Code::Unavailable,
+    ])));
+    let fake = Fake {
+        streams: streams_tx,
+        reports: reports_tx,
+        script: script.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(WorkerControlPlaneServer::new(fake))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let outcomes = std::mem::replace(&mut h.outcomes, proxy_pool_gateway::outcome::queue(1).1);
+    let agent = Agent::new(
+        AgentConfig {
+            endpoint,
+            transport: ClientTransport::LoopbackPlaintext,
+            options: ClientOptions::default(),
+            worker_id: "gw-0".into(),
+            instance_id: "i-1".into(),
+            zone: "z".into(),
+            gateway_group: "all".into(),
+            clients: vec![ClientCredential::from_password("team-a", USER, PASS)],
+        },
+        h.handle.clone(),
+        outcomes,
+    )
+    .with_usage(h.gateway.usage().clone());
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    // Every watch stream (the first and each after a reconnect) gets the snapshot.
+    // Each one a newer version: the agent keeps its state across reconnects.
+    let first = snapshot(&a, 1);
+    let second = snapshot(&a, 2);
+    let third = snapshot(&a, 3);
+    tokio::spawn(async move {
+        let mut versions = vec![third, second, first];
+        while let Some(updates) = streams.recv().await {
+            let Some(update) = versions.pop() else {
+                panic!("more sessions than scripted");
+            };
+            let _ = updates.send(Ok(update)).await;
+            // Keep the stream open while the session lives.
+            tokio::spawn(async move {
+                updates.closed().await;
+            });
+        }
+    });
+
+    // Three requests: the first report with them is refused (FAILED_PRECONDITION),
+    // the agent reconnects and resends the same usage, which is accepted.
+    while h.handle.load().is_none() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for i in 0..3 {
+        let r = get_once(h.http, USER, h.echo(), &format!("/u{i}")).await;
+        assert_eq!(r.status, 200);
+    }
+    let mut accepted = (0, 0);
+    let mut refused = (0, 0);
+    while accepted.0 < 3 {
+        let (report, code) = next(&mut reports).await;
+        let t = totals(&report);
+        match code {
+            Code::Ok => accepted = (accepted.0 + t.0, accepted.1 + t.1),
+            Code::FailedPrecondition => refused = (refused.0 + t.0, refused.1 + t.1),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(refused, (3, 3), "the refused report carried all three");
+    assert_eq!(
+        accepted,
+        (3, 3),
+        "resent once, exactly, with the identity (never a user password)"
+    );
+
+    // Two more requests; their report fails with UNAVAILABLE: dropped and counted.
+    for i in 0..2 {
+        let r = get_once(h.http, USER, h.echo(), &format!("/v{i}")).await;
+        assert_eq!(r.status, 200);
+    }
+    let lost = loop {
+        let (report, code) = next(&mut reports).await;
+        if code == Code::Unavailable {
+            break totals(&report);
+        }
+        assert_eq!(totals(&report).0, 0, "nothing else carries usage meanwhile");
+    };
+    assert_eq!(lost, (2, 2));
+    // Later reports do not resend it.
+    for _ in 0..5 {
+        let (report, _) = next(&mut reports).await;
+        assert_eq!(totals(&report).0, 0, "{report:?}");
+    }
+    let metrics = h.gateway.render_metrics();
+    assert!(
+        metrics.contains("gateway_usage_requests_lost_total 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("gateway_usage_requests_total 5"),
+        "{metrics}"
+    );
+    assert!(script.lock().is_empty());
+    stop.cancel();
+}
