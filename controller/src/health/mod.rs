@@ -18,7 +18,9 @@ mod service;
 pub use bridge::{BridgeOptions, CheckerBridge, from_wire, to_wire};
 pub use metrics::HealthMetrics;
 pub use model::{Check, CheckTask, CheckerId, FailureCode, Observation, Tier};
-pub use planner::{Announced, Lease, MAX_TARGETS, Planner, PlannerConfig, TargetSpec, Verdict};
+pub use planner::{
+    Announced, Lease, MAX_TARGETS, Planner, PlannerConfig, TargetSpec, UpstreamHealth, Verdict,
+};
 pub use reducer::{Fact, HealthState, ProxyHealth, ReducerConfig, reduce};
 pub use service::{
     HealthError, HealthService, MAX_OBSERVATIONS_PER_SUBMIT, ObservationSink, SubmitReport,

@@ -6,7 +6,9 @@
 //! interval of its state. A leased task not reported by its deadline (plus grace) is
 //! handed out again. Reports for unknown or no-longer-leased tasks are ignored.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
 use activity_pool::Timestamp;
@@ -47,6 +49,78 @@ pub struct PlannerConfig {
     pub egress_every: u32,
     /// TARGET checks added to every task (at most 16).
     pub targets: Vec<TargetSpec>,
+    /// Settings of the proxies of these upstreams (by name), from `upstreams[].health`;
+    /// proxies of other upstreams (or announced without one) use the fields above.
+    pub upstreams: BTreeMap<String, UpstreamHealth>,
+}
+
+/// Health settings of one upstream's proxies (`upstreams[].health`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamHealth {
+    /// Re-check interval of its AVAILABLE proxies (`health.interval`).
+    pub recheck_interval: Duration,
+    /// Time a checker has per check of a task (`health.timeout`); a task's deadline
+    /// is this times its number of checks.
+    pub check_timeout: Duration,
+    /// Every n-th check includes EGRESS (0: never; `health.egress`).
+    pub egress_every: u32,
+    /// Consecutive failures that make a proxy UNHEALTHY (`health.failureThreshold`).
+    pub failure_threshold: NonZeroU32,
+    /// TARGET checks of its proxies (`health.targets`), instead of the global ones.
+    pub targets: Vec<TargetSpec>,
+}
+
+impl PlannerConfig {
+    /// The planner settings for a validated controller config: production defaults
+    /// plus each upstream's `health` section.
+    pub fn from_config(config: &proxy_pool_api::config::Config) -> Self {
+        let defaults = Self::default();
+        let upstreams = config
+            .upstreams
+            .iter()
+            .map(|u| {
+                let h = &u.health;
+                let targets = h
+                    .targets
+                    .iter()
+                    .filter_map(|url| proxy_pool_api::config::target_url(url))
+                    .map(|(host, port)| TargetSpec {
+                        routing: String::new(),
+                        host,
+                        port,
+                    })
+                    .take(MAX_TARGETS)
+                    .collect();
+                let health = UpstreamHealth {
+                    recheck_interval: h.interval,
+                    check_timeout: h.timeout,
+                    egress_every: if h.egress {
+                        defaults.egress_every.max(1)
+                    } else {
+                        0
+                    },
+                    failure_threshold: h.failure_threshold,
+                    targets,
+                };
+                (u.name.clone(), health)
+            })
+            .collect();
+        Self {
+            upstreams,
+            ..defaults
+        }
+    }
+}
+
+/// The per-proxy settings an entry is planned with.
+#[derive(Debug)]
+struct Profile {
+    recheck_interval: Duration,
+    /// `None`: the planner's `task_deadline` per task.
+    check_timeout: Option<Duration>,
+    egress_every: u32,
+    targets: Vec<TargetSpec>,
+    reducer: ReducerConfig,
 }
 
 impl Default for PlannerConfig {
@@ -61,6 +135,7 @@ impl Default for PlannerConfig {
             lease_grace: Duration::from_secs(2),
             egress_every: 4,
             targets: Vec::new(),
+            upstreams: BTreeMap::new(),
         }
     }
 }
@@ -70,6 +145,8 @@ pub const MAX_TARGETS: usize = 16;
 
 #[derive(Clone, Debug)]
 struct Entry {
+    /// How this proxy is planned (its upstream's settings, or the defaults).
+    profile: Arc<Profile>,
     health: ProxyHealth,
     /// Key in `due` while waiting; `None` while leased.
     due_key: Option<(Timestamp, u64)>,
@@ -120,7 +197,10 @@ pub struct Announced {
 #[derive(Debug)]
 pub struct Planner {
     cfg: PlannerConfig,
-    reducer: ReducerConfig,
+    /// Settings of proxies of an unknown upstream.
+    default_profile: Arc<Profile>,
+    /// Settings by upstream name.
+    profiles: HashMap<String, Arc<Profile>>,
     entries: HashMap<ProxyId, Entry>,
     due: BTreeSet<(Timestamp, u64, ProxyId)>,
     leases: BTreeSet<(Timestamp, u64)>,
@@ -133,9 +213,40 @@ impl Planner {
     pub fn new(mut cfg: PlannerConfig, reducer: ReducerConfig) -> Self {
         cfg.targets.truncate(MAX_TARGETS);
         cfg.max_tasks_per_lease = cfg.max_tasks_per_lease.max(1);
+        let default_profile = Arc::new(Profile {
+            recheck_interval: cfg.recheck_interval,
+            check_timeout: None,
+            egress_every: cfg.egress_every,
+            targets: cfg.targets.clone(),
+            reducer: reducer.clone(),
+        });
+        let profiles = cfg
+            .upstreams
+            .iter()
+            .map(|(name, h)| {
+                // The threshold is the UNHEALTHY streak; SUSPECT comes no later.
+                let threshold = h.failure_threshold;
+                let upstream_reducer = ReducerConfig {
+                    unhealthy_after: threshold,
+                    suspect_after: reducer.suspect_after.min(threshold),
+                    ..reducer.clone()
+                };
+                let mut targets = h.targets.clone();
+                targets.truncate(MAX_TARGETS);
+                let profile = Profile {
+                    recheck_interval: h.recheck_interval,
+                    check_timeout: Some(h.check_timeout),
+                    egress_every: h.egress_every,
+                    targets,
+                    reducer: upstream_reducer,
+                };
+                (name.clone(), Arc::new(profile))
+            })
+            .collect();
         Self {
             cfg,
-            reducer,
+            default_profile,
+            profiles,
             entries: HashMap::new(),
             due: BTreeSet::new(),
             leases: BTreeSet::new(),
@@ -175,8 +286,25 @@ impl Planner {
         }
     }
 
-    /// Tracks new proxies (already tracked ones are left alone). They are due first.
+    /// Tracks new proxies (already tracked ones are left alone) with the default
+    /// settings. They are due first.
     pub fn announce(&mut self, ids: &[ProxyId]) -> Announced {
+        let profile = self.default_profile.clone();
+        self.announce_with(&profile, ids)
+    }
+
+    /// Tracks new proxies of `upstream`, planned with its `health` settings (the
+    /// defaults when it has none configured).
+    pub fn announce_in(&mut self, upstream: &str, ids: &[ProxyId]) -> Announced {
+        let profile = self
+            .profiles
+            .get(upstream)
+            .unwrap_or(&self.default_profile)
+            .clone();
+        self.announce_with(&profile, ids)
+    }
+
+    fn announce_with(&mut self, profile: &Arc<Profile>, ids: &[ProxyId]) -> Announced {
         let mut out = Announced::default();
         for id in ids {
             if self.entries.contains_key(id) {
@@ -189,6 +317,7 @@ impl Planner {
             self.entries.insert(
                 id.clone(),
                 Entry {
+                    profile: profile.clone(),
                     health: ProxyHealth::default(),
                     due_key: None,
                     lease: None,
@@ -243,15 +372,21 @@ impl Planner {
             self.due.remove(&first);
             let (_, _, id) = first;
             let task_id = self.next_seq();
-            let deadline = now.plus(self.cfg.task_deadline);
             let Some(e) = self.entries.get_mut(&id) else {
                 continue;
             };
-            e.due_key = None;
-            e.lease = Some((task_id, deadline));
             let n = e.checks;
             e.checks = e.checks.saturating_add(1);
-            let checks = Self::checks(&self.cfg, n, e.health.leaked, tiers);
+            let checks = Self::checks(&e.profile, n, e.health.leaked, tiers);
+            let budget = match e.profile.check_timeout {
+                Some(per_check) => {
+                    per_check.saturating_mul(u32::try_from(checks.len()).unwrap_or(u32::MAX))
+                }
+                None => self.cfg.task_deadline,
+            };
+            let deadline = now.plus(budget);
+            e.due_key = None;
+            e.lease = Some((task_id, deadline));
             e.pending = checks.len();
             self.leases.insert((deadline, task_id));
             self.tasks.insert(task_id, id.clone());
@@ -265,7 +400,7 @@ impl Planner {
         out
     }
 
-    fn checks(cfg: &PlannerConfig, n: u32, leaked: bool, tiers: &[Tier]) -> Vec<Check> {
+    fn checks(cfg: &Profile, n: u32, leaked: bool, tiers: &[Tier]) -> Vec<Check> {
         let mut checks = vec![Check::Basic];
         let every = cfg.egress_every;
         // An open leak is re-checked by EGRESS every time: nothing else can clear it.
@@ -310,6 +445,7 @@ impl Planner {
             return None;
         }
         let mut health = entry.health;
+        let profile = entry.profile.clone();
         let mut verdicts = Vec::new();
         let mut done = observations.is_empty();
         let latency = observations.iter().find_map(|o| o.latency);
@@ -320,7 +456,7 @@ impl Planner {
                 success: o.success,
                 failure: o.failure,
             };
-            let (next, verdict) = reduce(&self.reducer, health, fact);
+            let (next, verdict) = reduce(&profile.reducer, health, fact);
             health = next;
             done |= o.tier == Tier::Basic && !o.success;
             if let Some(v) = verdict {
@@ -341,7 +477,7 @@ impl Planner {
             self.tasks.remove(&task_id);
             self.leases.remove(&(deadline, task_id));
             let interval = match health.state {
-                HealthState::Available => self.cfg.recheck_interval,
+                HealthState::Available => profile.recheck_interval,
                 HealthState::Unhealthy => self.cfg.unhealthy_recheck_interval,
                 HealthState::Suspect | HealthState::Unchecked => self.cfg.suspect_recheck_interval,
             };
@@ -501,6 +637,106 @@ mod tests {
         let ids: Vec<ProxyId> = (0..10).map(|i| id(&format!("p{i}"))).collect();
         p.announce(&ids);
         assert_eq!(p.lease(Timestamp(1), 100, &ALL).len(), 3);
+    }
+
+    #[test]
+    fn upstream_health_settings_plan_their_proxies() {
+        let config = proxy_pool_api::config::load_yaml(
+            r#"
+upstreams:
+  - name: tight
+    ttl: 10m
+    maxSize: 10
+    source: {static: {proxies: ["127.0.0.1:1"]}}
+    health:
+      interval: 40s
+      timeout: 2s
+      maxCheckAge: 1m
+      failureThreshold: 1
+      egress: false
+      targets: ["https://example.com/health", "http://[::1]:8080/"]
+  - name: plain
+    ttl: 10m
+    maxSize: 10
+    source: {static: {proxies: ["127.0.0.1:2"]}}
+"#,
+        )
+        .expect("valid");
+        let cfg = PlannerConfig::from_config(&config);
+        let tight = &cfg.upstreams["tight"];
+        assert_eq!(tight.recheck_interval, Duration::from_secs(40));
+        assert_eq!(tight.check_timeout, Duration::from_secs(2));
+        assert_eq!(tight.egress_every, 0);
+        assert_eq!(tight.failure_threshold.get(), 1);
+        assert_eq!(
+            tight.targets,
+            vec![
+                TargetSpec {
+                    routing: String::new(),
+                    host: "example.com".into(),
+                    port: 443
+                },
+                TargetSpec {
+                    routing: String::new(),
+                    host: "::1".into(),
+                    port: 8080
+                },
+            ]
+        );
+        // No health section: the documented defaults (15 s, 5 s, threshold 2, no EGRESS).
+        let plain = &cfg.upstreams["plain"];
+        assert_eq!(plain.recheck_interval, Duration::from_secs(15));
+        assert_eq!(plain.failure_threshold.get(), 2);
+        assert_eq!(plain.egress_every, 0);
+
+        let mut p = Planner::new(cfg, ReducerConfig::default());
+        let t0 = Timestamp(1_000_000);
+        p.announce_in("tight", &[id("t")]);
+        p.announce_in("plain", &[id("p")]);
+        p.announce(&[id("d")]);
+        let leases = p.lease(t0, 10, &ALL);
+        let by = |name: &str| {
+            leases
+                .iter()
+                .find(|l| l.proxy_id == id(name))
+                .unwrap()
+                .clone()
+        };
+        let (t, pl, d) = (by("t"), by("p"), by("d"));
+        // Its own targets, no EGRESS; deadline = timeout × checks (3 × 2 s).
+        assert_eq!(t.checks.len(), 3);
+        assert!(!t.checks.contains(&Check::Egress));
+        assert_eq!(t.deadline, t0.plus(Duration::from_secs(6)));
+        assert_eq!(pl.checks, vec![Check::Basic]);
+        assert_eq!(pl.deadline, t0.plus(Duration::from_secs(5)));
+        // Unknown upstream: the planner defaults (EGRESS on the first check, 10 s).
+        assert_eq!(d.checks, vec![Check::Basic, Check::Egress]);
+        assert_eq!(d.deadline, t0.plus(PlannerConfig::default().task_deadline));
+
+        // failureThreshold 1: one failure makes "t" UNHEALTHY; "p" (threshold 2) is
+        // only SUSPECT after one.
+        let v = p
+            .complete(t0, t.task_id, &[obs(t.task_id, "t", false)])
+            .unwrap();
+        assert_eq!(v[0].verdict, HealthVerdict::Unhealthy);
+        let v = p
+            .complete(t0, pl.task_id, &[obs(pl.task_id, "p", false)])
+            .unwrap();
+        assert_eq!(v[0].verdict, HealthVerdict::Suspect);
+
+        // A success: "t"-like proxies are re-checked after their own 40 s interval.
+        p.announce_in("tight", &[id("t2")]);
+        let l = p.lease(t0, 10, &[Tier::Basic]).remove(0);
+        assert_eq!(l.proxy_id, id("t2"));
+        p.complete(t0, l.task_id, &[obs(l.task_id, "t2", true)])
+            .unwrap();
+        let mut due = |at: Duration| {
+            p.lease(t0.plus(at), 10, &[Tier::Basic])
+                .into_iter()
+                .any(|l| l.proxy_id == id("t2"))
+        };
+        assert!(!due(Duration::from_secs(39)), "not before its interval");
+        assert!(due(Duration::from_secs(40)), "due after its interval");
     }
 
     #[derive(Clone, Debug)]

@@ -319,7 +319,11 @@ impl ObservationSink for HealthService {
 }
 
 impl ProxyAnnouncer for HealthService {
-    fn announce(&self, _upstream: &UpstreamId, ids: &[ProxyId]) {
-        self.track(ids);
+    /// Tracks the proxies with their upstream's `health` settings.
+    fn announce(&self, upstream: &UpstreamId, ids: &[ProxyId]) {
+        let a = self.planner.lock().announce_in(upstream.as_str(), ids);
+        if a.dropped > 0 {
+            self.metrics.announce_dropped(a.dropped);
+        }
     }
 }
