@@ -1,4 +1,5 @@
 //! Proxy Pool end-to-end harnesses.
 
 pub mod k8s;
+pub mod loadgen;
 pub mod sim;

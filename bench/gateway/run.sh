@@ -1,0 +1,408 @@
+#!/usr/bin/env bash
+# Gateway vs squid vs a direct connection to the upstream, in one run, on loopback.
+#
+#   ./bench/gateway/run.sh [--no-build]
+#
+# Starts the vendor simulator (upstream HTTP proxies + echo target), the controller
+# (memory pool), a checker and the gateway (release builds, as scripts/dev-up.sh does),
+# and squid from Debian (installed with apt-get when missing; run unprivileged with a
+# generated config: cache_peer to the same simulator proxies, never_direct, no cache,
+# no access log). Then measures, for direct / gateway / squid:
+#   (a) keep-alive HTTP req/s (closed loop), and CPU µs per request of the proxy process
+#   (b) CONNECT tunnels per second (new tunnel + one request each), CPU µs per tunnel
+#   (c) p50/p99 at 50 % of each proxy's own max rate (open loop), minus direct's at the
+#       same rate
+#   (d) RSS per idle CONNECT tunnel
+# and prints a table; ratios are against the direct baseline of the same run.
+#
+# Environment (all optional):
+#   BENCH_SECONDS      length of each measured phase (default 10)
+#   BENCH_CONNECTIONS  closed-loop client connections (default 32)
+#   BENCH_PROXIES      simulator upstream proxies shared by all three (default 8)
+#   BENCH_TUNNELS      idle tunnels for the memory figure (default 2000)
+#   BENCH_PORT_BASE    first of 12 consecutive loopback ports (default 19300)
+#   BENCH_DIR          state and results (default .cache/bench-gateway)
+#   BENCH_NICE         nice level of the measured processes and the load side (default -10
+#                      as root, 0 otherwise): ahead of unrelated builds on the machine
+#   BENCH_CPU_PROXY / BENCH_CPU_LOAD
+#                      CPU lists (taskset) for the proxy under test / for the load
+#                      generator and simulator; empty (default) = no pinning
+#   BENCH_STAY_UP=1    start everything, write $BENCH_DIR/stack.txt and wait (profiling)
+#   CARGO_TARGET_DIR   where the binaries are built (default target)
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+
+BUILD=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --no-build) BUILD=0; shift ;;
+        -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "bench: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+
+SECONDS_PER_PHASE=${BENCH_SECONDS:-10}
+CONNS=${BENCH_CONNECTIONS:-32}
+NPROX=${BENCH_PROXIES:-8}
+TUNNELS=${BENCH_TUNNELS:-2000}
+BASE=${BENCH_PORT_BASE:-19300}
+DIR=${BENCH_DIR:-$ROOT/.cache/bench-gateway}
+if [ "$(id -u)" = 0 ]; then NICE=${BENCH_NICE:--10}; else NICE=${BENCH_NICE:-0}; fi
+CPU_PROXY=${BENCH_CPU_PROXY:-}
+CPU_LOAD=${BENCH_CPU_LOAD:-}
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+case "$TARGET" in /*) ;; *) TARGET=$ROOT/$TARGET ;; esac
+BIN=$TARGET/release
+
+SIM_PORT=$BASE ECHO_PORT=$((BASE + 1)) ECHO_TLS_PORT=$((BASE + 2))
+DIST_PORT=$((BASE + 3)) ADMIN_PORT=$((BASE + 4)) CP_PORT=$((BASE + 5))
+GW_HTTP_PORT=$((BASE + 6)) GW_SOCKS_PORT=$((BASE + 7)) GW_ADMIN_PORT=$((BASE + 8))
+SQUID_PORT=$((BASE + 9))
+
+for tool in curl jq sha256sum taskset; do
+    command -v "$tool" >/dev/null || { echo "bench: $tool is required" >&2; exit 1; }
+done
+if ! command -v squid >/dev/null && [ ! -x /usr/sbin/squid ]; then
+    [ "$(id -u)" = 0 ] || { echo "bench: squid missing (apt-get install -y squid as root)" >&2; exit 1; }
+    echo "bench: installing squid (apt-get)"
+    apt-get install -y squid >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y squid >/dev/null; }
+fi
+SQUID=$(command -v squid || echo /usr/sbin/squid)
+# The package starts a system squid on :3128; it is not ours and not measured.
+
+if [ "$BUILD" = 1 ]; then
+    echo "bench: building release binaries"
+    cargo build --release -p proxy-pool-e2e -p proxy-pool-controller -p proxy-pool-checker \
+        -p proxy-pool-gateway --bins
+fi
+for b in vendor-sim loadgen proxy-pool-controller proxy-pool-checker proxy-pool-gateway; do
+    [ -x "$BIN/$b" ] || { echo "bench: $BIN/$b missing (run without --no-build)" >&2; exit 1; }
+done
+
+rm -rf "$DIR"
+mkdir -p "$DIR/logs" "$DIR/results" "$DIR/squid"
+chmod 755 "$DIR"
+
+# Enough descriptors for the idle-tunnel phase (each tunnel: 2 in the proxy, 2 in the
+# simulator, 1 in the echo server and 1 in the load generator).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+VENDOR_KEY=bench-vendor-key
+# The Distribution API is not measured; its key is a throw-away fixture.
+API_KEY_SHA=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n' | sha256sum | cut -d' ' -f1)
+GW_USER=bench
+GW_PASS=bench-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')
+printf %s "$VENDOR_KEY" > "$DIR/vendor-api-key"
+printf '[{"client":"bench-client","username":"%s","password":"%s"}]\n' "$GW_USER" "$GW_PASS" \
+    > "$DIR/gateway-clients.json"
+chmod 600 "$DIR/vendor-api-key" "$DIR/gateway-clients.json"
+
+# The simulator sells exactly NPROX proxies (later fetches get 503 pool_exhausted), so
+# its live list is the gateway's upstream set.
+cat > "$DIR/sim.yaml" <<YAML
+maxLiveProxies: $NPROX
+maxConnectionsPerProxy: 8192
+maxEchoConnections: 16384
+handshakeTimeoutMs: 10000
+YAML
+
+cat > "$DIR/controller.yaml" <<YAML
+# Generated by bench/gateway/run.sh.
+store:
+  backend: memory
+distribution:
+  listen: 127.0.0.1:$DIST_PORT
+  auth: {mode: any, methods: [{type: apiKey}]}
+admin:
+  listen: 127.0.0.1:$ADMIN_PORT
+controlPlane:
+  enabled: true
+  listen: 127.0.0.1:$CP_PORT
+  loopbackPlaintext: true
+  extractionReserve: 0
+upstreams:
+  - name: sim-http
+    protocol: http
+    ttl: 2h
+    safetyMargin: 10s
+    # 8 × 1000 slots stay under the controller's target capacity per gateway (10,000),
+    # so every proxy is assigned to the gateway.
+    maxConcurrencyPerProxy: 1000
+    maxSize: $NPROX
+    fetchInterval: 10s
+    source:
+      vendorApi:
+        url: http://127.0.0.1:$SIM_PORT/v1/proxies?count=$NPROX&protocol=http
+        format: json
+        apiKeyFile: $DIR/vendor-api-key
+        timeout: 5s
+routings:
+  - {name: bench, priority: 1, upstreams: [sim-http]}
+clients:
+  - name: bench-client
+    permissions: [distribution:extract]
+    maxExtractCount: 1
+    apiKeys: [{sha256: $API_KEY_SHA}]
+shutdown:
+  gracePeriod: 2s
+YAML
+
+PIDS=()
+NAMES=()
+STOPPING=0
+stop_all() {
+    [ "$STOPPING" = 1 ] && return
+    STOPPING=1
+    set +e
+    trap '' INT TERM PIPE
+    local i
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill -TERM "${PIDS[$i]}" 2>/dev/null; done
+    local deadline=$((SECONDS + 15))
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+        while kill -0 "${PIDS[$i]}" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+        kill -0 "${PIDS[$i]}" 2>/dev/null && kill -KILL "${PIDS[$i]}" 2>/dev/null
+        wait "${PIDS[$i]}" 2>/dev/null
+    done
+}
+trap 'stop_all; exit 130' INT
+trap 'stop_all; exit 143' TERM
+trap 'stop_all' EXIT
+
+with_cpus() { # cpus command... → CMD=(the command, pinned and niced)
+    local cpus=$1
+    shift
+    CMD=("$@")
+    [ -n "$cpus" ] && CMD=(taskset -c "$cpus" "${CMD[@]}")
+    [ "$NICE" != 0 ] && CMD=(nice -n "$NICE" "${CMD[@]}")
+    return 0
+}
+
+start() { # name cpus command...  (in the background; $! is the process itself)
+    local name=$1 cpus=$2
+    shift 2
+    with_cpus "$cpus" "$@"
+    "${CMD[@]}" >"$DIR/logs/$name.log" 2>&1 &
+    PIDS+=($!)
+    NAMES+=("$name")
+}
+
+wait_for() { # what command...
+    local what=$1
+    shift
+    local deadline=$((SECONDS + 120))
+    until "$@" >/dev/null 2>&1; do
+        local i
+        for i in "${!PIDS[@]}"; do
+            kill -0 "${PIDS[$i]}" 2>/dev/null || { echo "bench: ${NAMES[$i]} exited (see $DIR/logs/)" >&2; exit 1; }
+        done
+        [ $SECONDS -lt $deadline ] || { echo "bench: timed out waiting for $what (see $DIR/logs/)" >&2; exit 1; }
+        sleep 0.5
+    done
+}
+
+export RUST_LOG=${RUST_LOG:-warn}
+start vendor-sim "$CPU_LOAD" "$BIN/vendor-sim" --config "$DIR/sim.yaml" \
+    --listen "127.0.0.1:$SIM_PORT" --echo-http "127.0.0.1:$ECHO_PORT" \
+    --echo-https "127.0.0.1:$ECHO_TLS_PORT" --api-key "$VENDOR_KEY" --ttl-min 7200 --ttl-max 7200
+wait_for "vendor simulator" curl -fsS "http://127.0.0.1:$SIM_PORT/healthz"
+SIM_PID=${PIDS[0]}
+
+start controller "$CPU_LOAD" "$BIN/proxy-pool-controller" run --config "$DIR/controller.yaml"
+wait_for "controller" curl -fsS "http://127.0.0.1:$ADMIN_PORT/healthz"
+start checker "$CPU_LOAD" "$BIN/proxy-pool-checker" run --controller "http://127.0.0.1:$CP_PORT" \
+    --checker-id bench-checker --echo "127.0.0.1:$ECHO_PORT" --loopback-plaintext
+start gateway "$CPU_PROXY" "$BIN/proxy-pool-gateway" --http-listen "127.0.0.1:$GW_HTTP_PORT" \
+    --socks5-listen "127.0.0.1:$GW_SOCKS_PORT" --admin-listen "127.0.0.1:$GW_ADMIN_PORT" \
+    --controller "http://127.0.0.1:$CP_PORT" --worker-id bench-gateway \
+    --clients-file "$DIR/gateway-clients.json"
+GW_PID=${PIDS[-1]}
+ECHO_URL=http://127.0.0.1:$ECHO_PORT/bench
+wait_for "gateway snapshot" curl -fsS "http://127.0.0.1:$GW_ADMIN_PORT/readyz"
+wait_for "gateway HTTP proxy" curl -fsS --max-time 5 -x "http://$GW_USER:$GW_PASS@127.0.0.1:$GW_HTTP_PORT" "$ECHO_URL"
+
+# The upstream proxies: every live simulator proxy, all assigned to the gateway (no
+# extraction reserve). Wait until the gateway has used each of them (each then holds a
+# pooled connection from the gateway).
+sim_proxies() {
+    curl -fsS -H "X-API-Key: $VENDOR_KEY" "http://127.0.0.1:$SIM_PORT/v1/sim/proxies"
+}
+all_used() {
+    for _ in $(seq 1 $((NPROX * 2))); do
+        curl -fsS --max-time 5 -x "http://$GW_USER:$GW_PASS@127.0.0.1:$GW_HTTP_PORT" "$ECHO_URL" >/dev/null || return 1
+    done
+    sim_proxies | jq -e --argjson n "$NPROX" '(.proxies | length) == $n and all(.proxies[]; .activeConnections > 0)'
+}
+wait_for "$NPROX upstream proxies" all_used
+sleep 3
+sim_proxies > "$DIR/sim-proxies.json"
+mapfile -t UPSTREAMS < <(jq -r '.proxies[] | "http://\(.username):\(.password)@\(.host):\(.port)"' "$DIR/sim-proxies.json")
+[ "${#UPSTREAMS[@]}" = "$NPROX" ] || { echo "bench: expected $NPROX upstreams, got ${#UPSTREAMS[@]}" >&2; exit 1; }
+
+# squid: parents = the same simulator proxies, round-robin; nothing cached, nothing logged
+# per request, never direct.
+SQ=$DIR/squid
+{
+    echo "# Generated by bench/gateway/run.sh."
+    echo "http_port 127.0.0.1:$SQUID_PORT"
+    echo "pid_filename $SQ/squid.pid"
+    echo "cache_log $SQ/cache.log"
+    echo "access_log none"
+    echo "cache_store_log none"
+    echo "logfile_rotate 0"
+    echo "coredump_dir $SQ"
+    echo "cache deny all"
+    echo "cache_mem 0 MB"
+    echo "memory_pools off"
+    echo "max_filedescriptors 65536"
+    echo "workers 1"
+    echo "via off"
+    echo "forwarded_for transparent"
+    echo "httpd_suppress_version_string on"
+    echo "pinger_enable off"
+    echo "netdb_filename none"
+    echo "shutdown_lifetime 1 seconds"
+    echo "client_persistent_connections on"
+    echo "server_persistent_connections on"
+    echo "http_access allow localhost"
+    echo "http_access deny all"
+    echo "never_direct allow all"
+    i=0
+    for u in "${UPSTREAMS[@]}"; do
+        i=$((i + 1))
+        rest=${u#http://}
+        creds=${rest%@*}
+        hostport=${rest##*@}
+        echo "cache_peer ${hostport%:*} parent ${hostport##*:} 0 no-query no-digest no-netdb-exchange round-robin login=$creds connect-fail-limit=1000 name=sim$i"
+    done
+} > "$SQ/squid.conf"
+SQUID_CMD=("$SQUID" -N -f "$SQ/squid.conf")
+if [ "$(id -u)" = 0 ]; then
+    SQUID_USER=proxy
+    id "$SQUID_USER" >/dev/null 2>&1 || SQUID_USER=nobody
+    chown -R "$SQUID_USER" "$SQ"
+    SQUID_CMD=(setpriv --reuid="$SQUID_USER" --regid="$(id -g "$SQUID_USER")" --init-groups "${SQUID_CMD[@]}")
+fi
+"$SQUID" -k parse -f "$SQ/squid.conf" >"$DIR/logs/squid-parse.log" 2>&1 || { cat "$DIR/logs/squid-parse.log" >&2; exit 1; }
+start squid "$CPU_PROXY" "${SQUID_CMD[@]}"
+wait_for "squid" curl -fsS --max-time 5 -x "http://127.0.0.1:$SQUID_PORT" "$ECHO_URL"
+SQUID_PID=$(cat "$SQ/squid.pid")
+
+if [ "${BENCH_STAY_UP:-0}" = 1 ]; then
+    # For profiling by hand: the stack stays up until Ctrl-C or SIGTERM.
+    printf '%s\n' "gateway http://$GW_USER:$GW_PASS@127.0.0.1:$GW_HTTP_PORT (pid $GW_PID)" \
+        "squid http://127.0.0.1:$SQUID_PORT (pid $SQUID_PID)" "target $ECHO_URL" "upstreams:" "${UPSTREAMS[@]}" \
+        > "$DIR/stack.txt"
+    cat "$DIR/stack.txt"
+    echo "bench: stack up (BENCH_STAY_UP=1); Ctrl-C stops it"
+    while :; do sleep 1; done
+fi
+
+# ---------- measurement helpers ----------
+
+LOADGEN=("$BIN/loadgen")
+loadgen() { with_cpus "$CPU_LOAD" "${LOADGEN[@]}" "$@"; "${CMD[@]}"; }
+proxy_args() { # system → --proxy arguments
+    case "$1" in
+        direct) for u in "${UPSTREAMS[@]}"; do printf -- '--proxy\n%s\n' "$u"; done ;;
+        gateway) printf -- '--proxy\nhttp://%s:%s@127.0.0.1:%s\n' "$GW_USER" "$GW_PASS" "$GW_HTTP_PORT" ;;
+        squid) printf -- '--proxy\nhttp://127.0.0.1:%s\n' "$SQUID_PORT" ;;
+    esac
+}
+pid_of() { case "$1" in gateway) echo "$GW_PID" ;; squid) echo "$SQUID_PID" ;; *) echo "" ;; esac; }
+cpu_ticks() { # pid → utime+stime in clock ticks (0 for no process)
+    [ -n "$1" ] || { echo 0; return; }
+    awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+}
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+TICK=$(getconf CLK_TCK)
+
+measure() { # name system mode [rate] → results/name.json (+ cpu_us_per_op)
+    local name=$1 system=$2 mode=$3 rate=${4:-}
+    local pid args before after
+    pid=$(pid_of "$system")
+    mapfile -t args < <(proxy_args "$system")
+    local extra=(--connections "$CONNS")
+    [ -n "$rate" ] && extra=(--connections "$CONNS" --rate "$rate")
+    before=$(cpu_ticks "$pid")
+    loadgen run --mode "$mode" "${args[@]}" --target "$ECHO_URL" "${extra[@]}" \
+        --duration "${SECONDS_PER_PHASE}s" --timeout 10s --format json > "$DIR/results/$name.json"
+    after=$(cpu_ticks "$pid")
+    jq --argjson t "$((after - before))" --argjson hz "$TICK" \
+        '. + {cpu_us_per_op: (if .ok > 0 and $t > 0 then ($t * 1000000 / $hz / .ok) else null end)}' \
+        "$DIR/results/$name.json" > "$DIR/results/$name.tmp" && mv "$DIR/results/$name.tmp" "$DIR/results/$name.json"
+    jq -r --arg n "$name" '"  \($n): \(.ok) ok, \(.ops - .ok) failed \(.errors), \(.ok_per_s | floor)/s, p50 \(.latency.p50_us) µs, p99 \(.latency.p99_us) µs, cpu/op \(.cpu_us_per_op // "-") µs"' "$DIR/results/$name.json"
+}
+field() { jq -r "$2" "$DIR/results/$1.json"; }
+
+echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg); ${SECONDS_PER_PHASE}s phases, $CONNS connections, $NPROX upstreams, nice $NICE, cpus proxy='${CPU_PROXY:-any}' load='${CPU_LOAD:-any}'"
+date -u +"bench: %Y-%m-%d %H:%M UTC"
+
+echo "bench: warm-up"
+for s in direct gateway squid; do
+    mapfile -t args < <(proxy_args "$s")
+    loadgen run --mode http "${args[@]}" --target "$ECHO_URL" --connections "$CONNS" --duration 2s --format json >/dev/null
+done
+
+echo "bench: (a) keep-alive HTTP, closed loop"
+for s in direct gateway squid; do measure "http-$s" "$s" http; done
+echo "bench: (b) CONNECT tunnels, closed loop"
+for s in direct gateway squid; do measure "connect-$s" "$s" connect; done
+echo "bench: (c) open loop at 50 % of each proxy's max rate, direct at the same rate"
+for s in gateway squid; do
+    rate=$(field "http-$s" '(.ok_per_s / 2) | floor')
+    measure "open-$s" "$s" http "$rate"
+    measure "open-direct-for-$s" direct http "$rate"
+done
+
+echo "bench: (d) $TUNNELS idle CONNECT tunnels"
+for s in gateway squid; do
+    pid=$(pid_of "$s")
+    mapfile -t args < <(proxy_args "$s")
+    before=$(rss_kib "$pid")
+    with_cpus "$CPU_LOAD" "${LOADGEN[@]}" hold --mode connect "${args[@]}" --target "$ECHO_URL" \
+        --tunnels "$TUNNELS" --connections 64 --seconds 120
+    "${CMD[@]}" > "$DIR/results/hold-$s.out" &
+    HOLD=$!
+    for _ in $(seq 1 240); do grep -q '^ready' "$DIR/results/hold-$s.out" && break; sleep 0.5; done
+    sleep 2
+    after=$(rss_kib "$pid")
+    held=$(awk '/^ready/ { print $2 }' "$DIR/results/hold-$s.out")
+    kill -TERM "$HOLD" 2>/dev/null || true
+    wait "$HOLD" 2>/dev/null || true
+    echo "{\"rss_before_kib\": $before, \"rss_after_kib\": $after, \"tunnels\": ${held:-0}}" > "$DIR/results/idle-$s.json"
+    echo "  $s: RSS $before → $after KiB with ${held:-0} idle tunnels $(grep '^error' "$DIR/results/hold-$s.out" | tr '\n' ' ')"
+    sleep 2
+done
+
+# ---------- table ----------
+r() { field "$1" "$2"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+num() { awk -v a="$1" 'BEGIN { if (a == "null" || a == "") print "-"; else printf "%.1f", a }'; }
+
+dh=$(r http-direct .ok_per_s) gh=$(r http-gateway .ok_per_s) sh=$(r http-squid .ok_per_s)
+dc=$(r connect-direct .ok_per_s) gc=$(r connect-gateway .ok_per_s) sc=$(r connect-squid .ok_per_s)
+echo
+echo "| figure | direct (baseline) | gateway | squid | gateway ÷ squid |"
+echo "|---|---:|---:|---:|---:|"
+printf '| (a) keep-alive HTTP req/s | %.0f | %.0f (%s×) | %.0f (%s×) | %s |\n' \
+    "$dh" "$gh" "$(ratio "$gh" "$dh")" "$sh" "$(ratio "$sh" "$dh")" "$(ratio "$gh" "$sh")"
+printf '| (b) CONNECT tunnels/s | %.0f | %.0f (%s×) | %.0f (%s×) | %s |\n' \
+    "$dc" "$gc" "$(ratio "$gc" "$dc")" "$sc" "$(ratio "$sc" "$dc")" "$(ratio "$gc" "$sc")"
+for s in gateway squid; do
+    eval "${s}_rate=\$(r open-$s .pacing.rate)"
+    eval "${s}_p50=\$((\$(r open-$s .latency.p50_us) - \$(r open-direct-for-$s .latency.p50_us)))"
+    eval "${s}_p99=\$((\$(r open-$s .latency.p99_us) - \$(r open-direct-for-$s .latency.p99_us)))"
+done
+printf '| (c) added p50 / p99 at 50 %% load, µs | 0 / 0 | %s / %s at %.0f/s | %s / %s at %.0f/s | |\n' \
+    "$gateway_p50" "$gateway_p99" "$gateway_rate" "$squid_p50" "$squid_p99" "$squid_rate"
+idle() { jq -r '((.rss_after_kib - .rss_before_kib) * 1024 / (if .tunnels > 0 then .tunnels else 1 end)) | floor' "$DIR/results/idle-$1.json"; }
+gi=$(idle gateway) si=$(idle squid)
+printf '| (d) RSS per idle tunnel, bytes | – | %s | %s | %s |\n' "$gi" "$si" "$(ratio "$gi" "$si")"
+gcpu=$(r http-gateway .cpu_us_per_op) scpu=$(r http-squid .cpu_us_per_op)
+printf '| (e) CPU per keep-alive request, µs | – | %s | %s | %s |\n' "$(num "$gcpu")" "$(num "$scpu")" "$(ratio "$gcpu" "$scpu")"
+gcpu=$(r connect-gateway .cpu_us_per_op) scpu=$(r connect-squid .cpu_us_per_op)
+printf '| (e) CPU per CONNECT tunnel, µs | – | %s | %s | %s |\n' "$(num "$gcpu")" "$(num "$scpu")" "$(ratio "$gcpu" "$scpu")"
+echo
+echo "bench: raw results in $DIR/results/; load average now $(cut -d' ' -f1-3 /proc/loadavg)"
