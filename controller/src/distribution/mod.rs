@@ -11,6 +11,7 @@ mod problem;
 mod request;
 mod response;
 mod source;
+mod token_review;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,6 +34,10 @@ pub use auth::{
 pub use limits::{Decision, LimiterError, LocalLimiter, RateLimiter, RedisLimiter};
 pub use problem::{ApiError, ErrorCode, PROBLEM_BASE, PROBLEM_JSON, Problem};
 pub use response::{proxy_url, rfc3339};
+pub use token_review::{
+    KubeTokenReviewer, Review, ReviewUnavailable, ReviewedUser, TokenReviewBearerVerifier,
+    TokenReviewer, jwt_expiry,
+};
 
 use crate::metrics::{Metrics, StatusLabels};
 use crate::shutdown::Shutdown;

@@ -1,0 +1,260 @@
+//! A [`BearerVerifier`] backed by Kubernetes `TokenReview`: a bearer token names a
+//! Kubernetes user (e.g. `system:serviceaccount:<ns>:<name>`), and a configured mapping
+//! says which DistributionClient that user is.
+//!
+//! Only the review — *who the token names* — goes through the read-through cache
+//! (`proxy-pool-cache`, namespace `token_review`): keyed by a digest of audience and
+//! token (the token never reaches Redis), kept at most 120 s and never past the token's
+//! own `exp` (`token_review_ttl`). A rejected token is never cached (no negative
+//! entries) and neither is a failed review. The mapping to a client, and every
+//! permission check after it, happen on every request: no authorisation decision is
+//! cached.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use proxy_pool_cache::{
+    Answer, Cache, CacheError, CacheStore, Loader, Namespace, TokenKey, token_review_ttl,
+};
+use serde::{Deserialize, Serialize};
+
+use super::auth::{AuthError, BearerVerifier};
+
+/// What the API server said about a token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Review {
+    /// Valid for the audience; `username` is the authenticated user.
+    Authenticated {
+        /// The user the token names.
+        username: String,
+    },
+    /// Invalid, expired, revoked or for another audience.
+    Rejected,
+}
+
+/// The review could not be done (503 to the caller; never cached).
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("token review unavailable: {0}")]
+pub struct ReviewUnavailable(pub String);
+
+/// Authenticates a bearer token for an audience (the port; Kubernetes implements it
+/// with [`KubeTokenReviewer`]).
+#[async_trait]
+pub trait TokenReviewer: fmt::Debug + Send + Sync {
+    /// Reviews `token` for `audience`.
+    async fn review(&self, token: &str, audience: &str) -> Result<Review, ReviewUnavailable>;
+}
+
+/// The cached fact: who a token names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewedUser {
+    /// The authenticated user.
+    pub username: String,
+}
+
+/// The `exp` claim of a JWT, read without verifying it (the API server verified the
+/// token; this only bounds how long its review is reused). `None` for other tokens.
+pub fn jwt_expiry(token: &str) -> Option<SystemTime> {
+    #[derive(Deserialize)]
+    struct Claims {
+        exp: u64,
+    }
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: Claims = serde_json::from_slice(&bytes).ok()?;
+    UNIX_EPOCH.checked_add(Duration::from_secs(claims.exp))
+}
+
+/// The loader: one review per key, a positive answer cached until
+/// `min(120 s, exp − now)`; a token without a readable `exp` is reviewed every time.
+struct ReviewLoader {
+    reviewer: Arc<dyn TokenReviewer>,
+}
+
+#[async_trait]
+impl Loader<TokenKey, ReviewedUser> for ReviewLoader {
+    async fn load(
+        &self,
+        keys: &[TokenKey],
+    ) -> Result<HashMap<TokenKey, Answer<ReviewedUser>>, CacheError> {
+        let mut out = HashMap::with_capacity(keys.len());
+        for k in keys {
+            let review = self
+                .reviewer
+                .review(&k.token, &k.audience)
+                .await
+                .map_err(|e| CacheError::Source(e.0.into()))?;
+            let answer = match review {
+                Review::Authenticated { username } => {
+                    let cap = match jwt_expiry(&k.token) {
+                        Some(exp) => token_review_ttl(Some(exp), SystemTime::now()),
+                        None => Duration::ZERO,
+                    };
+                    Answer::Found(ReviewedUser { username }, Some(cap))
+                }
+                Review::Rejected => Answer::Absent,
+            };
+            out.insert(k.clone(), answer);
+        }
+        Ok(out)
+    }
+}
+
+/// Bearer tokens reviewed by Kubernetes, mapped to configured clients by user name.
+pub struct TokenReviewBearerVerifier {
+    audience: String,
+    cache: Cache<TokenKey, ReviewedUser>,
+    clients_by_user: HashMap<String, usize>,
+}
+
+impl fmt::Debug for TokenReviewBearerVerifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenReviewBearerVerifier")
+            .field("audience", &self.audience)
+            .field("users", &self.clients_by_user.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TokenReviewBearerVerifier {
+    /// Reviews tokens for `audience` through `reviewer`, caching reviews in `store`
+    /// (`None`: no cache, every request is reviewed) with the `token_review`
+    /// namespace settings `ns` under `<key_prefix>:cache:v1:token_review:`.
+    /// `clients_by_user` maps a reviewed user name to the index of its client.
+    pub fn new(
+        audience: impl Into<String>,
+        reviewer: Arc<dyn TokenReviewer>,
+        ns: Namespace,
+        key_prefix: &str,
+        store: Option<Arc<dyn CacheStore>>,
+        clients_by_user: HashMap<String, usize>,
+    ) -> Self {
+        let ns = Namespace {
+            // The rule of the namespace, whatever the settings say.
+            ttl: ns.ttl.min(proxy_pool_cache::TOKEN_REVIEW_MAX_TTL),
+            negative_ttl: None,
+            ..ns
+        };
+        Self {
+            audience: audience.into(),
+            cache: Cache::new(ns, key_prefix, store, Arc::new(ReviewLoader { reviewer })),
+            clients_by_user,
+        }
+    }
+
+    /// The cache's counters (hits, misses, loader calls, …).
+    pub fn cache_metrics(&self) -> Arc<proxy_pool_cache::NamespaceMetrics> {
+        self.cache.metrics_handle()
+    }
+}
+
+#[async_trait]
+impl BearerVerifier for TokenReviewBearerVerifier {
+    async fn verify(&self, token: &str) -> Result<usize, AuthError> {
+        if token.is_empty() {
+            return Err(AuthError::Invalid);
+        }
+        let key = TokenKey {
+            audience: self.audience.clone(),
+            token: token.to_owned(),
+        };
+        match self.cache.get(key).await {
+            // Decided now, on every request: which client this user is.
+            Ok(Some(user)) => self
+                .clients_by_user
+                .get(&user.username)
+                .copied()
+                .ok_or(AuthError::Invalid),
+            Ok(None) => Err(AuthError::Invalid),
+            Err(_) => Err(AuthError::Unavailable),
+        }
+    }
+}
+
+/// [`TokenReviewer`] backed by `authentication.k8s.io/v1` `TokenReview` (RBAC: `create`
+/// on `tokenreviews`). API error texts never contain the token.
+#[derive(Clone)]
+pub struct KubeTokenReviewer {
+    api: kube::Api<k8s_openapi::api::authentication::v1::TokenReview>,
+}
+
+impl fmt::Debug for KubeTokenReviewer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KubeTokenReviewer")
+    }
+}
+
+impl KubeTokenReviewer {
+    /// Reviews through `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Self {
+            api: kube::Api::all(client),
+        }
+    }
+}
+
+#[async_trait]
+impl TokenReviewer for KubeTokenReviewer {
+    async fn review(&self, token: &str, audience: &str) -> Result<Review, ReviewUnavailable> {
+        use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+        let request = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_owned(),
+                audiences: Some(vec![audience.to_owned()]),
+            },
+            ..Default::default()
+        };
+        let reviewed = self
+            .api
+            .create(&kube::api::PostParams::default(), &request)
+            .await
+            .map_err(|e| ReviewUnavailable(kube_error_kind(&e)))?;
+        let Some(status) = reviewed.status else {
+            return Err(ReviewUnavailable("TokenReview without status".into()));
+        };
+        // An authenticator that is not audience-aware leaves this empty: refused.
+        let audience_ok = status
+            .audiences
+            .as_ref()
+            .is_some_and(|a| a.iter().any(|x| x == audience));
+        match (status.authenticated, status.user.and_then(|u| u.username)) {
+            (Some(true), Some(username)) if audience_ok => Ok(Review::Authenticated { username }),
+            _ => Ok(Review::Rejected),
+        }
+    }
+}
+
+/// A token-free description of a kube error.
+fn kube_error_kind(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("api status {}", s.code),
+        _ => "transport".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jwt(exp: u64) -> String {
+        let p = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(format!("{{\"exp\":{exp},\"sub\":\"x\"}}"));
+        format!("e30.{p}.sig")
+    }
+
+    #[test]
+    fn expiry_is_read_from_the_jwt_payload_only() {
+        assert_eq!(
+            jwt_expiry(&jwt(1_000)),
+            Some(UNIX_EPOCH + Duration::from_secs(1_000))
+        );
+        assert_eq!(jwt_expiry("opaque-token"), None);
+        assert_eq!(jwt_expiry("a.b.c"), None);
+    }
+}

@@ -1,0 +1,304 @@
+//! The TokenReview-backed bearer verifier on a real kube-apiserver (the e2e harness:
+//! etcd + kube-apiserver, `PROXY_POOL_K8S_BIN_DIR`) and a real Redis cache:
+//! ServiceAccount tokens map to their clients; a review is cached (the second request
+//! is not reviewed again) for at most 120 s and never past the token's `exp`; the token
+//! never reaches Redis; rejected tokens and failed reviews are never cached; which
+//! client a cached user is gets decided on every request.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use activity_pool::testkit::RedisServer;
+use async_trait::async_trait;
+use base64::Engine as _;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace as KubeNamespace, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PostParams};
+use proxy_pool_cache::{CacheStore, Namespace, RedisStore};
+use proxy_pool_controller::distribution::{
+    AuthError, BearerVerifier, KubeTokenReviewer, Review, ReviewUnavailable,
+    TokenReviewBearerVerifier, TokenReviewer,
+};
+use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
+
+const NS: &str = "clients";
+const AUDIENCE: &str = "proxy-pool-distribution";
+const PREFIX: &str = "pp-test";
+
+/// Counts the reviews that reach the inner reviewer.
+#[derive(Debug)]
+struct Counting<R> {
+    inner: R,
+    calls: AtomicUsize,
+}
+
+impl<R> Counting<R> {
+    fn new(inner: R) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            calls: AtomicUsize::new(0),
+        })
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl<R: TokenReviewer> TokenReviewer for Counting<R> {
+    async fn review(&self, token: &str, audience: &str) -> Result<Review, ReviewUnavailable> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.inner.review(token, audience).await
+    }
+}
+
+/// Fixed answers (token → user), or unavailable.
+#[derive(Debug, Default)]
+struct Fixed {
+    users: HashMap<String, String>,
+    unavailable: bool,
+}
+
+#[async_trait]
+impl TokenReviewer for Fixed {
+    async fn review(&self, token: &str, _audience: &str) -> Result<Review, ReviewUnavailable> {
+        if self.unavailable {
+            return Err(ReviewUnavailable("switched off".into()));
+        }
+        Ok(match self.users.get(token) {
+            Some(u) => Review::Authenticated {
+                username: u.clone(),
+            },
+            None => Review::Rejected,
+        })
+    }
+}
+
+fn sa_user(name: &str) -> String {
+    format!("system:serviceaccount:{NS}:{name}")
+}
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        ..Default::default()
+    }
+}
+
+async fn token(client: &kube::Client, sa: &str, audience: &str) -> String {
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec![audience.into()]),
+            expiration_seconds: Some(3600),
+            bound_object_ref: None,
+        }),
+        ..Default::default()
+    };
+    Api::<ServiceAccount>::namespaced(client.clone(), NS)
+        .create_token_request(sa, &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .and_then(|s| s.token)
+        .expect("token")
+}
+
+async fn store(redis: &RedisServer) -> Arc<dyn CacheStore> {
+    let conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    Arc::new(RedisStore::new(conn))
+}
+
+fn namespace() -> Namespace {
+    Namespace {
+        ttl: Duration::from_secs(120),
+        redis_timeout: Duration::from_millis(500),
+        ..Namespace::new("token_review")
+    }
+}
+
+fn verifier(
+    reviewer: Arc<dyn TokenReviewer>,
+    store: Arc<dyn CacheStore>,
+    users: &[(&str, usize)],
+) -> TokenReviewBearerVerifier {
+    TokenReviewBearerVerifier::new(
+        AUDIENCE,
+        reviewer,
+        namespace(),
+        PREFIX,
+        Some(store),
+        users.iter().map(|(u, i)| ((*u).to_owned(), *i)).collect(),
+    )
+}
+
+/// Every cache entry: (key, value, PTTL ms).
+async fn entries(redis: &RedisServer) -> Vec<(String, String, i64)> {
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{PREFIX}:cache:v1:token_review:*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    for k in keys {
+        let v: String = redis::cmd("GET")
+            .arg(&k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        out.push((k, v, ttl));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_account_tokens_on_a_real_apiserver() {
+    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let cluster = KubeApiServer::start(&bins)
+        .await
+        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+    let client = cluster.client();
+    Api::<KubeNamespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &KubeNamespace {
+                metadata: meta(NS),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let sas = Api::<ServiceAccount>::namespaced(client.clone(), NS);
+    for sa in ["team-a", "team-b", "stranger"] {
+        sas.create(
+            &PostParams::default(),
+            &ServiceAccount {
+                metadata: meta(sa),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let redis = RedisServer::start();
+    let store = store(&redis).await;
+    let reviewer = Counting::new(KubeTokenReviewer::new(client.clone()));
+    let users = [(sa_user("team-a"), 0), (sa_user("team-b"), 1)];
+    let users: Vec<(&str, usize)> = users.iter().map(|(u, i)| (u.as_str(), *i)).collect();
+    let v = verifier(reviewer.clone(), store.clone(), &users);
+
+    let a = token(&client, "team-a", AUDIENCE).await;
+    let b = token(&client, "team-b", AUDIENCE).await;
+    assert_eq!(v.verify(&a).await, Ok(0));
+    assert_eq!(reviewer.calls(), 1);
+    // Cached: the second request is not reviewed again.
+    assert_eq!(v.verify(&a).await, Ok(0));
+    assert_eq!(reviewer.calls(), 1);
+    assert_eq!(v.verify(&b).await, Ok(1));
+    assert_eq!(reviewer.calls(), 2);
+
+    // In Redis: one entry per token, ≤ 120 s, no token text, only the user name.
+    let stored = entries(&redis).await;
+    assert_eq!(stored.len(), 2, "{stored:?}");
+    for (k, val, ttl) in &stored {
+        assert!(*ttl > 0 && *ttl <= 120_000, "{k}: pttl {ttl}");
+        for t in [&a, &b] {
+            assert!(!k.contains(t.as_str()) && !val.contains(t.as_str()));
+        }
+        assert!(val.contains("system:serviceaccount:clients:team-"), "{val}");
+    }
+
+    // An authenticated user without a client is refused; its review is cached, but
+    // which client it is gets decided per request: another mapping over the same
+    // cache accepts it without a new review.
+    let s = token(&client, "stranger", AUDIENCE).await;
+    assert_eq!(v.verify(&s).await, Err(AuthError::Invalid));
+    assert_eq!(reviewer.calls(), 3);
+    assert_eq!(v.verify(&s).await, Err(AuthError::Invalid));
+    assert_eq!(reviewer.calls(), 3);
+    let stranger = sa_user("stranger");
+    let v2 = verifier(reviewer.clone(), store.clone(), &[(&stranger, 2)]);
+    assert_eq!(v2.verify(&s).await, Ok(2));
+    assert_eq!(reviewer.calls(), 3);
+
+    // Rejected tokens (another audience, garbage) are reviewed every time: never cached.
+    let other = token(&client, "team-a", "someone-else").await;
+    for (t, n) in [(&other, 4), (&other, 5)] {
+        assert_eq!(v.verify(t).await, Err(AuthError::Invalid));
+        assert_eq!(reviewer.calls(), n);
+    }
+    let garbage = "not-a-token".to_owned();
+    for n in [6, 7] {
+        assert_eq!(v.verify(&garbage).await, Err(AuthError::Invalid));
+        assert_eq!(reviewer.calls(), n);
+    }
+    assert_eq!(entries(&redis).await.len(), 3);
+}
+
+fn jwt(exp: SystemTime) -> String {
+    let secs = exp.duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let p = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(format!("{{\"exp\":{secs},\"sub\":\"x\"}}"));
+    format!("e30.{p}.sig")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reviews_never_outlive_the_token_and_failures_are_not_cached() {
+    let redis = RedisServer::start();
+    let store = store(&redis).await;
+    let soon = jwt(SystemTime::now() + Duration::from_secs(3));
+    let opaque = "opaque-token-without-exp".to_owned();
+    let fixed = Fixed {
+        users: [
+            (soon.clone(), "u".to_owned()),
+            (opaque.clone(), "u".to_owned()),
+        ]
+        .into_iter()
+        .collect(),
+        unavailable: false,
+    };
+    let reviewer = Counting::new(fixed);
+    let v = verifier(reviewer.clone(), store.clone(), &[("u", 0)]);
+    assert_eq!(v.verify(&soon).await, Ok(0));
+    let stored = entries(&redis).await;
+    assert_eq!(stored.len(), 1);
+    assert!(
+        stored[0].2 > 0 && stored[0].2 <= 3_000,
+        "capped by exp: {stored:?}"
+    );
+    // Without a readable expiry a review is not reused.
+    assert_eq!(v.verify(&opaque).await, Ok(0));
+    assert_eq!(v.verify(&opaque).await, Ok(0));
+    assert_eq!(reviewer.calls(), 3);
+    assert_eq!(entries(&redis).await.len(), 1);
+
+    // A failing review is 503-worthy and leaves nothing behind.
+    let down = Counting::new(Fixed {
+        unavailable: true,
+        ..Fixed::default()
+    });
+    let v = verifier(down.clone(), store, &[("u", 0)]);
+    let later = jwt(SystemTime::now() + Duration::from_secs(600));
+    for n in [1, 2] {
+        assert_eq!(v.verify(&later).await, Err(AuthError::Unavailable));
+        assert_eq!(down.calls(), n);
+    }
+    assert_eq!(entries(&redis).await.len(), 1);
+}
