@@ -10,7 +10,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use activity_pool::testkit::RedisServer;
+use activity_pool::testkit::{RedisSentinel, RedisServer};
 use common::usage::{analytics_yaml, start_built};
 use common::{BASIC_PASSWORD, BASIC_USER, Harness, KEY_LIMITED, Kind, Resp};
 use proxy_pool_analytics::PgStore;
@@ -263,6 +263,27 @@ async fn shutdown_makes_the_final_flush() {
         .find(|t| t.subject.name == "full")
         .expect("the client's total was committed at shutdown");
     assert_eq!((full.requests, full.proxies), (3, 6));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_store_feeds_analytics_too() {
+    let master = RedisServer::start();
+    let sentinel = RedisSentinel::start("pp-master", master.port());
+    let pg = Postgres::start();
+    PgStore::new(pg.config()).migrate().await.unwrap();
+    let store = format!(
+        "{{backend: redis, redis: {{sentinel: {{masterName: pp-master, addresses: [\"{}\"]}}, commandTimeout: 500ms}}}}",
+        sentinel.addr()
+    );
+    let (section, _dsn) = analytics_yaml(&pg, ", flushInterval: 1s, shutdownFlushTimeout: 2s");
+    let config = format!("{}{section}", common::config_yaml(&store, ""));
+    let h = start_built(&config, Some(master)).await;
+    h.seed("up-a", 5, "shanghai", "telecom").await;
+    assert_eq!(h.extract(&extract_body(3, "up-a"), &[]).await.status, 200);
+    let full = committed(&h, "clients/full", 1).await;
+    assert_eq!(full["total"]["proxies"], 3);
+    h.stop().await;
+    drop(sentinel);
 }
 
 #[test]
