@@ -315,6 +315,7 @@ async fn operator_reconciles_on_a_real_cluster() {
     statuses_become_ready(&client).await;
     let leader = only_one_replica_leads(&client, &metrics).await;
     second_reconcile_changes_nothing(&client, &base_yaml).await;
+    a_lost_certificate_is_reissued_and_rolls_the_controller(&client).await;
     bad_references_degrade(&cluster, &client).await;
     deleting_a_routing_collects_its_gateway(&client).await;
 
@@ -1125,4 +1126,51 @@ async fn the_mounted_files_load_in_the_controller(client: &kube::Client) {
         })
         .collect();
     assert_eq!(uris, ["spiffe://proxy-pool.local/default/controller"]);
+}
+
+/// The controller's certificate is the operator's to keep: deleted, it is issued anew
+/// (a new key), and the config hash on the controller's pod template changes so the
+/// controller restarts with it.
+async fn a_lost_certificate_is_reissued_and_rolls_the_controller(client: &kube::Client) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let hash_of = |d: &Deployment| {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.metadata.as_ref())
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get("proxypool.io/config-hash").cloned())
+    };
+    let cert_of = |s: &Secret| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get("tls.crt"))
+            .map(|b| b.0.clone())
+    };
+    let old_cert =
+        cert_of(&secrets.get(CONTROLLER_TLS).await.expect("TLS Secret")).expect("tls.crt");
+    let old_hash = hash_of(&deployments.get(CONTROLLER).await.expect("controller")).expect("hash");
+    secrets
+        .delete(CONTROLLER_TLS, &DeleteParams::default())
+        .await
+        .expect("delete the TLS Secret");
+    let new_cert = eventually("a new controller certificate", 60, || {
+        let secrets = secrets.clone();
+        let old = old_cert.clone();
+        async move {
+            let cert = cert_of(&secrets.get_opt(CONTROLLER_TLS).await.ok()??)?;
+            (cert != old).then_some(cert)
+        }
+    })
+    .await;
+    assert!(String::from_utf8_lossy(&new_cert).contains("BEGIN CERTIFICATE"));
+    eventually("the controller's config hash to follow", 60, || {
+        let deployments = deployments.clone();
+        let old = old_hash.clone();
+        async move {
+            let hash = hash_of(&deployments.get(CONTROLLER).await.ok()?)?;
+            (hash != old).then_some(())
+        }
+    })
+    .await;
 }
