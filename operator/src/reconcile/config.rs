@@ -276,7 +276,11 @@ mod tests {
         let sources = t["spec"]["volumes"][0]["projected"]["sources"]
             .as_array()
             .expect("sources");
-        assert_eq!(sources.len(), 4, "config, TLS Secret, bundle, vendor Secret");
+        assert_eq!(
+            sources.len(),
+            4,
+            "config, TLS Secret, bundle, vendor Secret"
+        );
         assert_eq!(sources[1]["secret"]["name"], "ctl-tls");
         assert_eq!(sources[1]["secret"]["items"][0]["path"], "tls/tls.crt");
         assert_eq!(sources[1]["secret"]["items"][1]["path"], "tls/tls.key");
