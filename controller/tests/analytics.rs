@@ -286,6 +286,98 @@ async fn a_sentinel_store_feeds_analytics_too() {
     drop(sentinel);
 }
 
+/// No-auth mode: callers are told apart by source address (here through a trusted
+/// proxy's `X-Forwarded-For`). 500 distinct callers: PV exact, UV within 3 standard
+/// errors of the HyperLogLog (0.81 % each) — for the client and, merged over the
+/// range, equal to the total.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unique_callers_are_estimated_within_the_hll_error() {
+    const CALLERS: u64 = 500;
+    let redis = RedisServer::start();
+    let pg = Postgres::start();
+    PgStore::new(pg.config()).migrate().await.unwrap();
+    let (section, _dsn) = analytics_yaml(&pg, ", flushInterval: 1s, shutdownFlushTimeout: 2s");
+    let config = format!(
+        r#"
+store: {}
+distribution:
+  listen: 127.0.0.1:0
+  trustedProxies: [127.0.0.1/32]
+admin: {{listen: 127.0.0.1:0}}
+upstreams:
+  - {{name: up-a, ttl: 10m, maxSize: 100000, source: {{vendorApi: {{url: "http://127.0.0.1:9/", format: json}}}}}}
+shutdown: {{gracePeriod: 5s}}
+{section}"#,
+        common::store_yaml(Kind::Redis, Some(&redis))
+    );
+    let h = start_built(&config, Some(redis)).await;
+    h.seed("up-a", CALLERS as usize, "shanghai", "telecom")
+        .await;
+    for i in 0..CALLERS {
+        let xff = format!("10.{}.{}.7", i / 200, i % 200);
+        let r = h
+            .request(
+                "POST",
+                "/api/v1/proxies/extract",
+                &[
+                    ("content-type", "application/json"),
+                    ("x-forwarded-for", &xff),
+                ],
+                r#"{"count":1}"#,
+            )
+            .await;
+        assert_eq!(r.status, 200, "caller {i}");
+    }
+    let anon = committed(&h, "clients/anonymous", CALLERS).await;
+    assert_eq!(anon["total"]["proxies"], CALLERS);
+    let bound = (CALLERS as f64 * 3.0 * 0.0081).ceil() as u64;
+    for uv in [
+        &anon["total"]["uniqueIdentities"],
+        &anon["today"]["uniqueIdentities"],
+        &anon["range"]["uniqueIdentities"],
+    ] {
+        let uv = uv.as_u64().expect("a UV estimate");
+        println!("UV estimate {uv} for {CALLERS} distinct callers (bound ±{bound})");
+        assert!(
+            uv.abs_diff(CALLERS) <= bound,
+            "UV {uv} vs {CALLERS} ± {bound}"
+        );
+    }
+    let up = current(&h, "upstreams/up-a").await;
+    assert_eq!(up["total"]["requests"], CALLERS);
+    assert_eq!(up["total"]["uniqueIdentities"], 1, "one client: anonymous");
+    h.stop().await;
+}
+
+#[test]
+fn validate_config_resolves_the_time_zone() {
+    let path = std::env::temp_dir().join(format!("pp-analytics-tz-{}.yaml", std::process::id()));
+    let base = "store: {backend: redis, redis: {address: \"redis://127.0.0.1:6379/0\"}}\n";
+    let run = |zone: &str| {
+        std::fs::write(
+            &path,
+            format!("{base}analytics: {{enabled: true, dsnFile: /run/dsn, timeZone: {zone}}}\n"),
+        )
+        .unwrap();
+        Command::new(env!("CARGO_BIN_EXE_proxy-pool-controller"))
+            .arg("validate-config")
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let ok = run("Asia/Shanghai");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let bad = run("Mars/Olympus_Mons");
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("analytics.timeZone"), "{err}");
+    let _ = std::fs::remove_file(&path);
+}
+
 #[test]
 fn migrate_needs_analytics_in_the_config() {
     let out = migrate_cli("store: {backend: memory}\n");
