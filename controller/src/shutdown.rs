@@ -143,6 +143,21 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
+    async fn reserve_keeps_the_tail_of_the_grace_period() {
+        let now = Instant::now();
+        let deadline = now + Duration::from_secs(10);
+        assert_eq!(reserve(deadline, Duration::ZERO), deadline);
+        assert_eq!(
+            reserve(deadline, Duration::from_secs(3)),
+            now + Duration::from_secs(7)
+        );
+        // More than is left: the listeners get no extra time, never past the deadline.
+        assert_eq!(reserve(deadline, Duration::from_secs(30)), now);
+        let past = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+        assert!(reserve(past, Duration::from_secs(1)) <= past);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn phases_advance_in_order_and_never_back() {
         let s = Shutdown::new();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
