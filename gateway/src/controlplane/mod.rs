@@ -174,7 +174,6 @@ impl Agent {
                 .set_max_stale_age(Duration::from_millis(reg.max_stale_age_ms));
         }
         info!(session = %reg.session_id, "registered with the control plane");
-        backoff.reset();
         let ids = Ids {
             worker_id: self.cfg.worker_id.clone(),
             session_id: reg.session_id.clone(),
@@ -195,6 +194,8 @@ impl Agent {
             &mut self.pending,
         );
         let shipper = ship_outcomes(channel, ids.clone(), &mut self.outcomes, batch);
+        // The backoff is reset by the first snapshot accepted, not by registration, so a
+        // controller that keeps sending snapshots this worker refuses is not hammered.
         let watcher = watch_snapshots(
             &mut rpc,
             &ids,
@@ -202,6 +203,7 @@ impl Agent {
             &self.cfg.clients,
             state,
             &acked_tx,
+            backoff,
         );
         tokio::select! {
             res = watcher => res,
@@ -231,6 +233,7 @@ async fn watch_snapshots(
     clients: &[ClientCredential],
     state: &mut Option<SnapshotState>,
     acked: &watch::Sender<Acked>,
+    backoff: &mut Backoff,
 ) -> Result<(), AgentError> {
     let (last_version, last_checksum) = state
         .as_ref()
@@ -271,6 +274,7 @@ async fn watch_snapshots(
         })
         .await?;
         if accepted {
+            backoff.reset();
             acked.send_replace(Some((version, epoch)));
         } else {
             // Re-open without a base: the controller answers with a full snapshot.
