@@ -219,7 +219,7 @@ pub fn prepare(
     let backend = Arc::new(backend);
     let health = Arc::new(
         HealthService::new(
-            PlannerConfig::default(),
+            PlannerConfig::from_config(config),
             ReducerConfig::default(),
             pool.catalog.clone(),
             health_store.clone(),
