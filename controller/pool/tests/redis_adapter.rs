@@ -221,7 +221,17 @@ async fn assert_consistent(url: &str) {
             .await
             .unwrap();
         assert!(!members.is_empty(), "registered combination {k} is empty");
-        combos.insert(k.clone(), members.into_iter().collect::<BTreeSet<_>>());
+        // Members are `<usable_until, 15 digits>|<id>`.
+        let ids = members
+            .iter()
+            .map(|m| {
+                let (uu, id) = m.split_at(16);
+                let v: serde_json::Value = serde_json::from_str(&records[id]).unwrap();
+                assert_eq!(uu, format!("{:015}|", v["uu"].as_i64().unwrap()), "{m}");
+                id.to_owned()
+            })
+            .collect::<BTreeSet<_>>();
+        combos.insert(k.clone(), ids);
     }
     let mut all = all_keys(&mut c).await;
     all.retain(|k| k.starts_with("pp:{activity}:v2:avail:"));

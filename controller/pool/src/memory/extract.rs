@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use super::MemoryPool;
-use super::state::{Index, State, StoredResult, combo_labels};
+use super::state::{Index, State, StoredResult, combo_labels, combo_of};
 use crate::clock::Timestamp;
 use crate::error::{ConflictReason, PoolError, PoolResult};
 use crate::model::{
@@ -66,8 +66,9 @@ fn sources<'a>(st: &'a State, f: &Filters) -> Vec<&'a Index> {
         .collect()
 }
 
-/// Members of `sources` with score > now, merged in descending (score, member) order
-/// (how the script merges its `ZREVRANGEBYSCORE` pages).
+/// Members of `sources` with score > now, merged by descending score; equal scores in
+/// source order, each source in its own (descending member) order — how the script
+/// merges its `ZREVRANGEBYSCORE` pages. Sources come in combination-name order.
 pub(super) fn merged<'a>(
     sources: Vec<&'a Index>,
     now: Timestamp,
@@ -85,7 +86,7 @@ pub(super) fn merged<'a>(
         let mut best: Option<(usize, &'a (i64, ProxyId))> = None;
         for (i, head) in heads.iter_mut().enumerate() {
             let Some(&h) = head.peek() else { continue };
-            if best.is_none_or(|(_, b)| h > b) {
+            if best.is_none_or(|(_, b)| h.0 > b.0) {
                 best = Some((i, h));
             }
         }
@@ -160,7 +161,15 @@ impl ExtractionStore for MemoryPool {
             replay.replayed = true;
             return Ok(ExtractOutcome::Extracted(replay));
         }
-        st.purge_expired(now, self.options.opportunistic_purge);
+        // A filtered extraction purges only expired records of its own combinations
+        // (the Redis script is given only those keys).
+        if filtered(&filters) {
+            st.purge_expired_where(now, self.options.opportunistic_purge, |r| {
+                combo_passes(&combo_of(r), &filters)
+            });
+        } else {
+            st.purge_expired(now, self.options.opportunistic_purge);
+        }
 
         let count = req.count.get() as usize;
         let reserve = req.reserve_for_gateway as usize;

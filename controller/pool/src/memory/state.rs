@@ -176,11 +176,22 @@ impl State {
 
     /// Purges at most `limit` records past hard expiry; returns how many.
     pub fn purge_expired(&mut self, now: Timestamp, limit: u32) -> u32 {
+        self.purge_expired_where(now, limit, |_| true)
+    }
+
+    /// Of the first `limit` records past hard expiry, purges those `keep` accepts.
+    pub fn purge_expired_where(
+        &mut self,
+        now: Timestamp,
+        limit: u32,
+        keep: impl Fn(&ProxyRecord) -> bool,
+    ) -> u32 {
         let due: Vec<ProxyId> = self
             .expiry
             .iter()
             .take_while(|(t, _)| *t <= now.0)
             .take(limit as usize)
+            .filter(|(_, id)| self.records.get(id).is_none_or(|s| keep(&s.record)))
             .map(|(_, id)| id.clone())
             .collect();
         for id in &due {

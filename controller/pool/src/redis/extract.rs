@@ -83,8 +83,13 @@ impl ExtractionStore for RedisPool {
                 let src: Vec<usize> = book.combos(pass).into_iter().map(|k| ck.index(k)).collect();
                 payload["src"] = src.into();
                 payload["cv"] = book.combos_version().into();
+                // The script writes only these combinations (and purges only records
+                // in them, which may also sit in an owned:<d> key): nothing else.
+                ck.extend(&book.owned_keys());
+                Call::new(Script::Extract, ck, payload)
+            } else {
+                Call::new(Script::Extract, ck.with_known(book), payload)
             }
-            Call::new(Script::Extract, ck.with_known(book), payload)
         };
         let r: ExtractReply = decode(self.run_combos(build).await?, "extract reply")?;
         if let Some(s) = r.replay {

@@ -129,6 +129,19 @@ impl KeyBook {
             .unwrap_or_default()
     }
 
+    /// Known `owned:<digest>` keys.
+    pub(crate) fn owned_keys(&self) -> Vec<String> {
+        let Ok(known) = self.known.lock() else {
+            return Vec::new();
+        };
+        let from = key("owned:");
+        known
+            .range(from.clone()..)
+            .take_while(|k| k.starts_with(&from))
+            .cloned()
+            .collect()
+    }
+
     /// Known combination keys whose labels satisfy `keep`, ascending by name.
     pub(crate) fn combos(&self, keep: impl Fn(&Combo) -> bool) -> Vec<String> {
         let Ok(known) = self.known.lock() else {

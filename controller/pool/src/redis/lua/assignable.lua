@@ -3,16 +3,21 @@
 -- P = { src = KEYS positions of every combination of the upstream, cv, lim }
 if not combos_known() then return combos_reply() end
 local lower = '(' .. istr(NOW)
+-- Members are `<15-digit score>|<id>`. Order: descending score; equal scores in source
+-- order (combination names ascending), each source in its own order (descending ID).
 local all = {}
-for _, pos in ipairs(P.src) do
-  local r = redis.call('ZREVRANGEBYSCORE', KEYS[pos], '+inf', lower, 'WITHSCORES', 'LIMIT', 0, P.lim)
-  for j = 1, #r, 2 do all[#all + 1] = { id = r[j], s = tonumber(r[j + 1]) } end
+for si, pos in ipairs(P.src) do
+  local ms = redis.call('ZREVRANGEBYSCORE', KEYS[pos], '+inf', lower, 'LIMIT', 0, P.lim)
+  for j, m in ipairs(ms) do
+    all[#all + 1] = { s = tonumber(string.sub(m, 1, 15)), src = si, j = j, m = m }
+  end
 end
 table.sort(all, function(a, b)
   if a.s ~= b.s then return a.s > b.s end
-  return a.id > b.id
+  if a.src ~= b.src then return a.src < b.src end
+  return a.j < b.j
 end)
 local ids = {}
-for i = 1, math.min(P.lim, #all) do ids[i] = all[i].id end
+for i = 1, math.min(P.lim, #all) do ids[i] = cmember_id(all[i].m) end
 if #ids == 0 then return '{"r":[]}' end
 return cjson.encode({ r = ids })

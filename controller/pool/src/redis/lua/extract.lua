@@ -5,6 +5,8 @@
 --       src? = KEYS positions of every combination matching the filters (absent: no
 --       filter, the source is `available`), cv = the registry version `src` is complete
 --       for }
+-- KEYS: without a filter every known index key; with one, the matching combinations and
+-- every known owned:<d> key.
 -- A stored result names the extracted records; they cannot change (EXTRACTED never
 -- re-enters) and outlive it (its expiry is at most their earliest hard expiry), so a
 -- replay reads them back instead of keeping a second copy of every credential.
@@ -36,69 +38,85 @@ end
 
 -- The scan reads only the fields it checks from the stored JSON (no full decode): keys
 -- are unique in a record and string values are escaped, so `"name":` occurs once.
-local NUM = '":([%d%.eE%+%-]+)'
-local PAT_EXP, PAT_UU, PAT_LC = '"exp' .. NUM, '"uu' .. NUM, '"lc' .. NUM
-local function num(raw, pat)
-  local v = string.match(raw, pat)
-  return v and tonumber(v)
+-- (Plain `string.find` then an anchored match: a pattern search over the whole record
+-- costs more than decoding it.)
+local function num(raw, name)
+  local at = string.find(raw, name, 1, true)
+  return at and tonumber(string.match(raw, '^[%d%.eE%+%-]+', at + #name))
+end
+local function str(raw, name)
+  local at = string.find(raw, name, 1, true)
+  return at and string.match(raw, '^[^"]*', at + #name)
 end
 
 -- Eligible: live, AVAILABLE, unowned, usable, minimum remaining TTL, health freshness,
--- and (filtered) its combination is one of the matching ones. Returns ok, exp, combo.
+-- and (filtered) its combination is one of the matching ones. Returns ok, exp, combo, uu.
+-- The fixed head `encode_rec` writes, matched in one call (C calls dominate the cost
+-- of a Lua script); a record without `lc` (never checked, so never AVAILABLE) or any
+-- other shape falls back to the field-by-field reads.
+local HEAD = '^{"st":"AVAILABLE","exp":(%d+),"uu":(%d+),"lc":(%d+),"up":"[^"]*","ix":{"a":"([^"]*)"'
 local function eligible(raw, is_owned)
   if is_owned or not raw then return false end
+  local exp_s, uu_s, lc_s, combo_h = string.match(raw, HEAD)
+  if exp_s then
+    local exp, uu = tonumber(exp_s), tonumber(uu_s)
+    if exp <= NOW or uu <= NOW or exp - NOW < P.minttl then return false end
+    if P.maxage and NOW - tonumber(lc_s) > P.maxage then return false end
+    if MATCH and not MATCH[combo_h] then return false end
+    return true, exp, combo_h, uu
+  end
   if not string.find(raw, '"st":"AVAILABLE"', 1, true) then return false end
-  local exp, uu = num(raw, PAT_EXP), num(raw, PAT_UU)
+  local exp, uu = num(raw, '"exp":'), num(raw, '"uu":')
   if not exp or not uu or exp <= NOW or uu <= NOW then return false end
   if exp - NOW < P.minttl then return false end
   if P.maxage then
-    local lc = num(raw, PAT_LC)
+    local lc = num(raw, '"lc":')
     if not lc or NOW - lc > P.maxage then return false end
   end
-  local combo = string.match(raw, '"a":"([^"]*)"')
+  local combo = str(raw, '"a":"')
   if not combo then return false end
   if MATCH and not MATCH[combo] then return false end
-  return true, exp, combo
+  return true, exp, combo, uu
 end
 
--- The merged order of the sources: descending score (usable_until > now), then
--- descending member, read page by page.
+-- The merged order of the sources: descending score (usable_until > now); equal
+-- scores in source order (combination names ascending), each source in its own order
+-- (descending ID). `available` members are IDs; combination members carry their score
+-- (`cmember`), read from their fixed-width prefix (no WITHSCORES, no string ordering).
 local lower = '(' .. istr(NOW)
 local heads = {}
-for i, key in ipairs(sources) do heads[i] = { key = key, ids = {}, sc = {}, i = 1, off = 0, done = false } end
+for i, key in ipairs(sources) do heads[i] = { key = key, ms = {}, i = 1, off = 0, done = false } end
+local single = #heads == 1
 local function fill(h, page)
-  local r = redis.call('ZREVRANGEBYSCORE', h.key, '+inf', lower, 'WITHSCORES', 'LIMIT', h.off, page)
-  local ids, sc = {}, {}
-  for j = 1, #r, 2 do
-    ids[#ids + 1] = r[j]
-    sc[#sc + 1] = tonumber(r[j + 1])
-  end
-  h.ids, h.sc, h.i = ids, sc, 1
-  h.off = h.off + #ids
-  if #ids < page then h.done = true end
+  h.ms = redis.call('ZREVRANGEBYSCORE', h.key, '+inf', lower, 'LIMIT', h.off, page)
+  h.i = 1
+  h.s = nil
+  h.off = h.off + #h.ms
+  if #h.ms < page then h.done = true end
 end
 local function next_member(page)
   local best = nil
   for _, h in ipairs(heads) do
-    if h.i > #h.ids and not h.done then fill(h, page) end
-    if h.i <= #h.ids then
-      if not best then
+    if h.i > #h.ms and not h.done then fill(h, page) end
+    if h.i <= #h.ms then
+      if single then
         best = h
-      else
-        local s, bs = h.sc[h.i], best.sc[best.i]
-        if s > bs or (s == bs and h.ids[h.i] > best.ids[best.i]) then best = h end
+        break
       end
+      if not h.s then h.s = tonumber(string.sub(h.ms[h.i], 1, 15)) end
+      if not best or h.s > best.s then best = h end
     end
   end
   if not best then return nil end
-  local id = best.ids[best.i]
+  local m = best.ms[best.i]
   best.i = best.i + 1
-  return id
+  best.s = nil
+  if single and not MATCH then return m end
+  return cmember_id(m)
 end
-
 -- Bounded scan: every member read costs one unit of the budget.
 local want = P.cnt + P.res
-local found, raws, exps, combos = {}, {}, {}, {}
+local found, raws, exps, combos, uus = {}, {}, {}, {}, {}
 local examined, complete = 0, true
 while #found < want do
   local take = math.min(want - #found, P.budget - examined)
@@ -118,10 +136,10 @@ while #found < want do
   local owners_raw = redis.call('HMGET', K_OWNERS, unpack(batch))
   for i, id in ipairs(batch) do
     examined = examined + 1
-    local ok, exp, combo = eligible(rs[i], owners_raw[i] ~= false)
+    local ok, exp, combo, uu = eligible(rs[i], owners_raw[i] ~= false)
     if ok then
       local k = #found + 1
-      found[k], raws[k], exps[k], combos[k] = id, rs[i], exp, combo
+      found[k], raws[k], exps[k], combos[k], uus[k] = id, rs[i], exp, combo, uu
     end
   end
   if #batch < take then break end
@@ -140,7 +158,9 @@ else
 end
 
 -- Check phase (the combination key of every proxy to extract must be given), then writes.
-local due = due_expired(PURGE_N)
+-- A filtered extraction purges only expired records of its own combinations (the keys
+-- it was given); the others are left to the next write or the maintenance loop.
+local due = due_expired(PURGE_N, MATCH and function(rec) return MATCH[rec.ix.a] == true end)
 if not refusal then
   for i = 1, n do
     local c = combos[i]
@@ -173,14 +193,14 @@ if n > 0 then
       members = {}
       by_combo[combos[i]] = members
     end
-    members[#members + 1] = found[i]
+    members[#members + 1] = cmember(uus[i], found[i])
   end
   for key, members in pairs(by_combo) do combo_rem(key, members) end
 end
 local writes = {}
 for i = 1, n do
   local raw = raws[i]
-  count(string.match(raw, '"up":"([^"]*)"'), 'AVAILABLE', -1)
+  count(str(raw, '"up":"'), 'AVAILABLE', -1)
   local at = string.find(raw, STATE_FROM, 1, true)
   raw = string.sub(raw, 1, at - 1) .. STATE_TO .. string.sub(raw, at + #STATE_FROM)
   writes[#writes + 1] = found[i]

@@ -27,7 +27,7 @@ local function records_of(ids)
 end
 local unowned = {}
 for _, pos in ipairs(P.src) do
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[pos], lower, '+inf')) do unowned[#unowned + 1] = id end
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[pos], lower, '+inf')) do unowned[#unowned + 1] = cmember_id(m) end
 end
 local recs = records_of(unowned)
 for i = 1, #unowned do

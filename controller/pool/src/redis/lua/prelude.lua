@@ -71,10 +71,28 @@ local function get_rec(id)
   return cjson.decode(raw)
 end
 
+-- A record's JSON with the fields the extraction scan reads first, in a fixed order
+-- (`{"st":…,"exp":…,"uu":…[,"lc":…],"up":…,"ix":{"a":…,"o":…},…`): the scan finds them
+-- with a plain `string.find` a few bytes in instead of decoding the record. States,
+-- upstream IDs and key names are validated identifiers: no JSON escaping needed.
+local HOT = { st = true, exp = true, uu = true, lc = true, up = true, ix = true }
+local function encode_rec(rec)
+  local rest = {}
+  for k, v in pairs(rec) do
+    if not HOT[k] then rest[k] = v end
+  end
+  local head = '{"st":"' .. rec.st .. '","exp":' .. istr(rec.exp) .. ',"uu":' .. istr(rec.uu)
+  if rec.lc then head = head .. ',"lc":' .. istr(rec.lc) end
+  head = head .. ',"up":"' .. rec.up .. '","ix":{"a":"' .. rec.ix.a .. '","o":"' .. rec.ix.o .. '"}'
+  local tail = cjson.encode(rest)
+  if tail == '{}' then return head .. '}' end
+  return head .. ',' .. string.sub(tail, 2)
+end
+
 -- Writes a record. Only inserts and expiry changes `touch` the key: a state change
 -- never needs a later key expiry.
 local function put_rec(rec)
-  redis.call('HSET', K_RECORDS, rec.id, cjson.encode(rec))
+  redis.call('HSET', K_RECORDS, rec.id, encode_rec(rec))
 end
 
 local function live(rec) return (rec and rec.exp > NOW) == true end
@@ -123,9 +141,16 @@ local function owned(id) return redis.call('HEXISTS', K_OWNERS, id) == 1 end
 -- combination, rec.ix.a): K_COMBOS holds exactly the non-empty ones; K_COMBOS_VER
 -- changes whenever one is added, so a caller passing "every combination matching my
 -- filter" can prove it knew them all (`combos_stale`).
+-- A combination member is `<usable_until, 15 digits>|<id>` (score: usable_until), so a
+-- reader merging several combinations gets every member's score without WITHSCORES
+-- (formatting scores costs more than the read). Same order as plain IDs: equal scores
+-- sort by the ID after the common prefix.
+local function cmember(uu, id) return string.format('%015.0f', uu) .. '|' .. id end
+local function cmember_id(m) return string.sub(m, 17) end
+
 -- The registry and its version expire with the combinations (never before them).
 local function combo_add(key, score, id)
-  redis.call('ZADD', key, score, id)
+  redis.call('ZADD', key, score, cmember(score, id))
   touch(key); touch(K_COMBOS); touch(K_COMBOS_VER)
   if redis.call('SADD', K_COMBOS, key) == 1 then
     local v = tonumber(redis.call('GET', K_COMBOS_VER) or '0')
@@ -133,8 +158,8 @@ local function combo_add(key, score, id)
   end
 end
 
-local function combo_rem(key, ids)
-  redis.call('ZREM', key, unpack(ids))
+local function combo_rem(key, members)
+  redis.call('ZREM', key, unpack(members))
   if redis.call('ZCARD', key) == 0 then redis.call('SREM', K_COMBOS, key) end
 end
 
@@ -155,7 +180,7 @@ end
 -- Out of every index key, whatever the membership rule says (purge).
 local function unindex_all(rec)
   redis.call('ZREM', K_AVAILABLE, rec.id)
-  combo_rem(rec.ix.a, { rec.id })
+  combo_rem(rec.ix.a, { cmember(rec.uu, rec.id) })
   redis.call('ZREM', rec.ix.o, rec.id)
 end
 
@@ -169,7 +194,7 @@ local function unindex(rec, is_owned)
     redis.call('ZREM', rec.ix.o, rec.id)
   else
     redis.call('ZREM', K_AVAILABLE, rec.id)
-    combo_rem(rec.ix.a, { rec.id })
+    combo_rem(rec.ix.a, { cmember(rec.uu, rec.id) })
   end
 end
 
@@ -236,15 +261,18 @@ local function purge(rec)
   count(rec.up, rec.st, -1)
 end
 
--- Check phase of a purge: up to n records past hard expiry (their keys checked).
-local function due_expired(n)
+-- Check phase of a purge: of the first n records past hard expiry, those `keep`
+-- accepts (all without `keep`), their keys checked.
+local function due_expired(n, keep)
   local out = {}
   if n <= 0 then return out end
   local ids = redis.call('ZRANGEBYSCORE', K_EXPIRY, '-inf', NOW, 'LIMIT', 0, n)
   for _, id in ipairs(ids) do
     local rec = get_rec(id)
-    if rec then need_keys(rec) end
-    out[#out + 1] = { id = id, rec = rec }
+    if not (rec and keep and not keep(rec)) then
+      if rec then need_keys(rec) end
+      out[#out + 1] = { id = id, rec = rec }
+    end
   end
   return out
 end
