@@ -370,30 +370,6 @@ mod tests {
         assert_eq!(full.routings["r-b"].requests, 1);
     }
 
-    /// Cost of `record` on the request path (prints; no timing assertion):
-    /// `cargo test -p proxy-pool-gateway --release --lib usage::tests::record_cost -- --ignored --nocapture`
-    #[test]
-    #[ignore = "measurement"]
-    fn record_cost() {
-        let u = UsageRecorder::default();
-        let routing = r("shanghai-crawler");
-        let clients: Vec<String> = (0..1_000).map(|i| format!("client-{i}")).collect();
-        for c in &clients {
-            u.record(&routing, c);
-        }
-        let n = 5_000_000usize;
-        let start = std::time::Instant::now();
-        for i in 0..n {
-            u.record(&routing, &clients[i % clients.len()]);
-        }
-        let per = start.elapsed().as_nanos() as f64 / n as f64;
-        println!("record: {per:.1} ns per request (1,000 known identities, one thread)");
-        assert_eq!(
-            u.take().routings["shanghai-crawler"].requests,
-            n as u64 + 1_000
-        );
-    }
-
     #[test]
     fn concurrent_recording_loses_nothing() {
         let u = Arc::new(UsageRecorder::default());
