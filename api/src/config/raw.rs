@@ -225,6 +225,23 @@ pub struct RawAuthMethod {
     /// Permissions granted through this method when the client declares none.
     #[serde(default)]
     pub permissions: Option<Vec<String>>,
+    /// `type: bearer` only: tokens that match no `bearerTokens` hash are Kubernetes
+    /// ServiceAccount tokens checked with a `TokenReview` (see `clients[].serviceAccounts`).
+    #[serde(default)]
+    pub token_review: Option<RawTokenReview>,
+}
+
+/// `distribution.auth.methods[].tokenReview`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawTokenReview {
+    /// The audience tokens must be issued for (the TokenRequest `audiences`).
+    #[serde(default)]
+    pub audience: String,
+    /// Kubeconfig used to reach the API server (default: `KUBECONFIG`, then
+    /// `~/.kube/config`, then the pod's ServiceAccount).
+    #[serde(default)]
+    pub kubeconfig_file: Option<String>,
 }
 
 /// `admin`.
@@ -515,6 +532,10 @@ pub struct RawClient {
     /// `Authorization: Bearer` tokens, as hashes.
     #[serde(default)]
     pub bearer_tokens: Vec<RawHashedSecret>,
+    /// Kubernetes ServiceAccounts (`namespace/name`) whose tokens identify this client
+    /// (needs a `bearer` method with `tokenReview`).
+    #[serde(default)]
+    pub service_accounts: Vec<String>,
 }
 
 /// A client secret: exactly one of its hash or a file holding it (a mounted Secret
@@ -622,25 +643,23 @@ pub struct RawCache {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RawCacheNamespaces {
     /// Kubernetes `TokenReview` results (ttl ≤ 120s, never past the token's expiry).
+    /// (Secrets need no cache: they are kubelet-mounted files read at load.)
     #[serde(default)]
     pub token_review: RawCacheNamespace,
-    /// Secret resolution.
-    #[serde(default)]
-    pub secret: RawCacheNamespace,
 }
 
 /// One cache namespace.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RawCacheNamespace {
-    /// Hard TTL of an entry (`tokenReview`: default and most `120s`; `secret`: `60s`).
+    /// Hard TTL of an entry (`tokenReview`: default and most `120s`).
     #[serde(default)]
     pub ttl: Option<String>,
     /// TTL shortened by up to this percent at random (default 10, most 50).
     #[serde(default)]
     pub jitter_percent: Option<u32>,
-    /// TTL of a "confirmed absent" entry (default `0s` = never stored; not allowed for
-    /// `tokenReview`).
+    /// TTL of a "confirmed absent" entry (default `0s` = never stored; the only value
+    /// allowed for `tokenReview`).
     #[serde(default)]
     pub negative_ttl: Option<String>,
     /// Largest encoded entry stored (default 65536).

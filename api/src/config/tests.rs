@@ -229,7 +229,6 @@ fn analytics_and_cache_defaults_when_enabled() {
     assert_eq!(k.batch_size, 100);
     assert_eq!(k.token_review.ttl, Duration::from_secs(120));
     assert_eq!(k.token_review.negative_ttl, None);
-    assert_eq!(k.secret.ttl, Duration::from_secs(60));
     assert_eq!(k.redis_timeout, Duration::from_millis(20));
 }
 
@@ -268,7 +267,6 @@ cache:
   redisTimeout: 6s
   namespaces:
     tokenReview: {{ttl: 121s, negativeTtl: 5s}}
-    secret: {{ttl: 30s, negativeTtl: 60s, jitterPercent: 51, maxEntryBytes: 10}}
 "#
     );
     let got = paths(&text);
@@ -289,13 +287,10 @@ cache:
         "cache.redisTimeout",
         "cache.namespaces.tokenReview.ttl",
         "cache.namespaces.tokenReview.negativeTtl",
-        "cache.namespaces.secret.negativeTtl",
-        "cache.namespaces.secret.jitterPercent",
-        "cache.namespaces.secret.maxEntryBytes",
     ] {
         assert!(got.contains(&want.to_owned()), "{want} missing in {got:?}");
     }
-    assert_eq!(got.len(), 19, "{got:?}");
+    assert_eq!(got.len(), 16, "{got:?}");
 }
 
 #[test]
@@ -307,10 +302,10 @@ fn unknown_usage_fields_and_namespaces_are_rejected() {
 }
 
 #[test]
-fn accepted_time_zones_and_negative_entries() {
+fn accepted_time_zones_and_no_secret_namespace() {
     let c = load_yaml(&format!(
         "{REDIS_STORE}analytics: {{enabled: true, dsnFile: /d, timeZone: America/Argentina/Buenos_Aires}}\n\
-         cache: {{enabled: true, namespaces: {{secret: {{ttl: 600s, negativeTtl: 30s}}}}}}\n"
+         cache: {{enabled: true, namespaces: {{tokenReview: {{ttl: 30s}}}}}}\n"
     ))
     .expect("valid");
     assert_eq!(
@@ -318,8 +313,106 @@ fn accepted_time_zones_and_negative_entries() {
         Some("America/Argentina/Buenos_Aires")
     );
     assert_eq!(
-        c.cache.and_then(|k| k.secret.negative_ttl),
+        c.cache.map(|k| k.token_review.ttl),
         Some(Duration::from_secs(30))
+    );
+    // Secrets are mounted files read at load: there is no `secret` cache namespace.
+    let e = load_yaml("cache: {namespaces: {secret: {ttl: 60s}}}\n").unwrap_err();
+    assert_eq!(e.0[0].path, "cache.namespaces.secret");
+}
+
+const SA_AUTH: &str = "distribution:\n  auth:\n    methods:\n      - type: bearer\n        tokenReview: {audience: proxy-pool}\n";
+
+#[test]
+fn service_account_clients_with_token_review() {
+    let c = load_yaml(&format!(
+        "{SA_AUTH}clients:\n  - {{name: a, serviceAccounts: [team-a/puller, team-a/pusher.v2]}}\n  - {{name: b, bearerTokens: [{{sha256: {HASH}}}], serviceAccounts: [team-b/x]}}\n"
+    ))
+    .expect("valid");
+    let m = &c.distribution.auth.methods;
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0].kind, AuthMethodKind::Bearer);
+    let t = m[0].token_review.as_ref().expect("tokenReview");
+    assert_eq!(t.audience, "proxy-pool");
+    assert_eq!(t.kubeconfig_file, None);
+    assert_eq!(
+        c.clients[0].service_accounts,
+        vec!["team-a/puller".to_owned(), "team-a/pusher.v2".to_owned()]
+    );
+    assert_eq!(c.clients[1].bearer_tokens.len(), 1);
+    assert_eq!(
+        service_account_user("team-a/puller").as_deref(),
+        Some("system:serviceaccount:team-a:puller")
+    );
+    assert_eq!(service_account_user("nope"), None);
+    // Works without the cache (every request reviewed); a kubeconfig may be named.
+    let c = load_yaml(
+        "distribution: {auth: {methods: [{type: bearer, tokenReview: {audience: \"https://pp.example/\", kubeconfigFile: /etc/kube/config}}]}}\nclients: [{name: a, serviceAccounts: [ns/a]}]\n",
+    )
+    .expect("valid");
+    assert!(c.cache.is_none());
+    assert_eq!(
+        c.distribution.auth.methods[0]
+            .token_review
+            .as_ref()
+            .and_then(|t| t.kubeconfig_file.clone()),
+        Some(std::path::PathBuf::from("/etc/kube/config"))
+    );
+}
+
+#[test]
+fn service_account_problems_carry_their_paths() {
+    let bad = r#"distribution:
+  auth:
+    methods:
+      - {type: bearer, tokenReview: {audience: ""}}
+      - {type: apiKey, tokenReview: {audience: x}}
+clients:
+  - name: a
+    serviceAccounts: [noslash, "Upper/x", "ns/", "/x", "a/b/c", "-ns/x", "ns/x_y", ok/one]
+  - name: b
+    serviceAccounts: [ok/one]
+  - name: c
+    permissions: []
+"#;
+    assert_eq!(
+        paths(bad),
+        vec![
+            "clients[0].serviceAccounts[0]",
+            "clients[0].serviceAccounts[1]",
+            "clients[0].serviceAccounts[2]",
+            "clients[0].serviceAccounts[3]",
+            "clients[0].serviceAccounts[4]",
+            "clients[0].serviceAccounts[5]",
+            "clients[0].serviceAccounts[6]",
+            "clients[2]",
+            "clients[1].serviceAccounts[0]",
+            "distribution.auth.methods[0].tokenReview.audience",
+            "distribution.auth.methods[1].tokenReview",
+        ]
+    );
+    // serviceAccounts without a reviewing bearer method (default methods included).
+    assert_eq!(
+        paths("clients: [{name: a, serviceAccounts: [ns/a]}]\n"),
+        vec!["clients[0].serviceAccounts"]
+    );
+    assert_eq!(
+        paths(
+            "distribution: {auth: {methods: [{type: bearer}]}}\nclients: [{name: a, serviceAccounts: [ns/a]}]\n"
+        ),
+        vec!["clients[0].serviceAccounts"]
+    );
+    assert_eq!(
+        paths(
+            "distribution: {auth: {methods: [{type: bearer, tokenReview: {audience: a, kubeconfigFile: \"\"}}]}}\nclients: [{name: a, serviceAccounts: [ns/a]}]\n"
+        ),
+        vec!["distribution.auth.methods[0].tokenReview.kubeconfigFile"]
+    );
+    assert_eq!(
+        paths(
+            "distribution: {auth: {methods: [{type: bearer, tokenReview: {audience: a, extra: 1}}]}}\n"
+        ),
+        vec!["distribution.auth.methods[0].tokenReview.extra"]
     );
 }
 

@@ -241,6 +241,17 @@ pub struct AuthMethodConfig {
     pub kind: AuthMethodKind,
     /// Permissions through this method when the client declares none.
     pub permissions: Option<BTreeSet<Permission>>,
+    /// `bearer` only: ServiceAccount tokens reviewed by Kubernetes.
+    pub token_review: Option<TokenReviewConfig>,
+}
+
+/// Bearer tokens checked with a Kubernetes `TokenReview`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenReviewConfig {
+    /// The audience tokens must carry.
+    pub audience: String,
+    /// Kubeconfig to use (`None`: `KUBECONFIG`, `~/.kube/config`, then in-cluster).
+    pub kubeconfig_file: Option<PathBuf>,
 }
 
 /// The admin listener.
@@ -565,9 +576,20 @@ pub struct ClientConfig {
     pub basic: Option<BasicCredentials>,
     /// Bearer token hashes.
     pub bearer_tokens: Vec<SecretHash>,
+    /// Kubernetes ServiceAccounts (`namespace/name`) whose reviewed tokens are this
+    /// client.
+    pub service_accounts: Vec<String>,
     /// Credentials still in files: [`super::resolve_secret_files`] reads and hashes
     /// them into the fields above (and empties this list).
     pub secret_files: Vec<ClientSecretFile>,
+}
+
+/// The Kubernetes user a `namespace/name` ServiceAccount authenticates as
+/// (`system:serviceaccount:<namespace>:<name>`); `None` when not of that shape.
+pub fn service_account_user(service_account: &str) -> Option<String> {
+    let (ns, name) = service_account.split_once('/')?;
+    (!ns.is_empty() && !name.is_empty() && !name.contains('/'))
+        .then(|| format!("system:serviceaccount:{ns}:{name}"))
 }
 
 /// What a client credential file holds.
@@ -650,8 +672,6 @@ pub struct CacheConfig {
     pub redis_timeout: Duration,
     /// `TokenReview` results.
     pub token_review: CacheNamespaceConfig,
-    /// Secret resolution.
-    pub secret: CacheNamespaceConfig,
 }
 
 /// One cache namespace.

@@ -272,15 +272,6 @@ fn cache_section(e: &mut Errs<'_>, raw: &RawCache, redis_store: bool) -> CacheCo
         &raw.namespaces.token_review,
         TOKEN_REVIEW_MAX_TTL,
         TOKEN_REVIEW_MAX_TTL,
-        false,
-    );
-    let secret = namespace(
-        e,
-        "cache.namespaces.secret",
-        &raw.namespaces.secret,
-        Duration::from_secs(60),
-        Duration::from_secs(86_400),
-        true,
     );
     CacheConfig {
         key_prefix,
@@ -289,7 +280,6 @@ fn cache_section(e: &mut Errs<'_>, raw: &RawCache, redis_store: bool) -> CacheCo
         loader_concurrency,
         redis_timeout,
         token_review,
-        secret,
     }
 }
 
@@ -299,7 +289,6 @@ fn namespace(
     raw: &RawCacheNamespace,
     default_ttl: Duration,
     max_ttl: Duration,
-    negatives_allowed: bool,
 ) -> CacheNamespaceConfig {
     let ttl = e.seconds_in(
         &format!("{path}.ttl"),
@@ -319,18 +308,12 @@ fn namespace(
         raw.negative_ttl.as_deref(),
         Duration::ZERO,
     );
+    // The only namespace is `tokenReview`: a rejected token is never stored.
     if !negative.is_zero() {
-        if !negatives_allowed {
-            e.err(
-                format!("{path}.negativeTtl"),
-                "a TokenReview answer is never cached as absent",
-            );
-        } else if negative.subsec_nanos() != 0 || negative > ttl.min(Duration::from_secs(300)) {
-            e.err(
-                format!("{path}.negativeTtl"),
-                "whole seconds, at most min(ttl, 300s)",
-            );
-        }
+        e.err(
+            format!("{path}.negativeTtl"),
+            "a TokenReview answer is never cached as absent",
+        );
     }
     let max_entry_bytes = e.range(
         &format!("{path}.maxEntryBytes"),

@@ -12,8 +12,8 @@ use ipnet::IpNet;
 use super::duration::parse_duration;
 use super::raw::{
     RawAuth, RawBasic, RawClient, RawConfig, RawControlPlane, RawDistribution, RawHashedSecret,
-    RawPool, RawProxyCredentials, RawRate, RawRedis, RawRouting, RawSource, RawStore, RawUpstream,
-    RawUpstreamHealth,
+    RawPool, RawProxyCredentials, RawRate, RawRedis, RawRouting, RawSource, RawStore,
+    RawTokenReview, RawUpstream, RawUpstreamHealth,
 };
 use super::types::{
     AdminConfig, AuthConfig, AuthMethodConfig, AuthMethodKind, AuthMode, BasicCredentials,
@@ -21,8 +21,8 @@ use super::types::{
     ControlPlaneTransport, DistributionConfig, FulfillmentDefault, LimitsConfig, PasswordSource,
     Permission, PoolConfig, ProxyCredentials, ProxyProtocol, Rate, RedisConfig, RedisTarget,
     RetryConfig, RoutingConfig, SecretHash, ShutdownConfig, SourceConfig, StaticProxy,
-    StaticSourceConfig, StickyConfig, StoreConfig, Strategy, UpstreamConfig, UpstreamHealthConfig,
-    UsernameParamConfig, VendorApiConfig, VendorFormat,
+    StaticSourceConfig, StickyConfig, StoreConfig, Strategy, TokenReviewConfig, UpstreamConfig,
+    UpstreamHealthConfig, UsernameParamConfig, VendorApiConfig, VendorFormat,
 };
 use super::{ConfigError, ConfigErrors};
 
@@ -590,7 +590,20 @@ fn auth(cx: &mut Ctx, raw: &RawAuth, clients: &[ClientConfig]) -> AuthConfig {
             );
         }
         let permissions = cx.permissions(&format!("{path}.permissions"), m.permissions.as_ref());
-        methods.push(AuthMethodConfig { kind, permissions });
+        let token_review = m.token_review.as_ref().and_then(|t| {
+            let p = format!("{path}.tokenReview");
+            if kind == AuthMethodKind::Bearer {
+                Some(token_review(cx, &p, t))
+            } else {
+                cx.err(p, "only allowed with `type: bearer`");
+                None
+            }
+        });
+        methods.push(AuthMethodConfig {
+            kind,
+            permissions,
+            token_review,
+        });
     }
     if mode == AuthMode::Any {
         if clients.is_empty() {
@@ -609,10 +622,12 @@ fn auth(cx: &mut Ctx, raw: &RawAuth, clients: &[ClientConfig]) -> AuthConfig {
             .map(|kind| AuthMethodConfig {
                 kind,
                 permissions: None,
+                token_review: None,
             })
             .collect();
         }
         let enabled = |k| methods.iter().any(|m| m.kind == k);
+        let reviewed = methods.iter().any(|m| m.token_review.is_some());
         for (i, c) in clients.iter().enumerate() {
             let uses = [
                 (!c.api_keys.is_empty(), AuthMethodKind::ApiKey, "apiKeys"),
@@ -634,6 +649,12 @@ fn auth(cx: &mut Ctx, raw: &RawAuth, clients: &[ClientConfig]) -> AuthConfig {
                     );
                 }
             }
+            if !c.service_accounts.is_empty() && !reviewed {
+                cx.err(
+                    format!("clients[{i}].serviceAccounts"),
+                    "needs a `bearer` method with tokenReview in distribution.auth.methods",
+                );
+            }
         }
     } else if !raw.methods.is_empty() {
         cx.err("distribution.auth.methods", "only allowed with `mode: any`");
@@ -642,6 +663,47 @@ fn auth(cx: &mut Ctx, raw: &RawAuth, clients: &[ClientConfig]) -> AuthConfig {
         mode,
         permissions,
         methods,
+    }
+}
+
+/// `tokenReview`: a usable audience and, when given, a kubeconfig path.
+fn token_review(cx: &mut Ctx, path: &str, raw: &RawTokenReview) -> TokenReviewConfig {
+    let a = &raw.audience;
+    if a.is_empty() || a.len() > 256 || a.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        cx.err(
+            format!("{path}.audience"),
+            "must be 1 to 256 bytes without spaces or control characters",
+        );
+    }
+    TokenReviewConfig {
+        audience: a.clone(),
+        kubeconfig_file: raw
+            .kubeconfig_file
+            .as_deref()
+            .map(|f| secret_file(cx, &format!("{path}.kubeconfigFile"), f)),
+    }
+}
+
+/// Whether `namespace/name` names a ServiceAccount: a DNS-1123 label, `/`, a DNS-1123
+/// subdomain.
+fn check_service_account(value: &str) -> Result<(), String> {
+    fn label(s: &str, max: usize, dots: bool) -> bool {
+        let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+        !s.is_empty()
+            && s.len() <= max
+            && s.split('.').all(|part| {
+                !part.is_empty()
+                    && part.chars().all(ok_char)
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            })
+            && (dots || !s.contains('.'))
+    }
+    match value.split_once('/') {
+        Some((ns, name)) if label(ns, 63, false) && label(name, 253, true) => Ok(()),
+        _ => Err(format!(
+            "`{value}` is not `namespace/name` (a DNS label, `/`, a DNS subdomain)"
+        )),
     }
 }
 
@@ -677,9 +739,25 @@ fn client(cx: &mut Ctx, path: &str, raw: &RawClient) -> ClientConfig {
         .basic
         .as_ref()
         .and_then(|b| basic(cx, &format!("{path}.basic"), b, &mut secret_files));
-    if api_keys.is_empty() && basic.is_none() && bearer_tokens.is_empty() && secret_files.is_empty()
+    let sa_path = format!("{path}.serviceAccounts");
+    if raw.service_accounts.len() > MAX_LIST_VALUES {
+        cx.err(&sa_path, format!("at most {MAX_LIST_VALUES} values"));
+    }
+    for (i, sa) in raw.service_accounts.iter().enumerate() {
+        if let Err(e) = check_service_account(sa) {
+            cx.err(format!("{sa_path}[{i}]"), e);
+        }
+    }
+    if api_keys.is_empty()
+        && basic.is_none()
+        && bearer_tokens.is_empty()
+        && secret_files.is_empty()
+        && raw.service_accounts.is_empty()
     {
-        cx.err(path, "needs at least one of apiKeys, basic or bearerTokens");
+        cx.err(
+            path,
+            "needs at least one of apiKeys, basic, bearerTokens or serviceAccounts",
+        );
     }
     ClientConfig {
         name: raw.name.clone(),
@@ -695,6 +773,7 @@ fn client(cx: &mut Ctx, path: &str, raw: &RawClient) -> ClientConfig {
         api_keys,
         basic,
         bearer_tokens,
+        service_accounts: raw.service_accounts.clone(),
         secret_files,
     }
 }
@@ -827,7 +906,18 @@ fn credentials_unique(cx: &mut Ctx, clients: &[ClientConfig]) {
     let mut keys = HashSet::new();
     let mut tokens = HashSet::new();
     let mut users = HashSet::new();
+    let mut accounts = std::collections::HashMap::new();
     for (i, c) in clients.iter().enumerate() {
+        for (j, sa) in c.service_accounts.iter().enumerate() {
+            if let Some(first) = accounts.get(sa.as_str()) {
+                cx.err(
+                    format!("clients[{i}].serviceAccounts[{j}]"),
+                    format!("ServiceAccount `{sa}` already identifies clients[{first}]"),
+                );
+            } else {
+                accounts.insert(sa.as_str(), i);
+            }
+        }
         for (j, k) in c.api_keys.iter().enumerate() {
             if !keys.insert(k.0) {
                 cx.err(
