@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod capacity;
+pub mod clients;
 pub mod config;
 pub mod controlplane;
 pub mod error;

@@ -6,8 +6,7 @@ use clap::Parser;
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
 use proxy_pool_gateway::admin::serve_admin;
 use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
-use proxy_pool_gateway::snapshot::ClientCredential;
-use proxy_pool_gateway::snapshot::file::{RawClient, SnapshotFile};
+use proxy_pool_gateway::snapshot::file::SnapshotFile;
 use proxy_pool_gateway::{AuthMode, Gateway, GatewayConfig, Listeners, SnapshotHandle};
 use proxy_pool_identity_client::{
     ClientConfig as IdentityClientConfig, IdentityClient, WorkerTls, start_issued,
@@ -59,7 +58,8 @@ struct Args {
     /// Zone, for the controller.
     #[arg(long, default_value = "")]
     zone: String,
-    /// Client credentials, JSON `[{"client","username","password"}]` (mounted Secret).
+    /// Client credentials: JSON `[{"client", "username" | "usernameFile",
+    /// "password" | "passwordFile"}]`; the files (mounted Secret keys) are read at start.
     #[arg(long)]
     clients_file: Option<PathBuf>,
     /// File-based mTLS: trust bundle (PEM) the controller's certificate is verified
@@ -254,16 +254,11 @@ fn endpoint_host(endpoint: &str) -> Option<String> {
 }
 
 fn agent_config(args: &Args, endpoint: String) -> Result<AgentConfig> {
-    let read = |p: &PathBuf| {
-        std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
-    };
     let clients = match &args.clients_file {
         Some(path) => {
-            let raw: Vec<RawClient> = serde_json::from_str(&read(path)?)
-                .with_context(|| format!("parsing {}", path.display()))?;
-            raw.iter()
-                .map(|c| ClientCredential::from_password(&c.client, &c.username, &c.password))
-                .collect()
+            let clients = proxy_pool_gateway::clients::load(path)?;
+            info!(path = %path.display(), clients = clients.len(), "client credentials loaded");
+            clients
         }
         None => Vec::new(),
     };

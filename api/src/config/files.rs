@@ -17,8 +17,10 @@ use super::{ConfigError, ConfigErrors};
 /// Largest credential file accepted.
 pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
 
-/// Reads one credential file: its content without trailing `\n` / `\r`.
-fn read_secret(path: &Path) -> Result<Vec<u8>, String> {
+/// Reads one credential file (a mounted Secret key): its content without trailing
+/// `\n` / `\r`. The error names the path and what is wrong, never the content:
+/// missing, unreadable, larger than [`MAX_SECRET_FILE_BYTES`], or empty.
+pub fn read_secret_file(path: &Path) -> Result<Vec<u8>, String> {
     let shown = path.display();
     let file = std::fs::File::open(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => format!("file {shown} does not exist"),
@@ -59,7 +61,7 @@ pub fn resolve_secret_files(config: &mut Config) -> Result<(), ConfigErrors> {
         let mut password: Option<SecretHash> = None;
         let mut basic_failed = false;
         for f in std::mem::take(&mut client.secret_files) {
-            let content = match read_secret(&f.path) {
+            let content = match read_secret_file(&f.path) {
                 Ok(c) => c,
                 Err(message) => {
                     errors.push(ConfigError {

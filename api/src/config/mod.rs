@@ -18,7 +18,9 @@ mod validate;
 use std::fmt;
 
 pub use duration::parse_duration;
-pub use files::{MAX_SECRET_FILE_BYTES, load_yaml_with_files, resolve_secret_files};
+pub use files::{
+    MAX_SECRET_FILE_BYTES, load_yaml_with_files, read_secret_file, resolve_secret_files,
+};
 pub use raw::RawConfig;
 pub use types::*;
 pub use usage::{MAX_CACHE_BATCH, MAX_KEY_PREFIX, TOKEN_REVIEW_MAX_TTL};

@@ -5,14 +5,15 @@
 //! Routing lets the garbage collector remove them; nothing outside the cluster needs
 //! cleaning up, hence no finalizer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, Service,
-    ServiceAccountTokenProjection, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
+    ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
+    EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe,
+    ProjectedVolumeSource, SecretProjection, Service, ServiceAccountTokenProjection, ServicePort,
+    ServiceSpec, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -25,7 +26,7 @@ use std::time::Duration;
 
 use super::Error;
 use super::context::{Context, FIELD_MANAGER, GatewayTemplate};
-use super::render::Kind;
+use super::render::{GatewayClient, Kind};
 use super::status::{Outcome, apply_status, conditions, event_on_change};
 use crate::crd::Routing;
 
@@ -35,6 +36,14 @@ pub const IDENTITY_AUDIENCE: &str = "proxy-pool-identity";
 pub const IDENTITY_TOKEN_DIR: &str = "/var/run/secrets/proxypool.io/identity";
 /// Where a gateway container finds the trust bundle (`ca.crt`).
 pub const TRUST_BUNDLE_DIR: &str = "/var/run/secrets/proxypool.io/trust";
+/// Where a gateway container finds its clients file and the client Secrets:
+/// `clients.json` and `secrets/<secret>/{username,password}`.
+pub const CLIENTS_DIR: &str = "/etc/proxy-pool-gateway";
+/// Key of the clients file in the clients ConfigMap (and its name in the volume).
+pub const CLIENTS_KEY: &str = "clients.json";
+/// Pod-template annotation with the hash of the clients file and the credentials it
+/// names: the gateway reads them at start, so a rotation rolls the Deployment.
+pub const CLIENTS_HASH_ANNOTATION: &str = "proxypool.io/clients-hash";
 /// Label every operator-made object carries.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "proxy-pool-operator");
 /// Component label of gateway objects.
@@ -129,6 +138,125 @@ fn admin_port(r: &Routing) -> i32 {
     (9090..).find(|p| !used.contains(p)).unwrap_or(9090)
 }
 
+/// Name of a Routing's clients ConfigMap.
+pub fn clients_config_map_name(routing: &str) -> String {
+    format!("{}-clients", object_name(routing))
+}
+
+/// The clients a Routing's gateway accepts, as the gateway's `--clients-file` and
+/// the Secret keys it names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatewayClients {
+    /// Names of the DistributionClients, sorted.
+    pub names: Vec<String>,
+    /// The clients file (JSON); credentials only by mounted file path.
+    pub file: String,
+    /// Secret keys the gateway pod mounts, by Secret name.
+    pub mounts: BTreeMap<String, BTreeSet<String>>,
+    /// Content hash of the file and the credentials' values.
+    pub hash: String,
+}
+
+/// The clients of a Routing's gateway: every usable gateway client (`gateway:connect`
+/// with `auth.basic`), narrowed to `match.clients` when the Routing names clients —
+/// a gateway serves only its own Routing, so others would be refused anyway and their
+/// Secrets stay out of its pods.
+pub fn gateway_clients(r: &Routing, available: &BTreeMap<String, GatewayClient>) -> GatewayClients {
+    let wanted: BTreeSet<&str> = r
+        .spec
+        .match_
+        .as_ref()
+        .map(|m| m.clients.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    let mut names = Vec::new();
+    let mut entries = Vec::new();
+    let mut mounts: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut h = Sha256::new();
+    for (name, c) in available {
+        if !wanted.is_empty() && !wanted.contains(name.as_str()) {
+            continue;
+        }
+        let file = |key: &str| format!("{CLIENTS_DIR}/secrets/{}/{key}", c.secret);
+        entries.push(json!({
+            "client": name,
+            "usernameFile": file("username"),
+            "passwordFile": file("password"),
+        }));
+        mounts
+            .entry(c.secret.clone())
+            .or_default()
+            .extend(["username".to_owned(), "password".to_owned()]);
+        h.update(c.digest.as_bytes());
+        h.update([0]);
+        names.push(name.clone());
+    }
+    let file = serde_json::Value::Array(entries).to_string();
+    h.update(file.as_bytes());
+    GatewayClients {
+        names,
+        file,
+        mounts,
+        hash: hex::encode(h.finalize()),
+    }
+}
+
+/// The ConfigMap holding a Routing's clients file, owned by the Routing.
+pub fn clients_config_map(r: &Routing, clients: &GatewayClients) -> Result<ConfigMap, Error> {
+    let name = r.meta().name.clone().ok_or(Error::MissingKey("Routing"))?;
+    let mut metadata = meta(r)?;
+    metadata.name = Some(clients_config_map_name(&name));
+    Ok(ConfigMap {
+        metadata,
+        data: Some(BTreeMap::from([(
+            CLIENTS_KEY.to_owned(),
+            clients.file.clone(),
+        )])),
+        ..ConfigMap::default()
+    })
+}
+
+/// The projected volume with the clients file and exactly the Secret keys it names.
+fn clients_volume(routing: &str, clients: &GatewayClients) -> Volume {
+    let mut sources = vec![VolumeProjection {
+        config_map: Some(ConfigMapProjection {
+            name: clients_config_map_name(routing),
+            items: Some(vec![KeyToPath {
+                key: CLIENTS_KEY.into(),
+                path: CLIENTS_KEY.into(),
+                mode: None,
+            }]),
+            optional: None,
+        }),
+        ..VolumeProjection::default()
+    }];
+    for (secret, keys) in &clients.mounts {
+        sources.push(VolumeProjection {
+            secret: Some(SecretProjection {
+                name: secret.clone(),
+                items: Some(
+                    keys.iter()
+                        .map(|k| KeyToPath {
+                            key: k.clone(),
+                            path: format!("secrets/{secret}/{k}"),
+                            mode: None,
+                        })
+                        .collect(),
+                ),
+                optional: None,
+            }),
+            ..VolumeProjection::default()
+        });
+    }
+    Volume {
+        name: "gateway-clients".into(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(sources),
+            default_mode: None,
+        }),
+        ..Volume::default()
+    }
+}
+
 /// The gateway binary's command line. It always binds both listeners, so an
 /// unconfigured one goes to an ephemeral loopback port nobody can reach.
 fn args(r: &Routing, name: &str, t: &GatewayTemplate, admin: i32) -> Vec<String> {
@@ -146,11 +274,16 @@ fn args(r: &Routing, name: &str, t: &GatewayTemplate, admin: i32) -> Vec<String>
         format!("--admin-listen=0.0.0.0:{admin}"),
         format!("--controller=https://{}", t.controller_address),
         format!("--gateway-group={name}"),
+        format!("--clients-file={CLIENTS_DIR}/{CLIENTS_KEY}"),
     ]
 }
 
 /// The gateway Deployment of a Routing.
-pub fn deployment(r: &Routing, t: &GatewayTemplate) -> Result<Deployment, Error> {
+pub fn deployment(
+    r: &Routing,
+    t: &GatewayTemplate,
+    clients: &GatewayClients,
+) -> Result<Deployment, Error> {
     let name = r.meta().name.clone().ok_or(Error::MissingKey("Routing"))?;
     let env_vars = vec![
         env("PROXY_POOL_IDENTITY_ENDPOINT", t.identity_endpoint.clone()),
@@ -209,6 +342,12 @@ pub fn deployment(r: &Routing, t: &GatewayTemplate) -> Result<Deployment, Error>
                 read_only: Some(true),
                 ..VolumeMount::default()
             },
+            VolumeMount {
+                name: "gateway-clients".into(),
+                mount_path: CLIENTS_DIR.into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
         ]),
         ..Container::default()
     };
@@ -237,6 +376,7 @@ pub fn deployment(r: &Routing, t: &GatewayTemplate) -> Result<Deployment, Error>
             }),
             ..Volume::default()
         },
+        clients_volume(&name, clients),
     ];
     Ok(Deployment {
         metadata: meta(r)?,
@@ -249,6 +389,10 @@ pub fn deployment(r: &Routing, t: &GatewayTemplate) -> Result<Deployment, Error>
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels(&name)),
+                    annotations: Some(BTreeMap::from([(
+                        CLIENTS_HASH_ANNOTATION.to_owned(),
+                        clients.hash.clone(),
+                    )])),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
@@ -303,8 +447,18 @@ async fn reconcile_inner(r: &Routing, ctx: &Context) -> Result<Action, Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let deployments: Api<Deployment> = ctx.api();
     let services: Api<Service> = ctx.api();
+    let config_maps: Api<ConfigMap> = ctx.api();
     let object = object_name(&name);
-    let dep = deployment(r, &ctx.config.gateway)?;
+    // The clients file first: the Deployment's pods mount it.
+    let clients = gateway_clients(r, &rendered.gateway_clients);
+    config_maps
+        .patch(
+            &clients_config_map_name(&name),
+            &params,
+            &Patch::Apply(&clients_config_map(r, &clients)?),
+        )
+        .await?;
+    let dep = deployment(r, &ctx.config.gateway, &clients)?;
     let applied = deployments
         .patch(&object, &params, &Patch::Apply(&dep))
         .await?;
@@ -322,7 +476,8 @@ async fn reconcile_inner(r: &Routing, ctx: &Context) -> Result<Action, Error> {
     let outcome = Outcome {
         problems,
         ready_message: format!(
-            "in the controller config; gateway Deployment and Service {object} applied"
+            "in the controller config; gateway Deployment and Service {object} applied, accepting {} client(s)",
+            clients.names.len()
         ),
     };
     let old = r
@@ -371,6 +526,134 @@ mod tests {
         }
     }
 
+    fn no_clients() -> GatewayClients {
+        gateway_clients(&routing(), &BTreeMap::new())
+    }
+
+    fn available() -> BTreeMap<String, GatewayClient> {
+        let c = |secret: &str, digest: &str| GatewayClient {
+            secret: secret.into(),
+            digest: digest.into(),
+        };
+        BTreeMap::from([
+            (
+                "team-crawler".to_owned(),
+                c("team-crawler-credentials", "d1"),
+            ),
+            ("team-search".to_owned(), c("team-search-basic", "d2")),
+        ])
+    }
+
+    #[test]
+    fn every_gateway_client_unless_the_routing_names_some() {
+        let mut r = routing();
+        r.spec.match_ = None;
+        let all = gateway_clients(&r, &available());
+        assert_eq!(all.names, ["team-crawler", "team-search"]);
+        let file: serde_json::Value = serde_json::from_str(&all.file).expect("JSON");
+        assert_eq!(
+            file,
+            json!([
+                {"client": "team-crawler",
+                 "usernameFile": "/etc/proxy-pool-gateway/secrets/team-crawler-credentials/username",
+                 "passwordFile": "/etc/proxy-pool-gateway/secrets/team-crawler-credentials/password"},
+                {"client": "team-search",
+                 "usernameFile": "/etc/proxy-pool-gateway/secrets/team-search-basic/username",
+                 "passwordFile": "/etc/proxy-pool-gateway/secrets/team-search-basic/password"},
+            ])
+        );
+        assert_eq!(all.mounts.len(), 2);
+        // match.clients narrows the list, and only that client's Secret is mounted.
+        r.spec.match_ = Some(crate::crd::RoutingMatch {
+            clients: vec!["team-search".into()],
+            ..Default::default()
+        });
+        let one = gateway_clients(&r, &available());
+        assert_eq!(one.names, ["team-search"]);
+        assert_eq!(
+            one.mounts,
+            BTreeMap::from([(
+                "team-search-basic".to_owned(),
+                BTreeSet::from(["password".to_owned(), "username".to_owned()])
+            )])
+        );
+        assert_ne!(one.hash, all.hash);
+        // A credential rotation (another digest) changes the hash, the file does not.
+        let mut rotated = available();
+        if let Some(c) = rotated.get_mut("team-search") {
+            c.digest = "d3".into();
+        }
+        let again = gateway_clients(&r, &rotated);
+        assert_eq!(again.file, one.file);
+        assert_ne!(again.hash, one.hash);
+    }
+
+    #[test]
+    fn deployment_mounts_the_clients_file_and_only_its_secrets() {
+        let mut r = routing();
+        r.spec.match_ = Some(crate::crd::RoutingMatch {
+            clients: vec!["team-crawler".into()],
+            ..Default::default()
+        });
+        let clients = gateway_clients(&r, &available());
+        let d = deployment(&r, &template(), &clients).expect("deployment");
+        let t = d.spec.expect("spec").template;
+        assert_eq!(
+            t.metadata.expect("meta").annotations.expect("annotations")[CLIENTS_HASH_ANNOTATION],
+            clients.hash
+        );
+        let pod = t.spec.expect("pod");
+        let mount = pod.containers[0]
+            .volume_mounts
+            .as_ref()
+            .expect("mounts")
+            .iter()
+            .find(|m| m.name == "gateway-clients")
+            .expect("clients mount");
+        assert_eq!(mount.mount_path, CLIENTS_DIR);
+        assert_eq!(mount.read_only, Some(true));
+        let volume = pod
+            .volumes
+            .expect("volumes")
+            .into_iter()
+            .find(|v| v.name == "gateway-clients")
+            .expect("clients volume");
+        let sources = volume
+            .projected
+            .expect("projected")
+            .sources
+            .expect("sources");
+        assert_eq!(sources.len(), 2, "{sources:?}");
+        let cm = sources[0].config_map.as_ref().expect("ConfigMap");
+        assert_eq!(cm.name, "shanghai-crawler-gateway-clients");
+        let secret = sources[1].secret.as_ref().expect("Secret");
+        assert_eq!(secret.name, "team-crawler-credentials");
+        let paths: Vec<(&str, &str)> = secret
+            .items
+            .as_ref()
+            .expect("items")
+            .iter()
+            .map(|i| (i.key.as_str(), i.path.as_str()))
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                ("password", "secrets/team-crawler-credentials/password"),
+                ("username", "secrets/team-crawler-credentials/username"),
+            ]
+        );
+        let map = clients_config_map(&r, &clients).expect("ConfigMap");
+        assert_eq!(
+            map.metadata.name.as_deref(),
+            Some("shanghai-crawler-gateway-clients")
+        );
+        assert_eq!(
+            map.metadata.owner_references.expect("owner")[0].kind,
+            "Routing"
+        );
+        assert_eq!(map.data.expect("data")[CLIENTS_KEY], clients.file);
+    }
+
     #[test]
     fn names_fit_a_service() {
         assert_eq!(object_name("shanghai-crawler"), "shanghai-crawler-gateway");
@@ -383,7 +666,7 @@ mod tests {
     #[test]
     fn deployment_has_labels_owner_token_and_ports() {
         let r = routing();
-        let d = deployment(&r, &template()).expect("deployment");
+        let d = deployment(&r, &template(), &no_clients()).expect("deployment");
         let labels = d.metadata.labels.as_ref().expect("labels");
         assert_eq!(
             labels["app.kubernetes.io/managed-by"],
@@ -425,6 +708,7 @@ mod tests {
                 "--admin-listen=0.0.0.0:9090",
                 "--controller=https://proxy-pool-controller:9443",
                 "--gateway-group=shanghai-crawler",
+                "--clients-file=/etc/proxy-pool-gateway/clients.json",
             ]
         );
         assert!(c.readiness_probe.is_some() && c.liveness_probe.is_some());
@@ -437,7 +721,7 @@ mod tests {
         if let Some(s) = r.spec.gateway.listeners.socks5.as_mut() {
             s.port = 9090;
         }
-        let d = deployment(&r, &template()).expect("deployment");
+        let d = deployment(&r, &template(), &no_clients()).expect("deployment");
         let c = &d.spec.expect("spec").template.spec.expect("pod").containers[0];
         let args = c.args.as_ref().expect("args");
         assert!(
@@ -454,7 +738,7 @@ mod tests {
     fn service_selects_the_deployment_pods() {
         let r = routing();
         let s = service(&r).expect("service");
-        let d = deployment(&r, &template()).expect("deployment");
+        let d = deployment(&r, &template(), &no_clients()).expect("deployment");
         let spec = s.spec.as_ref().expect("spec");
         assert_eq!(
             spec.selector,

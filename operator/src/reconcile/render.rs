@@ -99,6 +99,20 @@ pub struct Rendered {
     /// Digest of the referenced Secret keys' values (SHA-256 over their hashes), so a
     /// changed password changes the config hash without revealing anything.
     pub secrets_digest: String,
+    /// Clients that may send traffic through gateways — in the config, holding
+    /// `gateway:connect` and with `auth.basic` — by name. Gateways get their
+    /// credentials as files from here (see `gateway::gateway_clients`).
+    pub gateway_clients: BTreeMap<String, GatewayClient>,
+}
+
+/// A gateway client: the Secret with its `username` and `password` keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatewayClient {
+    /// The `auth.basic` Secret.
+    pub secret: String,
+    /// SHA-256 (hex) over the Secret's name and the two values: changes when the
+    /// credentials do, reveals nothing.
+    pub digest: String,
 }
 
 impl Rendered {
@@ -221,13 +235,52 @@ impl Cx<'_> {
     }
 
     fn finish(self, config: RawConfig, global: Vec<ConfigError>) -> Rendered {
+        let gateway_clients = self.gateway_clients(&config);
         Rendered {
+            gateway_clients,
             config,
             mounts: self.mounts,
             problems: self.problems,
             global,
             secrets_digest: hex::encode(self.secret_hasher.finalize()),
         }
+    }
+
+    /// The config's clients that may use gateways with Basic credentials.
+    fn gateway_clients(&self, config: &RawConfig) -> BTreeMap<String, GatewayClient> {
+        let in_config: BTreeSet<&str> = config.clients.iter().map(|c| c.name.as_str()).collect();
+        let mut out = BTreeMap::new();
+        for c in self.inputs.clients {
+            let n = name(c);
+            let Some(basic) = &c.spec.auth.basic else {
+                continue;
+            };
+            if !in_config.contains(n.as_str())
+                || !c
+                    .spec
+                    .permissions
+                    .contains(&crate::crd::Permission::GatewayConnect)
+            {
+                continue;
+            }
+            let secret = basic.secret_ref.name.clone();
+            let data = self.inputs.secrets.get(&secret);
+            let mut h = Sha256::new();
+            h.update(secret.as_bytes());
+            for key in ["username", "password"] {
+                let value = data.and_then(|d| d.get(key)).map(Vec::as_slice);
+                h.update([0]);
+                h.update(Sha256::digest(trim_newline(value.unwrap_or_default())));
+            }
+            out.insert(
+                n,
+                GatewayClient {
+                    secret,
+                    digest: hex::encode(h.finalize()),
+                },
+            );
+        }
+        out
     }
 
     /// The Secret, or a `SecretNotFound` problem.

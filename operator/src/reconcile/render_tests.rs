@@ -367,3 +367,68 @@ fn priorities_are_inverted_and_empty_upstreams_mean_all() {
         vec!["vendor-sim".to_owned()]
     );
 }
+
+#[test]
+fn gateway_clients_are_the_config_clients_with_gateway_connect_and_basic() {
+    use crate::crd::Permission;
+    use crate::reconcile::gateway::gateway_clients;
+    let mut ex = examples();
+    // A second client: Basic auth but no gateway:connect — not a gateway client.
+    let mut extract_only = ex.clients[0].clone();
+    extract_only.metadata.name = Some("extract-only".into());
+    extract_only.spec.permissions = vec![Permission::DistributionExtract];
+    extract_only.spec.auth.api_key = None;
+    extract_only.spec.auth.basic = Some(crate::crd::BasicAuth {
+        secret_ref: crate::crd::SecretRef {
+            name: "extract-only-basic".into(),
+        },
+    });
+    ex.secrets.insert(
+        "extract-only-basic".into(),
+        BTreeMap::from([
+            ("username".to_owned(), b"extractor".to_vec()),
+            ("password".to_owned(), b"pw-extract".to_vec()),
+        ]),
+    );
+    // A third client with gateway:connect whose Secret is missing: left out.
+    let mut broken = ex.clients[0].clone();
+    broken.metadata.name = Some("broken".into());
+    broken.spec.auth.api_key = None;
+    broken.spec.auth.basic = Some(crate::crd::BasicAuth {
+        secret_ref: crate::crd::SecretRef {
+            name: "no-such-secret".into(),
+        },
+    });
+    ex.clients.push(extract_only);
+    ex.clients.push(broken);
+    let base = RawConfig::default();
+    let out = render(&inputs(&ex, &base));
+    assert_eq!(
+        out.gateway_clients.keys().collect::<Vec<_>>(),
+        ["team-crawler"],
+        "{:?}",
+        out.problems
+    );
+    let c = &out.gateway_clients["team-crawler"];
+    assert_eq!(c.secret, "team-crawler-credentials");
+    // The Routing example names team-crawler: its gateway gets exactly that client.
+    let routing = &ex.routings[0];
+    let clients = gateway_clients(routing, &out.gateway_clients);
+    assert_eq!(clients.names, ["team-crawler"]);
+    for value in &ex.secret_values {
+        // (The example's user name equals the client's name, which the file holds.)
+        if value != "team-crawler" {
+            assert!(!clients.file.contains(value.as_str()), "{}", clients.file);
+        }
+    }
+    let pw = hex::encode(Sha256::digest(b"example-password-change-me"));
+    assert!(!clients.file.contains(&pw) && !c.digest.contains(&pw));
+    // A changed password changes the digest (so the gateway rolls), nothing else.
+    if let Some(s) = ex.secrets.get_mut("team-crawler-credentials") {
+        s.insert("password".into(), b"rotated".to_vec());
+    }
+    let again = render(&inputs(&ex, &base));
+    let rotated = gateway_clients(routing, &again.gateway_clients);
+    assert_eq!(rotated.file, clients.file);
+    assert_ne!(rotated.hash, clients.hash);
+}

@@ -1,0 +1,409 @@
+//! The gateway's client list (`--clients-file`): who may send traffic through it.
+//!
+//! A JSON array, one entry per credential:
+//!
+//! ```json
+//! [
+//!   {"client": "team-crawler",
+//!    "usernameFile": "/etc/proxy-pool-gateway/secrets/team-crawler/username",
+//!    "passwordFile": "/etc/proxy-pool-gateway/secrets/team-crawler/password"},
+//!   {"client": "dev", "username": "alice", "password": "pw"}
+//! ]
+//! ```
+//!
+//! The file forms (`usernameFile`, `passwordFile`: mounted Secret keys, what the
+//! operator renders) are read once when the file is loaded, their trailing newline
+//! dropped, the password kept only as its SHA-256. The inline forms are for local runs.
+//! A relative path is taken from the clients file's directory. Every problem is
+//! reported with the entry and field it belongs to and the path involved — never a
+//! password or a file's content.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::parse::username::MAX_USERNAME;
+use crate::snapshot::ClientCredential;
+
+/// Largest clients file accepted.
+pub const MAX_CLIENTS_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// One entry of the clients file.
+#[derive(Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawEntry {
+    /// Client name (what routings' `clients` list).
+    client: String,
+    /// Base user name, inline.
+    #[serde(default)]
+    username: Option<String>,
+    /// File holding the base user name.
+    #[serde(default)]
+    username_file: Option<PathBuf>,
+    /// Password, inline (local runs only).
+    #[serde(default)]
+    password: Option<String>,
+    /// File holding the password.
+    #[serde(default)]
+    password_file: Option<PathBuf>,
+}
+
+/// Why a clients file was not loaded: every problem found, each naming its place.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ClientsError {
+    /// The clients file.
+    pub file: PathBuf,
+    /// `clients[i].field: what is wrong` (or a whole-file problem).
+    pub problems: Vec<String>,
+}
+
+impl fmt::Display for ClientsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "clients file {}:", self.file.display())?;
+        for (i, p) in self.problems.iter().enumerate() {
+            let sep = if i == 0 { " " } else { "; " };
+            write!(f, "{sep}{p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads and resolves a clients file (including the files it names).
+pub fn load(path: &Path) -> Result<Vec<ClientCredential>, ClientsError> {
+    let fail = |problem: String| ClientsError {
+        file: path.to_owned(),
+        problems: vec![problem],
+    };
+    let meta = std::fs::metadata(path).map_err(|e| fail(io_problem(path, &e)))?;
+    if meta.len() > MAX_CLIENTS_FILE_BYTES {
+        return Err(fail(format!("larger than {MAX_CLIENTS_FILE_BYTES} bytes")));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| fail(io_problem(path, &e)))?;
+    let base = path.parent().unwrap_or_else(|| Path::new("."));
+    parse(&text, base).map_err(|problems| ClientsError {
+        file: path.to_owned(),
+        problems,
+    })
+}
+
+fn io_problem(path: &Path, e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => format!("file {} does not exist", path.display()),
+        kind => format!("cannot read {}: {kind}", path.display()),
+    }
+}
+
+/// Parses a clients file's text; relative file paths are taken from `base`.
+/// Returns every problem found.
+pub fn parse(text: &str, base: &Path) -> Result<Vec<ClientCredential>, Vec<String>> {
+    // serde_json's messages can quote the offending value (an inline password):
+    // only the category and position are reported.
+    let entries: Vec<RawEntry> = serde_json::from_str(text).map_err(|e| {
+        vec![format!(
+            "not a JSON array of client entries ({:?} error at line {}, column {}; \
+             fields: client, username | usernameFile, password | passwordFile)",
+            e.classify(),
+            e.line(),
+            e.column()
+        )]
+    })?;
+    let mut problems = Vec::new();
+    let mut out = Vec::with_capacity(entries.len());
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, e) in entries.into_iter().enumerate() {
+        let at = |field: &str| format!("clients[{i}].{field}");
+        let before = problems.len();
+        if e.client.trim().is_empty() {
+            problems.push(format!("{}: must not be empty", at("client")));
+        }
+        let username = match (e.username, &e.username_file) {
+            (Some(_), Some(_)) => {
+                problems.push(format!(
+                    "{}: give username or usernameFile, not both",
+                    at("username")
+                ));
+                None
+            }
+            (None, None) => {
+                problems.push(format!(
+                    "clients[{i}]: username or usernameFile is required"
+                ));
+                None
+            }
+            (Some(u), None) => {
+                if check_username(u.as_bytes()) {
+                    Some(u)
+                } else {
+                    problems.push(format!("{}: {USERNAME_RULE}", at("username")));
+                    None
+                }
+            }
+            (None, Some(file)) => {
+                let file = resolve(base, file);
+                match proxy_pool_api::config::read_secret_file(&file) {
+                    Err(message) => {
+                        problems.push(format!("{}: {message}", at("usernameFile")));
+                        None
+                    }
+                    Ok(bytes) if !check_username(&bytes) => {
+                        problems.push(format!(
+                            "{}: content of {}: {USERNAME_RULE}",
+                            at("usernameFile"),
+                            file.display()
+                        ));
+                        None
+                    }
+                    Ok(bytes) => String::from_utf8(bytes).ok(),
+                }
+            }
+        };
+        let password: Option<[u8; 32]> = match (e.password, &e.password_file) {
+            (Some(_), Some(_)) => {
+                problems.push(format!(
+                    "{}: give password or passwordFile, not both",
+                    at("password")
+                ));
+                None
+            }
+            (None, None) => {
+                problems.push(format!(
+                    "clients[{i}]: password or passwordFile is required"
+                ));
+                None
+            }
+            (Some(p), None) if p.is_empty() => {
+                problems.push(format!("{}: must not be empty", at("password")));
+                None
+            }
+            (Some(p), None) => Some(Sha256::digest(p.as_bytes()).into()),
+            (None, Some(file)) => {
+                let file = resolve(base, file);
+                match proxy_pool_api::config::read_secret_file(&file) {
+                    Ok(bytes) => Some(Sha256::digest(&bytes).into()),
+                    Err(message) => {
+                        problems.push(format!("{}: {message}", at("passwordFile")));
+                        None
+                    }
+                }
+            }
+        };
+        if problems.len() > before {
+            continue;
+        }
+        let (Some(username), Some(password_sha256)) = (username, password) else {
+            continue;
+        };
+        if let Some(first) = seen.insert(username.clone(), i) {
+            // The gateway looks clients up by base user name: two entries with one name
+            // would leave one of them unusable without anyone noticing.
+            problems.push(format!(
+                "clients[{i}]: the same user name as clients[{first}] (user names must be unique)"
+            ));
+            continue;
+        }
+        out.push(ClientCredential {
+            client: e.client,
+            username,
+            password_sha256,
+        });
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(problems)
+    }
+}
+
+const USERNAME_RULE: &str = "a user name must be 1 to 255 characters of A-Z a-z 0-9 _ . @ \
+     (`-` separates the routing parameters clients append)";
+
+/// A base user name clients can present: what `parse_username` accepts as the part
+/// before the first `-`.
+fn check_username(raw: &[u8]) -> bool {
+    !raw.is_empty()
+        && raw.len() <= MAX_USERNAME
+        && raw
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@'))
+}
+
+fn resolve(base: &Path, file: &Path) -> PathBuf {
+    if file.is_absolute() {
+        file.to_owned()
+    } else {
+        base.join(file)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(tag: &str) -> Self {
+            let p = std::env::temp_dir().join(format!(
+                "proxy-pool-gw-clients-{tag}-{}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).expect("mkdir");
+            Self(p)
+        }
+        fn write(&self, name: &str, content: &[u8]) -> PathBuf {
+            let p = self.0.join(name);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&p, content).expect("write");
+            p
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn sha(s: &[u8]) -> [u8; 32] {
+        Sha256::digest(s).into()
+    }
+
+    #[test]
+    fn file_forms_are_read_trimmed_and_hashed() {
+        let d = Dir::new("files");
+        d.write("secrets/a/username", b"alice\n");
+        d.write("secrets/a/password", b"s3cret\r\n");
+        let abs = d.write("abs-password", b"other");
+        let text = format!(
+            r#"[{{"client": "team-a", "usernameFile": "secrets/a/username", "passwordFile": "secrets/a/password"}},
+               {{"client": "team-b", "username": "bob", "passwordFile": {:?}}},
+               {{"client": "dev", "username": "carol", "password": "pw"}}]"#,
+            abs.display().to_string()
+        );
+        let path = d.write("clients.json", text.as_bytes());
+        let got = load(&path).expect("loads");
+        assert_eq!(got.len(), 3);
+        assert_eq!(
+            (got[0].client.as_str(), got[0].username.as_str()),
+            ("team-a", "alice")
+        );
+        assert_eq!(got[0].password_sha256, sha(b"s3cret"));
+        assert_eq!(got[1].username, "bob");
+        assert_eq!(got[1].password_sha256, sha(b"other"));
+        assert_eq!(got[2].password_sha256, sha(b"pw"));
+        assert_eq!(
+            got[2],
+            ClientCredential::from_password("dev", "carol", "pw")
+        );
+    }
+
+    #[test]
+    fn missing_empty_and_invalid_files_name_field_and_path_not_content() {
+        let d = Dir::new("bad");
+        d.write("empty", b"\n");
+        d.write("bad-user", b"hunter-2");
+        d.write("pw", b"TOPSECRETVALUE");
+        let text = r#"[
+            {"client": "a", "usernameFile": "nope/username", "passwordFile": "pw"},
+            {"client": "b", "username": "bee", "passwordFile": "empty"},
+            {"client": "c", "usernameFile": "bad-user", "passwordFile": "pw"}
+        ]"#;
+        let path = d.write("clients.json", text.as_bytes());
+        let err = load(&path).expect_err("refused");
+        let shown = err.to_string();
+        assert_eq!(err.problems.len(), 3, "{shown}");
+        assert!(
+            err.problems[0].starts_with("clients[0].usernameFile: file ")
+                && err.problems[0].contains("nope/username")
+                && err.problems[0].ends_with("does not exist"),
+            "{shown}"
+        );
+        assert!(
+            err.problems[1].starts_with("clients[1].passwordFile: file ")
+                && err.problems[1].ends_with("is empty"),
+            "{shown}"
+        );
+        assert!(
+            err.problems[2].starts_with("clients[2].usernameFile: content of "),
+            "{shown}"
+        );
+        assert!(shown.contains(&path.display().to_string()), "{shown}");
+        assert!(
+            !shown.contains("TOPSECRETVALUE") && !shown.contains("hunter"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn inline_forms_and_shape_errors() {
+        let base = Path::new("/nonexistent");
+        let cases: &[(&str, &str)] = &[
+            (
+                r#"[{"client": "a", "username": "u"}]"#,
+                "password or passwordFile is required",
+            ),
+            (
+                r#"[{"client": "a", "password": "p"}]"#,
+                "username or usernameFile is required",
+            ),
+            (
+                r#"[{"client": "a", "username": "u", "usernameFile": "f", "password": "p"}]"#,
+                "clients[0].username: give username or usernameFile, not both",
+            ),
+            (
+                r#"[{"client": "a", "username": "u", "password": "p", "passwordFile": "f"}]"#,
+                "clients[0].password: give password or passwordFile, not both",
+            ),
+            (
+                r#"[{"client": "", "username": "u", "password": "p"}]"#,
+                "clients[0].client: must not be empty",
+            ),
+            (
+                r#"[{"client": "a", "username": "u-x", "password": "p"}]"#,
+                "clients[0].username: a user name",
+            ),
+            (
+                r#"[{"client": "a", "username": "u", "password": ""}]"#,
+                "clients[0].password: must not be empty",
+            ),
+            (
+                r#"[{"client": "a", "username": "u", "password": "p"}, {"client": "b", "username": "u", "password": "q"}]"#,
+                "clients[1]: the same user name as clients[0]",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = parse(text, base).expect_err(text);
+            assert!(err.iter().any(|p| p.contains(want)), "{text}: {err:?}");
+        }
+        assert_eq!(parse("[]", base), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn a_json_error_does_not_echo_the_password() {
+        let text =
+            r#"[{"client": "a", "username": "u", "password": "LEAKME", "extra": "LEAKME2"}]"#;
+        let err = parse(text, Path::new(".")).expect_err("unknown field");
+        assert!(!format!("{err:?}").contains("LEAKME"), "{err:?}");
+        let err = parse(
+            r#"[{"client": "a", "username": "u", "password": 12345678}]"#,
+            Path::new("."),
+        )
+        .expect_err("wrong type");
+        assert!(!format!("{err:?}").contains("12345678"), "{err:?}");
+        assert!(err[0].contains("line 1"), "{err:?}");
+    }
+
+    #[test]
+    fn a_missing_clients_file_is_named() {
+        let err = load(Path::new("/nonexistent/clients.json")).expect_err("missing");
+        assert_eq!(
+            err.to_string(),
+            "clients file /nonexistent/clients.json: file /nonexistent/clients.json does not exist"
+        );
+    }
+}
