@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use proxy_pool_operator::identity::IssuerConfig;
+use proxy_pool_operator::identity::authz::CheckerWorkload;
 use proxy_pool_operator::identity::service::{IdentityOptions, IdentityService};
 use proxy_pool_operator::reconcile::{
     self, ControllerTls, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig, http,
@@ -80,6 +81,15 @@ struct Cli {
     /// Environment segment of worker SPIFFE IDs.
     #[arg(long, default_value = "default")]
     environment: String,
+    /// The checker Deployment (in `--namespace`) whose pods get
+    /// `spiffe://<trust-domain>/<environment>/checker/<pod-name>` identities (empty:
+    /// checker pods are refused).
+    #[arg(long, env = "PROXY_POOL_CHECKER_DEPLOYMENT", default_value = "")]
+    checker_deployment: String,
+    /// ServiceAccount the checker's pods run under (required with
+    /// `--checker-deployment`).
+    #[arg(long, env = "PROXY_POOL_CHECKER_SERVICE_ACCOUNT", default_value = "")]
+    checker_service_account: String,
     /// Secret the operator writes the controller's control-plane certificate to
     /// (empty: the operator does not secure the control plane; the base config's
     /// `controlPlane` is rendered as it is).
@@ -105,10 +115,27 @@ fn main() -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", cli.base_config.display()))?;
     let base_config = proxy_pool_api::config::parse_yaml(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", cli.base_config.display()))?;
+    let checker = match (
+        cli.checker_deployment.as_str(),
+        cli.checker_service_account.as_str(),
+    ) {
+        ("", "") => None,
+        ("", _) | (_, "") => {
+            anyhow::bail!("--checker-deployment and --checker-service-account go together")
+        }
+        (deployment, service_account) => Some(CheckerWorkload {
+            namespace: cli.namespace.clone(),
+            deployment: deployment.to_owned(),
+            service_account: service_account.to_owned(),
+        }),
+    };
     let identity = IdentityOptions::new(
         &cli.namespace,
         &cli.identity_service,
-        IssuerConfig::new(cli.trust_domain.clone(), cli.environment.clone()),
+        IssuerConfig {
+            checker,
+            ..IssuerConfig::new(cli.trust_domain.clone(), cli.environment.clone())
+        },
     );
     let controller_tls = (!cli.controller_tls_secret.is_empty()).then(|| ControllerTls {
         secret: cli.controller_tls_secret.clone(),

@@ -1,7 +1,14 @@
 //! Authorisation of an authenticated pod: the pod must exist with the token's UID and
 //! ServiceAccount and be controlled (Pod → ReplicaSet → Deployment, each reference
-//! checked by UID) by a Deployment carrying the operator's managed-by label and the
-//! gateway component label. Decided afresh on every request; never cached.
+//! checked by UID) by either
+//!
+//! - the checker Deployment of this installation ([`CheckerWorkload`]: named by
+//!   namespace and name in the operator's configuration, its pods running under the
+//!   checker's ServiceAccount) → a checker identity, or
+//! - a Deployment carrying the operator's managed-by label and the gateway component
+//!   label → a gateway worker identity.
+//!
+//! Labels alone never make a checker. Decided afresh on every request; never cached.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -10,6 +17,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+pub use proxy_pool_api::controlplane::spiffe::WorkloadKind;
 
 use super::{COMPONENT_LABEL, GATEWAY_COMPONENT, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
@@ -24,6 +32,19 @@ pub struct PodCaller {
     pub pod_name: String,
     /// Pod UID from the token's extras.
     pub pod_uid: String,
+}
+
+/// The checker Deployment whose pods get `checker/<pod-name>` identities: set by the
+/// operator's `--checker-deployment` / `--checker-service-account` flags (the chart
+/// names its own checker Deployment and ServiceAccount).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckerWorkload {
+    /// Namespace of the Deployment (the operator's).
+    pub namespace: String,
+    /// Deployment name.
+    pub deployment: String,
+    /// ServiceAccount its pods run under; the token must name it.
+    pub service_account: String,
 }
 
 /// Why a pod may not have an identity (403). The text is safe to return to it.
@@ -47,9 +68,15 @@ pub enum Denial {
     /// The ownership chain is broken or leads elsewhere.
     #[error("pod is not controlled by a ReplicaSet of a Deployment")]
     NotOwned,
-    /// The Deployment is not a gateway the operator manages.
-    #[error("pod does not belong to a gateway Deployment managed by proxy-pool-operator")]
+    /// The Deployment is neither a gateway the operator manages nor the checker.
+    #[error(
+        "pod does not belong to a gateway Deployment managed by proxy-pool-operator \
+         or to the checker Deployment"
+    )]
     NotManaged,
+    /// A pod of the checker Deployment under another ServiceAccount than the checker's.
+    #[error("pod of the checker Deployment does not run under the checker ServiceAccount")]
+    CheckerServiceAccount,
 }
 
 /// Why the decision could not be made (503).
@@ -76,12 +103,14 @@ pub trait Workloads: fmt::Debug + Send + Sync {
     ) -> Result<Option<Deployment>, LookupUnavailable>;
 }
 
-/// Decides whether `caller` may have a worker identity.
+/// Decides whether `caller` may have an identity, and which kind: a gateway
+/// [`WorkloadKind::Worker`] or a [`WorkloadKind::Checker`] (only when `checker` is set).
 pub async fn authorize(
     workloads: &dyn Workloads,
     caller: &PodCaller,
     namespaces: Option<&[String]>,
-) -> Result<Result<(), Denial>, LookupUnavailable> {
+    checker: Option<&CheckerWorkload>,
+) -> Result<Result<WorkloadKind, Denial>, LookupUnavailable> {
     if namespaces.is_some_and(|ns| !ns.contains(&caller.namespace)) {
         return Ok(Err(Denial::Namespace));
     }
@@ -121,6 +150,17 @@ pub async fn authorize(
     if deployment.metadata.uid.as_deref() != Some(deploy_ref.uid.as_str()) {
         return Ok(Err(Denial::NotOwned));
     }
+    // The checker is named by the operator's configuration (and its Deployment UID
+    // was checked above), never recognised by labels.
+    if let Some(c) = checker
+        && c.namespace == ns
+        && c.deployment == deploy_ref.name
+    {
+        if caller.service_account != c.service_account {
+            return Ok(Err(Denial::CheckerServiceAccount));
+        }
+        return Ok(Ok(WorkloadKind::Checker));
+    }
     let labels = deployment.metadata.labels.as_ref();
     let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
     if label(MANAGED_BY_LABEL) != Some(MANAGED_BY_VALUE)
@@ -128,7 +168,7 @@ pub async fn authorize(
     {
         return Ok(Err(Denial::NotManaged));
     }
-    Ok(Ok(()))
+    Ok(Ok(WorkloadKind::Worker))
 }
 
 /// The `apps/v1` controller reference of kind `kind`, if any.

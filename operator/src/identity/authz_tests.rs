@@ -1,19 +1,105 @@
 use super::*;
-use crate::identity::fixtures::{NS, gateway_chain};
+use crate::identity::fixtures::{
+    CHECKER, Chain, NS, checker_chain, checker_workload, gateway_chain,
+};
 
-async fn decide(
-    chain: &crate::identity::fixtures::Chain,
-    caller: &PodCaller,
-) -> Result<(), Denial> {
+/// The decision with the checker rule configured, as the chart configures it.
+async fn decide(chain: &Chain, caller: &PodCaller) -> Result<WorkloadKind, Denial> {
     let w = MemoryWorkloads::default();
     chain.load(&w);
-    authorize(&w, caller, None).await.unwrap()
+    authorize(&w, caller, None, Some(&checker_workload()))
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
 async fn a_managed_gateway_pod_is_allowed() {
     let chain = gateway_chain("gw-5d9f-abcde");
-    assert_eq!(decide(&chain, &chain.caller()).await, Ok(()));
+    assert_eq!(
+        decide(&chain, &chain.caller()).await,
+        Ok(WorkloadKind::Worker)
+    );
+    // Also without a checker rule.
+    let w = MemoryWorkloads::default();
+    chain.load(&w);
+    assert_eq!(
+        authorize(&w, &chain.caller(), None, None).await.unwrap(),
+        Ok(WorkloadKind::Worker)
+    );
+}
+
+#[tokio::test]
+async fn a_pod_of_the_checker_deployment_is_a_checker() {
+    let chain = checker_chain("proxy-pool-checker-5d9f-x2k4q");
+    assert_eq!(
+        decide(&chain, &chain.caller()).await,
+        Ok(WorkloadKind::Checker)
+    );
+    // Without the checker rule the same pod is just unmanaged.
+    let w = MemoryWorkloads::default();
+    chain.load(&w);
+    assert_eq!(
+        authorize(&w, &chain.caller(), None, None).await.unwrap(),
+        Err(Denial::NotManaged)
+    );
+}
+
+#[tokio::test]
+async fn the_checker_rule_trusts_name_uid_namespace_and_service_account_not_labels() {
+    let checker = checker_chain("proxy-pool-checker-5d9f-x2k4q");
+
+    // Another Deployment, even one labelled like the checker: refused.
+    let mut other = gateway_chain("other-5d9f-abcde");
+    other
+        .deployment
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(COMPONENT_LABEL.into(), "checker".into());
+    assert_eq!(
+        decide(&other, &other.caller()).await,
+        Err(Denial::NotManaged)
+    );
+
+    // The checker Deployment's pod under another ServiceAccount (pod and token agree).
+    let mut c = checker.clone();
+    c.pod.spec.as_mut().unwrap().service_account_name = Some("default".into());
+    assert_eq!(
+        decide(&c, &c.caller()).await,
+        Err(Denial::CheckerServiceAccount)
+    );
+
+    // A Deployment of the checker's name recreated since (another UID).
+    let mut c = checker.clone();
+    c.deployment.metadata.uid = Some("uid-recreated".into());
+    assert_eq!(decide(&c, &c.caller()).await, Err(Denial::NotOwned));
+
+    // A bare pod claiming nothing, and a pod whose token names another pod.
+    let mut c = checker.clone();
+    c.pod.metadata.owner_references = None;
+    assert_eq!(decide(&c, &c.caller()).await, Err(Denial::NotOwned));
+    let mut caller = checker.caller();
+    caller.pod_uid = "uid-of-an-earlier-pod".into();
+    assert_eq!(decide(&checker, &caller).await, Err(Denial::UidMismatch));
+
+    // The checker's name in another namespace.
+    let w = MemoryWorkloads::default();
+    checker.load(&w);
+    let elsewhere = CheckerWorkload {
+        namespace: "elsewhere".into(),
+        ..checker_workload()
+    };
+    assert_eq!(
+        authorize(&w, &checker.caller(), None, Some(&elsewhere))
+            .await
+            .unwrap(),
+        Err(Denial::NotManaged)
+    );
+    // And a gateway Deployment never becomes a checker by its ServiceAccount.
+    let mut gw = gateway_chain("gw-5d9f-abcde");
+    gw.pod.spec.as_mut().unwrap().service_account_name = Some(CHECKER.into());
+    assert_eq!(decide(&gw, &gw.caller()).await, Ok(WorkloadKind::Worker));
 }
 
 #[tokio::test]
@@ -74,20 +160,27 @@ async fn every_broken_link_is_denied() {
 #[tokio::test]
 async fn namespaces_can_be_restricted_and_lookups_can_fail() {
     let chain = gateway_chain("gw-5d9f-abcde");
+    let checker = checker_chain("proxy-pool-checker-5d9f-x2k4q");
     let w = MemoryWorkloads::default();
     chain.load(&w);
+    checker.load(&w);
+    let rule = checker_workload();
     let only_other = vec!["elsewhere".to_owned()];
-    assert_eq!(
-        authorize(&w, &chain.caller(), Some(&only_other))
-            .await
-            .unwrap(),
-        Err(Denial::Namespace)
-    );
+    for c in [&chain, &checker] {
+        assert_eq!(
+            authorize(&w, &c.caller(), Some(&only_other), Some(&rule))
+                .await
+                .unwrap(),
+            Err(Denial::Namespace)
+        );
+    }
     let ours = vec![NS.to_owned()];
     assert_eq!(
-        authorize(&w, &chain.caller(), Some(&ours)).await.unwrap(),
-        Ok(())
+        authorize(&w, &chain.caller(), Some(&ours), Some(&rule))
+            .await
+            .unwrap(),
+        Ok(WorkloadKind::Worker)
     );
     w.set_unavailable(true);
-    assert!(authorize(&w, &chain.caller(), None).await.is_err());
+    assert!(authorize(&w, &chain.caller(), None, None).await.is_err());
 }

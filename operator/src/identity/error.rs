@@ -22,7 +22,8 @@ pub enum IssueError {
     /// Missing, invalid, expired or wrong-audience token (401).
     #[error("unauthenticated: {0}")]
     Unauthenticated(&'static str),
-    /// Authenticated, but not a pod of a managed gateway Deployment (403).
+    /// Authenticated, but not a pod of a managed gateway Deployment or of the
+    /// checker Deployment (403).
     #[error("forbidden: {0}")]
     Forbidden(String),
     /// The Kubernetes API could not be asked (503, retry later).

@@ -1,4 +1,5 @@
-//! Readable test fixtures: a managed gateway Deployment → ReplicaSet → Pod chain.
+//! Readable test fixtures: a managed gateway (or the checker) Deployment → ReplicaSet
+//! → Pod chain.
 
 use std::collections::BTreeMap;
 
@@ -6,11 +7,13 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::authz::{MemoryWorkloads, PodCaller};
+use super::authz::{CheckerWorkload, MemoryWorkloads, PodCaller};
 use super::{COMPONENT_LABEL, GATEWAY_COMPONENT, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 pub(crate) const NS: &str = "proxy-pool";
 pub(crate) const SA: &str = "gateway";
+/// The checker Deployment and its ServiceAccount, as the chart names them.
+pub(crate) const CHECKER: &str = "proxy-pool-checker";
 
 /// The three objects of one gateway pod.
 #[derive(Clone, Debug)]
@@ -43,24 +46,45 @@ fn controller_ref(kind: &str, name: &str) -> OwnerReference {
 
 /// A gateway Deployment `gw` with the operator's labels, its ReplicaSet and `pod`.
 pub(crate) fn gateway_chain(pod: &str) -> Chain {
-    let mut deployment = Deployment {
-        metadata: meta("gw", None),
-        ..Default::default()
-    };
-    deployment.metadata.labels = Some(BTreeMap::from([
+    let mut c = chain("gw", SA, pod);
+    c.deployment.metadata.labels = Some(BTreeMap::from([
         (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
         (COMPONENT_LABEL.to_owned(), GATEWAY_COMPONENT.to_owned()),
     ]));
+    c
+}
+
+/// The checker Deployment [`CHECKER`] (no operator labels: the chart makes it), its
+/// ReplicaSet and `pod` running under ServiceAccount [`CHECKER`].
+pub(crate) fn checker_chain(pod: &str) -> Chain {
+    chain(CHECKER, CHECKER, pod)
+}
+
+/// The issuer's view of that checker Deployment.
+pub(crate) fn checker_workload() -> CheckerWorkload {
+    CheckerWorkload {
+        namespace: NS.into(),
+        deployment: CHECKER.into(),
+        service_account: CHECKER.into(),
+    }
+}
+
+/// Deployment `deployment` → ReplicaSet `<deployment>-5d9f` → `pod` under `sa`.
+fn chain(deployment: &str, sa: &str, pod: &str) -> Chain {
+    let rs = format!("{deployment}-5d9f");
     Chain {
-        deployment,
+        deployment: Deployment {
+            metadata: meta(deployment, None),
+            ..Default::default()
+        },
         replica_set: ReplicaSet {
-            metadata: meta("gw-5d9f", Some(controller_ref("Deployment", "gw"))),
+            metadata: meta(&rs, Some(controller_ref("Deployment", deployment))),
             ..Default::default()
         },
         pod: Pod {
-            metadata: meta(pod, Some(controller_ref("ReplicaSet", "gw-5d9f"))),
+            metadata: meta(pod, Some(controller_ref("ReplicaSet", &rs))),
             spec: Some(PodSpec {
-                service_account_name: Some(SA.into()),
+                service_account_name: Some(sa.into()),
                 ..Default::default()
             }),
             ..Default::default()
@@ -79,7 +103,12 @@ impl Chain {
     pub(crate) fn caller(&self) -> PodCaller {
         PodCaller {
             namespace: NS.into(),
-            service_account: SA.into(),
+            service_account: self
+                .pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.service_account_name.clone())
+                .unwrap_or_default(),
             pod_name: self.pod.metadata.name.clone().unwrap_or_default(),
             pod_uid: self.pod.metadata.uid.clone().unwrap_or_default(),
         }

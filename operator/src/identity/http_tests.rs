@@ -10,7 +10,7 @@ use crate::identity::authority::Authority;
 use crate::identity::authz::MemoryWorkloads;
 use crate::identity::ca::CaParams;
 use crate::identity::clock::SystemClock;
-use crate::identity::fixtures::{Chain, NS, SA, gateway_chain};
+use crate::identity::fixtures::{Chain, NS, checker_chain, checker_workload, gateway_chain};
 use crate::identity::issuer::IssuerConfig;
 use crate::identity::review::{MemoryReviewer, ReviewedToken};
 use crate::identity::store::MemoryCaStore;
@@ -40,7 +40,10 @@ pub(crate) async fn fixture() -> Fixture {
     chain.load(&workloads);
     reviewer.allow(TOKEN, DEFAULT_AUDIENCE, reviewed(&chain, DEFAULT_AUDIENCE));
     let issuer = Arc::new(Issuer::new(
-        IssuerConfig::new("proxy-pool.local", "test"),
+        IssuerConfig {
+            checker: Some(checker_workload()),
+            ..IssuerConfig::new("proxy-pool.local", "test")
+        },
         reviewer.clone(),
         workloads.clone(),
         authority.clone(),
@@ -57,7 +60,7 @@ pub(crate) async fn fixture() -> Fixture {
 pub(crate) fn reviewed(chain: &Chain, audience: &str) -> ReviewedToken {
     let caller = chain.caller();
     ReviewedToken {
-        username: format!("system:serviceaccount:{NS}:{SA}"),
+        username: format!("system:serviceaccount:{NS}:{}", caller.service_account),
         audiences: vec![audience.to_owned()],
         pod_name: Some(caller.pod_name),
         pod_uid: Some(caller.pod_uid),
@@ -513,4 +516,112 @@ fn tokens_keys_and_certificates_never_reach_the_logs() {
             assert!(!logs.contains(secret), "{secret:?} logged:\n{logs}");
         }
     });
+}
+
+fn san_uris(certificate_pem: &str) -> Vec<String> {
+    let der = x509_parser::pem::parse_x509_pem(certificate_pem.as_bytes())
+        .unwrap()
+        .1
+        .contents;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    let san = cert.subject_alternative_name().unwrap().unwrap().value;
+    san.general_names
+        .iter()
+        .map(|n| match n {
+            x509_parser::extensions::GeneralName::URI(u) => (*u).to_owned(),
+            other => panic!("unexpected SAN {other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn checker_pods_get_checker_ids_and_gateways_keep_worker_ids() {
+    let f = fixture().await;
+    let checker = checker_chain("proxy-pool-checker-5d9f-x2k4q");
+    checker.load(&f.workloads);
+    f.reviewer.allow(
+        "checker-token",
+        DEFAULT_AUDIENCE,
+        reviewed(&checker, DEFAULT_AUDIENCE),
+    );
+    // The CSR asks to be a gateway worker; the kind comes from the Deployment.
+    let csr = csr_with_sans(vec![
+        "spiffe://proxy-pool.local/test/worker/proxy-pool-checker-5d9f-x2k4q".into(),
+    ]);
+    let (status, _, body) = call(&f, request(Some("checker-token"), json_body(&csr))).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let issued: IssueResponse = serde_json::from_slice(&body).unwrap();
+    let want = "spiffe://proxy-pool.local/test/checker/proxy-pool-checker-5d9f-x2k4q";
+    assert_eq!(issued.spiffe_id, want);
+    assert_eq!(san_uris(&issued.certificate), vec![want.to_owned()]);
+    // The controller reads it as a checker identity.
+    let sid = proxy_pool_api::controlplane::spiffe::SpiffeId::parse(&issued.spiffe_id).unwrap();
+    assert_eq!(
+        sid.kind,
+        proxy_pool_api::controlplane::spiffe::WorkloadKind::Checker
+    );
+
+    // The gateway pod of the same issuer still gets a worker identity.
+    let csr = csr_with_sans(vec![
+        "spiffe://proxy-pool.local/test/checker/gw-5d9f-abcde".into(),
+    ]);
+    let (status, _, body) = call(&f, request(Some(TOKEN), json_body(&csr))).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let issued: IssueResponse = serde_json::from_slice(&body).unwrap();
+    let want = "spiffe://proxy-pool.local/test/worker/gw-5d9f-abcde";
+    assert_eq!(issued.spiffe_id, want);
+    assert_eq!(san_uris(&issued.certificate), vec![want.to_owned()]);
+}
+
+#[tokio::test]
+async fn checker_refusals_keep_their_reasons() {
+    let f = fixture().await;
+    let csr = csr_with_sans(vec![]);
+    // A pod of the checker Deployment under another ServiceAccount.
+    let mut wrong_sa = checker_chain("proxy-pool-checker-5d9f-aaaaa");
+    wrong_sa.pod.spec.as_mut().unwrap().service_account_name = Some("default".into());
+    wrong_sa.load(&f.workloads);
+    f.reviewer.allow(
+        "wrong-sa",
+        DEFAULT_AUDIENCE,
+        reviewed(&wrong_sa, DEFAULT_AUDIENCE),
+    );
+    let p = problem(
+        &f,
+        request(Some("wrong-sa"), json_body(&csr)),
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert_eq!(
+        p.detail.as_deref(),
+        Some("pod of the checker Deployment does not run under the checker ServiceAccount")
+    );
+    // A pod of some other, unlabelled Deployment under the checker's ServiceAccount.
+    let mut other = checker_chain("other-5d9f-bbbbb");
+    other.deployment.metadata.name = Some("other".into());
+    other.deployment.metadata.uid = Some("uid-other".into());
+    let rs_owner = &mut other
+        .replica_set
+        .metadata
+        .owner_references
+        .as_mut()
+        .unwrap()[0];
+    rs_owner.name = "other".into();
+    rs_owner.uid = "uid-other".into();
+    other.load(&f.workloads);
+    f.reviewer.allow(
+        "other",
+        DEFAULT_AUDIENCE,
+        reviewed(&other, DEFAULT_AUDIENCE),
+    );
+    let p = problem(
+        &f,
+        request(Some("other"), json_body(&csr)),
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert!(
+        p.detail.unwrap().contains("checker Deployment"),
+        "the reason names both rules"
+    );
 }

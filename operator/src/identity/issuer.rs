@@ -1,13 +1,17 @@
 //! The issuance decision: verify the CSR, authenticate the token (TokenReview, our
-//! audience), authorise the pod (managed gateway Deployment), and sign a leaf whose
-//! only SAN is `spiffe://<trust-domain>/<environment>/worker/<pod-name>` — a name
-//! taken from the authenticated caller, never from the CSR.
+//! audience), authorise the pod (managed gateway Deployment, or the configured checker
+//! Deployment), and sign a leaf whose only SAN is
+//! `spiffe://<trust-domain>/<environment>/worker/<pod-name>` for gateways or
+//! `spiffe://<trust-domain>/<environment>/checker/<pod-name>` for checkers — the kind
+//! and name taken from the authenticated caller, never from the CSR. These are the
+//! paths the controller's control plane requires for worker and checker messages
+//! (`proxy_pool_api::controlplane::spiffe`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::authority::Authority;
-use super::authz::{self, PodCaller, Workloads};
+use super::authz::{self, CheckerWorkload, PodCaller, WorkloadKind, Workloads};
 use super::ca::unix_secs;
 use super::csr;
 use super::error::IssueError;
@@ -29,10 +33,13 @@ pub struct IssuerConfig {
     pub leaf_lifetime: Duration,
     /// Namespaces whose pods may be served; `None` = any.
     pub namespaces: Option<Vec<String>>,
+    /// The checker Deployment whose pods get checker identities; `None` = checkers
+    /// are refused like any other unmanaged pod.
+    pub checker: Option<CheckerWorkload>,
 }
 
 impl IssuerConfig {
-    /// Defaults: audience `proxy-pool-identity`, 24 h leaves, any namespace.
+    /// Defaults: audience `proxy-pool-identity`, 24 h leaves, any namespace, no checker.
     pub fn new(trust_domain: impl Into<String>, environment: impl Into<String>) -> Self {
         Self {
             trust_domain: trust_domain.into(),
@@ -40,6 +47,7 @@ impl IssuerConfig {
             audience: DEFAULT_AUDIENCE.into(),
             leaf_lifetime: Duration::from_secs(24 * 3600),
             namespaces: None,
+            checker: None,
         }
     }
 
@@ -57,6 +65,17 @@ impl IssuerConfig {
         }
         if self.leaf_lifetime < Duration::from_secs(60) {
             problems.push("leafLifetime: at least 1m".into());
+        }
+        if let Some(c) = &self.checker {
+            for (field, value) in [
+                ("checker namespace", &c.namespace),
+                ("checker deployment", &c.deployment),
+                ("checker serviceAccount", &c.service_account),
+            ] {
+                if !is_dns_subdomain(value) {
+                    problems.push(format!("{field}: a Kubernetes object name, got {value:?}"));
+                }
+            }
         }
         if problems.is_empty() {
             Ok(())
@@ -99,11 +118,13 @@ impl Issuer {
         }
     }
 
-    /// The SPIFFE ID of a worker pod.
-    pub fn spiffe_id(&self, pod_name: &str) -> String {
+    /// The SPIFFE ID of a `kind` pod: `spiffe://<td>/<env>/<worker|checker>/<pod>`.
+    pub fn spiffe_id(&self, kind: WorkloadKind, pod_name: &str) -> String {
         format!(
-            "spiffe://{}/{}/worker/{pod_name}",
-            self.config.trust_domain, self.config.environment
+            "spiffe://{}/{}/{}/{pod_name}",
+            self.config.trust_domain,
+            self.config.environment,
+            kind.as_str()
         )
     }
 
@@ -121,15 +142,19 @@ impl Issuer {
             self.workloads.as_ref(),
             &caller,
             self.config.namespaces.as_deref(),
+            self.config.checker.as_ref(),
         )
         .await
         .map_err(|e| IssueError::Unavailable(e.to_string()))?;
-        if let Err(denial) = decision {
-            tracing::info!(reason = %denial, "worker certificate refused");
-            return Err(IssueError::Forbidden(denial.to_string()));
-        }
+        let kind = match decision {
+            Ok(kind) => kind,
+            Err(denial) => {
+                tracing::info!(reason = %denial, "worker certificate refused");
+                return Err(IssueError::Forbidden(denial.to_string()));
+            }
+        };
 
-        let spiffe_id = self.spiffe_id(&caller.pod_name);
+        let spiffe_id = self.spiffe_id(kind, &caller.pod_name);
         let cas = self.authority.cas();
         let now = self.authority.now();
         let leaf = cas
