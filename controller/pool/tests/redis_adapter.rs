@@ -365,7 +365,10 @@ async fn every_key_is_under_the_prefix_and_no_secret_is_in_a_key_name() {
         assert!(!v.contains(SECRET_PASSWORD), "{k} holds a password");
     }
     assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:v2:op:")));
-    assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:v2:owned:")));
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with("pp:{activity}:v2:owned:"))
+    );
     assert_consistent(&server.url()).await;
 }
 

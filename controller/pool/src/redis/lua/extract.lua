@@ -103,7 +103,9 @@ local function next_member(page)
         best = h
         break
       end
-      if not h.s then h.s = tonumber(string.sub(h.ms[h.i], 1, 15)) end
+      -- Fixed-width digit strings compare like their numbers (in every collation),
+      -- without a conversion.
+      if not h.s then h.s = string.sub(h.ms[h.i], 1, 15) end
       if not best or h.s > best.s then best = h end
     end
   end
