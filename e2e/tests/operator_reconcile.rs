@@ -1081,7 +1081,7 @@ async fn the_mounted_files_load_in_the_controller(client: &kube::Client) {
     assert_eq!(c.api_keys.len(), 1, "the API key file was read and hashed");
     assert_eq!(
         c.basic.as_ref().map(|b| b.username.as_str()),
-        Some("team-crawler")
+        Some("crawlerbot")
     );
 
     // Certificate and key belong together and make a server config.

@@ -381,6 +381,31 @@ impl Cx<'_> {
         self.credential_file(&r)
     }
 
+    /// A gateway client's user name is what gateway clients present before their
+    /// `-key-value` routing parameters: `A–Z a–z 0–9 _ . @`, at most 255 bytes.
+    fn gateway_username(&self, secret: &str) -> Result<(), Problem> {
+        let value = self
+            .secret(secret)?
+            .get("username")
+            .map(|v| trim_newline(v))
+            .unwrap_or_default();
+        let ok = !value.is_empty()
+            && value.len() <= 255
+            && value
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@'));
+        if ok {
+            Ok(())
+        } else {
+            Err(Problem::new(
+                "InvalidSecret",
+                format!(
+                    "key \"username\" of Secret {secret:?}: with gateway:connect the user name must be A-Z a-z 0-9 _ . @ only (`-` separates the gateway's username parameters)"
+                ),
+            ))
+        }
+    }
+
     /// `username` in clear + `password` as a mounted file.
     fn proxy_credentials(&mut self, secret: &str) -> Result<RawProxyCredentials, Problem> {
         let data = self.secret(secret)?;
@@ -543,7 +568,14 @@ impl Cx<'_> {
         }
         if let Some(b) = &auth.basic {
             let secret = &b.secret_ref.name;
+            let gateway = c
+                .spec
+                .permissions
+                .contains(&crate::crd::Permission::GatewayConnect);
             let basic = self.username_file(secret).and_then(|username_file| {
+                if gateway {
+                    self.gateway_username(secret)?;
+                }
                 let password = SecretKeyRef {
                     name: secret.clone(),
                     key: "password".into(),

@@ -249,7 +249,7 @@ fn client_credential_files_resolve_in_the_controller() {
         <[u8; 32]>::from(Sha256::digest(b"example-client-api-key-change-me"))
     );
     let basic = c.basic.as_ref().expect("basic");
-    assert_eq!(basic.username, "team-crawler");
+    assert_eq!(basic.username, "crawlerbot");
     assert_eq!(
         basic.password.0,
         <[u8; 32]>::from(Sha256::digest(b"example-password-change-me"))
@@ -416,10 +416,7 @@ fn gateway_clients_are_the_config_clients_with_gateway_connect_and_basic() {
     let clients = gateway_clients(routing, &out.gateway_clients);
     assert_eq!(clients.names, ["team-crawler"]);
     for value in &ex.secret_values {
-        // (The example's user name equals the client's name, which the file holds.)
-        if value != "team-crawler" {
-            assert!(!clients.file.contains(value.as_str()), "{}", clients.file);
-        }
+        assert!(!clients.file.contains(value.as_str()), "{}", clients.file);
     }
     let pw = hex::encode(Sha256::digest(b"example-password-change-me"));
     assert!(!clients.file.contains(&pw) && !c.digest.contains(&pw));
@@ -431,4 +428,30 @@ fn gateway_clients_are_the_config_clients_with_gateway_connect_and_basic() {
     let rotated = gateway_clients(routing, &again.gateway_clients);
     assert_eq!(rotated.file, clients.file);
     assert_ne!(rotated.hash, clients.hash);
+}
+
+#[test]
+fn a_gateway_client_needs_a_user_name_the_gateway_can_parse() {
+    let mut ex = examples();
+    if let Some(s) = ex.secrets.get_mut("team-crawler-credentials") {
+        s.insert("username".into(), b"team-crawler".to_vec());
+    }
+    let base = RawConfig::default();
+    let out = render(&inputs(&ex, &base));
+    let p = out.problems_of(Kind::DistributionClient, "team-crawler");
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].reason, "InvalidSecret");
+    assert!(p[0].message.contains("gateway:connect"), "{}", p[0].message);
+    assert!(out.gateway_clients.is_empty());
+    // Without gateway:connect the same user name is fine for the Distribution API.
+    ex.clients[0]
+        .spec
+        .permissions
+        .retain(|p| *p != crate::crd::Permission::GatewayConnect);
+    let out = render(&inputs(&ex, &base));
+    assert!(
+        out.problems_of(Kind::DistributionClient, "team-crawler")
+            .is_empty()
+    );
+    assert!(out.gateway_clients.is_empty());
 }
