@@ -3,11 +3,9 @@
 //! tunnel relay with an idle timeout. Every wait is bounded by a timeout.
 
 use std::io;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -15,14 +13,16 @@ use tokio_util::sync::CancellationToken;
 use crate::parse::chunked::{MAX_CHUNK_LINE, parse_chunk_size};
 use crate::parse::http_head::{BodyFraming, HeadError, head_len};
 
-/// A TCP stream with a fixed-capacity read buffer.
+/// A TCP stream with a fixed-capacity read buffer. The buffer is allocated once and
+/// never zeroed (reads go into its spare capacity); bytes `start..buf.len()` are
+/// read but not consumed.
 #[derive(Debug)]
 pub struct BufConn {
     /// The stream.
     pub stream: TcpStream,
-    buf: Box<[u8]>,
+    buf: Vec<u8>,
+    cap: usize,
     start: usize,
-    end: usize,
 }
 
 /// Which side of a body copy failed.
@@ -42,50 +42,51 @@ pub enum CopyError {
 impl BufConn {
     /// Wraps `stream` with a buffer of `capacity` bytes.
     pub fn new(stream: TcpStream, capacity: usize) -> Self {
+        let cap = capacity.max(1024);
         Self {
             stream,
-            buf: vec![0; capacity.max(1024)].into_boxed_slice(),
+            buf: Vec::with_capacity(cap),
+            cap,
             start: 0,
-            end: 0,
         }
     }
 
     /// Size of the read buffer.
     pub fn capacity(&self) -> usize {
-        self.buf.len()
+        self.cap
     }
 
     /// Bytes read but not consumed.
     pub fn buffered(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
+        &self.buf[self.start..]
     }
 
     /// Marks `n` buffered bytes as used.
     pub fn consume(&mut self, n: usize) {
-        self.start = (self.start + n).min(self.end);
-        if self.start == self.end {
+        self.start = (self.start + n).min(self.buf.len());
+        if self.start == self.buf.len() {
             self.start = 0;
-            self.end = 0;
+            self.buf.clear();
         }
     }
 
     /// Reads more, waiting at most `timeout`. Returns 0 at EOF; fails when the buffer
     /// is full of unconsumed bytes.
     pub async fn fill(&mut self, timeout: Duration) -> io::Result<usize> {
-        if self.end == self.buf.len() {
+        if self.buf.len() >= self.cap {
             if self.start == 0 {
                 return Err(io::Error::new(io::ErrorKind::OutOfMemory, "buffer full"));
             }
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
+            self.buf.drain(..self.start);
             self.start = 0;
         }
-        let read = self.stream.read(&mut self.buf[self.end..]);
-        let n = tokio::time::timeout(timeout, read)
+        // At most the room left below `cap` (the Vec never grows past it here).
+        let room = self.cap - self.buf.len();
+        let mut limited = (&mut self.stream).take(room as u64);
+        let read = limited.read_buf(&mut self.buf);
+        tokio::time::timeout(timeout, read)
             .await
-            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))??;
-        self.end += n;
-        Ok(n)
+            .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
     }
 
     /// Reads until a complete HTTP head (≤ `max` bytes) is buffered; returns its length,
@@ -262,11 +263,17 @@ pub enum TunnelEnd {
     Error,
 }
 
+/// Read size of each tunnel direction (a side whose handshake buffer is smaller gets
+/// its buffer grown to this once).
+pub const TUNNEL_BUFFER: usize = 16 * 1024;
+
 /// Relays bytes both ways until both sides close, the tunnel idles out, or
-/// `cancel` fires. Returns bytes client→upstream, upstream→client and how it ended.
+/// `cancel` fires. Each direction reads into the read buffer its connection already
+/// has (which must hold no unconsumed bytes), so a tunnel allocates nothing more.
+/// Returns bytes client→upstream, upstream→client and how it ended.
 pub async fn tunnel(
-    client: &mut TcpStream,
-    upstream: &mut TcpStream,
+    client: &mut BufConn,
+    upstream: &mut BufConn,
     idle: Duration,
     cancel: &CancellationToken,
 ) -> (u64, u64, TunnelEnd) {
@@ -274,17 +281,41 @@ pub async fn tunnel(
     let last = AtomicU64::new(0);
     let up = AtomicU64::new(0);
     let down = AtomicU64::new(0);
-    let mut a = Tracked {
-        inner: client,
-        last: &last,
-        read: &up,
-        base,
-    };
-    let mut b = Tracked {
-        inner: upstream,
-        last: &last,
-        read: &down,
-        base,
+    let BufConn {
+        stream: client_stream,
+        buf: client_buf,
+        ..
+    } = client;
+    let BufConn {
+        stream: upstream_stream,
+        buf: upstream_buf,
+        ..
+    } = upstream;
+    for buf in [&mut *client_buf, &mut *upstream_buf] {
+        buf.clear();
+        buf.reserve_exact(TUNNEL_BUFFER);
+    }
+    let (mut client_read, mut client_write) = client_stream.split();
+    let (mut upstream_read, mut upstream_write) = upstream_stream.split();
+    let relay = async {
+        tokio::try_join!(
+            pump(
+                &mut client_read,
+                &mut upstream_write,
+                client_buf,
+                &last,
+                &up,
+                base
+            ),
+            pump(
+                &mut upstream_read,
+                &mut client_write,
+                upstream_buf,
+                &last,
+                &down,
+                base
+            ),
+        )
     };
     let watchdog = async {
         loop {
@@ -297,9 +328,7 @@ pub async fn tunnel(
         }
     };
     let end = tokio::select! {
-        res = tokio::io::copy_bidirectional_with_sizes(&mut a, &mut b, 16 * 1024, 16 * 1024) => {
-            if res.is_ok() { TunnelEnd::Closed } else { TunnelEnd::Error }
-        }
+        res = relay => if res.is_ok() { TunnelEnd::Closed } else { TunnelEnd::Error },
         () = watchdog => TunnelEnd::Idle,
         () = cancel.cancelled() => TunnelEnd::Cancelled,
     };
@@ -310,47 +339,33 @@ pub async fn tunnel(
     )
 }
 
-/// A stream that records when it last read bytes and how many it read.
-struct Tracked<'a> {
-    inner: &'a mut TcpStream,
-    last: &'a AtomicU64,
-    read: &'a AtomicU64,
+/// One direction of a tunnel: read into `buf` (its spare capacity, at most
+/// [`TUNNEL_BUFFER`] at a time), write everything out; at EOF, half-close the writer.
+async fn pump<R, W>(
+    reader: &mut R,
+    writer: &mut W,
+    buf: &mut Vec<u8>,
+    last: &AtomicU64,
+    count: &AtomicU64,
     base: Instant,
-}
-
-impl AsyncRead for Tracked<'_> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let res = Pin::new(&mut *self.inner).poll_read(cx, buf);
-        let n = buf.filled().len() - before;
-        if n > 0 {
-            let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
-            self.last.store(ms, Ordering::Relaxed);
-            self.read.fetch_add(n as u64, Ordering::Relaxed);
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    loop {
+        buf.clear();
+        let n = (&mut *reader)
+            .take(TUNNEL_BUFFER as u64)
+            .read_buf(buf)
+            .await?;
+        if n == 0 {
+            return writer.shutdown().await;
         }
-        res
-    }
-}
-
-impl AsyncWrite for Tracked<'_> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.inner).poll_shutdown(cx)
+        let ms = u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        last.store(ms, Ordering::Relaxed);
+        count.fetch_add(n as u64, Ordering::Relaxed);
+        writer.write_all(&buf[..n]).await?;
     }
 }
 
@@ -412,8 +427,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn idle_tunnels_end() {
-        let (mut a, _a_peer) = pair().await;
-        let (mut b, _b_peer) = pair().await;
+        let (a, _a_peer) = pair().await;
+        let (b, _b_peer) = pair().await;
+        let (mut a, mut b) = (BufConn::new(a, 1024), BufConn::new(b, 1024));
         let cancel = CancellationToken::new();
         let (_, _, end) = tunnel(&mut a, &mut b, Duration::from_secs(5), &cancel).await;
         assert_eq!(end, TunnelEnd::Idle);

@@ -27,6 +27,10 @@ use crate::snapshot::{ProxyEntry, UpstreamProtocol};
 use crate::upstream::pool::PoolKey;
 use crate::upstream::{self, Target};
 
+/// Most body bytes sent in the same write as the response head (the rest is relayed
+/// as it comes); bounds what the reused head buffer can grow to.
+const MERGE_BODY_MAX: usize = 8 * 1024;
+
 /// Per-connection buffers, reused across requests.
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
@@ -381,6 +385,21 @@ async fn exchange(
         }
         out.extend_from_slice(b"\r\n");
         upstream.consume(len);
+        // The body bytes that came with the head go out in the same write: one
+        // send per small response instead of two.
+        let framing = match framing {
+            BodyFraming::Length(n) if !interim && status != 101 => {
+                let take = upstream
+                    .buffered()
+                    .len()
+                    .min(MERGE_BODY_MAX)
+                    .min(usize::try_from(n).unwrap_or(usize::MAX));
+                out.extend_from_slice(&upstream.buffered()[..take]);
+                upstream.consume(take);
+                BodyFraming::Length(n - take as u64)
+            }
+            other => other,
+        };
         client.stream.write_all(out).await.map_err(client_gone)?;
         if interim {
             continue;

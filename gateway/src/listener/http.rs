@@ -41,6 +41,9 @@ pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream) {
     let mut conn = BufConn::new(stream, cfg.head.max_head_bytes);
     let mut scratch = Scratch::default();
     let mut first = true;
+    // One registration with the drain token per connection, not one per request.
+    let drain = shared.draining.cancelled();
+    tokio::pin!(drain);
     loop {
         let wait = if first {
             cfg.handshake_timeout
@@ -53,7 +56,7 @@ pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream) {
         } else {
             tokio::select! {
                 head = read => head,
-                () = shared.draining.cancelled() => return,
+                () = &mut drain => return,
             }
         };
         first = false;

@@ -200,8 +200,8 @@ pub(crate) async fn relay(shared: &Shared, client: &mut BufConn, mut est: Establ
             let m = est.upstream.buffered().len();
             est.upstream.consume(m);
             io::tunnel(
-                &mut client.stream,
-                &mut est.upstream.stream,
+                client,
+                &mut est.upstream,
                 shared.config.io_idle_timeout,
                 &shared.force,
             )
