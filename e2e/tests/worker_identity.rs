@@ -7,11 +7,13 @@
 //! - the real gateway binary, given `--identity-endpoint` and a ServiceAccount token
 //!   bound to a pod of a managed gateway Deployment, obtains its certificate, registers,
 //!   receives a snapshot (`/readyz`) and proxies a request through a simulator proxy;
-//!   the checker binary (file-based certificate, `checker/<id>` identity signed by the
-//!   same CA) checks the simulator's proxies over the same mTLS control plane;
+//! - the real checker binary, given `--identity-endpoint` and a token bound to a pod of
+//!   the checker Deployment the issuer is configured with (`--checker-deployment`),
+//!   obtains a `checker/<pod>` certificate from the same issuer, registers and checks
+//!   the simulator's proxies over the same mTLS control plane;
 //! - a gateway with a token bound to a pod outside any managed Deployment is refused
 //!   by the issuer, says so in one clear log line, exits non-zero and never opens its
-//!   traffic listener.
+//!   traffic listener; a checker with such a token is refused and exits likewise.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -31,6 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use kube::api::{Api, PostParams};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
 use proxy_pool_operator::identity::authority::Authority;
+use proxy_pool_operator::identity::authz::CheckerWorkload;
 use proxy_pool_operator::identity::kube_adapters::{BUNDLE_KEY, KubeCaStore};
 use proxy_pool_operator::identity::{
     CaParams, IdentityOptions, IdentityService, IssuerConfig, SystemClock, wire::DEFAULT_AUDIENCE,
@@ -41,6 +44,9 @@ const GATEWAY_NS: &str = "gateways";
 const CA_SECRET: &str = "proxy-pool-identity-ca";
 const BUNDLE_CM: &str = "proxy-pool-trust-bundle";
 const SA: &str = "gateway";
+/// The checker Deployment and its ServiceAccount, as the issuer is told about them.
+const CHECKER_DEPLOYMENT: &str = "proxy-pool-checker";
+const CHECKER_SA: &str = "checker";
 const ISSUER_NAME: &str = "proxy-pool-operator.proxy-pool-system.svc";
 const CONTROLLER_NAME: &str = "proxy-pool-controller";
 const TRUST_DOMAIN: &str = "proxy-pool.test";
@@ -63,13 +69,15 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     for ns in [OPERATOR_NS, GATEWAY_NS] {
         create(&Api::all(client.clone()), &namespace(ns)).await;
     }
-    create(&in_gateway_ns(&client), &service_account(SA)).await;
+    for sa in [SA, CHECKER_SA] {
+        create(&in_gateway_ns(&client), &service_account(sa)).await;
+    }
     let authority = start_authority(&client).await;
     let issuer = start_issuer(&client).await;
     let bundle = dir.write("trust/ca.crt", &published_bundle(&client).await);
 
-    // The controller's serving certificate and the checker's workload certificate,
-    // signed by the operator's CA (in a cluster: cert-manager or the chart).
+    // The controller's serving certificate, signed by the operator's CA (in a cluster
+    // the operator issues it into a Secret).
     let cas = authority.cas();
     let now = SystemTime::now();
     let controller_key = rcgen::KeyPair::generate().expect("key");
@@ -81,16 +89,6 @@ async fn gateway_and_checker_use_operator_issued_identities() {
             &[CONTROLLER_NAME.to_owned()],
         )
         .expect("controller certificate");
-    let checker_key = rcgen::KeyPair::generate().expect("key");
-    let checker_cert = cas
-        .sign_workload(
-            now,
-            authority.params(),
-            &checker_key,
-            &format!("spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/checker/e2e-checker"),
-            Duration::from_secs(3600),
-        )
-        .expect("checker certificate");
 
     let ports = Ports::new();
     let logs = dir.path.join("logs");
@@ -136,26 +134,20 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     );
     wait_http(&mut procs, ports.admin, "/healthz", "controller").await;
 
-    // The checker: file-based mTLS.
+    // The checker of the checker Deployment's pod: certificate from the issuer.
+    let checker_pod = deployment_chain(&client, CHECKER_DEPLOYMENT, CHECKER_SA, false).await;
+    let checker_token = dir.write(
+        "checker/token",
+        &token_for(&client, &checker_pod, DEFAULT_AUDIENCE).await,
+    );
     procs.start(
         "checker",
         &logs,
-        Command::new(bin("proxy-pool-checker"))
-            .args(["run", "--controller"])
-            .arg(format!("https://{}", ports.cp))
-            .args(["--checker-id", "e2e-checker", "--echo"])
-            .arg(ports.echo.to_string())
-            .arg("--tls-ca")
-            .arg(&bundle)
-            .arg("--tls-cert")
-            .arg(dir.write("checker.crt", &checker_cert.pem))
-            .arg("--tls-key")
-            .arg(dir.write("checker.key", &checker_key.serialize_pem()))
-            .args(["--server-name", CONTROLLER_NAME]),
+        &mut checker_command(&ports, &issuer, &checker_token, &bundle, &checker_pod.name),
     );
 
     // The gateway of a managed Deployment's pod: certificate from the issuer.
-    let pod = gateway_chain(&client, "gw", true).await;
+    let pod = deployment_chain(&client, "gw", SA, true).await;
     let token = dir.write(
         "gw/token",
         &token_for(&client, &pod, DEFAULT_AUDIENCE).await,
@@ -204,8 +196,16 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let checker_log = std::fs::read_to_string(logs.join("checker.log")).unwrap_or_default();
     assert!(
+        checker_log.contains("workload certificate issued")
+            && checker_log.contains(&format!(
+                "spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/checker/{}",
+                checker_pod.name
+            )),
+        "the checker's certificate came from the issuer, named checker/<pod>:\n{checker_log}"
+    );
+    assert!(
         checker_log.contains("registered with the control plane"),
-        "the checker registered over mTLS with its file-based certificate:\n{checker_log}"
+        "the checker registered over mTLS with its issued certificate:\n{checker_log}"
     );
     let metrics = http_get(ports.gw.admin, "/metrics").unwrap_or_default();
     assert!(
@@ -216,7 +216,7 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     );
 
     // A pod outside any managed gateway Deployment: refused, no traffic listener.
-    let other = gateway_chain(&client, "rogue", false).await;
+    let other = deployment_chain(&client, "rogue", SA, false).await;
     let token = dir.write(
         "rogue/token",
         &token_for(&client, &other, DEFAULT_AUDIENCE).await,
@@ -248,6 +248,30 @@ async fn gateway_and_checker_use_operator_issued_identities() {
         TcpStream::connect(rogue_ports.http).is_err(),
         "the refused gateway never listened for traffic"
     );
+
+    // A checker with that pod's token: refused (the pod is not of the checker
+    // Deployment), one clear line, non-zero exit.
+    let out = checker_command(&ports, &issuer, &token, &bundle, &other.name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rogue checker");
+    let out = wait_output(out, Duration::from_secs(60));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "a refused checker exits non-zero:\n{text}"
+    );
+    assert!(
+        text.contains("the identity issuer refused this checker: not starting")
+            && text.contains("403"),
+        "clear refusal line:\n{text}"
+    );
+    assert!(!text.contains(raw.trim()), "the token is never logged");
 
     procs.stop();
 }
@@ -382,7 +406,7 @@ fn wait_output(mut child: Child, within: Duration) -> std::process::Output {
             let _ = child.kill();
             let out = child.wait_with_output().expect("output");
             panic!(
-                "the refused gateway kept running:\n{}{}",
+                "the refused process kept running:\n{}{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
@@ -511,6 +535,33 @@ fn gateway_command(
     cmd
 }
 
+/// What the chart renders for the checker, as flags (the Deployment passes the
+/// identity settings as `PROXY_POOL_*` environment variables and the pod name as
+/// `--checker-id=$(POD_NAME)`).
+fn checker_command(
+    ports: &Ports,
+    issuer: &SocketAddr,
+    token: &Path,
+    bundle: &Path,
+    pod: &str,
+) -> Command {
+    let mut cmd = Command::new(bin("proxy-pool-checker"));
+    cmd.env("RUST_LOG", "info")
+        .env("POD_NAME", pod)
+        .arg("run")
+        .arg(format!("--controller=https://{}", ports.cp))
+        .arg(format!("--server-name={CONTROLLER_NAME}"))
+        .arg(format!("--checker-id={pod}"))
+        .arg(format!("--echo={}", ports.echo))
+        .arg(format!("--identity-endpoint=https://{issuer}"))
+        .arg(format!("--identity-server-name={ISSUER_NAME}"))
+        .arg("--identity-token-file")
+        .arg(token)
+        .arg("--trust-bundle-file")
+        .arg(bundle);
+    cmd
+}
+
 fn controller_config(
     ports: &Ports,
     cert: &Path,
@@ -602,6 +653,11 @@ async fn start_issuer(client: &kube::Client) -> SocketAddr {
         IssuerConfig::new(TRUST_DOMAIN, ENVIRONMENT),
     );
     options.issuer.namespaces = Some(vec![GATEWAY_NS.into()]);
+    options.issuer.checker = Some(CheckerWorkload {
+        namespace: GATEWAY_NS.into(),
+        deployment: CHECKER_DEPLOYMENT.into(),
+        service_account: CHECKER_SA.into(),
+    });
     options.bundle_namespaces = vec![OPERATOR_NS.into(), GATEWAY_NS.into()];
     let service = IdentityService::start(client.clone(), options)
         .await
@@ -629,6 +685,7 @@ async fn published_bundle(client: &kube::Client) -> String {
 struct PodRef {
     name: String,
     uid: String,
+    service_account: String,
 }
 
 async fn create<K>(api: &Api<K>, obj: &K) -> K
@@ -681,12 +738,12 @@ fn controller_ref(kind: &str, name: &str, uid: &str) -> OwnerReference {
     }
 }
 
-fn pod_spec() -> PodSpec {
+fn pod_spec(sa: &str) -> PodSpec {
     PodSpec {
-        service_account_name: Some(SA.into()),
+        service_account_name: Some(sa.into()),
         containers: vec![Container {
-            name: "gateway".into(),
-            image: Some("proxy-pool-gateway:e2e".into()),
+            name: "workload".into(),
+            image: Some("proxy-pool:e2e".into()),
             ..Default::default()
         }],
         ..Default::default()
@@ -694,8 +751,9 @@ fn pod_spec() -> PodSpec {
 }
 
 /// Deployment `name` (with the operator's gateway labels when `managed`), its
-/// ReplicaSet and one Pod, linked by controller references with real UIDs.
-async fn gateway_chain(client: &kube::Client, name: &str, managed: bool) -> PodRef {
+/// ReplicaSet and one Pod running under ServiceAccount `sa`, linked by controller
+/// references with real UIDs.
+async fn deployment_chain(client: &kube::Client, name: &str, sa: &str, managed: bool) -> PodRef {
     let mut labels = BTreeMap::from([("app".to_owned(), name.to_owned())]);
     if managed {
         labels.insert(
@@ -714,7 +772,7 @@ async fn gateway_chain(client: &kube::Client, name: &str, managed: bool) -> PodR
             labels: Some(app.clone()),
             ..Default::default()
         }),
-        spec: Some(pod_spec()),
+        spec: Some(pod_spec(sa)),
     };
     let deployment = create(
         &in_gateway_ns(client),
@@ -759,7 +817,7 @@ async fn gateway_chain(client: &kube::Client, name: &str, managed: bool) -> PodR
         &in_gateway_ns(client),
         &Pod {
             metadata: meta(&pod_name, BTreeMap::new(), Some(owner)),
-            spec: Some(pod_spec()),
+            spec: Some(pod_spec(sa)),
             ..Default::default()
         },
     )
@@ -767,6 +825,7 @@ async fn gateway_chain(client: &kube::Client, name: &str, managed: bool) -> PodR
     PodRef {
         name: pod_name,
         uid: uid_of(&pod.metadata),
+        service_account: sa.to_owned(),
     }
 }
 
@@ -790,7 +849,7 @@ async fn token_for(client: &kube::Client, pod: &PodRef, audience: &str) -> Strin
         ..Default::default()
     };
     Api::<ServiceAccount>::namespaced(client.clone(), GATEWAY_NS)
-        .create_token_request(SA, &PostParams::default(), &request)
+        .create_token_request(&pod.service_account, &PostParams::default(), &request)
         .await
         .expect("TokenRequest")
         .status
