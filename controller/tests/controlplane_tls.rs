@@ -165,6 +165,79 @@ async fn wrong_kind_domain_or_environment_is_refused() {
     }
 }
 
+/// The operator's issuer names gateway pods `…/worker/<pod>` and checker pods
+/// `…/checker/<pod>`: neither kind may use the other's service, even with the same ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_and_checker_identities_cannot_cross_services() {
+    let pki = Pki::new();
+    let h = mtls_harness(&pki).await;
+    let checker_req = |id: &str| pb::RegisterCheckerRequest {
+        checker_id: id.into(),
+        instance_id: "i-1".into(),
+        max_concurrency: 2,
+        tiers: vec![pb::CheckTier::Basic as i32],
+        supported_protocol_versions: vec![1],
+    };
+    let pod = "proxy-pool-checker-5d9f-x2k4q";
+
+    // A checker certificate on the gateway service: refused in every RPC.
+    let checker_cert = pki.leaf(&[&format!("spiffe://pp.test/test/checker/{pod}")]);
+    let ch = channel(&h, &pki.ca_pem, checker_cert)
+        .await
+        .expect("connect");
+    let mut as_worker = WorkerControlPlaneClient::new(ch.clone());
+    assert_code(
+        as_worker.register_worker(register_req(pod, "i-1")).await,
+        Code::PermissionDenied,
+        "identity_mismatch",
+    );
+    let watch = as_worker
+        .watch_snapshots(pb::WatchSnapshotsRequest {
+            worker_id: pod.into(),
+            session_id: "s-1".into(),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(watch.expect_err("denied").code(), Code::PermissionDenied);
+    // ... while the same certificate is a checker.
+    CheckerControlPlaneClient::new(ch)
+        .register_checker(checker_req(pod))
+        .await
+        .expect("the checker certificate registers as a checker");
+
+    // A gateway certificate on the checker service: refused in every RPC.
+    let worker_cert = pki.leaf(&[&format!("spiffe://pp.test/test/worker/{pod}")]);
+    let ch = channel(&h, &pki.ca_pem, worker_cert)
+        .await
+        .expect("connect");
+    let mut as_checker = CheckerControlPlaneClient::new(ch.clone());
+    assert_code(
+        as_checker.register_checker(checker_req(pod)).await,
+        Code::PermissionDenied,
+        "identity_mismatch",
+    );
+    let stream = as_checker
+        .stream_tasks(pb::StreamTasksRequest {
+            checker_id: pod.into(),
+            session_id: "s-1".into(),
+        })
+        .await;
+    assert_eq!(stream.expect_err("denied").code(), Code::PermissionDenied);
+    let report = as_checker
+        .report_observations(pb::ReportObservationsRequest {
+            checker_id: pod.into(),
+            session_id: "s-1".into(),
+            observations: vec![],
+        })
+        .await;
+    assert_eq!(report.expect_err("denied").code(), Code::PermissionDenied);
+    // ... while the same certificate is a gateway worker.
+    WorkerControlPlaneClient::new(ch)
+        .register_worker(register_req(pod, "i-1"))
+        .await
+        .expect("the worker certificate registers as a worker");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_from_another_ca_or_none_are_refused_by_the_handshake() {
     let pki = Pki::new();
