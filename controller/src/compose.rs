@@ -36,8 +36,10 @@ use crate::provider::{
 use crate::shutdown::{Phase, Shutdown};
 use crate::store::{self, BuildError, Ports, Store};
 
+mod token_review;
 mod usage;
 
+pub use token_review::{Bearer, prepare as prepare_bearer};
 pub use usage::{Usage, UsageWorker, analytics_options, analytics_settings};
 pub use usage::{check as check_usage, migrate, prepare as prepare_usage};
 
@@ -79,6 +81,9 @@ pub enum ComposeError {
     /// Usage analytics cannot be set up (files, settings; never the DSN's content).
     #[error("analytics: {0}")]
     Analytics(String),
+    /// ServiceAccount clients cannot be set up (Kubernetes API access; never a token).
+    #[error("distribution.auth tokenReview: {0}")]
+    TokenReview(String),
     /// The analytics database is not ready for this version: run `migrate`.
     #[error(
         "analytics: {0} (run `proxy-pool-controller migrate --config <file>` against this database first)"

@@ -83,6 +83,9 @@ impl Controller {
     pub async fn build(config: Config) -> Result<Self, compose::ComposeError> {
         let (store, pool) = compose::build_store(&config).await?;
         let mut controller = Self::from_store(config, store)?;
+        if let Some(b) = compose::prepare_bearer(&controller.config, &controller.metrics).await? {
+            controller = controller.with_bearer_verifier(b.verifier);
+        }
         let usage = compose::prepare_usage(&controller.config, &controller.metrics).await?;
         controller.composed = Some(compose::prepare(
             &controller.config,

@@ -3,7 +3,12 @@
 //! ServiceAccount tokens map to their clients; a review is cached (the second request
 //! is not reviewed again) for at most 120 s and never past the token's `exp`; the token
 //! never reaches Redis; rejected tokens and failed reviews are never cached; which
-//! client a cached user is gets decided on every request.
+//! client a cached user is gets decided on every request. And a live controller built
+//! from a config with `tokenReview` (the way `main` builds it) answers ServiceAccount
+//! tokens over HTTP: 200 for a mapped account, 403 for an unmapped one, 401 for garbage,
+//! the second request served from the cache (its metrics and Redis keys).
+
+mod common;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -225,13 +230,13 @@ async fn service_account_tokens_on_a_real_apiserver() {
         assert!(val.contains("system:serviceaccount:clients:team-"), "{val}");
     }
 
-    // An authenticated user without a client is refused; its review is cached, but
-    // which client it is gets decided per request: another mapping over the same
-    // cache accepts it without a new review.
+    // An authenticated user without a client is refused (403, not 401); its review is
+    // cached, but which client it is gets decided per request: another mapping over
+    // the same cache accepts it without a new review.
     let s = token(&client, "stranger", AUDIENCE).await;
-    assert_eq!(v.verify(&s).await, Err(AuthError::Invalid));
+    assert_eq!(v.verify(&s).await, Err(AuthError::NotAClient));
     assert_eq!(reviewer.calls(), 3);
-    assert_eq!(v.verify(&s).await, Err(AuthError::Invalid));
+    assert_eq!(v.verify(&s).await, Err(AuthError::NotAClient));
     assert_eq!(reviewer.calls(), 3);
     let stranger = sa_user("stranger");
     let v2 = verifier(reviewer.clone(), store.clone(), &[(&stranger, 2)]);
@@ -301,4 +306,132 @@ async fn reviews_never_outlive_the_token_and_failures_are_not_cached() {
         assert_eq!(down.calls(), n);
     }
     assert_eq!(entries(&redis).await.len(), 1);
+}
+
+/// The value of `<family>` for the `token_review` namespace in `/metrics`.
+fn cache_metric(text: &str, family: &str) -> u64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| {
+            l.split('{')
+                .next()
+                .is_some_and(|n| n.trim_end_matches("_total").ends_with(family))
+                && l.contains("namespace=\"token_review\"")
+        })
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{family} not in /metrics:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_configured_with_token_review_serves_service_accounts() {
+    use common::{Kind, store_yaml, usage::start_built};
+
+    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let cluster = KubeApiServer::start(&bins)
+        .await
+        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+    let client = cluster.client();
+    Api::<KubeNamespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &KubeNamespace {
+                metadata: meta(NS),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let sas = Api::<ServiceAccount>::namespaced(client.clone(), NS);
+    for sa in ["team-a", "stranger"] {
+        sas.create(
+            &PostParams::default(),
+            &ServiceAccount {
+                metadata: meta(sa),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let redis = RedisServer::start();
+    let static_token = "static-bearer-5c1e";
+    let yaml = format!(
+        r#"
+store: {store}
+cache: {{enabled: true, keyPrefix: {PREFIX}, redisTimeout: 500ms}}
+distribution:
+  listen: 127.0.0.1:0
+  auth:
+    mode: any
+    methods:
+      - type: bearer
+        tokenReview: {{audience: {AUDIENCE}, kubeconfigFile: "{kubeconfig}"}}
+admin: {{listen: 127.0.0.1:0}}
+upstreams:
+  - {{name: up-a, ttl: 10m, maxSize: 1000, source: {{vendorApi: {{url: "http://127.0.0.1:9/", format: json}}}}}}
+clients:
+  - name: team-a
+    serviceAccounts: [{NS}/team-a]
+  - name: by-hash
+    bearerTokens: [{{sha256: {hash}}}]
+shutdown: {{gracePeriod: 5s}}
+"#,
+        store = store_yaml(Kind::Redis, Some(&redis)),
+        kubeconfig = cluster.kubeconfig().display(),
+        hash = proxy_pool_controller::distribution::hash_secret(static_token),
+    );
+    let h = start_built(&yaml, Some(redis)).await;
+    h.seed("up-a", 10, "shanghai", "telecom").await;
+    let body = r#"{"count":1}"#;
+    let bearer = |t: &str| format!("Bearer {t}");
+    let metrics = || async {
+        let r = h.admin_get("/metrics").await;
+        String::from_utf8_lossy(&r.body).to_string()
+    };
+
+    let a = token(&client, "team-a", AUDIENCE).await;
+    let r = h.extract(body, &[("authorization", &bearer(&a))]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.ids().len(), 1);
+    let m = metrics().await;
+    assert_eq!(cache_metric(&m, "cache_loader_calls"), 1);
+    assert_eq!(cache_metric(&m, "cache_hits"), 0);
+    // One entry under the configured prefix, without the token.
+    let stored = entries(h.redis.as_ref().unwrap()).await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert!(!stored[0].0.contains(&a) && !stored[0].1.contains(&a));
+
+    // The second request is answered from the cache: a hit, no second review.
+    let r = h.extract(body, &[("authorization", &bearer(&a))]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let m = metrics().await;
+    assert_eq!(cache_metric(&m, "cache_hits"), 1);
+    assert_eq!(cache_metric(&m, "cache_loader_calls"), 1);
+
+    // A configured bearerTokens hash is checked first and never reviewed.
+    let r = h
+        .extract(body, &[("authorization", &bearer(static_token))])
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(cache_metric(&metrics().await, "cache_loader_calls"), 1);
+
+    // A valid token of a ServiceAccount no client lists: authenticated, not a client.
+    let s = token(&client, "stranger", AUDIENCE).await;
+    let r = h.extract(body, &[("authorization", &bearer(&s))]).await;
+    assert_eq!(r.status, 403, "{:?}", r.body);
+    assert_eq!(r.code(), "PERMISSION_DENIED");
+    // Garbage and a token for another audience: 401, never cached.
+    let other = token(&client, "team-a", "someone-else").await;
+    for t in ["not-a-token", other.as_str(), "not-a-token"] {
+        let r = h.extract(body, &[("authorization", &bearer(t))]).await;
+        assert_eq!(r.status, 401, "{:?}", r.body);
+        assert_eq!(r.code(), "UNAUTHENTICATED");
+    }
+    let m = metrics().await;
+    assert_eq!(cache_metric(&m, "cache_loader_calls"), 5);
+    assert_eq!(cache_metric(&m, "cache_hits"), 1);
+    // Two cached users (team-a, stranger); rejections left nothing behind.
+    assert_eq!(entries(h.redis.as_ref().unwrap()).await.len(), 2);
+    h.stop().await;
 }

@@ -150,7 +150,9 @@ pub fn check(config: &Config) -> Vec<String> {
 }
 
 /// A connect function for the store's Redis (direct or Sentinel-resolved master).
-fn redis_connect(r: &RedisConfig) -> Result<proxy_pool_analytics::Connect, ComposeError> {
+pub(super) fn redis_connect(
+    r: &RedisConfig,
+) -> Result<proxy_pool_analytics::Connect, ComposeError> {
     let password = r
         .password_file
         .as_deref()

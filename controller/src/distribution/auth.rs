@@ -57,6 +57,10 @@ pub enum AuthError {
     /// The verifier could not decide (e.g. a remote review failed).
     #[error("verifier unavailable")]
     Unavailable,
+    /// Authenticated (e.g. a reviewed ServiceAccount token) but no configured client:
+    /// 403, not 401.
+    #[error("authenticated, but not a configured client")]
+    NotAClient,
 }
 
 /// Checks bearer tokens. The static implementation compares hashes from the config;
@@ -201,6 +205,9 @@ impl Authenticator {
                     Ok(i) => (AuthMethodKind::Bearer, i, digest_label("bearer", rest)),
                     Err(AuthError::Invalid) => return Err(self.unauthenticated()),
                     Err(AuthError::Unavailable) => return Err(ApiError::AuthUnavailable),
+                    Err(AuthError::NotAClient) => {
+                        return Err(ApiError::PermissionDenied("distribution:extract"));
+                    }
                 }
             } else {
                 return Err(self.unauthenticated());

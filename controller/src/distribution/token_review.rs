@@ -22,7 +22,7 @@ use proxy_pool_cache::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::auth::{AuthError, BearerVerifier};
+use super::auth::{AuthError, BearerVerifier, StaticBearerVerifier};
 
 /// What the API server said about a token.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,6 +111,7 @@ pub struct TokenReviewBearerVerifier {
     audience: String,
     cache: Cache<TokenKey, ReviewedUser>,
     clients_by_user: HashMap<String, usize>,
+    static_tokens: Option<StaticBearerVerifier>,
 }
 
 impl fmt::Debug for TokenReviewBearerVerifier {
@@ -145,7 +146,15 @@ impl TokenReviewBearerVerifier {
             audience: audience.into(),
             cache: Cache::new(ns, key_prefix, store, Arc::new(ReviewLoader { reviewer })),
             clients_by_user,
+            static_tokens: None,
         }
+    }
+
+    /// Checks the configured `bearerTokens` hashes first (no review for them); only a
+    /// token matching none is reviewed.
+    pub fn with_static_tokens(mut self, tokens: StaticBearerVerifier) -> Self {
+        self.static_tokens = Some(tokens);
+        self
     }
 
     /// The cache's counters (hits, misses, loader calls, …).
@@ -160,17 +169,23 @@ impl BearerVerifier for TokenReviewBearerVerifier {
         if token.is_empty() {
             return Err(AuthError::Invalid);
         }
+        if let Some(s) = &self.static_tokens
+            && let Ok(i) = s.verify(token).await
+        {
+            return Ok(i);
+        }
         let key = TokenKey {
             audience: self.audience.clone(),
             token: token.to_owned(),
         };
         match self.cache.get(key).await {
-            // Decided now, on every request: which client this user is.
+            // Decided now, on every request: which client this user is (an
+            // authenticated user that is none of them is refused with 403).
             Ok(Some(user)) => self
                 .clients_by_user
                 .get(&user.username)
                 .copied()
-                .ok_or(AuthError::Invalid),
+                .ok_or(AuthError::NotAClient),
             Ok(None) => Err(AuthError::Invalid),
             Err(_) => Err(AuthError::Unavailable),
         }

@@ -1,0 +1,193 @@
+//! ServiceAccount Distribution clients: when a `bearer` method has `tokenReview`, the
+//! controller reviews bearer tokens with the Kubernetes API server
+//! ([`KubeTokenReviewer`]) through the `proxy-pool-cache` read-through cache (namespace
+//! `token_review`, `cache.namespaces.tokenReview`) on the store's Redis, and maps the
+//! reviewed user `system:serviceaccount:<ns>:<name>` to the client listing `ns/name`
+//! in `clients[].serviceAccounts` — on every request. Configured `bearerTokens` hashes
+//! are checked first and never reviewed.
+//!
+//! API access: `tokenReview.kubeconfigFile` when set, else `kube::Config::infer`
+//! (`KUBECONFIG`, `~/.kube/config`, then the pod's mounted ServiceAccount). Without a
+//! `cache` section every request is reviewed (correct, slower). The cache counters are
+//! registered in the controller registry (`proxy_pool_cache_*{namespace="token_review"}`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use proxy_pool_analytics::RedisConn;
+use proxy_pool_api::config::{
+    CacheConfig, Config, StoreConfig, TokenReviewConfig, service_account_user,
+};
+use proxy_pool_cache::{
+    CacheMetricsCollector, CacheStore, MAX_BATCH, Namespace, NamespaceMetrics, StoreError,
+};
+
+use super::ComposeError;
+use crate::distribution::{
+    BearerVerifier, KubeTokenReviewer, StaticBearerVerifier, TokenReviewBearerVerifier,
+};
+use crate::metrics::Metrics;
+
+/// The cache namespace (Redis keys `<keyPrefix>:cache:v1:token_review:…`, metrics label).
+pub const NAMESPACE: &str = "token_review";
+
+/// The reviewing bearer verifier and its cache counters.
+#[derive(Debug)]
+pub struct Bearer {
+    /// Static hashes first, then TokenReview.
+    pub verifier: Arc<dyn BearerVerifier>,
+    /// The `token_review` namespace counters (also registered in the registry).
+    pub cache_metrics: Arc<NamespaceMetrics>,
+}
+
+/// Builds the TokenReview verifier when a `bearer` method has `tokenReview` (`None`
+/// otherwise), with the cache when `cache` is enabled, and registers its metrics.
+pub async fn prepare(config: &Config, metrics: &Metrics) -> Result<Option<Bearer>, ComposeError> {
+    let Some(review) = config
+        .distribution
+        .auth
+        .methods
+        .iter()
+        .find_map(|m| m.token_review.as_ref())
+    else {
+        return Ok(None);
+    };
+    let client = kube_client(review).await?;
+    let mut users = HashMap::new();
+    for (i, c) in config.clients.iter().enumerate() {
+        for sa in &c.service_accounts {
+            let user = service_account_user(sa).ok_or_else(|| {
+                ComposeError::TokenReview(format!("clients[{i}].serviceAccounts: `{sa}`"))
+            })?;
+            users.insert(user, i);
+        }
+    }
+    let (ns, prefix, store) = match (&config.cache, &config.store) {
+        (Some(cache), StoreConfig::Redis(redis)) => {
+            let conn = RedisConn::relink(super::usage::redis_connect(redis)?);
+            let store: Arc<dyn CacheStore> = Arc::new(RelinkStore { conn });
+            (namespace(cache), cache.key_prefix.clone(), Some(store))
+        }
+        _ => (Namespace::new(NAMESPACE), String::new(), None),
+    };
+    let cached = store.is_some();
+    let verifier = TokenReviewBearerVerifier::new(
+        review.audience.clone(),
+        Arc::new(KubeTokenReviewer::new(client)),
+        ns,
+        &prefix,
+        store,
+        users,
+    )
+    .with_static_tokens(StaticBearerVerifier::new(&config.clients));
+    let cache_metrics = verifier.cache_metrics();
+    let collector = CacheMetricsCollector::default();
+    collector.add(NAMESPACE, cache_metrics.clone());
+    metrics.register_with(|r| r.register_collector(Box::new(collector)));
+    tracing::info!(
+        audience = %review.audience,
+        cached,
+        "bearer tokens reviewed by Kubernetes (TokenReview)"
+    );
+    Ok(Some(Bearer {
+        verifier: Arc::new(verifier),
+        cache_metrics,
+    }))
+}
+
+/// The API client: the named kubeconfig, else inferred from the environment.
+async fn kube_client(review: &TokenReviewConfig) -> Result<kube::Client, ComposeError> {
+    let err =
+        |what: &str, e: &dyn std::fmt::Display| ComposeError::TokenReview(format!("{what}: {e}"));
+    let config = match &review.kubeconfig_file {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                err(
+                    &format!("tokenReview.kubeconfigFile {}", path.display()),
+                    &e,
+                )
+            })?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| err("tokenReview.kubeconfigFile", &e))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| err("Kubernetes API access (KUBECONFIG or in-cluster)", &e))?,
+    };
+    kube::Client::try_from(config).map_err(|e| err("Kubernetes client", &e))
+}
+
+/// The `tokenReview` namespace settings with the section's shared ones.
+fn namespace(cache: &CacheConfig) -> Namespace {
+    let t = &cache.token_review;
+    Namespace {
+        name: NAMESPACE.to_owned(),
+        ttl: t.ttl,
+        jitter_percent: t.jitter_percent,
+        negative_ttl: None,
+        max_entry_bytes: t.max_entry_bytes as usize,
+        batch_size: (cache.batch_size as usize).clamp(1, MAX_BATCH),
+        loader_timeout: cache.loader_timeout,
+        loader_concurrency: (cache.loader_concurrency as usize).max(1),
+        redis_timeout: cache.redis_timeout,
+    }
+}
+
+/// The cache's storage over the store's Redis, re-connecting after a transport error
+/// (a restarted Redis or a Sentinel failover); same commands as
+/// [`proxy_pool_cache::RedisStore`]: one `MGET`, one `MULTI` of `SET … PX`.
+#[derive(Debug)]
+struct RelinkStore {
+    conn: RedisConn,
+}
+
+fn backend(e: &redis::RedisError) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+#[async_trait]
+impl CacheStore for RelinkStore {
+    async fn mget(
+        &self,
+        keys: &[String],
+        budget: Duration,
+    ) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("MGET");
+        for k in keys {
+            cmd.arg(k);
+        }
+        match tokio::time::timeout(budget, cmd.query_async::<Vec<Option<Vec<u8>>>>(&mut conn)).await
+        {
+            Ok(r) => r.map_err(|e| backend(&e)),
+            Err(_) => Err(StoreError::Timeout),
+        }
+    }
+
+    async fn mset(
+        &self,
+        entries: &[(String, Vec<u8>, Duration)],
+        budget: Duration,
+    ) -> Result<(), StoreError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (k, v, ttl) in entries {
+            let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+            pipe.cmd("SET").arg(k).arg(v).arg("PX").arg(ms).ignore();
+        }
+        match tokio::time::timeout(budget, pipe.query_async::<()>(&mut conn)).await {
+            Ok(r) => r.map_err(|e| backend(&e)),
+            Err(_) => Err(StoreError::Timeout),
+        }
+    }
+}
