@@ -224,3 +224,32 @@ fn is_dns_subdomain(s: &str) -> bool {
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.'))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checker_rule_must_name_real_objects() {
+        let ok = IssuerConfig {
+            checker: Some(CheckerWorkload {
+                namespace: "proxy-pool".into(),
+                deployment: "proxy-pool-checker".into(),
+                service_account: "proxy-pool-checker".into(),
+            }),
+            ..IssuerConfig::new("proxy-pool.local", "prod")
+        };
+        assert_eq!(ok.validate(), Ok(()));
+        let bad = IssuerConfig {
+            checker: Some(CheckerWorkload {
+                namespace: String::new(),
+                deployment: "Checker".into(),
+                service_account: "a/b".into(),
+            }),
+            ..ok
+        };
+        let problems = bad.validate().unwrap_err();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[1].contains("checker deployment"), "{problems:?}");
+    }
+}
