@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
+use proxy_pool_gateway::snapshot::ClientCredential;
 use proxy_pool_operator::crd::{DistributionClient, Routing, Upstream};
 use proxy_pool_operator::identity::{CaParams, IdentityOptions, IdentityService, IssuerConfig};
 use proxy_pool_operator::reconcile::{
@@ -34,6 +35,7 @@ const RELEASE: &str = "proxy-pool";
 const CONTROLLER: &str = "proxy-pool-controller";
 const CONFIG_MAP: &str = "proxy-pool-controller-config";
 const GATEWAY: &str = "shanghai-crawler-gateway";
+const GATEWAY_CLIENTS: &str = "shanghai-crawler-gateway-clients";
 const CONTROLLER_TLS: &str = "proxy-pool-controller-tls";
 const TRUST_BUNDLE: &str = "proxy-pool-trust-bundle";
 const HELM_ENV: &str = "PROXY_POOL_HELM_BIN";
@@ -312,11 +314,13 @@ async fn operator_reconciles_on_a_real_cluster() {
     controller_deployment_is_pointed_at_it(&client, &config).await;
     the_mounted_files_load_in_the_controller(&client).await;
     gateway_objects_are_owned_by_the_routing(&client).await;
+    let clients_hash = the_gateway_clients_file_loads_in_the_gateway(&client).await;
     statuses_become_ready(&client).await;
     let leader = only_one_replica_leads(&client, &metrics).await;
     second_reconcile_changes_nothing(&client, &base_yaml).await;
     a_lost_certificate_is_reissued_and_rolls_the_controller(&client).await;
     bad_references_degrade(&cluster, &client).await;
+    a_rotated_client_password_rolls_the_gateway(&client, &clients_hash).await;
     deleting_a_routing_collects_its_gateway(&client).await;
 
     // Failover: the leader shuts down gracefully and gives the Lease up; the standby
@@ -966,11 +970,13 @@ async fn deleting_a_routing_collects_its_gateway(client: &kube::Client) {
         .expect("delete");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
     let services: Api<Service> = Api::namespaced(client.clone(), NS);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     eventually("the garbage collector to remove the gateway", 90, || {
-        let (d, s) = (deployments.clone(), services.clone());
+        let (d, s, c) = (deployments.clone(), services.clone(), config_maps.clone());
         async move {
             let gone = d.get_opt(GATEWAY).await.ok()?.is_none()
-                && s.get_opt(GATEWAY).await.ok()?.is_none();
+                && s.get_opt(GATEWAY).await.ok()?.is_none()
+                && c.get_opt(GATEWAY_CLIENTS).await.ok()?.is_none();
             gone.then_some(())
         }
     })
@@ -990,6 +996,179 @@ async fn deleting_a_routing_collects_its_gateway(client: &kube::Client) {
         }
     })
     .await;
+}
+
+/// Writes a projected volume's files under `root` from the API objects it names, as
+/// the kubelet would.
+async fn materialize(
+    client: &kube::Client,
+    sources: Vec<k8s_openapi::api::core::v1::VolumeProjection>,
+    root: &std::path::Path,
+) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let _ = std::fs::remove_dir_all(root);
+    for source in sources {
+        let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+        if let Some(s) = source.secret {
+            let data = secrets
+                .get(&s.name)
+                .await
+                .expect("projected Secret")
+                .data
+                .unwrap_or_default();
+            for i in s.items.unwrap_or_default() {
+                files.push((i.path, data.get(&i.key).expect("projected key").0.clone()));
+            }
+        }
+        if let Some(c) = source.config_map {
+            let data = config_maps
+                .get(&c.name)
+                .await
+                .expect("projected ConfigMap")
+                .data
+                .unwrap_or_default();
+            for i in c.items.unwrap_or_default() {
+                let value = data.get(&i.key).expect("projected key").clone();
+                files.push((i.path, value.into_bytes()));
+            }
+        }
+        for (path, bytes) in files {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, bytes).expect("write");
+        }
+    }
+}
+
+/// The gateway Deployment's clients volume, rebuilt from the API objects and loaded
+/// with the gateway's own loader: exactly the example client, with the credentials of
+/// its Secret; only that Secret's `username` and `password` keys are projected.
+/// Returns the pod template's clients hash.
+async fn gateway_clients_load(client: &kube::Client, tag: &str) -> (String, Vec<ClientCredential>) {
+    let d: Deployment = Api::namespaced(client.clone(), NS)
+        .get(GATEWAY)
+        .await
+        .expect("gateway Deployment");
+    let template = d.spec.expect("spec").template;
+    let hash = template
+        .metadata
+        .and_then(|m| m.annotations)
+        .and_then(|a| a.get("proxypool.io/clients-hash").cloned())
+        .expect("clients hash annotation");
+    let pod = template.spec.expect("pod");
+    let c = &pod.containers[0];
+    assert!(
+        c.args
+            .iter()
+            .flatten()
+            .any(|a| a == "--clients-file=/etc/proxy-pool-gateway/clients.json"),
+        "{:?}",
+        c.args
+    );
+    assert!(
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "gateway-clients"
+                && m.mount_path == "/etc/proxy-pool-gateway"
+                && m.read_only == Some(true))
+    );
+    let sources = pod
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .find(|v| v.name == "gateway-clients")
+        .and_then(|v| v.projected)
+        .and_then(|p| p.sources)
+        .expect("clients volume");
+    let secrets: Vec<(String, Vec<String>)> = sources
+        .iter()
+        .filter_map(|s| s.secret.as_ref())
+        .map(|s| {
+            let keys = s.items.iter().flatten().map(|i| i.key.clone()).collect();
+            (s.name.clone(), keys)
+        })
+        .collect();
+    assert_eq!(
+        secrets,
+        [(
+            "team-crawler-credentials".to_owned(),
+            vec!["password".to_owned(), "username".to_owned()]
+        )],
+        "only the client's Basic keys (not its API key)"
+    );
+    let root = std::env::temp_dir().join(format!(
+        "proxy-pool-e2e-gateway-clients-{tag}-{}",
+        std::process::id()
+    ));
+    materialize(client, sources, &root).await;
+    let file = root.join("clients.json");
+    let text = std::fs::read_to_string(&file).expect("clients.json");
+    for value in SECRET_VALUES {
+        assert!(!text.contains(value), "secret value in the clients file");
+    }
+    let text = text.replace("/etc/proxy-pool-gateway/", &format!("{}/", root.display()));
+    std::fs::write(&file, text).expect("rewrite");
+    let loaded = proxy_pool_gateway::clients::load(&file);
+    let _ = std::fs::remove_dir_all(&root);
+    (hash, loaded.unwrap_or_else(|e| panic!("{e}")))
+}
+
+async fn the_gateway_clients_file_loads_in_the_gateway(client: &kube::Client) -> String {
+    let (hash, clients) = gateway_clients_load(client, "first").await;
+    assert_eq!(
+        clients,
+        [ClientCredential::from_password(
+            "team-crawler",
+            "crawlerbot",
+            "example-password-change-me"
+        )]
+    );
+    hash
+}
+
+/// A new password in the client's Secret rolls the gateway (new clients hash) and the
+/// rebuilt volume loads the new credential.
+async fn a_rotated_client_password_rolls_the_gateway(client: &kube::Client, before: &str) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    secrets
+        .patch(
+            "team-crawler-credentials",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "stringData": {"password": "rotated-gateway-password"}
+            })),
+        )
+        .await
+        .expect("rotate");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    eventually("the gateway's clients hash to change", 60, || {
+        let api = deployments.clone();
+        async move {
+            let hash = api
+                .get(GATEWAY)
+                .await
+                .ok()?
+                .spec?
+                .template
+                .metadata?
+                .annotations?
+                .get("proxypool.io/clients-hash")?
+                .clone();
+            (hash != before).then_some(())
+        }
+    })
+    .await;
+    let (_, clients) = gateway_clients_load(client, "rotated").await;
+    assert_eq!(
+        clients,
+        [ClientCredential::from_password(
+            "team-crawler",
+            "crawlerbot",
+            "rotated-gateway-password"
+        )]
+    );
 }
 
 /// Materialises the controller's projected config volume from the API objects it

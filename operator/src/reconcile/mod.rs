@@ -101,7 +101,8 @@ pub async fn run(
     let store = routing_ctrl.store();
     let routing_ctrl = routing_ctrl
         .owns(ctx.api::<Deployment>(), gateway_wc.clone())
-        .owns(ctx.api::<Service>(), gateway_wc)
+        .owns(ctx.api::<Service>(), gateway_wc.clone())
+        .owns(ctx.api::<ConfigMap>(), gateway_wc)
         .watches(ctx.api::<Upstream>(), wc.clone(), all(&store))
         .watches(ctx.api::<DistributionClient>(), wc.clone(), all(&store))
         .watches(secrets(), wc.clone(), all(&store))
