@@ -4,8 +4,10 @@
 //! (Deployment → ReplicaSet → Pod objects created directly — no controllers run here)
 //! gets a certificate through the real client library with a bound ServiceAccount
 //! token, whose only SAN is its SPIFFE ID and whose chain verifies against the
-//! published bundle; pods outside a managed gateway are refused (403) and tokens for
-//! another audience are refused (401).
+//! published bundle; a pod of the configured checker Deployment under the checker
+//! ServiceAccount gets a `checker/<pod>` identity; pods outside a managed gateway or the
+//! checker Deployment are refused (403), the checker's ServiceAccount alone included,
+//! and tokens for another audience are refused (401).
 //!
 //! One control plane serves every step (starting one is slow on a small machine).
 
@@ -25,6 +27,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
 use proxy_pool_identity_client::{ClientConfig, ClientError, Identity, IdentityClient};
 use proxy_pool_operator::identity::authority::Authority;
+use proxy_pool_operator::identity::authz::CheckerWorkload;
 use proxy_pool_operator::identity::kube_adapters::{BUNDLE_KEY, KubeCaStore};
 use proxy_pool_operator::identity::{
     CaParams, FIELD_MANAGER, IdentityOptions, IdentityService, IssuerConfig, ManualClock,
@@ -39,6 +42,9 @@ const GATEWAY_NS: &str = "gateways";
 const CA_SECRET: &str = "proxy-pool-identity-ca";
 const BUNDLE_CM: &str = "proxy-pool-trust-bundle";
 const SA: &str = "gateway";
+/// The checker Deployment and its ServiceAccount the issuer is configured with.
+const CHECKER_DEPLOYMENT: &str = "proxy-pool-checker";
+const CHECKER_SA: &str = "checker";
 const SERVER_NAME: &str = "proxy-pool-operator.proxy-pool-system.svc";
 const TRUST_DOMAIN: &str = "proxy-pool.test";
 const ENVIRONMENT: &str = "e2e";
@@ -55,7 +61,9 @@ async fn worker_identities_on_a_real_apiserver() {
     for ns in [OPERATOR_NS, GATEWAY_NS] {
         create(&Api::all(client.clone()), &namespace(ns)).await;
     }
-    create(&in_gateway_ns(&client), &service_account(SA)).await;
+    for sa in [SA, CHECKER_SA] {
+        create(&in_gateway_ns(&client), &service_account(sa)).await;
+    }
 
     let authority = ca_is_created_and_bundle_published(&client).await;
     ca_rotation_through_server_side_apply(&client).await;
@@ -82,10 +90,50 @@ async fn worker_identities_on_a_real_apiserver() {
     let token = token_for(&client, &unmanaged_pod, DEFAULT_AUDIENCE).await;
     let err = issue(issuer_addr, &dir.write("other.token", &token), &bundle_file).await;
     assert_refused(err, 403, "pod of an unmanaged Deployment");
-    let bare = create_pod(&client, "bare", None).await;
+    let bare = create_pod(&client, "bare", SA, None).await;
     let token = token_for(&client, &bare, DEFAULT_AUDIENCE).await;
     let err = issue(issuer_addr, &dir.write("bare.token", &token), &bundle_file).await;
     assert_refused(err, 403, "pod without owner");
+
+    // The checker Deployment's pod under the checker ServiceAccount: a checker identity.
+    let checker_pod = deployment_chain(&client, CHECKER_DEPLOYMENT, CHECKER_SA, false).await;
+    let token = token_for(&client, &checker_pod, DEFAULT_AUDIENCE).await;
+    let identity = issue(issuer_addr, &dir.write("chk.token", &token), &bundle_file)
+        .await
+        .unwrap_or_else(|e| panic!("issuing for the checker pod: {e}\n{}", cluster.logs()));
+    assert_eq!(
+        identity.spiffe_id(),
+        format!(
+            "spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/checker/{}",
+            checker_pod.name
+        )
+    );
+    // The checker's ServiceAccount on a pod of another Deployment: no identity (the
+    // rule is the named Deployment, found through the owner chain, not the account).
+    let imposter = deployment_chain(&client, "imposter", CHECKER_SA, false).await;
+    let token = token_for(&client, &imposter, DEFAULT_AUDIENCE).await;
+    let err = issue(issuer_addr, &dir.write("imp.token", &token), &bundle_file).await;
+    assert_refused(
+        err,
+        403,
+        "checker ServiceAccount outside the checker Deployment",
+    );
+    // A bare pod named like a checker pod, under the checker ServiceAccount: 403.
+    let bare = create_pod(
+        &client,
+        &format!("{CHECKER_DEPLOYMENT}-7c9d5-bare1"),
+        CHECKER_SA,
+        None,
+    )
+    .await;
+    let token = token_for(&client, &bare, DEFAULT_AUDIENCE).await;
+    let err = issue(
+        issuer_addr,
+        &dir.write("chk-bare.token", &token),
+        &bundle_file,
+    )
+    .await;
+    assert_refused(err, 403, "bare pod under the checker ServiceAccount");
 
     // The gateway pod's own token, but for another audience: 401. And garbage: 401.
     let token = token_for(&client, &gateway_pod, "some-other-audience").await;
@@ -262,6 +310,11 @@ async fn start_issuer(client: &kube::Client, authority: Arc<Authority>) -> Socke
     );
     // Gateways run in their own namespace here (by default only the operator's is served).
     options.issuer.namespaces = Some(vec![GATEWAY_NS.into()]);
+    options.issuer.checker = Some(CheckerWorkload {
+        namespace: GATEWAY_NS.into(),
+        deployment: CHECKER_DEPLOYMENT.into(),
+        service_account: CHECKER_SA.into(),
+    });
     options.bundle_namespaces = vec![OPERATOR_NS.into(), GATEWAY_NS.into()];
     let service = IdentityService::start(client.clone(), options)
         .await
@@ -352,6 +405,7 @@ fn certificate_names_the_pod_and_verifies_against_the_bundle(
 struct PodRef {
     name: String,
     uid: String,
+    service_account: String,
 }
 
 async fn create<K>(api: &Api<K>, obj: &K) -> K
@@ -404,9 +458,9 @@ fn controller_ref(kind: &str, name: &str, uid: &str) -> OwnerReference {
     }
 }
 
-fn pod_spec() -> PodSpec {
+fn pod_spec(sa: &str) -> PodSpec {
     PodSpec {
-        service_account_name: Some(SA.into()),
+        service_account_name: Some(sa.into()),
         containers: vec![Container {
             name: "gateway".into(),
             image: Some("proxy-pool-gateway:e2e".into()),
@@ -416,7 +470,7 @@ fn pod_spec() -> PodSpec {
     }
 }
 
-fn template(app: &str) -> (LabelSelector, PodTemplateSpec) {
+fn template(app: &str, sa: &str) -> (LabelSelector, PodTemplateSpec) {
     let labels = BTreeMap::from([("app".to_owned(), app.to_owned())]);
     (
         LabelSelector {
@@ -428,14 +482,21 @@ fn template(app: &str) -> (LabelSelector, PodTemplateSpec) {
                 labels: Some(labels),
                 ..Default::default()
             }),
-            spec: Some(pod_spec()),
+            spec: Some(pod_spec(sa)),
         },
     )
 }
 
 /// Deployment `name` (with the operator's gateway labels when `managed`), its
-/// ReplicaSet and one Pod, linked by controller references with real UIDs.
+/// ReplicaSet and one Pod under the gateway ServiceAccount.
 async fn gateway_chain(client: &kube::Client, name: &str, managed: bool) -> PodRef {
+    deployment_chain(client, name, SA, managed).await
+}
+
+/// Deployment `name` (with the operator's gateway labels when `managed`), its
+/// ReplicaSet and one Pod under ServiceAccount `sa`, linked by controller references
+/// with real UIDs.
+async fn deployment_chain(client: &kube::Client, name: &str, sa: &str, managed: bool) -> PodRef {
     let mut labels = BTreeMap::from([("app".to_owned(), name.to_owned())]);
     if managed {
         labels.insert(
@@ -444,7 +505,7 @@ async fn gateway_chain(client: &kube::Client, name: &str, managed: bool) -> PodR
         );
         labels.insert("proxypool.io/component".into(), "gateway".into());
     }
-    let (selector, tmpl) = template(name);
+    let (selector, tmpl) = template(name, sa);
     let deployment = create(
         &in_gateway_ns(client),
         &Deployment {
@@ -483,15 +544,20 @@ async fn gateway_chain(client: &kube::Client, name: &str, managed: bool) -> PodR
     )
     .await;
     let owner = controller_ref("ReplicaSet", &rs_name, &uid_of(&rs.metadata));
-    create_pod(client, &format!("{rs_name}-x2k4q"), Some(owner)).await
+    create_pod(client, &format!("{rs_name}-x2k4q"), sa, Some(owner)).await
 }
 
-async fn create_pod(client: &kube::Client, name: &str, owner: Option<OwnerReference>) -> PodRef {
+async fn create_pod(
+    client: &kube::Client,
+    name: &str,
+    sa: &str,
+    owner: Option<OwnerReference>,
+) -> PodRef {
     let pod = create(
         &in_gateway_ns(client),
         &Pod {
             metadata: meta(name, BTreeMap::new(), owner),
-            spec: Some(pod_spec()),
+            spec: Some(pod_spec(sa)),
             ..Default::default()
         },
     )
@@ -499,6 +565,7 @@ async fn create_pod(client: &kube::Client, name: &str, owner: Option<OwnerRefere
     PodRef {
         name: name.into(),
         uid: uid_of(&pod.metadata),
+        service_account: sa.into(),
     }
 }
 
@@ -523,7 +590,7 @@ async fn token_for(client: &kube::Client, pod: &PodRef, audience: &str) -> Strin
         ..Default::default()
     };
     Api::<ServiceAccount>::namespaced(client.clone(), GATEWAY_NS)
-        .create_token_request(SA, &PostParams::default(), &request)
+        .create_token_request(&pod.service_account, &PostParams::default(), &request)
         .await
         .expect("TokenRequest")
         .status
