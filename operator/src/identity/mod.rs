@@ -4,7 +4,8 @@
 //! ServiceAccount token into a short-lived leaf certificate.
 //!
 //! The SPIFFE ID comes from the authenticated caller (TokenReview → Pod → ReplicaSet →
-//! managed gateway Deployment), never from the CSR. This module never logs tokens,
+//! managed gateway Deployment: `…/worker/<pod>`, or the configured checker Deployment:
+//! `…/checker/<pod>`), never from the CSR. This module never logs tokens,
 //! private keys or certificates, and never caches an authorisation decision: only
 //! TokenReview results are cached, briefly ([`review::CachedReviewer`]).
 //!
