@@ -1,0 +1,407 @@
+//! Gateway usage end to end: the real binaries (vendor simulator, controller, checker,
+//! gateway) with the controller on a private Redis and PostgreSQL (analytics on,
+//! `migrate` first). Two client identities send requests through the gateway's HTTP
+//! proxy to the simulator's echo server via simulator proxies; once the gateway's
+//! runtime reports are committed, `GET /api/v1/stats/routings/{name}` shows exactly the
+//! requests the gateway counted — every one of ours plus the readiness probes, all by
+//! the first identity — and 2 unique identities.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use activity_pool::testkit::RedisServer;
+use base64::Engine as _;
+use proxy_pool_analytics::testkit::Postgres;
+
+const ROUTING: &str = "e2e-usage";
+const PER_CLIENT: u64 = 10;
+const READY_WITHIN: Duration = Duration::from_secs(120);
+const COMMITTED_WITHIN: Duration = Duration::from_secs(60);
+
+fn free_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+}
+
+fn target_dir() -> PathBuf {
+    if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {
+        return PathBuf::from(t);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
+}
+
+fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .map_or_else(|| "debug".into(), |p| p.to_string_lossy().into_owned());
+    target_dir().join(profile).join(name)
+}
+
+/// The binaries under test, built like `scripts/dev-up.sh` builds them.
+fn build_binaries() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "build",
+            "-p",
+            "proxy-pool-e2e",
+            "-p",
+            "proxy-pool-controller",
+            "-p",
+            "proxy-pool-checker",
+            "-p",
+            "proxy-pool-gateway",
+            "--bins",
+        ])
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building the binaries failed");
+}
+
+/// Child processes, stopped (SIGTERM, then kill) when dropped.
+#[derive(Default)]
+struct Procs {
+    children: Vec<(String, Child)>,
+    dir: PathBuf,
+}
+
+impl Procs {
+    fn start(&mut self, name: &str, cmd: &mut Command) {
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).expect("log");
+        let err = log.try_clone().expect("log");
+        let child = cmd
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        self.children.push((name.to_owned(), child));
+    }
+
+    fn logs(&self) -> String {
+        self.children
+            .iter()
+            .map(|(name, _)| {
+                let text = std::fs::read_to_string(self.dir.join(format!("{name}.log")))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(25).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("--- {name} ---\n{}\n", tail.join("\n"))
+            })
+            .collect()
+    }
+
+    fn all_alive(&mut self) {
+        for (name, child) in &mut self.children {
+            if let Ok(Some(status)) = child.try_wait() {
+                let name = name.clone();
+                panic!("{name} exited early: {status}\n{}", self.logs());
+            }
+        }
+    }
+
+    fn stop(&mut self) {
+        for (_, child) in self.children.iter_mut().rev() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+        }
+        for (_, child) in self.children.iter_mut().rev() {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.children.clear();
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One HTTP/1.1 exchange (`Connection: close`): status and body.
+fn exchange(addr: SocketAddr, request: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(15)))?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(request.as_bytes())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    exchange(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+    .unwrap_or((0, String::new()))
+}
+
+/// A GET of `url` through the gateway's HTTP proxy as `user`.
+fn via_gateway(gw: SocketAddr, user: &str, password: &str, echo: SocketAddr) -> u16 {
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    exchange(
+        gw,
+        &format!(
+            "GET http://{echo}/usage HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n"
+        ),
+    )
+    .map_or(0, |(status, _)| status)
+}
+
+fn wait_until(procs: &mut Procs, what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ok() {
+        procs.all_alive();
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n{}",
+            procs.logs()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// A counter of the gateway's `/metrics` (no labels).
+fn gateway_counter(admin: SocketAddr, name: &str) -> u64 {
+    let (status, text) = get(admin, "/metrics");
+    assert_eq!(status, 200, "gateway /metrics");
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in gateway /metrics:\n{text}"))
+}
+
+#[test]
+fn gateway_requests_of_two_clients_reach_the_routing_stats() {
+    build_binaries();
+    let redis = RedisServer::start();
+    let pg = Postgres::start();
+    let dir = std::env::temp_dir().join(format!("pp-e2e-usage-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut procs = Procs {
+        children: Vec::new(),
+        dir: dir.clone(),
+    };
+
+    let (sim, echo, echo_tls) = (free_addr(), free_addr(), free_addr());
+    let (dist, admin, cp) = (free_addr(), free_addr(), free_addr());
+    let (gw_http, gw_socks, gw_admin) = (free_addr(), free_addr(), free_addr());
+    let vendor_key = "e2e-vendor-key";
+    std::fs::write(dir.join("vendor-api-key"), vendor_key).expect("key");
+    std::fs::write(dir.join("dsn"), format!("{}\n", pg.dsn())).expect("dsn");
+    let clients = [("alice", "alice-e2e-pw"), ("bob", "bob-e2e-pw")];
+    let clients_json: Vec<String> = clients
+        .iter()
+        .map(|(c, p)| format!(r#"{{"client":"{c}","username":"{c}","password":"{p}"}}"#))
+        .collect();
+    std::fs::write(
+        dir.join("gateway-clients.json"),
+        format!("[{}]\n", clients_json.join(",")),
+    )
+    .expect("clients");
+    let config = dir.join("controller.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"store:
+  backend: redis
+  redis: {{address: "{redis}"}}
+distribution:
+  listen: {dist}
+  auth: {{mode: none}}
+admin: {{listen: {admin}}}
+controlPlane: {{enabled: true, listen: {cp}, loopbackPlaintext: true}}
+upstreams:
+  - name: sim-http
+    protocol: http
+    ttl: 10m
+    safetyMargin: 10s
+    maxConcurrencyPerProxy: 16
+    maxSize: 8
+    fetchInterval: 10s
+    source:
+      vendorApi:
+        url: http://{sim}/v1/proxies?count=4&protocol=http
+        format: json
+        apiKeyFile: {key}
+        timeout: 5s
+routings:
+  - {{name: {ROUTING}, priority: 1, upstreams: [sim-http]}}
+analytics:
+  enabled: true
+  dsnFile: {dsn}
+  keyPrefix: e2e
+  flushInterval: 1s
+  shutdownFlushTimeout: 2s
+shutdown: {{gracePeriod: 5s}}
+"#,
+            redis = redis.url(),
+            key = dir.join("vendor-api-key").display(),
+            dsn = dir.join("dsn").display(),
+        ),
+    )
+    .expect("config");
+
+    let controller = bin("proxy-pool-controller");
+    let out = Command::new(&controller)
+        .args(["migrate", "--config"])
+        .arg(&config)
+        .output()
+        .expect("migrate");
+    assert!(
+        out.status.success(),
+        "migrate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    procs.start(
+        "vendor-sim",
+        Command::new(env!("CARGO_BIN_EXE_vendor-sim"))
+            .args(["--listen", &sim.to_string()])
+            .args(["--echo-http", &echo.to_string()])
+            .args(["--echo-https", &echo_tls.to_string()])
+            .arg("--ca-out")
+            .arg(dir.join("ca.pem"))
+            .args([
+                "--api-key",
+                vendor_key,
+                "--ttl-min",
+                "300",
+                "--ttl-max",
+                "900",
+            ]),
+    );
+    wait_until(&mut procs, "vendor simulator", READY_WITHIN, || {
+        get(sim, "/healthz").0 == 200
+    });
+    procs.start(
+        "controller",
+        Command::new(&controller)
+            .args(["run", "--config"])
+            .arg(&config),
+    );
+    wait_until(&mut procs, "controller", READY_WITHIN, || {
+        get(admin, "/healthz").0 == 200
+    });
+    procs.start(
+        "checker",
+        Command::new(bin("proxy-pool-checker"))
+            .args(["run", "--controller", &format!("http://{cp}")])
+            .args(["--checker-id", "e2e-checker", "--echo", &echo.to_string()])
+            .arg("--loopback-plaintext"),
+    );
+    procs.start(
+        "gateway",
+        Command::new(bin("proxy-pool-gateway"))
+            .args(["--http-listen", &gw_http.to_string()])
+            .args(["--socks5-listen", &gw_socks.to_string()])
+            .args(["--admin-listen", &gw_admin.to_string()])
+            .args(["--controller", &format!("http://{cp}")])
+            .args(["--worker-id", "e2e-gateway"])
+            .arg("--clients-file")
+            .arg(dir.join("gateway-clients.json")),
+    );
+    wait_until(&mut procs, "gateway snapshot", READY_WITHIN, || {
+        get(gw_admin, "/readyz").0 == 200
+    });
+    // Readiness probes, by alice only: a probe that got a proxy is counted by the
+    // gateway (and below through its own counter), one that did not is not.
+    let (alice, bob) = (clients[0], clients[1]);
+    wait_until(&mut procs, "a proxied request", READY_WITHIN, || {
+        via_gateway(gw_http, alice.0, alice.1, echo) == 200
+    });
+    let probes = gateway_counter(gw_admin, "gateway_usage_requests_total");
+    assert!(probes >= 1);
+
+    for _ in 0..PER_CLIENT {
+        for (user, password) in [alice, bob] {
+            assert_eq!(
+                via_gateway(gw_http, user, password, echo),
+                200,
+                "{user}\n{}",
+                procs.logs()
+            );
+        }
+    }
+    let counted = gateway_counter(gw_admin, "gateway_usage_requests_total");
+    assert_eq!(
+        counted,
+        probes + 2 * PER_CLIENT,
+        "the gateway counts each admitted request once"
+    );
+
+    // Runtime reports carry the usage to the controller; a flush commits it.
+    let path = format!("/api/v1/stats/routings/{ROUTING}?days=7");
+    let mut last = String::new();
+    wait_until(
+        &mut procs,
+        "committed routing stats",
+        COMMITTED_WITHIN,
+        || {
+            let (status, body) = get(admin, &path);
+            last = body;
+            status == 200
+                && serde_json::from_str::<serde_json::Value>(&last)
+                    .is_ok_and(|v| v["total"]["requests"].as_u64() == Some(counted))
+        },
+    );
+    let stats: serde_json::Value = serde_json::from_str(&last).expect("stats JSON");
+    println!(
+        "routing {ROUTING}: {counted} requests ({probes} readiness probes + {} of ours), stats {}",
+        2 * PER_CLIENT,
+        stats["total"]
+    );
+    assert_eq!(stats["kind"], "routings", "{stats}");
+    assert_eq!(stats["name"], ROUTING);
+    assert_eq!(stats["total"]["requests"], counted, "{stats}");
+    assert_eq!(stats["total"]["uniqueIdentities"], 2, "{stats}");
+    assert_eq!(stats["today"]["requests"], counted, "{stats}");
+    assert_eq!(stats["today"]["uniqueIdentities"], 2, "{stats}");
+    assert_eq!(stats["range"]["requests"], counted, "{stats}");
+    assert_eq!(stats["range"]["uniqueIdentities"], 2, "{stats}");
+    // Nothing more arrives: a later report carries no new requests.
+    assert_eq!(
+        gateway_counter(gw_admin, "gateway_usage_requests_total"),
+        counted
+    );
+
+    procs.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
