@@ -98,7 +98,11 @@ pub(crate) async fn forward(
                 );
                 shared.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
                 if outcome.upstream_reusable {
-                    shared.pool.checkin(pool_key(&entry, &target), upstream);
+                    // The lease is still held: `load` counts this request too.
+                    let in_use = usize::try_from(entry.state.load()).unwrap_or(usize::MAX);
+                    shared
+                        .pool
+                        .checkin(pool_key(&entry, &target), upstream, in_use);
                 }
                 drop(lease);
                 let keep = info.keep_alive && outcome.client_reusable;

@@ -107,13 +107,17 @@ impl IdlePool {
     }
 
     /// Returns a connection for reuse; dropped (closed) when a bound is reached.
-    pub fn checkin(&self, key: PoolKey, conn: BufConn) {
+    /// `in_use` is how many requests the proxy is serving right now (this one
+    /// included): a key keeps up to `max(max_per_key, in_use)` idle connections, so a
+    /// proxy busier than `max_per_key` does not close and re-dial a connection per
+    /// request. The total bound holds regardless.
+    pub fn checkin(&self, key: PoolKey, conn: BufConn, in_use: usize) {
         if self.max_per_key == 0 || self.total.load(Ordering::Relaxed) >= self.max_total {
             return;
         }
         let mut shard = self.shard(&key).lock();
         let list = shard.entry(key).or_default();
-        if list.len() >= self.max_per_key {
+        if list.len() >= self.max_per_key.max(in_use) {
             return;
         }
         list.push(Idle {
@@ -170,11 +174,32 @@ mod tests {
         let key = PoolKey::http(ProxyId::from("p"));
         let (a, _pa) = conn(&l).await;
         let (b, _pb) = conn(&l).await;
-        pool.checkin(key.clone(), a);
-        pool.checkin(key.clone(), b);
+        pool.checkin(key.clone(), a, 1);
+        pool.checkin(key.clone(), b, 1);
         assert_eq!(pool.len(), 1, "per-key bound");
         assert!(pool.checkout(&key).is_some());
         assert!(pool.checkout(&key).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_busy_proxy_keeps_as_many_idle_connections_as_it_has_requests() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let pool = IdlePool::new(1, 3, Duration::from_secs(30));
+        let key = PoolKey::http(ProxyId::from("p"));
+        let mut peers = Vec::new();
+        for _ in 0..4 {
+            let (c, p) = conn(&l).await;
+            peers.push(p);
+            // Four requests in flight on the proxy: their connections come back.
+            pool.checkin(key.clone(), c, 4);
+        }
+        assert_eq!(pool.len(), 3, "the total bound still holds");
+        assert!(pool.checkout(&key).is_some());
+        let (c, p) = conn(&l).await;
+        peers.push(p);
+        // Only this request in flight now: the per-key bound (1) applies again.
+        pool.checkin(key.clone(), c, 1);
+        assert_eq!(pool.len(), 2);
     }
 
     #[tokio::test]
@@ -183,7 +208,7 @@ mod tests {
         let pool = IdlePool::new(4, 10, Duration::from_secs(30));
         let key = PoolKey::http(ProxyId::from("p"));
         let (a, peer) = conn(&l).await;
-        pool.checkin(key.clone(), a);
+        pool.checkin(key.clone(), a, 1);
         drop(peer);
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(pool.checkout(&key).is_none());
@@ -195,7 +220,7 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let pool = IdlePool::new(4, 10, Duration::from_secs(30));
         let (a, _pa) = conn(&l).await;
-        pool.checkin(PoolKey::http(ProxyId::from("gone")), a);
+        pool.checkin(PoolKey::http(ProxyId::from("gone")), a, 1);
         pool.sweep(|id| id.as_str() != "gone");
         assert!(pool.is_empty());
     }
