@@ -433,5 +433,28 @@ shutdown: {{gracePeriod: 5s}}
     assert_eq!(cache_metric(&m, "cache_hits"), 1);
     // Two cached users (team-a, stranger); rejections left nothing behind.
     assert_eq!(entries(h.redis.as_ref().unwrap()).await.len(), 2);
+
+    // The mapping is not cached: the controller restarted (there is no config reload)
+    // without team-a's mapping, on the same Redis, answers team-a's still-cached review
+    // with 403 — a cache hit, no new review.
+    let mut h = h;
+    let redis = h.redis.take();
+    h.stop().await;
+    let unmapped = yaml.replace(
+        &format!("serviceAccounts: [{NS}/team-a]"),
+        "serviceAccounts: []
+    bearerTokens: [{sha256: 0000000000000000000000000000000000000000000000000000000000000000}]",
+    );
+    assert_ne!(unmapped, yaml);
+    let h = start_built(&unmapped, redis).await;
+    let r = h.extract(body, &[("authorization", &bearer(&a))]).await;
+    assert_eq!(r.status, 403, "{:?}", r.body);
+    assert_eq!(r.code(), "PERMISSION_DENIED");
+    let m = {
+        let r = h.admin_get("/metrics").await;
+        String::from_utf8_lossy(&r.body).to_string()
+    };
+    assert_eq!(cache_metric(&m, "cache_hits"), 1);
+    assert_eq!(cache_metric(&m, "cache_loader_calls"), 0);
     h.stop().await;
 }
