@@ -318,9 +318,22 @@ cpu_ticks() { # pid → utime+stime in clock ticks (0 for no process)
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 TICK=$(getconf CLK_TCK)
 
+# A tunnel per operation leaves ~2 loopback sockets per tunnel in TIME_WAIT for 60 s;
+# tens of thousands of them make every later connect() search longer for a free port
+# (kernel time charged to whoever connects). So every CONNECT phase, and the idle-tunnel
+# phase, starts only once the previous phase's TIME_WAIT sockets are gone.
+timewait() { awk '/^TCP:/ { for (i = 1; i < NF; i++) if ($i == "tw") print $(i + 1) }' /proc/net/sockstat; }
+drain_timewait() {
+    local start=$SECONDS
+    while [ "$(timewait)" -gt 2000 ] && [ $((SECONDS - start)) -lt 75 ]; do sleep 1; done
+    [ $((SECONDS - start)) -gt 1 ] && echo "  (waited $((SECONDS - start)) s for TIME_WAIT sockets to expire, $(timewait) left)"
+    return 0
+}
+
 measure() { # name system mode [rate] → results/name.json (+ cpu_us_per_op)
     local name=$1 system=$2 mode=$3 rate=${4:-}
     local pid args before after
+    [ "$mode" = connect ] && drain_timewait
     pid=$(pid_of "$system")
     mapfile -t args < <(proxy_args "$system")
     local extra=(--connections "$CONNS")
@@ -349,6 +362,7 @@ echo "bench: (a) keep-alive HTTP, closed loop"
 for s in direct gateway squid; do measure "http-$s" "$s" http; done
 echo "bench: (b) CONNECT tunnels, closed loop"
 for s in direct gateway squid; do measure "connect-$s" "$s" connect; done
+drain_timewait
 echo "bench: (c) open loop at 50 % of each proxy's max rate, alternating with direct at the same rate"
 # Three alternating slices each; the added latency is the median over the slices of
 # (proxy − direct), so a burst of unrelated load on the machine spoils one slice, not
@@ -364,6 +378,7 @@ done
 
 echo "bench: (d) $TUNNELS idle CONNECT tunnels"
 for s in gateway squid; do
+    drain_timewait
     pid=$(pid_of "$s")
     mapfile -t args < <(proxy_args "$s")
     before=$(rss_kib "$pid")
