@@ -436,7 +436,6 @@ async fn config_map_is_rendered(client: &kube::Client) -> String {
     let u = &config.upstreams[0];
     assert_eq!(u.health.interval, Duration::from_secs(15));
     assert_eq!(u.health.timeout, Duration::from_secs(3));
-    assert_eq!(u.health.max_check_age, Duration::from_secs(45));
     assert_eq!(u.health.failure_threshold.get(), 2);
     assert!(u.health.egress);
     assert_eq!(u.health.targets, ["https://example.com/"]);

@@ -341,9 +341,6 @@ pub struct RawUpstreamHealth {
     /// Deadline of one check.
     #[serde(default)]
     pub timeout: Option<String>,
-    /// A proxy whose last successful check is older than this is not handed out.
-    #[serde(default)]
-    pub max_check_age: Option<String>,
     /// Consecutive failures that make a proxy UNHEALTHY.
     #[serde(default)]
     pub failure_threshold: Option<u32>,

@@ -532,7 +532,6 @@ upstreams:
     health:
       interval: 20s
       timeout: 2s
-      maxCheckAge: 1m
       failureThreshold: 4
       egress: true
       targets: ["https://example.com/health", "http://[::1]:8080/"]
@@ -545,7 +544,6 @@ upstreams:
     let h = &c.upstreams[0].health;
     assert_eq!(h.interval, Duration::from_secs(20));
     assert_eq!(h.timeout, Duration::from_secs(2));
-    assert_eq!(h.max_check_age, Duration::from_secs(60));
     assert_eq!(h.failure_threshold.get(), 4);
     assert!(h.egress);
     assert_eq!(h.targets.len(), 2);
@@ -575,7 +573,6 @@ upstreams:
     health:
       interval: 10s
       timeout: 11s
-      maxCheckAge: 5s
       failureThreshold: 21
       targets: ["gopher://x", "http://"]
 "#;
@@ -585,13 +582,20 @@ upstreams:
         got,
         [
             "upstreams[0].health.failureThreshold",
-            "upstreams[0].health.maxCheckAge",
             "upstreams[0].health.targets[0]",
             "upstreams[0].health.targets[1]",
             "upstreams[0].health.timeout",
             "upstreams[0].source.vendorApi.maxProxiesPerFetch",
         ]
     );
+}
+
+/// The freshness of health checks is global (`distribution.maxHealthCheckAge`, one
+/// bound per extract request): a per-upstream `maxCheckAge` is refused, not ignored.
+#[test]
+fn a_per_upstream_max_check_age_is_refused() {
+    let text = "upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: [\"127.0.0.1:1\"]}}, health: {maxCheckAge: 1m}}]\n";
+    assert_eq!(paths(text), ["upstreams[0].health.maxCheckAge"]);
 }
 
 /// A temporary directory removed on drop (no dev-dependency for it).

@@ -342,8 +342,6 @@ pub struct UpstreamHealthConfig {
     pub interval: Duration,
     /// Deadline of one check (≤ `interval`).
     pub timeout: Duration,
-    /// A proxy whose last successful check is older than this is not handed out.
-    pub max_check_age: Duration,
     /// Consecutive failures that make a proxy UNHEALTHY (1–20).
     pub failure_threshold: NonZeroU32,
     /// Also run EGRESS checks.
@@ -357,7 +355,6 @@ impl Default for UpstreamHealthConfig {
         Self {
             interval: Duration::from_secs(15),
             timeout: Duration::from_secs(5),
-            max_check_age: Duration::from_secs(30),
             failure_threshold: NonZeroU32::MIN.saturating_add(1),
             egress: false,
             targets: Vec::new(),

@@ -1033,11 +1033,6 @@ fn upstream_health(
         raw.timeout.as_deref(),
         d.timeout,
     );
-    let max_check_age = cx.duration(
-        &format!("{path}.maxCheckAge"),
-        raw.max_check_age.as_deref(),
-        d.max_check_age,
-    );
     if interval < Duration::from_secs(1) {
         cx.err(format!("{path}.interval"), "must be at least 1s");
     }
@@ -1048,12 +1043,6 @@ fn upstream_health(
         cx.err(
             format!("{path}.timeout"),
             "must not be longer than interval",
-        );
-    }
-    if max_check_age < interval {
-        cx.err(
-            format!("{path}.maxCheckAge"),
-            "must not be shorter than interval",
         );
     }
     let threshold = cx.range(
@@ -1080,7 +1069,6 @@ fn upstream_health(
     UpstreamHealthConfig {
         interval,
         timeout,
-        max_check_age,
         failure_threshold: NonZeroU32::new(threshold).unwrap_or(d.failure_threshold),
         egress: raw.egress.unwrap_or(d.egress),
         targets: raw.targets.clone(),

@@ -651,7 +651,6 @@ upstreams:
     health:
       interval: 40s
       timeout: 2s
-      maxCheckAge: 1m
       failureThreshold: 1
       egress: false
       targets: ["https://example.com/health", "http://[::1]:8080/"]

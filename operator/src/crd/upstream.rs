@@ -206,10 +206,6 @@ pub struct HealthSettings {
     #[serde(default = "default_health_timeout")]
     #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
     pub timeout: String,
-    /// A proxy whose last successful check is older than this is not handed out.
-    #[serde(default = "default_max_check_age")]
-    #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
-    pub max_check_age: String,
     /// Consecutive failures that make a proxy UNHEALTHY.
     #[serde(default = "default_failure_threshold")]
     #[schemars(range(min = 1, max = 20))]
@@ -278,9 +274,6 @@ fn default_health_interval() -> String {
 }
 fn default_health_timeout() -> String {
     "5s".to_owned()
-}
-fn default_max_check_age() -> String {
-    "30s".to_owned()
 }
 fn default_failure_threshold() -> u32 {
     2

@@ -450,7 +450,6 @@ impl Cx<'_> {
                 health: u.spec.health.as_ref().map(|h| RawUpstreamHealth {
                     interval: Some(h.interval.clone()),
                     timeout: Some(h.timeout.clone()),
-                    max_check_age: Some(h.max_check_age.clone()),
                     failure_threshold: Some(h.failure_threshold),
                     egress: Some(h.egress),
                     targets: h.targets.clone(),

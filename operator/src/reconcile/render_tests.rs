@@ -209,7 +209,6 @@ fn every_routing_and_upstream_field_reaches_the_config() {
     let h = u.health.as_ref().expect("health");
     assert_eq!(h.interval.as_deref(), Some("15s"));
     assert_eq!(h.timeout.as_deref(), Some("3s"));
-    assert_eq!(h.max_check_age.as_deref(), Some("45s"));
     assert_eq!((h.failure_threshold, h.egress), (Some(2), Some(true)));
     assert_eq!(h.targets, ["https://example.com/"]);
 
