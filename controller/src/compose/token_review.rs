@@ -191,3 +191,44 @@ impl CacheStore for RelinkStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proxy_pool_api::config::load_yaml;
+
+    const REDIS: &str = "store: {backend: redis, redis: {address: \"redis://127.0.0.1:1/0\"}}\n";
+
+    #[test]
+    fn the_namespace_takes_the_section_settings() {
+        let c = load_yaml(&format!(
+            "{REDIS}cache: {{enabled: true, batchSize: 7, loaderConcurrency: 3, redisTimeout: 50ms, namespaces: {{tokenReview: {{ttl: 30s, jitterPercent: 5}}}}}}\n"
+        ))
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        let ns = namespace(c.cache.as_ref().unwrap_or_else(|| panic!("cache on")));
+        assert_eq!(ns.name, "token_review");
+        assert_eq!(ns.ttl, Duration::from_secs(30));
+        assert_eq!(ns.jitter_percent, 5);
+        assert_eq!(ns.negative_ttl, None);
+        assert_eq!(ns.batch_size, 7);
+        assert_eq!(ns.loader_concurrency, 3);
+        assert_eq!(ns.redis_timeout, Duration::from_millis(50));
+    }
+
+    #[tokio::test]
+    async fn nothing_without_token_review_and_a_bad_kubeconfig_names_the_field() {
+        let metrics = Metrics::new();
+        let c = load_yaml("{}").unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(matches!(prepare(&c, &metrics).await, Ok(None)));
+        let c = load_yaml(
+            "distribution: {auth: {methods: [{type: bearer, tokenReview: {audience: a, kubeconfigFile: /nonexistent/kubeconfig}}]}}\nclients: [{name: a, serviceAccounts: [ns/a]}]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        match prepare(&c, &metrics).await {
+            Err(ComposeError::TokenReview(m)) => {
+                assert!(m.contains("tokenReview.kubeconfigFile"), "{m}");
+            }
+            other => panic!("expected a tokenReview error, got {other:?}"),
+        }
+    }
+}
