@@ -155,8 +155,9 @@ pub struct CacheOptions {
     pub namespaces: BTreeMap<String, NamespaceOptions>,
 }
 
-/// Namespaces the product knows about.
-pub const KNOWN_NAMESPACES: &[&str] = &["token_review", "secret"];
+/// Namespaces the product knows about. Credentials (Secrets) are kubelet-mounted files
+/// read once at load, so no Secret look-up needs a cache.
+pub const KNOWN_NAMESPACES: &[&str] = &["token_review"];
 
 impl Default for CacheOptions {
     fn default() -> Self {
@@ -168,7 +169,6 @@ impl Default for CacheOptions {
                 ..NamespaceOptions::default()
             },
         );
-        namespaces.insert("secret".to_owned(), NamespaceOptions::default());
         Self {
             enabled: false,
             batch_size: MAX_BATCH,

@@ -67,8 +67,29 @@ pub enum AuthError {
 /// a Kubernetes `TokenReview` implementation can replace it later.
 #[async_trait]
 pub trait BearerVerifier: Send + Sync + std::fmt::Debug {
-    /// The index (into the configured clients) of the client owning `token`.
-    async fn verify(&self, token: &str) -> Result<usize, AuthError>;
+    /// The client owning `token`.
+    async fn verify(&self, token: &str) -> Result<Verified, AuthError>;
+}
+
+/// Who a bearer token belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verified {
+    /// Index into the configured clients.
+    pub client: usize,
+    /// A stable, non-secret name of the caller when the verifier knows one (a reviewed
+    /// ServiceAccount's user name): usage counts use it, so a rotated token is not a
+    /// new caller. `None`: a digest of the token labels the caller.
+    pub subject: Option<String>,
+}
+
+impl Verified {
+    /// A configured client known only by its token.
+    pub fn client(client: usize) -> Self {
+        Self {
+            client,
+            subject: None,
+        }
+    }
 }
 
 /// Bearer tokens as SHA-256 hashes from the config.
@@ -91,8 +112,10 @@ impl StaticBearerVerifier {
 
 #[async_trait]
 impl BearerVerifier for StaticBearerVerifier {
-    async fn verify(&self, token: &str) -> Result<usize, AuthError> {
-        find_hash(&self.tokens, token).ok_or(AuthError::Invalid)
+    async fn verify(&self, token: &str) -> Result<Verified, AuthError> {
+        find_hash(&self.tokens, token)
+            .map(Verified::client)
+            .ok_or(AuthError::Invalid)
     }
 }
 
@@ -202,7 +225,13 @@ impl Authenticator {
                 && self.enabled(AuthMethodKind::Bearer).is_some()
             {
                 match self.bearer.verify(rest).await {
-                    Ok(i) => (AuthMethodKind::Bearer, i, digest_label("bearer", rest)),
+                    Ok(v) => {
+                        let label = match v.subject {
+                            Some(subject) => format!("bearer:{subject}"),
+                            None => digest_label("bearer", rest),
+                        };
+                        (AuthMethodKind::Bearer, v.client, label)
+                    }
                     Err(AuthError::Invalid) => return Err(self.unauthenticated()),
                     Err(AuthError::Unavailable) => return Err(ApiError::AuthUnavailable),
                     Err(AuthError::NotAClient) => {
@@ -391,9 +420,12 @@ mod tests {
 
     #[async_trait]
     impl BearerVerifier for Review {
-        async fn verify(&self, token: &str) -> Result<usize, AuthError> {
+        async fn verify(&self, token: &str) -> Result<Verified, AuthError> {
             match token {
-                "reviewed" => Ok(1),
+                "reviewed" => Ok(Verified {
+                    client: 1,
+                    subject: Some("system:serviceaccount:ns:sa".into()),
+                }),
                 "down" => Err(AuthError::Unavailable),
                 _ => Err(AuthError::Invalid),
             }
@@ -410,6 +442,10 @@ mod tests {
             .await
             .expect("reviewed");
         assert_eq!(id.client_id.as_str(), "client:b");
+        assert_eq!(
+            id.credential, "bearer:system:serviceaccount:ns:sa",
+            "a reviewed caller is counted by its user name, not by a digest of its token"
+        );
         let e = a
             .authenticate(&headers(&[("authorization", "Bearer down")]), ip)
             .await

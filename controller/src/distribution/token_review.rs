@@ -22,7 +22,7 @@ use proxy_pool_cache::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::auth::{AuthError, BearerVerifier, StaticBearerVerifier};
+use super::auth::{AuthError, BearerVerifier, StaticBearerVerifier, Verified};
 
 /// What the API server said about a token.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -165,14 +165,14 @@ impl TokenReviewBearerVerifier {
 
 #[async_trait]
 impl BearerVerifier for TokenReviewBearerVerifier {
-    async fn verify(&self, token: &str) -> Result<usize, AuthError> {
+    async fn verify(&self, token: &str) -> Result<Verified, AuthError> {
         if token.is_empty() {
             return Err(AuthError::Invalid);
         }
         if let Some(s) = &self.static_tokens
-            && let Ok(i) = s.verify(token).await
+            && let Ok(v) = s.verify(token).await
         {
-            return Ok(i);
+            return Ok(v);
         }
         let key = TokenKey {
             audience: self.audience.clone(),
@@ -184,7 +184,10 @@ impl BearerVerifier for TokenReviewBearerVerifier {
             Ok(Some(user)) => self
                 .clients_by_user
                 .get(&user.username)
-                .copied()
+                .map(|&client| Verified {
+                    client,
+                    subject: Some(user.username.clone()),
+                })
                 .ok_or(AuthError::NotAClient),
             Ok(None) => Err(AuthError::Invalid),
             Err(_) => Err(AuthError::Unavailable),
