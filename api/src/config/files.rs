@@ -10,6 +10,7 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+use super::raw::RawConfig;
 use super::types::{BasicCredentials, ClientSecretKind, Config, SecretHash};
 use super::validate::{check_basic_username, duplicate_credentials};
 use super::{ConfigError, ConfigErrors};
@@ -120,10 +121,75 @@ pub fn resolve_secret_files(config: &mut Config) -> Result<(), ConfigErrors> {
     }
 }
 
+/// Reads the upstreams' proxy user names given as files
+/// (`upstreams[].source.{static,vendorApi}.credentials.usernameFile`) into `username`.
+/// A file that cannot be read, or whose content is not 1 to 255 bytes of UTF-8 without
+/// control characters, is an error naming the field and the path, never the content.
+pub fn resolve_username_files(raw: &mut RawConfig) -> Vec<ConfigError> {
+    let mut errors = Vec::new();
+    for (i, u) in raw.upstreams.iter_mut().enumerate() {
+        let sources = [
+            (
+                "static",
+                u.source
+                    .static_list
+                    .as_mut()
+                    .and_then(|s| s.credentials.as_mut()),
+            ),
+            (
+                "vendorApi",
+                u.source
+                    .vendor_api
+                    .as_mut()
+                    .and_then(|v| v.credentials.as_mut()),
+            ),
+        ];
+        for (kind, creds) in sources {
+            let Some(c) = creds else { continue };
+            if !c.username.is_empty() {
+                continue; // both given: the validator reports it
+            }
+            let Some(file) = c.username_file.take() else {
+                continue;
+            };
+            let path = format!("upstreams[{i}].source.{kind}.credentials.usernameFile");
+            let shown = Path::new(&file).display().to_string();
+            let text = read_secret_file(Path::new(&file)).and_then(|bytes| {
+                String::from_utf8(bytes)
+                    .ok()
+                    .filter(|t| t.len() <= 255 && !t.chars().any(char::is_control))
+                    .ok_or_else(|| {
+                        format!(
+                            "content of {shown} must be 1 to 255 bytes of UTF-8 without control characters"
+                        )
+                    })
+            });
+            match text {
+                Ok(t) => c.username = t,
+                Err(message) => {
+                    // Keep the field so the validator does not also call it missing.
+                    c.username_file = Some(file);
+                    errors.push(ConfigError { path, message });
+                }
+            }
+        }
+    }
+    errors
+}
+
 /// Parses, validates and resolves the credential files of a YAML config: what the
 /// controller does when it starts.
 pub fn load_yaml_with_files(text: &str) -> Result<Config, ConfigErrors> {
-    let mut config = super::load_yaml(text)?;
+    let mut raw = super::parse_yaml(text)?;
+    let mut errors = resolve_username_files(&mut raw);
+    let mut config = match super::validate(&raw) {
+        Ok(c) if errors.is_empty() => c,
+        Ok(_) => return Err(ConfigErrors(errors)),
+        Err(e) => {
+            errors.extend(e.0);
+            return Err(ConfigErrors(errors));
+        }
+    };
     resolve_secret_files(&mut config)?;
     Ok(config)
 }

@@ -20,6 +20,7 @@ use std::fmt;
 pub use duration::parse_duration;
 pub use files::{
     MAX_SECRET_FILE_BYTES, load_yaml_with_files, read_secret_file, resolve_secret_files,
+    resolve_username_files,
 };
 pub use raw::RawConfig;
 pub use types::*;

@@ -382,8 +382,13 @@ pub struct RawStaticSource {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RawProxyCredentials {
-    /// Username.
+    /// Username (empty when `usernameFile` is given).
+    #[serde(default)]
     pub username: String,
+    /// File holding the username (a mounted Secret key): read by
+    /// [`crate::config::load_yaml_with_files`] when the controller loads its config.
+    #[serde(default)]
+    pub username_file: Option<String>,
     /// Inline password (local runs only; prefer `passwordFile`).
     #[serde(default)]
     pub password: Option<String>,

@@ -756,3 +756,47 @@ clients:
         ]
     );
 }
+
+#[test]
+fn upstream_proxy_user_names_in_files_are_read_at_load() {
+    let dir = TempDir::new("upstream-user");
+    let user = dir.file("username", b"proxy-account\n");
+    let pass = dir.file("password", b"pw\n");
+    let cfg = |user_field: &str| {
+        format!(
+            "upstreams:\n  - name: s\n    ttl: 5m\n    maxSize: 1\n    source:\n      static:\n        proxies: [\"127.0.0.1:1\"]\n        credentials: {{{user_field}, passwordFile: {pass:?}}}\n"
+        )
+    };
+    let c = load_yaml_with_files(&cfg(&format!("usernameFile: {user:?}"))).expect("loads");
+    let SourceConfig::Static(s) = &c.upstreams[0].source else {
+        panic!("static")
+    };
+    let creds = s.credentials.as_ref().expect("credentials");
+    assert_eq!(creds.username, "proxy-account");
+    assert_eq!(creds.password, PasswordSource::File(pass.clone().into()));
+
+    // A missing file names the field and the path; an empty one too.
+    let missing = dir.0.join("nope").display().to_string();
+    let err =
+        load_yaml_with_files(&cfg(&format!("usernameFile: {missing:?}"))).expect_err("missing");
+    assert_eq!(err.0.len(), 1, "{err}");
+    assert_eq!(
+        err.0[0].path,
+        "upstreams[0].source.static.credentials.usernameFile"
+    );
+    assert!(err.0[0].message.contains(&missing) && err.0[0].message.ends_with("does not exist"));
+    let empty = dir.file("empty", b"\n");
+    let err = load_yaml_with_files(&cfg(&format!("usernameFile: {empty:?}"))).expect_err("empty");
+    assert!(err.0[0].message.ends_with("is empty"), "{err}");
+    let bad = dir.file("bad", b"a\x07b");
+    let err = load_yaml_with_files(&cfg(&format!("usernameFile: {bad:?}"))).expect_err("control");
+    assert!(!err.to_string().contains("a\x07b"), "{err}");
+    // Both forms, or neither, are refused.
+    let both = cfg(&format!("username: x, usernameFile: {user:?}"));
+    assert_eq!(paths(&both), ["upstreams[0].source.static.credentials"]);
+    assert!(load_yaml_with_files(&both).is_err());
+    assert_eq!(
+        paths(&cfg("username: ''")),
+        ["upstreams[0].source.static.credentials.username"]
+    );
+}

@@ -1205,7 +1205,12 @@ fn source(cx: &mut Ctx, path: &str, raw: &RawSource) -> SourceConfig {
 }
 
 fn proxy_credentials(cx: &mut Ctx, path: &str, raw: &RawProxyCredentials) -> ProxyCredentials {
-    if raw.username.is_empty()
+    if raw.username_file.is_some() {
+        // Read (and checked) by `load_yaml_with_files`, which then clears it.
+        if !raw.username.is_empty() {
+            cx.err(path, "needs exactly one of username or usernameFile");
+        }
+    } else if raw.username.is_empty()
         || raw.username.len() > 255
         || raw.username.chars().any(char::is_control)
     {

@@ -5,8 +5,8 @@
 //! per resource, what kept it out of the config. It never copies a Secret value into
 //! the output: passwords, vendor API keys and every client credential (API key,
 //! bearer token, Basic user name and password) become file paths of the mounted
-//! Secret; the controller reads (and hashes) them when it loads the config. Only an
-//! upstream's proxy user name is rendered in clear (the schema has no file form for it).
+//! Secret; the controller reads (and hashes) them when it loads the config. Upstream
+//! proxy user names are files too (`credentials.usernameFile`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -321,26 +321,6 @@ impl Cx<'_> {
         self.secret_hasher.update(Sha256::digest(value));
     }
 
-    /// A key whose (UTF-8, trimmed) value the config holds in clear: user names only.
-    fn clear_text(&mut self, secret: &str, key: &str) -> Result<String, Problem> {
-        let data = self.secret(secret)?;
-        let value = data
-            .get(key)
-            .ok_or_else(|| missing_key(secret, key))?
-            .clone();
-        let text = std::str::from_utf8(&value)
-            .map_err(|_| {
-                Problem::new(
-                    "InvalidSecret",
-                    format!("key {key:?} of Secret {secret:?} is not UTF-8"),
-                )
-            })?
-            .trim()
-            .to_owned();
-        self.digest(secret, key, &value);
-        Ok(text)
-    }
-
     /// A client credential key the controller reads (and hashes) from a mounted file:
     /// checked to exist and be non-empty (the controller would refuse the whole
     /// config otherwise), returns the file path.
@@ -406,15 +386,29 @@ impl Cx<'_> {
         }
     }
 
-    /// `username` in clear + `password` as a mounted file.
+    /// `username` and `password` as mounted files (the user name checked here the
+    /// way the controller will: UTF-8, 1–255 bytes, no control characters).
     fn proxy_credentials(&mut self, secret: &str) -> Result<RawProxyCredentials, Problem> {
         let data = self.secret(secret)?;
         if !data.contains_key("password") {
             return Err(missing_key(secret, "password"));
         }
-        let username = self.clear_text(secret, "username")?;
+        let value = data
+            .get("username")
+            .ok_or_else(|| missing_key(secret, "username"))?;
+        let ok = std::str::from_utf8(trim_newline(value))
+            .is_ok_and(|u| !u.is_empty() && u.len() <= 255 && !u.chars().any(char::is_control));
+        if !ok {
+            return Err(Problem::new(
+                "InvalidSecret",
+                format!(
+                    "key \"username\" of Secret {secret:?} must be 1 to 255 bytes of UTF-8 without control characters"
+                ),
+            ));
+        }
         Ok(RawProxyCredentials {
-            username,
+            username: String::new(),
+            username_file: Some(self.file(secret, "username")),
             password: None,
             password_file: Some(self.file(secret, "password")),
         })

@@ -134,6 +134,9 @@ fn no_secret_value_reaches_the_config() {
     }
     assert!(yaml.contains("/etc/proxy-pool/secrets/vendor-sim-credentials/password"));
     assert!(yaml.contains("/etc/proxy-pool/secrets/vendor-sim-credentials/apiKey"));
+    // Upstream proxy user names are files too: not in clear.
+    assert!(yaml.contains("/etc/proxy-pool/secrets/vendor-sim-credentials/username"));
+    assert!(!yaml.contains("proxyuser"), "{yaml}");
     let mounted = out.mounts.get("vendor-sim-credentials").expect("mount");
     assert!(mounted.contains("password") && mounted.contains("apiKey"));
     // Client credentials are files too: not even their hash is in the config.
