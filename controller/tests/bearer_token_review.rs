@@ -211,12 +211,12 @@ async fn service_account_tokens_on_a_real_apiserver() {
 
     let a = token(&client, "team-a", AUDIENCE).await;
     let b = token(&client, "team-b", AUDIENCE).await;
-    assert_eq!(v.verify(&a).await, Ok(0));
+    assert_eq!(v.verify(&a).await.map(|v| v.client), Ok(0));
     assert_eq!(reviewer.calls(), 1);
     // Cached: the second request is not reviewed again.
-    assert_eq!(v.verify(&a).await, Ok(0));
+    assert_eq!(v.verify(&a).await.map(|v| v.client), Ok(0));
     assert_eq!(reviewer.calls(), 1);
-    assert_eq!(v.verify(&b).await, Ok(1));
+    assert_eq!(v.verify(&b).await.map(|v| v.client), Ok(1));
     assert_eq!(reviewer.calls(), 2);
 
     // In Redis: one entry per token, ≤ 120 s, no token text, only the user name.
@@ -240,7 +240,7 @@ async fn service_account_tokens_on_a_real_apiserver() {
     assert_eq!(reviewer.calls(), 3);
     let stranger = sa_user("stranger");
     let v2 = verifier(reviewer.clone(), store.clone(), &[(&stranger, 2)]);
-    assert_eq!(v2.verify(&s).await, Ok(2));
+    assert_eq!(v2.verify(&s).await.map(|v| v.client), Ok(2));
     assert_eq!(reviewer.calls(), 3);
 
     // Rejected tokens (another audience, garbage) are reviewed every time: never cached.
@@ -281,7 +281,7 @@ async fn reviews_never_outlive_the_token_and_failures_are_not_cached() {
     };
     let reviewer = Counting::new(fixed);
     let v = verifier(reviewer.clone(), store.clone(), &[("u", 0)]);
-    assert_eq!(v.verify(&soon).await, Ok(0));
+    assert_eq!(v.verify(&soon).await.map(|v| v.client), Ok(0));
     let stored = entries(&redis).await;
     assert_eq!(stored.len(), 1);
     assert!(
@@ -289,8 +289,8 @@ async fn reviews_never_outlive_the_token_and_failures_are_not_cached() {
         "capped by exp: {stored:?}"
     );
     // Without a readable expiry a review is not reused.
-    assert_eq!(v.verify(&opaque).await, Ok(0));
-    assert_eq!(v.verify(&opaque).await, Ok(0));
+    assert_eq!(v.verify(&opaque).await.map(|v| v.client), Ok(0));
+    assert_eq!(v.verify(&opaque).await.map(|v| v.client), Ok(0));
     assert_eq!(reviewer.calls(), 3);
     assert_eq!(entries(&redis).await.len(), 1);
 
