@@ -494,7 +494,9 @@ async fn config_map_is_rendered(client: &kube::Client) -> String {
         );
     }
     assert!(
-        text.contains("/etc/proxy-pool/secrets/vendor-sim-credentials/password"),
+        text.contains("/etc/proxy-pool/secrets/vendor-sim-credentials/password")
+            && text.contains("/etc/proxy-pool/secrets/vendor-sim-credentials/username")
+            && !text.contains("proxyuser"),
         "{text}"
     );
     let owner = &cm.owner_references()[0];
@@ -558,7 +560,7 @@ async fn controller_deployment_is_pointed_at_it(client: &kube::Client, hash: &st
         .flatten()
         .map(|i| i.key.as_str())
         .collect();
-    assert_eq!(keys, ["apiKey", "password"]);
+    assert_eq!(keys, ["apiKey", "password", "username"]);
     let items = |name: &str| -> Vec<(String, String)> {
         sources
             .iter()
@@ -1254,6 +1256,19 @@ async fn the_mounted_files_load_in_the_controller(client: &kube::Client) {
     });
     let _ = std::fs::remove_dir_all(&root);
     let (config, cert_pem, key_pem, bundle_pem) = result.unwrap_or_else(|e| panic!("{e}"));
+    // The vendor's proxy user name was read from its mounted file.
+    let vendor = config
+        .upstreams
+        .iter()
+        .find(|u| u.name == "vendor-sim")
+        .expect("vendor-sim upstream");
+    let proxy_pool_api::config::SourceConfig::VendorApi(v) = &vendor.source else {
+        panic!("vendor API upstream")
+    };
+    assert_eq!(
+        v.credentials.as_ref().map(|c| c.username.as_str()),
+        Some("proxyuser")
+    );
     let c = &config.clients[0];
     assert!(c.secret_files.is_empty());
     assert_eq!(c.api_keys.len(), 1, "the API key file was read and hashed");
