@@ -11,6 +11,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cli;
+pub mod echo;
 pub mod grpc;
 pub mod handshake;
 pub mod memory;

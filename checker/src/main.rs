@@ -102,6 +102,16 @@ enum Command {
     },
     /// Pull tasks from the controller's CheckerControlPlane and report observations.
     Run(RunArgs),
+    /// Serve the echo endpoint EGRESS checks use (`--echo` of `run`): it must be
+    /// reachable from the vendor proxies' egress, usually on a public address.
+    Echo {
+        /// Address to listen on, `ip:port`.
+        #[arg(long)]
+        listen: SocketAddr,
+        /// Connections served at once.
+        #[arg(long, default_value_t = 1024)]
+        max_connections: usize,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -119,7 +129,31 @@ fn main() -> anyhow::Result<()> {
             timeout,
         } => rt.block_on(probe(&proxy, echo, &target, timeout)),
         Command::Run(run_args) => rt.block_on(run(run_args)),
+        Command::Echo {
+            listen,
+            max_connections,
+        } => rt.block_on(echo(listen, max_connections)),
     }
+}
+
+async fn echo(listen: SocketAddr, max_connections: usize) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn(proxy_pool_checker::echo::serve(
+        listener,
+        proxy_pool_checker::echo::EchoOptions {
+            max_connections,
+            ..Default::default()
+        },
+        stop.clone(),
+    ));
+    tracing::info!(%listen, "echo endpoint serving");
+    wait_for_signal().await;
+    stop.cancel();
+    server.await.context("echo server task")?;
+    Ok(())
 }
 
 async fn probe(

@@ -328,3 +328,35 @@ async fn probes_log_no_credentials_even_at_trace() {
         assert!(!text.contains(&s), "a proxy password leaked:\n{text}");
     }
 }
+
+/// The checker's own echo endpoint (`proxy-pool-checker echo`) serves EGRESS checks
+/// through live proxies of both protocols: the egress address is the proxy's, not ours.
+#[tokio::test]
+async fn egress_against_the_checkers_own_echo_endpoint() {
+    let sim = Simulator::start(SimConfig::default()).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let echo = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let server = tokio::spawn(proxy_pool_checker::echo::serve(
+        listener,
+        proxy_pool_checker::echo::EchoOptions::default(),
+        stop.clone(),
+    ));
+    let mut options = ProberOptions::new(echo);
+    options.check_timeout = Duration::from_secs(3);
+    let prober = NetProber::new(options);
+    for protocol in [Protocol::Http, Protocol::Socks5] {
+        let p = sim
+            .spawn_proxy(protocol, Duration::from_secs(60), FailureMode::None)
+            .await
+            .unwrap();
+        let obs = prober
+            .probe(&task(1, &p, vec![Check::Basic, Check::Egress]))
+            .await;
+        assert!(obs.iter().all(|o| o.success), "{protocol:?}: {obs:?}");
+        assert_eq!(obs[1].tier, Tier::Egress);
+        assert_eq!(obs[1].egress, Some(egress_of(&sim, &p)), "{protocol:?}");
+    }
+    stop.cancel();
+    server.await.unwrap();
+}

@@ -1,0 +1,217 @@
+//! The echo endpoint EGRESS checks need: a plain-HTTP server that answers every GET
+//! with the source address it saw and the proxy-revealing headers it received
+//! (`{"remote": "ip:port", "proxyHeaders": {...}}`). It must be reachable from the
+//! vendor proxies' egress (usually a public address), so it runs apart from the
+//! cluster's private network: `proxy-pool-checker echo --listen 0.0.0.0:8080`.
+//!
+//! Bounded: connections at once, time to send a request head, one request per
+//! connection, no request body read.
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// Headers that reveal a proxy or its client; `proxy-authorization` is reported as
+/// `<redacted>`, never its value.
+const LEAK_HEADERS: [&str; 5] = [
+    "via",
+    "forwarded",
+    "x-forwarded-for",
+    "x-real-ip",
+    "proxy-authorization",
+];
+
+/// Limits of the echo server.
+#[derive(Clone, Debug)]
+pub struct EchoOptions {
+    /// Connections served at once; more wait in the kernel's accept queue.
+    pub max_connections: usize,
+    /// Time a client has to send its request head.
+    pub header_timeout: Duration,
+}
+
+impl Default for EchoOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            header_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Serves until `stop` is cancelled.
+pub async fn serve(listener: TcpListener, options: EchoOptions, stop: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    loop {
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => p,
+            () = stop.cancelled() => return,
+        };
+        let Ok(permit) = permit else {
+            return;
+        };
+        let (stream, peer) = tokio::select! {
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::debug!(error = %e, "echo accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = stop.cancelled() => return,
+        };
+        let header_timeout = options.header_timeout;
+        tokio::spawn(async move {
+            let _permit = permit;
+            let service =
+                service_fn(move |req| async move { Ok::<_, Infallible>(answer(&req, peer)) });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "echo connection ended");
+            }
+        });
+    }
+}
+
+fn answer(req: &Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            Bytes::from_static(b"GET only\n"),
+        );
+    }
+    let mut headers = BTreeMap::new();
+    for name in LEAK_HEADERS {
+        let values: Vec<&str> = req
+            .headers()
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("<non-ascii>"))
+            .collect();
+        if values.is_empty() {
+            continue;
+        }
+        let value = if name == "proxy-authorization" {
+            "<redacted>".to_owned()
+        } else {
+            values.join(", ")
+        };
+        headers.insert(name.to_owned(), value);
+    }
+    let body = serde_json::json!({
+        "remote": peer.to_string(),
+        "proxyHeaders": headers,
+    });
+    reply(StatusCode::OK, Bytes::from(body.to_string()))
+}
+
+fn reply(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
+    let mut res = Response::new(Full::new(body));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    res.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: SocketAddr, head: &str) -> (String, SocketAddr) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let local = s.local_addr().expect("local");
+        s.write_all(head.as_bytes()).await.expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.expect("read");
+        (out, local)
+    }
+
+    fn json_body(response: &str) -> serde_json::Value {
+        let (_, body) = response.split_once("\r\n\r\n").expect("head and body");
+        serde_json::from_str(body).expect("JSON body")
+    }
+
+    #[tokio::test]
+    async fn reports_the_source_and_the_revealing_headers_never_credentials() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(listener, EchoOptions::default(), stop.clone()));
+
+        let (res, local) = get(
+            addr,
+            "GET /proxy-pool-checker HTTP/1.1\r\nHost: x\r\nVia: 1.1 vendor\r\n\
+             X-Forwarded-For: 10.0.0.7\r\nProxy-Authorization: Basic c2VjcmV0\r\n\r\n",
+        )
+        .await;
+        assert!(res.starts_with("HTTP/1.1 200"), "{res}");
+        let v = json_body(&res);
+        assert_eq!(v["remote"], local.to_string());
+        assert_eq!(v["proxyHeaders"]["via"], "1.1 vendor");
+        assert_eq!(v["proxyHeaders"]["x-forwarded-for"], "10.0.0.7");
+        assert_eq!(v["proxyHeaders"]["proxy-authorization"], "<redacted>");
+        assert!(!res.contains("c2VjcmV0"), "credentials never echoed: {res}");
+
+        let (res, _) = get(addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert_eq!(json_body(&res)["proxyHeaders"], serde_json::json!({}));
+
+        let (res, _) = get(
+            addr,
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+        )
+        .await;
+        assert!(res.starts_with("HTTP/1.1 405"), "{res}");
+
+        stop.cancel();
+        server.await.expect("server stops on cancel");
+    }
+
+    #[tokio::test]
+    async fn a_client_that_sends_no_head_is_cut_off() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stop = CancellationToken::new();
+        let options = EchoOptions {
+            max_connections: 1,
+            header_timeout: Duration::from_millis(200),
+        };
+        let server = tokio::spawn(serve(listener, options, stop.clone()));
+        // Holds the only slot without sending anything; the header timeout frees it.
+        let mut idle = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (res, _) = tokio::time::timeout(
+            Duration::from_secs(30),
+            get(addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+        )
+        .await
+        .expect("served once the idle client is cut off");
+        assert!(res.starts_with("HTTP/1.1 200"), "{res}");
+        let mut buf = Vec::new();
+        let _ = idle.read_to_end(&mut buf).await;
+        stop.cancel();
+        server.await.expect("server stops on cancel");
+    }
+}
