@@ -97,6 +97,7 @@ async fn helm_template(kube_version: &str) -> String {
         .args(["template", RELEASE])
         .arg(repo_path("charts/proxy-pool"))
         .args(["--namespace", NS, "--kube-version", kube_version])
+        .args(["--set", REQUIRED_VALUES[0]])
         .output()
         .await
         .expect("run helm");
@@ -157,6 +158,9 @@ fn chart_crds_are_the_generated_crds() {
     );
 }
 
+/// Values the chart requires (an install without them fails with a clear message).
+const REQUIRED_VALUES: &[&str] = &["checker.echo=203.0.113.10:8080"];
+
 /// Values that switch on every optional part of the chart.
 const FULL_VALUES: &[&str] = &[
     "store.backend=redis",
@@ -173,11 +177,30 @@ const FULL_VALUES: &[&str] = &[
 #[tokio::test]
 async fn chart_lints_and_templates_clean() {
     let chart = repo_path("charts/proxy-pool");
-    let full: Vec<String> = FULL_VALUES
-        .iter()
-        .flat_map(|v| ["--set".to_owned(), (*v).to_owned()])
-        .collect();
-    for extra in [Vec::new(), full] {
+    let set = |values: &[&str]| -> Vec<String> {
+        values
+            .iter()
+            .flat_map(|v| ["--set".to_owned(), (*v).to_owned()])
+            .collect()
+    };
+    let required = set(REQUIRED_VALUES);
+    let full = [required.clone(), set(FULL_VALUES)].concat();
+
+    // Without the echo endpoint the chart refuses to render, naming the value.
+    let out = tokio::process::Command::new(helm())
+        .args(["template", "proxy-pool"])
+        .arg(&chart)
+        .args(["--namespace", NS])
+        .output()
+        .await
+        .expect("run helm");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("checker.echo is required"),
+        "helm template without checker.echo must fail naming it:\n{stderr}"
+    );
+
+    for extra in [required, full] {
         for cmd in [vec!["lint", "--strict"], vec!["template", "proxy-pool"]] {
             let out = tokio::process::Command::new(helm())
                 .args(&cmd)
