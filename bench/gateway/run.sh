@@ -27,6 +27,10 @@
 #   BENCH_CPU_PROXY / BENCH_CPU_LOAD
 #                      CPU lists (taskset) for the proxy under test / for the load
 #                      generator and simulator; empty (default) = no pinning
+#   GATEWAY_WORKER_THREADS
+#                      the gateway's --worker-threads (default: unset = the gateway's
+#                      default, the available parallelism)
+#   BENCH_SKIP_IDLE=1  skip (d), the idle-tunnel memory phase (A/B runs of CPU and latency)
 #   BENCH_STAY_UP=1    start everything, write $BENCH_DIR/stack.txt and wait (profiling)
 #   CARGO_TARGET_DIR   where the binaries are built (default target)
 set -euo pipefail
@@ -38,7 +42,7 @@ BUILD=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -213,7 +217,9 @@ start controller "$CPU_LOAD" "$BIN/proxy-pool-controller" run --config "$DIR/con
 wait_for "controller" curl -fsS "http://127.0.0.1:$ADMIN_PORT/healthz"
 start checker "$CPU_LOAD" "$BIN/proxy-pool-checker" run --controller "http://127.0.0.1:$CP_PORT" \
     --checker-id bench-checker --echo "127.0.0.1:$ECHO_PORT" --loopback-plaintext
-start gateway "$CPU_PROXY" "$BIN/proxy-pool-gateway" --http-listen "127.0.0.1:$GW_HTTP_PORT" \
+GW_EXTRA=()
+[ -n "${GATEWAY_WORKER_THREADS:-}" ] && GW_EXTRA=(--worker-threads "$GATEWAY_WORKER_THREADS")
+start gateway "$CPU_PROXY" "$BIN/proxy-pool-gateway" "${GW_EXTRA[@]}" --http-listen "127.0.0.1:$GW_HTTP_PORT" \
     --socks5-listen "127.0.0.1:$GW_SOCKS_PORT" --admin-listen "127.0.0.1:$GW_ADMIN_PORT" \
     --controller "http://127.0.0.1:$CP_PORT" --worker-id bench-gateway \
     --clients-file "$DIR/gateway-clients.json"
@@ -349,7 +355,7 @@ measure() { # name system mode [rate] → results/name.json (+ cpu_us_per_op)
 }
 field() { jq -r "$2" "$DIR/results/$1.json"; }
 
-echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg); ${SECONDS_PER_PHASE}s phases, $CONNS connections, $NPROX upstreams, nice $NICE, cpus proxy='${CPU_PROXY:-any}' load='${CPU_LOAD:-any}'"
+echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg); ${SECONDS_PER_PHASE}s phases, $CONNS connections, $NPROX upstreams, nice $NICE, cpus proxy='${CPU_PROXY:-any}' load='${CPU_LOAD:-any}', gateway --worker-threads ${GATEWAY_WORKER_THREADS:-default}"
 date -u +"bench: %Y-%m-%d %H:%M UTC"
 
 echo "bench: warm-up"
@@ -376,8 +382,9 @@ for s in gateway squid; do
     done
 done
 
-echo "bench: (d) $TUNNELS idle CONNECT tunnels"
+[ "${BENCH_SKIP_IDLE:-0}" = 1 ] || echo "bench: (d) $TUNNELS idle CONNECT tunnels"
 for s in gateway squid; do
+    [ "${BENCH_SKIP_IDLE:-0}" = 1 ] && break
     drain_timewait
     pid=$(pid_of "$s")
     mapfile -t args < <(proxy_args "$s")
@@ -426,9 +433,9 @@ for s in gateway squid; do
 done
 printf '| (c) added p50 / p99 at 50 %% load, µs (median of 3 slices) | 0 / 0 | %s / %s at %.0f/s | %s / %s at %.0f/s | |\n' \
     "$gateway_p50" "$gateway_p99" "$gateway_rate" "$squid_p50" "$squid_p99" "$squid_rate"
-idle() { jq -r '((.rss_after_kib - .rss_before_kib) * 1024 / (if .tunnels > 0 then .tunnels else 1 end)) | floor' "$DIR/results/idle-$1.json"; }
+idle() { [ -f "$DIR/results/idle-$1.json" ] || { echo "-"; return; }; jq -r '((.rss_after_kib - .rss_before_kib) * 1024 / (if .tunnels > 0 then .tunnels else 1 end)) | floor' "$DIR/results/idle-$1.json"; }
 gi=$(idle gateway) si=$(idle squid)
-printf '| (d) RSS per idle tunnel, bytes | – | %s | %s | %s |\n' "$gi" "$si" "$(ratio "$gi" "$si")"
+[ "$gi" = - ] || printf '| (d) RSS per idle tunnel, bytes | – | %s | %s | %s |\n' "$gi" "$si" "$(ratio "$gi" "$si")"
 gcpu=$(r http-gateway .cpu_us_per_op) scpu=$(r http-squid .cpu_us_per_op)
 printf '| (e) CPU per keep-alive request, µs | – | %s | %s | %s |\n' "$(num "$gcpu")" "$(num "$scpu")" "$(ratio "$gcpu" "$scpu")"
 gcpu=$(r connect-gateway .cpu_us_per_op) scpu=$(r connect-squid .cpu_us_per_op)

@@ -95,16 +95,51 @@ struct Args {
     /// TLS name of the controller (default: the host of --controller).
     #[arg(long)]
     server_name: Option<String>,
+    /// Worker threads of the async runtime (default: the available parallelism — the
+    /// CPUs this process may run on, cgroup quota included).
+    #[arg(long, env = "PROXY_POOL_GATEWAY_WORKER_THREADS", value_parser = parse_worker_threads)]
+    worker_threads: Option<usize>,
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+/// Upper bound of `--worker-threads`: far above any useful value, low enough that a
+/// typo cannot spawn thousands of threads.
+const MAX_WORKER_THREADS: usize = 1024;
+
+fn parse_worker_threads(value: &str) -> std::result::Result<usize, String> {
+    let n: usize = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("{value:?} is not a whole number of threads"))?;
+    if n == 0 {
+        return Err("must be at least 1".to_owned());
+    }
+    if n > MAX_WORKER_THREADS {
+        return Err(format!("must be at most {MAX_WORKER_THREADS}"));
+    }
+    Ok(n)
+}
+
+fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
     let args = Args::parse();
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all();
+    if let Some(n) = args.worker_threads {
+        runtime.worker_threads(n);
+    }
+    let runtime = runtime.build().context("starting the async runtime")?;
+    info!(
+        worker_threads = runtime.metrics().num_workers(),
+        "async runtime started"
+    );
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: Args) -> Result<()> {
     let config = GatewayConfig {
         auth: if args.open_auth {
             AuthMode::Open
@@ -335,4 +370,39 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_threads_accepts_positive_counts() {
+        assert_eq!(parse_worker_threads("1"), Ok(1));
+        assert_eq!(parse_worker_threads(" 2 "), Ok(2));
+        assert_eq!(
+            parse_worker_threads(&MAX_WORKER_THREADS.to_string()),
+            Ok(MAX_WORKER_THREADS)
+        );
+    }
+
+    #[test]
+    fn worker_threads_rejects_zero_junk_and_huge_values() {
+        assert_eq!(
+            parse_worker_threads("0"),
+            Err("must be at least 1".to_owned())
+        );
+        assert!(parse_worker_threads("-1").is_err_and(|e| e.contains("whole number")));
+        assert!(parse_worker_threads("two").is_err_and(|e| e.contains("whole number")));
+        assert!(parse_worker_threads("1025").is_err_and(|e| e.contains("at most 1024")));
+    }
+
+    #[test]
+    fn worker_threads_flag_and_default() {
+        let parsed =
+            Args::try_parse_from(["gw", "--worker-threads", "2"]).map(|a| a.worker_threads);
+        assert_eq!(parsed.ok().flatten(), Some(2));
+        let refused = Args::try_parse_from(["gw", "--worker-threads", "0"]);
+        assert!(refused.is_err_and(|e| e.to_string().contains("must be at least 1")));
+    }
 }
