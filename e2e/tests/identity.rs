@@ -17,14 +17,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, ReplicaSet, ReplicaSetSpec};
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, Namespace, Pod, PodSpec, PodTemplateSpec, Secret, ServiceAccount,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use kube::api::{Api, DeleteParams, PostParams};
-use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::{Api, DeleteParams};
+use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
 use proxy_pool_identity_client::{ClientConfig, ClientError, Identity, IdentityClient};
 use proxy_pool_operator::identity::authority::Authority;
 use proxy_pool_operator::identity::authz::CheckerWorkload;
@@ -59,10 +54,11 @@ async fn worker_identities_on_a_real_apiserver() {
     let dir = TempDir::new();
 
     for ns in [OPERATOR_NS, GATEWAY_NS] {
-        create(&Api::all(client.clone()), &namespace(ns)).await;
+        Workloads::create_namespace(&client, ns).await;
     }
+    let workloads = Workloads::new(client.clone(), GATEWAY_NS);
     for sa in [SA, CHECKER_SA] {
-        create(&in_gateway_ns(&client), &service_account(sa)).await;
+        workloads.create_service_account(sa).await;
     }
 
     let authority = ca_is_created_and_bundle_published(&client).await;
@@ -74,8 +70,8 @@ async fn worker_identities_on_a_real_apiserver() {
     );
 
     // A managed gateway: Deployment (our labels) → ReplicaSet → Pod.
-    let gateway_pod = gateway_chain(&client, "gw", true).await;
-    let token = token_for(&client, &gateway_pod, DEFAULT_AUDIENCE).await;
+    let gateway_pod = workloads.deployment_chain("gw", SA, true).await;
+    let token = workloads.token_for(&gateway_pod, DEFAULT_AUDIENCE).await;
     let identity = issue(issuer_addr, &dir.write("gw.token", &token), &bundle_file)
         .await
         .unwrap_or_else(|e| panic!("issuing for the gateway pod: {e}\n{}", cluster.logs()));
@@ -86,18 +82,20 @@ async fn worker_identities_on_a_real_apiserver() {
     );
 
     // A pod of a Deployment without our labels, and a bare pod: 403.
-    let unmanaged_pod = gateway_chain(&client, "other", false).await;
-    let token = token_for(&client, &unmanaged_pod, DEFAULT_AUDIENCE).await;
+    let unmanaged_pod = workloads.deployment_chain("other", SA, false).await;
+    let token = workloads.token_for(&unmanaged_pod, DEFAULT_AUDIENCE).await;
     let err = issue(issuer_addr, &dir.write("other.token", &token), &bundle_file).await;
     assert_refused(err, 403, "pod of an unmanaged Deployment");
-    let bare = create_pod(&client, "bare", SA, None).await;
-    let token = token_for(&client, &bare, DEFAULT_AUDIENCE).await;
+    let bare = workloads.create_pod("bare", SA, None).await;
+    let token = workloads.token_for(&bare, DEFAULT_AUDIENCE).await;
     let err = issue(issuer_addr, &dir.write("bare.token", &token), &bundle_file).await;
     assert_refused(err, 403, "pod without owner");
 
     // The checker Deployment's pod under the checker ServiceAccount: a checker identity.
-    let checker_pod = deployment_chain(&client, CHECKER_DEPLOYMENT, CHECKER_SA, false).await;
-    let token = token_for(&client, &checker_pod, DEFAULT_AUDIENCE).await;
+    let checker_pod = workloads
+        .deployment_chain(CHECKER_DEPLOYMENT, CHECKER_SA, false)
+        .await;
+    let token = workloads.token_for(&checker_pod, DEFAULT_AUDIENCE).await;
     let identity = issue(issuer_addr, &dir.write("chk.token", &token), &bundle_file)
         .await
         .unwrap_or_else(|e| panic!("issuing for the checker pod: {e}\n{}", cluster.logs()));
@@ -110,8 +108,10 @@ async fn worker_identities_on_a_real_apiserver() {
     );
     // The checker's ServiceAccount on a pod of another Deployment: no identity (the
     // rule is the named Deployment, found through the owner chain, not the account).
-    let imposter = deployment_chain(&client, "imposter", CHECKER_SA, false).await;
-    let token = token_for(&client, &imposter, DEFAULT_AUDIENCE).await;
+    let imposter = workloads
+        .deployment_chain("imposter", CHECKER_SA, false)
+        .await;
+    let token = workloads.token_for(&imposter, DEFAULT_AUDIENCE).await;
     let err = issue(issuer_addr, &dir.write("imp.token", &token), &bundle_file).await;
     assert_refused(
         err,
@@ -119,14 +119,14 @@ async fn worker_identities_on_a_real_apiserver() {
         "checker ServiceAccount outside the checker Deployment",
     );
     // A bare pod named like a checker pod, under the checker ServiceAccount: 403.
-    let bare = create_pod(
-        &client,
-        &format!("{CHECKER_DEPLOYMENT}-7c9d5-bare1"),
-        CHECKER_SA,
-        None,
-    )
-    .await;
-    let token = token_for(&client, &bare, DEFAULT_AUDIENCE).await;
+    let bare = workloads
+        .create_pod(
+            &format!("{CHECKER_DEPLOYMENT}-7c9d5-bare1"),
+            CHECKER_SA,
+            None,
+        )
+        .await;
+    let token = workloads.token_for(&bare, DEFAULT_AUDIENCE).await;
     let err = issue(
         issuer_addr,
         &dir.write("chk-bare.token", &token),
@@ -136,7 +136,9 @@ async fn worker_identities_on_a_real_apiserver() {
     assert_refused(err, 403, "bare pod under the checker ServiceAccount");
 
     // The gateway pod's own token, but for another audience: 401. And garbage: 401.
-    let token = token_for(&client, &gateway_pod, "some-other-audience").await;
+    let token = workloads
+        .token_for(&gateway_pod, "some-other-audience")
+        .await;
     let err = issue(issuer_addr, &dir.write("aud.token", &token), &bundle_file).await;
     assert_refused(err, 401, "token for another audience");
     let err = issue(
@@ -398,204 +400,6 @@ fn certificate_names_the_pod_and_verifies_against_the_bundle(
     verifier
         .verify_client_cert(&leaf, &[], UnixTime::now())
         .expect("leaf chains to the published bundle");
-}
-
-// ---- fixtures -------------------------------------------------------------------
-
-struct PodRef {
-    name: String,
-    uid: String,
-    service_account: String,
-}
-
-async fn create<K>(api: &Api<K>, obj: &K) -> K
-where
-    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.create(&PostParams::default(), obj)
-        .await
-        .unwrap_or_else(|e| panic!("create {:?}: {e}", obj.meta().name))
-}
-
-fn in_gateway_ns<K>(client: &kube::Client) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    Api::namespaced(client.clone(), GATEWAY_NS)
-}
-
-fn meta(name: &str, labels: BTreeMap<String, String>, owner: Option<OwnerReference>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.into()),
-        labels: Some(labels),
-        owner_references: owner.map(|o| vec![o]),
-        ..Default::default()
-    }
-}
-
-fn namespace(name: &str) -> Namespace {
-    Namespace {
-        metadata: meta(name, BTreeMap::new(), None),
-        ..Default::default()
-    }
-}
-
-fn service_account(name: &str) -> ServiceAccount {
-    ServiceAccount {
-        metadata: meta(name, BTreeMap::new(), None),
-        ..Default::default()
-    }
-}
-
-fn controller_ref(kind: &str, name: &str, uid: &str) -> OwnerReference {
-    OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: kind.into(),
-        name: name.into(),
-        uid: uid.into(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
-}
-
-fn pod_spec(sa: &str) -> PodSpec {
-    PodSpec {
-        service_account_name: Some(sa.into()),
-        containers: vec![Container {
-            name: "gateway".into(),
-            image: Some("proxy-pool-gateway:e2e".into()),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
-fn template(app: &str, sa: &str) -> (LabelSelector, PodTemplateSpec) {
-    let labels = BTreeMap::from([("app".to_owned(), app.to_owned())]);
-    (
-        LabelSelector {
-            match_labels: Some(labels.clone()),
-            ..Default::default()
-        },
-        PodTemplateSpec {
-            metadata: Some(ObjectMeta {
-                labels: Some(labels),
-                ..Default::default()
-            }),
-            spec: Some(pod_spec(sa)),
-        },
-    )
-}
-
-/// Deployment `name` (with the operator's gateway labels when `managed`), its
-/// ReplicaSet and one Pod under the gateway ServiceAccount.
-async fn gateway_chain(client: &kube::Client, name: &str, managed: bool) -> PodRef {
-    deployment_chain(client, name, SA, managed).await
-}
-
-/// Deployment `name` (with the operator's gateway labels when `managed`), its
-/// ReplicaSet and one Pod under ServiceAccount `sa`, linked by controller references
-/// with real UIDs.
-async fn deployment_chain(client: &kube::Client, name: &str, sa: &str, managed: bool) -> PodRef {
-    let mut labels = BTreeMap::from([("app".to_owned(), name.to_owned())]);
-    if managed {
-        labels.insert(
-            "app.kubernetes.io/managed-by".into(),
-            "proxy-pool-operator".into(),
-        );
-        labels.insert("proxypool.io/component".into(), "gateway".into());
-    }
-    let (selector, tmpl) = template(name, sa);
-    let deployment = create(
-        &in_gateway_ns(client),
-        &Deployment {
-            metadata: meta(name, labels, None),
-            spec: Some(DeploymentSpec {
-                replicas: Some(1),
-                selector: selector.clone(),
-                template: tmpl.clone(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-    )
-    .await;
-    let rs_name = format!("{name}-7c9d5");
-    let rs = create(
-        &in_gateway_ns(client),
-        &ReplicaSet {
-            metadata: meta(
-                &rs_name,
-                BTreeMap::from([("app".to_owned(), name.to_owned())]),
-                Some(controller_ref(
-                    "Deployment",
-                    name,
-                    &uid_of(&deployment.metadata),
-                )),
-            ),
-            spec: Some(ReplicaSetSpec {
-                replicas: Some(1),
-                selector,
-                template: Some(tmpl),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-    )
-    .await;
-    let owner = controller_ref("ReplicaSet", &rs_name, &uid_of(&rs.metadata));
-    create_pod(client, &format!("{rs_name}-x2k4q"), sa, Some(owner)).await
-}
-
-async fn create_pod(
-    client: &kube::Client,
-    name: &str,
-    sa: &str,
-    owner: Option<OwnerReference>,
-) -> PodRef {
-    let pod = create(
-        &in_gateway_ns(client),
-        &Pod {
-            metadata: meta(name, BTreeMap::new(), owner),
-            spec: Some(pod_spec(sa)),
-            ..Default::default()
-        },
-    )
-    .await;
-    PodRef {
-        name: name.into(),
-        uid: uid_of(&pod.metadata),
-        service_account: sa.into(),
-    }
-}
-
-fn uid_of(meta: &ObjectMeta) -> String {
-    meta.uid.clone().expect("created object has a UID")
-}
-
-/// A ServiceAccount token for `audience`, bound to `pod` (so its extras carry the
-/// pod's name and UID), as the kubelet would project it.
-async fn token_for(client: &kube::Client, pod: &PodRef, audience: &str) -> String {
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            audiences: Some(vec![audience.into()]),
-            expiration_seconds: Some(600),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(pod.name.clone()),
-                uid: Some(pod.uid.clone()),
-            }),
-        }),
-        ..Default::default()
-    };
-    Api::<ServiceAccount>::namespaced(client.clone(), GATEWAY_NS)
-        .create_token_request(&pod.service_account, &PostParams::default(), &request)
-        .await
-        .expect("TokenRequest")
-        .status
-        .and_then(|s| s.token)
-        .expect("token")
 }
 
 /// A private temp dir for token and bundle files, removed on drop.

@@ -15,7 +15,6 @@
 //!   by the issuer, says so in one clear log line, exits non-zero and never opens its
 //!   traffic listener; a checker with such a token is refused and exits likewise.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -24,14 +23,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, ReplicaSet, ReplicaSetSpec};
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, Namespace, Pod, PodSpec, PodTemplateSpec, ServiceAccount,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use kube::api::{Api, PostParams};
-use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
 use proxy_pool_operator::identity::authority::Authority;
 use proxy_pool_operator::identity::authz::CheckerWorkload;
 use proxy_pool_operator::identity::kube_adapters::{BUNDLE_KEY, KubeCaStore};
@@ -67,10 +61,11 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     let dir = TempDir::new();
 
     for ns in [OPERATOR_NS, GATEWAY_NS] {
-        create(&Api::all(client.clone()), &namespace(ns)).await;
+        Workloads::create_namespace(&client, ns).await;
     }
+    let workloads = Workloads::new(client.clone(), GATEWAY_NS);
     for sa in [SA, CHECKER_SA] {
-        create(&in_gateway_ns(&client), &service_account(sa)).await;
+        workloads.create_service_account(sa).await;
     }
     let authority = start_authority(&client).await;
     let issuer = start_issuer(&client).await;
@@ -135,10 +130,12 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     wait_http(&mut procs, ports.admin, "/healthz", "controller").await;
 
     // The checker of the checker Deployment's pod: certificate from the issuer.
-    let checker_pod = deployment_chain(&client, CHECKER_DEPLOYMENT, CHECKER_SA, false).await;
+    let checker_pod = workloads
+        .deployment_chain(CHECKER_DEPLOYMENT, CHECKER_SA, false)
+        .await;
     let checker_token = dir.write(
         "checker/token",
-        &token_for(&client, &checker_pod, DEFAULT_AUDIENCE).await,
+        &workloads.token_for(&checker_pod, DEFAULT_AUDIENCE).await,
     );
     procs.start(
         "checker",
@@ -147,10 +144,10 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     );
 
     // The gateway of a managed Deployment's pod: certificate from the issuer.
-    let pod = deployment_chain(&client, "gw", SA, true).await;
+    let pod = workloads.deployment_chain("gw", SA, true).await;
     let token = dir.write(
         "gw/token",
-        &token_for(&client, &pod, DEFAULT_AUDIENCE).await,
+        &workloads.token_for(&pod, DEFAULT_AUDIENCE).await,
     );
     let clients = dir.write(
         "clients.json",
@@ -216,10 +213,10 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     );
 
     // A pod outside any managed gateway Deployment: refused, no traffic listener.
-    let other = deployment_chain(&client, "rogue", SA, false).await;
+    let other = workloads.deployment_chain("rogue", SA, false).await;
     let token = dir.write(
         "rogue/token",
-        &token_for(&client, &other, DEFAULT_AUDIENCE).await,
+        &workloads.token_for(&other, DEFAULT_AUDIENCE).await,
     );
     let rogue_ports = GatewayPorts::new();
     let out = gateway_command(&rogue_ports, &ports, &issuer, &token, &bundle, &other.name)
@@ -678,183 +675,6 @@ async fn published_bundle(client: &kube::Client) -> String {
         .data
         .and_then(|mut d| d.remove(BUNDLE_KEY))
         .expect("bundle key")
-}
-
-// ---- Kubernetes fixtures (as in tests/identity.rs) ----------------------------------
-
-struct PodRef {
-    name: String,
-    uid: String,
-    service_account: String,
-}
-
-async fn create<K>(api: &Api<K>, obj: &K) -> K
-where
-    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.create(&PostParams::default(), obj)
-        .await
-        .unwrap_or_else(|e| panic!("create {:?}: {e}", obj.meta().name))
-}
-
-fn in_gateway_ns<K>(client: &kube::Client) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    Api::namespaced(client.clone(), GATEWAY_NS)
-}
-
-fn meta(name: &str, labels: BTreeMap<String, String>, owner: Option<OwnerReference>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.into()),
-        labels: Some(labels),
-        owner_references: owner.map(|o| vec![o]),
-        ..Default::default()
-    }
-}
-
-fn namespace(name: &str) -> Namespace {
-    Namespace {
-        metadata: meta(name, BTreeMap::new(), None),
-        ..Default::default()
-    }
-}
-
-fn service_account(name: &str) -> ServiceAccount {
-    ServiceAccount {
-        metadata: meta(name, BTreeMap::new(), None),
-        ..Default::default()
-    }
-}
-
-fn controller_ref(kind: &str, name: &str, uid: &str) -> OwnerReference {
-    OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: kind.into(),
-        name: name.into(),
-        uid: uid.into(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
-}
-
-fn pod_spec(sa: &str) -> PodSpec {
-    PodSpec {
-        service_account_name: Some(sa.into()),
-        containers: vec![Container {
-            name: "workload".into(),
-            image: Some("proxy-pool:e2e".into()),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
-/// Deployment `name` (with the operator's gateway labels when `managed`), its
-/// ReplicaSet and one Pod running under ServiceAccount `sa`, linked by controller
-/// references with real UIDs.
-async fn deployment_chain(client: &kube::Client, name: &str, sa: &str, managed: bool) -> PodRef {
-    let mut labels = BTreeMap::from([("app".to_owned(), name.to_owned())]);
-    if managed {
-        labels.insert(
-            "app.kubernetes.io/managed-by".into(),
-            "proxy-pool-operator".into(),
-        );
-        labels.insert("proxypool.io/component".into(), "gateway".into());
-    }
-    let app = BTreeMap::from([("app".to_owned(), name.to_owned())]);
-    let selector = LabelSelector {
-        match_labels: Some(app.clone()),
-        ..Default::default()
-    };
-    let tmpl = PodTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(app.clone()),
-            ..Default::default()
-        }),
-        spec: Some(pod_spec(sa)),
-    };
-    let deployment = create(
-        &in_gateway_ns(client),
-        &Deployment {
-            metadata: meta(name, labels, None),
-            spec: Some(DeploymentSpec {
-                replicas: Some(1),
-                selector: selector.clone(),
-                template: tmpl.clone(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-    )
-    .await;
-    let rs_name = format!("{name}-7c9d5");
-    let rs = create(
-        &in_gateway_ns(client),
-        &ReplicaSet {
-            metadata: meta(
-                &rs_name,
-                app,
-                Some(controller_ref(
-                    "Deployment",
-                    name,
-                    &uid_of(&deployment.metadata),
-                )),
-            ),
-            spec: Some(ReplicaSetSpec {
-                replicas: Some(1),
-                selector,
-                template: Some(tmpl),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-    )
-    .await;
-    let owner = controller_ref("ReplicaSet", &rs_name, &uid_of(&rs.metadata));
-    let pod_name = format!("{rs_name}-x2k4q");
-    let pod = create(
-        &in_gateway_ns(client),
-        &Pod {
-            metadata: meta(&pod_name, BTreeMap::new(), Some(owner)),
-            spec: Some(pod_spec(sa)),
-            ..Default::default()
-        },
-    )
-    .await;
-    PodRef {
-        name: pod_name,
-        uid: uid_of(&pod.metadata),
-        service_account: sa.to_owned(),
-    }
-}
-
-fn uid_of(meta: &ObjectMeta) -> String {
-    meta.uid.clone().expect("created object has a UID")
-}
-
-/// A ServiceAccount token for `audience`, bound to `pod`, as the kubelet projects it.
-async fn token_for(client: &kube::Client, pod: &PodRef, audience: &str) -> String {
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            audiences: Some(vec![audience.into()]),
-            expiration_seconds: Some(600),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(pod.name.clone()),
-                uid: Some(pod.uid.clone()),
-            }),
-        }),
-        ..Default::default()
-    };
-    Api::<ServiceAccount>::namespaced(client.clone(), GATEWAY_NS)
-        .create_token_request(&pod.service_account, &PostParams::default(), &request)
-        .await
-        .expect("TokenRequest")
-        .status
-        .and_then(|s| s.token)
-        .expect("token")
 }
 
 /// A private temp dir, removed on drop.

@@ -10,9 +10,11 @@ mod apiserver;
 mod bins;
 mod pki;
 mod process;
+mod workloads;
 
 pub use apiserver::{KubeApiServer, KubectlOutput, SERVICE_ACCOUNT_ISSUER};
 pub use bins::{BIN_DIR_ENV, K8sBins};
+pub use workloads::{PodRef, Workloads};
 
 use std::path::PathBuf;
 
