@@ -2,4 +2,5 @@
 
 pub mod k8s;
 pub mod loadgen;
+pub mod procs;
 pub mod sim;

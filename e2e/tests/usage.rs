@@ -8,13 +8,13 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use activity_pool::testkit::RedisServer;
 use base64::Engine as _;
 use proxy_pool_analytics::testkit::Postgres;
+use proxy_pool_e2e::procs::{Procs, bin, build_binaries};
 
 const ROUTING: &str = "e2e-usage";
 const PER_CLIENT: u64 = 10;
@@ -27,122 +27,6 @@ fn free_addr() -> SocketAddr {
         .expect("free port")
 }
 
-fn target_dir() -> PathBuf {
-    if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {
-        return PathBuf::from(t);
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .expect("target dir")
-        .to_path_buf()
-}
-
-fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .and_then(Path::file_name)
-        .map_or_else(|| "debug".into(), |p| p.to_string_lossy().into_owned());
-    target_dir().join(profile).join(name)
-}
-
-/// The binaries under test, built like `scripts/dev-up.sh` builds them.
-fn build_binaries() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let status = Command::new(cargo)
-        .current_dir(root)
-        .args([
-            "build",
-            "-p",
-            "proxy-pool-e2e",
-            "-p",
-            "proxy-pool-controller",
-            "-p",
-            "proxy-pool-checker",
-            "-p",
-            "proxy-pool-gateway",
-            "--bins",
-        ])
-        .status()
-        .expect("cargo build");
-    assert!(status.success(), "building the binaries failed");
-}
-
-/// Child processes, stopped (SIGTERM, then kill) when dropped.
-#[derive(Default)]
-struct Procs {
-    children: Vec<(String, Child)>,
-    dir: PathBuf,
-}
-
-impl Procs {
-    fn start(&mut self, name: &str, cmd: &mut Command) {
-        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).expect("log");
-        let err = log.try_clone().expect("log");
-        let child = cmd
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
-        self.children.push((name.to_owned(), child));
-    }
-
-    fn logs(&self) -> String {
-        self.children
-            .iter()
-            .map(|(name, _)| {
-                let text = std::fs::read_to_string(self.dir.join(format!("{name}.log")))
-                    .unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(25).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                format!("--- {name} ---\n{}\n", tail.join("\n"))
-            })
-            .collect()
-    }
-
-    fn all_alive(&mut self) {
-        for (name, child) in &mut self.children {
-            if let Ok(Some(status)) = child.try_wait() {
-                let name = name.clone();
-                panic!("{name} exited early: {status}\n{}", self.logs());
-            }
-        }
-    }
-
-    fn stop(&mut self) {
-        for (_, child) in self.children.iter_mut().rev() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-        }
-        for (_, child) in self.children.iter_mut().rev() {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.children.clear();
-    }
-}
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// One HTTP/1.1 exchange (`Connection: close`): status and body.
 fn exchange(addr: SocketAddr, request: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_read_timeout(Some(Duration::from_secs(15)))?;
@@ -215,10 +99,7 @@ fn gateway_requests_of_two_clients_reach_the_routing_stats() {
     let dir = std::env::temp_dir().join(format!("pp-e2e-usage-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
-    let mut procs = Procs {
-        children: Vec::new(),
-        dir: dir.clone(),
-    };
+    let mut procs = Procs::new(&dir);
 
     let (sim, echo, echo_tls) = (free_addr(), free_addr(), free_addr());
     let (dist, admin, cp) = (free_addr(), free_addr(), free_addr());

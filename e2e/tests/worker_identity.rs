@@ -26,6 +26,7 @@ use base64::Engine as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
+use proxy_pool_e2e::procs::{Procs, bin, build_binaries};
 use proxy_pool_operator::identity::authority::Authority;
 use proxy_pool_operator::identity::authz::CheckerWorkload;
 use proxy_pool_operator::identity::kube_adapters::{BUNDLE_KEY, KubeCaStore};
@@ -88,11 +89,10 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     let ports = Ports::new();
     let logs = dir.path.join("logs");
     std::fs::create_dir_all(&logs).expect("logs dir");
-    let mut procs = Procs::default();
+    let mut procs = Procs::new(&logs);
 
     procs.start(
         "vendor-sim",
-        &logs,
         Command::new(bin("vendor-sim")).args([
             "--listen",
             &ports.sim.to_string(),
@@ -122,7 +122,6 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     let config = dir.write("controller.yaml", &config);
     procs.start(
         "controller",
-        &logs,
         Command::new(bin("proxy-pool-controller"))
             .args(["run", "--config"])
             .arg(&config),
@@ -139,7 +138,6 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     );
     procs.start(
         "checker",
-        &logs,
         &mut checker_command(&ports, &issuer, &checker_token, &bundle, &checker_pod.name),
     );
 
@@ -155,7 +153,7 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     );
     let mut gateway = gateway_command(&ports.gw, &ports, &issuer, &token, &bundle, &pod.name);
     gateway.arg("--clients-file").arg(&clients);
-    procs.start("gateway", &logs, &mut gateway);
+    procs.start("gateway", &mut gateway);
     wait_http(
         &mut procs,
         ports.gw.admin,
@@ -274,124 +272,6 @@ async fn gateway_and_checker_use_operator_issued_identities() {
 }
 
 // ---- processes --------------------------------------------------------------------
-
-fn target_dir() -> PathBuf {
-    if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {
-        return PathBuf::from(t);
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .expect("target dir")
-        .to_path_buf()
-}
-
-fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .and_then(Path::file_name)
-        .map_or_else(|| "debug".into(), |p| p.to_string_lossy().into_owned());
-    target_dir().join(profile).join(name)
-}
-
-/// The binaries under test, built like `scripts/dev-up.sh` builds them.
-fn build_binaries() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let status = Command::new(cargo)
-        .current_dir(root)
-        .args([
-            "build",
-            "-p",
-            "proxy-pool-e2e",
-            "-p",
-            "proxy-pool-controller",
-            "-p",
-            "proxy-pool-checker",
-            "-p",
-            "proxy-pool-gateway",
-            "--bins",
-        ])
-        .status()
-        .expect("cargo build");
-    assert!(status.success(), "building the binaries failed");
-}
-
-#[derive(Default)]
-struct Procs {
-    children: Vec<(String, Child)>,
-    dir: PathBuf,
-}
-
-impl Procs {
-    fn start(&mut self, name: &str, logs: &Path, cmd: &mut Command) {
-        self.dir = logs.to_owned();
-        let log = std::fs::File::create(logs.join(format!("{name}.log"))).expect("log file");
-        let err = log.try_clone().expect("log file");
-        let child = cmd
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
-        self.children.push((name.to_owned(), child));
-    }
-
-    fn all_alive(&mut self) {
-        let mut dead = None;
-        for (name, child) in &mut self.children {
-            if let Ok(Some(status)) = child.try_wait() {
-                dead = Some(format!("{name} exited early: {status}"));
-            }
-        }
-        if let Some(dead) = dead {
-            panic!("{dead}\n{}", self.logs());
-        }
-    }
-
-    fn logs(&self) -> String {
-        self.children
-            .iter()
-            .map(|(name, _)| {
-                let text = std::fs::read_to_string(self.dir.join(format!("{name}.log")))
-                    .unwrap_or_default();
-                let tail: Vec<&str> = text.lines().rev().take(30).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                format!("--- {name} ---\n{}\n", tail.join("\n"))
-            })
-            .collect()
-    }
-
-    fn stop(&mut self) {
-        for (_, child) in self.children.iter_mut().rev() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-        }
-        for (_, child) in self.children.iter_mut().rev() {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.children.clear();
-    }
-}
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 fn wait_output(mut child: Child, within: Duration) -> std::process::Output {
     let deadline = Instant::now() + within;

@@ -1,0 +1,148 @@
+//! The product's binaries as child processes for end-to-end tests: built like
+//! `scripts/dev-up.sh` builds them, started with their output in per-process log files,
+//! and stopped (SIGTERM, then kill after a grace period) when the set is dropped.
+//! Test fixture: panics with the processes' log tails when something is wrong.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a process gets between SIGTERM and kill.
+const STOP_GRACE: Duration = Duration::from_secs(20);
+/// Log lines shown per process in a failure message.
+const LOG_TAIL: usize = 30;
+
+/// The target directory the running test binary was built into.
+pub fn target_dir() -> PathBuf {
+    if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {
+        return PathBuf::from(t);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("target dir")
+        .to_path_buf()
+}
+
+/// Path of workspace binary `name`, in the profile the running test was built with.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .map_or_else(|| "debug".into(), |p| p.to_string_lossy().into_owned());
+    target_dir().join(profile).join(name)
+}
+
+/// Builds the binaries under test (vendor simulator, controller, checker, gateway),
+/// as `scripts/dev-up.sh` does.
+pub fn build_binaries() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let status = Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "build",
+            "-p",
+            "proxy-pool-e2e",
+            "-p",
+            "proxy-pool-controller",
+            "-p",
+            "proxy-pool-checker",
+            "-p",
+            "proxy-pool-gateway",
+            "--bins",
+        ])
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building the binaries failed");
+}
+
+/// Child processes logging into one directory, stopped in reverse start order when
+/// dropped.
+#[derive(Debug)]
+pub struct Procs {
+    children: Vec<(String, Child)>,
+    dir: PathBuf,
+}
+
+impl Procs {
+    /// Processes whose logs go to `<dir>/<name>.log` (`dir` must exist).
+    pub fn new(dir: &Path) -> Self {
+        Self {
+            children: Vec::new(),
+            dir: dir.to_owned(),
+        }
+    }
+
+    /// Starts `cmd` as `name` with `RUST_LOG=info`, stdout and stderr to its log file.
+    pub fn start(&mut self, name: &str, cmd: &mut Command) {
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).expect("log file");
+        let err = log.try_clone().expect("log file");
+        let child = cmd
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        self.children.push((name.to_owned(), child));
+    }
+
+    /// Panics, with every process's log tail, if one of them has exited.
+    pub fn all_alive(&mut self) {
+        let mut dead = None;
+        for (name, child) in &mut self.children {
+            if let Ok(Some(status)) = child.try_wait() {
+                dead = Some(format!("{name} exited early: {status}"));
+            }
+        }
+        if let Some(dead) = dead {
+            panic!("{dead}\n{}", self.logs());
+        }
+    }
+
+    /// The last lines of every process's log, for failure messages.
+    pub fn logs(&self) -> String {
+        self.children
+            .iter()
+            .map(|(name, _)| {
+                let text = std::fs::read_to_string(self.dir.join(format!("{name}.log")))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(LOG_TAIL).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("--- {name} ---\n{}\n", tail.join("\n"))
+            })
+            .collect()
+    }
+
+    /// SIGTERM to every process (last started first), then kill what is still running
+    /// after the grace period.
+    pub fn stop(&mut self) {
+        for (_, child) in self.children.iter_mut().rev() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+        }
+        for (_, child) in self.children.iter_mut().rev() {
+            let deadline = Instant::now() + STOP_GRACE;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.children.clear();
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
