@@ -13,25 +13,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use proxy_pool_e2e::procs::target_dir;
+
 const PORTS: u16 = 10;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("repo root")
-        .to_path_buf()
-}
-
-/// `target/` of this test binary (`target/debug/deps/quickstart-…`).
-fn target_dir() -> PathBuf {
-    if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {
-        return PathBuf::from(t);
-    }
-    let exe = std::env::current_exe().expect("current exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .expect("target dir")
         .to_path_buf()
 }
 
