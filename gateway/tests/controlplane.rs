@@ -4,134 +4,20 @@
 //! corrupt delta NACKed and followed by a full resync, outcomes shipped.
 
 mod common;
+mod fake_controller;
 
 use common::*;
+use fake_controller::*;
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
 use proxy_pool_api::controlplane::model;
 use proxy_pool_api::controlplane::pb;
-use proxy_pool_api::controlplane::pb::worker_control_plane_server::{
-    WorkerControlPlane, WorkerControlPlaneServer,
-};
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
 use proxy_pool_e2e::sim::{Protocol, SimProxy};
 use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
 use proxy_pool_gateway::snapshot::ClientCredential;
-use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
-use tokio_stream::Stream;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
-use tonic::{Request, Response, Status};
-
-type Updates = mpsc::Sender<Result<pb::SnapshotUpdate, Status>>;
-
-/// Everything the fake controller saw, and a way to feed each watch stream.
-struct Seen {
-    streams: mpsc::UnboundedReceiver<(pb::WatchSnapshotsRequest, Updates)>,
-    acks: mpsc::UnboundedReceiver<pb::AcknowledgeSnapshotRequest>,
-    reports: mpsc::UnboundedReceiver<pb::ReportRuntimeRequest>,
-    outcomes: mpsc::UnboundedReceiver<pb::ReportOutcomesRequest>,
-}
-
-struct Fake {
-    streams: mpsc::UnboundedSender<(pb::WatchSnapshotsRequest, Updates)>,
-    acks: mpsc::UnboundedSender<pb::AcknowledgeSnapshotRequest>,
-    reports: mpsc::UnboundedSender<pb::ReportRuntimeRequest>,
-    outcomes: mpsc::UnboundedSender<pb::ReportOutcomesRequest>,
-}
-
-#[tonic::async_trait]
-impl WorkerControlPlane for Fake {
-    type WatchSnapshotsStream =
-        Pin<Box<dyn Stream<Item = Result<pb::SnapshotUpdate, Status>> + Send>>;
-
-    async fn register_worker(
-        &self,
-        request: Request<pb::RegisterWorkerRequest>,
-    ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
-        assert_eq!(request.get_ref().supported_protocol_versions, vec![1]);
-        Ok(Response::new(pb::RegisterWorkerResponse {
-            session_id: "s1".into(),
-            protocol_version: 1,
-            ownership_epoch: 1,
-            max_stale_age_ms: 60_000,
-            session_ttl_ms: 30_000,
-            report_interval_ms: 100,
-            max_outcome_batch: 50,
-        }))
-    }
-
-    async fn watch_snapshots(
-        &self,
-        request: Request<pb::WatchSnapshotsRequest>,
-    ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
-        let (tx, rx) = mpsc::channel(8);
-        let _ = self.streams.send((request.into_inner(), tx));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
-    }
-
-    async fn acknowledge_snapshot(
-        &self,
-        request: Request<pb::AcknowledgeSnapshotRequest>,
-    ) -> Result<Response<pb::AcknowledgeSnapshotResponse>, Status> {
-        let _ = self.acks.send(request.into_inner());
-        Ok(Response::new(pb::AcknowledgeSnapshotResponse {
-            session_expires_at_ms: 0,
-            runtime_fence_open: true,
-        }))
-    }
-
-    async fn report_runtime(
-        &self,
-        request: Request<pb::ReportRuntimeRequest>,
-    ) -> Result<Response<pb::ReportRuntimeResponse>, Status> {
-        let _ = self.reports.send(request.into_inner());
-        Ok(Response::new(pb::ReportRuntimeResponse::default()))
-    }
-
-    async fn report_outcomes(
-        &self,
-        request: Request<pb::ReportOutcomesRequest>,
-    ) -> Result<Response<pb::ReportOutcomesResponse>, Status> {
-        let req = request.into_inner();
-        let seq = req.batch_sequence;
-        let _ = self.outcomes.send(req);
-        Ok(Response::new(pb::ReportOutcomesResponse {
-            highest_accepted_sequence: seq,
-            dropped: 0,
-        }))
-    }
-}
-
-async fn fake_controller() -> (String, Seen) {
-    let (streams_tx, streams) = mpsc::unbounded_channel();
-    let (acks_tx, acks) = mpsc::unbounded_channel();
-    let (reports_tx, reports) = mpsc::unbounded_channel();
-    let (outcomes_tx, outcomes) = mpsc::unbounded_channel();
-    let fake = Fake {
-        streams: streams_tx,
-        acks: acks_tx,
-        reports: reports_tx,
-        outcomes: outcomes_tx,
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(WorkerControlPlaneServer::new(fake))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
-    (
-        format!("http://{addr}"),
-        Seen {
-            streams,
-            acks,
-            reports,
-            outcomes,
-        },
-    )
-}
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -183,7 +69,7 @@ async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> T {
 #[tokio::test]
 async fn agent_applies_snapshots_and_deltas_acks_reports_and_resyncs() {
     let mut h = Harness::start().await;
-    let (endpoint, mut seen) = fake_controller().await;
+    let (endpoint, mut seen) = fake_controller(Default::default()).await;
     let a = h.proxy(Protocol::Http).await;
     let b = h.proxy(Protocol::Socks5).await;
     let outcomes = std::mem::replace(&mut h.outcomes, proxy_pool_gateway::outcome::queue(1).1);
@@ -249,7 +135,7 @@ async fn agent_applies_snapshots_and_deltas_acks_reports_and_resyncs() {
     let (resp, tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
     assert_eq!(resp.status, 200);
     let report = loop {
-        let report = next(&mut seen.reports).await;
+        let report = next(&mut seen.reports).await.0;
         if report.counts.iter().any(|c| c.active == 1) {
             break report;
         }

@@ -5,105 +5,24 @@
 //! counted it) is dropped and counted as lost, never sent twice.
 
 mod common;
+mod fake_controller;
 
 use common::*;
+use fake_controller::*;
 use parking_lot::Mutex;
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
 use proxy_pool_api::controlplane::model;
 use proxy_pool_api::controlplane::pb;
-use proxy_pool_api::controlplane::pb::worker_control_plane_server::{
-    WorkerControlPlane, WorkerControlPlaneServer,
-};
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
 use proxy_pool_e2e::sim::{Protocol, SimProxy};
 use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
 use proxy_pool_gateway::snapshot::ClientCredential;
 use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
-use tokio_stream::Stream;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
-use tonic::{Code, Request, Response, Status};
-
-type Updates = mpsc::Sender<Result<pb::SnapshotUpdate, Status>>;
-
-/// A controller that answers reports carrying usage from a script (then OK).
-struct Fake {
-    streams: mpsc::UnboundedSender<Updates>,
-    reports: mpsc::UnboundedSender<(pb::ReportRuntimeRequest, Code)>,
-    script: Arc<Mutex<VecDeque<Code>>>,
-}
-
-#[tonic::async_trait]
-impl WorkerControlPlane for Fake {
-    type WatchSnapshotsStream =
-        Pin<Box<dyn Stream<Item = Result<pb::SnapshotUpdate, Status>> + Send>>;
-
-    async fn register_worker(
-        &self,
-        _request: Request<pb::RegisterWorkerRequest>,
-    ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
-        Ok(Response::new(pb::RegisterWorkerResponse {
-            session_id: "s1".into(),
-            protocol_version: 1,
-            ownership_epoch: 1,
-            max_stale_age_ms: 60_000,
-            session_ttl_ms: 30_000,
-            report_interval_ms: 100,
-            max_outcome_batch: 50,
-        }))
-    }
-
-    async fn watch_snapshots(
-        &self,
-        _request: Request<pb::WatchSnapshotsRequest>,
-    ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
-        let (tx, rx) = mpsc::channel(8);
-        let _ = self.streams.send(tx);
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
-    }
-
-    async fn acknowledge_snapshot(
-        &self,
-        _request: Request<pb::AcknowledgeSnapshotRequest>,
-    ) -> Result<Response<pb::AcknowledgeSnapshotResponse>, Status> {
-        Ok(Response::new(pb::AcknowledgeSnapshotResponse {
-            session_expires_at_ms: 0,
-            runtime_fence_open: true,
-        }))
-    }
-
-    async fn report_runtime(
-        &self,
-        request: Request<pb::ReportRuntimeRequest>,
-    ) -> Result<Response<pb::ReportRuntimeResponse>, Status> {
-        let req = request.into_inner();
-        let code = if req.usage.is_empty() {
-            Code::Ok
-        } else {
-            self.script.lock().pop_front().unwrap_or(Code::Ok)
-        };
-        let _ = self.reports.send((req, code));
-        if code == Code::Ok {
-            Ok(Response::new(pb::ReportRuntimeResponse::default()))
-        } else {
-            Err(Status::new(code, "scripted"))
-        }
-    }
-
-    async fn report_outcomes(
-        &self,
-        request: Request<pb::ReportOutcomesRequest>,
-    ) -> Result<Response<pb::ReportOutcomesResponse>, Status> {
-        Ok(Response::new(pb::ReportOutcomesResponse {
-            highest_accepted_sequence: request.get_ref().batch_sequence,
-            dropped: 0,
-        }))
-    }
-}
+use tonic::Code;
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -166,25 +85,13 @@ fn totals(r: &pb::ReportRuntimeRequest) -> (u64, u64) {
 async fn usage_from_traffic_is_reported_once_or_counted_lost() {
     let mut h = Harness::start().await;
     let a = h.proxy(Protocol::Http).await;
-    let (streams_tx, mut streams) = mpsc::unbounded_channel();
-    let (reports_tx, mut reports) = mpsc::unbounded_channel();
     let script = Arc::new(Mutex::new(VecDeque::from([
         Code::FailedPrecondition,
         Code::Ok,
         Code::Unavailable,
     ])));
-    let fake = Fake {
-        streams: streams_tx,
-        reports: reports_tx,
-        script: script.clone(),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(WorkerControlPlaneServer::new(fake))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    let (endpoint, seen) = fake_controller(script.clone()).await;
+    let (mut streams, mut reports) = (seen.streams, seen.reports);
     let outcomes = std::mem::replace(&mut h.outcomes, proxy_pool_gateway::outcome::queue(1).1);
     let agent = Agent::new(
         AgentConfig {
@@ -210,7 +117,7 @@ async fn usage_from_traffic_is_reported_once_or_counted_lost() {
     let third = snapshot(&a, 3);
     tokio::spawn(async move {
         let mut versions = vec![third, second, first];
-        while let Some(updates) = streams.recv().await {
+        while let Some((_, updates)) = streams.recv().await {
             let Some(update) = versions.pop() else {
                 panic!("more sessions than scripted");
             };

@@ -1,0 +1,145 @@
+//! A fake controller for the gateway's control-plane agent tests: a
+//! `WorkerControlPlane` on a loopback port that records every call and lets the test
+//! feed each watch stream. Reports carrying usage are answered from a script of status
+//! codes (then OK); every other call succeeds.
+#![allow(dead_code)]
+
+use parking_lot::Mutex;
+use proxy_pool_api::controlplane::pb;
+use proxy_pool_api::controlplane::pb::worker_control_plane_server::{
+    WorkerControlPlane, WorkerControlPlaneServer,
+};
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::{Code, Request, Response, Status};
+
+/// Feeds one watch stream.
+pub type Updates = mpsc::Sender<Result<pb::SnapshotUpdate, Status>>;
+
+/// Everything the fake controller saw, and a way to feed each watch stream.
+pub struct Seen {
+    pub streams: mpsc::UnboundedReceiver<(pb::WatchSnapshotsRequest, Updates)>,
+    pub acks: mpsc::UnboundedReceiver<pb::AcknowledgeSnapshotRequest>,
+    /// Each runtime report with the code it was answered with.
+    pub reports: mpsc::UnboundedReceiver<(pb::ReportRuntimeRequest, Code)>,
+    pub outcomes: mpsc::UnboundedReceiver<pb::ReportOutcomesRequest>,
+}
+
+struct Fake {
+    streams: mpsc::UnboundedSender<(pb::WatchSnapshotsRequest, Updates)>,
+    acks: mpsc::UnboundedSender<pb::AcknowledgeSnapshotRequest>,
+    reports: mpsc::UnboundedSender<(pb::ReportRuntimeRequest, Code)>,
+    outcomes: mpsc::UnboundedSender<pb::ReportOutcomesRequest>,
+    script: Arc<Mutex<VecDeque<Code>>>,
+}
+
+#[tonic::async_trait]
+impl WorkerControlPlane for Fake {
+    type WatchSnapshotsStream =
+        Pin<Box<dyn Stream<Item = Result<pb::SnapshotUpdate, Status>> + Send>>;
+
+    async fn register_worker(
+        &self,
+        request: Request<pb::RegisterWorkerRequest>,
+    ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
+        assert_eq!(request.get_ref().supported_protocol_versions, vec![1]);
+        Ok(Response::new(pb::RegisterWorkerResponse {
+            session_id: "s1".into(),
+            protocol_version: 1,
+            ownership_epoch: 1,
+            max_stale_age_ms: 60_000,
+            session_ttl_ms: 30_000,
+            report_interval_ms: 100,
+            max_outcome_batch: 50,
+        }))
+    }
+
+    async fn watch_snapshots(
+        &self,
+        request: Request<pb::WatchSnapshotsRequest>,
+    ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
+        let (tx, rx) = mpsc::channel(8);
+        let _ = self.streams.send((request.into_inner(), tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn acknowledge_snapshot(
+        &self,
+        request: Request<pb::AcknowledgeSnapshotRequest>,
+    ) -> Result<Response<pb::AcknowledgeSnapshotResponse>, Status> {
+        let _ = self.acks.send(request.into_inner());
+        Ok(Response::new(pb::AcknowledgeSnapshotResponse {
+            session_expires_at_ms: 0,
+            runtime_fence_open: true,
+        }))
+    }
+
+    async fn report_runtime(
+        &self,
+        request: Request<pb::ReportRuntimeRequest>,
+    ) -> Result<Response<pb::ReportRuntimeResponse>, Status> {
+        let req = request.into_inner();
+        let code = if req.usage.is_empty() {
+            Code::Ok
+        } else {
+            self.script.lock().pop_front().unwrap_or(Code::Ok)
+        };
+        let _ = self.reports.send((req, code));
+        if code == Code::Ok {
+            Ok(Response::new(pb::ReportRuntimeResponse::default()))
+        } else {
+            Err(Status::new(code, "scripted"))
+        }
+    }
+
+    async fn report_outcomes(
+        &self,
+        request: Request<pb::ReportOutcomesRequest>,
+    ) -> Result<Response<pb::ReportOutcomesResponse>, Status> {
+        let req = request.into_inner();
+        let seq = req.batch_sequence;
+        let _ = self.outcomes.send(req);
+        Ok(Response::new(pb::ReportOutcomesResponse {
+            highest_accepted_sequence: seq,
+            dropped: 0,
+        }))
+    }
+}
+
+/// Starts the fake on a loopback port: its endpoint and what it sees. `script` holds
+/// the codes for runtime reports that carry usage, in order.
+pub async fn fake_controller(script: Arc<Mutex<VecDeque<Code>>>) -> (String, Seen) {
+    let (streams_tx, streams) = mpsc::unbounded_channel();
+    let (acks_tx, acks) = mpsc::unbounded_channel();
+    let (reports_tx, reports) = mpsc::unbounded_channel();
+    let (outcomes_tx, outcomes) = mpsc::unbounded_channel();
+    let fake = Fake {
+        streams: streams_tx,
+        acks: acks_tx,
+        reports: reports_tx,
+        outcomes: outcomes_tx,
+        script,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(WorkerControlPlaneServer::new(fake))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    (
+        format!("http://{addr}"),
+        Seen {
+            streams,
+            acks,
+            reports,
+            outcomes,
+        },
+    )
+}
