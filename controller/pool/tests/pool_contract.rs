@@ -44,6 +44,7 @@ contract_cases! {
     extract::request_id_guards_a_retry,
     extract::stored_result_expires_with_earliest_proxy,
     extract::concurrent_extracts_are_disjoint,
+    extract::filtered_extraction_walks_combinations_in_turn,
     ownership::assign_and_renew,
     ownership::drain_and_acknowledge,
     ownership::expire_is_bounded,

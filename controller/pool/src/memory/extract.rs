@@ -11,7 +11,7 @@ use crate::model::{
     ProxyRecord, ProxyState,
 };
 use crate::ports::ExtractionStore;
-use crate::validate::{key_digest, prepare_extract};
+use crate::validate::{key_digest, order_combinations, prepare_extract};
 
 /// Storage keys of an extraction's stored result: the replay key, and the request-ID op
 /// key when the replay key is an idempotency key.
@@ -54,21 +54,36 @@ fn filtered(f: &Filters) -> bool {
 }
 
 /// The scan sources: `available` without a filter, else every combination index whose
-/// labels pass the filters.
-fn sources<'a>(st: &'a State, f: &Filters) -> Vec<&'a Index> {
+/// labels pass the filters, in the request's walk order (`order_combinations`).
+fn sources<'a>(st: &'a State, req: &ExtractRequest, f: &Filters) -> Vec<&'a Index> {
     if !filtered(f) {
         return vec![&st.available];
     }
-    st.combos
+    let mut combos: Vec<(&String, &Index)> = st
+        .combos
         .iter()
         .filter(|(combo, _)| combo_passes(combo, f))
-        .map(|(_, ix)| ix)
-        .collect()
+        .collect();
+    order_combinations(req, &mut combos, |(name, _)| name.as_str());
+    combos.into_iter().map(|(_, ix)| ix).collect()
+}
+
+/// Members of `sources` with score > now, one source after the other, each in its own
+/// order (descending score, then descending ID) — how the script pages through its
+/// `ZREVRANGEBYSCORE` reads.
+fn walked<'a>(sources: Vec<&'a Index>, now: Timestamp) -> impl Iterator<Item = &'a ProxyId> + 'a {
+    sources.into_iter().flat_map(move |ix| {
+        ix.iter()
+            .rev()
+            .take_while(move |(s, _)| *s > now.0)
+            .map(|(_, id)| id)
+    })
 }
 
 /// Members of `sources` with score > now, merged by descending score; equal scores in
-/// source order, each source in its own (descending member) order — how the script
-/// merges its `ZREVRANGEBYSCORE` pages. Sources come in combination-name order.
+/// source order, each source in its own (descending member) order — how the
+/// `assignable` script merges an upstream's combinations. Sources come in
+/// combination-name order.
 pub(super) fn merged<'a>(
     sources: Vec<&'a Index>,
     now: Timestamp,
@@ -128,7 +143,7 @@ fn scan(
 ) -> (Vec<ProxyId>, bool) {
     let mut found = Vec::new();
     // Every member read costs one unit of the budget.
-    for (examined, id) in merged(sources(st, f), now).enumerate() {
+    for (examined, id) in walked(sources(st, req, f), now).enumerate() {
         if examined == budget as usize {
             return (found, false);
         }

@@ -1,6 +1,6 @@
 //! Exclusive, idempotent extraction: one script call (two result keys, every known
-//! combination matching the filters as the sources, every known index key for the
-//! records it will extract or purge).
+//! combination matching the filters as the sources in the request's walk order, every
+//! known index key for the records it will extract or purge).
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -14,7 +14,7 @@ use crate::clock::Timestamp;
 use crate::error::PoolResult;
 use crate::model::{ExtractOutcome, ExtractRequest, Extraction, Fulfillment};
 use crate::ports::ExtractionStore;
-use crate::validate::prepare_extract;
+use crate::validate::{order_combinations, prepare_extract};
 
 #[derive(Deserialize)]
 struct ExtractReply {
@@ -80,7 +80,11 @@ impl ExtractionStore for RedisPool {
                         && (f.carriers.is_empty()
                             || f.carriers.iter().any(|v| v.as_str() == c.carrier))
                 };
-                let src: Vec<usize> = book.combos(pass).into_iter().map(|k| ck.index(k)).collect();
+                // Walked one after the other in the request's order (see
+                // `order_combinations`); the script pages through them in `src` order.
+                let mut combos = book.combos(pass);
+                order_combinations(req, &mut combos, |k| keys::combo_name(k));
+                let src: Vec<usize> = combos.into_iter().map(|k| ck.index(k)).collect();
                 payload["src"] = src.into();
                 payload["cv"] = book.combos_version().into();
                 // The script writes only these combinations (and purges only records

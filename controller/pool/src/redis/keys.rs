@@ -58,6 +58,12 @@ fn combo_prefix() -> String {
     key("avail:")
 }
 
+/// A combination key's name without the key prefix: `<upstream>|<protocol>|<region>|<carrier>`.
+pub(crate) fn combo_name(key: &str) -> &str {
+    let prefix = combo_prefix();
+    key.strip_prefix(prefix.as_str()).unwrap_or(key)
+}
+
 /// The availability ZSET of one label combination.
 pub(crate) fn combo_key(
     u: &UpstreamId,

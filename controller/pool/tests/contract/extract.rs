@@ -441,3 +441,75 @@ pub async fn concurrent_extracts_are_disjoint(kind: Kind) {
         assert_eq!(rest, remaining);
     }
 }
+
+/// A filtered extraction walks the matching combinations one after the other, freshest
+/// first within each, starting where the request's own order starts: one extraction's
+/// proxies come from one combination while it has enough, and consecutive requests
+/// start at different combinations (spreading over upstreams).
+pub async fn filtered_extraction_walks_combinations_in_turn(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let ttls = [100u64, 200, 300, 400, 500];
+    for u in ["a", "b", "c", "d"] {
+        let mut cands: Vec<Candidate> =
+            ttls.iter().map(|t| cand(&format!("{u}-{t}"), *t)).collect();
+        let mut us = cand(&format!("{u}-us"), 900);
+        us.region = Some(label("us"));
+        cands.push(us);
+        let ids: Vec<String> = cands.iter().map(|c| c.id.to_string()).collect();
+        h.upsert(&format!("vendor-{u}"), cands).await;
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        h.healthy(&refs).await;
+    }
+    let eu = |id: &str, count: u32| {
+        let mut r = req("walker", count);
+        r.request_id = RequestId::new(id).unwrap();
+        r.filters.regions = vec![label("eu")];
+        r
+    };
+    let upstream = |id: &str| id.split('-').next().unwrap_or_default().to_owned();
+    let ttl = |id: &str| {
+        id.rsplit('-')
+            .next()
+            .and_then(|t| t.parse::<u64>().ok())
+            .unwrap()
+    };
+
+    // Two from one combination, freshest (longest-lived) first.
+    let first = h.extract(&eu("walk-0", 2)).await;
+    assert_eq!(first.len(), 2, "{first:?}");
+    let u0 = upstream(&first[0]);
+    assert_eq!(first, vec![format!("{u0}-500"), format!("{u0}-400")]);
+
+    // Single extractions start at different combinations: not all from one upstream,
+    // each the freshest left in its upstream.
+    let mut starts = HashSet::new();
+    for i in 1..=6 {
+        let got = h.extract(&eu(&format!("walk-{i}"), 1)).await;
+        assert_eq!(got.len(), 1);
+        starts.insert(upstream(&got[0]));
+    }
+    assert!(starts.len() >= 2, "every request started at {starts:?}");
+
+    // Everything left in `eu`: grouped by combination (each group contiguous), freshest
+    // first within each group; nothing from `us`.
+    let rest = h.extract(&eu("walk-all", 100)).await;
+    assert_eq!(rest.len(), 20 - 2 - 6, "{rest:?}");
+    let mut seen: Vec<String> = Vec::new();
+    for w in rest.windows(2) {
+        if upstream(&w[0]) == upstream(&w[1]) {
+            assert!(ttl(&w[0]) > ttl(&w[1]), "not freshest first: {rest:?}");
+        }
+    }
+    for id in &rest {
+        assert!(!id.ends_with("-us"), "{rest:?}");
+        let u = upstream(id);
+        if seen.last() != Some(&u) {
+            assert!(!seen.contains(&u), "combination {u} walked twice: {rest:?}");
+            seen.push(u);
+        }
+    }
+    // The `us` proxies are all still there.
+    let mut us = req("walker", 10);
+    us.filters.regions = vec![label("us")];
+    assert_eq!(h.extract(&us).await.len(), 4);
+}

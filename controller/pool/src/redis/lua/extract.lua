@@ -2,9 +2,9 @@
 -- K_RESULT = replay key (idem:<d> or the request-ID op key); K_RESULT2 = the request-ID
 -- op key (same as K_RESULT without an idempotency key).
 -- P = { cnt, res, aon, dig, n (this call's nonce, hex), ittl, minttl, maxage?, budget,
---       src? = KEYS positions of every combination matching the filters (absent: no
---       filter, the source is `available`), cv = the registry version `src` is complete
---       for }
+--       src? = KEYS positions of every combination matching the filters, in the
+--       request's walk order (absent: no filter, the source is `available`),
+--       cv = the registry version `src` is complete for }
 -- KEYS: without a filter every known index key; with one, the matching combinations and
 -- every known owned:<d> key.
 -- A stored result names the extracted records; they cannot change (EXTRACTED never
@@ -79,42 +79,28 @@ local function eligible(raw, is_owned)
   return true, exp, combo, uu
 end
 
--- The merged order of the sources: descending score (usable_until > now); equal
--- scores in source order (combination names ascending), each source in its own order
--- (descending ID). `available` members are IDs; combination members carry their score
--- (`cmember`), read from their fixed-width prefix (no WITHSCORES, no string ordering).
+-- The walk: the sources one after the other, in the order given (`src` comes in the
+-- request's combination order, see `order_combinations`), each by descending score
+-- (usable_until > now), then descending member. Combination members are
+-- `<15-digit usable_until>|<id>`; `available` members are IDs.
 local lower = '(' .. istr(NOW)
-local heads = {}
-for i, key in ipairs(sources) do heads[i] = { key = key, ms = {}, i = 1, off = 0, done = false } end
-local single = #heads == 1
-local function fill(h, page)
-  h.ms = redis.call('ZREVRANGEBYSCORE', h.key, '+inf', lower, 'LIMIT', h.off, page)
-  h.i = 1
-  h.s = nil
-  h.off = h.off + #h.ms
-  if #h.ms < page then h.done = true end
-end
+local si, off, ms, mi, exhausted = 1, 0, {}, 1, false
 local function next_member(page)
-  local best = nil
-  for _, h in ipairs(heads) do
-    if h.i > #h.ms and not h.done then fill(h, page) end
-    if h.i <= #h.ms then
-      if single then
-        best = h
-        break
-      end
-      -- Fixed-width digit strings compare like their numbers (in every collation),
-      -- without a conversion.
-      if not h.s then h.s = string.sub(h.ms[h.i], 1, 15) end
-      if not best or h.s > best.s then best = h end
+  while si <= #sources do
+    if mi > #ms and not exhausted then
+      ms = redis.call('ZREVRANGEBYSCORE', sources[si], '+inf', lower, 'LIMIT', off, page)
+      off, mi = off + #ms, 1
+      if #ms < page then exhausted = true end
     end
+    if mi <= #ms then
+      local m = ms[mi]
+      mi = mi + 1
+      if MATCH then return cmember_id(m) end
+      return m
+    end
+    si, off, ms, mi, exhausted = si + 1, 0, {}, 1, false
   end
-  if not best then return nil end
-  local m = best.ms[best.i]
-  best.i = best.i + 1
-  best.s = nil
-  if single and not MATCH then return m end
-  return cmember_id(m)
+  return nil
 end
 -- Bounded scan: every member read costs one unit of the budget.
 local want = P.cnt + P.res
