@@ -244,6 +244,25 @@ async fn main() {
         pool.apply_health(&updates).await.unwrap();
     }
 
+    if let Some(secs) = std::env::var("POOL_BENCH_HOLD_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        println!(
+            "holding: extract-5 region filter for {secs} s (port {})",
+            server.url()
+        );
+        let end = Instant::now() + Duration::from_secs(secs);
+        let mut i = 0usize;
+        while Instant::now() < end {
+            let region = format!("r{}", i % REGIONS);
+            pool.extract(&extract_req(5, Some(&region))).await.unwrap();
+            i += 1;
+        }
+        println!("held: {i} extractions");
+        return;
+    }
+
     // Sequential, interleaved: every round runs a block of each operation, so the
     // baseline and the extractions see the same machine load; a shared, busy box moves
     // absolute figures a lot, their ratio much less.
