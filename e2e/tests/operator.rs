@@ -352,9 +352,45 @@ async fn invalid_resources_are_rejected(cluster: &KubeApiServer) {
         cluster,
         json!({"apiVersion": "proxypool.io/v1alpha1", "kind": "DistributionClient", "metadata": {"name": "no-auth"},
                "spec": {"auth": {}, "permissions": ["distribution:extract"]}}),
-        &["auth needs at least one of apiKey, basic or bearer"],
+        &["auth needs at least one of apiKey, basic, bearer or serviceAccounts"],
     )
     .await;
+    // An empty ServiceAccount list is no credential either; a non-empty one is.
+    assert_rejected(
+        cluster,
+        json!({"apiVersion": "proxypool.io/v1alpha1", "kind": "DistributionClient", "metadata": {"name": "no-sa"},
+               "spec": {"auth": {"serviceAccounts": []}, "permissions": ["distribution:extract"]}}),
+        &["auth needs at least one of apiKey, basic, bearer or serviceAccounts"],
+    )
+    .await;
+    assert_rejected(
+        cluster,
+        json!({"apiVersion": "proxypool.io/v1alpha1", "kind": "DistributionClient", "metadata": {"name": "bad-sa"},
+               "spec": {"auth": {"serviceAccounts": ["Not_A_Name"]}, "permissions": ["distribution:extract"]}}),
+        &["spec.auth.serviceAccounts[0]", "should match"],
+    )
+    .await;
+    let sa_client = json!({"apiVersion": "proxypool.io/v1alpha1", "kind": "DistributionClient", "metadata": {"name": "by-sa"},
+           "spec": {"auth": {"serviceAccounts": ["crawler"]}, "permissions": ["distribution:extract"]}});
+    let (ok, out, err) =
+        kubectl(cluster, &["apply", "-f", "-"], Some(&sa_client.to_string())).await;
+    assert!(
+        ok,
+        "a ServiceAccount-only client was refused:\n{out}\n{err}"
+    );
+    let got = kubectl_ok(
+        cluster,
+        &[
+            "get",
+            "distributionclient",
+            "by-sa",
+            "-o",
+            "jsonpath={.spec.auth.serviceAccounts}",
+        ],
+    )
+    .await;
+    assert_eq!(got.trim(), r#"["crawler"]"#);
+    kubectl_ok(cluster, &["delete", "distributionclient", "by-sa"]).await;
     assert_rejected(
         cluster,
         json!({"apiVersion": "proxypool.io/v1alpha1", "kind": "DistributionClient", "metadata": {"name": "bad-perm"},

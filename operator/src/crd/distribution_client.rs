@@ -85,8 +85,8 @@ pub struct DistributionClientSpec {
 
 /// Credentials a client may present. At least one.
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[x_kube(validation = Rule::new("has(self.apiKey) || has(self.basic) || has(self.bearer)")
-    .message("auth needs at least one of apiKey, basic or bearer"))]
+#[x_kube(validation = Rule::new("has(self.apiKey) || has(self.basic) || has(self.bearer) || (has(self.serviceAccounts) && size(self.serviceAccounts) > 0)")
+    .message("auth needs at least one of apiKey, basic, bearer or serviceAccounts"))]
 #[serde(rename_all = "camelCase")]
 pub struct ClientAuth {
     /// `X-API-Key` header; the key's value is in the referenced Secret key.
@@ -98,6 +98,19 @@ pub struct ClientAuth {
     /// `Authorization: Bearer`; the token is in the referenced Secret key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bearer: Option<SecretKeyAuth>,
+    /// ServiceAccounts of this resource's namespace whose tokens identify the client
+    /// (`Authorization: Bearer <ServiceAccount token>`, checked with a Kubernetes
+    /// TokenReview). Needs the installation's TokenReview method (chart value
+    /// `controller.tokenReview.enabled` and a `bearer` method with `tokenReview` in
+    /// `controller.config`); without it the client is left out of the config and
+    /// reported Degraded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(length(min = 1, max = 253), pattern(NAME_PATTERN))
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub service_accounts: Vec<String>,
 }
 
 /// A credential held in one Secret key.

@@ -542,6 +542,16 @@ impl Cx<'_> {
             }),
             ..RawClient::default()
         };
+        // ServiceAccounts are named in the client's own namespace (the controller
+        // matches `namespace/name`, the TokenReview's `system:serviceaccount:` user).
+        if !auth.service_accounts.is_empty() {
+            let ns = c.metadata.namespace.clone().unwrap_or_default();
+            out.service_accounts = auth
+                .service_accounts
+                .iter()
+                .map(|sa| format!("{ns}/{sa}"))
+                .collect();
+        }
         let mut problems = Vec::new();
         let file = |path| RawHashedSecret {
             sha256: None,

@@ -457,3 +457,53 @@ fn a_gateway_client_needs_a_user_name_the_gateway_can_parse() {
     );
     assert!(out.gateway_clients.is_empty());
 }
+
+/// `auth.serviceAccounts` become `namespace/name` entries the controller's TokenReview
+/// method matches; without that method the client is left out and says why.
+#[test]
+fn service_account_clients_need_the_token_review_method() {
+    let mut ex = examples();
+    let c = &mut ex.clients[0];
+    c.metadata.namespace = Some("team-ns".into());
+    c.spec.auth.service_accounts = vec!["crawler".into(), "crawler-batch".into()];
+    let name = c.metadata.name.clone().expect("name");
+
+    let reviewed: RawConfig = serde_yaml::from_str(
+        "distribution:\n  auth:\n    methods:\n      - {type: apiKey}\n      - {type: basic}\n      - {type: bearer, tokenReview: {audience: proxy-pool}}\n",
+    )
+    .expect("base");
+    let out = render(&inputs(&ex, &reviewed));
+    assert!(out.problems.is_empty(), "{:?}", out.problems);
+    let rendered = out
+        .config
+        .clients
+        .iter()
+        .find(|c| c.name == name)
+        .expect("client rendered");
+    assert_eq!(
+        rendered.service_accounts,
+        vec![
+            "team-ns/crawler".to_owned(),
+            "team-ns/crawler-batch".to_owned()
+        ]
+    );
+    let loaded = load_yaml(&out.to_yaml().expect("YAML")).expect("controller accepts it");
+    let loaded = loaded
+        .clients
+        .iter()
+        .find(|c| c.name == name)
+        .expect("loaded client");
+    assert_eq!(loaded.service_accounts.len(), 2);
+
+    // The default base has no TokenReview method: the client is left out, Degraded.
+    let base = RawConfig::default();
+    let out = render(&inputs(&ex, &base));
+    let p = out.problems_of(Kind::DistributionClient, &name);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].reason, "InvalidConfig");
+    assert!(p[0].message.contains("serviceAccounts"), "{p:?}");
+    assert!(p[0].message.contains("tokenReview"), "{p:?}");
+    assert!(out.config.clients.iter().all(|c| c.name != name));
+    assert!(out.global.is_empty(), "{:?}", out.global);
+    load_yaml(&out.to_yaml().expect("YAML")).expect("the rest still loads");
+}
