@@ -3,7 +3,7 @@
 //! tunnel relay with an idle timeout. Every wait is bounded by a timeout.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -279,6 +279,7 @@ pub async fn tunnel(
 ) -> (u64, u64, TunnelEnd) {
     let base = Instant::now();
     let last = AtomicU64::new(0);
+    let ended = AtomicBool::new(false);
     let up = AtomicU64::new(0);
     let down = AtomicU64::new(0);
     let BufConn {
@@ -293,7 +294,11 @@ pub async fn tunnel(
     } = upstream;
     for buf in [&mut *client_buf, &mut *upstream_buf] {
         buf.clear();
-        buf.reserve_exact(TUNNEL_BUFFER);
+        if buf.capacity() < TUNNEL_BUFFER {
+            // A fresh allocation: growing the (empty) buffer in place would copy its
+            // whole old capacity (`realloc`), 8 KiB per side per tunnel for nothing.
+            *buf = Vec::with_capacity(TUNNEL_BUFFER);
+        }
     }
     let (mut client_read, mut client_write) = client_stream.split();
     let (mut upstream_read, mut upstream_write) = upstream_stream.split();
@@ -305,6 +310,7 @@ pub async fn tunnel(
                 client_buf,
                 &last,
                 &up,
+                &ended,
                 base
             ),
             pump(
@@ -313,6 +319,7 @@ pub async fn tunnel(
                 upstream_buf,
                 &last,
                 &down,
+                &ended,
                 base
             ),
         )
@@ -340,13 +347,16 @@ pub async fn tunnel(
 }
 
 /// One direction of a tunnel: read into `buf` (its spare capacity, at most
-/// [`TUNNEL_BUFFER`] at a time), write everything out; at EOF, half-close the writer.
+/// [`TUNNEL_BUFFER`] at a time), write everything out; at EOF, half-close the writer —
+/// unless the other direction has already ended (`ended`): then both sockets are
+/// about to be closed, and the close sends the FIN (one `shutdown` call less).
 async fn pump<R, W>(
     reader: &mut R,
     writer: &mut W,
     buf: &mut Vec<u8>,
     last: &AtomicU64,
     count: &AtomicU64,
+    ended: &AtomicBool,
     base: Instant,
 ) -> io::Result<()>
 where
@@ -360,6 +370,9 @@ where
             .read_buf(buf)
             .await?;
         if n == 0 {
+            if ended.swap(true, Ordering::Relaxed) {
+                return Ok(());
+            }
             return writer.shutdown().await;
         }
         let ms = u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX);
