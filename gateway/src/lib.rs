@@ -30,5 +30,5 @@ pub mod usage;
 
 pub use config::{AuthMode, GatewayConfig, UpstreamConfig};
 pub use error::{ErrorSource, GatewayError};
-pub use listener::{Gateway, Listeners, ServeReport, serve};
+pub use listener::{Gateway, Listeners, ServeReport, WorkerListeners, bind_reuseport, serve};
 pub use snapshot::{Snapshot, SnapshotHandle, SnapshotSource};

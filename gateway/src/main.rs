@@ -7,7 +7,9 @@ use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
 use proxy_pool_gateway::admin::serve_admin;
 use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
 use proxy_pool_gateway::snapshot::file::SnapshotFile;
-use proxy_pool_gateway::{AuthMode, Gateway, GatewayConfig, Listeners, SnapshotHandle};
+use proxy_pool_gateway::{
+    AuthMode, Gateway, GatewayConfig, SnapshotHandle, WorkerListeners, bind_reuseport,
+};
 use proxy_pool_identity_client::{
     ClientConfig as IdentityClientConfig, IdentityClient, WorkerTls, start_issued,
 };
@@ -95,8 +97,10 @@ struct Args {
     /// TLS name of the controller (default: the host of --controller).
     #[arg(long)]
     server_name: Option<String>,
-    /// Worker threads of the async runtime (default: the available parallelism — the
-    /// CPUs this process may run on, cgroup quota included).
+    /// Data-plane worker threads, each with its own single-threaded runtime and its
+    /// own `SO_REUSEPORT` listeners (default: the available parallelism — the CPUs this
+    /// process may run on, cgroup quota included). The control plane (controller
+    /// client, admin listener, snapshot reloads) runs on one more thread.
     #[arg(long, env = "PROXY_POOL_GATEWAY_WORKER_THREADS", value_parser = parse_worker_threads)]
     worker_threads: Option<usize>,
 }
@@ -126,20 +130,20 @@ fn main() -> Result<()> {
         )
         .init();
     let args = Args::parse();
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    runtime.enable_all();
-    if let Some(n) = args.worker_threads {
-        runtime.worker_threads(n);
-    }
-    let runtime = runtime.build().context("starting the async runtime")?;
-    info!(
-        worker_threads = runtime.metrics().num_workers(),
-        "async runtime started"
-    );
-    runtime.block_on(serve(args))
+    let workers = args.worker_threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    // The control plane's runtime; the data-plane workers get their own threads and
+    // runtimes in `Gateway::run_workers`.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("gateway-control")
+        .build()
+        .context("starting the control-plane runtime")?;
+    runtime.block_on(serve(args, workers))
 }
 
-async fn serve(args: Args) -> Result<()> {
+async fn serve(args: Args, workers: usize) -> Result<()> {
     let config = GatewayConfig {
         auth: if args.open_auth {
             AuthMode::Open
@@ -180,10 +184,18 @@ async fn serve(args: Args) -> Result<()> {
     } else {
         None
     };
-    let listeners = Listeners {
-        http: Some(bind(args.http_listen).await?),
-        socks5: Some(bind(args.socks5_listen).await?),
-    };
+    let http = bind_reuseport(args.http_listen, workers)
+        .with_context(|| format!("binding {}", args.http_listen))?;
+    let socks5 = bind_reuseport(args.socks5_listen, workers)
+        .with_context(|| format!("binding {}", args.socks5_listen))?;
+    let listeners: Vec<WorkerListeners> = http
+        .into_iter()
+        .zip(socks5)
+        .map(|(http, socks5)| WorkerListeners {
+            http: Some(http),
+            socks5: Some(socks5),
+        })
+        .collect();
     if let Some(endpoint) = args.controller.clone() {
         let server_name = args
             .server_name
@@ -212,8 +224,18 @@ async fn serve(args: Args) -> Result<()> {
     } else if args.controller.is_none() {
         warn!("no snapshot source configured: every request is refused");
     }
-    info!(http = %args.http_listen, socks5 = %args.socks5_listen, "gateway serving");
-    let report = gateway.run(listeners, signalled.cancelled_owned()).await;
+    info!(http = %args.http_listen, socks5 = %args.socks5_listen, workers, "gateway serving");
+    let report = gateway
+        .run_workers(listeners, signalled.cancelled_owned())
+        .await
+        .context("starting the data-plane workers");
+    let report = match report {
+        Ok(report) => report,
+        Err(err) => {
+            stop.cancel();
+            return Err(err);
+        }
+    };
     stop.cancel();
     info!(drained = report.drained, "gateway stopped");
     Ok(())

@@ -57,6 +57,8 @@ async fn binary_serves_a_snapshot_file_and_drains_on_sigterm() {
         .arg("--snapshot-file")
         .arg(&file)
         .args(["--drain-grace-seconds", "5"])
+        // Two data-plane workers whatever the machine: both listeners of each kind.
+        .args(["--worker-threads", "2"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -1,22 +1,34 @@
 //! Serving: accept loops for the HTTP and SOCKS5 listeners (bound by the caller),
 //! connection caps, periodic maintenance, and the shutdown protocol — stop accepting
 //! → let in-flight requests and tunnels finish → after the grace period, force.
+//!
+//! Two ways to run: [`Gateway::run`] serves on the caller's runtime (tests, embedding);
+//! [`Gateway::run_workers`] starts one thread per data-plane worker, each with its own
+//! single-threaded runtime accepting on its own `SO_REUSEPORT` listeners (see
+//! [`bind_reuseport`]), so a connection lives on one thread from accept to close and
+//! no task is ever stolen or woken across threads. Routing, sessions, capacity
+//! counters, snapshots, outcomes and usage are shared (atomics and locks); idle pooled
+//! upstream connections are per worker, because a socket belongs to the runtime that
+//! registered it.
 
 mod forward;
 mod http;
 mod socks5;
 mod tunnel;
 
+use parking_lot::Mutex;
 use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::config::GatewayConfig;
 use crate::metrics::{ListenerKind, Metrics};
@@ -39,6 +51,49 @@ pub struct Listeners {
     pub socks5: Option<TcpListener>,
 }
 
+/// One data-plane worker's listeners: standard sockets, so that they can be bound on
+/// one thread and registered with the worker's runtime on its own thread.
+#[derive(Debug, Default)]
+pub struct WorkerListeners {
+    /// HTTP proxy listener.
+    pub http: Option<std::net::TcpListener>,
+    /// SOCKS5 listener.
+    pub socks5: Option<std::net::TcpListener>,
+}
+
+/// Accept backlog of each listener.
+const BACKLOG: u32 = 1024;
+
+/// Binds `n` listeners to `addr` with `SO_REUSEPORT` (and `SO_REUSEADDR`), one per
+/// data-plane worker: the kernel spreads new connections over them. `TCP_NODELAY` is
+/// set on the listeners, so accepted connections have it from the start. With port 0 the
+/// first listener picks the port and the others join it. Must be called inside a
+/// Tokio runtime (the sockets are returned deregistered, as standard listeners).
+///
+/// `SO_REUSEPORT` lets another socket of the same user bind the same address with the
+/// same option and receive a share of the connections; the gateway runs as its own
+/// user in its own network namespace in a cluster.
+pub fn bind_reuseport(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    let mut out = Vec::with_capacity(n.max(1));
+    let mut at = addr;
+    for _ in 0..n.max(1) {
+        let socket = if at.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.set_reuseport(true)?;
+        // Inherited by accepted sockets: no `setsockopt` per connection.
+        socket.set_nodelay(true)?;
+        socket.bind(at)?;
+        let listener = socket.listen(BACKLOG)?;
+        at = listener.local_addr()?;
+        out.push(listener.into_std()?);
+    }
+    Ok(out)
+}
+
 /// How serving ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServeReport {
@@ -50,7 +105,7 @@ pub struct ServeReport {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) snapshots: SnapshotHandle,
-    pub(crate) router: Router,
+    pub(crate) router: Arc<Router>,
     pub(crate) config: GatewayConfig,
     pub(crate) pool: IdlePool,
     pub(crate) outcomes: OutcomeSink,
@@ -61,10 +116,34 @@ pub(crate) struct Shared {
     pub(crate) force: CancellationToken,
 }
 
+impl Shared {
+    /// The state of another data-plane worker: everything shared except the idle
+    /// upstream pool, which is per runtime.
+    fn for_worker(&self) -> Self {
+        let up = &self.config.upstream;
+        Self {
+            snapshots: self.snapshots.clone(),
+            router: self.router.clone(),
+            config: self.config.clone(),
+            pool: IdlePool::new(
+                up.pool_max_idle_per_key,
+                up.pool_max_idle_total,
+                up.pool_idle_timeout,
+            ),
+            outcomes: self.outcomes.clone(),
+            metrics: self.metrics.clone(),
+            draining: self.draining.clone(),
+            force: self.force.clone(),
+        }
+    }
+}
+
 /// A configured gateway, ready to serve.
 #[derive(Debug, Clone)]
 pub struct Gateway {
     shared: Arc<Shared>,
+    /// The states of the workers started by [`Gateway::run_workers`].
+    workers: Arc<Mutex<Vec<Arc<Shared>>>>,
 }
 
 impl Gateway {
@@ -74,7 +153,7 @@ impl Gateway {
         let (sink, receiver) = outcome::queue(config.outcome_queue);
         let up = &config.upstream;
         let shared = Shared {
-            router: Router::new(config.auth, config.max_sessions),
+            router: Arc::new(Router::new(config.auth, config.max_sessions)),
             pool: IdlePool::new(
                 up.pool_max_idle_per_key,
                 up.pool_max_idle_total,
@@ -90,6 +169,7 @@ impl Gateway {
         (
             Self {
                 shared: Arc::new(shared),
+                workers: Arc::default(),
             },
             receiver,
         )
@@ -119,7 +199,8 @@ impl Gateway {
 
     /// Idle pooled upstream connections now.
     pub fn pooled_connections(&self) -> usize {
-        self.shared.pool.len()
+        let workers: usize = self.workers.lock().iter().map(|w| w.pool.len()).sum();
+        self.shared.pool.len() + workers
     }
 
     /// Serves until `shutdown` resolves, then drains.
@@ -151,19 +232,135 @@ impl Gateway {
         info!("shutdown: no new connections, draining in-flight work");
         shared.draining.cancel();
         while loops.join_next().await.is_some() {}
-        tracker.close();
-        let grace = shared.config.drain_grace;
-        let drained = tokio::time::timeout(grace, tracker.wait()).await.is_ok();
-        if !drained {
-            warn!(
-                remaining = tracker.len(),
-                "grace period over, closing what is left"
-            );
-            shared.force.cancel();
-            let _ = tokio::time::timeout(FORCE_WAIT, tracker.wait()).await;
-        }
-        ServeReport { drained }
+        drain(&shared, &tracker).await
     }
+}
+
+impl Gateway {
+    /// Serves on one thread per entry of `workers`, each with a single-threaded
+    /// runtime accepting on that entry's listeners, until `shutdown` resolves; then
+    /// drains like [`Gateway::run`]. The caller's runtime only waits (and runs the
+    /// control plane). Fails only when a worker thread or runtime cannot be started.
+    pub async fn run_workers(
+        self,
+        workers: Vec<WorkerListeners>,
+        shutdown: impl Future<Output = ()>,
+    ) -> io::Result<ServeReport> {
+        let shared = self.shared.clone();
+        let tracker = TaskTracker::new();
+        // One token per worker, dropped when its accept loops have stopped: once all
+        // are gone, no connection task can be added to `tracker`.
+        let accepting = TaskTracker::new();
+        let done = CancellationToken::new();
+        let limit = Arc::new(Semaphore::new(shared.config.max_connections));
+        let mut threads = Vec::with_capacity(workers.len());
+        for (i, listeners) in workers.into_iter().enumerate() {
+            let worker = Arc::new(shared.for_worker());
+            self.workers.lock().push(worker.clone());
+            let started = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .and_then(|runtime| {
+                    let (tracker, limit, done) = (tracker.clone(), limit.clone(), done.clone());
+                    let token = accepting.token();
+                    std::thread::Builder::new()
+                        .name(format!("gateway-worker-{i}"))
+                        .spawn(move || {
+                            runtime.block_on(worker_main(
+                                worker, listeners, tracker, limit, token, done,
+                            ));
+                        })
+                });
+            match started {
+                Ok(thread) => threads.push(thread),
+                Err(err) => {
+                    shared.draining.cancel();
+                    shared.force.cancel();
+                    done.cancel();
+                    join_workers(threads).await;
+                    return Err(err);
+                }
+            }
+        }
+        shutdown.await;
+        info!("shutdown: no new connections, draining in-flight work");
+        shared.draining.cancel();
+        accepting.close();
+        accepting.wait().await;
+        let report = drain(&shared, &tracker).await;
+        done.cancel();
+        join_workers(threads).await;
+        Ok(report)
+    }
+}
+
+/// One data-plane worker: its accept loops and maintenance on the current
+/// (single-threaded) runtime; connection tasks are spawned onto it. Returns once
+/// `done` fires after the drain; tasks still running then are dropped with the runtime.
+async fn worker_main(
+    shared: Arc<Shared>,
+    listeners: WorkerListeners,
+    tracker: TaskTracker,
+    limit: Arc<Semaphore>,
+    accepting: tokio_util::task::task_tracker::TaskTrackerToken,
+    done: CancellationToken,
+) {
+    let mut loops = JoinSet::new();
+    for (listener, kind) in [
+        (listeners.http, ListenerKind::Http),
+        (listeners.socks5, ListenerKind::Socks5),
+    ] {
+        let Some(listener) = listener else { continue };
+        let registered = listener
+            .set_nonblocking(true)
+            .and_then(|()| TcpListener::from_std(listener));
+        match registered {
+            Ok(listener) => {
+                loops.spawn(accept_loop(
+                    listener,
+                    kind,
+                    shared.clone(),
+                    tracker.clone(),
+                    limit.clone(),
+                ));
+            }
+            Err(err) => error!(error = %err, ?kind, "listener not served by this worker"),
+        }
+    }
+    loops.spawn(maintenance(shared.clone()));
+    while loops.join_next().await.is_some() {}
+    drop(accepting);
+    done.cancelled().await;
+    // Pooled sockets belong to this runtime: close them before it goes.
+    shared.pool.sweep(|_| false);
+}
+
+async fn join_workers(threads: Vec<std::thread::JoinHandle<()>>) {
+    let joined = tokio::task::spawn_blocking(move || {
+        threads.into_iter().filter_map(|t| t.join().err()).count()
+    })
+    .await;
+    match joined {
+        Ok(0) => {}
+        Ok(n) => error!(threads = n, "data-plane worker threads panicked"),
+        Err(err) => error!(error = %err, "joining the data-plane workers failed"),
+    }
+}
+
+/// Waits for in-flight connections for the grace period, then cuts them.
+async fn drain(shared: &Shared, tracker: &TaskTracker) -> ServeReport {
+    tracker.close();
+    let grace = shared.config.drain_grace;
+    let drained = tokio::time::timeout(grace, tracker.wait()).await.is_ok();
+    if !drained {
+        warn!(
+            remaining = tracker.len(),
+            "grace period over, closing what is left"
+        );
+        shared.force.cancel();
+        let _ = tokio::time::timeout(FORCE_WAIT, tracker.wait()).await;
+    }
+    ServeReport { drained }
 }
 
 /// Serves `listeners` with `snapshots` until `shutdown`, discarding outcome
@@ -188,6 +385,10 @@ async fn accept_loop(
     tracker: TaskTracker,
     limit: Arc<Semaphore>,
 ) {
+    // Whether accepted sockets inherit TCP_NODELAY from this listener (they do on
+    // Linux when the listener has it): probed on the first connection, then the
+    // per-connection `setsockopt` is skipped.
+    let mut inherits_nodelay = None;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -209,6 +410,11 @@ async fn accept_loop(
             continue;
         };
         shared.metrics.accepted(kind);
+        let has_nodelay =
+            *inherits_nodelay.get_or_insert_with(|| stream.nodelay().unwrap_or(false));
+        if !has_nodelay {
+            let _ = stream.set_nodelay(true);
+        }
         let shared = shared.clone();
         tracker.spawn(async move {
             let _permit = permit;
@@ -230,7 +436,6 @@ async fn accept_loop(
 }
 
 async fn serve_connection(shared: &Arc<Shared>, kind: ListenerKind, stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
     match kind {
         ListenerKind::Http => http::serve(shared, stream).await,
         ListenerKind::Socks5 => socks5::serve(shared, stream).await,
