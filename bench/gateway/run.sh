@@ -30,6 +30,8 @@
 #   GATEWAY_WORKER_THREADS
 #                      the gateway's --worker-threads (default: unset = the gateway's
 #                      default, the available parallelism)
+#   GATEWAY_BIN        the gateway binary to measure (default $CARGO_TARGET_DIR/release/
+#                      proxy-pool-gateway): A/B runs of an old and a new build
 #   BENCH_SKIP_IDLE=1  skip (d), the idle-tunnel memory phase (A/B runs of CPU and latency)
 #   BENCH_STAY_UP=1    start everything, write $BENCH_DIR/stack.txt and wait (profiling)
 #   CARGO_TARGET_DIR   where the binaries are built (default target)
@@ -42,7 +44,7 @@ BUILD=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -59,6 +61,7 @@ CPU_LOAD=${BENCH_CPU_LOAD:-}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 case "$TARGET" in /*) ;; *) TARGET=$ROOT/$TARGET ;; esac
 BIN=$TARGET/release
+GW_BIN=${GATEWAY_BIN:-$BIN/proxy-pool-gateway}
 
 SIM_PORT=$BASE ECHO_PORT=$((BASE + 1)) ECHO_TLS_PORT=$((BASE + 2))
 DIST_PORT=$((BASE + 3)) ADMIN_PORT=$((BASE + 4)) CP_PORT=$((BASE + 5))
@@ -84,6 +87,7 @@ fi
 for b in vendor-sim loadgen proxy-pool-controller proxy-pool-checker proxy-pool-gateway; do
     [ -x "$BIN/$b" ] || { echo "bench: $BIN/$b missing (run without --no-build)" >&2; exit 1; }
 done
+[ -x "$GW_BIN" ] || { echo "bench: GATEWAY_BIN $GW_BIN is not executable" >&2; exit 1; }
 
 rm -rf "$DIR"
 mkdir -p "$DIR/logs" "$DIR/results" "$DIR/squid"
@@ -219,7 +223,7 @@ start checker "$CPU_LOAD" "$BIN/proxy-pool-checker" run --controller "http://127
     --checker-id bench-checker --echo "127.0.0.1:$ECHO_PORT" --loopback-plaintext
 GW_EXTRA=()
 [ -n "${GATEWAY_WORKER_THREADS:-}" ] && GW_EXTRA=(--worker-threads "$GATEWAY_WORKER_THREADS")
-start gateway "$CPU_PROXY" "$BIN/proxy-pool-gateway" "${GW_EXTRA[@]}" --http-listen "127.0.0.1:$GW_HTTP_PORT" \
+start gateway "$CPU_PROXY" "$GW_BIN" "${GW_EXTRA[@]}" --http-listen "127.0.0.1:$GW_HTTP_PORT" \
     --socks5-listen "127.0.0.1:$GW_SOCKS_PORT" --admin-listen "127.0.0.1:$GW_ADMIN_PORT" \
     --controller "http://127.0.0.1:$CP_PORT" --worker-id bench-gateway \
     --clients-file "$DIR/gateway-clients.json"
@@ -355,7 +359,7 @@ measure() { # name system mode [rate] → results/name.json (+ cpu_us_per_op)
 }
 field() { jq -r "$2" "$DIR/results/$1.json"; }
 
-echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg); ${SECONDS_PER_PHASE}s phases, $CONNS connections, $NPROX upstreams, nice $NICE, cpus proxy='${CPU_PROXY:-any}' load='${CPU_LOAD:-any}', gateway --worker-threads ${GATEWAY_WORKER_THREADS:-default}"
+echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg); ${SECONDS_PER_PHASE}s phases, $CONNS connections, $NPROX upstreams, nice $NICE, cpus proxy='${CPU_PROXY:-any}' load='${CPU_LOAD:-any}', gateway --worker-threads ${GATEWAY_WORKER_THREADS:-default}, gateway binary $GW_BIN ($(sha256sum "$GW_BIN" | cut -c1-12))"
 date -u +"bench: %Y-%m-%d %H:%M UTC"
 
 echo "bench: warm-up"
