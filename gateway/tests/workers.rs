@@ -127,6 +127,22 @@ async fn workers_share_sessions_and_capacity_and_drain_on_shutdown() {
     }
     drop(clients);
     let text = w.gateway.render_metrics();
+    // 36 connections so far, spread by the kernel's hash over the three listeners:
+    // more than one worker took a share (all on one has odds of 3^-35).
+    let per_worker: Vec<u64> = (0..WORKERS)
+        .map(|i| {
+            let line = format!("gateway_worker_connections_total{{worker=\"{i}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(line.as_str()))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no counter for worker {i}:\n{text}"))
+        })
+        .collect();
+    assert_eq!(per_worker.iter().sum::<u64>(), 36, "{per_worker:?}");
+    assert!(
+        per_worker.iter().filter(|n| **n > 0).count() > 1,
+        "connections spread over the workers: {per_worker:?}"
+    );
     assert!(
         !text.contains("gateway_upstream_pool_reused_total 0"),
         "kept-alive requests reuse pooled upstream connections:\n{text}"

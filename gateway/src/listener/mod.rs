@@ -17,11 +17,12 @@ mod socks5;
 mod tunnel;
 
 use parking_lot::Mutex;
+use std::fmt::Write as _;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Semaphore;
@@ -114,6 +115,8 @@ pub(crate) struct Shared {
     pub(crate) draining: CancellationToken,
     /// Cancelled when the grace period ends: in-flight work is cut.
     pub(crate) force: CancellationToken,
+    /// Connections accepted by this worker (its share of the `SO_REUSEPORT` spread).
+    accepted: AtomicU64,
 }
 
 impl Shared {
@@ -134,6 +137,7 @@ impl Shared {
             metrics: self.metrics.clone(),
             draining: self.draining.clone(),
             force: self.force.clone(),
+            accepted: AtomicU64::new(0),
         }
     }
 }
@@ -165,6 +169,7 @@ impl Gateway {
             metrics: Arc::default(),
             draining: CancellationToken::new(),
             force: CancellationToken::new(),
+            accepted: AtomicU64::new(0),
         };
         (
             Self {
@@ -183,6 +188,20 @@ impl Gateway {
     /// Prometheus text of the counters.
     pub fn render_metrics(&self) -> String {
         let mut text = self.shared.metrics.render(self.shared.outcomes.dropped());
+        let workers = self.workers.lock();
+        if !workers.is_empty() {
+            text.push_str(
+                "# HELP gateway_worker_connections_total Client connections accepted, per data-plane worker.\n# TYPE gateway_worker_connections_total counter\n",
+            );
+            for (i, w) in workers.iter().enumerate() {
+                let n = w.accepted.load(Ordering::Relaxed);
+                let _ = writeln!(
+                    text,
+                    "gateway_worker_connections_total{{worker=\"{i}\"}} {n}"
+                );
+            }
+        }
+        drop(workers);
         text.push_str(&self.shared.router.usage().render());
         text
     }
@@ -410,6 +429,7 @@ async fn accept_loop(
             continue;
         };
         shared.metrics.accepted(kind);
+        shared.accepted.fetch_add(1, Ordering::Relaxed);
         let has_nodelay =
             *inherits_nodelay.get_or_insert_with(|| stream.nodelay().unwrap_or(false));
         if !has_nodelay {
