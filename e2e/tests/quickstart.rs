@@ -24,10 +24,33 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// A base port with `PORTS` consecutive free loopback ports.
+/// Where the kernel picks outgoing connections' local ports (`ip_local_port_range`).
+fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|v| v.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32_768, 60_999))
+}
+
+/// A base port with `PORTS` consecutive free loopback ports, outside the ephemeral
+/// range: dev-up binds them only after its build (a minute on a cold cache), and an
+/// outgoing connection of anything else on the machine may take an ephemeral port in
+/// the meantime.
 fn free_base() -> u16 {
+    let (lo, hi) = ephemeral_range();
+    let (from, span) = if lo >= 20_000 + 2 * PORTS {
+        (20_000, lo - 20_000 - PORTS)
+    } else {
+        (
+            hi.saturating_add(1).max(20_000),
+            65_535 - hi.max(20_000) - PORTS,
+        )
+    };
     for _ in 0..200 {
-        let base = 20_000 + rand_u16() % 30_000;
+        let base = from + rand_u16() % span.max(1);
         let all_free = (0..PORTS).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
         if all_free {
             return base;
