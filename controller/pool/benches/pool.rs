@@ -1,8 +1,9 @@
 //! Activity-pool benchmark on a real `redis-server` (started by the testkit).
 //!
 //! `cargo bench -p activity-pool --bench pool` fills a pool of 100,000 proxies, then
-//! measures extract count 1, extract count 5 with a region filter, upsert batches of
-//! 500, and a trivial `EVALSHA` (`return 1`) as the baseline of one script round trip;
+//! measures extract count 1 (without and with a region filter), extract count 5 with
+//! a region filter, upsert batches of 500, and a trivial `EVALSHA` (`return 1`) as the
+//! baseline of one script round trip;
 //! prints ops/s, p50 and p99 per operation and the rate relative to the baseline.
 //! Sequential figures are one caller on one connection (latency-bound); concurrent
 //! figures use 16 callers sharing the pool's multiplexed connection.
@@ -266,9 +267,9 @@ async fn main() {
     // Sequential, interleaved: every round runs a block of each operation, so the
     // baseline and the extractions see the same machine load; a shared, busy box moves
     // absolute figures a lot, their ratio much less.
-    let mut lat: [Vec<Duration>; 3] = Default::default();
-    let mut server = [0.0f64; 3];
-    let blocks = [500usize, 100, 40];
+    let mut lat: [Vec<Duration>; 4] = Default::default();
+    let mut server = [0.0f64; 4];
+    let blocks = [500usize, 100, 40, 100];
     for round in 0..ROUNDS {
         for (op, &n) in blocks.iter().enumerate() {
             let before = server_usec(&mut admin, 1).await;
@@ -285,6 +286,13 @@ async fn main() {
                     }
                     1 => {
                         let o = pool.extract(&extract_req(1, None)).await.unwrap();
+                        assert!(
+                            matches!(o, ExtractOutcome::Extracted(ref x) if x.proxies.len() == 1)
+                        );
+                    }
+                    3 => {
+                        let region = format!("r{}", (round * n + i) % REGIONS);
+                        let o = pool.extract(&extract_req(1, Some(&region))).await.unwrap();
                         assert!(
                             matches!(o, ExtractOutcome::Extracted(ref x) if x.proxies.len() == 1)
                         );
@@ -306,6 +314,7 @@ async fn main() {
         "trivial EVALSHA `return 1` (baseline)",
         "extract count 1, no filter",
         "extract count 5, region filter",
+        "extract count 1, region filter",
     ];
     let mut rows = Vec::new();
     for (op, samples) in lat.into_iter().enumerate() {
