@@ -6,7 +6,7 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 
 /// A storage failure; the cache reacts by going to the source.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -36,21 +36,23 @@ pub trait CacheStore: Send + Sync + Debug {
     ) -> Result<(), StoreError>;
 }
 
-/// Redis adapter over a multiplexed connection (cheap to clone, shared by callers).
+/// Redis adapter over a connection that is cheap to clone and shared by callers: a
+/// [`MultiplexedConnection`] by default, or any other `ConnectionLike` handle (the
+/// controller passes one that re-connects after a transport error).
 #[derive(Clone)]
-pub struct RedisStore {
-    conn: MultiplexedConnection,
+pub struct RedisStore<C = MultiplexedConnection> {
+    conn: C,
 }
 
-impl Debug for RedisStore {
+impl<C> Debug for RedisStore<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore").finish_non_exhaustive()
     }
 }
 
-impl RedisStore {
+impl<C> RedisStore<C> {
     /// Wraps a connection made by the caller (I/O at the edge).
-    pub fn new(conn: MultiplexedConnection) -> Self {
+    pub fn new(conn: C) -> Self {
         Self { conn }
     }
 }
@@ -60,7 +62,10 @@ fn backend(e: redis::RedisError) -> StoreError {
 }
 
 #[async_trait]
-impl CacheStore for RedisStore {
+impl<C> CacheStore for RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
     async fn mget(
         &self,
         keys: &[String],

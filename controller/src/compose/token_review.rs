@@ -13,15 +13,13 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use async_trait::async_trait;
 use proxy_pool_analytics::RedisConn;
 use proxy_pool_api::config::{
     CacheConfig, Config, StoreConfig, TokenReviewConfig, service_account_user,
 };
 use proxy_pool_cache::{
-    CacheMetricsCollector, CacheStore, MAX_BATCH, Namespace, NamespaceMetrics, StoreError,
+    CacheMetricsCollector, CacheStore, MAX_BATCH, Namespace, NamespaceMetrics, RedisStore,
 };
 
 use super::ComposeError;
@@ -66,8 +64,10 @@ pub async fn prepare(config: &Config, metrics: &Metrics) -> Result<Option<Bearer
     }
     let (ns, prefix, store) = match (&config.cache, &config.store) {
         (Some(cache), StoreConfig::Redis(redis)) => {
+            // Re-connects after a transport error (a restarted Redis, a Sentinel
+            // failover).
             let conn = RedisConn::relink(super::usage::redis_connect(redis)?);
-            let store: Arc<dyn CacheStore> = Arc::new(RelinkStore { conn });
+            let store: Arc<dyn CacheStore> = Arc::new(RedisStore::new(conn));
             (namespace(cache), cache.key_prefix.clone(), Some(store))
         }
         _ => (Namespace::new(NAMESPACE), String::new(), None),
@@ -136,66 +136,11 @@ fn namespace(cache: &CacheConfig) -> Namespace {
     }
 }
 
-/// The cache's storage over the store's Redis, re-connecting after a transport error
-/// (a restarted Redis or a Sentinel failover); same commands as
-/// [`proxy_pool_cache::RedisStore`]: one `MGET`, one `MULTI` of `SET … PX`.
-#[derive(Debug)]
-struct RelinkStore {
-    conn: RedisConn,
-}
-
-fn backend(e: &redis::RedisError) -> StoreError {
-    StoreError::Backend(e.to_string())
-}
-
-#[async_trait]
-impl CacheStore for RelinkStore {
-    async fn mget(
-        &self,
-        keys: &[String],
-        budget: Duration,
-    ) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut conn = self.conn.clone();
-        let mut cmd = redis::cmd("MGET");
-        for k in keys {
-            cmd.arg(k);
-        }
-        match tokio::time::timeout(budget, cmd.query_async::<Vec<Option<Vec<u8>>>>(&mut conn)).await
-        {
-            Ok(r) => r.map_err(|e| backend(&e)),
-            Err(_) => Err(StoreError::Timeout),
-        }
-    }
-
-    async fn mset(
-        &self,
-        entries: &[(String, Vec<u8>, Duration)],
-        budget: Duration,
-    ) -> Result<(), StoreError> {
-        if entries.is_empty() {
-            return Ok(());
-        }
-        let mut conn = self.conn.clone();
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        for (k, v, ttl) in entries {
-            let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-            pipe.cmd("SET").arg(k).arg(v).arg("PX").arg(ms).ignore();
-        }
-        match tokio::time::timeout(budget, pipe.query_async::<()>(&mut conn)).await {
-            Ok(r) => r.map_err(|e| backend(&e)),
-            Err(_) => Err(StoreError::Timeout),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proxy_pool_api::config::load_yaml;
+    use std::time::Duration;
 
     const REDIS: &str = "store: {backend: redis, redis: {address: \"redis://127.0.0.1:1/0\"}}\n";
 
