@@ -46,6 +46,23 @@ pub struct TlsSources<'a> {
     pub bundle: &'a str,
 }
 
+/// A (non-controller) owner reference to the Deployment `d`: objects the operator
+/// writes for the controller (its config ConfigMap, its TLS Secret) go when it goes.
+pub(crate) fn deployment_owner(d: &Deployment) -> Result<OwnerReference, Error> {
+    Ok(OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        name: d.name_any(),
+        uid: d
+            .meta()
+            .uid
+            .clone()
+            .ok_or(Error::MissingKey("Deployment"))?,
+        controller: None,
+        block_owner_deletion: None,
+    })
+}
+
 /// The projected volume: the config file plus `secrets/<secret>/<key>` for each mount,
 /// and with TLS `tls/tls.crt`, `tls/tls.key` and `trust/ca.crt`.
 pub fn config_volume(
@@ -141,18 +158,7 @@ async fn reconcile_inner(d: &Deployment, ctx: &Context) -> Result<Action, Error>
             hex::encode(h.finalize())
         }
     };
-    let owner = OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        name: d.name_any(),
-        uid: d
-            .meta()
-            .uid
-            .clone()
-            .ok_or(Error::MissingKey("Deployment"))?,
-        controller: None,
-        block_owner_deletion: None,
-    };
+    let owner = deployment_owner(d)?;
     let config_map = ConfigMap {
         metadata: ObjectMeta {
             name: Some(cfg.config_map.clone()),

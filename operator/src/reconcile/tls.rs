@@ -17,15 +17,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Resource, ResourceExt};
 use proxy_pool_api::config::raw::RawControlPlaneTls;
 use rcgen::{KeyPair, PublicKeyData as _};
 use sha2::{Digest, Sha256};
 use x509_parser::prelude::FromDer as _;
 
 use super::Error;
+use super::config::deployment_owner;
 use super::context::{Context, FIELD_MANAGER};
 use super::gateway::MANAGED_BY;
 use crate::identity::ca::{CaCert, CaParams, CaSet};
@@ -269,18 +270,7 @@ pub async fn ensure(
         });
     };
     let (cert, key, renew) = issue(settings, &cas, now)?;
-    let owner = OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: "Deployment".into(),
-        name: d.name_any(),
-        uid: d
-            .meta()
-            .uid
-            .clone()
-            .ok_or(Error::MissingKey("Deployment"))?,
-        controller: None,
-        block_owner_deletion: None,
-    };
+    let owner = deployment_owner(d)?;
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(settings.secret.clone()),
