@@ -13,10 +13,9 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use base64::Engine as _;
 use proxy_pool_cache::{
     Answer, Cache, CacheError, CacheStore, Loader, Namespace, TokenKey, token_review_ttl,
 };
@@ -56,20 +55,7 @@ pub struct ReviewedUser {
     pub username: String,
 }
 
-/// The `exp` claim of a JWT, read without verifying it (the API server verified the
-/// token; this only bounds how long its review is reused). `None` for other tokens.
-pub fn jwt_expiry(token: &str) -> Option<SystemTime> {
-    #[derive(Deserialize)]
-    struct Claims {
-        exp: u64,
-    }
-    let payload = token.split('.').nth(1)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
-        .ok()?;
-    let claims: Claims = serde_json::from_slice(&bytes).ok()?;
-    UNIX_EPOCH.checked_add(Duration::from_secs(claims.exp))
-}
+pub use proxy_pool_api::token::jwt_expiry;
 
 /// The loader: one review per key, a positive answer cached until
 /// `min(120 s, exp − now)`; a token without a readable `exp` is reviewed every time.
@@ -253,26 +239,5 @@ fn kube_error_kind(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("api status {}", s.code),
         _ => "transport".into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn jwt(exp: u64) -> String {
-        let p = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(format!("{{\"exp\":{exp},\"sub\":\"x\"}}"));
-        format!("e30.{p}.sig")
-    }
-
-    #[test]
-    fn expiry_is_read_from_the_jwt_payload_only() {
-        assert_eq!(
-            jwt_expiry(&jwt(1_000)),
-            Some(UNIX_EPOCH + Duration::from_secs(1_000))
-        );
-        assert_eq!(jwt_expiry("opaque-token"), None);
-        assert_eq!(jwt_expiry("a.b.c"), None);
     }
 }

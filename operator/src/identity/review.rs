@@ -11,10 +11,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use base64::Engine as _;
 use parking_lot::Mutex;
 use sha2::{Digest as _, Sha256};
 
@@ -143,20 +142,7 @@ fn cache_key(token: &str, audience: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// The `exp` claim of a JWT, read without verifying it (the API server verified the
-/// token; this only bounds how long its verdict is reused).
-pub fn jwt_expiry(token: &str) -> Option<SystemTime> {
-    #[derive(serde::Deserialize)]
-    struct Claims {
-        exp: u64,
-    }
-    let payload = token.split('.').nth(1)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
-        .ok()?;
-    let claims: Claims = serde_json::from_slice(&bytes).ok()?;
-    Some(UNIX_EPOCH + Duration::from_secs(claims.exp))
-}
+pub use proxy_pool_api::token::jwt_expiry;
 
 /// An in-memory [`TokenReviewer`]: fixed answers per (token, audience), a switch that
 /// makes it unavailable, and a call counter.
@@ -206,6 +192,8 @@ impl TokenReviewer for MemoryReviewer {
 mod tests {
     use super::*;
     use crate::identity::clock::ManualClock;
+    use base64::Engine as _;
+    use std::time::UNIX_EPOCH;
 
     fn jwt(exp: u64) -> String {
         let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
