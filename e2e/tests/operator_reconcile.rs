@@ -1218,45 +1218,12 @@ async fn the_mounted_files_load_in_the_controller(client: &kube::Client) {
         .find(|v| v.name == "proxy-pool-config")
         .expect("config volume");
     let root = std::env::temp_dir().join(format!("proxy-pool-e2e-volume-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    for source in volume.projected.and_then(|p| p.sources).unwrap_or_default() {
-        let mut files: Vec<(String, Vec<u8>)> = Vec::new();
-        if let Some(s) = source.secret {
-            let data = secrets
-                .get(&s.name)
-                .await
-                .expect("projected Secret")
-                .data
-                .unwrap_or_default();
-            for i in s.items.unwrap_or_default() {
-                files.push((i.path, data.get(&i.key).expect("projected key").0.clone()));
-            }
-        }
-        if let Some(c) = source.config_map {
-            let data = config_maps
-                .get(&c.name)
-                .await
-                .expect("projected ConfigMap")
-                .data
-                .unwrap_or_default();
-            for i in c.items.unwrap_or_default() {
-                files.push((
-                    i.path,
-                    data.get(&i.key)
-                        .expect("projected key")
-                        .clone()
-                        .into_bytes(),
-                ));
-            }
-        }
-        for (path, bytes) in files {
-            let path = root.join(path);
-            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-            std::fs::write(path, bytes).expect("write");
-        }
-    }
+    materialize(
+        client,
+        volume.projected.and_then(|p| p.sources).unwrap_or_default(),
+        &root,
+    )
+    .await;
     let text = std::fs::read_to_string(root.join("config.yaml")).expect("config.yaml");
     let text = text.replace("/etc/proxy-pool/", &format!("{}/", root.display()));
     let loaded = proxy_pool_api::config::load_yaml_with_files(&text);
