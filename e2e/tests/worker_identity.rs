@@ -217,20 +217,9 @@ async fn gateway_and_checker_use_operator_issued_identities() {
         &workloads.token_for(&other, DEFAULT_AUDIENCE).await,
     );
     let rogue_ports = GatewayPorts::new();
-    let out = gateway_command(&rogue_ports, &ports, &issuer, &token, &bundle, &other.name)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rogue gateway");
-    let out = wait_output(out, Duration::from_secs(60));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        !out.status.success(),
-        "a refused gateway exits non-zero:\n{text}"
+    let text = refused_output(
+        gateway_command(&rogue_ports, &ports, &issuer, &token, &bundle, &other.name),
+        "gateway",
     );
     assert!(
         text.contains("the identity issuer refused this worker: not serving traffic")
@@ -246,20 +235,9 @@ async fn gateway_and_checker_use_operator_issued_identities() {
 
     // A checker with that pod's token: refused (the pod is not of the checker
     // Deployment), one clear line, non-zero exit.
-    let out = checker_command(&ports, &issuer, &token, &bundle, &other.name)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rogue checker");
-    let out = wait_output(out, Duration::from_secs(60));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        !out.status.success(),
-        "a refused checker exits non-zero:\n{text}"
+    let text = refused_output(
+        checker_command(&ports, &issuer, &token, &bundle, &other.name),
+        "checker",
     );
     assert!(
         text.contains("the identity issuer refused this checker: not starting")
@@ -272,6 +250,27 @@ async fn gateway_and_checker_use_operator_issued_identities() {
 }
 
 // ---- processes --------------------------------------------------------------------
+
+/// Runs a worker the issuer refuses: it must exit non-zero within a minute; returns
+/// its stdout and stderr together.
+fn refused_output(mut command: Command, what: &str) -> String {
+    let child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn rogue {what}: {e}"));
+    let out = wait_output(child, Duration::from_secs(60));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "a refused {what} exits non-zero:\n{text}"
+    );
+    text
+}
 
 fn wait_output(mut child: Child, within: Duration) -> std::process::Output {
     let deadline = Instant::now() + within;
