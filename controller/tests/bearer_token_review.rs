@@ -19,15 +19,14 @@ use activity_pool::testkit::RedisServer;
 use async_trait::async_trait;
 use base64::Engine as _;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace as KubeNamespace, ServiceAccount};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 use proxy_pool_cache::{CacheStore, Namespace, RedisStore};
 use proxy_pool_controller::distribution::{
     AuthError, BearerVerifier, KubeTokenReviewer, Review, ReviewUnavailable,
     TokenReviewBearerVerifier, TokenReviewer,
 };
-use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
+use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
 
 const NS: &str = "clients";
 const AUDIENCE: &str = "proxy-pool-distribution";
@@ -87,10 +86,12 @@ fn sa_user(name: &str) -> String {
     format!("system:serviceaccount:{NS}:{name}")
 }
 
-fn meta(name: &str) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.into()),
-        ..Default::default()
+/// Namespace `NS` with these ServiceAccounts.
+async fn namespace_with(client: &kube::Client, service_accounts: &[&str]) {
+    Workloads::create_namespace(client, NS).await;
+    let workloads = Workloads::new(client.clone(), NS);
+    for sa in service_accounts {
+        workloads.create_service_account(sa).await;
     }
 }
 
@@ -180,28 +181,7 @@ async fn service_account_tokens_on_a_real_apiserver() {
         .await
         .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
     let client = cluster.client();
-    Api::<KubeNamespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &KubeNamespace {
-                metadata: meta(NS),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let sas = Api::<ServiceAccount>::namespaced(client.clone(), NS);
-    for sa in ["team-a", "team-b", "stranger"] {
-        sas.create(
-            &PostParams::default(),
-            &ServiceAccount {
-                metadata: meta(sa),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    }
+    namespace_with(&client, &["team-a", "team-b", "stranger"]).await;
     let redis = RedisServer::start();
     let store = store(&redis).await;
     let reviewer = Counting::new(KubeTokenReviewer::new(client.clone()));
@@ -332,28 +312,7 @@ async fn a_controller_configured_with_token_review_serves_service_accounts() {
         .await
         .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
     let client = cluster.client();
-    Api::<KubeNamespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &KubeNamespace {
-                metadata: meta(NS),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let sas = Api::<ServiceAccount>::namespaced(client.clone(), NS);
-    for sa in ["team-a", "stranger"] {
-        sas.create(
-            &PostParams::default(),
-            &ServiceAccount {
-                metadata: meta(sa),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    }
+    namespace_with(&client, &["team-a", "stranger"]).await;
     let redis = RedisServer::start();
     let static_token = "static-bearer-5c1e";
     let yaml = format!(
