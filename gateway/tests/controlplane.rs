@@ -8,13 +8,11 @@ mod fake_controller;
 
 use common::*;
 use fake_controller::*;
-use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
 use proxy_pool_api::controlplane::model;
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
 use proxy_pool_e2e::sim::{Protocol, SimProxy};
-use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
-use proxy_pool_gateway::snapshot::ClientCredential;
+use proxy_pool_gateway::controlplane::Agent;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -73,20 +71,7 @@ async fn agent_applies_snapshots_and_deltas_acks_reports_and_resyncs() {
     let a = h.proxy(Protocol::Http).await;
     let b = h.proxy(Protocol::Socks5).await;
     let outcomes = std::mem::replace(&mut h.outcomes, proxy_pool_gateway::outcome::queue(1).1);
-    let agent = Agent::new(
-        AgentConfig {
-            endpoint,
-            transport: ClientTransport::LoopbackPlaintext,
-            options: ClientOptions::default(),
-            worker_id: "gw-0".into(),
-            instance_id: "i-1".into(),
-            zone: "z".into(),
-            gateway_group: "all".into(),
-            clients: vec![ClientCredential::from_password("team-a", USER, PASS)],
-        },
-        h.handle.clone(),
-        outcomes,
-    );
+    let agent = Agent::new(agent_config(endpoint), h.handle.clone(), outcomes);
     let stop = CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));
 

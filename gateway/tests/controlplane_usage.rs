@@ -10,13 +10,11 @@ mod fake_controller;
 use common::*;
 use fake_controller::*;
 use parking_lot::Mutex;
-use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
 use proxy_pool_api::controlplane::model;
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
 use proxy_pool_e2e::sim::{Protocol, SimProxy};
-use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
-use proxy_pool_gateway::snapshot::ClientCredential;
+use proxy_pool_gateway::controlplane::Agent;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -93,21 +91,8 @@ async fn usage_from_traffic_is_reported_once_or_counted_lost() {
     let (endpoint, seen) = fake_controller(script.clone()).await;
     let (mut streams, mut reports) = (seen.streams, seen.reports);
     let outcomes = std::mem::replace(&mut h.outcomes, proxy_pool_gateway::outcome::queue(1).1);
-    let agent = Agent::new(
-        AgentConfig {
-            endpoint,
-            transport: ClientTransport::LoopbackPlaintext,
-            options: ClientOptions::default(),
-            worker_id: "gw-0".into(),
-            instance_id: "i-1".into(),
-            zone: "z".into(),
-            gateway_group: "all".into(),
-            clients: vec![ClientCredential::from_password("team-a", USER, PASS)],
-        },
-        h.handle.clone(),
-        outcomes,
-    )
-    .with_usage(h.gateway.usage().clone());
+    let agent = Agent::new(agent_config(endpoint), h.handle.clone(), outcomes)
+        .with_usage(h.gateway.usage().clone());
     let stop = CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));
     // Every watch stream (the first and each after a reconnect) gets the snapshot.

@@ -112,6 +112,29 @@ impl WorkerControlPlane for Fake {
 
 /// Starts the fake on a loopback port: its endpoint and what it sees. `script` holds
 /// the codes for runtime reports that carry usage, in order.
+/// The agent config both control-plane tests run against the fake controller at
+/// `endpoint`: worker `gw-0`, loopback plaintext, client `team-a` with the harness's
+/// proxy credentials.
+pub fn agent_config(endpoint: String) -> proxy_pool_gateway::controlplane::AgentConfig {
+    use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
+    proxy_pool_gateway::controlplane::AgentConfig {
+        endpoint,
+        transport: ClientTransport::LoopbackPlaintext,
+        options: ClientOptions::default(),
+        worker_id: "gw-0".into(),
+        instance_id: "i-1".into(),
+        zone: "z".into(),
+        gateway_group: "all".into(),
+        clients: vec![
+            proxy_pool_gateway::snapshot::ClientCredential::from_password(
+                "team-a",
+                crate::common::USER,
+                crate::common::PASS,
+            ),
+        ],
+    }
+}
+
 pub async fn fake_controller(script: Arc<Mutex<VecDeque<Code>>>) -> (String, Seen) {
     let (streams_tx, streams) = mpsc::unbounded_channel();
     let (acks_tx, acks) = mpsc::unbounded_channel();
