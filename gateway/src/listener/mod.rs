@@ -230,23 +230,16 @@ impl Gateway {
     ) -> ServeReport {
         let shared = self.shared;
         let tracker = TaskTracker::new();
-        let mut loops = JoinSet::new();
         let limit = Arc::new(Semaphore::new(shared.config.max_connections));
-        for (listener, kind) in [
-            (listeners.http, ListenerKind::Http),
-            (listeners.socks5, ListenerKind::Socks5),
-        ] {
-            if let Some(listener) = listener {
-                loops.spawn(accept_loop(
-                    listener,
-                    kind,
-                    shared.clone(),
-                    tracker.clone(),
-                    limit.clone(),
-                ));
-            }
-        }
-        loops.spawn(maintenance(shared.clone()));
+        let mut loops = serve_loops(
+            [
+                (listeners.http, ListenerKind::Http),
+                (listeners.socks5, ListenerKind::Socks5),
+            ],
+            &shared,
+            &tracker,
+            &limit,
+        );
         shutdown.await;
         info!("shutdown: no new connections, draining in-flight work");
         shared.draining.cancel();
@@ -324,34 +317,62 @@ async fn worker_main(
     accepting: tokio_util::task::task_tracker::TaskTrackerToken,
     done: CancellationToken,
 ) {
-    let mut loops = JoinSet::new();
-    for (listener, kind) in [
-        (listeners.http, ListenerKind::Http),
-        (listeners.socks5, ListenerKind::Socks5),
-    ] {
-        let Some(listener) = listener else { continue };
-        let registered = listener
+    let register = |listener: Option<std::net::TcpListener>, kind: ListenerKind| {
+        let listener = listener?;
+        match listener
             .set_nonblocking(true)
-            .and_then(|()| TcpListener::from_std(listener));
-        match registered {
-            Ok(listener) => {
-                loops.spawn(accept_loop(
-                    listener,
-                    kind,
-                    shared.clone(),
-                    tracker.clone(),
-                    limit.clone(),
-                ));
+            .and_then(|()| TcpListener::from_std(listener))
+        {
+            Ok(listener) => Some(listener),
+            Err(err) => {
+                error!(error = %err, ?kind, "listener not served by this worker");
+                None
             }
-            Err(err) => error!(error = %err, ?kind, "listener not served by this worker"),
         }
-    }
-    loops.spawn(maintenance(shared.clone()));
+    };
+    let mut loops = serve_loops(
+        [
+            (
+                register(listeners.http, ListenerKind::Http),
+                ListenerKind::Http,
+            ),
+            (
+                register(listeners.socks5, ListenerKind::Socks5),
+                ListenerKind::Socks5,
+            ),
+        ],
+        &shared,
+        &tracker,
+        &limit,
+    );
     while loops.join_next().await.is_some() {}
     drop(accepting);
     done.cancelled().await;
     // Pooled sockets belong to this runtime: close them before it goes.
     shared.pool.sweep(|_| false);
+}
+
+/// The accept loops of `listeners` and the maintenance task, on the current runtime.
+fn serve_loops(
+    listeners: [(Option<TcpListener>, ListenerKind); 2],
+    shared: &Arc<Shared>,
+    tracker: &TaskTracker,
+    limit: &Arc<Semaphore>,
+) -> JoinSet<()> {
+    let mut loops = JoinSet::new();
+    for (listener, kind) in listeners {
+        if let Some(listener) = listener {
+            loops.spawn(accept_loop(
+                listener,
+                kind,
+                shared.clone(),
+                tracker.clone(),
+                limit.clone(),
+            ));
+        }
+    }
+    loops.spawn(maintenance(shared.clone()));
+    loops
 }
 
 async fn join_workers(threads: Vec<std::thread::JoinHandle<()>>) {
