@@ -128,78 +128,22 @@ EOF
 
 "$BIN/proxy-pool-controller" validate-config "$DEV/controller.yaml" >/dev/null
 
-PIDS=()
-NAMES=()
-STOPPING=0
-stop_all() {
-    [ "$STOPPING" = 1 ] && return
-    STOPPING=1
-    # Whatever happens to our stdout (a closed pipe), the children are stopped.
-    set +e
-    trap '' INT TERM PIPE
-    echo 2>/dev/null
-    echo "dev-up: stopping" 2>/dev/null
-    local i
-    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
-        kill -TERM "${PIDS[$i]}" 2>/dev/null || true
-    done
-    local deadline=$((SECONDS + 20))
-    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
-        while kill -0 "${PIDS[$i]}" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
-        if kill -0 "${PIDS[$i]}" 2>/dev/null; then
-            echo "dev-up: ${NAMES[$i]} did not stop, killing it" >&2
-            kill -KILL "${PIDS[$i]}" 2>/dev/null || true
-        fi
-        wait "${PIDS[$i]}" 2>/dev/null || true
-    done
-    echo "dev-up: stopped" 2>/dev/null
-}
-trap 'stop_all; exit 130' INT
-trap 'stop_all; exit 143' TERM
-trap 'stop_all' EXIT
-trap 'exit 141' PIPE
+PROC_TAG=dev-up PROC_LOGS=$DEV/logs PROC_READY_TIMEOUT=$TIMEOUT
+# shellcheck source=scripts/lib/processes.sh
+. "$ROOT/scripts/lib/processes.sh"
 
-start() { # name command...
-    local name=$1
-    shift
-    "$@" >"$DEV/logs/$name.log" 2>&1 &
-    PIDS+=($!)
-    NAMES+=("$name")
-}
-
-fail() {
-    echo "dev-up: $*" >&2
-    echo "dev-up: logs in $DEV/logs/" >&2
-    exit 1
-}
-
-wait_for() { # what command...
-    local what=$1
-    shift
-    local deadline=$((SECONDS + TIMEOUT))
-    until "$@" >/dev/null 2>&1; do
-        local i
-        for i in "${!PIDS[@]}"; do
-            kill -0 "${PIDS[$i]}" 2>/dev/null || fail "${NAMES[$i]} exited (see $DEV/logs/${NAMES[$i]}.log)"
-        done
-        [ $SECONDS -lt $deadline ] || fail "timed out waiting for $what"
-        sleep 0.5
-    done
-    echo "dev-up: $what ok"
-}
-
-start vendor-sim "$BIN/vendor-sim" --listen "127.0.0.1:$SIM_PORT" \
+proc_start vendor-sim "$BIN/vendor-sim" --listen "127.0.0.1:$SIM_PORT" \
     --echo-http "127.0.0.1:$ECHO_PORT" --echo-https "127.0.0.1:$ECHO_TLS_PORT" \
     --ca-out "$DEV/vendor-sim-ca.pem" --api-key "$VENDOR_KEY" --ttl-min 300 --ttl-max 900
 wait_for "vendor simulator" curl -fsS "http://127.0.0.1:$SIM_PORT/healthz"
 
-start controller "$BIN/proxy-pool-controller" run --config "$DEV/controller.yaml"
+proc_start controller "$BIN/proxy-pool-controller" run --config "$DEV/controller.yaml"
 wait_for "controller" curl -fsS "http://127.0.0.1:$ADMIN_PORT/healthz"
 
-start checker "$BIN/proxy-pool-checker" run --controller "http://127.0.0.1:$CP_PORT" \
+proc_start checker "$BIN/proxy-pool-checker" run --controller "http://127.0.0.1:$CP_PORT" \
     --checker-id dev-checker --echo "127.0.0.1:$ECHO_PORT" --loopback-plaintext
 
-start gateway "$BIN/proxy-pool-gateway" --http-listen "127.0.0.1:$GW_HTTP_PORT" \
+proc_start gateway "$BIN/proxy-pool-gateway" --http-listen "127.0.0.1:$GW_HTTP_PORT" \
     --socks5-listen "127.0.0.1:$GW_SOCKS_PORT" --admin-listen "127.0.0.1:$GW_ADMIN_PORT" \
     --controller "http://127.0.0.1:$CP_PORT" --worker-id dev-gateway \
     --clients-file "$DEV/gateway-clients.json"

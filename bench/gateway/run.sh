@@ -157,26 +157,9 @@ shutdown:
   gracePeriod: 2s
 YAML
 
-PIDS=()
-NAMES=()
-STOPPING=0
-stop_all() {
-    [ "$STOPPING" = 1 ] && return
-    STOPPING=1
-    set +e
-    trap '' INT TERM PIPE
-    local i
-    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill -TERM "${PIDS[$i]}" 2>/dev/null; done
-    local deadline=$((SECONDS + 15))
-    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
-        while kill -0 "${PIDS[$i]}" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
-        kill -0 "${PIDS[$i]}" 2>/dev/null && kill -KILL "${PIDS[$i]}" 2>/dev/null
-        wait "${PIDS[$i]}" 2>/dev/null
-    done
-}
-trap 'stop_all; exit 130' INT
-trap 'stop_all; exit 143' TERM
-trap 'stop_all' EXIT
+PROC_TAG=bench PROC_LOGS=$DIR/logs PROC_STOP_TIMEOUT=15
+# shellcheck source=scripts/lib/processes.sh
+. "$ROOT/scripts/lib/processes.sh"
 
 with_cpus() { # cpus command... → CMD=(the command, pinned and niced)
     local cpus=$1
@@ -191,23 +174,7 @@ start() { # name cpus command...  (in the background; $! is the process itself)
     local name=$1 cpus=$2
     shift 2
     with_cpus "$cpus" "$@"
-    "${CMD[@]}" >"$DIR/logs/$name.log" 2>&1 &
-    PIDS+=($!)
-    NAMES+=("$name")
-}
-
-wait_for() { # what command...
-    local what=$1
-    shift
-    local deadline=$((SECONDS + 120))
-    until "$@" >/dev/null 2>&1; do
-        local i
-        for i in "${!PIDS[@]}"; do
-            kill -0 "${PIDS[$i]}" 2>/dev/null || { echo "bench: ${NAMES[$i]} exited (see $DIR/logs/)" >&2; exit 1; }
-        done
-        [ $SECONDS -lt $deadline ] || { echo "bench: timed out waiting for $what (see $DIR/logs/)" >&2; exit 1; }
-        sleep 0.5
-    done
+    proc_start "$name" "${CMD[@]}"
 }
 
 export RUST_LOG=${RUST_LOG:-warn}
