@@ -108,9 +108,13 @@ printf '[{"client":"bench-client","username":"%s","password":"%s"}]\n' "$GW_USER
 chmod 600 "$DIR/vendor-api-key" "$DIR/gateway-clients.json"
 
 # The simulator sells exactly NPROX proxies (later fetches get 503 pool_exhausted), so
-# its live list is the gateway's upstream set.
+# its live list is the gateway's upstream set. inlineEcho: the simulator's proxies
+# answer requests for the echo target themselves instead of over a second loopback
+# connection, so the target's cost stays off the two cores (BENCH_INLINE_ECHO=false
+# restores the extra hop).
 cat > "$DIR/sim.yaml" <<YAML
 maxLiveProxies: $NPROX
+inlineEcho: ${BENCH_INLINE_ECHO:-true}
 maxConnectionsPerProxy: 8192
 maxEchoConnections: 16384
 handshakeTimeoutMs: 10000

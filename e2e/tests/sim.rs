@@ -551,6 +551,106 @@ async fn drop_after_mode_cuts_plain_forwarding_too() {
     );
 }
 
+/// `inlineEcho` (the gateway benchmark's setting): requests for the plain-HTTP echo
+/// server are answered inside the proxy, reporting its egress address with port 0; a
+/// dialled connection always has an ephemeral port. Budgeted proxies, SOCKS5 proxies
+/// and simulators without the setting still dial.
+#[tokio::test]
+async fn inline_echo_answers_in_process_with_the_proxys_address() {
+    let port_of = |reply: &EchoReply| reply.remote.parse::<SocketAddr>().unwrap().port();
+    let sim = sim_with(SimConfig {
+        inline_echo: true,
+        ..SimConfig::default()
+    })
+    .await;
+    let echo = sim.echo_http_addr().to_string();
+    let p = proxy(&sim, Protocol::Http, FailureMode::None).await;
+    let egress = egress_of(&sim, &p);
+
+    let (status, stream) = http_connect(p.addr(), &echo, Some((&p.username, &p.password)))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let reply = echo_over(stream, &echo, "/tunnel").await;
+    assert_eq!(
+        (reply.path.as_str(), reply.remote.clone()),
+        ("/tunnel", format!("{egress}:0"))
+    );
+
+    let mut s = TcpStream::connect(p.addr()).await.unwrap();
+    let req = format!(
+        "GET {}/forward?q=1 HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {}\r\nConnection: close\r\n\r\n",
+        sim.echo_http_url(),
+        basic(&p.username, &p.password)
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(IO_LIMIT, s.read_to_end(&mut raw))
+        .await
+        .expect("answered in time")
+        .unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let reply: EchoReply = serde_json::from_str(text.split_once("\r\n\r\n").unwrap().1).unwrap();
+    assert_eq!(
+        (reply.path.as_str(), reply.remote),
+        ("/forward?q=1", format!("{egress}:0"))
+    );
+
+    let budgeted = proxy(
+        &sim,
+        Protocol::Http,
+        FailureMode::DropAfter { bytes: 1 << 20 },
+    )
+    .await;
+    let (status, stream) = http_connect(
+        budgeted.addr(),
+        &echo,
+        Some((&budgeted.username, &budgeted.password)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    assert_ne!(
+        port_of(&echo_over(stream, &echo, "/").await),
+        0,
+        "a byte budget dials"
+    );
+
+    let socks = proxy(&sim, Protocol::Socks5, FailureMode::None).await;
+    let port = sim.echo_http_addr().port();
+    let (stream, _) = socks_connect(
+        socks.addr(),
+        &socks.username,
+        &socks.password,
+        "127.0.0.1",
+        port,
+        1,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_ne!(
+        port_of(&echo_over(stream, "x", "/").await),
+        0,
+        "SOCKS5 dials"
+    );
+    assert!(sim.shutdown().await);
+
+    let plain = sim_with(SimConfig::default()).await;
+    let echo = plain.echo_http_addr().to_string();
+    let p = proxy(&plain, Protocol::Http, FailureMode::None).await;
+    let (_, stream) = http_connect(p.addr(), &echo, Some((&p.username, &p.password)))
+        .await
+        .unwrap();
+    assert_ne!(
+        port_of(&echo_over(stream, &echo, "/").await),
+        0,
+        "off by default"
+    );
+    assert!(plain.shutdown().await);
+}
+
 #[tokio::test]
 async fn wrong_egress_mode_uses_the_shared_address() {
     let sim = sim().await;

@@ -88,6 +88,13 @@ pub struct SimConfig {
     pub connect_timeout_ms: u64,
     /// Failure modes given to a share of proxies issued by the vendor API.
     pub failure_mix: Vec<FailureShare>,
+    /// Answer HTTP-proxy requests (absolute-URI and `CONNECT`) addressed to the
+    /// plain-HTTP echo server inside the proxy's own process instead of over a second
+    /// loopback connection. Off by default; the gateway benchmark turns it on so the
+    /// target's cost stays off the cores the proxies under test share. The reply still
+    /// reports the proxy's egress address (port 0). Not for proxies with a byte budget
+    /// (`dropAfter`), nor for SOCKS5 proxies: those always dial.
+    pub inline_echo: bool,
 }
 
 impl Default for SimConfig {
@@ -111,6 +118,7 @@ impl Default for SimConfig {
             handshake_timeout_ms: 10_000,
             connect_timeout_ms: 5_000,
             failure_mix: Vec::new(),
+            inline_echo: false,
         }
     }
 }
@@ -136,6 +144,7 @@ pub(crate) struct Settings {
     pub(crate) handshake_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) failure_mix: Vec<FailureShare>,
+    pub(crate) inline_echo: bool,
 }
 
 /// An inclusive TTL range, `min <= max`, both non-zero.
@@ -265,6 +274,7 @@ impl SimConfig {
             handshake_timeout: Duration::from_millis(self.handshake_timeout_ms),
             connect_timeout: Duration::from_millis(self.connect_timeout_ms),
             failure_mix: self.failure_mix.clone(),
+            inline_echo: self.inline_echo,
         })
     }
 }

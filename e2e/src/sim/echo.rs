@@ -108,7 +108,7 @@ pub(crate) async fn run(core: Arc<SimCore>, listener: TcpListener, tls: Option<E
     }
 }
 
-async fn serve_conn<S>(stream: S, peer: SocketAddr, tls: bool)
+pub(crate) async fn serve_conn<S>(stream: S, peer: SocketAddr, tls: bool)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -126,9 +126,9 @@ where
     }
 }
 
-type EchoBody = BoxBody<Bytes, Infallible>;
+pub(crate) type EchoBody = BoxBody<Bytes, Infallible>;
 
-fn respond(req: &Request<Incoming>, peer: SocketAddr, tls: bool) -> Response<EchoBody> {
+pub(crate) fn respond(req: &Request<Incoming>, peer: SocketAddr, tls: bool) -> Response<EchoBody> {
     let path = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
     if let Some(n) = req.uri().path().strip_prefix("/bytes/") {
         return match n.parse::<u64>() {

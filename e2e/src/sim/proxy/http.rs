@@ -21,6 +21,7 @@ use tracing::debug;
 
 use super::ConnCtx;
 use super::upstream::{Budgeted, Target, connect};
+use crate::sim::echo;
 
 type Body = BoxBody<Bytes, hyper::Error>;
 
@@ -105,6 +106,9 @@ async fn tunnel(ctx: Arc<ConnCtx>, mut req: Request<Incoming>) -> Response<Body>
     else {
         return text(StatusCode::BAD_REQUEST, "CONNECT needs host:port\n");
     };
+    if ctx.echoes_inline(&target) {
+        return inline_echo_tunnel(ctx, req);
+    }
     let settings = &ctx.core.settings;
     let upstream = match connect(&target, ctx.egress_ip(), settings.connect_timeout).await {
         Ok(stream) => stream,
@@ -137,6 +141,30 @@ async fn tunnel(ctx: Arc<ConnCtx>, mut req: Request<Incoming>) -> Response<Body>
     Response::new(empty())
 }
 
+/// `CONNECT` to the echo server with `inlineEcho`: answer 200 and serve the echo
+/// protocol on the upgraded client connection itself, in a task bound to the proxy's
+/// life (and holding the connection's permit, like a dialled tunnel).
+fn inline_echo_tunnel(ctx: Arc<ConnCtx>, mut req: Request<Incoming>) -> Response<Body> {
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let tunnel_ctx = ctx.clone();
+    ctx.core.tracker.spawn(async move {
+        let token = tunnel_ctx.proxy.token.clone();
+        let serve = async {
+            match on_upgrade.await {
+                Ok(upgraded) => {
+                    echo::serve_conn(TokioIo::new(upgraded), tunnel_ctx.inline_peer(), false).await;
+                }
+                Err(err) => debug!(error = %err, "CONNECT upgrade failed"),
+            }
+        };
+        tokio::select! {
+            () = serve => {}
+            () = token.cancelled() => debug!("inline echo tunnel closed by proxy expiry"),
+        }
+    });
+    Response::new(empty())
+}
+
 /// Absolute-URI forwarding (`GET http://host/path`), reusing one kept-alive upstream
 /// connection per client connection while the authority stays the same.
 async fn forward(ctx: Arc<ConnCtx>, slot: UpstreamSlot, req: Request<Incoming>) -> Response<Body> {
@@ -158,6 +186,10 @@ async fn forward(ctx: Arc<ConnCtx>, slot: UpstreamSlot, req: Request<Incoming>) 
     let Some(target) = Target::parse_authority(&key) else {
         return text(StatusCode::BAD_REQUEST, "bad host\n");
     };
+    if ctx.echoes_inline(&target) {
+        return echo::respond(&req, ctx.inline_peer(), false)
+            .map(|body| body.map_err(|never| match never {}).boxed());
+    }
     let host_header = HeaderValue::from_str(authority.as_str()).ok();
     let cached = slot.lock().take();
     let mut reused = None;

@@ -42,6 +42,20 @@ impl ConnCtx {
         }
     }
 
+    /// Whether a request for `target` is answered in-process (`inlineEcho`): the
+    /// target is the plain-HTTP echo server and no byte budget applies.
+    fn echoes_inline(&self, target: &upstream::Target) -> bool {
+        self.core.settings.inline_echo
+            && self.failure.byte_budget().is_none()
+            && matches!(target, upstream::Target::Ip(addr) if *addr == self.core.echo.http)
+    }
+
+    /// What an inline echo reports as the connection's source: the egress address a
+    /// dialled connection would have had (port 0).
+    fn inline_peer(&self) -> SocketAddr {
+        SocketAddr::from((self.egress_ip(), 0))
+    }
+
     /// Whether the presented credentials open this proxy.
     fn credentials_ok(&self, username: &[u8], password: &[u8]) -> bool {
         use subtle::ConstantTimeEq;
