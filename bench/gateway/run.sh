@@ -235,7 +235,7 @@ SQ=$DIR/squid
     echo "coredump_dir $SQ"
     echo "cache deny all"
     echo "cache_mem 0 MB"
-    echo "memory_pools off"
+    echo "memory_pools ${BENCH_SQUID_MEMORY_POOLS:-on}"
     echo "max_filedescriptors 65536"
     echo "workers 1"
     echo "via off"

@@ -596,6 +596,11 @@ async fn inline_echo_answers_in_process_with_the_proxys_address() {
         (reply.path.as_str(), reply.remote),
         ("/forward?q=1", format!("{egress}:0"))
     );
+    assert!(
+        reply.proxy_headers.is_empty(),
+        "credentials are not passed on: {:?}",
+        reply.proxy_headers
+    );
 
     let budgeted = proxy(
         &sim,

@@ -187,6 +187,9 @@ async fn forward(ctx: Arc<ConnCtx>, slot: UpstreamSlot, req: Request<Incoming>) 
         return text(StatusCode::BAD_REQUEST, "bad host\n");
     };
     if ctx.echoes_inline(&target) {
+        // What a dialled echo would have seen: no hop-by-hop headers, no credentials.
+        let mut req = req;
+        strip_hop_by_hop(req.headers_mut());
         return echo::respond(&req, ctx.inline_peer(), false)
             .map(|body| body.map_err(|never| match never {}).boxed());
     }
