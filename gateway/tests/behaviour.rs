@@ -5,11 +5,17 @@ mod common;
 
 use common::*;
 use proxy_pool_e2e::sim::{FailureMode, Protocol};
+use proxy_pool_gateway::GatewayConfig;
 use proxy_pool_gateway::outcome::Stage;
-use proxy_pool_gateway::snapshot::{Routing, StickyPolicy};
+use proxy_pool_gateway::snapshot::{ProxyId, RetryPolicy, Routing, StickyPolicy};
 use std::collections::HashSet;
-use std::time::{Duration, SystemTime};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
 fn sticky(ttl: Duration, idle_timeout: Duration) -> Routing {
     let mut r = Routing::catch_all("sticky");
@@ -95,26 +101,46 @@ async fn sticky_session_moves_at_its_ttl() {
     assert_eq!(r.header("x-proxy-pool-session-moved"), None);
 }
 
+/// Sends a kept-alive request over an open tunnel to the echo server and returns
+/// the egress address it saw; the tunnel stays open.
+async fn tunnel_egress(s: &mut TcpStream) -> Ipv4Addr {
+    s.write_all(b"GET /egress HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    read_response(s).await.expect("echo response").remote_ip()
+}
+
 #[tokio::test]
-async fn capacity_is_exact_and_the_extra_tunnel_goes_elsewhere_or_is_refused() {
+async fn a_full_proxy_is_skipped_for_one_with_room_and_both_full_is_refused() {
     let h = Harness::start().await;
     let a = h.proxy(Protocol::Http).await;
     let b = h.proxy(Protocol::Socks5).await;
-    h.install(vec![upstream(&a, 2), upstream(&b, 1)], vec![all()]);
+    h.install(vec![upstream(&a, 1), upstream(&b, 1)], vec![all()]);
     let target = h.echo().to_string();
-    let mut held = Vec::new();
-    for _ in 0..3 {
-        let (resp, stream) = connect(h.http, USER, PASS, &target).await;
-        assert_eq!(resp.status, 200, "{}", resp.head);
-        held.push(stream);
+    let (resp, mut first) = connect(h.http, USER, PASS, &target).await;
+    assert_eq!(resp.status, 200, "{}", resp.head);
+    let first_ip = tunnel_egress(&mut first).await;
+    let (full, free) = if first_ip == h.egress(&a) {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    assert_eq!(first_ip, h.egress(full));
+    assert_eq!(counts_of(&h, &id_of(full)), (1, 0));
+    // Round robin over two proxies starts at the full one for at least two of these
+    // four picks: each of those must fall back to the proxy with room.
+    for i in 0..4 {
+        let (resp, s) = connect(h.http, USER, PASS, &target).await;
+        assert_eq!(resp.status, 200, "request {i}: {}", resp.head);
+        let r = echo_over(s, "x", &format!("/fallback/{i}")).await;
+        assert_eq!(r.remote_ip(), h.egress(free), "request {i}");
+        wait_counts(&h, &id_of(free), (0, 0)).await;
+        assert_eq!(counts_of(&h, &id_of(full)), (1, 0), "never over its limit");
     }
-    let report = h.handle.runtime_report();
-    let active: u32 = report.iter().map(|r| r.active).sum();
-    assert_eq!(active, 3);
-    assert!(report.iter().all(|r| r.reserved == 0));
-    let by_id = |p| report.iter().find(|r| r.id == id_of(p)).unwrap().active;
-    assert_eq!((by_id(&a), by_id(&b)), (2, 1), "each at its own limit");
-    // Every slot is taken: the next tunnel and the next SOCKS5 connect are refused.
+    // Both full: a clear refusal on every protocol, nothing dialled.
+    let (resp, mut second) = connect(h.http, USER, PASS, &target).await;
+    assert_eq!(resp.status, 200, "{}", resp.head);
+    assert_eq!(tunnel_egress(&mut second).await, h.egress(free));
     let (resp, _) = connect(h.http, USER, PASS, &target).await;
     assert_eq!(resp.status, 503);
     assert_eq!(
@@ -125,28 +151,17 @@ async fn capacity_is_exact_and_the_extra_tunnel_goes_elsewhere_or_is_refused() {
     assert_eq!(err, ("reply".to_owned(), 0x01), "SOCKS5 general failure");
     let mut client = ProxyClient::connect(h.http, USER, PASS).await;
     assert_eq!(client.get(h.echo(), "/").await.status, 503);
-    // A tunnel ends: its slot is free again, on that proxy.
-    let closed = held.remove(0);
-    drop(closed);
-    let mut ok = false;
-    for _ in 0..50 {
-        let (resp, stream) = connect(h.http, USER, PASS, &target).await;
-        if resp.status == 200 {
-            held.push(stream);
-            ok = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(ok, "slot released when the tunnel closed");
-    drop(held);
-    for _ in 0..100 {
-        if h.handle.runtime_report().iter().all(|r| r.active == 0) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("slots not released: {:?}", h.handle.runtime_report());
+    assert_eq!(counts_of(&h, &id_of(&a)), (1, 0));
+    assert_eq!(counts_of(&h, &id_of(&b)), (1, 0));
+    // The first tunnel ends: its slot is free again, and the next tunnel takes it.
+    drop(first);
+    wait_counts(&h, &id_of(full), (0, 0)).await;
+    let (resp, mut third) = connect(h.http, USER, PASS, &target).await;
+    assert_eq!(resp.status, 200, "{}", resp.head);
+    assert_eq!(tunnel_egress(&mut third).await, h.egress(full));
+    drop((second, third));
+    wait_counts(&h, &id_of(&a), (0, 0)).await;
+    wait_counts(&h, &id_of(&b), (0, 0)).await;
 }
 
 #[tokio::test]
@@ -315,4 +330,285 @@ async fn shutdown_drains_in_flight_tunnels_and_refuses_new_work() {
     drop(tunnel);
     let report = h.join().await;
     assert!(report.drained, "every in-flight connection finished");
+}
+
+/// Failed DIAL / PROXY_HANDSHAKE outcomes recorded so far, by proxy and stage.
+fn failures(h: &mut Harness) -> Vec<(ProxyId, Stage, &'static str)> {
+    let mut out = Vec::new();
+    while let Ok(o) = h.outcomes.rx.try_recv() {
+        if let Some(err) = o.error {
+            out.push((o.proxy, o.stage, err));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_refused_dial_is_a_dial_failure_retried_on_another_proxy() {
+    let mut h = Harness::start().await;
+    let good = h.proxy(Protocol::Http).await;
+    // Nothing listens there: the TCP connect itself is refused.
+    let dead = raw_upstream("dead", closed_addr().await, 10);
+    let dead_id = dead.id.clone();
+    h.install(vec![dead, upstream(&good, 10)], vec![all()]);
+    // Round robin over two proxies: at least two of four requests start at `dead`.
+    for i in 0..4 {
+        let (resp, stream) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+        assert_eq!(resp.status, 200, "CONNECT {i}: {}", resp.head);
+        assert_eq!(
+            echo_over(stream, "x", "/").await.remote_ip(),
+            h.egress(&good)
+        );
+    }
+    let connect_failures = failures(&mut h);
+    for i in 0..4 {
+        let s = socks5(h.socks, USER, PASS, h.echo(), 1)
+            .await
+            .unwrap_or_else(|e| panic!("SOCKS5 {i}: {e:?}"));
+        assert_eq!(echo_over(s, "x", "/").await.remote_ip(), h.egress(&good));
+    }
+    let socks_failures = failures(&mut h);
+    for (what, failed) in [("CONNECT", connect_failures), ("SOCKS5", socks_failures)] {
+        let dial = (dead_id.clone(), Stage::Dial, "upstream-dial-failed");
+        assert!(failed.contains(&dial), "{what}: {failed:?}");
+        // Only DIAL failures, only on the dead proxy: no handshake was attempted.
+        assert!(failed.iter().all(|f| *f == dial), "{what}: {failed:?}");
+    }
+}
+
+/// Accepts upstream connections, counting them, and closes each at once (after the
+/// TCP handshake, so the gateway's attempt fails at PROXY_HANDSHAKE).
+async fn closing_proxy(accepted: Arc<AtomicU32>) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            accepted.fetch_add(1, Ordering::SeqCst);
+            drop(s);
+        }
+    });
+    addr
+}
+
+/// Accepts upstream connections, counting them, and never answers; each socket is
+/// held until the gateway gives up on it.
+async fn silent_proxy(accepted: Arc<AtomicU32>) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            accepted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut sink = Vec::new();
+                let _ = s.read_to_end(&mut sink).await;
+            });
+        }
+    });
+    addr
+}
+
+/// The number of upstream connections accepted for one client request. The gateway
+/// has answered the client, so every attempt's TCP connect has completed and sits
+/// in (or has left) the accept queue: wait for at least `min`, then let the queue
+/// drain before reading the final count.
+async fn attempts_made(accepted: &AtomicU32, min: u32) -> u32 {
+    let until = tokio::time::Instant::now() + IO_LIMIT;
+    while accepted.load(Ordering::SeqCst) < min {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "fewer than {min} attempts"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    accepted.swap(0, Ordering::SeqCst)
+}
+
+fn retries_total(h: &Harness) -> u64 {
+    h.gateway
+        .render_metrics()
+        .lines()
+        .find_map(|l| l.strip_prefix("gateway_retries_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("gateway_retries_total is exported")
+}
+
+#[tokio::test]
+async fn retries_stop_at_the_routing_max_attempts() {
+    let h = Harness::start().await;
+    let accepted = Arc::new(AtomicU32::new(0));
+    // More failing proxies than attempts: the budget, not the pool, ends the retries.
+    let mut proxies = Vec::new();
+    for i in 0..4 {
+        let addr = closing_proxy(accepted.clone()).await;
+        proxies.push(raw_upstream(&format!("closing-{i}"), addr, 10));
+    }
+    let mut routing = all();
+    routing.retry = RetryPolicy {
+        max_attempts: 2,
+        deadline: Duration::from_secs(10),
+    };
+    h.install(proxies, vec![routing]);
+    let retries = retries_total(&h);
+    let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    assert_eq!(resp.status, 502, "{}", resp.head);
+    assert_eq!(
+        resp.header("x-proxy-pool-error").as_deref(),
+        Some("upstream-handshake-failed")
+    );
+    assert_eq!(attempts_made(&accepted, 2).await, 2, "CONNECT attempts");
+    assert_eq!(
+        retries_total(&h) - retries,
+        1,
+        "one retry after the first try"
+    );
+    let err = socks5(h.socks, USER, PASS, h.echo(), 1).await.unwrap_err();
+    assert_eq!(err, ("reply".to_owned(), 0x01), "SOCKS5 general failure");
+    assert_eq!(attempts_made(&accepted, 2).await, 2, "SOCKS5 attempts");
+    assert_eq!(retries_total(&h) - retries, 2);
+}
+
+#[tokio::test]
+async fn retries_stop_at_the_routing_deadline() {
+    // Each attempt may wait 300 ms for the vendor's answer; the routing allows 1 s
+    // for all of them, so at most 4 attempts fit (the 4th gets what is left), though
+    // the budget (10) and the pool (6) would allow more.
+    let mut config = GatewayConfig::default();
+    config.upstream.handshake_timeout = Duration::from_millis(300);
+    let h = Harness::start_with(config).await;
+    let accepted = Arc::new(AtomicU32::new(0));
+    let mut proxies = Vec::new();
+    for i in 0..6 {
+        let addr = silent_proxy(accepted.clone()).await;
+        proxies.push(raw_upstream(&format!("silent-{i}"), addr, 10));
+    }
+    let mut routing = all();
+    routing.retry = RetryPolicy {
+        max_attempts: 10,
+        deadline: Duration::from_secs(1),
+    };
+    h.install(proxies, vec![routing]);
+    let started = Instant::now();
+    let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered in time"
+    );
+    assert_eq!(resp.status, 504, "{}", resp.head);
+    assert_eq!(
+        resp.header("x-proxy-pool-error").as_deref(),
+        Some("upstream-timeout")
+    );
+    let n = attempts_made(&accepted, 1).await;
+    assert!((1..=4).contains(&n), "CONNECT attempts: {n}");
+    let started = Instant::now();
+    let err = socks5(h.socks, USER, PASS, h.echo(), 1).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered in time"
+    );
+    assert_eq!(err, ("reply".to_owned(), 0x06), "SOCKS5 TTL expired");
+    let n = attempts_made(&accepted, 1).await;
+    assert!((1..=4).contains(&n), "SOCKS5 attempts: {n}");
+    assert!(
+        h.handle
+            .runtime_report()
+            .iter()
+            .all(|r| r.active == 0 && r.reserved == 0)
+    );
+}
+
+/// A plain-HTTP vendor proxy that reads each CONNECT request, then holds its answer
+/// until `gate` opens; afterwards it dials the target, answers 200 and relays.
+async fn gated_proxy(gate: watch::Receiver<bool>, accepted: Arc<AtomicU32>) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            accepted.fetch_add(1, Ordering::SeqCst);
+            let mut gate = gate.clone();
+            tokio::spawn(async move {
+                let Ok(head) = read_head(&mut s).await else {
+                    return;
+                };
+                let target = head.split(' ').nth(1).unwrap_or_default().to_owned();
+                if gate.wait_for(|open| *open).await.is_err() {
+                    return;
+                }
+                let Ok(mut up) = TcpStream::connect(target.as_str()).await else {
+                    return;
+                };
+                if s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .is_ok()
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut s, &mut up).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_slot_is_reserved_while_the_upstream_handshake_runs() {
+    let h = Harness::start().await;
+    let (open, gate) = watch::channel(false);
+    let accepted = Arc::new(AtomicU32::new(0));
+    let addr = gated_proxy(gate, accepted.clone()).await;
+    let gated = raw_upstream("gated", addr, 1);
+    let gated_id = gated.id.clone();
+    h.install(vec![gated.clone()], vec![all()]);
+    let target = h.echo().to_string();
+    let pending = tokio::spawn({
+        let (gw, target) = (h.http, target.clone());
+        async move { connect(gw, USER, PASS, &target).await }
+    });
+    // The handshake is in flight: one Reserved slot, nothing Active yet.
+    wait_counts(&h, &gated_id, (0, 1)).await;
+    // The reservation fills maxConcurrent = 1: other clients are refused and the
+    // gated proxy is not dialled again.
+    let (resp, _) = connect(h.http, USER, PASS, &target).await;
+    assert_eq!(resp.status, 503, "{}", resp.head);
+    assert_eq!(
+        resp.header("x-proxy-pool-error").as_deref(),
+        Some("no-capacity")
+    );
+    let err = socks5(h.socks, USER, PASS, h.echo(), 1).await.unwrap_err();
+    assert_eq!(err, ("reply".to_owned(), 0x01));
+    // With another proxy in a new snapshot, the reservation still holds (the state
+    // outlives the snapshot) and new tunnels go to the other proxy; round robin
+    // starts at the gated one for at least one of these two picks.
+    let other = h.proxy(Protocol::Http).await;
+    h.install(vec![gated, upstream(&other, 1)], vec![all()]);
+    assert_eq!(counts_of(&h, &gated_id), (0, 1));
+    for i in 0..2 {
+        let (resp, s) = connect(h.http, USER, PASS, &target).await;
+        assert_eq!(resp.status, 200, "request {i}: {}", resp.head);
+        let r = echo_over(s, "x", "/elsewhere").await;
+        assert_eq!(r.remote_ip(), h.egress(&other), "request {i}");
+        wait_counts(&h, &id_of(&other), (0, 0)).await;
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "dialled once");
+    // The handshake completes: the slot turns Active before the client hears 200.
+    open.send(true).unwrap();
+    let (resp, mut tunnel) = tokio::time::timeout(IO_LIMIT, pending)
+        .await
+        .expect("handshake completes")
+        .unwrap();
+    assert_eq!(resp.status, 200, "{}", resp.head);
+    assert_eq!(counts_of(&h, &gated_id), (1, 0));
+    tunnel
+        .write_all(b"GET /through-gated HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let r = read_response(&mut tunnel).await.unwrap();
+    assert_eq!(r.echo().path, "/through-gated");
+    assert_eq!(
+        counts_of(&h, &gated_id),
+        (1, 0),
+        "active for the tunnel's life"
+    );
+    drop(tunnel);
+    wait_counts(&h, &gated_id, (0, 0)).await;
 }

@@ -453,3 +453,56 @@ pub fn open_config() -> GatewayConfig {
         ..GatewayConfig::default()
     }
 }
+
+/// A gateway view of a plain-HTTP proxy at `addr` that the test runs itself (no
+/// credentials): raw listeners that refuse, hang or delay on purpose.
+pub fn raw_upstream(id: &str, addr: SocketAddr, max: u32) -> UpstreamProxy {
+    let far = SystemTime::now() + Duration::from_secs(600);
+    UpstreamProxy {
+        id: ProxyId::from(id),
+        protocol: UpstreamProtocol::Http,
+        host: addr.ip().to_string(),
+        port: addr.port(),
+        credentials: None,
+        upstream: "raw".into(),
+        region: String::new(),
+        carrier: String::new(),
+        max_concurrent: max,
+        expires_at: far,
+        usable_until: far,
+        observed_latency: None,
+        draining: false,
+        assignment_epoch: 0,
+    }
+}
+
+/// A loopback address nothing listens on: bound to an ephemeral port, then closed,
+/// so a TCP connect to it is refused.
+pub async fn closed_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    addr
+}
+
+/// The runtime counts of one proxy, zero if the gateway does not report it.
+pub fn counts_of(h: &Harness, id: &ProxyId) -> (u32, u32) {
+    h.handle
+        .runtime_report()
+        .into_iter()
+        .find(|r| &r.id == id)
+        .map_or((0, 0), |r| (r.active, r.reserved))
+}
+
+/// Waits (up to [`IO_LIMIT`]) until a proxy's `(active, reserved)` equals `want`.
+pub async fn wait_counts(h: &Harness, id: &ProxyId, want: (u32, u32)) {
+    let until = tokio::time::Instant::now() + IO_LIMIT;
+    while counts_of(h, id) != want {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "{id:?}: (active, reserved) = {:?}, want {want:?}",
+            counts_of(h, id)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
