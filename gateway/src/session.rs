@@ -3,8 +3,10 @@
 //! shards, each with a fixed capacity; a full shard first drops dead bindings, then
 //! the least recently used one.
 //!
-//! Sharded `parking_lot` mutexes: each critical section is one hash-map operation,
-//! never held across `.await`; sharding keeps cores from queueing on one lock.
+//! Sharded `parking_lot` mutexes, never held across `.await`; sharding keeps cores from
+//! queueing on one lock. Each critical section is one hash-map operation plus O(1)
+//! list splices: a shard threads its bindings on index-linked lists (per policy, in use
+//! order and in bind order), so eviction never scans the shard.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -56,29 +58,271 @@ impl MoveReason {
     }
 }
 
+/// "No node": the end of a list.
+const NIL: u32 = u32::MAX;
+
+/// A node's neighbours in one of its shard's lists.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    prev: u32,
+    next: u32,
+}
+
+const UNLINKED: Link = Link {
+    prev: NIL,
+    next: NIL,
+};
+
+/// First and last node of one list.
+#[derive(Debug, Clone, Copy)]
+struct Ends {
+    head: u32,
+    tail: u32,
+}
+
+const EMPTY: Ends = Ends {
+    head: NIL,
+    tail: NIL,
+};
+
+/// The two orders each policy group keeps.
+#[derive(Debug, Clone, Copy)]
+enum Order {
+    /// Least recently used first (`last_used`, then touch sequence).
+    Use,
+    /// Oldest binding first (`bound_at`).
+    Bind,
+}
+
 #[derive(Debug)]
 struct Binding {
+    key: SessionKey,
     proxy: ProxyId,
     bound_at: Instant,
     last_used: Instant,
-    ttl: std::time::Duration,
-    idle: std::time::Duration,
+    /// The shard's touch counter at the last bind or use: orders equal `last_used`.
+    touched: u64,
+    /// Index of its policy group in `Shard::groups`.
+    group: u32,
+    by_use: Link,
+    by_bind: Link,
 }
 
 impl Binding {
-    fn idle_out(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.last_used) >= self.idle
+    fn link(&mut self, order: Order) -> &mut Link {
+        match order {
+            Order::Use => &mut self.by_use,
+            Order::Bind => &mut self.by_bind,
+        }
+    }
+}
+
+/// The bindings of one shard made under one policy. With one `ttl` and one
+/// `idle_timeout`, the idle-out bindings are a prefix of the use order and the
+/// TTL-expired ones a prefix of the bind order, so dead bindings are found in O(1) each.
+#[derive(Debug)]
+struct Group {
+    policy: StickyPolicy,
+    /// Bindings in the group; 0 = a vacant slot, reused by the next new policy.
+    len: usize,
+    by_use: Ends,
+    by_bind: Ends,
+}
+
+impl Group {
+    fn ends(&mut self, order: Order) -> &mut Ends {
+        match order {
+            Order::Use => &mut self.by_use,
+            Order::Bind => &mut self.by_bind,
+        }
+    }
+}
+
+/// One shard: a dense slab of bindings threaded on index-linked lists per policy
+/// group, and a map from key to slab index. Every operation is O(1) per binding it
+/// adds, touches or drops, plus O(policies present in the shard) for a full shard's
+/// eviction — never a scan of the bindings.
+#[derive(Debug, Default)]
+struct Shard {
+    index: HashMap<SessionKey, u32>,
+    nodes: Vec<Binding>,
+    groups: Vec<Group>,
+    /// Latest instant stamped: stored times never go back, so the lists stay sorted
+    /// even when two callers' `Instant::now()` reach the lock out of order.
+    clock: Option<Instant>,
+    touches: u64,
+}
+
+impl Shard {
+    fn stamp(&mut self, now: Instant) -> (Instant, u64) {
+        let t = match self.clock {
+            Some(c) if c > now => c,
+            _ => now,
+        };
+        self.clock = Some(t);
+        self.touches += 1;
+        (t, self.touches)
     }
 
-    fn expired(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.bound_at) >= self.ttl
+    fn idle_out(&self, i: u32, now: Instant) -> bool {
+        let b = &self.nodes[i as usize];
+        now.saturating_duration_since(b.last_used)
+            >= self.groups[b.group as usize].policy.idle_timeout
+    }
+
+    fn expired(&self, i: u32, now: Instant) -> bool {
+        let b = &self.nodes[i as usize];
+        now.saturating_duration_since(b.bound_at) >= self.groups[b.group as usize].policy.ttl
+    }
+
+    fn push_back(&mut self, i: u32, order: Order) {
+        let g = self.nodes[i as usize].group as usize;
+        let tail = self.groups[g].ends(order).tail;
+        *self.nodes[i as usize].link(order) = Link {
+            prev: tail,
+            next: NIL,
+        };
+        if tail == NIL {
+            self.groups[g].ends(order).head = i;
+        } else {
+            self.nodes[tail as usize].link(order).next = i;
+        }
+        self.groups[g].ends(order).tail = i;
+    }
+
+    fn unlink(&mut self, i: u32, order: Order) {
+        let g = self.nodes[i as usize].group as usize;
+        let Link { prev, next } = *self.nodes[i as usize].link(order);
+        if prev == NIL {
+            self.groups[g].ends(order).head = next;
+        } else {
+            self.nodes[prev as usize].link(order).next = next;
+        }
+        if next == NIL {
+            self.groups[g].ends(order).tail = prev;
+        } else {
+            self.nodes[next as usize].link(order).prev = prev;
+        }
+        *self.nodes[i as usize].link(order) = UNLINKED;
+    }
+
+    /// Points the neighbours, group ends and index entry of the node now at `i`
+    /// (moved there by `swap_remove`) to `i`.
+    fn relocated(&mut self, i: u32) {
+        let g = self.nodes[i as usize].group as usize;
+        for order in [Order::Use, Order::Bind] {
+            let Link { prev, next } = *self.nodes[i as usize].link(order);
+            if prev == NIL {
+                self.groups[g].ends(order).head = i;
+            } else {
+                self.nodes[prev as usize].link(order).next = i;
+            }
+            if next == NIL {
+                self.groups[g].ends(order).tail = i;
+            } else {
+                self.nodes[next as usize].link(order).prev = i;
+            }
+        }
+        let key = self.nodes[i as usize].key;
+        self.index.insert(key, i);
+    }
+
+    fn remove(&mut self, i: u32) {
+        self.unlink(i, Order::Use);
+        self.unlink(i, Order::Bind);
+        let b = self.nodes.swap_remove(i as usize);
+        self.groups[b.group as usize].len -= 1;
+        self.index.remove(&b.key);
+        if (i as usize) < self.nodes.len() {
+            self.relocated(i);
+        }
+    }
+
+    /// The group for `policy`: its current one, else a vacant slot, else a new one.
+    fn group_for(&mut self, policy: StickyPolicy) -> u32 {
+        if let Some(g) = self
+            .groups
+            .iter()
+            .position(|g| g.len > 0 && g.policy == policy)
+        {
+            return g as u32;
+        }
+        let vacant = Group {
+            policy,
+            len: 0,
+            by_use: EMPTY,
+            by_bind: EMPTY,
+        };
+        match self.groups.iter().position(|g| g.len == 0) {
+            Some(g) => {
+                self.groups[g] = vacant;
+                g as u32
+            }
+            None => {
+                self.groups.push(vacant);
+                (self.groups.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Drops every binding idle for its `idle_timeout` or past its `ttl`: the dead
+    /// prefixes of each group's two orders.
+    fn drop_dead(&mut self, now: Instant) {
+        for g in 0..self.groups.len() {
+            loop {
+                let head = self.groups[g].by_use.head;
+                if head == NIL || !self.idle_out(head, now) {
+                    break;
+                }
+                self.remove(head);
+            }
+            loop {
+                let head = self.groups[g].by_bind.head;
+                if head == NIL || !self.expired(head, now) {
+                    break;
+                }
+                self.remove(head);
+            }
+        }
+    }
+
+    /// The least recently used binding: the oldest of the groups' use-order heads.
+    fn least_recently_used(&self) -> Option<u32> {
+        self.groups
+            .iter()
+            .filter(|g| g.len > 0)
+            .map(|g| g.by_use.head)
+            .min_by_key(|&i| {
+                let b = &self.nodes[i as usize];
+                (b.last_used, b.touched)
+            })
+    }
+
+    fn insert(&mut self, key: SessionKey, proxy: ProxyId, policy: StickyPolicy, now: Instant) {
+        let group = self.group_for(policy);
+        let (t, touched) = self.stamp(now);
+        let i = self.nodes.len() as u32;
+        self.nodes.push(Binding {
+            key,
+            proxy,
+            bound_at: t,
+            last_used: t,
+            touched,
+            group,
+            by_use: UNLINKED,
+            by_bind: UNLINKED,
+        });
+        self.groups[group as usize].len += 1;
+        self.push_back(i, Order::Use);
+        self.push_back(i, Order::Bind);
+        self.index.insert(key, i);
     }
 }
 
 /// The session table.
 #[derive(Debug)]
 pub struct SessionTable {
-    shards: Vec<Mutex<HashMap<SessionKey, Binding>>>,
+    shards: Vec<Mutex<Shard>>,
     per_shard: usize,
     h1: RandomState,
     h2: RandomState,
@@ -88,8 +332,9 @@ impl SessionTable {
     /// A table holding at most about `max_sessions` bindings.
     pub fn new(max_sessions: usize) -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            per_shard: max_sessions.div_ceil(SHARDS).max(1),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            // Slab indices are u32 with `NIL` reserved.
+            per_shard: max_sessions.div_ceil(SHARDS).clamp(1, (NIL - 1) as usize),
             h1: RandomState::new(),
             h2: RandomState::new(),
         }
@@ -101,56 +346,54 @@ impl SessionTable {
         SessionKey(self.h1.hash_one(parts), self.h2.hash_one(parts))
     }
 
-    fn shard(&self, key: SessionKey) -> &Mutex<HashMap<SessionKey, Binding>> {
+    fn shard(&self, key: SessionKey) -> &Mutex<Shard> {
         &self.shards[(key.0 as usize) % SHARDS]
     }
 
     /// Looks a session up, touching it when bound.
     pub fn lookup(&self, key: SessionKey, now: Instant) -> Lookup {
         let mut shard = self.shard(key).lock();
-        let Some(b) = shard.get_mut(&key) else {
+        let Some(&i) = shard.index.get(&key) else {
             return Lookup::Unknown;
         };
-        if b.idle_out(now) {
-            shard.remove(&key);
+        if shard.idle_out(i, now) {
+            shard.remove(i);
             return Lookup::Unknown;
         }
-        if b.expired(now) {
+        if shard.expired(i, now) {
             return Lookup::Expired;
         }
-        b.last_used = now;
-        Lookup::Bound(b.proxy.clone())
+        let (t, touched) = shard.stamp(now);
+        let b = &mut shard.nodes[i as usize];
+        b.last_used = t;
+        b.touched = touched;
+        let proxy = b.proxy.clone();
+        shard.unlink(i, Order::Use);
+        shard.push_back(i, Order::Use);
+        Lookup::Bound(proxy)
     }
 
-    /// Binds (or re-binds) a session to a proxy; its TTL starts now.
+    /// Binds (or re-binds) a session to a proxy; its TTL starts now. A new session in a
+    /// full shard first drops the shard's dead bindings, then (if still full) its least
+    /// recently used one.
     pub fn bind(&self, key: SessionKey, proxy: ProxyId, policy: StickyPolicy, now: Instant) {
         let mut shard = self.shard(key).lock();
-        if shard.len() >= self.per_shard && !shard.contains_key(&key) {
-            shard.retain(|_, b| !b.idle_out(now) && !b.expired(now));
-            if shard.len() >= self.per_shard
-                && let Some(oldest) = shard
-                    .iter()
-                    .min_by_key(|(_, b)| b.last_used)
-                    .map(|(k, _)| *k)
+        if let Some(&i) = shard.index.get(&key) {
+            shard.remove(i);
+        } else if shard.index.len() >= self.per_shard {
+            shard.drop_dead(now);
+            if shard.index.len() >= self.per_shard
+                && let Some(lru) = shard.least_recently_used()
             {
-                shard.remove(&oldest);
+                shard.remove(lru);
             }
         }
-        shard.insert(
-            key,
-            Binding {
-                proxy,
-                bound_at: now,
-                last_used: now,
-                ttl: policy.ttl,
-                idle: policy.idle_timeout,
-            },
-        );
+        shard.insert(key, proxy, policy, now);
     }
 
     /// Bindings held now.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        self.shards.iter().map(|s| s.lock().index.len()).sum()
     }
 
     /// Whether no binding is held.
@@ -161,9 +404,7 @@ impl SessionTable {
     /// Drops every dead binding (called periodically, off the request path).
     pub fn sweep(&self, now: Instant) {
         for shard in &self.shards {
-            shard
-                .lock()
-                .retain(|_, b| !b.idle_out(now) && !b.expired(now));
+            shard.lock().drop_dead(now);
         }
     }
 }
@@ -225,5 +466,248 @@ mod tests {
             table.bind(key, ProxyId::from("p"), POLICY, now);
         }
         assert!(table.len() <= SHARDS, "{}", table.len());
+    }
+
+    /// `n` distinct keys that all land in one shard.
+    fn same_shard_keys(table: &SessionTable, n: usize) -> Vec<SessionKey> {
+        let first = table.key("c", "r", "0");
+        let shard = (first.0 as usize) % SHARDS;
+        (0..)
+            .map(|i: u32| table.key("c", "r", &i.to_string()))
+            .filter(|k| (k.0 as usize) % SHARDS == shard)
+            .take(n)
+            .collect()
+    }
+
+    fn bound(p: &str) -> Lookup {
+        Lookup::Bound(ProxyId::from(p))
+    }
+
+    #[test]
+    fn full_shard_evicts_its_least_recently_used_binding() {
+        let table = SessionTable::new(SHARDS * 3);
+        let k = same_shard_keys(&table, 4);
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        table.bind(k[0], ProxyId::from("p0"), POLICY, t0);
+        table.bind(k[1], ProxyId::from("p1"), POLICY, t0 + s(1));
+        table.bind(k[2], ProxyId::from("p2"), POLICY, t0 + s(2));
+        // k0 is used again: k1 is now the least recently used.
+        assert_eq!(table.lookup(k[0], t0 + s(3)), bound("p0"));
+        table.bind(k[3], ProxyId::from("p3"), POLICY, t0 + s(4));
+        assert_eq!(table.len(), 3);
+        assert_eq!(table.lookup(k[1], t0 + s(5)), Lookup::Unknown);
+        assert_eq!(table.lookup(k[0], t0 + s(5)), bound("p0"));
+        assert_eq!(table.lookup(k[2], t0 + s(5)), bound("p2"));
+        assert_eq!(table.lookup(k[3], t0 + s(5)), bound("p3"));
+        // Re-binding a held session evicts nothing.
+        table.bind(k[0], ProxyId::from("q0"), POLICY, t0 + s(6));
+        assert_eq!(table.len(), 3);
+        assert_eq!(table.lookup(k[0], t0 + s(6)), bound("q0"));
+    }
+
+    #[test]
+    fn full_shard_drops_dead_bindings_of_any_policy_before_the_lru() {
+        let short_ttl = StickyPolicy {
+            ttl: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(60),
+        };
+        let short_idle = StickyPolicy {
+            ttl: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(3),
+        };
+        let table = SessionTable::new(SHARDS * 4);
+        let k = same_shard_keys(&table, 6);
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        table.bind(k[0], ProxyId::from("p0"), POLICY, t0);
+        table.bind(k[1], ProxyId::from("p1"), short_ttl, t0 + s(1));
+        table.bind(k[2], ProxyId::from("p2"), short_idle, t0 + s(1));
+        table.bind(k[3], ProxyId::from("p3"), POLICY, t0 + s(2));
+        // At t0+5: k1 is past its TTL and k2 idle; k0 is the LRU but alive. Both dead
+        // ones go (k1 would otherwise answer `Expired`), the LRU stays.
+        table.bind(k[4], ProxyId::from("p4"), POLICY, t0 + s(5));
+        assert_eq!(table.len(), 3);
+        assert_eq!(table.lookup(k[1], t0 + s(5)), Lookup::Unknown);
+        assert_eq!(table.lookup(k[2], t0 + s(5)), Lookup::Unknown);
+        assert_eq!(table.lookup(k[0], t0 + s(5)), bound("p0"));
+        table.bind(k[5], ProxyId::from("p5"), POLICY, t0 + s(6));
+        // Nothing dead: the LRU, k3 (k0 was used at t0+5), goes.
+        table.bind(k[1], ProxyId::from("p1"), POLICY, t0 + s(7));
+        assert_eq!(table.len(), 4);
+        assert_eq!(table.lookup(k[3], t0 + s(7)), Lookup::Unknown);
+        for (i, p) in [(0, "p0"), (4, "p4"), (5, "p5"), (1, "p1")] {
+            assert_eq!(table.lookup(k[i], t0 + s(7)), bound(p), "k{i}");
+        }
+    }
+
+    #[test]
+    fn sweep_drops_only_dead_bindings() {
+        let table = SessionTable::new(1000);
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let a = table.key("c", "r", "a");
+        let b = table.key("c", "r", "b");
+        let c = table.key("c", "r", "c");
+        table.bind(a, ProxyId::from("p"), POLICY, t0);
+        table.bind(b, ProxyId::from("p"), POLICY, t0 + s(5));
+        table.bind(c, ProxyId::from("p"), POLICY, t0 + s(5));
+        assert_eq!(table.lookup(c, t0 + s(12)), bound("p"));
+        table.sweep(t0 + s(12));
+        assert_eq!(table.len(), 2, "a idle");
+        table.sweep(t0 + s(15));
+        assert_eq!(table.len(), 1, "b idle");
+        assert_eq!(table.lookup(c, t0 + s(15)), bound("p"));
+    }
+
+    mod model {
+        //! The table against the original full-scan implementation: same answers,
+        //! same bindings held, after every operation.
+        use super::*;
+        use proptest::prelude::*;
+
+        const POLICIES: [StickyPolicy; 3] = [
+            POLICY,
+            StickyPolicy {
+                ttl: Duration::from_secs(7),
+                idle_timeout: Duration::from_secs(30),
+            },
+            StickyPolicy {
+                ttl: Duration::from_secs(40),
+                idle_timeout: Duration::from_secs(4),
+            },
+        ];
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Bind { key: usize, policy: usize },
+            Lookup { key: usize },
+            Sweep,
+            Wait { ms: u64 },
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => (0..12usize, 0..3usize).prop_map(|(key, policy)| Op::Bind { key, policy }),
+                4 => (0..12usize).prop_map(|key| Op::Lookup { key }),
+                1 => Just(Op::Sweep),
+                3 => (0..4_000u64).prop_map(|ms| Op::Wait { ms }),
+            ]
+        }
+
+        struct Entry {
+            proxy: ProxyId,
+            bound_at: Instant,
+            last_used: Instant,
+            seq: u64,
+            policy: StickyPolicy,
+        }
+
+        impl Entry {
+            fn dead(&self, now: Instant) -> bool {
+                now.saturating_duration_since(self.last_used) >= self.policy.idle_timeout
+                    || now.saturating_duration_since(self.bound_at) >= self.policy.ttl
+            }
+        }
+
+        /// The scan-the-shard table this module replaced (one shard).
+        #[derive(Default)]
+        struct Model {
+            map: HashMap<SessionKey, Entry>,
+            seq: u64,
+        }
+
+        impl Model {
+            fn lookup(&mut self, key: SessionKey, now: Instant) -> Lookup {
+                let Some(e) = self.map.get_mut(&key) else {
+                    return Lookup::Unknown;
+                };
+                if now.saturating_duration_since(e.last_used) >= e.policy.idle_timeout {
+                    self.map.remove(&key);
+                    return Lookup::Unknown;
+                }
+                if now.saturating_duration_since(e.bound_at) >= e.policy.ttl {
+                    return Lookup::Expired;
+                }
+                self.seq += 1;
+                e.last_used = now;
+                e.seq = self.seq;
+                Lookup::Bound(e.proxy.clone())
+            }
+
+            fn bind(
+                &mut self,
+                key: SessionKey,
+                proxy: ProxyId,
+                policy: StickyPolicy,
+                now: Instant,
+                cap: usize,
+            ) {
+                if self.map.len() >= cap && !self.map.contains_key(&key) {
+                    self.map.retain(|_, e| !e.dead(now));
+                    if self.map.len() >= cap
+                        && let Some(oldest) = self
+                            .map
+                            .iter()
+                            .min_by_key(|(_, e)| (e.last_used, e.seq))
+                            .map(|(k, _)| *k)
+                    {
+                        self.map.remove(&oldest);
+                    }
+                }
+                self.seq += 1;
+                let seq = self.seq;
+                self.map.insert(
+                    key,
+                    Entry {
+                        proxy,
+                        bound_at: now,
+                        last_used: now,
+                        seq,
+                        policy,
+                    },
+                );
+            }
+        }
+
+        fn held(table: &SessionTable, keys: &[SessionKey]) -> Vec<SessionKey> {
+            let shard = table.shard(keys[0]).lock();
+            let mut held: Vec<SessionKey> = shard.index.keys().copied().collect();
+            held.sort_by_key(|k| keys.iter().position(|x| x == k));
+            held
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+            #[test]
+            fn matches_the_scanning_table(ops in proptest::collection::vec(op(), 1..200)) {
+                const CAP: usize = 5;
+                let table = SessionTable::new(SHARDS * CAP);
+                let keys = same_shard_keys(&table, 12);
+                let mut model = Model::default();
+                let mut now = Instant::now();
+                for (n, op) in ops.iter().enumerate() {
+                    match *op {
+                        Op::Bind { key, policy } => {
+                            let proxy = ProxyId::from(format!("p{n}").as_str());
+                            table.bind(keys[key], proxy.clone(), POLICIES[policy], now);
+                            model.bind(keys[key], proxy, POLICIES[policy], now, CAP);
+                        }
+                        Op::Lookup { key } => {
+                            prop_assert_eq!(table.lookup(keys[key], now), model.lookup(keys[key], now));
+                        }
+                        Op::Sweep => {
+                            table.sweep(now);
+                            model.map.retain(|_, e| !e.dead(now));
+                        }
+                        Op::Wait { ms } => now += Duration::from_millis(ms),
+                    }
+                    let mut expected: Vec<SessionKey> = model.map.keys().copied().collect();
+                    expected.sort_by_key(|k| keys.iter().position(|x| x == k));
+                    prop_assert_eq!(held(&table, &keys), expected, "after op {}: {:?}", n, op);
+                    prop_assert!(table.len() <= CAP);
+                }
+            }
+        }
     }
 }
