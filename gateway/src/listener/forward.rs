@@ -4,6 +4,7 @@
 //! both ways with its own framing, and return the upstream connection to the pool.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use tracing::debug;
@@ -18,7 +19,7 @@ use crate::outcome::Stage;
 use crate::parse::authority::parse_absolute_uri;
 use crate::parse::http_head::{
     BodyFraming, HeadLimits, HeaderRange, Version, is_hop_by_hop, parse_request, parse_response,
-    request_framing, response_framing, wants_keep_alive,
+    request_framing, response_framing, trim, wants_keep_alive,
 };
 use crate::route::{Pick, Ticket};
 use crate::session::MoveReason;
@@ -26,6 +27,10 @@ use crate::snapshot::live::now_ms;
 use crate::snapshot::{ProxyEntry, UpstreamProtocol};
 use crate::upstream::pool::PoolKey;
 use crate::upstream::{self, Target};
+
+/// How long an `Expect: 100-continue` request waits for the upstream's first answer
+/// (interim or final) before its body is sent anyway (RFC 9110 §10.1.1).
+const CONTINUE_WAIT: Duration = Duration::from_secs(1);
 
 /// Most body bytes sent in the same write as the response head (the rest is relayed
 /// as it comes); bounds what the reused head buffer can grow to.
@@ -55,9 +60,18 @@ struct RequestInfo {
     framing: BodyFraming,
     keep_alive: bool,
     is_head: bool,
+    /// HTTP/1.1 `Expect: 100-continue`: the body waits for the upstream's go-ahead.
+    expect_continue: bool,
 }
 
 /// Forwards the request whose head (`len` bytes) is buffered in `conn`.
+///
+/// A failure before the request's body started going upstream (a fresh connection to
+/// an HTTP vendor closed or reset before any response byte, or the vendor's `407`) is a
+/// PROXY_HANDSHAKE failure: recorded, the proxy excluded, and the request sent through
+/// another proxy within the routing's budget. A pooled connection found dead that way
+/// is replaced without blaming the proxy. Once body bytes went upstream nothing is
+/// replayed.
 pub(crate) async fn forward(
     shared: &Shared,
     conn: &mut BufConn,
@@ -73,67 +87,103 @@ pub(crate) async fn forward(
         let pick = attempts.next_pick(shared, &ticket, &mut first, moved)?;
         moved = pick.moved;
         let entry = pick.entry.clone();
-        let (mut upstream, lease, reused) = match obtain(shared, pick, &target, &attempts).await {
-            Ok(got) => got,
-            Err(err) if attempts.may_retry(&err) => {
-                attempts.exclude.push(entry.id.clone());
-                if ticket.is_sticky() {
-                    moved = Some(crate::session::MoveReason::ProxyFailed);
-                }
-                attempts.last_err = Some(err);
-                continue;
+        // `obtain` consumes the pick: on error its reservation is already released.
+        let (err, replayable) = match obtain(shared, pick, &target, &attempts).await {
+            Ok((mut upstream, lease, reused)) => {
+                let started = Instant::now();
+                write_head(scratch, &info, &entry);
+                let via_http = entry.protocol == UpstreamProtocol::Http;
+                let res = exchange(shared, conn, &mut upstream, scratch, &info, moved, via_http);
+                let (err, replayable) = match res.await {
+                    Ok(outcome) => {
+                        shared.outcomes.record(
+                            &entry.id,
+                            Some(&attempts.routing),
+                            Stage::ResponseHeaders,
+                            None,
+                            started.elapsed(),
+                        );
+                        shared.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
+                        if outcome.upstream_reusable {
+                            // The lease is still held: `load` counts this request too.
+                            let in_use = usize::try_from(entry.state.load()).unwrap_or(usize::MAX);
+                            shared
+                                .pool
+                                .checkin(pool_key(&entry, &target), upstream, in_use);
+                        }
+                        drop(lease);
+                        let keep = info.keep_alive && outcome.client_reusable;
+                        return Ok(if keep { Next::KeepAlive } else { Next::Close });
+                    }
+                    Err(Exchange::Closed { replayable: true }) if reused => {
+                        // A pooled connection the proxy had closed: not the proxy's
+                        // failure, and nothing was sent; try a fresh connection.
+                        drop(lease);
+                        if attempts.made >= attempts.max {
+                            return Err(GatewayError::UpstreamIo(
+                                std::io::ErrorKind::BrokenPipe.into(),
+                            )
+                            .into());
+                        }
+                        continue;
+                    }
+                    Err(Exchange::Closed { replayable: true }) if via_http => (
+                        GatewayError::ProxyHandshake(
+                            "proxy closed the connection before answering",
+                        ),
+                        true,
+                    ),
+                    Err(Exchange::ProxyAuth { replayable }) => (
+                        GatewayError::ProxyHandshake("proxy rejected credentials"),
+                        replayable,
+                    ),
+                    Err(Exchange::Closed { .. }) => {
+                        let err = GatewayError::UpstreamIo(std::io::ErrorKind::BrokenPipe.into());
+                        if !reused {
+                            shared.outcomes.record(
+                                &entry.id,
+                                Some(&attempts.routing),
+                                Stage::ResponseHeaders,
+                                Some(err.reason()),
+                                started.elapsed(),
+                            );
+                        }
+                        return Err(err.into());
+                    }
+                    Err(Exchange::Failed(failure)) => {
+                        shared.outcomes.record(
+                            &entry.id,
+                            Some(&attempts.routing),
+                            Stage::ResponseHeaders,
+                            Some(failure.err.reason()),
+                            started.elapsed(),
+                        );
+                        return Err(failure);
+                    }
+                };
+                shared.outcomes.record(
+                    &entry.id,
+                    Some(&attempts.routing),
+                    Stage::ProxyHandshake,
+                    Some(err.reason()),
+                    started.elapsed(),
+                );
+                // The failed proxy's slot is free before another one is reserved.
+                drop(lease);
+                (err, replayable)
             }
-            Err(err) => return Err(err.into()),
+            // Dial and SOCKS5 handshake failures (recorded by `obtain`).
+            Err(err) => (err, true),
         };
-        let started = Instant::now();
-        write_head(scratch, &info, &entry);
-        match exchange(shared, conn, &mut upstream, scratch, &info, moved).await {
-            Ok(outcome) => {
-                shared.outcomes.record(
-                    &entry.id,
-                    Some(&attempts.routing),
-                    Stage::ResponseHeaders,
-                    None,
-                    started.elapsed(),
-                );
-                shared.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
-                if outcome.upstream_reusable {
-                    // The lease is still held: `load` counts this request too.
-                    let in_use = usize::try_from(entry.state.load()).unwrap_or(usize::MAX);
-                    shared
-                        .pool
-                        .checkin(pool_key(&entry, &target), upstream, in_use);
-                }
-                drop(lease);
-                let keep = info.keep_alive && outcome.client_reusable;
-                return Ok(if keep { Next::KeepAlive } else { Next::Close });
-            }
-            Err(Exchange::Stale) if reused && info.framing == BodyFraming::None => {
-                // A pooled connection the proxy had closed: try a fresh one.
-                drop(lease);
-                if attempts.made >= attempts.max {
-                    return Err(
-                        GatewayError::UpstreamIo(std::io::ErrorKind::BrokenPipe.into()).into(),
-                    );
-                }
-                first = None;
-                attempts.exclude.clear();
-                continue;
-            }
-            Err(Exchange::Stale) => {
-                return Err(GatewayError::UpstreamIo(std::io::ErrorKind::BrokenPipe.into()).into());
-            }
-            Err(Exchange::Failed(failure)) => {
-                shared.outcomes.record(
-                    &entry.id,
-                    Some(&attempts.routing),
-                    Stage::ResponseHeaders,
-                    Some(failure.err.reason()),
-                    started.elapsed(),
-                );
-                return Err(failure);
-            }
+        debug!(proxy = %entry.id, reason = err.reason(), "forward attempt failed");
+        if !replayable || !attempts.may_retry(&err) {
+            return Err(err.into());
         }
+        attempts.exclude.push(entry.id.clone());
+        if ticket.is_sticky() {
+            moved = Some(MoveReason::ProxyFailed);
+        }
+        attempts.last_err = Some(err);
     }
 }
 
@@ -190,6 +240,11 @@ fn prepare(
         framing,
         keep_alive: wants_keep_alive(head.version, &head.headers),
         is_head: head.method == "HEAD",
+        expect_continue: head.version == Version::Http11
+            && head
+                .headers
+                .get_all(b"expect")
+                .any(|v| trim(v).eq_ignore_ascii_case(b"100-continue")),
     };
     Ok((info, ticket, pick, Target::from_authority(&uri.authority)))
 }
@@ -281,8 +336,15 @@ struct ExchangeOk {
 }
 
 enum Exchange {
-    /// The upstream connection failed before any response byte.
-    Stale,
+    /// The upstream connection closed or failed before any response byte.
+    /// `replayable`: no body byte went upstream, so the request may go again.
+    Closed {
+        replayable: bool,
+    },
+    /// The HTTP vendor proxy answered 407: it rejected our credentials.
+    ProxyAuth {
+        replayable: bool,
+    },
     Failed(Failure),
 }
 
@@ -297,8 +359,32 @@ fn client_gone(e: std::io::Error) -> Exchange {
     })
 }
 
+/// Copies the client's request body upstream.
+async fn send_body(
+    client: &mut BufConn,
+    upstream: &mut BufConn,
+    framing: BodyFraming,
+    idle: Duration,
+) -> Result<(), Exchange> {
+    copy_body(client, &mut upstream.stream, framing, idle)
+        .await
+        .map(drop)
+        .map_err(|e| match e {
+            CopyError::Read(e) => client_gone(e),
+            CopyError::Write(e) => up_err(e),
+            CopyError::Malformed => {
+                Exchange::Failed(GatewayError::Unsupported("bad chunked body").into())
+            }
+        })
+}
+
 /// Sends the request, relays the response. After the first response byte reaches
 /// the client, failures can no longer be answered with an error status.
+///
+/// With `Expect: 100-continue` the body is held back until the upstream answers
+/// `100 Continue` (relayed, then the body follows), or for at most [`CONTINUE_WAIT`]
+/// (then it is sent anyway). A final answer before that is relayed without the body,
+/// and neither connection is reused: the body was announced but never sent.
 async fn exchange(
     shared: &Shared,
     client: &mut BufConn,
@@ -306,21 +392,21 @@ async fn exchange(
     scratch: &mut Scratch,
     info: &RequestInfo,
     moved: Option<MoveReason>,
+    via_http: bool,
 ) -> Result<ExchangeOk, Exchange> {
     let cfg = &shared.config;
     let idle = cfg.io_idle_timeout;
     if upstream.stream.write_all(&scratch.out).await.is_err() {
-        return Err(Exchange::Stale);
+        return Err(Exchange::Closed { replayable: true });
     }
-    copy_body(client, &mut upstream.stream, info.framing, idle)
-        .await
-        .map_err(|e| match e {
-            CopyError::Read(e) => client_gone(e),
-            CopyError::Write(e) => up_err(e),
-            CopyError::Malformed => {
-                Exchange::Failed(GatewayError::Unsupported("bad chunked body").into())
-            }
-        })?;
+    let mut body_pending = info.framing != BodyFraming::None;
+    // Whether no body byte has gone upstream yet.
+    let mut replayable = true;
+    if body_pending && !info.expect_continue {
+        body_pending = false;
+        replayable = false;
+        send_body(client, upstream, info.framing, idle).await?;
+    }
     let limits = HeadLimits {
         max_head_bytes: upstream.capacity(),
         max_headers: cfg.head.max_headers.max(100),
@@ -331,38 +417,51 @@ async fn exchange(
         ..
     } = scratch;
     loop {
-        let len = match upstream
-            .read_head(limits.max_head_bytes, cfg.upstream.response_timeout)
-            .await
-        {
+        let wait = if body_pending {
+            CONTINUE_WAIT.min(cfg.upstream.response_timeout)
+        } else {
+            cfg.upstream.response_timeout
+        };
+        let len = match upstream.read_head(limits.max_head_bytes, wait).await {
             Ok(Some(len)) => len,
-            Ok(None) => return Err(Exchange::Stale),
+            Ok(None) => return Err(Exchange::Closed { replayable }),
             Err(HeadReadError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
+                if body_pending {
+                    // No answer to the expectation: send the body anyway.
+                    body_pending = false;
+                    replayable = false;
+                    send_body(client, upstream, info.framing, idle).await?;
+                    continue;
+                }
                 return Err(Exchange::Failed(GatewayError::UpstreamTimeout.into()));
             }
-            Err(HeadReadError::Io(_)) => return Err(Exchange::Stale),
+            Err(HeadReadError::Io(_)) => return Err(Exchange::Closed { replayable }),
             Err(HeadReadError::Head(e)) => {
                 return Err(Exchange::Failed(GatewayError::BadResponse(e).into()));
             }
         };
         let head = parse_response(upstream.buffered(), limits, ranges)
             .map_err(|e| Exchange::Failed(GatewayError::BadResponse(e).into()))?
-            .ok_or(Exchange::Stale)?;
+            .ok_or(Exchange::Closed { replayable })?;
         let status = head.status;
-        if status == 407 {
-            return Err(Exchange::Failed(
-                GatewayError::ProxyHandshake("proxy rejected credentials").into(),
-            ));
+        // Through a SOCKS5 tunnel a 407 comes from the target and is relayed.
+        if status == 407 && via_http {
+            return Err(Exchange::ProxyAuth { replayable });
         }
         let framing = response_framing(info.is_head, status, &head.headers)
             .map_err(|e| Exchange::Failed(GatewayError::BadResponse(e).into()))?;
+        let interim = (100..200).contains(&status) && status != 101;
+        // A final answer to a request whose body never went: the upstream may still
+        // wait for it and the client may still send it, so neither is reused.
+        let body_skipped = body_pending && !interim;
         let upstream_keep = wants_keep_alive(head.version, &head.headers)
             && framing != BodyFraming::UntilClose
-            && head.version == Version::Http11;
-        let interim = (100..200).contains(&status) && status != 101;
+            && head.version == Version::Http11
+            && !body_skipped;
         let client_keep = info.keep_alive
             && framing != BodyFraming::UntilClose
             && !interim
+            && !body_skipped
             && !shared.draining.is_cancelled();
         out.clear();
         out.extend_from_slice(b"HTTP/1.1");
@@ -406,6 +505,12 @@ async fn exchange(
         };
         client.stream.write_all(out).await.map_err(client_gone)?;
         if interim {
+            if status == 100 && body_pending {
+                // The upstream's go-ahead, relayed: now the body.
+                body_pending = false;
+                replayable = false;
+                send_body(client, upstream, info.framing, idle).await?;
+            }
             continue;
         }
         if status == 101 {
