@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use crate::error::GatewayError;
+use crate::snapshot::live::LiveSnapshot;
 
 /// Listener kinds (label `listener`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,9 +154,70 @@ impl Metrics {
     }
 }
 
+/// Prometheus text of the installed snapshot at `now`: `gateway_snapshot_version` and
+/// `gateway_snapshot_age_seconds` (since the controller generated it; 0 if its clock is
+/// ahead). Without a snapshot both are declared with no sample, so "absent" alerts fire.
+/// One atomic load and a few bytes per scrape; nothing on the request path.
+pub fn render_snapshot(snap: Option<&LiveSnapshot>, now: std::time::SystemTime) -> String {
+    let mut out = String::with_capacity(320);
+    let _ = writeln!(
+        out,
+        "# HELP gateway_snapshot_version Version of the snapshot in service.\n# TYPE gateway_snapshot_version gauge"
+    );
+    if let Some(s) = snap {
+        let _ = writeln!(out, "gateway_snapshot_version {}", s.version);
+    }
+    let _ = writeln!(
+        out,
+        "# HELP gateway_snapshot_age_seconds Seconds since the controller generated the snapshot in service.\n# TYPE gateway_snapshot_age_seconds gauge"
+    );
+    if let Some(s) = snap {
+        let age = now
+            .duration_since(s.generated_at)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let _ = writeln!(out, "gateway_snapshot_age_seconds {age:.3}");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn snapshot_gauges_show_version_and_age() {
+        use crate::capacity::CapacityRegistry;
+        use crate::snapshot::{Routing, Snapshot};
+        use std::time::{Duration, SystemTime};
+        let now = SystemTime::now();
+        assert!(
+            !render_snapshot(None, now)
+                .lines()
+                .any(|l| l.starts_with("gateway_snapshot")),
+            "no sample without a snapshot"
+        );
+        let snap = Snapshot {
+            version: 42,
+            epoch: 1,
+            generated_at: now - Duration::from_millis(2500),
+            valid_until: now + Duration::from_secs(60),
+            routings: vec![Routing::catch_all("all")],
+            proxies: vec![],
+            clients: vec![],
+        };
+        let live = LiveSnapshot::build(snap, &CapacityRegistry::default(), now).unwrap();
+        let text = render_snapshot(Some(&live), now);
+        assert!(text.contains("gateway_snapshot_version 42\n"), "{text}");
+        assert!(
+            text.contains("gateway_snapshot_age_seconds 2.500\n"),
+            "{text}"
+        );
+        let skewed = render_snapshot(Some(&live), now - Duration::from_secs(10));
+        assert!(
+            skewed.contains("gateway_snapshot_age_seconds 0.000\n"),
+            "{skewed}"
+        );
+    }
 
     #[test]
     fn every_error_reason_has_a_counter() {

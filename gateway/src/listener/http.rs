@@ -59,7 +59,7 @@ pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream) {
                 () = &mut drain => return,
             }
         };
-        first = false;
+        let was_first = std::mem::replace(&mut first, false);
         let len = match head {
             Ok(Some(len)) => len,
             Ok(None) => return,
@@ -71,6 +71,15 @@ pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream) {
             }
             Err(HeadReadError::Io(e)) => {
                 debug!(error = %e, "client head read ended");
+                // A client that never completed its first head within
+                // `handshake_timeout`, or stalled part-way through a later one, is
+                // counted like a SOCKS5 handshake timeout (`client-timeout`). An idle
+                // kept-alive connection timing out between requests is not an error.
+                if e.kind() == std::io::ErrorKind::TimedOut
+                    && (was_first || !conn.buffered().is_empty())
+                {
+                    shared.metrics.error(&GatewayError::DownstreamTimeout);
+                }
                 return;
             }
         };

@@ -2,6 +2,9 @@
 //! (the username carries routing parameters), CONNECT only — BIND and UDP ASSOCIATE
 //! get "command not supported", unknown address types "address type not supported",
 //! no proxy with room "general failure". The whole handshake runs under one timeout.
+//! Before any snapshot is installed the credentials cannot be judged: the
+//! sub-negotiation succeeds and the request is refused with "general failure"
+//! (see `handshake`), so a client is never told its password is wrong when it is not.
 
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -30,8 +33,7 @@ pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream) {
     let mut conn = BufConn::new(stream, HANDSHAKE_BUFFER);
     let timeout = shared.config.handshake_timeout;
     let admitted = match tokio::time::timeout(timeout, handshake(shared, &mut conn)).await {
-        Ok(Ok(Some(admitted))) => admitted,
-        Ok(Ok(None)) => return,
+        Ok(Ok(admitted)) => admitted,
         Ok(Err(err)) => {
             debug!(reason = err.reason(), "socks5 handshake failed");
             shared.metrics.error(&err);
@@ -63,8 +65,9 @@ pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream) {
 
 type Admitted = (Ticket, Pick, Target);
 
-/// Runs the handshake up to admission. `Ok(None)`: the client was answered (refused).
-async fn handshake(shared: &Shared, conn: &mut BufConn) -> Result<Option<Admitted>, GatewayError> {
+/// Runs the handshake up to admission. On an error the client has been answered
+/// (refused) where the protocol allows it.
+async fn handshake(shared: &Shared, conn: &mut BufConn) -> Result<Admitted, GatewayError> {
     let n = buffer_msg(conn, |b| parse_greeting(b).map(done_len)).await?;
     let Ok(Parsed::Done(greeting, _)) = parse_greeting(conn.buffered()) else {
         return Err(GatewayError::Unsupported("greeting"));
@@ -83,6 +86,8 @@ async fn handshake(shared: &Shared, conn: &mut BufConn) -> Result<Option<Admitte
     // Credentials are kept as `username || password` with the split point.
     let mut creds = Vec::new();
     let mut split = 0;
+    // Credentials accepted without a client list to check them against (no snapshot).
+    let mut unjudged = false;
     if method == socks5::METHOD_USER_PASS {
         let n = buffer_msg(conn, |b| parse_user_pass(b).map(done_len)).await?;
         if let Ok(Parsed::Done(up, _)) = parse_user_pass(conn.buffered()) {
@@ -98,10 +103,22 @@ async fn handshake(shared: &Shared, conn: &mut BufConn) -> Result<Option<Admitte
             .router
             .check_credentials(snap.as_deref(), credentials);
         drop(snap);
-        if let Err(err) = verdict {
-            send(conn, &[socks5::AUTH_VERSION, 0x01]).await?;
-            return Err(err);
-        }
+        // RFC 1929 has one failure status, which clients read as "wrong password".
+        // Without a snapshot there is no client list to judge the credentials against:
+        // answering 0x01 would blame the client for the gateway's state. The
+        // sub-negotiation is then answered 0x00 but the connection stays unauthenticated:
+        // whatever request follows gets reply 0x01 (general SOCKS server failure) and
+        // the connection is closed, nothing forwarded — even if a snapshot arrived
+        // meanwhile. A stale snapshot still has its client list, so credentials are
+        // judged strictly then (and the request refused as `snapshot-stale`).
+        unjudged = match verdict {
+            Ok(()) => false,
+            Err(GatewayError::NoSnapshot) => true,
+            Err(err) => {
+                send(conn, &[socks5::AUTH_VERSION, 0x01]).await?;
+                return Err(err);
+            }
+        };
         send(conn, &[socks5::AUTH_VERSION, 0x00]).await?;
     }
     let n = match buffer_msg(conn, |b| parse_request(b).map(done_len)).await {
@@ -115,9 +132,14 @@ async fn handshake(shared: &Shared, conn: &mut BufConn) -> Result<Option<Admitte
     let Ok(Parsed::Done(request, _)) = parse_request(conn.buffered()) else {
         return Err(GatewayError::Unsupported("request"));
     };
+    if unjudged {
+        refuse(conn, reply::GENERAL_FAILURE).await?;
+        return Err(GatewayError::NoSnapshot);
+    }
     if request.command != Command::Connect {
+        // Counted (reason `unsupported`) like every other refusal.
         refuse(conn, reply::COMMAND_NOT_SUPPORTED).await?;
-        return Ok(None);
+        return Err(GatewayError::Unsupported("socks5 command"));
     }
     let target = Target {
         host: match request.host.ip() {
@@ -142,7 +164,7 @@ async fn handshake(shared: &Shared, conn: &mut BufConn) -> Result<Option<Admitte
         .admit(snap.as_deref(), credentials, &target.host(), now_ms());
     drop(snap);
     match admitted {
-        Ok((ticket, pick)) => Ok(Some((ticket, pick, target))),
+        Ok((ticket, pick)) => Ok((ticket, pick, target)),
         Err(err) => {
             refuse(conn, err.socks_reply()).await?;
             Err(err)
