@@ -1,19 +1,24 @@
 //! The control-plane agent against a scripted `WorkerControlPlane` server on loopback
 //! (plaintext fixture): full snapshot then deltas, checksum-verified and ACKed,
 //! traffic served from what arrived, runtime reports bound to the ACKed version, a
-//! corrupt delta NACKed and followed by a full resync, outcomes shipped.
+//! corrupt delta NACKed and followed by a full resync, outcomes shipped; removed and
+//! draining proxies keep their open tunnels and take no new work, revocation takes
+//! effect before the next snapshot, and a controller gone silent past
+//! `max_stale_age_ms` stops new traffic while open tunnels continue.
 
 mod common;
 mod fake_controller;
 
 use common::*;
 use fake_controller::*;
+use parking_lot::Mutex;
 use proxy_pool_api::controlplane::model;
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
 use proxy_pool_e2e::sim::{Protocol, SimProxy};
 use proxy_pool_gateway::controlplane::Agent;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -160,4 +165,239 @@ async fn agent_applies_snapshots_and_deltas_acks_reports_and_resyncs() {
         "re-opened without a base: full resync"
     );
     stop.cancel();
+}
+
+/// An agent on the harness's handle against a fake controller with `knobs`.
+struct Plane {
+    seen: Seen,
+    updates: Updates,
+    state: Option<SnapshotState>,
+    stop: CancellationToken,
+}
+
+impl Drop for Plane {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn plane(h: &mut Harness, knobs: Arc<Mutex<Knobs>>) -> Plane {
+    let (endpoint, mut seen) = fake_controller_with(Default::default(), knobs).await;
+    let outcomes = std::mem::replace(&mut h.outcomes, proxy_pool_gateway::outcome::queue(1).1);
+    let agent = Agent::new(agent_config(endpoint), h.handle.clone(), outcomes);
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    let (_, updates) = next(&mut seen.streams).await;
+    Plane {
+        seen,
+        updates,
+        state: None,
+        stop,
+    }
+}
+
+impl Plane {
+    /// Sends version `version` with `proxies` (full the first time, then a delta) and
+    /// waits for its positive ACK.
+    async fn send(&mut self, version: u64, proxies: Vec<model::SnapshotProxy>) {
+        let msg = match &mut self.state {
+            None => {
+                let routings = vec![model::Routing {
+                    name: "all".into(),
+                    ..Default::default()
+                }];
+                let st = SnapshotState::build(header(version), routings, proxies).unwrap();
+                let msg = pb::snapshot_update::Update::Full(st.to_message());
+                self.state = Some(st);
+                msg
+            }
+            Some(st) => {
+                let delta = st.advance(header(version), None, &proxies).unwrap();
+                pb::snapshot_update::Update::Delta(pb::SnapshotDelta::from(&delta))
+            }
+        };
+        self.updates
+            .send(Ok(pb::SnapshotUpdate::new(msg)))
+            .await
+            .unwrap();
+        let ack = next(&mut self.seen.acks).await;
+        assert!(ack.accepted && ack.version == version, "{ack:?}");
+    }
+
+    /// The first runtime report (within 20 s) for which `want` holds.
+    async fn report_where(
+        &mut self,
+        want: impl Fn(&pb::ReportRuntimeRequest) -> bool,
+    ) -> pb::ReportRuntimeRequest {
+        let wait = async {
+            loop {
+                let (report, _) = next(&mut self.seen.reports).await;
+                if want(&report) {
+                    return report;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), wait)
+            .await
+            .expect("such a report in time")
+    }
+}
+
+fn count_of<'a>(r: &'a pb::ReportRuntimeRequest, p: &SimProxy) -> Option<&'a pb::RuntimeCount> {
+    r.counts.iter().find(|c| c.proxy_id == p.id)
+}
+
+#[tokio::test]
+async fn removed_proxy_reports_draining_until_its_tunnel_closes() {
+    let mut h = Harness::start().await;
+    let a = h.proxy(Protocol::Http).await;
+    let b = h.proxy(Protocol::Http).await;
+    let mut cp = plane(&mut h, Arc::default()).await;
+    cp.send(1, vec![wire_proxy(&a)]).await;
+    let (resp, tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    assert_eq!(resp.status, 200);
+
+    // v2 no longer lists A; its open tunnel keeps it in the reports, draining.
+    cp.send(2, vec![wire_proxy(&b)]).await;
+    let report = cp
+        .report_where(|r| r.snapshot_version == 2 && count_of(r, &a).is_some())
+        .await;
+    let count = count_of(&report, &a).unwrap();
+    assert!(
+        count.draining && count.active == 1 && count.reserved == 0,
+        "{count:?}"
+    );
+    // The tunnel still carries traffic through A.
+    let r = echo_over(tunnel, &h.echo().to_string(), "/still-open").await;
+    assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
+
+    // Closed (echo_over asked for `Connection: close`): A leaves the reports.
+    let report = cp
+        .report_where(|r| r.snapshot_version == 2 && count_of(r, &a).is_none())
+        .await;
+    assert!(report.counts.iter().all(|c| c.proxy_id != a.id));
+    let gone = h.handle.runtime_report();
+    assert!(gone.iter().all(|c| c.id.as_str() != a.id), "{gone:?}");
+}
+
+#[tokio::test]
+async fn draining_proxy_takes_no_new_traffic_but_its_tunnel_continues() {
+    let mut h = Harness::start().await;
+    let a = h.proxy(Protocol::Http).await;
+    let mut cp = plane(&mut h, Arc::default()).await;
+    cp.send(1, vec![wire_proxy(&a)]).await;
+    let (resp, tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    assert_eq!(resp.status, 200);
+
+    let mut draining = wire_proxy(&a);
+    draining.draining = true;
+    cp.send(2, vec![draining]).await;
+    // A has room for 3 more, but it is draining: no new request goes to it.
+    let r = get_once(h.http, USER, h.echo(), "/new").await;
+    assert_eq!(r.status, 503, "{}", r.head);
+    assert_eq!(
+        r.header("X-Proxy-Pool-Error").as_deref(),
+        Some("no-capacity")
+    );
+    let refused = socks5(h.socks, USER, PASS, h.echo(), 1).await.err();
+    assert_eq!(refused, Some(("reply".to_owned(), 1)));
+    // Reported as draining with its tunnel, which still works.
+    let report = cp
+        .report_where(|r| r.snapshot_version == 2 && count_of(r, &a).is_some())
+        .await;
+    let count = count_of(&report, &a).unwrap();
+    assert!(count.draining && count.active == 1, "{count:?}");
+    let r = echo_over(tunnel, &h.echo().to_string(), "/old").await;
+    assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
+}
+
+#[tokio::test]
+async fn revoked_proxy_is_not_selected_before_the_next_snapshot() {
+    let mut h = Harness::start().await;
+    let a = h.proxy(Protocol::Http).await;
+    let knobs = Arc::new(Mutex::new(Knobs::default()));
+    let mut cp = plane(&mut h, knobs.clone()).await;
+    cp.send(1, vec![wire_proxy(&a)]).await;
+    let r = get_once(h.http, USER, h.echo(), "/before").await;
+    assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
+
+    // The next report's answer revokes A. The agent sends report n+1 only after it
+    // handled the answer to report n, so once n+1 arrives the revocation is in force.
+    knobs.lock().revoke_next = vec![a.id.clone()];
+    cp.report_where(|r| {
+        knobs
+            .lock()
+            .revoked_in_report
+            .is_some_and(|n| r.report_sequence > n)
+    })
+    .await;
+    let r = get_once(h.http, USER, h.echo(), "/after").await;
+    assert_eq!(r.status, 503, "{}", r.head);
+    assert_eq!(
+        r.header("X-Proxy-Pool-Error").as_deref(),
+        Some("no-capacity")
+    );
+    assert_eq!(
+        h.handle.load().as_ref().unwrap().version,
+        1,
+        "no new snapshot"
+    );
+
+    // The next snapshot is authoritative again: it lists A, so A serves.
+    cp.send(2, vec![wire_proxy(&a)]).await;
+    let r = get_once(h.http, USER, h.echo(), "/again").await;
+    assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
+}
+
+#[tokio::test]
+async fn silent_controller_past_max_stale_age_refuses_new_work_and_drains_tunnels() {
+    const MAX_STALE: Duration = Duration::from_millis(2_000);
+    let mut h = Harness::start().await;
+    let a = h.proxy(Protocol::Http).await;
+    let knobs = Arc::new(Mutex::new(Knobs {
+        max_stale_age_ms: MAX_STALE.as_millis() as u64,
+        ..Knobs::default()
+    }));
+    let mut cp = plane(&mut h, knobs.clone()).await;
+    cp.send(1, vec![wire_proxy(&a)]).await;
+    let installed = Instant::now();
+    let (resp, tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    assert_eq!(resp.status, 200);
+
+    // Accepted runtime reports confirm the snapshot: past twice the max stale age
+    // since it was installed it still serves.
+    while installed.elapsed() < MAX_STALE * 2 {
+        next(&mut cp.seen.reports).await;
+    }
+    let r = get_once(h.http, USER, h.echo(), "/confirmed").await;
+    assert_eq!(r.status, 200, "still fresh: {}", r.head);
+    assert_eq!(r.remote_ip(), h.egress(&a));
+
+    // The controller goes silent: within the max stale age of the last confirmation
+    // (the registration's 2 s, not the handle's 600 s) new requests are refused.
+    knobs.lock().silent = true;
+    let refused = async {
+        loop {
+            let r = get_once(h.http, USER, h.echo(), "/probe").await;
+            if r.status != 200 {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let r = tokio::time::timeout(MAX_STALE * 5, refused)
+        .await
+        .expect("refused once stale");
+    assert_eq!(r.status, 503, "{}", r.head);
+    assert_eq!(
+        r.header("X-Proxy-Pool-Error").as_deref(),
+        Some("snapshot-stale")
+    );
+    let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    assert_eq!(resp.status, 503);
+    let refused = socks5(h.socks, USER, PASS, h.echo(), 1).await.err();
+    assert_eq!(refused, Some(("reply".to_owned(), 1)), "general failure");
+    // The tunnel opened while fresh continues.
+    let r = echo_over(tunnel, &h.echo().to_string(), "/draining").await;
+    assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
 }

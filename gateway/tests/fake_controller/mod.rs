@@ -29,7 +29,32 @@ pub struct Seen {
     pub outcomes: mpsc::UnboundedReceiver<pb::ReportOutcomesRequest>,
 }
 
+/// Behaviour the test can change while the fake runs.
+#[derive(Debug)]
+pub struct Knobs {
+    /// `max_stale_age_ms` answered at registration.
+    pub max_stale_age_ms: u64,
+    /// Proxy IDs put in the next runtime report's answer (then cleared).
+    pub revoke_next: Vec<String>,
+    /// The `report_sequence` of the report answered with `revoke_next`.
+    pub revoked_in_report: Option<u64>,
+    /// Runtime reports are received but never answered (a controller gone silent).
+    pub silent: bool,
+}
+
+impl Default for Knobs {
+    fn default() -> Self {
+        Self {
+            max_stale_age_ms: 60_000,
+            revoke_next: Vec::new(),
+            revoked_in_report: None,
+            silent: false,
+        }
+    }
+}
+
 struct Fake {
+    knobs: Arc<Mutex<Knobs>>,
     streams: mpsc::UnboundedSender<(pb::WatchSnapshotsRequest, Updates)>,
     acks: mpsc::UnboundedSender<pb::AcknowledgeSnapshotRequest>,
     reports: mpsc::UnboundedSender<(pb::ReportRuntimeRequest, Code)>,
@@ -51,7 +76,7 @@ impl WorkerControlPlane for Fake {
             session_id: "s1".into(),
             protocol_version: 1,
             ownership_epoch: 1,
-            max_stale_age_ms: 60_000,
+            max_stale_age_ms: self.knobs.lock().max_stale_age_ms,
             session_ttl_ms: 30_000,
             report_interval_ms: 100,
             max_outcome_batch: 50,
@@ -88,9 +113,23 @@ impl WorkerControlPlane for Fake {
         } else {
             self.script.lock().pop_front().unwrap_or(Code::Ok)
         };
+        let (silent, revoke_proxy_ids) = {
+            let mut knobs = self.knobs.lock();
+            let revoke = std::mem::take(&mut knobs.revoke_next);
+            if !revoke.is_empty() {
+                knobs.revoked_in_report = Some(req.report_sequence);
+            }
+            (knobs.silent, revoke)
+        };
+        if silent {
+            return std::future::pending().await;
+        }
         let _ = self.reports.send((req, code));
         if code == Code::Ok {
-            Ok(Response::new(pb::ReportRuntimeResponse::default()))
+            Ok(Response::new(pb::ReportRuntimeResponse {
+                revoke_proxy_ids,
+                ..Default::default()
+            }))
         } else {
             Err(Status::new(code, "scripted"))
         }
@@ -136,11 +175,20 @@ pub fn agent_config(endpoint: String) -> proxy_pool_gateway::controlplane::Agent
 }
 
 pub async fn fake_controller(script: Arc<Mutex<VecDeque<Code>>>) -> (String, Seen) {
+    fake_controller_with(script, Arc::default()).await
+}
+
+/// Like [`fake_controller`], with `knobs` the test can turn while it runs.
+pub async fn fake_controller_with(
+    script: Arc<Mutex<VecDeque<Code>>>,
+    knobs: Arc<Mutex<Knobs>>,
+) -> (String, Seen) {
     let (streams_tx, streams) = mpsc::unbounded_channel();
     let (acks_tx, acks) = mpsc::unbounded_channel();
     let (reports_tx, reports) = mpsc::unbounded_channel();
     let (outcomes_tx, outcomes) = mpsc::unbounded_channel();
     let fake = Fake {
+        knobs,
         streams: streams_tx,
         acks: acks_tx,
         reports: reports_tx,
