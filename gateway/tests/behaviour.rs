@@ -1,5 +1,8 @@
-//! Selection behaviour end to end: sticky sessions, exact capacity, retries when an
-//! upstream dies, `usable_until`, stale snapshots, and graceful drain on shutdown.
+//! Selection behaviour end to end: sticky sessions, exact capacity (Reserved during
+//! the vendor handshake, Active for a tunnel, fallback to a proxy with room), retries
+//! on DIAL and PROXY_HANDSHAKE failures within the routing's attempt budget and
+//! deadline, `usable_until`, stale snapshots, and graceful drain on shutdown. Raw
+//! loopback listeners written here stand in for vendors that refuse, close or hang.
 
 mod common;
 
@@ -185,7 +188,9 @@ async fn a_proxy_past_usable_until_is_never_selected() {
 }
 
 #[tokio::test]
-async fn dial_and_handshake_failures_are_retried_on_another_proxy() {
+async fn handshake_failures_are_retried_on_another_proxy() {
+    // `Refuse` accepts the TCP connection and closes it: a PROXY_HANDSHAKE failure
+    // (a refused TCP dial is covered by the test below).
     let mut h = Harness::start().await;
     let refusing = h.proxy(Protocol::Http).await;
     let bad_auth = h.proxy(Protocol::Socks5).await;
@@ -516,6 +521,41 @@ async fn retries_stop_at_the_routing_deadline() {
             .iter()
             .all(|r| r.active == 0 && r.reserved == 0)
     );
+}
+
+#[tokio::test]
+async fn an_attempt_never_outlives_the_routing_deadline() {
+    // The vendor handshake timeout (10 s) is far beyond the routing deadline (1 s):
+    // the one attempt must be cut at the deadline, not at its own timeout.
+    let mut config = GatewayConfig::default();
+    config.upstream.handshake_timeout = Duration::from_secs(10);
+    let h = Harness::start_with(config).await;
+    let accepted = Arc::new(AtomicU32::new(0));
+    let addr = silent_proxy(accepted.clone()).await;
+    let mut routing = all();
+    routing.retry = RetryPolicy {
+        max_attempts: 3,
+        deadline: Duration::from_secs(1),
+    };
+    h.install(vec![raw_upstream("silent", addr, 10)], vec![routing]);
+    let started = Instant::now();
+    let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "cut at the deadline: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(resp.status, 504, "{}", resp.head);
+    assert_eq!(attempts_made(&accepted, 1).await, 1);
+    let started = Instant::now();
+    let err = socks5(h.socks, USER, PASS, h.echo(), 1).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "cut at the deadline: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(err, ("reply".to_owned(), 0x06), "SOCKS5 TTL expired");
+    assert_eq!(attempts_made(&accepted, 1).await, 1);
 }
 
 /// A plain-HTTP vendor proxy that reads each CONNECT request, then holds its answer
