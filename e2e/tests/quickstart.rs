@@ -1,21 +1,27 @@
 //! The README's first command: `scripts/dev-up.sh` starts the whole stack, the curl
 //! commands it prints work (HTTP and SOCKS5 through the gateway reach the simulator's
 //! echo server through a simulator proxy; the Distribution API hands out proxies), and
-//! SIGTERM stops every process.
+//! SIGTERM — or Ctrl-C, SIGINT to the whole process group — stops every process.
 //!
 //! Builds the four binaries through the script (a no-op when they are fresh) into the
-//! target directory this test runs from; ports come from a free random range.
+//! target directory this test runs from; ports come from a free random range. Without
+//! curl the tests are skipped with a message, except under CI (`CI` set), where they fail.
 
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use proxy_pool_e2e::procs::target_dir;
 
 const PORTS: u16 = 10;
+
+/// One stack at a time: the tests share the process id (state directory) and the
+/// port picker, and two stacks would only compete for the machine's cores.
+static ONE_STACK: Mutex<()> = Mutex::new(());
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -76,7 +82,30 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Sends SIGTERM to the script if the test ends early.
+/// Whether the tests can run: curl is needed. Outside CI a missing curl skips them
+/// (with a message); under CI (`CI` set, and `scripts/test.sh` installs curl) it fails.
+fn curl_or_skip(test: &str) -> bool {
+    if have("curl") {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: curl is not installed, and CI is set (scripts/test.sh installs curl)"
+    );
+    eprintln!("skipping {test}: curl is not installed (scripts/test.sh installs it)");
+    false
+}
+
+/// How the test stops the stack.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// SIGTERM to the script (a supervisor's stop).
+    Term,
+    /// SIGINT to the script's whole process group (Ctrl-C in its terminal).
+    CtrlC,
+}
+
+/// The script, in its own process group; SIGTERM to it if the test ends early.
 struct Stack {
     child: Child,
     done: bool,
@@ -88,6 +117,81 @@ impl Stack {
             .args(["-TERM", &self.child.id().to_string()])
             .status();
     }
+
+    fn ctrl_c(&self) {
+        // The script leads its process group (`process_group(0)`): the group's id is
+        // its pid, and a terminal's Ctrl-C reaches every process of the group.
+        let status = Command::new("kill")
+            .args(["-INT", "--", &format!("-{}", self.child.id())])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -INT of the process group: {status}");
+    }
+
+    fn stop(&mut self, how: Stop) -> ExitStatus {
+        match how {
+            Stop::Term => self.sigterm(),
+            Stop::CtrlC => self.ctrl_c(),
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "dev-up.sh did not exit");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        self.done = true;
+        status
+    }
+}
+
+/// A process seen in `/proc`: its pid, start time (pids are reused) and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Proc {
+    pid: u32,
+    start: u64,
+    name: String,
+}
+
+/// `(parent pid, process)` from `/proc/<pid>/stat`; `None` once it is gone or a zombie.
+fn proc_stat(pid: u32) -> Option<(u32, Proc)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid …`: comm may hold spaces and parentheses.
+    let (head, rest) = stat.rsplit_once(')')?;
+    let name = head.split_once('(')?.1.to_string();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
+        return None;
+    }
+    let ppid = fields.get(1)?.parse().ok()?;
+    // Field 22 of stat (starttime) is the 20th after the comm.
+    let start = fields.get(19)?.parse().ok()?;
+    Some((ppid, Proc { pid, start, name }))
+}
+
+/// Every live descendant of `root`.
+fn descendants(root: u32) -> Vec<Proc> {
+    let all: Vec<(u32, Proc)> = std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(proc_stat)
+        .collect();
+    let mut found: Vec<Proc> = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for (ppid, p) in &all {
+            if *ppid == parent && !found.contains(p) {
+                parents.push(p.pid);
+                found.push(p.clone());
+            }
+        }
+    }
+    found
+}
+
+fn still_running(p: &Proc) -> bool {
+    proc_stat(p.pid).is_some_and(|(_, now)| now.start == p.start)
 }
 
 impl Drop for Stack {
@@ -164,16 +268,24 @@ fn assert_egress(answer: &serde_json::Value) {
     );
 }
 
-#[test]
-fn dev_up_serves_the_printed_commands_and_stops_on_sigterm() {
-    if !have("curl") {
-        eprintln!("skipping: curl is not installed (scripts/test.sh installs it)");
-        return;
-    }
+/// A running stack and what it printed.
+struct Up {
+    stack: Stack,
+    base: u16,
+    dev_dir: PathBuf,
+    printed: Vec<String>,
+    /// When it printed `dev-up: ready`.
+    started: Instant,
+}
+
+/// Starts `scripts/dev-up.sh` in its own process group and waits until it is ready.
+fn dev_up(name: &str) -> Up {
     let root = repo_root();
     let base = free_base();
-    let dev_dir =
-        std::env::temp_dir().join(format!("proxy-pool-quickstart-{}", std::process::id()));
+    let dev_dir = std::env::temp_dir().join(format!(
+        "proxy-pool-quickstart-{name}-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dev_dir);
     let mut cmd = Command::new("bash");
     cmd.arg(root.join("scripts/dev-up.sh"))
@@ -188,9 +300,10 @@ fn dev_up_serves_the_printed_commands_and_stops_on_sigterm() {
     if std::env::var_os("QUICKSTART_NO_BUILD").is_some() {
         cmd.arg("--no-build");
     }
+    cmd.process_group(0);
     let mut child = cmd.spawn().expect("start dev-up.sh");
     let stdout = child.stdout.take().expect("stdout");
-    let mut stack = Stack { child, done: false };
+    let stack = Stack { child, done: false };
 
     let (tx, rx) = mpsc::channel::<String>();
     std::thread::spawn(move || {
@@ -212,7 +325,107 @@ fn dev_up_serves_the_printed_commands_and_stops_on_sigterm() {
             Err(e) => panic!("dev-up.sh did not get ready: {e}; printed: {printed:#?}"),
         }
     }
-    let started = Instant::now();
+    Up {
+        stack,
+        base,
+        dev_dir,
+        printed,
+        started: Instant::now(),
+    }
+}
+
+/// Stops the stack `how`, then checks the script's exit status, that every process it
+/// started has exited, that the stack's ports are closed and that the controller and
+/// the gateway logged a clean stop.
+fn stop_and_check(mut up: Up, how: Stop) {
+    let children = descendants(up.stack.child.id());
+    // The services' process names (comm is cut to 15 bytes).
+    let services = [
+        "vendor-sim",
+        "proxy-pool-cont",
+        "proxy-pool-chec",
+        "proxy-pool-gate",
+    ];
+    for name in services {
+        assert!(
+            children.iter().any(|p| p.name == name),
+            "{name} is not a child of dev-up.sh: {children:?}"
+        );
+    }
+    let status = up.stack.stop(how);
+    let (code, signal) = match how {
+        Stop::Term => (143, "SIGTERM"),
+        Stop::CtrlC => (130, "SIGINT"),
+    };
+    assert_eq!(
+        status.code(),
+        Some(code),
+        "dev-up.sh should exit {code} on {signal}, got {status}"
+    );
+    let left: Vec<&Proc> = children
+        .iter()
+        .filter(|p| services.contains(&p.name.as_str()) && still_running(p))
+        .collect();
+    assert!(left.is_empty(), "still running after {signal}: {left:?}");
+    // Anything else the script had running (its watch loop's `sleep 1`) ends by itself
+    // within a second or so; it must not be left behind.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let left = loop {
+        let left: Vec<&Proc> = children.iter().filter(|p| still_running(p)).collect();
+        if left.is_empty() || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(left.is_empty(), "left behind after {signal}: {left:?}");
+    for i in [0, 1, 3, 4, 5, 6, 7, 8] {
+        assert!(
+            TcpStream::connect_timeout(
+                &(std::net::Ipv4Addr::LOCALHOST, up.base + i).into(),
+                Duration::from_millis(500)
+            )
+            .is_err(),
+            "port {} still open after {signal}",
+            up.base + i
+        );
+    }
+    let log = std::fs::read_to_string(up.dev_dir.join("logs/controller.log")).expect("log");
+    assert!(
+        log.contains("controller stopped"),
+        "controller did not stop cleanly"
+    );
+    let log = std::fs::read_to_string(up.dev_dir.join("logs/gateway.log")).expect("log");
+    assert!(
+        log.contains("gateway stopped"),
+        "gateway did not stop cleanly"
+    );
+    assert!(
+        up.started.elapsed() < Duration::from_secs(60),
+        "took {:?} after the stack was up",
+        up.started.elapsed()
+    );
+    let _ = std::fs::remove_dir_all(&up.dev_dir);
+}
+
+/// The printed `curl -x <scheme>…` command.
+fn via(printed: &[String], scheme: &str) -> Vec<String> {
+    printed
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| l.starts_with("curl "))
+        .map(shell_words)
+        .find(|c| c.len() > 2 && c[1] == "-x" && c[2].starts_with(scheme))
+        .unwrap_or_else(|| panic!("no printed `curl -x {scheme}…`: {printed:#?}"))
+}
+
+#[test]
+fn dev_up_serves_the_printed_commands_and_stops_on_sigterm() {
+    if !curl_or_skip("dev_up_serves_the_printed_commands_and_stops_on_sigterm") {
+        return;
+    }
+    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let up = dev_up("term");
+    let printed = &up.printed;
     let commands: Vec<Vec<String>> = printed
         .iter()
         .map(|l| l.trim())
@@ -228,15 +441,8 @@ fn dev_up_serves_the_printed_commands_and_stops_on_sigterm() {
     };
 
     // HTTP and SOCKS5 through the gateway, to the echo server, through a sim proxy.
-    let via = |scheme: &str| {
-        commands
-            .iter()
-            .find(|c| c.len() > 2 && c[1] == "-x" && c[2].starts_with(scheme))
-            .unwrap_or_else(|| panic!("no printed `curl -x {scheme}…`: {printed:#?}"))
-            .clone()
-    };
-    let http = via("http://");
-    let socks = via("socks5h://");
+    let http = via(printed, "http://");
+    let socks = via(printed, "socks5h://");
     for _ in 0..3 {
         assert_egress(&curl(&http));
         assert_egress(&curl(&socks));
@@ -266,45 +472,17 @@ fn dev_up_serves_the_printed_commands_and_stops_on_sigterm() {
     );
 
     // SIGTERM stops everything.
-    stack.sigterm();
-    let stop_deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = stack.child.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(Instant::now() < stop_deadline, "dev-up.sh did not exit");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    stack.done = true;
-    assert!(
-        !status.success() && status.code() == Some(143),
-        "dev-up.sh should exit 143 on SIGTERM, got {status}"
-    );
-    for i in [0, 1, 3, 4, 5, 6, 7, 8] {
-        assert!(
-            TcpStream::connect_timeout(
-                &(std::net::Ipv4Addr::LOCALHOST, base + i).into(),
-                Duration::from_millis(500)
-            )
-            .is_err(),
-            "port {} still open after SIGTERM",
-            base + i
-        );
+    stop_and_check(up, Stop::Term);
+}
+
+#[test]
+fn dev_up_stops_every_process_on_ctrl_c() {
+    if !curl_or_skip("dev_up_stops_every_process_on_ctrl_c") {
+        return;
     }
-    let log = std::fs::read_to_string(dev_dir.join("logs/controller.log")).expect("log");
-    assert!(
-        log.contains("controller stopped"),
-        "controller did not stop cleanly"
-    );
-    let log = std::fs::read_to_string(dev_dir.join("logs/gateway.log")).expect("log");
-    assert!(
-        log.contains("gateway stopped"),
-        "gateway did not stop cleanly"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(60),
-        "took {:?} after the stack was up",
-        started.elapsed()
-    );
-    let _ = std::fs::remove_dir_all(&dev_dir);
+    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let up = dev_up("int");
+    // The stack serves (a tunnel through the gateway) before it is stopped.
+    assert_egress(&curl(&via(&up.printed, "socks5h://")));
+    stop_and_check(up, Stop::CtrlC);
 }
