@@ -216,7 +216,14 @@ async fn a_vendor_closing_a_fresh_connection_is_retried_on_another_proxy() {
         "the refusing proxy was tried first at least once"
     );
     assert!(failed.iter().all(|p| *p == id_of(&refusing)), "{failed:?}");
-    assert!(h.gateway.render_metrics().contains("gateway_retries_total"));
+    let metrics = h.gateway.render_metrics();
+    assert!(metrics.contains("gateway_retries_total"));
+    for gauge in ["gateway_snapshot_version ", "gateway_snapshot_age_seconds "] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(gauge)),
+            "{gauge}missing from /metrics"
+        );
+    }
     assert_slots_released(&h).await;
     h.shutdown().await;
 }
@@ -476,4 +483,68 @@ async fn a_request_whose_body_went_upstream_is_never_replayed() {
     assert_eq!(heads.len(), requests, "{heads:?}");
     assert!(heads.values().all(|&n| n == 1), "replayed: {heads:?}");
     assert_slots_released(&h).await;
+}
+
+/// A bodiless `POST` through the gateway on a fresh client connection.
+async fn post_once(gateway: SocketAddr, target: SocketAddr, path: &str) -> Response {
+    let mut s = TcpStream::connect(gateway).await.unwrap();
+    let req = format!(
+        "POST http://{target}{path} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        basic(USER, PASS)
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    tokio::time::timeout(EXCHANGE_LIMIT, read_response(&mut s))
+        .await
+        .expect("answered in time")
+        .expect("response")
+}
+
+/// RFC 9110 §9.2.2: a proxy must not retry a non-idempotent request on its own. A
+/// vendor that closed the connection without answering may already have passed the
+/// `POST` on, so the client gets the 502 and decides; a `GET` in the same situation
+/// is retried (above), and a vendor's `407` (request certainly not passed on) is
+/// retried for a `POST` too.
+#[tokio::test]
+async fn a_post_is_not_resent_after_the_vendor_closed_without_answering() {
+    let mut h = Harness::start().await;
+    let refusing = h.proxy(Protocol::Http).await;
+    let good = h.proxy(Protocol::Http).await;
+    h.set_failure(&refusing, FailureMode::Refuse);
+    h.install(
+        vec![upstream(&refusing, 10), upstream(&good, 10)],
+        vec![all()],
+    );
+    let mut statuses = HashMap::new();
+    for i in 0..6 {
+        let r = post_once(h.http, h.echo(), &format!("/post/{i}")).await;
+        if r.status == 200 {
+            assert_eq!(r.remote_ip(), h.egress(&good));
+        }
+        *statuses.entry(r.status).or_insert(0) += 1;
+    }
+    assert!(statuses.get(&502).copied().unwrap_or(0) > 0, "{statuses:?}");
+    assert!(statuses.get(&200).copied().unwrap_or(0) > 0, "{statuses:?}");
+    assert_eq!(statuses.len(), 2, "{statuses:?}");
+    let outcomes = drain_outcomes(&mut h);
+    assert!(
+        handshake_failures(&outcomes).is_empty(),
+        "no retry, so no handshake failure to exclude: {outcomes:?}"
+    );
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| o.proxy == id_of(&refusing) && o.error.is_some()),
+        "the failure still reaches the controller: {outcomes:?}"
+    );
+    assert_slots_released(&h).await;
+
+    h.set_failure(&refusing, FailureMode::BadAuth);
+    for i in 0..6 {
+        let r = post_once(h.http, h.echo(), &format!("/auth/{i}")).await;
+        assert_eq!(r.status, 200, "{}", r.head);
+        assert_eq!(r.remote_ip(), h.egress(&good));
+    }
+    assert!(!handshake_failures(&drain_outcomes(&mut h)).is_empty());
+    assert_slots_released(&h).await;
+    h.shutdown().await;
 }

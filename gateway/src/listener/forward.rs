@@ -62,6 +62,11 @@ struct RequestInfo {
     is_head: bool,
     /// HTTP/1.1 `Expect: 100-continue`: the body waits for the upstream's go-ahead.
     expect_continue: bool,
+    /// An idempotent method (RFC 9110 §9.2.2): only these are sent again after an
+    /// upstream connection closed without answering, since the vendor may already have
+    /// passed the request on. A vendor's `407` proves it did not, so that is retried for
+    /// every method.
+    idempotent: bool,
 }
 
 /// Forwards the request whose head (`len` bytes) is buffered in `conn`.
@@ -70,8 +75,9 @@ struct RequestInfo {
 /// an HTTP vendor closed or reset before any response byte, or the vendor's `407`) is a
 /// PROXY_HANDSHAKE failure: recorded, the proxy excluded, and the request sent through
 /// another proxy within the routing's budget. A pooled connection found dead that way
-/// is replaced without blaming the proxy. Once body bytes went upstream nothing is
-/// replayed.
+/// is replaced without blaming the proxy. A connection closed without an answer is
+/// retried only for idempotent methods (the vendor may have passed the request on);
+/// a `407` for every method. Once body bytes went upstream nothing is replayed.
 pub(crate) async fn forward(
     shared: &Shared,
     conn: &mut BufConn,
@@ -115,7 +121,7 @@ pub(crate) async fn forward(
                         let keep = info.keep_alive && outcome.client_reusable;
                         return Ok(if keep { Next::KeepAlive } else { Next::Close });
                     }
-                    Err(Exchange::Closed { replayable: true }) if reused => {
+                    Err(Exchange::Closed { replayable: true }) if reused && info.idempotent => {
                         // A pooled connection the proxy had closed: not the proxy's
                         // failure, and nothing was sent; try a fresh connection.
                         drop(lease);
@@ -127,7 +133,7 @@ pub(crate) async fn forward(
                         }
                         continue;
                     }
-                    Err(Exchange::Closed { replayable: true }) if via_http => (
+                    Err(Exchange::Closed { replayable: true }) if via_http && info.idempotent => (
                         GatewayError::ProxyHandshake(
                             "proxy closed the connection before answering",
                         ),
@@ -240,6 +246,10 @@ fn prepare(
         framing,
         keep_alive: wants_keep_alive(head.version, &head.headers),
         is_head: head.method == "HEAD",
+        idempotent: matches!(
+            head.method,
+            "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+        ),
         expect_continue: head.version == Version::Http11
             && head
                 .headers

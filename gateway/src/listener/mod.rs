@@ -202,6 +202,10 @@ impl Gateway {
             }
         }
         drop(workers);
+        text.push_str(&crate::metrics::render_snapshot(
+            self.shared.snapshots.load().as_deref(),
+            std::time::SystemTime::now(),
+        ));
         text.push_str(&self.shared.router.usage().render());
         text
     }
