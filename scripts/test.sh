@@ -33,5 +33,12 @@ cargo fmt --all -- --check
 log "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+# The fuzz targets are a separate workspace that nothing else builds: type-check them so
+# they cannot rot. Their (untracked) lock file is seeded from the main one, so they use
+# the same, already fetched, versions plus libfuzzer-sys's few crates.
+log "cargo check of the fuzz targets (gateway/fuzz)"
+cp Cargo.lock gateway/fuzz/Cargo.lock
+cargo check --manifest-path gateway/fuzz/Cargo.toml --all-targets
+
 log "cargo test"
 cargo test --workspace --no-fail-fast
