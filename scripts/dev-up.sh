@@ -176,6 +176,5 @@ while :; do
             exit 1
         fi
     done
-    sleep 1 &
-    wait $! || true
+    proc_idle 1
 done

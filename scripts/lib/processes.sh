@@ -18,6 +18,7 @@ stop_all() {
     trap '' INT TERM PIPE
     echo 2>/dev/null
     echo "$PROC_TAG: stopping" 2>/dev/null
+    [ -n "${PROC_IDLE_PID:-}" ] && kill "$PROC_IDLE_PID" 2>/dev/null
     local i
     for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
         kill -TERM "${PIDS[$i]}" 2>/dev/null || true
@@ -44,6 +45,13 @@ proc_start() { # name command...  (in the background; $! is the process itself)
     "$@" >"$PROC_LOGS/$name.log" 2>&1 &
     PIDS+=($!)
     NAMES+=("$name")
+}
+
+proc_idle() { # seconds: sleep interruptibly (a signal's trap runs at once, and
+    # stop_all ends the sleep too, so nothing outlives the script)
+    sleep "$1" &
+    PROC_IDLE_PID=$!
+    wait "$PROC_IDLE_PID" || true
 }
 
 fail() {

@@ -164,7 +164,7 @@ pub(crate) fn moved_header(out: &mut Vec<u8>, moved: Option<MoveReason>, shared:
 }
 
 /// Decodes `Proxy-Authorization: Basic …` into `buf`; `None` when absent.
-pub(crate) fn proxy_credentials<'a>(
+pub fn proxy_credentials<'a>(
     headers: &Headers<'_>,
     buf: &'a mut Vec<u8>,
 ) -> Result<Option<Credentials<'a>>, GatewayError> {

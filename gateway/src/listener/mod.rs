@@ -16,6 +16,8 @@ mod http;
 mod socks5;
 mod tunnel;
 
+pub use http::proxy_credentials;
+
 use parking_lot::Mutex;
 use std::fmt::Write as _;
 use std::future::Future;
