@@ -260,12 +260,7 @@ async fn all_attempts_failing_is_a_bad_gateway() {
         resp.header("x-proxy-pool-error").as_deref(),
         Some("upstream-dial-failed")
     );
-    assert!(
-        h.handle
-            .runtime_report()
-            .iter()
-            .all(|r| r.active == 0 && r.reserved == 0)
-    );
+    assert!(h.slots_free());
 }
 
 #[tokio::test]
@@ -515,12 +510,7 @@ async fn retries_stop_at_the_routing_deadline() {
     assert_eq!(err, ("reply".to_owned(), 0x06), "SOCKS5 TTL expired");
     let n = attempts_made(&accepted, 1).await;
     assert!((1..=4).contains(&n), "SOCKS5 attempts: {n}");
-    assert!(
-        h.handle
-            .runtime_report()
-            .iter()
-            .all(|r| r.active == 0 && r.reserved == 0)
-    );
+    assert!(h.slots_free());
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use proxy_pool_e2e::sim::{FailureMode, Protocol};
+use proxy_pool_e2e::sim::{FailureMode, Protocol, SimProxy};
 use proxy_pool_gateway::outcome::{Outcome, Stage};
 use proxy_pool_gateway::snapshot::{ProxyId, UpstreamProtocol, UpstreamProxy};
 use std::collections::{HashMap, HashSet};
@@ -170,11 +170,7 @@ fn handshake_failures(outcomes: &[Outcome]) -> Vec<ProxyId> {
 /// Waits until no proxy holds an Active or Reserved slot.
 async fn assert_slots_released(h: &Harness) {
     for _ in 0..250 {
-        if h.handle
-            .runtime_report()
-            .iter()
-            .all(|r| r.active == 0 && r.reserved == 0)
-        {
+        if h.slots_free() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -184,7 +180,7 @@ async fn assert_slots_released(h: &Harness) {
 
 /// GETs on fresh connections all succeed through `good` although `failing` comes
 /// first in rotation for some of them; returns the outcomes recorded meanwhile.
-async fn gets_succeed_via(h: &mut Harness, good: &proxy_pool_e2e::sim::SimProxy) -> Vec<Outcome> {
+async fn gets_succeed_via(h: &mut Harness, good: &SimProxy) -> Vec<Outcome> {
     for i in 0..6 {
         let r = tokio::time::timeout(
             EXCHANGE_LIMIT,
@@ -199,23 +195,37 @@ async fn gets_succeed_via(h: &mut Harness, good: &proxy_pool_e2e::sim::SimProxy)
     drain_outcomes(h)
 }
 
-#[tokio::test]
-async fn a_vendor_closing_a_fresh_connection_is_retried_on_another_proxy() {
-    let mut h = Harness::start().await;
-    let refusing = h.proxy(Protocol::Http).await;
+/// A gateway over two HTTP vendor proxies in rotation: the first in `mode`, the
+/// second healthy.
+async fn failing_and_good(mode: FailureMode) -> (Harness, SimProxy, SimProxy) {
+    let h = Harness::start().await;
+    let failing = h.proxy(Protocol::Http).await;
     let good = h.proxy(Protocol::Http).await;
-    h.set_failure(&refusing, FailureMode::Refuse);
+    h.set_failure(&failing, mode);
     h.install(
-        vec![upstream(&refusing, 10), upstream(&good, 10)],
+        vec![upstream(&failing, 10), upstream(&good, 10)],
         vec![all()],
     );
+    (h, failing, good)
+}
+
+/// GETs through [`failing_and_good`] all succeed via the good proxy, and the failing
+/// one's handshake failures (at least one) are the only ones recorded.
+async fn gets_retried_past(mode: FailureMode) -> Harness {
+    let (mut h, failing, good) = failing_and_good(mode).await;
     let outcomes = gets_succeed_via(&mut h, &good).await;
     let failed = handshake_failures(&outcomes);
     assert!(
         !failed.is_empty(),
-        "the refusing proxy was tried first at least once"
+        "the {mode:?} proxy was tried first at least once"
     );
-    assert!(failed.iter().all(|p| *p == id_of(&refusing)), "{failed:?}");
+    assert!(failed.iter().all(|p| *p == id_of(&failing)), "{failed:?}");
+    h
+}
+
+#[tokio::test]
+async fn a_vendor_closing_a_fresh_connection_is_retried_on_another_proxy() {
+    let mut h = gets_retried_past(FailureMode::Refuse).await;
     let metrics = h.gateway.render_metrics();
     assert!(metrics.contains("gateway_retries_total"));
     for gauge in ["gateway_snapshot_version ", "gateway_snapshot_age_seconds "] {
@@ -230,21 +240,7 @@ async fn a_vendor_closing_a_fresh_connection_is_retried_on_another_proxy() {
 
 #[tokio::test]
 async fn a_vendor_rejecting_our_credentials_is_retried_on_another_proxy() {
-    let mut h = Harness::start().await;
-    let bad_auth = h.proxy(Protocol::Http).await;
-    let good = h.proxy(Protocol::Http).await;
-    h.set_failure(&bad_auth, FailureMode::BadAuth);
-    h.install(
-        vec![upstream(&bad_auth, 10), upstream(&good, 10)],
-        vec![all()],
-    );
-    let outcomes = gets_succeed_via(&mut h, &good).await;
-    let failed = handshake_failures(&outcomes);
-    assert!(
-        !failed.is_empty(),
-        "the 407 proxy was tried first at least once"
-    );
-    assert!(failed.iter().all(|p| *p == id_of(&bad_auth)), "{failed:?}");
+    let mut h = gets_retried_past(FailureMode::BadAuth).await;
     assert_slots_released(&h).await;
     h.shutdown().await;
 }
@@ -506,14 +502,7 @@ async fn post_once(gateway: SocketAddr, target: SocketAddr, path: &str) -> Respo
 /// retried for a `POST` too.
 #[tokio::test]
 async fn a_post_is_not_resent_after_the_vendor_closed_without_answering() {
-    let mut h = Harness::start().await;
-    let refusing = h.proxy(Protocol::Http).await;
-    let good = h.proxy(Protocol::Http).await;
-    h.set_failure(&refusing, FailureMode::Refuse);
-    h.install(
-        vec![upstream(&refusing, 10), upstream(&good, 10)],
-        vec![all()],
-    );
+    let (mut h, refusing, good) = failing_and_good(FailureMode::Refuse).await;
     let mut statuses = HashMap::new();
     for i in 0..6 {
         let r = post_once(h.http, h.echo(), &format!("/post/{i}")).await;

@@ -47,13 +47,7 @@ async fn raw_socks5(
     assert_eq!(m[0], 1, "RFC 1929 version");
     let mut seen = vec![m[1]];
     if m[1] == 0 {
-        let SocketAddr::V4(v4) = target else {
-            panic!("v4 only")
-        };
-        let mut req = vec![5, cmd, 0, 1];
-        req.extend_from_slice(&v4.ip().octets());
-        req.extend_from_slice(&v4.port().to_be_bytes());
-        s.write_all(&req).await.unwrap();
+        s.write_all(&socks5_request(cmd, target)).await.unwrap();
         let mut reply = [0u8; 10];
         tokio::time::timeout(IO_LIMIT, s.read_exact(&mut reply))
             .await

@@ -40,6 +40,14 @@ pub struct Harness {
 }
 
 impl Harness {
+    /// Whether no proxy holds an Active or Reserved slot.
+    pub fn slots_free(&self) -> bool {
+        self.handle
+            .runtime_report()
+            .iter()
+            .all(|r| r.active == 0 && r.reserved == 0)
+    }
+
     pub async fn start() -> Self {
         Self::start_with(GatewayConfig::default()).await
     }
@@ -403,13 +411,7 @@ pub async fn socks5(
     if m[1] != 0 {
         return Err(("auth".into(), m[1]));
     }
-    let SocketAddr::V4(v4) = target else {
-        panic!("v4 only")
-    };
-    let mut req = vec![5, cmd, 0, 1];
-    req.extend_from_slice(&v4.ip().octets());
-    req.extend_from_slice(&v4.port().to_be_bytes());
-    s.write_all(&req).await.unwrap();
+    s.write_all(&socks5_request(cmd, target)).await.unwrap();
     let mut reply = [0u8; 10];
     tokio::time::timeout(IO_LIMIT, s.read_exact(&mut reply))
         .await
@@ -505,4 +507,15 @@ pub async fn wait_counts(h: &Harness, id: &ProxyId, want: (u32, u32)) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A SOCKS5 request (`cmd`: 1 CONNECT, 2 BIND, 3 UDP ASSOCIATE) for an IPv4 `target`.
+pub fn socks5_request(cmd: u8, target: SocketAddr) -> Vec<u8> {
+    let SocketAddr::V4(v4) = target else {
+        panic!("v4 only")
+    };
+    let mut req = vec![5, cmd, 0, 1];
+    req.extend_from_slice(&v4.ip().octets());
+    req.extend_from_slice(&v4.port().to_be_bytes());
+    req
 }
