@@ -15,6 +15,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
+use activity_pool::testkit::RedisServer;
 use proxy_pool_e2e::procs::target_dir;
 
 const PORTS: u16 = 10;
@@ -280,6 +281,11 @@ struct Up {
 
 /// Starts `scripts/dev-up.sh` in its own process group and waits until it is ready.
 fn dev_up(name: &str) -> Up {
+    dev_up_with(name, &[])
+}
+
+/// [`dev_up`] with extra arguments for the script (e.g. `--redis URL`).
+fn dev_up_with(name: &str, args: &[&str]) -> Up {
     let root = repo_root();
     let base = free_base();
     let dev_dir = std::env::temp_dir().join(format!(
@@ -300,6 +306,7 @@ fn dev_up(name: &str) -> Up {
     if std::env::var_os("QUICKSTART_NO_BUILD").is_some() {
         cmd.arg("--no-build");
     }
+    cmd.args(args);
     cmd.process_group(0);
     let mut child = cmd.spawn().expect("start dev-up.sh");
     let stdout = child.stdout.take().expect("stdout");
@@ -485,4 +492,49 @@ fn dev_up_stops_every_process_on_ctrl_c() {
     // The stack serves (a tunnel through the gateway) before it is stopped.
     assert_egress(&curl(&via(&up.printed, "socks5h://")));
     stop_and_check(up, Stop::CtrlC);
+}
+
+/// `DBSIZE` of the Redis server on `port`, over a raw RESP exchange.
+fn redis_dbsize(port: u16) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("redis connects");
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"*1\r\n$6\r\nDBSIZE\r\n").unwrap();
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).expect("redis answers");
+    let reply = String::from_utf8_lossy(&buf[..n]);
+    reply
+        .strip_prefix(':')
+        .and_then(|r| r.trim().parse().ok())
+        .unwrap_or_else(|| panic!("unexpected DBSIZE reply {reply:?}"))
+}
+
+/// `dev-up.sh --redis URL`: the controller keeps its activity pool in that Redis (a real
+/// redis-server here), and the stack serves extraction and traffic the same way.
+#[test]
+fn dev_up_with_redis_keeps_the_pool_in_redis() {
+    if !curl_or_skip("dev_up_with_redis_keeps_the_pool_in_redis") {
+        return;
+    }
+    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let redis = RedisServer::start();
+    assert_eq!(redis_dbsize(redis.port()), 0, "a fresh server");
+    let url = redis.url();
+    let up = dev_up_with("redis", &["--redis", &url]);
+    let extract = up
+        .printed
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| l.starts_with("curl ") && l.contains("/api/v1/proxies/extract"))
+        .map(shell_words)
+        .next()
+        .unwrap_or_else(|| panic!("no extract command printed: {:#?}", up.printed));
+    let answer = curl(&extract);
+    assert_eq!(answer["returned"], 2, "{answer}");
+    assert!(
+        redis_dbsize(redis.port()) > 0,
+        "the pool lives in the given Redis"
+    );
+    assert_egress(&curl(&via(&up.printed, "http://")));
+    stop_and_check(up, Stop::Term);
 }
