@@ -9,11 +9,11 @@ mod common;
 use common::*;
 use proxy_pool_e2e::sim::{FailureMode, Protocol, SimProxy};
 use proxy_pool_gateway::outcome::{Outcome, Stage};
-use proxy_pool_gateway::snapshot::{ProxyId, UpstreamProtocol, UpstreamProxy};
+use proxy_pool_gateway::snapshot::{ProxyId, UpstreamProxy};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
@@ -68,23 +68,7 @@ impl RawVendor {
     }
 
     fn upstream(&self, id: &str) -> UpstreamProxy {
-        let far = SystemTime::now() + Duration::from_secs(600);
-        UpstreamProxy {
-            id: ProxyId::from(id),
-            protocol: UpstreamProtocol::Http,
-            host: self.addr.ip().to_string(),
-            port: self.addr.port(),
-            credentials: None,
-            upstream: "raw".into(),
-            region: String::new(),
-            carrier: String::new(),
-            max_concurrent: 10,
-            expires_at: far,
-            usable_until: far,
-            observed_latency: None,
-            draining: false,
-            assignment_epoch: 0,
-        }
+        raw_upstream(id, self.addr, 10)
     }
 }
 
@@ -167,6 +151,14 @@ fn handshake_failures(outcomes: &[Outcome]) -> Vec<ProxyId> {
         .collect()
 }
 
+/// `failing` was tried first at least once, and its handshake failures are the only
+/// ones in `outcomes`.
+fn assert_failed_only(outcomes: &[Outcome], failing: &SimProxy, what: &str) {
+    let failed = handshake_failures(outcomes);
+    assert!(!failed.is_empty(), "{what} was tried first at least once");
+    assert!(failed.iter().all(|p| *p == id_of(failing)), "{failed:?}");
+}
+
 /// Waits until no proxy holds an Active or Reserved slot.
 async fn assert_slots_released(h: &Harness) {
     for _ in 0..250 {
@@ -214,12 +206,7 @@ async fn failing_and_good(mode: FailureMode) -> (Harness, SimProxy, SimProxy) {
 async fn gets_retried_past(mode: FailureMode) -> Harness {
     let (mut h, failing, good) = failing_and_good(mode).await;
     let outcomes = gets_succeed_via(&mut h, &good).await;
-    let failed = handshake_failures(&outcomes);
-    assert!(
-        !failed.is_empty(),
-        "the {mode:?} proxy was tried first at least once"
-    );
-    assert!(failed.iter().all(|p| *p == id_of(&failing)), "{failed:?}");
+    assert_failed_only(&outcomes, &failing, &format!("the {mode:?} proxy"));
     h
 }
 
@@ -428,12 +415,7 @@ async fn an_expect_continue_request_rejected_with_407_is_retried_before_its_body
         assert_eq!(r.status, 200, "{}", r.head);
         assert_eq!(r.body, body);
     }
-    let failed = handshake_failures(&drain_outcomes(&mut h));
-    assert!(
-        !failed.is_empty(),
-        "the 407 proxy was tried first at least once"
-    );
-    assert!(failed.iter().all(|p| *p == id_of(&bad_auth)), "{failed:?}");
+    assert_failed_only(&drain_outcomes(&mut h), &bad_auth, "the 407 proxy");
     let seen = vendor.seen().await;
     assert_eq!(seen.len(), 4);
     assert!(seen.iter().all(|s| s.body == body));

@@ -170,15 +170,12 @@ impl Harness {
 
 /// A gateway view of a simulated proxy.
 pub fn upstream(p: &SimProxy, max: u32) -> UpstreamProxy {
-    let far = SystemTime::now() + Duration::from_secs(600);
     UpstreamProxy {
-        id: ProxyId::from(p.id.as_str()),
         protocol: match p.protocol {
             Protocol::Http => UpstreamProtocol::Http,
             Protocol::Socks5 => UpstreamProtocol::Socks5,
         },
         host: p.host.to_string(),
-        port: p.port,
         credentials: Some(ProxyCredentials {
             username: p.username.clone(),
             password: p.password.clone(),
@@ -186,12 +183,7 @@ pub fn upstream(p: &SimProxy, max: u32) -> UpstreamProxy {
         upstream: "sim".into(),
         region: p.region.clone(),
         carrier: p.carrier.clone(),
-        max_concurrent: max,
-        expires_at: far,
-        usable_until: far,
-        observed_latency: None,
-        draining: false,
-        assignment_epoch: 0,
+        ..raw_upstream(&p.id, SocketAddr::from(([127, 0, 0, 1], p.port)), max)
     }
 }
 
