@@ -414,15 +414,27 @@ fn stop_and_check(mut up: Up, how: Stop) {
     let _ = std::fs::remove_dir_all(&up.dev_dir);
 }
 
-/// The printed `curl -x <scheme>…` command.
-fn via(printed: &[String], scheme: &str) -> Vec<String> {
+/// The `curl` commands the script printed, split into words.
+fn printed_curls(printed: &[String]) -> impl Iterator<Item = Vec<String>> + '_ {
     printed
         .iter()
         .map(|l| l.trim())
         .filter(|l| l.starts_with("curl "))
         .map(shell_words)
+}
+
+/// The printed `curl -x <scheme>…` command.
+fn via(printed: &[String], scheme: &str) -> Vec<String> {
+    printed_curls(printed)
         .find(|c| c.len() > 2 && c[1] == "-x" && c[2].starts_with(scheme))
         .unwrap_or_else(|| panic!("no printed `curl -x {scheme}…`: {printed:#?}"))
+}
+
+/// The printed `curl` command with an argument containing `needle`.
+fn printed_with(printed: &[String], needle: &str) -> Vec<String> {
+    printed_curls(printed)
+        .find(|c| c.iter().any(|a| a.contains(needle)))
+        .unwrap_or_else(|| panic!("no printed command with {needle}: {printed:#?}"))
 }
 
 #[test]
@@ -433,19 +445,7 @@ fn dev_up_serves_the_printed_commands_and_stops_on_sigterm() {
     let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
     let up = dev_up("term");
     let printed = &up.printed;
-    let commands: Vec<Vec<String>> = printed
-        .iter()
-        .map(|l| l.trim())
-        .filter(|l| l.starts_with("curl "))
-        .map(shell_words)
-        .collect();
-    let find = |needle: &str| {
-        commands
-            .iter()
-            .find(|c| c.iter().any(|a| a.contains(needle)))
-            .unwrap_or_else(|| panic!("no printed command with {needle}: {printed:#?}"))
-            .clone()
-    };
+    let find = |needle: &str| printed_with(printed, needle);
 
     // HTTP and SOCKS5 through the gateway, to the echo server, through a sim proxy.
     let http = via(printed, "http://");
@@ -521,14 +521,7 @@ fn dev_up_with_redis_keeps_the_pool_in_redis() {
     assert_eq!(redis_dbsize(redis.port()), 0, "a fresh server");
     let url = redis.url();
     let up = dev_up_with("redis", &["--redis", &url]);
-    let extract = up
-        .printed
-        .iter()
-        .map(|l| l.trim())
-        .filter(|l| l.starts_with("curl ") && l.contains("/api/v1/proxies/extract"))
-        .map(shell_words)
-        .next()
-        .unwrap_or_else(|| panic!("no extract command printed: {:#?}", up.printed));
+    let extract = printed_with(&up.printed, "/api/v1/proxies/extract");
     let answer = curl(&extract);
     assert_eq!(answer["returned"], 2, "{answer}");
     assert!(
