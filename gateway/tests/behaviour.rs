@@ -10,7 +10,7 @@ use common::*;
 use proxy_pool_e2e::sim::{FailureMode, Protocol};
 use proxy_pool_gateway::GatewayConfig;
 use proxy_pool_gateway::outcome::Stage;
-use proxy_pool_gateway::snapshot::{ProxyId, RetryPolicy, Routing, StickyPolicy};
+use proxy_pool_gateway::snapshot::{ProxyId, RetryPolicy, Routing, StickyPolicy, UpstreamProxy};
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -407,6 +407,36 @@ async fn silent_proxy(accepted: Arc<AtomicU32>) -> SocketAddr {
     addr
 }
 
+/// `n` raw upstreams `{prefix}-{i}` (10 slots each), one listener each from `spawn`,
+/// all counting accepted connections in `accepted`.
+async fn raw_proxies<F, Fut>(
+    n: usize,
+    prefix: &str,
+    accepted: &Arc<AtomicU32>,
+    spawn: F,
+) -> Vec<UpstreamProxy>
+where
+    F: Fn(Arc<AtomicU32>) -> Fut,
+    Fut: std::future::Future<Output = SocketAddr>,
+{
+    let mut proxies = Vec::with_capacity(n);
+    for i in 0..n {
+        let addr = spawn(accepted.clone()).await;
+        proxies.push(raw_upstream(&format!("{prefix}-{i}"), addr, 10));
+    }
+    proxies
+}
+
+/// The catch-all routing with its own retry budget.
+fn retrying(max_attempts: u32, deadline: Duration) -> Routing {
+    let mut routing = all();
+    routing.retry = RetryPolicy {
+        max_attempts,
+        deadline,
+    };
+    routing
+}
+
 /// The number of upstream connections accepted for one client request. The gateway
 /// has answered the client, so every attempt's TCP connect has completed and sits
 /// in (or has left) the accept queue: wait for at least `min`, then let the queue
@@ -438,17 +468,8 @@ async fn retries_stop_at_the_routing_max_attempts() {
     let h = Harness::start().await;
     let accepted = Arc::new(AtomicU32::new(0));
     // More failing proxies than attempts: the budget, not the pool, ends the retries.
-    let mut proxies = Vec::new();
-    for i in 0..4 {
-        let addr = closing_proxy(accepted.clone()).await;
-        proxies.push(raw_upstream(&format!("closing-{i}"), addr, 10));
-    }
-    let mut routing = all();
-    routing.retry = RetryPolicy {
-        max_attempts: 2,
-        deadline: Duration::from_secs(10),
-    };
-    h.install(proxies, vec![routing]);
+    let proxies = raw_proxies(4, "closing", &accepted, closing_proxy).await;
+    h.install(proxies, vec![retrying(2, Duration::from_secs(10))]);
     let retries = retries_total(&h);
     let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
     assert_eq!(resp.status, 502, "{}", resp.head);
@@ -477,17 +498,8 @@ async fn retries_stop_at_the_routing_deadline() {
     config.upstream.handshake_timeout = Duration::from_millis(300);
     let h = Harness::start_with(config).await;
     let accepted = Arc::new(AtomicU32::new(0));
-    let mut proxies = Vec::new();
-    for i in 0..6 {
-        let addr = silent_proxy(accepted.clone()).await;
-        proxies.push(raw_upstream(&format!("silent-{i}"), addr, 10));
-    }
-    let mut routing = all();
-    routing.retry = RetryPolicy {
-        max_attempts: 10,
-        deadline: Duration::from_secs(1),
-    };
-    h.install(proxies, vec![routing]);
+    let proxies = raw_proxies(6, "silent", &accepted, silent_proxy).await;
+    h.install(proxies, vec![retrying(10, Duration::from_secs(1))]);
     let started = Instant::now();
     let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
     assert!(
@@ -522,12 +534,10 @@ async fn an_attempt_never_outlives_the_routing_deadline() {
     let h = Harness::start_with(config).await;
     let accepted = Arc::new(AtomicU32::new(0));
     let addr = silent_proxy(accepted.clone()).await;
-    let mut routing = all();
-    routing.retry = RetryPolicy {
-        max_attempts: 3,
-        deadline: Duration::from_secs(1),
-    };
-    h.install(vec![raw_upstream("silent", addr, 10)], vec![routing]);
+    h.install(
+        vec![raw_upstream("silent", addr, 10)],
+        vec![retrying(3, Duration::from_secs(1))],
+    );
     let started = Instant::now();
     let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
     assert!(
