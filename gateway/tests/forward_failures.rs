@@ -285,7 +285,17 @@ fn body_of(len: usize) -> Vec<u8> {
 
 /// Sends an expect-continue POST like a strict client: the body only after `100`.
 /// Returns the final response.
+/// Bounded by [`EXCHANGE_LIMIT`]: a client left waiting for `100 Continue` fails.
 async fn strict_expect_post(gateway: SocketAddr, target: &str, body: &[u8]) -> Response {
+    tokio::time::timeout(
+        EXCHANGE_LIMIT,
+        strict_expect_post_unbounded(gateway, target, body),
+    )
+    .await
+    .expect("answered in time: the client is never left waiting for 100 Continue")
+}
+
+async fn strict_expect_post_unbounded(gateway: SocketAddr, target: &str, body: &[u8]) -> Response {
     let mut s = TcpStream::connect(gateway).await.unwrap();
     s.write_all(expect_post(target, body.len()).as_bytes())
         .await
@@ -313,12 +323,7 @@ async fn expect_continue_relays_the_upstream_go_ahead_then_the_body() {
     let vendor = RawVendor::start(Mode::Continue).await;
     h.install(vec![vendor.upstream("raw-continue")], vec![all()]);
     let body = body_of(4096);
-    let r = tokio::time::timeout(
-        EXCHANGE_LIMIT,
-        strict_expect_post(h.http, "origin.test:8080", &body),
-    )
-    .await
-    .expect("the client is never left waiting for 100 Continue");
+    let r = strict_expect_post(h.http, "origin.test:8080", &body).await;
     assert_eq!(r.status, 200, "{}", r.head);
     assert_eq!(r.body, body);
     let seen = vendor.seen().await;
@@ -334,12 +339,7 @@ async fn expect_continue_through_the_vendor_simulator_completes() {
     let p = h.proxy(Protocol::Http).await;
     h.install(vec![upstream(&p, 10)], vec![all()]);
     let body = body_of(2048);
-    let r = tokio::time::timeout(
-        EXCHANGE_LIMIT,
-        strict_expect_post(h.http, &h.echo().to_string(), &body),
-    )
-    .await
-    .expect("the client is never left waiting for 100 Continue");
+    let r = strict_expect_post(h.http, &h.echo().to_string(), &body).await;
     assert_eq!(r.status, 200, "{}", r.head);
     assert_eq!(r.echo().method, "POST");
     assert_eq!(r.echo().path, "/upload");
@@ -374,12 +374,7 @@ async fn a_final_answer_to_expect_continue_is_relayed_without_the_body() {
     let h = Harness::start().await;
     let vendor = RawVendor::start(Mode::Final).await;
     h.install(vec![vendor.upstream("raw-final")], vec![all()]);
-    let r = tokio::time::timeout(
-        EXCHANGE_LIMIT,
-        strict_expect_post(h.http, "origin.test", &body_of(5000)),
-    )
-    .await
-    .expect("answered in time");
+    let r = strict_expect_post(h.http, "origin.test", &body_of(5000)).await;
     assert_eq!(r.status, 417, "{}", r.head);
     assert_eq!(r.header("connection").as_deref(), Some("close"));
     // The gateway drops the upstream connection without ever sending the body.
@@ -406,12 +401,7 @@ async fn an_expect_continue_request_rejected_with_407_is_retried_before_its_body
     );
     let body = body_of(1500);
     for _ in 0..4 {
-        let r = tokio::time::timeout(
-            EXCHANGE_LIMIT,
-            strict_expect_post(h.http, "origin.test", &body),
-        )
-        .await
-        .expect("answered in time");
+        let r = strict_expect_post(h.http, "origin.test", &body).await;
         assert_eq!(r.status, 200, "{}", r.head);
         assert_eq!(r.body, body);
     }
