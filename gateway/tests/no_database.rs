@@ -1,6 +1,12 @@
 //! The gateway's hot path must never reach Redis or a database: this fails if the
 //! gateway depends on a Redis or SQL client, directly or transitively (normal and
 //! build dependencies; dev-dependencies never ship in the binary).
+//!
+//! The graph is resolved for the host platform only (`--filter-platform`): a plain
+//! `cargo metadata --offline` needs the manifest of every package in the lock file,
+//! Windows- and macOS-only ones included, which a Linux build never downloads, so it
+//! failed on a fresh machine. The shipped binary is built for the host, so the host's
+//! graph is the one that matters.
 
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
@@ -16,17 +22,25 @@ const FORBIDDEN: [&str; 8] = [
     "fred",
 ];
 
+/// The host's target triple, as `rustc -vV` reports it.
+fn host_triple() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(rustc).arg("-vV").output().expect("rustc runs");
+    assert!(out.status.success(), "rustc -vV failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(|h| h.trim().to_owned())
+        .expect("rustc -vV names the host")
+}
+
 #[test]
 fn the_gateway_depends_on_no_redis_or_database_client() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--offline",
-            "--manifest-path",
-        ])
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .args(["--filter-platform", &host_triple()])
+        .arg("--manifest-path")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
         .output()
         .expect("cargo metadata runs");
