@@ -716,6 +716,15 @@ pub struct Assignment {
     pub draining: bool,
 }
 
+/// One page of the live assignments (`OwnershipRepository::leases`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeasePage {
+    /// Assignments with an unexpired lease on a live record.
+    pub leases: Vec<Assignment>,
+    /// Where the next page starts; `None` when the walk is complete.
+    pub next: Option<String>,
+}
+
 /// A batch of leases released by `expire`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExpiredAssignments {

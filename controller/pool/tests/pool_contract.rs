@@ -50,6 +50,7 @@ contract_cases! {
     ownership::expire_is_bounded,
     ownership::assign_vs_extract_exactly_one_wins,
     ownership::hard_expiry_ends_the_assignment,
+    ownership::leases_page_through_live_assignments,
     runtime::report_sequence_rules,
     runtime::new_session_fences_the_old_instance,
     runtime::negative_ack_closes_the_fence,

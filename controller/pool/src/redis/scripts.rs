@@ -32,10 +32,11 @@ pub(crate) enum Script {
     Records,
     Assignable,
     Purge,
+    Leases,
 }
 
 impl Script {
-    pub(crate) const ALL: [Script; 20] = [
+    pub(crate) const ALL: [Script; 21] = [
         Script::Upsert,
         Script::Remove,
         Script::Health,
@@ -56,6 +57,7 @@ impl Script {
         Script::Records,
         Script::Assignable,
         Script::Purge,
+        Script::Leases,
     ];
 
     /// Short name for logs and operation digests.
@@ -81,6 +83,7 @@ impl Script {
             Script::Records => "records",
             Script::Assignable => "assignable",
             Script::Purge => "purge",
+            Script::Leases => "leases",
         }
     }
 
@@ -106,6 +109,7 @@ impl Script {
             Script::Records => lua!("prelude.lua", "records.lua"),
             Script::Assignable => lua!("prelude.lua", "assignable.lua"),
             Script::Purge => lua!("prelude.lua", "purge.lua"),
+            Script::Leases => lua!("prelude.lua", "leases.lua"),
         }
     }
 
