@@ -41,7 +41,7 @@ contract_cases! {
     extract::reserve_for_gateway_is_kept_back,
     extract::scan_budget_exhausted_is_unavailable,
     extract::idempotent_replay_and_conflict,
-    extract::request_id_guards_a_retry,
+    extract::request_id_does_not_replay,
     extract::stored_result_expires_with_earliest_proxy,
     extract::concurrent_extracts_are_disjoint,
     extract::filtered_extraction_walks_combinations_in_turn,

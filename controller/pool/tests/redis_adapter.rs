@@ -442,16 +442,17 @@ async fn connection_dropped_after_commit_returns_the_first_result() {
     fill(&pool, &all, 120).await;
 
     // Extraction: Redis commits, the reply is lost, the adapter reconnects and retries
-    // with the same request ID: the stored result comes back, nothing is taken twice.
+    // with the same operation ID: the stored result comes back, nothing is taken twice.
     proxy.arm_drop_next_reply();
-    let request = req(3);
+    let mut request = req(3);
+    request.idempotency_key = Some(IdempotencyKey::new("drop-retry").unwrap());
     let first = pool.extract(&request).await.unwrap();
     assert_eq!(proxy.dropped_replies(), 1, "the reply was dropped");
     assert!(
         matches!(first, ExtractOutcome::Extracted(ref x) if !x.replayed),
         "the caller's first answer is not a replay: {first:?}"
     );
-    // The same request again (a client retry) is a replay of the same proxies.
+    // The same request again with its idempotency key (a client retry) is a replay.
     let again = pool.extract(&request).await.unwrap();
     assert!(matches!(again, ExtractOutcome::Extracted(ref x) if x.replayed));
     assert_eq!(proxy_ids(&again), proxy_ids(&first));
@@ -492,6 +493,43 @@ async fn connection_dropped_after_commit_returns_the_first_result() {
         .unwrap();
     assert_eq!(proxy.dropped_replies(), 3);
     assert_eq!(pool.get(&target).await.unwrap(), Some(a));
+    assert_consistent(&server.url()).await;
+}
+
+/// A reply that comes back after the command timeout (Redis committed the extraction):
+/// the adapter reconnects and retries the same call, so the caller gets the proxies that
+/// were taken instead of a 503 while they are gone. Without an idempotency key too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_reply_after_commit_returns_the_extraction() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let pool = pool_at(&proxy.url()).await;
+    let all = ids("s", 10);
+    fill(&pool, &all, 120).await;
+    for (round, key) in [None, Some("slow-retry")].into_iter().enumerate() {
+        let mut request = req(2);
+        request.idempotency_key = key.map(|k| IdempotencyKey::new(k).unwrap());
+        // Longer than the adapter's command timeout (500 ms).
+        proxy.arm_delay_next_reply(Duration::from_millis(1_500));
+        let got = pool.extract(&request).await.expect("the committed extraction");
+        assert_eq!(proxy.delayed_replies(), round as u64 + 1, "the reply was late");
+        let ExtractOutcome::Extracted(x) = &got else {
+            panic!("{got:?}")
+        };
+        assert!(!x.replayed, "the caller's first answer: {got:?}");
+        assert_eq!(x.proxies.len(), 2);
+        let s = states(&pool, &all).await;
+        assert_eq!(
+            s.get(&ProxyState::Extracted),
+            Some(&(2 * (round + 1))),
+            "exactly what was returned is gone: {s:?}"
+        );
+    }
+    let inv = pool
+        .inventory(&UpstreamId::new("vendor-a").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(inv.unextracted, 6);
     assert_consistent(&server.url()).await;
 }
 

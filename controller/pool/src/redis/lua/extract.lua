@@ -1,6 +1,7 @@
 -- One atomic extraction (docs/pool.md "Extract").
--- K_RESULT = replay key (idem:<d> or the request-ID op key); K_RESULT2 = the request-ID
--- op key (same as K_RESULT without an idempotency key).
+-- K_RESULT = replay key: idem:<d> with an idempotency key, else this call's own
+-- operation key (op:<digest of its nonce>), which only a retry of the same call reads.
+-- K_RESULT2 is the same key.
 -- P = { cnt, res, aon, dig, n (this call's nonce, hex), ittl, minttl, maxage?, budget,
 --       src? = KEYS positions of every combination matching the filters, in the
 --       request's walk order (absent: no filter, the source is `available`),
