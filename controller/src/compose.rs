@@ -306,8 +306,7 @@ pub fn prepare(
                 Some(transport) => {
                     let (queue, rx) = OutcomeQueue::bounded(OUTCOME_QUEUE);
                     let checker: Arc<dyn CheckerBackend> = backend.clone();
-                    let mut cp_config = crate::controlplane::compose::control_plane_config(config);
-                    cp_config.ownership.extraction_reserve = cp.extraction_reserve;
+                    let cp_config = crate::controlplane::compose::control_plane_config(config);
                     let plane = ControlPlane::new(cp_config, pool, checker, queue)
                         .with_analytics(usage.collector());
                     (Some((Arc::new(plane), transport)), Some(rx))

@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod compose;
 pub mod controlplane;
+pub mod demand;
 pub mod distribution;
 pub mod health;
 pub mod maintenance;
@@ -179,6 +180,16 @@ impl Controller {
             Arc::new(SystemClock),
         )
         .with_collector(self.composed.as_ref().map(compose::Prepared::collector))
+        .with_drains(
+            self.composed
+                .as_ref()
+                .and_then(compose::Prepared::control_plane)
+                .map(|cp| cp.ownership_handle() as Arc<dyn demand::DrainDemand>),
+            self.config
+                .control_plane
+                .as_ref()
+                .map_or(std::time::Duration::ZERO, |c| c.drain_wait),
+        )
     }
 
     /// The admin state.
