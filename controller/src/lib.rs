@@ -77,6 +77,7 @@ pub struct Controller {
     shutdown: Shutdown,
     statics: Vec<StaticUpstream>,
     composed: Option<compose::Prepared>,
+    fetch_status: provider::FetchStatus,
 }
 
 impl Controller {
@@ -95,6 +96,7 @@ impl Controller {
             controller.ports.health.clone(),
             &controller.metrics,
             usage,
+            controller.fetch_status.clone(),
         )?);
         Ok(controller)
     }
@@ -139,6 +141,7 @@ impl Controller {
             shutdown: Shutdown::new(),
             statics,
             composed: None,
+            fetch_status: provider::FetchStatus::default(),
         })
     }
 
@@ -206,6 +209,7 @@ impl Controller {
             inventory: self.ports.inventory.clone(),
             upstreams: Arc::new(upstreams),
             redis: self.redis.clone(),
+            fetch: self.fetch_status.clone(),
             stats: self
                 .composed
                 .as_ref()
@@ -241,6 +245,7 @@ impl Controller {
                 self.ports.upserter.clone(),
                 self.ports.health.clone(),
                 self.metrics.clone(),
+                self.fetch_status.clone(),
                 sd.clone(),
             )));
         }

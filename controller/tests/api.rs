@@ -549,6 +549,8 @@ async fn admin_endpoints(kind: Kind) {
     assert_eq!(j["upstreams"][0]["unextracted"], 3);
     assert_eq!(j["upstreams"][0]["managed"], 3);
     assert_eq!(j["upstreams"][0]["availableSlots"], 12);
+    assert_eq!(j["upstreams"][0]["available"], 3);
+    assert!(j["upstreams"][0]["fetchError"].is_null());
     let m = h.admin_get("/metrics").await;
     let text = String::from_utf8_lossy(&m.body).to_string();
     assert!(

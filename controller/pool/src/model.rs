@@ -835,6 +835,9 @@ pub struct UpstreamInventory {
     pub unextracted: u64,
     /// FETCHED + CHECKING + AVAILABLE + SUSPECT + DRAINING.
     pub managed: u64,
+    /// AVAILABLE proxies with no owner, before their `usable_until`: what extraction
+    /// can take now.
+    pub available: u64,
     /// Sum of free capacity over fresh, consistent AVAILABLE proxies.
     pub available_slots: u64,
 }

@@ -9,9 +9,9 @@ use std::time::Duration;
 use crate::error::PoolResult;
 use crate::model::{
     Assignment, ExpiredAssignments, ExtractOutcome, ExtractRequest, FetchedBatch, HealthResult,
-    HealthUpdate, LeasePage, ProxyId, ProxyRecord, PurgeReport, RemoveResult, ReportAck, RuntimeReport,
-    SessionId, SessionRegistration, UpstreamId, UpstreamInventory, WorkerId, WorkerRuntime,
-    WorkerSession,
+    HealthUpdate, LeasePage, ProxyId, ProxyRecord, PurgeReport, RemoveResult, ReportAck,
+    RuntimeReport, SessionId, SessionRegistration, UpstreamId, UpstreamInventory, WorkerId,
+    WorkerRuntime, WorkerSession,
 };
 
 /// Provider side: puts fetched proxies into the pool and withdraws them.

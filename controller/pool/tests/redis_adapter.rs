@@ -511,8 +511,15 @@ async fn slow_reply_after_commit_returns_the_extraction() {
         request.idempotency_key = key.map(|k| IdempotencyKey::new(k).unwrap());
         // Longer than the adapter's command timeout (500 ms).
         proxy.arm_delay_next_reply(Duration::from_millis(1_500));
-        let got = pool.extract(&request).await.expect("the committed extraction");
-        assert_eq!(proxy.delayed_replies(), round as u64 + 1, "the reply was late");
+        let got = pool
+            .extract(&request)
+            .await
+            .expect("the committed extraction");
+        assert_eq!(
+            proxy.delayed_replies(),
+            round as u64 + 1,
+            "the reply was late"
+        );
         let ExtractOutcome::Extracted(x) = &got else {
             panic!("{got:?}")
         };

@@ -350,7 +350,10 @@ pub async fn request_id_does_not_replay(kind: Kind) {
     assert!(!again.replayed);
     let second: Vec<String> = again.proxies.iter().map(|p| p.id.to_string()).collect();
     assert_eq!((first.len(), second.len()), (2, 2));
-    assert!(first.iter().all(|id| !second.contains(id)), "{first:?} {second:?}");
+    assert!(
+        first.iter().all(|id| !second.contains(id)),
+        "{first:?} {second:?}"
+    );
     assert_eq!(h.inventory("vendor-a").await.unextracted, 0);
 }
 

@@ -231,7 +231,11 @@ pub async fn leases_page_through_live_assignments(kind: Kind) {
     let ids = h.available("vendor-a", "l", 7, 60).await;
     let mut want = std::collections::BTreeMap::new();
     for (i, id) in ids.iter().enumerate() {
-        let (worker, lease) = if i % 2 == 0 { ("w1", LEASE) } else { ("w2", LEASE * 3) };
+        let (worker, lease) = if i % 2 == 0 {
+            ("w1", LEASE)
+        } else {
+            ("w2", LEASE * 3)
+        };
         let a = h.pool.assign(&pid(id), &wid(worker), lease).await.unwrap();
         want.insert(id.clone(), a);
     }
