@@ -493,6 +493,9 @@ pub struct RawRouting {
     /// Target hosts: exact names or `*.suffix` wildcards (empty: any target).
     #[serde(default)]
     pub target_hosts: Vec<String>,
+    /// Port TARGET health checks of this routing's exact `targetHosts` use (default 443).
+    #[serde(default)]
+    pub target_check_port: Option<u16>,
     /// Keep a session (the `session` username parameter) on one proxy.
     #[serde(default)]
     pub sticky_session: Option<RawStickySession>,

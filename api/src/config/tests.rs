@@ -179,11 +179,18 @@ fn control_plane_tunables_have_defaults_and_are_checked_with_their_paths() {
     .expect("valid");
     let cp = c.control_plane.expect("on");
     assert_eq!(
-        (cp.extraction_reserve, cp.target_slots_per_worker, cp.drain_batch),
+        (
+            cp.extraction_reserve,
+            cp.target_slots_per_worker,
+            cp.drain_batch
+        ),
         (2, 50, 4)
     );
     assert_eq!(cp.drain_wait, Duration::ZERO);
-    assert_eq!((cp.lease, cp.renew_before), (Duration::from_secs(20), Duration::from_secs(5)));
+    assert_eq!(
+        (cp.lease, cp.renew_before),
+        (Duration::from_secs(20), Duration::from_secs(5))
+    );
     assert_eq!(cp.report_interval, Duration::from_millis(500));
     assert_eq!(
         paths(

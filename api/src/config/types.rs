@@ -505,6 +505,8 @@ pub struct RoutingConfig {
     pub username_params: Vec<UsernameParamConfig>,
     /// Target hosts, exact or `*.suffix` (empty: any).
     pub target_hosts: Vec<String>,
+    /// Port of the TARGET health checks of the exact `target_hosts`.
+    pub target_check_port: u16,
     /// Sticky sessions (`None`: off).
     pub sticky: Option<StickyConfig>,
     /// Retry budget.

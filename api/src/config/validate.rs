@@ -1292,6 +1292,14 @@ fn routing(
         strategy,
         username_params: username_params(cx, &format!("{path}.usernameParams"), raw),
         target_hosts: target_hosts(cx, &format!("{path}.targetHosts"), &raw.target_hosts),
+        target_check_port: match raw.target_check_port {
+            Some(0) => {
+                cx.err(format!("{path}.targetCheckPort"), "must be 1 to 65535");
+                443
+            }
+            Some(p) => p,
+            None => 443,
+        },
         sticky: raw
             .sticky_session
             .as_ref()
@@ -1539,17 +1547,18 @@ fn control_plane_tunables(
     transport: ControlPlaneTransport,
     request_timeout: Duration,
 ) -> ControlPlaneConfig {
-    let mut within = |path: &str, raw: Option<&str>, default: Duration, min: Duration, max: Duration| {
-        let d = cx.duration(path, raw, default);
-        if d < min || d > max {
-            cx.err(
-                path,
-                format!("must be between {} and {}", show(min), show(max)),
-            );
-            return default;
-        }
-        d
-    };
+    let mut within =
+        |path: &str, raw: Option<&str>, default: Duration, min: Duration, max: Duration| {
+            let d = cx.duration(path, raw, default);
+            if d < min || d > max {
+                cx.err(
+                    path,
+                    format!("must be between {} and {}", show(min), show(max)),
+                );
+                return default;
+            }
+            d
+        };
     let lease = within(
         "controlPlane.lease",
         raw.lease.as_deref(),

@@ -103,6 +103,7 @@ mod tests {
                 values: vec!["sh".into(), "bj".into()],
             }],
             target_hosts: vec!["example.com".into(), "*.example.org".into()],
+            target_check_port: 443,
             sticky: Some(StickyConfig {
                 param: "session".into(),
                 ttl: Duration::from_secs(300),

@@ -66,7 +66,8 @@ fn admits_upstream(f: &Filters, upstream: &str) -> bool {
 /// Whether an owned proxy may be drained for `demand`.
 fn matches(o: &Owned, demand: &Demand, now: Timestamp) -> bool {
     let f = &demand.filters;
-    let label = |want: &[activity_pool::model::Label], have: &Option<activity_pool::model::Label>| {
+    let label = |want: &[activity_pool::model::Label],
+                 have: &Option<activity_pool::model::Label>| {
         want.is_empty() || have.as_ref().is_some_and(|h| want.contains(h))
     };
     !o.assignment.draining
@@ -116,13 +117,8 @@ impl OwnershipManager {
         now: Timestamp,
     ) -> PoolResult<usize> {
         let loads = self.loads(live).await?;
-        let load = |w: &WorkerId, id: &ProxyId| {
-            loads
-                .get(w)
-                .and_then(|m| m.get(id))
-                .copied()
-                .unwrap_or(0)
-        };
+        let load =
+            |w: &WorkerId, id: &ProxyId| loads.get(w).and_then(|m| m.get(id)).copied().unwrap_or(0);
         let mut budget = self.config.ownership.drain_batch;
         let mut begun = 0;
         for pending in queue.iter_mut() {
@@ -136,9 +132,7 @@ impl OwnershipManager {
                         let best = m
                             .iter()
                             .filter(|(_, o)| matches(o, &pending.demand, now))
-                            .min_by_key(|(id, o)| {
-                                (load(w, id), std::cmp::Reverse(o.expires_at))
-                            })?;
+                            .min_by_key(|(id, o)| (load(w, id), std::cmp::Reverse(o.expires_at)))?;
                         Some((slots_of(Some(m)), w.clone(), best.0.clone()))
                     })
                     .max_by_key(|(slots, _, _)| *slots);
@@ -162,7 +156,14 @@ impl OwnershipManager {
                         begun += 1;
                         tracing::debug!(proxy = %id, worker = %worker, "drain begun for extraction");
                     }
-                    Err(PoolError::Conflict(ConflictReason::NotOwner | ConflictReason::EpochMismatch | ConflictReason::LeaseExpired) | PoolError::NotFound) => {
+                    Err(
+                        PoolError::Conflict(
+                            ConflictReason::NotOwner
+                            | ConflictReason::EpochMismatch
+                            | ConflictReason::LeaseExpired,
+                        )
+                        | PoolError::NotFound,
+                    ) => {
                         // Not ours any more: forget it and try another.
                         if let Some(m) = owners.get_mut(&worker) {
                             m.remove(&id);

@@ -235,7 +235,10 @@ impl OwnershipManager {
 
     /// Whether the worker has draining proxies (its next report may complete them).
     pub fn has_draining(&self, worker: &WorkerId) -> bool {
-        self.revoke.lock().get(worker).is_some_and(|ids| !ids.is_empty())
+        self.revoke
+            .lock()
+            .get(worker)
+            .is_some_and(|ids| !ids.is_empty())
     }
 
     /// The worker's draining proxies (sent as `revoke_proxy_ids`).
