@@ -58,7 +58,12 @@ async fn snapshots_carry_the_lease_end_and_renewals_extend_it(kind: Kind) {
     assert_eq!(w.state.len(), 2);
     for p in w.state.proxies() {
         let a = h.pool.get(&pid(&p.id)).await.unwrap().expect("owned");
-        assert_eq!(p.lease_expires_at_ms, a.lease_expires_at.millis(), "{}", p.id);
+        assert_eq!(
+            p.lease_expires_at_ms,
+            a.lease_expires_at.millis(),
+            "{}",
+            p.id
+        );
         assert!(p.lease_expires_at_ms > 0);
     }
     let first: Vec<i64> = w.state.proxies().map(|p| p.lease_expires_at_ms).collect();
@@ -72,7 +77,11 @@ async fn snapshots_carry_the_lease_end_and_renewals_extend_it(kind: Kind) {
     for (p, before) in w.state.proxies().zip(first) {
         let a = h.pool.get(&pid(&p.id)).await.unwrap().expect("owned");
         assert_eq!(p.lease_expires_at_ms, a.lease_expires_at.millis());
-        assert!(p.lease_expires_at_ms > before, "renewed: {} <= {before}", p.lease_expires_at_ms);
+        assert!(
+            p.lease_expires_at_ms > before,
+            "renewed: {} <= {before}",
+            p.lease_expires_at_ms
+        );
     }
 }
 
@@ -142,13 +151,24 @@ async fn extraction_demand_drains_the_least_loaded_proxies_across_workers(kind: 
     let mut a = worker(&h, "gw-a").await;
     let mut b = worker(&h, "gw-b").await;
     assert_eq!((a.state.len(), b.state.len()), (4, 4));
-    assert!(extracted(&h.pool, 1).await.is_empty(), "everything is owned");
+    assert!(
+        extracted(&h.pool, 1).await.is_empty(),
+        "everything is owned"
+    );
 
     // Loads: each worker's least loaded proxy is the one to go.
     let ids = |w: &Worker| w.proxy_ids();
     let (a_ids, b_ids) = (ids(&a), ids(&b));
-    let a_loads: Vec<(&str, u32)> = a_ids.iter().zip([3, 0, 2, 1]).map(|(i, n)| (i.as_str(), n)).collect();
-    let b_loads: Vec<(&str, u32)> = b_ids.iter().zip([2, 2, 1, 3]).map(|(i, n)| (i.as_str(), n)).collect();
+    let a_loads: Vec<(&str, u32)> = a_ids
+        .iter()
+        .zip([3, 0, 2, 1])
+        .map(|(i, n)| (i.as_str(), n))
+        .collect();
+    let b_loads: Vec<(&str, u32)> = b_ids
+        .iter()
+        .zip([2, 2, 1, 3])
+        .map(|(i, n)| (i.as_str(), n))
+        .collect();
     let a_loads: Vec<(&str, u32)> = a_loads.into_iter().filter(|(_, n)| *n > 0).collect();
     let b_loads: Vec<(&str, u32)> = b_loads.into_iter().filter(|(_, n)| *n > 0).collect();
     a.report(&a_loads).await.expect("report a");
@@ -181,11 +201,22 @@ async fn extraction_demand_drains_the_least_loaded_proxies_across_workers(kind: 
     b.report(&b_loads).await.expect("report b");
     h.pass().await;
     assert_eq!(h.owner(&a_ids[1]).await, None, "idle: released");
-    assert_eq!(h.owner(&b_ids[2]).await.as_deref(), Some("gw-b"), "busy: kept");
-    assert!(released.has_changed().expect("open"), "waiting extractions are told");
+    assert_eq!(
+        h.owner(&b_ids[2]).await.as_deref(),
+        Some("gw-b"),
+        "busy: kept"
+    );
+    assert!(
+        released.has_changed().expect("open"),
+        "waiting extractions are told"
+    );
     released.mark_unchanged();
     assert_eq!(extracted(&h.pool, 5).await, vec![a_ids[1].clone()]);
-    let idle: Vec<(&str, u32)> = b_loads.iter().copied().filter(|(id, _)| *id != b_ids[2]).collect();
+    let idle: Vec<(&str, u32)> = b_loads
+        .iter()
+        .copied()
+        .filter(|(id, _)| *id != b_ids[2])
+        .collect();
     b.report(&idle).await.expect("report b idle");
     h.pass().await;
     assert_eq!(h.owner(&b_ids[2]).await, None);
@@ -201,7 +232,11 @@ async fn extraction_demand_drains_the_least_loaded_proxies_across_workers(kind: 
         min_remaining_ttl: Duration::ZERO,
     }));
     h.pass().await;
-    for id in a_ids.iter().chain(&b_ids).filter(|i| **i != a_ids[1] && **i != b_ids[2]) {
+    for id in a_ids
+        .iter()
+        .chain(&b_ids)
+        .filter(|i| **i != a_ids[1] && **i != b_ids[2])
+    {
         assert!(h.owner(id).await.is_some(), "{id}");
     }
 }
@@ -228,7 +263,11 @@ async fn unmet_demand_keeps_fresh_proxies_from_assignment(kind: Kind) {
     h.pass().await;
     assert_eq!(w2.state.len(), 0, "held for the demand");
     for id in &owned {
-        assert_eq!(h.owner(id).await.as_deref(), Some("gw-0"), "not drained: {id}");
+        assert_eq!(
+            h.owner(id).await.as_deref(),
+            Some("gw-0"),
+            "not drained: {id}"
+        );
     }
     let got = extracted(&h.pool, 3).await;
     assert_eq!(got.len(), 3, "{got:?}");

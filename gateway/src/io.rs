@@ -448,7 +448,14 @@ mod tests {
         let (b, _b_peer) = pair().await;
         let (mut a, mut b) = (BufConn::new(a, 1024), BufConn::new(b, 1024));
         let cancel = CancellationToken::new();
-        let (_, _, end) = tunnel(&mut a, &mut b, Duration::from_secs(5), &cancel, std::future::pending()).await;
+        let (_, _, end) = tunnel(
+            &mut a,
+            &mut b,
+            Duration::from_secs(5),
+            &cancel,
+            std::future::pending(),
+        )
+        .await;
         assert_eq!(end, TunnelEnd::Idle);
     }
 }

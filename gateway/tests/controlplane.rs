@@ -463,7 +463,11 @@ async fn a_proxy_excluded_for_a_routing_serves_none_of_its_requests() {
     cp.send(1, vec![excluded.clone(), wire_proxy(&b)]).await;
     for i in 0..8 {
         let r = get_once(h.http, USER, h.echo(), &format!("/x{i}")).await;
-        assert_eq!((r.status, r.remote_ip()), (200, h.egress(&b)), "request {i}");
+        assert_eq!(
+            (r.status, r.remote_ip()),
+            (200, h.egress(&b)),
+            "request {i}"
+        );
     }
     cp.send(2, vec![excluded]).await;
     let r = get_once(h.http, USER, h.echo(), "/only-excluded").await;
@@ -532,7 +536,10 @@ async fn a_new_session_accepts_a_restarted_controllers_numbering() {
     // Same epoch, version 1 < 40.
     let state = SnapshotState::build(header(1), routings, vec![wire_proxy(&b)]).unwrap();
     let full = pb::snapshot_update::Update::Full(state.to_message());
-    updates.send(Ok(pb::SnapshotUpdate::new(full))).await.unwrap();
+    updates
+        .send(Ok(pb::SnapshotUpdate::new(full)))
+        .await
+        .unwrap();
     let ack = loop {
         let ack = next(&mut cp.seen.acks).await;
         if ack.version == 1 {

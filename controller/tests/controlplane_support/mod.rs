@@ -183,7 +183,12 @@ impl Harness {
         }
         let ports = ports_of(self.pool.clone(), self.clock.clone());
         let (outcomes, outcomes_rx) = OutcomeQueue::bounded(1024);
-        let cp = Arc::new(ControlPlane::new(config, ports, self.checker.clone(), outcomes));
+        let cp = Arc::new(ControlPlane::new(
+            config,
+            ports,
+            self.checker.clone(),
+            outcomes,
+        ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");

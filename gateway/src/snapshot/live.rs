@@ -289,7 +289,7 @@ fn compile_routing(
         .filter(|(_, p)| {
             !p.draining
                 && p.max_concurrent > 0
-                && !p.excluded_routings.iter().any(|r| *r == spec.name)
+                && !p.excluded_routings.contains(&spec.name)
                 && any_or(&spec.upstreams, &p.upstream)
                 && any_or(&spec.regions, &p.region)
                 && any_or(&spec.carriers, &p.carrier)
