@@ -33,10 +33,11 @@ pub(crate) enum Script {
     Assignable,
     Purge,
     Leases,
+    CombosGc,
 }
 
 impl Script {
-    pub(crate) const ALL: [Script; 21] = [
+    pub(crate) const ALL: [Script; 22] = [
         Script::Upsert,
         Script::Remove,
         Script::Health,
@@ -58,6 +59,7 @@ impl Script {
         Script::Assignable,
         Script::Purge,
         Script::Leases,
+        Script::CombosGc,
     ];
 
     /// Short name for logs and operation digests.
@@ -84,6 +86,7 @@ impl Script {
             Script::Assignable => "assignable",
             Script::Purge => "purge",
             Script::Leases => "leases",
+            Script::CombosGc => "combos_gc",
         }
     }
 
@@ -110,6 +113,7 @@ impl Script {
             Script::Assignable => lua!("prelude.lua", "assignable.lua"),
             Script::Purge => lua!("prelude.lua", "purge.lua"),
             Script::Leases => lua!("prelude.lua", "leases.lua"),
+            Script::CombosGc => lua!("prelude.lua", "combos_gc.lua"),
         }
     }
 
