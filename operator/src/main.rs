@@ -101,6 +101,11 @@ struct Cli {
     /// Lifetime of the controller's certificate, hours (renewed at half-life).
     #[arg(long, default_value_t = 24)]
     controller_cert_hours: u64,
+    /// `http://host:port` of the controller's admin Service: Upstream status takes its
+    /// inventory, last fetch time and vendor fetch failures from there (empty: the
+    /// Upstream status reports the config only).
+    #[arg(long, default_value = "")]
+    controller_admin_url: String,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -164,6 +169,8 @@ fn main() -> anyhow::Result<()> {
         },
         instance: Some(cli.pod_name.clone()),
         controller_tls,
+        controller_admin: (!cli.controller_admin_url.is_empty())
+            .then(|| cli.controller_admin_url.clone()),
     };
     let leader = LeaderSettings {
         lease_name: cli.lease_name,

@@ -22,6 +22,7 @@ pub mod context;
 mod error;
 pub mod gateway;
 pub mod http;
+pub mod inventory;
 pub mod leader;
 pub mod metrics;
 pub mod render;
