@@ -362,6 +362,21 @@ async fn idempotent_replays_and_key_reuse(kind: Kind) {
     assert_eq!(r.status, 200);
     assert_ne!(r.ids(), first.ids());
     let _ = basic;
+    // The request ID is for correlation only: without an idempotency key the same
+    // X-Request-ID twice is two extractions.
+    let one = h
+        .extract(r#"{"count":2}"#, &[("x-request-id", "req_same_twice")])
+        .await;
+    let two = h
+        .extract(r#"{"count":2}"#, &[("x-request-id", "req_same_twice")])
+        .await;
+    assert_eq!((one.status, two.status), (200, 200));
+    assert!(!two.headers.contains_key("idempotent-replayed"));
+    assert_eq!((one.ids().len(), two.ids().len()), (2, 2));
+    assert!(
+        one.ids().iter().all(|id| !two.ids().contains(id)),
+        "two extractions"
+    );
     h.stop().await;
 }
 

@@ -55,10 +55,39 @@ const VENDOR_KEY: &str = "mixed-load-vendor-key";
 /// One stack at a time: two would only compete for the machine's cores.
 static ONE_STACK: Mutex<()> = Mutex::new(());
 
+/// Where the kernel picks outgoing connections' local ports (`ip_local_port_range`).
+fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|v| v.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32_768, 60_999))
+}
+
+/// A free loopback port outside the ephemeral range: the processes bind theirs only
+/// after starting, and an outgoing connection of anything on the machine (the test's
+/// own traffic included) may take an ephemeral port meanwhile. Never the same twice.
 fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
+    static TAKEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let (lo, hi) = ephemeral_range();
+    let (from, to) = if lo > 21_000 {
+        (20_000, lo)
+    } else {
+        (hi.saturating_add(1), u16::MAX)
+    };
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    let seed = (std::process::id() as u64).wrapping_mul(2_654_435_761) ^ now_ms();
+    let span = u64::from(to - from);
+    for i in 0..span {
+        let port = from + ((seed.wrapping_add(i * 7_919)) % span) as u16;
+        if !taken.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            taken.push(port);
+            return SocketAddr::from(([127, 0, 0, 1], port));
+        }
+    }
+    panic!("no free port outside the ephemeral range");
 }
 
 fn now_ms() -> u64 {
