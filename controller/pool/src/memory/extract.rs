@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use super::MemoryPool;
-use super::state::{Index, State, StoredResult, combo_labels, combo_of};
+use super::state::{Index, State, StoredResult, combo_labels};
 use crate::clock::Timestamp;
 use crate::error::{ConflictReason, PoolError, PoolResult};
 use crate::model::{
@@ -167,13 +167,10 @@ impl ExtractionStore for MemoryPool {
             replay.replayed = true;
             return Ok(ExtractOutcome::Extracted(replay));
         }
-        // A filtered extraction purges only expired records of its own combinations
-        // (the Redis script is given only those keys).
-        if filtered(&filters) {
-            st.purge_expired_where(now, self.options.opportunistic_purge, |r| {
-                combo_passes(&combo_of(r), &filters)
-            });
-        } else {
+        // A filtered extraction purges nothing on the side: the Redis script is given
+        // only its matching combinations, which cannot name every expired record's keys
+        // (the maintenance loop and the other writes purge them).
+        if !filtered(&filters) {
             st.purge_expired(now, self.options.opportunistic_purge);
         }
 

@@ -147,9 +147,9 @@ else
 end
 
 -- Check phase (the combination key of every proxy to extract must be given), then writes.
--- A filtered extraction purges only expired records of its own combinations (the keys
--- it was given); the others are left to the next write or the maintenance loop.
-local due = due_expired(PURGE_N, MATCH and function(rec) return MATCH[rec.ix.a] == true end)
+-- A filtered extraction purges nothing on the side (its keys cannot name every expired
+-- record's); the next write or the maintenance loop does.
+local due = MATCH and {} or due_expired(PURGE_N)
 if not refusal then
   for i = 1, n do
     local c = combos[i]
