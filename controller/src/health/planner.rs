@@ -207,6 +207,9 @@ struct Entry {
     routing_failures: BTreeMap<String, u32>,
     /// Routings this proxy must not serve (their TARGET checks failed).
     excluded: BTreeSet<String>,
+    /// Gateway outcomes made it SUSPECT while a check task was out: that task's
+    /// successes predate the verdict and do not undo it (the next task decides).
+    outcome_hold: bool,
 }
 
 /// A task handed out: the proxy and which checks to run, by when.
@@ -382,6 +385,7 @@ impl Planner {
                     checks: 0,
                     routing_failures: BTreeMap::new(),
                     excluded: BTreeSet::new(),
+                    outcome_hold: false,
                 },
             );
             self.schedule(id, Timestamp(0));
@@ -400,9 +404,12 @@ impl Planner {
     }
 
     /// One gateway outcome for a tracked proxy: `failure` is the code of a proxy-side
-    /// failure (`None`: a success). Returns the verdict to write, if any.
+    /// failure (`None`: a success). Returns the verdict to write, if any. A proxy the
+    /// outcomes made SUSPECT is re-checked on the SUSPECT schedule from now (not at a
+    /// check that was due anyway a moment later).
     pub fn outcome(
         &mut self,
+        now: Timestamp,
         id: &ProxyId,
         failure: Option<super::model::FailureCode>,
     ) -> Option<Verdict> {
@@ -410,7 +417,14 @@ impl Planner {
         let (next, verdict) =
             super::reducer::reduce_outcome(&e.profile.reducer, e.health, failure.is_some());
         e.health = next;
-        verdict.map(|v| Verdict {
+        let v = verdict?;
+        if e.lease.is_some() {
+            e.outcome_hold = true;
+        } else {
+            let at = now.plus(self.cfg.suspect_recheck_interval);
+            self.schedule(id, at);
+        }
+        Some(Verdict {
             proxy_id: id.clone(),
             verdict: v,
             success: false,
@@ -536,6 +550,7 @@ impl Planner {
         let profile = entry.profile.clone();
         let mut routing_failures = entry.routing_failures.clone();
         let mut excluded = entry.excluded.clone();
+        let hold = entry.outcome_hold;
         let mut verdicts = Vec::new();
         let mut done = observations.is_empty();
         let latency = observations.iter().find_map(|o| o.latency);
@@ -546,6 +561,9 @@ impl Planner {
                 success: o.success,
                 failure: o.failure,
             };
+            if hold && o.success {
+                continue;
+            }
             // A routing's TARGET check: the target side is that routing's business.
             if let Some(routing) = o.routing.as_deref().filter(|r| !r.is_empty())
                 && o.tier == Tier::Target
@@ -584,6 +602,7 @@ impl Planner {
         e.pending = e.pending.saturating_sub(mine.len());
         if done || e.pending == 0 {
             e.lease = None;
+            e.outcome_hold = false;
             self.tasks.remove(&task_id);
             self.leases.remove(&(deadline, task_id));
             let interval = match health.state {
@@ -932,5 +951,50 @@ upstreams:
             }
             proptest::prop_assert_eq!(seen.len(), p.len());
         }
+    }
+
+    #[test]
+    fn gateway_outcomes_make_suspect_and_an_older_check_does_not_undo_it() {
+        let mut p = Planner::new(PlannerConfig::default(), ReducerConfig::default());
+        let t0 = Timestamp(1_000_000);
+        p.announce(&[id("p")]);
+        let l = p.lease(t0, 1, &ALL).pop().unwrap();
+        p.complete(t0, l.task_id, &[obs(l.task_id, "p", true)])
+            .unwrap();
+        assert_eq!(p.health(&id("p")).unwrap().state, HealthState::Available);
+        // A check is out when gateway traffic starts failing through the proxy.
+        let t1 = t0.plus(Duration::from_secs(15));
+        let l = p.lease(t1, 1, &ALL).pop().unwrap();
+        let fail = Some(FailureCode::ConnectRefused);
+        let verdicts: Vec<_> = (0..5)
+            .filter_map(|_| p.outcome(t1, &id("p"), fail))
+            .collect();
+        assert_eq!(verdicts.len(), 1);
+        assert_eq!(verdicts[0].verdict, HealthVerdict::Suspect);
+        assert_eq!(p.health(&id("p")).unwrap().state, HealthState::Suspect);
+        // That check's success predates the verdict: it stays SUSPECT, due again soon.
+        let v = p
+            .complete(t1, l.task_id, &[obs(l.task_id, "p", true)])
+            .unwrap();
+        assert!(v.is_empty(), "{v:?}");
+        assert_eq!(p.health(&id("p")).unwrap().state, HealthState::Suspect);
+        let t2 = t1.plus(Duration::from_secs(3));
+        let l = p
+            .lease(t2, 1, &ALL)
+            .pop()
+            .expect("due on the SUSPECT schedule");
+        // A check made after the verdict decides.
+        let v = p
+            .complete(t2, l.task_id, &[obs(l.task_id, "p", true)])
+            .unwrap();
+        assert_eq!(v[0].verdict, HealthVerdict::Available);
+        // Without a check out, the outcome verdict moves the next check to the SUSPECT
+        // schedule.
+        let t3 = t2.plus(Duration::from_secs(1));
+        for _ in 0..5 {
+            p.outcome(t3, &id("p"), fail);
+        }
+        assert!(p.lease(t3.plus(Duration::from_secs(2)), 1, &ALL).is_empty());
+        assert_eq!(p.lease(t3.plus(Duration::from_secs(3)), 1, &ALL).len(), 1);
     }
 }

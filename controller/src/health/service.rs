@@ -353,6 +353,7 @@ impl HealthService {
         let _writer = self.writer.lock().await;
         let mut verdicts = Vec::new();
         {
+            let now = self.clock.now();
             let mut p = self.planner.lock();
             for o in outcomes {
                 let Some(failure) = proxy_side(&o.outcome) else {
@@ -361,7 +362,7 @@ impl HealthService {
                 let Ok(id) = ProxyId::new(o.outcome.proxy_id.as_str()) else {
                     continue;
                 };
-                if let Some(v) = p.outcome(&id, failure) {
+                if let Some(v) = p.outcome(now, &id, failure) {
                     debug!(proxy = %id, worker = %o.worker_id, "gateway outcomes: proxy SUSPECT");
                     verdicts.push(v);
                 }
