@@ -1,15 +1,25 @@
 //! The leader lease port on a real `redis-server`: the shared contract
 //! (`leadership::contract`, also run on `MemoryLease`), and two electors racing for
-//! it. Never skipped: a missing binary fails the test.
+//! it; and a control plane that does not lead refusing every call with `UNAVAILABLE
+//! not_leader`. Never skipped: a missing binary fails the test.
+
+mod controlplane_support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use activity_pool::testkit::RedisServer;
 use activity_pool::{Fence, RedisConnector, RedisOptions, RedisPool};
+use proxy_pool_api::controlplane::pb;
+use proxy_pool_api::controlplane::pb::checker_control_plane_client::CheckerControlPlaneClient;
+use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControlPlaneClient;
+use proxy_pool_controller::controlplane::{
+    ControlPlane, MemoryCheckerBackend, OutcomeQueue, Transport, serve,
+};
 use proxy_pool_controller::leadership::{
     Elector, ElectorOptions, LeaseStore, RedisLease, Role, contract,
 };
+use proxy_pool_controller::leadership::{Leadership, MemoryLease};
 use tokio_util::sync::CancellationToken;
 
 async fn pool(server: &RedisServer) -> RedisPool {
@@ -63,4 +73,95 @@ async fn two_electors_on_redis_one_leader_then_the_other() {
     );
     let Role::Leader(t2) = b.role() else { panic!() };
     assert!(t2 > t1);
+}
+
+#[tokio::test]
+async fn a_control_plane_that_does_not_lead_refuses_every_call_not_leader() {
+    use controlplane_support::{Kind, config, pool_of, ports_of, register_req};
+    let clock = activity_pool::ManualClock::starting_now();
+    let (pool, _redis) = pool_of(Kind::Memory, &clock).await;
+    let (checker, _obs) = MemoryCheckerBackend::new(8, 8, Arc::new(clock.clone()));
+    let (outcomes, _rx) = OutcomeQueue::bounded(8);
+    // Another replica holds the lease: this one stays a follower until it is released.
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLease::new());
+    let other = store
+        .acquire("other", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let (elector, leadership): (Elector, Leadership) = Elector::new(
+        store.clone(),
+        "me".into(),
+        Fence::new(),
+        ElectorOptions {
+            lease: Duration::from_secs(3),
+            renew_every: Duration::from_secs(1),
+            retry_every: Duration::from_millis(50),
+        },
+    );
+    let stop = CancellationToken::new();
+    tokio::spawn(elector.run(stop.clone().cancelled_owned()));
+    let cp = Arc::new(
+        ControlPlane::new(
+            config(),
+            ports_of(pool, clock.clone()),
+            Arc::new(checker),
+            outcomes,
+        )
+        .with_leadership(leadership.clone()),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(serve(
+        listener,
+        Transport::LoopbackFixture,
+        cp,
+        stop.clone().cancelled_owned(),
+    ));
+    let mut worker = WorkerControlPlaneClient::connect(endpoint.clone())
+        .await
+        .unwrap();
+    let mut checker = CheckerControlPlaneClient::connect(endpoint).await.unwrap();
+    let not_leader = |s: tonic::Status| {
+        assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}");
+        assert_eq!(s.message(), "not_leader");
+        assert!(proxy_pool_api::controlplane::client::is_not_leader(&s));
+    };
+    not_leader(
+        worker
+            .register_worker(register_req("gw-1", "i-1"))
+            .await
+            .unwrap_err(),
+    );
+    not_leader(
+        worker
+            .watch_snapshots(pb::WatchSnapshotsRequest {
+                worker_id: "gw-1".into(),
+                session_id: "s".into(),
+                last_version: 0,
+                last_checksum: Vec::new(),
+            })
+            .await
+            .unwrap_err(),
+    );
+    not_leader(
+        checker
+            .register_checker(pb::RegisterCheckerRequest {
+                checker_id: "chk-0".into(),
+                instance_id: "i-1".into(),
+                max_concurrency: 1,
+                tiers: vec![pb::CheckTier::Basic as i32],
+                supported_protocol_versions: vec![1],
+            })
+            .await
+            .unwrap_err(),
+    );
+    // The other replica gives the lease up: this one leads and answers.
+    store.release("other", other).await.unwrap();
+    assert!(leadership.elected().await);
+    worker
+        .register_worker(register_req("gw-1", "i-1"))
+        .await
+        .expect("the leader answers");
+    stop.cancel();
 }
