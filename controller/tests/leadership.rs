@@ -165,3 +165,91 @@ async fn a_control_plane_that_does_not_lead_refuses_every_call_not_leader() {
         .expect("the leader answers");
     stop.cancel();
 }
+
+/// A `DrainDemand` that records what it is asked.
+#[derive(Debug)]
+struct Recorder {
+    got: std::sync::Mutex<Vec<proxy_pool_controller::demand::Demand>>,
+    released: tokio::sync::watch::Sender<u64>,
+}
+
+impl proxy_pool_controller::demand::DrainDemand for Recorder {
+    fn request(&self, demand: proxy_pool_controller::demand::Demand) -> bool {
+        self.got.lock().unwrap().push(demand);
+        true
+    }
+    fn released(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.released.subscribe()
+    }
+}
+
+#[tokio::test]
+async fn a_followers_extraction_demand_reaches_the_leader_through_redis() {
+    use activity_pool::model::{Filters, UpstreamId};
+    use proxy_pool_controller::demand::relay::{RoutedDemand, take};
+    use proxy_pool_controller::demand::{Demand, DrainDemand};
+    let server = RedisServer::start();
+    let pool = pool(&server).await;
+    // The follower: its local manager must not see the demand, the leader's must.
+    let follower_local = Arc::new(Recorder {
+        got: Default::default(),
+        released: tokio::sync::watch::channel(0).0,
+    });
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLease::new());
+    store
+        .acquire("leader", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let (_elector, follower) = Elector::new(
+        store,
+        "follower".into(),
+        Fence::new(),
+        ElectorOptions {
+            lease: Duration::from_secs(3),
+            renew_every: Duration::from_secs(1),
+            retry_every: Duration::from_secs(1),
+        },
+    );
+    let stop = CancellationToken::new();
+    let routed = RoutedDemand::new(follower, follower_local.clone(), pool.clone(), stop.clone());
+    let demand = Demand {
+        filters: Filters {
+            upstreams: vec![UpstreamId::new("sim-http").unwrap()],
+            ..Filters::default()
+        },
+        count: 2,
+        min_remaining_ttl: Duration::from_secs(10),
+    };
+    assert!(routed.request(demand.clone()));
+    // The leader takes it (its writes fenced by its own token).
+    let leader_fence = Fence::new();
+    let token = match pool
+        .leader_acquire("leader-redis", Duration::from_secs(30))
+        .await
+        .unwrap()
+    {
+        activity_pool::LeaderGrant::Granted(t) => t,
+        activity_pool::LeaderGrant::Held => panic!("held"),
+    };
+    leader_fence.grant(token);
+    let leader_local = Arc::new(Recorder {
+        got: Default::default(),
+        released: tokio::sync::watch::channel(0).0,
+    });
+    tokio::spawn(take(
+        pool.fenced(leader_fence),
+        leader_local.clone(),
+        stop.clone(),
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while leader_local.got.lock().unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the leader never got the demand"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(*leader_local.got.lock().unwrap(), vec![demand]);
+    assert!(follower_local.got.lock().unwrap().is_empty());
+    stop.cancel();
+}
