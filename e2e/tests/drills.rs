@@ -241,6 +241,9 @@ fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
         verdict.violations,
         verdict.complete,
     );
+    for (at, e) in errors.iter().take(5) {
+        println!("[{tag}] extraction error at {at} ms: {e}");
+    }
     let logs = stack.procs.logs();
     assert!(
         twice.is_empty(),
