@@ -1,11 +1,13 @@
 //! A tiny ops listener: `GET /metrics` (Prometheus text), `GET /healthz` (always
-//! 200) and `GET /readyz` (200 while a fresh snapshot is installed, else 503).
-//! Reads at most one small request head per connection, with a timeout.
+//! 200) and `GET /readyz` (200 while a fresh snapshot is installed and shutdown has
+//! not begun, else 503). Reads at most one small request head per connection, with a
+//! timeout.
 
 use std::future::Future;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::listener::Gateway;
@@ -15,11 +17,14 @@ use crate::snapshot::live::now_ms;
 const MAX_REQUEST: usize = 4096;
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves the ops endpoints until `shutdown` resolves.
+/// Serves the ops endpoints until `shutdown` resolves. Once `terminating` is
+/// cancelled, `/readyz` answers 503 (the listeners may still be open: that is what
+/// takes the pod out of its Service's endpoints before they close).
 pub async fn serve_admin(
     listener: TcpListener,
     gateway: Gateway,
     snapshots: SnapshotHandle,
+    terminating: CancellationToken,
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
@@ -37,8 +42,11 @@ pub async fn serve_admin(
         };
         let gateway = gateway.clone();
         let snapshots = snapshots.clone();
+        let terminating = terminating.is_cancelled();
         tokio::spawn(async move {
-            let _ = tokio::time::timeout(TIMEOUT, answer(stream, &gateway, &snapshots)).await;
+            let _ =
+                tokio::time::timeout(TIMEOUT, answer(stream, &gateway, &snapshots, terminating))
+                    .await;
         });
     }
 }
@@ -47,6 +55,7 @@ async fn answer(
     mut stream: TcpStream,
     gateway: &Gateway,
     snapshots: &SnapshotHandle,
+    terminating: bool,
 ) -> std::io::Result<()> {
     let mut buf = vec![0u8; MAX_REQUEST];
     let mut len = 0;
@@ -64,6 +73,7 @@ async fn answer(
     let (status, body) = match path {
         b"/metrics" => ("200 OK", gateway.render_metrics()),
         b"/healthz" => ("200 OK", "ok\n".to_owned()),
+        b"/readyz" if terminating => ("503 Service Unavailable", "shutting down\n".to_owned()),
         b"/readyz" => {
             let fresh = snapshots
                 .load()

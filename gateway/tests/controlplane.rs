@@ -3,8 +3,9 @@
 //! traffic served from what arrived, runtime reports bound to the ACKed version, a
 //! corrupt delta NACKed and followed by a full resync, outcomes shipped; removed and
 //! draining proxies keep their open tunnels and take no new work, revocation takes
-//! effect before the next snapshot, and a controller gone silent past
-//! `max_stale_age_ms` stops new traffic while open tunnels continue.
+//! effect before the next snapshot, a controller gone silent past
+//! `max_stale_age_ms` stops new traffic while open tunnels continue, and a restarted
+//! controller's lower-numbered snapshots become the new baseline.
 
 mod common;
 mod fake_controller;
@@ -400,4 +401,71 @@ async fn silent_controller_past_max_stale_age_refuses_new_work_and_drains_tunnel
     // The tunnel opened while fresh continues.
     let r = echo_over(tunnel, &h.echo().to_string(), "/draining").await;
     assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
+}
+
+/// A controller that restarts (memory store, or any new replica) numbers snapshots from
+/// its own state: after the worker registers again, the new session's first full
+/// snapshot is taken as the baseline even though its (epoch, version) is below what the
+/// worker held, and traffic moves to its proxies. Found on the real cluster: gateways
+/// refused every snapshot of a restarted controller and went stale.
+#[tokio::test]
+async fn a_restarted_controller_numbering_from_scratch_is_followed() {
+    let mut h = Harness::start().await;
+    let (endpoint, mut seen) = fake_controller(Default::default()).await;
+    let a = h.proxy(Protocol::Http).await;
+    let b = h.proxy(Protocol::Http).await;
+    let outcomes = std::mem::replace(&mut h.outcomes, proxy_pool_gateway::outcome::queue(1).1);
+    let agent = Agent::new(agent_config(endpoint), h.handle.clone(), outcomes);
+    let stop = CancellationToken::new();
+    tokio::spawn(agent.run(stop.clone()));
+    let routings = vec![model::Routing {
+        name: "all".into(),
+        ..Default::default()
+    }];
+    let full = |st: &SnapshotState| {
+        pb::SnapshotUpdate::new(pb::snapshot_update::Update::Full(st.to_message()))
+    };
+
+    // Session 1: version 7 at a time-derived epoch, proxy A.
+    let (_, updates) = next(&mut seen.streams).await;
+    let before = Header {
+        version: 7,
+        ownership_epoch: 1_796_140_532_490_009,
+        ..header(7)
+    };
+    let mut pa = wire_proxy(&a);
+    pa.assignment_epoch = before.ownership_epoch;
+    let first = SnapshotState::build(before, routings.clone(), vec![pa]).unwrap();
+    updates.send(Ok(full(&first))).await.unwrap();
+    assert!(next(&mut seen.acks).await.accepted);
+    let r = get_once(h.http, USER, h.echo(), "/before").await;
+    assert_eq!(r.remote_ip(), h.egress(&a));
+
+    // The controller goes away; the worker registers with its replacement, which
+    // starts at version 1, epoch 0 (nothing assigned yet), with proxy B.
+    drop(updates);
+    let (_, updates) = next(&mut seen.streams).await;
+    let mut pb_ = wire_proxy(&b);
+    pb_.assignment_epoch = 0;
+    let after = Header {
+        version: 1,
+        ownership_epoch: 0,
+        ..header(1)
+    };
+    let second = SnapshotState::build(after, routings, vec![pb_]).unwrap();
+    updates.send(Ok(full(&second))).await.unwrap();
+    let ack = next(&mut seen.acks).await;
+    assert!(
+        ack.accepted,
+        "the new session's baseline is accepted: {}",
+        ack.reason
+    );
+    assert_eq!(h.handle.load().as_ref().unwrap().version, 1);
+    let r = get_once(h.http, USER, h.echo(), "/after").await;
+    assert_eq!(
+        r.remote_ip(),
+        h.egress(&b),
+        "served from the new controller's proxies"
+    );
+    stop.cancel();
 }

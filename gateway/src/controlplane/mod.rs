@@ -254,7 +254,12 @@ async fn watch_snapshots(
         })
         .await?
         .into_inner();
+    // The first full snapshot of this session is the new baseline (its numbers may be
+    // lower than the last session's: a restarted controller starts its own); from then
+    // on snapshots must move forward.
+    let mut baseline = true;
     while let Some(update) = stream.message().await? {
+        let full = matches!(update.update, Some(pb::snapshot_update::Update::Full(_)));
         let applied = apply(state, update);
         let (version, epoch, checksum) = match &applied {
             Ok(st) => header(st),
@@ -266,10 +271,11 @@ async fn watch_snapshots(
             }) => (*version, *epoch, checksum.clone()),
         };
         let verdict = match applied {
-            Ok(st) => publish(handle, st, clients).await,
+            Ok(st) => publish(handle, st, clients, baseline && full).await,
             Err(rejected) => Err(rejected.reason),
         };
         let accepted = verdict.is_ok();
+        baseline &= !accepted;
         rpc.acknowledge_snapshot(pb::AcknowledgeSnapshotRequest {
             worker_id: ids.worker_id.clone(),
             session_id: ids.session_id.clone(),
@@ -339,18 +345,26 @@ fn apply(
     }
 }
 
-/// Converts and builds the snapshot on a blocking thread, then swaps it in.
+/// Converts and builds the snapshot on a blocking thread, then swaps it in (a
+/// `baseline` without the ordering check).
 async fn publish(
     handle: &SnapshotHandle,
     st: &SnapshotState,
     clients: &[ClientCredential],
+    baseline: bool,
 ) -> Result<(), String> {
     let snapshot = convert::snapshot(&st.to_snapshot(), clients);
     let handle = handle.clone();
     let version = snapshot.version;
-    let built = tokio::task::spawn_blocking(move || handle.install(snapshot).map(|_| ()))
-        .await
-        .map_err(|_| "build task failed".to_owned())?;
+    let built = tokio::task::spawn_blocking(move || {
+        if baseline {
+            handle.install_baseline(snapshot).map(|_| ())
+        } else {
+            handle.install(snapshot).map(|_| ())
+        }
+    })
+    .await
+    .map_err(|_| "build task failed".to_owned())?;
     built.map_err(|err| {
         warn!(version, error = %err, "snapshot refused");
         "invalid snapshot".to_owned()

@@ -46,11 +46,29 @@ impl SnapshotHandle {
     }
 
     /// Validates, compiles and publishes `snapshot`. It stays usable until
-    /// `min(valid_until, now + max_stale_age)` unless refreshed.
+    /// `min(valid_until, now + max_stale_age)` unless refreshed. A snapshot older (by
+    /// ownership epoch, then version) than the installed one is refused.
     pub fn install(&self, snapshot: Snapshot) -> Result<Arc<LiveSnapshot>, SnapshotError> {
+        self.install_checked(snapshot, true)
+    }
+
+    /// [`install`](Self::install) without the ordering check: the first full snapshot
+    /// of a new control-plane session is the new baseline, whatever its numbers. A
+    /// restarted controller (or another replica) numbers its snapshots from its own
+    /// state, which may sit below what this worker held from the previous session.
+    pub fn install_baseline(&self, snapshot: Snapshot) -> Result<Arc<LiveSnapshot>, SnapshotError> {
+        self.install_checked(snapshot, false)
+    }
+
+    fn install_checked(
+        &self,
+        snapshot: Snapshot,
+        ordered: bool,
+    ) -> Result<Arc<LiveSnapshot>, SnapshotError> {
         let version = snapshot.version;
         let _build = self.inner.registry.lock();
-        if let Some(cur) = self.inner.current.load().as_ref()
+        if ordered
+            && let Some(cur) = self.inner.current.load().as_ref()
             && (snapshot.epoch, snapshot.version) < (cur.epoch, cur.version)
         {
             return Err(SnapshotError {
@@ -223,6 +241,15 @@ mod tests {
         assert!(
             handle.install(snapshot(2, vec![])).is_err(),
             "older version refused"
+        );
+        // A new session's first full snapshot is the new baseline.
+        let baseline = handle
+            .install_baseline(snapshot(1, vec![proxy("c", 1)]))
+            .unwrap();
+        assert_eq!((baseline.version, baseline.proxies.len()), (1, 1));
+        assert!(
+            handle.install(snapshot(2, vec![])).is_ok(),
+            "ordered from it on"
         );
     }
 
