@@ -74,6 +74,13 @@ proxypool.io/component: {{ .component }}
 {{- toYaml (mustMergeOverwrite $base (deepCopy $v.controller.config)) -}}
 {{- end -}}
 
+{{/* A map with every value a string (annotations): `--set a.b=2` gives a number. */}}
+{{- define "proxy-pool.strings" -}}
+{{- $out := dict -}}
+{{- range $k, $v := . }}{{ $_ := set $out $k (toString $v) }}{{ end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
 {{/* Pod settings of the operator-made gateway Deployments (the operator's
      --gateway-pod-settings file; operator/src/reconcile/gateway_pod.rs). */}}
 {{- define "proxy-pool.gatewayPodSettings" -}}
@@ -83,7 +90,7 @@ proxypool.io/component: {{ .component }}
   "podSecurityContext" .Values.podSecurityContext
   "securityContext" .Values.securityContext
   "resources" $g.resources
-  "podAnnotations" $g.podAnnotations
+  "podAnnotations" (include "proxy-pool.strings" $g.podAnnotations | fromYaml)
   "nodeSelector" $g.nodeSelector
   "tolerations" $g.tolerations
   "topologySpreadConstraints" $g.topologySpreadConstraints
