@@ -1,7 +1,8 @@
 //! A tiny ops listener: `GET /metrics` (Prometheus text), `GET /healthz` (always
-//! 200) and `GET /readyz` (200 while a fresh snapshot is installed and shutdown has
-//! not begun, else 503). Reads at most one small request head per connection, with a
-//! timeout.
+//! 200) and `GET /readyz` (200 while a fresh snapshot with at least one usable proxy
+//! is installed and shutdown has not begun, else 503: a worker that could only refuse
+//! stays out of its Service). Reads at most one small request head per connection,
+//! with a timeout.
 
 use std::future::Future;
 use std::time::Duration;
@@ -75,14 +76,16 @@ async fn answer(
         b"/healthz" => ("200 OK", "ok\n".to_owned()),
         b"/readyz" if terminating => ("503 Service Unavailable", "shutting down\n".to_owned()),
         b"/readyz" => {
-            let fresh = snapshots
-                .load()
-                .as_ref()
-                .is_some_and(|s| !s.is_stale(now_ms()));
-            if fresh {
-                ("200 OK", "ready\n".to_owned())
-            } else {
-                ("503 Service Unavailable", "no fresh snapshot\n".to_owned())
+            let now = now_ms();
+            match snapshots.load().as_ref() {
+                Some(s) if s.is_stale(now) => {
+                    ("503 Service Unavailable", "no fresh snapshot\n".to_owned())
+                }
+                Some(s) if !s.has_usable_proxy(now) => {
+                    ("503 Service Unavailable", "no usable proxy\n".to_owned())
+                }
+                Some(_) => ("200 OK", "ready\n".to_owned()),
+                None => ("503 Service Unavailable", "no fresh snapshot\n".to_owned()),
             }
         }
         _ => ("404 Not Found", "not found\n".to_owned()),
