@@ -47,6 +47,11 @@ while [ $# -gt 0 ]; do
 done
 
 [ "$(id -u)" = 0 ] || cluster_die "needs root (it runs containerd, the kubelet and kube-proxy)"
+# The kubelet evicts every pod below 512 MiB free (evictionHard); images, container
+# layers and logs need about 1 GiB more.
+free_mib=$(df --output=avail -BM "$(dirname "$CLUSTER_DIR")" | tail -n 1 | tr -dc 0-9)
+[ "${free_mib:-0}" -ge 1536 ] ||
+    cluster_die "only ${free_mib:-0} MiB free on $(dirname "$CLUSTER_DIR"); the cluster needs 1.5 GiB"
 START=$SECONDS
 elapsed() { echo "$((SECONDS - START))s"; }
 

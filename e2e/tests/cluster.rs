@@ -59,6 +59,7 @@ async fn proxy_pool_on_a_real_cluster() {
     the_guard_holds(&c).await;
     helm_test_passes(&c).await;
     helm_upgrade_rolls_controller_and_gateways(&c).await;
+    a_gateway_roll_loses_no_request(&c).await;
     a_deleted_controller_pod_is_replaced(&c).await;
     the_guard_holds(&c).await;
     helm_uninstall_leaves_no_release_object(&c).await;
@@ -551,6 +552,75 @@ async fn helm_upgrade_rolls_controller_and_gateways(c: &LocalCluster) {
     );
 }
 
+/// Only the gateways roll (a gateway value changes): each old pod turns unready on
+/// SIGTERM and keeps serving for the shutdown delay while the endpoints drop it, then
+/// drains; the new pods get their proxies from the running controller. No request
+/// through the Service may fail.
+async fn a_gateway_roll_loses_no_request(c: &LocalCluster) {
+    let controller_rs = template_hash(c, CONTROLLER).await;
+    let gateway_rs = template_hash(c, GATEWAY).await;
+    let traffic = Traffic::start(c).await;
+    // Steady traffic first, so the count below is the roll's own.
+    assert!(
+        traffic
+            .recovered_within(Duration::from_secs(120))
+            .await
+            .is_some(),
+        "traffic through the gateway before the gateway roll"
+    );
+    let started = Instant::now();
+    let out = c
+        .helm(
+            &[
+                "upgrade",
+                RELEASE,
+                "charts/proxy-pool",
+                "-n",
+                NS,
+                "--values",
+                "scripts/cluster/values.yaml",
+                "--set",
+                "controller.podAnnotations.e2e-rollout=2",
+                "--set",
+                "gateway.podAnnotations.e2e-rollout=3",
+                "--wait",
+                "--timeout",
+                "5m",
+            ],
+            Duration::from_secs(360),
+        )
+        .await;
+    assert!(
+        out.success,
+        "helm upgrade:\n{}\n{}\n{}",
+        out.stdout,
+        out.stderr,
+        c.logs()
+    );
+    eventually(c, "the gateway Deployment to roll", 240, || async {
+        template_hash(c, GATEWAY).await != gateway_rs && rolled_out(c, GATEWAY).await
+    })
+    .await;
+    let roll = started.elapsed();
+    // The old pods' termination (shutdown delay + drain) overlaps the end of the roll.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let report = traffic.stop().await;
+    assert_eq!(
+        template_hash(c, CONTROLLER).await,
+        controller_rs,
+        "the controller did not roll"
+    );
+    eprintln!(
+        "gateway-only roll ({:.0}s): {} requests through the gateway, {} failed {:?}",
+        roll.as_secs_f64(),
+        report.total,
+        report.failed,
+        report.failures
+    );
+    assert!(report.total >= 20, "{report:?}");
+    assert_eq!(report.failed, 0, "a gateway roll lost requests: {report:?}");
+}
+
 async fn a_deleted_controller_pod_is_replaced(c: &LocalCluster) {
     let before = pod_names(c, "proxypool.io/component=controller").await;
     let traffic = Traffic::start(c).await;
@@ -957,11 +1027,20 @@ async fn extract(c: &LocalCluster, key: Option<&str>, idempotency: &str) -> (u16
         header = format!("X-API-Key: {k}");
         args.extend_from_slice(&["-H", &header]);
     }
-    let mut all = vec!["curl"];
-    all.extend_from_slice(&args);
-    let out = host(&all).await;
-    let (body, code) = out.rsplit_once('\n').expect("status line");
-    (code.trim().parse().unwrap_or(0), body.to_owned())
+    // Not `host()`: a failed call (no route to a pod that just went away) is an
+    // answer here (status 0 and curl's message), and the arguments hold the key.
+    let out = tokio::process::Command::new("curl")
+        .args(&args)
+        .output()
+        .await
+        .expect("run curl");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    match stdout.rsplit_once('\n') {
+        Some((body, code)) if out.status.success() => {
+            (code.trim().parse().unwrap_or(0), body.to_owned())
+        }
+        _ => (0, String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
 }
 
 fn proxy_ids(body: &str) -> BTreeSet<String> {
@@ -1040,9 +1119,12 @@ where
 /// Requests through the gateway Service, one fresh connection each (so kube-proxy
 /// spreads them over the gateway pods), about ten a second, until stopped; bounded in
 /// count and time.
+/// When each request was sent, and how it ended.
+type TrafficLog = Arc<parking_lot::Mutex<Vec<(SystemTime, Result<(), String>)>>>;
+
 struct Traffic {
     stop: Arc<AtomicBool>,
-    log: Arc<parking_lot::Mutex<Vec<(SystemTime, Result<(), String>)>>>,
+    log: TrafficLog,
     started: Instant,
     task: tokio::task::JoinHandle<()>,
 }

@@ -119,14 +119,17 @@ hairpinMode: hairpin-veth
 nodeStatusUpdateFrequency: 5s
 syncFrequency: 10s
 serializeImagePulls: false
-# A shared development machine: evict only when the node is really out of room.
+# A shared development machine: evict only when the node is really out of room, in
+# absolute terms (a percentage of a large, busy disk is gigabytes that other builds use).
 evictionHard:
   memory.available: 100Mi
-  nodefs.available: 2%
-  nodefs.inodesFree: 2%
-  imagefs.available: 2%
-imageGCHighThresholdPercent: 98
-imageGCLowThresholdPercent: 97
+  nodefs.available: 512Mi
+  nodefs.inodesFree: 1%
+  imagefs.available: 512Mi
+# Never garbage-collect images: they are imported, not pullable, and an image a pod
+# has not started yet counts as unused.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
 shutdownGracePeriod: 0s
 EOF
 }
