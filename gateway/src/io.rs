@@ -259,6 +259,8 @@ pub enum TunnelEnd {
     Idle,
     /// Cancelled (shutdown grace expired).
     Cancelled,
+    /// The worker's lease on the proxy ended (`stop` resolved).
+    LeaseEnded,
     /// An I/O error on either side.
     Error,
 }
@@ -276,6 +278,7 @@ pub async fn tunnel(
     upstream: &mut BufConn,
     idle: Duration,
     cancel: &CancellationToken,
+    stop: impl std::future::Future<Output = ()>,
 ) -> (u64, u64, TunnelEnd) {
     let base = Instant::now();
     let last = AtomicU64::new(0);
@@ -338,6 +341,7 @@ pub async fn tunnel(
         res = relay => if res.is_ok() { TunnelEnd::Closed } else { TunnelEnd::Error },
         () = watchdog => TunnelEnd::Idle,
         () = cancel.cancelled() => TunnelEnd::Cancelled,
+        () = stop => TunnelEnd::LeaseEnded,
     };
     (
         up.load(Ordering::Relaxed),
@@ -444,7 +448,14 @@ mod tests {
         let (b, _b_peer) = pair().await;
         let (mut a, mut b) = (BufConn::new(a, 1024), BufConn::new(b, 1024));
         let cancel = CancellationToken::new();
-        let (_, _, end) = tunnel(&mut a, &mut b, Duration::from_secs(5), &cancel).await;
+        let (_, _, end) = tunnel(
+            &mut a,
+            &mut b,
+            Duration::from_secs(5),
+            &cancel,
+            std::future::pending(),
+        )
+        .await;
         assert_eq!(end, TunnelEnd::Idle);
     }
 }

@@ -112,6 +112,11 @@ struct Cli {
     /// Empty: they are left unowned.
     #[arg(long, env = "PROXY_POOL_OWNER_DEPLOYMENT", default_value = "")]
     owner_deployment: String,
+    /// `http://host:port` of the controller's admin Service: Upstream status takes its
+    /// inventory, last fetch time and vendor fetch failures from there (empty: the
+    /// Upstream status reports the config only).
+    #[arg(long, default_value = "")]
+    controller_admin_url: String,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -185,6 +190,8 @@ fn main() -> anyhow::Result<()> {
         },
         instance: Some(cli.pod_name.clone()),
         controller_tls,
+        controller_admin: (!cli.controller_admin_url.is_empty())
+            .then(|| cli.controller_admin_url.clone()),
     };
     let leader = LeaderSettings {
         lease_name: cli.lease_name,

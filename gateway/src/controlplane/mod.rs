@@ -180,6 +180,7 @@ impl Agent {
             self.handle
                 .set_max_stale_age(Duration::from_millis(reg.max_stale_age_ms));
         }
+        self.handle.new_session();
         info!(session = %reg.session_id, "registered with the control plane");
         let ids = Ids {
             worker_id: self.cfg.worker_id.clone(),
@@ -254,12 +255,7 @@ async fn watch_snapshots(
         })
         .await?
         .into_inner();
-    // The first full snapshot of this session is the new baseline (its numbers may be
-    // lower than the last session's: a restarted controller starts its own); from then
-    // on snapshots must move forward.
-    let mut baseline = true;
     while let Some(update) = stream.message().await? {
-        let full = matches!(update.update, Some(pb::snapshot_update::Update::Full(_)));
         let applied = apply(state, update);
         let (version, epoch, checksum) = match &applied {
             Ok(st) => header(st),
@@ -271,11 +267,10 @@ async fn watch_snapshots(
             }) => (*version, *epoch, checksum.clone()),
         };
         let verdict = match applied {
-            Ok(st) => publish(handle, st, clients, baseline && full).await,
+            Ok(st) => publish(handle, st, clients).await,
             Err(rejected) => Err(rejected.reason),
         };
         let accepted = verdict.is_ok();
-        baseline &= !accepted;
         rpc.acknowledge_snapshot(pb::AcknowledgeSnapshotRequest {
             worker_id: ids.worker_id.clone(),
             session_id: ids.session_id.clone(),
@@ -345,34 +340,32 @@ fn apply(
     }
 }
 
-/// Converts and builds the snapshot on a blocking thread, then swaps it in (a
-/// `baseline` without the ordering check).
+/// Converts and builds the snapshot on a blocking thread, then swaps it in.
 async fn publish(
     handle: &SnapshotHandle,
     st: &SnapshotState,
     clients: &[ClientCredential],
-    baseline: bool,
 ) -> Result<(), String> {
     let snapshot = convert::snapshot(&st.to_snapshot(), clients);
     let handle = handle.clone();
     let version = snapshot.version;
-    let built = tokio::task::spawn_blocking(move || {
-        if baseline {
-            handle.install_baseline(snapshot).map(|_| ())
-        } else {
-            handle.install(snapshot).map(|_| ())
-        }
-    })
-    .await
-    .map_err(|_| "build task failed".to_owned())?;
+    let built = tokio::task::spawn_blocking(move || handle.install(snapshot).map(|_| ()))
+        .await
+        .map_err(|_| "build task failed".to_owned())?;
     built.map_err(|err| {
         warn!(version, error = %err, "snapshot refused");
         "invalid snapshot".to_owned()
     })
 }
 
+/// While a draining proxy is still in use, how often the reporter looks whether it
+/// became idle (a report is sent only when one did).
+const DRAIN_POLL: Duration = Duration::from_millis(100);
+
 /// Sends runtime counts (and the interval's per-Routing usage) every `interval`,
-/// bound to the last ACKed snapshot. Usage waits in the recorder until a report can
+/// bound to the last ACKed snapshot; also right after each accepted snapshot and as
+/// soon as a draining proxy becomes idle, so a drain completes within a pass of the
+/// controller rather than a report interval. Usage waits in the recorder until a report can
 /// be sent; a report the controller refuses with FAILED_PRECONDITION (it counted
 /// nothing) has its usage resent with the next report, possibly in the next session;
 /// any other failure may or may not have been counted, so its usage is dropped and
@@ -381,7 +374,7 @@ async fn report_runtime(
     channel: Channel,
     ids: Ids,
     handle: SnapshotHandle,
-    acked: watch::Receiver<Acked>,
+    mut acked: watch::Receiver<Acked>,
     interval: Duration,
     recorder: Option<&UsageRecorder>,
     pending: &mut UsageReport,
@@ -389,11 +382,21 @@ async fn report_runtime(
     let mut rpc = WorkerControlPlaneClient::new(channel);
     let mut sequence = 0u64;
     let mut tick = tokio::time::interval(interval);
+    let mut acked_open = true;
+    // Draining proxies in use at the last report.
+    let mut draining: Vec<ProxyId> = Vec::new();
     loop {
-        tick.tick().await;
-        let Some((version, epoch)) = *acked.borrow() else {
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = acked.changed(), if acked_open => {
+                acked_open = changed.is_ok();
+            }
+            () = drained(&handle, &draining), if !draining.is_empty() => {}
+        }
+        let Some((version, epoch)) = *acked.borrow_and_update() else {
             continue;
         };
+        draining = handle.busy_draining();
         let counts = handle
             .runtime_report()
             .into_iter()
@@ -443,6 +446,17 @@ async fn report_runtime(
                 .map(|s| ProxyId::from(s.as_str()))
                 .collect();
             handle.revoke(&ids);
+        }
+    }
+}
+
+/// Resolves once one of `draining` (busy at the last report) is no longer busy.
+async fn drained(handle: &SnapshotHandle, draining: &[ProxyId]) {
+    loop {
+        tokio::time::sleep(DRAIN_POLL).await;
+        let busy = handle.busy_draining();
+        if draining.iter().any(|id| !busy.contains(id)) {
+            return;
         }
     }
 }

@@ -30,6 +30,9 @@ struct Inner {
     capacity: CapacityRegistry,
     /// Milliseconds; set by the control plane at registration.
     max_stale_age_ms: AtomicU64,
+    /// A new control-plane session began: its first snapshot is installed whatever
+    /// its (epoch, version) (a restarted controller numbers afresh).
+    new_session: std::sync::atomic::AtomicBool,
 }
 
 impl SnapshotHandle {
@@ -41,34 +44,19 @@ impl SnapshotHandle {
                 registry: Mutex::new(()),
                 capacity: CapacityRegistry::default(),
                 max_stale_age_ms: AtomicU64::new(duration_ms(max_stale_age)),
+                new_session: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
 
     /// Validates, compiles and publishes `snapshot`. It stays usable until
-    /// `min(valid_until, now + max_stale_age)` unless refreshed. A snapshot older (by
-    /// ownership epoch, then version) than the installed one is refused.
+    /// `min(valid_until, now + max_stale_age)` unless refreshed.
     pub fn install(&self, snapshot: Snapshot) -> Result<Arc<LiveSnapshot>, SnapshotError> {
-        self.install_checked(snapshot, true)
-    }
-
-    /// [`install`](Self::install) without the ordering check: the first full snapshot
-    /// of a new control-plane session is the new baseline, whatever its numbers. A
-    /// restarted controller (or another replica) numbers its snapshots from its own
-    /// state, which may sit below what this worker held from the previous session.
-    pub fn install_baseline(&self, snapshot: Snapshot) -> Result<Arc<LiveSnapshot>, SnapshotError> {
-        self.install_checked(snapshot, false)
-    }
-
-    fn install_checked(
-        &self,
-        snapshot: Snapshot,
-        ordered: bool,
-    ) -> Result<Arc<LiveSnapshot>, SnapshotError> {
         let version = snapshot.version;
         let _build = self.inner.registry.lock();
-        if ordered
-            && let Some(cur) = self.inner.current.load().as_ref()
+        let fresh_session = self.inner.new_session.load(Ordering::Acquire);
+        if let Some(cur) = self.inner.current.load().as_ref()
+            && !fresh_session
             && (snapshot.epoch, snapshot.version) < (cur.epoch, cur.version)
         {
             return Err(SnapshotError {
@@ -85,6 +73,7 @@ impl SnapshotHandle {
             stale_at,
         )?);
         self.inner.current.store(Some(live.clone()));
+        self.inner.new_session.store(false, Ordering::Release);
         debug!(
             version,
             proxies = live.proxies.len(),
@@ -97,6 +86,13 @@ impl SnapshotHandle {
     /// The current snapshot (one atomic load; hold the guard only briefly).
     pub fn load(&self) -> Guard<Option<Arc<LiveSnapshot>>> {
         self.inner.current.load()
+    }
+
+    /// A new control-plane session began (the worker registered again, perhaps with a
+    /// restarted controller whose versions start afresh): the next snapshot replaces
+    /// the current one whatever its (epoch, version). Within a session they only grow.
+    pub fn new_session(&self) {
+        self.inner.new_session.store(true, Ordering::Release);
     }
 
     /// Records that the control plane confirmed the current snapshot is still
@@ -125,6 +121,12 @@ impl SnapshotHandle {
         for id in ids {
             self.inner.capacity.close(id);
         }
+    }
+
+    /// Draining (or removed) proxies that are still in use: the agent reports as soon
+    /// as one of them becomes idle, so the controller can finish its drain.
+    pub fn busy_draining(&self) -> Vec<ProxyId> {
+        self.inner.capacity.busy_draining()
     }
 
     /// Active/Reserved counts of every proxy, including removed ones still draining.
@@ -206,6 +208,8 @@ mod tests {
             observed_latency: None,
             draining: false,
             assignment_epoch: 0,
+            lease_until: None,
+            excluded_routings: Vec::new(),
         }
     }
 
@@ -241,15 +245,6 @@ mod tests {
         assert!(
             handle.install(snapshot(2, vec![])).is_err(),
             "older version refused"
-        );
-        // A new session's first full snapshot is the new baseline.
-        let baseline = handle
-            .install_baseline(snapshot(1, vec![proxy("c", 1)]))
-            .unwrap();
-        assert_eq!((baseline.version, baseline.proxies.len()), (1, 1));
-        assert!(
-            handle.install(snapshot(2, vec![])).is_ok(),
-            "ordered from it on"
         );
     }
 

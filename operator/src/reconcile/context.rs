@@ -46,6 +46,10 @@ pub struct OperatorConfig {
     /// Issue the controller's control-plane certificate and render `controlPlane.tls`
     /// (`None`: the base config's `controlPlane` is rendered as it is).
     pub controller_tls: Option<super::tls::ControllerTls>,
+    /// `http://host:port` of the controller's admin listener: each Upstream's status
+    /// takes its inventory, last fetch time and fetch failures from there (`None`:
+    /// Upstream status reports the config only).
+    pub controller_admin: Option<String>,
 }
 
 impl OperatorConfig {
