@@ -37,7 +37,8 @@ const CONTROLLER: &str = "proxy-pool-controller";
 const CLIENT_POD: &str = "e2e-client";
 /// The simulator's echo server as its proxies see it (their own loopback).
 const ECHO_HTTP: &str = "http://localhost:8901";
-const ECHO_HTTPS: &str = "https://localhost:8902";
+/// On 443: the Routing's `localhost` target is TARGET-checked there.
+const ECHO_HTTPS: &str = "https://localhost";
 /// Routing parameters the example Routing matches.
 const PARAMS: &str = "-region-shanghai";
 
