@@ -518,7 +518,7 @@ async fn config_map_is_rendered(client: &kube::Client) -> String {
     assert_eq!(u.health.timeout, Duration::from_secs(3));
     assert_eq!(u.health.failure_threshold.get(), 2);
     assert!(u.health.egress);
-    assert_eq!(u.health.targets, ["https://localhost:8902/"]);
+    assert_eq!(u.health.targets, ["https://localhost/"]);
     let proxy_pool_api::config::SourceConfig::VendorApi(v) = &u.source else {
         panic!("vendor API upstream")
     };
