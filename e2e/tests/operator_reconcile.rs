@@ -27,7 +27,8 @@ use proxy_pool_gateway::snapshot::ClientCredential;
 use proxy_pool_operator::crd::{DistributionClient, Routing, Upstream};
 use proxy_pool_operator::identity::{CaParams, IdentityOptions, IdentityService, IssuerConfig};
 use proxy_pool_operator::reconcile::{
-    self, Context, ControllerTls, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig,
+    self, Context, ControllerTls, GatewayPodSettings, GatewayTemplate, LeaderSettings, Metrics,
+    OperatorConfig,
 };
 
 const NS: &str = "proxy-pool";
@@ -176,6 +177,7 @@ fn operator_config(base_yaml: &str) -> OperatorConfig {
             controller_address: "proxy-pool-controller.proxy-pool.svc:9443".into(),
             identity_endpoint: "https://proxy-pool-operator.proxy-pool.svc:8443".into(),
             trust_bundle_config_map: "proxy-pool-trust-bundle".into(),
+            pod: GatewayPodSettings::default(),
         },
         instance: Some("operator-0".into()),
         controller_admin: ADMIN.get().map(|a| a.url.clone()),
@@ -519,7 +521,7 @@ async fn config_map_is_rendered(client: &kube::Client) -> String {
         ),
         ("region", ["shanghai".to_owned()].as_slice())
     );
-    assert_eq!(r.target_hosts, ["*.example.com", "example.org"]);
+    assert_eq!(r.target_hosts, ["localhost", "*.example.com"]);
     assert_eq!(
         (r.regions.as_slice(), r.carriers.as_slice()),
         (
@@ -543,7 +545,7 @@ async fn config_map_is_rendered(client: &kube::Client) -> String {
     assert_eq!(u.health.timeout, Duration::from_secs(3));
     assert_eq!(u.health.failure_threshold.get(), 2);
     assert!(u.health.egress);
-    assert_eq!(u.health.targets, ["https://example.com/"]);
+    assert_eq!(u.health.targets, ["https://localhost/"]);
     let proxy_pool_api::config::SourceConfig::VendorApi(v) = &u.source else {
         panic!("vendor API upstream")
     };

@@ -13,7 +13,8 @@ use proxy_pool_operator::identity::IssuerConfig;
 use proxy_pool_operator::identity::authz::CheckerWorkload;
 use proxy_pool_operator::identity::service::{IdentityOptions, IdentityService};
 use proxy_pool_operator::reconcile::{
-    self, ControllerTls, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig, http,
+    self, ControllerTls, GatewayPodSettings, GatewayTemplate, LeaderSettings, Metrics,
+    OperatorConfig, http,
 };
 
 /// Proxy Pool operator: renders the controller config and runs gateways from
@@ -48,6 +49,11 @@ struct Cli {
     /// Gateway image pull policy.
     #[arg(long, default_value = "IfNotPresent")]
     gateway_image_pull_policy: String,
+    /// Pod settings of the gateway Deployments (YAML: hardening, pull secrets, default
+    /// resources, scheduling, shutdown timing, PodDisruptionBudget); without it the
+    /// built-in defaults (Pod Security `restricted`, a PodDisruptionBudget).
+    #[arg(long, env = "PROXY_POOL_GATEWAY_POD_SETTINGS")]
+    gateway_pod_settings: Option<PathBuf>,
     /// ServiceAccount of the gateway pods.
     #[arg(long, env = "PROXY_POOL_GATEWAY_SERVICE_ACCOUNT")]
     gateway_service_account: String,
@@ -101,6 +107,11 @@ struct Cli {
     /// Lifetime of the controller's certificate, hours (renewed at half-life).
     #[arg(long, default_value_t = 24)]
     controller_cert_hours: u64,
+    /// This operator's own Deployment (in `--namespace`): it owns the identity CA
+    /// Secret and the trust bundle ConfigMap, so removing the operator removes them.
+    /// Empty: they are left unowned.
+    #[arg(long, env = "PROXY_POOL_OWNER_DEPLOYMENT", default_value = "")]
+    owner_deployment: String,
     /// `http://host:port` of the controller's admin Service: Upstream status takes its
     /// inventory, last fetch time and vendor fetch failures from there (empty: the
     /// Upstream status reports the config only).
@@ -120,6 +131,15 @@ fn main() -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", cli.base_config.display()))?;
     let base_config = proxy_pool_api::config::parse_yaml(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", cli.base_config.display()))?;
+    let gateway_pod = match &cli.gateway_pod_settings {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            GatewayPodSettings::from_yaml(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => GatewayPodSettings::default(),
+    };
     let checker = match (
         cli.checker_deployment.as_str(),
         cli.checker_service_account.as_str(),
@@ -134,7 +154,7 @@ fn main() -> anyhow::Result<()> {
             service_account: service_account.to_owned(),
         }),
     };
-    let identity = IdentityOptions::new(
+    let mut identity = IdentityOptions::new(
         &cli.namespace,
         &cli.identity_service,
         IssuerConfig {
@@ -153,7 +173,7 @@ fn main() -> anyhow::Result<()> {
         lifetime: Duration::from_secs(cli.controller_cert_hours.max(1) * 3600),
     });
     let config = OperatorConfig {
-        namespace: cli.namespace,
+        namespace: cli.namespace.clone(),
         base_config,
         controller_deployment: cli.controller_deployment,
         controller_container: cli.controller_container,
@@ -166,6 +186,7 @@ fn main() -> anyhow::Result<()> {
             controller_address: cli.controller_address,
             identity_endpoint: cli.identity_endpoint,
             trust_bundle_config_map: cli.trust_bundle_config_map,
+            pod: gateway_pod,
         },
         instance: Some(cli.pod_name.clone()),
         controller_tls,
@@ -182,6 +203,17 @@ fn main() -> anyhow::Result<()> {
         let client = kube::Client::try_default()
             .await
             .context("Kubernetes client")?;
+        if !cli.owner_deployment.is_empty() {
+            identity.owner = Some(
+                reconcile::config::owner_of_deployment(
+                    &client,
+                    &cli.namespace,
+                    &cli.owner_deployment,
+                )
+                .await
+                .with_context(|| format!("reading Deployment {}", cli.owner_deployment))?,
+            );
+        }
         let health = http::Health::default();
         let metrics: Arc<Metrics> = health.metrics.clone();
         let listener = tokio::net::TcpListener::bind(cli.ops_listen)

@@ -87,6 +87,9 @@ pub struct GatewayTemplate {
     pub identity_endpoint: String,
     /// ConfigMap with the identity trust bundle (`ca.crt`).
     pub trust_bundle_config_map: String,
+    /// Hardening, scheduling, shutdown timing and PodDisruptionBudget (the chart's
+    /// `gateway.*` values).
+    pub pod: super::gateway_pod::GatewayPodSettings,
 }
 
 /// Shared by every reconcile.
