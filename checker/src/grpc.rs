@@ -10,7 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use proxy_pool_api::controlplane::client::{Backoff, ClientOptions, ClientTransport, connect};
+use proxy_pool_api::controlplane::client::{
+    Backoff, ClientOptions, ClientTransport, Endpoints, connect,
+};
 use proxy_pool_api::controlplane::model as wire;
 use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_api::controlplane::pb;
@@ -56,6 +58,8 @@ type Client = CheckerControlPlaneClient<Channel>;
 #[derive(Debug)]
 struct Shared {
     options: GrpcOptions,
+    /// `options.endpoint` split: the controller replicas, tried in turn.
+    endpoints: Endpoints,
     /// When set, replaces `options.transport` with material read per connection.
     tls: Option<(WorkerTls, String)>,
     session: Mutex<Option<(Client, String)>>,
@@ -177,6 +181,7 @@ impl GrpcBinding {
             .clamp(1, 4_096);
         let (tx, rx) = mpsc::channel(buffer);
         let shared = Arc::new(Shared {
+            endpoints: Endpoints::parse_lenient(&options.endpoint),
             options,
             tls,
             session: Mutex::new(None),
@@ -206,7 +211,7 @@ async fn register(shared: &Shared) -> Result<(Client, String), String> {
             }
         }
     };
-    let channel = connect(&o.endpoint, &transport, &o.client)
+    let channel = connect(shared.endpoints.current(), &transport, &o.client)
         .await
         .map_err(|e| e.to_string())?;
     let mut client = Client::new(channel);
@@ -219,7 +224,7 @@ async fn register(shared: &Shared) -> Result<(Client, String), String> {
             supported_protocol_versions: SUPPORTED_PROTOCOL_VERSIONS.to_vec(),
         })
         .await
-        .map_err(|s| format!("register: {}", s.code()))?
+        .map_err(|s| format!("register: {} {}", s.code(), s.message()))?
         .into_inner();
     info!(checker = %o.checker_id, session = %reg.session_id, "registered with the control plane");
     Ok((client, reg.session_id))
@@ -239,7 +244,14 @@ async fn stream_loop(
         *shared.session.lock() = None;
         match served {
             Ok(()) => backoff.reset(),
-            Err(e) => warn!(error = %e, "checker control-plane stream failed"),
+            Err(e) => {
+                warn!(error = %e, endpoint = shared.endpoints.current(), "checker control-plane stream failed");
+                // Unreachable, or another replica leads: try the next endpoint.
+                shared.endpoints.rotate();
+                if e.ends_with(proxy_pool_api::controlplane::NOT_LEADER) {
+                    backoff.reset();
+                }
+            }
         }
         let delay = backoff.next_delay();
         tokio::select! {

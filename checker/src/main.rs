@@ -32,7 +32,8 @@ struct Args {
 #[derive(clap::Args, Debug)]
 struct RunArgs {
     /// Control plane, `https://controller:port` (`http://127.0.0.1:port` with
-    /// `--loopback-plaintext`).
+    /// `--loopback-plaintext`); several controller replicas separated by commas, tried
+    /// in turn until the leader answers.
     #[arg(long)]
     controller: String,
     /// This checker's ID (the name in its certificate).

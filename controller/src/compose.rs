@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use activity_pool::SystemClock;
 use activity_pool::model::Secret;
-use activity_pool::ports::{HealthStore, Upserter};
 use activity_pool::{Clock, PoolError};
 use proxy_pool_api::config::{Config, ControlPlaneTransport, SourceConfig};
 use proxy_pool_api::controlplane::model::Secret as WireSecret;
@@ -29,6 +28,7 @@ use crate::controlplane::{
 use crate::health::{
     BridgeOptions, CheckerBridge, HealthMetrics, HealthService, PlannerConfig, ReducerConfig,
 };
+use crate::leadership::{Elector, ElectorOptions, Leadership, RedisLease};
 use crate::metrics::Metrics;
 use crate::provider::{
     ProviderError, ProviderMetrics, ProviderReconciler, ResolvedSecrets, plan_upstream,
@@ -91,27 +91,61 @@ pub enum ComposeError {
     AnalyticsSchema(String),
 }
 
-/// Builds the store the config names and keeps every port of the same pool (the
-/// control plane needs more than [`Ports`] carries).
-pub async fn build_store(config: &Config) -> Result<(Store, ControlPlanePorts), ComposeError> {
-    use activity_pool::MemoryPool;
+/// A built store with every port of the same pool (the control plane needs more than
+/// [`Ports`] carries) and how this replica is elected.
+#[derive(Debug)]
+pub struct BuiltStore {
+    /// The controller's ports.
+    pub store: Store,
+    /// The control plane's ports.
+    pub control_plane: ControlPlanePorts,
+    /// Redis: the election (its leader-only writes are fenced by the elector's
+    /// token). Memory: `None`, the one replica leads.
+    pub elector: Option<Elector>,
+    /// This replica's role.
+    pub leadership: Leadership,
+    /// Redis: the (fenced) pool that relays extraction demand to the leader.
+    pub relay: Option<activity_pool::RedisPool>,
+}
+
+/// Builds the store the config names and, with Redis, the leader election: every
+/// Redis port's leader-only writes carry the elector's fencing token.
+pub async fn build_store(config: &Config) -> Result<BuiltStore, ComposeError> {
+    use activity_pool::{Fence, MemoryPool};
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     match &config.store {
         proxy_pool_api::config::StoreConfig::Memory => {
             let pool = Arc::new(MemoryPool::new(store::pool_options(&config.pool)));
-            Ok((
-                Store {
+            Ok(BuiltStore {
+                store: Store {
                     ports: ports_of(pool.clone()),
                     redis: None,
                 },
-                ControlPlanePorts::from_pool(pool, clock),
-            ))
+                control_plane: ControlPlanePorts::from_pool(pool, clock),
+                elector: None,
+                leadership: Leadership::sole(),
+                relay: None,
+            })
         }
         proxy_pool_api::config::StoreConfig::Redis(_) => {
-            let built = store::build(config).await?;
+            let fence = Fence::new();
+            let built = store::build_fenced(config, Some(&fence)).await?;
             let redis = redis_pool(config).await?;
+            let (elector, leadership) = Elector::new(
+                Arc::new(RedisLease::new(redis.as_ref().clone())),
+                crate::leadership::holder_name(None),
+                fence.clone(),
+                ElectorOptions::from(&config.leadership),
+            );
+            let fenced = redis.fenced(fence);
             // The same Redis keyspace behind both port sets.
-            Ok((built, ControlPlanePorts::from_pool(redis, clock)))
+            Ok(BuiltStore {
+                store: built,
+                control_plane: ControlPlanePorts::from_pool(Arc::new(fenced.clone()), clock),
+                elector: Some(elector),
+                leadership,
+                relay: Some(fenced),
+            })
         }
     }
 }
@@ -202,17 +236,19 @@ fn read_file(path: &std::path::Path) -> Result<String, ComposeError> {
 }
 
 /// Builds the control plane, the health service and bridge, and one provider
-/// reconciler per vendor-API upstream; `usage` (from [`prepare_usage`]) is started
-/// with them.
+/// reconciler per vendor-API upstream (writing through `ports`); `usage` (from
+/// [`prepare_usage`]) is started with them; the control plane answers only while
+/// `leadership` leads.
 pub fn prepare(
     config: &Config,
     pool: ControlPlanePorts,
-    upserter: Arc<dyn Upserter>,
-    health_store: Arc<dyn HealthStore>,
+    ports: &Ports,
     registry: &Metrics,
     usage: Usage,
     fetch_status: crate::provider::FetchStatus,
+    leadership: &Leadership,
 ) -> Result<Prepared, ComposeError> {
+    let (upserter, health_store) = (ports.upserter.clone(), ports.health.clone());
     let clock: Arc<dyn Clock> = pool.clock.clone();
     let health_metrics = HealthMetrics::default();
     let provider_metrics = ProviderMetrics::default();
@@ -310,7 +346,8 @@ pub fn prepare(
                     let checker: Arc<dyn CheckerBackend> = backend.clone();
                     let cp_config = crate::controlplane::compose::control_plane_config(config);
                     let plane = ControlPlane::new(cp_config, pool, checker, queue)
-                        .with_analytics(usage.collector());
+                        .with_analytics(usage.collector())
+                        .with_leadership(leadership.clone());
                     plane.ownership().set_target_exclusions(health.clone());
                     (Some((Arc::new(plane), transport)), Some(rx))
                 }
@@ -337,8 +374,17 @@ pub struct Running {
 }
 
 /// Spawns every prepared loop; they stop when `shutdown` reaches
-/// [`Phase::Stopping`] (or [`Running::stop`]).
-pub fn start(prepared: Prepared, listener: Option<TcpListener>, shutdown: Shutdown) -> Running {
+/// [`Phase::Stopping`] (or [`Running::stop`]). The control plane is served at once on
+/// every replica; the leader-only loops (ownership and publishing, the outcome
+/// reducer, the health bridge, the provider reconcilers) start once `leadership`
+/// elects this replica and stop when it is deposed.
+pub fn start(
+    prepared: Prepared,
+    listener: Option<TcpListener>,
+    shutdown: Shutdown,
+    leadership: Leadership,
+    relay: Option<activity_pool::RedisPool>,
+) -> Running {
     let stop = CancellationToken::new();
     let tracker = TaskTracker::new();
     {
@@ -360,12 +406,11 @@ pub fn start(prepared: Prepared, listener: Option<TcpListener>, shutdown: Shutdo
         mut usage,
     } = prepared;
     let usage = usage.start();
+    let mut plane_loop = None;
     match (control_plane, listener) {
         (Some((plane, transport)), Some(listener)) => {
             let addr = listener.local_addr().ok();
-            let p = plane.clone();
-            let s = stop.clone();
-            tracker.spawn(async move { p.run(s.cancelled_owned()).await });
+            plane_loop = Some(plane.clone());
             let s = stop.clone();
             tracker.spawn(async move {
                 if let Err(e) = crate::controlplane::serve(
@@ -387,15 +432,71 @@ pub fn start(prepared: Prepared, listener: Option<TcpListener>, shutdown: Shutdo
         }
         _ => {}
     }
-    if let Some(rx) = outcomes {
-        tracker.spawn(reduce_outcomes(rx, health.clone(), stop.clone()));
-    }
-    tracker.spawn(bridge.run(observations, stop.clone()));
-    crate::provider::spawn_all(reconcilers, &stop, &tracker);
+    let leader = LeaderLoops {
+        relay,
+        plane: plane_loop,
+        outcomes,
+        bridge,
+        observations,
+        reconcilers,
+        health,
+    };
+    let t = tracker.clone();
+    let s = stop.clone();
+    tracker.spawn(async move {
+        let elected = tokio::select! {
+            () = s.cancelled() => return,
+            e = leadership.elected() => e,
+        };
+        if elected {
+            // Deposed: the loops stop at once (a deposed leader's writes are fenced
+            // anyway; the process then shuts down, see `Controller::run`).
+            let lead = s.child_token();
+            let l = lead.clone();
+            t.spawn(async move {
+                tokio::select! {
+                    () = leadership.deposed() => l.cancel(),
+                    () = l.cancelled() => {}
+                }
+            });
+            leader.spawn(&lead, &t);
+        }
+    });
     Running {
         stop,
         tracker,
         usage,
+    }
+}
+
+/// The loops only the leader runs.
+struct LeaderLoops {
+    relay: Option<activity_pool::RedisPool>,
+    plane: Option<Arc<ControlPlane>>,
+    outcomes: Option<mpsc::Receiver<WorkerOutcome>>,
+    bridge: CheckerBridge,
+    observations: mpsc::Receiver<CheckerObservation>,
+    reconcilers: Vec<ProviderReconciler>,
+    health: Arc<HealthService>,
+}
+
+impl LeaderLoops {
+    fn spawn(self, stop: &CancellationToken, tracker: &TaskTracker) {
+        tracing::info!("leader loops starting");
+        if let Some(p) = self.plane {
+            if let Some(pool) = self.relay {
+                // Extraction demand the other replicas relay.
+                let local = p.ownership_handle() as Arc<dyn crate::demand::DrainDemand>;
+                tracker.spawn(crate::demand::relay::take(pool, local, stop.clone()));
+            }
+            let s = stop.clone();
+            tracker.spawn(async move { p.run(s.cancelled_owned()).await });
+        }
+        if let Some(rx) = self.outcomes {
+            tracker.spawn(reduce_outcomes(rx, self.health.clone(), stop.clone()));
+        }
+        tracker.spawn(self.bridge.run(self.observations, stop.clone()));
+        crate::provider::spawn_all(self.reconcilers, stop, tracker);
     }
 }
 

@@ -12,6 +12,7 @@ pub mod controlplane;
 pub mod demand;
 pub mod distribution;
 pub mod health;
+pub mod leadership;
 pub mod maintenance;
 pub mod metrics;
 pub mod provider;
@@ -78,13 +79,33 @@ pub struct Controller {
     statics: Vec<StaticUpstream>,
     composed: Option<compose::Prepared>,
     fetch_status: provider::FetchStatus,
+    elector: Option<leadership::Elector>,
+    leadership: leadership::Leadership,
+    /// Redis: relays a follower's extraction demand to the leader.
+    relay: Option<activity_pool::RedisPool>,
+    /// Stops the relay's task.
+    relay_stop: tokio_util::sync::CancellationToken,
+}
+
+/// How [`Controller::run`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// The shutdown signal came.
+    Signal,
+    /// This replica led and lost the leadership: it shut down so that its supervisor
+    /// restarts it as a follower (`docs/reliability.md`).
+    Deposed,
 }
 
 impl Controller {
     /// Builds the store the config names (connecting to Redis) and every part.
     pub async fn build(config: Config) -> Result<Self, compose::ComposeError> {
-        let (store, pool) = compose::build_store(&config).await?;
-        let mut controller = Self::from_store(config, store)?;
+        let built = compose::build_store(&config).await?;
+        let pool = built.control_plane;
+        let mut controller = Self::from_store(config, built.store)?;
+        controller.elector = built.elector;
+        controller.leadership = built.leadership;
+        controller.relay = built.relay;
         if let Some(b) = compose::prepare_bearer(&controller.config, &controller.metrics).await? {
             controller = controller.with_bearer_verifier(b.verifier);
         }
@@ -92,11 +113,11 @@ impl Controller {
         controller.composed = Some(compose::prepare(
             &controller.config,
             pool,
-            controller.ports.upserter.clone(),
-            controller.ports.health.clone(),
+            &controller.ports,
             &controller.metrics,
             usage,
             controller.fetch_status.clone(),
+            &controller.leadership,
         )?);
         Ok(controller)
     }
@@ -142,7 +163,16 @@ impl Controller {
             statics,
             composed: None,
             fetch_status: provider::FetchStatus::default(),
+            elector: None,
+            leadership: leadership::Leadership::sole(),
+            relay: None,
+            relay_stop: tokio_util::sync::CancellationToken::new(),
         })
+    }
+
+    /// This replica's role (a store built by [`Controller::from_store`] leads alone).
+    pub fn leadership(&self) -> leadership::Leadership {
+        self.leadership.clone()
     }
 
     /// Replaces the bearer-token verifier (the static hash check by default; a
@@ -161,7 +191,9 @@ impl Controller {
         self.shutdown.clone()
     }
 
-    /// The pool ports (tests seed and inspect the pool through them).
+    /// The pool ports (tests inspect the pool through them). With Redis, their
+    /// leader-only writes carry this replica's fencing token: they fail (`Fenced`)
+    /// unless it leads.
     pub fn ports(&self) -> Ports {
         self.ports.clone()
     }
@@ -187,7 +219,19 @@ impl Controller {
             self.composed
                 .as_ref()
                 .and_then(compose::Prepared::control_plane)
-                .map(|cp| cp.ownership_handle() as Arc<dyn demand::DrainDemand>),
+                .map(|cp| {
+                    let local = cp.ownership_handle() as Arc<dyn demand::DrainDemand>;
+                    match &self.relay {
+                        // Several replicas: a follower relays its demand to the leader.
+                        Some(pool) => Arc::new(demand::relay::RoutedDemand::new(
+                            self.leadership.clone(),
+                            local,
+                            pool.clone(),
+                            self.relay_stop.clone(),
+                        )) as Arc<dyn demand::DrainDemand>,
+                        None => local,
+                    }
+                }),
             self.config
                 .control_plane
                 .as_ref()
@@ -217,9 +261,15 @@ impl Controller {
         }
     }
 
-    /// Serves until `signal` resolves, then runs the shutdown protocol and returns when
-    /// every listener has drained (or the grace period is over).
-    pub async fn run(mut self, listeners: Listeners, signal: impl Future<Output = ()> + Send) {
+    /// Serves until `signal` resolves, or until this replica, having led, is deposed;
+    /// then runs the shutdown protocol and returns when every listener has drained (or
+    /// the grace period is over). Every replica serves the Distribution API, the admin
+    /// listener and the control plane; the background loops run on the leader only.
+    pub async fn run(
+        mut self,
+        listeners: Listeners,
+        signal: impl Future<Output = ()> + Send,
+    ) -> Exit {
         let limits = &self.config.distribution.limits;
         let dist_opts = ServeOptions {
             max_connections: limits.max_connections as usize,
@@ -240,31 +290,55 @@ impl Controller {
             sd.clone(),
         ));
         let mut background = Vec::new();
-        for s in self.statics.iter().cloned() {
-            background.push(tokio::spawn(s.run(
-                self.ports.upserter.clone(),
-                self.ports.health.clone(),
-                self.metrics.clone(),
-                self.fetch_status.clone(),
-                sd.clone(),
-            )));
+        if let Some(elector) = self.elector.take() {
+            let s = sd.clone();
+            background.push(tokio::spawn(
+                elector.run(async move { s.reached(Phase::Stopping).await }),
+            ));
         }
-        background.push(tokio::spawn(maintenance::maintenance(
-            self.ports.maintenance.clone(),
-            self.config.pool.maintenance_interval,
-            self.config.pool.maintenance_batch,
-            sd.clone(),
-        )));
-        let composed = self
-            .composed
-            .take()
-            .map(|p| compose::start(p, listeners.control_plane, sd.clone()));
+        background.push(tokio::spawn(self.leader_loops(sd.clone())));
+        {
+            let (leadership, metrics) = (self.leadership.clone(), self.metrics.clone());
+            background.push(tokio::spawn(async move {
+                if leadership.elected().await {
+                    metrics.leader.set(1);
+                    leadership.deposed().await;
+                }
+                metrics.leader.set(0);
+            }));
+        }
+        let composed = self.composed.take().map(|p| {
+            compose::start(
+                p,
+                listeners.control_plane,
+                sd.clone(),
+                self.leadership.clone(),
+                self.relay.clone(),
+            )
+        });
         tracing::info!(
             distribution = %self.config.distribution.listen,
             admin = %self.config.admin.listen,
             store = match self.config.store { StoreConfig::Memory => "memory", StoreConfig::Redis(_) => "redis" },
             "controller running"
         );
+        let deposed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let signal = {
+            let leadership = self.leadership.clone();
+            let deposed = deposed.clone();
+            async move {
+                tokio::select! {
+                    () = signal => {}
+                    () = leadership.deposed() => {
+                        if !matches!(leadership.role(), leadership::Role::Deposed) {
+                            return;
+                        }
+                        deposed.store(true, std::sync::atomic::Ordering::SeqCst);
+                        tracing::warn!("deposed: shutting down to restart as a follower");
+                    }
+                }
+            }
+        };
         let deadline = shutdown::drive(
             sd.clone(),
             signal,
@@ -291,7 +365,51 @@ impl Controller {
         if let Some(c) = composed {
             c.stop(deadline).await;
         }
+        self.relay_stop.cancel();
         debug_assert!(sd.phase() >= Phase::Stopping);
         tracing::info!("controller stopped");
+        if deposed.load(std::sync::atomic::Ordering::SeqCst) {
+            Exit::Deposed
+        } else {
+            Exit::Signal
+        }
+    }
+
+    /// Static upstreams and maintenance: once elected, until deposed or stopping.
+    fn leader_loops(&self, sd: Shutdown) -> impl Future<Output = ()> + Send + 'static {
+        let leadership = self.leadership.clone();
+        let statics = self.statics.clone();
+        let ports = self.ports.clone();
+        let metrics = self.metrics.clone();
+        let fetch = self.fetch_status.clone();
+        let pool = self.config.pool.clone();
+        async move {
+            tokio::select! {
+                () = sd.reached(Phase::Stopping) => return,
+                e = leadership.elected() => if !e { return },
+            }
+            let mut tasks = tokio::task::JoinSet::new();
+            for s in statics {
+                tasks.spawn(s.run(
+                    ports.upserter.clone(),
+                    ports.health.clone(),
+                    metrics.clone(),
+                    fetch.clone(),
+                    sd.clone(),
+                ));
+            }
+            tasks.spawn(maintenance::maintenance(
+                ports.maintenance.clone(),
+                pool.maintenance_interval,
+                pool.maintenance_batch,
+                sd.clone(),
+            ));
+            // Dropping the set aborts the loops: on deposition, or when the controller
+            // aborts its background tasks after the listeners drained.
+            tokio::select! {
+                () = leadership.deposed() => {}
+                _ = async { while tasks.join_next().await.is_some() {} } => {}
+            }
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use proxy_pool_controller::{Controller, Listeners, shutdown};
+use proxy_pool_controller::{Controller, Exit, Listeners, shutdown};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -92,7 +92,9 @@ fn main() -> ExitCode {
                 )
                 .init();
             match run(config) {
-                Ok(()) => ExitCode::SUCCESS,
+                Ok(Exit::Signal) => ExitCode::SUCCESS,
+                // Deposed: restart as a follower (Kubernetes / systemd restart on failure).
+                Ok(Exit::Deposed) => ExitCode::from(3),
                 Err(e) => {
                     tracing::error!(error = format!("{e:#}"), "controller failed");
                     ExitCode::FAILURE
@@ -103,7 +105,7 @@ fn main() -> ExitCode {
 }
 
 #[tokio::main]
-async fn run(path: PathBuf) -> anyhow::Result<()> {
+async fn run(path: PathBuf) -> anyhow::Result<Exit> {
     let config = load(&path)?;
     let listeners = Listeners::bind(&config)
         .await
@@ -111,8 +113,7 @@ async fn run(path: PathBuf) -> anyhow::Result<()> {
     let controller = Controller::build(config)
         .await
         .context("building the controller")?;
-    controller.run(listeners, shutdown::signal()).await;
-    Ok(())
+    Ok(controller.run(listeners, shutdown::signal()).await)
 }
 
 #[tokio::main]

@@ -51,6 +51,9 @@ pub struct Metrics {
     pub inventory: Family<InventoryLabels, Gauge>,
     /// Static upstream upserts.
     pub upserts: Family<UpsertLabels, Counter>,
+    /// 1 while this replica leads (runs the background loops and answers the control
+    /// plane), else 0.
+    pub leader: Gauge,
 }
 
 impl Metrics {
@@ -64,6 +67,12 @@ impl Metrics {
         ]);
         let inventory = Family::<InventoryLabels, Gauge>::default();
         let upserts = Family::<UpsertLabels, Counter>::default();
+        let leader = Gauge::default();
+        registry.register(
+            "controller_leader",
+            "1 while this controller replica leads, else 0",
+            leader.clone(),
+        );
         registry.register(
             "distribution_requests",
             "Distribution API requests by HTTP status",
@@ -96,6 +105,7 @@ impl Metrics {
             latency,
             inventory,
             upserts,
+            leader,
         })
     }
 

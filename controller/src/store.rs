@@ -8,7 +8,9 @@ use activity_pool::model::Secret;
 use activity_pool::ports::{
     ActivityPool, ExtractionStore, HealthStore, InventoryReader, Maintenance, Upserter,
 };
-use activity_pool::{MemoryPool, PoolError, PoolOptions, RedisConnector, RedisOptions, RedisPool};
+use activity_pool::{
+    Fence, MemoryPool, PoolError, PoolOptions, RedisConnector, RedisOptions, RedisPool,
+};
 use proxy_pool_api::config::{
     Config, PasswordSource, PoolConfig, RedisConfig, RedisTarget, StoreConfig,
 };
@@ -111,17 +113,27 @@ pub fn pool_options(p: &PoolConfig) -> PoolOptions {
 
 /// Builds the store the config names; connects to Redis.
 pub async fn build(config: &Config) -> Result<Store, BuildError> {
+    build_fenced(config, None).await
+}
+
+/// [`build`], with the Redis pool's leader-only writes fenced by `fence`
+/// (`activity_pool::RedisPool::fenced`; the memory store has nothing to fence).
+pub async fn build_fenced(config: &Config, fence: Option<&Fence>) -> Result<Store, BuildError> {
     let options = pool_options(&config.pool);
     match &config.store {
         StoreConfig::Memory => Ok(Store {
             ports: Ports::from_pool(MemoryPool::new(options)),
             redis: None,
         }),
-        StoreConfig::Redis(r) => build_redis(r, options).await,
+        StoreConfig::Redis(r) => build_redis(r, options, fence).await,
     }
 }
 
-async fn build_redis(r: &RedisConfig, options: PoolOptions) -> Result<Store, BuildError> {
+async fn build_redis(
+    r: &RedisConfig,
+    options: PoolOptions,
+    fence: Option<&Fence>,
+) -> Result<Store, BuildError> {
     let password = r.password_file.as_deref().map(read_secret).transpose()?;
     let (mut connector, link) = match &r.target {
         RedisTarget::Address(url) => (
@@ -151,6 +163,10 @@ async fn build_redis(r: &RedisConfig, options: PoolOptions) -> Result<Store, Bui
         },
     )
     .await?;
+    let pool = match fence {
+        Some(f) => pool.fenced(f.clone()),
+        None => pool,
+    };
     Ok(Store {
         ports: Ports::from_pool(pool),
         redis: Some(Arc::new(link.with_auth(r.username.clone(), password))),

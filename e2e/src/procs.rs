@@ -105,6 +105,38 @@ impl Procs {
         }
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, `TERM`, …) to the process started as `name`.
+    pub fn signal(&mut self, name: &str, signal: &str) {
+        let (_, child) = self
+            .children
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no process {name}"));
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} {name}");
+    }
+
+    /// Waits up to `within` for the process started as `name` to exit; when it did,
+    /// it leaves the set (its log stays) and its status is returned.
+    pub fn wait_exit(&mut self, name: &str, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        let i = self.children.iter().position(|(n, _)| n == name)?;
+        loop {
+            if let Ok(Some(status)) = self.children[i].1.try_wait() {
+                self.children.remove(i);
+                self.killed.push(name.to_owned());
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Panics, with every process's log tail, if one of them has exited.
     pub fn all_alive(&mut self) {
         let mut dead = None;

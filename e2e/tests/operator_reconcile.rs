@@ -254,7 +254,34 @@ async fn chart_lints_and_templates_clean() {
         "helm template without checker.echo must fail naming it:\n{stderr}"
     );
 
-    for extra in [required, full] {
+    // The memory store lives in one process: more than one replica is refused.
+    let out = tokio::process::Command::new(helm())
+        .args(["template", "proxy-pool"])
+        .arg(&chart)
+        .args(["--namespace", NS])
+        .args(&required)
+        .args(["--set", "controller.replicas=2"])
+        .output()
+        .await
+        .expect("run helm");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("controller.replicas > 1 needs store.backend=redis"),
+        "helm template with 2 replicas on the memory store must fail naming it:\n{stderr}"
+    );
+    // Three replicas on Redis: the rendered base config carries them and validates.
+    let replicated = [
+        required.clone(),
+        set(&[
+            "store.backend=redis",
+            "redis.address=redis://redis:6379/0",
+            "controller.replicas=3",
+        ]),
+    ]
+    .concat();
+
+    for extra in [required, full, replicated] {
         for cmd in [vec!["lint", "--strict"], vec!["template", "proxy-pool"]] {
             let out = tokio::process::Command::new(helm())
                 .args(&cmd)

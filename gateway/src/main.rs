@@ -53,7 +53,9 @@ struct Args {
     /// Accept any client credentials (local runs only).
     #[arg(long)]
     open_auth: bool,
-    /// Control-plane endpoint (`https://…` with mTLS, or `http://127.0.0.1:…`).
+    /// Control-plane endpoint (`https://…` with mTLS, or `http://127.0.0.1:…`);
+    /// several controller replicas separated by commas, tried in turn until the
+    /// leader answers.
     #[arg(long)]
     controller: Option<String>,
     /// Worker ID (the pod name; must match the SPIFFE ID of the certificate).
@@ -221,7 +223,7 @@ async fn serve(args: Args, workers: usize) -> Result<()> {
         let server_name = args
             .server_name
             .clone()
-            .or_else(|| endpoint_host(&endpoint))
+            .or_else(|| endpoint_host(endpoint.split(',').next().unwrap_or_default().trim()))
             .unwrap_or_else(|| "proxy-pool-controller".to_owned());
         let mut agent = Agent::new(agent_config(&args, endpoint)?, snapshots.clone(), outcomes)
             .with_usage(gateway.usage().clone());

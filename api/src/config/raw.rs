@@ -42,6 +42,27 @@ pub struct RawConfig {
     /// Graceful shutdown.
     #[serde(default)]
     pub shutdown: RawShutdown,
+    /// Controller replicas and the leader lease.
+    #[serde(default)]
+    pub leadership: RawLeadership,
+}
+
+/// `leadership`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawLeadership {
+    /// How many controller replicas share the store (1..=16; memory store: 1).
+    #[serde(default)]
+    pub replicas: Option<u32>,
+    /// The leader lease, e.g. `10s`.
+    #[serde(default)]
+    pub lease: Option<String>,
+    /// How often the leader renews it (at most a third of the lease).
+    #[serde(default)]
+    pub renew_every: Option<String>,
+    /// How often a follower tries to take it.
+    #[serde(default)]
+    pub retry_every: Option<String>,
 }
 
 /// `store`.

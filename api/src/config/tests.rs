@@ -861,3 +861,61 @@ fn upstream_proxy_user_names_in_files_are_read_at_load() {
         ["upstreams[0].source.static.credentials.username"]
     );
 }
+
+#[test]
+fn leadership_defaults_and_replicas_on_redis() {
+    let c = load_yaml("{}").expect("defaults");
+    assert_eq!(c.leadership, LeadershipConfig::default());
+    assert_eq!(c.leadership.replicas, 1);
+    let c = load_yaml(&format!(
+        "{REDIS_STORE}leadership: {{replicas: 3, lease: 6s, renewEvery: 2s, retryEvery: 500ms}}\n"
+    ))
+    .expect("three replicas on redis");
+    assert_eq!(c.leadership.replicas, 3);
+    assert_eq!(c.leadership.failover_bound(), Duration::from_millis(6_500));
+}
+
+#[test]
+fn the_memory_store_is_refused_above_one_replica() {
+    let e = load_yaml("leadership: {replicas: 2}\n").unwrap_err();
+    assert_eq!(e.0.len(), 1, "{e}");
+    assert_eq!(e.0[0].path, "leadership.replicas");
+    assert!(
+        e.0[0].message.contains("memory store"),
+        "{}",
+        e.0[0].message
+    );
+    assert_eq!(
+        paths("leadership: {replicas: 0}\n"),
+        vec!["leadership.replicas"]
+    );
+    assert_eq!(
+        paths(&format!("{REDIS_STORE}leadership: {{replicas: 17}}\n")),
+        vec!["leadership.replicas"]
+    );
+}
+
+#[test]
+fn leadership_timing_is_checked() {
+    assert_eq!(
+        paths(&format!(
+            "{REDIS_STORE}leadership: {{lease: 3s, renewEvery: 2s}}\n"
+        )),
+        vec!["leadership.renewEvery"]
+    );
+    assert_eq!(
+        paths(&format!("{REDIS_STORE}leadership: {{lease: 1s}}\n")),
+        vec!["leadership.lease"]
+    );
+    // Gateways must outlive a leader change on their last snapshot.
+    let p = paths(&format!(
+        "{REDIS_STORE}leadership: {{lease: 20s, renewEvery: 5s, retryEvery: 2s}}\n\
+         controlPlane: {{enabled: true, listen: '127.0.0.1:0', loopbackPlaintext: true, maxStaleAge: 22s}}\n"
+    ));
+    assert_eq!(p, vec!["controlPlane.maxStaleAge"]);
+    // Analytics keeps its single writer.
+    let p = paths(&format!(
+        "{REDIS_STORE}analytics: {{enabled: true, dsnFile: /etc/pp/dsn}}\nleadership: {{replicas: 2}}\n"
+    ));
+    assert_eq!(p, vec!["leadership.replicas"]);
+}

@@ -36,6 +36,39 @@ pub struct Config {
     pub cache: Option<CacheConfig>,
     /// Graceful shutdown.
     pub shutdown: ShutdownConfig,
+    /// Controller replicas and the leader lease.
+    pub leadership: LeadershipConfig,
+}
+
+/// Controller replicas and the leader lease (`leadership`, `docs/reliability.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeadershipConfig {
+    /// How many controller replicas share the store (1 with the memory store).
+    pub replicas: u32,
+    /// The leader lease: a leader that could not renew for this long has stopped.
+    pub lease: Duration,
+    /// How often the leader renews its lease.
+    pub renew_every: Duration,
+    /// How often a follower tries to take the lease.
+    pub retry_every: Duration,
+}
+
+impl LeadershipConfig {
+    /// Longest time from a leader's death to another replica leading.
+    pub fn failover_bound(&self) -> Duration {
+        self.lease + self.retry_every
+    }
+}
+
+impl Default for LeadershipConfig {
+    fn default() -> Self {
+        Self {
+            replicas: 1,
+            lease: Duration::from_secs(10),
+            renew_every: Duration::from_secs(2),
+            retry_every: Duration::from_secs(2),
+        }
+    }
 }
 
 /// The pool's backing store.

@@ -301,8 +301,16 @@ pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
         &store,
         grace_period,
     );
+    let leadership = super::leadership::leadership(
+        &mut cx.errors,
+        &raw.leadership,
+        &store,
+        control_plane.as_ref(),
+        analytics.is_some(),
+    );
     if cx.errors.is_empty() {
         Ok(Config {
+            leadership,
             store,
             pool,
             distribution,

@@ -70,6 +70,71 @@ pub enum ClientError {
     Transport(#[from] tonic::transport::Error),
 }
 
+/// The controller endpoints a client rotates through: `--controller` takes one
+/// endpoint or several separated by commas (one per controller replica, or one
+/// Service). Only the leader answers control-plane calls; a client that meets a
+/// connection failure or `UNAVAILABLE not_leader` ([`is_not_leader`]) moves to the
+/// next endpoint.
+#[derive(Debug)]
+pub struct Endpoints {
+    list: Vec<String>,
+    cursor: std::sync::atomic::AtomicUsize,
+}
+
+impl Endpoints {
+    /// Parses `a[,b…]`: each entry trimmed, none empty, at most 16.
+    pub fn parse(text: &str) -> Result<Self, ClientError> {
+        let list: Vec<String> = text.split(',').map(|e| e.trim().to_owned()).collect();
+        if list.iter().any(String::is_empty) || list.len() > 16 {
+            return Err(ClientError::InvalidEndpoint(text.to_owned()));
+        }
+        Ok(Self {
+            list,
+            cursor: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// One endpoint, taken as it is (a bad URI fails when connecting).
+    pub fn single(endpoint: String) -> Self {
+        Self {
+            list: vec![endpoint],
+            cursor: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// [`Endpoints::parse`], or the text as one endpoint when it does not parse.
+    pub fn parse_lenient(text: &str) -> Self {
+        Self::parse(text).unwrap_or_else(|_| Self::single(text.to_owned()))
+    }
+
+    /// The endpoint to use now.
+    pub fn current(&self) -> &str {
+        let i = self.cursor.load(std::sync::atomic::Ordering::Relaxed) % self.list.len();
+        &self.list[i]
+    }
+
+    /// Moves to the next endpoint (wrapping around).
+    pub fn rotate(&self) {
+        self.cursor
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many endpoints there are.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Always `false`: there is at least one endpoint.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// Whether a call was refused because the replica does not lead.
+pub fn is_not_leader(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable && status.message() == super::NOT_LEADER
+}
+
 /// Connects a channel to `endpoint` (`https://host:port`, or `http://127.0.0.1:port`
 /// for the loopback fixture).
 pub async fn connect(
@@ -186,6 +251,25 @@ impl Default for Backoff {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn endpoints_rotate_and_refuse_empty_entries() {
+        let e = super::Endpoints::parse("http://127.0.0.1:1, http://127.0.0.1:2").unwrap();
+        assert_eq!(e.len(), 2);
+        assert_eq!(e.current(), "http://127.0.0.1:1");
+        e.rotate();
+        assert_eq!(e.current(), "http://127.0.0.1:2");
+        e.rotate();
+        assert_eq!(e.current(), "http://127.0.0.1:1");
+        assert!(super::Endpoints::parse("a,,b").is_err());
+        assert!(super::Endpoints::parse("").is_err());
+        assert!(super::is_not_leader(&tonic::Status::unavailable(
+            "not_leader"
+        )));
+        assert!(!super::is_not_leader(&tonic::Status::unavailable(
+            "shutting_down"
+        )));
+    }
+
     use super::*;
 
     #[test]

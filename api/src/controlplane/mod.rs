@@ -45,6 +45,10 @@ pub use convert::ConvertError;
 /// The control-plane protocol version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// The message of `UNAVAILABLE` when a controller replica that does not lead refuses a
+/// control-plane call (clients try another endpoint).
+pub const NOT_LEADER: &str = "not_leader";
+
 /// Picks the protocol version of a session: the highest version both sides speak.
 /// `None` (registration fails) when the client offers none this build speaks.
 pub fn negotiate_version(offered: &[u32]) -> Option<u32> {

@@ -66,6 +66,7 @@ proxypool.io/component: {{ .component }}
   "admin" (dict "listen" (printf "0.0.0.0:%d" (int $v.controller.adminPort)))
   "controlPlane" (merge (dict "enabled" true "listen" (printf "0.0.0.0:%d" (int $v.controller.controlPlanePort))) (deepCopy $v.controller.controlPlane))
   "analytics" (dict "enabled" $v.postgresql.enabled)
+  "leadership" (dict "replicas" (int $v.controller.replicas))
 -}}
 {{- if $v.postgresql.enabled -}}
 {{- /* The DSN Secret is mounted into the controller by this chart (controller.yaml). */ -}}

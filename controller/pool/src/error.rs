@@ -115,6 +115,11 @@ pub enum PoolError {
     /// The store answered something the adapter cannot decode. Not retryable.
     #[error("activity pool internal error: {0}")]
     Internal(String),
+    /// A leader-only write was refused: its fencing token is not the newest (another
+    /// controller replica became leader since, or this one never was). Nothing
+    /// changed. Not retryable: the caller is no longer the leader and must step down.
+    #[error("activity pool write fenced: not the leader")]
+    Fenced,
 }
 
 impl PoolError {

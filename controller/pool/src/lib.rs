@@ -12,6 +12,7 @@
 
 pub mod clock;
 pub mod error;
+pub mod fence;
 mod memory;
 pub mod model;
 pub mod options;
@@ -20,9 +21,10 @@ mod redis;
 pub mod testkit;
 mod validate;
 
-pub use crate::redis::{RedisConnector, RedisOptions, RedisPool};
+pub use crate::redis::{LeaderGrant, RedisConnector, RedisOptions, RedisPool};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use error::{ConflictReason, PoolError, PoolResult};
+pub use fence::Fence;
 pub use memory::MemoryPool;
 pub use options::PoolOptions;
 pub use validate::{key_digest, unique_key};

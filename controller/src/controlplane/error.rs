@@ -75,6 +75,7 @@ impl From<ControlPlaneError> for Status {
                 }
                 PoolError::NotFound => (Code::NotFound, "not_found".into()),
                 PoolError::Internal(_) => (Code::Internal, "internal".into()),
+                PoolError::Fenced => (Code::Unavailable, "not_leader".into()),
             },
         };
         if code == Code::Internal || code == Code::Unavailable {

@@ -37,7 +37,7 @@ pub use identity::Authenticator;
 pub use outcomes::{OutcomeQueue, UsageCounts, UsageSink, WorkerOutcome};
 pub use ownership::{DrainRequest, OwnershipManager, OwnershipPorts, PassReport, TargetExclusions};
 pub use publisher::Publisher;
-pub use server::{ServeError, ServerTls, Transport, serve};
+pub use server::{NOT_LEADER, ServeError, ServerTls, Transport, serve};
 
 /// The pool ports the control plane uses.
 #[derive(Clone)]
@@ -96,6 +96,9 @@ pub struct Shared {
 pub struct ControlPlane {
     shared: Arc<Shared>,
     shutdown: watch::Sender<bool>,
+    /// Only the leader answers RPCs; other replicas refuse them `UNAVAILABLE
+    /// not_leader` (the publisher state and the ownership loop live in the leader).
+    leadership: crate::leadership::Leadership,
 }
 
 impl ControlPlane {
@@ -137,7 +140,20 @@ impl ControlPlane {
                 shutdown: shutdown_rx,
             }),
             shutdown,
+            leadership: crate::leadership::Leadership::sole(),
         }
+    }
+
+    /// Serves RPCs only while `leadership` leads (default: always).
+    #[must_use]
+    pub fn with_leadership(mut self, leadership: crate::leadership::Leadership) -> Self {
+        self.leadership = leadership;
+        self
+    }
+
+    /// This replica's role as the control plane sees it.
+    pub fn leadership(&self) -> &crate::leadership::Leadership {
+        &self.leadership
     }
 
     /// Feeds gateway usage from accepted runtime reports into `collector` (usage

@@ -8,7 +8,12 @@ use proxy_pool_api::controlplane::pb::checker_control_plane_server::CheckerContr
 use proxy_pool_api::controlplane::pb::worker_control_plane_server::WorkerControlPlaneServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::{Request, Status};
+
+use crate::leadership::Leadership;
+pub use proxy_pool_api::controlplane::NOT_LEADER;
 
 use super::ControlPlane;
 use super::checker::CheckerService;
@@ -51,6 +56,21 @@ pub enum ServeError {
     /// The transport failed.
     #[error("control-plane transport: {0}")]
     Transport(#[from] tonic::transport::Error),
+}
+
+/// Refuses every call with `UNAVAILABLE not_leader` unless this replica leads: the
+/// snapshot publisher and the check queue live in the leader only. Clients rotate to
+/// another controller endpoint (`api::controlplane::client`).
+fn leader_only(
+    leadership: Leadership,
+) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+    move |req| {
+        if leadership.is_leader() {
+            Ok(req)
+        } else {
+            Err(Status::unavailable(NOT_LEADER))
+        }
+    }
 }
 
 /// Serves both control-plane services on `listener` until `shutdown` completes, then
@@ -97,6 +117,9 @@ pub async fn serve(
     let checker = CheckerControlPlaneServer::new(CheckerService::new(shared, auth))
         .max_decoding_message_size(limits.max_message_bytes)
         .max_encoding_message_size(limits.max_message_bytes);
+    let gate = leader_only(control_plane.leadership().clone());
+    let worker = InterceptedService::new(worker, gate.clone());
+    let checker = InterceptedService::new(checker, gate);
     let cp = control_plane.clone();
     let signal = async move {
         shutdown.await;

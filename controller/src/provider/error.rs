@@ -68,6 +68,7 @@ impl ProviderError {
         match self {
             Self::Fetch(e) => e.kind(),
             Self::Pool(PoolError::Unavailable(_)) => "pool_unavailable",
+            Self::Pool(PoolError::Fenced) => "fenced",
             Self::Pool(_) => "pool_error",
             Self::InvalidOption { .. } => "invalid_option",
         }

@@ -126,7 +126,7 @@ pub struct Harness {
     pub redis: Option<RedisServer>,
     pub shutdown: proxy_pool_controller::shutdown::Shutdown,
     trigger: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    task: Option<tokio::task::JoinHandle<proxy_pool_controller::Exit>>,
     client: Client<HttpConnector, Full<Bytes>>,
     seeded: AtomicU64,
 }
@@ -318,7 +318,7 @@ impl Harness {
     }
 
     /// Triggers shutdown without waiting.
-    pub fn trigger_shutdown(&mut self) -> tokio::task::JoinHandle<()> {
+    pub fn trigger_shutdown(&mut self) -> tokio::task::JoinHandle<proxy_pool_controller::Exit> {
         if let Some(t) = self.trigger.take() {
             let _ = t.send(());
         }

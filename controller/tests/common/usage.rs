@@ -32,8 +32,13 @@ pub async fn start_built(yaml: &str, redis: Option<RedisServer>) -> Harness {
     let listeners = Listeners::bind(&config).await.expect("bind");
     let api = listeners.distribution.local_addr().unwrap();
     let admin = listeners.admin.local_addr().unwrap();
+    // The test seeds the pool as an outside writer would: the controller's own ports
+    // carry its leader fencing token (Redis), which a test must not borrow.
+    let ports = proxy_pool_controller::store::build(&config)
+        .await
+        .expect("seeding store")
+        .ports;
     let controller = Controller::build(config).await.expect("controller builds");
-    let ports = controller.ports();
     let shutdown = controller.shutdown();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(controller.run(listeners, async move {

@@ -80,6 +80,8 @@ pub enum AgentError {
 #[derive(Debug)]
 pub struct Agent {
     cfg: AgentConfig,
+    /// `cfg.endpoint` split: the controller replicas, tried in turn.
+    endpoints: client::Endpoints,
     handle: SnapshotHandle,
     outcomes: OutcomeReceiver,
     tls: Option<(WorkerTls, String)>,
@@ -95,6 +97,7 @@ impl Agent {
     /// An agent that feeds `handle` and drains `outcomes`.
     pub fn new(cfg: AgentConfig, handle: SnapshotHandle, outcomes: OutcomeReceiver) -> Self {
         Self {
+            endpoints: client::Endpoints::parse_lenient(&cfg.endpoint),
             cfg,
             handle,
             outcomes,
@@ -143,10 +146,27 @@ impl Agent {
                 res = self.session(&mut state, &mut backoff) => res,
                 () = stop.cancelled() => return,
             };
-            if let Err(err) = res {
-                warn!(error = %err, "control-plane session ended");
+            if let Err(err) = &res {
+                warn!(error = %err, endpoint = self.endpoints.current(), "control-plane session ended");
             }
-            let delay = backoff.next_delay();
+            let delay = match &res {
+                // Another replica leads: try the next endpoint soon.
+                Err(AgentError::Rpc(s)) if client::is_not_leader(s) => {
+                    self.endpoints.rotate();
+                    backoff.reset();
+                    backoff.next_delay()
+                }
+                // Unreachable or going away: the next endpoint may be the leader.
+                Err(AgentError::Connect(_) | AgentError::StreamEnded) => {
+                    self.endpoints.rotate();
+                    backoff.next_delay()
+                }
+                Err(AgentError::Rpc(s)) if s.code() == tonic::Code::Unavailable => {
+                    self.endpoints.rotate();
+                    backoff.next_delay()
+                }
+                _ => backoff.next_delay(),
+            };
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = stop.cancelled() => return,
@@ -160,7 +180,8 @@ impl Agent {
         backoff: &mut Backoff,
     ) -> Result<(), AgentError> {
         let transport = self.transport()?;
-        let channel = client::connect(&self.cfg.endpoint, &transport, &self.cfg.options).await?;
+        let channel =
+            client::connect(self.endpoints.current(), &transport, &self.cfg.options).await?;
         let max = self.cfg.options.max_message_bytes;
         let mut rpc = WorkerControlPlaneClient::new(channel.clone())
             .max_decoding_message_size(max)

@@ -10,8 +10,10 @@
 mod codec;
 mod conn;
 mod connector;
+mod demand;
 mod extract;
 mod keys;
+mod leader;
 mod owner;
 mod read;
 mod scripts;
@@ -25,9 +27,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use connector::RedisConnector;
+pub use leader::LeaderGrant;
 
 use crate::clock::Clock;
 use crate::error::{ConflictReason, PoolError, PoolResult};
+use crate::fence::Fence;
 use crate::options::PoolOptions;
 use conn::Conn;
 use keys::{CallKeys, KeyBook};
@@ -58,6 +62,8 @@ impl Default for RedisOptions {
 #[derive(Clone, Debug)]
 pub struct RedisPool {
     inner: Arc<Inner>,
+    /// Set: leader-only writes carry this fencing token (see [`RedisPool::fenced`]).
+    fence: Option<Fence>,
 }
 
 #[derive(Debug)]
@@ -127,7 +133,31 @@ impl RedisPool {
                 options,
                 op_seed,
             }),
+            fence: None,
         })
+    }
+
+    /// The same pool (same connection and key book) whose leader-only writes
+    /// (upserts, removals, health, ownership assign / renew / drain / expire,
+    /// maintenance purges) carry `fence`'s token and are refused with
+    /// [`PoolError::Fenced`] unless it is the newest one Redis granted; with no token
+    /// they fail at once. Every other call is unchanged (extraction, sessions, reads).
+    pub fn fenced(&self, fence: Fence) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            fence: Some(fence),
+        }
+    }
+
+    /// The fencing token argument of one call (`''`: unfenced).
+    fn fence_arg(&self, script: Script) -> PoolResult<String> {
+        match &self.fence {
+            Some(f) if script.leader_write() => match f.token() {
+                0 => Err(PoolError::Fenced),
+                t => Ok(t.to_string()),
+            },
+            _ => Ok(String::new()),
+        }
     }
 
     fn options(&self) -> &PoolOptions {
@@ -178,6 +208,7 @@ impl RedisPool {
 
     async fn run_reply(&self, mut call: Call) -> PoolResult<Reply> {
         let pool = self.options();
+        let fence = self.fence_arg(call.script)?;
         for _ in 0..KEY_ROUNDS {
             let now = match &self.inner.options.clock_override {
                 Some(c) => c.now().millis().to_string(),
@@ -188,6 +219,7 @@ impl RedisPool {
                 codec::ms(pool.operation_ttl).to_string(),
                 pool.opportunistic_purge.to_string(),
                 call.payload.clone(),
+                fence.clone(),
             ];
             if let Some(extra) = &call.extra {
                 args.push(extra.clone());
@@ -220,7 +252,17 @@ impl RedisPool {
             }
             let r = env.r.ok_or_else(|| codec::corrupt("reply"))?;
             if let Some(code) = r.get("err").and_then(|e| e.as_str()) {
-                return Err(error_code(code));
+                let e = error_code(code);
+                if e == PoolError::Fenced
+                    && let Some(f) = &self.fence
+                {
+                    tracing::warn!(
+                        script = call.script.name(),
+                        "leader-only write fenced: a newer leader exists"
+                    );
+                    f.revoke();
+                }
+                return Err(e);
             }
             return Ok(Reply::Value(r));
         }
@@ -231,6 +273,7 @@ impl RedisPool {
 fn error_code(code: &str) -> PoolError {
     match code {
         "not_found" => PoolError::NotFound,
+        "fenced" => PoolError::Fenced,
         "scan_budget" => PoolError::ScanBudgetExhausted,
         "replay_incomplete" => PoolError::Internal("replay_incomplete".into()),
         other => match ConflictReason::parse(other) {

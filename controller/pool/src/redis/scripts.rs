@@ -34,10 +34,15 @@ pub(crate) enum Script {
     Purge,
     Leases,
     CombosGc,
+    LeaderAcquire,
+    LeaderRenew,
+    LeaderRelease,
+    DemandPush,
+    DemandTake,
 }
 
 impl Script {
-    pub(crate) const ALL: [Script; 22] = [
+    pub(crate) const ALL: [Script; 27] = [
         Script::Upsert,
         Script::Remove,
         Script::Health,
@@ -60,7 +65,31 @@ impl Script {
         Script::Purge,
         Script::Leases,
         Script::CombosGc,
+        Script::LeaderAcquire,
+        Script::LeaderRenew,
+        Script::LeaderRelease,
+        Script::DemandPush,
+        Script::DemandTake,
     ];
+
+    /// The writes only the leader makes: with a fenced adapter they carry its fencing
+    /// token and are refused (`fenced`) once a newer leader exists.
+    pub(crate) fn leader_write(self) -> bool {
+        matches!(
+            self,
+            Script::Upsert
+                | Script::Remove
+                | Script::Health
+                | Script::Assign
+                | Script::Renew
+                | Script::Drain
+                | Script::AckDrain
+                | Script::Expire
+                | Script::Purge
+                | Script::CombosGc
+                | Script::DemandTake
+        )
+    }
 
     /// Short name for logs and operation digests.
     pub(crate) fn name(self) -> &'static str {
@@ -87,6 +116,11 @@ impl Script {
             Script::Purge => "purge",
             Script::Leases => "leases",
             Script::CombosGc => "combos_gc",
+            Script::LeaderAcquire => "leader_acquire",
+            Script::LeaderRenew => "leader_renew",
+            Script::LeaderRelease => "leader_release",
+            Script::DemandPush => "demand_push",
+            Script::DemandTake => "demand_take",
         }
     }
 
@@ -114,6 +148,11 @@ impl Script {
             Script::Purge => lua!("prelude.lua", "purge.lua"),
             Script::Leases => lua!("prelude.lua", "leases.lua"),
             Script::CombosGc => lua!("prelude.lua", "combos_gc.lua"),
+            Script::LeaderAcquire => lua!("prelude.lua", "leader_acquire.lua"),
+            Script::LeaderRenew => lua!("prelude.lua", "leader_renew.lua"),
+            Script::LeaderRelease => lua!("prelude.lua", "leader_release.lua"),
+            Script::DemandPush => lua!("prelude.lua", "demand_push.lua"),
+            Script::DemandTake => lua!("prelude.lua", "demand_take.lua"),
         }
     }
 

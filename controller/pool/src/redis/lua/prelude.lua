@@ -4,10 +4,13 @@
 --  1 records  2 unique  3 idkeys  4 expiry  5 available  6 owners  7 owner-expiry
 --  8 epoch  9 inventory  10 managed  11 worker-sessions  12 worker-session-expiry
 --  13 worker-runtime  14 worker-runtime-expiry  15 combos (SET: the non-empty
---  combination keys)  16 combos-version  17 result key  18 second result key
---  19.. index keys (avail:<combination> and owned:<digest> keys), given by the Rust side.
+--  combination keys)  16 combos-version  17 leader-fence (the newest fencing token)
+--  18 leader-lease ("<holder>|<token>", PX)  19 demands (LIST: extraction demand
+--  relayed to the leader)  20 result key  21 second result key
+--  22.. index keys (avail:<combination> and owned:<digest> keys), given by the Rust side.
 -- ARGV: 1 now override in ms ('' = read TIME)  2 operation TTL ms  3 opportunistic
---  purge count  4 operation payload (JSON).
+--  purge count  4 operation payload (JSON)  5 the caller's fencing token ('' = an
+--  unfenced call)  6 an extra argument of some scripts.
 -- A script never builds a key name: names come from KEYS (or from a record's `ix`,
 -- whose names were given in KEYS when it was written, and are checked against KEYS
 -- again before use). A script that meets a key it was not given returns
@@ -17,7 +20,8 @@ local K_RECORDS, K_UNIQUE, K_IDKEYS, K_EXPIRY, K_AVAILABLE = KEYS[1], KEYS[2], K
 local K_OWNERS, K_OWNER_EXP, K_EPOCH, K_INVENTORY, K_MANAGED = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local K_SESSIONS, K_SESSION_EXP, K_RUNTIME, K_RUNTIME_EXP = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local K_COMBOS, K_COMBOS_VER = KEYS[15], KEYS[16]
-local K_RESULT, K_RESULT2 = KEYS[17], KEYS[18]
+local K_FENCE, K_LEADER, K_DEMANDS = KEYS[17], KEYS[18], KEYS[19]
+local K_RESULT, K_RESULT2 = KEYS[20], KEYS[21]
 
 local OVERRIDE = ARGV[1] ~= ''
 local NOW
@@ -31,8 +35,16 @@ local OP_TTL = tonumber(ARGV[2])
 local PURGE_N = tonumber(ARGV[3])
 local P = cjson.decode(ARGV[4])
 
+-- Fencing: a leader-only write carries the token its leadership was granted; when the
+-- newest token is another one (a newer leader exists, or the key was lost with the
+-- data), the script refuses before reading or writing anything else.
+local FENCE = ARGV[5] or ''
+if FENCE ~= '' and redis.call('GET', K_FENCE) ~= FENCE then
+  return cjson.encode({ r = { err = 'fenced' } })
+end
+
 local GIVEN = {}
-for i = 19, #KEYS do GIVEN[KEYS[i]] = true end
+for i = 22, #KEYS do GIVEN[KEYS[i]] = true end
 local MISSING, MISSING_SEEN = {}, {}
 -- Keys written by this script, by TTL class ('main', 'sess', 'rt').
 local TOUCHED = {}

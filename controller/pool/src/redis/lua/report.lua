@@ -1,6 +1,6 @@
 -- Stores a complete sparse runtime report (docs/pool.md "Worker sessions and runtime").
 -- P = { w, s, q, v, e, dig, ttl, chk = [{ p, e }] (entries with a non-zero count) }
--- ARGV[5] = the report body JSON, stored verbatim.
+-- ARGV[6] = the report body JSON, stored verbatim.
 local prev = replay()
 if prev then return prev end
 local s = live_session(P.w)
@@ -23,6 +23,6 @@ for _, c in ipairs(P.chk) do
     return fail('ownership_mismatch')
   end
 end
-redis.call('HSET', K_RUNTIME, P.w, P.s .. '|' .. P.q .. '|' .. P.dig .. '|' .. ARGV[5]); touch(K_RUNTIME, 'rt')
+redis.call('HSET', K_RUNTIME, P.w, P.s .. '|' .. P.q .. '|' .. P.dig .. '|' .. ARGV[6]); touch(K_RUNTIME, 'rt')
 redis.call('ZADD', K_RUNTIME_EXP, NOW + P.ttl, P.w); touch(K_RUNTIME_EXP, 'rt')
 return finish({ ack = 'accepted' })

@@ -8,6 +8,8 @@ use std::time::Duration;
 use activity_pool::model::Filters;
 use tokio::sync::watch;
 
+pub mod relay;
+
 /// Proxies an extraction wanted and could not get unowned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Demand {

@@ -1,0 +1,134 @@
+//! `leadership`: how many controller replicas share the store, and the leader lease
+//! that lets exactly one of them run the background loops (`docs/reliability.md`).
+//!
+//! The memory store holds the pool inside one process, so it is refused above one
+//! replica; with Redis, `controlPlane.maxStaleAge` must exceed the failover bound
+//! (`lease + retryEvery`), or gateways would refuse traffic during every leader change.
+//! Usage analytics keeps its single-writer rule: it is refused above one replica.
+
+use std::time::Duration;
+
+use super::ConfigError;
+use super::duration::parse_duration;
+use super::raw::RawLeadership;
+use super::types::{ControlPlaneConfig, LeadershipConfig, StoreConfig};
+
+/// Most controller replicas on one store.
+pub const MAX_REPLICAS: u32 = 16;
+
+fn err(errors: &mut Vec<ConfigError>, path: &str, message: impl Into<String>) {
+    errors.push(ConfigError {
+        path: path.into(),
+        message: message.into(),
+    });
+}
+
+fn duration_in(
+    errors: &mut Vec<ConfigError>,
+    path: &str,
+    raw: Option<&str>,
+    default: Duration,
+    (min, max): (Duration, Duration),
+) -> Duration {
+    let d = match raw.map(parse_duration) {
+        None => default,
+        Some(Ok(d)) => d,
+        Some(Err(e)) => {
+            err(errors, path, e);
+            return default;
+        }
+    };
+    if !(min..=max).contains(&d) {
+        err(
+            errors,
+            path,
+            format!("must be within {min:?} and {max:?}, got {d:?}"),
+        );
+        return default;
+    }
+    d
+}
+
+/// Validates `leadership` against the store and the control plane.
+pub(super) fn leadership(
+    errors: &mut Vec<ConfigError>,
+    raw: &RawLeadership,
+    store: &StoreConfig,
+    control_plane: Option<&ControlPlaneConfig>,
+    analytics: bool,
+) -> LeadershipConfig {
+    let replicas = raw.replicas.unwrap_or(1);
+    if !(1..=MAX_REPLICAS).contains(&replicas) {
+        err(
+            errors,
+            "leadership.replicas",
+            format!("must be between 1 and {MAX_REPLICAS}, got {replicas}"),
+        );
+    } else if replicas > 1 && matches!(store, StoreConfig::Memory) {
+        err(
+            errors,
+            "leadership.replicas",
+            format!(
+                "the memory store lives inside one controller process and cannot be shared: \
+                 run 1 replica, or use `store.backend: redis` for {replicas}"
+            ),
+        );
+    }
+    if replicas > 1 && analytics {
+        err(
+            errors,
+            "leadership.replicas",
+            "usage analytics needs a single writer and its writer is not leader-elected yet: \
+             run 1 replica with analytics.enabled",
+        );
+    }
+    let secs = Duration::from_secs;
+    let lease = duration_in(
+        errors,
+        "leadership.lease",
+        raw.lease.as_deref(),
+        secs(10),
+        (secs(2), secs(300)),
+    );
+    let renew_every = duration_in(
+        errors,
+        "leadership.renewEvery",
+        raw.renew_every.as_deref(),
+        secs(2),
+        (Duration::from_millis(100), secs(100)),
+    );
+    if renew_every * 3 > lease {
+        err(
+            errors,
+            "leadership.renewEvery",
+            "must be at most a third of leadership.lease",
+        );
+    }
+    let retry_every = duration_in(
+        errors,
+        "leadership.retryEvery",
+        raw.retry_every.as_deref(),
+        secs(2),
+        (Duration::from_millis(100), secs(300)),
+    );
+    let config = LeadershipConfig {
+        replicas,
+        lease,
+        renew_every,
+        retry_every,
+    };
+    if let (StoreConfig::Redis(_), Some(cp)) = (store, control_plane)
+        && cp.max_stale_age <= config.failover_bound()
+    {
+        err(
+            errors,
+            "controlPlane.maxStaleAge",
+            format!(
+                "must exceed the leader failover bound (leadership.lease + leadership.retryEvery \
+                 = {:?}), or gateways stop serving during a leader change",
+                config.failover_bound()
+            ),
+        );
+    }
+    config
+}

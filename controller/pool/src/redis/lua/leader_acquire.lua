@@ -1,0 +1,25 @@
+-- Leadership: takes the leader lease when it is free, or keeps it when this holder
+-- has it, and answers its fencing token. A new grant takes a new token that is never
+-- reused and never goes backwards, even when a failover or a restart without
+-- persistence lost the last one: max(server time in µs, newest token + 1).
+-- P = { h = holder, ttl = lease ms }
+local cur = redis.call('GET', K_LEADER)
+if cur then
+  local bar = string.find(cur, '|', 1, true)
+  if bar and string.sub(cur, 1, bar - 1) == P.h then
+    local t = string.sub(cur, bar + 1)
+    if redis.call('GET', K_FENCE) == t then
+      redis.call('SET', K_LEADER, cur, 'PX', P.ttl)
+      return cjson.encode({ r = { t = t } })
+    end
+  else
+    return cjson.encode({ r = { held = true } })
+  end
+end
+local token = NOW * 1000
+local stored = redis.call('GET', K_FENCE)
+if stored and tonumber(stored) + 1 > token then token = tonumber(stored) + 1 end
+local t = istr(token)
+redis.call('SET', K_FENCE, t)
+redis.call('SET', K_LEADER, P.h .. '|' .. t, 'PX', P.ttl)
+return cjson.encode({ r = { t = t } })

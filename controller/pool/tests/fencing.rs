@@ -1,0 +1,196 @@
+//! Leader fencing on a real `redis-server`: once another holder has taken the leader
+//! lease (a greater fencing token), every leader-only write of the old holder is
+//! refused inside its script with `Fenced` and changes nothing, even when the old
+//! holder still believes it leads (a paused process resumed). Never skipped: a missing
+//! binary fails the test.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use activity_pool::model::*;
+use activity_pool::ports::*;
+use activity_pool::testkit::RedisServer;
+use activity_pool::{Fence, LeaderGrant, PoolError, RedisConnector, RedisOptions, RedisPool};
+
+fn cand(id: &str) -> Candidate {
+    Candidate {
+        id: ProxyId::new(id).unwrap(),
+        protocol: Protocol::Http,
+        host: format!("{id}.vendor.test"),
+        port: 8080,
+        credentials: None,
+        region: Some(Label::new("eu").unwrap()),
+        carrier: None,
+        ttl: Duration::from_secs(600),
+        max_concurrency: 4,
+    }
+}
+
+fn batch(op: &str, ids: &[&str]) -> FetchedBatch {
+    FetchedBatch {
+        upstream: UpstreamId::new("vendor-a").unwrap(),
+        operation_id: OperationId::new(op).unwrap(),
+        safety_margin: Duration::from_secs(5),
+        max_size: NonZeroU32::new(1_000).unwrap(),
+        candidates: ids.iter().map(|i| cand(i)).collect(),
+    }
+}
+
+fn id(s: &str) -> ProxyId {
+    ProxyId::new(s).unwrap()
+}
+
+fn health(p: &str, verdict: HealthVerdict) -> HealthUpdate {
+    HealthUpdate {
+        proxy_id: id(p),
+        verdict,
+        success: verdict == HealthVerdict::Available,
+        latency: None,
+        failure: None,
+    }
+}
+
+async fn granted(pool: &RedisPool, holder: &str, ttl: Duration) -> u64 {
+    match pool.leader_acquire(holder, ttl).await.unwrap() {
+        LeaderGrant::Granted(t) => t,
+        LeaderGrant::Held => panic!("{holder}: lease held by another"),
+    }
+}
+
+#[tokio::test]
+async fn a_deposed_leader_writes_nothing() {
+    let server = RedisServer::start();
+    let pool = RedisPool::new(
+        RedisConnector::direct(&server.url()).unwrap(),
+        RedisOptions::default(),
+    )
+    .await
+    .unwrap();
+    let fence_a = Fence::new();
+    let a = pool.fenced(fence_a.clone());
+
+    // No token yet: fail closed, before reaching Redis.
+    assert_eq!(
+        a.upsert(batch("op-0", &["p0"])).await.unwrap_err(),
+        PoolError::Fenced
+    );
+
+    let t1 = granted(&pool, "a", Duration::from_millis(300)).await;
+    fence_a.grant(t1);
+    a.upsert(batch("op-1", &["p1", "p2", "p3"])).await.unwrap();
+    let ups = ["p1", "p2", "p3"].map(|p| health(p, HealthVerdict::Available));
+    a.apply_health(&ups).await.unwrap();
+    let w1 = WorkerId::new("w1").unwrap();
+    let lease = Duration::from_secs(30);
+    let held = a.assign(&id("p1"), &w1, lease).await.unwrap();
+
+    // `a` stops renewing (paused); its lease runs out and `b` takes over.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t2 = granted(&pool, "b", Duration::from_secs(30)).await;
+    assert!(t2 > t1, "{t2} > {t1}");
+    assert!(!pool.leader_renew("a", t1, lease).await.unwrap());
+
+    let ids = [id("p1"), id("p2"), id("p3"), id("p4")];
+    let before = format!("{:?}", pool.records(&ids).await.unwrap());
+
+    // `a` resumes still holding t1: every leader-only script refuses it. The token is
+    // put back before each call so that the script (not the adapter's local check)
+    // is what refuses.
+    let u = UpstreamId::new("vendor-a").unwrap();
+    let e = held.epoch;
+    let attempts: Vec<(&str, Result<(), PoolError>)> = vec![
+        ("upsert", {
+            fence_a.grant(t1);
+            a.upsert(batch("op-2", &["p4"])).await.map(drop)
+        }),
+        ("remove", {
+            fence_a.grant(t1);
+            a.remove(&u, &[id("p3")]).await.map(drop)
+        }),
+        ("health", {
+            fence_a.grant(t1);
+            a.apply_health(&[health("p2", HealthVerdict::Unhealthy)])
+                .await
+                .map(drop)
+        }),
+        ("assign", {
+            fence_a.grant(t1);
+            a.assign(&id("p2"), &w1, lease).await.map(drop)
+        }),
+        ("renew", {
+            fence_a.grant(t1);
+            a.renew(&id("p1"), &w1, e, lease).await.map(drop)
+        }),
+        ("drain", {
+            fence_a.grant(t1);
+            a.begin_drain(&id("p1"), &w1, e).await.map(drop)
+        }),
+        ("ack_drain", {
+            fence_a.grant(t1);
+            a.acknowledge_drain(&id("p1"), &w1, e, 0, 0).await
+        }),
+        ("expire", {
+            fence_a.grant(t1);
+            a.expire(100).await.map(drop)
+        }),
+        ("purge", {
+            fence_a.grant(t1);
+            a.purge_expired(100).await.map(drop)
+        }),
+    ];
+    for (what, r) in attempts {
+        assert_eq!(r, Err(PoolError::Fenced), "{what}");
+    }
+    // A refusal revokes the local token: later writes fail without reaching Redis.
+    assert_eq!(fence_a.token(), 0);
+    assert_eq!(
+        format!("{:?}", pool.records(&ids).await.unwrap()),
+        before,
+        "a fenced write changed the pool"
+    );
+
+    // The new leader writes; reads and extraction are not fenced.
+    let fence_b = Fence::new();
+    fence_b.grant(t2);
+    let b = pool.fenced(fence_b);
+    let w2 = WorkerId::new("w2").unwrap();
+    b.assign(&id("p2"), &w2, lease).await.unwrap();
+    assert_eq!(a.get(&id("p2")).await.unwrap().unwrap().worker_id, w2);
+}
+
+#[tokio::test]
+async fn fencing_tokens_never_go_backwards_after_data_loss() {
+    let mut server = RedisServer::start();
+    let pool = RedisPool::new(
+        RedisConnector::direct(&server.url()).unwrap(),
+        RedisOptions::default(),
+    )
+    .await
+    .unwrap();
+    let t1 = granted(&pool, "a", Duration::from_secs(30)).await;
+    // A restart without persistence loses the lease and the newest token.
+    server.restart();
+    let fence_a = Fence::new();
+    fence_a.grant(t1);
+    let a = pool.fenced(fence_a.clone());
+    let mut refused = None;
+    for _ in 0..50 {
+        match a.upsert(batch("op-1", &["p1"])).await {
+            Err(PoolError::Unavailable(_)) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                fence_a.grant(t1);
+            }
+            other => {
+                refused = Some(other);
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        refused.map(|r| r.map(drop)),
+        Some(Err(PoolError::Fenced)),
+        "a token the store no longer knows is refused"
+    );
+    let t2 = granted(&pool, "b", Duration::from_secs(30)).await;
+    assert!(t2 > t1, "derived from server time: {t2} > {t1}");
+}

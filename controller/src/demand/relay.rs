@@ -1,0 +1,180 @@
+//! Extraction demand on a replica that does not lead. Every replica serves the
+//! Distribution API, but only the leader drains gateway-owned proxies: a follower's
+//! unmet demand goes through Redis (`activity_pool::RedisPool::push_demand`, a bounded
+//! list with a short life) and the leader takes it into its ownership manager every
+//! [`TAKE_EVERY`]. The follower's waiting request retries on its own clock (every
+//! 250 ms, `drainWait` in all), so no answer has to travel back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use activity_pool::RedisPool;
+use activity_pool::model::{Filters, Label, Protocol, UpstreamId};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::{Demand, DrainDemand};
+use crate::leadership::Leadership;
+
+/// Demands a follower holds for relaying at most (more are dropped and counted as
+/// not queued, like the leader's own queue).
+const RELAY_QUEUE: usize = 256;
+/// The relayed list keeps this many at most.
+const RELAY_MAX: u32 = 1_024;
+/// A relayed list nobody takes dies this long after the last push.
+const RELAY_TTL: Duration = Duration::from_secs(15);
+/// How often the leader takes relayed demand.
+pub const TAKE_EVERY: Duration = Duration::from_millis(100);
+/// Most demands taken per round.
+const TAKE_BATCH: u32 = 64;
+
+#[derive(Serialize, Deserialize)]
+struct Wire {
+    #[serde(default)]
+    p: Vec<String>,
+    #[serde(default)]
+    r: Vec<String>,
+    #[serde(default)]
+    c: Vec<String>,
+    #[serde(default)]
+    u: Vec<String>,
+    n: u32,
+    ttl_ms: u64,
+}
+
+fn encode(d: &Demand) -> Option<String> {
+    let f = &d.filters;
+    serde_json::to_string(&Wire {
+        p: f.protocols.iter().map(|p| p.as_str().to_owned()).collect(),
+        r: f.regions.iter().map(|l| l.as_str().to_owned()).collect(),
+        c: f.carriers.iter().map(|l| l.as_str().to_owned()).collect(),
+        u: f.upstreams.iter().map(|u| u.as_str().to_owned()).collect(),
+        n: d.count,
+        ttl_ms: u64::try_from(d.min_remaining_ttl.as_millis()).unwrap_or(u64::MAX),
+    })
+    .ok()
+}
+
+/// A relayed demand back into a [`Demand`]; `None` for anything malformed.
+fn decode(text: &str) -> Option<Demand> {
+    let w: Wire = serde_json::from_str(text).ok()?;
+    let labels = |v: Vec<String>| -> Option<Vec<Label>> {
+        v.into_iter().map(|s| Label::new(s).ok()).collect()
+    };
+    Some(Demand {
+        filters: Filters {
+            protocols: w
+                .p
+                .iter()
+                .map(|p| Protocol::parse(p))
+                .collect::<Option<_>>()?,
+            regions: labels(w.r)?,
+            carriers: labels(w.c)?,
+            upstreams: w
+                .u
+                .into_iter()
+                .map(|u| UpstreamId::new(u).ok())
+                .collect::<Option<_>>()?,
+        },
+        count: w.n,
+        min_remaining_ttl: Duration::from_millis(w.ttl_ms),
+    })
+}
+
+/// The Distribution API's [`DrainDemand`] on a replicated controller: the local
+/// ownership manager while this replica leads, the relay otherwise.
+#[derive(Debug)]
+pub struct RoutedDemand {
+    leadership: Leadership,
+    local: Arc<dyn DrainDemand>,
+    relay: mpsc::Sender<Demand>,
+}
+
+impl RoutedDemand {
+    /// Routes between `local` and a relay through `pool`; the relay task runs until
+    /// `stop`.
+    pub fn new(
+        leadership: Leadership,
+        local: Arc<dyn DrainDemand>,
+        pool: RedisPool,
+        stop: CancellationToken,
+    ) -> Self {
+        let (relay, rx) = mpsc::channel(RELAY_QUEUE);
+        tokio::spawn(push(rx, pool, stop));
+        Self {
+            leadership,
+            local,
+            relay,
+        }
+    }
+}
+
+impl DrainDemand for RoutedDemand {
+    fn request(&self, demand: Demand) -> bool {
+        if self.leadership.is_leader() {
+            self.local.request(demand)
+        } else {
+            self.relay.try_send(demand).is_ok()
+        }
+    }
+
+    fn released(&self) -> watch::Receiver<u64> {
+        self.local.released()
+    }
+}
+
+async fn push(mut rx: mpsc::Receiver<Demand>, pool: RedisPool, stop: CancellationToken) {
+    loop {
+        let d = tokio::select! {
+            () = stop.cancelled() => return,
+            d = rx.recv() => match d { Some(d) => d, None => return },
+        };
+        let Some(text) = encode(&d) else { continue };
+        if let Err(e) = pool.push_demand(&text, RELAY_MAX, RELAY_TTL).await {
+            tracing::debug!(error = %e, "extraction demand not relayed to the leader");
+        }
+    }
+}
+
+/// The leader's side: takes relayed demand into `local` every [`TAKE_EVERY`] until
+/// `stop` (a fenced take ends it: this replica no longer leads).
+pub async fn take(pool: RedisPool, local: Arc<dyn DrainDemand>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(TAKE_EVERY) => {}
+        }
+        match pool.take_demands(TAKE_BATCH).await {
+            Ok(list) => {
+                for d in list.iter().filter_map(|t| decode(t)) {
+                    local.request(d);
+                }
+            }
+            Err(activity_pool::PoolError::Fenced) => return,
+            Err(e) => tracing::debug!(error = %e, "relayed extraction demand not taken"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_demand_survives_the_relay_encoding() {
+        let d = Demand {
+            filters: Filters {
+                protocols: vec![Protocol::Http],
+                regions: vec![Label::new("eu").unwrap()],
+                carriers: vec![],
+                upstreams: vec![UpstreamId::new("sim-http").unwrap()],
+            },
+            count: 3,
+            min_remaining_ttl: Duration::from_secs(10),
+        };
+        assert_eq!(decode(&encode(&d).unwrap()), Some(d));
+        assert_eq!(decode("{\"n\":1,\"ttl_ms\":0,\"u\":[\"bad name!\"]}"), None);
+        assert_eq!(decode("not json"), None);
+    }
+}

@@ -1,0 +1,537 @@
+//! The mixed-load stack as real processes, shared by `mixed_load.rs` and `drills.rs`:
+//! the vendor simulator (its exclusivity auditor records every proxy use), one or more
+//! controllers on a private `redis-server`, a checker and two gateways, and the
+//! clients that load them (gateway traffic, an extraction client that reports its
+//! hand-outs to the auditor and uses what it got from `127.0.0.2`).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use activity_pool::testkit::RedisServer;
+use base64::Engine as _;
+use proxy_pool_e2e::procs::{Procs, bin, build_binaries};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+/// Load phase of one run.
+pub const RUN: Duration = Duration::from_secs(40);
+/// When the controller is killed (into the load phase), and how long it stays down.
+pub const KILL_AT: Duration = Duration::from_secs(12);
+pub const DOWN_FOR: Duration = Duration::from_secs(3);
+/// Readiness bound of each process.
+pub const READY_WITHIN: Duration = Duration::from_secs(120);
+/// Concurrent gateway clients.
+pub const GATEWAY_CLIENTS: usize = 4;
+/// Pause between an extraction client's requests.
+pub const EXTRACT_EVERY: Duration = Duration::from_millis(400);
+/// Bound on one HTTP exchange of the test's clients.
+pub const EXCHANGE: Duration = Duration::from_secs(15);
+/// Source address of the extraction client.
+pub const CLIENT_SOURCE: &str = "127.0.0.2";
+
+pub const GW_USER: &str = "load";
+pub const GW_PASS: &str = "load-e2e-pw";
+pub const API_KEY: &str = "mixed-load-api-key";
+pub const VENDOR_KEY: &str = "mixed-load-vendor-key";
+
+/// One stack at a time: two would only compete for the machine's cores.
+pub static ONE_STACK: Mutex<()> = Mutex::new(());
+
+/// Where the kernel picks outgoing connections' local ports (`ip_local_port_range`).
+pub fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|v| v.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32_768, 60_999))
+}
+
+/// A free loopback port outside the ephemeral range: the processes bind theirs only
+/// after starting, and an outgoing connection of anything on the machine (the test's
+/// own traffic included) may take an ephemeral port meanwhile. Never the same twice.
+pub fn free_addr() -> SocketAddr {
+    static TAKEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let (lo, hi) = ephemeral_range();
+    let (from, to) = if lo > 21_000 {
+        (20_000, lo)
+    } else {
+        (hi.saturating_add(1), u16::MAX)
+    };
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    let seed = (std::process::id() as u64).wrapping_mul(2_654_435_761) ^ now_ms();
+    let span = u64::from(to - from);
+    for i in 0..span {
+        let port = from + ((seed.wrapping_add(i * 7_919)) % span) as u16;
+        if !taken.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            taken.push(port);
+            return SocketAddr::from(([127, 0, 0, 1], port));
+        }
+    }
+    panic!("no free port outside the ephemeral range");
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// One controller replica: its config file and listeners.
+#[derive(Clone, Debug)]
+pub struct Replica {
+    pub config: PathBuf,
+    pub dist: SocketAddr,
+    pub admin: SocketAddr,
+    pub cp: SocketAddr,
+}
+
+pub struct Stack {
+    pub procs: Procs,
+    pub dir: PathBuf,
+    pub sim: SocketAddr,
+    pub echo: SocketAddr,
+    pub replicas: Vec<Replica>,
+    pub gateways: Vec<(SocketAddr, SocketAddr)>,
+    pub redis: RedisServer,
+}
+
+impl Stack {
+    /// The control-plane endpoints of every replica, as gateways and checkers take them.
+    pub fn cp_endpoints(&self) -> String {
+        self.replicas
+            .iter()
+            .map(|r| format!("http://{}", r.cp))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// A response: status and body (`Connection: close` exchanges).
+pub async fn exchange(mut s: TcpStream, request: &str) -> std::io::Result<(u16, String)> {
+    s.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(EXCHANGE, s.read_to_end(&mut raw))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "exchange"))??;
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+pub async fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
+    tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(addr))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect"))?
+}
+
+pub async fn get(addr: SocketAddr, path: &str, headers: &str) -> (u16, String) {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n");
+    match connect(addr).await {
+        Ok(s) => exchange(s, &req).await.unwrap_or((0, String::new())),
+        Err(_) => (0, String::new()),
+    }
+}
+
+pub fn basic(user: &str, pass: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))
+}
+
+pub fn wait_until(procs: &mut Procs, what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ok() {
+        procs.all_alive();
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}\n{}",
+            procs.logs()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+pub fn block<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
+/// The config of replica `r`; `extra` is appended (e.g. a `leadership:` section).
+pub fn write_config(dir: &Path, redis: &str, sim: SocketAddr, r: &Replica, extra: &str) {
+    let config = &r.config;
+    std::fs::write(
+        config,
+        format!(
+            r#"store:
+  backend: redis
+  redis: {{address: "{redis}"}}
+distribution:
+  listen: {dist}
+  minRemainingTtl: 10s
+  auth: {{mode: any, methods: [{{type: apiKey}}]}}
+admin: {{listen: {admin}}}
+controlPlane:
+  enabled: true
+  listen: {cp}
+  loopbackPlaintext: true
+  drainWait: 8s
+  reportInterval: 1s
+  # Snapshots outlive leases: only the lease bound keeps a gateway off a proxy whose
+  # lease ended (the exclusivity window the auditor watches for).
+  lease: 20s
+  renewBefore: 10s
+  snapshotValidity: 60s
+  maxStaleAge: 120s
+upstreams:
+  - name: sim-http
+    protocol: http
+    ttl: 3m
+    safetyMargin: 5s
+    maxConcurrencyPerProxy: 4
+    maxSize: 40
+    fetchInterval: 2s
+    source:
+      vendorApi:
+        url: http://{sim}/v1/proxies?count=10&protocol=http
+        format: json
+        apiKeyFile: {vendor_key}
+        timeout: 5s
+routings:
+  - {{name: mixed, priority: 1, upstreams: [sim-http]}}
+clients:
+  - name: extractor
+    permissions: [distribution:extract]
+    apiKeys: [{{file: {api_key}}}]
+shutdown: {{gracePeriod: 5s}}
+{extra}
+"#,
+            dist = r.dist,
+            admin = r.admin,
+            cp = r.cp,
+            vendor_key = dir.join("vendor-api-key").display(),
+            api_key = dir.join("api-key").display(),
+        ),
+    )
+    .expect("config");
+}
+
+/// Starts the stack with `replicas` controllers sharing the Redis (`extra` appended to
+/// each one's config), a checker and two gateways given every controller endpoint;
+/// returns once both gateways carry traffic.
+pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
+    build_binaries();
+    let redis = RedisServer::start();
+    let dir = std::env::temp_dir().join(format!("pp-e2e-mixed-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("vendor-api-key"), VENDOR_KEY).expect("key");
+    std::fs::write(dir.join("api-key"), API_KEY).expect("key");
+    std::fs::write(
+        dir.join("gateway-clients.json"),
+        format!(r#"[{{"client":"{GW_USER}","username":"{GW_USER}","password":"{GW_PASS}"}}]"#),
+    )
+    .expect("clients");
+    let mut stack = Stack {
+        procs: Procs::new(&dir),
+        dir: dir.clone(),
+        sim: free_addr(),
+        echo: free_addr(),
+        replicas: (0..replicas)
+            .map(|i| Replica {
+                config: dir.join(format!("controller-{i}.yaml")),
+                dist: free_addr(),
+                admin: free_addr(),
+                cp: free_addr(),
+            })
+            .collect(),
+        gateways: (0..2).map(|_| (free_addr(), free_addr())).collect(),
+        redis,
+    };
+    for r in &stack.replicas {
+        write_config(&dir, &stack.redis.url(), stack.sim, r, extra);
+    }
+    let echo_tls = free_addr();
+    stack.procs.start(
+        "vendor-sim",
+        Command::new(env!("CARGO_BIN_EXE_vendor-sim"))
+            .args(["--listen", &stack.sim.to_string()])
+            .args(["--echo-http", &stack.echo.to_string()])
+            .args(["--echo-https", &echo_tls.to_string()])
+            .args([
+                "--api-key",
+                VENDOR_KEY,
+                "--ttl-min",
+                "90",
+                "--ttl-max",
+                "150",
+            ]),
+    );
+    let sim = stack.sim;
+    wait_until(&mut stack.procs, "vendor simulator", READY_WITHIN, || {
+        block(get(sim, "/healthz", "")).0 == 200
+    });
+    for i in 0..replicas {
+        start_controller(&mut stack, i, &format!("controller-{i}"));
+    }
+    let cps = stack.cp_endpoints();
+    stack.procs.start(
+        "checker",
+        Command::new(bin("proxy-pool-checker"))
+            .args(["run", "--controller", &cps])
+            .args([
+                "--checker-id",
+                "mixed-checker",
+                "--echo",
+                &stack.echo.to_string(),
+            ])
+            .arg("--loopback-plaintext"),
+    );
+    for (i, (http, admin)) in stack.gateways.clone().into_iter().enumerate() {
+        let socks = free_addr();
+        stack.procs.start(
+            &format!("gateway-{i}"),
+            Command::new(bin("proxy-pool-gateway"))
+                .args(["--http-listen", &http.to_string()])
+                .args(["--socks5-listen", &socks.to_string()])
+                .args(["--admin-listen", &admin.to_string()])
+                .args(["--controller", &cps])
+                .args(["--worker-id", &format!("mixed-gw-{i}")])
+                .arg("--clients-file")
+                .arg(dir.join("gateway-clients.json")),
+        );
+    }
+    let echo = stack.echo;
+    for (i, (http, admin)) in stack.gateways.clone().into_iter().enumerate() {
+        wait_until(
+            &mut stack.procs,
+            &format!("gateway {i} snapshot"),
+            READY_WITHIN,
+            || block(get(admin, "/readyz", "")).0 == 200,
+        );
+        wait_until(
+            &mut stack.procs,
+            &format!("gateway {i} traffic"),
+            READY_WITHIN,
+            || block(via_gateway(http, echo, "/warm-up")).is_ok(),
+        );
+    }
+    stack
+}
+
+/// Starts replica `i` as process `name` and waits for its admin listener.
+pub fn start_controller(stack: &mut Stack, i: usize, name: &str) {
+    let r = stack.replicas[i].clone();
+    stack.procs.start(
+        name,
+        Command::new(bin("proxy-pool-controller"))
+            .args(["run", "--config"])
+            .arg(&r.config),
+    );
+    wait_until(&mut stack.procs, name, READY_WITHIN, || {
+        block(get(r.admin, "/healthz", "")).0 == 200
+    });
+}
+
+/// Whether replica `admin` says it leads (`proxy_pool_controller_leader 1`); `None`
+/// when it does not answer.
+pub async fn leads(admin: SocketAddr) -> Option<bool> {
+    let (status, body) = get(admin, "/metrics", "").await;
+    if status != 200 {
+        return None;
+    }
+    body.lines()
+        .find_map(|l| l.strip_prefix("proxy_pool_controller_leader "))
+        .map(|v| v.trim() == "1")
+}
+
+/// The admin inventory of the one upstream: (unextracted, available unowned).
+pub async fn inventory(admin: SocketAddr) -> Option<(u64, u64)> {
+    let (status, body) = get(admin, "/api/v1/inventory", "").await;
+    let j: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| status == 200)?;
+    let u = &j["upstreams"][0];
+    Some((u["unextracted"].as_u64()?, u["available"].as_u64()?))
+}
+
+/// One request through a gateway: a plain forwarded GET or (`tunnel`) a CONNECT with
+/// a GET inside. `Err` carries what went wrong.
+pub async fn via_gateway(gw: SocketAddr, echo: SocketAddr, path: &str) -> Result<(), String> {
+    let auth = basic(GW_USER, GW_PASS);
+    let s = connect(gw).await.map_err(|e| format!("connect: {e}"))?;
+    let req = format!(
+        "GET http://{echo}{path} HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n"
+    );
+    match exchange(s, &req).await {
+        Ok((200, _)) => Ok(()),
+        Ok((status, body)) => Err(format!("{status} {}", body.trim())),
+        Err(e) => Err(format!("io: {e}")),
+    }
+}
+
+pub async fn tunnel_via_gateway(
+    gw: SocketAddr,
+    echo: SocketAddr,
+    path: &str,
+) -> Result<(), String> {
+    let auth = basic(GW_USER, GW_PASS);
+    let mut s = connect(gw).await.map_err(|e| format!("connect: {e}"))?;
+    let head = format!(
+        "CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {auth}\r\n\r\n"
+    );
+    s.write_all(head.as_bytes())
+        .await
+        .map_err(|e| format!("io: {e}"))?;
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    let read_head = async {
+        while !buf.ends_with(b"\r\n\r\n") && buf.len() < 8192 {
+            if s.read(&mut byte).await? == 0 {
+                break;
+            }
+            buf.push(byte[0]);
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    tokio::time::timeout(EXCHANGE, read_head)
+        .await
+        .map_err(|_| "CONNECT timed out".to_owned())?
+        .map_err(|e| format!("io: {e}"))?;
+    let head = String::from_utf8_lossy(&buf).to_string();
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("CONNECT: {}", head.lines().next().unwrap_or("")));
+    }
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {echo}\r\nConnection: close\r\n\r\n");
+    match exchange(s, &req).await {
+        Ok((200, _)) => Ok(()),
+        Ok((status, _)) => Err(format!("inside the tunnel: {status}")),
+        Err(e) => Err(format!("tunnel io: {e}")),
+    }
+}
+
+/// The extraction client's own use of a proxy it got: from [`CLIENT_SOURCE`].
+pub async fn use_extracted(proxy: &serde_json::Value, echo: SocketAddr) -> Result<(), String> {
+    let host: IpAddr = proxy["host"]
+        .as_str()
+        .and_then(|h| h.parse().ok())
+        .ok_or("host")?;
+    let port = proxy["port"].as_u64().ok_or("port")? as u16;
+    let auth = basic(
+        proxy["username"].as_str().ok_or("username")?,
+        proxy["password"].as_str().ok_or("password")?,
+    );
+    let socket = TcpSocket::new_v4().map_err(|e| e.to_string())?;
+    socket
+        .bind(SocketAddr::new(CLIENT_SOURCE.parse().unwrap(), 0))
+        .map_err(|e| format!("bind {CLIENT_SOURCE}: {e}"))?;
+    let s = tokio::time::timeout(
+        Duration::from_secs(5),
+        socket.connect(SocketAddr::new(host, port)),
+    )
+    .await
+    .map_err(|_| "connect timed out".to_owned())?
+    .map_err(|e| format!("connect: {e}"))?;
+    let req = format!(
+        "GET http://{echo}/extracted HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n"
+    );
+    match exchange(s, &req).await {
+        Ok((200, _)) => Ok(()),
+        Ok((status, body)) => Err(format!("{status} {}", body.trim())),
+        Err(e) => Err(format!("io: {e}")),
+    }
+}
+
+pub async fn post(
+    addr: SocketAddr,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    let s = connect(addr).await?;
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    exchange(s, &req).await
+}
+
+#[derive(Debug, Default)]
+pub struct Gateways {
+    pub ok: AtomicU64,
+    pub errors: Mutex<Vec<String>>,
+}
+
+#[derive(Debug, Default)]
+pub struct Extraction {
+    pub latencies_ms: Mutex<Vec<u64>>,
+    pub served: AtomicU64,
+    pub insufficient: AtomicU64,
+    pub controller_down: AtomicU64,
+    pub other: Mutex<Vec<String>>,
+    pub used_ok: AtomicU64,
+    pub use_failures: Mutex<Vec<String>>,
+}
+
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Without ANSI colour sequences (`ESC [ … m`).
+pub fn plain(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Sum of `drains=N` of the controllers' "drains begun for extraction demand" lines.
+pub fn drains_logged(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).expect("log dir").flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if !name.starts_with("controller") || !name.ends_with(".log") {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in text
+            .lines()
+            .map(plain)
+            .filter(|l| l.contains("drains begun for extraction demand"))
+        {
+            total += line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("drains="))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    total
+}

@@ -1,0 +1,376 @@
+//! Failure drills with real processes (`docs/reliability.md`): two controller
+//! replicas on one `redis-server`, the vendor simulator with its exclusivity auditor, a
+//! checker and two gateways given both controller endpoints, under mixed load
+//! (gateway traffic, and an extraction client that spreads its requests over both
+//! replicas' Distribution APIs). Each drill asserts its bound and prints its figures.
+//!
+//! - leader SIGKILL: a new leader within the failover bound; gateway requests never
+//!   fail; no proxy handed out twice; the auditor sees no gateway use of a proxy after
+//!   it was handed to the client;
+//! - leader SIGSTOP past its lease, then SIGCONT: another replica leads meanwhile; the
+//!   resumed one writes nothing (it is deposed and exits with code 3) and the same
+//!   invariants hold.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use proxy_pool_e2e::sim::audit::Verdict;
+
+/// Leader lease of the drills: short, so that they run in seconds.
+const LEASE: Duration = Duration::from_secs(3);
+const RETRY: Duration = Duration::from_millis(500);
+const LEADERSHIP: &str = "leadership: {replicas: 2, lease: 3s, renewEvery: 1s, retryEvery: 500ms}";
+/// Scheduling slack on a loaded 2-core machine on top of the failover bound.
+const SLACK: Duration = Duration::from_secs(2);
+/// Load before the fault, and after it.
+const BEFORE: Duration = Duration::from_secs(8);
+const AFTER: Duration = Duration::from_secs(15);
+
+/// What the extraction client saw.
+#[derive(Debug, Default)]
+struct Extracted {
+    served: AtomicU64,
+    insufficient: AtomicU64,
+    /// Answers other than 200 / 409, with when they came (ms since the load began).
+    errors: Mutex<Vec<(u64, String)>>,
+    /// Hand-outs by proxy ID (a count above 1 is a proxy handed out twice).
+    ids: Mutex<HashMap<String, u32>>,
+    use_failures: Mutex<Vec<String>>,
+}
+
+struct Load {
+    rt: tokio::runtime::Runtime,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    gateways: Arc<Gateways>,
+    extracted: Arc<Extracted>,
+    began: Instant,
+}
+
+/// Gateway traffic through both gateways and an extraction client rotating over every
+/// replica (moving on at once when one does not answer, as a client of a Service).
+fn load(stack: &Stack) -> Load {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let stop = Arc::new(AtomicBool::new(false));
+    let gateways = Arc::new(Gateways::default());
+    let extracted = Arc::new(Extracted::default());
+    let began = Instant::now();
+    let echo = stack.echo;
+    let mut tasks = Vec::new();
+    for i in 0..GATEWAY_CLIENTS {
+        let (stop, stats) = (stop.clone(), gateways.clone());
+        let gws: Vec<SocketAddr> = stack.gateways.iter().map(|(h, _)| *h).collect();
+        tasks.push(rt.spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let gw = gws[(n as usize + i) % gws.len()];
+                let path = format!("/drill/{i}/{n}");
+                let r = if n % 4 == 3 {
+                    tunnel_via_gateway(gw, echo, &path).await
+                } else {
+                    via_gateway(gw, echo, &path).await
+                };
+                match r {
+                    Ok(()) => {
+                        stats.ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => stats
+                        .errors
+                        .lock()
+                        .unwrap()
+                        .push(format!("{gw} {path}: {e}")),
+                }
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        }));
+    }
+    let dists: Vec<SocketAddr> = stack.replicas.iter().map(|r| r.dist).collect();
+    let sim = stack.sim;
+    {
+        let (stop, stats) = (stop.clone(), extracted.clone());
+        tasks.push(rt.spawn(async move {
+            let api_key = format!("X-API-Key: {API_KEY}\r\n");
+            let vendor_key = format!("X-API-Key: {VENDOR_KEY}\r\n");
+            let mut next = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let body = r#"{"count":1,"fulfillment":"allOrNothing"}"#;
+                let mut answer = None;
+                for _ in 0..dists.len() {
+                    let dist = dists[next % dists.len()];
+                    next += 1;
+                    match post(dist, "/api/v1/proxies/extract", &api_key, body).await {
+                        Ok(a) => {
+                            answer = Some(a);
+                            break;
+                        }
+                        // Not answering (killed, paused): the next replica.
+                        Err(_) => continue,
+                    }
+                }
+                let at = began.elapsed().as_millis() as u64;
+                match answer {
+                    Some((200, body)) => {
+                        stats.served.fetch_add(1, Ordering::Relaxed);
+                        let j: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+                        for p in j["proxies"].as_array().expect("proxies") {
+                            let id = p["id"].as_str().expect("id").to_owned();
+                            *stats.ids.lock().unwrap().entry(id).or_default() += 1;
+                            let port = p["port"].as_u64().expect("port");
+                            let handout = format!(r#"[{{"port":{port},"atMs":{}}}]"#, now_ms());
+                            let (status, _) =
+                                post(sim, "/v1/sim/audit/handouts", &vendor_key, &handout)
+                                    .await
+                                    .expect("report the handout");
+                            assert_eq!(status, 204, "handout report");
+                            if let Err(e) = use_extracted(p, echo).await {
+                                stats.use_failures.lock().unwrap().push(e);
+                            }
+                        }
+                    }
+                    Some((409, _)) => {
+                        stats.insufficient.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some((status, body)) => stats
+                        .errors
+                        .lock()
+                        .unwrap()
+                        .push((at, format!("{status} {}", body.trim()))),
+                    None => stats
+                        .errors
+                        .lock()
+                        .unwrap()
+                        .push((at, "no replica answered".into())),
+                }
+                tokio::time::sleep(EXTRACT_EVERY).await;
+            }
+        }));
+    }
+    Load {
+        rt,
+        stop,
+        tasks,
+        gateways,
+        extracted,
+        began,
+    }
+}
+
+/// The replica that leads, once exactly one does (polled over every replica's metrics;
+/// `skip` is not asked).
+fn wait_leader(stack: &mut Stack, skip: Option<usize>, within: Duration) -> usize {
+    let admins: Vec<SocketAddr> = stack.replicas.iter().map(|r| r.admin).collect();
+    let deadline = Instant::now() + within;
+    loop {
+        let leading: Vec<usize> = admins
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != skip)
+            .filter(|(_, a)| block(leads(**a)) == Some(true))
+            .map(|(i, _)| i)
+            .collect();
+        if leading.len() == 1 {
+            return leading[0];
+        }
+        assert!(
+            leading.len() < 2,
+            "two replicas lead at once: {leading:?}\n{}",
+            stack.procs.logs()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no leader within {within:?}\n{}",
+            stack.procs.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stops the load and checks the invariants every drill keeps; prints the figures.
+fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
+    load.stop.store(true, Ordering::Relaxed);
+    load.rt.block_on(async {
+        for t in load.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(30), t).await;
+        }
+    });
+    let (status, body) = block(get(
+        stack.sim,
+        &format!("/v1/sim/audit/verdict?clients={CLIENT_SOURCE}"),
+        &format!("X-API-Key: {VENDOR_KEY}\r\n"),
+    ));
+    assert_eq!(status, 200, "{body}");
+    let verdict: Verdict = serde_json::from_str(&body).expect("verdict");
+    let x = &load.extracted;
+    let served = x.served.load(Ordering::Relaxed);
+    let twice: Vec<(String, u32)> = x
+        .ids
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, n)| (id.clone(), *n))
+        .collect();
+    let errors = x.errors.lock().unwrap().clone();
+    let window = match (errors.first(), errors.last()) {
+        (Some(a), Some(b)) => b.0 - a.0,
+        _ => 0,
+    };
+    let gw_errors = load.gateways.errors.lock().unwrap().clone();
+    println!(
+        "[{tag}] {figures}; extraction: served {served}, 409 {}, errors {} over {window} ms, \
+         handed out twice {}; gateway requests ok {}, errors {}; auditor: uses {}, client uses {}, \
+         violations {}, complete {}",
+        x.insufficient.load(Ordering::Relaxed),
+        errors.len(),
+        twice.len(),
+        load.gateways.ok.load(Ordering::Relaxed),
+        gw_errors.len(),
+        verdict.uses,
+        verdict.client_uses,
+        verdict.violations,
+        verdict.complete,
+    );
+    for (at, e) in errors.iter().take(5) {
+        println!("[{tag}] extraction error at {at} ms: {e}");
+    }
+    let logs = stack.procs.logs();
+    assert!(
+        twice.is_empty(),
+        "proxies handed out twice: {twice:?}\n{logs}"
+    );
+    assert_eq!(
+        verdict.violations, 0,
+        "a gateway used a proxy after it was handed to the client: {:#?}\n{logs}",
+        verdict.listed
+    );
+    assert!(verdict.complete, "the auditor dropped uses");
+    assert!(
+        gw_errors.is_empty(),
+        "gateway traffic failed: {gw_errors:#?}\n{logs}"
+    );
+    assert!(served >= 5, "too few extractions served: {served}\n{logs}");
+    assert!(
+        x.use_failures.lock().unwrap().is_empty(),
+        "{:?}",
+        x.use_failures.lock().unwrap()
+    );
+    let _ = load.began;
+}
+
+fn ready(tag: &str) -> (Stack, usize) {
+    let mut stack = start(tag, 2, LEADERSHIP);
+    let leader = wait_leader(&mut stack, None, READY_WITHIN);
+    let admin = stack.replicas[leader].admin;
+    wait_until(
+        &mut stack.procs,
+        "gateways owning the whole pool",
+        READY_WITHIN,
+        || {
+            block(inventory(admin))
+                .is_some_and(|(unextracted, available)| unextracted >= 10 && available == 0)
+        },
+    );
+    (stack, leader)
+}
+
+#[test]
+fn leader_sigkill_under_mixed_load() {
+    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut stack, leader) = ready("drill-kill");
+    let load = load(&stack);
+    std::thread::sleep(BEFORE);
+    stack.procs.kill(&format!("controller-{leader}"));
+    let killed = Instant::now();
+    let next = wait_leader(&mut stack, Some(leader), LEASE + RETRY + SLACK * 5);
+    let took = killed.elapsed();
+    assert_ne!(next, leader);
+    std::thread::sleep(AFTER);
+    stack.procs.all_alive();
+    finish(
+        "leader-sigkill",
+        &mut stack,
+        load,
+        &format!(
+            "new leader after {} ms (bound {} ms)",
+            took.as_millis(),
+            (LEASE + RETRY).as_millis()
+        ),
+    );
+    assert!(
+        took <= LEASE + RETRY + SLACK,
+        "new leader after {took:?}, bound {:?} (+{SLACK:?} slack)",
+        LEASE + RETRY
+    );
+    stack.procs.stop();
+    let _ = std::fs::remove_dir_all(&stack.dir);
+}
+
+#[test]
+fn leader_paused_past_its_lease_writes_nothing_when_resumed() {
+    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut stack, leader) = ready("drill-pause");
+    let name = format!("controller-{leader}");
+    let load = load(&stack);
+    std::thread::sleep(BEFORE);
+    stack.procs.signal(&name, "STOP");
+    let paused = Instant::now();
+    let next = wait_leader(&mut stack, Some(leader), LEASE + RETRY + SLACK * 5);
+    let took = paused.elapsed();
+    assert_ne!(next, leader);
+    // Well past its lease, and the new leader has been writing meanwhile.
+    std::thread::sleep((LEASE * 2).saturating_sub(took));
+    stack.procs.signal(&name, "CONT");
+    let resumed = Instant::now();
+    let exit = stack.procs.wait_exit(&name, Duration::from_secs(30));
+    let log = std::fs::read_to_string(stack.dir.join(format!("{name}.log"))).unwrap_or_default();
+    let log = log.lines().map(plain).collect::<Vec<_>>().join("\n");
+    assert_eq!(
+        exit.and_then(|s| s.code()),
+        Some(3),
+        "the resumed leader must step down and exit 3 (deposed)\n{log}"
+    );
+    let deposed_in = resumed.elapsed();
+    assert!(
+        log.contains("stepping down"),
+        "the resumed leader says why it stopped\n{log}"
+    );
+    // Why it stopped: one of its writes was refused by Redis (a newer token exists), or
+    // its own lease clock ran out first; either way nothing it wrote after losing the
+    // lease reached the pool (controller/pool/tests/fencing.rs proves the refusal of
+    // every leader-only script).
+    assert!(
+        log.contains("a leader-only write was fenced")
+            || log.contains("leader lease not renewed in time"),
+        "the resumed leader must stop for a fenced write or its lease clock\n{log}"
+    );
+    // The new leader stayed the leader throughout.
+    assert_eq!(block(leads(stack.replicas[next].admin)), Some(true));
+    std::thread::sleep(AFTER);
+    stack.procs.all_alive();
+    let fenced = log.matches("leader-only write fenced").count();
+    finish(
+        "leader-sigstop",
+        &mut stack,
+        load,
+        &format!(
+            "paused {} ms, new leader after {} ms, resumed one deposed in {} ms ({fenced} writes fenced in Redis)",
+            (LEASE * 2).max(took).as_millis(),
+            took.as_millis(),
+            deposed_in.as_millis()
+        ),
+    );
+    assert!(took <= LEASE + RETRY + SLACK, "new leader after {took:?}");
+    stack.procs.stop();
+    let _ = std::fs::remove_dir_all(&stack.dir);
+}
