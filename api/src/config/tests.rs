@@ -3,6 +3,9 @@ use std::time::Duration;
 use super::*;
 
 const HASH: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+/// A salted password hash (the digest is not checked against anything here).
+const SALTED: &str =
+    "sha256:0011223344556677:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 
 fn paths(text: &str) -> Vec<String> {
     match load_yaml(text) {
@@ -15,7 +18,11 @@ fn paths(text: &str) -> Vec<String> {
 fn empty_file_gives_defaults() {
     let c = load_yaml("{}").expect("defaults are valid");
     assert_eq!(c.store, StoreConfig::Memory);
-    assert_eq!(c.distribution.auth.mode, AuthMode::None);
+    assert_eq!(
+        c.distribution.auth.mode,
+        AuthMode::Any,
+        "fail closed: no anonymous access unless written"
+    );
     assert_eq!(c.distribution.max_count_per_request.get(), 100);
     assert_eq!(
         c.distribution.default_fulfillment,
@@ -52,7 +59,7 @@ upstreams:
     source: {{static: {{proxies: ["nope"]}}}}
 clients:
   - name: c1
-    basic: {{username: u, passwordSha256: {HASH}}}
+    basic: {{username: u, passwordHash: "{SALTED}"}}
   - name: c1
     apiKeys: [{{sha256: XYZ}}]
 shutdown: {{gracePeriod: 1s, drainDelay: 2s}}
@@ -650,7 +657,7 @@ clients:
   - name: b
     basic: {{username: bob, passwordFile: "{pass}"}}
   - name: c
-    basic: {{usernameFile: "{carol}", passwordSha256: {HASH}}}
+    basic: {{usernameFile: "{carol}", passwordHash: "{SALTED}"}}
 "#
     );
     let validated = load_yaml(&text).expect("valid without reading files");
@@ -678,9 +685,14 @@ clients:
     assert_eq!(a.bearer_tokens[0].0, sha(b"the-token"));
     let basic = a.basic.as_ref().expect("basic");
     assert_eq!(basic.username, "alice");
-    assert_eq!(basic.password.0, sha(b"s3cret"));
+    assert!(basic.password.matches(b"s3cret") && !basic.password.matches(b"s3cret!"));
     let b = c.clients[1].basic.as_ref().expect("basic b");
-    assert_eq!((b.username.as_str(), b.password.0), ("bob", sha(b"s3cret")));
+    assert_eq!(b.username, "bob");
+    assert!(b.password.matches(b"s3cret"));
+    assert_ne!(
+        basic.password, b.password,
+        "the same password, stored with different salts"
+    );
     assert_eq!(c.clients[2].basic.as_ref().expect("c").username, "carol");
     let shown = format!("{c:?}");
     for secret in ["the-api-key", "the-token", "s3cret"] {
@@ -703,7 +715,7 @@ clients:
   - name: a
     apiKeys: [{{file: "{missing}"}}, {{file: "{empty}"}}, {{file: "{big}"}}, {{file: "{dir}"}}]
   - name: b
-    basic: {{usernameFile: "{colon}", passwordSha256: {HASH}}}
+    basic: {{usernameFile: "{colon}", passwordHash: "{SALTED}"}}
   - name: c
     bearerTokens: [{{file: "{same1}"}}, {{file: "{same2}"}}]
 "#,
@@ -798,5 +810,131 @@ fn upstream_proxy_user_names_in_files_are_read_at_load() {
     assert_eq!(
         paths(&cfg("username: ''")),
         ["upstreams[0].source.static.credentials.username"]
+    );
+}
+
+#[test]
+fn anonymous_access_only_when_written_explicitly() {
+    // No client, no mode: every caller must present a configured client's credential,
+    // and with none configured every request is refused.
+    let c = load_yaml("{}").expect("valid");
+    assert_eq!(c.distribution.auth.mode, AuthMode::Any);
+    assert!(c.clients.is_empty());
+    let kinds: Vec<_> = c.distribution.auth.methods.iter().map(|m| m.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            AuthMethodKind::ApiKey,
+            AuthMethodKind::Basic,
+            AuthMethodKind::Bearer
+        ]
+    );
+    // `mode: any` with no client is a valid (refusing) config, not an error.
+    assert!(load_yaml("distribution: {auth: {mode: any}}").is_ok());
+    let c = load_yaml("distribution: {auth: {mode: none}}").expect("explicit none");
+    assert_eq!(c.distribution.auth.mode, AuthMode::None);
+    // A bad mode never falls back to anonymous.
+    assert_eq!(paths("distribution: {auth: {mode: open}}"), ["distribution.auth.mode"]);
+}
+
+#[test]
+fn egress_section_and_connect_ports() {
+    let c = load_yaml(
+        "egress: {denyCidrs: [10.96.0.0/12, 10.244.0.0/16], allowCidrs: [127.0.0.0/8]}\n\
+         upstreams: [{name: u, ttl: 1m, maxSize: 1, source: {static: {proxies: ['h:1']}}}]\n\
+         routings: [{name: r, upstreams: [u], connectPorts: ['22', '8000-8100']}, {name: d, upstreams: [u]}]\n",
+    )
+    .expect("valid");
+    assert_eq!(
+        c.egress.check_ip("10.97.0.1".parse().expect("ip")),
+        Err(crate::egress::EgressDenied::Internal)
+    );
+    assert_eq!(c.egress.check_ip("127.0.0.1".parse().expect("ip")), Ok(()));
+    let r = &c.routings.iter().find(|r| r.name == "r").expect("r").connect_ports;
+    assert!(r.allows(22) && r.allows(8050) && !r.allows(443));
+    let d = &c.routings.iter().find(|r| r.name == "d").expect("d").connect_ports;
+    assert!(d.allows(443) && d.allows(80) && !d.allows(22), "default 443 and 80");
+    assert_eq!(c.distribution.limits.max_connections_per_source, 256);
+    let got = paths(
+        "egress: {denyCidrs: [nope], allowCidrs: ['1.2.3.4/40']}\n\
+         upstreams: [{name: u, ttl: 1m, maxSize: 1, source: {static: {proxies: ['h:1']}}}]\n\
+         routings: [{name: r, upstreams: [u], connectPorts: ['0', '9-1']}]\n\
+         distribution: {limits: {maxConnections: 10, maxConnectionsPerSource: 11}}\n",
+    );
+    assert_eq!(
+        got,
+        [
+            "distribution.limits.maxConnectionsPerSource",
+            "routings[0].connectPorts[0]",
+            "routings[0].connectPorts[1]",
+            "egress.denyCidrs[0]",
+            "egress.allowCidrs[0]",
+        ]
+    );
+}
+
+#[test]
+fn redis_tls_and_acl_users() {
+    let c = load_yaml(
+        "store: {backend: redis, redis: {address: 'rediss://r:6380/0', username: pool, tls: {caFile: /ca.pem}}}",
+    )
+    .expect("rediss");
+    let StoreConfig::Redis(r) = c.store else {
+        panic!("redis")
+    };
+    assert_eq!(r.username.as_deref(), Some("pool"));
+    assert_eq!(
+        r.tls.and_then(|t| t.ca_file),
+        Some(std::path::PathBuf::from("/ca.pem"))
+    );
+    let c = load_yaml(
+        "store: {backend: redis, redis: {sentinel: {masterName: m, addresses: ['s:26379'], username: watcher, passwordFile: /pw, tls: true}}}",
+    )
+    .expect("sentinel over TLS");
+    let StoreConfig::Redis(r) = c.store else {
+        panic!("redis")
+    };
+    assert!(r.tls.is_some());
+    assert_eq!(
+        r.target,
+        RedisTarget::Sentinel {
+            master_name: "m".into(),
+            addresses: vec!["s:26379".into()],
+            username: Some("watcher".into()),
+            password_file: Some("/pw".into()),
+        }
+    );
+    assert_eq!(
+        paths("store: {backend: redis, redis: {address: 'redis://r:1', tls: {}}}"),
+        ["store.redis.tls"]
+    );
+    assert_eq!(
+        paths("store: {backend: redis, redis: {address: 'http://r:1'}}"),
+        ["store.redis.address"]
+    );
+}
+
+#[test]
+fn basic_passwords_are_only_accepted_salted() {
+    let e = load_yaml(&format!(
+        "clients: [{{name: a, basic: {{username: u, passwordSha256: {HASH}}}}}]"
+    ))
+    .unwrap_err();
+    let m = e
+        .0
+        .iter()
+        .find(|e| e.path == "clients[0].basic.passwordSha256")
+        .map(|e| e.message.clone())
+        .unwrap_or_default();
+    assert!(m.contains("passwordHash") && m.contains("passwordFile"), "{e}");
+    let c = load_yaml(&format!(
+        "clients: [{{name: a, basic: {{username: u, passwordHash: '{}'}}}}]",
+        crate::secret::SaltedHash::with_salt(b"pepper-salt".to_vec(), b"pw").to_text()
+    ))
+    .expect("salted");
+    assert!(c.clients[0].basic.as_ref().expect("basic").password.matches(b"pw"));
+    assert_eq!(
+        paths("clients: [{name: a, basic: {username: u, passwordHash: 'sha256:00:11'}}]"),
+        ["clients[0].basic.passwordHash", "clients[0]"]
     );
 }

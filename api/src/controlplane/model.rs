@@ -155,6 +155,8 @@ pub struct Routing {
     pub sticky: Option<Sticky>,
     /// Retry budget.
     pub retry: RetryBudget,
+    /// Target ports CONNECT may reach.
+    pub connect_ports: crate::egress::PortRanges,
 }
 
 /// A snapshot checksum (SHA-256, see [`super::state`]).

@@ -35,8 +35,8 @@ pub use limits::{Decision, LimiterError, LocalLimiter, RateLimiter, RedisLimiter
 pub use problem::{ApiError, ErrorCode, PROBLEM_BASE, PROBLEM_JSON, Problem};
 pub use response::{proxy_url, rfc3339};
 pub use token_review::{
-    KubeTokenReviewer, Review, ReviewUnavailable, ReviewedUser, TokenReviewBearerVerifier,
-    TokenReviewer, jwt_expiry,
+    KubeTokenReviewer, MAX_CONCURRENT_REVIEWS, Review, ReviewGuard, ReviewUnavailable,
+    ReviewedUser, TokenReviewBearerVerifier, TokenReviewer, jwt_expiry,
 };
 
 use crate::metrics::{Metrics, StatusLabels};

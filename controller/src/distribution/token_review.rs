@@ -5,15 +5,25 @@
 //! Only the review — *who the token names* — goes through the read-through cache
 //! (`proxy-pool-cache`, namespace `token_review`): keyed by a digest of audience and
 //! token (the token never reaches Redis), kept at most 120 s and never past the token's
-//! own `exp` (`token_review_ttl`). A rejected token is never cached (no negative
-//! entries) and neither is a failed review. The mapping to a client, and every
-//! permission check after it, happen on every request: no authorisation decision is
-//! cached.
+//! own `exp` (`token_review_ttl`). A rejected token never reaches Redis and a failed
+//! review is never cached. The mapping to a client, and every permission check after
+//! it, happen on every request: no authorisation decision is cached.
+//!
+//! Garbage tokens cannot buy one review each ([`ReviewGuard`]): a token that could never
+//! pass (not a JWT, expired by its own `exp`, for another audience: `token::precheck`)
+//! is refused without a review; a rejected token is remembered in a bounded in-process
+//! negative cache keyed by a digest; and at most [`MAX_CONCURRENT_REVIEWS`] reviews run
+//! at once — past that the caller gets 503 at once instead of queueing (other
+//! credentials, API keys included, are never slowed by a flood of bad tokens).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+use sha2::{Digest as _, Sha256};
+use tokio::sync::Semaphore;
 
 use async_trait::async_trait;
 use proxy_pool_cache::{
@@ -57,10 +67,100 @@ pub struct ReviewedUser {
 
 pub use proxy_pool_api::token::jwt_expiry;
 
+/// Reviews running at once at most; more are refused (503) rather than queued.
+pub const MAX_CONCURRENT_REVIEWS: usize = 8;
+/// Rejected-token digests remembered at most.
+pub const NEGATIVE_CAPACITY: usize = 8_192;
+/// How long a rejected token is answered from the negative cache.
+pub const NEGATIVE_TTL: Duration = Duration::from_secs(30);
+
+/// What keeps bad tokens from turning into API-server load: the negative cache and
+/// the review slots.
+#[derive(Debug)]
+pub struct ReviewGuard {
+    permits: Arc<Semaphore>,
+    // One short critical section per lookup or insert, never held across an await.
+    negative: Mutex<Negative>,
+    capacity: usize,
+    ttl: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Negative {
+    until: HashMap<[u8; 32], Instant>,
+    order: VecDeque<[u8; 32]>,
+}
+
+impl ReviewGuard {
+    /// `concurrency` reviews at once; `capacity` negative entries for `ttl` each.
+    pub fn new(concurrency: usize, capacity: usize, ttl: Duration) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            negative: Mutex::new(Negative::default()),
+            capacity: capacity.max(1),
+            ttl,
+        }
+    }
+
+    fn rejected_recently(&self, key: &[u8; 32]) -> bool {
+        let mut n = self.negative.lock();
+        match n.until.get(key) {
+            Some(until) if *until > Instant::now() => true,
+            Some(_) => {
+                n.until.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn remember_rejected(&self, key: [u8; 32]) {
+        let mut n = self.negative.lock();
+        // Oldest first out: memory stays bounded whatever the flood.
+        while n.until.len() >= self.capacity {
+            let Some(old) = n.order.pop_front() else {
+                n.until.clear();
+                break;
+            };
+            n.until.remove(&old);
+        }
+        if n.until.insert(key, Instant::now() + self.ttl).is_none() {
+            n.order.push_back(key);
+        }
+        // Keys dropped on expiry stay in `order` until their turn: bound it too.
+        while n.order.len() > 2 * self.capacity {
+            if let Some(old) = n.order.pop_front() {
+                n.until.remove(&old);
+            }
+        }
+    }
+
+    /// Negative entries held now.
+    pub fn negative_len(&self) -> usize {
+        self.negative.lock().until.len()
+    }
+}
+
+impl Default for ReviewGuard {
+    fn default() -> Self {
+        Self::new(MAX_CONCURRENT_REVIEWS, NEGATIVE_CAPACITY, NEGATIVE_TTL)
+    }
+}
+
+fn negative_key(audience: &str, token: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(audience.as_bytes());
+    h.update([0]);
+    h.update(token.as_bytes());
+    h.finalize().into()
+}
+
 /// The loader: one review per key, a positive answer cached until
 /// `min(120 s, exp − now)`; a token without a readable `exp` is reviewed every time.
+/// A review needs a free slot of the guard, else the load fails at once.
 struct ReviewLoader {
     reviewer: Arc<dyn TokenReviewer>,
+    guard: Arc<ReviewGuard>,
 }
 
 #[async_trait]
@@ -71,6 +171,9 @@ impl Loader<TokenKey, ReviewedUser> for ReviewLoader {
     ) -> Result<HashMap<TokenKey, Answer<ReviewedUser>>, CacheError> {
         let mut out = HashMap::with_capacity(keys.len());
         for k in keys {
+            let Ok(_slot) = self.guard.permits.clone().try_acquire_owned() else {
+                return Err(CacheError::Source("token reviews at their limit".into()));
+            };
             let review = self
                 .reviewer
                 .review(&k.token, &k.audience)
@@ -98,6 +201,7 @@ pub struct TokenReviewBearerVerifier {
     cache: Cache<TokenKey, ReviewedUser>,
     clients_by_user: HashMap<String, usize>,
     static_tokens: Option<StaticBearerVerifier>,
+    guard: Arc<ReviewGuard>,
 }
 
 impl fmt::Debug for TokenReviewBearerVerifier {
@@ -122,17 +226,43 @@ impl TokenReviewBearerVerifier {
         store: Option<Arc<dyn CacheStore>>,
         clients_by_user: HashMap<String, usize>,
     ) -> Self {
+        Self::with_guard(
+            audience,
+            reviewer,
+            ns,
+            key_prefix,
+            store,
+            clients_by_user,
+            Arc::new(ReviewGuard::default()),
+        )
+    }
+
+    /// [`TokenReviewBearerVerifier::new`] with the given guard (slots, negative cache).
+    pub fn with_guard(
+        audience: impl Into<String>,
+        reviewer: Arc<dyn TokenReviewer>,
+        ns: Namespace,
+        key_prefix: &str,
+        store: Option<Arc<dyn CacheStore>>,
+        clients_by_user: HashMap<String, usize>,
+        guard: Arc<ReviewGuard>,
+    ) -> Self {
         let ns = Namespace {
             // The rule of the namespace, whatever the settings say.
             ttl: ns.ttl.min(proxy_pool_cache::TOKEN_REVIEW_MAX_TTL),
             negative_ttl: None,
             ..ns
         };
+        let loader = Arc::new(ReviewLoader {
+            reviewer,
+            guard: guard.clone(),
+        });
         Self {
             audience: audience.into(),
-            cache: Cache::new(ns, key_prefix, store, Arc::new(ReviewLoader { reviewer })),
+            cache: Cache::new(ns, key_prefix, store, loader),
             clients_by_user,
             static_tokens: None,
+            guard,
         }
     }
 
@@ -160,6 +290,13 @@ impl BearerVerifier for TokenReviewBearerVerifier {
         {
             return Ok(v);
         }
+        if proxy_pool_api::token::precheck(token, &self.audience, SystemTime::now()).is_err() {
+            return Err(AuthError::Invalid);
+        }
+        let negative = negative_key(&self.audience, token);
+        if self.guard.rejected_recently(&negative) {
+            return Err(AuthError::Invalid);
+        }
         let key = TokenKey {
             audience: self.audience.clone(),
             token: token.to_owned(),
@@ -175,7 +312,10 @@ impl BearerVerifier for TokenReviewBearerVerifier {
                     subject: Some(user.username.clone()),
                 })
                 .ok_or(AuthError::NotAClient),
-            Ok(None) => Err(AuthError::Invalid),
+            Ok(None) => {
+                self.guard.remember_rejected(negative);
+                Err(AuthError::Invalid)
+            }
             Err(_) => Err(AuthError::Unavailable),
         }
     }
