@@ -137,6 +137,7 @@ async fn redis_pool(config: &Config) -> Result<Arc<activity_pool::RedisPool>, Co
         RedisTarget::Sentinel {
             master_name,
             addresses,
+            ..
         } => RedisConnector::sentinel(master_name, addresses.clone())?,
     };
     if let Some(path) = &r.password_file {
@@ -272,6 +273,7 @@ pub fn prepare(
                 vendor_api_key,
                 proxy_password,
             },
+            &config.egress,
         )
         .map_err(err)?;
         let r =

@@ -131,6 +131,7 @@ async fn build_redis(r: &RedisConfig, options: PoolOptions) -> Result<Store, Bui
         RedisTarget::Sentinel {
             master_name,
             addresses,
+            ..
         } => (
             RedisConnector::sentinel(master_name, addresses.clone())?,
             RedisLink::sentinel(master_name, addresses, r.command_timeout),

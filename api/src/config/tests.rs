@@ -127,9 +127,11 @@ clients:
     allowedRegions: [shanghai]
     apiKeys: [{{sha256: {HASH}}}]
 controlPlane: {{enabled: true}}
+egress: {{allowCidrs: [127.0.0.0/8, "::1"], denyCidrs: [10.96.0.0/12]}}
 "#
     );
     let c = load_yaml(&text).expect("valid");
+    assert_eq!(c.egress.allow().len(), 2);
     assert!(
         matches!(&c.store, StoreConfig::Redis(r) if matches!(r.target, RedisTarget::Sentinel{..}))
     );
@@ -427,7 +429,7 @@ clients:
 fn routing_match_selection_sticky_retry_and_groups() {
     let text = r#"
 upstreams:
-  - {name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["127.0.0.1:1"]}}}
+  - {name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["192.0.2.1:1"]}}}
 clients:
   - {name: team, apiKeys: [{file: /run/k}]}
 routings:
@@ -479,7 +481,7 @@ routings:
     assert_eq!(r.gateway_groups, ["edge"]);
 
     // Defaults: no sticky sessions, 3 attempts in 10 s, every gateway.
-    let c = load_yaml("upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: [\"127.0.0.1:1\"]}}}]\nroutings: [{name: r, upstreams: [u]}]\n").expect("valid");
+    let c = load_yaml("upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: [\"192.0.2.1:1\"]}}}]\nroutings: [{name: r, upstreams: [u]}]\n").expect("valid");
     let r = &c.routings[0];
     assert_eq!((r.sticky.as_ref(), r.retry), (None, RetryConfig::default()));
     assert!(r.gateway_groups.is_empty() && r.target_hosts.is_empty());
@@ -489,7 +491,7 @@ routings:
 fn routing_fields_are_validated_with_their_paths() {
     let text = r#"
 upstreams:
-  - {name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["127.0.0.1:1"]}}}
+  - {name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["192.0.2.1:1"]}}}
 routings:
   - name: r
     upstreams: [u]
@@ -545,7 +547,7 @@ upstreams:
   - name: s
     ttl: 5m
     maxSize: 1
-    source: {static: {proxies: ["127.0.0.1:1"]}}
+    source: {static: {proxies: ["192.0.2.1:1"]}}
 "#;
     let c = load_yaml(text).expect("valid");
     let h = &c.upstreams[0].health;
@@ -601,7 +603,7 @@ upstreams:
 /// bound per extract request): a per-upstream `maxCheckAge` is refused, not ignored.
 #[test]
 fn a_per_upstream_max_check_age_is_refused() {
-    let text = "upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: [\"127.0.0.1:1\"]}}, health: {maxCheckAge: 1m}}]\n";
+    let text = "upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: [\"192.0.2.1:1\"]}}, health: {maxCheckAge: 1m}}]\n";
     assert_eq!(paths(text), ["upstreams[0].health.maxCheckAge"]);
 }
 
@@ -776,7 +778,7 @@ fn upstream_proxy_user_names_in_files_are_read_at_load() {
     let pass = dir.file("password", b"pw\n");
     let cfg = |user_field: &str| {
         format!(
-            "upstreams:\n  - name: s\n    ttl: 5m\n    maxSize: 1\n    source:\n      static:\n        proxies: [\"127.0.0.1:1\"]\n        credentials: {{{user_field}, passwordFile: {pass:?}}}\n"
+            "upstreams:\n  - name: s\n    ttl: 5m\n    maxSize: 1\n    source:\n      static:\n        proxies: [\"192.0.2.1:1\"]\n        credentials: {{{user_field}, passwordFile: {pass:?}}}\n"
         )
     };
     let c = load_yaml_with_files(&cfg(&format!("usernameFile: {user:?}"))).expect("loads");
@@ -936,5 +938,29 @@ fn basic_passwords_are_only_accepted_salted() {
     assert_eq!(
         paths("clients: [{name: a, basic: {username: u, passwordHash: 'sha256:00:11'}}]"),
         ["clients[0].basic.passwordHash", "clients[0]"]
+    );
+}
+
+#[test]
+fn static_proxies_on_refused_ranges_are_config_errors() {
+    let text = |extra: &str| {
+        format!(
+            "{extra}upstreams: [{{name: u, ttl: 1m, maxSize: 3, source: {{static: {{proxies: ['127.0.0.1:1', '169.254.169.254:80', '203.0.113.1:3128']}}}}}}]\n"
+        )
+    };
+    let e = load_yaml(&text("")).unwrap_err();
+    let got: Vec<&str> = e.0.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        got,
+        [
+            "upstreams[0].source.static.proxies[0]",
+            "upstreams[0].source.static.proxies[1]"
+        ]
+    );
+    assert!(e.0[0].message.contains("loopback") && e.0[0].message.contains("allowCidrs"));
+    assert_eq!(
+        paths(&text("egress: {allowCidrs: [127.0.0.0/8]}\n")),
+        ["upstreams[0].source.static.proxies[1]"],
+        "opting in to loopback does not open the metadata endpoint"
     );
 }

@@ -313,6 +313,23 @@ pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
             EgressPolicy::default()
         }
     };
+    // Static proxies are dialled by the checker and the gateways under the same policy:
+    // one on a refused range would never serve, so it is a config error here.
+    for (i, u) in upstreams.iter().enumerate() {
+        if let SourceConfig::Static(st) = &u.source {
+            for (j, p) in st.proxies.iter().enumerate() {
+                if let Err(reason) = egress.check_host(&p.host) {
+                    cx.err(
+                        format!("upstreams[{i}].source.static.proxies[{j}]"),
+                        format!(
+                            "refused by the egress policy ({reason}); add the range to \
+                             egress.allowCidrs to opt in"
+                        ),
+                    );
+                }
+            }
+        }
+    }
     if cx.errors.is_empty() {
         Ok(Config {
             store,

@@ -188,6 +188,7 @@ async fn connect_once(
         RedisTarget::Sentinel {
             master_name,
             addresses,
+            ..
         } => {
             let urls: Vec<String> = addresses.iter().map(|a| format!("redis://{a}/")).collect();
             let mut sentinel = redis::sentinel::Sentinel::build(urls)?;

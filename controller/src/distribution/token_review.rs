@@ -381,3 +381,109 @@ fn kube_error_kind(e: &kube::Error) -> String {
         _ => "transport".into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine as _;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts reviews and holds each until released; rejects every token.
+    #[derive(Debug, Default)]
+    struct Stuck {
+        calls: AtomicUsize,
+        release: tokio::sync::Notify,
+        hold: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait]
+    impl TokenReviewer for Stuck {
+        async fn review(&self, _t: &str, _a: &str) -> Result<Review, ReviewUnavailable> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.hold.load(Ordering::SeqCst) {
+                self.release.notified().await;
+            }
+            Ok(Review::Rejected)
+        }
+    }
+
+    fn jwt(i: usize) -> String {
+        let b = |s: String| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        format!(
+            "{}.{}.c2ln",
+            b(r#"{"alg":"RS256"}"#.into()),
+            b(format!(r#"{{"aud":["aud"],"exp":4102444800,"jti":"{i}"}}"#))
+        )
+    }
+
+    fn verifier(reviewer: Arc<Stuck>) -> TokenReviewBearerVerifier {
+        TokenReviewBearerVerifier::new(
+            "aud",
+            reviewer,
+            Namespace::new("token_review"),
+            "",
+            None,
+            HashMap::new(),
+        )
+    }
+
+    #[tokio::test]
+    async fn tokens_that_could_never_pass_cost_no_review() {
+        let reviewer = Arc::new(Stuck::default());
+        let v = verifier(reviewer.clone());
+        let b = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let other_audience = format!("{}.{}.c2ln", b(r#"{"alg":"RS256"}"#), b(r#"{"aud":"x"}"#));
+        let expired = format!("{}.{}.c2ln", b(r#"{"alg":"RS256"}"#), b(r#"{"exp":1}"#));
+        for t in ["garbage", "a.b.c", &other_audience, &expired, &"x".repeat(20_000)] {
+            assert_eq!(v.verify(t).await, Err(AuthError::Invalid));
+        }
+        assert_eq!(reviewer.calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_rejected_token_is_reviewed_once_then_answered_from_the_negative_cache() {
+        let reviewer = Arc::new(Stuck::default());
+        let v = verifier(reviewer.clone());
+        for _ in 0..5 {
+            assert_eq!(v.verify(&jwt(1)).await, Err(AuthError::Invalid));
+        }
+        assert_eq!(reviewer.calls.load(Ordering::SeqCst), 1);
+        let guard = ReviewGuard::new(4, 16, Duration::from_secs(60));
+        for i in 0..1_000 {
+            guard.remember_rejected(negative_key("aud", &jwt(i)));
+        }
+        assert!(guard.negative_len() <= 16, "bounded: {}", guard.negative_len());
+        assert!(guard.rejected_recently(&negative_key("aud", &jwt(999))));
+        assert!(!guard.rejected_recently(&negative_key("aud", &jwt(0))));
+    }
+
+    #[tokio::test]
+    async fn reviews_in_flight_are_capped_and_the_rest_refused_at_once() {
+        let reviewer = Arc::new(Stuck::default());
+        reviewer.hold.store(true, Ordering::SeqCst);
+        let v = Arc::new(verifier(reviewer.clone()));
+        let mut flood = tokio::task::JoinSet::new();
+        for i in 0..200 {
+            let v = v.clone();
+            flood.spawn(async move { v.verify(&jwt(i)).await });
+        }
+        // Everything past the review slots is answered without waiting.
+        let mut refused = 0;
+        for _ in 0..(200 - MAX_CONCURRENT_REVIEWS) {
+            let r = tokio::time::timeout(Duration::from_secs(10), flood.join_next())
+                .await
+                .expect("answered without waiting for a review")
+                .expect("task")
+                .expect("joined");
+            assert_eq!(r, Err(AuthError::Unavailable));
+            refused += 1;
+        }
+        assert_eq!(refused, 200 - MAX_CONCURRENT_REVIEWS);
+        assert_eq!(reviewer.calls.load(Ordering::SeqCst), MAX_CONCURRENT_REVIEWS);
+        reviewer.hold.store(false, Ordering::SeqCst);
+        reviewer.release.notify_waiters();
+        while let Some(r) = flood.join_next().await {
+            assert_eq!(r.expect("joined"), Err(AuthError::Invalid));
+        }
+    }
+}

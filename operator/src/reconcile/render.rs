@@ -587,6 +587,7 @@ impl Cx<'_> {
                     username: None,
                     username_file: Some(username_file),
                     password_sha256: None,
+                    password_hash: None,
                     password_file: Some(self.credential_file(&password)?),
                 })
             });
@@ -683,6 +684,7 @@ fn routing(
         // Each Routing runs on its own gateway Deployment, whose pods register with
         // the Routing's name as their gateway group (`--gateway-group`).
         gateway_groups: vec![name(r)],
+        connect_ports: r.spec.connect_ports.clone(),
         strategy: Some(
             match r.spec.strategy {
                 Strategy::RoundRobin => "roundRobin",
