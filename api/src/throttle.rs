@@ -9,6 +9,9 @@
 //! Successes never fill a bucket. So a guesser gets `burst` tries, then one per
 //! `refill`, from any one address and against any one user name.
 //!
+//! A user name's bucket does not stop an address that authenticated as that user a
+//! short while ago (`trust_for`): a guesser elsewhere cannot lock a working client out.
+//!
 //! Bounded: at most `capacity` keys; the oldest key goes first when a new one needs
 //! room. Sharded mutexes, never held across an await; each critical section is one
 //! hash-map operation.
@@ -31,6 +34,8 @@ pub struct ThrottleConfig {
     pub refill: Duration,
     /// Keys (addresses and user names) remembered at most.
     pub capacity: usize,
+    /// How long a success exempts its (address, user) pair from the user's bucket.
+    pub trust_for: Duration,
 }
 
 impl Default for ThrottleConfig {
@@ -40,6 +45,7 @@ impl Default for ThrottleConfig {
             burst: 10,
             refill: Duration::from_secs(6),
             capacity: 65_536,
+            trust_for: Duration::from_secs(3600),
         }
     }
 }
@@ -73,6 +79,7 @@ pub struct AuthThrottle {
 
 const SOURCE: u8 = 0;
 const USER: u8 = 1;
+const PAIR: u8 = 2;
 
 impl AuthThrottle {
     /// A throttle with `config`.
@@ -94,6 +101,38 @@ impl AuthThrottle {
 
     fn key_user(&self, user: &[u8]) -> Key {
         (USER, self.seed.hash_one(user))
+    }
+
+    fn key_pair(&self, source: IpAddr, user: &[u8]) -> Key {
+        let ip = match source {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        };
+        (PAIR, self.seed.hash_one((ip, user)))
+    }
+
+    fn insert(&self, key: Key, until: Instant) {
+        let per_shard = self.config.capacity.div_ceil(SHARDS).max(1);
+        let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        if shard.empty_at.insert(key, until).is_none() {
+            shard.order.push_back(key);
+            while shard.empty_at.len() > per_shard {
+                let Some(old) = shard.order.pop_front() else {
+                    break;
+                };
+                shard.empty_at.remove(&old);
+            }
+        }
+        while shard.order.len() > 2 * per_shard {
+            if let Some(old) = shard.order.pop_front() {
+                shard.empty_at.remove(&old);
+            }
+        }
+    }
+
+    fn until(&self, key: Key) -> Option<Instant> {
+        let shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        shard.empty_at.get(&key).copied()
     }
 
     fn shard(&self, key: Key) -> &Mutex<Shard> {
@@ -122,39 +161,24 @@ impl AuthThrottle {
     }
 
     fn fail(&self, key: Key, now: Instant) {
-        let per_shard = self.config.capacity.div_ceil(SHARDS).max(1);
-        let mut shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
-        let start = shard
-            .empty_at
-            .get(&key)
-            .copied()
-            .filter(|at| *at > now)
-            .unwrap_or(now);
+        let start = self.until(key).filter(|at| *at > now).unwrap_or(now);
         // Capped: a bucket never holds more than one refill past the limit, so a key
         // hammered for hours is free again a short while after it stops.
         let cap = now + self.tolerance() + self.config.refill;
-        let next = (start + self.config.refill).min(cap);
-        if shard.empty_at.insert(key, next).is_none() {
-            shard.order.push_back(key);
-            while shard.empty_at.len() > per_shard {
-                let Some(old) = shard.order.pop_front() else {
-                    break;
-                };
-                shard.empty_at.remove(&old);
-            }
-        }
-        // Keys forgotten on expiry linger in `order` until their turn: bound it too.
-        while shard.order.len() > 2 * per_shard {
-            if let Some(old) = shard.order.pop_front() {
-                shard.empty_at.remove(&old);
-            }
-        }
+        self.insert(key, (start + self.config.refill).min(cap));
     }
 
     /// Whether an attempt from `source` as `user` (if known) may be judged now.
     pub fn check(&self, source: IpAddr, user: Option<&[u8]>, now: Instant) -> Verdict {
         let by_source = self.verdict(self.key_source(source), now);
-        let by_user = user.map_or(Verdict::Allow, |u| self.verdict(self.key_user(u), now));
+        let trusted = |u: &[u8]| {
+            self.until(self.key_pair(source, u))
+                .is_some_and(|until| until > now)
+        };
+        let by_user = match user {
+            Some(u) if !trusted(u) => self.verdict(self.key_user(u), now),
+            _ => Verdict::Allow,
+        };
         match (by_source, by_user) {
             (Verdict::Throttled(a), Verdict::Throttled(b)) => Verdict::Throttled(a.max(b)),
             (Verdict::Throttled(a), _) | (_, Verdict::Throttled(a)) => Verdict::Throttled(a),
@@ -167,6 +191,18 @@ impl AuthThrottle {
         self.fail(self.key_source(source), now);
         if let Some(u) = user {
             self.fail(self.key_user(u), now);
+        }
+    }
+
+    /// Records a success of `source` as `user`: that pair is not held back by the
+    /// user's bucket for `trust_for`. Cheap when already recorded recently.
+    pub fn succeeded(&self, source: IpAddr, user: &[u8], now: Instant) {
+        let key = self.key_pair(source, user);
+        let fresh = self
+            .until(key)
+            .is_some_and(|until| until > now + self.config.trust_for / 2);
+        if !fresh {
+            self.insert(key, now + self.config.trust_for);
         }
     }
 
@@ -203,6 +239,7 @@ mod tests {
             burst,
             refill: Duration::from_secs(1),
             capacity,
+            trust_for: Duration::from_secs(60),
         })
     }
 
@@ -259,5 +296,30 @@ mod tests {
         }
         assert!(matches!(t.check(a, None, now), Verdict::Throttled(_)));
         assert_eq!(t.check(a, None, now + Duration::from_secs(2)), Verdict::Allow);
+    }
+
+    #[test]
+    fn a_guesser_elsewhere_cannot_lock_out_a_working_client() {
+        let t = throttle(2, 100);
+        let now = Instant::now();
+        let client = ip("192.0.2.10");
+        t.succeeded(client, b"alice", now);
+        for i in 0..10 {
+            t.failed(ip(&format!("198.51.100.{i}")), Some(b"alice"), now);
+        }
+        assert_eq!(t.check(client, Some(b"alice"), now), Verdict::Allow);
+        assert!(matches!(
+            t.check(ip("203.0.113.1"), Some(b"alice"), now),
+            Verdict::Throttled(_)
+        ));
+        // The exemption lasts `trust_for`, no longer.
+        let later = now + Duration::from_secs(61);
+        for i in 0..10 {
+            t.failed(ip(&format!("198.51.100.{i}")), Some(b"alice"), later);
+        }
+        assert!(matches!(
+            t.check(client, Some(b"alice"), later),
+            Verdict::Throttled(_)
+        ));
     }
 }

@@ -232,8 +232,10 @@ impl Authenticator {
             return Err(ApiError::AuthThrottled { retry_after });
         }
         let result = self.identify(headers).await;
-        if let Err(ApiError::Unauthenticated { .. }) = &result {
-            self.throttle.failed(source, user.as_deref(), now);
+        match (&result, user.as_deref()) {
+            (Err(ApiError::Unauthenticated { .. }), u) => self.throttle.failed(source, u, now),
+            (Ok(_), Some(u)) => self.throttle.succeeded(source, u, now),
+            _ => {}
         }
         result
     }
@@ -540,6 +542,7 @@ mod tests {
             burst: 3,
             refill: std::time::Duration::from_secs(600),
             capacity: 1024,
+            trust_for: std::time::Duration::from_secs(600),
         })));
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         let login = |pw: &str| headers(&[("authorization", &format!("Basic {}", b64(pw)))]);
