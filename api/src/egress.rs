@@ -15,6 +15,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::LazyLock;
 
 use ipnet::IpNet;
 
@@ -169,6 +170,9 @@ fn net(s: &str) -> IpNet {
     s.parse().unwrap_or_else(|_| IpNet::from(IpAddr::from([0, 0, 0, 0])))
 }
 
+/// [`BUILTIN_DENY`], parsed once.
+static BUILTIN: LazyLock<Vec<IpNet>> = LazyLock::new(|| BUILTIN_DENY.iter().map(|n| net(n)).collect());
+
 fn parse_cidrs(field: &str, values: &[String], problems: &mut Vec<String>) -> Vec<IpNet> {
     if values.len() > MAX_CIDRS {
         problems.push(format!("{field}: at most {MAX_CIDRS} ranges"));
@@ -214,9 +218,9 @@ fn builtin(ip: IpAddr) -> Option<EgressDenied> {
     if link_local {
         return Some(EgressDenied::LinkLocal);
     }
-    BUILTIN_DENY
+    BUILTIN
         .iter()
-        .any(|n| net(n).contains(&ip))
+        .any(|n| n.contains(&ip))
         .then_some(EgressDenied::Reserved)
 }
 

@@ -1,11 +1,17 @@
 //! A tiny ops listener: `GET /metrics` (Prometheus text), `GET /healthz` (always
 //! 200) and `GET /readyz` (200 while a fresh snapshot is installed, else 503).
-//! Reads at most one small request head per connection, with a timeout.
+//!
+//! Bounded against hostile clients: at most [`MAX_CONNECTIONS`] connections (more are
+//! closed at accept), one small request head per connection read under
+//! [`HEAD_TIMEOUT`] (searched incrementally), the answer written under
+//! [`WRITE_TIMEOUT`], and the whole exchange cut at [`TIMEOUT`].
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tracing::debug;
 
 use crate::listener::Gateway;
@@ -13,7 +19,14 @@ use crate::snapshot::SnapshotHandle;
 use crate::snapshot::live::now_ms;
 
 const MAX_REQUEST: usize = 4096;
-const TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once; more are closed right after accept.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Deadline for a request head to arrive.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(3);
+/// Longest time one write of the answer may make no progress.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Deadline of a whole exchange.
+pub const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Serves the ops endpoints until `shutdown` resolves.
 pub async fn serve_admin(
@@ -23,6 +36,7 @@ pub async fn serve_admin(
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -35,9 +49,14 @@ pub async fn serve_admin(
             },
             () = &mut shutdown => return,
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            debug!("admin connection limit reached; closing a new connection");
+            continue;
+        };
         let gateway = gateway.clone();
         let snapshots = snapshots.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let _ = tokio::time::timeout(TIMEOUT, answer(stream, &gateway, &snapshots)).await;
         });
     }
@@ -50,15 +69,27 @@ async fn answer(
 ) -> std::io::Result<()> {
     let mut buf = vec![0u8; MAX_REQUEST];
     let mut len = 0;
-    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-        if len == buf.len() {
-            return Ok(());
+    let mut scanned = 0;
+    let read_head = async {
+        loop {
+            if buf[scanned..len].windows(4).any(|w| w == b"\r\n\r\n") {
+                return Ok(true);
+            }
+            scanned = len.saturating_sub(3);
+            if len == buf.len() {
+                return Ok(false);
+            }
+            let n = stream.read(&mut buf[len..]).await?;
+            if n == 0 {
+                return Ok(false);
+            }
+            len += n;
         }
-        let n = stream.read(&mut buf[len..]).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        len += n;
+    };
+    match tokio::time::timeout(HEAD_TIMEOUT, read_head).await {
+        Ok(Ok(true)) => {}
+        Ok(Ok(false)) | Err(_) => return Ok(()),
+        Ok(Err(e)) => return Err(e),
     }
     let path = buf[..len].split(|&b| b == b' ').nth(1).unwrap_or_default();
     let (status, body) = match path {
@@ -81,6 +112,6 @@ async fn answer(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await
+    crate::io::write_all(&mut stream, head.as_bytes(), WRITE_TIMEOUT).await?;
+    crate::io::write_all(&mut stream, body.as_bytes(), WRITE_TIMEOUT).await
 }

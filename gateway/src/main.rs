@@ -4,6 +4,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
+use proxy_pool_api::egress::EgressPolicy;
 use proxy_pool_gateway::admin::serve_admin;
 use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
 use proxy_pool_gateway::snapshot::file::SnapshotFile;
@@ -48,6 +49,15 @@ struct Args {
     /// Accept any client credentials (local runs only).
     #[arg(long)]
     open_auth: bool,
+    /// More address ranges (CIDR or IP) the gateway never dials nor lets a client
+    /// reach through a vendor proxy — the cluster's pod and service ranges; on top of
+    /// the built-in loopback, link-local/metadata, unspecified and multicast ranges.
+    #[arg(long, env = "PROXY_POOL_EGRESS_DENY_CIDRS", value_delimiter = ',')]
+    egress_deny_cidr: Vec<String>,
+    /// Ranges allowed although denied (explicit opt-in, e.g. `127.0.0.0/8` for local
+    /// runs with the vendor simulator).
+    #[arg(long, env = "PROXY_POOL_EGRESS_ALLOW_CIDRS", value_delimiter = ',')]
+    egress_allow_cidr: Vec<String>,
     /// Control-plane endpoint (`https://…` with mTLS, or `http://127.0.0.1:…`).
     #[arg(long)]
     controller: Option<String>,
@@ -144,6 +154,10 @@ fn main() -> Result<()> {
 }
 
 async fn serve(args: Args, workers: usize) -> Result<()> {
+    let egress =
+        EgressPolicy::parse(&args.egress_deny_cidr, &args.egress_allow_cidr).map_err(|p| {
+            anyhow::anyhow!("--egress-deny-cidr / --egress-allow-cidr: {}", p.join("; "))
+        })?;
     let config = GatewayConfig {
         auth: if args.open_auth {
             AuthMode::Open
@@ -151,6 +165,7 @@ async fn serve(args: Args, workers: usize) -> Result<()> {
             AuthMode::Required
         },
         drain_grace: Duration::from_secs(args.drain_grace_seconds),
+        egress,
         ..GatewayConfig::default()
     };
     config.validate()?;

@@ -96,6 +96,7 @@ fn routing(r: &model::Routing) -> Routing {
                 r.retry.deadline
             },
         },
+        connect_ports: r.connect_ports.clone(),
     }
 }
 

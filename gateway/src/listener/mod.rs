@@ -159,7 +159,13 @@ impl Gateway {
         let (sink, receiver) = outcome::queue(config.outcome_queue);
         let up = &config.upstream;
         let shared = Shared {
-            router: Arc::new(Router::new(config.auth, config.max_sessions)),
+            router: Arc::new(Router::with(
+                config.auth,
+                crate::session::SessionTable::new(config.max_sessions)
+                    .with_client_quota(config.max_sessions_per_client),
+                config.egress.clone(),
+                config.auth_throttle,
+            )),
             pool: IdlePool::new(
                 up.pool_max_idle_per_key,
                 up.pool_max_idle_total,
@@ -440,7 +446,7 @@ async fn accept_loop(
             accepted = listener.accept() => accepted,
             () = shared.draining.cancelled() => return,
         };
-        let (stream, _peer) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(err) => {
                 debug!(error = %err, "accept failed");
@@ -471,7 +477,7 @@ async fn accept_loop(
                 .fetch_add(1, Ordering::Relaxed);
             let force = shared.force.clone();
             tokio::select! {
-                () = serve_connection(&shared, kind, stream) => {}
+                () = serve_connection(&shared, kind, stream, peer.ip()) => {}
                 () = force.cancelled() => debug!("connection cut at the end of the grace period"),
             }
             shared
@@ -482,10 +488,15 @@ async fn accept_loop(
     }
 }
 
-async fn serve_connection(shared: &Arc<Shared>, kind: ListenerKind, stream: TcpStream) {
+async fn serve_connection(
+    shared: &Arc<Shared>,
+    kind: ListenerKind,
+    stream: TcpStream,
+    peer: std::net::IpAddr,
+) {
     match kind {
-        ListenerKind::Http => http::serve(shared, stream).await,
-        ListenerKind::Socks5 => socks5::serve(shared, stream).await,
+        ListenerKind::Http => http::serve(shared, stream, peer).await,
+        ListenerKind::Socks5 => socks5::serve(shared, stream, peer).await,
     }
 }
 
