@@ -113,10 +113,7 @@ impl EgressPolicy {
 
     /// The policy of local runs and tests: loopback allowed, everything else as usual.
     pub fn allow_loopback() -> Self {
-        Self::new(
-            Vec::new(),
-            vec![net("127.0.0.0/8"), net("::1/128")],
-        )
+        Self::new(Vec::new(), vec![net("127.0.0.0/8"), net("::1/128")])
     }
 
     /// Configured deny ranges.
@@ -158,20 +155,20 @@ impl EgressPolicy {
         let lower = bare.trim_end_matches('.').to_ascii_lowercase();
         if lower == "localhost" || lower.ends_with(".localhost") {
             let loopback = IpAddr::from([127, 0, 0, 1]);
-            return self
-                .check_ip(loopback)
-                .map_err(|_| EgressDenied::LocalName);
+            return self.check_ip(loopback).map_err(|_| EgressDenied::LocalName);
         }
         Ok(())
     }
 }
 
 fn net(s: &str) -> IpNet {
-    s.parse().unwrap_or_else(|_| IpNet::from(IpAddr::from([0, 0, 0, 0])))
+    s.parse()
+        .unwrap_or_else(|_| IpNet::from(IpAddr::from([0, 0, 0, 0])))
 }
 
 /// [`BUILTIN_DENY`], parsed once.
-static BUILTIN: LazyLock<Vec<IpNet>> = LazyLock::new(|| BUILTIN_DENY.iter().map(|n| net(n)).collect());
+static BUILTIN: LazyLock<Vec<IpNet>> =
+    LazyLock::new(|| BUILTIN_DENY.iter().map(|n| net(n)).collect());
 
 fn parse_cidrs(field: &str, values: &[String], problems: &mut Vec<String>) -> Vec<IpNet> {
     if values.len() > MAX_CIDRS {
@@ -248,7 +245,10 @@ impl Default for PortRanges {
                 first: 443,
                 last: 443,
             },
-            PortRange { first: 80, last: 80 },
+            PortRange {
+                first: 80,
+                last: 80,
+            },
         ])
     }
 }
@@ -362,7 +362,11 @@ mod tests {
             Err(EgressDenied::LinkLocal)
         );
         assert_eq!(p.check_ip(ip("203.0.113.7")), Ok(()));
-        assert_eq!(p.check_ip(ip("10.1.2.3")), Ok(()), "private is not built in");
+        assert_eq!(
+            p.check_ip(ip("10.1.2.3")),
+            Ok(()),
+            "private is not built in"
+        );
     }
 
     #[test]
@@ -392,9 +396,15 @@ mod tests {
         assert_eq!(p.check_host("localhost"), Err(EgressDenied::LocalName));
         assert_eq!(p.check_host("a.LocalHost."), Err(EgressDenied::LocalName));
         assert_eq!(p.check_host("[::1]"), Err(EgressDenied::Loopback));
-        assert_eq!(p.check_host("169.254.169.254"), Err(EgressDenied::LinkLocal));
+        assert_eq!(
+            p.check_host("169.254.169.254"),
+            Err(EgressDenied::LinkLocal)
+        );
         assert_eq!(p.check_host("example.com"), Ok(()));
-        assert_eq!(EgressPolicy::allow_loopback().check_host("localhost"), Ok(()));
+        assert_eq!(
+            EgressPolicy::allow_loopback().check_host("localhost"),
+            Ok(())
+        );
     }
 
     #[test]
@@ -404,9 +414,12 @@ mod tests {
         let p = PortRanges::parse(&["22".into(), "8000-8010".into()]).expect("valid");
         assert!(p.allows(22) && p.allows(8005) && !p.allows(443));
         assert_eq!(p.to_strings(), vec!["22", "8000-8010"]);
-        assert_eq!(PortRanges::parse(&[]).expect("empty"), PortRanges::default());
-        let err = PortRanges::parse(&["0".into(), "9-1".into(), "x".into(), "70000".into()])
-            .unwrap_err();
+        assert_eq!(
+            PortRanges::parse(&[]).expect("empty"),
+            PortRanges::default()
+        );
+        let err =
+            PortRanges::parse(&["0".into(), "9-1".into(), "x".into(), "70000".into()]).unwrap_err();
         assert_eq!(err.len(), 4, "{err:?}");
         assert!(PortRanges::any().allows(1) && PortRanges::any().allows(65535));
     }

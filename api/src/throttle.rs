@@ -252,7 +252,11 @@ mod tests {
             assert_eq!(t.check(a, None, now), Verdict::Allow);
             t.failed(a, None, now);
         }
-        assert_eq!(t.check(a, None, now), Verdict::Allow, "the 4th try is judged");
+        assert_eq!(
+            t.check(a, None, now),
+            Verdict::Allow,
+            "the 4th try is judged"
+        );
         t.failed(a, None, now);
         assert!(matches!(t.check(a, None, now), Verdict::Throttled(_)));
         assert_eq!(t.check(ip("192.0.2.2"), None, now), Verdict::Allow);
@@ -279,7 +283,10 @@ mod tests {
             t.check(ip("203.0.113.9"), Some(b"alice"), now),
             Verdict::Throttled(_)
         ));
-        assert_eq!(t.check(ip("203.0.113.9"), Some(b"bob"), now), Verdict::Allow);
+        assert_eq!(
+            t.check(ip("203.0.113.9"), Some(b"bob"), now),
+            Verdict::Allow
+        );
     }
 
     #[test]
@@ -295,7 +302,10 @@ mod tests {
             t.failed(a, None, now);
         }
         assert!(matches!(t.check(a, None, now), Verdict::Throttled(_)));
-        assert_eq!(t.check(a, None, now + Duration::from_secs(2)), Verdict::Allow);
+        assert_eq!(
+            t.check(a, None, now + Duration::from_secs(2)),
+            Verdict::Allow
+        );
     }
 
     #[test]

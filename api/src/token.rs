@@ -74,8 +74,7 @@ pub fn precheck(token: &str, audience: &str, now: SystemTime) -> Result<(), Toke
     };
     let b64url = |s: &str| {
         !s.is_empty()
-            && s
-                .bytes()
+            && s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'='))
     };
     if !(b64url(header) && b64url(payload) && b64url(signature)) {
@@ -128,7 +127,10 @@ mod tests {
         let now = UNIX_EPOCH + Duration::from_secs(1_000);
         let h = b64(r#"{"alg":"RS256","kid":"k"}"#);
         let tok = |claims: &str| format!("{h}.{}.c2ln", b64(claims));
-        assert_eq!(precheck(&tok(r#"{"exp":2000,"aud":["a","b"]}"#), "b", now), Ok(()));
+        assert_eq!(
+            precheck(&tok(r#"{"exp":2000,"aud":["a","b"]}"#), "b", now),
+            Ok(())
+        );
         assert_eq!(precheck(&tok(r#"{"aud":"b"}"#), "b", now), Ok(()));
         assert_eq!(precheck(&tok(r#"{"sub":"x"}"#), "b", now), Ok(()));
         assert_eq!(

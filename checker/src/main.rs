@@ -1,5 +1,6 @@
 //! `proxy-pool-checker` entry point: parses arguments and composes the library.
 
+use proxy_pool_api::egress::EgressPolicy;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -81,6 +82,29 @@ struct RunArgs {
     /// Name the controller's certificate carries.
     #[arg(long, default_value = "proxy-pool-controller")]
     server_name: String,
+    #[command(flatten)]
+    egress: EgressArgs,
+}
+
+/// The egress policy: proxies on refused addresses are never dialled.
+#[derive(clap::Args, Debug)]
+struct EgressArgs {
+    /// More ranges (CIDR or IP) never dialled — the cluster's pod and service ranges;
+    /// on top of the built-in loopback, link-local/metadata, unspecified, multicast.
+    #[arg(long, env = "PROXY_POOL_EGRESS_DENY_CIDRS", value_delimiter = ',')]
+    egress_deny_cidr: Vec<String>,
+    /// Ranges dialled although denied (explicit opt-in, e.g. `127.0.0.0/8` for local
+    /// runs with the vendor simulator).
+    #[arg(long, env = "PROXY_POOL_EGRESS_ALLOW_CIDRS", value_delimiter = ',')]
+    egress_allow_cidr: Vec<String>,
+}
+
+impl EgressArgs {
+    fn policy(&self) -> anyhow::Result<EgressPolicy> {
+        EgressPolicy::parse(&self.egress_deny_cidr, &self.egress_allow_cidr).map_err(|p| {
+            anyhow::anyhow!("--egress-deny-cidr / --egress-allow-cidr: {}", p.join("; "))
+        })
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -99,6 +123,8 @@ enum Command {
         /// Deadline of the whole probe, seconds.
         #[arg(long, default_value_t = 10)]
         timeout: u64,
+        #[command(flatten)]
+        egress: EgressArgs,
     },
     /// Pull tasks from the controller's CheckerControlPlane and report observations.
     Run(RunArgs),
@@ -127,7 +153,8 @@ fn main() -> anyhow::Result<()> {
             echo,
             target,
             timeout,
-        } => rt.block_on(probe(&proxy, echo, &target, timeout)),
+            egress,
+        } => rt.block_on(probe(&proxy, echo, &target, timeout, egress.policy()?)),
         Command::Run(run_args) => rt.block_on(run(run_args)),
         Command::Echo {
             listen,
@@ -161,6 +188,7 @@ async fn probe(
     echo: SocketAddr,
     targets: &[String],
     timeout: u64,
+    egress: EgressPolicy,
 ) -> anyhow::Result<()> {
     let url = parse_proxy_url(proxy).map_err(|e| anyhow::anyhow!("--proxy: {e}"))?;
     let mut checks = vec![Check::Basic, Check::Egress];
@@ -183,7 +211,10 @@ async fn probe(
         checks,
         deadline: tokio::time::Instant::now() + Duration::from_secs(timeout),
     };
-    let prober: Arc<dyn Prober> = Arc::new(NetProber::new(ProberOptions::new(echo)));
+    let prober: Arc<dyn Prober> = Arc::new(NetProber::new(ProberOptions {
+        egress,
+        ..ProberOptions::new(echo)
+    }));
     let mut failed = false;
     for o in prober.probe(&task).await {
         failed |= !o.success;
@@ -282,7 +313,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let stats = proxy_pool_checker::run(
         Arc::new(binding.clone()),
         Arc::new(binding),
-        Arc::new(NetProber::new(ProberOptions::new(args.echo))),
+        Arc::new(NetProber::new(ProberOptions {
+            egress: args.egress.policy()?,
+            ..ProberOptions::new(args.echo)
+        })),
         options,
         shutdown,
     )

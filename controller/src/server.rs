@@ -1,10 +1,13 @@
-//! Serves an axum `Router` on a bound listener with hard limits (connections, header
-//! buffer, header read timeout) and the graceful shutdown protocol.
+//! Serves an axum `Router` on a bound listener with hard limits (connections in total
+//! and per source address, header buffer, header read timeout — which also bounds how
+//! long a connection may sit idle before its next request) and the graceful shutdown
+//! protocol. A connection over a cap is closed right after accept.
 //!
 //! Takes a bound listener (tests bind `127.0.0.1:0`); never binds sockets itself.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,8 +30,11 @@ pub struct ServeOptions {
     pub max_connections: usize,
     /// hyper's read buffer, which bounds the request head (≥ 8192).
     pub max_buf_size: usize,
-    /// Deadline for a request head to arrive.
+    /// Deadline for a request head to arrive (the first one, and each next one on a
+    /// kept-alive connection).
     pub header_read_timeout: Duration,
+    /// Most open connections from one source address.
+    pub max_connections_per_source: usize,
 }
 
 impl Default for ServeOptions {
@@ -37,6 +43,51 @@ impl Default for ServeOptions {
             max_connections: 256,
             max_buf_size: 64 * 1024,
             header_read_timeout: Duration::from_secs(10),
+            max_connections_per_source: 64,
+        }
+    }
+}
+
+/// Open connections per source address.
+#[derive(Debug, Default)]
+struct PerSource {
+    // One short critical section at accept and at close, never across an await.
+    open: parking_lot::Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// A connection's place in [`PerSource`], given back on drop.
+struct SourceSlot {
+    table: Arc<PerSource>,
+    ip: IpAddr,
+}
+
+impl PerSource {
+    fn acquire(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<SourceSlot> {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        };
+        let mut open = self.open.lock();
+        let n = open.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(SourceSlot {
+            table: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for SourceSlot {
+    fn drop(&mut self) {
+        let mut open = self.table.open.lock();
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
         }
     }
 }
@@ -51,6 +102,7 @@ pub async fn serve(
 ) {
     let graceful = GracefulShutdown::new();
     let permits = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let per_source = Arc::new(PerSource::default());
     loop {
         let accepted = tokio::select! {
             _ = shutdown.reached(Phase::Stopping) => break,
@@ -66,6 +118,13 @@ pub async fn serve(
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             tracing::debug!("connection limit reached; closing a new connection");
+            drop(stream);
+            continue;
+        };
+        let Some(source_slot) =
+            per_source.acquire(peer.ip(), options.max_connections_per_source.max(1))
+        else {
+            tracing::debug!("per-source connection limit reached; closing a new connection");
             drop(stream);
             continue;
         };
@@ -89,6 +148,7 @@ pub async fn serve(
         let watched = graceful.watch(conn);
         tokio::spawn(async move {
             let _ = watched.await;
+            drop(source_slot);
             drop(permit);
         });
     }

@@ -43,7 +43,7 @@ async fn binary_serves_a_snapshot_file_and_drains_on_sigterm() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("snapshot.json");
     let snapshot = serde_json::json!({
-        "routings": [{"name": "all"}],
+        "routings": [{"name": "all", "connectPorts": ["1-65535"]}],
         "proxies": [{"id": p.id, "protocol": "socks5", "host": p.host.to_string(), "port": p.port,
                      "username": p.username, "password": p.password, "maxConcurrent": 4}],
         "clients": [{"client": "team-a", "username": USER, "password": PASS}]
@@ -57,6 +57,8 @@ async fn binary_serves_a_snapshot_file_and_drains_on_sigterm() {
         .arg("--snapshot-file")
         .arg(&file)
         .args(["--drain-grace-seconds", "5"])
+        // The simulator's proxies and targets are on loopback: opted in explicitly.
+        .args(["--egress-allow-cidr", "127.0.0.0/8"])
         // Two data-plane workers whatever the machine: both listeners of each kind.
         .args(["--worker-threads", "2"])
         .stdout(Stdio::null())

@@ -836,7 +836,10 @@ fn anonymous_access_only_when_written_explicitly() {
     let c = load_yaml("distribution: {auth: {mode: none}}").expect("explicit none");
     assert_eq!(c.distribution.auth.mode, AuthMode::None);
     // A bad mode never falls back to anonymous.
-    assert_eq!(paths("distribution: {auth: {mode: open}}"), ["distribution.auth.mode"]);
+    assert_eq!(
+        paths("distribution: {auth: {mode: open}}"),
+        ["distribution.auth.mode"]
+    );
 }
 
 #[test]
@@ -852,10 +855,23 @@ fn egress_section_and_connect_ports() {
         Err(crate::egress::EgressDenied::Internal)
     );
     assert_eq!(c.egress.check_ip("127.0.0.1".parse().expect("ip")), Ok(()));
-    let r = &c.routings.iter().find(|r| r.name == "r").expect("r").connect_ports;
+    let r = &c
+        .routings
+        .iter()
+        .find(|r| r.name == "r")
+        .expect("r")
+        .connect_ports;
     assert!(r.allows(22) && r.allows(8050) && !r.allows(443));
-    let d = &c.routings.iter().find(|r| r.name == "d").expect("d").connect_ports;
-    assert!(d.allows(443) && d.allows(80) && !d.allows(22), "default 443 and 80");
+    let d = &c
+        .routings
+        .iter()
+        .find(|r| r.name == "d")
+        .expect("d")
+        .connect_ports;
+    assert!(
+        d.allows(443) && d.allows(80) && !d.allows(22),
+        "default 443 and 80"
+    );
     assert_eq!(c.distribution.limits.max_connections_per_source, 256);
     let got = paths(
         "egress: {denyCidrs: [nope], allowCidrs: ['1.2.3.4/40']}\n\
@@ -922,19 +938,28 @@ fn basic_passwords_are_only_accepted_salted() {
         "clients: [{{name: a, basic: {{username: u, passwordSha256: {HASH}}}}}]"
     ))
     .unwrap_err();
-    let m = e
-        .0
-        .iter()
-        .find(|e| e.path == "clients[0].basic.passwordSha256")
-        .map(|e| e.message.clone())
-        .unwrap_or_default();
-    assert!(m.contains("passwordHash") && m.contains("passwordFile"), "{e}");
+    let m =
+        e.0.iter()
+            .find(|e| e.path == "clients[0].basic.passwordSha256")
+            .map(|e| e.message.clone())
+            .unwrap_or_default();
+    assert!(
+        m.contains("passwordHash") && m.contains("passwordFile"),
+        "{e}"
+    );
     let c = load_yaml(&format!(
         "clients: [{{name: a, basic: {{username: u, passwordHash: '{}'}}}}]",
         crate::secret::SaltedHash::with_salt(b"pepper-salt".to_vec(), b"pw").to_text()
     ))
     .expect("salted");
-    assert!(c.clients[0].basic.as_ref().expect("basic").password.matches(b"pw"));
+    assert!(
+        c.clients[0]
+            .basic
+            .as_ref()
+            .expect("basic")
+            .password
+            .matches(b"pw")
+    );
     assert_eq!(
         paths("clients: [{name: a, basic: {username: u, passwordHash: 'sha256:00:11'}}]"),
         ["clients[0].basic.passwordHash", "clients[0]"]

@@ -20,10 +20,10 @@ use super::types::{
     ClientConfig, ClientSecretFile, ClientSecretKind, Config, ControlPlaneConfig, ControlPlaneTls,
     ControlPlaneTransport, DistributionConfig, EgressPolicy, FulfillmentDefault, LimitsConfig,
     PasswordSource, Permission, PoolConfig, PortRanges, ProxyCredentials, ProxyProtocol, Rate,
-    RedisConfig, RedisTarget, RedisTls, SaltedHash,
-    RetryConfig, RoutingConfig, SecretHash, ShutdownConfig, SourceConfig, StaticProxy,
-    StaticSourceConfig, StickyConfig, StoreConfig, Strategy, TokenReviewConfig, UpstreamConfig,
-    UpstreamHealthConfig, UsernameParamConfig, VendorApiConfig, VendorFormat,
+    RedisConfig, RedisTarget, RedisTls, RetryConfig, RoutingConfig, SaltedHash, SecretHash,
+    ShutdownConfig, SourceConfig, StaticProxy, StaticSourceConfig, StickyConfig, StoreConfig,
+    Strategy, TokenReviewConfig, UpstreamConfig, UpstreamHealthConfig, UsernameParamConfig,
+    VendorApiConfig, VendorFormat,
 };
 use super::{ConfigError, ConfigErrors};
 
@@ -305,9 +305,11 @@ pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
         Err(problems) => {
             for p in problems {
                 let (field, msg) = p.split_once(": ").unwrap_or(("", p.as_str()));
-                let field = field
-                    .replacen("deny", "egress.denyCidrs", 1)
-                    .replacen("allow", "egress.allowCidrs", 1);
+                let field = field.replacen("deny", "egress.denyCidrs", 1).replacen(
+                    "allow",
+                    "egress.allowCidrs",
+                    1,
+                );
                 cx.err(field, msg);
             }
             EgressPolicy::default()
@@ -451,7 +453,10 @@ fn redis(cx: &mut Ctx, raw: &RawRedis) -> RedisConfig {
     if let Some(u) = &raw.username
         && (u.is_empty() || u.len() > 256 || u.chars().any(|c| c.is_whitespace()))
     {
-        cx.err("store.redis.username", "must be 1 to 256 bytes without spaces");
+        cx.err(
+            "store.redis.username",
+            "must be 1 to 256 bytes without spaces",
+        );
     }
     let tls = match (&raw.tls, tls_wanted) {
         (_, true) => Some(RedisTls {

@@ -302,10 +302,13 @@ pub enum FailureCode {
     Timeout,
     /// The checker could not run the check (not the proxy's fault).
     CheckerError,
+    /// The proxy's address is refused by the egress policy (loopback, link-local,
+    /// metadata, an internal range): never dialled.
+    EgressDenied,
 }
 
 impl FailureCode {
-    const ALL: [FailureCode; 9] = [
+    const ALL: [FailureCode; 10] = [
         Self::ConnectRefused,
         Self::ConnectTimeout,
         Self::AuthRejected,
@@ -315,6 +318,7 @@ impl FailureCode {
         Self::ClientLeaked,
         Self::Timeout,
         Self::CheckerError,
+        Self::EgressDenied,
     ];
 
     /// Stable snake_case code.
@@ -329,6 +333,7 @@ impl FailureCode {
             Self::ClientLeaked => "client_leaked",
             Self::Timeout => "timeout",
             Self::CheckerError => "checker_error",
+            Self::EgressDenied => "egress_denied",
         }
     }
 

@@ -22,8 +22,8 @@ use base64::Engine;
 use proxy_pool_api::config::{
     AuthConfig, AuthMethodKind, AuthMode, ClientConfig, Permission, Rate, SaltedHash, SecretHash,
 };
-pub use proxy_pool_api::throttle::{AuthThrottle, ThrottleConfig};
 use proxy_pool_api::throttle::Verdict;
+pub use proxy_pool_api::throttle::{AuthThrottle, ThrottleConfig};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -226,9 +226,7 @@ impl Authenticator {
         }
         let user = basic_user(headers);
         let now = Instant::now();
-        if let Verdict::Throttled(retry_after) =
-            self.throttle.check(source, user.as_deref(), now)
-        {
+        if let Verdict::Throttled(retry_after) = self.throttle.check(source, user.as_deref(), now) {
             return Err(ApiError::AuthThrottled { retry_after });
         }
         let result = self.identify(headers).await;

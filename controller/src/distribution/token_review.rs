@@ -434,7 +434,13 @@ mod tests {
         let b = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
         let other_audience = format!("{}.{}.c2ln", b(r#"{"alg":"RS256"}"#), b(r#"{"aud":"x"}"#));
         let expired = format!("{}.{}.c2ln", b(r#"{"alg":"RS256"}"#), b(r#"{"exp":1}"#));
-        for t in ["garbage", "a.b.c", &other_audience, &expired, &"x".repeat(20_000)] {
+        for t in [
+            "garbage",
+            "a.b.c",
+            &other_audience,
+            &expired,
+            &"x".repeat(20_000),
+        ] {
             assert_eq!(v.verify(t).await, Err(AuthError::Invalid));
         }
         assert_eq!(reviewer.calls.load(Ordering::SeqCst), 0);
@@ -452,7 +458,11 @@ mod tests {
         for i in 0..1_000 {
             guard.remember_rejected(negative_key("aud", &jwt(i)));
         }
-        assert!(guard.negative_len() <= 16, "bounded: {}", guard.negative_len());
+        assert!(
+            guard.negative_len() <= 16,
+            "bounded: {}",
+            guard.negative_len()
+        );
         assert!(guard.rejected_recently(&negative_key("aud", &jwt(999))));
         assert!(!guard.rejected_recently(&negative_key("aud", &jwt(0))));
     }
@@ -479,7 +489,10 @@ mod tests {
             refused += 1;
         }
         assert_eq!(refused, 200 - MAX_CONCURRENT_REVIEWS);
-        assert_eq!(reviewer.calls.load(Ordering::SeqCst), MAX_CONCURRENT_REVIEWS);
+        assert_eq!(
+            reviewer.calls.load(Ordering::SeqCst),
+            MAX_CONCURRENT_REVIEWS
+        );
         reviewer.hold.store(false, Ordering::SeqCst);
         reviewer.release.notify_waiters();
         while let Some(r) = flood.join_next().await {

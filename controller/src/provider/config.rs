@@ -208,7 +208,8 @@ mod tests {
         );
         let mut bad = cfg.clone();
         bad.name = "not ok".into();
-        let err = plan_upstream(&bad, &ResolvedSecrets::default(), &Default::default()).unwrap_err();
+        let err =
+            plan_upstream(&bad, &ResolvedSecrets::default(), &Default::default()).unwrap_err();
         assert!(err.to_string().contains("upstreams.not ok.name"), "{err}");
     }
 }

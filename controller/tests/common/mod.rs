@@ -65,7 +65,7 @@ upstreams:
 clients:
   - name: full
     apiKeys: [{{sha256: {full}}}]
-    basic: {{username: {BASIC_USER}, passwordSha256: {basic}}}
+    basic: {{username: {BASIC_USER}, passwordHash: "{basic}"}}
     bearerTokens: [{{sha256: {bearer}}}]
   - name: limited
     maxExtractCount: 2
@@ -81,7 +81,7 @@ clients:
 shutdown: {{gracePeriod: 5s, drainDelay: 300ms}}
 "#,
         full = sha(KEY_FULL),
-        basic = sha(BASIC_PASSWORD),
+        basic = proxy_pool_controller::distribution::hash_password(BASIC_PASSWORD),
         bearer = sha(BEARER),
         limited = sha(KEY_LIMITED),
         gateway = sha(KEY_GATEWAY),

@@ -3,8 +3,8 @@
 //! CONNECT, SOCKS5, rustls). Everything stays on loopback.
 #![allow(dead_code)]
 
-use proxy_pool_api::egress::{EgressPolicy, PortRanges};
 use base64::Engine as _;
+use proxy_pool_api::egress::{EgressPolicy, PortRanges};
 use proxy_pool_e2e::sim::{
     EchoReply, FailureMode, Protocol, ProxySpec, SimConfig, SimProxy, Simulator,
 };
