@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use proxy_pool_api::controlplane::client::{Backoff, ClientOptions, ClientTransport, connect};
+use proxy_pool_api::controlplane::limits;
 use proxy_pool_api::controlplane::model as wire;
 use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_api::controlplane::pb;
@@ -209,7 +210,10 @@ async fn register(shared: &Shared) -> Result<(Client, String), String> {
     let channel = connect(&o.endpoint, &transport, &o.client)
         .await
         .map_err(|e| e.to_string())?;
-    let mut client = Client::new(channel);
+    // Tasks in, observations out: each direction sized to its largest message.
+    let mut client = Client::new(channel)
+        .max_decoding_message_size(limits::CHECK_TASK)
+        .max_encoding_message_size(limits::REPORT_OBSERVATIONS);
     let reg = client
         .register_checker(pb::RegisterCheckerRequest {
             checker_id: o.checker_id.clone(),

@@ -8,7 +8,6 @@ mod common;
 
 use common::*;
 use proxy_pool_e2e::sim::{FailureMode, Protocol};
-use proxy_pool_gateway::GatewayConfig;
 use proxy_pool_gateway::outcome::Stage;
 use proxy_pool_gateway::snapshot::{ProxyId, RetryPolicy, Routing, StickyPolicy, UpstreamProxy};
 use std::collections::HashSet;

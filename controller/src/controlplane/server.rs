@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use proxy_pool_api::controlplane::limits as sizes;
 use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_api::controlplane::pb::checker_control_plane_server::CheckerControlPlaneServer;
 use proxy_pool_api::controlplane::pb::worker_control_plane_server::WorkerControlPlaneServer;
@@ -91,12 +92,14 @@ pub async fn serve(
         }
     };
     let shared = control_plane.shared();
+    // Each service decodes at most its largest RPC's request (every RPC is held to its
+    // own size in its handler) and encodes at most its largest message.
     let worker = WorkerControlPlaneServer::new(WorkerService::new(shared.clone(), auth.clone()))
-        .max_decoding_message_size(limits.max_message_bytes)
-        .max_encoding_message_size(limits.max_message_bytes);
+        .max_decoding_message_size(sizes::WORKER_SERVICE_DECODE)
+        .max_encoding_message_size(sizes::WORKER_SERVICE_ENCODE);
     let checker = CheckerControlPlaneServer::new(CheckerService::new(shared, auth))
-        .max_decoding_message_size(limits.max_message_bytes)
-        .max_encoding_message_size(limits.max_message_bytes);
+        .max_decoding_message_size(sizes::CHECKER_SERVICE_DECODE)
+        .max_encoding_message_size(sizes::CHECKER_SERVICE_ENCODE);
     let cp = control_plane.clone();
     let signal = async move {
         shutdown.await;
