@@ -25,6 +25,9 @@ use super::wire::{ISSUE_PATH, IssueRequest, IssueResponse, MAX_REQUEST_BYTES};
 
 /// Deadline for the TLS handshake and for reading request headers.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Deadline for the request body (a few KiB: a token header and a CSR). Read before
+/// an issuance slot is taken, so slow senders hold no slot.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Deadline for one issuance (TokenReview + lookups + signing).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections served at once; more are closed on accept.
@@ -32,7 +35,8 @@ const MAX_CONNECTIONS: usize = 512;
 /// How long in-flight requests may run after shutdown begins.
 const GRACE: Duration = Duration::from_secs(10);
 /// Issuances in progress at once; more get 503 at once. Bounds the TokenReview and
-/// lookup load unauthenticated callers can push onto the API server.
+/// lookup load unauthenticated callers can push onto the API server. A slot is taken
+/// only once the whole (bounded) body is in, so trickling clients hold none.
 pub const MAX_IN_FLIGHT: usize = 64;
 
 #[derive(Clone, Debug)]
@@ -56,12 +60,7 @@ async fn issue(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<IssueResponse>, IssueError> {
-    let result = match state.in_flight.try_acquire() {
-        Ok(_permit) => handle(&state.issuer, &headers, body).await,
-        Err(_) => Err(IssueError::Unavailable(
-            "too many issuances in flight".into(),
-        )),
-    };
+    let result = handle(&state, &headers, body).await;
     match &result {
         Err(e @ (IssueError::Unavailable(_) | IssueError::Internal(_))) => {
             tracing::warn!(error = %e, "identity issuance failed");
@@ -72,8 +71,10 @@ async fn issue(
     result.map(Json)
 }
 
+/// Cheap checks, then the body under its deadline and size cap, and only then an
+/// issuance slot for the TokenReview, the lookups and the signing.
 async fn handle(
-    issuer: &Issuer,
+    state: &AppState,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<IssueResponse, IssueError> {
@@ -86,8 +87,9 @@ async fn handle(
     if !json {
         return Err(IssueError::UnsupportedMediaType);
     }
-    let bytes = axum::body::to_bytes(body, MAX_REQUEST_BYTES)
+    let bytes = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_REQUEST_BYTES))
         .await
+        .map_err(|_| IssueError::BodyTimeout)?
         .map_err(|e| {
             let too_large = std::error::Error::source(&e)
                 .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
@@ -99,7 +101,12 @@ async fn handle(
         })?;
     let request: IssueRequest = serde_json::from_slice(&bytes)
         .map_err(|_| IssueError::BadRequest(r#"body must be {"csr": "<PEM CSR>"}"#.into()))?;
-    tokio::time::timeout(REQUEST_TIMEOUT, issuer.issue(token, &request.csr))
+    let Ok(_slot) = state.in_flight.try_acquire() else {
+        return Err(IssueError::Unavailable(
+            "too many issuances in flight".into(),
+        ));
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, state.issuer.issue(token, &request.csr))
         .await
         .map_err(|_| IssueError::Unavailable("issuance timed out".into()))?
 }
