@@ -27,7 +27,10 @@ async fn every_rpc_is_held_to_its_own_size() {
     };
     let err = client.register_worker(fat).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
-    assert!(err.message().contains("RegisterWorker_too_large"), "{err:?}");
+    assert!(
+        err.message().contains("RegisterWorker_too_large"),
+        "{err:?}"
+    );
     // Past the service's largest RPC (ReportRuntime, 4 MiB) nothing is even decoded.
     let mut w = Worker::register(&h, "gw-1").await;
     let big = pb::ReportRuntimeRequest {
@@ -61,7 +64,8 @@ async fn every_rpc_is_held_to_its_own_size() {
 #[tokio::test]
 async fn checker_rpcs_are_held_to_their_sizes() {
     let h = Harness::new(Kind::Memory).await;
-    let mut client = CheckerControlPlaneClient::new(h.channel().await).max_encoding_message_size(HUGE);
+    let mut client =
+        CheckerControlPlaneClient::new(h.channel().await).max_encoding_message_size(HUGE);
     let fat = pb::RegisterCheckerRequest {
         checker_id: "c-1".into(),
         instance_id: "x".repeat(16 * 1024),
@@ -71,7 +75,10 @@ async fn checker_rpcs_are_held_to_their_sizes() {
     };
     let err = client.register_checker(fat).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
-    assert!(err.message().contains("RegisterChecker_too_large"), "{err:?}");
+    assert!(
+        err.message().contains("RegisterChecker_too_large"),
+        "{err:?}"
+    );
     let flood = pb::ReportObservationsRequest {
         checker_id: "c-1".into(),
         session_id: "s".into(),
@@ -145,14 +152,21 @@ async fn hostile_identifiers_never_reach_a_span_or_a_log_line() {
         accepted: false,
         reason: "bad\nlevel=ERROR NACKFORGED\u{1b}[31m".into(),
     };
-    w.client.acknowledge_snapshot(nack).await.expect("NACK accepted");
+    w.client
+        .acknowledge_snapshot(nack)
+        .await
+        .expect("NACK accepted");
     let text = String::from_utf8_lossy(&capture.0.lock().unwrap()).into_owned();
     assert!(text.contains("negative snapshot ACK"), "{text}");
     assert!(!text.contains("msg=\"forged line\""), "{text}");
     assert!(
-        text.lines().all(|l| !l.trim_start().starts_with("level=ERROR")),
+        text.lines()
+            .all(|l| !l.trim_start().starts_with("level=ERROR")),
         "a forged line: {text}"
     );
-    assert!(!text.contains(&huge_id[..1000]), "an unbounded ID was logged");
+    assert!(
+        !text.contains(&huge_id[..1000]),
+        "an unbounded ID was logged"
+    );
     assert!(!text.contains('\u{1b}'), "{text}");
 }

@@ -134,6 +134,7 @@ fn main() -> anyhow::Result<()> {
         &cli.identity_service,
         IssuerConfig {
             checker,
+            gateway_service_account: Some(cli.gateway_service_account.clone()),
             ..IssuerConfig::new(cli.trust_domain.clone(), cli.environment.clone())
         },
     );

@@ -641,7 +641,6 @@ fn trickling() -> (Request<Body>, Trickle) {
     (req, tx)
 }
 
-
 #[tokio::test]
 async fn trickling_clients_cannot_block_issuance_for_a_real_worker() {
     let f = fixture().await;
@@ -653,7 +652,9 @@ async fn trickling_clients_cannot_block_issuance_for_a_real_worker() {
         let (req, tx) = trickling();
         senders.push(tx);
         let app = app.clone();
-        stuck.push(tokio::spawn(async move { app.oneshot(req).await.unwrap().status() }));
+        stuck.push(tokio::spawn(async move {
+            app.oneshot(req).await.unwrap().status()
+        }));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     // A real worker is served at once.
