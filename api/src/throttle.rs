@@ -226,9 +226,79 @@ impl Default for AuthThrottle {
     }
 }
 
+/// Open connections per source address, for a listener's per-source cap: a flood from
+/// one address takes at most its share of the listener's connections, and every other
+/// address is still served. One short critical section at accept and at close.
+#[derive(Debug, Default)]
+pub struct SourceSlots {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection's place in [`SourceSlots`], given back on drop.
+#[derive(Debug)]
+pub struct SourceSlot {
+    table: std::sync::Arc<SourceSlots>,
+    ip: IpAddr,
+}
+
+impl SourceSlots {
+    /// A place for a connection from `ip`, unless `ip` already holds `max`.
+    pub fn acquire(self: &std::sync::Arc<Self>, ip: IpAddr, max: usize) -> Option<SourceSlot> {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        };
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(ip).or_insert(0);
+        if *n >= max.max(1) {
+            return None;
+        }
+        *n += 1;
+        Some(SourceSlot {
+            table: self.clone(),
+            ip,
+        })
+    }
+
+    /// Connections `ip` holds now.
+    pub fn held_by(&self, ip: IpAddr) -> usize {
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.get(&ip).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for SourceSlot {
+    fn drop(&mut self) {
+        let mut open = self.table.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn source_slots_cap_each_address_and_come_back() {
+        let slots = std::sync::Arc::new(SourceSlots::default());
+        let a = ip("192.0.2.1");
+        let held: Vec<_> = (0..3).filter_map(|_| slots.acquire(a, 3)).collect();
+        assert_eq!(held.len(), 3);
+        assert!(slots.acquire(a, 3).is_none());
+        assert!(
+            slots.acquire(ip("::ffff:192.0.2.1"), 3).is_none(),
+            "same source"
+        );
+        assert!(slots.acquire(ip("192.0.2.2"), 3).is_some());
+        drop(held);
+        assert_eq!(slots.held_by(a), 0);
+        assert!(slots.acquire(a, 3).is_some());
+    }
 
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("ip")

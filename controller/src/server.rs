@@ -5,9 +5,8 @@
 //!
 //! Takes a bound listener (tests bind `127.0.0.1:0`); never binds sockets itself.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use proxy_pool_api::throttle::SourceSlots;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
@@ -48,50 +48,6 @@ impl Default for ServeOptions {
     }
 }
 
-/// Open connections per source address.
-#[derive(Debug, Default)]
-struct PerSource {
-    // One short critical section at accept and at close, never across an await.
-    open: parking_lot::Mutex<HashMap<IpAddr, usize>>,
-}
-
-/// A connection's place in [`PerSource`], given back on drop.
-struct SourceSlot {
-    table: Arc<PerSource>,
-    ip: IpAddr,
-}
-
-impl PerSource {
-    fn acquire(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<SourceSlot> {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-            v4 => v4,
-        };
-        let mut open = self.open.lock();
-        let n = open.entry(ip).or_insert(0);
-        if *n >= max {
-            return None;
-        }
-        *n += 1;
-        Some(SourceSlot {
-            table: self.clone(),
-            ip,
-        })
-    }
-}
-
-impl Drop for SourceSlot {
-    fn drop(&mut self) {
-        let mut open = self.table.open.lock();
-        if let Some(n) = open.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.ip);
-            }
-        }
-    }
-}
-
 /// Serves `router` until the shutdown phase reaches Stopping, then lets in-flight
 /// requests finish until the shutdown deadline and returns.
 pub async fn serve(
@@ -102,7 +58,7 @@ pub async fn serve(
 ) {
     let graceful = GracefulShutdown::new();
     let permits = Arc::new(Semaphore::new(options.max_connections.max(1)));
-    let per_source = Arc::new(PerSource::default());
+    let per_source = Arc::new(SourceSlots::default());
     loop {
         let accepted = tokio::select! {
             _ = shutdown.reached(Phase::Stopping) => break,

@@ -1,11 +1,12 @@
 //! A tiny ops listener: `GET /metrics` (Prometheus text), `GET /healthz` (always
 //! 200) and `GET /readyz` (200 while a fresh snapshot is installed, else 503).
 //!
-//! Bounded against hostile clients: at most [`MAX_CONNECTIONS`] connections (more are
-//! closed at accept), one small request head per connection read under
+//! Bounded against hostile clients: at most [`MAX_CONNECTIONS`] connections, and
+//! [`MAX_PER_SOURCE`] from one address (more are closed at accept), one small request head per connection read under
 //! [`HEAD_TIMEOUT`] (searched incrementally), the answer written under
 //! [`WRITE_TIMEOUT`], and the whole exchange cut at [`TIMEOUT`].
 
+use proxy_pool_api::throttle::SourceSlots;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,8 @@ use crate::snapshot::live::now_ms;
 const MAX_REQUEST: usize = 4096;
 /// Connections served at once; more are closed right after accept.
 pub const MAX_CONNECTIONS: usize = 64;
+/// Connections one source address may hold at once.
+pub const MAX_PER_SOURCE: usize = 16;
 /// Deadline for a request head to arrive.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest time one write of the answer may make no progress.
@@ -37,8 +40,9 @@ pub async fn serve_admin(
 ) {
     tokio::pin!(shutdown);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let per_source = Arc::new(SourceSlots::default());
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(err) => {
@@ -53,10 +57,14 @@ pub async fn serve_admin(
             debug!("admin connection limit reached; closing a new connection");
             continue;
         };
+        let Some(source_slot) = per_source.acquire(peer.ip(), MAX_PER_SOURCE) else {
+            debug!("admin per-source limit reached; closing a new connection");
+            continue;
+        };
         let gateway = gateway.clone();
         let snapshots = snapshots.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let _slots = (slot, source_slot);
             let _ = tokio::time::timeout(TIMEOUT, answer(stream, &gateway, &snapshots)).await;
         });
     }

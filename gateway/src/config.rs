@@ -38,6 +38,9 @@ pub struct GatewayConfig {
     pub request_body_timeout: Duration,
     /// Open client connections per listener.
     pub max_connections: usize,
+    /// Open client connections from one source address (all listeners together): a
+    /// flood from one address cannot take every slot.
+    pub max_connections_per_source: usize,
     /// Upstream dialing and pooling.
     pub upstream: UpstreamConfig,
     /// Client authentication.
@@ -101,6 +104,7 @@ impl Default for GatewayConfig {
             write_timeout: Duration::from_secs(30),
             request_body_timeout: Duration::from_secs(120),
             max_connections: 10_000,
+            max_connections_per_source: 2_500,
             upstream: UpstreamConfig::default(),
             auth: AuthMode::Required,
             max_sessions: 100_000,
@@ -154,6 +158,10 @@ impl GatewayConfig {
         check(
             self.max_connections > 0,
             "maxConnections: must be at least 1",
+        );
+        check(
+            self.max_connections_per_source > 0,
+            "maxConnectionsPerSource: must be at least 1",
         );
         check(self.max_sessions > 0, "maxSessions: must be at least 1");
         check(

@@ -33,6 +33,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
+use proxy_pool_api::throttle::SourceSlots;
+
 use crate::config::GatewayConfig;
 use crate::metrics::{ListenerKind, Metrics};
 use crate::outcome::{self, OutcomeReceiver, OutcomeSink};
@@ -119,6 +121,8 @@ pub(crate) struct Shared {
     pub(crate) force: CancellationToken,
     /// Connections accepted by this worker (its share of the `SO_REUSEPORT` spread).
     accepted: AtomicU64,
+    /// Open connections per source address, across workers.
+    per_source: Arc<SourceSlots>,
 }
 
 impl Shared {
@@ -140,6 +144,7 @@ impl Shared {
             draining: self.draining.clone(),
             force: self.force.clone(),
             accepted: AtomicU64::new(0),
+            per_source: self.per_source.clone(),
         }
     }
 }
@@ -178,6 +183,7 @@ impl Gateway {
             draining: CancellationToken::new(),
             force: CancellationToken::new(),
             accepted: AtomicU64::new(0),
+            per_source: Arc::default(),
         };
         (
             Self {
@@ -461,6 +467,16 @@ async fn accept_loop(
                 .fetch_add(1, Ordering::Relaxed);
             continue;
         };
+        let Some(source_slot) = shared
+            .per_source
+            .acquire(peer.ip(), shared.config.max_connections_per_source)
+        else {
+            shared
+                .metrics
+                .connections_refused
+                .fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
         shared.metrics.accepted(kind);
         shared.accepted.fetch_add(1, Ordering::Relaxed);
         let has_nodelay =
@@ -470,7 +486,7 @@ async fn accept_loop(
         }
         let shared = shared.clone();
         tracker.spawn(async move {
-            let _permit = permit;
+            let _permit = (permit, source_slot);
             shared
                 .metrics
                 .open_connections

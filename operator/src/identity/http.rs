@@ -12,12 +12,9 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::routing::post;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use rustls::server::ResolvesServerCert;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tokio_rustls::TlsAcceptor;
 
 use super::error::IssueError;
 use super::issuer::Issuer;
@@ -139,56 +136,14 @@ pub async fn serve(
     app: Router,
     shutdown: impl Future<Output = ()>,
 ) {
-    let acceptor = TlsAcceptor::from(tls);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    tokio::pin!(shutdown);
-    loop {
-        let tcp = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            tracing::debug!("connection limit reached; closing a new connection");
-            continue;
-        };
-        let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(app.clone());
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let _slot = slot;
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => {
-                    tracing::debug!(%error, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => return,
-            };
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(HANDSHAKE_TIMEOUT);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            if let Err(error) = watcher.watch(conn).await {
-                tracing::debug!(%error, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    if tokio::time::timeout(GRACE, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("identity endpoint: grace period over; dropping open connections");
-    }
+    let limits = crate::serve::Limits {
+        max_connections: MAX_CONNECTIONS,
+        max_per_source: MAX_CONNECTIONS / 4,
+        head_timeout: HANDSHAKE_TIMEOUT,
+        max_buf_size: 16 * 1024,
+        grace: GRACE,
+    };
+    crate::serve::serve(listener, Some(tls), app, limits, shutdown).await;
 }
 
 #[cfg(test)]
