@@ -24,6 +24,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
 use proxy_pool_gateway::snapshot::ClientCredential;
+use proxy_pool_operator::reconcile::hash_key::HashKey;
 use proxy_pool_operator::crd::{DistributionClient, Routing, Upstream};
 use proxy_pool_operator::identity::{CaParams, IdentityOptions, IdentityService, IssuerConfig};
 use proxy_pool_operator::reconcile::{
@@ -125,6 +126,8 @@ fn operator_config(base_yaml: &str) -> OperatorConfig {
             controller_address: "proxy-pool-controller.proxy-pool.svc:9443".into(),
             identity_endpoint: "https://proxy-pool-operator.proxy-pool.svc:8443".into(),
             trust_bundle_config_map: "proxy-pool-trust-bundle".into(),
+            egress_deny_cidrs: vec!["10.96.0.0/12".into()],
+            egress_allow_cidrs: Vec::new(),
         },
         instance: Some("operator-0".into()),
         // As the chart's --controller-tls-secret / --controller-dns-names say.
@@ -143,6 +146,7 @@ fn operator_config(base_yaml: &str) -> OperatorConfig {
             ca: CaParams::default(),
             lifetime: Duration::from_secs(24 * 3600),
         }),
+        hash_key: HashKey::new([7; 32]),
     }
 }
 

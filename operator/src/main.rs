@@ -101,6 +101,10 @@ struct Cli {
     /// Lifetime of the controller's certificate, hours (renewed at half-life).
     #[arg(long, default_value_t = 24)]
     controller_cert_hours: u64,
+    /// Secret holding the key that seals the content hashes written as pod annotations
+    /// (made on first start).
+    #[arg(long, default_value = reconcile::hash_key::DEFAULT_SECRET)]
+    hash_key_secret: String,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -148,6 +152,7 @@ fn main() -> anyhow::Result<()> {
         ca: identity.ca.clone(),
         lifetime: Duration::from_secs(cli.controller_cert_hours.max(1) * 3600),
     });
+    let egress = base_config.egress.clone();
     let config = OperatorConfig {
         namespace: cli.namespace,
         base_config,
@@ -162,9 +167,14 @@ fn main() -> anyhow::Result<()> {
             controller_address: cli.controller_address,
             identity_endpoint: cli.identity_endpoint,
             trust_bundle_config_map: cli.trust_bundle_config_map,
+            // One egress policy: the gateways get the controller's.
+            egress_deny_cidrs: egress.deny_cidrs,
+            egress_allow_cidrs: egress.allow_cidrs,
         },
         instance: Some(cli.pod_name.clone()),
         controller_tls,
+        // Loaded (or made) once the API client exists, below.
+        hash_key: reconcile::hash_key::HashKey::new([0; 32]),
     };
     let leader = LeaderSettings {
         lease_name: cli.lease_name,
@@ -176,6 +186,13 @@ fn main() -> anyhow::Result<()> {
         let client = kube::Client::try_default()
             .await
             .context("Kubernetes client")?;
+        let mut config = config;
+        config.hash_key = reconcile::hash_key::ensure(
+            &kube::Api::namespaced(client.clone(), &config.namespace),
+            &cli.hash_key_secret,
+        )
+        .await
+        .context("annotation hash key")?;
         let health = http::Health::default();
         let metrics: Arc<Metrics> = health.metrics.clone();
         let listener = tokio::net::TcpListener::bind(cli.ops_listen)

@@ -33,6 +33,8 @@ pub const CONFIG_COMPONENT: &str = "controller-config";
 pub const CONFIG_HASH_ANNOTATION: &str = "proxypool.io/config-hash";
 /// Key of the config inside the ConfigMap (and file name in the volume).
 pub const CONFIG_KEY: &str = "config.yaml";
+/// Mode of projected files that carry Secret keys (`0440`: owner and group read).
+pub const SECRET_FILE_MODE: i32 = 0o440;
 /// Name of the projected volume the operator adds to the controller pod.
 pub const CONFIG_VOLUME: &str = "proxy-pool-config";
 
@@ -91,7 +93,8 @@ pub fn config_volume(
             .collect();
         sources.push(json!({"secret": {"name": secret, "items": items}}));
     }
-    json!({"name": CONFIG_VOLUME, "projected": {"sources": sources}})
+    // Owner and group read only (the pod's fsGroup is the group): Secret keys inside.
+    json!({"name": CONFIG_VOLUME, "projected": {"sources": sources, "defaultMode": SECRET_FILE_MODE}})
 }
 
 /// The fields of the controller Deployment this operator owns (server-side apply).
@@ -158,6 +161,8 @@ async fn reconcile_inner(d: &Deployment, ctx: &Context) -> Result<Action, Error>
             hex::encode(h.finalize())
         }
     };
+    // Sealed before it becomes an annotation: it covers Secret values.
+    let hash = cfg.hash_key.seal(&hash);
     let owner = deployment_owner(d)?;
     let config_map = ConfigMap {
         metadata: ObjectMeta {

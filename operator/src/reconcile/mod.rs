@@ -21,6 +21,7 @@ pub mod config;
 pub mod context;
 mod error;
 pub mod gateway;
+pub mod hash_key;
 pub mod http;
 pub mod leader;
 pub mod metrics;
