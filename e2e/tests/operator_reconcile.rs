@@ -24,9 +24,9 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
 use proxy_pool_gateway::snapshot::ClientCredential;
-use proxy_pool_operator::reconcile::hash_key::HashKey;
 use proxy_pool_operator::crd::{DistributionClient, Routing, Upstream};
 use proxy_pool_operator::identity::{CaParams, IdentityOptions, IdentityService, IssuerConfig};
+use proxy_pool_operator::reconcile::hash_key::HashKey;
 use proxy_pool_operator::reconcile::{
     self, Context, ControllerTls, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig,
 };

@@ -12,9 +12,8 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
     EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe,
-    ProjectedVolumeSource, SecretProjection, Service, ServiceAccountTokenProjection, ServicePort,
-    ServiceSpec, Volume, VolumeMount, VolumeProjection,
+    PodTemplateSpec, Probe, ProjectedVolumeSource, SecretProjection, Service,
+    ServiceAccountTokenProjection, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -565,7 +564,10 @@ mod tests {
             .find(|e| e.name == "PROXY_POOL_EGRESS_DENY_CIDRS")
             .and_then(|e| e.value.clone());
         assert_eq!(deny.as_deref(), Some("10.96.0.0/12,10.244.0.0/16"));
-        assert!(!env.iter().any(|e| e.name == "PROXY_POOL_EGRESS_ALLOW_CIDRS"));
+        assert!(
+            !env.iter()
+                .any(|e| e.name == "PROXY_POOL_EGRESS_ALLOW_CIDRS")
+        );
         for v in pod.volumes.expect("volumes") {
             if let Some(p) = v.projected {
                 assert_eq!(p.default_mode, Some(0o440), "{}", v.name);
