@@ -26,7 +26,7 @@ use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
 use proxy_pool_gateway::snapshot::ClientCredential;
 use proxy_pool_operator::crd::{DistributionClient, Routing, Upstream};
 use proxy_pool_operator::identity::{CaParams, IdentityOptions, IdentityService, IssuerConfig};
-use proxy_pool_operator::reconcile::hash_key::HashKey;
+use proxy_pool_operator::reconcile::hash_key::{self, HashKey};
 use proxy_pool_operator::reconcile::{
     self, Context, ControllerTls, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig,
 };
@@ -176,6 +176,10 @@ const FULL_VALUES: &[&str] = &[
     "ingress.enabled=true",
     "ingress.className=nginx",
     "controller.config.distribution.maxCountPerRequest=200",
+    "egress.denyCidrs={192.168.0.0/16,fd00::/8}",
+    "egress.allowCidrs={10.244.7.0/24}",
+    "networkPolicy.distributionSources={198.51.100.0/24}",
+    "networkPolicy.nodeCidrs={172.18.0.0/16}",
 ];
 
 #[tokio::test]
@@ -237,7 +241,29 @@ async fn chart_lints_and_templates_clean() {
                     .expect("base config ConfigMap");
                 let cm: ConfigMap = serde_yaml::from_str(base).expect("ConfigMap");
                 let yaml = &cm.data.expect("data")["base.yaml"];
-                proxy_pool_api::config::load_yaml(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+                let config = proxy_pool_api::config::load_yaml(yaml)
+                    .unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+                // Fail closed: the default install refuses anonymous extraction.
+                assert_eq!(
+                    config.distribution.auth.mode,
+                    proxy_pool_api::config::AuthMode::Any,
+                    "{yaml}"
+                );
+                // One egress policy: the cluster's pod and service ranges are refused.
+                for cidr in ["10.244.0.0/16", "10.96.0.0/12"] {
+                    let ip = cidr.split('/').next().unwrap().parse().unwrap();
+                    assert!(config.egress.check_ip(ip).is_err(), "{cidr}: {yaml}");
+                }
+                // Every component has its NetworkPolicy.
+                for component in ["controller", "operator", "checker", "gateway"] {
+                    let name = format!("name: proxy-pool-{component}\n");
+                    assert!(
+                        stdout
+                            .split("\n---")
+                            .any(|d| d.contains("kind: NetworkPolicy") && d.contains(&name)),
+                        "no NetworkPolicy for the {component}"
+                    );
+                }
             }
         }
     }
@@ -291,6 +317,18 @@ async fn operator_reconciles_on_a_real_cluster() {
         .await
         .expect("base config ConfigMap");
     let base_yaml = base_cm.data.expect("data")["base.yaml"].clone();
+    // The key sealing the pod annotations: made once, then the same on every start.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), NS);
+    let key = hash_key::ensure(&secrets, hash_key::DEFAULT_SECRET)
+        .await
+        .expect("hash key made");
+    let again = hash_key::ensure(&secrets, hash_key::DEFAULT_SECRET)
+        .await
+        .expect("hash key read");
+    assert_eq!(
+        key, again,
+        "the key survives a restart: pods do not roll for it"
+    );
 
     // The examples.
     for f in ["upstream.yaml", "distribution-client.yaml", "routing.yaml"] {
