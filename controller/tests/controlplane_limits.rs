@@ -32,7 +32,7 @@ async fn every_rpc_is_held_to_its_own_size() {
         "{err:?}"
     );
     // Past the service's largest RPC (ReportRuntime, 4 MiB) nothing is even decoded.
-    let mut w = Worker::register(&h, "gw-1").await;
+    let w = Worker::register(&h, "gw-1").await;
     let big = pb::ReportRuntimeRequest {
         worker_id: "gw-1".into(),
         session_id: w.session.clone(),
