@@ -226,12 +226,82 @@ impl Default for AuthThrottle {
     }
 }
 
-/// Open connections per source address, for a listener's per-source cap: a flood from
-/// one address takes at most its share of the listener's connections, and every other
-/// address is still served. One short critical section at accept and at close.
-#[derive(Debug, Default)]
+/// The open connections of one listener, capped in total and per source address and
+/// shared fairly between sources. A connection over its source's cap is refused. When
+/// the listener is full, a connection from a source holding fewer connections than the
+/// largest holder (by two or more) displaces that holder's oldest connection, whose
+/// [`SourceSlot::evicted`] resolves (its task closes it); otherwise it is refused. So a
+/// flood from many addresses cannot lock out an address that holds little: every
+/// source can get about `total / sources` connections, whatever the others do.
+///
+/// One short critical section at accept and at close (hash map and ordered-count
+/// updates); memory is bounded by `total` entries.
+#[derive(Debug)]
 pub struct SourceSlots {
-    open: Mutex<HashMap<IpAddr, usize>>,
+    total: usize,
+    per_source: usize,
+    state: Mutex<SlotState>,
+    evictions: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct SlotState {
+    /// Per source, its connections oldest first.
+    open: HashMap<IpAddr, VecDeque<Held>>,
+    /// Sources by how many connections they hold (for the largest holder).
+    by_count: std::collections::BTreeMap<usize, std::collections::HashSet<IpAddr>>,
+    held: usize,
+    next_id: u64,
+}
+
+#[derive(Debug)]
+struct Held {
+    id: u64,
+    evict: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl SlotState {
+    fn count(&self, ip: IpAddr) -> usize {
+        self.open.get(&ip).map_or(0, VecDeque::len)
+    }
+
+    fn recount(&mut self, ip: IpAddr, from: usize, to: usize) {
+        if from > 0
+            && let Some(set) = self.by_count.get_mut(&from)
+        {
+            set.remove(&ip);
+            if set.is_empty() {
+                self.by_count.remove(&from);
+            }
+        }
+        if to > 0 {
+            self.by_count.entry(to).or_default().insert(ip);
+        } else {
+            self.open.remove(&ip);
+        }
+    }
+
+    /// Displaces the oldest connection of the largest holder if it holds at least two
+    /// more than `ip`; whether one was.
+    fn displace_for(&mut self, ip: IpAddr) -> bool {
+        let own = self.count(ip);
+        let Some((&top, set)) = self.by_count.last_key_value() else {
+            return false;
+        };
+        if top < own + 2 {
+            return false;
+        }
+        let Some(&victim) = set.iter().next() else {
+            return false;
+        };
+        let Some(held) = self.open.get_mut(&victim).and_then(VecDeque::pop_front) else {
+            return false;
+        };
+        held.evict.notify_one();
+        self.held -= 1;
+        self.recount(victim, top, top - 1);
+        true
+    }
 }
 
 /// One connection's place in [`SourceSlots`], given back on drop.
@@ -239,43 +309,99 @@ pub struct SourceSlots {
 pub struct SourceSlot {
     table: std::sync::Arc<SourceSlots>,
     ip: IpAddr,
+    id: u64,
+    evict: std::sync::Arc<tokio::sync::Notify>,
 }
 
 impl SourceSlots {
-    /// A place for a connection from `ip`, unless `ip` already holds `max`.
-    pub fn acquire(self: &std::sync::Arc<Self>, ip: IpAddr, max: usize) -> Option<SourceSlot> {
+    /// A listener's table: at most `total` connections, at most `per_source` from one
+    /// address (both at least 1).
+    pub fn new(total: usize, per_source: usize) -> Self {
+        Self {
+            total: total.max(1),
+            per_source: per_source.max(1),
+            state: Mutex::new(SlotState::default()),
+            evictions: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// A place for a connection from `ip`: refused when `ip` already holds its cap, or
+    /// when the listener is full and no source holds two or more connections than `ip`
+    /// (otherwise the largest holder's oldest connection is displaced).
+    pub fn acquire(self: &std::sync::Arc<Self>, ip: IpAddr) -> Option<SourceSlot> {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
             v4 => v4,
         };
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let n = open.entry(ip).or_insert(0);
-        if *n >= max.max(1) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let own = state.count(ip);
+        if own >= self.per_source {
             return None;
         }
-        *n += 1;
+        if state.held >= self.total {
+            if !state.displace_for(ip) {
+                return None;
+            }
+            self.evictions
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let id = state.next_id;
+        state.next_id += 1;
+        let evict = std::sync::Arc::new(tokio::sync::Notify::new());
+        state.open.entry(ip).or_default().push_back(Held {
+            id,
+            evict: evict.clone(),
+        });
+        state.held += 1;
+        state.recount(ip, own, own + 1);
         Some(SourceSlot {
             table: self.clone(),
             ip,
+            id,
+            evict,
         })
     }
 
     /// Connections `ip` holds now.
     pub fn held_by(&self, ip: IpAddr) -> usize {
-        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.get(&ip).copied().unwrap_or(0)
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.count(ip)
+    }
+
+    /// Connections held now (displaced ones no longer count).
+    pub fn held(&self) -> usize {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).held
+    }
+
+    /// Connections displaced so far.
+    pub fn evictions(&self) -> u64 {
+        self.evictions.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl SourceSlot {
+    /// Resolves when a connection from a smaller holder displaced this one: the owner
+    /// closes its connection then. Owns what it waits on (it may outlive the borrow).
+    pub fn evicted(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let evict = self.evict.clone();
+        async move { evict.notified().await }
     }
 }
 
 impl Drop for SourceSlot {
     fn drop(&mut self) {
-        let mut open = self.table.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = open.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.ip);
-            }
-        }
+        let mut state = self.table.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(list) = state.open.get_mut(&self.ip) else {
+            return;
+        };
+        // Displaced slots were taken out already.
+        let Some(at) = list.iter().position(|h| h.id == self.id) else {
+            return;
+        };
+        list.remove(at);
+        let now = list.len();
+        state.held -= 1;
+        state.recount(self.ip, now + 1, now);
     }
 }
 
@@ -285,19 +411,55 @@ mod tests {
 
     #[test]
     fn source_slots_cap_each_address_and_come_back() {
-        let slots = std::sync::Arc::new(SourceSlots::default());
+        let slots = std::sync::Arc::new(SourceSlots::new(100, 3));
         let a = ip("192.0.2.1");
-        let held: Vec<_> = (0..3).filter_map(|_| slots.acquire(a, 3)).collect();
+        let held: Vec<_> = (0..3).filter_map(|_| slots.acquire(a)).collect();
         assert_eq!(held.len(), 3);
-        assert!(slots.acquire(a, 3).is_none());
+        assert!(slots.acquire(a).is_none());
         assert!(
-            slots.acquire(ip("::ffff:192.0.2.1"), 3).is_none(),
+            slots.acquire(ip("::ffff:192.0.2.1")).is_none(),
             "same source"
         );
-        assert!(slots.acquire(ip("192.0.2.2"), 3).is_some());
+        assert!(slots.acquire(ip("192.0.2.2")).is_some());
         drop(held);
         assert_eq!(slots.held_by(a), 0);
-        assert!(slots.acquire(a, 3).is_some());
+        assert_eq!(slots.held(), 0);
+        assert!(slots.acquire(a).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_full_listener_displaces_the_largest_holder_for_a_small_one() {
+        let slots = std::sync::Arc::new(SourceSlots::new(6, 6));
+        let (flooder, other, newcomer) = (ip("192.0.2.1"), ip("192.0.2.2"), ip("192.0.2.3"));
+        let flood: Vec<_> = (0..4).filter_map(|_| slots.acquire(flooder)).collect();
+        let others: Vec<_> = (0..2).filter_map(|_| slots.acquire(other)).collect();
+        assert_eq!((flood.len(), others.len(), slots.held()), (4, 2, 6));
+        // Full: the newcomer displaces the flooder's oldest connection.
+        let first = slots
+            .acquire(newcomer)
+            .expect("displaces the largest holder");
+        assert_eq!(slots.held(), 6);
+        assert_eq!(slots.held_by(flooder), 3);
+        tokio::time::timeout(Duration::from_secs(1), flood[0].evicted())
+            .await
+            .expect("the oldest connection is told");
+        // Dropping the displaced slot changes nothing more.
+        let mut flood = flood;
+        drop(flood.remove(0));
+        assert_eq!((slots.held(), slots.held_by(flooder)), (6, 3));
+        // A second newcomer connection displaces again (3 vs 1), a third cannot take
+        // from anyone holding only one more than it: the flooder and the newcomer then
+        // hold 2 each, the other source 2.
+        let second = slots.acquire(newcomer).expect("3 vs 1");
+        assert_eq!(slots.held_by(flooder), 2);
+        assert!(slots.acquire(newcomer).is_none(), "2 vs 2: refused");
+        assert!(
+            slots.acquire(flooder).is_none(),
+            "the largest holder never displaces"
+        );
+        assert_eq!(slots.evictions(), 2);
+        drop((first, second, others, flood));
+        assert_eq!(slots.held(), 0);
     }
 
     fn ip(s: &str) -> IpAddr {

@@ -1,7 +1,9 @@
 //! Serves an axum `Router` on a bound listener with hard limits (connections in total
 //! and per source address, header buffer, header read timeout — which also bounds how
 //! long a connection may sit idle before its next request) and the graceful shutdown
-//! protocol. A connection over a cap is closed right after accept.
+//! protocol. A connection over a cap is closed right after accept; when the listener is
+//! full, a source holding few connections displaces the largest holder's oldest one
+//! ([`SourceSlots`]), so a flood from many addresses cannot lock the others out.
 //!
 //! Takes a bound listener (tests bind `127.0.0.1:0`); never binds sockets itself.
 
@@ -18,7 +20,6 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use proxy_pool_api::throttle::SourceSlots;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 use crate::shutdown::{Phase, Shutdown};
@@ -26,7 +27,7 @@ use crate::shutdown::{Phase, Shutdown};
 /// Connection-level limits of one listener.
 #[derive(Clone, Copy, Debug)]
 pub struct ServeOptions {
-    /// Most open connections; more are closed right after accept.
+    /// Most open connections (shared fairly between sources).
     pub max_connections: usize,
     /// hyper's read buffer, which bounds the request head (≥ 8192).
     pub max_buf_size: usize,
@@ -57,8 +58,10 @@ pub async fn serve(
     shutdown: Shutdown,
 ) {
     let graceful = GracefulShutdown::new();
-    let permits = Arc::new(Semaphore::new(options.max_connections.max(1)));
-    let per_source = Arc::new(SourceSlots::default());
+    let slots = Arc::new(SourceSlots::new(
+        options.max_connections,
+        options.max_connections_per_source,
+    ));
     loop {
         let accepted = tokio::select! {
             _ = shutdown.reached(Phase::Stopping) => break,
@@ -72,15 +75,8 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
+        let Some(slot) = slots.acquire(peer.ip()) else {
             tracing::debug!("connection limit reached; closing a new connection");
-            drop(stream);
-            continue;
-        };
-        let Some(source_slot) =
-            per_source.acquire(peer.ip(), options.max_connections_per_source.max(1))
-        else {
-            tracing::debug!("per-source connection limit reached; closing a new connection");
             drop(stream);
             continue;
         };
@@ -103,9 +99,13 @@ pub async fn serve(
         let conn = builder.serve_connection(TokioIo::new(stream), service);
         let watched = graceful.watch(conn);
         tokio::spawn(async move {
-            let _ = watched.await;
-            drop(source_slot);
-            drop(permit);
+            tokio::select! {
+                _ = watched => {}
+                () = slot.evicted() => {
+                    tracing::debug!("connection displaced by a smaller source");
+                }
+            }
+            drop(slot);
         });
     }
     drop(listener);

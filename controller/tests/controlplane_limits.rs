@@ -170,3 +170,72 @@ async fn hostile_identifiers_never_reach_a_span_or_a_log_line() {
     );
     assert!(!text.contains('\u{1b}'), "{text}");
 }
+
+/// Whether the server closed `s` within `within` (EOF or reset on read).
+async fn closed(s: &mut tokio::net::TcpStream, within: std::time::Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut b = [0u8; 64];
+    loop {
+        match tokio::time::timeout(within, s.read(&mut b)).await {
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn silent_and_excess_connections_are_closed_and_workers_still_served() {
+    use proxy_pool_controller::controlplane::incoming::{FIRST_BYTES, Limits};
+    let h = Harness::new(Kind::Memory).await;
+    let addr: std::net::SocketAddr = h.endpoint.trim_start_matches("http://").parse().unwrap();
+    let limits = Limits::default();
+    // One source opens more than its share and sends nothing.
+    let mut silent = Vec::new();
+    for _ in 0..(limits.max_per_source + 10) {
+        silent.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    let mut refused = 0;
+    for s in &mut silent[limits.max_per_source..] {
+        refused += usize::from(closed(s, std::time::Duration::from_secs(2)).await);
+    }
+    assert_eq!(refused, 10, "over the per-source cap: closed at accept");
+    // Another source registers meanwhile.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let stream = socket.connect(addr).await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(h.endpoint.clone())
+        .unwrap()
+        .connect_with_connector(tower::service_fn({
+            let cell = std::sync::Arc::new(tokio::sync::Mutex::new(Some(stream)));
+            move |_: tonic::transport::Uri| {
+                let cell = cell.clone();
+                async move {
+                    let s = cell
+                        .lock()
+                        .await
+                        .take()
+                        .ok_or(std::io::ErrorKind::NotConnected)?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
+                }
+            }
+        }))
+        .await
+        .unwrap();
+    let mut other = pb::worker_control_plane_client::WorkerControlPlaneClient::new(channel);
+    assert!(
+        other
+            .register_worker(register_req("gw-other", "i-1"))
+            .await
+            .is_ok()
+    );
+    // The silent ones are closed at the first-bytes deadline (nothing, or less than
+    // the HTTP/2 preface, arrived).
+    let _ = FIRST_BYTES;
+    for s in &mut silent[..limits.max_per_source] {
+        assert!(
+            closed(s, limits.first_bytes + std::time::Duration::from_secs(5)).await,
+            "a silent connection stayed open"
+        );
+    }
+}

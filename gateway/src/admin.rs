@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tracing::debug;
 
 use crate::listener::Gateway;
@@ -39,8 +38,7 @@ pub async fn serve_admin(
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let per_source = Arc::new(SourceSlots::default());
+    let slots = Arc::new(SourceSlots::new(MAX_CONNECTIONS, MAX_PER_SOURCE));
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -53,19 +51,18 @@ pub async fn serve_admin(
             },
             () = &mut shutdown => return,
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        let Some(slot) = slots.acquire(peer.ip()) else {
             debug!("admin connection limit reached; closing a new connection");
-            continue;
-        };
-        let Some(source_slot) = per_source.acquire(peer.ip(), MAX_PER_SOURCE) else {
-            debug!("admin per-source limit reached; closing a new connection");
             continue;
         };
         let gateway = gateway.clone();
         let snapshots = snapshots.clone();
         tokio::spawn(async move {
-            let _slots = (slot, source_slot);
-            let _ = tokio::time::timeout(TIMEOUT, answer(stream, &gateway, &snapshots)).await;
+            tokio::select! {
+                _ = tokio::time::timeout(TIMEOUT, answer(stream, &gateway, &snapshots)) => {}
+                () = slot.evicted() => debug!("admin connection displaced by a smaller source"),
+            }
+            drop(slot);
         });
     }
 }

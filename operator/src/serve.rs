@@ -1,6 +1,7 @@
 //! The operator's one way to serve HTTP on a bound listener, for both of its
 //! listeners (the ops endpoints in plaintext, the identity issuer over TLS): a cap on
-//! open connections in total and per source address (more are closed at accept), a
+//! open connections in total and per source address (more are closed at accept; a full
+//! listener lets a source holding few displace the largest holder's oldest), a
 //! deadline for the TLS handshake and
 //! for every request head (the first one, and each next one on a kept-alive
 //! connection — so an idle or half-open connection is closed), a bounded read buffer,
@@ -15,7 +16,6 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use proxy_pool_api::throttle::SourceSlots;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 /// Limits of one listener.
@@ -56,8 +56,10 @@ pub async fn serve(
 ) {
     let acceptor = tls.map(TlsAcceptor::from);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let per_source = Arc::new(SourceSlots::default());
+    let slots = Arc::new(SourceSlots::new(
+        limits.max_connections,
+        limits.max_per_source,
+    ));
     tokio::pin!(shutdown);
     loop {
         let (tcp, peer) = tokio::select! {
@@ -71,48 +73,19 @@ pub async fn serve(
                 }
             },
         };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+        let Some(slot) = slots.acquire(peer.ip()) else {
             tracing::debug!("connection limit reached; closing a new connection");
-            continue;
-        };
-        let Some(source_slot) = per_source.acquire(peer.ip(), limits.max_per_source) else {
-            tracing::debug!("per-source connection limit reached; closing a new connection");
             continue;
         };
         let acceptor = acceptor.clone();
         let service = TowerToHyperService::new(app.clone());
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let _slots = (slot, source_slot);
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.head_timeout)
-                .max_buf_size(limits.max_buf_size.max(8192));
-            let result = match acceptor {
-                Some(acceptor) => {
-                    let handshake = tokio::time::timeout(limits.head_timeout, acceptor.accept(tcp));
-                    let stream = match handshake.await {
-                        Ok(Ok(stream)) => stream,
-                        Ok(Err(error)) => {
-                            tracing::debug!(%error, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => return,
-                    };
-                    watcher
-                        .watch(builder.serve_connection(TokioIo::new(stream), service))
-                        .await
-                }
-                None => {
-                    watcher
-                        .watch(builder.serve_connection(TokioIo::new(tcp), service))
-                        .await
-                }
-            };
-            if let Err(error) = result {
-                tracing::debug!(%error, "connection ended with an error");
+            tokio::select! {
+                () = connection(tcp, acceptor, service, watcher, limits) => {}
+                () = slot.evicted() => tracing::debug!("connection displaced by a smaller source"),
             }
+            drop(slot);
         });
     }
     drop(listener);
@@ -121,5 +94,45 @@ pub async fn serve(
         .is_err()
     {
         tracing::warn!("grace period over; dropping open connections");
+    }
+}
+
+/// One connection: the TLS handshake under the head deadline (when TLS is on), then
+/// HTTP/1 requests.
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    acceptor: Option<TlsAcceptor>,
+    service: TowerToHyperService<Router>,
+    watcher: hyper_util::server::graceful::Watcher,
+    limits: Limits,
+) {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.head_timeout)
+        .max_buf_size(limits.max_buf_size.max(8192));
+    let result = match acceptor {
+        Some(acceptor) => {
+            let handshake = tokio::time::timeout(limits.head_timeout, acceptor.accept(tcp));
+            let stream = match handshake.await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            watcher
+                .watch(builder.serve_connection(TokioIo::new(stream), service))
+                .await
+        }
+        None => {
+            watcher
+                .watch(builder.serve_connection(TokioIo::new(tcp), service))
+                .await
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "connection ended with an error");
     }
 }

@@ -1,4 +1,6 @@
-//! The gRPC listener: transport security, limits, keepalive, graceful shutdown.
+//! The gRPC listener: transport security, limits (connections in total and per source,
+//! a deadline for the first bytes and for the TLS handshake — [`super::incoming`] —,
+//! message sizes per RPC, streams, keepalive), graceful shutdown.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -8,13 +10,15 @@ use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_api::controlplane::pb::checker_control_plane_server::CheckerControlPlaneServer;
 use proxy_pool_api::controlplane::pb::worker_control_plane_server::WorkerControlPlaneServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use super::ControlPlane;
 use super::checker::CheckerService;
 use super::identity::Authenticator;
 use super::worker::WorkerService;
+
+/// Deadline of a client's TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The controller's TLS material and the identities it accepts.
 #[derive(Clone, Debug)]
@@ -83,7 +87,8 @@ pub async fn serve(
                 ServerTlsConfig::new()
                     .identity(Identity::from_pem(&tls.cert_pem, tls.key_pem.expose()))
                     .client_ca_root(Certificate::from_pem(&tls.client_ca_pem))
-                    .client_auth_optional(false),
+                    .client_auth_optional(false)
+                    .timeout(TLS_HANDSHAKE_TIMEOUT),
             )?;
             Authenticator::Spiffe {
                 trust_domain: tls.trust_domain,
@@ -108,7 +113,10 @@ pub async fn serve(
     builder
         .add_service(worker)
         .add_service(checker)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+        .serve_with_incoming_shutdown(
+            super::incoming::bounded(listener, super::incoming::Limits::default()),
+            signal,
+        )
         .await?;
     Ok(())
 }

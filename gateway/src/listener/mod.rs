@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -121,7 +120,7 @@ pub(crate) struct Shared {
     pub(crate) force: CancellationToken,
     /// Connections accepted by this worker (its share of the `SO_REUSEPORT` spread).
     accepted: AtomicU64,
-    /// Open connections per source address, across workers.
+    /// Open connections, in total and per source address, across workers (fairly shared).
     per_source: Arc<SourceSlots>,
 }
 
@@ -162,6 +161,10 @@ impl Gateway {
     /// receiver (bounded; drops when nobody drains it).
     pub fn new(snapshots: SnapshotHandle, config: GatewayConfig) -> (Self, OutcomeReceiver) {
         let (sink, receiver) = outcome::queue(config.outcome_queue);
+        let per_source = Arc::new(SourceSlots::new(
+            config.max_connections,
+            config.max_connections_per_source,
+        ));
         let up = &config.upstream;
         let shared = Shared {
             router: Arc::new(Router::with(
@@ -183,7 +186,7 @@ impl Gateway {
             draining: CancellationToken::new(),
             force: CancellationToken::new(),
             accepted: AtomicU64::new(0),
-            per_source: Arc::default(),
+            per_source,
         };
         (
             Self {
@@ -248,7 +251,6 @@ impl Gateway {
     ) -> ServeReport {
         let shared = self.shared;
         let tracker = TaskTracker::new();
-        let limit = Arc::new(Semaphore::new(shared.config.max_connections));
         let mut loops = serve_loops(
             [
                 (listeners.http, ListenerKind::Http),
@@ -256,7 +258,6 @@ impl Gateway {
             ],
             &shared,
             &tracker,
-            &limit,
         );
         shutdown.await;
         info!("shutdown: no new connections, draining in-flight work");
@@ -282,7 +283,6 @@ impl Gateway {
         // are gone, no connection task can be added to `tracker`.
         let accepting = TaskTracker::new();
         let done = CancellationToken::new();
-        let limit = Arc::new(Semaphore::new(shared.config.max_connections));
         let mut threads = Vec::with_capacity(workers.len());
         for (i, listeners) in workers.into_iter().enumerate() {
             let worker = Arc::new(shared.for_worker());
@@ -291,14 +291,12 @@ impl Gateway {
                 .enable_all()
                 .build()
                 .and_then(|runtime| {
-                    let (tracker, limit, done) = (tracker.clone(), limit.clone(), done.clone());
+                    let (tracker, done) = (tracker.clone(), done.clone());
                     let token = accepting.token();
                     std::thread::Builder::new()
                         .name(format!("gateway-worker-{i}"))
                         .spawn(move || {
-                            runtime.block_on(worker_main(
-                                worker, listeners, tracker, limit, token, done,
-                            ));
+                            runtime.block_on(worker_main(worker, listeners, tracker, token, done));
                         })
                 });
             match started {
@@ -331,7 +329,6 @@ async fn worker_main(
     shared: Arc<Shared>,
     listeners: WorkerListeners,
     tracker: TaskTracker,
-    limit: Arc<Semaphore>,
     accepting: tokio_util::task::task_tracker::TaskTrackerToken,
     done: CancellationToken,
 ) {
@@ -361,7 +358,6 @@ async fn worker_main(
         ],
         &shared,
         &tracker,
-        &limit,
     );
     while loops.join_next().await.is_some() {}
     drop(accepting);
@@ -375,18 +371,11 @@ fn serve_loops(
     listeners: [(Option<TcpListener>, ListenerKind); 2],
     shared: &Arc<Shared>,
     tracker: &TaskTracker,
-    limit: &Arc<Semaphore>,
 ) -> JoinSet<()> {
     let mut loops = JoinSet::new();
     for (listener, kind) in listeners {
         if let Some(listener) = listener {
-            loops.spawn(accept_loop(
-                listener,
-                kind,
-                shared.clone(),
-                tracker.clone(),
-                limit.clone(),
-            ));
+            loops.spawn(accept_loop(listener, kind, shared.clone(), tracker.clone()));
         }
     }
     loops.spawn(maintenance(shared.clone()));
@@ -441,7 +430,6 @@ async fn accept_loop(
     kind: ListenerKind,
     shared: Arc<Shared>,
     tracker: TaskTracker,
-    limit: Arc<Semaphore>,
 ) {
     // Whether accepted sockets inherit TCP_NODELAY from this listener (they do on
     // Linux when the listener has it): probed on the first connection, then the
@@ -460,17 +448,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
-            shared
-                .metrics
-                .connections_refused
-                .fetch_add(1, Ordering::Relaxed);
-            continue;
-        };
-        let Some(source_slot) = shared
-            .per_source
-            .acquire(peer.ip(), shared.config.max_connections_per_source)
-        else {
+        let Some(slot) = shared.per_source.acquire(peer.ip()) else {
             shared
                 .metrics
                 .connections_refused
@@ -486,7 +464,6 @@ async fn accept_loop(
         }
         let shared = shared.clone();
         tracker.spawn(async move {
-            let _permit = (permit, source_slot);
             shared
                 .metrics
                 .open_connections
@@ -495,7 +472,9 @@ async fn accept_loop(
             tokio::select! {
                 () = serve_connection(&shared, kind, stream, peer.ip()) => {}
                 () = force.cancelled() => debug!("connection cut at the end of the grace period"),
+                () = slot.evicted() => debug!("connection displaced by a smaller source"),
             }
+            drop(slot);
             shared
                 .metrics
                 .open_connections
