@@ -2,8 +2,9 @@
 //! against hashed secrets from the config (constant-time comparison; Basic passwords
 //! salted), or the source address when the config says `auth.mode: none`.
 //!
-//! Failed authentications are throttled ([`AuthThrottle`]): per source address for
-//! every method, and per user name for Basic. A throttled caller gets 429
+//! Failed authentications (a credential presented and wrong) are throttled
+//! ([`AuthThrottle`]): per source address for every method, and per user name for
+//! Basic. A throttled caller gets 429
 //! `AUTH_THROTTLED` before its credential is judged, right or wrong.
 //!
 //! Runs on headers only, before any body is read. Never logs or returns a presented
@@ -230,8 +231,14 @@ impl Authenticator {
             return Err(ApiError::AuthThrottled { retry_after });
         }
         let result = self.identify(headers).await;
+        // Only a presented credential that is wrong counts as a guess; a request
+        // without any (a client's first try before the challenge) does not.
+        let presented = headers.contains_key("x-api-key")
+            || headers.contains_key(axum::http::header::AUTHORIZATION);
         match (&result, user.as_deref()) {
-            (Err(ApiError::Unauthenticated { .. }), u) => self.throttle.failed(source, u, now),
+            (Err(ApiError::Unauthenticated { .. }), u) if presented => {
+                self.throttle.failed(source, u, now);
+            }
             (Ok(_), Some(u)) => self.throttle.succeeded(source, u, now),
             _ => {}
         }
@@ -328,7 +335,7 @@ impl Authenticator {
                 .map(|b| (i, &b.password))
         });
         match found {
-            Some((i, hash)) => hash.matches(password.as_bytes()).then(|| (i, user)),
+            Some((i, hash)) => hash.matches(password.as_bytes()).then_some((i, user)),
             None => {
                 SaltedHash::burn(password.as_bytes());
                 None
@@ -545,6 +552,14 @@ mod tests {
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         let login = |pw: &str| headers(&[("authorization", &format!("Basic {}", b64(pw)))]);
         let guesser: IpAddr = "198.51.100.1".parse().expect("ip");
+        // Requests without any credential are no guesses: never throttled.
+        for _ in 0..10 {
+            let e = a
+                .authenticate(&headers(&[]), guesser)
+                .await
+                .expect_err("none");
+            assert_eq!(e.code(), "UNAUTHENTICATED");
+        }
         for i in 0..4 {
             let e = a
                 .authenticate(&login(&format!("alice:guess-{i}")), guesser)
