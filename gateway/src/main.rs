@@ -46,6 +46,12 @@ struct Args {
     /// Grace period for in-flight work on shutdown.
     #[arg(long, default_value_t = 30)]
     drain_grace_seconds: u64,
+    /// Longest time a client may take to send one request body (plain HTTP forwarding).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+    request_body_timeout_seconds: u64,
+    /// Longest time one write to a client or a vendor proxy may make no progress.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    write_timeout_seconds: u64,
     /// Accept any client credentials (local runs only).
     #[arg(long)]
     open_auth: bool,
@@ -165,6 +171,8 @@ async fn serve(args: Args, workers: usize) -> Result<()> {
             AuthMode::Required
         },
         drain_grace: Duration::from_secs(args.drain_grace_seconds),
+        request_body_timeout: Duration::from_secs(args.request_body_timeout_seconds),
+        write_timeout: Duration::from_secs(args.write_timeout_seconds),
         egress,
         ..GatewayConfig::default()
     };

@@ -87,9 +87,7 @@ pub async fn dial(
                 Err(why) => Err(why),
             },
             UpstreamAddr::Name(host, port) => {
-                if let Err(why) = egress.check_host(host) {
-                    return Err(why);
-                }
+                egress.check_host(host)?;
                 let addrs = match tokio::net::lookup_host((&**host, *port)).await {
                     Ok(a) => a,
                     Err(e) => return Ok(Err(e)),
