@@ -304,6 +304,19 @@ impl Harness {
         send(&self.client, self.admin, "GET", path, &[], String::new()).await
     }
 
+    /// A GET on the admin listener with these headers (credentials of the stats API).
+    pub async fn admin_get_with(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
+        send(
+            &self.client,
+            self.admin,
+            "GET",
+            path,
+            headers,
+            String::new(),
+        )
+        .await
+    }
+
     /// Triggers shutdown and waits for the controller to stop.
     pub async fn stop(mut self) {
         if let Some(t) = self.trigger.take() {
