@@ -120,3 +120,69 @@ async fn answer(
     crate::io::write_all(&mut stream, head.as_bytes(), WRITE_TIMEOUT).await?;
     crate::io::write_all(&mut stream, body.as_bytes(), WRITE_TIMEOUT).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GatewayConfig;
+    use std::net::{Ipv4Addr, SocketAddr};
+    use tokio::io::AsyncWriteExt;
+
+    async fn connect_from(src: Ipv4Addr, addr: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.bind(SocketAddr::from((src, 0))).expect("bind");
+        socket.connect(addr).await.expect("connect")
+    }
+
+    async fn closed(s: &mut TcpStream, within: Duration) -> bool {
+        let mut b = [0u8; 512];
+        loop {
+            match tokio::time::timeout(within, s.read(&mut b)).await {
+                Ok(Ok(0) | Err(_)) => return true,
+                Ok(Ok(_)) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn idle_and_excess_connections_are_closed_and_others_still_served() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let snapshots = SnapshotHandle::new(Duration::from_secs(60));
+        let (gateway, _outcomes) = Gateway::new(snapshots.clone(), GatewayConfig::default());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_admin(listener, gateway, snapshots, async {
+            let _ = stopped.await;
+        }));
+        // One source holds its share and sends nothing; one more is closed at once.
+        let flooder = Ipv4Addr::new(127, 0, 5, 10);
+        let mut idle = Vec::new();
+        for _ in 0..MAX_PER_SOURCE {
+            idle.push(connect_from(flooder, addr).await);
+        }
+        let mut over = connect_from(flooder, addr).await;
+        assert!(
+            closed(&mut over, Duration::from_millis(500)).await,
+            "over the per-source cap: closed at accept"
+        );
+        // Another source is served meanwhile.
+        let mut s = connect_from(Ipv4Addr::new(127, 0, 6, 2), addr).await;
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(TIMEOUT, s.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        // The idle ones are closed at the head deadline.
+        for s in &mut idle {
+            assert!(
+                closed(s, HEAD_TIMEOUT * 2).await,
+                "an idle connection outlived the head deadline"
+            );
+        }
+        let _ = stop.send(());
+        server.await.expect("admin listener");
+    }
+}
