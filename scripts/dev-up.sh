@@ -111,7 +111,7 @@ controlPlane:
   enabled: true
   listen: 127.0.0.1:$CP_PORT
   loopbackPlaintext: true
-  extractionReserve: 6      # per upstream, kept for the Distribution API
+  # Gateways own the pool; an extraction drains gateway-owned proxies on demand.
 upstreams:
 $(upstream sim-http http)
 $(upstream sim-socks5 socks5)

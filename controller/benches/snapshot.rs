@@ -39,6 +39,8 @@ fn proxy(i: usize, epoch: u64) -> SnapshotProxy {
         usable_until_ms: 1_799_999_990_000 + i as i64,
         assignment_epoch: epoch,
         draining: false,
+        lease_expires_at_ms: 0,
+        excluded_routings: Vec::new(),
     }
 }
 

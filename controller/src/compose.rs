@@ -197,6 +197,7 @@ pub fn prepare(
     health_store: Arc<dyn HealthStore>,
     registry: &Metrics,
     usage: Usage,
+    fetch_status: crate::provider::FetchStatus,
 ) -> Result<Prepared, ComposeError> {
     let clock: Arc<dyn Clock> = pool.clock.clone();
     let health_metrics = HealthMetrics::default();
@@ -265,7 +266,8 @@ pub fn prepare(
             ProviderReconciler::new(plan.options, plan.source, upserter.clone(), metrics.clone())
                 .map_err(err)?
                 .with_health_store(health_store.clone())
-                .with_announcer(health.clone());
+                .with_announcer(health.clone())
+                .with_status(fetch_status.clone());
         reconcilers.push(r);
     }
 
@@ -293,10 +295,10 @@ pub fn prepare(
                 Some(transport) => {
                     let (queue, rx) = OutcomeQueue::bounded(OUTCOME_QUEUE);
                     let checker: Arc<dyn CheckerBackend> = backend.clone();
-                    let mut cp_config = crate::controlplane::compose::control_plane_config(config);
-                    cp_config.ownership.extraction_reserve = cp.extraction_reserve;
+                    let cp_config = crate::controlplane::compose::control_plane_config(config);
                     let plane = ControlPlane::new(cp_config, pool, checker, queue)
                         .with_analytics(usage.collector());
+                    plane.ownership().set_target_exclusions(health.clone());
                     (Some((Arc::new(plane), transport)), Some(rx))
                 }
             }
@@ -341,7 +343,7 @@ pub fn start(prepared: Prepared, listener: Option<TcpListener>, shutdown: Shutdo
         bridge,
         observations,
         reconcilers,
-        health: _,
+        health,
         mut usage,
     } = prepared;
     let usage = usage.start();
@@ -372,17 +374,8 @@ pub fn start(prepared: Prepared, listener: Option<TcpListener>, shutdown: Shutdo
         }
         _ => {}
     }
-    if let Some(mut rx) = outcomes {
-        // Gateway outcomes are not reduced yet: drained so the queue never blocks.
-        let s = stop.clone();
-        tracker.spawn(async move {
-            loop {
-                tokio::select! {
-                    () = s.cancelled() => return,
-                    o = rx.recv() => if o.is_none() { return },
-                }
-            }
-        });
+    if let Some(rx) = outcomes {
+        tracker.spawn(reduce_outcomes(rx, health.clone(), stop.clone()));
     }
     tracker.spawn(bridge.run(observations, stop.clone()));
     crate::provider::spawn_all(reconcilers, &stop, &tracker);
@@ -390,6 +383,30 @@ pub fn start(prepared: Prepared, listener: Option<TcpListener>, shutdown: Shutdo
         stop,
         tracker,
         usage,
+    }
+}
+
+/// Most gateway outcomes reduced in one step.
+const OUTCOME_BATCH: usize = 1_024;
+
+/// Feeds gateway outcomes from the control plane's queue to the health reducer, in
+/// batches, until `stop`. A failed write is logged and the batch dropped (outcomes are
+/// observations; the next ones count again).
+async fn reduce_outcomes(
+    mut rx: mpsc::Receiver<WorkerOutcome>,
+    health: Arc<HealthService>,
+    stop: CancellationToken,
+) {
+    let mut batch = Vec::with_capacity(OUTCOME_BATCH);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            n = rx.recv_many(&mut batch, OUTCOME_BATCH) => if n == 0 { return },
+        }
+        if let Err(e) = health.outcomes(&batch).await {
+            tracing::warn!(error = %e, outcomes = batch.len(), "gateway outcomes not applied");
+        }
+        batch.clear();
     }
 }
 

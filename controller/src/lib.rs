@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod compose;
 pub mod controlplane;
+pub mod demand;
 pub mod distribution;
 pub mod health;
 pub mod maintenance;
@@ -76,6 +77,7 @@ pub struct Controller {
     shutdown: Shutdown,
     statics: Vec<StaticUpstream>,
     composed: Option<compose::Prepared>,
+    fetch_status: provider::FetchStatus,
 }
 
 impl Controller {
@@ -94,6 +96,7 @@ impl Controller {
             controller.ports.health.clone(),
             &controller.metrics,
             usage,
+            controller.fetch_status.clone(),
         )?);
         Ok(controller)
     }
@@ -138,6 +141,7 @@ impl Controller {
             shutdown: Shutdown::new(),
             statics,
             composed: None,
+            fetch_status: provider::FetchStatus::default(),
         })
     }
 
@@ -179,6 +183,16 @@ impl Controller {
             Arc::new(SystemClock),
         )
         .with_collector(self.composed.as_ref().map(compose::Prepared::collector))
+        .with_drains(
+            self.composed
+                .as_ref()
+                .and_then(compose::Prepared::control_plane)
+                .map(|cp| cp.ownership_handle() as Arc<dyn demand::DrainDemand>),
+            self.config
+                .control_plane
+                .as_ref()
+                .map_or(std::time::Duration::ZERO, |c| c.drain_wait),
+        )
     }
 
     /// The admin state.
@@ -195,6 +209,7 @@ impl Controller {
             inventory: self.ports.inventory.clone(),
             upstreams: Arc::new(upstreams),
             redis: self.redis.clone(),
+            fetch: self.fetch_status.clone(),
             stats: self
                 .composed
                 .as_ref()
@@ -232,6 +247,7 @@ impl Controller {
                 self.ports.upserter.clone(),
                 self.ports.health.clone(),
                 self.metrics.clone(),
+                self.fetch_status.clone(),
                 sd.clone(),
             )));
         }

@@ -171,6 +171,7 @@ impl StaticUpstream {
         upserter: Arc<dyn Upserter>,
         health: Arc<dyn HealthStore>,
         metrics: Arc<Metrics>,
+        status: crate::provider::FetchStatus,
         shutdown: Shutdown,
     ) {
         let mut interval = tokio::time::interval(self.interval);
@@ -182,10 +183,14 @@ impl StaticUpstream {
                 _ = interval.tick() => {}
             }
             tick += 1;
-            if let Err(e) = self
+            let result = self
                 .tick(tick, upserter.as_ref(), health.as_ref(), &metrics)
-                .await
-            {
+                .await;
+            match &result {
+                Ok(()) => status.succeeded(self.upstream.as_str(), Timestamp::now()),
+                Err(_) => status.failed(self.upstream.as_str(), "pool_error", Timestamp::now()),
+            }
+            if let Err(e) = result {
                 metrics
                     .upserts
                     .get_or_create(&UpsertLabels {

@@ -362,6 +362,21 @@ async fn idempotent_replays_and_key_reuse(kind: Kind) {
     assert_eq!(r.status, 200);
     assert_ne!(r.ids(), first.ids());
     let _ = basic;
+    // The request ID is for correlation only: without an idempotency key the same
+    // X-Request-ID twice is two extractions.
+    let one = h
+        .extract(r#"{"count":2}"#, &[("x-request-id", "req_same_twice")])
+        .await;
+    let two = h
+        .extract(r#"{"count":2}"#, &[("x-request-id", "req_same_twice")])
+        .await;
+    assert_eq!((one.status, two.status), (200, 200));
+    assert!(!two.headers.contains_key("idempotent-replayed"));
+    assert_eq!((one.ids().len(), two.ids().len()), (2, 2));
+    assert!(
+        one.ids().iter().all(|id| !two.ids().contains(id)),
+        "two extractions"
+    );
     h.stop().await;
 }
 
@@ -549,6 +564,8 @@ async fn admin_endpoints(kind: Kind) {
     assert_eq!(j["upstreams"][0]["unextracted"], 3);
     assert_eq!(j["upstreams"][0]["managed"], 3);
     assert_eq!(j["upstreams"][0]["availableSlots"], 12);
+    assert_eq!(j["upstreams"][0]["available"], 3);
+    assert!(j["upstreams"][0]["fetchError"].is_null());
     let m = h.admin_get("/metrics").await;
     let text = String::from_utf8_lossy(&m.body).to_string();
     assert!(

@@ -12,7 +12,7 @@ use std::time::Duration;
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
 use proxy_pool_checker::{GrpcBinding, GrpcOptions, NetProber, ProberOptions, RunnerOptions, Tier};
 use proxy_pool_controller::{Controller, Listeners};
-use proxy_pool_e2e::sim::{SimConfig, Simulator};
+use proxy_pool_e2e::sim::{SimConfig, Simulator, VendorFault};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
@@ -22,6 +22,18 @@ const API_KEY: &str = "compose-test-key";
 fn sha256_hex(s: &str) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(s.as_bytes()))
+}
+
+/// `GET` a JSON document (the admin listener).
+async fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.expect("read");
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
 }
 
 async fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, serde_json::Value) {
@@ -126,6 +138,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     let config = proxy_pool_api::config::load_yaml(&yaml).expect("config");
     let listeners = Listeners::bind(&config).await.expect("bind");
     let api = listeners.distribution.local_addr().expect("addr");
+    let admin = listeners.admin.local_addr().expect("addr");
     let cp = listeners
         .control_plane
         .as_ref()
@@ -208,6 +221,41 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     for name in ["provider_upserted_proxies", "health_verdicts"] {
         assert!(text.contains(name), "{name} not exported");
     }
+
+    // The admin inventory tells the truth about the vendor: fetched, then failing
+    // with its reason once the vendor answers 401 (the Upstream status shows both).
+    let inv = get_json(admin, "/api/v1/inventory").await;
+    let up = &inv["upstreams"][0];
+    assert_eq!(up["name"], "sim", "{inv}");
+    assert!(
+        up["lastFetchTime"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{inv}"
+    );
+    assert!(up["fetchError"].is_null(), "{inv}");
+    assert!(up["managed"].as_u64().is_some_and(|n| n > 0), "{inv}");
+    sim.set_vendor_fault(VendorFault::Status { status: 401 })
+        .expect("fault");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let failing = loop {
+        let inv = get_json(admin, "/api/v1/inventory").await;
+        if !inv["upstreams"][0]["fetchError"].is_null() {
+            break inv;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never failing: {inv}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let up = &failing["upstreams"][0];
+    assert_eq!(up["fetchError"]["reason"], "unauthorized", "{failing}");
+    assert!(up["fetchError"]["consecutiveFailures"].as_u64() >= Some(1));
+    assert!(
+        up["lastFetchTime"].is_string(),
+        "the last success stays: {failing}"
+    );
 
     // Everything stops on the signal.
     let _ = stop_tx.send(());

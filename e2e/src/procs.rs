@@ -65,6 +65,8 @@ pub fn build_packages(packages: &[&str]) {
 #[derive(Debug)]
 pub struct Procs {
     children: Vec<(String, Child)>,
+    /// Killed on purpose (their logs are still shown).
+    killed: Vec<String>,
     dir: PathBuf,
 }
 
@@ -73,6 +75,7 @@ impl Procs {
     pub fn new(dir: &Path) -> Self {
         Self {
             children: Vec::new(),
+            killed: Vec::new(),
             dir: dir.to_owned(),
         }
     }
@@ -100,6 +103,17 @@ impl Procs {
             .unwrap_or_else(|| panic!("no process {name}"))
     }
 
+    /// SIGKILLs the process started as `name` (no shutdown of any kind) and reaps it;
+    /// its log stays. Start it again under another name.
+    pub fn kill(&mut self, name: &str) {
+        if let Some(i) = self.children.iter().position(|(n, _)| n == name) {
+            let (_, mut child) = self.children.remove(i);
+            let _ = child.kill();
+            let _ = child.wait();
+            self.killed.push(name.to_owned());
+        }
+    }
+
     /// Panics, with every process's log tail, if one of them has exited.
     pub fn all_alive(&mut self) {
         let mut dead = None;
@@ -115,9 +129,10 @@ impl Procs {
 
     /// The last lines of every process's log, for failure messages.
     pub fn logs(&self) -> String {
-        self.children
+        self.killed
             .iter()
-            .map(|(name, _)| {
+            .chain(self.children.iter().map(|(name, _)| name))
+            .map(|name| {
                 let text = std::fs::read_to_string(self.dir.join(format!("{name}.log")))
                     .unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(LOG_TAIL).collect();

@@ -12,14 +12,16 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
@@ -40,6 +42,57 @@ const GATEWAY_CLIENTS: &str = "shanghai-crawler-gateway-clients";
 const CONTROLLER_TLS: &str = "proxy-pool-controller-tls";
 const TRUST_BUNDLE: &str = "proxy-pool-trust-bundle";
 const HELM_ENV: &str = "PROXY_POOL_HELM_BIN";
+
+/// The controller admin listener the operator reads Upstream status from: a fake on
+/// loopback serving an inventory document the test sets (the controller does not run).
+static ADMIN: OnceLock<FakeAdmin> = OnceLock::new();
+
+#[derive(Debug)]
+struct FakeAdmin {
+    url: String,
+    document: Arc<Mutex<serde_json::Value>>,
+}
+
+impl FakeAdmin {
+    async fn start() -> Self {
+        let document = Arc::new(Mutex::new(inventory(None)));
+        let doc = document.clone();
+        let app = axum::Router::new().route(
+            "/api/v1/inventory",
+            axum::routing::get(move || {
+                let doc = doc.clone();
+                async move { axum::Json(doc.lock().unwrap().clone()) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self { url, document }
+    }
+
+    fn set(&self, fetch_error: Option<&str>) {
+        *self.document.lock().unwrap() = inventory(fetch_error);
+    }
+}
+
+/// The controller's inventory document: `vendor-sim` fetched, or failing with `reason`.
+fn inventory(fetch_error: Option<&str>) -> serde_json::Value {
+    serde_json::json!({"upstreams": [{
+        "name": "vendor-sim",
+        "managed": 7,
+        "unextracted": 7,
+        "available": 3,
+        "availableSlots": 12,
+        "lastFetchTime": "2026-01-01T00:00:00Z",
+        "fetchError": fetch_error.map(|r| serde_json::json!({
+            "reason": r, "at": "2026-01-01T00:00:09Z", "consecutiveFailures": 3
+        })),
+    }]})
+}
 /// Values in the example Secrets that must never reach a ConfigMap.
 const SECRET_VALUES: [&str; 4] = [
     "example-vendor-api-key",
@@ -130,6 +183,7 @@ fn operator_config(base_yaml: &str) -> OperatorConfig {
             egress_allow_cidrs: Vec::new(),
         },
         instance: Some("operator-0".into()),
+        controller_admin: ADMIN.get().map(|a| a.url.clone()),
         // As the chart's --controller-tls-secret / --controller-dns-names say.
         controller_tls: Some(ControllerTls {
             secret: CONTROLLER_TLS.into(),
@@ -264,6 +318,42 @@ async fn chart_lints_and_templates_clean() {
                         "no NetworkPolicy for the {component}"
                     );
                 }
+                // The operator reads the controller's admin inventory
+                // (--controller-admin-url): its pods may reach the admin port.
+                let policy: NetworkPolicy = serde_yaml::from_str(
+                    stdout
+                        .split("\n---")
+                        .find(|d| {
+                            d.contains("kind: NetworkPolicy")
+                                && d.contains("name: proxy-pool-controller\n")
+                        })
+                        .expect("controller NetworkPolicy"),
+                )
+                .expect("NetworkPolicy");
+                let admin = policy
+                    .spec
+                    .and_then(|s| s.ingress)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|rule| {
+                        rule.ports
+                            .iter()
+                            .flatten()
+                            .any(|p| p.port == Some(IntOrString::String("admin".into())))
+                    })
+                    .expect("an ingress rule for the admin port");
+                assert!(
+                    admin.from.iter().flatten().any(|peer| {
+                        peer.namespace_selector.is_none()
+                            && peer
+                                .pod_selector
+                                .as_ref()
+                                .and_then(|s| s.match_labels.as_ref())
+                                .and_then(|l| l.get("proxypool.io/component"))
+                                .is_some_and(|c| c == "operator")
+                    }),
+                    "the operator cannot reach the controller's admin port: {admin:?}"
+                );
             }
         }
     }
@@ -272,6 +362,7 @@ async fn chart_lints_and_templates_clean() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_reconciles_on_a_real_cluster() {
     let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
+    ADMIN.set(FakeAdmin::start().await).expect("one fake admin");
     let mut cluster = KubeApiServer::start(&bins)
         .await
         .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
@@ -381,6 +472,7 @@ async fn operator_reconciles_on_a_real_cluster() {
     gateway_objects_are_owned_by_the_routing(&client).await;
     let clients_hash = the_gateway_clients_file_loads_in_the_gateway(&client).await;
     statuses_become_ready(&client).await;
+    a_failing_vendor_degrades_its_upstream(&client).await;
     let leader = only_one_replica_leads(&client, &metrics).await;
     second_reconcile_changes_nothing(&client, &base_yaml).await;
     a_lost_certificate_is_reissued_and_rolls_the_controller(&client).await;
@@ -415,6 +507,7 @@ spec:
   gateway: {replicas: 1, listeners: {socks5: {port: 1080}}}
 "#;
     kubectl_ok(&cluster, &["apply", "-n", NS, "-f", "-"], Some(late)).await;
+    gateway_pods_become_ready(&client, "after-failover-gateway").await;
     let _: Routing = wait_ready(&client, "after-failover", "True").await;
 
     // Graceful shutdown of the last replica releases the Lease.
@@ -810,12 +903,101 @@ async fn statuses_become_ready(client: &kube::Client) {
     let u: Upstream = wait_ready(client, "vendor-sim", "True").await;
     let degraded = condition(u.conditions(), "Degraded").expect("Degraded condition");
     assert_eq!(degraded.status, "False");
+    // MANAGED / AVAILABLE and the last fetch come from the controller's inventory.
+    let status = u.status.as_ref().expect("status");
+    let inv = status.inventory.as_ref().expect("inventory in the status");
+    assert_eq!(
+        (inv.managed, inv.available, inv.available_slots),
+        (7, 3, 12)
+    );
+    assert!(status.last_fetch_time.is_some(), "{status:?}");
     let _: DistributionClient = wait_ready(client, "team-crawler", "True").await;
+    // In the config and applied is not Ready: its gateway pods are not ready yet.
+    let r: Routing = wait_ready(client, "shanghai-crawler", "False").await;
+    let ready = condition(r.conditions(), "Ready").expect("Ready");
+    assert_eq!(ready.reason, "GatewayPodsNotReady", "{ready:?}");
+    let degraded = condition(r.conditions(), "Degraded").expect("Degraded");
+    assert_eq!(degraded.status, "False", "waiting for pods is not Degraded");
+    gateway_pods_become_ready(client, GATEWAY).await;
     let r: Routing = wait_ready(client, "shanghai-crawler", "True").await;
     assert_eq!(
         r.status.as_ref().and_then(|s| s.service.as_deref()),
         Some(GATEWAY)
     );
+}
+
+/// What a kubelet would do: marks the Deployment's pods Running and Ready, until the
+/// Deployment counts them all ready (kube-controller-manager runs in this test).
+async fn gateway_pods_become_ready(client: &kube::Client, deployment: &str) {
+    use kube::api::{Patch, PatchParams};
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    eventually(&format!("the pods of {deployment} ready"), 120, || {
+        let (deployments, pods) = (deployments.clone(), pods.clone());
+        async move {
+            let d = deployments.get(deployment).await.ok()?;
+            let spec = d.spec.as_ref()?;
+            let want = spec.replicas.unwrap_or(1);
+            let selector = spec
+                .selector
+                .match_labels
+                .as_ref()?
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            for p in pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .ok()?
+                .items
+            {
+                let is_ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                if !is_ready {
+                    let patch = serde_json::json!({"status": {
+                        "phase": "Running",
+                        "conditions": [
+                            {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+                        ],
+                    }});
+                    let _ = pods
+                        .patch_status(&p.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                }
+            }
+            let ready = d.status.as_ref()?.ready_replicas.unwrap_or(0);
+            (ready >= want).then_some(())
+        }
+    })
+    .await;
+}
+
+/// A vendor answering 401 shows on its Upstream: Degraded with the reason, not Ready;
+/// fixed, it is Ready again.
+async fn a_failing_vendor_degrades_its_upstream(client: &kube::Client) {
+    let admin = ADMIN.get().expect("fake admin");
+    admin.set(Some("unauthorized"));
+    let api: Api<Upstream> = Api::namespaced(client.clone(), NS);
+    let u = eventually("vendor-sim Degraded by its vendor", 60, || {
+        let api = api.clone();
+        async move {
+            let u = api.get("vendor-sim").await.ok()?;
+            let d = condition(u.conditions(), "Degraded")?;
+            (d.status == "True" && d.reason == "VendorUnauthorized").then_some(u)
+        }
+    })
+    .await;
+    let ready = condition(u.conditions(), "Ready").expect("Ready");
+    assert_eq!(ready.status, "False");
+    assert!(ready.message.contains("unauthorized"), "{ready:?}");
+    admin.set(None);
+    let _: Upstream = wait_ready(client, "vendor-sim", "True").await;
 }
 
 async fn only_one_replica_leads(client: &kube::Client, metrics: &[Arc<Metrics>; 2]) -> usize {

@@ -46,6 +46,8 @@ fn snapshot_of(size: usize, strategy: Strategy) -> LiveSnapshot {
             observed_latency: Some(Duration::from_millis(20 + (i % 50) as u64)),
             draining: false,
             assignment_epoch: 0,
+            lease_until: None,
+            excluded_routings: Vec::new(),
         })
         .collect();
     let mut routing = Routing::catch_all("all");

@@ -30,6 +30,9 @@ pub struct ProxyState {
     epoch: AtomicU64,
     /// Draining or removed: no new work, counts reported until zero.
     draining: std::sync::atomic::AtomicBool,
+    /// Unix ms from which nothing may go through the proxy (its lease end less
+    /// the safety margin, from the snapshot that last listed it); `u64::MAX`: none.
+    lease_cut_ms: AtomicU64,
 }
 
 /// A point-in-time copy of a proxy's counters.
@@ -57,12 +60,35 @@ impl ProxyState {
             latency_us: AtomicU32::new(latency_us.max(1)),
             epoch: AtomicU64::new(0),
             draining: std::sync::atomic::AtomicBool::new(false),
+            lease_cut_ms: AtomicU64::new(u64::MAX),
         }
     }
 
-    pub(crate) fn set_assignment(&self, epoch: u64, draining: bool) {
+    pub(crate) fn set_assignment(&self, epoch: u64, draining: bool, lease_cut_ms: u64) {
         self.epoch.store(epoch, Ordering::Relaxed);
         self.draining.store(draining, Ordering::Relaxed);
+        self.lease_cut_ms.store(lease_cut_ms, Ordering::Relaxed);
+    }
+
+    /// Unix ms from which nothing may go through the proxy (`u64::MAX`: no bound).
+    pub fn lease_cut_ms(&self) -> u64 {
+        self.lease_cut_ms.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once the lease cut has passed. Re-reads it after every wake-up (a
+    /// later snapshot may extend the lease) and at least every second (a proxy with
+    /// no bound yet may get one).
+    pub async fn lease_ended(&self) {
+        const RECHECK: u64 = 1_000;
+        loop {
+            let cut = self.lease_cut_ms();
+            let now = crate::snapshot::live::now_ms();
+            if now >= cut {
+                return;
+            }
+            let wait = (cut - now).min(RECHECK);
+            tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+        }
     }
 
     /// The proxy's ID.
@@ -252,6 +278,16 @@ impl CapacityRegistry {
             state.set_max(0);
             state.draining.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// IDs of draining (or removed) proxies that still have Active or Reserved uses.
+    pub fn busy_draining(&self) -> Vec<ProxyId> {
+        self.states
+            .lock()
+            .values()
+            .filter(|s| s.draining.load(Ordering::Relaxed) && s.load() > 0)
+            .map(|s| s.id.clone())
+            .collect()
     }
 
     /// IDs of proxies known now.

@@ -358,6 +358,8 @@ pub enum TunnelEnd {
     Idle,
     /// Cancelled (shutdown grace expired).
     Cancelled,
+    /// The worker's lease on the proxy ended (`stop` resolved).
+    LeaseEnded,
     /// An I/O error on either side.
     Error,
 }
@@ -376,6 +378,7 @@ pub async fn tunnel(
     idle: Duration,
     write: Duration,
     cancel: &CancellationToken,
+    stop: impl std::future::Future<Output = ()>,
 ) -> (u64, u64, TunnelEnd) {
     let base = Instant::now();
     let last = AtomicU64::new(0);
@@ -440,6 +443,7 @@ pub async fn tunnel(
         res = relay => if res.is_ok() { TunnelEnd::Closed } else { TunnelEnd::Error },
         () = watchdog => TunnelEnd::Idle,
         () = cancel.cancelled() => TunnelEnd::Cancelled,
+        () = stop => TunnelEnd::LeaseEnded,
     };
     (
         up.load(Ordering::Relaxed),
@@ -668,6 +672,7 @@ mod tests {
             Duration::from_secs(5),
             Duration::from_secs(5),
             &cancel,
+            std::future::pending(),
         )
         .await;
         assert_eq!(end, TunnelEnd::Idle);

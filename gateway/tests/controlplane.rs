@@ -60,6 +60,8 @@ fn wire_proxy(p: &SimProxy) -> model::SnapshotProxy {
         usable_until_ms: now_ms() + 590_000,
         assignment_epoch: 1,
         draining: false,
+        lease_expires_at_ms: 0,
+        excluded_routings: Vec::new(),
     }
 }
 
@@ -405,4 +407,151 @@ async fn silent_controller_past_max_stale_age_refuses_new_work_and_drains_tunnel
     // The tunnel opened while fresh continues.
     let r = echo_over(tunnel, &h.echo().to_string(), "/draining").await;
     assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
+}
+
+/// Exclusivity: the worker's lease on a proxy bounds its use. At the lease end (less
+/// the safety margin) no new request goes to it and an open tunnel is closed; a later
+/// snapshot that extends the lease keeps tunnels open and traffic flowing.
+#[tokio::test]
+async fn lease_end_stops_new_traffic_and_closes_open_tunnels() {
+    let mut h = Harness::start().await;
+    let a = h.proxy(Protocol::Http).await;
+    let mut cp = plane(&mut h, Arc::default()).await;
+    let leased = |until_ms: i64| {
+        let mut p = wire_proxy(&a);
+        p.lease_expires_at_ms = until_ms;
+        p
+    };
+    // Lease 3 s out: used until 2 s from now (1 s safety margin).
+    cp.send(1, vec![leased(now_ms() + 3_000)]).await;
+    let (resp, mut tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    assert_eq!(resp.status, 200);
+    let started = Instant::now();
+    // The gateway closes the tunnel at the cut: the client reads EOF (or a reset).
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(10), async {
+        use tokio::io::AsyncReadExt;
+        tunnel.read(&mut buf).await
+    })
+    .await
+    .expect("the tunnel is closed at the lease end");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1_500) && took < Duration::from_secs(4),
+        "closed after {took:?}"
+    );
+    let r = get_once(h.http, USER, h.echo(), "/after-lease").await;
+    assert_eq!(r.status, 503, "{}", r.head);
+
+    // A renewed lease (a later snapshot) makes the proxy usable again, and a tunnel
+    // opened under it outlives the old lease end.
+    cp.send(2, vec![leased(now_ms() + 3_000)]).await;
+    let (resp, tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    assert_eq!(resp.status, 200);
+    cp.send(3, vec![leased(now_ms() + 600_000)]).await;
+    tokio::time::sleep(Duration::from_millis(3_200)).await;
+    let r = echo_over(tunnel, &h.echo().to_string(), "/renewed").await;
+    assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
+}
+
+/// Per-Routing TARGET health: a proxy excluded for a routing serves none of its
+/// requests; the other proxies do, and an exclusion for another routing changes nothing.
+#[tokio::test]
+async fn a_proxy_excluded_for_a_routing_serves_none_of_its_requests() {
+    let mut h = Harness::start().await;
+    let a = h.proxy(Protocol::Http).await;
+    let b = h.proxy(Protocol::Http).await;
+    let mut cp = plane(&mut h, Arc::default()).await;
+    let mut excluded = wire_proxy(&a);
+    excluded.excluded_routings = vec!["all".into()];
+    cp.send(1, vec![excluded.clone(), wire_proxy(&b)]).await;
+    for i in 0..8 {
+        let r = get_once(h.http, USER, h.echo(), &format!("/x{i}")).await;
+        assert_eq!(
+            (r.status, r.remote_ip()),
+            (200, h.egress(&b)),
+            "request {i}"
+        );
+    }
+    cp.send(2, vec![excluded]).await;
+    let r = get_once(h.http, USER, h.echo(), "/only-excluded").await;
+    assert_eq!(r.status, 503, "{}", r.head);
+    let mut other = wire_proxy(&a);
+    other.excluded_routings = vec!["other".into()];
+    cp.send(3, vec![other]).await;
+    let r = get_once(h.http, USER, h.echo(), "/other").await;
+    assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
+}
+
+/// A draining proxy that becomes idle is reported at once (not at the next report
+/// interval), so the controller can finish the drain for extraction within a pass.
+#[tokio::test]
+async fn a_drained_proxy_going_idle_is_reported_at_once() {
+    let mut h = Harness::start().await;
+    let a = h.proxy(Protocol::Http).await;
+    let knobs = Arc::new(Mutex::new(Knobs {
+        report_interval_ms: 60_000,
+        ..Knobs::default()
+    }));
+    let mut cp = plane(&mut h, knobs).await;
+    cp.send(1, vec![wire_proxy(&a)]).await;
+    let (resp, tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    assert_eq!(resp.status, 200);
+    let mut draining = wire_proxy(&a);
+    draining.draining = true;
+    cp.send(2, vec![draining]).await;
+    // Right after the ACK: a report bound to v2 with A busy.
+    let report = cp
+        .report_where(|r| r.snapshot_version == 2 && count_of(r, &a).is_some())
+        .await;
+    assert!(count_of(&report, &a).unwrap().draining);
+    let closed = Instant::now();
+    drop(tunnel);
+    let report = cp
+        .report_where(|r| r.snapshot_version == 2 && count_of(r, &a).is_none())
+        .await;
+    assert!(report.counts.is_empty(), "{report:?}");
+    assert!(
+        closed.elapsed() < Duration::from_secs(5),
+        "reported {:?} after the tunnel closed, not a report interval (60 s) later",
+        closed.elapsed()
+    );
+}
+
+/// A restarted controller numbers snapshots afresh: after the worker registers again,
+/// its first snapshot is installed even though its (epoch, version) is lower than the
+/// one in service; a lower one within the same session is still refused.
+#[tokio::test]
+async fn a_new_session_accepts_a_restarted_controllers_numbering() {
+    let mut h = Harness::start().await;
+    let a = h.proxy(Protocol::Http).await;
+    let b = h.proxy(Protocol::Http).await;
+    let mut cp = plane(&mut h, Arc::default()).await;
+    cp.send(40, vec![wire_proxy(&a)]).await;
+    // The controller goes away: the stream ends, the agent registers again.
+    let (_, updates) = {
+        drop(std::mem::replace(&mut cp.updates, mpsc::channel(1).0));
+        next(&mut cp.seen.streams).await
+    };
+    let routings = vec![model::Routing {
+        name: "all".into(),
+        ..Default::default()
+    }];
+    // Same epoch, version 1 < 40.
+    let state = SnapshotState::build(header(1), routings, vec![wire_proxy(&b)]).unwrap();
+    let full = pb::snapshot_update::Update::Full(state.to_message());
+    updates
+        .send(Ok(pb::SnapshotUpdate::new(full)))
+        .await
+        .unwrap();
+    let ack = loop {
+        let ack = next(&mut cp.seen.acks).await;
+        if ack.version == 1 {
+            break ack;
+        }
+    };
+    assert!(ack.accepted, "{}", ack.reason);
+    let r = get_once(h.http, USER, h.echo(), "/after-restart").await;
+    assert_eq!((r.status, r.remote_ip()), (200, h.egress(&b)));
 }

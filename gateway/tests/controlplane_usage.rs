@@ -54,6 +54,8 @@ fn snapshot(p: &SimProxy, version: u64) -> pb::SnapshotUpdate {
         usable_until_ms: now_ms() + 590_000,
         assignment_epoch: 1,
         draining: false,
+        lease_expires_at_ms: 0,
+        excluded_routings: Vec::new(),
     };
     let routings = vec![model::Routing {
         name: "all".into(),

@@ -105,6 +105,11 @@ struct Cli {
     /// (made on first start).
     #[arg(long, default_value = reconcile::hash_key::DEFAULT_SECRET)]
     hash_key_secret: String,
+    /// `http://host:port` of the controller's admin Service: Upstream status takes its
+    /// inventory, last fetch time and vendor fetch failures from there (empty: the
+    /// Upstream status reports the config only).
+    #[arg(long, default_value = "")]
+    controller_admin_url: String,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -175,6 +180,8 @@ fn main() -> anyhow::Result<()> {
         controller_tls,
         // Loaded (or made) once the API client exists, below.
         hash_key: reconcile::hash_key::HashKey::new([0; 32]),
+        controller_admin: (!cli.controller_admin_url.is_empty())
+            .then(|| cli.controller_admin_url.clone()),
     };
     let leader = LeaderSettings {
         lease_name: cli.lease_name,

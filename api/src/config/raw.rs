@@ -316,6 +316,33 @@ pub struct RawControlPlane {
     /// for the Distribution API (default 0).
     #[serde(default)]
     pub extraction_reserve: Option<u32>,
+    /// Capacity (sum of `maxConcurrency`) the ownership manager aims to give each
+    /// gateway (default 10000).
+    #[serde(default)]
+    pub target_slots_per_worker: Option<u64>,
+    /// Most drains begun per ownership pass for extraction demand (default 64).
+    #[serde(default)]
+    pub drain_batch: Option<u32>,
+    /// How long an extraction the unowned pool cannot serve waits for drains
+    /// (default 5s; `0s`: an allOrNothing request answers 409 at once).
+    #[serde(default)]
+    pub drain_wait: Option<String>,
+    /// Lease of one assignment (default 30s).
+    #[serde(default)]
+    pub lease: Option<String>,
+    /// Renew a lease when less than this is left (default 15s).
+    #[serde(default)]
+    pub renew_before: Option<String>,
+    /// Validity of a published snapshot (default 30s).
+    #[serde(default)]
+    pub snapshot_validity: Option<String>,
+    /// A gateway refuses new traffic past this age without a valid snapshot
+    /// (default 60s).
+    #[serde(default)]
+    pub max_stale_age: Option<String>,
+    /// Interval of the gateways' runtime reports (default 5s).
+    #[serde(default)]
+    pub report_interval: Option<String>,
 }
 
 /// `controlPlane.tls`.
@@ -509,6 +536,9 @@ pub struct RawRouting {
     /// Target hosts: exact names or `*.suffix` wildcards (empty: any target).
     #[serde(default)]
     pub target_hosts: Vec<String>,
+    /// Port TARGET health checks of this routing's exact `targetHosts` use (default 443).
+    #[serde(default)]
+    pub target_check_port: Option<u16>,
     /// Keep a session (the `session` username parameter) on one proxy.
     #[serde(default)]
     pub sticky_session: Option<RawStickySession>,

@@ -169,6 +169,67 @@ fn routing_references_must_exist() {
 }
 
 #[test]
+fn control_plane_tunables_have_defaults_and_are_checked_with_their_paths() {
+    let c = load_yaml("controlPlane: {enabled: true}\n").expect("valid");
+    let cp = c.control_plane.expect("on");
+    assert_eq!(cp.target_slots_per_worker, 10_000);
+    assert_eq!(cp.drain_batch, 64);
+    assert_eq!(cp.drain_wait, Duration::from_secs(5));
+    assert_eq!(cp.lease, Duration::from_secs(30));
+    assert_eq!(cp.renew_before, Duration::from_secs(15));
+    assert_eq!(cp.snapshot_validity, Duration::from_secs(30));
+    assert_eq!(cp.max_stale_age, Duration::from_secs(60));
+    assert_eq!(cp.report_interval, Duration::from_secs(5));
+    let c = load_yaml(
+        "controlPlane: {enabled: true, extractionReserve: 2, targetSlotsPerWorker: 50, drainBatch: 4, \
+         drainWait: 0s, lease: 20s, renewBefore: 5s, snapshotValidity: 10s, maxStaleAge: 15s, \
+         reportInterval: 500ms}\n",
+    )
+    .expect("valid");
+    let cp = c.control_plane.expect("on");
+    assert_eq!(
+        (
+            cp.extraction_reserve,
+            cp.target_slots_per_worker,
+            cp.drain_batch
+        ),
+        (2, 50, 4)
+    );
+    assert_eq!(cp.drain_wait, Duration::ZERO);
+    assert_eq!(
+        (cp.lease, cp.renew_before),
+        (Duration::from_secs(20), Duration::from_secs(5))
+    );
+    assert_eq!(cp.report_interval, Duration::from_millis(500));
+    assert_eq!(
+        paths(
+            "controlPlane: {enabled: true, extractionReserve: 20000, targetSlotsPerWorker: 0, \
+             drainBatch: 0, drainWait: 2m, lease: 1s, renewBefore: soon, snapshotValidity: 0s, \
+             maxStaleAge: 2h, reportInterval: 10ms}\n"
+        ),
+        vec![
+            "controlPlane.lease",
+            "controlPlane.renewBefore",
+            "controlPlane.snapshotValidity",
+            "controlPlane.maxStaleAge",
+            "controlPlane.reportInterval",
+            "controlPlane.drainWait",
+            "controlPlane.targetSlotsPerWorker",
+            "controlPlane.extractionReserve",
+            "controlPlane.drainBatch",
+        ]
+    );
+    // Relations: renewBefore below lease; drainWait below the request timeout.
+    assert_eq!(
+        paths(
+            "controlPlane: {enabled: true, lease: 10s, renewBefore: 10s, drainWait: 20s}\n\
+             distribution: {limits: {requestTimeout: 10s}}\n"
+        ),
+        vec!["controlPlane.renewBefore", "controlPlane.drainWait"]
+    );
+}
+
+#[test]
 fn control_plane_transport() {
     let c = load_yaml(
         "controlPlane: {enabled: true, listen: '127.0.0.1:0', loopbackPlaintext: true}\n",

@@ -292,6 +292,24 @@ pub struct ControlPlaneConfig {
     pub transport: ControlPlaneTransport,
     /// Assignable proxies of each upstream left unassigned for extraction.
     pub extraction_reserve: u32,
+    /// Capacity (sum of `maxConcurrency`) the ownership manager aims to give each
+    /// gateway.
+    pub target_slots_per_worker: u64,
+    /// Most drains begun per ownership pass for extraction demand.
+    pub drain_batch: u32,
+    /// How long an extraction the unowned pool cannot serve waits for drains (zero:
+    /// an allOrNothing request answers 409 at once, a partial one what it got).
+    pub drain_wait: Duration,
+    /// Lease of one assignment.
+    pub lease: Duration,
+    /// Renew a lease when less than this is left.
+    pub renew_before: Duration,
+    /// Validity of a published snapshot.
+    pub snapshot_validity: Duration,
+    /// A gateway refuses new traffic past this age without a valid snapshot.
+    pub max_stale_age: Duration,
+    /// Interval of the gateways' runtime reports.
+    pub report_interval: Duration,
 }
 
 /// How the control-plane listener is secured.
@@ -509,6 +527,8 @@ pub struct RoutingConfig {
     pub username_params: Vec<UsernameParamConfig>,
     /// Target hosts, exact or `*.suffix` (empty: any).
     pub target_hosts: Vec<String>,
+    /// Port of the TARGET health checks of the exact `target_hosts`.
+    pub target_check_port: u16,
     /// Sticky sessions (`None`: off).
     pub sticky: Option<StickyConfig>,
     /// Retry budget.

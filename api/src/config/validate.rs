@@ -269,11 +269,13 @@ pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
             "0.0.0.0:9443",
         );
         let transport = control_plane_transport(&mut cx, &raw.control_plane, listen);
-        Some(ControlPlaneConfig {
+        Some(control_plane_tunables(
+            &mut cx,
+            &raw.control_plane,
             listen,
             transport,
-            extraction_reserve: raw.control_plane.extraction_reserve.unwrap_or(0),
-        })
+            distribution.limits.request_timeout,
+        ))
     } else {
         None
     };
@@ -1392,6 +1394,14 @@ fn routing(
         strategy,
         username_params: username_params(cx, &format!("{path}.usernameParams"), raw),
         target_hosts: target_hosts(cx, &format!("{path}.targetHosts"), &raw.target_hosts),
+        target_check_port: match raw.target_check_port {
+            Some(0) => {
+                cx.err(format!("{path}.targetCheckPort"), "must be 1 to 65535");
+                443
+            }
+            Some(p) => p,
+            None => 443,
+        },
         sticky: raw
             .sticky_session
             .as_ref()
@@ -1641,5 +1651,120 @@ fn control_plane_transport(
             })
         }
         (None, false) => ControlPlaneTransport::Unconfigured,
+    }
+}
+
+/// The control plane's tunables (`controlPlane.*` beyond the listener), each checked
+/// with its path; `drainWait` must leave the Distribution request time to answer.
+fn control_plane_tunables(
+    cx: &mut Ctx,
+    raw: &RawControlPlane,
+    listen: SocketAddr,
+    transport: ControlPlaneTransport,
+    request_timeout: Duration,
+) -> ControlPlaneConfig {
+    let mut within =
+        |path: &str, raw: Option<&str>, default: Duration, min: Duration, max: Duration| {
+            let d = cx.duration(path, raw, default);
+            if d < min || d > max {
+                cx.err(
+                    path,
+                    format!("must be between {} and {}", show(min), show(max)),
+                );
+                return default;
+            }
+            d
+        };
+    let lease = within(
+        "controlPlane.lease",
+        raw.lease.as_deref(),
+        Duration::from_secs(30),
+        Duration::from_secs(5),
+        Duration::from_secs(3600),
+    );
+    let renew_before = within(
+        "controlPlane.renewBefore",
+        raw.renew_before.as_deref(),
+        Duration::from_secs(15),
+        Duration::from_secs(2),
+        Duration::from_secs(3600),
+    );
+    let snapshot_validity = within(
+        "controlPlane.snapshotValidity",
+        raw.snapshot_validity.as_deref(),
+        Duration::from_secs(30),
+        Duration::from_secs(2),
+        Duration::from_secs(3600),
+    );
+    let max_stale_age = within(
+        "controlPlane.maxStaleAge",
+        raw.max_stale_age.as_deref(),
+        Duration::from_secs(60),
+        Duration::from_secs(1),
+        Duration::from_secs(3600),
+    );
+    let report_interval = within(
+        "controlPlane.reportInterval",
+        raw.report_interval.as_deref(),
+        Duration::from_secs(5),
+        Duration::from_millis(100),
+        Duration::from_secs(60),
+    );
+    let drain_wait = within(
+        "controlPlane.drainWait",
+        raw.drain_wait.as_deref(),
+        Duration::from_secs(5),
+        Duration::ZERO,
+        Duration::from_secs(60),
+    );
+    if renew_before >= lease {
+        cx.err(
+            "controlPlane.renewBefore",
+            format!("must be shorter than controlPlane.lease ({})", show(lease)),
+        );
+    }
+    if !drain_wait.is_zero() && drain_wait >= request_timeout {
+        cx.err(
+            "controlPlane.drainWait",
+            format!(
+                "must be shorter than distribution.limits.requestTimeout ({})",
+                show(request_timeout)
+            ),
+        );
+    }
+    let slots = raw.target_slots_per_worker.unwrap_or(10_000);
+    if !(1..=10_000_000).contains(&slots) {
+        cx.err(
+            "controlPlane.targetSlotsPerWorker",
+            format!("must be between 1 and 10000000, got {slots}"),
+        );
+    }
+    ControlPlaneConfig {
+        listen,
+        transport,
+        extraction_reserve: cx.range(
+            "controlPlane.extractionReserve",
+            raw.extraction_reserve,
+            0,
+            0,
+            10_000,
+        ),
+        target_slots_per_worker: slots.clamp(1, 10_000_000),
+        drain_batch: cx.range("controlPlane.drainBatch", raw.drain_batch, 64, 1, 10_000),
+        drain_wait,
+        lease,
+        renew_before: renew_before.min(lease),
+        snapshot_validity,
+        max_stale_age,
+        report_interval,
+    }
+}
+
+/// A duration as the config writes it (`500ms`, `30s`).
+fn show(d: Duration) -> String {
+    if d.subsec_millis() != 0 || d.is_zero() {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}s", d.as_secs())
     }
 }

@@ -31,6 +31,8 @@ fn bad(field: impl Into<String>, reason: &'static str) -> ConvertError {
 
 /// Longest ID accepted on the wire.
 pub const MAX_ID_LEN: usize = 128;
+/// Most routings one snapshot proxy may be excluded from.
+pub const MAX_EXCLUDED_ROUTINGS: usize = 256;
 
 /// Checks an identifier: 1..=128 bytes of `[A-Za-z0-9._:-]`.
 pub fn check_id(field: &str, value: &str) -> Result<(), ConvertError> {
@@ -118,6 +120,8 @@ impl From<&SnapshotProxy> for pb::SnapshotProxy {
             usable_until_ms: p.usable_until_ms,
             assignment_epoch: p.assignment_epoch,
             draining: p.draining,
+            lease_expires_at_ms: p.lease_expires_at_ms,
+            excluded_routings: p.excluded_routings.clone(),
         }
     }
 }
@@ -133,6 +137,17 @@ impl TryFrom<pb::SnapshotProxy> for SnapshotProxy {
         if p.usable_until_ms > p.expires_at_ms {
             return Err(bad("proxy.usable_until_ms", "after expires_at_ms"));
         }
+        if p.lease_expires_at_ms < 0 {
+            return Err(bad("proxy.lease_expires_at_ms", "negative"));
+        }
+        if p.excluded_routings.len() > MAX_EXCLUDED_ROUTINGS
+            || p.excluded_routings.windows(2).any(|w| w[0] >= w[1])
+        {
+            return Err(bad(
+                "proxy.excluded_routings",
+                "must be sorted, unique and at most 256",
+            ));
+        }
         Ok(Self {
             protocol: protocol_from_wire("proxy.protocol", p.protocol)?,
             port: port_from_wire("proxy.port", p.port)?,
@@ -147,6 +162,8 @@ impl TryFrom<pb::SnapshotProxy> for SnapshotProxy {
             usable_until_ms: p.usable_until_ms,
             assignment_epoch: p.assignment_epoch,
             draining: p.draining,
+            lease_expires_at_ms: p.lease_expires_at_ms,
+            excluded_routings: p.excluded_routings,
         })
     }
 }

@@ -73,6 +73,11 @@ pub struct SnapshotProxy {
     pub assignment_epoch: u64,
     /// Draining: no new reservations.
     pub draining: bool,
+    /// End of the worker's lease (0: no lease bound): nothing goes through the
+    /// proxy at or after it.
+    pub lease_expires_at_ms: i64,
+    /// Routings that must not use this proxy (failed TARGET checks), sorted.
+    pub excluded_routings: Vec<String>,
 }
 
 /// Load-balancing strategy of a routing.

@@ -634,6 +634,8 @@ mod tests {
             usable_until_ms: 95_000,
             assignment_epoch: epoch,
             draining: false,
+            lease_expires_at_ms: 0,
+            excluded_routings: Vec::new(),
         }
     }
 

@@ -178,6 +178,14 @@ pub fn encode_proxy(p: &SnapshotProxy, buf: &mut Vec<u8>) {
     if p.draining {
         encoding::bool::encode(13, &true, buf);
     }
+    if p.lease_expires_at_ms != 0 {
+        encoding::int64::encode(14, &p.lease_expires_at_ms, buf);
+    }
+    for r in &p.excluded_routings {
+        encoding::encode_key(15, WireType::LengthDelimited, buf);
+        encoding::encode_varint(r.len() as u64, buf);
+        buf.extend_from_slice(r.as_bytes());
+    }
 }
 
 /// The complete encoding of a `SnapshotUpdate` carrying a full snapshot: `head` is the
@@ -229,6 +237,8 @@ mod tests {
             usable_until_ms: 1_699_999_990_000,
             assignment_epoch: 42,
             draining: true,
+            lease_expires_at_ms: 1_699_999_980_000,
+            excluded_routings: vec!["r-a".into(), String::new(), "r-b".into()],
         }
     }
 
@@ -241,6 +251,8 @@ mod tests {
         p.draining = false;
         p.assignment_epoch = 0;
         p.protocol = Protocol::Http;
+        p.lease_expires_at_ms = 0;
+        p.excluded_routings.clear();
         variants.push(p);
         let mut p = proxy();
         p.credentials = Some(Credentials {

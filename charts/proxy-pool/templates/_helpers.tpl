@@ -65,7 +65,7 @@ proxypool.io/component: {{ .component }}
   "egress" (include "proxy-pool.egress" . | fromYaml)
   "distribution" (dict "listen" (printf "0.0.0.0:%d" (int $v.controller.distributionPort)))
   "admin" (dict "listen" (printf "0.0.0.0:%d" (int $v.controller.adminPort)))
-  "controlPlane" (dict "enabled" true "listen" (printf "0.0.0.0:%d" (int $v.controller.controlPlanePort)))
+  "controlPlane" (merge (dict "enabled" true "listen" (printf "0.0.0.0:%d" (int $v.controller.controlPlanePort))) (deepCopy $v.controller.controlPlane))
   "analytics" (dict "enabled" $v.postgresql.enabled)
 -}}
 {{- if $v.postgresql.enabled -}}

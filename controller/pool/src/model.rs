@@ -716,6 +716,15 @@ pub struct Assignment {
     pub draining: bool,
 }
 
+/// One page of the live assignments (`OwnershipRepository::leases`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeasePage {
+    /// Assignments with an unexpired lease on a live record.
+    pub leases: Vec<Assignment>,
+    /// Where the next page starts; `None` when the walk is complete.
+    pub next: Option<String>,
+}
+
 /// A batch of leases released by `expire`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExpiredAssignments {
@@ -826,6 +835,9 @@ pub struct UpstreamInventory {
     pub unextracted: u64,
     /// FETCHED + CHECKING + AVAILABLE + SUSPECT + DRAINING.
     pub managed: u64,
+    /// AVAILABLE proxies with no owner, before their `usable_until`: what extraction
+    /// can take now.
+    pub available: u64,
     /// Sum of free capacity over fresh, consistent AVAILABLE proxies.
     pub available_slots: u64,
 }

@@ -9,9 +9,9 @@ use std::time::Duration;
 use crate::error::PoolResult;
 use crate::model::{
     Assignment, ExpiredAssignments, ExtractOutcome, ExtractRequest, FetchedBatch, HealthResult,
-    HealthUpdate, ProxyId, ProxyRecord, PurgeReport, RemoveResult, ReportAck, RuntimeReport,
-    SessionId, SessionRegistration, UpstreamId, UpstreamInventory, WorkerId, WorkerRuntime,
-    WorkerSession,
+    HealthUpdate, LeasePage, ProxyId, ProxyRecord, PurgeReport, RemoveResult, ReportAck,
+    RuntimeReport, SessionId, SessionRegistration, UpstreamId, UpstreamInventory, WorkerId,
+    WorkerRuntime, WorkerSession,
 };
 
 /// Provider side: puts fetched proxies into the pool and withdraws them.
@@ -79,6 +79,13 @@ pub trait OwnershipRepository: Send + Sync {
     async fn get(&self, proxy: &ProxyId) -> PoolResult<Option<Assignment>>;
     /// Releases at most `limit` expired leases.
     async fn expire(&self, limit: u32) -> PoolResult<ExpiredAssignments>;
+    /// One page of the live assignments, about `limit` of them, starting at `cursor`
+    /// (`None`: the beginning; then the `next` of the previous page). Walking the
+    /// pages until `next` is `None` returns every assignment that was live during the
+    /// whole walk at least once (possibly more than once), and never one whose lease
+    /// had ended or whose record was gone when its page was read. A restarted
+    /// controller adopts the leases it finds this way.
+    async fn leases(&self, cursor: Option<&str>, limit: u32) -> PoolResult<LeasePage>;
 }
 
 /// Worker sessions and the snapshot ACK bound.

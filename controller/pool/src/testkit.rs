@@ -253,13 +253,16 @@ impl Drop for RedisSentinel {
 }
 
 /// A loopback TCP proxy in front of Redis that can drop a connection right after Redis
-/// executed a request (the reply is swallowed and the client connection closed).
+/// executed a request (the reply is swallowed and the client connection closed), or
+/// hold one reply back for a while (Redis executed the request; the answer is late).
 #[derive(Debug)]
 pub struct FaultProxy {
     port: u16,
     armed: Arc<AtomicBool>,
     blackhole: Arc<AtomicBool>,
     dropped: Arc<AtomicU64>,
+    delay_ms: Arc<AtomicU64>,
+    delayed: Arc<AtomicU64>,
     shutdown: tokio::sync::watch::Sender<bool>,
 }
 
@@ -273,8 +276,11 @@ impl FaultProxy {
         let armed = Arc::new(AtomicBool::new(false));
         let blackhole = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let delayed = Arc::new(AtomicU64::new(0));
         let (shutdown, rx) = tokio::sync::watch::channel(false);
         let (a, b, d) = (armed.clone(), blackhole.clone(), dropped.clone());
+        let (dm, dd) = (delay_ms.clone(), delayed.clone());
         tokio::spawn(async move {
             let mut stop = rx.clone();
             loop {
@@ -285,7 +291,13 @@ impl FaultProxy {
                         tokio::spawn(pump(
                             client,
                             target_port,
-                            Faults { armed: a.clone(), blackhole: b.clone(), dropped: d.clone() },
+                            Faults {
+                                armed: a.clone(),
+                                blackhole: b.clone(),
+                                dropped: d.clone(),
+                                delay_ms: dm.clone(),
+                                delayed: dd.clone(),
+                            },
                             rx.clone(),
                         ));
                     }
@@ -297,8 +309,22 @@ impl FaultProxy {
             armed,
             blackhole,
             dropped,
+            delay_ms,
+            delayed,
             shutdown,
         }
+    }
+
+    /// The next reply coming back from Redis (on any connection) reaches the client
+    /// only after `delay`; later replies of that connection queue behind it.
+    pub fn arm_delay_next_reply(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// How many replies were held back so far.
+    pub fn delayed_replies(&self) -> u64 {
+        self.delayed.load(Ordering::SeqCst)
     }
 
     /// `redis://127.0.0.1:<port>/`.
@@ -344,6 +370,8 @@ struct Faults {
     armed: Arc<AtomicBool>,
     blackhole: Arc<AtomicBool>,
     dropped: Arc<AtomicU64>,
+    delay_ms: Arc<AtomicU64>,
+    delayed: Arc<AtomicU64>,
 }
 
 async fn pump(
@@ -373,6 +401,11 @@ async fn pump(
                     if faults.armed.swap(false, Ordering::SeqCst) {
                         faults.dropped.fetch_add(1, Ordering::SeqCst);
                         return; // both sockets close: the reply never reaches the client
+                    }
+                    let delay = faults.delay_ms.swap(0, Ordering::SeqCst);
+                    if delay > 0 {
+                        faults.delayed.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(delay)).await;
                     }
                     if cw.write_all(&down[..n]).await.is_err() { return }
                 }

@@ -220,7 +220,10 @@ async fn assert_consistent(url: &str) {
             .query_async(&mut c)
             .await
             .unwrap();
-        assert!(!members.is_empty(), "registered combination {k} is empty");
+        // A registered combination may be empty (until the maintenance sweep).
+        if members.is_empty() {
+            continue;
+        }
         // Members are `<usable_until, 15 digits>|<id>`.
         let ids = members
             .iter()
@@ -235,10 +238,10 @@ async fn assert_consistent(url: &str) {
     }
     let mut all = all_keys(&mut c).await;
     all.retain(|k| k.starts_with("pp:{activity}:v2:avail:"));
-    assert_eq!(
-        all.into_iter().collect::<BTreeSet<_>>(),
-        registry,
-        "registry == combination keys"
+    let unregistered: Vec<&String> = all.iter().filter(|k| !registry.contains(*k)).collect();
+    assert!(
+        unregistered.is_empty(),
+        "every combination key is registered: {unregistered:?}"
     );
     assert_eq!(combos, combos_expected, "combination indexes");
     let inv: HashMap<String, i64> = redis::cmd("HGETALL")
@@ -442,16 +445,17 @@ async fn connection_dropped_after_commit_returns_the_first_result() {
     fill(&pool, &all, 120).await;
 
     // Extraction: Redis commits, the reply is lost, the adapter reconnects and retries
-    // with the same request ID: the stored result comes back, nothing is taken twice.
+    // with the same operation ID: the stored result comes back, nothing is taken twice.
     proxy.arm_drop_next_reply();
-    let request = req(3);
+    let mut request = req(3);
+    request.idempotency_key = Some(IdempotencyKey::new("drop-retry").unwrap());
     let first = pool.extract(&request).await.unwrap();
     assert_eq!(proxy.dropped_replies(), 1, "the reply was dropped");
     assert!(
         matches!(first, ExtractOutcome::Extracted(ref x) if !x.replayed),
         "the caller's first answer is not a replay: {first:?}"
     );
-    // The same request again (a client retry) is a replay of the same proxies.
+    // The same request again with its idempotency key (a client retry) is a replay.
     let again = pool.extract(&request).await.unwrap();
     assert!(matches!(again, ExtractOutcome::Extracted(ref x) if x.replayed));
     assert_eq!(proxy_ids(&again), proxy_ids(&first));
@@ -492,6 +496,50 @@ async fn connection_dropped_after_commit_returns_the_first_result() {
         .unwrap();
     assert_eq!(proxy.dropped_replies(), 3);
     assert_eq!(pool.get(&target).await.unwrap(), Some(a));
+    assert_consistent(&server.url()).await;
+}
+
+/// A reply that comes back after the command timeout (Redis committed the extraction):
+/// the adapter reconnects and retries the same call, so the caller gets the proxies that
+/// were taken instead of a 503 while they are gone. Without an idempotency key too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_reply_after_commit_returns_the_extraction() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let pool = pool_at(&proxy.url()).await;
+    let all = ids("s", 10);
+    fill(&pool, &all, 120).await;
+    for (round, key) in [None, Some("slow-retry")].into_iter().enumerate() {
+        let mut request = req(2);
+        request.idempotency_key = key.map(|k| IdempotencyKey::new(k).unwrap());
+        // Longer than the adapter's command timeout (500 ms).
+        proxy.arm_delay_next_reply(Duration::from_millis(1_500));
+        let got = pool
+            .extract(&request)
+            .await
+            .expect("the committed extraction");
+        assert_eq!(
+            proxy.delayed_replies(),
+            round as u64 + 1,
+            "the reply was late"
+        );
+        let ExtractOutcome::Extracted(x) = &got else {
+            panic!("{got:?}")
+        };
+        assert!(!x.replayed, "the caller's first answer: {got:?}");
+        assert_eq!(x.proxies.len(), 2);
+        let s = states(&pool, &all).await;
+        assert_eq!(
+            s.get(&ProxyState::Extracted),
+            Some(&(2 * (round + 1))),
+            "exactly what was returned is gone: {s:?}"
+        );
+    }
+    let inv = pool
+        .inventory(&UpstreamId::new("vendor-a").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(inv.unextracted, 6);
     assert_consistent(&server.url()).await;
 }
 
@@ -999,4 +1047,111 @@ async fn a_dangling_index_member_is_skipped_not_fatal() {
     let got = proxy_ids(&pool.extract(&req(5)).await.unwrap());
     assert_eq!(got.len(), 4, "{got:?}");
     assert!(!got.contains(&"g-2".to_owned()));
+}
+
+/// No fixed key-book ceiling: 10,000 label combinations (100 regions × 100 carriers, one
+/// proxy each). Filtered and unfiltered extraction, `inventory` and `assignable` work,
+/// on this process and on a second one that starts with an empty book; combinations
+/// the registry drops (emptied, then swept by maintenance) are forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_label_combinations_work_and_dropped_ones_are_forgotten() {
+    const SIDE: usize = 100;
+    let server = RedisServer::start();
+    let pool = pool_at(&server.url()).await;
+    let upstream = UpstreamId::new("vendor-a").unwrap();
+    let mut all = Vec::with_capacity(SIDE * SIDE);
+    for r in 0..SIDE {
+        let cands: Vec<Candidate> = (0..SIDE)
+            .map(|c| {
+                let id = format!("k-{r}-{c}");
+                let mut cand = cand(&id, &format!("r{r}"), 600);
+                cand.carrier = Some(Label::new(format!("c{c}")).unwrap());
+                all.push(id);
+                cand
+            })
+            .collect();
+        let report = pool.upsert(batch("vendor-a", cands)).await.unwrap();
+        assert_eq!(report.inserted as usize, SIDE, "{report:?}");
+    }
+    for chunk in all.chunks(1_000) {
+        let updates: Vec<_> = chunk
+            .iter()
+            .map(|id| HealthUpdate {
+                proxy_id: ProxyId::new(id.as_str()).unwrap(),
+                verdict: HealthVerdict::Available,
+                success: true,
+                latency: None,
+                failure: None,
+            })
+            .collect();
+        for r in pool.apply_health(&updates).await.unwrap() {
+            assert_eq!(r, HealthResult::Applied(ProxyState::Available));
+        }
+    }
+    assert!(
+        pool.known_index_keys() >= SIDE * SIDE,
+        "{}",
+        pool.known_index_keys()
+    );
+    let mut conn = admin(&server.url()).await;
+    let combos_key = "pp:{activity}:v2:combos";
+    let registered: usize = redis::cmd("SCARD")
+        .arg(combos_key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(registered, SIDE * SIDE);
+
+    let filtered = |regions: &[&str], carriers: &[&str], count: u32| {
+        let mut r = req(count);
+        r.filters.regions = regions.iter().map(|v| Label::new(*v).unwrap()).collect();
+        r.filters.carriers = carriers.iter().map(|v| Label::new(*v).unwrap()).collect();
+        r
+    };
+    // One region: its 100 combinations.
+    let got = proxy_ids(&pool.extract(&filtered(&["r7"], &[], 5)).await.unwrap());
+    assert_eq!(got.len(), 5);
+    assert!(got.iter().all(|id| id.starts_with("k-7-")), "{got:?}");
+    // One region and one carrier: exactly one combination.
+    let got = proxy_ids(&pool.extract(&filtered(&["r9"], &["c3"], 2)).await.unwrap());
+    assert_eq!(got, vec!["k-9-3".to_string()]);
+    // Unfiltered (the write is not given 10,000 keys: the script asks for its own).
+    assert_eq!(proxy_ids(&pool.extract(&req(3)).await.unwrap()).len(), 3);
+    let inv = pool.inventory(&upstream).await.unwrap();
+    assert_eq!((inv.unextracted, inv.available), (9_991, 9_991));
+    assert_eq!(pool.assignable(&upstream, 50).await.unwrap().len(), 50);
+
+    // Another process with an empty book: it learns the whole registry once.
+    let other = pool_at(&server.url()).await;
+    let inv = other.inventory(&upstream).await.unwrap();
+    assert_eq!(inv.available, 9_991);
+    let got = proxy_ids(&other.extract(&filtered(&["r8"], &["c8"], 1)).await.unwrap());
+    assert_eq!(got, vec!["k-8-8".to_string()]);
+    let known = other.known_index_keys();
+    assert!(known >= SIDE * SIDE, "{known}");
+
+    // Empty region r1's 100 combinations; the maintenance sweep drops them from the
+    // registry and both books forget them.
+    let got = proxy_ids(&pool.extract(&filtered(&["r1"], &[], 100)).await.unwrap());
+    assert_eq!(got.len(), 100);
+    let before = pool.known_index_keys();
+    pool.purge_expired(10_000).await.unwrap();
+    let registered: usize = redis::cmd("SCARD")
+        .arg(combos_key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // Every emptied combination: r1's 100, r7's 5, k-9-3, the 3 unfiltered and k-8-8.
+    let emptied = SIDE + 5 + 1 + 3 + 1;
+    assert_eq!(registered, SIDE * SIDE - emptied);
+    assert_eq!(pool.known_index_keys(), before - emptied);
+    // The other process re-learns the registry at its next read.
+    assert_eq!(other.inventory(&upstream).await.unwrap().available, 9_890);
+    let relearned = other.known_index_keys();
+    assert!(
+        relearned + emptied <= known && relearned >= SIDE * SIDE - emptied,
+        "{known} -> {relearned}"
+    );
+    assert!(proxy_ids(&other.extract(&filtered(&["r1"], &[], 1)).await.unwrap()).is_empty());
+    assert_consistent(&server.url()).await;
 }

@@ -21,8 +21,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Serialize;
 
-use crate::distribution::{ApiError, Authenticator};
+use crate::distribution::{ApiError, Authenticator, rfc3339};
 use crate::metrics::{InventoryLabels, Metrics};
+use crate::provider::FetchStatus;
 use crate::redis_link::RedisLink;
 use crate::shutdown::Shutdown;
 use proxy_pool_api::config::Permission;
@@ -40,6 +41,8 @@ pub struct AdminState {
     pub upstreams: Arc<Vec<UpstreamId>>,
     /// Redis reachability for readiness (`None` with the memory store).
     pub redis: Option<Arc<RedisLink>>,
+    /// Each upstream's last fetch and current fetch failure.
+    pub fetch: FetchStatus,
     /// The usage stats API and dashboard (`None`: analytics off). Not part of
     /// readiness: analytics never makes the controller unready.
     pub stats: Option<Router>,
@@ -55,14 +58,30 @@ impl std::fmt::Debug for AdminState {
     }
 }
 
-/// One upstream's inventory.
+/// One upstream's inventory and fetch state.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct UpstreamInventoryDto {
     name: String,
     managed: u64,
     unextracted: u64,
+    available: u64,
     available_slots: u64,
+    /// RFC 3339 time of the last successful fetch (`null`: none yet).
+    last_fetch_time: Option<String>,
+    /// Why fetches fail since the last success (`null`: they do not).
+    fetch_error: Option<FetchErrorDto>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FetchErrorDto {
+    /// `unauthorized`, `timeout`, `invalid_document`, `status`, `transport`,
+    /// `too_large` or `pool_error`.
+    reason: &'static str,
+    /// When it last failed (RFC 3339).
+    at: String,
+    consecutive_failures: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -142,11 +161,19 @@ async fn read_inventory(st: &AdminState) -> Result<Vec<UpstreamInventoryDto>, Ap
                 ApiError::Internal
             }
         })?;
+        let fetch = st.fetch.get(u.as_str()).unwrap_or_default();
         out.push(UpstreamInventoryDto {
             name: u.to_string(),
             managed: inv.managed,
             unextracted: inv.unextracted,
+            available: inv.available,
             available_slots: inv.available_slots,
+            last_fetch_time: fetch.last_success.map(rfc3339),
+            fetch_error: fetch.failing.map(|(reason, at)| FetchErrorDto {
+                reason,
+                at: rfc3339(at),
+                consecutive_failures: fetch.consecutive_failures,
+            }),
         });
     }
     Ok(out)
@@ -158,6 +185,7 @@ async fn metrics(State(st): State<AdminState>) -> Response {
             for (kind, v) in [
                 ("managed", u.managed),
                 ("unextracted", u.unextracted),
+                ("available", u.available),
                 ("available_slots", u.available_slots),
             ] {
                 st.metrics

@@ -51,10 +51,10 @@ pub fn routing_spec(r: &RoutingConfig) -> RoutingSpec {
     }
 }
 
-/// Control-plane settings from the controller config: the routings in match order
-/// and every valid upstream name; everything else at its default.
+/// Control-plane settings from the controller config: the routings in match order,
+/// every valid upstream name and the `controlPlane` tunables; the rest at defaults.
 pub fn control_plane_config(config: &Config) -> ControlPlaneConfig {
-    ControlPlaneConfig {
+    let mut cp = ControlPlaneConfig {
         routings: config.routings.iter().map(routing_spec).collect(),
         ownership: OwnershipConfig {
             upstreams: config
@@ -65,7 +65,22 @@ pub fn control_plane_config(config: &Config) -> ControlPlaneConfig {
             ..OwnershipConfig::default()
         },
         ..ControlPlaneConfig::default()
+    };
+    if let Some(t) = &config.control_plane {
+        let o = &mut cp.ownership;
+        o.extraction_reserve = t.extraction_reserve;
+        o.target_slots_per_worker = t.target_slots_per_worker;
+        o.drain_batch = t.drain_batch;
+        o.lease = t.lease;
+        o.renew_before = t.renew_before;
+        cp.snapshot_validity = t.snapshot_validity;
+        cp.max_stale_age = t.max_stale_age;
+        cp.report_interval = t.report_interval;
+        // A report must outlive the interval between two of them (capacity fails
+        // closed when it expires).
+        cp.runtime_report_ttl = cp.runtime_report_ttl.max(t.report_interval * 3);
     }
+    cp
 }
 
 #[cfg(test)]
@@ -89,6 +104,7 @@ mod tests {
                 values: vec!["sh".into(), "bj".into()],
             }],
             target_hosts: vec!["example.com".into(), "*.example.org".into()],
+            target_check_port: 443,
             sticky: Some(StickyConfig {
                 param: "session".into(),
                 ttl: Duration::from_secs(300),

@@ -78,6 +78,8 @@ pub struct OwnershipConfig {
     pub extraction_reserve: u32,
     /// A proxy drained for extraction is not assigned again for this long.
     pub drain_hold: Duration,
+    /// Most drains begun per pass for extraction demand.
+    pub drain_batch: u32,
     /// Most new assignments per worker per pass.
     pub assign_batch: u32,
     /// Most leases released per `expire` call.
@@ -96,6 +98,7 @@ impl Default for OwnershipConfig {
             max_proxies_per_worker: 100_000,
             extraction_reserve: 0,
             drain_hold: Duration::from_secs(30),
+            drain_batch: 64,
             assign_batch: 512,
             expire_batch: 1_000,
             upstreams: Vec::new(),

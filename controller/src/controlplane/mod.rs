@@ -29,14 +29,14 @@ use activity_pool::Clock;
 use activity_pool::ports::{
     ActivityPool, OwnershipRepository, ProxyCatalog, ReportWriter, RuntimeReader, SessionWriter,
 };
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Semaphore, watch};
 
 pub use checker::{CheckerBackend, MemoryCheckerBackend};
 pub use config::{ControlPlaneConfig, Limits, OwnershipConfig, RoutingSpec};
 pub use error::ControlPlaneError;
 pub use identity::Authenticator;
 pub use outcomes::{OutcomeQueue, UsageCounts, UsageSink, WorkerOutcome};
-pub use ownership::{DrainRequest, OwnershipManager, OwnershipPorts, PassReport};
+pub use ownership::{DrainRequest, OwnershipManager, OwnershipPorts, PassReport, TargetExclusions};
 pub use publisher::Publisher;
 pub use server::{ServeError, ServerTls, Transport, serve};
 
@@ -90,7 +90,6 @@ pub struct Shared {
     checker: Arc<dyn CheckerBackend>,
     streams: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
-    wake: Notify,
 }
 
 /// The control plane: shared state plus its background loop.
@@ -137,7 +136,6 @@ impl ControlPlane {
                 checker,
                 streams,
                 shutdown: shutdown_rx,
-                wake: Notify::new(),
             }),
             shutdown,
         }
@@ -165,6 +163,11 @@ impl ControlPlane {
         &self.shared.ownership
     }
 
+    /// The ownership manager as a shared handle (the Distribution API's drain demand).
+    pub fn ownership_handle(&self) -> Arc<OwnershipManager> {
+        self.shared.ownership.clone()
+    }
+
     /// The snapshot publisher.
     pub fn publisher(&self) -> &Publisher {
         &self.shared.publisher
@@ -181,7 +184,7 @@ impl ControlPlane {
             }
             tokio::select! {
                 () = tokio::time::sleep(interval) => {}
-                () = self.shared.wake.notified() => {}
+                () = self.shared.ownership.woken() => {}
                 () = &mut shutdown => break,
             }
         }

@@ -308,6 +308,8 @@ mod tests {
             usable_until_ms: 5,
             assignment_epoch: 3,
             draining: false,
+            lease_expires_at_ms: 0,
+            excluded_routings: Vec::new(),
         }
     }
 

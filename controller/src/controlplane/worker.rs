@@ -132,7 +132,7 @@ impl WorkerService {
         );
         tracing::info!(worker = %worker, session = %session, "worker registered");
         // Give the new session a snapshot promptly rather than at the next pass.
-        self.shared.wake.notify_one();
+        self.shared.ownership.wake();
         Ok(pb::RegisterWorkerResponse {
             session_id: session.to_string(),
             protocol_version: version,
@@ -233,6 +233,11 @@ impl WorkerService {
                 ttl: self.shared.config.runtime_report_ttl,
             })
             .await?;
+        // A report of a worker with draining proxies may complete their drains: do not
+        // make extraction wait for the next interval.
+        if ack == ReportAck::Accepted && self.shared.ownership.has_draining(&worker) {
+            self.shared.ownership.wake();
+        }
         // Counted once per (session, sequence): a replayed report was counted when it
         // was first accepted.
         if ack == ReportAck::Accepted && !usage.is_empty() {

@@ -3,6 +3,7 @@
 //! validation → client constraints → one atomic extraction.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use activity_pool::PoolError;
 use activity_pool::model::{ExtractOutcome, ExtractRequest, RequestId as PoolRequestId};
@@ -19,6 +20,7 @@ use super::request::{apply_constraints, check_content_type, idempotency_key, par
 use super::response::ExtractResponse;
 use super::source::source_ip;
 use super::{AccessInfo, DistributionState, RequestId};
+use crate::demand::Demand;
 
 /// The extract handler.
 pub async fn extract(State(st): State<DistributionState>, req: Request) -> Response {
@@ -121,7 +123,7 @@ async fn run(
         reserve_for_gateway: cfg.reserve_for_gateway,
         idempotency_ttl: cfg.idempotency_ttl,
     };
-    let outcome = st.store.extract(&request).await.map_err(pool_error)?;
+    let outcome = extract_with_drains(st, &request).await?;
     let extraction = match outcome {
         ExtractOutcome::Extracted(x) => x,
         ExtractOutcome::Insufficient { eligible } => {
@@ -151,6 +153,61 @@ async fn run(
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(resp)
+}
+
+/// While a request waits for drains, how often it tries again without a release
+/// notice (new proxies may also become AVAILABLE unowned).
+const DRAIN_POLL: Duration = Duration::from_millis(250);
+
+/// One atomic extraction. When the unowned pool falls short, the shortfall goes to
+/// the control plane as demand (it drains gateway-owned proxies); an answer that
+/// changed nothing (allOrNothing short, or a partial one with no proxy) is tried again
+/// as drains release proxies, until `drain_wait` is over. A partial answer with
+/// proxies is final: it was stored for replays.
+async fn extract_with_drains(
+    st: &DistributionState,
+    request: &ExtractRequest,
+) -> Result<ExtractOutcome, ApiError> {
+    let deadline = tokio::time::Instant::now() + st.drain_wait;
+    let mut released = st.drains.as_ref().map(|d| d.released());
+    let mut asked = 0u32;
+    loop {
+        let outcome = st.store.extract(request).await.map_err(pool_error)?;
+        let count = request.count.get();
+        let (short, unchanged) = match &outcome {
+            ExtractOutcome::Extracted(x) if x.replayed => (0, false),
+            ExtractOutcome::Extracted(x) => {
+                let got = u32::try_from(x.proxies.len()).unwrap_or(u32::MAX);
+                (count.saturating_sub(got), got == 0)
+            }
+            ExtractOutcome::Insufficient { eligible } => (count.saturating_sub(*eligible), true),
+        };
+        let Some(drains) = st.drains.as_ref() else {
+            return Ok(outcome);
+        };
+        if short == 0 {
+            return Ok(outcome);
+        }
+        if short > asked {
+            drains.request(Demand {
+                filters: request.filters.clone(),
+                count: short - asked,
+                min_remaining_ttl: request.min_remaining_ttl,
+            });
+            asked = short;
+        }
+        let now = tokio::time::Instant::now();
+        if !unchanged || now >= deadline {
+            return Ok(outcome);
+        }
+        let wait = (deadline - now).min(DRAIN_POLL);
+        match released.as_mut() {
+            Some(rx) => {
+                let _ = tokio::time::timeout(wait, rx.changed()).await;
+            }
+            None => tokio::time::sleep(wait).await,
+        }
+    }
 }
 
 /// Anonymous callers (no-auth mode) are counted under this client name.

@@ -14,7 +14,7 @@ mod source;
 mod token_review;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use activity_pool::Clock;
 use activity_pool::ports::ExtractionStore;
@@ -40,6 +40,7 @@ pub use token_review::{
     ReviewedUser, TokenReviewBearerVerifier, TokenReviewer, jwt_expiry,
 };
 
+use crate::demand::DrainDemand;
 use crate::metrics::{Metrics, StatusLabels};
 use crate::shutdown::Shutdown;
 
@@ -69,6 +70,11 @@ pub struct DistributionState {
     pub clock: Arc<dyn Clock>,
     /// Usage analytics (never waits; disabled unless analytics is on).
     pub collector: Collector,
+    /// Where unmet demand goes (the control plane drains gateway-owned proxies);
+    /// `None` without a control plane.
+    pub drains: Option<Arc<dyn DrainDemand>>,
+    /// How long a request the unowned pool cannot serve waits for drains.
+    pub drain_wait: Duration,
 }
 
 impl std::fmt::Debug for DistributionState {
@@ -102,7 +108,18 @@ impl DistributionState {
             in_flight,
             clock,
             collector: Collector::disabled(),
+            drains: None,
+            drain_wait: Duration::ZERO,
         }
+    }
+
+    /// Sends unmet demand to `drains` and lets a request wait up to `wait` for the
+    /// drains it caused (`None`: no control plane, nothing to drain).
+    #[must_use]
+    pub fn with_drains(mut self, drains: Option<Arc<dyn DrainDemand>>, wait: Duration) -> Self {
+        self.drains = drains;
+        self.drain_wait = wait;
+        self
     }
 
     /// Records successful extractions in `collector` (`None`: analytics off).

@@ -19,10 +19,11 @@ pub use bridge::{BridgeOptions, CheckerBridge, from_wire, to_wire};
 pub use metrics::HealthMetrics;
 pub use model::{Check, CheckTask, CheckerId, FailureCode, Observation, Tier};
 pub use planner::{
-    Announced, Lease, MAX_TARGETS, Planner, PlannerConfig, TargetSpec, UpstreamHealth, Verdict,
+    Announced, Lease, MAX_TARGETS, Planner, PlannerConfig, RoutingTargets, TargetSpec,
+    UpstreamHealth, Verdict,
 };
-pub use reducer::{Fact, HealthState, ProxyHealth, ReducerConfig, reduce};
+pub use reducer::{Fact, HealthState, ProxyHealth, ReducerConfig, reduce, reduce_outcome};
 pub use service::{
     HealthError, HealthService, MAX_OBSERVATIONS_PER_SUBMIT, ObservationSink, SubmitReport,
-    TaskSource,
+    TaskSource, proxy_side,
 };

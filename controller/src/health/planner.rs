@@ -5,6 +5,11 @@
 //! announcement order; after each completed task a proxy is due again after the
 //! interval of its state. A leased task not reported by its deadline (plus grace) is
 //! handed out again. Reports for unknown or no-longer-leased tasks are ignored.
+//!
+//! TARGET checks come from two places: an upstream's `health.targets` (no routing: a
+//! failure there counts against the proxy for everyone, through the reducer) and each
+//! Routing's exact `targetHosts` (a failure there only excludes the proxy from that
+//! routing: [`Planner::excluded`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::num::NonZeroU32;
@@ -52,6 +57,19 @@ pub struct PlannerConfig {
     /// Settings of the proxies of these upstreams (by name), from `upstreams[].health`;
     /// proxies of other upstreams (or announced without one) use the fields above.
     pub upstreams: BTreeMap<String, UpstreamHealth>,
+    /// Per-Routing TARGET checks: each routing's exact `targetHosts`, and the upstreams
+    /// it draws from (empty: every one). A proxy of such an upstream is checked
+    /// against them; a failure excludes it from that routing only.
+    pub routing_targets: Vec<RoutingTargets>,
+}
+
+/// The TARGET checks one routing asks of the proxies it may use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoutingTargets {
+    /// Upstreams the routing draws from (empty: every upstream).
+    pub upstreams: Vec<String>,
+    /// Its checks (`routing` set to its name).
+    pub targets: Vec<TargetSpec>,
 }
 
 /// Health settings of one upstream's proxies (`upstreams[].health`).
@@ -105,11 +123,41 @@ impl PlannerConfig {
                 (u.name.clone(), health)
             })
             .collect();
+        let routing_targets = config
+            .routings
+            .iter()
+            .map(|r| RoutingTargets {
+                upstreams: r.upstreams.clone(),
+                targets: r
+                    .target_hosts
+                    .iter()
+                    .filter(|h| !h.starts_with("*."))
+                    .map(|h| TargetSpec {
+                        routing: r.name.clone(),
+                        host: h.clone(),
+                        port: r.target_check_port,
+                    })
+                    .collect(),
+            })
+            .filter(|r| !r.targets.is_empty())
+            .collect();
         Self {
             upstreams,
+            routing_targets,
             ..defaults
         }
     }
+}
+
+/// The routing TARGET checks for proxies of `upstream` (`None`: an unknown upstream,
+/// which only routings drawing from every upstream check).
+fn routing_targets_for(all: &[RoutingTargets], upstream: Option<&str>) -> Vec<TargetSpec> {
+    all.iter()
+        .filter(|r| {
+            r.upstreams.is_empty() || upstream.is_some_and(|u| r.upstreams.iter().any(|n| n == u))
+        })
+        .flat_map(|r| r.targets.iter().cloned())
+        .collect()
 }
 
 /// The per-proxy settings an entry is planned with.
@@ -136,6 +184,7 @@ impl Default for PlannerConfig {
             egress_every: 4,
             targets: Vec::new(),
             upstreams: BTreeMap::new(),
+            routing_targets: Vec::new(),
         }
     }
 }
@@ -154,6 +203,13 @@ struct Entry {
     /// Checks of the current lease not yet reported.
     pending: usize,
     checks: u32,
+    /// Routing TARGET failures in a row, by routing.
+    routing_failures: BTreeMap<String, u32>,
+    /// Routings this proxy must not serve (their TARGET checks failed).
+    excluded: BTreeSet<String>,
+    /// Gateway outcomes made it SUSPECT while a check task was out: that task's
+    /// successes predate the verdict and do not undo it (the next task decides).
+    outcome_hold: bool,
 }
 
 /// A task handed out: the proxy and which checks to run, by when.
@@ -213,11 +269,14 @@ impl Planner {
     pub fn new(mut cfg: PlannerConfig, reducer: ReducerConfig) -> Self {
         cfg.targets.truncate(MAX_TARGETS);
         cfg.max_tasks_per_lease = cfg.max_tasks_per_lease.max(1);
+        let mut default_targets = cfg.targets.clone();
+        default_targets.extend(routing_targets_for(&cfg.routing_targets, None));
+        default_targets.truncate(MAX_TARGETS);
         let default_profile = Arc::new(Profile {
             recheck_interval: cfg.recheck_interval,
             check_timeout: None,
             egress_every: cfg.egress_every,
-            targets: cfg.targets.clone(),
+            targets: default_targets,
             reducer: reducer.clone(),
         });
         let profiles = cfg
@@ -232,6 +291,7 @@ impl Planner {
                     ..reducer.clone()
                 };
                 let mut targets = h.targets.clone();
+                targets.extend(routing_targets_for(&cfg.routing_targets, Some(name)));
                 targets.truncate(MAX_TARGETS);
                 let profile = Profile {
                     recheck_interval: h.recheck_interval,
@@ -323,12 +383,54 @@ impl Planner {
                     lease: None,
                     pending: 0,
                     checks: 0,
+                    routing_failures: BTreeMap::new(),
+                    excluded: BTreeSet::new(),
+                    outcome_hold: false,
                 },
             );
             self.schedule(id, Timestamp(0));
             out.added += 1;
         }
         out
+    }
+
+    /// Routings `id` must not serve: their TARGET checks failed through it
+    /// `target_suspect_after` times in a row (until one succeeds). Sorted.
+    pub fn excluded(&self, id: &ProxyId) -> Vec<String> {
+        self.entries
+            .get(id)
+            .map(|e| e.excluded.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// One gateway outcome for a tracked proxy: `failure` is the code of a proxy-side
+    /// failure (`None`: a success). Returns the verdict to write, if any. A proxy the
+    /// outcomes made SUSPECT is re-checked on the SUSPECT schedule from now (not at a
+    /// check that was due anyway a moment later).
+    pub fn outcome(
+        &mut self,
+        now: Timestamp,
+        id: &ProxyId,
+        failure: Option<super::model::FailureCode>,
+    ) -> Option<Verdict> {
+        let e = self.entries.get_mut(id)?;
+        let (next, verdict) =
+            super::reducer::reduce_outcome(&e.profile.reducer, e.health, failure.is_some());
+        e.health = next;
+        let v = verdict?;
+        if e.lease.is_some() {
+            e.outcome_hold = true;
+        } else {
+            let at = now.plus(self.cfg.suspect_recheck_interval);
+            self.schedule(id, at);
+        }
+        Some(Verdict {
+            proxy_id: id.clone(),
+            verdict: v,
+            success: false,
+            latency: None,
+            failure,
+        })
     }
 
     /// Stops tracking a proxy (gone from the pool, extracted, removed, expired).
@@ -446,16 +548,40 @@ impl Planner {
         }
         let mut health = entry.health;
         let profile = entry.profile.clone();
+        let mut routing_failures = entry.routing_failures.clone();
+        let mut excluded = entry.excluded.clone();
+        let hold = entry.outcome_hold;
         let mut verdicts = Vec::new();
         let mut done = observations.is_empty();
         let latency = observations.iter().find_map(|o| o.latency);
         let mine: Vec<&Observation> = observations.iter().filter(|o| o.proxy_id == id).collect();
         for o in &mine {
-            let fact = Fact {
+            let mut fact = Fact {
                 tier: o.tier,
                 success: o.success,
                 failure: o.failure,
             };
+            if hold && o.success {
+                continue;
+            }
+            // A routing's TARGET check: the target side is that routing's business.
+            if let Some(routing) = o.routing.as_deref().filter(|r| !r.is_empty())
+                && o.tier == Tier::Target
+            {
+                if o.success {
+                    routing_failures.remove(routing);
+                    excluded.remove(routing);
+                    // The tunnel was built: the proxy itself works.
+                    fact.tier = Tier::Basic;
+                } else if o.failure == Some(super::model::FailureCode::TargetUnreachable) {
+                    let n = routing_failures.entry(routing.to_owned()).or_insert(0);
+                    *n = n.saturating_add(1);
+                    if *n >= profile.reducer.target_suspect_after.get() {
+                        excluded.insert(routing.to_owned());
+                    }
+                    continue;
+                }
+            }
             let (next, verdict) = reduce(&profile.reducer, health, fact);
             health = next;
             done |= o.tier == Tier::Basic && !o.success;
@@ -471,9 +597,12 @@ impl Planner {
         }
         let e = self.entries.get_mut(&id)?;
         e.health = health;
+        e.routing_failures = routing_failures;
+        e.excluded = excluded;
         e.pending = e.pending.saturating_sub(mine.len());
         if done || e.pending == 0 {
             e.lease = None;
+            e.outcome_hold = false;
             self.tasks.remove(&task_id);
             self.leases.remove(&(deadline, task_id));
             let interval = match health.state {
@@ -822,5 +951,50 @@ upstreams:
             }
             proptest::prop_assert_eq!(seen.len(), p.len());
         }
+    }
+
+    #[test]
+    fn gateway_outcomes_make_suspect_and_an_older_check_does_not_undo_it() {
+        let mut p = Planner::new(PlannerConfig::default(), ReducerConfig::default());
+        let t0 = Timestamp(1_000_000);
+        p.announce(&[id("p")]);
+        let l = p.lease(t0, 1, &ALL).pop().unwrap();
+        p.complete(t0, l.task_id, &[obs(l.task_id, "p", true)])
+            .unwrap();
+        assert_eq!(p.health(&id("p")).unwrap().state, HealthState::Available);
+        // A check is out when gateway traffic starts failing through the proxy.
+        let t1 = t0.plus(Duration::from_secs(15));
+        let l = p.lease(t1, 1, &ALL).pop().unwrap();
+        let fail = Some(FailureCode::ConnectRefused);
+        let verdicts: Vec<_> = (0..5)
+            .filter_map(|_| p.outcome(t1, &id("p"), fail))
+            .collect();
+        assert_eq!(verdicts.len(), 1);
+        assert_eq!(verdicts[0].verdict, HealthVerdict::Suspect);
+        assert_eq!(p.health(&id("p")).unwrap().state, HealthState::Suspect);
+        // That check's success predates the verdict: it stays SUSPECT, due again soon.
+        let v = p
+            .complete(t1, l.task_id, &[obs(l.task_id, "p", true)])
+            .unwrap();
+        assert!(v.is_empty(), "{v:?}");
+        assert_eq!(p.health(&id("p")).unwrap().state, HealthState::Suspect);
+        let t2 = t1.plus(Duration::from_secs(3));
+        let l = p
+            .lease(t2, 1, &ALL)
+            .pop()
+            .expect("due on the SUSPECT schedule");
+        // A check made after the verdict decides.
+        let v = p
+            .complete(t2, l.task_id, &[obs(l.task_id, "p", true)])
+            .unwrap();
+        assert_eq!(v[0].verdict, HealthVerdict::Available);
+        // Without a check out, the outcome verdict moves the next check to the SUSPECT
+        // schedule.
+        let t3 = t2.plus(Duration::from_secs(1));
+        for _ in 0..5 {
+            p.outcome(t3, &id("p"), fail);
+        }
+        assert!(p.lease(t3.plus(Duration::from_secs(2)), 1, &ALL).is_empty());
+        assert_eq!(p.lease(t3.plus(Duration::from_secs(3)), 1, &ALL).len(), 1);
     }
 }

@@ -14,6 +14,13 @@
 //! | any         | failure, streak below both           | unchanged                           | no           |
 //! | any         | EGRESS `client_leaked` (if enabled)  | UNHEALTHY, leak open until an EGRESS success | on change |
 //! | AVAILABLE   | TARGET unreachable, ≥ `target_suspect_after` in a row | SUSPECT            | on change    |
+//! | AVAILABLE   | gateway outcome: proxy-side failure, ≥ `outcome_suspect_after` in a row | SUSPECT | on change |
+//!
+//! Gateway outcomes ([`reduce_outcome`]) are observations with their own weight: only
+//! proxy-side failures count (a refused dial, a failed proxy handshake), a gateway
+//! success or any checker success ends the streak, and target-side failures are not
+//! the proxy's fault (the caller does not pass them). They can only take an AVAILABLE
+//! proxy to SUSPECT; the checker decides what happens next.
 
 use std::num::NonZeroU32;
 
@@ -34,6 +41,8 @@ pub struct ReducerConfig {
     pub unhealthy_on_leak: bool,
     /// Consecutive TARGET failures (with working BASIC) that make it SUSPECT.
     pub target_suspect_after: NonZeroU32,
+    /// Consecutive proxy-side failures of gateway traffic that make it SUSPECT.
+    pub outcome_suspect_after: NonZeroU32,
 }
 
 impl Default for ReducerConfig {
@@ -44,6 +53,7 @@ impl Default for ReducerConfig {
             recover_after: 2,
             unhealthy_on_leak: true,
             target_suspect_after: NonZeroU32::MIN.saturating_add(2),
+            outcome_suspect_after: NonZeroU32::MIN.saturating_add(4),
         }
     }
 }
@@ -97,6 +107,8 @@ pub struct ProxyHealth {
     /// An EGRESS check saw the checker's address; only an EGRESS success clears it,
     /// and until then the proxy stays UNHEALTHY whatever else succeeds.
     pub leaked: bool,
+    /// Proxy-side failures of gateway traffic in a row.
+    pub outcome_failures: u32,
 }
 
 /// The part of an observation the reducer looks at.
@@ -122,6 +134,7 @@ pub fn reduce(
     }
     if fact.success {
         next.failures = 0;
+        next.outcome_failures = 0;
         next.successes = next.successes.saturating_add(1);
         if fact.tier == Tier::Target {
             next.target_failures = 0;
@@ -174,6 +187,28 @@ pub fn reduce(
         next.state.verdict()
     };
     (next, verdict)
+}
+
+/// Reduces one gateway outcome: `proxy_failed` is a proxy-side failure (refused dial,
+/// failed proxy handshake), `false` a success. Target-side failures are not passed in.
+pub fn reduce_outcome(
+    cfg: &ReducerConfig,
+    prev: ProxyHealth,
+    proxy_failed: bool,
+) -> (ProxyHealth, Option<HealthVerdict>) {
+    let mut next = prev;
+    if !proxy_failed {
+        next.outcome_failures = 0;
+        return (next, None);
+    }
+    next.outcome_failures = next.outcome_failures.saturating_add(1);
+    if next.outcome_failures >= cfg.outcome_suspect_after.get()
+        && prev.state == HealthState::Available
+    {
+        next.state = HealthState::Suspect;
+        return (next, Some(HealthVerdict::Suspect));
+    }
+    (next, None)
 }
 
 #[cfg(test)]
@@ -353,22 +388,62 @@ mod tests {
         })
     }
 
+    /// One input of the reducer: a checker observation or a gateway outcome
+    /// (`true`: a proxy-side failure).
+    #[derive(Clone, Copy, Debug)]
+    enum Event {
+        Check(Fact),
+        Outcome(bool),
+    }
+
+    fn event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            3 => fact().prop_map(Event::Check),
+            2 => any::<bool>().prop_map(Event::Outcome),
+        ]
+    }
+
     /// A deliberately naive model: recompute everything from the whole history.
-    fn model(c: &ReducerConfig, facts: &[Fact]) -> HealthState {
-        let relevant: Vec<&Fact> = facts
-            .iter()
-            .filter(|f| f.failure != Some(FailureCode::CheckerError))
-            .collect();
+    fn model(c: &ReducerConfig, events: &[Event]) -> HealthState {
         let mut state = HealthState::Unchecked;
-        for (i, f) in relevant.iter().enumerate() {
-            let hist = &relevant[..=i];
+        for (i, e) in events.iter().enumerate() {
+            let relevant: Vec<&Fact> = events[..=i]
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Check(f) if f.failure != Some(FailureCode::CheckerError) => Some(f),
+                    _ => None,
+                })
+                .collect();
+            let f = match e {
+                Event::Outcome(false) => continue,
+                Event::Outcome(true) => {
+                    // trailing proxy-side gateway failures, ended by a gateway success or
+                    // a checker success
+                    let ostreak = events[..=i]
+                        .iter()
+                        .rev()
+                        .take_while(|e| match e {
+                            Event::Outcome(failed) => *failed,
+                            Event::Check(f) => !f.success,
+                        })
+                        .filter(|e| matches!(e, Event::Outcome(true)))
+                        .count() as u32;
+                    if ostreak >= c.outcome_suspect_after.get() && state == HealthState::Available {
+                        state = HealthState::Suspect;
+                    }
+                    continue;
+                }
+                Event::Check(f) if f.failure == Some(FailureCode::CheckerError) => continue,
+                Event::Check(f) => *f,
+            };
+            let hist = &relevant[..];
             let conn_fail = |f: &&&Fact| {
                 let leak = f.failure == Some(FailureCode::ClientLeaked) && c.unhealthy_on_leak;
                 let target =
                     f.tier == Tier::Target && f.failure == Some(FailureCode::TargetUnreachable);
                 !(f.success || leak || target)
             };
-            let is_target_fail = |f: &&&Fact| {
+            let is_target_fail = |f: &Fact| {
                 f.tier == Tier::Target && f.failure == Some(FailureCode::TargetUnreachable)
             };
             // trailing run of connectivity failures, skipping target failures and leaks
@@ -382,7 +457,7 @@ mod tests {
                 .iter()
                 .rev()
                 .take_while(|f| !(f.success && f.tier == Tier::Target))
-                .filter(is_target_fail)
+                .filter(|f| is_target_fail(f))
                 .count() as u32;
             let wins = hist.iter().rev().take_while(|f| f.success).count() as u32;
             // a leak not yet cleared by a later EGRESS success
@@ -424,29 +499,51 @@ mod tests {
     proptest! {
         #[test]
         fn reducer_matches_the_model(
-            n in 1u32..4, extra in 0u32..3, recover in 0u32..3,
-            facts in proptest::collection::vec(fact(), 0..40),
+            n in 1u32..4, extra in 0u32..3, recover in 0u32..3, outcomes in 1u32..5,
+            events in proptest::collection::vec(event(), 0..48),
         ) {
-            let c = ReducerConfig { recover_after: recover, ..cfg(n, n + extra) };
+            let c = ReducerConfig {
+                recover_after: recover,
+                outcome_suspect_after: NonZeroU32::new(outcomes).unwrap(),
+                ..cfg(n, n + extra)
+            };
             let mut h = ProxyHealth::default();
-            for (i, f) in facts.iter().enumerate() {
-                let (next, verdict) = reduce(&c, h, *f);
-                prop_assert_eq!(next.state, model(&c, &facts[..=i]), "after {:?}", &facts[..=i]);
+            for (i, e) in events.iter().enumerate() {
+                let (next, verdict) = match e {
+                    Event::Check(f) => reduce(&c, h, *f),
+                    Event::Outcome(failed) => reduce_outcome(&c, h, *failed),
+                };
+                prop_assert_eq!(next.state, model(&c, &events[..=i]), "after {:?}", &events[..=i]);
                 // a verdict always names the state it leaves the proxy in
                 if let Some(v) = verdict {
                     prop_assert_eq!(Some(v), next.state.verdict());
                 }
-                // successes report (freshness) unless the proxy stays UNHEALTHY;
-                // failures only on change
-                let stays_unhealthy =
-                    h.state == HealthState::Unhealthy && next.state == HealthState::Unhealthy;
-                if f.success && !stays_unhealthy { prop_assert_eq!(verdict, next.state.verdict()); }
-                if stays_unhealthy || (!f.success && next.state == h.state) {
-                    prop_assert_eq!(verdict, None);
+                match e {
+                    Event::Check(f) => {
+                        // successes report (freshness) unless the proxy stays UNHEALTHY;
+                        // failures only on change
+                        let stays_unhealthy = h.state == HealthState::Unhealthy
+                            && next.state == HealthState::Unhealthy;
+                        if f.success && !stays_unhealthy {
+                            prop_assert_eq!(verdict, next.state.verdict());
+                        }
+                        if stays_unhealthy || (!f.success && next.state == h.state) {
+                            prop_assert_eq!(verdict, None);
+                        }
+                    }
+                    // gateway outcomes only ever take AVAILABLE to SUSPECT
+                    Event::Outcome(_) => {
+                        if next.state != h.state {
+                            prop_assert_eq!((h.state, next.state), (HealthState::Available, HealthState::Suspect));
+                        } else {
+                            prop_assert_eq!(verdict, None);
+                        }
+                    }
                 }
                 // never AVAILABLE with a failure streak at the threshold
                 if next.state == HealthState::Available {
                     prop_assert!(next.failures < c.suspect_after.get());
+                    prop_assert!(next.outcome_failures < c.outcome_suspect_after.get());
                 }
                 if next.failures >= c.unhealthy_after.get() {
                     prop_assert_eq!(next.state, HealthState::Unhealthy);
@@ -454,5 +551,36 @@ mod tests {
                 h = next;
             }
         }
+    }
+
+    #[test]
+    fn gateway_outcomes_condemn_a_failing_proxy_but_not_a_healthy_one() {
+        let c = ReducerConfig::default();
+        let (mut h, _) = reduce(&c, ProxyHealth::default(), OK);
+        assert_eq!(h.state, HealthState::Available);
+        // A few proxy-side failures between successes: nothing.
+        for failed in [
+            true, true, false, true, true, true, true, false, true, false,
+        ] {
+            let (next, v) = reduce_outcome(&c, h, failed);
+            assert_eq!(v, None);
+            h = next;
+        }
+        assert_eq!(h.state, HealthState::Available);
+        // Every attempt fails: SUSPECT after `outcome_suspect_after` (5) in a row.
+        let mut verdicts = Vec::new();
+        for _ in 0..5 {
+            let (next, v) = reduce_outcome(&c, h, true);
+            verdicts.push(v);
+            h = next;
+        }
+        assert_eq!(verdicts[..4], [None, None, None, None]);
+        assert_eq!(verdicts[4], Some(HealthVerdict::Suspect));
+        // A checker success brings it back and clears the streak.
+        let (h, v) = reduce(&c, h, OK);
+        assert_eq!(
+            (h.state, v, h.outcome_failures),
+            (HealthState::Available, Some(HealthVerdict::Available), 0)
+        );
     }
 }

@@ -15,10 +15,14 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use tracing::debug;
 
+use proxy_pool_api::controlplane::model::{Outcome, OutcomeStage};
+
 use super::metrics::HealthMetrics;
+use super::model::FailureCode;
 use super::model::{CheckTask, CheckerId, Observation, Tier};
 use super::planner::{Lease, Planner, PlannerConfig, Verdict};
 use super::reducer::ReducerConfig;
+use crate::controlplane::{TargetExclusions, WorkerOutcome};
 use crate::provider::ProxyAnnouncer;
 
 /// Most observations one `submit` call takes.
@@ -315,6 +319,65 @@ impl ObservationSink for HealthService {
             "observations applied"
         );
         Ok(report)
+    }
+}
+
+/// What a gateway outcome says about its proxy: `Some(None)` it worked, `Some(Some(code))`
+/// a proxy-side failure (a refused or timed-out dial, a failed or garbled proxy
+/// handshake), `None` nothing about the proxy (target-side failures, failures after the
+/// tunnel was up, timeouts that may be the target's).
+pub fn proxy_side(o: &Outcome) -> Option<Option<FailureCode>> {
+    if o.success {
+        return Some(None);
+    }
+    let code = o.failure_code.as_deref().unwrap_or("");
+    match (o.stage, code) {
+        (OutcomeStage::Dial, "upstream-timeout") => Some(Some(FailureCode::ConnectTimeout)),
+        (OutcomeStage::Dial, _) => Some(Some(FailureCode::ConnectRefused)),
+        (OutcomeStage::ProxyHandshake, "upstream-handshake-failed" | "upstream-io") => {
+            Some(Some(FailureCode::HandshakeFailed))
+        }
+        (OutcomeStage::ProxyHandshake, "upstream-bad-response") => {
+            Some(Some(FailureCode::BadResponse))
+        }
+        _ => None,
+    }
+}
+
+impl HealthService {
+    /// Feeds gateway outcomes to the reducer (their own weight: `outcome_suspect_after`
+    /// proxy-side failures in a row make an AVAILABLE proxy SUSPECT) and writes the
+    /// verdicts. Untracked proxies and outcomes that say nothing about the proxy are
+    /// skipped. Returns how many verdicts were written.
+    pub async fn outcomes(&self, outcomes: &[WorkerOutcome]) -> Result<u32, HealthError> {
+        let _writer = self.writer.lock().await;
+        let mut verdicts = Vec::new();
+        {
+            let now = self.clock.now();
+            let mut p = self.planner.lock();
+            for o in outcomes {
+                let Some(failure) = proxy_side(&o.outcome) else {
+                    continue;
+                };
+                let Ok(id) = ProxyId::new(o.outcome.proxy_id.as_str()) else {
+                    continue;
+                };
+                if let Some(v) = p.outcome(now, &id, failure) {
+                    debug!(proxy = %id, worker = %o.worker_id, "gateway outcomes: proxy SUSPECT");
+                    verdicts.push(v);
+                }
+            }
+        }
+        if verdicts.is_empty() {
+            return Ok(0);
+        }
+        self.write(verdicts).await
+    }
+}
+
+impl TargetExclusions for HealthService {
+    fn excluded(&self, proxy: &ProxyId) -> Vec<String> {
+        self.planner.lock().excluded(proxy)
     }
 }
 

@@ -17,6 +17,7 @@ mod options;
 mod parse;
 mod reconciler;
 mod source;
+mod status;
 
 pub use candidate::{candidates, stable_id};
 pub use config::{ResolvedSecrets, UpstreamPlan, plan_upstream};
@@ -28,6 +29,7 @@ pub use options::{BackoffOptions, CandidateDefaults, FetchBudget, MAX_CHUNK, Pro
 pub use parse::{MAX_LINE_BYTES, parse_json, parse_line, parse_lines, parse_time};
 pub use reconciler::{FetchOutcome, ProviderReconciler, ProxyAnnouncer};
 pub use source::{StaticSource, VendorSource};
+pub use status::{FetchStatus, UpstreamFetch};
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

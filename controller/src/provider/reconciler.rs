@@ -50,6 +50,7 @@ pub struct ProviderReconciler {
     health: Option<Arc<dyn HealthStore>>,
     announcer: Option<Arc<dyn ProxyAnnouncer>>,
     metrics: ProviderMetrics,
+    status: super::FetchStatus,
     run_id: String,
     seq: AtomicU64,
 }
@@ -80,9 +81,16 @@ impl ProviderReconciler {
             health: None,
             announcer: None,
             metrics,
+            status: super::FetchStatus::default(),
             run_id,
             seq: AtomicU64::new(0),
         })
+    }
+
+    /// Records every fetch's result in `status` (the admin inventory reads it).
+    pub fn with_status(mut self, status: super::FetchStatus) -> Self {
+        self.status = status;
+        self
     }
 
     /// Needed when `assume_healthy` is set: marks upserted proxies AVAILABLE.
@@ -147,6 +155,7 @@ impl ProviderReconciler {
             Ok(batch) => batch,
             Err(err) => {
                 self.metrics.fetch_result(upstream, err.kind());
+                self.status.failed(upstream, err.kind(), Timestamp::now());
                 return Err(err.into());
             }
         };
@@ -178,6 +187,7 @@ impl ProviderReconciler {
                 Ok(part) => part,
                 Err(err) => {
                     self.metrics.fetch_result(upstream, "pool_error");
+                    self.status.failed(upstream, "pool_error", Timestamp::now());
                     return Err(err.into());
                 }
             };
@@ -190,6 +200,7 @@ impl ProviderReconciler {
             self.after_upsert(&ids).await;
         }
         self.metrics.fetch_result(upstream, "ok");
+        self.status.succeeded(upstream, Timestamp::now());
         debug!(
             offered,
             inserted = report.inserted,

@@ -171,6 +171,42 @@ impl Harness {
         }
     }
 
+    /// A controller restart: the serving control plane stops, a new one (empty
+    /// registry, manager and publisher; the same pool, clock and `config`) serves on a
+    /// new port.
+    pub async fn restart(&mut self, config: ControlPlaneConfig) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.server_task.take() {
+            let _ = task.await;
+        }
+        let ports = ports_of(self.pool.clone(), self.clock.clone());
+        let (outcomes, outcomes_rx) = OutcomeQueue::bounded(1024);
+        let cp = Arc::new(ControlPlane::new(
+            config,
+            ports,
+            self.checker.clone(),
+            outcomes,
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        self.endpoint = format!("http://{}", listener.local_addr().expect("addr"));
+        let (stop, stopped) = oneshot::channel::<()>();
+        self.server_task = Some(tokio::spawn(serve(
+            listener,
+            Transport::LoopbackFixture,
+            cp.clone(),
+            async {
+                let _ = stopped.await;
+            },
+        )));
+        self.stop = Some(stop);
+        self.cp = cp;
+        self.outcomes_rx = outcomes_rx;
+    }
+
     pub async fn channel(&self) -> Channel {
         connect(
             &self.endpoint,

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::audit::AuditLog;
 use super::config::Settings;
 use super::failure::{Switch, VendorFault};
 use super::registry::Registry;
@@ -28,6 +29,8 @@ pub(crate) struct SimCore {
     /// Root of every cancellation: proxies hold child tokens.
     pub(crate) token: CancellationToken,
     pub(crate) tracker: TaskTracker,
+    /// Every use of every proxy (the exclusivity auditor).
+    pub(crate) audit: std::sync::Arc<AuditLog>,
     seq: AtomicU64,
 }
 
@@ -40,6 +43,7 @@ impl SimCore {
             vendor_fault: Switch::new(VendorFault::None),
             token: CancellationToken::new(),
             tracker: TaskTracker::new(),
+            audit: std::sync::Arc::default(),
             seq: AtomicU64::new(0),
         }
     }

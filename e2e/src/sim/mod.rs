@@ -7,6 +7,7 @@
 //! drop, and no proxy forwards beyond loopback.
 
 mod api;
+pub mod audit;
 mod config;
 mod core;
 mod echo;
@@ -200,6 +201,11 @@ impl Simulator {
     /// Ends a proxy now, as if its TTL had run out.
     pub fn expire(&self, id: &str) -> Result<(), SimError> {
         self.core.registry.expire(id)
+    }
+
+    /// The exclusivity auditor's log of every proxy use.
+    pub fn audit(&self) -> &audit::AuditLog {
+        &self.core.audit
     }
 
     /// Live proxies, oldest first.

@@ -51,6 +51,8 @@ fn proxy(p: &model::SnapshotProxy) -> UpstreamProxy {
         observed_latency: None,
         draining: p.draining,
         assignment_epoch: p.assignment_epoch,
+        lease_until: (p.lease_expires_at_ms > 0).then(|| from_unix_ms(ms(p.lease_expires_at_ms))),
+        excluded_routings: p.excluded_routings.clone(),
     }
 }
 
@@ -145,6 +147,8 @@ mod tests {
                 usable_until_ms: 4_000,
                 assignment_epoch: 3,
                 draining: false,
+                lease_expires_at_ms: 3_500,
+                excluded_routings: vec!["other".into()],
             }],
             checksum: model::Checksum::default(),
         };
@@ -155,6 +159,8 @@ mod tests {
         assert_eq!(p.credentials.as_ref().unwrap().password, "pw");
         assert_eq!((p.max_concurrent, p.assignment_epoch), (4, 3));
         assert_eq!(p.usable_until, from_unix_ms(4_000));
+        assert_eq!(p.lease_until, Some(from_unix_ms(3_500)));
+        assert_eq!(p.excluded_routings, ["other"]);
         let r = &s.routings[0];
         assert_eq!(r.strategy, Strategy::LeastActive);
         assert_eq!(r.session_param, "sid");

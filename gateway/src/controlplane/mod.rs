@@ -181,6 +181,7 @@ impl Agent {
             self.handle
                 .set_max_stale_age(Duration::from_millis(reg.max_stale_age_ms));
         }
+        self.handle.new_session();
         info!(session = %reg.session_id, "registered with the control plane");
         let ids = Ids {
             worker_id: self.cfg.worker_id.clone(),
@@ -358,8 +359,14 @@ async fn publish(
     })
 }
 
+/// While a draining proxy is still in use, how often the reporter looks whether it
+/// became idle (a report is sent only when one did).
+const DRAIN_POLL: Duration = Duration::from_millis(100);
+
 /// Sends runtime counts (and the interval's per-Routing usage) every `interval`,
-/// bound to the last ACKed snapshot. Usage waits in the recorder until a report can
+/// bound to the last ACKed snapshot; also right after each accepted snapshot and as
+/// soon as a draining proxy becomes idle, so a drain completes within a pass of the
+/// controller rather than a report interval. Usage waits in the recorder until a report can
 /// be sent; a report the controller refuses with FAILED_PRECONDITION (it counted
 /// nothing) has its usage resent with the next report, possibly in the next session;
 /// any other failure may or may not have been counted, so its usage is dropped and
@@ -368,7 +375,7 @@ async fn report_runtime(
     channel: Channel,
     ids: Ids,
     handle: SnapshotHandle,
-    acked: watch::Receiver<Acked>,
+    mut acked: watch::Receiver<Acked>,
     interval: Duration,
     recorder: Option<&UsageRecorder>,
     pending: &mut UsageReport,
@@ -376,11 +383,21 @@ async fn report_runtime(
     let mut rpc = WorkerControlPlaneClient::new(channel);
     let mut sequence = 0u64;
     let mut tick = tokio::time::interval(interval);
+    let mut acked_open = true;
+    // Draining proxies in use at the last report.
+    let mut draining: Vec<ProxyId> = Vec::new();
     loop {
-        tick.tick().await;
-        let Some((version, epoch)) = *acked.borrow() else {
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = acked.changed(), if acked_open => {
+                acked_open = changed.is_ok();
+            }
+            () = drained(&handle, &draining), if !draining.is_empty() => {}
+        }
+        let Some((version, epoch)) = *acked.borrow_and_update() else {
             continue;
         };
+        draining = handle.busy_draining();
         let counts = handle
             .runtime_report()
             .into_iter()
@@ -430,6 +447,17 @@ async fn report_runtime(
                 .map(|s| ProxyId::from(s.as_str()))
                 .collect();
             handle.revoke(&ids);
+        }
+    }
+}
+
+/// Resolves once one of `draining` (busy at the last report) is no longer busy.
+async fn drained(handle: &SnapshotHandle, draining: &[ProxyId]) {
+    loop {
+        tokio::time::sleep(DRAIN_POLL).await;
+        let busy = handle.busy_draining();
+        if draining.iter().any(|id| !busy.contains(id)) {
+            return;
         }
     }
 }

@@ -211,6 +211,8 @@ pub(crate) async fn relay(shared: &Shared, client: &mut BufConn, mut est: Establ
                 shared.config.io_idle_timeout,
                 write,
                 &shared.force,
+                // Exclusivity: nothing goes through the proxy past this worker's lease.
+                est.entry.state.lease_ended(),
             )
             .await
         }
@@ -221,6 +223,7 @@ pub(crate) async fn relay(shared: &Shared, client: &mut BufConn, mut est: Establ
         TunnelEnd::Idle => Some("idle-timeout"),
         TunnelEnd::Cancelled => Some("shutting-down"),
         TunnelEnd::Error => Some("tunnel-io"),
+        TunnelEnd::LeaseEnded => Some("lease-ended"),
     };
     shared.outcomes.record(
         &est.entry.id,

@@ -25,6 +25,8 @@ fn proxy(id: &str, region: &str, max: u32) -> UpstreamProxy {
         observed_latency: None,
         draining: false,
         assignment_epoch: 0,
+        lease_until: None,
+        excluded_routings: Vec::new(),
     }
 }
 

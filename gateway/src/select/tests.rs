@@ -22,6 +22,8 @@ fn proxy(i: usize, max: u32) -> UpstreamProxy {
         observed_latency: None,
         draining: false,
         assignment_epoch: 0,
+        lease_until: None,
+        excluded_routings: Vec::new(),
     }
 }
 

@@ -235,6 +235,8 @@ impl SnapshotFile {
                     observed_latency: None,
                     draining: false,
                     assignment_epoch: 0,
+                    lease_until: None,
+                    excluded_routings: Vec::new(),
                 }
             })
             .collect();

@@ -30,6 +30,9 @@ struct Inner {
     capacity: CapacityRegistry,
     /// Milliseconds; set by the control plane at registration.
     max_stale_age_ms: AtomicU64,
+    /// A new control-plane session began: its first snapshot is installed whatever
+    /// its (epoch, version) (a restarted controller numbers afresh).
+    new_session: std::sync::atomic::AtomicBool,
 }
 
 impl SnapshotHandle {
@@ -41,6 +44,7 @@ impl SnapshotHandle {
                 registry: Mutex::new(()),
                 capacity: CapacityRegistry::default(),
                 max_stale_age_ms: AtomicU64::new(duration_ms(max_stale_age)),
+                new_session: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -50,7 +54,9 @@ impl SnapshotHandle {
     pub fn install(&self, snapshot: Snapshot) -> Result<Arc<LiveSnapshot>, SnapshotError> {
         let version = snapshot.version;
         let _build = self.inner.registry.lock();
+        let fresh_session = self.inner.new_session.load(Ordering::Acquire);
         if let Some(cur) = self.inner.current.load().as_ref()
+            && !fresh_session
             && (snapshot.epoch, snapshot.version) < (cur.epoch, cur.version)
         {
             return Err(SnapshotError {
@@ -67,6 +73,7 @@ impl SnapshotHandle {
             stale_at,
         )?);
         self.inner.current.store(Some(live.clone()));
+        self.inner.new_session.store(false, Ordering::Release);
         debug!(
             version,
             proxies = live.proxies.len(),
@@ -79,6 +86,13 @@ impl SnapshotHandle {
     /// The current snapshot (one atomic load; hold the guard only briefly).
     pub fn load(&self) -> Guard<Option<Arc<LiveSnapshot>>> {
         self.inner.current.load()
+    }
+
+    /// A new control-plane session began (the worker registered again, perhaps with a
+    /// restarted controller whose versions start afresh): the next snapshot replaces
+    /// the current one whatever its (epoch, version). Within a session they only grow.
+    pub fn new_session(&self) {
+        self.inner.new_session.store(true, Ordering::Release);
     }
 
     /// Records that the control plane confirmed the current snapshot is still
@@ -107,6 +121,12 @@ impl SnapshotHandle {
         for id in ids {
             self.inner.capacity.close(id);
         }
+    }
+
+    /// Draining (or removed) proxies that are still in use: the agent reports as soon
+    /// as one of them becomes idle, so the controller can finish its drain.
+    pub fn busy_draining(&self) -> Vec<ProxyId> {
+        self.inner.capacity.busy_draining()
     }
 
     /// Active/Reserved counts of every proxy, including removed ones still draining.
@@ -188,6 +208,8 @@ mod tests {
             observed_latency: None,
             draining: false,
             assignment_epoch: 0,
+            lease_until: None,
+            excluded_routings: Vec::new(),
         }
     }
 

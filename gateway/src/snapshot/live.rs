@@ -186,7 +186,7 @@ impl LiveSnapshot {
                     .map(|d| u32::try_from(d.as_micros()).unwrap_or(u32::MAX));
                 let max = if p.draining { 0 } else { p.max_concurrent };
                 let state = registry.state_for(&p.id, max, latency);
-                state.set_assignment(p.assignment_epoch, p.draining);
+                state.set_assignment(p.assignment_epoch, p.draining, lease_cut_ms(p));
                 state
             })
             .collect();
@@ -214,7 +214,7 @@ impl LiveSnapshot {
                 protocol: p.protocol,
                 addr,
                 auth,
-                usable_until_ms: unix_ms(p.usable_until.min(p.expires_at)),
+                usable_until_ms: unix_ms(p.usable_until.min(p.expires_at)).min(lease_cut_ms(p)),
                 state,
             }));
         }
@@ -289,6 +289,7 @@ fn compile_routing(
         .filter(|(_, p)| {
             !p.draining
                 && p.max_concurrent > 0
+                && !p.excluded_routings.contains(&spec.name)
                 && any_or(&spec.upstreams, &p.upstream)
                 && any_or(&spec.regions, &p.region)
                 && any_or(&spec.carriers, &p.carrier)
@@ -386,6 +387,14 @@ fn problem(p: &str) -> SnapshotError {
     SnapshotError {
         problems: vec![p.to_owned()],
     }
+}
+
+/// Unix ms from which nothing may go through `p`: its lease end less
+/// [`super::LEASE_SAFETY`], or `u64::MAX` without a lease bound.
+fn lease_cut_ms(p: &super::UpstreamProxy) -> u64 {
+    p.lease_until.map_or(u64::MAX, |t| {
+        unix_ms(t).saturating_sub(super::LEASE_SAFETY.as_millis() as u64)
+    })
 }
 
 /// Unix milliseconds of `t` (0 before the epoch).

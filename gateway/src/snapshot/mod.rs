@@ -79,6 +79,11 @@ impl fmt::Debug for ProxyCredentials {
     }
 }
 
+/// How long before its lease end the gateway stops using a proxy: room for clock
+/// skew between this host and the pool's clock (Redis `TIME`), so a proxy the pool
+/// releases at the lease end is no longer in use by then.
+pub const LEASE_SAFETY: Duration = Duration::from_secs(1);
+
 /// One vendor proxy assigned to this worker.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamProxy {
@@ -110,6 +115,12 @@ pub struct UpstreamProxy {
     pub draining: bool,
     /// Ownership epoch of this worker's assignment (echoed in runtime reports).
     pub assignment_epoch: u64,
+    /// End of this worker's lease on the proxy (`None`: no lease bound, e.g. a
+    /// snapshot file). Nothing goes through the proxy from
+    /// `lease_until − LEASE_SAFETY` on: no new request, and open tunnels are closed.
+    pub lease_until: Option<SystemTime>,
+    /// Routings that must not use it (failed TARGET checks for their targets).
+    pub excluded_routings: Vec<String>,
 }
 
 /// Proxy selection strategy.

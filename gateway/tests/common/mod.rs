@@ -485,6 +485,8 @@ pub fn raw_upstream(id: &str, addr: SocketAddr, max: u32) -> UpstreamProxy {
         observed_latency: None,
         draining: false,
         assignment_epoch: 0,
+        lease_until: None,
+        excluded_routings: Vec::new(),
     }
 }
 

@@ -40,6 +40,8 @@ pub struct Knobs {
     pub revoked_in_report: Option<u64>,
     /// Runtime reports are received but never answered (a controller gone silent).
     pub silent: bool,
+    /// `report_interval_ms` answered at registration.
+    pub report_interval_ms: u64,
 }
 
 impl Default for Knobs {
@@ -49,6 +51,7 @@ impl Default for Knobs {
             revoke_next: Vec::new(),
             revoked_in_report: None,
             silent: false,
+            report_interval_ms: 100,
         }
     }
 }
@@ -72,13 +75,17 @@ impl WorkerControlPlane for Fake {
         request: Request<pb::RegisterWorkerRequest>,
     ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
         assert_eq!(request.get_ref().supported_protocol_versions, vec![1]);
+        let (max_stale_age_ms, report_interval_ms) = {
+            let k = self.knobs.lock();
+            (k.max_stale_age_ms, k.report_interval_ms)
+        };
         Ok(Response::new(pb::RegisterWorkerResponse {
             session_id: "s1".into(),
             protocol_version: 1,
             ownership_epoch: 1,
-            max_stale_age_ms: self.knobs.lock().max_stale_age_ms,
+            max_stale_age_ms,
             session_ttl_ms: 30_000,
-            report_interval_ms: 100,
+            report_interval_ms,
             max_outcome_batch: 50,
         }))
     }

@@ -48,6 +48,10 @@ pub struct OperatorConfig {
     pub controller_tls: Option<super::tls::ControllerTls>,
     /// Seals the content hashes written as pod annotations.
     pub hash_key: super::hash_key::HashKey,
+    /// `http://host:port` of the controller's admin listener: each Upstream's status
+    /// takes its inventory, last fetch time and fetch failures from there (`None`:
+    /// Upstream status reports the config only).
+    pub controller_admin: Option<String>,
 }
 
 impl OperatorConfig {

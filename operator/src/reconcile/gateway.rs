@@ -497,15 +497,23 @@ async fn reconcile_inner(r: &Routing, ctx: &Context) -> Result<Action, Error> {
         .as_ref()
         .and_then(|s| s.ready_replicas)
         .unwrap_or(0);
+    let desired = applied.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let mut problems = rendered.problems_of(Kind::Routing, &name).to_vec();
     problems.extend(ctx.config_problems(&rendered).await?);
-    let outcome = Outcome {
+    let mut outcome = Outcome::new(
         problems,
-        ready_message: format!(
-            "in the controller config; gateway Deployment and Service {object} applied, accepting {} client(s)",
+        format!(
+            "{ready} of {desired} gateway pod(s) of {object} ready, accepting {} client(s)",
             clients.names.len()
         ),
-    };
+    );
+    // Ready only when the gateway pods serve: written into the config is not enough.
+    if desired < 1 || ready < desired {
+        outcome.waiting = Some((
+            "GatewayPodsNotReady",
+            format!("{ready} of {desired} gateway pod(s) of Deployment {object} ready"),
+        ));
+    }
     let old = r
         .status
         .as_ref()
@@ -521,6 +529,9 @@ async fn reconcile_inner(r: &Routing, ctx: &Context) -> Result<Action, Error> {
     event_on_change(ctx, r, &old, &outcome).await;
     Ok(if outcome.is_ready() {
         Action::requeue(Duration::from_secs(300))
+    } else if outcome.problems.is_empty() {
+        // Waiting for pods (the Deployment's status changes trigger a reconcile too).
+        Action::requeue(Duration::from_secs(15))
     } else {
         Action::requeue(Duration::from_secs(60))
     })

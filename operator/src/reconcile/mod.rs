@@ -23,6 +23,7 @@ mod error;
 pub mod gateway;
 pub mod hash_key;
 pub mod http;
+pub mod inventory;
 pub mod leader;
 pub mod metrics;
 pub mod render;

@@ -687,6 +687,7 @@ fn routing(
             .map(|(k, v)| (k, vec![v]))
             .collect(),
         target_hosts: matcher.target_hosts,
+        target_check_port: None,
         sticky_session: r.spec.sticky_session.as_ref().map(|s| RawStickySession {
             ttl: Some(s.ttl.clone()),
             idle_timeout: Some(s.idle_timeout.clone()),

@@ -12,6 +12,7 @@ use serde_json::json;
 use super::Error;
 use super::context::Context;
 use super::render::Kind;
+use super::render::Problem;
 use super::status::{Outcome, apply_status, conditions, event_on_change};
 use crate::crd::{DistributionClient, Upstream};
 
@@ -24,16 +25,88 @@ pub async fn reconcile_upstream(u: Arc<Upstream>, ctx: Arc<Context>) -> Result<A
         .map(|s| s.conditions.clone())
         .unwrap_or_default();
     measured(Kind::Upstream.as_str(), &ctx, async {
-        let outcome = outcome(&ctx, Kind::Upstream, &u.name_any()).await?;
-        let status = json!({
-            "observedGeneration": u.meta().generation,
-            "conditions": conditions(&old, u.meta().generation, &outcome),
-        });
+        let mut outcome = outcome(&ctx, Kind::Upstream, &u.name_any()).await?;
+        let mut status = json!({ "observedGeneration": u.meta().generation });
+        if let Some(admin) = ctx.config.controller_admin.as_deref()
+            && outcome.problems.is_empty()
+        {
+            from_controller(admin, &u.name_any(), &mut outcome, &mut status).await;
+        }
+        status["conditions"] = json!(conditions(&old, u.meta().generation, &outcome));
         apply_status(&ctx, &*u, status).await?;
         event_on_change(&ctx, &*u, &old, &outcome).await;
-        Ok(action(&outcome))
+        Ok(if ctx.config.controller_admin.is_some() {
+            // Inventory changes all the time: keep `kubectl get upstreams` current.
+            Action::requeue(INVENTORY_REFRESH)
+        } else {
+            action(&outcome)
+        })
     })
     .await
+}
+
+/// How often an Upstream's status re-reads the controller's inventory.
+const INVENTORY_REFRESH: Duration = Duration::from_secs(15);
+
+/// Fills `status.inventory` / `status.lastFetchTime` from the controller's admin
+/// inventory, and what it says into `outcome`: a failing vendor fetch is a problem
+/// (Degraded, with its reason); no successful fetch yet, an upstream the controller
+/// does not serve yet, or an unreadable inventory keep it not Ready.
+async fn from_controller(
+    admin: &str,
+    name: &str,
+    outcome: &mut Outcome,
+    status: &mut serde_json::Value,
+) {
+    let report = match super::inventory::fetch(admin).await {
+        Ok(mut all) => all.remove(name),
+        Err(e) => {
+            outcome.waiting = Some((
+                "InventoryUnavailable",
+                format!("the controller's inventory could not be read: {e}"),
+            ));
+            return;
+        }
+    };
+    let Some(r) = report else {
+        outcome.waiting = Some((
+            "NotServedYet",
+            "the controller does not serve this upstream yet".to_owned(),
+        ));
+        return;
+    };
+    status["inventory"] = json!({
+        "managed": r.managed,
+        "available": r.available,
+        "availableSlots": r.available_slots,
+    });
+    if let Some(t) = &r.last_fetch_time {
+        status["lastFetchTime"] = json!(t);
+    }
+    match (&r.fetch_error, &r.last_fetch_time) {
+        (Some(e), _) => outcome.problems.push(Problem {
+            reason: e.condition_reason(),
+            message: format!(
+                "fetching from the vendor fails: {} ({} in a row, last at {})",
+                e.reason, e.consecutive_failures, e.at
+            ),
+        }),
+        (None, None) => {
+            outcome.waiting = Some((
+                "AwaitingFirstFetch",
+                "no successful fetch from the source yet".to_owned(),
+            ));
+        }
+        (None, Some(_)) => {
+            outcome.ready_message = format!(
+                "{}; {} managed, {} available, last fetched {}",
+                outcome.ready_message,
+                r.managed,
+                r.available,
+                r.last_fetch_time.as_deref().unwrap_or("")
+            );
+        }
+    }
 }
 
 /// Reports a DistributionClient's status.
@@ -79,10 +152,10 @@ async fn outcome(ctx: &Context, kind: Kind, name: &str) -> Result<Outcome, Error
     if kind == Kind::DistributionClient && !problems.is_empty() {
         problems.extend(rendered.extraction_refused());
     }
-    Ok(Outcome {
+    Ok(Outcome::new(
         problems,
-        ready_message: format!("in the controller config {}", ctx.config.config_map),
-    })
+        format!("in the controller config {}", ctx.config.config_map),
+    ))
 }
 
 fn action(outcome: &Outcome) -> Action {

@@ -20,40 +20,62 @@ use crate::crd::{CONDITION_DEGRADED, CONDITION_READY};
 /// The outcome a reconcile reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
-    /// What keeps the resource from working (empty: Ready).
+    /// What keeps the resource from working (empty: not Degraded).
     pub problems: Vec<Problem>,
+    /// Nothing is wrong but the resource is not working yet (gateway pods starting, no
+    /// vendor fetch yet, the controller's inventory not readable): Ready is False with
+    /// this reason and message, Degraded stays False.
+    pub waiting: Option<(&'static str, String)>,
     /// Message of the Ready condition when there is no problem.
     pub ready_message: String,
 }
 
 impl Outcome {
+    /// An outcome with these problems (nothing waited for).
+    pub fn new(problems: Vec<Problem>, ready_message: String) -> Self {
+        Self {
+            problems,
+            waiting: None,
+            ready_message,
+        }
+    }
+
     /// Whether the resource is Ready.
     pub fn is_ready(&self) -> bool {
-        self.problems.is_empty()
+        self.problems.is_empty() && self.waiting.is_none()
+    }
+
+    /// Ready's (status, reason, message) and Degraded's.
+    fn statuses(&self) -> [(&'static str, &'static str, String); 2] {
+        if let Some(p) = self.problems.first() {
+            let message = self
+                .problems
+                .iter()
+                .map(|p| p.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; ");
+            return [
+                ("False", p.reason, message.clone()),
+                ("True", p.reason, message),
+            ];
+        }
+        match &self.waiting {
+            Some((reason, message)) => [
+                ("False", reason, message.clone()),
+                ("False", "AsExpected", String::new()),
+            ],
+            None => [
+                ("True", "Reconciled", self.ready_message.clone()),
+                ("False", "AsExpected", String::new()),
+            ],
+        }
     }
 }
 
 /// The two conditions for `outcome`, keeping transition times of unchanged statuses.
 pub fn conditions(old: &[Condition], generation: Option<i64>, outcome: &Outcome) -> Vec<Condition> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let (ready, degraded) = if outcome.is_ready() {
-        (
-            ("True", "Reconciled", outcome.ready_message.clone()),
-            ("False", "AsExpected", String::new()),
-        )
-    } else {
-        let reason = outcome.problems[0].reason;
-        let message = outcome
-            .problems
-            .iter()
-            .map(|p| p.message.as_str())
-            .collect::<Vec<_>>()
-            .join("; ");
-        (
-            ("False", reason, message.clone()),
-            ("True", reason, message),
-        )
-    };
+    let [ready, degraded] = outcome.statuses();
     [(CONDITION_READY, ready), (CONDITION_DEGRADED, degraded)]
         .into_iter()
         .map(|(type_, (status, reason, message))| {
@@ -105,40 +127,24 @@ pub async fn event_on_change<K>(ctx: &Context, obj: &K, old: &[Condition], outco
 where
     K: Resource<DynamicType = ()>,
 {
-    let want = if outcome.is_ready() { "True" } else { "False" };
-    let was = old
+    let [(want, reason, message), _] = outcome.statuses();
+    let unchanged = old
         .iter()
         .find(|c| c.type_ == CONDITION_READY)
-        .map(|c| c.status.as_str());
-    let same_reason = old
-        .iter()
-        .find(|c| c.type_ == CONDITION_DEGRADED)
-        .is_some_and(|c| {
-            outcome
-                .problems
-                .first()
-                .is_some_and(|p| p.reason == c.reason)
-        });
-    if was == Some(want) && (outcome.is_ready() || same_reason) {
+        .is_some_and(|c| c.status == want && c.reason == reason);
+    if unchanged {
         return;
     }
-    let event = if outcome.is_ready() {
-        Event {
-            type_: EventType::Normal,
-            reason: "Reconciled".into(),
-            note: Some(outcome.ready_message.clone()),
-            action: "Reconcile".into(),
-            secondary: None,
-        }
-    } else {
-        let p = &outcome.problems[0];
-        Event {
-            type_: EventType::Warning,
-            reason: p.reason.into(),
-            note: Some(p.message.chars().take(1000).collect()),
-            action: "Reconcile".into(),
-            secondary: None,
-        }
+    let event = Event {
+        type_: if outcome.problems.is_empty() {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        },
+        reason: reason.into(),
+        note: Some(message.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
     };
     if let Err(error) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
         tracing::warn!(%error, "cannot publish event");
@@ -158,10 +164,7 @@ mod tests {
 
     #[test]
     fn ready_and_degraded_mirror_each_other() {
-        let ok = Outcome {
-            problems: vec![],
-            ready_message: "fine".into(),
-        };
+        let ok = Outcome::new(vec![], "fine".into());
         let c = conditions(&[], Some(3), &ok);
         assert_eq!(
             (c[0].type_.as_str(), c[0].status.as_str()),
@@ -172,10 +175,7 @@ mod tests {
             ("Degraded", "False")
         );
         assert_eq!(c[0].observed_generation, Some(3));
-        let bad = Outcome {
-            problems: vec![problem()],
-            ready_message: String::new(),
-        };
+        let bad = Outcome::new(vec![problem()], String::new());
         let c = conditions(&[], Some(3), &bad);
         assert_eq!(
             (c[0].status.as_str(), c[0].reason.as_str()),
@@ -188,11 +188,32 @@ mod tests {
     }
 
     #[test]
+    fn waiting_is_not_ready_and_not_degraded() {
+        let mut waiting = Outcome::new(vec![], "fine".into());
+        waiting.waiting = Some(("GatewayPodsNotReady", "0 of 2 gateway pods ready".into()));
+        assert!(!waiting.is_ready());
+        let c = conditions(&[], Some(1), &waiting);
+        assert_eq!(
+            (c[0].status.as_str(), c[0].reason.as_str()),
+            ("False", "GatewayPodsNotReady")
+        );
+        assert_eq!(c[0].message, "0 of 2 gateway pods ready");
+        assert_eq!(
+            (c[1].status.as_str(), c[1].reason.as_str()),
+            ("False", "AsExpected")
+        );
+        // A problem wins over waiting.
+        waiting.problems.push(problem());
+        let c = conditions(&[], Some(1), &waiting);
+        assert_eq!(
+            (c[0].status.as_str(), c[1].status.as_str()),
+            ("False", "True")
+        );
+    }
+
+    #[test]
     fn unchanged_status_keeps_its_transition_time() {
-        let ok = Outcome {
-            problems: vec![],
-            ready_message: "fine".into(),
-        };
+        let ok = Outcome::new(vec![], "fine".into());
         let mut first = conditions(&[], Some(1), &ok);
         first[0].last_transition_time = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
         let second = conditions(&first, Some(1), &ok);
@@ -200,10 +221,7 @@ mod tests {
             second[0].last_transition_time,
             first[0].last_transition_time
         );
-        let bad = Outcome {
-            problems: vec![problem()],
-            ready_message: String::new(),
-        };
+        let bad = Outcome::new(vec![problem()], String::new());
         let third = conditions(&second, Some(2), &bad);
         assert_ne!(third[0].last_transition_time, first[0].last_transition_time);
     }

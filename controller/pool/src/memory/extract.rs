@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 
 use super::MemoryPool;
-use super::state::{Index, State, StoredResult, combo_labels, combo_of};
+use super::state::{Index, State, StoredResult, combo_labels};
 use crate::clock::Timestamp;
 use crate::error::{ConflictReason, PoolError, PoolResult};
 use crate::model::{
@@ -13,27 +13,16 @@ use crate::model::{
 use crate::ports::ExtractionStore;
 use crate::validate::{key_digest, order_combinations, prepare_extract};
 
-/// Storage keys of an extraction's stored result: the replay key, and the request-ID op
-/// key when the replay key is an idempotency key.
-pub(crate) fn result_keys(request: &ExtractRequest) -> (String, Option<String>) {
-    let op = format!(
-        "op:{}",
-        key_digest(&[
-            "extract",
-            request.client_id.as_str(),
-            request.request_id.as_str()
-        ])
-    );
-    match &request.idempotency_key {
-        Some(k) => (
-            format!(
-                "idem:{}",
-                key_digest(&[request.client_id.as_str(), k.as_str()])
-            ),
-            Some(op),
-        ),
-        None => (op, None),
-    }
+/// Storage key of an extraction's stored result: only an idempotency key makes one
+/// (the memory pool has no connection whose retry would need its own result; the
+/// request ID never replays).
+pub(crate) fn result_key(request: &ExtractRequest) -> Option<String> {
+    request.idempotency_key.as_ref().map(|k| {
+        format!(
+            "idem:{}",
+            key_digest(&[request.client_id.as_str(), k.as_str()])
+        )
+    })
 }
 
 /// Whether a combination's labels pass the filters (OR within a dimension, AND across,
@@ -166,9 +155,11 @@ impl ExtractionStore for MemoryPool {
     async fn extract(&self, req: &ExtractRequest) -> PoolResult<ExtractOutcome> {
         let filters = prepare_extract(req)?;
         let now = self.clock.now();
-        let (key, op_key) = result_keys(req);
+        let key = result_key(req);
         let mut st = self.state.lock();
-        if let Some(StoredResult::Extract { digest, extraction }) = st.result(&key, now) {
+        if let Some(StoredResult::Extract { digest, extraction }) =
+            key.as_ref().and_then(|k| st.result(k, now))
+        {
             if digest != req.request_digest.as_str() {
                 return Err(PoolError::Conflict(ConflictReason::IdempotencyKeyReused));
             }
@@ -176,13 +167,10 @@ impl ExtractionStore for MemoryPool {
             replay.replayed = true;
             return Ok(ExtractOutcome::Extracted(replay));
         }
-        // A filtered extraction purges only expired records of its own combinations
-        // (the Redis script is given only those keys).
-        if filtered(&filters) {
-            st.purge_expired_where(now, self.options.opportunistic_purge, |r| {
-                combo_passes(&combo_of(r), &filters)
-            });
-        } else {
+        // A filtered extraction purges nothing on the side: the Redis script is given
+        // only its matching combinations, which cannot name every expired record's keys
+        // (the maintenance loop and the other writes purge them).
+        if !filtered(&filters) {
             st.purge_expired(now, self.options.opportunistic_purge);
         }
 
@@ -234,15 +222,14 @@ impl ExtractionStore for MemoryPool {
             extracted_at: now,
             replayed: false,
         };
-        if let Some(earliest) = extraction.proxies.iter().map(|p| p.expires_at).min() {
+        if let (Some(key), Some(earliest)) =
+            (key, extraction.proxies.iter().map(|p| p.expires_at).min())
+        {
             let expires = now.plus(req.idempotency_ttl).min(earliest);
             let stored = StoredResult::Extract {
                 digest: req.request_digest.as_str().to_owned(),
                 extraction: extraction.clone(),
             };
-            if let Some(op_key) = op_key {
-                st.store_result(op_key, expires, now, stored.clone());
-            }
             st.store_result(key, expires, now, stored);
         }
         Ok(ExtractOutcome::Extracted(extraction))

@@ -8,7 +8,7 @@ use super::MemoryPool;
 use super::state::State;
 use crate::clock::Timestamp;
 use crate::error::{ConflictReason, PoolError, PoolResult};
-use crate::model::{Assignment, ExpiredAssignments, ProxyId, ProxyState, WorkerId};
+use crate::model::{Assignment, ExpiredAssignments, LeasePage, ProxyId, ProxyState, WorkerId};
 use crate::options::MAX_SWEEP;
 use crate::ports::OwnershipRepository;
 
@@ -169,5 +169,34 @@ impl OwnershipRepository for MemoryPool {
         }
         let more = st.owner_expiry.first().is_some_and(|(t, _)| *t <= now.0);
         Ok(ExpiredAssignments { released, more })
+    }
+
+    async fn leases(&self, cursor: Option<&str>, limit: u32) -> PoolResult<LeasePage> {
+        if limit == 0 || limit > MAX_SWEEP {
+            return Err(PoolError::invalid("limit", format!("1 to {MAX_SWEEP}")));
+        }
+        if cursor.is_some_and(|c| ProxyId::new(c).is_err()) {
+            return Err(PoolError::invalid("cursor", "not a cursor of this pool"));
+        }
+        let now = self.clock.now();
+        let st = self.state.lock();
+        // Pages in proxy ID order; the cursor is the last ID of the previous page.
+        let mut ids: Vec<&ProxyId> = st
+            .owners
+            .keys()
+            .filter(|id| cursor.is_none_or(|c| id.as_str() > c))
+            .collect();
+        ids.sort();
+        let more = ids.len() > limit as usize;
+        ids.truncate(limit as usize);
+        let next = more.then(|| ids.last().map(|id| id.to_string())).flatten();
+        let leases = ids
+            .into_iter()
+            .filter(|id| st.live(id, now).is_some())
+            .filter_map(|id| st.owners.get(id))
+            .filter(|a| a.lease_expires_at > now)
+            .cloned()
+            .collect();
+        Ok(LeasePage { leases, next })
     }
 }

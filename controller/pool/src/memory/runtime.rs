@@ -204,11 +204,13 @@ impl InventoryReader for MemoryPool {
             return Err(PoolError::ScanBudgetExhausted);
         }
         let mut slots: u64 = 0;
+        let mut available: u64 = 0;
         for (score, id) in unowned.into_iter().flatten() {
-            if *score > now.0 {
-                slots += st
-                    .live(id, now)
-                    .map_or(0, |s| u64::from(s.record.max_concurrency));
+            if *score > now.0
+                && let Some(s) = st.live(id, now)
+            {
+                slots += u64::from(s.record.max_concurrency);
+                available += 1;
             }
         }
         for (score, id) in owned.into_iter().flatten() {
@@ -237,6 +239,7 @@ impl InventoryReader for MemoryPool {
         Ok(UpstreamInventory {
             unextracted: counter(&st.inventory),
             managed: counter(&st.managed),
+            available,
             available_slots: slots,
         })
     }

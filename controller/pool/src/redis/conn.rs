@@ -172,9 +172,11 @@ impl Conn {
     }
 
     /// Runs a preloaded script. `NOSCRIPT` reloads every script and retries once; an
-    /// I/O error or `READONLY` reconnects (re-resolving the master), reloads, and
-    /// retries once with the same arguments (the operation ID inside them makes the
-    /// retry return the first result if the first attempt committed).
+    /// I/O error, `READONLY` or a reply that did not come within the timeout
+    /// reconnects (re-resolving the master), reloads, and retries once with the same
+    /// arguments: the operation ID inside them makes the retry return the first
+    /// attempt's result if that one committed (a slow reply must not turn a committed
+    /// extraction into an error while its proxies are gone).
     pub(crate) async fn eval(
         &self,
         script: Script,
@@ -198,7 +200,7 @@ impl Conn {
                     .await
                     .map_err(|f| self.finish(generation, f))
             }
-            Fail::Reconnect(_) => {
+            Fail::Reconnect(_) | Fail::Timeout => {
                 self.forget(generation);
                 let (g2, mut c2) = self.connection(Some(generation)).await?;
                 self.evalsha(&mut c2, script, keys, args)

@@ -39,19 +39,21 @@ fn extraction(s: StoredExtraction, replayed: bool) -> PoolResult<Extraction> {
 impl ExtractionStore for RedisPool {
     async fn extract(&self, req: &ExtractRequest) -> PoolResult<ExtractOutcome> {
         let f = prepare_extract(req)?;
-        let op = keys::op_key(&["extract", req.client_id.as_str(), req.request_id.as_str()]);
+        // This call's own operation key: a retry of the very same call (after a dropped
+        // connection or a timed-out reply) finds the stored result and returns it as
+        // the first answer (`n` = this nonce). The request ID plays no part: two calls
+        // with the same request ID are two extractions unless an idempotency key says
+        // otherwise.
+        let op = self.fresh_op(Script::Extract);
+        let nonce = op.rsplit(':').next().unwrap_or_default().to_owned();
         let (k1, k2) = match &req.idempotency_key {
-            Some(k) => (keys::idem_key(req.client_id.as_str(), k.as_str()), Some(op)),
+            Some(k) => (keys::idem_key(req.client_id.as_str(), k.as_str()), None),
             None => (op, None),
         };
         let filtered = !(f.protocols.is_empty()
             && f.regions.is_empty()
             && f.carriers.is_empty()
             && f.upstreams.is_empty());
-        // A retry of this very call (after a dropped connection) finds its own result:
-        // that is the first answer, not a replay.
-        let nonce = self.fresh_op(Script::Extract);
-        let nonce = nonce.rsplit(':').next().unwrap_or_default().to_owned();
         let mut payload = json!({
             "n": nonce,
             "cnt": req.count.get(),

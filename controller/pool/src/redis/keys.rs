@@ -35,8 +35,10 @@ const FIXED: [&str; 16] = [
     "combos-version",
 ];
 
-/// Most index keys remembered for later calls; past it, keys are learnt per call.
-const MAX_KNOWN: usize = 4096;
+/// Up to this many known index keys, every write is given all of them (no script has
+/// to ask for a key); beyond, a write is given the `owned:` keys only and a script asks
+/// for the combinations it meets (one more round trip).
+const PASS_ALL_UP_TO: usize = 256;
 
 pub(crate) fn key(suffix: &str) -> String {
     format!("{PREFIX}{suffix}")
@@ -110,17 +112,78 @@ pub(crate) fn idem_key(client: &str, idempotency_key: &str) -> String {
     key(&format!("idem:{}", key_digest(&[client, idempotency_key])))
 }
 
-/// The index key names this process has seen (from upserts and from scripts asking
-/// for keys they were not given). Passed with every call that may touch records, so
-/// that a script almost never has to ask.
+/// The index key names this process knows: the combination registry as last read
+/// (replaced whole at each read, so names the registry dropped are forgotten), the
+/// combinations this process wrote since, and the `owned:` keys. No fixed ceiling: it
+/// mirrors the registry, whose size the pool's own contents bound.
 #[derive(Debug, Default)]
 pub(crate) struct KeyBook {
     known: Mutex<BTreeSet<String>>,
     /// The version of the combination registry `known` is complete for ("" = none).
     combos_version: Mutex<String>,
+    /// Where the next maintenance sweep of combinations starts.
+    gc_cursor: Mutex<String>,
 }
 
 impl KeyBook {
+    /// Takes the whole registry `all` (version `cv`) as the known combinations,
+    /// forgetting every other combination name.
+    pub(crate) fn replace_combos(&self, all: &[String], cv: &str) {
+        let Ok(mut known) = self.known.lock() else {
+            return;
+        };
+        let prefix = combo_prefix();
+        known.retain(|k| !k.starts_with(&prefix));
+        known.extend(all.iter().filter(|k| k.starts_with(PREFIX)).cloned());
+        drop(known);
+        self.set_combos_version(cv);
+    }
+
+    /// Forgets names (combinations the registry dropped).
+    pub(crate) fn forget(&self, names: &[String]) {
+        if let Ok(mut known) = self.known.lock() {
+            for n in names {
+                known.remove(n);
+            }
+        }
+    }
+
+    /// Up to `n` known combinations after the sweep cursor (wrapping around once), and
+    /// moves the cursor past them.
+    pub(crate) fn gc_window(&self, n: usize) -> Vec<String> {
+        let (Ok(known), Ok(mut cursor)) = (self.known.lock(), self.gc_cursor.lock()) else {
+            return Vec::new();
+        };
+        let prefix = combo_prefix();
+        let combos = || known.iter().filter(|k| k.starts_with(&prefix));
+        let mut out: Vec<String> = combos()
+            .filter(|k| k.as_str() > cursor.as_str())
+            .take(n)
+            .cloned()
+            .collect();
+        if out.len() < n {
+            let more = n - out.len();
+            let first = out.first().cloned();
+            out.extend(
+                combos()
+                    .take_while(|k| first.as_ref().is_none_or(|f| *k < f))
+                    .take(more)
+                    .cloned(),
+            );
+            out.sort();
+            out.dedup();
+        }
+        match out.last() {
+            Some(last) if out.len() >= n => last.clone_into(&mut cursor),
+            _ => cursor.clear(),
+        }
+        out
+    }
+
+    /// How many names are known.
+    pub(crate) fn len(&self) -> usize {
+        self.known.lock().map(|k| k.len()).unwrap_or(0)
+    }
     /// Records the registry version after learning every registered combination.
     pub(crate) fn set_combos_version(&self, v: &str) {
         if let Ok(mut cv) = self.combos_version.lock() {
@@ -162,20 +225,11 @@ impl KeyBook {
             .collect()
     }
 
-    /// Remembers index key names; false when some did not fit (the book is bounded).
-    pub(crate) fn learn<'a>(&self, keys: impl IntoIterator<Item = &'a String>) -> bool {
-        let Ok(mut known) = self.known.lock() else {
-            return false;
-        };
-        for k in keys {
-            if k.starts_with(PREFIX) && !known.contains(k) {
-                if known.len() >= MAX_KNOWN {
-                    return false;
-                }
-                known.insert(k.clone());
-            }
+    /// Remembers index key names.
+    pub(crate) fn learn<'a>(&self, keys: impl IntoIterator<Item = &'a String>) {
+        if let Ok(mut known) = self.known.lock() {
+            known.extend(keys.into_iter().filter(|k| k.starts_with(PREFIX)).cloned());
         }
-        true
     }
 
     fn snapshot(&self) -> Vec<String> {
@@ -219,9 +273,15 @@ impl CallKeys {
         p
     }
 
-    /// Adds every index key the process knows.
+    /// Adds the index keys a write may touch without asking: every known one while
+    /// the book is small, else the `owned:` keys (a script asks for the combinations).
     pub(crate) fn with_known(mut self, book: &KeyBook) -> Self {
-        for k in book.snapshot() {
+        let keys = if book.len() <= PASS_ALL_UP_TO {
+            book.snapshot()
+        } else {
+            book.owned_keys()
+        };
+        for k in keys {
             self.index(k);
         }
         self

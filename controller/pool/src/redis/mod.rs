@@ -134,6 +134,13 @@ impl RedisPool {
         &self.inner.options.pool
     }
 
+    /// How many index key names (label combinations and `owned:` keys) this adapter
+    /// knows: the registry as last read, plus what it wrote since (tests check that
+    /// names the registry dropped are forgotten).
+    pub fn known_index_keys(&self) -> usize {
+        self.inner.keys.len()
+    }
+
     /// A fresh internal operation key for a write that has no caller-chosen ID.
     fn fresh_op(&self, script: Script) -> String {
         let n = NEXT_OP.fetch_add(1, Ordering::Relaxed);
@@ -198,10 +205,7 @@ impl RedisPool {
                     combinations = need.len(),
                     "combination registry changed"
                 );
-                // Only a complete book may claim the new version.
-                if self.inner.keys.learn(need) {
-                    self.inner.keys.set_combos_version(cv);
-                }
+                self.inner.keys.replace_combos(need, cv);
                 return Ok(Reply::StaleCombos);
             }
             if let Some(need) = env.need {

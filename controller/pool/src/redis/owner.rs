@@ -12,13 +12,20 @@ use super::scripts::Script;
 use super::write::SCRIPT_SWEEP;
 use super::{Call, RedisPool};
 use crate::error::{PoolError, PoolResult};
-use crate::model::{Assignment, ExpiredAssignments, ProxyId, WorkerId};
+use crate::model::{Assignment, ExpiredAssignments, LeasePage, ProxyId, WorkerId};
 use crate::options::MAX_SWEEP;
 use crate::ports::OwnershipRepository;
 
 #[derive(Deserialize)]
 struct AssignmentReply {
     a: Option<StoredAssignment>,
+}
+
+#[derive(Deserialize)]
+struct LeasesReply {
+    c: String,
+    #[serde(deserialize_with = "lua_vec")]
+    l: Vec<StoredAssignment>,
 }
 
 #[derive(Deserialize)]
@@ -132,5 +139,32 @@ impl OwnershipRepository for RedisPool {
                 return Ok(out);
             }
         }
+    }
+
+    async fn leases(&self, cursor: Option<&str>, limit: u32) -> PoolResult<LeasePage> {
+        if limit == 0 || limit > MAX_SWEEP {
+            return Err(PoolError::invalid("limit", format!("1 to {MAX_SWEEP}")));
+        }
+        // The cursor is HSCAN's over the owners hash ("0": start and end).
+        let c = match cursor {
+            None => "0".to_owned(),
+            Some(c) if !c.is_empty() && c.len() <= 20 && c.bytes().all(|b| b.is_ascii_digit()) => {
+                c.to_owned()
+            }
+            Some(_) => return Err(PoolError::invalid("cursor", "not a cursor of this pool")),
+        };
+        let r: LeasesReply = decode(
+            self.run(Call::new(
+                Script::Leases,
+                CallKeys::new(None, None),
+                json!({ "c": c, "lim": limit }),
+            ))
+            .await?,
+            "leases",
+        )?;
+        Ok(LeasePage {
+            leases: r.l.into_iter().map(Assignment::from).collect(),
+            next: (r.c != "0").then_some(r.c),
+        })
     }
 }

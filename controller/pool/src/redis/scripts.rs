@@ -32,10 +32,12 @@ pub(crate) enum Script {
     Records,
     Assignable,
     Purge,
+    Leases,
+    CombosGc,
 }
 
 impl Script {
-    pub(crate) const ALL: [Script; 20] = [
+    pub(crate) const ALL: [Script; 22] = [
         Script::Upsert,
         Script::Remove,
         Script::Health,
@@ -56,6 +58,8 @@ impl Script {
         Script::Records,
         Script::Assignable,
         Script::Purge,
+        Script::Leases,
+        Script::CombosGc,
     ];
 
     /// Short name for logs and operation digests.
@@ -81,6 +85,8 @@ impl Script {
             Script::Records => "records",
             Script::Assignable => "assignable",
             Script::Purge => "purge",
+            Script::Leases => "leases",
+            Script::CombosGc => "combos_gc",
         }
     }
 
@@ -106,6 +112,8 @@ impl Script {
             Script::Records => lua!("prelude.lua", "records.lua"),
             Script::Assignable => lua!("prelude.lua", "assignable.lua"),
             Script::Purge => lua!("prelude.lua", "purge.lua"),
+            Script::Leases => lua!("prelude.lua", "leases.lua"),
+            Script::CombosGc => lua!("prelude.lua", "combos_gc.lua"),
         }
     }
 

@@ -213,6 +213,7 @@ impl RuntimeReader for RedisPool {
 struct InventoryReply {
     inv: i64,
     man: i64,
+    avail: u64,
     slots: u64,
 }
 
@@ -244,6 +245,7 @@ impl InventoryReader for RedisPool {
         Ok(UpstreamInventory {
             unextracted: u64::try_from(r.inv).unwrap_or(0),
             managed: u64::try_from(r.man).unwrap_or(0),
+            available: r.avail,
             available_slots: r.slots,
         })
     }

@@ -230,8 +230,36 @@ impl Maintenance for RedisPool {
             report.more = p.more;
             left -= lim;
             if left == 0 || !p.more {
-                return Ok(report);
+                break;
             }
         }
+        self.sweep_combinations(limit.max(1)).await?;
+        Ok(report)
+    }
+}
+
+#[derive(Deserialize)]
+struct GcReply {
+    #[serde(deserialize_with = "super::codec::lua_vec")]
+    d: Vec<String>,
+}
+
+impl RedisPool {
+    /// Drops up to `limit` known combinations that hold nothing from the registry (in
+    /// scripts of at most `SCRIPT_SWEEP` keys, rotating through the book), and forgets
+    /// them here; other processes re-learn the registry at its new version.
+    async fn sweep_combinations(&self, limit: u32) -> PoolResult<()> {
+        let window = self.inner.keys.gc_window(limit as usize);
+        for chunk in window.chunks(SCRIPT_SWEEP as usize) {
+            let mut ck = CallKeys::new(None, None);
+            ck.extend(chunk);
+            let r = self.run(Call::new(Script::CombosGc, ck, json!({}))).await?;
+            let r: GcReply = decode(r, "combination sweep")?;
+            if !r.d.is_empty() {
+                tracing::debug!(dropped = r.d.len(), "empty combinations dropped");
+                self.inner.keys.forget(&r.d);
+            }
+        }
+        Ok(())
     }
 }

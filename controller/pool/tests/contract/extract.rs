@@ -338,24 +338,23 @@ pub async fn idempotent_replay_and_conflict(kind: Kind) {
 }
 
 /// Without a client key, the request ID still guards one low-level retry.
-pub async fn request_id_guards_a_retry(kind: Kind) {
+pub async fn request_id_does_not_replay(kind: Kind) {
     let h = Harness::new(kind).await;
     h.available("vendor-a", "q", 4, 60).await;
+    // The same request ID without an idempotency key: two extractions.
     let r = req("c", 2);
     let first = h.extract(&r).await;
     let ExtractOutcome::Extracted(again) = h.pool.extract(&r).await.unwrap() else {
         panic!()
     };
-    assert!(again.replayed);
-    assert_eq!(
-        again
-            .proxies
-            .iter()
-            .map(|p| p.id.to_string())
-            .collect::<Vec<_>>(),
-        first
+    assert!(!again.replayed);
+    let second: Vec<String> = again.proxies.iter().map(|p| p.id.to_string()).collect();
+    assert_eq!((first.len(), second.len()), (2, 2));
+    assert!(
+        first.iter().all(|id| !second.contains(id)),
+        "{first:?} {second:?}"
     );
-    assert_eq!(h.inventory("vendor-a").await.unextracted, 2);
+    assert_eq!(h.inventory("vendor-a").await.unextracted, 0);
 }
 
 /// The stored result expires no later than the earliest returned proxy.

@@ -223,3 +223,61 @@ pub async fn hard_expiry_ends_the_assignment(kind: Kind) {
     assert!(h.pool.expire(10).await.unwrap().released.is_empty());
     assert_eq!(h.inventory("vendor-a").await, UpstreamInventory::default());
 }
+
+/// Walking the lease pages returns every live assignment (a restarted controller
+/// adopts them) and none whose lease ended; a foreign cursor is refused.
+pub async fn leases_page_through_live_assignments(kind: Kind) {
+    let h = Harness::new(kind).await;
+    let ids = h.available("vendor-a", "l", 7, 60).await;
+    let mut want = std::collections::BTreeMap::new();
+    for (i, id) in ids.iter().enumerate() {
+        let (worker, lease) = if i % 2 == 0 {
+            ("w1", LEASE)
+        } else {
+            ("w2", LEASE * 3)
+        };
+        let a = h.pool.assign(&pid(id), &wid(worker), lease).await.unwrap();
+        want.insert(id.clone(), a);
+    }
+    let a0 = want[&ids[0]].clone();
+    let drained = h
+        .pool
+        .begin_drain(&pid(&ids[0]), &wid("w1"), a0.epoch)
+        .await
+        .unwrap();
+    want.insert(ids[0].clone(), drained);
+    let walk = |h: &Harness| {
+        let pool = h.pool.clone();
+        async move {
+            let mut got = std::collections::BTreeMap::new();
+            let mut cursor: Option<String> = None;
+            for _ in 0..100 {
+                let page = pool.leases(cursor.as_deref(), 2).await.unwrap();
+                for a in page.leases {
+                    got.insert(a.proxy_id.to_string(), a);
+                }
+                match page.next {
+                    Some(n) => cursor = Some(n),
+                    None => return got,
+                }
+            }
+            panic!("the walk did not end");
+        }
+    };
+    assert_eq!(walk(&h).await, want);
+    // Past the short leases only the long ones are live (not yet expired by a sweep).
+    h.advance(11.0);
+    let long: std::collections::BTreeMap<_, _> = want
+        .into_iter()
+        .filter(|(_, a)| a.worker_id == wid("w2"))
+        .collect();
+    assert_eq!(walk(&h).await, long);
+    assert!(matches!(
+        h.pool.leases(Some("not a cursor"), 10).await,
+        Err(PoolError::InvalidInput { .. })
+    ));
+    assert!(matches!(
+        h.pool.leases(None, 0).await,
+        Err(PoolError::InvalidInput { .. })
+    ));
+}

@@ -309,21 +309,28 @@ pub async fn inventory_figures_and_fail_closed(kind: Kind) {
     h.available("vendor-b", "other", 2, 120).await;
     let inv = h.inventory("vendor-a").await;
     assert_eq!(
-        (inv.unextracted, inv.managed, inv.available_slots),
-        (4, 4, 12)
+        (
+            inv.unextracted,
+            inv.managed,
+            inv.available,
+            inv.available_slots
+        ),
+        (4, 4, 3, 12)
     );
     assert_eq!(h.inventory("vendor-b").await.available_slots, 8);
+    assert_eq!(h.inventory("vendor-b").await.available, 2);
 
     let a = h
         .pool
         .assign(&pid("v-0"), &wid("w1"), Duration::from_secs(60))
         .await
         .unwrap();
+    let inv = h.inventory("vendor-a").await;
     assert_eq!(
-        h.inventory("vendor-a").await.available_slots,
-        8,
+        inv.available_slots, 8,
         "owned with unknown runtime contributes zero"
     );
+    assert_eq!(inv.available, 2, "owned is not available for extraction");
     h.pool
         .register(&registration("w1", "i1", "s1"))
         .await

@@ -56,18 +56,16 @@ impl OwnershipManager {
                 if count >= cfg.max_proxies_per_worker {
                     break;
                 }
-                let ids = self
-                    .ports
-                    .catalog
-                    .assignable(
-                        &upstream,
-                        per_upstream.saturating_add(cfg.extraction_reserve),
-                    )
-                    .await?;
-                let ids: Vec<ProxyId> = ids
-                    .into_iter()
-                    .skip(cfg.extraction_reserve as usize)
-                    .collect();
+                // The freshest proxies stay for extraction: the configured reserve
+                // plus what unmet extraction demand still wants.
+                let reserve = cfg
+                    .extraction_reserve
+                    .saturating_add(self.demand_reserve(upstream.as_str(), now));
+                let limit = per_upstream
+                    .saturating_add(reserve)
+                    .min(activity_pool::options::MAX_SWEEP);
+                let ids = self.ports.catalog.assignable(&upstream, limit).await?;
+                let ids: Vec<ProxyId> = ids.into_iter().skip(reserve as usize).collect();
                 if ids.is_empty() {
                     continue;
                 }
@@ -90,17 +88,11 @@ impl OwnershipManager {
                         .await
                     {
                         Ok(a) => {
-                            let slots = u64::from(rec.max_concurrency);
-                            missing = missing.saturating_sub(slots);
-                            owners.entry(worker.clone()).or_default().insert(
-                                rec.id.clone(),
-                                Owned {
-                                    assignment: a,
-                                    slots,
-                                    usable_until: rec.usable_until,
-                                    drain_version: None,
-                                },
-                            );
+                            missing = missing.saturating_sub(u64::from(rec.max_concurrency));
+                            owners
+                                .entry(worker.clone())
+                                .or_default()
+                                .insert(rec.id.clone(), Owned::new(&rec, a));
                             assigned += 1;
                         }
                         Err(
@@ -116,7 +108,7 @@ impl OwnershipManager {
     }
 }
 
-fn slots_of(m: Option<&BTreeMap<ProxyId, Owned>>) -> u64 {
+pub(super) fn slots_of(m: Option<&BTreeMap<ProxyId, Owned>>) -> u64 {
     m.map_or(0, |m| {
         m.values()
             .filter(|o| !o.assignment.draining)

@@ -122,6 +122,7 @@ impl OwnershipManager {
                         m.remove(&id);
                         self.hold(id.clone(), now);
                         released += 1;
+                        self.released.send_modify(|n| *n += 1);
                         tracing::info!(proxy = %id, worker = %worker, "drain complete; ownership cleared");
                     }
                     Err(PoolError::Conflict(ConflictReason::Busy)) => {}

@@ -1,26 +1,40 @@
 //! The ownership manager: gives each live worker proxies by capacity and routing
-//! demand, renews their leases, drains proxies that extraction needs, and lets a dead
-//! worker's proxies go only through lease expiry. Each pass ends by publishing every
-//! live worker's snapshot.
+//! demand, renews their leases, drains proxies that extraction needs (on request and
+//! on extraction demand), and lets a dead worker's proxies go only through lease
+//! expiry. Each pass ends by publishing every live worker's snapshot.
 //!
-//! Everything goes through the pool's ports; the manager's own map is a cache of the
-//! assignments it made (after a controller restart, unknown leases simply expire).
+//! Everything goes through the pool's ports, and every pool write of the manager is
+//! made from a pass (one place to fence when several replicas run). Its own map is a
+//! cache of the live assignments: a (re)started manager first adopts the leases it
+//! finds in the pool, before it assigns or publishes anything, so a restart never
+//! hands a worker's proxies to anyone while that worker may still use them.
 //! Passes are serialised by a `tokio::sync::Mutex` held across the pass's I/O (one
-//! pass at a time is the point); the revoke lists read by `ReportRuntime` sit behind a
-//! separate `parking_lot::Mutex` that is never held across I/O.
+//! pass at a time is the point); the revoke lists, drain requests and extraction
+//! demand sit behind `parking_lot::Mutex`es that are never held across I/O.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use activity_pool::model::{Assignment, ProxyId, UpstreamId, WorkerId, WorkerSession};
+use activity_pool::model::{
+    Assignment, Label, Protocol, ProxyId, ProxyRecord, ProxyState, UpstreamId, WorkerId,
+    WorkerSession,
+};
 use activity_pool::ports::{OwnershipRepository, ProxyCatalog, RuntimeReader, SessionWriter};
 use activity_pool::{Clock, PoolError, PoolResult, Timestamp};
+use tokio::sync::{Notify, watch};
 
 use super::config::ControlPlaneConfig;
+use crate::demand::{Demand, DrainDemand};
 
+mod adopt;
 mod assign;
+mod demand;
 mod drain;
 mod publish;
+
+use assign::slots_of;
+pub use demand::MAX_DEMANDS;
 
 use super::publisher::Publisher;
 use super::registry::{Registry, WorkerInfo};
@@ -49,9 +63,18 @@ pub enum DrainRequest {
     },
 }
 
+/// Which routings must not use a proxy: TARGET checks of those routings' targets
+/// failed through it (the health service keeps this; the publisher asks).
+pub trait TargetExclusions: Send + Sync {
+    /// Routings excluded for `proxy`, sorted and unique (empty: none).
+    fn excluded(&self, proxy: &ProxyId) -> Vec<String>;
+}
+
 /// What one pass did (for tests and logs).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PassReport {
+    /// Live leases adopted from the pool (first pass only).
+    pub adopted: usize,
     /// Leases released by expiry.
     pub expired: usize,
     /// New assignments.
@@ -71,7 +94,42 @@ struct Owned {
     assignment: Assignment,
     slots: u64,
     usable_until: Timestamp,
+    expires_at: Timestamp,
+    /// AVAILABLE (published) at the last read of its record.
+    available: bool,
+    protocol: Protocol,
+    region: Option<Label>,
+    carrier: Option<Label>,
     drain_version: Option<u64>,
+}
+
+impl Owned {
+    fn new(rec: &ProxyRecord, assignment: Assignment) -> Self {
+        let mut o = Self {
+            assignment,
+            slots: 0,
+            usable_until: rec.usable_until,
+            expires_at: rec.expires_at,
+            available: false,
+            protocol: rec.protocol,
+            region: None,
+            carrier: None,
+            drain_version: None,
+        };
+        o.refresh(rec);
+        o
+    }
+
+    /// Takes the record's current figures.
+    fn refresh(&mut self, rec: &ProxyRecord) {
+        self.slots = u64::from(rec.max_concurrency);
+        self.usable_until = rec.usable_until;
+        self.expires_at = rec.expires_at;
+        self.available = rec.state == ProxyState::Available;
+        self.protocol = rec.protocol;
+        self.region.clone_from(&rec.region);
+        self.carrier.clone_from(&rec.carrier);
+    }
 }
 
 type Owners = HashMap<WorkerId, BTreeMap<ProxyId, Owned>>;
@@ -98,16 +156,29 @@ impl std::fmt::Debug for OwnershipPorts {
 }
 
 /// The ownership manager.
-#[derive(Debug)]
 pub struct OwnershipManager {
     ports: OwnershipPorts,
     config: ControlPlaneConfig,
     registry: Arc<Registry>,
     publisher: Arc<Publisher>,
     owners: tokio::sync::Mutex<Owners>,
+    /// The live leases of the pool were adopted (a pass does it before anything else).
+    adopted: AtomicBool,
     requests: parking_lot::Mutex<VecDeque<DrainRequest>>,
+    demands: parking_lot::Mutex<demand::Demands>,
     held: parking_lot::Mutex<HashMap<ProxyId, Timestamp>>,
     revoke: parking_lot::Mutex<HashMap<WorkerId, Vec<String>>>,
+    released: watch::Sender<u64>,
+    exclusions: OnceLock<Arc<dyn TargetExclusions>>,
+    wake: Notify,
+}
+
+impl std::fmt::Debug for OwnershipManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnershipManager")
+            .field("adopted", &self.adopted.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 impl OwnershipManager {
@@ -124,10 +195,31 @@ impl OwnershipManager {
             registry,
             publisher,
             owners: tokio::sync::Mutex::new(HashMap::new()),
+            adopted: AtomicBool::new(false),
             requests: parking_lot::Mutex::new(VecDeque::new()),
+            demands: parking_lot::Mutex::new(demand::Demands::default()),
             held: parking_lot::Mutex::new(HashMap::new()),
             revoke: parking_lot::Mutex::new(HashMap::new()),
+            released: watch::channel(0).0,
+            exclusions: OnceLock::new(),
+            wake: Notify::new(),
         }
+    }
+
+    /// Sets where per-routing TARGET exclusions come from (once; later calls are
+    /// ignored and return `false`).
+    pub fn set_target_exclusions(&self, exclusions: Arc<dyn TargetExclusions>) -> bool {
+        self.exclusions.set(exclusions).is_ok()
+    }
+
+    /// Asks for a pass now (a registration, a drain that may complete, new demand).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Resolves when a pass was asked for.
+    pub(super) async fn woken(&self) {
+        self.wake.notified().await;
     }
 
     /// Queues a drain; `false` when the bounded queue is full.
@@ -137,7 +229,16 @@ impl OwnershipManager {
             return false;
         }
         q.push_back(request);
+        self.wake();
         true
+    }
+
+    /// Whether the worker has draining proxies (its next report may complete them).
+    pub fn has_draining(&self, worker: &WorkerId) -> bool {
+        self.revoke
+            .lock()
+            .get(worker)
+            .is_some_and(|ids| !ids.is_empty())
     }
 
     /// The worker's draining proxies (sent as `revoke_proxy_ids`).
@@ -178,12 +279,17 @@ impl OwnershipManager {
 
     async fn pass_inner(&self, owners: &mut Owners, report: &mut PassReport) -> PoolResult<()> {
         report.expired = self.expire(owners).await?;
+        if !self.adopted.load(Ordering::Acquire) {
+            report.adopted = self.adopt(owners).await?;
+            self.adopted.store(true, Ordering::Release);
+        }
         let live = self.live_workers().await?;
         report.live_workers = live.len();
         let now = self.ports.clock.now();
         report.renewed = self.renew(owners, &live, now).await?;
         report.drains_released = self.finish_drains(owners, &live, now).await?;
         report.drains_begun = self.begin_drains(owners).await?;
+        report.drains_begun += self.drain_for_demand(owners, &live, now).await?;
         report.assigned = self.assign(owners, &live, now).await?;
         self.publish(owners, &live, now).await?;
         self.forget_dead(owners, &live);
@@ -285,5 +391,20 @@ impl OwnershipManager {
             }
         }
         Ok(renewed)
+    }
+}
+
+impl DrainDemand for OwnershipManager {
+    fn request(&self, demand: Demand) -> bool {
+        let now = self.ports.clock.now();
+        let queued = self.demands.lock().push(demand, now);
+        if queued {
+            self.wake();
+        }
+        queued
+    }
+
+    fn released(&self) -> watch::Receiver<u64> {
+        self.released.subscribe()
     }
 }

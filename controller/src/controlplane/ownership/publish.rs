@@ -32,10 +32,14 @@ impl OwnershipManager {
                                 a.worker_id == *worker && a.epoch == o.assignment.epoch
                             }) && rec.expires_at > now =>
                         {
-                            o.slots = u64::from(rec.max_concurrency);
-                            o.usable_until = rec.usable_until;
+                            o.refresh(&rec);
                             if matches!(rec.state, ProxyState::Available | ProxyState::Draining) {
-                                proxies.push(snapshot_proxy(&rec, &o.assignment));
+                                let excluded = self
+                                    .exclusions
+                                    .get()
+                                    .map(|e| e.excluded(&rec.id))
+                                    .unwrap_or_default();
+                                proxies.push(snapshot_proxy(&rec, &o.assignment, excluded));
                             }
                         }
                         _ => {
@@ -65,8 +69,13 @@ impl OwnershipManager {
     }
 }
 
-/// A pool record as a worker's snapshot entry.
-pub fn snapshot_proxy(rec: &ProxyRecord, a: &Assignment) -> SnapshotProxy {
+/// A pool record as a worker's snapshot entry: its lease end (the worker stops using
+/// the proxy there) and the routings it must not serve.
+pub fn snapshot_proxy(
+    rec: &ProxyRecord,
+    a: &Assignment,
+    excluded_routings: Vec<String>,
+) -> SnapshotProxy {
     SnapshotProxy {
         id: rec.id.to_string(),
         upstream: rec.upstream.to_string(),
@@ -87,5 +96,7 @@ pub fn snapshot_proxy(rec: &ProxyRecord, a: &Assignment) -> SnapshotProxy {
         usable_until_ms: rec.usable_until.millis(),
         assignment_epoch: a.epoch,
         draining: a.draining,
+        lease_expires_at_ms: a.lease_expires_at.millis(),
+        excluded_routings,
     }
 }

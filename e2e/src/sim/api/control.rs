@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{ApiError, ProxyList, VendorAuth};
+use crate::sim::audit::{Handout, Use, Verdict};
 use crate::sim::core::SimCore;
 use crate::sim::failure::{FailureMode, VendorFault};
 use crate::sim::model::{Protocol, ProxySpec, ProxyStatus, SimProxy};
@@ -118,4 +119,54 @@ pub(super) async fn set_vendor_fault(
     fault.check().map_err(ApiError::BadRequest)?;
     core.vendor_fault.set(fault);
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v1/sim/audit/uses`: every recorded use, in start order.
+pub(super) async fn audit_uses(
+    _auth: VendorAuth,
+    State(core): State<Arc<SimCore>>,
+) -> Json<Vec<Use>> {
+    Json(core.audit.uses())
+}
+
+/// `POST /v1/sim/audit/handouts`: `[{"port": …, "atMs": …}]`, proxies a client got.
+pub(super) async fn audit_handouts(
+    _auth: VendorAuth,
+    State(core): State<Arc<SimCore>>,
+    body: Result<Json<Vec<Handout>>, JsonRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Json(handouts) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    if handouts.len() > 10_000 {
+        return Err(ApiError::BadRequest(
+            "at most 10000 handouts per call".into(),
+        ));
+    }
+    core.audit.handouts(&handouts);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Query of `GET /v1/sim/audit/verdict`.
+#[derive(Debug, Deserialize)]
+pub(super) struct VerdictQuery {
+    /// Comma-separated source addresses of the extraction clients.
+    clients: String,
+}
+
+/// `GET /v1/sim/audit/verdict?clients=127.0.0.2,…`: uses by anyone else after a
+/// proxy was handed to a client.
+pub(super) async fn audit_verdict(
+    _auth: VendorAuth,
+    State(core): State<Arc<SimCore>>,
+    query: Result<axum::extract::Query<VerdictQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Verdict>, ApiError> {
+    let axum::extract::Query(q) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let clients = q
+        .clients
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .take(64)
+        .map(|s| s.trim().parse::<std::net::IpAddr>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| ApiError::BadRequest("clients: comma-separated IP addresses".into()))?;
+    Ok(Json(core.audit.verdict(&clients)))
 }

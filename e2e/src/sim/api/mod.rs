@@ -36,6 +36,12 @@ pub(crate) fn app(core: Arc<SimCore>) -> Router {
             "/v1/sim/vendor/fault",
             get(control::vendor_fault).put(control::set_vendor_fault),
         )
+        .route("/v1/sim/audit/uses", get(control::audit_uses))
+        .route(
+            "/v1/sim/audit/handouts",
+            axum::routing::post(control::audit_handouts),
+        )
+        .route("/v1/sim/audit/verdict", get(control::audit_verdict))
         .with_state(core)
 }
 

@@ -21,6 +21,7 @@ use tracing::debug;
 
 use super::ConnCtx;
 use super::upstream::{Budgeted, Target, connect};
+use crate::sim::audit::{UseGuard, UseKind};
 use crate::sim::echo;
 
 type Body = BoxBody<Bytes, hyper::Error>;
@@ -67,10 +68,49 @@ async fn handle(
         );
         return Ok(resp);
     }
+    // The auditor's record of this use: until the tunnel ends, or the response body
+    // was sent.
+    let info = &ctx.proxy.info;
     if req.method() == Method::CONNECT {
-        Ok(tunnel(ctx, req).await)
+        let used = ctx
+            .core
+            .audit
+            .begin(&info.id, info.port, ctx.peer, UseKind::Connect);
+        Ok(tunnel(ctx, req, used).await)
     } else {
-        Ok(forward(ctx, slot, req).await)
+        let used = ctx
+            .core
+            .audit
+            .begin(&info.id, info.port, ctx.peer, UseKind::Forward);
+        Ok(forward(ctx, slot, req)
+            .await
+            .map(|body| Guarded { body, _used: used }.boxed()))
+    }
+}
+
+/// A response body that ends its use (for the auditor) when it is done or dropped.
+struct Guarded {
+    body: Body,
+    _used: UseGuard,
+}
+
+impl hyper::body::Body for Guarded {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -98,7 +138,7 @@ fn authorized(ctx: &ConnCtx, headers: &HeaderMap) -> bool {
 
 /// `CONNECT host:port`: dial the target first so failures get a real status, then
 /// answer 200 and relay the upgraded connection in a task bound to the proxy's life.
-async fn tunnel(ctx: Arc<ConnCtx>, mut req: Request<Incoming>) -> Response<Body> {
+async fn tunnel(ctx: Arc<ConnCtx>, mut req: Request<Incoming>, used: UseGuard) -> Response<Body> {
     let Some(target) = req
         .uri()
         .authority()
@@ -107,7 +147,7 @@ async fn tunnel(ctx: Arc<ConnCtx>, mut req: Request<Incoming>) -> Response<Body>
         return text(StatusCode::BAD_REQUEST, "CONNECT needs host:port\n");
     };
     if ctx.echoes_inline(&target) {
-        return inline_echo_tunnel(ctx, req);
+        return inline_echo_tunnel(ctx, req, used);
     }
     let settings = &ctx.core.settings;
     let upstream = match connect(&target, ctx.egress_ip(), settings.connect_timeout).await {
@@ -120,6 +160,7 @@ async fn tunnel(ctx: Arc<ConnCtx>, mut req: Request<Incoming>) -> Response<Body>
     let on_upgrade = hyper::upgrade::on(&mut req);
     let tunnel_ctx = ctx.clone();
     ctx.core.tracker.spawn(async move {
+        let _used = used;
         let token = tunnel_ctx.proxy.token.clone();
         let relay = async {
             let upgraded = match on_upgrade.await {
@@ -144,10 +185,15 @@ async fn tunnel(ctx: Arc<ConnCtx>, mut req: Request<Incoming>) -> Response<Body>
 /// `CONNECT` to the echo server with `inlineEcho`: answer 200 and serve the echo
 /// protocol on the upgraded client connection itself, in a task bound to the proxy's
 /// life (and holding the connection's permit, like a dialled tunnel).
-fn inline_echo_tunnel(ctx: Arc<ConnCtx>, mut req: Request<Incoming>) -> Response<Body> {
+fn inline_echo_tunnel(
+    ctx: Arc<ConnCtx>,
+    mut req: Request<Incoming>,
+    used: UseGuard,
+) -> Response<Body> {
     let on_upgrade = hyper::upgrade::on(&mut req);
     let tunnel_ctx = ctx.clone();
     ctx.core.tracker.spawn(async move {
+        let _used = used;
         let token = tunnel_ctx.proxy.token.clone();
         let serve = async {
             match on_upgrade.await {

@@ -11,6 +11,7 @@ use tracing::debug;
 
 use super::ConnCtx;
 use super::upstream::{Budgeted, Target, connect};
+use crate::sim::audit::UseKind;
 
 const VERSION: u8 = 0x05;
 const AUTH_VERSION: u8 = 0x01;
@@ -24,6 +25,12 @@ const REPLY_ADDRESS_NOT_SUPPORTED: u8 = 0x08;
 
 /// Serves one client connection: handshake under the timeout, then relay.
 pub(super) async fn serve(ctx: Arc<ConnCtx>, mut stream: TcpStream) {
+    // For the auditor: a SOCKS5 connection is one use, from its handshake to its end.
+    let info = &ctx.proxy.info;
+    let _used = ctx
+        .core
+        .audit
+        .begin(&info.id, info.port, ctx.peer, UseKind::Socks5);
     let timeout = ctx.core.settings.handshake_timeout;
     let upstream = match tokio::time::timeout(timeout, handshake(&ctx, &mut stream)).await {
         Ok(Ok(Some(upstream))) => upstream,

@@ -1,6 +1,7 @@
 -- One atomic extraction (docs/pool.md "Extract").
--- K_RESULT = replay key (idem:<d> or the request-ID op key); K_RESULT2 = the request-ID
--- op key (same as K_RESULT without an idempotency key).
+-- K_RESULT = replay key: idem:<d> with an idempotency key, else this call's own
+-- operation key (op:<digest of its nonce>), which only a retry of the same call reads.
+-- K_RESULT2 is the same key.
 -- P = { cnt, res, aon, dig, n (this call's nonce, hex), ittl, minttl, maxage?, budget,
 --       src? = KEYS positions of every combination matching the filters, in the
 --       request's walk order (absent: no filter, the source is `available`),
@@ -146,9 +147,9 @@ else
 end
 
 -- Check phase (the combination key of every proxy to extract must be given), then writes.
--- A filtered extraction purges only expired records of its own combinations (the keys
--- it was given); the others are left to the next write or the maintenance loop.
-local due = due_expired(PURGE_N, MATCH and function(rec) return MATCH[rec.ix.a] == true end)
+-- A filtered extraction purges nothing on the side (its keys cannot name every expired
+-- record's); the next write or the maintenance loop does.
+local due = MATCH and {} or due_expired(PURGE_N)
 if not refusal then
   for i = 1, n do
     local c = combos[i]

@@ -30,9 +30,13 @@ for _, pos in ipairs(P.src) do
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[pos], lower, '+inf')) do unowned[#unowned + 1] = cmember_id(m) end
 end
 local recs = records_of(unowned)
+local avail = 0
 for i = 1, #unowned do
   local rec = recs[i]
-  if live(rec) then slots = slots + rec.cap end
+  if live(rec) then
+    slots = slots + rec.cap
+    avail = avail + 1
+  end
 end
 local runtimes = {}
 local function usage_of(w)
@@ -65,4 +69,4 @@ for i, id in ipairs(owned_ids) do
     end
   end
 end
-return cjson.encode({ r = { inv = inv, man = man, slots = slots } })
+return cjson.encode({ r = { inv = inv, man = man, avail = avail, slots = slots } })

@@ -138,9 +138,11 @@ end
 local function owned(id) return redis.call('HEXISTS', K_OWNERS, id) == 1 end
 
 -- Combination keys (`avail:<upstream>|<protocol>|<region>|<carrier>`, one per label
--- combination, rec.ix.a): K_COMBOS holds exactly the non-empty ones; K_COMBOS_VER
--- changes whenever one is added, so a caller passing "every combination matching my
--- filter" can prove it knew them all (`combos_stale`).
+-- combination, rec.ix.a): K_COMBOS holds every non-empty one, and empty ones until the
+-- maintenance sweep (`combos_gc.lua`) drops them — so a combination that empties and
+-- fills again does not change the registry. K_COMBOS_VER changes whenever one is added
+-- or dropped, so a caller passing "every combination matching my filter" can prove it
+-- knew them all (`combos_known`).
 -- A combination member is `<usable_until, 15 digits>|<id>` (score: usable_until), so a
 -- reader merging several combinations gets every member's score without WITHSCORES
 -- (formatting scores costs more than the read). Same order as plain IDs: equal scores
@@ -148,20 +150,24 @@ local function owned(id) return redis.call('HEXISTS', K_OWNERS, id) == 1 end
 local function cmember(uu, id) return string.format('%015.0f', uu) .. '|' .. id end
 local function cmember_id(m) return string.sub(m, 17) end
 
+-- A new registry version (never lower than the last, even after a lost write).
+local function combos_bump()
+  local v = tonumber(redis.call('GET', K_COMBOS_VER) or '0')
+  redis.call('SET', K_COMBOS_VER, istr(math.max(v + 1, NOW * 1000)))
+  touch(K_COMBOS_VER)
+end
+
 -- The registry and its version expire with the combinations (never before them).
 local function combo_add(key, score, id)
   redis.call('ZADD', key, score, cmember(score, id))
   touch(key); touch(K_COMBOS); touch(K_COMBOS_VER)
-  if redis.call('SADD', K_COMBOS, key) == 1 then
-    local v = tonumber(redis.call('GET', K_COMBOS_VER) or '0')
-    redis.call('SET', K_COMBOS_VER, istr(math.max(v + 1, NOW * 1000)))
-  end
+  if redis.call('SADD', K_COMBOS, key) == 1 then combos_bump() end
 end
 
 local function combo_rem(key, members)
   redis.call('ZREM', key, unpack(members))
-  if redis.call('ZCARD', key) == 0 then redis.call('SREM', K_COMBOS, key) end
 end
+
 
 -- The reply of a call whose caller did not know every registered combination: all of
 -- them, and the registry version they make complete. Nothing was written.

@@ -1,0 +1,298 @@
+//! Health as the composed controller runs it (`Controller::build` + `run` on
+//! `127.0.0.1:0`, the vendor simulator as vendor, a real checker task loop, a gateway
+//! speaking gRPC): per-Routing TARGET health — a proxy whose TARGET checks fail for one
+//! routing's target is excluded from that routing's candidates in the gateway snapshot,
+//! not from the other routing's and not from extraction — and gateway outcomes feeding
+//! the reducer — a proxy that fails every gateway attempt leaves AVAILABLE (and the
+//! snapshot) after a bounded number of outcomes, while one with many target-side
+//! failures stays.
+
+mod controlplane_support;
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use controlplane_support::Worker;
+use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, connect};
+use proxy_pool_api::controlplane::pb;
+use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControlPlaneClient;
+use proxy_pool_checker::{GrpcBinding, GrpcOptions, NetProber, ProberOptions, RunnerOptions, Tier};
+use proxy_pool_controller::{Controller, Listeners};
+use proxy_pool_e2e::sim::{SimConfig, Simulator};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+const API_KEY: &str = "health-routing-key";
+
+fn sha256_hex(s: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(s.as_bytes()))
+}
+
+async fn extract(addr: SocketAddr, count: u32) -> serde_json::Value {
+    let body = format!(r#"{{"count":{count}}}"#);
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let req = format!(
+        "POST /api/v1/proxies/extract HTTP/1.1\r\nHost: {addr}\r\nX-API-Key: {API_KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.expect("read");
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
+}
+
+/// Applies and ACKs snapshot updates until `done` holds for the worker's state.
+async fn until(w: &mut Worker, what: &str, done: impl Fn(&Worker) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !done(w) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        let next = tokio::time::timeout(
+            Duration::from_secs(2),
+            w.stream.as_mut().expect("watching").message(),
+        )
+        .await;
+        match next {
+            Ok(Ok(Some(u))) => {
+                match u.update.expect("update") {
+                    pb::snapshot_update::Update::Full(s) => {
+                        let s = proxy_pool_api::controlplane::model::Snapshot::try_from(s)
+                            .expect("convert");
+                        w.state =
+                            proxy_pool_api::controlplane::state::SnapshotState::from_snapshot(s)
+                                .expect("full");
+                    }
+                    pb::snapshot_update::Update::Delta(d) => {
+                        w.state
+                            .apply_delta(
+                                proxy_pool_api::controlplane::model::Delta::try_from(d)
+                                    .expect("convert"),
+                            )
+                            .expect("delta");
+                    }
+                }
+                w.ack(true).await.expect("ack");
+            }
+            Ok(other) => panic!("stream: {other:?}"),
+            // Nothing new: keep the session alive.
+            Err(_) => {
+                if w.state.header().is_some() {
+                    w.ack(true).await.expect("ack");
+                }
+            }
+        }
+    }
+}
+
+fn outcome(proxy: &str, stage: pb::OutcomeStage, code: &str) -> pb::Outcome {
+    pb::Outcome {
+        proxy_id: proxy.into(),
+        routing: "good".into(),
+        stage: stage as i32,
+        success: code.is_empty(),
+        latency_ms: 5,
+        failure_code: code.into(),
+        observed_at_ms: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn routing_target_health_and_gateway_outcomes_reach_the_snapshots() {
+    let sim = Simulator::start(SimConfig {
+        ttl_min_seconds: 300,
+        ttl_max_seconds: 600,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("simulator");
+    let dir = std::env::temp_dir().join(format!("health-routing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let key_file = dir.join("vendor-key");
+    std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
+    // Nothing listens here: TARGET checks of the routing `bad` fail at the target.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let yaml = format!(
+        r#"
+distribution:
+  listen: 127.0.0.1:0
+  auth: {{mode: any, methods: [{{type: apiKey}}]}}
+admin: {{listen: 127.0.0.1:0}}
+controlPlane: {{enabled: true, listen: 127.0.0.1:0, loopbackPlaintext: true, targetSlotsPerWorker: 12}}
+upstreams:
+  - name: sim
+    protocol: http
+    ttl: 10m
+    safetyMargin: 10s
+    maxConcurrencyPerProxy: 4
+    maxSize: 6
+    fetchInterval: 2s
+    health: {{interval: 1s, timeout: 500ms}}
+    source:
+      vendorApi:
+        url: {vendor}/v1/proxies?count=3&protocol=http
+        format: json
+        apiKeyFile: {key}
+routings:
+  - {{name: good, priority: 1, upstreams: [sim], targetHosts: ["127.0.0.1"], targetCheckPort: {echo}}}
+  - {{name: bad, priority: 2, upstreams: [sim], targetHosts: ["127.0.0.1"], targetCheckPort: {closed}}}
+clients:
+  - name: c
+    permissions: [distribution:extract]
+    apiKeys: [{{sha256: {hash}}}]
+shutdown: {{gracePeriod: 3s}}
+# The simulator's proxies are on loopback: opted in explicitly.
+egress: {{allowCidrs: [127.0.0.0/8]}}
+"#,
+        vendor = sim.vendor_url(),
+        key = key_file.display(),
+        echo = sim.echo_http_addr().port(),
+        hash = sha256_hex(API_KEY),
+    );
+    let config = proxy_pool_api::config::load_yaml(&yaml).expect("config");
+    let listeners = Listeners::bind(&config).await.expect("bind");
+    let api = listeners.distribution.local_addr().expect("addr");
+    let cp = listeners
+        .control_plane
+        .as_ref()
+        .expect("control plane")
+        .local_addr()
+        .expect("addr");
+    let controller = Controller::build(config).await.expect("build");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(listeners, async {
+        let _ = stop_rx.await;
+    }));
+    let checker_stop = CancellationToken::new();
+    let tiers = vec![Tier::Basic, Tier::Egress, Tier::Target];
+    let binding = GrpcBinding::start(
+        GrpcOptions {
+            endpoint: format!("http://{cp}"),
+            transport: ClientTransport::LoopbackPlaintext,
+            client: ClientOptions::default(),
+            checker_id: "health-checker".into(),
+            instance_id: "health-checker-1".into(),
+            max_concurrency: 8,
+            tiers: tiers.clone(),
+            idle_wait: Duration::from_millis(200),
+        },
+        checker_stop.clone(),
+    );
+    let checker = tokio::spawn(proxy_pool_checker::run(
+        Arc::new(binding.clone()),
+        Arc::new(binding),
+        Arc::new(NetProber::new(ProberOptions {
+            egress: proxy_pool_api::egress::EgressPolicy::allow_loopback(),
+            ..ProberOptions::new(sim.echo_http_addr())
+        })),
+        RunnerOptions {
+            concurrency: NonZeroUsize::new(8).expect("8"),
+            tiers,
+            grace: Duration::from_secs(1),
+            ..RunnerOptions::default()
+        },
+        checker_stop.clone(),
+    ));
+
+    // A gateway: it gets proxies, and after three TARGET rounds each is excluded from
+    // `bad` (its target is unreachable through any proxy) but not from `good`.
+    let channel = connect(
+        &format!("http://{cp}"),
+        &ClientTransport::LoopbackPlaintext,
+        &ClientOptions::default(),
+    )
+    .await
+    .expect("connect");
+    let mut w = Worker::register_on(WorkerControlPlaneClient::new(channel), "gw-health").await;
+    w.watch().await;
+    until(&mut w, "proxies excluded from `bad` only", |w| {
+        w.state.len() >= 2
+            && w.state
+                .proxies()
+                .all(|p| p.excluded_routings == vec!["bad".to_string()])
+    })
+    .await;
+    let ids: Vec<String> = w.proxy_ids();
+
+    // Gateway outcomes. Target-side failures, however many, say nothing about the
+    // proxy; proxy-side failures in a row (5) take it out of AVAILABLE.
+    let (healthy, failing) = (ids[0].clone(), ids[1].clone());
+    let mut batch: Vec<pb::Outcome> = Vec::new();
+    for _ in 0..20 {
+        batch.push(outcome(
+            &healthy,
+            pb::OutcomeStage::ResponseHeaders,
+            "upstream-io",
+        ));
+        batch.push(outcome(
+            &healthy,
+            pb::OutcomeStage::ProxyHandshake,
+            "target-unreachable",
+        ));
+        batch.push(outcome(&healthy, pb::OutcomeStage::Tunnel, "tunnel-io"));
+    }
+    batch.push(outcome(
+        &healthy,
+        pb::OutcomeStage::Dial,
+        "upstream-dial-failed",
+    ));
+    batch.push(outcome(&healthy, pb::OutcomeStage::Dial, ""));
+    for _ in 0..5 {
+        batch.push(outcome(
+            &failing,
+            pb::OutcomeStage::Dial,
+            "upstream-dial-failed",
+        ));
+    }
+    let r = w
+        .client
+        .report_outcomes(pb::ReportOutcomesRequest {
+            worker_id: w.id.clone(),
+            session_id: w.session.clone(),
+            batch_sequence: 1,
+            outcomes: batch,
+        })
+        .await
+        .expect("outcomes")
+        .into_inner();
+    assert_eq!(r.dropped, 0);
+    let failing_id = failing.clone();
+    until(
+        &mut w,
+        "the failing proxy to leave the snapshot",
+        move |w| w.state.proxy(&failing_id).is_none(),
+    )
+    .await;
+    assert!(
+        w.state.proxy(&healthy).is_some(),
+        "target-side failures condemned a proxy"
+    );
+
+    // Excluded from `bad` is not excluded from extraction.
+    let mut got = extract(api, 6).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while got["returned"].as_u64().unwrap_or(0) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nothing extractable: {got}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        got = extract(api, 6).await;
+    }
+
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), running).await;
+    checker_stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), checker).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

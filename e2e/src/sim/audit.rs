@@ -1,0 +1,267 @@
+//! The exclusivity auditor: every use of a simulated proxy — a `CONNECT` or SOCKS5
+//! tunnel, a forwarded request — with where it came from (the client's source address)
+//! and when it started and ended, and the check built on it: once a proxy was handed
+//! to an extraction client, nobody else may still be using it or use it again.
+//!
+//! Who is who is the caller's knowledge: extraction clients connect from their own
+//! loopback source addresses (say `127.0.0.2`), gateways from any other. Handouts are
+//! reported by the test (`POST /v1/sim/audit/handouts`) as it receives them; a
+//! client's first use of a proxy counts as a handout too.
+//!
+//! Bounded: at most `MAX_USES` uses are kept; past that, uses are counted as dropped
+//! and every verdict says it is incomplete. Times are Unix milliseconds of this host.
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Most uses kept.
+pub const MAX_USES: usize = 1_000_000;
+/// Most handouts kept.
+pub const MAX_HANDOUTS: usize = 200_000;
+/// Most violations listed in one verdict (all are counted).
+pub const MAX_LISTED: usize = 100;
+
+/// What a use was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UseKind {
+    /// An HTTP `CONNECT` tunnel, from the request to the tunnel's end.
+    Connect,
+    /// An absolute-URI request, from the request to the end of its response body.
+    Forward,
+    /// A SOCKS5 `CONNECT`, from the request to the tunnel's end.
+    Socks5,
+}
+
+/// One use of one proxy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Use {
+    /// Simulator proxy ID.
+    pub proxy: String,
+    /// The proxy's listening port (what an extraction response names).
+    pub port: u16,
+    /// The client's source address.
+    pub source: IpAddr,
+    /// Tunnel or request.
+    pub kind: UseKind,
+    /// When the request arrived.
+    pub started_ms: u64,
+    /// When it ended (`None`: still going).
+    pub ended_ms: Option<u64>,
+}
+
+/// A proxy handed to an extraction client, by its listening port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Handout {
+    /// The proxy's port.
+    pub port: u16,
+    /// When the client had it (Unix ms).
+    pub at_ms: u64,
+}
+
+/// A use of a proxy by someone else after it was handed to a client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Violation {
+    /// The offending use.
+    #[serde(flatten)]
+    pub offending: Use,
+    /// When the proxy was handed out.
+    pub handed_out_ms: u64,
+}
+
+/// The auditor's answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    /// Uses looked at.
+    pub uses: u64,
+    /// Of them, by extraction clients.
+    pub client_uses: u64,
+    /// Proxies handed out (reported or first used by a client).
+    pub handed_out: u64,
+    /// Uses by others after a handout (0 when exclusivity held).
+    pub violations: u64,
+    /// The first of them.
+    pub listed: Vec<Violation>,
+    /// `false` when uses or handouts were dropped: the verdict may miss violations.
+    pub complete: bool,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    uses: Vec<Use>,
+    dropped_uses: u64,
+    handouts: HashMap<u16, u64>,
+    dropped_handouts: u64,
+}
+
+/// The use log of every proxy of one simulator.
+#[derive(Debug, Default)]
+pub struct AuditLog {
+    inner: Mutex<Inner>,
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl AuditLog {
+    /// Records the start of a use; it ends when the guard drops.
+    pub fn begin(
+        self: &Arc<Self>,
+        proxy: &str,
+        port: u16,
+        peer: SocketAddr,
+        kind: UseKind,
+    ) -> UseGuard {
+        let mut inner = self.inner.lock();
+        if inner.uses.len() >= MAX_USES {
+            inner.dropped_uses += 1;
+            return UseGuard {
+                log: None,
+                index: 0,
+            };
+        }
+        inner.uses.push(Use {
+            proxy: proxy.to_owned(),
+            port,
+            source: peer.ip(),
+            kind,
+            started_ms: now_ms(),
+            ended_ms: None,
+        });
+        UseGuard {
+            log: Some(self.clone()),
+            index: inner.uses.len() - 1,
+        }
+    }
+
+    /// Records handouts (the earliest time per port is kept).
+    pub fn handouts(&self, handouts: &[Handout]) {
+        let mut inner = self.inner.lock();
+        for h in handouts {
+            if inner.handouts.len() >= MAX_HANDOUTS && !inner.handouts.contains_key(&h.port) {
+                inner.dropped_handouts += 1;
+                continue;
+            }
+            let at = inner.handouts.entry(h.port).or_insert(h.at_ms);
+            *at = (*at).min(h.at_ms);
+        }
+    }
+
+    /// Every use so far, in start order.
+    pub fn uses(&self) -> Vec<Use> {
+        self.inner.lock().uses.clone()
+    }
+
+    /// The verdict with `clients` as the extraction clients' source addresses. A proxy
+    /// is handed out at the earlier of its reported handout and its first client use;
+    /// any other use still going at that instant or started later is a violation.
+    pub fn verdict(&self, clients: &[IpAddr]) -> Verdict {
+        let inner = self.inner.lock();
+        let is_client = |u: &Use| clients.contains(&u.source);
+        let mut handed: BTreeMap<u16, u64> = inner.handouts.iter().map(|(p, t)| (*p, *t)).collect();
+        for u in inner.uses.iter().filter(|u| is_client(u)) {
+            let at = handed.entry(u.port).or_insert(u.started_ms);
+            *at = (*at).min(u.started_ms);
+        }
+        let mut v = Verdict {
+            uses: inner.uses.len() as u64,
+            client_uses: inner.uses.iter().filter(|u| is_client(u)).count() as u64,
+            handed_out: handed.len() as u64,
+            complete: inner.dropped_uses == 0 && inner.dropped_handouts == 0,
+            ..Verdict::default()
+        };
+        for u in inner.uses.iter().filter(|u| !is_client(u)) {
+            let Some(&at) = handed.get(&u.port) else {
+                continue;
+            };
+            let after = u.started_ms >= at || u.ended_ms.is_none_or(|end| end > at);
+            if after {
+                v.violations += 1;
+                if v.listed.len() < MAX_LISTED {
+                    v.listed.push(Violation {
+                        offending: u.clone(),
+                        handed_out_ms: at,
+                    });
+                }
+            }
+        }
+        v
+    }
+}
+
+/// Ends a use when dropped.
+#[derive(Debug)]
+pub struct UseGuard {
+    log: Option<Arc<AuditLog>>,
+    index: usize,
+}
+
+impl Drop for UseGuard {
+    fn drop(&mut self) {
+        if let Some(log) = self.log.take()
+            && let Some(u) = log.inner.lock().uses.get_mut(self.index)
+        {
+            u.ended_ms = Some(now_ms());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(ip: &str) -> SocketAddr {
+        SocketAddr::new(ip.parse().unwrap(), 40_000)
+    }
+
+    #[test]
+    fn a_use_alive_at_the_handout_or_after_it_is_a_violation() {
+        let log = Arc::new(AuditLog::default());
+        let gw = peer("127.0.0.1");
+        let client: IpAddr = "127.0.0.2".parse().unwrap();
+        // Proxy 1: the gateway's use ended before the handout: fine.
+        drop(log.begin("p1", 1, gw, UseKind::Connect));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        log.handouts(&[Handout {
+            port: 1,
+            at_ms: now_ms(),
+        }]);
+        drop(log.begin("p1", 1, SocketAddr::new(client, 1), UseKind::Connect));
+        // Proxy 2: still in use by the gateway when handed out.
+        let open = log.begin("p2", 2, gw, UseKind::Forward);
+        log.handouts(&[Handout {
+            port: 2,
+            at_ms: now_ms(),
+        }]);
+        // Proxy 3: the client used it first, then the gateway did.
+        drop(log.begin("p3", 3, SocketAddr::new(client, 2), UseKind::Socks5));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        drop(log.begin("p3", 3, gw, UseKind::Socks5));
+        // Proxy 4: never handed out; gateway use is fine.
+        drop(log.begin("p4", 4, gw, UseKind::Connect));
+        let v = log.verdict(&[client]);
+        assert_eq!((v.uses, v.client_uses, v.handed_out), (6, 2, 3));
+        assert_eq!(v.violations, 2, "{v:?}");
+        let ports: Vec<u16> = v.listed.iter().map(|x| x.offending.port).collect();
+        assert_eq!(ports, [2, 3]);
+        assert!(v.complete);
+        drop(open);
+        assert_eq!(
+            log.verdict(&[client]).violations,
+            2,
+            "ending late does not clear it"
+        );
+    }
+}
