@@ -244,7 +244,7 @@ distribution:
     mode: any
     methods: [{{type: apiKey}}]
 admin: {{listen: {admin}}}
-controlPlane: {{enabled: true, listen: {cp}, loopbackPlaintext: true}}
+controlPlane: {{enabled: true, listen: {cp}, loopbackPlaintext: true, drainWait: 1s}}
 upstreams:
   - name: sim-http
     protocol: http
