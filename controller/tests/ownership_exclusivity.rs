@@ -38,6 +38,7 @@ on_both!(
     snapshots_carry_the_lease_end_and_renewals_extend_it,
     a_restarted_control_plane_adopts_the_live_leases,
     extraction_demand_drains_the_least_loaded_proxies_across_workers,
+    drains_released_in_one_pass_wake_waiting_extractions_once,
     unmet_demand_keeps_fresh_proxies_from_assignment,
 );
 
@@ -271,4 +272,38 @@ async fn unmet_demand_keeps_fresh_proxies_from_assignment(kind: Kind) {
     }
     let got = extracted(&h.pool, 3).await;
     assert_eq!(got.len(), 3, "{got:?}");
+}
+
+/// A request waiting for drains takes what is unowned when it wakes, and a partial
+/// answer with proxies is final: the drains begun for one demand must reach it
+/// together, so the pass tells waiting extractions once, after its last release.
+async fn drains_released_in_one_pass_wake_waiting_extractions_once(kind: Kind) {
+    let h = Harness::new(kind).await;
+    h.available("p", 2, 600).await;
+    let mut w = worker(&h, "gw-0").await;
+    assert_eq!(w.state.len(), 2);
+    let ids = w.proxy_ids();
+    let manager = h.cp.ownership_handle();
+    let mut released = manager.released();
+    let before = *released.borrow_and_update();
+    assert!(manager.request(Demand {
+        filters: Filters::default(),
+        count: 2,
+        min_remaining_ttl: Duration::from_secs(30),
+    }));
+    h.pass().await;
+    w.apply_next().await;
+    assert_eq!(w.state.proxies().filter(|p| p.draining).count(), 2);
+    w.ack(true).await.expect("ack");
+    w.report(&[]).await.expect("report idle");
+    h.pass().await;
+    for id in &ids {
+        assert_eq!(h.owner(id).await, None, "released: {id}");
+    }
+    assert_eq!(
+        *released.borrow_and_update() - before,
+        1,
+        "one wake-up for the pass that released both"
+    );
+    assert_eq!(extracted(&h.pool, 5).await.len(), 2);
 }

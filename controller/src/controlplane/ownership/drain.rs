@@ -76,6 +76,9 @@ impl OwnershipManager {
         self.held.lock().get(id).is_some_and(|until| *until > now)
     }
 
+    /// Clears the ownership of every drained proxy whose worker reports it idle, and
+    /// tells waiting extractions once per pass (after the last release of the pass,
+    /// so drains begun for one demand reach its request together, not one by one).
     pub(super) async fn finish_drains(
         &self,
         owners: &mut Owners,
@@ -83,6 +86,20 @@ impl OwnershipManager {
         now: Timestamp,
     ) -> PoolResult<usize> {
         let mut released = 0;
+        let result = self.release_drained(owners, live, now, &mut released).await;
+        if released > 0 {
+            self.released.send_modify(|n| *n += 1);
+        }
+        result.map(|()| released)
+    }
+
+    async fn release_drained(
+        &self,
+        owners: &mut Owners,
+        live: &[(WorkerId, WorkerInfo, WorkerSession)],
+        now: Timestamp,
+        released: &mut usize,
+    ) -> PoolResult<()> {
         for (worker, _, session) in live {
             let Some(m) = owners.get_mut(worker) else {
                 continue;
@@ -121,8 +138,7 @@ impl OwnershipManager {
                     Ok(()) => {
                         m.remove(&id);
                         self.hold(id.clone(), now);
-                        released += 1;
-                        self.released.send_modify(|n| *n += 1);
+                        *released += 1;
                         tracing::info!(proxy = %id, worker = %worker, "drain complete; ownership cleared");
                     }
                     Err(PoolError::Conflict(ConflictReason::Busy)) => {}
@@ -133,6 +149,6 @@ impl OwnershipManager {
                 }
             }
         }
-        Ok(released)
+        Ok(())
     }
 }
