@@ -3,7 +3,10 @@
 #   etcd, kube-apiserver, kubectl            always
 #   kube-controller-manager                   only with --with-controller-manager
 #                                             (or PROXY_POOL_K8S_WITH_KCM=1)
-# into ${PROXY_POOL_CACHE_DIR:-<repo>/.cache}/k8s/<k8s-version>/bin/, skipping binaries
+#   kubelet, kube-scheduler, kube-proxy       only with --with-node (or
+#                                             PROXY_POOL_K8S_WITH_NODE=1); implies
+#                                             kube-controller-manager (a whole cluster)
+# into ${PROXY_POOL_CACHE_DIR:-<repo>/.cache}/k8s/<k8s-version>-<stamp>/bin/, skipping binaries
 # that are already built, and prints that bin dir on stdout (progress goes to stderr).
 # The versions come from e2e/k8s/go.mod, the wrapper module that pins them.
 set -euo pipefail
@@ -12,15 +15,18 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mod_dir="$repo/e2e/k8s"
 
 with_kcm="${PROXY_POOL_K8S_WITH_KCM:-0}"
+with_node="${PROXY_POOL_K8S_WITH_NODE:-0}"
 for arg in "$@"; do
   case "$arg" in
     --with-controller-manager) with_kcm=1 ;;
+    --with-node) with_node=1 ;;
     -h|--help)
-      sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+      sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
       exit 0 ;;
     *) echo "k8s-bins.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
+[ "$with_node" = 1 ] && with_kcm=1
 
 say() { printf 'k8s-bins: %s\n' "$*" >&2; }
 
@@ -35,10 +41,6 @@ k8s_version="$(mod_version k8s.io/kubernetes)"
 etcd_version="$(cd "$mod_dir" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)"
 [ -n "$k8s_version" ] || { say "cannot read the k8s.io/kubernetes version from $mod_dir/go.mod"; exit 1; }
 
-cache_dir="${PROXY_POOL_CACHE_DIR:-$repo/.cache}"
-bin_dir="$cache_dir/k8s/$k8s_version/bin"
-mkdir -p "$bin_dir"
-
 # Version stamps the upstream release build (hack/lib/version.sh) sets.
 minor="${k8s_version#v1.}"; minor="${minor%%.*}"
 stamp() {
@@ -49,14 +51,15 @@ stamp() {
 k8s_ldflags="-s -w $(stamp k8s.io/component-base/version)$(stamp k8s.io/client-go/pkg/version)"
 etcd_ldflags="-s -w"
 
-# Binaries built from another go.mod/go.sum, main package or flags are stale: the stamp
-# names everything that goes into them, and a changed stamp empties the bin dir.
+# The bin dir is named by a stamp of everything that goes into the binaries (go.mod,
+# go.sum, the etcd wrapper, the Go version, the flags): binaries built from another
+# wrapper module live in another dir, so two checkouts that pin different module sets
+# (say a branch that adds a tool) never rebuild each other's binaries.
 stamp_now="$(cat "$mod_dir/go.mod" "$mod_dir/go.sum" "$mod_dir/cmd/etcd/main.go" \
-  <(go version) <(printf '%s\n%s\n' "$k8s_ldflags" "$etcd_ldflags") | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$bin_dir/.stamp" 2>/dev/null)" != "$stamp_now" ]; then
-  rm -f "$bin_dir"/etcd "$bin_dir"/kube-apiserver "$bin_dir"/kubectl "$bin_dir"/kube-controller-manager
-  printf '%s\n' "$stamp_now" > "$bin_dir/.stamp"
-fi
+  <(go version) <(printf '%s\n%s\n' "$k8s_ldflags" "$etcd_ldflags") | sha256sum | cut -c1-12)"
+cache_dir="${PROXY_POOL_CACHE_DIR:-$repo/.cache}"
+bin_dir="$cache_dir/k8s/$k8s_version-$stamp_now/bin"
+mkdir -p "$bin_dir"
 
 build() {
   local name="$1" pkg="$2" ldflags="$3"
@@ -80,6 +83,11 @@ build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
 build kubectl k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
 if [ "$with_kcm" = 1 ]; then
   build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
+fi
+if [ "$with_node" = 1 ]; then
+  build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags"
+  build kube-proxy k8s.io/kubernetes/cmd/kube-proxy "$k8s_ldflags"
+  build kubelet k8s.io/kubernetes/cmd/kubelet "$k8s_ldflags"
 fi
 
 printf 'kubernetes %s\netcd %s\n' "$k8s_version" "$etcd_version" > "$bin_dir/VERSIONS"

@@ -16,9 +16,11 @@ pub mod grpc;
 pub mod handshake;
 pub mod memory;
 pub mod model;
+pub mod ops;
 pub mod ports;
 pub mod prober;
 pub mod runner;
+pub mod smoke;
 
 pub use grpc::{GrpcBinding, GrpcOptions};
 pub use memory::{MemorySink, MemorySource};
@@ -27,4 +29,4 @@ pub use model::{
 };
 pub use ports::{BindingError, ObservationSink, Prober, TaskSource};
 pub use prober::{NetProber, ProberOptions};
-pub use runner::{RunStats, RunnerOptions, run};
+pub use runner::{RunStats, RunnerOptions, run, run_counting};

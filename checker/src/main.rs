@@ -82,6 +82,10 @@ struct RunArgs {
     /// Name the controller's certificate carries.
     #[arg(long, default_value = "proxy-pool-controller")]
     server_name: String,
+    /// Ops listener (`/healthz`, `/readyz`: registered with the controller, `/metrics`);
+    /// off unless given.
+    #[arg(long)]
+    ops_listen: Option<SocketAddr>,
     #[command(flatten)]
     egress: EgressArgs,
 }
@@ -107,6 +111,34 @@ impl EgressArgs {
     }
 }
 
+#[derive(clap::Args, Debug)]
+struct SmokeArgs {
+    /// The Distribution API's extract URL, `http://host:port/api/v1/proxies/extract`.
+    #[arg(long)]
+    extract_url: http::Uri,
+    /// File holding the client's API key (a mounted Secret key).
+    #[arg(long)]
+    api_key_file: PathBuf,
+    /// The gateway's HTTP proxy listener, `host:port`.
+    #[arg(long)]
+    gateway: String,
+    /// File holding the client's proxy user name.
+    #[arg(long)]
+    username_file: PathBuf,
+    /// File holding the client's proxy password.
+    #[arg(long)]
+    password_file: PathBuf,
+    /// Appended to the user name: routing parameters, e.g. `-region-shanghai`.
+    #[arg(long, default_value = "")]
+    username_suffix: String,
+    /// URL fetched through the gateway (plain HTTP).
+    #[arg(long)]
+    target: http::Uri,
+    /// Seconds each step may take, retries included.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Probe one proxy now and print the observations (one JSON object per line).
@@ -128,6 +160,10 @@ enum Command {
     },
     /// Pull tasks from the controller's CheckerControlPlane and report observations.
     Run(RunArgs),
+    /// The chart's `helm test`: extract one proxy with a client's API key, then send
+    /// one request through a gateway with the client's proxy credentials. Each step is
+    /// retried until it succeeds or `--timeout` runs out.
+    SmokeTest(SmokeArgs),
     /// Serve the echo endpoint EGRESS checks use (`--echo` of `run`): it must be
     /// reachable from the vendor proxies' egress, usually on a public address.
     Echo {
@@ -156,6 +192,7 @@ fn main() -> anyhow::Result<()> {
             egress,
         } => rt.block_on(probe(&proxy, echo, &target, timeout, egress.policy()?)),
         Command::Run(run_args) => rt.block_on(run(run_args)),
+        Command::SmokeTest(smoke_args) => rt.block_on(smoke_test(smoke_args)),
         Command::Echo {
             listen,
             max_connections,
@@ -244,6 +281,28 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down: finishing in-flight probes");
         signal.cancel();
     });
+    // The ops listener comes first, so the kubelet's probes answer while the checker
+    // waits for its certificate; it is ready once a session is registered.
+    let stats = Arc::new(proxy_pool_checker::RunStats::default());
+    let session: Arc<std::sync::OnceLock<GrpcBinding>> = Arc::default();
+    let ops = match args.ops_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding {addr}"))?;
+            let session = session.clone();
+            let state = proxy_pool_checker::ops::OpsState {
+                registered: Arc::new(move || session.get().is_some_and(GrpcBinding::registered)),
+                stats: stats.clone(),
+            };
+            Some(tokio::spawn(proxy_pool_checker::ops::serve(
+                listener,
+                state,
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
     let tls = if args.loopback_plaintext {
         None
     } else if let Some(endpoint) = args.identity_endpoint.as_deref().filter(|e| !e.is_empty()) {
@@ -309,8 +368,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         grace: Duration::from_secs(args.grace),
         ..RunnerOptions::default()
     };
+    let _ = session.set(binding.clone());
     tracing::info!(checker = %args.checker_id, "checker running");
-    let stats = proxy_pool_checker::run(
+    proxy_pool_checker::run_counting(
         Arc::new(binding.clone()),
         Arc::new(binding),
         Arc::new(NetProber::new(ProberOptions {
@@ -318,10 +378,60 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             ..ProberOptions::new(args.echo)
         })),
         options,
+        stats.clone(),
         shutdown,
     )
     .await;
+    if let Some(ops) = ops {
+        let _ = ops.await;
+    }
     tracing::info!(?stats, "checker stopped");
+    Ok(())
+}
+
+async fn smoke_test(args: SmokeArgs) -> anyhow::Result<()> {
+    use proxy_pool_checker::smoke;
+    let read = |path: &PathBuf| -> anyhow::Result<String> {
+        Ok(std::fs::read_to_string(path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .trim()
+            .to_owned())
+    };
+    let api_key = read(&args.api_key_file)?;
+    let username = format!("{}{}", read(&args.username_file)?, args.username_suffix);
+    let password = read(&args.password_file)?;
+    let budget = Duration::from_secs(args.timeout.max(1));
+    let attempt = Duration::from_secs(10).min(budget);
+    // Each step: retried with a pause until it succeeds or its budget is spent.
+    async fn retrying<T, F, Fut>(budget: Duration, mut step: F) -> Result<T, smoke::SmokeError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, smoke::SmokeError>>,
+    {
+        let deadline = tokio::time::Instant::now() + budget;
+        loop {
+            match step().await {
+                Ok(v) => return Ok(v),
+                Err(e) if tokio::time::Instant::now() + Duration::from_secs(1) >= deadline => {
+                    return Err(e);
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+    let n = retrying(budget, || {
+        smoke::extract(&args.extract_url, &api_key, attempt)
+    })
+    .await?;
+    println!("extract: {n} proxy returned");
+    let status = retrying(budget, || {
+        smoke::through_gateway(&args.gateway, &username, &password, &args.target, attempt)
+    })
+    .await?;
+    println!("through the gateway: HTTP {}", status.as_u16());
     Ok(())
 }
 

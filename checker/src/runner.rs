@@ -73,6 +73,19 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Arc<RunStats> {
     let stats = Arc::new(RunStats::default());
+    run_counting(source, sink, prober, options, stats.clone(), shutdown).await;
+    stats
+}
+
+/// [`run`], counting into `stats` (which the ops listener reads while it runs).
+pub async fn run_counting(
+    source: Arc<dyn TaskSource>,
+    sink: Arc<dyn ObservationSink>,
+    prober: Arc<dyn Prober>,
+    options: RunnerOptions,
+    stats: Arc<RunStats>,
+    shutdown: CancellationToken,
+) {
     let slots = Arc::new(Semaphore::new(options.concurrency.get()));
     let (tx, rx) = mpsc::channel::<Vec<Observation>>(options.concurrency.get() * 2);
     let reporter = tokio::spawn(report(rx, sink, options.clone(), stats.clone()));
@@ -158,7 +171,6 @@ pub async fn run(
     }
     drop(tx);
     let _ = reporter.await;
-    stats
 }
 
 fn backoff(failures: u32) -> Duration {

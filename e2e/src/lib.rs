@@ -1,5 +1,6 @@
 //! Proxy Pool end-to-end harnesses.
 
+pub mod cluster;
 pub mod hostile;
 pub mod k8s;
 pub mod loadgen;

@@ -30,7 +30,8 @@ use proxy_pool_operator::crd::{DistributionClient, Routing, Upstream};
 use proxy_pool_operator::identity::{CaParams, IdentityOptions, IdentityService, IssuerConfig};
 use proxy_pool_operator::reconcile::hash_key::{self, HashKey};
 use proxy_pool_operator::reconcile::{
-    self, Context, ControllerTls, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig,
+    self, Context, ControllerTls, GatewayPodSettings, GatewayTemplate, LeaderSettings, Metrics,
+    OperatorConfig,
 };
 
 const NS: &str = "proxy-pool";
@@ -181,6 +182,7 @@ fn operator_config(base_yaml: &str) -> OperatorConfig {
             trust_bundle_config_map: "proxy-pool-trust-bundle".into(),
             egress_deny_cidrs: vec!["10.96.0.0/12".into()],
             egress_allow_cidrs: Vec::new(),
+            pod: GatewayPodSettings::default(),
         },
         instance: Some("operator-0".into()),
         controller_admin: ADMIN.get().map(|a| a.url.clone()),
@@ -572,7 +574,7 @@ async fn config_map_is_rendered(client: &kube::Client) -> String {
         ),
         ("region", ["shanghai".to_owned()].as_slice())
     );
-    assert_eq!(r.target_hosts, ["*.example.com", "example.org"]);
+    assert_eq!(r.target_hosts, ["localhost", "*.example.com"]);
     assert_eq!(
         (r.regions.as_slice(), r.carriers.as_slice()),
         (
@@ -596,7 +598,7 @@ async fn config_map_is_rendered(client: &kube::Client) -> String {
     assert_eq!(u.health.timeout, Duration::from_secs(3));
     assert_eq!(u.health.failure_threshold.get(), 2);
     assert!(u.health.egress);
-    assert_eq!(u.health.targets, ["https://example.com/"]);
+    assert_eq!(u.health.targets, ["https://localhost/"]);
     let proxy_pool_api::config::SourceConfig::VendorApi(v) = &u.source else {
         panic!("vendor API upstream")
     };

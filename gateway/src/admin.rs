@@ -1,5 +1,7 @@
 //! A tiny ops listener: `GET /metrics` (Prometheus text), `GET /healthz` (always
-//! 200) and `GET /readyz` (200 while a fresh snapshot is installed, else 503).
+//! 200) and `GET /readyz` (200 while a fresh snapshot with at least one usable proxy
+//! is installed and shutdown has not begun, else 503: a worker that could only refuse
+//! stays out of its Service).
 //!
 //! Bounded against hostile clients: at most [`MAX_CONNECTIONS`] connections, and
 //! [`MAX_PER_SOURCE`] from one address (more are closed at accept), one small request head per connection read under
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::listener::Gateway;
@@ -30,11 +33,14 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Deadline of a whole exchange.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves the ops endpoints until `shutdown` resolves.
+/// Serves the ops endpoints until `shutdown` resolves. Once `terminating` is
+/// cancelled, `/readyz` answers 503 (the listeners may still be open: that is what
+/// takes the pod out of its Service's endpoints before they close).
 pub async fn serve_admin(
     listener: TcpListener,
     gateway: Gateway,
     snapshots: SnapshotHandle,
+    terminating: CancellationToken,
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
@@ -57,9 +63,10 @@ pub async fn serve_admin(
         };
         let gateway = gateway.clone();
         let snapshots = snapshots.clone();
+        let terminating = terminating.is_cancelled();
         tokio::spawn(async move {
             tokio::select! {
-                _ = tokio::time::timeout(TIMEOUT, answer(stream, &gateway, &snapshots)) => {}
+                _ = tokio::time::timeout(TIMEOUT, answer(stream, &gateway, &snapshots, terminating)) => {}
                 () = slot.evicted() => debug!("admin connection displaced by a smaller source"),
             }
             drop(slot);
@@ -71,6 +78,7 @@ async fn answer(
     mut stream: TcpStream,
     gateway: &Gateway,
     snapshots: &SnapshotHandle,
+    terminating: bool,
 ) -> std::io::Result<()> {
     let mut buf = vec![0u8; MAX_REQUEST];
     let mut len = 0;
@@ -100,15 +108,18 @@ async fn answer(
     let (status, body) = match path {
         b"/metrics" => ("200 OK", gateway.render_metrics()),
         b"/healthz" => ("200 OK", "ok\n".to_owned()),
+        b"/readyz" if terminating => ("503 Service Unavailable", "shutting down\n".to_owned()),
         b"/readyz" => {
-            let fresh = snapshots
-                .load()
-                .as_ref()
-                .is_some_and(|s| !s.is_stale(now_ms()));
-            if fresh {
-                ("200 OK", "ready\n".to_owned())
-            } else {
-                ("503 Service Unavailable", "no fresh snapshot\n".to_owned())
+            let now = now_ms();
+            match snapshots.load().as_ref() {
+                Some(s) if s.is_stale(now) => {
+                    ("503 Service Unavailable", "no fresh snapshot\n".to_owned())
+                }
+                Some(s) if !s.has_usable_proxy(now) => {
+                    ("503 Service Unavailable", "no usable proxy\n".to_owned())
+                }
+                Some(_) => ("200 OK", "ready\n".to_owned()),
+                None => ("503 Service Unavailable", "no fresh snapshot\n".to_owned()),
             }
         }
         _ => ("404 Not Found", "not found\n".to_owned()),
@@ -152,9 +163,15 @@ mod tests {
         let snapshots = SnapshotHandle::new(Duration::from_secs(60));
         let (gateway, _outcomes) = Gateway::new(snapshots.clone(), GatewayConfig::default());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve_admin(listener, gateway, snapshots, async {
-            let _ = stopped.await;
-        }));
+        let server = tokio::spawn(serve_admin(
+            listener,
+            gateway,
+            snapshots,
+            CancellationToken::new(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
         // One source holds its share and sends nothing; one more is closed at once.
         let flooder = Ipv4Addr::new(127, 0, 5, 10);
         let mut idle = Vec::new();

@@ -52,6 +52,11 @@ struct Args {
     /// Longest time one write to a client or a vendor proxy may make no progress.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     write_timeout_seconds: u64,
+    /// On SIGTERM, answer `/readyz` with 503 this long while still serving, before the
+    /// listeners close and the drain starts: time for the cluster to take the pod out
+    /// of its Service (a second signal skips the wait). At most 300.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=300))]
+    shutdown_delay_seconds: u64,
     /// Accept any client credentials (local runs only).
     #[arg(long)]
     open_auth: bool,
@@ -182,16 +187,32 @@ async fn serve(args: Args, workers: usize) -> Result<()> {
     let admin = bind(args.admin_listen).await?;
     let (gateway, mut outcomes) = Gateway::new(snapshots.clone(), config);
     let stop = CancellationToken::new();
+    // Shutdown: the signal makes the worker unready (`terminating`), then, after
+    // --shutdown-delay-seconds, stops accepting and drains (`signalled`).
+    let terminating = CancellationToken::new();
     let signalled = CancellationToken::new();
-    let on_signal = signalled.clone();
+    let (on_terminate, on_signal) = (terminating.clone(), signalled.clone());
+    let delay = Duration::from_secs(args.shutdown_delay_seconds);
     tokio::spawn(async move {
         shutdown_signal().await;
+        on_terminate.cancel();
+        if !delay.is_zero() {
+            info!(
+                delay_seconds = delay.as_secs(),
+                "shutdown: not ready; still serving until the delay ends"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = shutdown_signal() => info!("second signal: shutting down now"),
+            }
+        }
         on_signal.cancel();
     });
     tokio::spawn(serve_admin(
         admin,
         gateway.clone(),
         snapshots.clone(),
+        terminating,
         stop.clone().cancelled_owned(),
     ));
     // The identity comes first: no traffic listener is bound until the worker has a

@@ -13,7 +13,8 @@ use proxy_pool_operator::identity::IssuerConfig;
 use proxy_pool_operator::identity::authz::CheckerWorkload;
 use proxy_pool_operator::identity::service::{IdentityOptions, IdentityService};
 use proxy_pool_operator::reconcile::{
-    self, ControllerTls, GatewayTemplate, LeaderSettings, Metrics, OperatorConfig, http,
+    self, ControllerTls, GatewayPodSettings, GatewayTemplate, LeaderSettings, Metrics,
+    OperatorConfig, http,
 };
 
 /// Proxy Pool operator: renders the controller config and runs gateways from
@@ -48,6 +49,11 @@ struct Cli {
     /// Gateway image pull policy.
     #[arg(long, default_value = "IfNotPresent")]
     gateway_image_pull_policy: String,
+    /// Pod settings of the gateway Deployments (YAML: hardening, pull secrets, default
+    /// resources, scheduling, shutdown timing, PodDisruptionBudget); without it the
+    /// built-in defaults (Pod Security `restricted`, a PodDisruptionBudget).
+    #[arg(long, env = "PROXY_POOL_GATEWAY_POD_SETTINGS")]
+    gateway_pod_settings: Option<PathBuf>,
     /// ServiceAccount of the gateway pods.
     #[arg(long, env = "PROXY_POOL_GATEWAY_SERVICE_ACCOUNT")]
     gateway_service_account: String,
@@ -105,6 +111,11 @@ struct Cli {
     /// (made on first start).
     #[arg(long, default_value = reconcile::hash_key::DEFAULT_SECRET)]
     hash_key_secret: String,
+    /// This operator's own Deployment (in `--namespace`): it owns the identity CA
+    /// Secret and the trust bundle ConfigMap, so removing the operator removes them.
+    /// Empty: they are left unowned.
+    #[arg(long, env = "PROXY_POOL_OWNER_DEPLOYMENT", default_value = "")]
+    owner_deployment: String,
     /// `http://host:port` of the controller's admin Service: Upstream status takes its
     /// inventory, last fetch time and vendor fetch failures from there (empty: the
     /// Upstream status reports the config only).
@@ -124,6 +135,15 @@ fn main() -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", cli.base_config.display()))?;
     let base_config = proxy_pool_api::config::parse_yaml(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", cli.base_config.display()))?;
+    let gateway_pod = match &cli.gateway_pod_settings {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            GatewayPodSettings::from_yaml(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => GatewayPodSettings::default(),
+    };
     let checker = match (
         cli.checker_deployment.as_str(),
         cli.checker_service_account.as_str(),
@@ -138,7 +158,7 @@ fn main() -> anyhow::Result<()> {
             service_account: service_account.to_owned(),
         }),
     };
-    let identity = IdentityOptions::new(
+    let mut identity = IdentityOptions::new(
         &cli.namespace,
         &cli.identity_service,
         IssuerConfig {
@@ -159,7 +179,7 @@ fn main() -> anyhow::Result<()> {
     });
     let egress = base_config.egress.clone();
     let config = OperatorConfig {
-        namespace: cli.namespace,
+        namespace: cli.namespace.clone(),
         base_config,
         controller_deployment: cli.controller_deployment,
         controller_container: cli.controller_container,
@@ -175,6 +195,7 @@ fn main() -> anyhow::Result<()> {
             // One egress policy: the gateways get the controller's.
             egress_deny_cidrs: egress.deny_cidrs,
             egress_allow_cidrs: egress.allow_cidrs,
+            pod: gateway_pod,
         },
         instance: Some(cli.pod_name.clone()),
         controller_tls,
@@ -200,6 +221,17 @@ fn main() -> anyhow::Result<()> {
         )
         .await
         .context("annotation hash key")?;
+        if !cli.owner_deployment.is_empty() {
+            identity.owner = Some(
+                reconcile::config::owner_of_deployment(
+                    &client,
+                    &cli.namespace,
+                    &cli.owner_deployment,
+                )
+                .await
+                .with_context(|| format!("reading Deployment {}", cli.owner_deployment))?,
+            );
+        }
         let health = http::Health::default();
         let metrics: Arc<Metrics> = health.metrics.clone();
         let listener = tokio::net::TcpListener::bind(cli.ops_listen)

@@ -125,3 +125,32 @@ refused; opted-in ranges too. */}}
     - ipBlock: {cidr: {{ . }}}
     {{- end }}
 {{- end -}}
+
+{{/* A map with every value a string (annotations): `--set a.b=2` gives a number. */}}
+{{- define "proxy-pool.strings" -}}
+{{- $out := dict -}}
+{{- range $k, $v := . }}{{ $_ := set $out $k (toString $v) }}{{ end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* Pod settings of the operator-made gateway Deployments (the operator's
+     --gateway-pod-settings file; operator/src/reconcile/gateway_pod.rs). */}}
+{{- define "proxy-pool.gatewayPodSettings" -}}
+{{- $g := .Values.gateway -}}
+{{- $s := dict
+  "imagePullSecrets" .Values.imagePullSecrets
+  "podSecurityContext" .Values.podSecurityContext
+  "securityContext" .Values.securityContext
+  "resources" $g.resources
+  "podAnnotations" (include "proxy-pool.strings" $g.podAnnotations | fromYaml)
+  "nodeSelector" $g.nodeSelector
+  "tolerations" $g.tolerations
+  "topologySpreadConstraints" $g.topologySpreadConstraints
+  "shutdownDelaySeconds" (int $g.shutdownDelaySeconds)
+  "drainGraceSeconds" (int $g.drainGraceSeconds)
+  "podDisruptionBudget" $g.podDisruptionBudget
+-}}
+{{- with $g.affinity }}{{ $_ := set $s "affinity" . }}{{ end -}}
+{{- with $g.priorityClassName }}{{ $_ := set $s "priorityClassName" . }}{{ end -}}
+{{- toYaml $s -}}
+{{- end -}}

@@ -4,7 +4,7 @@
 use anyhow::Context as _;
 use clap::Parser;
 use proxy_pool_e2e::sim::{SimConfig, SimListeners, Simulator};
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use tokio::net::TcpListener;
 
@@ -12,9 +12,18 @@ use tokio::net::TcpListener;
 #[derive(Debug, Parser)]
 #[command(name = "vendor-sim", version)]
 struct Args {
-    /// Vendor API listen address (loopback).
+    /// Vendor API listen address (loopback unless --allow-non-loopback).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
+    /// Address the proxies listen on and the vendor API reports (overrides
+    /// `proxyListenIp`); non-loopback only with --allow-non-loopback.
+    #[arg(long, env = "VENDOR_SIM_PROXY_LISTEN_IP")]
+    proxy_listen_ip: Option<Ipv4Addr>,
+    /// Lets the vendor API and the proxies listen on non-loopback addresses (a pod IP in
+    /// a cluster), an explicit opt-in (`allowNonLoopbackListen`). The echo servers stay
+    /// on loopback and the proxies still reach loopback targets only.
+    #[arg(long)]
+    allow_non_loopback: bool,
     /// Plain-HTTP echo server listen address.
     #[arg(long, default_value = "127.0.0.1:0")]
     echo_http: SocketAddr,
@@ -25,7 +34,7 @@ struct Args {
     #[arg(long)]
     config: Option<PathBuf>,
     /// Overrides `credentials.apiKey`.
-    #[arg(long)]
+    #[arg(long, env = "VENDOR_SIM_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     /// Overrides `maxLiveProxies`.
     #[arg(long)]
@@ -51,10 +60,15 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let config = load_config(&args)?;
-    for addr in [args.listen, args.echo_http, args.echo_https] {
+    anyhow::ensure!(
+        args.listen.ip().is_loopback() || config.allow_non_loopback_listen,
+        "{}: the vendor API binds loopback only unless --allow-non-loopback is given",
+        args.listen
+    );
+    for addr in [args.echo_http, args.echo_https] {
         anyhow::ensure!(
             addr.ip().is_loopback(),
-            "{addr}: the simulator binds loopback only"
+            "{addr}: the echo servers bind loopback only"
         );
     }
     let listeners = SimListeners {
@@ -100,6 +114,12 @@ fn load_config(args: &Args) -> anyhow::Result<SimConfig> {
     }
     if let Some(max) = args.ttl_max {
         config.ttl_max_seconds = max;
+    }
+    if let Some(ip) = args.proxy_listen_ip {
+        config.proxy_listen_ip = ip;
+    }
+    if args.allow_non_loopback {
+        config.allow_non_loopback_listen = true;
     }
     Ok(config)
 }

@@ -70,8 +70,13 @@ pub struct SimConfig {
     pub regions: Vec<String>,
     /// Carrier labels; a request may ask for one, otherwise one is picked at random.
     pub carriers: Vec<String>,
-    /// Address the proxies listen on (loopback).
+    /// Address the proxies listen on and the vendor API reports as their host:
+    /// loopback, or with `allowNonLoopbackListen` any unicast address (a pod IP).
     pub proxy_listen_ip: Ipv4Addr,
+    /// Lets `proxyListenIp` be a non-loopback address, so the proxies are reachable from
+    /// other machines' (or pods') gateways and checkers. Off by default. The proxies still
+    /// reach loopback targets only, and egress addresses stay loopback.
+    pub allow_non_loopback_listen: bool,
     /// First per-proxy egress (source) address.
     pub egress_first_ip: Ipv4Addr,
     /// Last per-proxy egress (source) address.
@@ -110,6 +115,7 @@ impl Default for SimConfig {
                 .to_vec(),
             carriers: ["telecom", "unicom", "mobile"].map(String::from).to_vec(),
             proxy_listen_ip: Ipv4Addr::LOCALHOST,
+            allow_non_loopback_listen: false,
             egress_first_ip: Ipv4Addr::new(127, 0, 0, 2),
             egress_last_ip: Ipv4Addr::new(127, 0, 3, 254),
             shared_egress_ip: Ipv4Addr::LOCALHOST,
@@ -214,8 +220,21 @@ impl SimConfig {
         }
         check_labels("regions", &self.regions, &mut bad);
         check_labels("carriers", &self.carriers, &mut bad);
+        let listen = self.proxy_listen_ip;
+        if self.allow_non_loopback_listen {
+            if listen.is_unspecified() || listen.is_multicast() || listen.is_broadcast() {
+                bad(
+                    "proxyListenIp",
+                    "must be one unicast address (the vendor API reports it as the proxies' host)",
+                );
+            }
+        } else if !listen.is_loopback() {
+            bad(
+                "proxyListenIp",
+                "must be a loopback address (127.0.0.0/8) unless allowNonLoopbackListen is set",
+            );
+        }
         for (field, ip) in [
-            ("proxyListenIp", self.proxy_listen_ip),
             ("egressFirstIp", self.egress_first_ip),
             ("egressLastIp", self.egress_last_ip),
             ("sharedEgressIp", self.shared_egress_ip),
@@ -342,6 +361,48 @@ mod tests {
             assert!(text.contains(path), "{path} missing from {text}");
         }
         assert_eq!(err.problems.len(), 6);
+    }
+
+    #[test]
+    fn a_non_loopback_proxy_address_needs_the_explicit_opt_in() {
+        let pod_ip = Ipv4Addr::new(10, 244, 0, 7);
+        let refused = SimConfig {
+            proxy_listen_ip: pod_ip,
+            ..SimConfig::default()
+        };
+        let text = refused.validate().unwrap_err().to_string();
+        assert!(
+            text.contains("proxyListenIp") && text.contains("allowNonLoopbackListen"),
+            "{text}"
+        );
+        let allowed = SimConfig {
+            proxy_listen_ip: pod_ip,
+            allow_non_loopback_listen: true,
+            ..SimConfig::default()
+        };
+        assert_eq!(allowed.validate().unwrap().proxy_listen_ip, pod_ip);
+        // The opt-in is about where the proxies listen; egress stays on loopback.
+        let egress = SimConfig {
+            egress_first_ip: pod_ip,
+            ..allowed.clone()
+        };
+        assert!(
+            egress
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("egressFirstIp")
+        );
+        let any = SimConfig {
+            proxy_listen_ip: Ipv4Addr::UNSPECIFIED,
+            ..allowed
+        };
+        assert!(
+            any.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("one unicast address")
+        );
     }
 
     #[test]

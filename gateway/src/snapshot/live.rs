@@ -260,6 +260,14 @@ impl LiveSnapshot {
         self.by_id.get(id).copied()
     }
 
+    /// Whether some proxy can take new work at `now_ms`: before its `usable_until`,
+    /// and not draining (a draining proxy's capacity is zero).
+    pub fn has_usable_proxy(&self, now_ms: u64) -> bool {
+        self.proxies
+            .iter()
+            .any(|p| p.usable_until_ms > now_ms && p.state.max() > 0)
+    }
+
     /// Whether new traffic must be refused at `now_ms` (Unix milliseconds).
     pub fn is_stale(&self, now_ms: u64) -> bool {
         now_ms >= self.stale_at_ms.load(Ordering::Relaxed)

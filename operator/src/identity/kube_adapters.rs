@@ -14,6 +14,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
 use super::authz::{LookupUnavailable, Workloads};
@@ -148,6 +149,7 @@ pub struct KubeCaStore {
     secret_name: String,
     bundle_name: String,
     bundle_namespaces: Vec<String>,
+    owner: Option<OwnerReference>,
 }
 
 impl std::fmt::Debug for KubeCaStore {
@@ -177,10 +179,23 @@ impl KubeCaStore {
             secret_name: secret_name.into(),
             bundle_name: bundle_name.into(),
             bundle_namespaces,
+            owner: None,
         }
     }
 
+    /// Objects this store writes in its own namespace get `owner` (an object in
+    /// another namespace cannot have an owner there).
+    pub fn with_owner(mut self, owner: Option<OwnerReference>) -> Self {
+        self.owner = owner;
+        self
+    }
+
     fn meta(&self, name: &str, namespace: &str, version: Option<&str>) -> ObjectMeta {
+        let owner = self
+            .owner
+            .clone()
+            .filter(|_| namespace == self.namespace)
+            .map(|o| vec![o]);
         ObjectMeta {
             name: Some(name.to_owned()),
             namespace: Some(namespace.to_owned()),
@@ -188,6 +203,7 @@ impl KubeCaStore {
                 MANAGED_BY_LABEL.to_owned(),
                 MANAGED_BY_VALUE.to_owned(),
             )])),
+            owner_references: owner,
             resource_version: version.map(str::to_owned),
             ..Default::default()
         }

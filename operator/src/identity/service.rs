@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use tokio::net::TcpListener;
 
 use super::authority::{Authority, AuthorityError};
@@ -44,6 +45,10 @@ pub struct IdentityOptions {
     pub serving_names: Vec<String>,
     /// How long TokenReview results are reused (capped at 120 s).
     pub review_cache_ttl: Duration,
+    /// Owner of the CA Secret and of the bundle ConfigMap in `namespace` (the
+    /// operator's Deployment), so uninstalling the operator removes them; `None`
+    /// leaves them unowned.
+    pub owner: Option<OwnerReference>,
 }
 
 impl IdentityOptions {
@@ -68,6 +73,7 @@ impl IdentityOptions {
                 format!("{service}.{namespace}.svc.cluster.local"),
             ],
             review_cache_ttl: MAX_CACHE_TTL,
+            owner: None,
         }
     }
 }
@@ -108,7 +114,8 @@ impl IdentityService {
             &options.ca_secret,
             &options.trust_bundle_config_map,
             options.bundle_namespaces.clone(),
-        );
+        )
+        .with_owner(options.owner.clone());
         let params = CaParams {
             leaf_lifetime: options.issuer.leaf_lifetime,
             ..options.ca.clone()

@@ -68,6 +68,18 @@ pub(crate) fn deployment_owner(d: &Deployment) -> Result<OwnerReference, Error> 
     })
 }
 
+/// [`deployment_owner`] of Deployment `namespace/name`, read from the API server.
+pub async fn owner_of_deployment(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<OwnerReference, Error> {
+    let d = kube::Api::<Deployment>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await?;
+    deployment_owner(&d)
+}
+
 /// The projected volume: the config file plus `secrets/<secret>/<key>` for each mount,
 /// and with TLS `tls/tls.crt`, `tls/tls.key` and `trust/ca.crt`.
 pub fn config_volume(

@@ -94,6 +94,9 @@ pub struct GatewayTemplate {
     pub egress_deny_cidrs: Vec<String>,
     /// Ranges allowed although refused (`egress.allowCidrs`).
     pub egress_allow_cidrs: Vec<String>,
+    /// Hardening, scheduling, shutdown timing and PodDisruptionBudget (the chart's
+    /// `gateway.*` values).
+    pub pod: super::gateway_pod::GatewayPodSettings,
 }
 
 /// Shared by every reconcile.

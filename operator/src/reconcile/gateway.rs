@@ -1,7 +1,8 @@
-//! A Routing's gateway workload: the Deployment and Service built from its spec, and
-//! the Routing reconciler that applies them and reports status.
+//! A Routing's gateway workload: the Deployment, Service and PodDisruptionBudget built
+//! from its spec and the chart's gateway pod settings, and the Routing reconciler that
+//! applies them and reports status.
 //!
-//! Both objects carry a controller owner reference to the Routing, so deleting the
+//! Every object carries a controller owner reference to the Routing, so deleting the
 //! Routing lets the garbage collector remove them; nothing outside the cluster needs
 //! cleaning up, hence no finalizer.
 
@@ -11,13 +12,14 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
-    EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ProjectedVolumeSource, SecretProjection, Service,
-    ServiceAccountTokenProjection, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
+    EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe,
+    ProjectedVolumeSource, SecretProjection, Service, ServiceAccountTokenProjection, ServicePort,
+    ServiceSpec, Volume, VolumeMount, VolumeProjection,
 };
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
@@ -291,6 +293,8 @@ fn args(r: &Routing, name: &str, t: &GatewayTemplate, admin: i32) -> Vec<String>
         format!("--controller=https://{}", t.controller_address),
         format!("--gateway-group={name}"),
         format!("--clients-file={CLIENTS_DIR}/{CLIENTS_KEY}"),
+        format!("--shutdown-delay-seconds={}", t.pod.shutdown_delay_seconds),
+        format!("--drain-grace-seconds={}", t.pod.drain_grace_seconds),
     ]
 }
 
@@ -347,7 +351,13 @@ pub fn deployment(
         ports: Some(container_ports),
         readiness_probe: Some(probe("/readyz")),
         liveness_probe: Some(probe("/healthz")),
-        resources: r.spec.gateway.resources.clone(),
+        resources: r
+            .spec
+            .gateway
+            .resources
+            .clone()
+            .or_else(|| t.pod.resources.clone()),
+        security_context: t.pod.security_context.clone(),
         volume_mounts: Some(vec![
             VolumeMount {
                 name: "identity-token".into(),
@@ -397,6 +407,10 @@ pub fn deployment(
         },
         clients_volume(&name, clients),
     ];
+    let p = &t.pod;
+    let mut annotations = p.pod_annotations.clone();
+    annotations.insert(CLIENTS_HASH_ANNOTATION.to_owned(), clients.hash.clone());
+    let some_map = |m: &BTreeMap<String, String>| (!m.is_empty()).then(|| m.clone());
     Ok(Deployment {
         metadata: meta(r)?,
         spec: Some(DeploymentSpec {
@@ -408,23 +422,31 @@ pub fn deployment(
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels(&name)),
-                    annotations: Some(BTreeMap::from([(
-                        CLIENTS_HASH_ANNOTATION.to_owned(),
-                        clients.hash.clone(),
-                    )])),
+                    annotations: Some(annotations),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
                     service_account_name: Some(t.service_account.clone()),
-                    // Group of the mounted Secret files (mode 0440).
-                    security_context: Some(PodSecurityContext {
-                        fs_group: Some(GATEWAY_FS_GROUP),
-                        ..PodSecurityContext::default()
-                    }),
                     // Workers need no Kubernetes API access: only the projected token.
                     automount_service_account_token: Some(false),
                     containers: vec![container],
                     volumes: Some(volumes),
+                    // The chart's pod settings; the group of the mounted Secret files
+                    // (mode 0440) is always set (the chart's, else the gateway user's).
+                    security_context: Some({
+                        let mut c = p.pod_security_context.clone().unwrap_or_default();
+                        c.fs_group.get_or_insert(GATEWAY_FS_GROUP);
+                        c
+                    }),
+                    image_pull_secrets: some_vec(p.image_pull_secrets.clone()),
+                    // Longer than the unready delay plus the drain, so the kubelet
+                    // never kills a gateway that is still draining.
+                    termination_grace_period_seconds: Some(p.termination_grace_seconds()),
+                    node_selector: some_map(&p.node_selector),
+                    tolerations: some_vec(p.tolerations.clone()),
+                    affinity: p.affinity.clone(),
+                    topology_spread_constraints: some_vec(p.spread_for(&selector(&name))),
+                    priority_class_name: p.priority_class_name.clone(),
                     ..PodSpec::default()
                 }),
             },
@@ -432,6 +454,36 @@ pub fn deployment(
         }),
         status: None,
     })
+}
+
+/// `None` for an empty list (server-side apply then leaves the field out).
+fn some_vec<T>(v: Vec<T>) -> Option<Vec<T>> {
+    (!v.is_empty()).then_some(v)
+}
+
+/// The PodDisruptionBudget of a Routing's gateway pods (`None` when the chart turns
+/// them off).
+pub fn pod_disruption_budget(
+    r: &Routing,
+    t: &GatewayTemplate,
+) -> Result<Option<PodDisruptionBudget>, Error> {
+    let pdb = &t.pod.pod_disruption_budget;
+    if !pdb.enabled {
+        return Ok(None);
+    }
+    let name = r.meta().name.clone().ok_or(Error::MissingKey("Routing"))?;
+    Ok(Some(PodDisruptionBudget {
+        metadata: meta(r)?,
+        spec: Some(PodDisruptionBudgetSpec {
+            selector: Some(LabelSelector {
+                match_labels: Some(selector(&name)),
+                match_expressions: None,
+            }),
+            max_unavailable: Some(pdb.max_unavailable.clone()),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
+    }))
 }
 
 /// The gateway Service of a Routing.
@@ -492,6 +544,18 @@ async fn reconcile_inner(r: &Routing, ctx: &Context) -> Result<Action, Error> {
     services
         .patch(&object, &params, &Patch::Apply(&svc))
         .await?;
+    let budgets: Api<PodDisruptionBudget> = ctx.api();
+    match pod_disruption_budget(r, &ctx.config.gateway)? {
+        Some(pdb) => {
+            budgets.patch(&object, &params, &Patch::Apply(&pdb)).await?;
+        }
+        // Turned off in the chart: remove the one made before, if any.
+        None => match budgets.delete(&object, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        },
+    }
     let ready = applied
         .status
         .as_ref()
@@ -540,6 +604,7 @@ async fn reconcile_inner(r: &Routing, ctx: &Context) -> Result<Action, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reconcile::gateway_pod::GatewayPodSettings;
 
     fn routing() -> Routing {
         let text = std::fs::read_to_string(
@@ -562,6 +627,7 @@ mod tests {
             trust_bundle_config_map: "proxy-pool-trust-bundle".into(),
             egress_deny_cidrs: vec!["10.96.0.0/12".into(), "10.244.0.0/16".into()],
             egress_allow_cidrs: Vec::new(),
+            pod: GatewayPodSettings::default(),
         }
     }
 
@@ -719,6 +785,108 @@ mod tests {
     }
 
     #[test]
+    fn gateway_pods_get_the_chart_hardening_scheduling_and_shutdown_timing() {
+        let mut r = routing();
+        r.spec.gateway.resources = None;
+        let mut t = template();
+        t.pod = GatewayPodSettings::from_yaml(
+            "imagePullSecrets: [{name: regcred}]\n\
+             podSecurityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}\n\
+             securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}\n\
+             resources: {requests: {cpu: 100m, memory: 64Mi}}\n\
+             podAnnotations: {team: crawl}\n\
+             nodeSelector: {pool: gateways}\n\
+             tolerations: [{key: dedicated, operator: Equal, value: gateways, effect: NoSchedule}]\n\
+             priorityClassName: proxy-critical\n\
+             shutdownDelaySeconds: 7\ndrainGraceSeconds: 20\n",
+        )
+        .expect("settings");
+        let d = deployment(&r, &t, &no_clients()).expect("deployment");
+        let tmpl = d.spec.expect("spec").template;
+        let annotations = tmpl
+            .metadata
+            .expect("meta")
+            .annotations
+            .expect("annotations");
+        assert_eq!(annotations["team"], "crawl");
+        assert!(annotations.contains_key(CLIENTS_HASH_ANNOTATION));
+        let pod = tmpl.spec.expect("pod");
+        assert_eq!(
+            pod.image_pull_secrets.expect("pull secrets")[0].name,
+            "regcred"
+        );
+        let psc = pod.security_context.expect("pod security context");
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(pod.termination_grace_period_seconds, Some(7 + 20 + 5));
+        assert_eq!(
+            pod.node_selector.expect("node selector")["pool"],
+            "gateways"
+        );
+        assert_eq!(
+            pod.tolerations.expect("tolerations")[0].key.as_deref(),
+            Some("dedicated")
+        );
+        assert_eq!(pod.priority_class_name.as_deref(), Some("proxy-critical"));
+        let spread = pod.topology_spread_constraints.expect("spread");
+        assert_eq!(
+            spread[0]
+                .label_selector
+                .as_ref()
+                .and_then(|s| s.match_labels.clone()),
+            Some(selector("shanghai-crawler"))
+        );
+        let c = &pod.containers[0];
+        let sc = c
+            .security_context
+            .as_ref()
+            .expect("container security context");
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(
+            c.resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref())
+                .map(|q| q["cpu"].0.clone()),
+            Some("100m".to_owned()),
+            "the chart's default resources when the Routing sets none"
+        );
+        let args = c.args.as_ref().expect("args");
+        assert!(
+            args.contains(&"--shutdown-delay-seconds=7".to_owned()),
+            "{args:?}"
+        );
+        assert!(
+            args.contains(&"--drain-grace-seconds=20".to_owned()),
+            "{args:?}"
+        );
+        // A Routing's own resources win over the default.
+        let d = deployment(&routing(), &t, &no_clients()).expect("deployment");
+        let c = &d.spec.expect("spec").template.spec.expect("pod").containers[0];
+        assert_eq!(c.resources, routing().spec.gateway.resources);
+    }
+
+    #[test]
+    fn the_pod_disruption_budget_selects_the_gateway_pods_unless_turned_off() {
+        let r = routing();
+        let mut t = template();
+        let pdb = pod_disruption_budget(&r, &t)
+            .expect("pdb")
+            .expect("enabled by default");
+        let spec = pdb.spec.expect("spec");
+        assert_eq!(
+            spec.selector.and_then(|s| s.match_labels),
+            Some(selector("shanghai-crawler"))
+        );
+        assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+        assert_eq!(
+            pdb.metadata.owner_references.expect("owner")[0].kind,
+            "Routing"
+        );
+        t.pod.pod_disruption_budget.enabled = false;
+        assert!(pod_disruption_budget(&r, &t).expect("pdb").is_none());
+    }
+
+    #[test]
     fn names_fit_a_service() {
         assert_eq!(object_name("shanghai-crawler"), "shanghai-crawler-gateway");
         let long = "a".repeat(60);
@@ -773,6 +941,8 @@ mod tests {
                 "--controller=https://proxy-pool-controller:9443",
                 "--gateway-group=shanghai-crawler",
                 "--clients-file=/etc/proxy-pool-gateway/clients.json",
+                "--shutdown-delay-seconds=5",
+                "--drain-grace-seconds=30",
             ]
         );
         assert!(c.readiness_probe.is_some() && c.liveness_probe.is_some());

@@ -21,6 +21,7 @@ pub mod config;
 pub mod context;
 mod error;
 pub mod gateway;
+pub mod gateway_pod;
 pub mod hash_key;
 pub mod http;
 pub mod inventory;
@@ -33,6 +34,7 @@ pub mod tls;
 
 pub use context::{Context, FIELD_MANAGER, GatewayTemplate, OperatorConfig};
 pub use error::Error;
+pub use gateway_pod::GatewayPodSettings;
 pub use metrics::Metrics;
 pub use tls::ControllerTls;
 

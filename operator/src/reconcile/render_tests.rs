@@ -183,7 +183,7 @@ fn every_routing_and_upstream_field_reaches_the_config() {
         r.username_params,
         BTreeMap::from([("region".to_owned(), vec!["shanghai".to_owned()])])
     );
-    assert_eq!(r.target_hosts, ["*.example.com", "example.org"]);
+    assert_eq!(r.target_hosts, ["localhost", "*.example.com"]);
     assert_eq!(r.regions, ["shanghai"]);
     assert_eq!(r.carriers, ["telecom"]);
     assert_eq!(r.strategy.as_deref(), Some("powerOfTwoChoices"));
@@ -213,7 +213,7 @@ fn every_routing_and_upstream_field_reaches_the_config() {
     assert_eq!(h.interval.as_deref(), Some("15s"));
     assert_eq!(h.timeout.as_deref(), Some("3s"));
     assert_eq!((h.failure_threshold, h.egress), (Some(2), Some(true)));
-    assert_eq!(h.targets, ["https://example.com/"]);
+    assert_eq!(h.targets, ["https://localhost/"]);
 
     // What the controller makes of it.
     let config = load_yaml(&out.to_yaml().expect("YAML")).expect("valid");
