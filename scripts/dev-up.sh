@@ -116,7 +116,11 @@ upstreams:
 $(upstream sim-http http)
 $(upstream sim-socks5 socks5)
 routings:
-  - {name: dev, priority: 1, upstreams: [sim-http, sim-socks5]}
+  - name: dev
+    priority: 1
+    upstreams: [sim-http, sim-socks5]
+    # CONNECT (HTTPS, SOCKS5) to the simulator's echo endpoints; default: 443 and 80.
+    connectPorts: ['$ECHO_PORT', '$ECHO_TLS_PORT']
 clients:
   - name: dev-client
     permissions: [distribution:extract]
@@ -124,6 +128,10 @@ clients:
     apiKeys: [{sha256: $API_KEY_SHA}]
 shutdown:
   gracePeriod: 5s
+# The simulator's proxies and echo endpoints live on 127.0.0.x: loopback is refused by
+# default (egress policy, docs/security.md) and opted in here, for this local stack only.
+egress:
+  allowCidrs: [127.0.0.0/8]
 EOF
 
 "$BIN/proxy-pool-controller" validate-config "$DEV/controller.yaml" >/dev/null
@@ -141,12 +149,13 @@ proc_start controller "$BIN/proxy-pool-controller" run --config "$DEV/controller
 wait_for "controller" curl -fsS "http://127.0.0.1:$ADMIN_PORT/healthz"
 
 proc_start checker "$BIN/proxy-pool-checker" run --controller "http://127.0.0.1:$CP_PORT" \
-    --checker-id dev-checker --echo "127.0.0.1:$ECHO_PORT" --loopback-plaintext
+    --checker-id dev-checker --echo "127.0.0.1:$ECHO_PORT" --loopback-plaintext \
+    --egress-allow-cidr 127.0.0.0/8
 
 proc_start gateway "$BIN/proxy-pool-gateway" --http-listen "127.0.0.1:$GW_HTTP_PORT" \
     --socks5-listen "127.0.0.1:$GW_SOCKS_PORT" --admin-listen "127.0.0.1:$GW_ADMIN_PORT" \
     --controller "http://127.0.0.1:$CP_PORT" --worker-id dev-gateway \
-    --clients-file "$DEV/gateway-clients.json"
+    --clients-file "$DEV/gateway-clients.json" --egress-allow-cidr 127.0.0.0/8
 wait_for "gateway snapshot" curl -fsS "http://127.0.0.1:$GW_ADMIN_PORT/readyz"
 
 ECHO_URL=http://127.0.0.1:$ECHO_PORT/hello

@@ -4,4 +4,7 @@
 
 pub mod config;
 pub mod controlplane;
+pub mod egress;
+pub mod secret;
+pub mod throttle;
 pub mod token;

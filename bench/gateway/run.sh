@@ -151,7 +151,11 @@ upstreams:
         apiKeyFile: $DIR/vendor-api-key
         timeout: 5s
 routings:
-  - {name: bench, priority: 1, upstreams: [sim-http]}
+  - name: bench
+    priority: 1
+    upstreams: [sim-http]
+    # CONNECT to the simulator's echo endpoints (default: 443 and 80).
+    connectPorts: ['$ECHO_PORT', '$ECHO_TLS_PORT']
 clients:
   - name: bench-client
     permissions: [distribution:extract]
@@ -159,6 +163,10 @@ clients:
     apiKeys: [{sha256: $API_KEY_SHA}]
 shutdown:
   gracePeriod: 2s
+# The simulator's proxies and echo endpoints are on 127.0.0.x: loopback is refused by
+# default (egress policy, docs/security.md) and opted in here.
+egress:
+  allowCidrs: [127.0.0.0/8]
 YAML
 
 PROC_TAG=bench PROC_LOGS=$DIR/logs PROC_STOP_TIMEOUT=15
@@ -182,6 +190,9 @@ start() { # name cpus command...  (in the background; $! is the process itself)
 }
 
 export RUST_LOG=${RUST_LOG:-warn}
+# The checker's and gateway's egress policy: loopback opted in (an environment variable,
+# so an older gateway build in an A/B run ignores it).
+export PROXY_POOL_EGRESS_ALLOW_CIDRS=127.0.0.0/8
 start vendor-sim "$CPU_LOAD" "$BIN/vendor-sim" --config "$DIR/sim.yaml" \
     --listen "127.0.0.1:$SIM_PORT" --echo-http "127.0.0.1:$ECHO_PORT" \
     --echo-https "127.0.0.1:$ECHO_TLS_PORT" --api-key "$VENDOR_KEY" --ttl-min 7200 --ttl-max 7200

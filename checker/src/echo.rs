@@ -4,8 +4,9 @@
 //! vendor proxies' egress (usually a public address), so it runs apart from the
 //! cluster's private network: `proxy-pool-checker echo --listen 0.0.0.0:8080`.
 //!
-//! Bounded: connections at once, time to send a request head, one request per
-//! connection, no request body read.
+//! Bounded: connections at once in total and per source address (more are closed at
+//! accept), time to send a request head, one request per connection, no request body
+//! read.
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
@@ -20,7 +21,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// Headers that reveal a proxy or its client; `proxy-authorization` is reported as
@@ -36,8 +36,11 @@ const LEAK_HEADERS: [&str; 5] = [
 /// Limits of the echo server.
 #[derive(Clone, Debug)]
 pub struct EchoOptions {
-    /// Connections served at once; more wait in the kernel's accept queue.
+    /// Connections served at once, shared fairly between sources; more are closed at
+    /// accept.
     pub max_connections: usize,
+    /// Connections one source address may hold at once.
+    pub max_per_source: usize,
     /// Time a client has to send its request head.
     pub header_timeout: Duration,
 }
@@ -46,6 +49,7 @@ impl Default for EchoOptions {
     fn default() -> Self {
         Self {
             max_connections: 1024,
+            max_per_source: 64,
             header_timeout: Duration::from_secs(10),
         }
     }
@@ -53,15 +57,11 @@ impl Default for EchoOptions {
 
 /// Serves until `stop` is cancelled.
 pub async fn serve(listener: TcpListener, options: EchoOptions, stop: CancellationToken) {
-    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let slots = Arc::new(proxy_pool_api::throttle::SourceSlots::new(
+        options.max_connections,
+        options.max_per_source,
+    ));
     loop {
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => p,
-            () = stop.cancelled() => return,
-        };
-        let Ok(permit) = permit else {
-            return;
-        };
         let (stream, peer) = tokio::select! {
             a = listener.accept() => match a {
                 Ok(a) => a,
@@ -73,9 +73,12 @@ pub async fn serve(listener: TcpListener, options: EchoOptions, stop: Cancellati
             },
             () = stop.cancelled() => return,
         };
+        let Some(slot) = slots.acquire(peer.ip()) else {
+            tracing::debug!("echo connection limit reached; closing a new connection");
+            continue;
+        };
         let header_timeout = options.header_timeout;
         tokio::spawn(async move {
-            let _permit = permit;
             let service =
                 service_fn(move |req| async move { Ok::<_, Infallible>(answer(&req, peer)) });
             let conn = http1::Builder::new()
@@ -83,9 +86,15 @@ pub async fn serve(listener: TcpListener, options: EchoOptions, stop: Cancellati
                 .header_read_timeout(header_timeout)
                 .keep_alive(false)
                 .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "echo connection ended");
+            tokio::select! {
+                r = conn => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "echo connection ended");
+                    }
+                }
+                () = slot.evicted() => tracing::debug!("echo connection displaced"),
             }
+            drop(slot);
         });
     }
 }
@@ -191,26 +200,44 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_client_that_sends_no_head_is_cut_off() {
+    async fn a_client_that_sends_no_head_is_cut_off_and_others_are_served() {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let stop = CancellationToken::new();
         let options = EchoOptions {
-            max_connections: 1,
-            header_timeout: Duration::from_millis(200),
+            max_connections: 2,
+            max_per_source: 1,
+            header_timeout: Duration::from_millis(300),
         };
         let server = tokio::spawn(serve(listener, options, stop.clone()));
-        // Holds the only slot without sending anything; the header timeout frees it.
+        // Holds 127.0.0.1's only slot without sending anything.
         let mut idle = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        let (res, _) = tokio::time::timeout(
-            Duration::from_secs(30),
-            get(addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
-        )
-        .await
-        .expect("served once the idle client is cut off");
-        assert!(res.starts_with("HTTP/1.1 200"), "{res}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // A second connection from the same source is closed at once...
+        let mut excess = tokio::net::TcpStream::connect(addr).await.expect("connect");
         let mut buf = Vec::new();
-        let _ = idle.read_to_end(&mut buf).await;
+        let n = tokio::time::timeout(Duration::from_millis(250), excess.read_to_end(&mut buf))
+            .await
+            .expect("closed before the header timeout");
+        assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+        // ...while another source is served.
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind("127.0.0.2:0".parse().expect("addr"))
+            .expect("bind");
+        let mut other = socket.connect(addr).await.expect("connect");
+        other
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let mut res = String::new();
+        other.read_to_string(&mut res).await.expect("read");
+        assert!(res.starts_with("HTTP/1.1 200"), "{res}");
+        // The idle client is cut off at the header timeout.
+        let mut buf = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), idle.read_to_end(&mut buf))
+            .await
+            .expect("cut off");
         stop.cancel();
         server.await.expect("server stops on cancel");
     }

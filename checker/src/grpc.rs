@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use proxy_pool_api::controlplane::client::{
     Backoff, ClientOptions, ClientTransport, Endpoints, connect,
 };
+use proxy_pool_api::controlplane::limits;
 use proxy_pool_api::controlplane::model as wire;
 use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_api::controlplane::pb;
@@ -214,7 +215,10 @@ async fn register(shared: &Shared) -> Result<(Client, String), String> {
     let channel = connect(shared.endpoints.current(), &transport, &o.client)
         .await
         .map_err(|e| e.to_string())?;
-    let mut client = Client::new(channel);
+    // Tasks in, observations out: each direction sized to its largest message.
+    let mut client = Client::new(channel)
+        .max_decoding_message_size(limits::CHECK_TASK)
+        .max_encoding_message_size(limits::REPORT_OBSERVATIONS);
     let reg = client
         .register_checker(pb::RegisterCheckerRequest {
             checker_id: o.checker_id.clone(),

@@ -9,14 +9,32 @@ use base64::Engine as _;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use proxy_pool_api::egress::EgressPolicy;
+
 use crate::model::{FailureCode, ProxyCredentials};
 
 /// Largest HTTP `CONNECT` response head read.
 const MAX_HEAD: usize = 8 * 1024;
 
-/// Connects to the proxy; maps socket errors to failure codes.
-pub async fn dial(host: &str, port: u16) -> Result<TcpStream, FailureCode> {
-    let stream = TcpStream::connect((host, port))
+/// Connects to the proxy — never to an address `egress` refuses (the proxy address
+/// comes from a vendor): a name is resolved here and each address judged, the first
+/// allowed one dialled. Maps socket errors to failure codes.
+pub async fn dial(host: &str, port: u16, egress: &EgressPolicy) -> Result<TcpStream, FailureCode> {
+    let refused = |_| FailureCode::EgressDenied;
+    egress.check_host(host).map_err(refused)?;
+    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|_| FailureCode::ConnectRefused)?
+        .collect();
+    let allowed = addrs
+        .iter()
+        .find(|a| egress.check_ip(a.ip()).is_ok())
+        .ok_or(if addrs.is_empty() {
+            FailureCode::ConnectRefused
+        } else {
+            FailureCode::EgressDenied
+        })?;
+    let stream = TcpStream::connect(allowed)
         .await
         .map_err(|e| match e.kind() {
             io::ErrorKind::TimedOut => FailureCode::ConnectTimeout,

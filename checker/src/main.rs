@@ -1,5 +1,6 @@
 //! `proxy-pool-checker` entry point: parses arguments and composes the library.
 
+use proxy_pool_api::egress::EgressPolicy;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -86,6 +87,29 @@ struct RunArgs {
     /// off unless given.
     #[arg(long)]
     ops_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    egress: EgressArgs,
+}
+
+/// The egress policy: proxies on refused addresses are never dialled.
+#[derive(clap::Args, Debug)]
+struct EgressArgs {
+    /// More ranges (CIDR or IP) never dialled — the cluster's pod and service ranges;
+    /// on top of the built-in loopback, link-local/metadata, unspecified, multicast.
+    #[arg(long, env = "PROXY_POOL_EGRESS_DENY_CIDRS", value_delimiter = ',')]
+    egress_deny_cidr: Vec<String>,
+    /// Ranges dialled although denied (explicit opt-in, e.g. `127.0.0.0/8` for local
+    /// runs with the vendor simulator).
+    #[arg(long, env = "PROXY_POOL_EGRESS_ALLOW_CIDRS", value_delimiter = ',')]
+    egress_allow_cidr: Vec<String>,
+}
+
+impl EgressArgs {
+    fn policy(&self) -> anyhow::Result<EgressPolicy> {
+        EgressPolicy::parse(&self.egress_deny_cidr, &self.egress_allow_cidr).map_err(|p| {
+            anyhow::anyhow!("--egress-deny-cidr / --egress-allow-cidr: {}", p.join("; "))
+        })
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -132,6 +156,8 @@ enum Command {
         /// Deadline of the whole probe, seconds.
         #[arg(long, default_value_t = 10)]
         timeout: u64,
+        #[command(flatten)]
+        egress: EgressArgs,
     },
     /// Pull tasks from the controller's CheckerControlPlane and report observations.
     Run(RunArgs),
@@ -164,7 +190,8 @@ fn main() -> anyhow::Result<()> {
             echo,
             target,
             timeout,
-        } => rt.block_on(probe(&proxy, echo, &target, timeout)),
+            egress,
+        } => rt.block_on(probe(&proxy, echo, &target, timeout, egress.policy()?)),
         Command::Run(run_args) => rt.block_on(run(run_args)),
         Command::SmokeTest(smoke_args) => rt.block_on(smoke_test(smoke_args)),
         Command::Echo {
@@ -199,6 +226,7 @@ async fn probe(
     echo: SocketAddr,
     targets: &[String],
     timeout: u64,
+    egress: EgressPolicy,
 ) -> anyhow::Result<()> {
     let url = parse_proxy_url(proxy).map_err(|e| anyhow::anyhow!("--proxy: {e}"))?;
     let mut checks = vec![Check::Basic, Check::Egress];
@@ -221,7 +249,10 @@ async fn probe(
         checks,
         deadline: tokio::time::Instant::now() + Duration::from_secs(timeout),
     };
-    let prober: Arc<dyn Prober> = Arc::new(NetProber::new(ProberOptions::new(echo)));
+    let prober: Arc<dyn Prober> = Arc::new(NetProber::new(ProberOptions {
+        egress,
+        ..ProberOptions::new(echo)
+    }));
     let mut failed = false;
     for o in prober.probe(&task).await {
         failed |= !o.success;
@@ -343,7 +374,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     proxy_pool_checker::run_counting(
         Arc::new(binding.clone()),
         Arc::new(binding),
-        Arc::new(NetProber::new(ProberOptions::new(args.echo))),
+        Arc::new(NetProber::new(ProberOptions {
+            egress: args.egress.policy()?,
+            ..ProberOptions::new(args.echo)
+        })),
         options,
         stats.clone(),
         shutdown,

@@ -17,6 +17,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 use tracing::debug;
 
+use proxy_pool_api::egress::EgressPolicy;
+
 use crate::handshake::{basic_auth, dial, http_connect, socks5_connect};
 use crate::model::{Check, FailureCode, Observation, ProbeTask, ProxyProtocol};
 use crate::ports::Prober;
@@ -34,6 +36,8 @@ pub struct ProberOptions {
     pub check_timeout: Duration,
     /// Largest echo response body read.
     pub max_echo_bytes: usize,
+    /// Proxies on addresses this refuses are never dialled (`egress_denied`).
+    pub egress: EgressPolicy,
 }
 
 impl ProberOptions {
@@ -45,6 +49,7 @@ impl ProberOptions {
             basic_target: None,
             check_timeout: Duration::from_secs(5),
             max_echo_bytes: 64 * 1024,
+            egress: EgressPolicy::default(),
         }
     }
 }
@@ -98,7 +103,7 @@ impl NetProber {
         host: &str,
         port: u16,
     ) -> Result<TcpStream, FailureCode> {
-        let mut stream = dial(&task.host, task.port).await?;
+        let mut stream = dial(&task.host, task.port, &self.options.egress).await?;
         let creds = task.credentials.as_ref();
         match task.protocol {
             ProxyProtocol::Http => http_connect(&mut stream, host, port, creds).await?,
@@ -129,7 +134,7 @@ impl NetProber {
         let echo = self.options.echo;
         let authority = echo.to_string();
         let (stream, uri) = match task.protocol {
-            ProxyProtocol::Http => match dial(&task.host, task.port).await {
+            ProxyProtocol::Http => match dial(&task.host, task.port, &self.options.egress).await {
                 Ok(s) => (s, format!("http://{authority}{}", self.options.echo_path)),
                 Err(f) => return Err(f).into(),
             },

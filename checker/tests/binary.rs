@@ -20,6 +20,7 @@ async fn probe_prints_observations_without_secrets() {
     let out = tokio::task::spawn_blocking(move || {
         Command::new(BIN)
             .args(["probe", "--proxy", &url, "--echo", &echo])
+            .args(["--egress-allow-cidr", "127.0.0.0/8"])
             .output()
             .unwrap()
     })
@@ -44,6 +45,7 @@ async fn probe_prints_observations_without_secrets() {
     let out = tokio::task::spawn_blocking(move || {
         Command::new(BIN)
             .args(["probe", "--proxy", &url, "--echo", &echo])
+            .args(["--egress-allow-cidr", "127.0.0.0/8"])
             .output()
             .unwrap()
     })
@@ -91,4 +93,28 @@ fn run_exits_cleanly_on_sigterm() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+#[tokio::test]
+async fn probe_refuses_a_proxy_the_egress_policy_denies() {
+    let sim = Simulator::start(SimConfig::default()).await.unwrap();
+    let p = sim
+        .spawn_proxy(Protocol::Http, Duration::from_secs(60), FailureMode::None)
+        .await
+        .unwrap();
+    // No opt-in: the simulator's proxy listens on loopback, which is refused.
+    let (url, echo) = (p.url(), sim.echo_http_addr().to_string());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(BIN)
+            .args(["probe", "--proxy", &url, "--echo", &echo])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Refused before any connect: the failure is the policy's, not the proxy's.
+    assert!(stdout.contains("egress_denied"), "{stdout}");
+    assert!(!stdout.contains("connect_refused"), "{stdout}");
 }

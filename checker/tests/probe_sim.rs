@@ -15,6 +15,8 @@ use tokio_util::sync::CancellationToken;
 fn prober(sim: &Simulator) -> NetProber {
     let mut o = ProberOptions::new(sim.echo_http_addr());
     o.check_timeout = Duration::from_secs(3);
+    // The simulator's proxies are on loopback: opted in explicitly.
+    o.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
     NetProber::new(o)
 }
 
@@ -255,6 +257,7 @@ async fn probes_past_the_grace_period_are_cancelled() {
     t.deadline = Instant::now() + Duration::from_secs(30);
     let mut o = ProberOptions::new(sim.echo_http_addr());
     o.check_timeout = Duration::from_secs(30);
+    o.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
     assert!(source.push(t));
     let shutdown = CancellationToken::new();
     let options = RunnerOptions {
@@ -344,6 +347,7 @@ async fn egress_against_the_checkers_own_echo_endpoint() {
     ));
     let mut options = ProberOptions::new(echo);
     options.check_timeout = Duration::from_secs(3);
+    options.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
     let prober = NetProber::new(options);
     for protocol in [Protocol::Http, Protocol::Socks5] {
         let p = sim

@@ -161,26 +161,12 @@ fn ports_of<P: activity_pool::ports::ActivityPool + 'static>(pool: Arc<P>) -> Po
 }
 
 async fn redis_pool(config: &Config) -> Result<Arc<activity_pool::RedisPool>, ComposeError> {
-    use activity_pool::{RedisConnector, RedisOptions, RedisPool};
-    use proxy_pool_api::config::{RedisTarget, StoreConfig};
+    use activity_pool::{RedisOptions, RedisPool};
+    use proxy_pool_api::config::StoreConfig;
     let StoreConfig::Redis(r) = &config.store else {
         return Err(ComposeError::Health("not a Redis store".into()));
     };
-    let mut connector = match &r.target {
-        RedisTarget::Address(url) => RedisConnector::direct(url)?,
-        RedisTarget::Sentinel {
-            master_name,
-            addresses,
-        } => RedisConnector::sentinel(master_name, addresses.clone())?,
-    };
-    if let Some(path) = &r.password_file {
-        let p =
-            store::resolve_password(&proxy_pool_api::config::PasswordSource::File(path.clone()))?;
-        connector = connector.with_password(Secret::new(p));
-    }
-    if let Some(u) = &r.username {
-        connector = connector.with_username(u.clone());
-    }
+    let connector = store::connector(r)?;
     Ok(Arc::new(
         RedisPool::new(
             connector,
@@ -309,6 +295,7 @@ pub fn prepare(
                 vendor_api_key,
                 proxy_password,
             },
+            &config.egress,
         )
         .map_err(err)?;
         let r =

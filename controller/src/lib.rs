@@ -258,6 +258,7 @@ impl Controller {
                 .composed
                 .as_ref()
                 .and_then(compose::Prepared::stats_router),
+            auth: self.auth.clone(),
         }
     }
 
@@ -275,6 +276,7 @@ impl Controller {
             max_connections: limits.max_connections as usize,
             max_buf_size: 64 * 1024,
             header_read_timeout: limits.request_timeout,
+            max_connections_per_source: limits.max_connections_per_source as usize,
         };
         let sd = self.shutdown.clone();
         let dist = tokio::spawn(server::serve(

@@ -40,6 +40,9 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+    /// Read a password from standard input (one line) and print it as a Basic client's
+    /// `passwordHash` (`sha256:<salt>:<digest>`, a fresh random salt each time).
+    HashPassword,
 }
 
 fn load(path: &PathBuf) -> anyhow::Result<proxy_pool_api::config::Config> {
@@ -74,6 +77,29 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::HashPassword => {
+            let mut line = String::new();
+            let read = std::io::stdin().read_line(&mut line);
+            let password = line.strip_suffix('\n').unwrap_or(&line);
+            let password = password.strip_suffix('\r').unwrap_or(password);
+            match read {
+                Ok(_) if !password.is_empty() => {
+                    println!(
+                        "{}",
+                        proxy_pool_controller::distribution::hash_password(password)
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(_) => {
+                    eprintln!("hash-password: no password on standard input");
+                    ExitCode::from(2)
+                }
+                Err(e) => {
+                    eprintln!("hash-password: reading standard input: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Migrate { config } => match migrate(config) {
             Ok(()) => {
                 println!("analytics schema is current");

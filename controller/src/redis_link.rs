@@ -1,5 +1,6 @@
-//! The controller's own Redis connection (rate limiter, readiness), separate from the
-//! activity pool's: a direct address or a Sentinel-resolved master, one multiplexed
+//! The controller's own Redis connection (rate limiter, readiness, the start-up
+//! eviction-policy check), separate from the activity pool's but made by the same
+//! connector (direct or Sentinel-resolved master, TLS, ACL users): one multiplexed
 //! connection re-made after any error, every call bounded by a timeout.
 //!
 //! Owns no pool key; never prints the password.
@@ -7,8 +8,8 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use activity_pool::RedisConnector;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo};
 use tokio::sync::Mutex;
 
 /// Why a Redis call failed (no Redis text is kept).
@@ -22,21 +23,9 @@ pub enum LinkError {
     Unavailable,
 }
 
-/// Where the master is.
-#[derive(Clone)]
-enum Target {
-    Direct(redis::ConnectionInfo),
-    Sentinel {
-        master: String,
-        sentinels: Vec<String>,
-    },
-}
-
 /// One lazily (re)connected multiplexed connection.
 pub struct RedisLink {
-    target: Target,
-    username: Option<String>,
-    password: Option<String>,
+    connector: RedisConnector,
     timeout: Duration,
     conn: Mutex<LinkState>,
 }
@@ -56,56 +45,20 @@ impl fmt::Debug for RedisLink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLink")
             .field("timeout", &self.timeout)
-            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("connector", &self.connector)
             .finish_non_exhaustive()
     }
 }
 
 impl RedisLink {
-    /// A single Redis at `url`.
-    pub fn direct(url: &str, timeout: Duration) -> Result<Self, LinkError> {
-        let info = url
-            .into_connection_info()
-            .map_err(|_| LinkError::InvalidAddress)?;
-        Ok(Self::with_target(Target::Direct(info), timeout))
-    }
-
-    /// A Sentinel-monitored master.
-    pub fn sentinel(master: &str, sentinels: &[String], timeout: Duration) -> Self {
-        let sentinels = sentinels
-            .iter()
-            .map(|s| {
-                if s.contains("://") {
-                    s.clone()
-                } else {
-                    format!("redis://{s}/")
-                }
-            })
-            .collect();
-        Self::with_target(
-            Target::Sentinel {
-                master: master.to_owned(),
-                sentinels,
-            },
-            timeout,
-        )
-    }
-
-    fn with_target(target: Target, timeout: Duration) -> Self {
+    /// A link through `connector` (the pool's: direct or Sentinel, TLS, ACL users),
+    /// every call bounded by `timeout`.
+    pub fn new(connector: RedisConnector, timeout: Duration) -> Self {
         Self {
-            target,
-            username: None,
-            password: None,
+            connector,
             timeout,
             conn: Mutex::new(LinkState::default()),
         }
-    }
-
-    /// Authenticates with these credentials.
-    pub fn with_auth(mut self, username: Option<String>, password: Option<String>) -> Self {
-        self.username = username;
-        self.password = password;
-        self
     }
 
     async fn connection(&self) -> Result<MultiplexedConnection, LinkError> {
@@ -119,78 +72,17 @@ impl RedisLink {
         {
             return Err(LinkError::Unavailable);
         }
-        match self.open().await {
+        match self.connector.connect(self.timeout).await {
             Ok(conn) => {
                 guard.conn = Some(conn.clone());
                 guard.failed_at = None;
                 Ok(conn)
             }
-            Err(e) => {
+            Err(_) => {
                 guard.failed_at = Some(Instant::now());
-                Err(e)
+                Err(LinkError::Unavailable)
             }
         }
-    }
-
-    async fn open(&self) -> Result<MultiplexedConnection, LinkError> {
-        let info = match &self.target {
-            Target::Direct(info) => info.clone(),
-            Target::Sentinel { master, sentinels } => self.resolve(master, sentinels).await?,
-        };
-        let mut settings = info.redis_settings().clone();
-        if let Some(p) = &self.password {
-            settings = settings.set_password(p);
-        }
-        if let Some(u) = &self.username {
-            settings = settings.set_username(u);
-        }
-        let client =
-            Client::open(info.set_redis_settings(settings)).map_err(|_| LinkError::Unavailable)?;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
-        tokio::time::timeout(
-            self.timeout,
-            client.get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        .map_err(|_| LinkError::Unavailable)?
-        .map_err(|_| LinkError::Unavailable)
-    }
-
-    async fn resolve(
-        &self,
-        master: &str,
-        sentinels: &[String],
-    ) -> Result<redis::ConnectionInfo, LinkError> {
-        for url in sentinels {
-            let Ok(client) = Client::open(url.as_str()) else {
-                continue;
-            };
-            let config = AsyncConnectionConfig::new().set_connection_timeout(Some(self.timeout));
-            let Ok(Ok(mut conn)) = tokio::time::timeout(
-                self.timeout,
-                client.get_multiplexed_async_connection_with_config(&config),
-            )
-            .await
-            else {
-                continue;
-            };
-            let reply: Result<Result<Option<(String, u16)>, _>, _> = tokio::time::timeout(
-                self.timeout,
-                redis::cmd("SENTINEL")
-                    .arg("get-master-addr-by-name")
-                    .arg(master)
-                    .query_async(&mut conn),
-            )
-            .await;
-            if let Ok(Ok(Some((host, port)))) = reply
-                && let Ok(info) = ConnectionAddr::Tcp(host, port).into_connection_info()
-            {
-                return Ok(info);
-            }
-        }
-        Err(LinkError::Unavailable)
     }
 
     async fn forget(&self) {
@@ -224,5 +116,24 @@ impl RedisLink {
                 Err(LinkError::Unavailable)
             }
         }
+    }
+
+    /// The server's `maxmemory-policy`, from `INFO memory` (readable where `CONFIG`
+    /// is not, e.g. on managed services).
+    pub async fn eviction_policy(&self) -> Result<String, LinkError> {
+        let mut conn = self.connection().await?;
+        let r: Result<Result<String, _>, _> = tokio::time::timeout(
+            self.timeout,
+            redis::cmd("INFO").arg("memory").query_async(&mut conn),
+        )
+        .await;
+        let Ok(Ok(text)) = r else {
+            self.forget().await;
+            return Err(LinkError::Unavailable);
+        };
+        text.lines()
+            .find_map(|l| l.strip_prefix("maxmemory_policy:"))
+            .map(|p| p.trim().to_owned())
+            .ok_or(LinkError::Unavailable)
     }
 }

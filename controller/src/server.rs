@@ -1,5 +1,9 @@
-//! Serves an axum `Router` on a bound listener with hard limits (connections, header
-//! buffer, header read timeout) and the graceful shutdown protocol.
+//! Serves an axum `Router` on a bound listener with hard limits (connections in total
+//! and per source address, header buffer, header read timeout — which also bounds how
+//! long a connection may sit idle before its next request) and the graceful shutdown
+//! protocol. A connection over a cap is closed right after accept; when the listener is
+//! full, a source holding few connections displaces the largest holder's oldest one
+//! ([`SourceSlots`]), so a flood from many addresses cannot lock the others out.
 //!
 //! Takes a bound listener (tests bind `127.0.0.1:0`); never binds sockets itself.
 
@@ -14,8 +18,8 @@ use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use proxy_pool_api::throttle::SourceSlots;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 use crate::shutdown::{Phase, Shutdown};
@@ -23,12 +27,15 @@ use crate::shutdown::{Phase, Shutdown};
 /// Connection-level limits of one listener.
 #[derive(Clone, Copy, Debug)]
 pub struct ServeOptions {
-    /// Most open connections; more are closed right after accept.
+    /// Most open connections (shared fairly between sources).
     pub max_connections: usize,
     /// hyper's read buffer, which bounds the request head (≥ 8192).
     pub max_buf_size: usize,
-    /// Deadline for a request head to arrive.
+    /// Deadline for a request head to arrive (the first one, and each next one on a
+    /// kept-alive connection).
     pub header_read_timeout: Duration,
+    /// Most open connections from one source address.
+    pub max_connections_per_source: usize,
 }
 
 impl Default for ServeOptions {
@@ -37,6 +44,7 @@ impl Default for ServeOptions {
             max_connections: 256,
             max_buf_size: 64 * 1024,
             header_read_timeout: Duration::from_secs(10),
+            max_connections_per_source: 64,
         }
     }
 }
@@ -50,7 +58,10 @@ pub async fn serve(
     shutdown: Shutdown,
 ) {
     let graceful = GracefulShutdown::new();
-    let permits = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let slots = Arc::new(SourceSlots::new(
+        options.max_connections,
+        options.max_connections_per_source,
+    ));
     loop {
         let accepted = tokio::select! {
             _ = shutdown.reached(Phase::Stopping) => break,
@@ -64,7 +75,7 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
+        let Some(slot) = slots.acquire(peer.ip()) else {
             tracing::debug!("connection limit reached; closing a new connection");
             drop(stream);
             continue;
@@ -88,8 +99,13 @@ pub async fn serve(
         let conn = builder.serve_connection(TokioIo::new(stream), service);
         let watched = graceful.watch(conn);
         tokio::spawn(async move {
-            let _ = watched.await;
-            drop(permit);
+            tokio::select! {
+                _ = watched => {}
+                () = slot.evicted() => {
+                    tracing::debug!("connection displaced by a smaller source");
+                }
+            }
+            drop(slot);
         });
     }
     drop(listener);

@@ -34,6 +34,19 @@ pub enum BuildError {
     /// The controller's Redis link.
     #[error("redis: {0}")]
     Redis(#[from] LinkError),
+    /// Redis may evict keys under memory pressure: pool keys would vanish (an
+    /// extracted proxy handed out again, an owner forgotten). Refused at start.
+    #[error(
+        "redis maxmemory-policy is `{0}`: the activity pool needs `noeviction` (keys evicted \
+         under memory pressure would break exclusivity); set `maxmemory-policy noeviction`"
+    )]
+    EvictionPolicy(String),
+    /// The eviction policy could not be read (`INFO memory`).
+    #[error(
+        "cannot read redis maxmemory-policy (INFO memory): the controller starts only on a \
+         Redis that never evicts; allow INFO to its ACL user"
+    )]
+    EvictionPolicyUnknown,
     /// A static upstream does not fit the pool's rules.
     #[error("{0}")]
     Static(#[from] crate::static_upstreams::StaticError),
@@ -129,30 +142,54 @@ pub async fn build_fenced(config: &Config, fence: Option<&Fence>) -> Result<Stor
     }
 }
 
+/// The connector for the configured Redis: direct or Sentinel, the password and ACL
+/// user (of the master and of the sentinels), TLS with the configured trust bundle.
+/// The one way the controller reaches Redis (pool, link, analytics, cache).
+pub fn connector(r: &RedisConfig) -> Result<RedisConnector, BuildError> {
+    let mut connector = match &r.target {
+        RedisTarget::Address(url) => RedisConnector::direct(url)?,
+        RedisTarget::Sentinel {
+            master_name,
+            addresses,
+            username,
+            password_file,
+        } => {
+            let password = password_file.as_deref().map(read_secret).transpose()?;
+            RedisConnector::sentinel(master_name, addresses.clone())?
+                .with_sentinel_auth(username.clone(), password.map(Secret::new))
+        }
+    };
+    if let Some(p) = r.password_file.as_deref().map(read_secret).transpose()? {
+        connector = connector.with_password(Secret::new(p));
+    }
+    if let Some(u) = &r.username {
+        connector = connector.with_username(u.clone());
+    }
+    if let Some(tls) = &r.tls {
+        let ca = match &tls.ca_file {
+            Some(path) => Some(std::fs::read(path).map_err(|e| BuildError::SecretFile {
+                path: path.display().to_string(),
+                reason: e.kind().to_string(),
+            })?),
+            None => None,
+        };
+        connector = connector.with_tls(ca);
+    }
+    Ok(connector)
+}
+
 async fn build_redis(
     r: &RedisConfig,
     options: PoolOptions,
     fence: Option<&Fence>,
 ) -> Result<Store, BuildError> {
-    let password = r.password_file.as_deref().map(read_secret).transpose()?;
-    let (mut connector, link) = match &r.target {
-        RedisTarget::Address(url) => (
-            RedisConnector::direct(url)?,
-            RedisLink::direct(url, r.command_timeout)?,
-        ),
-        RedisTarget::Sentinel {
-            master_name,
-            addresses,
-        } => (
-            RedisConnector::sentinel(master_name, addresses.clone())?,
-            RedisLink::sentinel(master_name, addresses, r.command_timeout),
-        ),
-    };
-    if let Some(p) = &password {
-        connector = connector.with_password(Secret::new(p.clone()));
-    }
-    if let Some(u) = &r.username {
-        connector = connector.with_username(u.clone());
+    let connector = connector(r)?;
+    let link = RedisLink::new(connector.clone(), r.command_timeout);
+    // Fail closed on a Redis that may evict pool keys.
+    match link.eviction_policy().await {
+        Ok(policy) if policy == "noeviction" => {}
+        Ok(policy) => return Err(BuildError::EvictionPolicy(policy)),
+        Err(_) => return Err(BuildError::EvictionPolicyUnknown),
     }
     let pool = RedisPool::new(
         connector,
@@ -169,6 +206,6 @@ async fn build_redis(
     };
     Ok(Store {
         ports: Ports::from_pool(pool),
-        redis: Some(Arc::new(link.with_auth(r.username.clone(), password))),
+        redis: Some(Arc::new(link)),
     })
 }

@@ -41,9 +41,13 @@ fn migrate_cli(config: &str) -> std::process::Output {
     out
 }
 
-/// A stats GET, checked against the OpenAPI file and for `Cache-Control: no-store`.
+/// A stats GET with a credential holding `stats:read` (the `full` client declares no
+/// permissions, so it has every one), checked against the OpenAPI file and for
+/// `Cache-Control: no-store`.
 async fn stats(h: &Harness, path: &str) -> Resp {
-    let r = h.admin_get(path).await;
+    let r = h
+        .admin_get_with(path, &[("x-api-key", common::KEY_FULL)])
+        .await;
     let template = match path.split('?').next().unwrap_or("") {
         "/api/v1/stats/summary" => "/api/v1/stats/summary",
         "/stats" => "/stats",
@@ -231,6 +235,37 @@ async fn migrate_then_count_extractions_through_the_api() {
     let html = String::from_utf8_lossy(&page.body);
     assert!(html.contains("usage statistics") && html.contains("api/v1/stats/summary"));
 
+    // Per-client usage is not public: no credential 401, one without `stats:read` 403
+    // (both documented), while health and metrics stay open for probes and Prometheus.
+    for path in [
+        "/api/v1/stats/summary",
+        "/api/v1/stats/clients/full",
+        "/stats",
+    ] {
+        let template = if path == "/stats" || path.ends_with("summary") {
+            path
+        } else {
+            "/api/v1/stats/{kind}/{name}"
+        };
+        let anonymous = h.admin_get(path).await;
+        assert_eq!(anonymous.status, 401, "{path}");
+        let ct = anonymous
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok());
+        common::openapi::check(template, "get", 401, ct, &anonymous.body);
+        let gateway_only = h
+            .admin_get_with(path, &[("x-api-key", common::KEY_GATEWAY)])
+            .await;
+        assert_eq!(gateway_only.status, 403, "{path}");
+        let ct = gateway_only
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok());
+        common::openapi::check(template, "get", 403, ct, &gateway_only.body);
+    }
+    assert_eq!(h.admin_get("/healthz").await.status, 200);
+
     let metrics = h.admin_get("/metrics").await;
     let text = String::from_utf8_lossy(&metrics.body).to_string();
     assert!(
@@ -303,6 +338,8 @@ store: {}
 distribution:
   listen: 127.0.0.1:0
   trustedProxies: [127.0.0.1/32]
+  # Callers identified by their (forwarded) address: anonymous access, written out.
+  auth: {{mode: none}}
 admin: {{listen: 127.0.0.1:0}}
 upstreams:
   - {{name: up-a, ttl: 10m, maxSize: 100000, source: {{vendorApi: {{url: "http://127.0.0.1:9/", format: json}}}}}}

@@ -2,8 +2,10 @@
 //! etcd + kube-apiserver, `PROXY_POOL_K8S_BIN_DIR`) and a real Redis cache:
 //! ServiceAccount tokens map to their clients; a review is cached (the second request
 //! is not reviewed again) for at most 120 s and never past the token's `exp`; the token
-//! never reaches Redis; rejected tokens and failed reviews are never cached; which
-//! client a cached user is gets decided on every request. And a live controller built
+//! never reaches Redis; failed reviews are never cached and a rejected token only in a
+//! short in-process negative cache (a token that could never pass — not a JWT, for
+//! another audience — is not reviewed at all); which client a cached user is gets
+//! decided on every request. And a live controller built
 //! from a config with `tokenReview` (the way `main` builds it) answers ServiceAccount
 //! tokens over HTTP: 200 for a mapped account, 403 for an unmapped one, 401 for garbage,
 //! the second request served from the cache (its metrics and Redis keys).
@@ -223,25 +225,42 @@ async fn service_account_tokens_on_a_real_apiserver() {
     assert_eq!(v2.verify(&s).await.map(|v| v.client), Ok(2));
     assert_eq!(reviewer.calls(), 3);
 
-    // Rejected tokens (another audience, garbage) are reviewed every time: never cached.
+    // Tokens that could never pass (another audience by their own claim, garbage) are
+    // refused without a review.
     let other = token(&client, "team-a", "someone-else").await;
-    for (t, n) in [(&other, 4), (&other, 5)] {
-        assert_eq!(v.verify(t).await, Err(AuthError::Invalid));
-        assert_eq!(reviewer.calls(), n);
-    }
     let garbage = "not-a-token".to_owned();
-    for n in [6, 7] {
-        assert_eq!(v.verify(&garbage).await, Err(AuthError::Invalid));
-        assert_eq!(reviewer.calls(), n);
+    for t in [&other, &other, &garbage, &garbage] {
+        assert_eq!(v.verify(t).await, Err(AuthError::Invalid));
+        assert_eq!(reviewer.calls(), 3);
+    }
+    // A token for our audience the API server rejects (a forged signature) is reviewed
+    // once, then answered from the in-process negative cache — never from Redis.
+    let forged = forge(&a);
+    for _ in 0..3 {
+        assert_eq!(v.verify(&forged).await, Err(AuthError::Invalid));
+        assert_eq!(reviewer.calls(), 4);
     }
     assert_eq!(entries(&redis).await.len(), 3);
 }
 
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s)
+}
+
 fn jwt(exp: SystemTime) -> String {
     let secs = exp.duration_since(UNIX_EPOCH).unwrap().as_secs();
-    let p = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(format!("{{\"exp\":{secs},\"sub\":\"x\"}}"));
-    format!("e30.{p}.sig")
+    format!(
+        "{}.{}.sig",
+        b64(r#"{"alg":"RS256"}"#),
+        b64(&format!("{{\"exp\":{secs},\"sub\":\"x\"}}"))
+    )
+}
+
+/// `token` with another signature: same claims, never valid.
+fn forge(token: &str) -> String {
+    let mut parts: Vec<&str> = token.split('.').collect();
+    parts[2] = "Zm9yZ2Vk";
+    parts.join(".")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,7 +268,11 @@ async fn reviews_never_outlive_the_token_and_failures_are_not_cached() {
     let redis = RedisServer::start();
     let store = store(&redis).await;
     let soon = jwt(SystemTime::now() + Duration::from_secs(3));
-    let opaque = "opaque-token-without-exp".to_owned();
+    let opaque = format!(
+        "{}.{}.sig",
+        b64(r#"{"alg":"RS256"}"#),
+        b64(r#"{"sub":"x"}"#)
+    );
     let fixed = Fixed {
         users: [
             (soon.clone(), "u".to_owned()),
@@ -380,15 +403,23 @@ shutdown: {{gracePeriod: 5s}}
     let r = h.extract(body, &[("authorization", &bearer(&s))]).await;
     assert_eq!(r.status, 403, "{:?}", r.body);
     assert_eq!(r.code(), "PERMISSION_DENIED");
-    // Garbage and a token for another audience: 401, never cached.
+    // Garbage and a token for another audience: 401 without a review; a forged token
+    // for our audience: one review, then the negative cache. Nothing cached in Redis.
     let other = token(&client, "team-a", "someone-else").await;
-    for t in ["not-a-token", other.as_str(), "not-a-token"] {
+    let forged = forge(&a);
+    for t in [
+        "not-a-token",
+        other.as_str(),
+        "not-a-token",
+        &forged,
+        &forged,
+    ] {
         let r = h.extract(body, &[("authorization", &bearer(t))]).await;
         assert_eq!(r.status, 401, "{:?}", r.body);
         assert_eq!(r.code(), "UNAUTHENTICATED");
     }
     let m = metrics().await;
-    assert_eq!(cache_metric(&m, "cache_loader_calls"), 5);
+    assert_eq!(cache_metric(&m, "cache_loader_calls"), 3);
     assert_eq!(cache_metric(&m, "cache_hits"), 1);
     // Two cached users (team-a, stranger); rejections left nothing behind.
     assert_eq!(entries(h.redis.as_ref().unwrap()).await.len(), 2);

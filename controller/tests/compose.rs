@@ -128,6 +128,8 @@ clients:
     permissions: [distribution:extract]
     apiKeys: [{{sha256: {hash}}}]
 shutdown: {{gracePeriod: 3s}}
+# The simulator's proxies are on loopback: opted in explicitly.
+egress: {{allowCidrs: [127.0.0.0/8]}}
 "#,
         vendor = sim.vendor_url(),
         key = key_file.display(),
@@ -182,7 +184,10 @@ shutdown: {{gracePeriod: 3s}}
     let checker = tokio::spawn(proxy_pool_checker::run(
         Arc::new(binding.clone()),
         Arc::new(binding),
-        Arc::new(NetProber::new(ProberOptions::new(sim.echo_http_addr()))),
+        Arc::new(NetProber::new(ProberOptions {
+            egress: proxy_pool_api::egress::EgressPolicy::allow_loopback(),
+            ..ProberOptions::new(sim.echo_http_addr())
+        })),
         RunnerOptions {
             concurrency: NonZeroUsize::new(8).expect("8"),
             tiers,

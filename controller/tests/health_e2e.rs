@@ -191,8 +191,12 @@ async fn simulator_to_pool_state(redis: bool) {
     let url = format!("{}/v1/proxies?count=4&protocol=socks5", sim.vendor_url());
     let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
     let source = HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap();
+    // The simulator's proxies are on loopback: opted in explicitly.
+    let mut options =
+        ProviderOptions::new(upstream.clone(), Protocol::Http, Duration::from_secs(60));
+    options.defaults.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
     let provider = ProviderReconciler::new(
-        ProviderOptions::new(upstream.clone(), Protocol::Http, Duration::from_secs(60)),
+        options,
         Arc::new(source),
         pool.clone(),
         ProviderMetrics::default(),
@@ -233,6 +237,7 @@ async fn simulator_to_pool_state(redis: bool) {
     });
     let mut probe_opts = checker::ProberOptions::new(sim.echo_http_addr());
     probe_opts.check_timeout = Duration::from_secs(1);
+    probe_opts.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
     let shutdown = CancellationToken::new();
     let runner = tokio::spawn(checker::run(
         bridge.clone(),

@@ -126,8 +126,12 @@ async fn health_over_grpc(redis: bool) {
     // Provider: 3 HTTP proxies, announced to the planner.
     let url = format!("{}/v1/proxies?count=3&protocol=http", sim.vendor_url());
     let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
+    // The simulator's proxies are on loopback: opted in explicitly.
+    let mut options =
+        ProviderOptions::new(upstream.clone(), Protocol::Http, Duration::from_secs(60));
+    options.defaults.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
     let provider = ProviderReconciler::new(
-        ProviderOptions::new(upstream.clone(), Protocol::Http, Duration::from_secs(60)),
+        options,
         Arc::new(HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap()),
         pool.clone(),
         ProviderMetrics::default(),
@@ -172,6 +176,7 @@ async fn health_over_grpc(redis: bool) {
     );
     let mut probe = checker::ProberOptions::new(sim.echo_http_addr());
     probe.check_timeout = Duration::from_secs(1);
+    probe.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
     let runner = tokio::spawn(checker::run(
         Arc::new(binding.clone()),
         Arc::new(binding),

@@ -60,6 +60,8 @@ async fn no_secret_in_any_log_line() {
         max: Duration::from_millis(40),
     };
     options.fetch_interval = Duration::from_millis(50);
+    // The simulator's proxies are on loopback: opted in explicitly.
+    options.defaults.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
     let mut passwords = Vec::new();
     for (url, key) in [
         (

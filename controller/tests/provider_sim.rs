@@ -50,6 +50,8 @@ fn upstream() -> UpstreamId {
 fn options(protocol: PoolProtocol) -> ProviderOptions {
     let mut o = ProviderOptions::new(upstream(), protocol, Duration::from_secs(60));
     o.defaults.region = Some(Label::new("default-region").unwrap());
+    // The simulator's proxies are on loopback: opted in explicitly.
+    o.defaults.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
     o.safety_margin = Duration::from_secs(5);
     o.chunk_size = 2;
     o.budget.request_timeout = Duration::from_secs(5);

@@ -67,6 +67,8 @@ upstreams:
 clients:
   - name: st
     apiKeys: [{{sha256: {}}}]
+# The static proxies are on loopback: opted in explicitly.
+egress: {{allowCidrs: [127.0.0.0/8]}}
 "#,
         proxies.join(","),
         proxy_pool_controller::distribution::hash_secret(KEY)
@@ -145,7 +147,9 @@ async fn live(kind: Kind, bin: &str, admin_too: bool) {
     tokio::task::spawn_blocking(move || {
         run(&bin, &api, "distribution", &[&format!("X-API-Key: {KEY}")]);
         if admin_too_ {
-            run(&bin, &admin, "admin", &[]);
+            // The stats routes need `stats:read`: the client's key (no permissions
+            // listed: every permission).
+            run(&bin, &admin, "admin", &[&format!("X-API-Key: {KEY}")]);
         }
     })
     .await

@@ -198,3 +198,39 @@ fn validate_config_accepts_the_example_and_lists_every_problem() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn hash_password_prints_a_salted_hash_the_config_accepts() {
+    use std::io::Write as _;
+    let hash = |input: &str| {
+        let mut child = Command::new(binary())
+            .arg("hash-password")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let first = hash("s3cret-pw\n");
+    assert!(first.status.success(), "{first:?}");
+    let first = String::from_utf8(first.stdout).unwrap().trim().to_owned();
+    let second = String::from_utf8(hash("s3cret-pw\n").stdout).unwrap();
+    assert!(first.starts_with("sha256:"), "{first}");
+    assert_ne!(first, second.trim(), "a fresh salt each time");
+    assert!(!first.contains("s3cret-pw"));
+    // The printed hash is what a Basic client's passwordHash takes.
+    let config = proxy_pool_api::config::load_yaml(&format!(
+        "distribution: {{auth: {{mode: any, methods: [{{type: basic}}]}}}}\n\
+         clients: [{{name: c, basic: {{username: u, passwordHash: \"{first}\"}}}}]\n"
+    ));
+    assert!(config.is_ok(), "{config:?}");
+    let empty = hash("\n");
+    assert_eq!(empty.status.code(), Some(2));
+}

@@ -1,6 +1,7 @@
 //! Proxy Pool end-to-end harnesses.
 
 pub mod cluster;
+pub mod hostile;
 pub mod k8s;
 pub mod loadgen;
 pub mod procs;

@@ -39,25 +39,25 @@ pub fn bin(name: &str) -> PathBuf {
 /// Builds the binaries under test (vendor simulator, controller, checker, gateway),
 /// as `scripts/dev-up.sh` does.
 pub fn build_binaries() {
+    build_packages(&[
+        "proxy-pool-e2e",
+        "proxy-pool-controller",
+        "proxy-pool-checker",
+        "proxy-pool-gateway",
+    ]);
+}
+
+/// Builds the binaries of `packages` (`cargo build -p … --bins`).
+pub fn build_packages(packages: &[&str]) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let status = Command::new(cargo)
-        .current_dir(root)
-        .args([
-            "build",
-            "-p",
-            "proxy-pool-e2e",
-            "-p",
-            "proxy-pool-controller",
-            "-p",
-            "proxy-pool-checker",
-            "-p",
-            "proxy-pool-gateway",
-            "--bins",
-        ])
-        .status()
-        .expect("cargo build");
-    assert!(status.success(), "building the binaries failed");
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root).arg("build");
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    let status = cmd.arg("--bins").status().expect("cargo build");
+    assert!(status.success(), "building {packages:?} failed");
 }
 
 /// Child processes logging into one directory, stopped in reverse start order when
@@ -92,6 +92,15 @@ impl Procs {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {name}: {e}"));
         self.children.push((name.to_owned(), child));
+    }
+
+    /// The process id of `name` (panics when no such process was started).
+    pub fn pid(&self, name: &str) -> u32 {
+        self.children
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c.id())
+            .unwrap_or_else(|| panic!("no process {name}"))
     }
 
     /// SIGKILLs the process started as `name` (no shutdown of any kind) and reaps it;

@@ -312,6 +312,8 @@ async fn start_issuer(client: &kube::Client, authority: Arc<Authority>) -> Socke
     );
     // Gateways run in their own namespace here (by default only the operator's is served).
     options.issuer.namespaces = Some(vec![GATEWAY_NS.into()]);
+    // As the operator binary: gateway identities only under the gateway ServiceAccount.
+    options.issuer.gateway_service_account = Some(SA.into());
     options.issuer.checker = Some(CheckerWorkload {
         namespace: GATEWAY_NS.into(),
         deployment: CHECKER_DEPLOYMENT.into(),

@@ -19,13 +19,16 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
 use proxy_pool_gateway::snapshot::ClientCredential;
 use proxy_pool_operator::crd::{DistributionClient, Routing, Upstream};
 use proxy_pool_operator::identity::{CaParams, IdentityOptions, IdentityService, IssuerConfig};
+use proxy_pool_operator::reconcile::hash_key::{self, HashKey};
 use proxy_pool_operator::reconcile::{
     self, Context, ControllerTls, GatewayPodSettings, GatewayTemplate, LeaderSettings, Metrics,
     OperatorConfig,
@@ -177,6 +180,8 @@ fn operator_config(base_yaml: &str) -> OperatorConfig {
             controller_address: "proxy-pool-controller.proxy-pool.svc:9443".into(),
             identity_endpoint: "https://proxy-pool-operator.proxy-pool.svc:8443".into(),
             trust_bundle_config_map: "proxy-pool-trust-bundle".into(),
+            egress_deny_cidrs: vec!["10.96.0.0/12".into()],
+            egress_allow_cidrs: Vec::new(),
             pod: GatewayPodSettings::default(),
         },
         instance: Some("operator-0".into()),
@@ -197,6 +202,7 @@ fn operator_config(base_yaml: &str) -> OperatorConfig {
             ca: CaParams::default(),
             lifetime: Duration::from_secs(24 * 3600),
         }),
+        hash_key: HashKey::new([7; 32]),
     }
 }
 
@@ -226,6 +232,10 @@ const FULL_VALUES: &[&str] = &[
     "ingress.enabled=true",
     "ingress.className=nginx",
     "controller.config.distribution.maxCountPerRequest=200",
+    "egress.denyCidrs={192.168.0.0/16,fd00::/8}",
+    "egress.allowCidrs={10.244.7.0/24}",
+    "networkPolicy.distributionSources={198.51.100.0/24}",
+    "networkPolicy.nodeCidrs={172.18.0.0/16}",
 ];
 
 #[tokio::test]
@@ -314,7 +324,65 @@ async fn chart_lints_and_templates_clean() {
                     .expect("base config ConfigMap");
                 let cm: ConfigMap = serde_yaml::from_str(base).expect("ConfigMap");
                 let yaml = &cm.data.expect("data")["base.yaml"];
-                proxy_pool_api::config::load_yaml(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+                let config = proxy_pool_api::config::load_yaml(yaml)
+                    .unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+                // Fail closed: the default install refuses anonymous extraction.
+                assert_eq!(
+                    config.distribution.auth.mode,
+                    proxy_pool_api::config::AuthMode::Any,
+                    "{yaml}"
+                );
+                // One egress policy: the cluster's pod and service ranges are refused.
+                for cidr in ["10.244.0.0/16", "10.96.0.0/12"] {
+                    let ip = cidr.split('/').next().unwrap().parse().unwrap();
+                    assert!(config.egress.check_ip(ip).is_err(), "{cidr}: {yaml}");
+                }
+                // Every component has its NetworkPolicy.
+                for component in ["controller", "operator", "checker", "gateway"] {
+                    let name = format!("name: proxy-pool-{component}\n");
+                    assert!(
+                        stdout
+                            .split("\n---")
+                            .any(|d| d.contains("kind: NetworkPolicy") && d.contains(&name)),
+                        "no NetworkPolicy for the {component}"
+                    );
+                }
+                // The operator reads the controller's admin inventory
+                // (--controller-admin-url): its pods may reach the admin port.
+                let policy: NetworkPolicy = serde_yaml::from_str(
+                    stdout
+                        .split("\n---")
+                        .find(|d| {
+                            d.contains("kind: NetworkPolicy")
+                                && d.contains("name: proxy-pool-controller\n")
+                        })
+                        .expect("controller NetworkPolicy"),
+                )
+                .expect("NetworkPolicy");
+                let admin = policy
+                    .spec
+                    .and_then(|s| s.ingress)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|rule| {
+                        rule.ports
+                            .iter()
+                            .flatten()
+                            .any(|p| p.port == Some(IntOrString::String("admin".into())))
+                    })
+                    .expect("an ingress rule for the admin port");
+                assert!(
+                    admin.from.iter().flatten().any(|peer| {
+                        peer.namespace_selector.is_none()
+                            && peer
+                                .pod_selector
+                                .as_ref()
+                                .and_then(|s| s.match_labels.as_ref())
+                                .and_then(|l| l.get("proxypool.io/component"))
+                                .is_some_and(|c| c == "operator")
+                    }),
+                    "the operator cannot reach the controller's admin port: {admin:?}"
+                );
             }
         }
     }
@@ -369,6 +437,18 @@ async fn operator_reconciles_on_a_real_cluster() {
         .await
         .expect("base config ConfigMap");
     let base_yaml = base_cm.data.expect("data")["base.yaml"].clone();
+    // The key sealing the pod annotations: made once, then the same on every start.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), NS);
+    let key = hash_key::ensure(&secrets, hash_key::DEFAULT_SECRET)
+        .await
+        .expect("hash key made");
+    let again = hash_key::ensure(&secrets, hash_key::DEFAULT_SECRET)
+        .await
+        .expect("hash key read");
+    assert_eq!(
+        key, again,
+        "the key survives a restart: pods do not roll for it"
+    );
 
     // The examples.
     for f in ["upstream.yaml", "distribution-client.yaml", "routing.yaml"] {
@@ -1314,14 +1394,12 @@ async fn gateway_clients_load(client: &kube::Client, tag: &str) -> (String, Vec<
 
 async fn the_gateway_clients_file_loads_in_the_gateway(client: &kube::Client) -> String {
     let (hash, clients) = gateway_clients_load(client, "first").await;
+    assert_eq!(clients.len(), 1, "{clients:?}");
     assert_eq!(
-        clients,
-        [ClientCredential::from_password(
-            "team-crawler",
-            "crawlerbot",
-            "example-password-change-me"
-        )]
+        (clients[0].client.as_str(), clients[0].username.as_str()),
+        ("team-crawler", "crawlerbot")
     );
+    assert!(clients[0].password.matches(b"example-password-change-me"));
     hash
 }
 
@@ -1358,14 +1436,10 @@ async fn a_rotated_client_password_rolls_the_gateway(client: &kube::Client, befo
     })
     .await;
     let (_, clients) = gateway_clients_load(client, "rotated").await;
-    assert_eq!(
-        clients,
-        [ClientCredential::from_password(
-            "team-crawler",
-            "crawlerbot",
-            "rotated-gateway-password"
-        )]
-    );
+    assert_eq!(clients.len(), 1, "{clients:?}");
+    assert_eq!(clients[0].username, "crawlerbot");
+    assert!(clients[0].password.matches(b"rotated-gateway-password"));
+    assert!(!clients[0].password.matches(b"example-password-change-me"));
 }
 
 /// Materialises the controller's projected config volume from the API objects it

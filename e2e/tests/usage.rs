@@ -152,6 +152,8 @@ analytics:
   flushInterval: 1s
   shutdownFlushTimeout: 2s
 shutdown: {{gracePeriod: 5s}}
+# The simulator's proxies are on loopback: opted in explicitly.
+egress: {{allowCidrs: [127.0.0.0/8]}}
 "#,
             redis = redis.url(),
             key = dir.join("vendor-api-key").display(),
@@ -206,7 +208,8 @@ shutdown: {{gracePeriod: 5s}}
         Command::new(bin("proxy-pool-checker"))
             .args(["run", "--controller", &format!("http://{cp}")])
             .args(["--checker-id", "e2e-checker", "--echo", &echo.to_string()])
-            .arg("--loopback-plaintext"),
+            .arg("--loopback-plaintext")
+            .args(["--egress-allow-cidr", "127.0.0.0/8"]),
     );
     procs.start(
         "gateway",
@@ -216,6 +219,7 @@ shutdown: {{gracePeriod: 5s}}
             .args(["--admin-listen", &gw_admin.to_string()])
             .args(["--controller", &format!("http://{cp}")])
             .args(["--worker-id", "e2e-gateway"])
+            .args(["--egress-allow-cidr", "127.0.0.0/8"])
             .arg("--clients-file")
             .arg(dir.join("gateway-clients.json")),
     );

@@ -393,6 +393,9 @@ fn gateway_command(
     let mut cmd = Command::new(bin("proxy-pool-gateway"));
     cmd.env("RUST_LOG", "info")
         .env("POD_NAME", pod)
+        // As the operator renders the egress policy (environment), with loopback — where
+        // the simulator's proxies are — opted in.
+        .env("PROXY_POOL_EGRESS_ALLOW_CIDRS", "127.0.0.0/8")
         .arg("--http-listen")
         .arg(gw.http.to_string())
         .arg("--socks5-listen")
@@ -424,6 +427,7 @@ fn checker_command(
     let mut cmd = Command::new(bin("proxy-pool-checker"));
     cmd.env("RUST_LOG", "info")
         .env("POD_NAME", pod)
+        .env("PROXY_POOL_EGRESS_ALLOW_CIDRS", "127.0.0.0/8")
         .arg("run")
         .arg(format!("--controller=https://{}", ports.cp))
         .arg(format!("--server-name={CONTROLLER_NAME}"))
@@ -493,6 +497,8 @@ clients:
     apiKeys: [{{sha256: {sha}}}]
 shutdown:
   gracePeriod: 5s
+# The simulator's proxies are on loopback: opted in explicitly.
+egress: {{allowCidrs: [127.0.0.0/8]}}
 ",
         dist = ports.dist,
         admin = ports.admin,
@@ -529,6 +535,8 @@ async fn start_issuer(client: &kube::Client) -> SocketAddr {
         IssuerConfig::new(TRUST_DOMAIN, ENVIRONMENT),
     );
     options.issuer.namespaces = Some(vec![GATEWAY_NS.into()]);
+    // As the operator binary: gateway identities only under the gateway ServiceAccount.
+    options.issuer.gateway_service_account = Some(SA.into());
     options.issuer.checker = Some(CheckerWorkload {
         namespace: GATEWAY_NS.into(),
         deployment: CHECKER_DEPLOYMENT.into(),

@@ -1,12 +1,18 @@
 //! A tiny ops listener: `GET /metrics` (Prometheus text), `GET /healthz` (always
 //! 200) and `GET /readyz` (200 while a fresh snapshot with at least one usable proxy
 //! is installed and shutdown has not begun, else 503: a worker that could only refuse
-//! stays out of its Service). Reads at most one small request head per connection,
-//! with a timeout.
+//! stays out of its Service).
+//!
+//! Bounded against hostile clients: at most [`MAX_CONNECTIONS`] connections, and
+//! [`MAX_PER_SOURCE`] from one address (more are closed at accept), one small request head per connection read under
+//! [`HEAD_TIMEOUT`] (searched incrementally), the answer written under
+//! [`WRITE_TIMEOUT`], and the whole exchange cut at [`TIMEOUT`].
 
+use proxy_pool_api::throttle::SourceSlots;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -16,7 +22,16 @@ use crate::snapshot::SnapshotHandle;
 use crate::snapshot::live::now_ms;
 
 const MAX_REQUEST: usize = 4096;
-const TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served at once; more are closed right after accept.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Connections one source address may hold at once.
+pub const MAX_PER_SOURCE: usize = 16;
+/// Deadline for a request head to arrive.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(3);
+/// Longest time one write of the answer may make no progress.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Deadline of a whole exchange.
+pub const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Serves the ops endpoints until `shutdown` resolves. Once `terminating` is
 /// cancelled, `/readyz` answers 503 (the listeners may still be open: that is what
@@ -29,8 +44,9 @@ pub async fn serve_admin(
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
+    let slots = Arc::new(SourceSlots::new(MAX_CONNECTIONS, MAX_PER_SOURCE));
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(err) => {
@@ -41,13 +57,19 @@ pub async fn serve_admin(
             },
             () = &mut shutdown => return,
         };
+        let Some(slot) = slots.acquire(peer.ip()) else {
+            debug!("admin connection limit reached; closing a new connection");
+            continue;
+        };
         let gateway = gateway.clone();
         let snapshots = snapshots.clone();
         let terminating = terminating.is_cancelled();
         tokio::spawn(async move {
-            let _ =
-                tokio::time::timeout(TIMEOUT, answer(stream, &gateway, &snapshots, terminating))
-                    .await;
+            tokio::select! {
+                _ = tokio::time::timeout(TIMEOUT, answer(stream, &gateway, &snapshots, terminating)) => {}
+                () = slot.evicted() => debug!("admin connection displaced by a smaller source"),
+            }
+            drop(slot);
         });
     }
 }
@@ -60,15 +82,27 @@ async fn answer(
 ) -> std::io::Result<()> {
     let mut buf = vec![0u8; MAX_REQUEST];
     let mut len = 0;
-    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-        if len == buf.len() {
-            return Ok(());
+    let mut scanned = 0;
+    let read_head = async {
+        loop {
+            if buf[scanned..len].windows(4).any(|w| w == b"\r\n\r\n") {
+                return Ok(true);
+            }
+            scanned = len.saturating_sub(3);
+            if len == buf.len() {
+                return Ok(false);
+            }
+            let n = stream.read(&mut buf[len..]).await?;
+            if n == 0 {
+                return Ok(false);
+            }
+            len += n;
         }
-        let n = stream.read(&mut buf[len..]).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        len += n;
+    };
+    match tokio::time::timeout(HEAD_TIMEOUT, read_head).await {
+        Ok(Ok(true)) => {}
+        Ok(Ok(false)) | Err(_) => return Ok(()),
+        Ok(Err(e)) => return Err(e),
     }
     let path = buf[..len].split(|&b| b == b' ').nth(1).unwrap_or_default();
     let (status, body) = match path {
@@ -94,6 +128,78 @@ async fn answer(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body.as_bytes()).await
+    crate::io::write_all(&mut stream, head.as_bytes(), WRITE_TIMEOUT).await?;
+    crate::io::write_all(&mut stream, body.as_bytes(), WRITE_TIMEOUT).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GatewayConfig;
+    use std::net::{Ipv4Addr, SocketAddr};
+    use tokio::io::AsyncWriteExt;
+
+    async fn connect_from(src: Ipv4Addr, addr: SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.bind(SocketAddr::from((src, 0))).expect("bind");
+        socket.connect(addr).await.expect("connect")
+    }
+
+    async fn closed(s: &mut TcpStream, within: Duration) -> bool {
+        let mut b = [0u8; 512];
+        loop {
+            match tokio::time::timeout(within, s.read(&mut b)).await {
+                Ok(Ok(0) | Err(_)) => return true,
+                Ok(Ok(_)) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn idle_and_excess_connections_are_closed_and_others_still_served() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let snapshots = SnapshotHandle::new(Duration::from_secs(60));
+        let (gateway, _outcomes) = Gateway::new(snapshots.clone(), GatewayConfig::default());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_admin(
+            listener,
+            gateway,
+            snapshots,
+            CancellationToken::new(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        // One source holds its share and sends nothing; one more is closed at once.
+        let flooder = Ipv4Addr::new(127, 0, 5, 10);
+        let mut idle = Vec::new();
+        for _ in 0..MAX_PER_SOURCE {
+            idle.push(connect_from(flooder, addr).await);
+        }
+        let mut over = connect_from(flooder, addr).await;
+        assert!(
+            closed(&mut over, Duration::from_millis(500)).await,
+            "over the per-source cap: closed at accept"
+        );
+        // Another source is served meanwhile.
+        let mut s = connect_from(Ipv4Addr::new(127, 0, 6, 2), addr).await;
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(TIMEOUT, s.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        // The idle ones are closed at the head deadline.
+        for s in &mut idle {
+            assert!(
+                closed(s, HEAD_TIMEOUT * 2).await,
+                "an idle connection outlived the head deadline"
+            );
+        }
+        let _ = stop.send(());
+        server.await.expect("admin listener");
+    }
 }

@@ -13,7 +13,8 @@
 //!
 //! The file forms (`usernameFile`, `passwordFile`: mounted Secret keys, what the
 //! operator renders) are read once when the file is loaded, their trailing newline
-//! dropped, the password kept only as its SHA-256. The inline forms are for local runs.
+//! dropped, the password kept only salted and hashed. The inline forms are for local
+//! runs.
 //! A relative path is taken from the clients file's directory. Every problem is
 //! reported with the entry and field it belongs to and the path involved — never a
 //! password or a file's content.
@@ -22,8 +23,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use proxy_pool_api::secret::SaltedHash;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use crate::parse::username::MAX_USERNAME;
 use crate::snapshot::ClientCredential;
@@ -160,7 +161,7 @@ pub fn parse(text: &str, base: &Path) -> Result<Vec<ClientCredential>, Vec<Strin
                 }
             }
         };
-        let password: Option<[u8; 32]> = match (e.password, &e.password_file) {
+        let password: Option<SaltedHash> = match (e.password, &e.password_file) {
             (Some(_), Some(_)) => {
                 problems.push(format!(
                     "{}: give password or passwordFile, not both",
@@ -178,11 +179,11 @@ pub fn parse(text: &str, base: &Path) -> Result<Vec<ClientCredential>, Vec<Strin
                 problems.push(format!("{}: must not be empty", at("password")));
                 None
             }
-            (Some(p), None) => Some(Sha256::digest(p.as_bytes()).into()),
+            (Some(p), None) => Some(SaltedHash::new(p.as_bytes())),
             (None, Some(file)) => {
                 let file = resolve(base, file);
                 match proxy_pool_api::config::read_secret_file(&file) {
-                    Ok(bytes) => Some(Sha256::digest(&bytes).into()),
+                    Ok(bytes) => Some(SaltedHash::new(&bytes)),
                     Err(message) => {
                         problems.push(format!("{}: {message}", at("passwordFile")));
                         None
@@ -193,7 +194,7 @@ pub fn parse(text: &str, base: &Path) -> Result<Vec<ClientCredential>, Vec<Strin
         if problems.len() > before {
             continue;
         }
-        let (Some(username), Some(password_sha256)) = (username, password) else {
+        let (Some(username), Some(password)) = (username, password) else {
             continue;
         };
         if let Some(first) = seen.insert(username.clone(), i) {
@@ -207,7 +208,7 @@ pub fn parse(text: &str, base: &Path) -> Result<Vec<ClientCredential>, Vec<Strin
         out.push(ClientCredential {
             client: e.client,
             username,
-            password_sha256,
+            password,
         });
     }
     if problems.is_empty() {
@@ -269,10 +270,6 @@ mod tests {
         }
     }
 
-    fn sha(s: &[u8]) -> [u8; 32] {
-        Sha256::digest(s).into()
-    }
-
     #[test]
     fn file_forms_are_read_trimmed_and_hashed() {
         let d = Dir::new("files");
@@ -292,13 +289,14 @@ mod tests {
             (got[0].client.as_str(), got[0].username.as_str()),
             ("team-a", "alice")
         );
-        assert_eq!(got[0].password_sha256, sha(b"s3cret"));
+        assert!(got[0].password.matches(b"s3cret"));
         assert_eq!(got[1].username, "bob");
-        assert_eq!(got[1].password_sha256, sha(b"other"));
-        assert_eq!(got[2].password_sha256, sha(b"pw"));
-        assert_eq!(
+        assert!(got[1].password.matches(b"other"));
+        assert!(got[2].password.matches(b"pw") && !got[2].password.matches(b"pw2"));
+        assert_ne!(
             got[2],
-            ClientCredential::from_password("dev", "carol", "pw")
+            ClientCredential::from_password("dev", "carol", "pw"),
+            "every load salts afresh"
         );
     }
 

@@ -4,6 +4,9 @@
 
 use std::time::Duration;
 
+use proxy_pool_api::egress::EgressPolicy;
+use proxy_pool_api::throttle::ThrottleConfig;
+
 use crate::parse::http_head::{HARD_MAX_HEADERS, HeadLimits};
 
 /// How clients are authenticated.
@@ -28,14 +31,30 @@ pub struct GatewayConfig {
     pub client_idle_timeout: Duration,
     /// Time a tunnel or body transfer may see no bytes in either direction.
     pub io_idle_timeout: Duration,
+    /// Time one write to a client or an upstream may make no progress (a peer that
+    /// stopped reading): then the connection ends and releases its slot.
+    pub write_timeout: Duration,
+    /// Longest time a client may take to send one request body.
+    pub request_body_timeout: Duration,
     /// Open client connections per listener.
     pub max_connections: usize,
+    /// Open client connections from one source address (all listeners together): a
+    /// flood from one address cannot take every slot.
+    pub max_connections_per_source: usize,
     /// Upstream dialing and pooling.
     pub upstream: UpstreamConfig,
     /// Client authentication.
     pub auth: AuthMode,
     /// Most sticky-session bindings.
     pub max_sessions: usize,
+    /// Most sticky-session bindings of one client: a client flooding session IDs
+    /// cannot push out other clients' sessions.
+    pub max_sessions_per_client: usize,
+    /// Which vendor proxies and targets may be dialled (the gateway never dials a
+    /// refused address, and never asks a vendor proxy to).
+    pub egress: EgressPolicy,
+    /// Throttling of failed client authentications (per source and per user).
+    pub auth_throttle: ThrottleConfig,
     /// Capacity of the outcome-observation queue (drops beyond it).
     pub outcome_queue: usize,
     /// Grace period for in-flight work on shutdown.
@@ -82,10 +101,16 @@ impl Default for GatewayConfig {
             handshake_timeout: Duration::from_secs(10),
             client_idle_timeout: Duration::from_secs(60),
             io_idle_timeout: Duration::from_secs(300),
+            write_timeout: Duration::from_secs(30),
+            request_body_timeout: Duration::from_secs(120),
             max_connections: 10_000,
+            max_connections_per_source: 2_500,
             upstream: UpstreamConfig::default(),
             auth: AuthMode::Required,
             max_sessions: 100_000,
+            max_sessions_per_client: 10_000,
+            egress: EgressPolicy::default(),
+            auth_throttle: ThrottleConfig::default(),
             outcome_queue: 4096,
             drain_grace: Duration::from_secs(30),
         }
@@ -121,6 +146,8 @@ impl GatewayConfig {
             ("handshakeTimeout", self.handshake_timeout),
             ("clientIdleTimeout", self.client_idle_timeout),
             ("ioIdleTimeout", self.io_idle_timeout),
+            ("writeTimeout", self.write_timeout),
+            ("requestBodyTimeout", self.request_body_timeout),
             ("upstream.connectTimeout", self.upstream.connect_timeout),
             ("upstream.handshakeTimeout", self.upstream.handshake_timeout),
             ("upstream.responseTimeout", self.upstream.response_timeout),
@@ -132,7 +159,19 @@ impl GatewayConfig {
             self.max_connections > 0,
             "maxConnections: must be at least 1",
         );
+        check(
+            self.max_connections_per_source > 0,
+            "maxConnectionsPerSource: must be at least 1",
+        );
         check(self.max_sessions > 0, "maxSessions: must be at least 1");
+        check(
+            (1..=self.max_sessions.max(1)).contains(&self.max_sessions_per_client),
+            "maxSessionsPerClient: must be in 1..=maxSessions",
+        );
+        check(
+            self.auth_throttle.burst > 0 && !self.auth_throttle.refill.is_zero(),
+            "authThrottle: burst and refill must be positive",
+        );
         check(self.outcome_queue > 0, "outcomeQueue: must be at least 1");
         check(
             self.upstream.max_response_head >= 1024,

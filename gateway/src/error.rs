@@ -5,6 +5,8 @@
 
 use std::io;
 
+use proxy_pool_api::egress::EgressDenied;
+
 use crate::parse::authority::AuthorityError;
 use crate::parse::http_head::HeadError;
 use crate::parse::socks5::{Socks5Error, reply};
@@ -45,6 +47,13 @@ pub enum GatewayError {
     /// Username parameters rejected.
     #[error("bad username parameters: {0}")]
     Username(#[from] UsernameError),
+    /// Too many failed authentications from this source or for this user name.
+    #[error("too many failed authentications")]
+    AuthThrottled,
+    /// The target (or the vendor proxy) is on an address the egress policy refuses,
+    /// or the CONNECT port is not allowed.
+    #[error("refused by the egress policy: {0}")]
+    EgressDenied(EgressDenied),
     /// Client I/O failed.
     #[error("client connection failed: {0}")]
     DownstreamIo(io::Error),
@@ -97,6 +106,8 @@ impl GatewayError {
             | Self::AuthRequired
             | Self::AuthFailed
             | Self::Username(_)
+            | Self::AuthThrottled
+            | Self::EgressDenied(_)
             | Self::DownstreamIo(_)
             | Self::DownstreamTimeout => ErrorSource::Downstream,
             Self::NoSnapshot
@@ -133,6 +144,8 @@ impl GatewayError {
             Self::Unsupported(_) => "unsupported",
             Self::AuthRequired => "auth-required",
             Self::AuthFailed | Self::Username(_) => "auth-failed",
+            Self::AuthThrottled => "auth-throttled",
+            Self::EgressDenied(_) => "egress-denied",
             Self::DownstreamIo(_) => "client-io",
             Self::DownstreamTimeout => "client-timeout",
             Self::NoSnapshot => "no-snapshot",
@@ -155,6 +168,8 @@ impl GatewayError {
             Self::Head(HeadError::TooLarge | HeadError::TooManyHeaders) => 431,
             Self::Head(_) | Self::Target(_) | Self::Socks(_) | Self::Unsupported(_) => 400,
             Self::AuthRequired | Self::AuthFailed | Self::Username(_) => 407,
+            Self::AuthThrottled => 429,
+            Self::EgressDenied(_) => 403,
             Self::DownstreamIo(_) | Self::DownstreamTimeout => 408,
             Self::NoRouting => 403,
             Self::NoSnapshot | Self::Stale | Self::NoCapacity | Self::ShuttingDown => 503,
@@ -171,7 +186,7 @@ impl GatewayError {
     pub fn socks_reply(&self) -> u8 {
         match self {
             Self::Socks(e) => e.reply_code(),
-            Self::NoRouting => reply::NOT_ALLOWED,
+            Self::NoRouting | Self::EgressDenied(_) => reply::NOT_ALLOWED,
             Self::TargetUnreachable(code) if *code < 0x100 => *code as u8,
             Self::TargetUnreachable(_) => reply::HOST_UNREACHABLE,
             Self::UpstreamTimeout => reply::TTL_EXPIRED,

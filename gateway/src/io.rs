@@ -1,17 +1,27 @@
 //! Byte plumbing shared by listeners and upstream code: a connection with one fixed,
 //! bounded read buffer ([`BufConn`]), body relays for each HTTP framing, and the
-//! tunnel relay with an idle timeout. Every wait is bounded by a timeout.
+//! tunnel relay with an idle timeout. Every wait is bounded by a timeout: reads by an
+//! idle timeout (and, for request bodies, an overall deadline), writes by a write
+//! timeout ([`write_all`]) so a peer that stops reading cannot hold a connection.
+//!
+//! Heads are searched incrementally: each read scans only the new bytes (and the three
+//! before them), so a head trickled byte by byte costs linear work.
 
+use std::future::Future;
 use std::io;
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::parse::chunked::{MAX_CHUNK_LINE, parse_chunk_size};
-use crate::parse::http_head::{BodyFraming, HeadError, head_len};
+use crate::parse::chunked::{
+    MAX_CHUNK_LINE, MAX_TRAILER_BYTES, check_trailer_line, parse_chunk_size,
+};
+use crate::parse::http_head::{BodyFraming, HeadError, head_len_from};
 
 /// A TCP stream with a fixed-capacity read buffer. The buffer is allocated once and
 /// never zeroed (reads go into its spare capacity); bytes `start..buf.len()` are
@@ -23,6 +33,10 @@ pub struct BufConn {
     buf: Vec<u8>,
     cap: usize,
     start: usize,
+    /// Bytes of `buffered()` already searched for the end of a head.
+    scanned: usize,
+    /// Bytes examined by head searches in total (the linear-work guarantee's witness).
+    head_scan: u64,
 }
 
 /// Which side of a body copy failed.
@@ -48,7 +62,14 @@ impl BufConn {
             buf: Vec::with_capacity(cap),
             cap,
             start: 0,
+            scanned: 0,
+            head_scan: 0,
         }
+    }
+
+    /// Bytes examined by head searches on this connection so far.
+    pub fn head_bytes_scanned(&self) -> u64 {
+        self.head_scan
     }
 
     /// Size of the read buffer.
@@ -63,6 +84,7 @@ impl BufConn {
 
     /// Marks `n` buffered bytes as used.
     pub fn consume(&mut self, n: usize) {
+        self.scanned = 0;
         self.start = (self.start + n).min(self.buf.len());
         if self.start == self.buf.len() {
             self.start = 0;
@@ -98,9 +120,15 @@ impl BufConn {
     ) -> Result<Option<usize>, HeadReadError> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(len) = head_len(self.buffered(), max)? {
+            let (found, scanned) = head_len_from(self.buffered(), self.scanned, max);
+            self.head_scan += scanned as u64;
+            if let Some(len) = found? {
+                self.scanned = 0;
                 return Ok(Some(len));
             }
+            // The next search resumes where this one stopped (a `\r\n\r\n` may
+            // straddle the boundary: three bytes are looked at again).
+            self.scanned = self.buffered().len().saturating_sub(3);
             let left = deadline.saturating_duration_since(Instant::now());
             match self.fill(left).await {
                 Ok(0) if self.buffered().is_empty() => return Ok(None),
@@ -136,38 +164,96 @@ pub enum HeadReadError {
     Io(io::Error),
 }
 
-/// Copies one body of `framing` from `src` to `dst` (chunked bodies verbatim).
+/// The waits of one body copy.
+#[derive(Debug, Clone, Copy)]
+pub struct Waits {
+    /// Longest wait for the next bytes from the source.
+    pub read_idle: Duration,
+    /// Longest time one write may make no progress.
+    pub write: Duration,
+    /// When the whole body must be through (`None`: no overall deadline).
+    pub deadline: Option<Instant>,
+}
+
+impl Waits {
+    /// The wait for the next read: the idle timeout, cut at the deadline.
+    fn next_read(&self) -> io::Result<Duration> {
+        match self.deadline {
+            None => Ok(self.read_idle),
+            Some(at) => {
+                let left = at.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    Err(io::ErrorKind::TimedOut.into())
+                } else {
+                    Ok(left.min(self.read_idle))
+                }
+            }
+        }
+    }
+}
+
+/// Writes all of `buf`, failing when one write makes no progress for `timeout` (the
+/// peer stopped reading). A write that completes at once costs no timer.
+pub async fn write_all<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    mut buf: &[u8],
+    timeout: Duration,
+) -> io::Result<()> {
+    while !buf.is_empty() {
+        let n = {
+            let mut write = pin!(w.write(buf));
+            let first = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
+            match first {
+                Poll::Ready(r) => r?,
+                Poll::Pending => tokio::time::timeout(timeout, write)
+                    .await
+                    .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))??,
+            }
+        };
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        buf = &buf[n..];
+    }
+    Ok(())
+}
+
+/// Copies one body of `framing` from `src` to `dst`. Chunked bodies go through with
+/// their chunk framing; trailer fields are checked like header lines and dropped.
 pub async fn copy_body(
     src: &mut BufConn,
     dst: &mut TcpStream,
     framing: BodyFraming,
-    idle: Duration,
+    waits: Waits,
 ) -> Result<u64, CopyError> {
     match framing {
         BodyFraming::None => Ok(0),
-        BodyFraming::Length(n) => copy_exact(src, dst, n, idle).await.map(|()| n),
-        BodyFraming::Chunked => copy_chunked(src, dst, idle).await,
-        BodyFraming::UntilClose => copy_until_close(src, dst, idle).await,
+        BodyFraming::Length(n) => copy_exact(src, dst, n, waits).await.map(|()| n),
+        BodyFraming::Chunked => copy_chunked(src, dst, waits).await,
+        BodyFraming::UntilClose => copy_until_close(src, dst, waits).await,
     }
+}
+
+async fn fill(src: &mut BufConn, waits: &Waits) -> Result<usize, CopyError> {
+    let wait = waits.next_read().map_err(CopyError::Read)?;
+    src.fill(wait).await.map_err(CopyError::Read)
 }
 
 async fn copy_exact(
     src: &mut BufConn,
     dst: &mut TcpStream,
     mut left: u64,
-    idle: Duration,
+    waits: Waits,
 ) -> Result<(), CopyError> {
     while left > 0 {
-        if src.buffered().is_empty() {
-            match src.fill(idle).await {
-                Ok(0) => return Err(CopyError::Read(io::ErrorKind::UnexpectedEof.into())),
-                Ok(_) => {}
-                Err(e) => return Err(CopyError::Read(e)),
-            }
+        if src.buffered().is_empty() && fill(src, &waits).await? == 0 {
+            return Err(CopyError::Read(io::ErrorKind::UnexpectedEof.into()));
         }
         let avail = src.buffered();
         let n = avail.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        dst.write_all(&avail[..n]).await.map_err(CopyError::Write)?;
+        write_all(dst, &avail[..n], waits.write)
+            .await
+            .map_err(CopyError::Write)?;
         src.consume(n);
         left -= n as u64;
     }
@@ -177,15 +263,15 @@ async fn copy_exact(
 async fn copy_until_close(
     src: &mut BufConn,
     dst: &mut TcpStream,
-    idle: Duration,
+    waits: Waits,
 ) -> Result<u64, CopyError> {
     let mut total = 0u64;
     loop {
-        if src.buffered().is_empty() && src.fill(idle).await.map_err(CopyError::Read)? == 0 {
+        if src.buffered().is_empty() && fill(src, &waits).await? == 0 {
             return Ok(total);
         }
         let n = src.buffered().len();
-        dst.write_all(src.buffered())
+        write_all(dst, src.buffered(), waits.write)
             .await
             .map_err(CopyError::Write)?;
         src.consume(n);
@@ -195,18 +281,19 @@ async fn copy_until_close(
 
 /// Reads one CRLF-terminated line (≤ [`MAX_CHUNK_LINE`]); returns its length
 /// without CRLF, the line staying buffered.
-async fn buffer_line(src: &mut BufConn, idle: Duration) -> Result<usize, CopyError> {
+async fn buffer_line(src: &mut BufConn, waits: &Waits) -> Result<usize, CopyError> {
+    let mut from = 0;
     loop {
-        if let Some(pos) = src.buffered().windows(2).position(|w| w == b"\r\n") {
-            return Ok(pos);
+        let buffered = src.buffered();
+        if let Some(pos) = buffered[from..].windows(2).position(|w| w == b"\r\n") {
+            return Ok(from + pos);
         }
-        if src.buffered().len() > MAX_CHUNK_LINE {
+        if buffered.len() > MAX_CHUNK_LINE {
             return Err(CopyError::Malformed);
         }
-        match src.fill(idle).await {
-            Ok(0) => return Err(CopyError::Read(io::ErrorKind::UnexpectedEof.into())),
-            Ok(_) => {}
-            Err(e) => return Err(CopyError::Read(e)),
+        from = buffered.len().saturating_sub(1);
+        if fill(src, waits).await? == 0 {
+            return Err(CopyError::Read(io::ErrorKind::UnexpectedEof.into()));
         }
     }
 }
@@ -214,40 +301,52 @@ async fn buffer_line(src: &mut BufConn, idle: Duration) -> Result<usize, CopyErr
 async fn copy_chunked(
     src: &mut BufConn,
     dst: &mut TcpStream,
-    idle: Duration,
+    waits: Waits,
 ) -> Result<u64, CopyError> {
     let mut total = 0u64;
     loop {
-        let len = buffer_line(src, idle).await?;
+        let len = buffer_line(src, &waits).await?;
         let size = parse_chunk_size(&src.buffered()[..len]).map_err(|_| CopyError::Malformed)?;
-        dst.write_all(&src.buffered()[..len + 2])
+        if size == 0 {
+            // The last chunk goes out bare: its extensions stay behind with the trailers.
+            src.consume(len + 2);
+            break;
+        }
+        write_all(dst, &src.buffered()[..len + 2], waits.write)
             .await
             .map_err(CopyError::Write)?;
         src.consume(len + 2);
-        if size == 0 {
-            break;
-        }
-        copy_exact(src, dst, size, idle).await?;
-        let crlf = buffer_line(src, idle).await?;
+        copy_exact(src, dst, size, waits).await?;
+        let crlf = buffer_line(src, &waits).await?;
         if crlf != 0 {
             return Err(CopyError::Malformed);
         }
-        dst.write_all(b"\r\n").await.map_err(CopyError::Write)?;
+        write_all(dst, b"\r\n", waits.write)
+            .await
+            .map_err(CopyError::Write)?;
         src.consume(2);
         total += size;
     }
-    // Trailer fields, then the blank line.
-    for _ in 0..64 {
-        let len = buffer_line(src, idle).await?;
-        dst.write_all(&src.buffered()[..len + 2])
-            .await
-            .map_err(CopyError::Write)?;
-        src.consume(len + 2);
+    // Trailer fields: each checked like a header line, all dropped (RFC 9112 §7.1.2);
+    // the body ends with the last chunk and an empty trailer section.
+    let mut trailer_bytes = 0usize;
+    loop {
+        let len = buffer_line(src, &waits).await?;
         if len == 0 {
-            return Ok(total);
+            src.consume(2);
+            break;
         }
+        trailer_bytes += len + 2;
+        if trailer_bytes > MAX_TRAILER_BYTES {
+            return Err(CopyError::Malformed);
+        }
+        check_trailer_line(&src.buffered()[..len]).map_err(|_| CopyError::Malformed)?;
+        src.consume(len + 2);
     }
-    Err(CopyError::Malformed)
+    write_all(dst, b"0\r\n\r\n", waits.write)
+        .await
+        .map_err(CopyError::Write)?;
+    Ok(total)
 }
 
 /// Why a tunnel ended.
@@ -269,14 +368,15 @@ pub enum TunnelEnd {
 /// its buffer grown to this once).
 pub const TUNNEL_BUFFER: usize = 16 * 1024;
 
-/// Relays bytes both ways until both sides close, the tunnel idles out, or
-/// `cancel` fires. Each direction reads into the read buffer its connection already
+/// Relays bytes both ways until both sides close, the tunnel idles out, a write makes
+/// no progress for `write` (a side stopped reading), or `cancel` fires. Each direction reads into the read buffer its connection already
 /// has (which must hold no unconsumed bytes), so a tunnel allocates nothing more.
 /// Returns bytes client→upstream, upstream→client and how it ended.
 pub async fn tunnel(
     client: &mut BufConn,
     upstream: &mut BufConn,
     idle: Duration,
+    write: Duration,
     cancel: &CancellationToken,
     stop: impl std::future::Future<Output = ()>,
 ) -> (u64, u64, TunnelEnd) {
@@ -314,7 +414,8 @@ pub async fn tunnel(
                 &last,
                 &up,
                 &ended,
-                base
+                base,
+                write
             ),
             pump(
                 &mut upstream_read,
@@ -323,7 +424,8 @@ pub async fn tunnel(
                 &last,
                 &down,
                 &ended,
-                base
+                base,
+                write
             ),
         )
     };
@@ -354,6 +456,7 @@ pub async fn tunnel(
 /// [`TUNNEL_BUFFER`] at a time), write everything out; at EOF, half-close the writer —
 /// unless the other direction has already ended (`ended`): then both sockets are
 /// about to be closed, and the close sends the FIN (one `shutdown` call less).
+#[allow(clippy::too_many_arguments)]
 async fn pump<R, W>(
     reader: &mut R,
     writer: &mut W,
@@ -362,6 +465,7 @@ async fn pump<R, W>(
     count: &AtomicU64,
     ended: &AtomicBool,
     base: Instant,
+    write: Duration,
 ) -> io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -377,12 +481,14 @@ where
             if ended.swap(true, Ordering::Relaxed) {
                 return Ok(());
             }
-            return writer.shutdown().await;
+            return tokio::time::timeout(write, writer.shutdown())
+                .await
+                .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?;
         }
         let ms = u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX);
         last.store(ms, Ordering::Relaxed);
         count.fetch_add(n as u64, Ordering::Relaxed);
-        writer.write_all(&buf[..n]).await?;
+        write_all(writer, &buf[..n], write).await?;
     }
 }
 
@@ -405,20 +511,137 @@ mod tests {
         let body = b"5;x=y\r\nhello\r\n0\r\nTrailer: 1\r\n\r\nNEXT";
         w.write_all(body).await.unwrap();
         let mut src = BufConn::new(r, 1024);
-        let n = copy_body(
-            &mut src,
-            &mut out_w,
-            BodyFraming::Chunked,
-            Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
+        let n = copy_body(&mut src, &mut out_w, BodyFraming::Chunked, waits())
+            .await
+            .unwrap();
         assert_eq!(n, 5);
         assert_eq!(src.buffered(), b"NEXT");
         drop(out_w);
         let mut got = Vec::new();
         out_r.read_to_end(&mut got).await.unwrap();
-        assert_eq!(got, &body[..body.len() - 4]);
+        // Trailers are checked and dropped: the other side sees an empty trailer section.
+        assert_eq!(got, b"5;x=y\r\nhello\r\n0\r\n\r\n");
+    }
+
+    fn waits() -> Waits {
+        Waits {
+            read_idle: Duration::from_secs(5),
+            write: Duration::from_secs(5),
+            deadline: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn malformed_or_oversized_trailers_end_the_body() {
+        for body in [
+            &b"0\r\nX: a\r\n folded\r\n\r\n"[..],
+            b"0\r\nContent-Length 5\r\n\r\n",
+            b"0\r\n: x\r\n\r\n",
+        ] {
+            let (mut w, r) = pair().await;
+            let (_out_r, mut out_w) = pair().await;
+            w.write_all(body).await.unwrap();
+            let mut src = BufConn::new(r, 1024);
+            let res = copy_body(&mut src, &mut out_w, BodyFraming::Chunked, waits()).await;
+            assert!(
+                matches!(res, Err(CopyError::Malformed)),
+                "{:?}: {res:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        let mut many = b"0\r\n".to_vec();
+        for i in 0..1000 {
+            many.extend_from_slice(format!("X-{i}: {}\r\n", "v".repeat(20)).as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        let (mut w, r) = pair().await;
+        let (_out_r, mut out_w) = pair().await;
+        let writer = tokio::spawn(async move {
+            let _ = w.write_all(&many).await;
+            w
+        });
+        let mut src = BufConn::new(r, 1024);
+        let res = copy_body(&mut src, &mut out_w, BodyFraming::Chunked, waits()).await;
+        assert!(matches!(res, Err(CopyError::Malformed)), "{res:?}");
+        drop(src);
+        let _ = writer.await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_past_its_deadline_ends() {
+        let (mut w, r) = pair().await;
+        let (_out_r, mut out_w) = pair().await;
+        let mut src = BufConn::new(r, 1024);
+        let trickle = tokio::spawn(async move {
+            for _ in 0..1000 {
+                if w.write_all(b"x").await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+        let waits = Waits {
+            read_idle: Duration::from_secs(5),
+            write: Duration::from_secs(5),
+            deadline: Some(Instant::now() + Duration::from_secs(30)),
+        };
+        let started = Instant::now();
+        let res = copy_body(&mut src, &mut out_w, BodyFraming::Length(10_000), waits).await;
+        assert!(
+            matches!(&res, Err(CopyError::Read(e)) if e.kind() == io::ErrorKind::TimedOut),
+            "{res:?}"
+        );
+        assert!(
+            started.elapsed() <= Duration::from_secs(31),
+            "{:?}",
+            started.elapsed()
+        );
+        trickle.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reader_that_stops_reading_ends_the_write() {
+        let (mut slow, peer) = pair().await;
+        let mut peer = peer;
+        let big = vec![7u8; 16 * 1024 * 1024];
+        let res = write_all(&mut peer, &big, Duration::from_secs(5)).await;
+        assert!(
+            matches!(&res, Err(e) if e.kind() == io::ErrorKind::TimedOut),
+            "{res:?}"
+        );
+        let _ = slow.flush().await;
+    }
+
+    #[tokio::test]
+    async fn a_trickled_head_costs_linear_work() {
+        let (mut w, r) = pair().await;
+        let mut head = b"GET http://example.com/ HTTP/1.1\r\n".to_vec();
+        while head.len() < 16 * 1024 - 64 {
+            head.extend_from_slice(b"X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+        }
+        head.extend_from_slice(b"\r\n");
+        let len = head.len();
+        let writer = tokio::spawn(async move {
+            for b in head {
+                w.write_all(&[b]).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            w
+        });
+        let mut conn = BufConn::new(r, 16 * 1024);
+        let got = conn
+            .read_head(16 * 1024, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(got, Some(len));
+        let _w = writer.await.unwrap();
+        // Each byte is looked at a bounded number of times (≤ 4 with the overlap),
+        // not once per read (which would be ~len² / 2 for byte-by-byte reads).
+        assert!(
+            conn.head_bytes_scanned() <= 4 * len as u64,
+            "scanned {} bytes for a {len}-byte head",
+            conn.head_bytes_scanned()
+        );
     }
 
     #[tokio::test]
@@ -427,14 +650,9 @@ mod tests {
         let (mut out_r, mut out_w) = pair().await;
         w.write_all(b"abcdefXYZ").await.unwrap();
         let mut src = BufConn::new(r, 1024);
-        copy_body(
-            &mut src,
-            &mut out_w,
-            BodyFraming::Length(6),
-            Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
+        copy_body(&mut src, &mut out_w, BodyFraming::Length(6), waits())
+            .await
+            .unwrap();
         assert_eq!(src.buffered(), b"XYZ");
         drop(out_w);
         let mut got = Vec::new();
@@ -451,6 +669,7 @@ mod tests {
         let (_, _, end) = tunnel(
             &mut a,
             &mut b,
+            Duration::from_secs(5),
             Duration::from_secs(5),
             &cancel,
             std::future::pending(),

@@ -4,6 +4,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
+use proxy_pool_api::egress::EgressPolicy;
 use proxy_pool_gateway::admin::serve_admin;
 use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
 use proxy_pool_gateway::snapshot::file::SnapshotFile;
@@ -45,6 +46,12 @@ struct Args {
     /// Grace period for in-flight work on shutdown.
     #[arg(long, default_value_t = 30)]
     drain_grace_seconds: u64,
+    /// Longest time a client may take to send one request body (plain HTTP forwarding).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+    request_body_timeout_seconds: u64,
+    /// Longest time one write to a client or a vendor proxy may make no progress.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    write_timeout_seconds: u64,
     /// On SIGTERM, answer `/readyz` with 503 this long while still serving, before the
     /// listeners close and the drain starts: time for the cluster to take the pod out
     /// of its Service (a second signal skips the wait). At most 300.
@@ -53,6 +60,15 @@ struct Args {
     /// Accept any client credentials (local runs only).
     #[arg(long)]
     open_auth: bool,
+    /// More address ranges (CIDR or IP) the gateway never dials nor lets a client
+    /// reach through a vendor proxy — the cluster's pod and service ranges; on top of
+    /// the built-in loopback, link-local/metadata, unspecified and multicast ranges.
+    #[arg(long, env = "PROXY_POOL_EGRESS_DENY_CIDRS", value_delimiter = ',')]
+    egress_deny_cidr: Vec<String>,
+    /// Ranges allowed although denied (explicit opt-in, e.g. `127.0.0.0/8` for local
+    /// runs with the vendor simulator).
+    #[arg(long, env = "PROXY_POOL_EGRESS_ALLOW_CIDRS", value_delimiter = ',')]
+    egress_allow_cidr: Vec<String>,
     /// Control-plane endpoint (`https://…` with mTLS, or `http://127.0.0.1:…`);
     /// several controller replicas separated by commas, tried in turn until the
     /// leader answers.
@@ -151,6 +167,10 @@ fn main() -> Result<()> {
 }
 
 async fn serve(args: Args, workers: usize) -> Result<()> {
+    let egress =
+        EgressPolicy::parse(&args.egress_deny_cidr, &args.egress_allow_cidr).map_err(|p| {
+            anyhow::anyhow!("--egress-deny-cidr / --egress-allow-cidr: {}", p.join("; "))
+        })?;
     let config = GatewayConfig {
         auth: if args.open_auth {
             AuthMode::Open
@@ -158,6 +178,9 @@ async fn serve(args: Args, workers: usize) -> Result<()> {
             AuthMode::Required
         },
         drain_grace: Duration::from_secs(args.drain_grace_seconds),
+        request_body_timeout: Duration::from_secs(args.request_body_timeout_seconds),
+        write_timeout: Duration::from_secs(args.write_timeout_seconds),
+        egress,
         ..GatewayConfig::default()
     };
     config.validate()?;

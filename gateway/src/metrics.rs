@@ -5,6 +5,8 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
+use proxy_pool_api::egress::EgressDenied;
+
 use crate::error::GatewayError;
 use crate::snapshot::live::LiveSnapshot;
 
@@ -17,7 +19,7 @@ pub enum ListenerKind {
     Socks5,
 }
 
-const REASONS: [&str; 18] = [
+const REASONS: [&str; 20] = [
     "head-too-large",
     "bad-request",
     "unsupported",
@@ -36,6 +38,8 @@ const REASONS: [&str; 18] = [
     "target-unreachable",
     "upstream-io",
     "upstream-bad-response",
+    "auth-throttled",
+    "egress-denied",
 ];
 
 /// All counters.
@@ -58,6 +62,7 @@ pub struct Metrics {
     /// Sticky sessions moved to another proxy.
     pub sessions_moved: AtomicU64,
     errors: [AtomicU64; REASONS.len()],
+    egress_denied: [AtomicU64; EgressDenied::ALL.len()],
 }
 
 impl Metrics {
@@ -66,12 +71,32 @@ impl Metrics {
         self.connections[kind as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a failed request by reason.
+    /// Counts a failed request by reason (and an egress refusal by its own reason).
     pub fn error(&self, err: &GatewayError) {
+        if let GatewayError::EgressDenied(why) = err
+            && let Some(i) = EgressDenied::ALL.iter().position(|r| r == why)
+        {
+            self.egress_denied[i].fetch_add(1, Ordering::Relaxed);
+        }
         let reason = err.reason();
         if let Some(i) = REASONS.iter().position(|r| *r == reason) {
             self.errors[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Counts a vendor proxy address the egress policy refused at dial time.
+    pub fn egress_refused(&self, why: EgressDenied) {
+        if let Some(i) = EgressDenied::ALL.iter().position(|r| *r == why) {
+            self.egress_denied[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Egress refusals counted for `why`.
+    pub fn egress_denied_for(&self, why: EgressDenied) -> u64 {
+        EgressDenied::ALL
+            .iter()
+            .position(|r| *r == why)
+            .map_or(0, |i| self.egress_denied[i].load(Ordering::Relaxed))
     }
 
     /// Failures counted for `reason`.
@@ -144,6 +169,16 @@ impl Metrics {
             "gateway_request_errors_total",
             "Requests ended early, by reason.",
             &errors,
+        );
+        let egress: Vec<_> = EgressDenied::ALL
+            .iter()
+            .zip(&self.egress_denied)
+            .map(|(r, c)| (format!("{{reason=\"{}\"}}", r.as_str()), get(c)))
+            .collect();
+        counter(
+            "gateway_egress_denied_total",
+            "Requests refused by the egress policy, by what the address or port was.",
+            &egress,
         );
         let _ = writeln!(
             out,

@@ -1,7 +1,9 @@
 //! Sticky sessions: `(client, routing, session)` → the proxy it is bound to, with a
 //! TTL from binding and an idle timeout from last use. Bounded: a fixed number of
 //! shards, each with a fixed capacity; a full shard first drops dead bindings, then
-//! the least recently used one.
+//! the least recently used one. Each client holds at most its quota of bindings: a
+//! client flooding session IDs gets no more bindings (its requests are still served,
+//! unpinned) and cannot push other clients' sessions out.
 //!
 //! Sharded `parking_lot` mutexes, never held across `.await`; sharding keeps cores from
 //! queueing on one lock. Each critical section is one hash-map operation plus O(1)
@@ -18,9 +20,10 @@ use crate::snapshot::{ProxyId, StickyPolicy};
 
 const SHARDS: usize = 64;
 
-/// Identifies a session without storing its strings: two independent keyed hashes.
+/// Identifies a session without storing its strings: two independent keyed hashes,
+/// and a keyed hash of the client alone (its quota's key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SessionKey(u64, u64);
+pub struct SessionKey(u64, u64, u64);
 
 /// What the table knows about a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +154,8 @@ struct Shard {
     /// even when two callers' `Instant::now()` reach the lock out of order.
     clock: Option<Instant>,
     touches: u64,
+    /// Clients of bindings removed since the table last settled its quota counts.
+    released: Vec<u64>,
 }
 
 impl Shard {
@@ -233,6 +238,7 @@ impl Shard {
         let b = self.nodes.swap_remove(i as usize);
         self.groups[b.group as usize].len -= 1;
         self.index.remove(&b.key);
+        self.released.push(b.key.2);
         if (i as usize) < self.nodes.len() {
             self.relocated(i);
         }
@@ -326,6 +332,11 @@ pub struct SessionTable {
     per_shard: usize,
     h1: RandomState,
     h2: RandomState,
+    /// Most bindings of one client.
+    quota: usize,
+    /// Bindings held per client, sharded by client (locked after a session shard,
+    /// never before one).
+    held: Vec<Mutex<HashMap<u64, u32>>>,
 }
 
 impl SessionTable {
@@ -337,13 +348,51 @@ impl SessionTable {
             per_shard: max_sessions.div_ceil(SHARDS).clamp(1, (NIL - 1) as usize),
             h1: RandomState::new(),
             h2: RandomState::new(),
+            quota: max_sessions.max(1),
+            held: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
         }
+    }
+
+    /// Limits each client to `quota` bindings.
+    #[must_use]
+    pub fn with_client_quota(mut self, quota: usize) -> Self {
+        self.quota = quota.max(1);
+        self
     }
 
     /// The key of a session.
     pub fn key(&self, client: &str, routing: &str, session: &str) -> SessionKey {
         let parts = (client, routing, session);
-        SessionKey(self.h1.hash_one(parts), self.h2.hash_one(parts))
+        SessionKey(
+            self.h1.hash_one(parts),
+            self.h2.hash_one(parts),
+            self.h2.hash_one(client),
+        )
+    }
+
+    fn held(&self, client: u64) -> &Mutex<HashMap<u64, u32>> {
+        &self.held[(client as usize) % SHARDS]
+    }
+
+    /// Settles the quota counts of the bindings `shard` removed.
+    fn settle(&self, shard: &mut Shard) {
+        for client in shard.released.drain(..) {
+            let mut held = self.held(client).lock();
+            if let Some(n) = held.get_mut(&client) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    held.remove(&client);
+                }
+            }
+        }
+    }
+
+    /// Bindings `client` holds now (by the keyed hash in a [`SessionKey`]).
+    fn held_by(&self, client: u64) -> usize {
+        self.held(client)
+            .lock()
+            .get(&client)
+            .map_or(0, |n| *n as usize)
     }
 
     fn shard(&self, key: SessionKey) -> &Mutex<Shard> {
@@ -358,6 +407,7 @@ impl SessionTable {
         };
         if shard.idle_out(i, now) {
             shard.remove(i);
+            self.settle(&mut shard);
             return Lookup::Unknown;
         }
         if shard.expired(i, now) {
@@ -373,22 +423,42 @@ impl SessionTable {
         Lookup::Bound(proxy)
     }
 
-    /// Binds (or re-binds) a session to a proxy; its TTL starts now. A new session in a
-    /// full shard first drops the shard's dead bindings, then (if still full) its least
+    /// Binds (or re-binds) a session to a proxy; its TTL starts now. A new session of
+    /// a client at its quota is not bound (returns `false`). A new session in a full
+    /// shard first drops the shard's dead bindings, then (if still full) its least
     /// recently used one.
-    pub fn bind(&self, key: SessionKey, proxy: ProxyId, policy: StickyPolicy, now: Instant) {
+    pub fn bind(
+        &self,
+        key: SessionKey,
+        proxy: ProxyId,
+        policy: StickyPolicy,
+        now: Instant,
+    ) -> bool {
         let mut shard = self.shard(key).lock();
         if let Some(&i) = shard.index.get(&key) {
             shard.remove(i);
-        } else if shard.index.len() >= self.per_shard {
-            shard.drop_dead(now);
-            if shard.index.len() >= self.per_shard
-                && let Some(lru) = shard.least_recently_used()
-            {
-                shard.remove(lru);
+        } else {
+            if self.held_by(key.2) >= self.quota {
+                // Dead bindings of this shard may still count: drop them, then judge.
+                shard.drop_dead(now);
+                self.settle(&mut shard);
+                if self.held_by(key.2) >= self.quota {
+                    return false;
+                }
+            }
+            if shard.index.len() >= self.per_shard {
+                shard.drop_dead(now);
+                if shard.index.len() >= self.per_shard
+                    && let Some(lru) = shard.least_recently_used()
+                {
+                    shard.remove(lru);
+                }
             }
         }
         shard.insert(key, proxy, policy, now);
+        self.settle(&mut shard);
+        *self.held(key.2).lock().entry(key.2).or_insert(0) += 1;
+        true
     }
 
     /// Bindings held now.
@@ -404,7 +474,9 @@ impl SessionTable {
     /// Drops every dead binding (called periodically, off the request path).
     pub fn sweep(&self, now: Instant) {
         for shard in &self.shards {
-            shard.lock().drop_dead(now);
+            let mut shard = shard.lock();
+            shard.drop_dead(now);
+            self.settle(&mut shard);
         }
     }
 }
@@ -445,6 +517,39 @@ mod tests {
             Lookup::Unknown
         );
         assert!(table.is_empty());
+    }
+
+    #[test]
+    fn a_client_flooding_session_ids_cannot_evict_other_clients() {
+        let table = SessionTable::new(SHARDS * 32).with_client_quota(SHARDS * 4);
+        let t0 = Instant::now();
+        let victims: Vec<SessionKey> = (0..SHARDS * 2)
+            .map(|i| table.key("victim", "r", &format!("v{i}")))
+            .collect();
+        for (i, k) in victims.iter().enumerate() {
+            assert!(table.bind(*k, ProxyId::from(format!("p{i}").as_str()), POLICY, t0));
+        }
+        let mut bound = 0;
+        for i in 0..100_000 {
+            let k = table.key("attacker", "r", &format!("s{i}"));
+            if table.bind(k, ProxyId::from("x"), POLICY, t0 + Duration::from_millis(1)) {
+                bound += 1;
+            }
+        }
+        assert!(bound <= SHARDS * 4, "the attacker got {bound} bindings");
+        for (i, k) in victims.iter().enumerate() {
+            assert_eq!(
+                table.lookup(*k, t0 + Duration::from_secs(1)),
+                Lookup::Bound(ProxyId::from(format!("p{i}").as_str())),
+                "victim session {i} survived the flood"
+            );
+        }
+        assert!(table.len() <= SHARDS * 6, "{}", table.len());
+        // Quota comes back as the attacker's sessions die.
+        let later = t0 + Duration::from_secs(20);
+        table.sweep(later);
+        let k = table.key("attacker", "r", "fresh");
+        assert!(table.bind(k, ProxyId::from("y"), POLICY, later));
     }
 
     #[test]

@@ -8,7 +8,6 @@ mod common;
 
 use common::*;
 use proxy_pool_e2e::sim::{FailureMode, Protocol};
-use proxy_pool_gateway::GatewayConfig;
 use proxy_pool_gateway::outcome::Stage;
 use proxy_pool_gateway::snapshot::{ProxyId, RetryPolicy, Routing, StickyPolicy, UpstreamProxy};
 use std::collections::HashSet;
@@ -21,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 fn sticky(ttl: Duration, idle_timeout: Duration) -> Routing {
-    let mut r = Routing::catch_all("sticky");
+    let mut r = common::any_port(Routing::catch_all("sticky"));
     r.sticky = Some(StickyPolicy { ttl, idle_timeout });
     r
 }
@@ -494,7 +493,7 @@ async fn retries_stop_at_the_routing_deadline() {
     // Each attempt may wait 300 ms for the vendor's answer; the routing allows 1 s
     // for all of them, so at most 4 attempts fit (the 4th gets what is left), though
     // the budget (10) and the pool (6) would allow more.
-    let mut config = GatewayConfig::default();
+    let mut config = common::local_config();
     config.upstream.handshake_timeout = Duration::from_millis(300);
     let h = Harness::start_with(config).await;
     let accepted = Arc::new(AtomicU32::new(0));
@@ -529,7 +528,7 @@ async fn retries_stop_at_the_routing_deadline() {
 async fn an_attempt_never_outlives_the_routing_deadline() {
     // The vendor handshake timeout (10 s) is far beyond the routing deadline (1 s):
     // the one attempt must be cut at the deadline, not at its own timeout.
-    let mut config = GatewayConfig::default();
+    let mut config = common::local_config();
     config.upstream.handshake_timeout = Duration::from_secs(10);
     let h = Harness::start_with(config).await;
     let accepted = Arc::new(AtomicU32::new(0));

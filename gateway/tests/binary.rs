@@ -43,7 +43,7 @@ async fn binary_serves_a_snapshot_file_and_drains_on_sigterm() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("snapshot.json");
     let snapshot = serde_json::json!({
-        "routings": [{"name": "all"}],
+        "routings": [{"name": "all", "connectPorts": ["1-65535"]}],
         "proxies": [{"id": p.id, "protocol": "socks5", "host": p.host.to_string(), "port": p.port,
                      "username": p.username, "password": p.password, "maxConcurrent": 4}],
         "clients": [{"client": "team-a", "username": USER, "password": PASS}]
@@ -57,6 +57,8 @@ async fn binary_serves_a_snapshot_file_and_drains_on_sigterm() {
         .arg("--snapshot-file")
         .arg(&file)
         .args(["--drain-grace-seconds", "5"])
+        // The simulator's proxies and targets are on loopback: opted in explicitly.
+        .args(["--egress-allow-cidr", "127.0.0.0/8"])
         // Two data-plane workers whatever the machine: both listeners of each kind.
         .args(["--worker-threads", "2"])
         .stdout(Stdio::null())
@@ -133,6 +135,8 @@ async fn binary_turns_unready_on_sigterm_and_serves_until_the_shutdown_delay_end
         .arg(&file)
         .args(["--drain-grace-seconds", "5"])
         .args(["--shutdown-delay-seconds", "3"])
+        // The simulator's proxies and echo are on loopback: opted in explicitly.
+        .args(["--egress-allow-cidr", "127.0.0.0/8"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -228,6 +232,7 @@ async fn binary_is_unready_without_a_usable_proxy() {
         .arg("--snapshot-file")
         .arg(&file)
         .args(["--reload-seconds", "1"])
+        .args(["--egress-allow-cidr", "127.0.0.0/8"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -66,7 +66,7 @@ async fn a_gateway_with_file_credentials_accepts_them_and_refuses_others() {
     let p = h.proxy(Protocol::Http).await;
     // Only team-crawler's traffic matches the routing: the client name comes from the
     // file entry the credentials matched.
-    let mut routing = Routing::catch_all("crawler-only");
+    let mut routing = common::any_port(Routing::catch_all("crawler-only"));
     routing.matcher = RoutingMatch {
         clients: vec!["team-crawler".into()],
         ..RoutingMatch::default()

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use proxy_pool_api::controlplane::model;
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
+use proxy_pool_api::egress::PortRanges;
 use proxy_pool_e2e::sim::{Protocol, SimProxy};
 use proxy_pool_gateway::controlplane::Agent;
 use std::sync::Arc;
@@ -87,6 +88,8 @@ async fn agent_applies_snapshots_and_deltas_acks_reports_and_resyncs() {
     assert_eq!((watch.worker_id.as_str(), watch.last_version), ("gw-0", 0));
     let routings = vec![model::Routing {
         name: "all".into(),
+        // The simulator's targets listen on random ports.
+        connect_ports: PortRanges::any(),
         ..Default::default()
     }];
     let mut state = SnapshotState::build(header(1), routings, vec![wire_proxy(&a)]).unwrap();
@@ -206,6 +209,8 @@ impl Plane {
             None => {
                 let routings = vec![model::Routing {
                     name: "all".into(),
+                    // The simulator's targets listen on random ports.
+                    connect_ports: PortRanges::any(),
                     ..Default::default()
                 }];
                 let st = SnapshotState::build(header(version), routings, proxies).unwrap();

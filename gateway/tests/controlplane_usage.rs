@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 use proxy_pool_api::controlplane::model;
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
+use proxy_pool_api::egress::PortRanges;
 use proxy_pool_e2e::sim::{Protocol, SimProxy};
 use proxy_pool_gateway::controlplane::Agent;
 use std::collections::VecDeque;
@@ -58,6 +59,8 @@ fn snapshot(p: &SimProxy, version: u64) -> pb::SnapshotUpdate {
     };
     let routings = vec![model::Routing {
         name: "all".into(),
+        // The simulator's targets listen on random ports.
+        connect_ports: PortRanges::any(),
         ..Default::default()
     }];
     let state = SnapshotState::build(header, routings, vec![proxy]).unwrap();

@@ -186,7 +186,7 @@ async fn username_parameters_select_the_routing() {
     let sh = h.proxy_in(Protocol::Http, Some("shanghai")).await;
     let bj = h.proxy_in(Protocol::Socks5, Some("beijing")).await;
     let region = |name: &str| {
-        let mut r = Routing::catch_all(name);
+        let mut r = common::any_port(Routing::catch_all(name));
         r.matcher = RoutingMatch {
             username_params: vec![ParamMatch::exact("region", name)],
             ..RoutingMatch::default()

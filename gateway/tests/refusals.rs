@@ -119,7 +119,7 @@ async fn socks5_with_a_stale_snapshot_judges_credentials_then_refuses() {
 async fn http_first_head_timeouts_are_counted() {
     let h = Harness::start_with(GatewayConfig {
         handshake_timeout: Duration::from_millis(300),
-        ..GatewayConfig::default()
+        ..common::local_config()
     })
     .await;
     assert_eq!(errors(&h, "client-timeout"), 0);

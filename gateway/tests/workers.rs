@@ -42,7 +42,7 @@ fn start_workers(h: &Harness) -> Workers {
         .collect();
     let config = GatewayConfig {
         drain_grace: Duration::from_secs(10),
-        ..GatewayConfig::default()
+        ..local_config()
     };
     let (gateway, _outcomes) = Gateway::new(h.handle.clone(), config);
     let (tx, rx) = oneshot::channel::<()>();
@@ -88,7 +88,7 @@ async fn workers_share_sessions_and_capacity_and_drain_on_shutdown() {
     let a = h.proxy(Protocol::Http).await;
     let b = h.proxy(Protocol::Http).await;
     let c = h.proxy(Protocol::Http).await;
-    let mut sticky = Routing::catch_all("sticky");
+    let mut sticky = any_port(Routing::catch_all("sticky"));
     sticky.sticky = Some(StickyPolicy {
         ttl: Duration::from_secs(600),
         idle_timeout: Duration::from_secs(300),

@@ -3,3 +3,4 @@
 pub mod crd;
 pub mod identity;
 pub mod reconcile;
+pub mod serve;

@@ -107,6 +107,10 @@ struct Cli {
     /// Lifetime of the controller's certificate, hours (renewed at half-life).
     #[arg(long, default_value_t = 24)]
     controller_cert_hours: u64,
+    /// Secret holding the key that seals the content hashes written as pod annotations
+    /// (made on first start).
+    #[arg(long, default_value = reconcile::hash_key::DEFAULT_SECRET)]
+    hash_key_secret: String,
     /// This operator's own Deployment (in `--namespace`): it owns the identity CA
     /// Secret and the trust bundle ConfigMap, so removing the operator removes them.
     /// Empty: they are left unowned.
@@ -159,6 +163,7 @@ fn main() -> anyhow::Result<()> {
         &cli.identity_service,
         IssuerConfig {
             checker,
+            gateway_service_account: Some(cli.gateway_service_account.clone()),
             ..IssuerConfig::new(cli.trust_domain.clone(), cli.environment.clone())
         },
     );
@@ -172,6 +177,7 @@ fn main() -> anyhow::Result<()> {
         ca: identity.ca.clone(),
         lifetime: Duration::from_secs(cli.controller_cert_hours.max(1) * 3600),
     });
+    let egress = base_config.egress.clone();
     let config = OperatorConfig {
         namespace: cli.namespace.clone(),
         base_config,
@@ -186,10 +192,15 @@ fn main() -> anyhow::Result<()> {
             controller_address: cli.controller_address,
             identity_endpoint: cli.identity_endpoint,
             trust_bundle_config_map: cli.trust_bundle_config_map,
+            // One egress policy: the gateways get the controller's.
+            egress_deny_cidrs: egress.deny_cidrs,
+            egress_allow_cidrs: egress.allow_cidrs,
             pod: gateway_pod,
         },
         instance: Some(cli.pod_name.clone()),
         controller_tls,
+        // Loaded (or made) once the API client exists, below.
+        hash_key: reconcile::hash_key::HashKey::new([0; 32]),
         controller_admin: (!cli.controller_admin_url.is_empty())
             .then(|| cli.controller_admin_url.clone()),
     };
@@ -203,6 +214,13 @@ fn main() -> anyhow::Result<()> {
         let client = kube::Client::try_default()
             .await
             .context("Kubernetes client")?;
+        let mut config = config;
+        config.hash_key = reconcile::hash_key::ensure(
+            &kube::Api::namespaced(client.clone(), &config.namespace),
+            &cli.hash_key_secret,
+        )
+        .await
+        .context("annotation hash key")?;
         if !cli.owner_deployment.is_empty() {
             identity.owner = Some(
                 reconcile::config::owner_of_deployment(

@@ -1,8 +1,8 @@
 //! The one place the config reads files: client credentials referenced by path
 //! (`clients[].apiKeys[].file`, `bearerTokens[].file`, `basic.usernameFile`,
 //! `basic.passwordFile` — mounted Secret keys). Each is read once when the controller
-//! loads its config, its trailing newline dropped, and kept only as its SHA-256 (the
-//! user name in clear). A missing, unreadable, oversized or empty file is a
+//! loads its config, its trailing newline dropped, and kept only as its SHA-256 (API
+//! keys, bearer tokens), salted SHA-256 (Basic passwords) or in clear (user names). A missing, unreadable, oversized or empty file is a
 //! [`ConfigError`] naming the field and the path, never the content.
 
 use std::io::Read as _;
@@ -11,7 +11,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use super::raw::RawConfig;
-use super::types::{BasicCredentials, ClientSecretKind, Config, SecretHash};
+use super::types::{BasicCredentials, ClientSecretKind, Config, SaltedHash, SecretHash};
 use super::validate::{check_basic_username, duplicate_credentials};
 use super::{ConfigError, ConfigErrors};
 
@@ -59,7 +59,7 @@ pub fn resolve_secret_files(config: &mut Config) -> Result<(), ConfigErrors> {
     let mut errors = Vec::new();
     for client in &mut config.clients {
         let mut username: Option<String> = None;
-        let mut password: Option<SecretHash> = None;
+        let mut password: Option<SaltedHash> = None;
         let mut basic_failed = false;
         for f in std::mem::take(&mut client.secret_files) {
             let content = match read_secret_file(&f.path) {
@@ -82,7 +82,7 @@ pub fn resolve_secret_files(config: &mut Config) -> Result<(), ConfigErrors> {
             match f.kind {
                 ClientSecretKind::ApiKey => client.api_keys.push(hash(&content)),
                 ClientSecretKind::BearerToken => client.bearer_tokens.push(hash(&content)),
-                ClientSecretKind::BasicUsername { password_sha256 } => {
+                ClientSecretKind::BasicUsername { password: inline } => {
                     let text = String::from_utf8(content).ok();
                     match text.as_deref().map(check_basic_username) {
                         Some(Ok(())) => username = text,
@@ -101,10 +101,11 @@ pub fn resolve_secret_files(config: &mut Config) -> Result<(), ConfigErrors> {
                             });
                         }
                     }
-                    password = password.or(password_sha256);
+                    password = password.or(inline);
                 }
                 ClientSecretKind::BasicPassword { username: inline } => {
-                    password = Some(hash(&content));
+                    // A password is guessable: kept only salted.
+                    password = Some(SaltedHash::new(&content));
                     username = username.or(inline);
                 }
             }

@@ -45,6 +45,9 @@ pub struct RawConfig {
     /// Controller replicas and the leader lease.
     #[serde(default)]
     pub leadership: RawLeadership,
+    /// Addresses the controller dials for others (vendor-supplied proxy addresses).
+    #[serde(default)]
+    pub egress: RawEgress,
 }
 
 /// `leadership`.
@@ -63,6 +66,20 @@ pub struct RawLeadership {
     /// How often a follower tries to take it.
     #[serde(default)]
     pub retry_every: Option<String>,
+}
+
+/// `egress`: the egress policy (`proxy_pool_api::egress`). Built-in deny ranges
+/// (loopback, link-local, metadata, unspecified, multicast) always apply.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawEgress {
+    /// More ranges refused: the cluster's pod and service CIDRs, other internal ranges.
+    #[serde(default)]
+    pub deny_cidrs: Vec<String>,
+    /// Ranges allowed even when denied above or built in (explicit opt-in, e.g.
+    /// `127.0.0.0/8` for local runs with the vendor simulator).
+    #[serde(default)]
+    pub allow_cidrs: Vec<String>,
 }
 
 /// `store`.
@@ -96,6 +113,19 @@ pub struct RawRedis {
     /// Bound on one Redis round trip, e.g. `500ms`.
     #[serde(default)]
     pub command_timeout: Option<String>,
+    /// TLS settings (`rediss://` addresses, or `sentinel.tls`).
+    #[serde(default)]
+    pub tls: Option<RawRedisTls>,
+}
+
+/// `store.redis.tls`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawRedisTls {
+    /// PEM trust bundle the server certificates are verified against (default: the
+    /// system's roots).
+    #[serde(default)]
+    pub ca_file: Option<String>,
 }
 
 /// `store.redis.sentinel`.
@@ -106,6 +136,15 @@ pub struct RawSentinel {
     pub master_name: String,
     /// `host:port` of each sentinel.
     pub addresses: Vec<String>,
+    /// ACL user name on the sentinels.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// File holding the sentinels' password (a mounted Secret key).
+    #[serde(default)]
+    pub password_file: Option<String>,
+    /// Talk TLS to the sentinels and to the master they name.
+    #[serde(default)]
+    pub tls: bool,
 }
 
 /// `pool`.
@@ -190,6 +229,9 @@ pub struct RawLimits {
     /// Most open connections.
     #[serde(default)]
     pub max_connections: Option<u32>,
+    /// Most open connections from one source address.
+    #[serde(default)]
+    pub max_connections_per_source: Option<u32>,
     /// Most requests served at once; more wait briefly, then get 503.
     #[serde(default)]
     pub max_in_flight: Option<u32>,
@@ -225,7 +267,8 @@ pub struct RawRate {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RawAuth {
-    /// `none` (default when no client is configured) or `any`.
+    /// `any` (default: a configured client's credential is required) or `none`
+    /// (anonymous callers, identified by source address; only when written).
     #[serde(default)]
     pub mode: Option<String>,
     /// Permissions of credentials (and of anonymous clients) that declare none.
@@ -526,6 +569,9 @@ pub struct RawRouting {
     /// Gateway groups that serve this routing (empty: every gateway).
     #[serde(default)]
     pub gateway_groups: Vec<String>,
+    /// Target ports CONNECT may reach: `443`, `8000-8999` (empty: 443 and 80).
+    #[serde(default)]
+    pub connect_ports: Vec<String>,
 }
 
 /// `routings[].stickySession`.
@@ -605,7 +651,7 @@ pub struct RawHashedSecret {
 }
 
 /// HTTP Basic credentials: the user name in clear or in a file, the password as its
-/// hash or in a file.
+/// salted hash or in a file.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RawBasic {
@@ -615,9 +661,14 @@ pub struct RawBasic {
     /// File holding the user name (trailing newline ignored).
     #[serde(default)]
     pub username_file: Option<String>,
-    /// Lower-case hex SHA-256 of the password.
+    /// No longer accepted (an unsalted digest of a guessable password): refused with
+    /// a message pointing to `passwordHash` / `passwordFile`.
     #[serde(default)]
     pub password_sha256: Option<String>,
+    /// The password as `sha256:<salt hex>:<SHA-256(salt || password) hex>`
+    /// (`proxy-pool-controller hash-password` prints it).
+    #[serde(default)]
+    pub password_hash: Option<String>,
     /// File holding the password (trailing newline ignored).
     #[serde(default)]
     pub password_file: Option<String>,

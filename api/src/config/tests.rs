@@ -3,6 +3,9 @@ use std::time::Duration;
 use super::*;
 
 const HASH: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+/// A salted password hash (the digest is not checked against anything here).
+const SALTED: &str =
+    "sha256:0011223344556677:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 
 fn paths(text: &str) -> Vec<String> {
     match load_yaml(text) {
@@ -15,7 +18,11 @@ fn paths(text: &str) -> Vec<String> {
 fn empty_file_gives_defaults() {
     let c = load_yaml("{}").expect("defaults are valid");
     assert_eq!(c.store, StoreConfig::Memory);
-    assert_eq!(c.distribution.auth.mode, AuthMode::None);
+    assert_eq!(
+        c.distribution.auth.mode,
+        AuthMode::Any,
+        "fail closed: no anonymous access unless written"
+    );
     assert_eq!(c.distribution.max_count_per_request.get(), 100);
     assert_eq!(
         c.distribution.default_fulfillment,
@@ -52,7 +59,7 @@ upstreams:
     source: {{static: {{proxies: ["nope"]}}}}
 clients:
   - name: c1
-    basic: {{username: u, passwordSha256: {HASH}}}
+    basic: {{username: u, passwordHash: "{SALTED}"}}
   - name: c1
     apiKeys: [{{sha256: XYZ}}]
 shutdown: {{gracePeriod: 1s, drainDelay: 2s}}
@@ -120,9 +127,11 @@ clients:
     allowedRegions: [shanghai]
     apiKeys: [{{sha256: {HASH}}}]
 controlPlane: {{enabled: true}}
+egress: {{allowCidrs: [127.0.0.0/8, "::1"], denyCidrs: [10.96.0.0/12]}}
 "#
     );
     let c = load_yaml(&text).expect("valid");
+    assert_eq!(c.egress.allow().len(), 2);
     assert!(
         matches!(&c.store, StoreConfig::Redis(r) if matches!(r.target, RedisTarget::Sentinel{..}))
     );
@@ -481,7 +490,7 @@ clients:
 fn routing_match_selection_sticky_retry_and_groups() {
     let text = r#"
 upstreams:
-  - {name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["127.0.0.1:1"]}}}
+  - {name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["192.0.2.1:1"]}}}
 clients:
   - {name: team, apiKeys: [{file: /run/k}]}
 routings:
@@ -533,7 +542,7 @@ routings:
     assert_eq!(r.gateway_groups, ["edge"]);
 
     // Defaults: no sticky sessions, 3 attempts in 10 s, every gateway.
-    let c = load_yaml("upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: [\"127.0.0.1:1\"]}}}]\nroutings: [{name: r, upstreams: [u]}]\n").expect("valid");
+    let c = load_yaml("upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: [\"192.0.2.1:1\"]}}}]\nroutings: [{name: r, upstreams: [u]}]\n").expect("valid");
     let r = &c.routings[0];
     assert_eq!((r.sticky.as_ref(), r.retry), (None, RetryConfig::default()));
     assert!(r.gateway_groups.is_empty() && r.target_hosts.is_empty());
@@ -543,7 +552,7 @@ routings:
 fn routing_fields_are_validated_with_their_paths() {
     let text = r#"
 upstreams:
-  - {name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["127.0.0.1:1"]}}}
+  - {name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["192.0.2.1:1"]}}}
 routings:
   - name: r
     upstreams: [u]
@@ -599,7 +608,7 @@ upstreams:
   - name: s
     ttl: 5m
     maxSize: 1
-    source: {static: {proxies: ["127.0.0.1:1"]}}
+    source: {static: {proxies: ["192.0.2.1:1"]}}
 "#;
     let c = load_yaml(text).expect("valid");
     let h = &c.upstreams[0].health;
@@ -655,7 +664,7 @@ upstreams:
 /// bound per extract request): a per-upstream `maxCheckAge` is refused, not ignored.
 #[test]
 fn a_per_upstream_max_check_age_is_refused() {
-    let text = "upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: [\"127.0.0.1:1\"]}}, health: {maxCheckAge: 1m}}]\n";
+    let text = "upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: [\"192.0.2.1:1\"]}}, health: {maxCheckAge: 1m}}]\n";
     assert_eq!(paths(text), ["upstreams[0].health.maxCheckAge"]);
 }
 
@@ -711,7 +720,7 @@ clients:
   - name: b
     basic: {{username: bob, passwordFile: "{pass}"}}
   - name: c
-    basic: {{usernameFile: "{carol}", passwordSha256: {HASH}}}
+    basic: {{usernameFile: "{carol}", passwordHash: "{SALTED}"}}
 "#
     );
     let validated = load_yaml(&text).expect("valid without reading files");
@@ -739,9 +748,14 @@ clients:
     assert_eq!(a.bearer_tokens[0].0, sha(b"the-token"));
     let basic = a.basic.as_ref().expect("basic");
     assert_eq!(basic.username, "alice");
-    assert_eq!(basic.password.0, sha(b"s3cret"));
+    assert!(basic.password.matches(b"s3cret") && !basic.password.matches(b"s3cret!"));
     let b = c.clients[1].basic.as_ref().expect("basic b");
-    assert_eq!((b.username.as_str(), b.password.0), ("bob", sha(b"s3cret")));
+    assert_eq!(b.username, "bob");
+    assert!(b.password.matches(b"s3cret"));
+    assert_ne!(
+        basic.password, b.password,
+        "the same password, stored with different salts"
+    );
     assert_eq!(c.clients[2].basic.as_ref().expect("c").username, "carol");
     let shown = format!("{c:?}");
     for secret in ["the-api-key", "the-token", "s3cret"] {
@@ -764,7 +778,7 @@ clients:
   - name: a
     apiKeys: [{{file: "{missing}"}}, {{file: "{empty}"}}, {{file: "{big}"}}, {{file: "{dir}"}}]
   - name: b
-    basic: {{usernameFile: "{colon}", passwordSha256: {HASH}}}
+    basic: {{usernameFile: "{colon}", passwordHash: "{SALTED}"}}
   - name: c
     bearerTokens: [{{file: "{same1}"}}, {{file: "{same2}"}}]
 "#,
@@ -825,7 +839,7 @@ fn upstream_proxy_user_names_in_files_are_read_at_load() {
     let pass = dir.file("password", b"pw\n");
     let cfg = |user_field: &str| {
         format!(
-            "upstreams:\n  - name: s\n    ttl: 5m\n    maxSize: 1\n    source:\n      static:\n        proxies: [\"127.0.0.1:1\"]\n        credentials: {{{user_field}, passwordFile: {pass:?}}}\n"
+            "upstreams:\n  - name: s\n    ttl: 5m\n    maxSize: 1\n    source:\n      static:\n        proxies: [\"192.0.2.1:1\"]\n        credentials: {{{user_field}, passwordFile: {pass:?}}}\n"
         )
     };
     let c = load_yaml_with_files(&cfg(&format!("usernameFile: {user:?}"))).expect("loads");
@@ -896,6 +910,82 @@ fn the_memory_store_is_refused_above_one_replica() {
 }
 
 #[test]
+fn anonymous_access_only_when_written_explicitly() {
+    // No client, no mode: every caller must present a configured client's credential,
+    // and with none configured every request is refused.
+    let c = load_yaml("{}").expect("valid");
+    assert_eq!(c.distribution.auth.mode, AuthMode::Any);
+    assert!(c.clients.is_empty());
+    let kinds: Vec<_> = c.distribution.auth.methods.iter().map(|m| m.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            AuthMethodKind::ApiKey,
+            AuthMethodKind::Basic,
+            AuthMethodKind::Bearer
+        ]
+    );
+    // `mode: any` with no client is a valid (refusing) config, not an error.
+    assert!(load_yaml("distribution: {auth: {mode: any}}").is_ok());
+    let c = load_yaml("distribution: {auth: {mode: none}}").expect("explicit none");
+    assert_eq!(c.distribution.auth.mode, AuthMode::None);
+    // A bad mode never falls back to anonymous.
+    assert_eq!(
+        paths("distribution: {auth: {mode: open}}"),
+        ["distribution.auth.mode"]
+    );
+}
+
+#[test]
+fn egress_section_and_connect_ports() {
+    let c = load_yaml(
+        "egress: {denyCidrs: [10.96.0.0/12, 10.244.0.0/16], allowCidrs: [127.0.0.0/8]}\n\
+         upstreams: [{name: u, ttl: 1m, maxSize: 1, source: {static: {proxies: ['h:1']}}}]\n\
+         routings: [{name: r, upstreams: [u], connectPorts: ['22', '8000-8100']}, {name: d, upstreams: [u]}]\n",
+    )
+    .expect("valid");
+    assert_eq!(
+        c.egress.check_ip("10.97.0.1".parse().expect("ip")),
+        Err(crate::egress::EgressDenied::Internal)
+    );
+    assert_eq!(c.egress.check_ip("127.0.0.1".parse().expect("ip")), Ok(()));
+    let r = &c
+        .routings
+        .iter()
+        .find(|r| r.name == "r")
+        .expect("r")
+        .connect_ports;
+    assert!(r.allows(22) && r.allows(8050) && !r.allows(443));
+    let d = &c
+        .routings
+        .iter()
+        .find(|r| r.name == "d")
+        .expect("d")
+        .connect_ports;
+    assert!(
+        d.allows(443) && d.allows(80) && !d.allows(22),
+        "default 443 and 80"
+    );
+    assert_eq!(c.distribution.limits.max_connections_per_source, 256);
+    let got = paths(
+        "egress: {denyCidrs: [nope], allowCidrs: ['1.2.3.4/40']}\n\
+         upstreams: [{name: u, ttl: 1m, maxSize: 1, source: {static: {proxies: ['h:1']}}}]\n\
+         routings: [{name: r, upstreams: [u], connectPorts: ['0', '9-1']}]\n\
+         distribution: {limits: {maxConnections: 10, maxConnectionsPerSource: 11}}\n",
+    );
+    assert_eq!(
+        got,
+        [
+            "distribution.limits.maxConnectionsPerSource",
+            "routings[0].connectPorts[0]",
+            "routings[0].connectPorts[1]",
+            "egress.denyCidrs[0]",
+            "egress.allowCidrs[0]",
+        ]
+    );
+}
+
+#[test]
 fn leadership_timing_is_checked() {
     assert_eq!(
         paths(&format!(
@@ -918,4 +1008,103 @@ fn leadership_timing_is_checked() {
         "{REDIS_STORE}analytics: {{enabled: true, dsnFile: /etc/pp/dsn}}\nleadership: {{replicas: 2}}\n"
     ));
     assert_eq!(p, vec!["leadership.replicas"]);
+}
+
+#[test]
+fn redis_tls_and_acl_users() {
+    let c = load_yaml(
+        "store: {backend: redis, redis: {address: 'rediss://r:6380/0', username: pool, tls: {caFile: /ca.pem}}}",
+    )
+    .expect("rediss");
+    let StoreConfig::Redis(r) = c.store else {
+        panic!("redis")
+    };
+    assert_eq!(r.username.as_deref(), Some("pool"));
+    assert_eq!(
+        r.tls.and_then(|t| t.ca_file),
+        Some(std::path::PathBuf::from("/ca.pem"))
+    );
+    let c = load_yaml(
+        "store: {backend: redis, redis: {sentinel: {masterName: m, addresses: ['s:26379'], username: watcher, passwordFile: /pw, tls: true}}}",
+    )
+    .expect("sentinel over TLS");
+    let StoreConfig::Redis(r) = c.store else {
+        panic!("redis")
+    };
+    assert!(r.tls.is_some());
+    assert_eq!(
+        r.target,
+        RedisTarget::Sentinel {
+            master_name: "m".into(),
+            addresses: vec!["s:26379".into()],
+            username: Some("watcher".into()),
+            password_file: Some("/pw".into()),
+        }
+    );
+    assert_eq!(
+        paths("store: {backend: redis, redis: {address: 'redis://r:1', tls: {}}}"),
+        ["store.redis.tls"]
+    );
+    assert_eq!(
+        paths("store: {backend: redis, redis: {address: 'http://r:1'}}"),
+        ["store.redis.address"]
+    );
+}
+
+#[test]
+fn basic_passwords_are_only_accepted_salted() {
+    let e = load_yaml(&format!(
+        "clients: [{{name: a, basic: {{username: u, passwordSha256: {HASH}}}}}]"
+    ))
+    .unwrap_err();
+    let m =
+        e.0.iter()
+            .find(|e| e.path == "clients[0].basic.passwordSha256")
+            .map(|e| e.message.clone())
+            .unwrap_or_default();
+    assert!(
+        m.contains("passwordHash") && m.contains("passwordFile"),
+        "{e}"
+    );
+    let c = load_yaml(&format!(
+        "clients: [{{name: a, basic: {{username: u, passwordHash: '{}'}}}}]",
+        crate::secret::SaltedHash::with_salt(b"pepper-salt".to_vec(), b"pw").to_text()
+    ))
+    .expect("salted");
+    assert!(
+        c.clients[0]
+            .basic
+            .as_ref()
+            .expect("basic")
+            .password
+            .matches(b"pw")
+    );
+    assert_eq!(
+        paths("clients: [{name: a, basic: {username: u, passwordHash: 'sha256:00:11'}}]"),
+        ["clients[0].basic.passwordHash", "clients[0]"]
+    );
+}
+
+#[test]
+fn static_proxies_on_refused_ranges_are_config_errors() {
+    let text = |extra: &str| {
+        format!(
+            "{extra}upstreams: [{{name: u, ttl: 1m, maxSize: 3, source: {{static: {{proxies: ['127.0.0.1:1', '169.254.169.254:80', '203.0.113.1:3128']}}}}}}]\n"
+        )
+    };
+    let e = load_yaml(&text("")).unwrap_err();
+    let got: Vec<&str> = e.0.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        got,
+        [
+            "upstreams[0].source.static.proxies[0]",
+            "upstreams[0].source.static.proxies[1]"
+        ]
+    );
+    assert!(e.0[0].message.contains("loopback") && e.0[0].message.contains("allowCidrs"));
+    assert_eq!(
+        paths(&text("egress: {allowCidrs: [127.0.0.0/8]}\n")),
+        ["upstreams[0].source.static.proxies[1]"],
+        "opting in to loopback does not open the metadata endpoint"
+    );
 }

@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+pub use crate::egress::{EgressPolicy, PortRanges};
+pub use crate::secret::SaltedHash;
+
 /// The controller's configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -38,6 +41,8 @@ pub struct Config {
     pub shutdown: ShutdownConfig,
     /// Controller replicas and the leader lease.
     pub leadership: LeadershipConfig,
+    /// Addresses the controller dials for others (vendor-supplied proxy addresses).
+    pub egress: EgressPolicy,
 }
 
 /// Controller replicas and the leader lease (`leadership`, `docs/reliability.md`).
@@ -91,6 +96,15 @@ pub struct RedisConfig {
     pub password_file: Option<PathBuf>,
     /// Bound on one round trip.
     pub command_timeout: Duration,
+    /// TLS to the master (and sentinels); `None`: plaintext.
+    pub tls: Option<RedisTls>,
+}
+
+/// TLS to Redis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisTls {
+    /// PEM trust bundle (`None`: the system's roots).
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Where the Redis master is.
@@ -104,6 +118,10 @@ pub enum RedisTarget {
         master_name: String,
         /// `host:port` of each sentinel.
         addresses: Vec<String>,
+        /// ACL user on the sentinels.
+        username: Option<String>,
+        /// File holding the sentinels' password; read when the store is built.
+        password_file: Option<PathBuf>,
     },
 }
 
@@ -175,6 +193,8 @@ pub struct LimitsConfig {
     pub max_headers: u32,
     /// Most open connections.
     pub max_connections: u32,
+    /// Most open connections from one source address.
+    pub max_connections_per_source: u32,
     /// Most requests served at once.
     pub max_in_flight: u32,
     /// Deadline of one request.
@@ -249,9 +269,11 @@ impl AuthMethodKind {
 /// How the listener authenticates.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AuthMode {
-    /// No credentials; clients are identified by source address.
+    /// No credentials; clients are identified by source address. Only when the config
+    /// says `auth.mode: none`.
     None,
-    /// Any enabled method identifies a configured client.
+    /// Any enabled method identifies a configured client; without a usable client
+    /// every request is refused (401).
     Any,
 }
 
@@ -546,6 +568,8 @@ pub struct RoutingConfig {
     pub retry: RetryConfig,
     /// Gateway groups that serve it (empty: every gateway).
     pub gateway_groups: Vec<String>,
+    /// Target ports CONNECT may reach.
+    pub connect_ports: PortRanges,
 }
 
 /// One username parameter condition of a routing.
@@ -601,8 +625,8 @@ impl fmt::Debug for SecretHash {
 pub struct BasicCredentials {
     /// User name.
     pub username: String,
-    /// Password hash.
-    pub password: SecretHash,
+    /// Password, salted and hashed.
+    pub password: SaltedHash,
 }
 
 /// A Distribution client.
@@ -650,10 +674,10 @@ pub enum ClientSecretKind {
     /// A bearer token.
     BearerToken,
     /// The HTTP Basic user name (the password comes with a `BasicPassword` entry or
-    /// is the hash in `password_sha256`).
+    /// is the salted hash in `password`).
     BasicUsername {
-        /// The password hash when it is given inline.
-        password_sha256: Option<SecretHash>,
+        /// The password's salted hash when it is given inline.
+        password: Option<SaltedHash>,
     },
     /// The HTTP Basic password.
     BasicPassword {

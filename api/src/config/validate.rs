@@ -18,11 +18,12 @@ use super::raw::{
 use super::types::{
     AdminConfig, AuthConfig, AuthMethodConfig, AuthMethodKind, AuthMode, BasicCredentials,
     ClientConfig, ClientSecretFile, ClientSecretKind, Config, ControlPlaneConfig, ControlPlaneTls,
-    ControlPlaneTransport, DistributionConfig, FulfillmentDefault, LimitsConfig, PasswordSource,
-    Permission, PoolConfig, ProxyCredentials, ProxyProtocol, Rate, RedisConfig, RedisTarget,
-    RetryConfig, RoutingConfig, SecretHash, ShutdownConfig, SourceConfig, StaticProxy,
-    StaticSourceConfig, StickyConfig, StoreConfig, Strategy, TokenReviewConfig, UpstreamConfig,
-    UpstreamHealthConfig, UsernameParamConfig, VendorApiConfig, VendorFormat,
+    ControlPlaneTransport, DistributionConfig, EgressPolicy, FulfillmentDefault, LimitsConfig,
+    PasswordSource, Permission, PoolConfig, PortRanges, ProxyCredentials, ProxyProtocol, Rate,
+    RedisConfig, RedisTarget, RedisTls, RetryConfig, RoutingConfig, SaltedHash, SecretHash,
+    ShutdownConfig, SourceConfig, StaticProxy, StaticSourceConfig, StickyConfig, StoreConfig,
+    Strategy, TokenReviewConfig, UpstreamConfig, UpstreamHealthConfig, UsernameParamConfig,
+    VendorApiConfig, VendorFormat,
 };
 use super::{ConfigError, ConfigErrors};
 
@@ -308,6 +309,38 @@ pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
         control_plane.as_ref(),
         analytics.is_some(),
     );
+    let egress = match EgressPolicy::parse(&raw.egress.deny_cidrs, &raw.egress.allow_cidrs) {
+        Ok(p) => p,
+        Err(problems) => {
+            for p in problems {
+                let (field, msg) = p.split_once(": ").unwrap_or(("", p.as_str()));
+                let field = field.replacen("deny", "egress.denyCidrs", 1).replacen(
+                    "allow",
+                    "egress.allowCidrs",
+                    1,
+                );
+                cx.err(field, msg);
+            }
+            EgressPolicy::default()
+        }
+    };
+    // Static proxies are dialled by the checker and the gateways under the same policy:
+    // one on a refused range would never serve, so it is a config error here.
+    for (i, u) in upstreams.iter().enumerate() {
+        if let SourceConfig::Static(st) = &u.source {
+            for (j, p) in st.proxies.iter().enumerate() {
+                if let Err(reason) = egress.check_host(&p.host) {
+                    cx.err(
+                        format!("upstreams[{i}].source.static.proxies[{j}]"),
+                        format!(
+                            "refused by the egress policy ({reason}); add the range to \
+                             egress.allowCidrs to opt in"
+                        ),
+                    );
+                }
+            }
+        }
+    }
     if cx.errors.is_empty() {
         Ok(Config {
             leadership,
@@ -325,6 +358,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
                 grace_period,
                 drain_delay,
             },
+            egress,
         })
     } else {
         Err(ConfigErrors(cx.errors))
@@ -366,14 +400,29 @@ fn store(cx: &mut Ctx, raw: &RawStore) -> StoreConfig {
 }
 
 fn redis(cx: &mut Ctx, raw: &RawRedis) -> RedisConfig {
+    let mut tls_wanted = false;
     let target = match (&raw.address, &raw.sentinel) {
         (Some(a), None) => {
-            if !(a.starts_with("redis://") || a.starts_with("redis+unix://")) {
-                cx.err("store.redis.address", "must be a redis:// URL");
+            if a.starts_with("rediss://") {
+                tls_wanted = true;
+            } else if !(a.starts_with("redis://") || a.starts_with("redis+unix://")) {
+                cx.err(
+                    "store.redis.address",
+                    "must be a redis:// or rediss:// (TLS) URL",
+                );
             }
             RedisTarget::Address(a.clone())
         }
         (None, Some(s)) => {
+            tls_wanted = s.tls;
+            if let Some(u) = &s.username
+                && (u.is_empty() || u.len() > 256 || u.chars().any(|c| c.is_whitespace()))
+            {
+                cx.err(
+                    "store.redis.sentinel.username",
+                    "must be 1 to 256 bytes without spaces",
+                );
+            }
             if s.master_name.is_empty() {
                 cx.err("store.redis.sentinel.masterName", "must not be empty");
             }
@@ -391,6 +440,11 @@ fn redis(cx: &mut Ctx, raw: &RawRedis) -> RedisConfig {
             RedisTarget::Sentinel {
                 master_name: s.master_name.clone(),
                 addresses: s.addresses.clone(),
+                username: s.username.clone(),
+                password_file: s
+                    .password_file
+                    .as_deref()
+                    .map(|f| secret_file(cx, "store.redis.sentinel.passwordFile", f)),
             }
         }
         _ => {
@@ -406,11 +460,37 @@ fn redis(cx: &mut Ctx, raw: &RawRedis) -> RedisConfig {
     if command_timeout.is_zero() {
         cx.err("store.redis.commandTimeout", "must be positive");
     }
+    if let Some(u) = &raw.username
+        && (u.is_empty() || u.len() > 256 || u.chars().any(|c| c.is_whitespace()))
+    {
+        cx.err(
+            "store.redis.username",
+            "must be 1 to 256 bytes without spaces",
+        );
+    }
+    let tls = match (&raw.tls, tls_wanted) {
+        (_, true) => Some(RedisTls {
+            ca_file: raw
+                .tls
+                .as_ref()
+                .and_then(|t| t.ca_file.as_deref())
+                .map(|f| secret_file(cx, "store.redis.tls.caFile", f)),
+        }),
+        (Some(_), false) => {
+            cx.err(
+                "store.redis.tls",
+                "only with a rediss:// address or `sentinel.tls: true`",
+            );
+            None
+        }
+        (None, false) => None,
+    };
     RedisConfig {
         target,
         username: raw.username.clone(),
         password_file: raw.password_file.as_ref().map(PathBuf::from),
         command_timeout,
+        tls,
     }
 }
 
@@ -512,6 +592,13 @@ fn distribution(
             1,
             100_000,
         ),
+        max_connections_per_source: cx.range(
+            "distribution.limits.maxConnectionsPerSource",
+            l.max_connections_per_source,
+            256,
+            1,
+            100_000,
+        ),
         max_in_flight: cx.range(
             "distribution.limits.maxInFlight",
             l.max_in_flight,
@@ -527,6 +614,14 @@ fn distribution(
     };
     if limits.request_timeout.is_zero() {
         cx.err("distribution.limits.requestTimeout", "must be positive");
+    }
+    if l.max_connections_per_source.is_some()
+        && limits.max_connections_per_source > limits.max_connections
+    {
+        cx.err(
+            "distribution.limits.maxConnectionsPerSource",
+            "must not exceed maxConnections",
+        );
     }
     let trusted_proxies = cx.cidrs("distribution.trustedProxies", &raw.trusted_proxies);
     let allowed_sources = cx.cidrs("distribution.allowedSources", &raw.allowed_sources);
@@ -565,8 +660,9 @@ fn distribution(
 }
 
 fn auth(cx: &mut Ctx, raw: &RawAuth, clients: &[ClientConfig]) -> AuthConfig {
-    let default_mode = if clients.is_empty() { "none" } else { "any" };
-    let mode = match raw.mode.as_deref().unwrap_or(default_mode) {
+    // Fail closed: anonymous access only when the config says so. Without a usable
+    // client (none configured, or every one left out) every request gets 401.
+    let mode = match raw.mode.as_deref().unwrap_or("any") {
         "none" => AuthMode::None,
         "any" => AuthMode::Any,
         other => {
@@ -574,7 +670,7 @@ fn auth(cx: &mut Ctx, raw: &RawAuth, clients: &[ClientConfig]) -> AuthConfig {
                 "distribution.auth.mode",
                 format!("`{other}` is not one of none, any"),
             );
-            AuthMode::None
+            AuthMode::Any
         }
     };
     let permissions = cx.permissions("distribution.auth.permissions", raw.permissions.as_ref());
@@ -616,12 +712,6 @@ fn auth(cx: &mut Ctx, raw: &RawAuth, clients: &[ClientConfig]) -> AuthConfig {
         });
     }
     if mode == AuthMode::Any {
-        if clients.is_empty() {
-            cx.err(
-                "distribution.auth.mode",
-                "`any` needs at least one entry in clients",
-            );
-        }
         if raw.methods.is_empty() {
             methods = [
                 AuthMethodKind::ApiKey,
@@ -854,14 +944,28 @@ fn basic(
             None
         }
     };
-    let password = match (&raw.password_sha256, &raw.password_file) {
-        (Some(h), None) => Some(Ok(cx.hash(&format!("{path}.passwordSha256"), h))),
+    if raw.password_sha256.is_some() {
+        cx.err(
+            format!("{path}.passwordSha256"),
+            "an unsalted digest is no longer accepted: use passwordFile, or passwordHash \
+             (`sha256:<salt hex>:<digest hex>`, see `proxy-pool-controller hash-password`)",
+        );
+    }
+    let password = match (&raw.password_hash, &raw.password_file) {
+        (Some(h), None) => match SaltedHash::parse(h) {
+            Ok(h) => Some(Ok(h)),
+            Err(e) => {
+                cx.err(format!("{path}.passwordHash"), e);
+                None
+            }
+        },
         (None, Some(f)) => {
             let field = format!("{path}.passwordFile");
             Some(Err((secret_file(cx, &field, f), field)))
         }
+        _ if raw.password_sha256.is_some() => None,
         _ => {
-            cx.err(path, "needs exactly one of passwordSha256 or passwordFile");
+            cx.err(path, "needs exactly one of passwordHash or passwordFile");
             None
         }
     };
@@ -880,7 +984,7 @@ fn basic(
         (Err((path, field)), Ok(hash)) => {
             files.push(ClientSecretFile {
                 kind: ClientSecretKind::BasicUsername {
-                    password_sha256: Some(hash),
+                    password: Some(hash),
                 },
                 path,
                 field,
@@ -889,9 +993,7 @@ fn basic(
         }
         (Err((upath, ufield)), Err((ppath, pfield))) => {
             files.push(ClientSecretFile {
-                kind: ClientSecretKind::BasicUsername {
-                    password_sha256: None,
-                },
+                kind: ClientSecretKind::BasicUsername { password: None },
                 path: upath,
                 field: ufield,
             });
@@ -1314,6 +1416,20 @@ fn routing(
             .map(|s| sticky(cx, &format!("{path}.stickySession"), s)),
         retry: retry(cx, &format!("{path}.retry"), raw.retry.as_ref()),
         gateway_groups: cx.list(&format!("{path}.gatewayGroups"), &raw.gateway_groups, 253),
+        connect_ports: match PortRanges::parse(&raw.connect_ports) {
+            Ok(p) => p,
+            Err(problems) => {
+                for p in problems {
+                    match p.split_once(": ") {
+                        Some((index, msg)) if index.starts_with('[') => {
+                            cx.err(format!("{path}.connectPorts{index}"), msg);
+                        }
+                        _ => cx.err(format!("{path}.connectPorts"), p),
+                    }
+                }
+                PortRanges::default()
+            }
+        },
     }
 }
 

@@ -41,8 +41,6 @@ pub struct ClientOptions {
     pub keepalive_interval: Duration,
     /// Keepalive ping answer deadline.
     pub keepalive_timeout: Duration,
-    /// Largest message accepted from the controller.
-    pub max_message_bytes: usize,
 }
 
 impl Default for ClientOptions {
@@ -51,7 +49,6 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(5),
             keepalive_interval: Duration::from_secs(20),
             keepalive_timeout: Duration::from_secs(10),
-            max_message_bytes: 64 * 1024 * 1024,
         }
     }
 }

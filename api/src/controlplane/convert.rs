@@ -209,6 +209,15 @@ impl From<&Routing> for pb::Routing {
                 max_attempts: r.retry.max_attempts,
                 deadline_ms: ms(r.retry.deadline),
             }),
+            connect_ports: r
+                .connect_ports
+                .ranges()
+                .iter()
+                .map(|p| pb::PortRange {
+                    first: u32::from(p.first),
+                    last: u32::from(p.last),
+                })
+                .collect(),
         }
     }
 }
@@ -224,6 +233,22 @@ impl TryFrom<pb::Routing> for Routing {
             _ => return Err(bad("routing.strategy", "unknown or unspecified strategy")),
         };
         let m = r.r#match.unwrap_or_default();
+        if r.connect_ports.len() > crate::egress::MAX_PORT_RANGES {
+            return Err(bad("routing.connect_ports", "too many ranges"));
+        }
+        let connect_ports = r
+            .connect_ports
+            .iter()
+            .map(|p| {
+                let port = |v: u32| u16::try_from(v).ok().filter(|v| *v != 0);
+                match (port(p.first), port(p.last)) {
+                    (Some(first), Some(last)) if first <= last => {
+                        Ok(crate::egress::PortRange { first, last })
+                    }
+                    _ => Err(bad("routing.connect_ports", "not a port range")),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let retry = r.retry.map_or_else(RetryBudget::default, |b| RetryBudget {
             max_attempts: b.max_attempts.max(1),
             deadline: Duration::from_millis(b.deadline_ms),
@@ -256,6 +281,7 @@ impl TryFrom<pb::Routing> for Routing {
                 idle_timeout: Duration::from_millis(s.idle_timeout_ms),
             }),
             retry,
+            connect_ports: crate::egress::PortRanges::new(connect_ports),
         })
     }
 }
@@ -548,7 +574,22 @@ mod tests {
                 idle_timeout: Duration::from_secs(10),
             }),
             retry: RetryBudget::default(),
+            connect_ports: crate::egress::PortRanges::parse(&["22".into(), "8000-8100".into()])
+                .expect("ports"),
         };
         assert_eq!(Routing::try_from(pb::Routing::from(&r)).unwrap(), r);
+        // An older controller sends no ports: the default allow-list (443, 80) applies.
+        let mut wire = pb::Routing::from(&r);
+        wire.connect_ports.clear();
+        assert_eq!(
+            Routing::try_from(wire).unwrap().connect_ports,
+            crate::egress::PortRanges::default()
+        );
+        let mut wire = pb::Routing::from(&r);
+        wire.connect_ports = vec![pb::PortRange {
+            first: 70_000,
+            last: 70_001,
+        }];
+        assert!(Routing::try_from(wire).is_err());
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod convert;
+pub mod limits;
 pub mod model;
 pub mod spiffe;
 pub mod state;

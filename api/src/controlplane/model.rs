@@ -160,6 +160,8 @@ pub struct Routing {
     pub sticky: Option<Sticky>,
     /// Retry budget.
     pub retry: RetryBudget,
+    /// Target ports CONNECT may reach.
+    pub connect_ports: crate::egress::PortRanges,
 }
 
 /// A snapshot checksum (SHA-256, see [`super::state`]).
@@ -305,10 +307,13 @@ pub enum FailureCode {
     Timeout,
     /// The checker could not run the check (not the proxy's fault).
     CheckerError,
+    /// The proxy's address is refused by the egress policy (loopback, link-local,
+    /// metadata, an internal range): never dialled.
+    EgressDenied,
 }
 
 impl FailureCode {
-    const ALL: [FailureCode; 9] = [
+    const ALL: [FailureCode; 10] = [
         Self::ConnectRefused,
         Self::ConnectTimeout,
         Self::AuthRejected,
@@ -318,6 +323,7 @@ impl FailureCode {
         Self::ClientLeaked,
         Self::Timeout,
         Self::CheckerError,
+        Self::EgressDenied,
     ];
 
     /// Stable snake_case code.
@@ -332,6 +338,7 @@ impl FailureCode {
             Self::ClientLeaked => "client_leaked",
             Self::Timeout => "timeout",
             Self::CheckerError => "checker_error",
+            Self::EgressDenied => "egress_denied",
         }
     }
 

@@ -198,6 +198,12 @@ pub fn routings_digest(routings: &[Routing]) -> [u8; 32] {
         }
         c.u64(u64::from(r.retry.max_attempts));
         c.u64(u64::try_from(r.retry.deadline.as_millis()).unwrap_or(u64::MAX));
+        let ports = r.connect_ports.ranges();
+        c.u64(ports.len() as u64);
+        for p in ports {
+            c.u64(u64::from(p.first));
+            c.u64(u64::from(p.last));
+        }
     }
     c.finish()
 }

@@ -62,6 +62,7 @@ proxypool.io/component: {{ .component }}
 {{- end -}}
 {{- $base := dict
   "store" $store
+  "egress" (include "proxy-pool.egress" . | fromYaml)
   "distribution" (dict "listen" (printf "0.0.0.0:%d" (int $v.controller.distributionPort)))
   "admin" (dict "listen" (printf "0.0.0.0:%d" (int $v.controller.adminPort)))
   "controlPlane" (merge (dict "enabled" true "listen" (printf "0.0.0.0:%d" (int $v.controller.controlPlanePort))) (deepCopy $v.controller.controlPlane))
@@ -73,6 +74,57 @@ proxypool.io/component: {{ .component }}
 {{- $_ := set $base.analytics "dsnFile" "/etc/proxy-pool-postgres/dsn" -}}
 {{- end -}}
 {{- toYaml (mustMergeOverwrite $base (deepCopy $v.controller.config)) -}}
+{{- end -}}
+
+{{/* The egress policy (one for the controller's provider, the checker and the
+gateways): the cluster's pod and service ranges and egress.denyCidrs refused on top
+of the built-in loopback / link-local / metadata ranges; egress.allowCidrs opted in. */}}
+{{- define "proxy-pool.egress" -}}
+{{- $v := .Values -}}
+denyCidrs: {{ concat $v.cluster.podCidrs $v.cluster.serviceCidrs $v.egress.denyCidrs | uniq | toJson }}
+allowCidrs: {{ $v.egress.allowCidrs | toJson }}
+{{- end -}}
+
+{{/* The egress policy as the checker's and gateways' environment. */}}
+{{- define "proxy-pool.egressEnv" -}}
+{{- $e := include "proxy-pool.egress" . | fromYaml -}}
+{{- if $e.denyCidrs }}
+- name: PROXY_POOL_EGRESS_DENY_CIDRS
+  value: {{ join "," $e.denyCidrs | quote }}
+{{- end }}
+{{- if $e.allowCidrs }}
+- name: PROXY_POOL_EGRESS_ALLOW_CIDRS
+  value: {{ join "," $e.allowCidrs | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* Egress of gateways and the checker: DNS, the controller's control plane, the
+operator's issuer, and anything outside the cluster ranges (vendor proxies) unless
+refused; opted-in ranges too. */}}
+{{- define "proxy-pool.workloadEgress" -}}
+{{- $v := .Values -}}
+- ports: [{port: 53, protocol: UDP}, {port: 53, protocol: TCP}]
+- to:
+    - podSelector:
+        matchLabels:
+          {{- include "proxy-pool.selectorLabels" (dict "ctx" . "component" "controller") | nindent 10 }}
+  ports: [{port: {{ $v.controller.controlPlanePort }}, protocol: TCP}]
+- to:
+    - podSelector:
+        matchLabels:
+          {{- include "proxy-pool.selectorLabels" (dict "ctx" . "component" "operator") | nindent 10 }}
+  ports: [{port: {{ $v.operator.identityPort }}, protocol: TCP}]
+{{- $except := list "169.254.0.0/16" "127.0.0.0/8" -}}
+{{- range concat $v.cluster.podCidrs $v.cluster.serviceCidrs $v.egress.denyCidrs -}}
+{{- if not (contains ":" .) -}}{{- $except = append $except . -}}{{- end -}}
+{{- end }}
+- to:
+    - ipBlock:
+        cidr: 0.0.0.0/0
+        except: {{ $except | uniq | toJson }}
+    {{- range $v.egress.allowCidrs }}
+    - ipBlock: {cidr: {{ . }}}
+    {{- end }}
 {{- end -}}
 
 {{/* A map with every value a string (annotations): `--set a.b=2` gives a number. */}}

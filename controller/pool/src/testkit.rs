@@ -191,6 +191,12 @@ impl RedisSentinel {
     /// Starts a sentinel (binary from `PROXY_POOL_REDIS_SENTINEL`, else `redis-sentinel`)
     /// monitoring `master_name` at `127.0.0.1:master_port` with quorum 1.
     pub fn start(master_name: &str, master_port: u16) -> Self {
+        Self::start_with(master_name, master_port, "")
+    }
+
+    /// Like [`RedisSentinel::start`], with more lines in its configuration (an ACL
+    /// user, `requirepass`, `sentinel auth-pass …`).
+    pub fn start_with(master_name: &str, master_port: u16, extra_conf: &str) -> Self {
         let bin = binary("PROXY_POOL_REDIS_SENTINEL", "redis-sentinel");
         let port = free_port();
         let dir = temp_dir("sentinel");
@@ -200,7 +206,7 @@ impl RedisSentinel {
              sentinel monitor {master_name} 127.0.0.1 {master_port} 1\n\
              sentinel down-after-milliseconds {master_name} 1000\n\
              sentinel failover-timeout {master_name} 5000\n\
-             sentinel parallel-syncs {master_name} 1\n",
+             sentinel parallel-syncs {master_name} 1\n{extra_conf}\n",
             dir.display()
         );
         std::fs::write(&conf, text).expect("write sentinel.conf");

@@ -4,23 +4,29 @@
 //! analytics on, the usage stats API and dashboard (`proxy-pool-analytics`).
 //!
 //! Read-only: nothing here changes the pool. Errors are problem+json like the API's.
+//! The stats API and dashboard carry per-client usage: they need a credential of the
+//! Distribution API's clients with `stats:read` (401 without one, 403 without the
+//! permission); health, readiness, metrics and inventory are for the cluster's probes
+//! and Prometheus, and the chart's NetworkPolicy keeps them to those.
 
 use std::sync::Arc;
 
 use activity_pool::model::UpstreamId;
 use activity_pool::ports::InventoryReader;
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::Serialize;
 
-use crate::distribution::{ApiError, rfc3339};
+use crate::distribution::{ApiError, Authenticator, rfc3339};
 use crate::metrics::{InventoryLabels, Metrics};
 use crate::provider::FetchStatus;
 use crate::redis_link::RedisLink;
 use crate::shutdown::Shutdown;
+use proxy_pool_api::config::Permission;
 
 /// What the admin endpoints read.
 #[derive(Clone)]
@@ -40,6 +46,8 @@ pub struct AdminState {
     /// The usage stats API and dashboard (`None`: analytics off). Not part of
     /// readiness: analytics never makes the controller unready.
     pub stats: Option<Router>,
+    /// Who may read the stats (the Distribution API's clients, `stats:read`).
+    pub auth: Arc<Authenticator>,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -84,7 +92,12 @@ struct InventoryDto {
 /// The admin router (with the stats API and dashboard when analytics is on:
 /// `/api/v1/stats/…`, `/stats`).
 pub fn app(state: AdminState) -> Router {
-    let stats = state.stats.clone();
+    let stats = state.stats.clone().map(|s| {
+        s.layer(middleware::from_fn_with_state(
+            state.auth.clone(),
+            require_stats_read,
+        ))
+    });
     let router = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -95,6 +108,23 @@ pub fn app(state: AdminState) -> Router {
     match stats {
         Some(stats) => router.merge(stats),
         None => router,
+    }
+}
+
+/// Lets a request through only with a credential holding `stats:read`.
+async fn require_stats_read(
+    State(auth): State<Arc<Authenticator>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let source = req
+        .extensions()
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+    match auth.authenticate(req.headers(), source).await {
+        Ok(id) if id.permissions.contains(&Permission::StatsRead) => next.run(req).await,
+        Ok(_) => ApiError::PermissionDenied("stats:read").into_problem(""),
+        Err(e) => e.into_problem(""),
     }
 }
 

@@ -13,9 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proxy_pool_analytics::{AnalyticsError, AnalyticsOptions, Collector, RedisConn, Settings};
-use proxy_pool_api::config::{AnalyticsConfig, Config, RedisConfig, RedisTarget, StoreConfig};
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo, RedisResult};
+use proxy_pool_api::config::{AnalyticsConfig, Config, RedisConfig, StoreConfig};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -149,70 +147,21 @@ pub fn check(config: &Config) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// A connect function for the store's Redis (direct or Sentinel-resolved master).
+/// A connect function for the store's Redis: the store's own connector (direct or
+/// Sentinel-resolved master, TLS, ACL users).
 pub(super) fn redis_connect(
     r: &RedisConfig,
 ) -> Result<proxy_pool_analytics::Connect, ComposeError> {
-    let password = r
-        .password_file
-        .as_deref()
-        .map(store::read_secret)
-        .transpose()?;
-    let username = r.username.clone();
+    let connector = store::connector(r)?;
     let timeout = r.command_timeout;
-    let target = r.target.clone();
     Ok(Arc::new(move || {
-        let (target, username, password) = (target.clone(), username.clone(), password.clone());
-        Box::pin(async move { connect_once(&target, username, password, timeout).await })
+        let connector = connector.clone();
+        Box::pin(async move {
+            connector.connect(timeout).await.map_err(|e| {
+                redis::RedisError::from((redis::ErrorKind::Io, "redis unavailable", e.to_string()))
+            })
+        })
     }))
-}
-
-async fn connect_once(
-    target: &RedisTarget,
-    username: Option<String>,
-    password: Option<String>,
-    timeout: Duration,
-) -> RedisResult<MultiplexedConnection> {
-    let client = match target {
-        RedisTarget::Address(url) => {
-            let info = url.as_str().into_connection_info()?;
-            let mut settings = info.redis_settings().clone();
-            if let Some(p) = &password {
-                settings = settings.set_password(p);
-            }
-            if let Some(u) = &username {
-                settings = settings.set_username(u);
-            }
-            Client::open(info.set_redis_settings(settings))?
-        }
-        RedisTarget::Sentinel {
-            master_name,
-            addresses,
-        } => {
-            let urls: Vec<String> = addresses.iter().map(|a| format!("redis://{a}/")).collect();
-            let mut sentinel = redis::sentinel::Sentinel::build(urls)?;
-            let mut node = redis::RedisConnectionInfo::default();
-            if let Some(p) = &password {
-                node = node.set_password(p);
-            }
-            if let Some(u) = &username {
-                node = node.set_username(u);
-            }
-            let node = redis::sentinel::SentinelNodeConnectionInfo::default()
-                .set_redis_connection_info(node);
-            tokio::time::timeout(timeout, sentinel.async_master_for(master_name, Some(&node)))
-                .await
-                .map_err(|_| {
-                    redis::RedisError::from((redis::ErrorKind::Io, "sentinel timeout"))
-                })??
-        }
-    };
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout));
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
 }
 
 /// Builds analytics when the config enables it: reads the DSN and key files, checks

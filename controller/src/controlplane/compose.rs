@@ -45,6 +45,7 @@ pub fn routing_spec(r: &RoutingConfig) -> RoutingSpec {
                 max_attempts: r.retry.max_attempts,
                 deadline: r.retry.deadline,
             },
+            connect_ports: r.connect_ports.clone(),
         },
         gateway_groups: r.gateway_groups.clone(),
     }
@@ -114,10 +115,13 @@ mod tests {
                 deadline: Duration::from_secs(4),
             },
             gateway_groups: vec!["edge".into()],
+            connect_ports: proxy_pool_api::config::PortRanges::parse(&["8443".into()])
+                .expect("ports"),
         };
         let s = routing_spec(&r);
         let w = &s.routing;
         assert_eq!(w.name, "r1");
+        assert!(w.connect_ports.allows(8443) && !w.connect_ports.allows(443));
         assert_eq!(w.matcher.clients, vec!["c".to_string()]);
         assert_eq!(
             w.matcher.username_params,
@@ -154,7 +158,7 @@ mod tests {
     fn a_loaded_config_reaches_the_control_plane_in_match_order() {
         let c = proxy_pool_api::config::load_yaml(
             r#"
-upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["127.0.0.1:1"]}}}]
+upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["192.0.2.1:1"]}}}]
 routings:
   - {name: late, priority: 5, upstreams: [u]}
   - name: early

@@ -25,8 +25,6 @@ impl RoutingSpec {
 /// Limits on messages, streams and batches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Largest encoded message in either direction.
-    pub max_message_bytes: usize,
     /// Concurrent HTTP/2 streams per connection.
     pub max_concurrent_streams_per_connection: u32,
     /// Open WatchSnapshots + StreamTasks streams in total.
@@ -50,7 +48,6 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_message_bytes: 64 * 1024 * 1024,
             max_concurrent_streams_per_connection: 16,
             max_open_streams: 4_096,
             max_stream_duration: Duration::from_secs(30 * 60),

@@ -15,6 +15,7 @@ pub mod compose;
 pub mod config;
 pub mod error;
 pub mod identity;
+pub mod incoming;
 pub mod outcomes;
 pub mod ownership;
 pub mod publisher;

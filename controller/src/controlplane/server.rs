@@ -1,13 +1,15 @@
-//! The gRPC listener: transport security, limits, keepalive, graceful shutdown.
+//! The gRPC listener: transport security, limits (connections in total and per source,
+//! a deadline for the first bytes and for the TLS handshake — [`super::incoming`] —,
+//! message sizes per RPC, streams, keepalive), graceful shutdown.
 
 use std::future::Future;
 use std::sync::Arc;
 
+use proxy_pool_api::controlplane::limits as sizes;
 use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_api::controlplane::pb::checker_control_plane_server::CheckerControlPlaneServer;
 use proxy_pool_api::controlplane::pb::worker_control_plane_server::WorkerControlPlaneServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use tonic::{Request, Status};
@@ -19,6 +21,9 @@ use super::ControlPlane;
 use super::checker::CheckerService;
 use super::identity::Authenticator;
 use super::worker::WorkerService;
+
+/// Deadline of a client's TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The controller's TLS material and the identities it accepts.
 #[derive(Clone, Debug)]
@@ -102,7 +107,8 @@ pub async fn serve(
                 ServerTlsConfig::new()
                     .identity(Identity::from_pem(&tls.cert_pem, tls.key_pem.expose()))
                     .client_ca_root(Certificate::from_pem(&tls.client_ca_pem))
-                    .client_auth_optional(false),
+                    .client_auth_optional(false)
+                    .timeout(TLS_HANDSHAKE_TIMEOUT),
             )?;
             Authenticator::Spiffe {
                 trust_domain: tls.trust_domain,
@@ -111,12 +117,14 @@ pub async fn serve(
         }
     };
     let shared = control_plane.shared();
+    // Each service decodes at most its largest RPC's request (every RPC is held to its
+    // own size in its handler) and encodes at most its largest message.
     let worker = WorkerControlPlaneServer::new(WorkerService::new(shared.clone(), auth.clone()))
-        .max_decoding_message_size(limits.max_message_bytes)
-        .max_encoding_message_size(limits.max_message_bytes);
+        .max_decoding_message_size(sizes::WORKER_SERVICE_DECODE)
+        .max_encoding_message_size(sizes::WORKER_SERVICE_ENCODE);
     let checker = CheckerControlPlaneServer::new(CheckerService::new(shared, auth))
-        .max_decoding_message_size(limits.max_message_bytes)
-        .max_encoding_message_size(limits.max_message_bytes);
+        .max_decoding_message_size(sizes::CHECKER_SERVICE_DECODE)
+        .max_encoding_message_size(sizes::CHECKER_SERVICE_ENCODE);
     let gate = leader_only(control_plane.leadership().clone());
     let worker = InterceptedService::new(worker, gate.clone());
     let checker = InterceptedService::new(checker, gate);
@@ -128,7 +136,10 @@ pub async fn serve(
     builder
         .add_service(worker)
         .add_service(checker)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+        .serve_with_incoming_shutdown(
+            super::incoming::bounded(listener, super::incoming::Limits::default()),
+            signal,
+        )
         .await?;
     Ok(())
 }

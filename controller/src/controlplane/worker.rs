@@ -10,7 +10,8 @@ use activity_pool::model::{
     InstanceId, ProxyId, ReportAck, RuntimeEntry, RuntimeReport, SessionId, SessionRegistration,
     WorkerId,
 };
-use proxy_pool_api::controlplane::convert::checksum_from_wire;
+use proxy_pool_api::controlplane::convert::{check_id, checksum_from_wire};
+use proxy_pool_api::controlplane::limits::{self as sizes, log_text, span_id};
 use proxy_pool_api::controlplane::model::{Checksum, Outcome};
 use proxy_pool_api::controlplane::pb::{self, worker_control_plane_server::WorkerControlPlane};
 use proxy_pool_api::controlplane::spiffe::WorkloadKind;
@@ -49,6 +50,15 @@ fn wire_err(field: &str, e: activity_pool::PoolError) -> ControlPlaneError {
     })
 }
 
+/// Holds a request to its RPC's size (the service's decode limit is the largest RPC's).
+fn sized<M: prost::Message>(
+    req: &Request<M>,
+    rpc: &'static str,
+    limit: usize,
+) -> Result<(), Status> {
+    sizes::check(rpc, req.get_ref(), limit).map_err(|e| ControlPlaneError::TooLarge(e.rpc).into())
+}
+
 fn worker_id(s: &str) -> CpResult<WorkerId> {
     WorkerId::new(s).map_err(|e| wire_err("worker_id", e))
 }
@@ -85,6 +95,17 @@ impl WorkerService {
             .ok_or(ControlPlaneError::IncompatibleVersion)?;
         if m.gateway_group.len() > 63 {
             return Err(ControlPlaneError::TooLarge("gateway_group"));
+        }
+        if !m.gateway_group.is_empty() {
+            check_id("gateway_group", &m.gateway_group).map_err(ControlPlaneError::Invalid)?;
+        }
+        for (field, v) in [("zone", &m.zone), ("build_version", &m.build_version)] {
+            if v.len() > 64 || v.chars().any(|c| !(c.is_ascii_graphic() || c == ' ')) {
+                return Err(ControlPlaneError::Invalid(ConvertError {
+                    field: field.to_owned(),
+                    reason: "at most 64 printable characters",
+                }));
+            }
         }
         let session = SessionId::new(format!("s-{}", uuid::Uuid::new_v4().simple()))
             .map_err(|e| wire_err("session_id", e))?;
@@ -152,7 +173,7 @@ impl WorkerService {
                 .acknowledge(&worker, &session, m.version, m.ownership_epoch, ttl)
                 .await?
         } else {
-            tracing::warn!(worker = %worker, version = m.version, reason = %m.reason.chars().take(64).collect::<String>(), "negative snapshot ACK; runtime fence closed");
+            tracing::warn!(worker = %worker, version = m.version, reason = %log_text(&m.reason, 64), "negative snapshot ACK; runtime fence closed");
             self.shared
                 .ports
                 .sessions
@@ -344,45 +365,50 @@ async fn watch_loop(
 impl WorkerControlPlane for WorkerService {
     type WatchSnapshotsStream = WatchStream;
 
-    #[tracing::instrument(skip_all, fields(worker = %request.get_ref().worker_id))]
+    #[tracing::instrument(skip_all, fields(worker = %span_id(&request.get_ref().worker_id)))]
     async fn register_worker(
         &self,
         request: Request<pb::RegisterWorkerRequest>,
     ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
+        sized(&request, "RegisterWorker", sizes::REGISTER_WORKER)?;
         Ok(Response::new(self.register(request).await?))
     }
 
-    #[tracing::instrument(skip_all, fields(worker = %request.get_ref().worker_id))]
+    #[tracing::instrument(skip_all, fields(worker = %span_id(&request.get_ref().worker_id)))]
     async fn watch_snapshots(
         &self,
         request: Request<pb::WatchSnapshotsRequest>,
     ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
+        sized(&request, "WatchSnapshots", sizes::WATCH_SNAPSHOTS)?;
         Ok(Response::new(self.watch(request).await?))
     }
 
-    #[tracing::instrument(skip_all, fields(worker = %request.get_ref().worker_id, version = request.get_ref().version))]
+    #[tracing::instrument(skip_all, fields(worker = %span_id(&request.get_ref().worker_id), version = request.get_ref().version))]
     async fn acknowledge_snapshot(
         &self,
         request: Request<pb::AcknowledgeSnapshotRequest>,
     ) -> Result<Response<pb::AcknowledgeSnapshotResponse>, Status> {
+        sized(&request, "AcknowledgeSnapshot", sizes::ACKNOWLEDGE)?;
         Ok(Response::new(self.acknowledge(request).await?))
     }
 
-    #[tracing::instrument(skip_all, fields(worker = %request.get_ref().worker_id, sequence = request.get_ref().report_sequence))]
+    #[tracing::instrument(skip_all, fields(worker = %span_id(&request.get_ref().worker_id), sequence = request.get_ref().report_sequence))]
     async fn report_runtime(
         &self,
         request: Request<pb::ReportRuntimeRequest>,
     ) -> Result<Response<pb::ReportRuntimeResponse>, Status> {
+        sized(&request, "ReportRuntime", sizes::REPORT_RUNTIME)?;
         Ok(Response::new(
             WorkerService::report_runtime(self, request).await?,
         ))
     }
 
-    #[tracing::instrument(skip_all, fields(worker = %request.get_ref().worker_id, sequence = request.get_ref().batch_sequence))]
+    #[tracing::instrument(skip_all, fields(worker = %span_id(&request.get_ref().worker_id), sequence = request.get_ref().batch_sequence))]
     async fn report_outcomes(
         &self,
         request: Request<pb::ReportOutcomesRequest>,
     ) -> Result<Response<pb::ReportOutcomesResponse>, Status> {
+        sized(&request, "ReportOutcomes", sizes::REPORT_OUTCOMES)?;
         Ok(Response::new(
             WorkerService::report_outcomes(self, request).await?,
         ))

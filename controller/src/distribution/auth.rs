@@ -1,6 +1,11 @@
 //! Authentication and identity of Distribution clients: API key, Basic and Bearer
-//! against hashed secrets from the config (constant-time comparison), or the source
-//! address when the listener runs without authentication.
+//! against hashed secrets from the config (constant-time comparison; Basic passwords
+//! salted), or the source address when the config says `auth.mode: none`.
+//!
+//! Failed authentications (a credential presented and wrong) are throttled
+//! ([`AuthThrottle`]): per source address for every method, and per user name for
+//! Basic. A throttled caller gets 429
+//! `AUTH_THROTTLED` before its credential is judged, right or wrong.
 //!
 //! Runs on headers only, before any body is read. Never logs or returns a presented
 //! secret.
@@ -9,14 +14,17 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::Instant;
 
 use activity_pool::model::ClientId;
 use async_trait::async_trait;
 use axum::http::HeaderMap;
 use base64::Engine;
 use proxy_pool_api::config::{
-    AuthConfig, AuthMethodKind, AuthMode, ClientConfig, Permission, Rate, SecretHash,
+    AuthConfig, AuthMethodKind, AuthMode, ClientConfig, Permission, Rate, SaltedHash, SecretHash,
 };
+use proxy_pool_api::throttle::Verdict;
+pub use proxy_pool_api::throttle::{AuthThrottle, ThrottleConfig};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -141,6 +149,7 @@ pub struct Authenticator {
     api_keys: Vec<(SecretHash, usize)>,
     bearer: Arc<dyn BearerVerifier>,
     challenge: String,
+    throttle: Arc<AuthThrottle>,
 }
 
 impl Authenticator {
@@ -182,7 +191,14 @@ impl Authenticator {
             api_keys,
             bearer,
             challenge,
+            throttle: Arc::new(AuthThrottle::default()),
         }
+    }
+
+    /// Uses `throttle` for failed authentications (tests shorten its settings).
+    pub fn with_throttle(mut self, throttle: Arc<AuthThrottle>) -> Self {
+        self.throttle = throttle;
+        self
     }
 
     fn enabled(&self, kind: AuthMethodKind) -> Option<&Option<BTreeSet<Permission>>> {
@@ -198,7 +214,9 @@ impl Authenticator {
         }
     }
 
-    /// Identifies the caller from its headers and source address.
+    /// Identifies the caller from its headers and source address; failures count
+    /// against the source (and a Basic user name), and a throttled caller is refused
+    /// before its credential is judged.
     pub async fn authenticate(
         &self,
         headers: &HeaderMap,
@@ -207,6 +225,27 @@ impl Authenticator {
         if self.mode == AuthMode::None {
             return self.anonymous(source);
         }
+        let user = basic_user(headers);
+        let now = Instant::now();
+        if let Verdict::Throttled(retry_after) = self.throttle.check(source, user.as_deref(), now) {
+            return Err(ApiError::AuthThrottled { retry_after });
+        }
+        let result = self.identify(headers).await;
+        // Only a presented credential that is wrong counts as a guess; a request
+        // without any (a client's first try before the challenge) does not.
+        let presented = headers.contains_key("x-api-key")
+            || headers.contains_key(axum::http::header::AUTHORIZATION);
+        match (&result, user.as_deref()) {
+            (Err(ApiError::Unauthenticated { .. }), u) if presented => {
+                self.throttle.failed(source, u, now);
+            }
+            (Ok(_), Some(u)) => self.throttle.succeeded(source, u, now),
+            _ => {}
+        }
+        result
+    }
+
+    async fn identify(&self, headers: &HeaderMap) -> Result<Identity, ApiError> {
         let api_key = single(headers, "x-api-key")?;
         let authorization = single(headers, "authorization")?;
         let (kind, index, credential) = if let Some(key) =
@@ -285,26 +324,47 @@ impl Authenticator {
         })
     }
 
-    /// Checks `base64(user:password)`; the password hash comparison is constant time
-    /// and happens even for an unknown user.
+    /// Checks `base64(user:password)` against the user's salted hash (constant time);
+    /// an unknown user costs the same hash work.
     fn basic(&self, encoded: &str) -> Option<(usize, String)> {
-        let decoded = base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .ok()?;
-        let text = std::str::from_utf8(&decoded).ok()?;
-        let (user, password) = text.split_once(':')?;
-        let presented: [u8; 32] = Sha256::digest(password.as_bytes()).into();
-        let mut found = None;
-        for (i, c) in self.clients.iter().enumerate() {
-            if let Some(b) = &c.basic {
-                let ok = bool::from(b.password.0.ct_eq(&presented));
-                if ok && b.username == user {
-                    found = Some(i);
-                }
+        let (user, password) = decode_basic(encoded)?;
+        let found = self.clients.iter().enumerate().find_map(|(i, c)| {
+            c.basic
+                .as_ref()
+                .filter(|b| b.username == user)
+                .map(|b| (i, &b.password))
+        });
+        match found {
+            Some((i, hash)) => hash.matches(password.as_bytes()).then_some((i, user)),
+            None => {
+                SaltedHash::burn(password.as_bytes());
+                None
             }
         }
-        found.map(|i| (i, user.to_owned()))
     }
+}
+
+/// `user:password` of a Basic credential.
+fn decode_basic(encoded: &str) -> Option<(String, String)> {
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (user, password) = text.split_once(':')?;
+    Some((user.to_owned(), password.to_owned()))
+}
+
+/// The user name of an `Authorization: Basic` header (for the per-user throttle).
+fn basic_user(headers: &HeaderMap) -> Option<Vec<u8>> {
+    let value = headers.get("authorization")?.to_str().ok()?;
+    if value.len() > MAX_CREDENTIAL_LEN {
+        return None;
+    }
+    let (scheme, rest) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    decode_basic(rest.trim()).map(|(user, _)| user.into_bytes())
 }
 
 /// The value of a header that may appear at most once.
@@ -343,6 +403,12 @@ pub fn hash_secret(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
+/// A Basic password as the config stores it: `sha256:<salt hex>:<digest hex>` with a
+/// fresh random salt (`proxy-pool-controller hash-password`).
+pub fn hash_password(password: &str) -> String {
+    SaltedHash::new(password.as_bytes()).to_text()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,9 +429,9 @@ mod tests {
 
     fn config() -> String {
         format!(
-            "clients:\n- name: a\n  apiKeys: [{{sha256: {}}}]\n  basic: {{username: alice, passwordSha256: {}}}\n  permissions: [gateway:connect]\n- name: b\n  bearerTokens: [{{sha256: {}}}]\n  maxExtractCount: 3\n",
+            "clients:\n- name: a\n  apiKeys: [{{sha256: {}}}]\n  basic: {{username: alice, passwordHash: '{}'}}\n  permissions: [gateway:connect]\n- name: b\n  bearerTokens: [{{sha256: {}}}]\n  maxExtractCount: 3\n",
             hash_secret("key-a"),
-            hash_secret("pw-a"),
+            hash_password("pw-a"),
             hash_secret("token-b")
         )
     }
@@ -459,8 +525,79 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn anonymous_clients_are_their_source_address() {
+    async fn without_a_usable_client_every_caller_is_refused() {
+        // A fresh install: no client, no `auth.mode`. Fail closed.
         let a = auth("{}");
+        let ip: IpAddr = "192.0.2.7".parse().expect("ip");
+        let basic = base64::engine::general_purpose::STANDARD.encode("alice:pw-a");
+        for h in [
+            headers(&[]),
+            headers(&[("x-api-key", "anything")]),
+            headers(&[("authorization", &format!("Basic {basic}"))]),
+            headers(&[("authorization", "Bearer x.y.z")]),
+        ] {
+            let e = a.authenticate(&h, ip).await.expect_err("refused");
+            assert_eq!(e.code(), "UNAUTHENTICATED");
+        }
+    }
+
+    #[tokio::test]
+    async fn failed_basic_logins_are_throttled_per_source_and_per_user() {
+        let a = auth(&config()).with_throttle(Arc::new(AuthThrottle::new(ThrottleConfig {
+            burst: 3,
+            refill: std::time::Duration::from_secs(600),
+            capacity: 1024,
+            trust_for: std::time::Duration::from_secs(600),
+        })));
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let login = |pw: &str| headers(&[("authorization", &format!("Basic {}", b64(pw)))]);
+        let guesser: IpAddr = "198.51.100.1".parse().expect("ip");
+        // Requests without any credential are no guesses: never throttled.
+        for _ in 0..10 {
+            let e = a
+                .authenticate(&headers(&[]), guesser)
+                .await
+                .expect_err("none");
+            assert_eq!(e.code(), "UNAUTHENTICATED");
+        }
+        for i in 0..4 {
+            let e = a
+                .authenticate(&login(&format!("alice:guess-{i}")), guesser)
+                .await
+                .expect_err("wrong");
+            assert_eq!(e.code(), "UNAUTHENTICATED", "attempt {i}");
+        }
+        // The right password is not even judged now: no oracle for the guesser.
+        let e = a
+            .authenticate(&login("alice:pw-a"), guesser)
+            .await
+            .expect_err("throttled");
+        assert_eq!(e.code(), "AUTH_THROTTLED");
+        assert_eq!(e.into_problem("r").status(), 429);
+        // The same user from elsewhere is throttled too (per user)...
+        let other: IpAddr = "203.0.113.9".parse().expect("ip");
+        let e = a
+            .authenticate(&login("alice:pw-a"), other)
+            .await
+            .expect_err("user throttled");
+        assert_eq!(e.code(), "AUTH_THROTTLED");
+        // ...while another client's credential from that source still works.
+        let id = a
+            .authenticate(&headers(&[("x-api-key", "key-a")]), other)
+            .await
+            .expect("api key");
+        assert_eq!(id.client_id.as_str(), "client:a");
+        // The guesser's address is throttled for every method.
+        let e = a
+            .authenticate(&headers(&[("x-api-key", "key-a")]), guesser)
+            .await
+            .expect_err("source throttled");
+        assert_eq!(e.code(), "AUTH_THROTTLED");
+    }
+
+    #[tokio::test]
+    async fn anonymous_clients_are_their_source_address() {
+        let a = auth("distribution: {auth: {mode: none}}");
         let id = a
             .authenticate(&headers(&[]), "::ffff:192.0.2.7".parse().expect("ip"))
             .await

@@ -2,11 +2,14 @@
 //! any inventory is touched.
 //!
 //! [`LocalLimiter`] keeps state in process (authoritative with the memory store, an
-//! early reject in front of Redis otherwise); [`RedisLimiter`] is authoritative across
+//! early reject in front of Redis otherwise), at most [`MAX_LOCAL_BUCKETS`] client
+//! buckets: a new client in a full table pushes out the oldest bucket, so a flood of
+//! distinct client IDs costs memory-bounded churn and never refuses anyone else;
+//! an evicted client starts again with a full burst, as a new client would; [`RedisLimiter`] is authoritative across
 //! replicas: one Lua script, Redis server time, client IDs digested before they enter a
 //! key. A limiter that cannot answer is an error (503), never an implicit allow.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,22 +63,36 @@ pub struct LocalLimiter {
     global: Option<Rate>,
     origin: Instant,
     state: Mutex<LocalState>,
+    capacity: usize,
 }
 
 #[derive(Debug, Default)]
 struct LocalState {
     global_tat: u64,
     clients: HashMap<[u8; 16], u64>,
+    /// Client keys in first-seen order (the eviction order).
+    order: VecDeque<[u8; 16]>,
 }
 
 impl LocalLimiter {
     /// A limiter with this global rate (`None`: no global limit).
     pub fn new(global: Option<Rate>) -> Self {
+        Self::with_capacity(global, MAX_LOCAL_BUCKETS)
+    }
+
+    /// A limiter keeping at most `capacity` client buckets.
+    pub fn with_capacity(global: Option<Rate>, capacity: usize) -> Self {
         Self {
             global,
             origin: Instant::now(),
             state: Mutex::new(LocalState::default()),
+            capacity: capacity.max(1),
         }
+    }
+
+    /// Client buckets held now.
+    pub fn buckets(&self) -> usize {
+        self.state.lock().clients.len()
     }
 
     fn now_us(&self) -> u64 {
@@ -93,12 +110,6 @@ impl LocalLimiter {
         // One short critical section, no await inside: a plain mutex is the simplest
         // correct choice here.
         let mut st = self.state.lock();
-        if st.clients.len() >= MAX_LOCAL_BUCKETS {
-            st.clients.retain(|_, tat| *tat > now);
-            if st.clients.len() >= MAX_LOCAL_BUCKETS {
-                return Err(LimiterError::Unavailable);
-            }
-        }
         let mut retry = 0u64;
         let mut next_global = None;
         if let Some(rate) = self.global {
@@ -125,8 +136,17 @@ impl LocalLimiter {
         if let Some(g) = next_global {
             st.global_tat = g;
         }
-        if let Some(c) = next_client {
-            st.clients.insert(key, c);
+        if let Some(c) = next_client
+            && st.clients.insert(key, c).is_none()
+        {
+            st.order.push_back(key);
+            // Oldest first out: O(1) per new client, whatever the flood.
+            while st.clients.len() > self.capacity {
+                let Some(old) = st.order.pop_front() else {
+                    break;
+                };
+                st.clients.remove(&old);
+            }
         }
         Ok(Decision::Allow)
     }
@@ -267,5 +287,30 @@ mod tests {
         assert_eq!(l.admit_now("a", None), Ok(Decision::Allow));
         assert_eq!(l.admit_now("b", None), Ok(Decision::Allow));
         assert!(matches!(l.admit_now("c", None), Ok(Decision::Deny(_))));
+    }
+
+    #[test]
+    fn a_flood_of_distinct_clients_never_refuses_anyone() {
+        let l = LocalLimiter::with_capacity(None, 1_000);
+        let r = Some(rate(1, 1));
+        assert_eq!(l.admit_now("steady", r), Ok(Decision::Allow));
+        // 100 times the table's size in distinct IDs, each one request (its burst).
+        for i in 0..100_000 {
+            assert_eq!(
+                l.admit_now(&format!("anon:{i}"), r),
+                Ok(Decision::Allow),
+                "{i}"
+            );
+        }
+        assert!(l.buckets() <= 1_000, "bounded: {}", l.buckets());
+        // A newcomer and the steady client are answered (not "unavailable").
+        assert_eq!(l.admit_now("newcomer", r), Ok(Decision::Allow));
+        assert!(matches!(l.admit_now("newcomer", r), Ok(Decision::Deny(_))));
+        assert!(l.admit_now("steady", r).is_ok());
+        let full = LocalLimiter::new(None);
+        for i in 0..(MAX_LOCAL_BUCKETS + 10) {
+            assert!(full.admit_now(&format!("c{i}"), r).is_ok());
+        }
+        assert_eq!(full.buckets(), MAX_LOCAL_BUCKETS);
     }
 }

@@ -29,14 +29,15 @@ use proxy_pool_api::config::DistributionConfig;
 use tokio::sync::Semaphore;
 
 pub use auth::{
-    AuthError, Authenticator, BearerVerifier, Identity, StaticBearerVerifier, Verified, hash_secret,
+    AuthError, AuthThrottle, Authenticator, BearerVerifier, Identity, StaticBearerVerifier,
+    ThrottleConfig, Verified, hash_password, hash_secret,
 };
 pub use limits::{Decision, LimiterError, LocalLimiter, RateLimiter, RedisLimiter};
 pub use problem::{ApiError, ErrorCode, PROBLEM_BASE, PROBLEM_JSON, Problem};
 pub use response::{proxy_url, rfc3339};
 pub use token_review::{
-    KubeTokenReviewer, Review, ReviewUnavailable, ReviewedUser, TokenReviewBearerVerifier,
-    TokenReviewer, jwt_expiry,
+    KubeTokenReviewer, MAX_CONCURRENT_REVIEWS, Review, ReviewGuard, ReviewUnavailable,
+    ReviewedUser, TokenReviewBearerVerifier, TokenReviewer, jwt_expiry,
 };
 
 use crate::demand::DrainDemand;

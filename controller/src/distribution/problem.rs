@@ -94,6 +94,12 @@ pub enum ApiError {
         /// When a retry may succeed.
         retry_after: Duration,
     },
+    /// Too many failed authentications from this source or for this user name.
+    #[error("too many failed authentications; retry after {} s", retry_after_secs(*.retry_after))]
+    AuthThrottled {
+        /// When an attempt will be judged again.
+        retry_after: Duration,
+    },
     /// The activity pool cannot answer.
     #[error("the proxy pool is temporarily unavailable")]
     PoolUnavailable,
@@ -189,6 +195,11 @@ impl ApiError {
                 "Validation failed",
             ),
             Self::RateLimited { .. } => (S::TOO_MANY_REQUESTS, "RATE_LIMITED", "Rate limited"),
+            Self::AuthThrottled { .. } => (
+                S::TOO_MANY_REQUESTS,
+                "AUTH_THROTTLED",
+                "Too many failed authentications",
+            ),
             Self::PoolUnavailable => (
                 S::SERVICE_UNAVAILABLE,
                 "POOL_UNAVAILABLE",
@@ -256,7 +267,7 @@ impl ApiError {
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         match &self {
-            Self::RateLimited { retry_after } => {
+            Self::RateLimited { retry_after } | Self::AuthThrottled { retry_after } => {
                 h.insert(
                     header::RETRY_AFTER,
                     HeaderValue::from(retry_after_secs(*retry_after)),

@@ -5,15 +5,25 @@
 //! Only the review — *who the token names* — goes through the read-through cache
 //! (`proxy-pool-cache`, namespace `token_review`): keyed by a digest of audience and
 //! token (the token never reaches Redis), kept at most 120 s and never past the token's
-//! own `exp` (`token_review_ttl`). A rejected token is never cached (no negative
-//! entries) and neither is a failed review. The mapping to a client, and every
-//! permission check after it, happen on every request: no authorisation decision is
-//! cached.
+//! own `exp` (`token_review_ttl`). A rejected token never reaches Redis and a failed
+//! review is never cached. The mapping to a client, and every permission check after
+//! it, happen on every request: no authorisation decision is cached.
+//!
+//! Garbage tokens cannot buy one review each ([`ReviewGuard`]): a token that could never
+//! pass (not a JWT, expired by its own `exp`, for another audience: `token::precheck`)
+//! is refused without a review; a rejected token is remembered in a bounded in-process
+//! negative cache keyed by a digest; and at most [`MAX_CONCURRENT_REVIEWS`] reviews run
+//! at once — past that the caller gets 503 at once instead of queueing (other
+//! credentials, API keys included, are never slowed by a flood of bad tokens).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
+
+use parking_lot::Mutex;
+use sha2::{Digest as _, Sha256};
+use tokio::sync::Semaphore;
 
 use async_trait::async_trait;
 use proxy_pool_cache::{
@@ -57,10 +67,100 @@ pub struct ReviewedUser {
 
 pub use proxy_pool_api::token::jwt_expiry;
 
+/// Reviews running at once at most; more are refused (503) rather than queued.
+pub const MAX_CONCURRENT_REVIEWS: usize = 8;
+/// Rejected-token digests remembered at most.
+pub const NEGATIVE_CAPACITY: usize = 8_192;
+/// How long a rejected token is answered from the negative cache.
+pub const NEGATIVE_TTL: Duration = Duration::from_secs(30);
+
+/// What keeps bad tokens from turning into API-server load: the negative cache and
+/// the review slots.
+#[derive(Debug)]
+pub struct ReviewGuard {
+    permits: Arc<Semaphore>,
+    // One short critical section per lookup or insert, never held across an await.
+    negative: Mutex<Negative>,
+    capacity: usize,
+    ttl: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Negative {
+    until: HashMap<[u8; 32], Instant>,
+    order: VecDeque<[u8; 32]>,
+}
+
+impl ReviewGuard {
+    /// `concurrency` reviews at once; `capacity` negative entries for `ttl` each.
+    pub fn new(concurrency: usize, capacity: usize, ttl: Duration) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            negative: Mutex::new(Negative::default()),
+            capacity: capacity.max(1),
+            ttl,
+        }
+    }
+
+    fn rejected_recently(&self, key: &[u8; 32]) -> bool {
+        let mut n = self.negative.lock();
+        match n.until.get(key) {
+            Some(until) if *until > Instant::now() => true,
+            Some(_) => {
+                n.until.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn remember_rejected(&self, key: [u8; 32]) {
+        let mut n = self.negative.lock();
+        // Oldest first out: memory stays bounded whatever the flood.
+        while n.until.len() >= self.capacity {
+            let Some(old) = n.order.pop_front() else {
+                n.until.clear();
+                break;
+            };
+            n.until.remove(&old);
+        }
+        if n.until.insert(key, Instant::now() + self.ttl).is_none() {
+            n.order.push_back(key);
+        }
+        // Keys dropped on expiry stay in `order` until their turn: bound it too.
+        while n.order.len() > 2 * self.capacity {
+            if let Some(old) = n.order.pop_front() {
+                n.until.remove(&old);
+            }
+        }
+    }
+
+    /// Negative entries held now.
+    pub fn negative_len(&self) -> usize {
+        self.negative.lock().until.len()
+    }
+}
+
+impl Default for ReviewGuard {
+    fn default() -> Self {
+        Self::new(MAX_CONCURRENT_REVIEWS, NEGATIVE_CAPACITY, NEGATIVE_TTL)
+    }
+}
+
+fn negative_key(audience: &str, token: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(audience.as_bytes());
+    h.update([0]);
+    h.update(token.as_bytes());
+    h.finalize().into()
+}
+
 /// The loader: one review per key, a positive answer cached until
 /// `min(120 s, exp − now)`; a token without a readable `exp` is reviewed every time.
+/// A review needs a free slot of the guard, else the load fails at once.
 struct ReviewLoader {
     reviewer: Arc<dyn TokenReviewer>,
+    guard: Arc<ReviewGuard>,
 }
 
 #[async_trait]
@@ -71,6 +171,9 @@ impl Loader<TokenKey, ReviewedUser> for ReviewLoader {
     ) -> Result<HashMap<TokenKey, Answer<ReviewedUser>>, CacheError> {
         let mut out = HashMap::with_capacity(keys.len());
         for k in keys {
+            let Ok(_slot) = self.guard.permits.clone().try_acquire_owned() else {
+                return Err(CacheError::Source("token reviews at their limit".into()));
+            };
             let review = self
                 .reviewer
                 .review(&k.token, &k.audience)
@@ -98,6 +201,7 @@ pub struct TokenReviewBearerVerifier {
     cache: Cache<TokenKey, ReviewedUser>,
     clients_by_user: HashMap<String, usize>,
     static_tokens: Option<StaticBearerVerifier>,
+    guard: Arc<ReviewGuard>,
 }
 
 impl fmt::Debug for TokenReviewBearerVerifier {
@@ -122,17 +226,43 @@ impl TokenReviewBearerVerifier {
         store: Option<Arc<dyn CacheStore>>,
         clients_by_user: HashMap<String, usize>,
     ) -> Self {
+        Self::with_guard(
+            audience,
+            reviewer,
+            ns,
+            key_prefix,
+            store,
+            clients_by_user,
+            Arc::new(ReviewGuard::default()),
+        )
+    }
+
+    /// [`TokenReviewBearerVerifier::new`] with the given guard (slots, negative cache).
+    pub fn with_guard(
+        audience: impl Into<String>,
+        reviewer: Arc<dyn TokenReviewer>,
+        ns: Namespace,
+        key_prefix: &str,
+        store: Option<Arc<dyn CacheStore>>,
+        clients_by_user: HashMap<String, usize>,
+        guard: Arc<ReviewGuard>,
+    ) -> Self {
         let ns = Namespace {
             // The rule of the namespace, whatever the settings say.
             ttl: ns.ttl.min(proxy_pool_cache::TOKEN_REVIEW_MAX_TTL),
             negative_ttl: None,
             ..ns
         };
+        let loader = Arc::new(ReviewLoader {
+            reviewer,
+            guard: guard.clone(),
+        });
         Self {
             audience: audience.into(),
-            cache: Cache::new(ns, key_prefix, store, Arc::new(ReviewLoader { reviewer })),
+            cache: Cache::new(ns, key_prefix, store, loader),
             clients_by_user,
             static_tokens: None,
+            guard,
         }
     }
 
@@ -160,6 +290,13 @@ impl BearerVerifier for TokenReviewBearerVerifier {
         {
             return Ok(v);
         }
+        if proxy_pool_api::token::precheck(token, &self.audience, SystemTime::now()).is_err() {
+            return Err(AuthError::Invalid);
+        }
+        let negative = negative_key(&self.audience, token);
+        if self.guard.rejected_recently(&negative) {
+            return Err(AuthError::Invalid);
+        }
         let key = TokenKey {
             audience: self.audience.clone(),
             token: token.to_owned(),
@@ -175,7 +312,10 @@ impl BearerVerifier for TokenReviewBearerVerifier {
                     subject: Some(user.username.clone()),
                 })
                 .ok_or(AuthError::NotAClient),
-            Ok(None) => Err(AuthError::Invalid),
+            Ok(None) => {
+                self.guard.remember_rejected(negative);
+                Err(AuthError::Invalid)
+            }
             Err(_) => Err(AuthError::Unavailable),
         }
     }
@@ -239,5 +379,124 @@ fn kube_error_kind(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("api status {}", s.code),
         _ => "transport".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine as _;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts reviews and holds each until released; rejects every token.
+    #[derive(Debug, Default)]
+    struct Stuck {
+        calls: AtomicUsize,
+        release: tokio::sync::Notify,
+        hold: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait]
+    impl TokenReviewer for Stuck {
+        async fn review(&self, _t: &str, _a: &str) -> Result<Review, ReviewUnavailable> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if self.hold.load(Ordering::SeqCst) {
+                self.release.notified().await;
+            }
+            Ok(Review::Rejected)
+        }
+    }
+
+    fn jwt(i: usize) -> String {
+        let b = |s: String| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        format!(
+            "{}.{}.c2ln",
+            b(r#"{"alg":"RS256"}"#.into()),
+            b(format!(r#"{{"aud":["aud"],"exp":4102444800,"jti":"{i}"}}"#))
+        )
+    }
+
+    fn verifier(reviewer: Arc<Stuck>) -> TokenReviewBearerVerifier {
+        TokenReviewBearerVerifier::new(
+            "aud",
+            reviewer,
+            Namespace::new("token_review"),
+            "",
+            None,
+            HashMap::new(),
+        )
+    }
+
+    #[tokio::test]
+    async fn tokens_that_could_never_pass_cost_no_review() {
+        let reviewer = Arc::new(Stuck::default());
+        let v = verifier(reviewer.clone());
+        let b = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let other_audience = format!("{}.{}.c2ln", b(r#"{"alg":"RS256"}"#), b(r#"{"aud":"x"}"#));
+        let expired = format!("{}.{}.c2ln", b(r#"{"alg":"RS256"}"#), b(r#"{"exp":1}"#));
+        for t in [
+            "garbage",
+            "a.b.c",
+            &other_audience,
+            &expired,
+            &"x".repeat(20_000),
+        ] {
+            assert_eq!(v.verify(t).await, Err(AuthError::Invalid));
+        }
+        assert_eq!(reviewer.calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_rejected_token_is_reviewed_once_then_answered_from_the_negative_cache() {
+        let reviewer = Arc::new(Stuck::default());
+        let v = verifier(reviewer.clone());
+        for _ in 0..5 {
+            assert_eq!(v.verify(&jwt(1)).await, Err(AuthError::Invalid));
+        }
+        assert_eq!(reviewer.calls.load(Ordering::SeqCst), 1);
+        let guard = ReviewGuard::new(4, 16, Duration::from_secs(60));
+        for i in 0..1_000 {
+            guard.remember_rejected(negative_key("aud", &jwt(i)));
+        }
+        assert!(
+            guard.negative_len() <= 16,
+            "bounded: {}",
+            guard.negative_len()
+        );
+        assert!(guard.rejected_recently(&negative_key("aud", &jwt(999))));
+        assert!(!guard.rejected_recently(&negative_key("aud", &jwt(0))));
+    }
+
+    #[tokio::test]
+    async fn reviews_in_flight_are_capped_and_the_rest_refused_at_once() {
+        let reviewer = Arc::new(Stuck::default());
+        reviewer.hold.store(true, Ordering::SeqCst);
+        let v = Arc::new(verifier(reviewer.clone()));
+        let mut flood = tokio::task::JoinSet::new();
+        for i in 0..200 {
+            let v = v.clone();
+            flood.spawn(async move { v.verify(&jwt(i)).await });
+        }
+        // Everything past the review slots is answered without waiting.
+        let mut refused = 0;
+        for _ in 0..(200 - MAX_CONCURRENT_REVIEWS) {
+            let r = tokio::time::timeout(Duration::from_secs(10), flood.join_next())
+                .await
+                .expect("answered without waiting for a review")
+                .expect("task")
+                .expect("joined");
+            assert_eq!(r, Err(AuthError::Unavailable));
+            refused += 1;
+        }
+        assert_eq!(refused, 200 - MAX_CONCURRENT_REVIEWS);
+        assert_eq!(
+            reviewer.calls.load(Ordering::SeqCst),
+            MAX_CONCURRENT_REVIEWS
+        );
+        reviewer.hold.store(false, Ordering::SeqCst);
+        reviewer.release.notify_waiters();
+        while let Some(r) = flood.join_next().await {
+            assert_eq!(r.expect("joined"), Err(AuthError::Invalid));
+        }
     }
 }

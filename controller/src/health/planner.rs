@@ -776,7 +776,7 @@ upstreams:
   - name: tight
     ttl: 10m
     maxSize: 10
-    source: {static: {proxies: ["127.0.0.1:1"]}}
+    source: {static: {proxies: ["192.0.2.1:1"]}}
     health:
       interval: 40s
       timeout: 2s
@@ -786,7 +786,7 @@ upstreams:
   - name: plain
     ttl: 10m
     maxSize: 10
-    source: {static: {proxies: ["127.0.0.1:2"]}}
+    source: {static: {proxies: ["192.0.2.1:2"]}}
 "#,
         )
         .expect("valid");

@@ -49,7 +49,8 @@ pub fn stable_id(
 }
 
 /// Candidates of a vendor batch; entries whose labels are not valid pool labels are
-/// counted in `batch.dropped` as [`ParseDrop::InvalidLabel`].
+/// counted in `batch.dropped` as [`ParseDrop::InvalidLabel`], entries on an address the
+/// egress policy refuses as [`ParseDrop::EgressDenied`].
 pub fn candidates(
     upstream: &UpstreamId,
     batch: &mut VendorBatch,
@@ -88,6 +89,10 @@ fn candidate(
         (None, Some(at)) => Some(at.since(now)),
         (ttl, None) => ttl,
     };
+    // Vendors choose these addresses: never one the egress policy refuses.
+    if defaults.egress.check_host(&p.host).is_err() {
+        return Err(ParseDrop::EgressDenied);
+    }
     let credentials = match &p.username {
         Some(u) => Some(Credentials {
             username: u.clone(),
@@ -121,6 +126,8 @@ mod tests {
             ttl: Duration::from_secs(60),
             max_concurrency: 8,
             credentials: None,
+            // The fixtures sit on loopback: opted in explicitly.
+            egress: proxy_pool_api::egress::EgressPolicy::allow_loopback(),
         }
     }
 
@@ -217,5 +224,35 @@ mod tests {
         assert_eq!(with(None, Some(30)), 30);
         assert_eq!(with(None, Some(-5)), 0);
         assert_eq!(with(None, None), 60);
+    }
+
+    #[test]
+    fn vendor_addresses_the_egress_policy_refuses_are_dropped() {
+        let u = UpstreamId::new("u").unwrap();
+        let at = |host: &str| VendorProxy {
+            host: host.into(),
+            ..proxy()
+        };
+        let mut d = defaults();
+        d.egress = proxy_pool_api::egress::EgressPolicy::parse(&["10.96.0.0/12".into()], &[])
+            .expect("policy");
+        let mut batch = VendorBatch {
+            proxies: vec![
+                at("169.254.169.254"),
+                at("127.0.0.1"),
+                at("localhost"),
+                at("[::1]"),
+                at("::ffff:127.0.0.1"),
+                at("10.96.0.1"),
+                at("203.0.113.5"),
+                at("proxy.vendor.example"),
+            ],
+            ..VendorBatch::default()
+        };
+        let out = candidates(&u, &mut batch, &d, Timestamp(0));
+        let hosts: Vec<&str> = out.iter().map(|c| c.host.as_str()).collect();
+        assert_eq!(hosts, ["203.0.113.5", "proxy.vendor.example"]);
+        assert_eq!(batch.dropped.get(&ParseDrop::EgressDenied), Some(&6));
+        assert_eq!(ParseDrop::EgressDenied.as_str(), "egress_denied");
     }
 }

@@ -41,6 +41,7 @@ pub struct UpstreamPlan {
 pub fn plan_upstream(
     cfg: &UpstreamConfig,
     secrets: &ResolvedSecrets,
+    egress: &proxy_pool_api::egress::EgressPolicy,
 ) -> Result<UpstreamPlan, ProviderError> {
     let field = |f: &str| format!("upstreams.{}.{f}", cfg.name);
     let upstream = UpstreamId::new(&cfg.name)
@@ -58,6 +59,7 @@ pub fn plan_upstream(
     options.defaults.region = label(&cfg.region, "region")?;
     options.defaults.carrier = label(&cfg.carrier, "carrier")?;
     options.defaults.max_concurrency = cfg.max_concurrency_per_proxy;
+    options.defaults.egress = egress.clone();
     options.safety_margin = cfg.safety_margin;
     options.max_size = cfg.max_size;
     options.fetch_interval = cfg.fetch_interval;
@@ -166,7 +168,7 @@ mod tests {
             vendor_api_key: Some(Secret::new("k")),
             proxy_password: Some(Secret::new("pw")),
         };
-        let plan = plan_upstream(&cfg, &secrets).unwrap();
+        let plan = plan_upstream(&cfg, &secrets, &Default::default()).unwrap();
         let o = &plan.options;
         assert_eq!(o.upstream.as_str(), "vendor-a");
         assert_eq!(o.defaults.protocol, Protocol::Socks5);
@@ -197,7 +199,7 @@ mod tests {
             credentials: None,
             assume_healthy: true,
         }));
-        let plan = plan_upstream(&cfg, &ResolvedSecrets::default()).unwrap();
+        let plan = plan_upstream(&cfg, &ResolvedSecrets::default(), &Default::default()).unwrap();
         assert!(plan.options.assume_healthy);
         assert_eq!(
             plan.options.budget.max_candidates,
@@ -206,7 +208,8 @@ mod tests {
         );
         let mut bad = cfg.clone();
         bad.name = "not ok".into();
-        let err = plan_upstream(&bad, &ResolvedSecrets::default()).unwrap_err();
+        let err =
+            plan_upstream(&bad, &ResolvedSecrets::default(), &Default::default()).unwrap_err();
         assert!(err.to_string().contains("upstreams.not ok.name"), "{err}");
     }
 }

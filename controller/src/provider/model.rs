@@ -48,6 +48,9 @@ pub enum ParseDrop {
     InvalidCredentials,
     /// Protocol not supported.
     UnsupportedProtocol,
+    /// The address is refused by the egress policy (loopback, link-local, metadata,
+    /// an internal range).
+    EgressDenied,
 }
 
 impl ParseDrop {
@@ -59,6 +62,7 @@ impl ParseDrop {
             Self::InvalidLabel => "invalid_label",
             Self::InvalidCredentials => "invalid_credentials",
             Self::UnsupportedProtocol => "unsupported_protocol",
+            Self::EgressDenied => "egress_denied",
         }
     }
 }

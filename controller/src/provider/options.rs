@@ -76,6 +76,9 @@ pub struct CandidateDefaults {
     /// Credentials when the entry carries none (vendors that authenticate every
     /// proxy with one account).
     pub credentials: Option<Credentials>,
+    /// Vendor-supplied addresses on refused ranges (loopback, link-local, metadata,
+    /// configured internal CIDRs) are dropped (`egress_denied`).
+    pub egress: proxy_pool_api::egress::EgressPolicy,
 }
 
 /// Everything one upstream's reconciler needs besides its ports.
@@ -116,6 +119,7 @@ impl ProviderOptions {
                 ttl,
                 max_concurrency: 64,
                 credentials: None,
+                egress: proxy_pool_api::egress::EgressPolicy::default(),
             },
             safety_margin: Duration::from_secs(5),
             max_size: NonZeroU32::MIN.saturating_add(9_999),

@@ -65,7 +65,7 @@ upstreams:
 clients:
   - name: full
     apiKeys: [{{sha256: {full}}}]
-    basic: {{username: {BASIC_USER}, passwordSha256: {basic}}}
+    basic: {{username: {BASIC_USER}, passwordHash: "{basic}"}}
     bearerTokens: [{{sha256: {bearer}}}]
   - name: limited
     maxExtractCount: 2
@@ -81,7 +81,7 @@ clients:
 shutdown: {{gracePeriod: 5s, drainDelay: 300ms}}
 "#,
         full = sha(KEY_FULL),
-        basic = sha(BASIC_PASSWORD),
+        basic = proxy_pool_controller::distribution::hash_password(BASIC_PASSWORD),
         bearer = sha(BEARER),
         limited = sha(KEY_LIMITED),
         gateway = sha(KEY_GATEWAY),
@@ -302,6 +302,19 @@ impl Harness {
     /// A GET on the admin listener.
     pub async fn admin_get(&self, path: &str) -> Resp {
         send(&self.client, self.admin, "GET", path, &[], String::new()).await
+    }
+
+    /// A GET on the admin listener with these headers (credentials of the stats API).
+    pub async fn admin_get_with(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
+        send(
+            &self.client,
+            self.admin,
+            "GET",
+            path,
+            headers,
+            String::new(),
+        )
+        .await
     }
 
     /// Triggers shutdown and waits for the controller to stop.

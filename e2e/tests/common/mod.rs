@@ -173,7 +173,13 @@ pub fn block<T>(f: impl std::future::Future<Output = T>) -> T {
 }
 
 /// The config of replica `r`; `extra` is appended (e.g. a `leadership:` section).
-pub fn write_config(dir: &Path, redis: &str, sim: SocketAddr, r: &Replica, extra: &str) {
+pub fn write_config(
+    dir: &Path,
+    redis: &str,
+    (sim, echo): (SocketAddr, SocketAddr),
+    r: &Replica,
+    extra: &str,
+) {
     let config = &r.config;
     std::fs::write(
         config,
@@ -213,14 +219,18 @@ upstreams:
         apiKeyFile: {vendor_key}
         timeout: 5s
 routings:
-  - {{name: mixed, priority: 1, upstreams: [sim-http]}}
+  # CONNECT to the simulator's echo port (not in the default 80/443 allow-list).
+  - {{name: mixed, priority: 1, upstreams: [sim-http], connectPorts: ['{echo_port}']}}
 clients:
   - name: extractor
     permissions: [distribution:extract]
     apiKeys: [{{file: {api_key}}}]
 shutdown: {{gracePeriod: 5s}}
+# The simulator's proxies are on loopback: opted in explicitly.
+egress: {{allowCidrs: [127.0.0.0/8]}}
 {extra}
 "#,
+            echo_port = echo.port(),
             dist = r.dist,
             admin = r.admin,
             cp = r.cp,
@@ -264,7 +274,7 @@ pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
         redis,
     };
     for r in &stack.replicas {
-        write_config(&dir, &stack.redis.url(), stack.sim, r, extra);
+        write_config(&dir, &stack.redis.url(), (stack.sim, stack.echo), r, extra);
     }
     let echo_tls = free_addr();
     stack.procs.start(
@@ -300,7 +310,8 @@ pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
                 "--echo",
                 &stack.echo.to_string(),
             ])
-            .arg("--loopback-plaintext"),
+            .arg("--loopback-plaintext")
+            .args(["--egress-allow-cidr", "127.0.0.0/8"]),
     );
     for (i, (http, admin)) in stack.gateways.clone().into_iter().enumerate() {
         let socks = free_addr();
@@ -312,6 +323,7 @@ pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
                 .args(["--admin-listen", &admin.to_string()])
                 .args(["--controller", &cps])
                 .args(["--worker-id", &format!("mixed-gw-{i}")])
+                .args(["--egress-allow-cidr", "127.0.0.0/8"])
                 .arg("--clients-file")
                 .arg(dir.join("gateway-clients.json")),
         );

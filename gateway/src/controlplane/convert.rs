@@ -98,6 +98,7 @@ fn routing(r: &model::Routing) -> Routing {
                 r.retry.deadline
             },
         },
+        connect_ports: r.connect_ports.clone(),
     }
 }
 

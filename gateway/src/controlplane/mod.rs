@@ -9,6 +9,7 @@
 pub mod convert;
 
 use proxy_pool_api::controlplane::client::{self, Backoff, ClientOptions, ClientTransport};
+use proxy_pool_api::controlplane::limits;
 use proxy_pool_api::controlplane::model;
 use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_api::controlplane::pb;
@@ -182,10 +183,10 @@ impl Agent {
         let transport = self.transport()?;
         let channel =
             client::connect(self.endpoints.current(), &transport, &self.cfg.options).await?;
-        let max = self.cfg.options.max_message_bytes;
+        // Snapshots in, reports out: each direction sized to its largest message.
         let mut rpc = WorkerControlPlaneClient::new(channel.clone())
-            .max_decoding_message_size(max)
-            .max_encoding_message_size(max);
+            .max_decoding_message_size(limits::SNAPSHOT)
+            .max_encoding_message_size(limits::REPORT_RUNTIME);
         let reg = rpc
             .register_worker(pb::RegisterWorkerRequest {
                 worker_id: self.cfg.worker_id.clone(),

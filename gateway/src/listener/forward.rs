@@ -5,7 +5,6 @@
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -14,14 +13,14 @@ use super::http::{Failure, Next, moved_header, proxy_credentials};
 use super::tunnel::Attempts;
 use crate::capacity::ActiveLease;
 use crate::error::GatewayError;
-use crate::io::{BufConn, CopyError, HeadReadError, copy_body};
+use crate::io::{self as gio, BufConn, CopyError, HeadReadError, Waits, copy_body};
 use crate::outcome::Stage;
 use crate::parse::authority::parse_absolute_uri;
 use crate::parse::http_head::{
     BodyFraming, HeadLimits, HeaderRange, Version, is_hop_by_hop, parse_request, parse_response,
     request_framing, response_framing, trim, wants_keep_alive,
 };
-use crate::route::{Pick, Ticket};
+use crate::route::{Pick, Request, Ticket};
 use crate::session::MoveReason;
 use crate::snapshot::live::now_ms;
 use crate::snapshot::{ProxyEntry, UpstreamProtocol};
@@ -83,8 +82,9 @@ pub(crate) async fn forward(
     conn: &mut BufConn,
     len: usize,
     scratch: &mut Scratch,
+    peer: std::net::IpAddr,
 ) -> Result<Next, Failure> {
-    let (info, ticket, pick, target) = prepare(shared, conn, scratch)?;
+    let (info, ticket, pick, target) = prepare(shared, conn, scratch, peer)?;
     conn.consume(len);
     let mut attempts = Attempts::new(&ticket);
     let mut first = Some(pick);
@@ -198,6 +198,7 @@ fn prepare(
     shared: &Shared,
     conn: &BufConn,
     scratch: &mut Scratch,
+    peer: std::net::IpAddr,
 ) -> Result<(RequestInfo, Ticket, Pick, Target), GatewayError> {
     let Scratch {
         ranges,
@@ -217,10 +218,15 @@ fn prepare(
     let framing = request_framing(&head.headers)?;
     let credentials = proxy_credentials(&head.headers, creds)?;
     let snap = shared.snapshots.load();
-    let (ticket, pick) =
-        shared
-            .router
-            .admit(snap.as_deref(), credentials, &uri.authority.host, now_ms())?;
+    let req = Request {
+        creds: credentials,
+        target: &uri.authority.host,
+        connect_port: None,
+        source: Some(peer),
+    };
+    let (ticket, pick) = shared
+        .router
+        .admit_request(snap.as_deref(), &req, now_ms())?;
     line.clear();
     line.extend_from_slice(head.method.as_bytes());
     line.extend_from_slice(b" http://");
@@ -228,17 +234,16 @@ fn prepare(
     let path_at = line.len();
     line.extend_from_slice(uri.path_and_query);
     headers.clear();
-    let mut has_host = false;
+    // RFC 9112 §3.2.2: the target URI's authority is the host; whatever `Host` the
+    // client sent (none, another one, several) is replaced by it, so the vendor proxy
+    // and the origin see the host this request was admitted and routed for.
+    push_header(headers, b"Host", uri.authority_raw);
     for (name, value) in head.headers.iter() {
         let keep_te = name.eq_ignore_ascii_case(b"transfer-encoding");
-        if !keep_te && is_hop_by_hop(&head.headers, name) {
+        if name.eq_ignore_ascii_case(b"host") || (!keep_te && is_hop_by_hop(&head.headers, name)) {
             continue;
         }
-        has_host |= name.eq_ignore_ascii_case(b"host");
         push_header(headers, name, value);
-    }
-    if !has_host {
-        push_header(headers, b"Host", uri.authority_raw);
     }
     let info = RequestInfo {
         method_len: head.method.len(),
@@ -288,7 +293,13 @@ async fn obtain(
     }
     let up = &shared.config.upstream;
     let started = Instant::now();
-    let stream = upstream::dial(entry, attempts.left(up.connect_timeout)).await;
+    let stream = upstream::dial(
+        entry,
+        attempts.left(up.connect_timeout),
+        shared.router.egress(),
+        |why| shared.metrics.egress_refused(why),
+    )
+    .await;
     shared.outcomes.record(
         &entry.id,
         Some(&attempts.routing),
@@ -369,14 +380,14 @@ fn client_gone(e: std::io::Error) -> Exchange {
     })
 }
 
-/// Copies the client's request body upstream.
+/// Copies the client's request body upstream, within the body's overall deadline.
 async fn send_body(
     client: &mut BufConn,
     upstream: &mut BufConn,
     framing: BodyFraming,
-    idle: Duration,
+    waits: Waits,
 ) -> Result<(), Exchange> {
-    copy_body(client, &mut upstream.stream, framing, idle)
+    copy_body(client, &mut upstream.stream, framing, waits)
         .await
         .map(drop)
         .map_err(|e| match e {
@@ -406,7 +417,21 @@ async fn exchange(
 ) -> Result<ExchangeOk, Exchange> {
     let cfg = &shared.config;
     let idle = cfg.io_idle_timeout;
-    if upstream.stream.write_all(&scratch.out).await.is_err() {
+    // The request body gets `request_body_timeout` overall, counted from the head.
+    let body_waits = Waits {
+        read_idle: idle,
+        write: cfg.write_timeout,
+        deadline: Some(Instant::now() + cfg.request_body_timeout),
+    };
+    let relay_waits = Waits {
+        read_idle: idle,
+        write: cfg.write_timeout,
+        deadline: None,
+    };
+    if gio::write_all(&mut upstream.stream, &scratch.out, cfg.write_timeout)
+        .await
+        .is_err()
+    {
         return Err(Exchange::Closed { replayable: true });
     }
     let mut body_pending = info.framing != BodyFraming::None;
@@ -415,7 +440,7 @@ async fn exchange(
     if body_pending && !info.expect_continue {
         body_pending = false;
         replayable = false;
-        send_body(client, upstream, info.framing, idle).await?;
+        send_body(client, upstream, info.framing, body_waits).await?;
     }
     let limits = HeadLimits {
         max_head_bytes: upstream.capacity(),
@@ -440,7 +465,7 @@ async fn exchange(
                     // No answer to the expectation: send the body anyway.
                     body_pending = false;
                     replayable = false;
-                    send_body(client, upstream, info.framing, idle).await?;
+                    send_body(client, upstream, info.framing, body_waits).await?;
                     continue;
                 }
                 return Err(Exchange::Failed(GatewayError::UpstreamTimeout.into()));
@@ -513,13 +538,15 @@ async fn exchange(
             }
             other => other,
         };
-        client.stream.write_all(out).await.map_err(client_gone)?;
+        gio::write_all(&mut client.stream, out, cfg.write_timeout)
+            .await
+            .map_err(client_gone)?;
         if interim {
             if status == 100 && body_pending {
                 // The upstream's go-ahead, relayed: now the body.
                 body_pending = false;
                 replayable = false;
-                send_body(client, upstream, info.framing, idle).await?;
+                send_body(client, upstream, info.framing, body_waits).await?;
             }
             continue;
         }
@@ -529,7 +556,7 @@ async fn exchange(
                 respond: false,
             }));
         }
-        copy_body(upstream, &mut client.stream, framing, idle)
+        copy_body(upstream, &mut client.stream, framing, relay_waits)
             .await
             .map_err(|e| match e {
                 CopyError::Read(e) => Exchange::Failed(Failure {

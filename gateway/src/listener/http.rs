@@ -5,7 +5,6 @@
 
 use base64::Engine as _;
 use std::sync::Arc;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::{debug, instrument};
 
@@ -16,10 +15,11 @@ use crate::error::GatewayError;
 use crate::io::{BufConn, HeadReadError};
 use crate::parse::authority::parse_authority;
 use crate::parse::http_head::{Headers, parse_request};
-use crate::route::Credentials;
+use crate::route::{Credentials, Request};
 use crate::session::MoveReason;
 use crate::snapshot::live::now_ms;
 use crate::upstream::Target;
+use std::net::IpAddr;
 
 /// Header naming why the gateway refused or failed a request.
 pub(crate) const ERROR_HEADER: &str = "X-Proxy-Pool-Error";
@@ -36,7 +36,7 @@ pub(crate) enum Next {
 
 /// Serves one client connection.
 #[instrument(level = "debug", skip_all)]
-pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream) {
+pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream, peer: IpAddr) {
     let cfg = &shared.config;
     let mut conn = BufConn::new(stream, cfg.head.max_head_bytes);
     let mut scratch = Scratch::default();
@@ -66,7 +66,7 @@ pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream) {
             Err(HeadReadError::Head(e)) => {
                 let err = GatewayError::Head(e);
                 shared.metrics.error(&err);
-                let _ = respond_error(&mut conn.stream, &err).await;
+                let _ = respond_error(&mut conn.stream, &err, cfg.write_timeout).await;
                 return;
             }
             Err(HeadReadError::Io(e)) => {
@@ -83,14 +83,14 @@ pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream) {
                 return;
             }
         };
-        match handle(shared, &mut conn, len, &mut scratch).await {
+        match handle(shared, &mut conn, len, &mut scratch, peer).await {
             Ok(Next::KeepAlive) if !shared.draining.is_cancelled() => {}
             Ok(_) => return,
             Err(Failure { err, respond }) => {
                 debug!(reason = err.reason(), "request failed");
                 shared.metrics.error(&err);
                 if respond {
-                    let _ = respond_error(&mut conn.stream, &err).await;
+                    let _ = respond_error(&mut conn.stream, &err, cfg.write_timeout).await;
                 }
                 return;
             }
@@ -116,10 +116,11 @@ async fn handle(
     conn: &mut BufConn,
     len: usize,
     scratch: &mut Scratch,
+    peer: IpAddr,
 ) -> Result<Next, Failure> {
     let is_connect = conn.buffered().starts_with(b"CONNECT ");
     if !is_connect {
-        return forward::forward(shared, conn, len, scratch).await;
+        return forward::forward(shared, conn, len, scratch, peer).await;
     }
     let (ticket, pick, target) = {
         let Scratch { ranges, creds, .. } = scratch;
@@ -129,10 +130,15 @@ async fn handle(
         let authority = parse_authority(head.target).map_err(GatewayError::Target)?;
         let credentials = proxy_credentials(&head.headers, creds)?;
         let snap = shared.snapshots.load();
-        let (ticket, pick) =
-            shared
-                .router
-                .admit(snap.as_deref(), credentials, &authority.host, now_ms())?;
+        let req = Request {
+            creds: credentials,
+            target: &authority.host,
+            connect_port: Some(authority.port),
+            source: Some(peer),
+        };
+        let (ticket, pick) = shared
+            .router
+            .admit_request(snap.as_deref(), &req, now_ms())?;
         (ticket, pick, Target::from_authority(&authority))
     };
     conn.consume(len);
@@ -141,10 +147,12 @@ async fn handle(
     head.extend_from_slice(b"HTTP/1.1 200 Connection established\r\n");
     moved_header(&mut head, est.moved, shared);
     head.extend_from_slice(b"\r\n");
-    conn.stream.write_all(&head).await.map_err(|e| Failure {
-        err: GatewayError::DownstreamIo(e),
-        respond: false,
-    })?;
+    crate::io::write_all(&mut conn.stream, &head, shared.config.write_timeout)
+        .await
+        .map_err(|e| Failure {
+            err: GatewayError::DownstreamIo(e),
+            respond: false,
+        })?;
     tunnel::relay(shared, conn, est).await;
     Ok(Next::Close)
 }
@@ -200,6 +208,7 @@ pub fn proxy_credentials<'a>(
 pub(crate) async fn respond_error(
     stream: &mut TcpStream,
     err: &GatewayError,
+    write_timeout: std::time::Duration,
 ) -> std::io::Result<()> {
     let status = err.http_status();
     let reason = err.reason();
@@ -208,6 +217,7 @@ pub(crate) async fn respond_error(
         403 => "Forbidden",
         407 => "Proxy Authentication Required",
         408 => "Request Timeout",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
@@ -224,9 +234,11 @@ pub(crate) async fn respond_error(
     if status == 503 {
         out.push_str("Retry-After: 1\r\n");
     }
+    if status == 429 {
+        out.push_str("Retry-After: 6\r\n");
+    }
     out.push_str("\r\n");
     out.push_str(reason);
     out.push('\n');
-    stream.write_all(out.as_bytes()).await?;
-    stream.flush().await
+    crate::io::write_all(stream, out.as_bytes(), write_timeout).await
 }

@@ -27,11 +27,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
+
+use proxy_pool_api::throttle::SourceSlots;
 
 use crate::config::GatewayConfig;
 use crate::metrics::{ListenerKind, Metrics};
@@ -119,6 +120,8 @@ pub(crate) struct Shared {
     pub(crate) force: CancellationToken,
     /// Connections accepted by this worker (its share of the `SO_REUSEPORT` spread).
     accepted: AtomicU64,
+    /// Open connections, in total and per source address, across workers (fairly shared).
+    per_source: Arc<SourceSlots>,
 }
 
 impl Shared {
@@ -140,6 +143,7 @@ impl Shared {
             draining: self.draining.clone(),
             force: self.force.clone(),
             accepted: AtomicU64::new(0),
+            per_source: self.per_source.clone(),
         }
     }
 }
@@ -157,9 +161,19 @@ impl Gateway {
     /// receiver (bounded; drops when nobody drains it).
     pub fn new(snapshots: SnapshotHandle, config: GatewayConfig) -> (Self, OutcomeReceiver) {
         let (sink, receiver) = outcome::queue(config.outcome_queue);
+        let per_source = Arc::new(SourceSlots::new(
+            config.max_connections,
+            config.max_connections_per_source,
+        ));
         let up = &config.upstream;
         let shared = Shared {
-            router: Arc::new(Router::new(config.auth, config.max_sessions)),
+            router: Arc::new(Router::with(
+                config.auth,
+                crate::session::SessionTable::new(config.max_sessions)
+                    .with_client_quota(config.max_sessions_per_client),
+                config.egress.clone(),
+                config.auth_throttle,
+            )),
             pool: IdlePool::new(
                 up.pool_max_idle_per_key,
                 up.pool_max_idle_total,
@@ -172,6 +186,7 @@ impl Gateway {
             draining: CancellationToken::new(),
             force: CancellationToken::new(),
             accepted: AtomicU64::new(0),
+            per_source,
         };
         (
             Self {
@@ -236,7 +251,6 @@ impl Gateway {
     ) -> ServeReport {
         let shared = self.shared;
         let tracker = TaskTracker::new();
-        let limit = Arc::new(Semaphore::new(shared.config.max_connections));
         let mut loops = serve_loops(
             [
                 (listeners.http, ListenerKind::Http),
@@ -244,7 +258,6 @@ impl Gateway {
             ],
             &shared,
             &tracker,
-            &limit,
         );
         shutdown.await;
         info!("shutdown: no new connections, draining in-flight work");
@@ -270,7 +283,6 @@ impl Gateway {
         // are gone, no connection task can be added to `tracker`.
         let accepting = TaskTracker::new();
         let done = CancellationToken::new();
-        let limit = Arc::new(Semaphore::new(shared.config.max_connections));
         let mut threads = Vec::with_capacity(workers.len());
         for (i, listeners) in workers.into_iter().enumerate() {
             let worker = Arc::new(shared.for_worker());
@@ -279,14 +291,12 @@ impl Gateway {
                 .enable_all()
                 .build()
                 .and_then(|runtime| {
-                    let (tracker, limit, done) = (tracker.clone(), limit.clone(), done.clone());
+                    let (tracker, done) = (tracker.clone(), done.clone());
                     let token = accepting.token();
                     std::thread::Builder::new()
                         .name(format!("gateway-worker-{i}"))
                         .spawn(move || {
-                            runtime.block_on(worker_main(
-                                worker, listeners, tracker, limit, token, done,
-                            ));
+                            runtime.block_on(worker_main(worker, listeners, tracker, token, done));
                         })
                 });
             match started {
@@ -319,7 +329,6 @@ async fn worker_main(
     shared: Arc<Shared>,
     listeners: WorkerListeners,
     tracker: TaskTracker,
-    limit: Arc<Semaphore>,
     accepting: tokio_util::task::task_tracker::TaskTrackerToken,
     done: CancellationToken,
 ) {
@@ -349,7 +358,6 @@ async fn worker_main(
         ],
         &shared,
         &tracker,
-        &limit,
     );
     while loops.join_next().await.is_some() {}
     drop(accepting);
@@ -363,18 +371,11 @@ fn serve_loops(
     listeners: [(Option<TcpListener>, ListenerKind); 2],
     shared: &Arc<Shared>,
     tracker: &TaskTracker,
-    limit: &Arc<Semaphore>,
 ) -> JoinSet<()> {
     let mut loops = JoinSet::new();
     for (listener, kind) in listeners {
         if let Some(listener) = listener {
-            loops.spawn(accept_loop(
-                listener,
-                kind,
-                shared.clone(),
-                tracker.clone(),
-                limit.clone(),
-            ));
+            loops.spawn(accept_loop(listener, kind, shared.clone(), tracker.clone()));
         }
     }
     loops.spawn(maintenance(shared.clone()));
@@ -429,7 +430,6 @@ async fn accept_loop(
     kind: ListenerKind,
     shared: Arc<Shared>,
     tracker: TaskTracker,
-    limit: Arc<Semaphore>,
 ) {
     // Whether accepted sockets inherit TCP_NODELAY from this listener (they do on
     // Linux when the listener has it): probed on the first connection, then the
@@ -440,7 +440,7 @@ async fn accept_loop(
             accepted = listener.accept() => accepted,
             () = shared.draining.cancelled() => return,
         };
-        let (stream, _peer) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(err) => {
                 debug!(error = %err, "accept failed");
@@ -448,7 +448,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
+        let Some(slot) = shared.per_source.acquire(peer.ip()) else {
             shared
                 .metrics
                 .connections_refused
@@ -464,16 +464,17 @@ async fn accept_loop(
         }
         let shared = shared.clone();
         tracker.spawn(async move {
-            let _permit = permit;
             shared
                 .metrics
                 .open_connections
                 .fetch_add(1, Ordering::Relaxed);
             let force = shared.force.clone();
             tokio::select! {
-                () = serve_connection(&shared, kind, stream) => {}
+                () = serve_connection(&shared, kind, stream, peer.ip()) => {}
                 () = force.cancelled() => debug!("connection cut at the end of the grace period"),
+                () = slot.evicted() => debug!("connection displaced by a smaller source"),
             }
+            drop(slot);
             shared
                 .metrics
                 .open_connections
@@ -482,10 +483,15 @@ async fn accept_loop(
     }
 }
 
-async fn serve_connection(shared: &Arc<Shared>, kind: ListenerKind, stream: TcpStream) {
+async fn serve_connection(
+    shared: &Arc<Shared>,
+    kind: ListenerKind,
+    stream: TcpStream,
+    peer: std::net::IpAddr,
+) {
     match kind {
-        ListenerKind::Http => http::serve(shared, stream).await,
-        ListenerKind::Socks5 => socks5::serve(shared, stream).await,
+        ListenerKind::Http => http::serve(shared, stream, peer).await,
+        ListenerKind::Socks5 => socks5::serve(shared, stream, peer).await,
     }
 }
 

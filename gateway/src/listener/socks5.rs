@@ -20,19 +20,20 @@ use crate::parse::socks5::{
     self, Command, Parsed, Socks5Error, encode_reply, parse_greeting, parse_request,
     parse_user_pass, reply,
 };
-use crate::route::{Credentials, Pick, Ticket};
+use crate::route::{Credentials, Pick, Request, Ticket};
 use crate::snapshot::live::now_ms;
 use crate::upstream::Target;
+use std::net::IpAddr;
 
 /// Greeting (≤ 257) + credentials (≤ 513) + request (≤ 262) fit.
 const HANDSHAKE_BUFFER: usize = 1100;
 
 /// Serves one client connection.
 #[instrument(level = "debug", skip_all)]
-pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream) {
+pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream, peer: IpAddr) {
     let mut conn = BufConn::new(stream, HANDSHAKE_BUFFER);
     let timeout = shared.config.handshake_timeout;
-    let admitted = match tokio::time::timeout(timeout, handshake(shared, &mut conn)).await {
+    let admitted = match tokio::time::timeout(timeout, handshake(shared, &mut conn, peer)).await {
         Ok(Ok(admitted)) => admitted,
         Ok(Err(err)) => {
             debug!(reason = err.reason(), "socks5 handshake failed");
@@ -48,17 +49,23 @@ pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream) {
     match tunnel::establish(shared, &ticket, pick, &target).await {
         Ok(est) => {
             let bound = conn.stream.local_addr().ok();
-            if write_reply(&mut conn, reply::SUCCEEDED, bound)
-                .await
-                .is_ok()
-            {
+            let replied = tokio::time::timeout(
+                shared.config.write_timeout,
+                write_reply(&mut conn, reply::SUCCEEDED, bound),
+            )
+            .await;
+            if matches!(replied, Ok(Ok(()))) {
                 tunnel::relay(shared, &mut conn, est).await;
             }
         }
         Err(err) => {
             debug!(reason = err.reason(), "socks5 connect failed");
             shared.metrics.error(&err);
-            let _ = write_reply(&mut conn, err.socks_reply(), None).await;
+            let _ = tokio::time::timeout(
+                shared.config.write_timeout,
+                write_reply(&mut conn, err.socks_reply(), None),
+            )
+            .await;
         }
     }
 }
@@ -67,7 +74,11 @@ type Admitted = (Ticket, Pick, Target);
 
 /// Runs the handshake up to admission. On an error the client has been answered
 /// (refused) where the protocol allows it.
-async fn handshake(shared: &Shared, conn: &mut BufConn) -> Result<Admitted, GatewayError> {
+async fn handshake(
+    shared: &Shared,
+    conn: &mut BufConn,
+    peer: IpAddr,
+) -> Result<Admitted, GatewayError> {
     let n = buffer_msg(conn, |b| parse_greeting(b).map(done_len)).await?;
     let Ok(Parsed::Done(greeting, _)) = parse_greeting(conn.buffered()) else {
         return Err(GatewayError::Unsupported("greeting"));
@@ -101,7 +112,7 @@ async fn handshake(shared: &Shared, conn: &mut BufConn) -> Result<Admitted, Gate
         let snap = shared.snapshots.load();
         let verdict = shared
             .router
-            .check_credentials(snap.as_deref(), credentials);
+            .check_credentials(snap.as_deref(), credentials, Some(peer));
         drop(snap);
         // RFC 1929 has one failure status, which clients read as "wrong password".
         // Without a snapshot there is no client list to judge the credentials against:
@@ -159,9 +170,15 @@ async fn handshake(shared: &Shared, conn: &mut BufConn) -> Result<Admitted, Gate
         Credentials { username, password }
     });
     let snap = shared.snapshots.load();
-    let admitted = shared
-        .router
-        .admit(snap.as_deref(), credentials, &target.host(), now_ms());
+    let host = target.host();
+    // The credentials were judged (and throttled) in the sub-negotiation already.
+    let req = Request {
+        creds: credentials,
+        target: &host,
+        connect_port: Some(target.port),
+        source: None,
+    };
+    let admitted = shared.router.admit_request(snap.as_deref(), &req, now_ms());
     drop(snap);
     match admitted {
         Ok((ticket, pick)) => Ok((ticket, pick, target)),
@@ -201,6 +218,7 @@ async fn buffer_msg(
     }
 }
 
+/// Handshake replies: the whole handshake runs under its own timeout.
 async fn send(conn: &mut BufConn, bytes: &[u8]) -> Result<(), GatewayError> {
     conn.stream
         .write_all(bytes)

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -149,7 +148,13 @@ async fn attempt(
     up: &crate::config::UpstreamConfig,
 ) -> Result<BufConn, GatewayError> {
     let started = Instant::now();
-    let stream = upstream::dial(entry, attempts.left(up.connect_timeout)).await;
+    let stream = upstream::dial(
+        entry,
+        attempts.left(up.connect_timeout),
+        shared.router.egress(),
+        |why| shared.metrics.egress_refused(why),
+    )
+    .await;
     let dialed = Instant::now();
     shared.outcomes.record(
         &entry.id,
@@ -184,12 +189,13 @@ async fn attempt(
 pub(crate) async fn relay(shared: &Shared, client: &mut BufConn, mut est: Established) {
     shared.metrics.tunnels.fetch_add(1, Ordering::Relaxed);
     let started = Instant::now();
+    let write = shared.config.write_timeout;
     let early = async {
         if !client.buffered().is_empty() {
-            est.upstream.stream.write_all(client.buffered()).await?;
+            io::write_all(&mut est.upstream.stream, client.buffered(), write).await?;
         }
         if !est.upstream.buffered().is_empty() {
-            client.stream.write_all(est.upstream.buffered()).await?;
+            io::write_all(&mut client.stream, est.upstream.buffered(), write).await?;
         }
         Ok::<_, std::io::Error>(())
     };
@@ -203,6 +209,7 @@ pub(crate) async fn relay(shared: &Shared, client: &mut BufConn, mut est: Establ
                 client,
                 &mut est.upstream,
                 shared.config.io_idle_timeout,
+                write,
                 &shared.force,
                 // Exclusivity: nothing goes through the proxy past this worker's lease.
                 est.entry.state.lease_ended(),

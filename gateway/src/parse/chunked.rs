@@ -1,8 +1,13 @@
-//! The chunk-size line of `Transfer-Encoding: chunked` (RFC 9112 §7.1). Pure and
-//! bounded; chunk extensions are accepted and ignored.
+//! The chunk-size line and the trailer section of `Transfer-Encoding: chunked`
+//! (RFC 9112 §7.1). Pure and bounded; chunk extensions are accepted and ignored.
+//! Trailer fields are parsed like header lines and then dropped by the relay (a proxy
+//! may discard them, RFC 9112 §7.1.2): nothing a client puts after the last chunk
+//! reaches the other side unchecked.
 
 /// Longest chunk-size line accepted (size, extensions, no CRLF).
 pub const MAX_CHUNK_LINE: usize = 4096;
+/// Most bytes of trailer fields accepted after the last chunk.
+pub const MAX_TRAILER_BYTES: usize = 8 * 1024;
 
 /// Why a chunk-size line was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -48,10 +53,53 @@ pub fn parse_chunk_size(line: &[u8]) -> Result<u64, ChunkError> {
     }))
 }
 
+/// Checks one trailer field line (without CRLF) like a header line: a token name,
+/// `:`, then a value of visible characters, spaces and tabs (no CR, LF or NUL, no
+/// obsolete folding).
+pub fn check_trailer_line(line: &[u8]) -> Result<(), ChunkError> {
+    let colon = line
+        .iter()
+        .position(|&b| b == b':')
+        .ok_or(ChunkError::Malformed)?;
+    let (name, value) = (&line[..colon], &line[colon + 1..]);
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || !name.iter().all(|&b| tchar(b)) {
+        return Err(ChunkError::Malformed);
+    }
+    if value
+        .iter()
+        .any(|&b| !(b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b) || b >= 0x80))
+    {
+        return Err(ChunkError::Malformed);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn trailer_lines_are_header_lines() {
+        assert_eq!(check_trailer_line(b"Checksum: abc"), Ok(()));
+        assert_eq!(check_trailer_line(b"X-T:"), Ok(()));
+        for bad in [
+            &b" folded: x"[..],
+            b"no colon",
+            b": empty name",
+            b"bad name: x",
+            b"X: a\rb",
+            b"X: a\nGET / HTTP/1.1",
+            b"X: a\0",
+        ] {
+            assert!(
+                check_trailer_line(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
 
     #[test]
     fn sizes() {

@@ -162,12 +162,29 @@ pub enum BodyFraming {
 /// Returns the length of the head (through `\r\n\r\n`) if `buf` holds a complete one.
 /// `Err(TooLarge)` when none ends within `max`.
 pub fn head_len(buf: &[u8], max: usize) -> Result<Option<usize>, HeadError> {
-    let window = &buf[..buf.len().min(max)];
-    match window.windows(4).position(|w| w == b"\r\n\r\n") {
-        Some(pos) => Ok(Some(pos + 4)),
+    head_len_from(buf, 0, max).0
+}
+
+/// [`head_len`] for a buffer whose first `from` bytes are known to hold no end of
+/// head: only the rest is searched. Also returns how many bytes were examined.
+pub fn head_len_from(
+    buf: &[u8],
+    from: usize,
+    max: usize,
+) -> (Result<Option<usize>, HeadError>, usize) {
+    let end = buf.len().min(max);
+    let from = from.min(end);
+    let window = &buf[from..end];
+    let found = window
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|pos| from + pos + 4);
+    let result = match found {
+        Some(len) => Ok(Some(len)),
         None if buf.len() >= max => Err(HeadError::TooLarge),
         None => Ok(None),
-    }
+    };
+    (result, window.len())
 }
 
 /// Parses a request head at the start of `buf`. `Ok(None)`: incomplete, read more.
@@ -543,6 +560,29 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn searching_in_pieces_finds_what_one_search_finds(
+            bytes in proptest::collection::vec(prop_oneof![Just(b'\r'), Just(b'\n'), Just(b'a')], 0..64),
+            cuts in proptest::collection::vec(0usize..64, 0..8),
+        ) {
+            // Resuming at `len - 3` after every partial read never misses an end.
+            let whole = head_len(&bytes, 1024);
+            let mut cuts: Vec<usize> = cuts.into_iter().filter(|c| *c <= bytes.len()).collect();
+            cuts.sort_unstable();
+            cuts.push(bytes.len());
+            let mut scanned = 0;
+            let mut got = Ok(None);
+            for c in cuts {
+                let (r, _) = head_len_from(&bytes[..c], scanned, 1024);
+                if let Ok(Some(_)) = r {
+                    got = r;
+                    break;
+                }
+                scanned = c.saturating_sub(3);
+            }
+            prop_assert_eq!(got, whole);
+        }
+
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
             let mut ranges = Vec::new();

@@ -1,10 +1,15 @@
-//! Request admission on one snapshot: staleness, client authentication, first
-//! matching routing, sticky-session lookup, and the pick (with its Reserved slot).
-//! Synchronous and lock-free except for one session-shard lookup on sticky requests.
+//! Request admission on one snapshot: staleness, the egress policy on the target,
+//! client authentication (with failures throttled per source and per user name), first
+//! matching routing and its CONNECT port allow-list, sticky-session lookup, and the pick
+//! (with its Reserved slot). Synchronous; besides one session-shard lookup on sticky
+//! requests it takes only the throttle's short sharded locks.
 
+use std::net::IpAddr;
 use std::sync::Arc;
-use subtle::ConstantTimeEq;
 use tokio::time::Instant;
+
+use proxy_pool_api::egress::{EgressDenied, EgressPolicy};
+use proxy_pool_api::throttle::{AuthThrottle, ThrottleConfig, Verdict};
 
 use crate::capacity::Reservation;
 use crate::config::AuthMode;
@@ -62,22 +67,61 @@ pub struct Pick {
     pub moved: Option<MoveReason>,
 }
 
+/// One request to admit.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// Credentials as presented.
+    pub creds: Option<Credentials<'a>>,
+    /// The target host.
+    pub target: &'a Host<'a>,
+    /// The target port of a CONNECT (HTTP or SOCKS5): checked against the routing's
+    /// allow-list. `None` for forwarded plain HTTP.
+    pub connect_port: Option<u16>,
+    /// The client's address, for the failed-authentication throttle.
+    pub source: Option<IpAddr>,
+}
+
 /// Admission logic plus the session table.
 #[derive(Debug)]
 pub struct Router {
     sessions: SessionTable,
     auth: AuthMode,
     usage: Arc<UsageRecorder>,
+    egress: EgressPolicy,
+    throttle: AuthThrottle,
 }
 
 impl Router {
-    /// A router with room for `max_sessions` sticky bindings.
+    /// A router with room for `max_sessions` sticky bindings (a tenth per client), the
+    /// default egress policy and throttle.
     pub fn new(auth: AuthMode, max_sessions: usize) -> Self {
+        Self::with(
+            auth,
+            SessionTable::new(max_sessions),
+            EgressPolicy::default(),
+            ThrottleConfig::default(),
+        )
+    }
+
+    /// A router with these parts.
+    pub fn with(
+        auth: AuthMode,
+        sessions: SessionTable,
+        egress: EgressPolicy,
+        throttle: ThrottleConfig,
+    ) -> Self {
         Self {
-            sessions: SessionTable::new(max_sessions),
+            sessions,
             auth,
             usage: Arc::default(),
+            egress,
+            throttle: AuthThrottle::new(throttle),
         }
+    }
+
+    /// The egress policy (targets here, vendor proxies when dialled).
+    pub fn egress(&self) -> &EgressPolicy {
+        &self.egress
     }
 
     /// Per-Routing usage (requests and client identities), drained by the agent.
@@ -90,8 +134,8 @@ impl Router {
         &self.sessions
     }
 
-    /// Admits a request: snapshot fresh, client known, a routing matches, a proxy
-    /// with room chosen.
+    /// Admits a request without a source address or CONNECT port (tests, benches):
+    /// see [`Router::admit_request`].
     pub fn admit(
         &self,
         snap: Option<&LiveSnapshot>,
@@ -99,16 +143,41 @@ impl Router {
         target: &Host<'_>,
         now_ms: u64,
     ) -> Result<(Ticket, Pick), GatewayError> {
+        let req = Request {
+            creds,
+            target,
+            connect_port: None,
+            source: None,
+        };
+        self.admit_request(snap, &req, now_ms)
+    }
+
+    /// Admits a request: snapshot fresh, target allowed by the egress policy, client
+    /// known (and not throttled), a routing matches and allows the CONNECT port, a
+    /// proxy with room chosen.
+    pub fn admit_request(
+        &self,
+        snap: Option<&LiveSnapshot>,
+        req: &Request<'_>,
+        now_ms: u64,
+    ) -> Result<(Ticket, Pick), GatewayError> {
         let snap = snap.ok_or(GatewayError::NoSnapshot)?;
         if snap.is_stale(now_ms) {
             return Err(GatewayError::Stale);
         }
-        let (client, user) = self.authenticate(snap, creds)?;
+        let (client, user) = self.authenticate(snap, req.creds, req.source)?;
+        check_target(&self.egress, req.target).map_err(GatewayError::EgressDenied)?;
+        let target = req.target;
         let routing = snap
             .routings
             .iter()
             .find(|r| r.matches(client, user.params(), target))
             .ok_or(GatewayError::NoRouting)?;
+        if let Some(port) = req.connect_port
+            && !routing.spec.connect_ports.allows(port)
+        {
+            return Err(GatewayError::EgressDenied(EgressDenied::Port));
+        }
         let session = routing.spec.sticky.and_then(|policy| {
             let s = user.param(&routing.spec.session_param)?;
             Some((self.sessions.key(client, &routing.name, s), policy))
@@ -148,12 +217,38 @@ impl Router {
         &self,
         snap: Option<&LiveSnapshot>,
         creds: Credentials<'_>,
+        source: Option<IpAddr>,
     ) -> Result<(), GatewayError> {
         let snap = snap.ok_or(GatewayError::NoSnapshot)?;
-        self.authenticate(snap, Some(creds)).map(|_| ())
+        self.authenticate(snap, Some(creds), source).map(|_| ())
     }
 
+    /// Authenticates `creds`; with a `source`, a throttled source or user name is
+    /// refused before the password is judged, and a failure counts against both.
     fn authenticate<'a>(
+        &self,
+        snap: &'a LiveSnapshot,
+        creds: Option<Credentials<'a>>,
+        source: Option<IpAddr>,
+    ) -> Result<(&'a str, Username<'a>), GatewayError> {
+        let (Some(source), Some(c), AuthMode::Required) = (source, creds, self.auth) else {
+            return self.verify(snap, creds);
+        };
+        let base = c.username.split(|&b| b == b'-').next().unwrap_or_default();
+        let now = std::time::Instant::now();
+        if let Verdict::Throttled(_) = self.throttle.check(source, Some(base), now) {
+            return Err(GatewayError::AuthThrottled);
+        }
+        let verdict = self.verify(snap, creds);
+        match &verdict {
+            Err(GatewayError::AuthFailed) => self.throttle.failed(source, Some(base), now),
+            Ok(_) => self.throttle.succeeded(source, base, now),
+            Err(_) => {}
+        }
+        verdict
+    }
+
+    fn verify<'a>(
         &self,
         snap: &'a LiveSnapshot,
         creds: Option<Credentials<'a>>,
@@ -168,15 +263,12 @@ impl Router {
         if self.auth == AuthMode::Open {
             return Ok((user.base, user));
         }
-        let entry = snap
-            .clients
-            .get(user.base)
-            .ok_or(GatewayError::AuthFailed)?;
-        let digest: [u8; 32] = {
-            use sha2::Digest;
-            sha2::Sha256::digest(creds.password).into()
+        let Some(entry) = snap.clients.get(user.base) else {
+            // The same hash work as a known user: timing does not tell names apart.
+            proxy_pool_api::secret::SaltedHash::burn(creds.password);
+            return Err(GatewayError::AuthFailed);
         };
-        if bool::from(digest.ct_eq(&entry.password_sha256)) {
+        if entry.password.matches(creds.password) {
             Ok((&entry.client, user))
         } else {
             Err(GatewayError::AuthFailed)
@@ -226,6 +318,14 @@ impl Router {
         self.sessions
             .bind(key, chosen.entry.id.clone(), policy, now);
         Ok(chosen)
+    }
+}
+
+/// The egress policy on a target as the client named it.
+fn check_target(policy: &EgressPolicy, target: &Host<'_>) -> Result<(), EgressDenied> {
+    match target {
+        Host::Domain(d) => policy.check_host(d),
+        other => other.ip().map_or(Ok(()), |ip| policy.check_ip(ip)),
     }
 }
 

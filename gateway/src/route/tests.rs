@@ -45,7 +45,7 @@ fn snapshot() -> LiveSnapshot {
     only_b.matcher.clients = vec!["team-b".into()];
     only_b.strategy = Strategy::LeastActive;
     let mut rest = Routing::catch_all("rest");
-    rest.matcher.target_hosts = vec!["*.example.com".into(), "127.0.0.1".into()];
+    rest.matcher.target_hosts = vec!["*.example.com".into(), "192.0.2.1".into()];
     let s = Snapshot {
         version: 1,
         epoch: 1,
@@ -125,7 +125,7 @@ fn first_matching_routing_wins() {
         .admit(
             Some(&snap),
             creds("alice", "pw-a"),
-            &Host::V4(Ipv4Addr::LOCALHOST),
+            &Host::V4(Ipv4Addr::new(192, 0, 2, 1)),
             now_ms(),
         )
         .unwrap();
@@ -210,4 +210,195 @@ fn no_room_is_no_capacity() {
     let err = router.admit(Some(&snap), c, &WWW, now_ms()).unwrap_err();
     assert!(matches!(err, GatewayError::NoCapacity));
     drop((a, b));
+}
+
+#[test]
+fn targets_the_egress_policy_refuses_are_403_before_any_slot_is_taken() {
+    use proxy_pool_api::egress::{EgressDenied, EgressPolicy};
+    let snap = snapshot();
+    let router = Router::new(AuthMode::Required, 100);
+    let c = creds("bob", "pw-b");
+    for (target, why) in [
+        (
+            Host::V4(Ipv4Addr::new(169, 254, 169, 254)),
+            EgressDenied::LinkLocal,
+        ),
+        (Host::V4(Ipv4Addr::LOCALHOST), EgressDenied::Loopback),
+        (
+            Host::V6(std::net::Ipv6Addr::LOCALHOST),
+            EgressDenied::Loopback,
+        ),
+        (
+            Host::V6("::ffff:127.0.0.1".parse().expect("ip")),
+            EgressDenied::Loopback,
+        ),
+        (Host::Domain("localhost"), EgressDenied::LocalName),
+        (Host::V4(Ipv4Addr::UNSPECIFIED), EgressDenied::Reserved),
+    ] {
+        let err = router.admit(Some(&snap), c, &target, now_ms()).unwrap_err();
+        assert!(
+            matches!(err, GatewayError::EgressDenied(w) if w == why),
+            "{target}: {err:?}"
+        );
+        assert_eq!(err.http_status(), 403);
+        assert_eq!(err.socks_reply(), crate::parse::socks5::reply::NOT_ALLOWED);
+    }
+    // Unauthenticated callers learn nothing about the policy.
+    let err = router
+        .admit(Some(&snap), None, &Host::V4(Ipv4Addr::LOCALHOST), now_ms())
+        .unwrap_err();
+    assert!(matches!(err, GatewayError::AuthRequired));
+    // An internal range is refused once configured; loopback once opted in is not.
+    let policy =
+        EgressPolicy::parse(&["10.96.0.0/12".into()], &["127.0.0.0/8".into()]).expect("policy");
+    let router = Router::with(
+        AuthMode::Required,
+        SessionTable::new(100),
+        policy,
+        ThrottleConfig::default(),
+    );
+    let err = router
+        .admit(
+            Some(&snap),
+            c,
+            &Host::V4(Ipv4Addr::new(10, 100, 0, 1)),
+            now_ms(),
+        )
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        GatewayError::EgressDenied(EgressDenied::Internal)
+    ));
+    assert!(
+        router
+            .admit(Some(&snap), c, &Host::V4(Ipv4Addr::LOCALHOST), now_ms())
+            .is_ok()
+    );
+}
+
+#[test]
+fn connect_ports_are_an_allow_list_per_routing() {
+    use proxy_pool_api::egress::{EgressDenied, PortRanges};
+    let snap = snapshot();
+    let router = Router::new(AuthMode::Required, 100);
+    let req = |port| Request {
+        creds: creds("bob", "pw-b"),
+        target: &WWW,
+        connect_port: Some(port),
+        source: None,
+    };
+    for port in [443, 80] {
+        assert!(
+            router
+                .admit_request(Some(&snap), &req(port), now_ms())
+                .is_ok()
+        );
+    }
+    for port in [22, 25, 6379, 8080] {
+        let err = router
+            .admit_request(Some(&snap), &req(port), now_ms())
+            .unwrap_err();
+        assert!(
+            matches!(err, GatewayError::EgressDenied(EgressDenied::Port)),
+            "{port}: {err:?}"
+        );
+    }
+    // A routing that lists its own ports.
+    let mut r = Routing::catch_all("ssh");
+    r.connect_ports = PortRanges::parse(&["22".into(), "8000-8999".into()]).expect("ports");
+    let s = Snapshot {
+        version: 1,
+        epoch: 1,
+        generated_at: SystemTime::now(),
+        valid_until: SystemTime::now() + Duration::from_secs(600),
+        routings: vec![r],
+        proxies: vec![proxy("p", "x", 5)],
+        clients: vec![ClientCredential::from_password("team-b", "bob", "pw-b")],
+    };
+    let far = SystemTime::now() + Duration::from_secs(600);
+    let snap = LiveSnapshot::build(s, &CapacityRegistry::default(), far).unwrap();
+    assert!(
+        router
+            .admit_request(Some(&snap), &req(22), now_ms())
+            .is_ok()
+    );
+    assert!(
+        router
+            .admit_request(Some(&snap), &req(8500), now_ms())
+            .is_ok()
+    );
+    assert!(
+        router
+            .admit_request(Some(&snap), &req(443), now_ms())
+            .is_err()
+    );
+}
+
+#[test]
+fn failed_logins_are_throttled_per_source_and_per_user() {
+    let snap = snapshot();
+    let router = Router::with(
+        AuthMode::Required,
+        SessionTable::new(100),
+        proxy_pool_api::egress::EgressPolicy::default(),
+        ThrottleConfig {
+            burst: 3,
+            refill: Duration::from_secs(600),
+            capacity: 1024,
+            trust_for: Duration::from_secs(600),
+        },
+    );
+    let at = |ip: [u8; 4], u: &'static str, p: &'static str| Request {
+        creds: creds(u, p),
+        target: &WWW,
+        connect_port: None,
+        source: Some(IpAddr::from(ip)),
+    };
+    // Alice works from her usual address first.
+    assert!(
+        router
+            .admit_request(Some(&snap), &at([192, 0, 2, 10], "alice", "pw-a"), now_ms())
+            .is_ok()
+    );
+    let guesser = [198, 51, 100, 7];
+    for i in 0..4 {
+        let err = router
+            .admit_request(
+                Some(&snap),
+                &at(guesser, "alice-region-x", "nope"),
+                now_ms(),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(err, GatewayError::AuthFailed),
+            "attempt {i}: {err:?}"
+        );
+    }
+    // The right password from the guesser's address is not judged any more.
+    let err = router
+        .admit_request(Some(&snap), &at(guesser, "alice", "pw-a"), now_ms())
+        .unwrap_err();
+    assert!(matches!(err, GatewayError::AuthThrottled));
+    assert_eq!(err.http_status(), 429);
+    // Nor from another address that never worked as alice...
+    let err = router
+        .admit_request(
+            Some(&snap),
+            &at([203, 0, 113, 1], "alice", "pw-a"),
+            now_ms(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, GatewayError::AuthThrottled));
+    // ...but alice's own address keeps working: no remote lockout.
+    assert!(
+        router
+            .admit_request(Some(&snap), &at([192, 0, 2, 10], "alice", "pw-a"), now_ms())
+            .is_ok()
+    );
+    // And bob is unaffected.
+    assert!(
+        router
+            .admit_request(Some(&snap), &at([203, 0, 113, 1], "bob", "pw-b"), now_ms())
+            .is_ok()
+    );
 }

@@ -6,6 +6,8 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use proxy_pool_api::egress::PortRanges;
+
 use super::{
     ClientCredential, ProxyCredentials, ProxyId, RetryPolicy, Routing, RoutingMatch, Snapshot,
     StickyPolicy, Strategy, UpstreamProtocol, UpstreamProxy,
@@ -54,6 +56,9 @@ pub struct RawRouting {
     /// Retries.
     #[serde(default)]
     pub retry: Option<RawRetry>,
+    /// Target ports CONNECT may reach: `"443"`, `"8000-8999"` (empty: 443 and 80).
+    #[serde(default)]
+    pub connect_ports: Vec<String>,
 }
 
 /// Routing conditions.
@@ -182,6 +187,12 @@ impl SnapshotFile {
                     retry: r.retry.map_or_else(RetryPolicy::default, |r| RetryPolicy {
                         max_attempts: r.max_attempts,
                         deadline: Duration::from_millis(r.deadline_ms),
+                    }),
+                    connect_ports: PortRanges::parse(&r.connect_ports).unwrap_or_else(|e| {
+                        for p in e {
+                            problems.push(format!("routings[{i}].connectPorts{p}"));
+                        }
+                        PortRanges::default()
                     }),
                 }
             })

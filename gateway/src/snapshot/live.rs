@@ -141,7 +141,7 @@ impl CompiledRouting {
 #[derive(Debug)]
 pub(crate) struct ClientEntry {
     pub(crate) client: Arc<str>,
-    pub(crate) password_sha256: [u8; 32],
+    pub(crate) password: proxy_pool_api::secret::SaltedHash,
 }
 
 /// The compiled snapshot.
@@ -237,7 +237,7 @@ impl LiveSnapshot {
             .map(|c: ClientCredential| {
                 let entry = ClientEntry {
                     client: Arc::from(c.client.as_str()),
-                    password_sha256: c.password_sha256,
+                    password: c.password,
                 };
                 (c.username, entry)
             })

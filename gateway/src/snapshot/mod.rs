@@ -12,6 +12,8 @@ pub mod live;
 pub use handle::{ChannelSource, SnapshotHandle, SnapshotSource, run_source};
 pub use live::{Candidate, CompiledRouting, LiveSnapshot, ProxyEntry, SnapshotError, UpstreamAddr};
 
+use proxy_pool_api::egress::PortRanges;
+use proxy_pool_api::secret::SaltedHash;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -213,10 +215,13 @@ pub struct Routing {
     pub session_param: String,
     /// Retry budget.
     pub retry: RetryPolicy,
+    /// Target ports CONNECT may reach (default 443 and 80).
+    pub connect_ports: PortRanges,
 }
 
 impl Routing {
-    /// A routing that matches everything and allows every proxy.
+    /// A routing that matches everything and allows every proxy (CONNECT to 443 and
+    /// 80 only).
     pub fn catch_all(name: &str) -> Self {
         Self {
             name: name.to_owned(),
@@ -228,30 +233,30 @@ impl Routing {
             sticky: None,
             session_param: "session".to_owned(),
             retry: RetryPolicy::default(),
+            connect_ports: PortRanges::default(),
         }
     }
 }
 
-/// A client allowed to use the gateway: the base username it presents and the
-/// SHA-256 of its password (never the password itself).
+/// A client allowed to use the gateway: the base username it presents and its
+/// password salted and hashed (never the password itself, never an unsalted digest).
 #[derive(Clone, PartialEq, Eq)]
 pub struct ClientCredential {
     /// Client name (what `RoutingMatch::clients` lists).
     pub client: String,
     /// Base username (before any `-key-value` parameters).
     pub username: String,
-    /// SHA-256 of the password.
-    pub password_sha256: [u8; 32],
+    /// The password, salted and hashed.
+    pub password: SaltedHash,
 }
 
 impl ClientCredential {
     /// Builds a credential from a clear password (tests and static configs).
     pub fn from_password(client: &str, username: &str, password: &str) -> Self {
-        use sha2::Digest;
         Self {
             client: client.to_owned(),
             username: username.to_owned(),
-            password_sha256: sha2::Sha256::digest(password.as_bytes()).into(),
+            password: SaltedHash::new(password.as_bytes()),
         }
     }
 }

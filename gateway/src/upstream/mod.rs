@@ -12,6 +12,8 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use proxy_pool_api::egress::{EgressDenied, EgressPolicy};
+
 use crate::error::GatewayError;
 use crate::io::{BufConn, HeadReadError};
 use crate::parse::authority::{Authority, Host};
@@ -63,18 +65,57 @@ impl fmt::Display for Target {
     }
 }
 
-/// Opens a TCP connection to the vendor proxy.
-pub async fn dial(entry: &ProxyEntry, timeout: Duration) -> Result<TcpStream, GatewayError> {
+/// A vendor proxy's address refused by the egress policy: a dial failure of that
+/// proxy (another one may be tried), counted by why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused(pub EgressDenied);
+
+/// Opens a TCP connection to the vendor proxy — never to an address `egress` refuses
+/// (a name is resolved here and every address it resolves to is judged; the first
+/// allowed one is dialled). A refusal is reported to `refused` and fails the dial.
+pub async fn dial(
+    entry: &ProxyEntry,
+    timeout: Duration,
+    egress: &EgressPolicy,
+    refused: impl FnOnce(EgressDenied),
+) -> Result<TcpStream, GatewayError> {
+    let denied = || GatewayError::Dial(io::ErrorKind::PermissionDenied);
     let connect = async {
         match &entry.addr {
-            UpstreamAddr::Ip(addr) => TcpStream::connect(addr).await,
-            UpstreamAddr::Name(host, port) => TcpStream::connect((&**host, *port)).await,
+            UpstreamAddr::Ip(addr) => match egress.check_ip(addr.ip()) {
+                Ok(()) => Ok(TcpStream::connect(addr).await),
+                Err(why) => Err(why),
+            },
+            UpstreamAddr::Name(host, port) => {
+                egress.check_host(host)?;
+                let addrs = match tokio::net::lookup_host((&**host, *port)).await {
+                    Ok(a) => a,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let mut first_refusal = None;
+                for addr in addrs {
+                    match egress.check_ip(addr.ip()) {
+                        Ok(()) => return Ok(TcpStream::connect(addr).await),
+                        Err(why) => {
+                            first_refusal.get_or_insert(why);
+                        }
+                    }
+                }
+                match first_refusal {
+                    Some(why) => Err(why),
+                    None => Ok(Err(io::ErrorKind::NotFound.into())),
+                }
+            }
         }
     };
-    let stream = tokio::time::timeout(timeout, connect)
-        .await
-        .map_err(|_| GatewayError::UpstreamTimeout)?
-        .map_err(|e| GatewayError::Dial(e.kind()))?;
+    let stream = match tokio::time::timeout(timeout, connect).await {
+        Err(_) => return Err(GatewayError::UpstreamTimeout),
+        Ok(Err(why)) => {
+            refused(why);
+            return Err(denied());
+        }
+        Ok(Ok(s)) => s.map_err(|e| GatewayError::Dial(e.kind()))?,
+    };
     let _ = stream.set_nodelay(true);
     Ok(stream)
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use base64::Engine as _;
+use proxy_pool_api::egress::{EgressPolicy, PortRanges};
 use proxy_pool_e2e::sim::{
     EchoReply, FailureMode, Protocol, ProxySpec, SimConfig, SimProxy, Simulator,
 };
@@ -49,7 +50,7 @@ impl Harness {
     }
 
     pub async fn start() -> Self {
-        Self::start_with(GatewayConfig::default()).await
+        Self::start_with(local_config()).await
     }
 
     pub async fn start_with(config: GatewayConfig) -> Self {
@@ -432,9 +433,26 @@ pub fn tls_connector(ca_pem: &str) -> tokio_rustls::TlsConnector {
     tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
 }
 
-/// The catch-all routing.
+/// The catch-all routing, CONNECT to any port (the simulator's targets listen on
+/// random loopback ports).
 pub fn all() -> Routing {
-    Routing::catch_all("all")
+    any_port(Routing::catch_all("all"))
+}
+
+/// `r` with CONNECT allowed to every port.
+pub fn any_port(mut r: Routing) -> Routing {
+    r.connect_ports = PortRanges::any();
+    r
+}
+
+/// The gateway config of these tests: everything at its default except the egress
+/// policy, which opts in to loopback explicitly (the simulator's proxies and targets
+/// all live on 127.0.0.x).
+pub fn local_config() -> GatewayConfig {
+    GatewayConfig {
+        egress: EgressPolicy::allow_loopback(),
+        ..GatewayConfig::default()
+    }
 }
 
 pub fn id_of(p: &SimProxy) -> ProxyId {
@@ -444,7 +462,7 @@ pub fn id_of(p: &SimProxy) -> ProxyId {
 pub fn open_config() -> GatewayConfig {
     GatewayConfig {
         auth: AuthMode::Open,
-        ..GatewayConfig::default()
+        ..local_config()
     }
 }
 

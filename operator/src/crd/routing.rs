@@ -84,6 +84,14 @@ pub struct RoutingSpec {
     /// Retries on DIAL and PROXY_HANDSHAKE failures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryBudget>,
+    /// Target ports CONNECT tunnels may reach: `"443"` or a range `"8000-8999"`.
+    /// Empty: 443 and 80.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 64),
+        inner(length(max = 11), pattern(r"^[0-9]{1,5}(-[0-9]{1,5})?$"))
+    )]
+    pub connect_ports: Vec<String>,
     /// The gateway Deployment and Service that serve this routing.
     pub gateway: GatewaySpec,
 }

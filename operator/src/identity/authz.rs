@@ -6,7 +6,8 @@
 //!   namespace and name in the operator's configuration, its pods running under the
 //!   checker's ServiceAccount) → a checker identity, or
 //! - a Deployment carrying the operator's managed-by label and the gateway component
-//!   label → a gateway worker identity.
+//!   label, its pod running under the gateway ServiceAccount (when the operator names
+//!   one, as the chart does) → a gateway worker identity.
 //!
 //! Labels alone never make a checker. Decided afresh on every request; never cached.
 
@@ -77,6 +78,9 @@ pub enum Denial {
     /// A pod of the checker Deployment under another ServiceAccount than the checker's.
     #[error("pod of the checker Deployment does not run under the checker ServiceAccount")]
     CheckerServiceAccount,
+    /// A pod of a gateway Deployment under another ServiceAccount than the gateways'.
+    #[error("pod of a gateway Deployment does not run under the gateway ServiceAccount")]
+    GatewayServiceAccount,
 }
 
 /// Why the decision could not be made (503).
@@ -104,12 +108,14 @@ pub trait Workloads: fmt::Debug + Send + Sync {
 }
 
 /// Decides whether `caller` may have an identity, and which kind: a gateway
-/// [`WorkloadKind::Worker`] or a [`WorkloadKind::Checker`] (only when `checker` is set).
+/// [`WorkloadKind::Worker`] (only under `gateway_service_account` when it is set) or a
+/// [`WorkloadKind::Checker`] (only when `checker` is set).
 pub async fn authorize(
     workloads: &dyn Workloads,
     caller: &PodCaller,
     namespaces: Option<&[String]>,
     checker: Option<&CheckerWorkload>,
+    gateway_service_account: Option<&str>,
 ) -> Result<Result<WorkloadKind, Denial>, LookupUnavailable> {
     if namespaces.is_some_and(|ns| !ns.contains(&caller.namespace)) {
         return Ok(Err(Denial::Namespace));
@@ -167,6 +173,9 @@ pub async fn authorize(
         || label(COMPONENT_LABEL) != Some(GATEWAY_COMPONENT)
     {
         return Ok(Err(Denial::NotManaged));
+    }
+    if gateway_service_account.is_some_and(|sa| sa != caller.service_account) {
+        return Ok(Err(Denial::GatewayServiceAccount));
     }
     Ok(Ok(WorkloadKind::Worker))
 }

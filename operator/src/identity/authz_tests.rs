@@ -1,13 +1,13 @@
 use super::*;
 use crate::identity::fixtures::{
-    CHECKER, Chain, NS, checker_chain, checker_workload, gateway_chain,
+    CHECKER, Chain, NS, SA, checker_chain, checker_workload, gateway_chain,
 };
 
 /// The decision with the checker rule configured, as the chart configures it.
 async fn decide(chain: &Chain, caller: &PodCaller) -> Result<WorkloadKind, Denial> {
     let w = MemoryWorkloads::default();
     chain.load(&w);
-    authorize(&w, caller, None, Some(&checker_workload()))
+    authorize(&w, caller, None, Some(&checker_workload()), Some(SA))
         .await
         .unwrap()
 }
@@ -23,7 +23,9 @@ async fn a_managed_gateway_pod_is_allowed() {
     let w = MemoryWorkloads::default();
     chain.load(&w);
     assert_eq!(
-        authorize(&w, &chain.caller(), None, None).await.unwrap(),
+        authorize(&w, &chain.caller(), None, None, None)
+            .await
+            .unwrap(),
         Ok(WorkloadKind::Worker)
     );
 }
@@ -39,7 +41,9 @@ async fn a_pod_of_the_checker_deployment_is_a_checker() {
     let w = MemoryWorkloads::default();
     chain.load(&w);
     assert_eq!(
-        authorize(&w, &chain.caller(), None, None).await.unwrap(),
+        authorize(&w, &chain.caller(), None, None, None)
+            .await
+            .unwrap(),
         Err(Denial::NotManaged)
     );
 }
@@ -91,15 +95,19 @@ async fn the_checker_rule_trusts_name_uid_namespace_and_service_account_not_labe
         ..checker_workload()
     };
     assert_eq!(
-        authorize(&w, &checker.caller(), None, Some(&elsewhere))
+        authorize(&w, &checker.caller(), None, Some(&elsewhere), None)
             .await
             .unwrap(),
         Err(Denial::NotManaged)
     );
-    // And a gateway Deployment never becomes a checker by its ServiceAccount.
+    // And a gateway Deployment never becomes a checker by its ServiceAccount (its pod
+    // under the checker's account is not a gateway either).
     let mut gw = gateway_chain("gw-5d9f-abcde");
     gw.pod.spec.as_mut().unwrap().service_account_name = Some(CHECKER.into());
-    assert_eq!(decide(&gw, &gw.caller()).await, Ok(WorkloadKind::Worker));
+    assert_eq!(
+        decide(&gw, &gw.caller()).await,
+        Err(Denial::GatewayServiceAccount)
+    );
 }
 
 #[tokio::test]
@@ -168,7 +176,7 @@ async fn namespaces_can_be_restricted_and_lookups_can_fail() {
     let only_other = vec!["elsewhere".to_owned()];
     for c in [&chain, &checker] {
         assert_eq!(
-            authorize(&w, &c.caller(), Some(&only_other), Some(&rule))
+            authorize(&w, &c.caller(), Some(&only_other), Some(&rule), None)
                 .await
                 .unwrap(),
             Err(Denial::Namespace)
@@ -176,11 +184,36 @@ async fn namespaces_can_be_restricted_and_lookups_can_fail() {
     }
     let ours = vec![NS.to_owned()];
     assert_eq!(
-        authorize(&w, &chain.caller(), Some(&ours), Some(&rule))
+        authorize(&w, &chain.caller(), Some(&ours), Some(&rule), None)
             .await
             .unwrap(),
         Ok(WorkloadKind::Worker)
     );
     w.set_unavailable(true);
-    assert!(authorize(&w, &chain.caller(), None, None).await.is_err());
+    assert!(
+        authorize(&w, &chain.caller(), None, None, None)
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn a_gateway_pod_under_another_service_account_is_refused() {
+    // A pod placed into a managed gateway Deployment's ReplicaSet but running under a
+    // ServiceAccount of someone else's choosing (the token and the pod agree on it).
+    let mut chain = gateway_chain("gw-5d9f-abcde");
+    chain.pod.spec.as_mut().unwrap().service_account_name = Some("default".into());
+    assert_eq!(
+        decide(&chain, &chain.caller()).await,
+        Err(Denial::GatewayServiceAccount)
+    );
+    // Without the rule (an operator that names no gateway ServiceAccount) it passes.
+    let w = MemoryWorkloads::default();
+    chain.load(&w);
+    assert_eq!(
+        authorize(&w, &chain.caller(), None, None, None)
+            .await
+            .unwrap(),
+        Ok(WorkloadKind::Worker)
+    );
 }

@@ -16,6 +16,9 @@ pub enum IssueError {
     /// Body larger than the limit (413).
     #[error("request body too large")]
     PayloadTooLarge,
+    /// Body not received within its deadline (408).
+    #[error("request body not received in time")]
+    BodyTimeout,
     /// Body is not JSON (415).
     #[error("content type must be application/json")]
     UnsupportedMediaType,
@@ -40,6 +43,7 @@ impl IssueError {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -58,7 +62,9 @@ impl IssueError {
         let detail = match self {
             Self::BadRequest(d) | Self::Forbidden(d) => Some(d.clone()),
             Self::Unauthenticated(d) => Some((*d).to_owned()),
-            Self::PayloadTooLarge | Self::UnsupportedMediaType => Some(self.to_string()),
+            Self::PayloadTooLarge | Self::UnsupportedMediaType | Self::BodyTimeout => {
+                Some(self.to_string())
+            }
             Self::Unavailable(_) => Some("the Kubernetes API is unavailable; retry later".into()),
             Self::Internal(_) => None,
         };

@@ -12,12 +12,9 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::routing::post;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use rustls::server::ResolvesServerCert;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tokio_rustls::TlsAcceptor;
 
 use super::error::IssueError;
 use super::issuer::Issuer;
@@ -25,6 +22,9 @@ use super::wire::{ISSUE_PATH, IssueRequest, IssueResponse, MAX_REQUEST_BYTES};
 
 /// Deadline for the TLS handshake and for reading request headers.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Deadline for the request body (a few KiB: a token header and a CSR). Read before
+/// an issuance slot is taken, so slow senders hold no slot.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Deadline for one issuance (TokenReview + lookups + signing).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections served at once; more are closed on accept.
@@ -32,7 +32,8 @@ const MAX_CONNECTIONS: usize = 512;
 /// How long in-flight requests may run after shutdown begins.
 const GRACE: Duration = Duration::from_secs(10);
 /// Issuances in progress at once; more get 503 at once. Bounds the TokenReview and
-/// lookup load unauthenticated callers can push onto the API server.
+/// lookup load unauthenticated callers can push onto the API server. A slot is taken
+/// only once the whole (bounded) body is in, so trickling clients hold none.
 pub const MAX_IN_FLIGHT: usize = 64;
 
 #[derive(Clone, Debug)]
@@ -56,12 +57,7 @@ async fn issue(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<IssueResponse>, IssueError> {
-    let result = match state.in_flight.try_acquire() {
-        Ok(_permit) => handle(&state.issuer, &headers, body).await,
-        Err(_) => Err(IssueError::Unavailable(
-            "too many issuances in flight".into(),
-        )),
-    };
+    let result = handle(&state, &headers, body).await;
     match &result {
         Err(e @ (IssueError::Unavailable(_) | IssueError::Internal(_))) => {
             tracing::warn!(error = %e, "identity issuance failed");
@@ -72,8 +68,10 @@ async fn issue(
     result.map(Json)
 }
 
+/// Cheap checks, then the body under its deadline and size cap, and only then an
+/// issuance slot for the TokenReview, the lookups and the signing.
 async fn handle(
-    issuer: &Issuer,
+    state: &AppState,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<IssueResponse, IssueError> {
@@ -86,8 +84,9 @@ async fn handle(
     if !json {
         return Err(IssueError::UnsupportedMediaType);
     }
-    let bytes = axum::body::to_bytes(body, MAX_REQUEST_BYTES)
+    let bytes = tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_REQUEST_BYTES))
         .await
+        .map_err(|_| IssueError::BodyTimeout)?
         .map_err(|e| {
             let too_large = std::error::Error::source(&e)
                 .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
@@ -99,7 +98,12 @@ async fn handle(
         })?;
     let request: IssueRequest = serde_json::from_slice(&bytes)
         .map_err(|_| IssueError::BadRequest(r#"body must be {"csr": "<PEM CSR>"}"#.into()))?;
-    tokio::time::timeout(REQUEST_TIMEOUT, issuer.issue(token, &request.csr))
+    let Ok(_slot) = state.in_flight.try_acquire() else {
+        return Err(IssueError::Unavailable(
+            "too many issuances in flight".into(),
+        ));
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, state.issuer.issue(token, &request.csr))
         .await
         .map_err(|_| IssueError::Unavailable("issuance timed out".into()))?
 }
@@ -132,56 +136,14 @@ pub async fn serve(
     app: Router,
     shutdown: impl Future<Output = ()>,
 ) {
-    let acceptor = TlsAcceptor::from(tls);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    tokio::pin!(shutdown);
-    loop {
-        let tcp = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            tracing::debug!("connection limit reached; closing a new connection");
-            continue;
-        };
-        let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(app.clone());
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let _slot = slot;
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => {
-                    tracing::debug!(%error, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => return,
-            };
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(HANDSHAKE_TIMEOUT);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            if let Err(error) = watcher.watch(conn).await {
-                tracing::debug!(%error, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    if tokio::time::timeout(GRACE, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("identity endpoint: grace period over; dropping open connections");
-    }
+    let limits = crate::serve::Limits {
+        max_connections: MAX_CONNECTIONS,
+        max_per_source: MAX_CONNECTIONS / 4,
+        head_timeout: HANDSHAKE_TIMEOUT,
+        max_buf_size: 16 * 1024,
+        grace: GRACE,
+    };
+    crate::serve::serve(listener, Some(tls), app, limits, shutdown).await;
 }
 
 #[cfg(test)]

@@ -625,3 +625,55 @@ async fn checker_refusals_keep_their_reasons() {
         "the reason names both rules"
     );
 }
+
+type Trickle = futures::channel::mpsc::Sender<Result<axum::body::Bytes, std::io::Error>>;
+
+/// A request whose body sends its first byte and then nothing more.
+fn trickling() -> (Request<Body>, Trickle) {
+    let (mut tx, rx) = futures::channel::mpsc::channel(1);
+    let _ = tx.try_send(Ok(axum::body::Bytes::from_static(b"{")));
+    let req = Request::post(ISSUE_PATH)
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {TOKEN}"))
+        .header("content-length", "4096")
+        .body(Body::from_stream(rx))
+        .unwrap();
+    (req, tx)
+}
+
+#[tokio::test]
+async fn trickling_clients_cannot_block_issuance_for_a_real_worker() {
+    let f = fixture().await;
+    let app = router(f.issuer.clone());
+    // As many slow senders as there are issuance slots, each stuck in its body.
+    let mut stuck = Vec::new();
+    let mut senders = Vec::new();
+    for _ in 0..MAX_IN_FLIGHT {
+        let (req, tx) = trickling();
+        senders.push(tx);
+        let app = app.clone();
+        stuck.push(tokio::spawn(async move {
+            app.oneshot(req).await.unwrap().status()
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A real worker is served at once.
+    let csr = csr_with_sans(vec!["ignored".into()]);
+    let started = std::time::Instant::now();
+    let resp = app
+        .clone()
+        .oneshot(request(Some(TOKEN), json_body(&csr)))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(started.elapsed() < BODY_TIMEOUT, "{:?}", started.elapsed());
+    // The slow senders are cut at the body deadline, with 408.
+    for s in stuck {
+        let status = tokio::time::timeout(BODY_TIMEOUT * 3, s)
+            .await
+            .expect("cut at the body deadline")
+            .unwrap();
+        assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+    }
+    drop(senders);
+}

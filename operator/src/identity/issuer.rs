@@ -36,6 +36,10 @@ pub struct IssuerConfig {
     /// The checker Deployment whose pods get checker identities; `None` = checkers
     /// are refused like any other unmanaged pod.
     pub checker: Option<CheckerWorkload>,
+    /// The ServiceAccount gateway pods run under (the operator renders it into every
+    /// gateway Deployment); a pod of a gateway Deployment under another one is
+    /// refused. `None`: not checked.
+    pub gateway_service_account: Option<String>,
 }
 
 impl IssuerConfig {
@@ -48,6 +52,7 @@ impl IssuerConfig {
             leaf_lifetime: Duration::from_secs(24 * 3600),
             namespaces: None,
             checker: None,
+            gateway_service_account: None,
         }
     }
 
@@ -143,6 +148,7 @@ impl Issuer {
             &caller,
             self.config.namespaces.as_deref(),
             self.config.checker.as_ref(),
+            self.config.gateway_service_account.as_deref(),
         )
         .await
         .map_err(|e| IssueError::Unavailable(e.to_string()))?;

@@ -31,8 +31,13 @@ pub const CONFIG_KIND: &str = "ControllerConfig";
 pub const CONFIG_COMPONENT: &str = "controller-config";
 /// Pod-template annotation holding the config's content hash.
 pub const CONFIG_HASH_ANNOTATION: &str = "proxypool.io/config-hash";
+/// Annotation on the config ConfigMap: `served`, or `refused: <why>` when no usable
+/// DistributionClient is in the config (every extract request gets 401).
+pub const EXTRACTION_ANNOTATION: &str = "proxypool.io/extraction";
 /// Key of the config inside the ConfigMap (and file name in the volume).
 pub const CONFIG_KEY: &str = "config.yaml";
+/// Mode of projected files that carry Secret keys (`0440`: owner and group read).
+pub const SECRET_FILE_MODE: i32 = 0o440;
 /// Name of the projected volume the operator adds to the controller pod.
 pub const CONFIG_VOLUME: &str = "proxy-pool-config";
 
@@ -103,7 +108,8 @@ pub fn config_volume(
             .collect();
         sources.push(json!({"secret": {"name": secret, "items": items}}));
     }
-    json!({"name": CONFIG_VOLUME, "projected": {"sources": sources}})
+    // Owner and group read only (the pod's fsGroup is the group): Secret keys inside.
+    json!({"name": CONFIG_VOLUME, "projected": {"sources": sources, "defaultMode": SECRET_FILE_MODE}})
 }
 
 /// The fields of the controller Deployment this operator owns (server-side apply).
@@ -170,7 +176,10 @@ async fn reconcile_inner(d: &Deployment, ctx: &Context) -> Result<Action, Error>
             hex::encode(h.finalize())
         }
     };
+    // Sealed before it becomes an annotation: it covers Secret values.
+    let hash = cfg.hash_key.seal(&hash);
     let owner = deployment_owner(d)?;
+    let refused = rendered.extraction_refused();
     let config_map = ConfigMap {
         metadata: ObjectMeta {
             name: Some(cfg.config_map.clone()),
@@ -181,10 +190,16 @@ async fn reconcile_inner(d: &Deployment, ctx: &Context) -> Result<Action, Error>
                     CONFIG_COMPONENT.to_owned(),
                 ),
             ])),
-            annotations: Some(BTreeMap::from([(
-                CONFIG_HASH_ANNOTATION.to_owned(),
-                hash.clone(),
-            )])),
+            annotations: Some(BTreeMap::from([
+                (CONFIG_HASH_ANNOTATION.to_owned(), hash.clone()),
+                (
+                    EXTRACTION_ANNOTATION.to_owned(),
+                    refused.as_ref().map_or_else(
+                        || "served".to_owned(),
+                        |p| format!("refused: {}", p.message),
+                    ),
+                ),
+            ])),
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
@@ -230,6 +245,10 @@ async fn reconcile_inner(d: &Deployment, ctx: &Context) -> Result<Action, Error>
         );
         tracing::info!(hash = %&hash[..12], "{note}");
         publish(ctx, d, EventType::Normal, "ConfigRendered", &note).await;
+        if let Some(p) = &refused {
+            tracing::warn!("{}", p.message);
+            publish(ctx, d, EventType::Warning, p.reason, &p.message).await;
+        }
     }
     let mut next = Duration::from_secs(300);
     if let Some(state) = &tls {

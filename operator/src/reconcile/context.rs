@@ -46,6 +46,8 @@ pub struct OperatorConfig {
     /// Issue the controller's control-plane certificate and render `controlPlane.tls`
     /// (`None`: the base config's `controlPlane` is rendered as it is).
     pub controller_tls: Option<super::tls::ControllerTls>,
+    /// Seals the content hashes written as pod annotations.
+    pub hash_key: super::hash_key::HashKey,
     /// `http://host:port` of the controller's admin listener: each Upstream's status
     /// takes its inventory, last fetch time and fetch failures from there (`None`:
     /// Upstream status reports the config only).
@@ -87,6 +89,11 @@ pub struct GatewayTemplate {
     pub identity_endpoint: String,
     /// ConfigMap with the identity trust bundle (`ca.crt`).
     pub trust_bundle_config_map: String,
+    /// Egress policy of the gateways: more refused ranges (the cluster's pod and
+    /// service CIDRs), the base config's `egress.denyCidrs`.
+    pub egress_deny_cidrs: Vec<String>,
+    /// Ranges allowed although refused (`egress.allowCidrs`).
+    pub egress_allow_cidrs: Vec<String>,
     /// Hardening, scheduling, shutdown timing and PodDisruptionBudget (the chart's
     /// `gateway.*` values).
     pub pod: super::gateway_pod::GatewayPodSettings,

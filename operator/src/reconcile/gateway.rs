@@ -46,6 +46,8 @@ pub const CLIENTS_KEY: &str = "clients.json";
 /// Pod-template annotation with the hash of the clients file and the credentials it
 /// names: the gateway reads them at start, so a rotation rolls the Deployment.
 pub const CLIENTS_HASH_ANNOTATION: &str = "proxypool.io/clients-hash";
+/// Group that owns the gateway pod's mounted files (the image's non-root group).
+pub const GATEWAY_FS_GROUP: i64 = 65532;
 /// Label every operator-made object carries.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "proxy-pool-operator");
 /// Component label of gateway objects.
@@ -118,6 +120,19 @@ fn env(name: &str, value: impl Into<String>) -> EnvVar {
         value: Some(value.into()),
         value_from: None,
     }
+}
+
+/// The egress policy the gateway applies to vendor proxies and targets: the same
+/// ranges as the controller's `egress` section.
+fn egress_env(t: &GatewayTemplate) -> Vec<EnvVar> {
+    [
+        ("PROXY_POOL_EGRESS_DENY_CIDRS", &t.egress_deny_cidrs),
+        ("PROXY_POOL_EGRESS_ALLOW_CIDRS", &t.egress_allow_cidrs),
+    ]
+    .into_iter()
+    .filter(|(_, v)| !v.is_empty())
+    .map(|(name, v)| env(name, v.join(",")))
+    .collect()
 }
 
 fn field_env(name: &str, path: &str) -> EnvVar {
@@ -253,7 +268,8 @@ fn clients_volume(routing: &str, clients: &GatewayClients) -> Volume {
         name: "gateway-clients".into(),
         projected: Some(ProjectedVolumeSource {
             sources: Some(sources),
-            default_mode: None,
+            // Owner and group read only (the pod's fsGroup is the group).
+            default_mode: Some(super::config::SECRET_FILE_MODE),
         }),
         ..Volume::default()
     }
@@ -302,7 +318,10 @@ pub fn deployment(
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_UID", "metadata.uid"),
         field_env("POD_NAMESPACE", "metadata.namespace"),
-    ];
+    ]
+    .into_iter()
+    .chain(egress_env(t))
+    .collect::<Vec<_>>();
     let admin = admin_port(r);
     let container_ports: Vec<ContainerPort> = ports(r)
         .into_iter()
@@ -373,7 +392,7 @@ pub fn deployment(
                     }),
                     ..VolumeProjection::default()
                 }]),
-                default_mode: None,
+                default_mode: Some(super::config::SECRET_FILE_MODE),
             }),
             ..Volume::default()
         },
@@ -412,7 +431,13 @@ pub fn deployment(
                     automount_service_account_token: Some(false),
                     containers: vec![container],
                     volumes: Some(volumes),
-                    security_context: p.pod_security_context.clone(),
+                    // The chart's pod settings; the group of the mounted Secret files
+                    // (mode 0440) is always set (the chart's, else the gateway user's).
+                    security_context: Some({
+                        let mut c = p.pod_security_context.clone().unwrap_or_default();
+                        c.fs_group.get_or_insert(GATEWAY_FS_GROUP);
+                        c
+                    }),
                     image_pull_secrets: some_vec(p.image_pull_secrets.clone()),
                     // Longer than the unready delay plus the drain, so the kubelet
                     // never kills a gateway that is still draining.
@@ -501,7 +526,9 @@ async fn reconcile_inner(r: &Routing, ctx: &Context) -> Result<Action, Error> {
     let config_maps: Api<ConfigMap> = ctx.api();
     let object = object_name(&name);
     // The clients file first: the Deployment's pods mount it.
-    let clients = gateway_clients(r, &rendered.gateway_clients);
+    let mut clients = gateway_clients(r, &rendered.gateway_clients);
+    // Sealed before it becomes an annotation: it covers credential values.
+    clients.hash = ctx.config.hash_key.seal(&clients.hash);
     config_maps
         .patch(
             &clients_config_map_name(&name),
@@ -598,8 +625,35 @@ mod tests {
             controller_address: "proxy-pool-controller:9443".into(),
             identity_endpoint: "https://proxy-pool-operator:8443".into(),
             trust_bundle_config_map: "proxy-pool-trust-bundle".into(),
+            egress_deny_cidrs: vec!["10.96.0.0/12".into(), "10.244.0.0/16".into()],
+            egress_allow_cidrs: Vec::new(),
             pod: GatewayPodSettings::default(),
         }
+    }
+
+    #[test]
+    fn gateway_pods_get_the_egress_policy_and_tight_secret_modes() {
+        let d = deployment(&routing(), &template(), &no_clients()).expect("deployment");
+        let pod = d.spec.expect("spec").template.spec.expect("pod");
+        let env = pod.containers[0].env.clone().expect("env");
+        let deny = env
+            .iter()
+            .find(|e| e.name == "PROXY_POOL_EGRESS_DENY_CIDRS")
+            .and_then(|e| e.value.clone());
+        assert_eq!(deny.as_deref(), Some("10.96.0.0/12,10.244.0.0/16"));
+        assert!(
+            !env.iter()
+                .any(|e| e.name == "PROXY_POOL_EGRESS_ALLOW_CIDRS")
+        );
+        for v in pod.volumes.expect("volumes") {
+            if let Some(p) = v.projected {
+                assert_eq!(p.default_mode, Some(0o440), "{}", v.name);
+            }
+        }
+        assert_eq!(
+            pod.security_context.and_then(|s| s.fs_group),
+            Some(GATEWAY_FS_GROUP)
+        );
     }
 
     fn no_clients() -> GatewayClients {

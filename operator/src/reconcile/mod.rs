@@ -22,6 +22,7 @@ pub mod context;
 mod error;
 pub mod gateway;
 pub mod gateway_pod;
+pub mod hash_key;
 pub mod http;
 pub mod inventory;
 pub mod leader;

@@ -131,6 +131,21 @@ impl Rendered {
         serde_yaml::to_string(&value)
     }
 
+    /// Why the Distribution API refuses every extract request with this config, if it
+    /// does: no usable DistributionClient is in it (none exists, or each one was left
+    /// out) and anonymous access was not asked for (`auth.mode: none`). Fail closed.
+    pub fn extraction_refused(&self) -> Option<Problem> {
+        let anonymous = self.config.distribution.auth.mode.as_deref() == Some("none");
+        (self.config.clients.is_empty() && !anonymous).then(|| {
+            Problem::new(
+                "ExtractionRefused",
+                "no usable DistributionClient is in the controller config: the Distribution \
+                 API refuses every extract request (401) until one is (anonymous access only \
+                 with distribution.auth.mode: none)",
+            )
+        })
+    }
+
     /// Content hash of the config YAML and the referenced Secret values.
     pub fn hash(&self, yaml: &str) -> String {
         let mut h = Sha256::new();
@@ -587,6 +602,7 @@ impl Cx<'_> {
                     username: None,
                     username_file: Some(username_file),
                     password_sha256: None,
+                    password_hash: None,
                     password_file: Some(self.credential_file(&password)?),
                 })
             });
@@ -684,6 +700,7 @@ fn routing(
         // Each Routing runs on its own gateway Deployment, whose pods register with
         // the Routing's name as their gateway group (`--gateway-group`).
         gateway_groups: vec![name(r)],
+        connect_ports: r.spec.connect_ports.clone(),
         strategy: Some(
             match r.spec.strategy {
                 Strategy::RoundRobin => "roundRobin",

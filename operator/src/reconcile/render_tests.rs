@@ -252,10 +252,7 @@ fn client_credential_files_resolve_in_the_controller() {
     );
     let basic = c.basic.as_ref().expect("basic");
     assert_eq!(basic.username, "crawlerbot");
-    assert_eq!(
-        basic.password.0,
-        <[u8; 32]>::from(Sha256::digest(b"example-password-change-me"))
-    );
+    assert!(basic.password.matches(b"example-password-change-me"));
 }
 
 #[test]
@@ -506,4 +503,35 @@ fn service_account_clients_need_the_token_review_method() {
     assert!(out.config.clients.iter().all(|c| c.name != name));
     assert!(out.global.is_empty(), "{:?}", out.global);
     load_yaml(&out.to_yaml().expect("YAML")).expect("the rest still loads");
+}
+
+#[test]
+fn without_a_usable_client_extraction_is_refused_and_said_why() {
+    let mut ex = examples();
+    let base: RawConfig = serde_yaml::from_str(CHART_LIKE_BASE).expect("base");
+    assert!(
+        render(&inputs(&ex, &base)).extraction_refused().is_none(),
+        "clients render: extraction is served"
+    );
+    // The only clients' Secrets are gone: they are left out of the config, and the
+    // rendered config fails closed (the controller answers 401) instead of opening up.
+    ex.secrets.clear();
+    let out = render(&inputs(&ex, &base));
+    assert!(out.config.clients.is_empty());
+    let why = out.extraction_refused().expect("refused");
+    assert_eq!(why.reason, "ExtractionRefused");
+    assert!(why.message.contains("401"), "{}", why.message);
+    let config = load_yaml(&out.to_yaml().expect("YAML")).expect("valid");
+    assert_eq!(
+        config.distribution.auth.mode,
+        proxy_pool_api::config::AuthMode::Any,
+        "never anonymous by default"
+    );
+    // No DistributionClient at all (a fresh install): the same.
+    ex.clients.clear();
+    assert!(render(&inputs(&ex, &base)).extraction_refused().is_some());
+    // Anonymous access written explicitly is not a refusal.
+    let mut open: RawConfig = serde_yaml::from_str(CHART_LIKE_BASE).expect("base");
+    open.distribution.auth.mode = Some("none".into());
+    assert!(render(&inputs(&ex, &open)).extraction_refused().is_none());
 }

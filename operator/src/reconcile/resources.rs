@@ -148,6 +148,10 @@ async fn outcome(ctx: &Context, kind: Kind, name: &str) -> Result<Outcome, Error
     let rendered = ctx.render().await?;
     let mut problems = rendered.problems_of(kind, name).to_vec();
     problems.extend(ctx.config_problems(&rendered).await?);
+    // A client left out may be the reason nobody can extract: say so where it is read.
+    if kind == Kind::DistributionClient && !problems.is_empty() {
+        problems.extend(rendered.extraction_refused());
+    }
     Ok(Outcome::new(
         problems,
         format!("in the controller config {}", ctx.config.config_map),

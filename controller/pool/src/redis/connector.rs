@@ -1,11 +1,17 @@
 //! Where the Redis master is: a direct URL, or a Sentinel-monitored master resolved at
-//! every (re)connect. Owns the password; never prints it.
+//! every (re)connect — over TLS (`rediss://`, or `with_tls` for Sentinel, with an
+//! optional private trust bundle) and with ACL users on the master and the sentinels.
+//! Owns the passwords; never prints them. The one way the controller connects to Redis
+//! (the pool, the rate limiter's link, analytics and the cache all use it).
 
 use std::fmt;
 use std::time::Duration;
 
 use ::redis::aio::MultiplexedConnection;
-use ::redis::{AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo};
+use ::redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo,
+    TlsCertificates,
+};
 
 use crate::error::{PoolError, PoolResult};
 use crate::model::Secret;
@@ -16,6 +22,11 @@ pub struct RedisConnector {
     target: Target,
     password: Option<Secret>,
     username: Option<String>,
+    /// TLS to the master (and the sentinels); the PEM trust bundle when not the
+    /// system's roots.
+    tls: Option<Option<Vec<u8>>>,
+    sentinel_username: Option<String>,
+    sentinel_password: Option<Secret>,
 }
 
 #[derive(Clone)]
@@ -37,27 +48,31 @@ impl fmt::Debug for RedisConnector {
         };
         f.debug_struct("RedisConnector")
             .field("target", &target)
+            .field("tls", &self.tls.is_some())
             .field("password", &self.password.as_ref().map(|_| "***"))
+            .field(
+                "sentinel_password",
+                &self.sentinel_password.as_ref().map(|_| "***"),
+            )
             .finish()
     }
 }
 
 impl RedisConnector {
-    /// A single Redis at `url` (`redis://[:password@]host:port/[db]`).
+    /// A single Redis at `url` (`redis://[:password@]host:port/[db]`, or `rediss://`
+    /// for TLS with the system's roots; see [`RedisConnector::with_tls`]).
     pub fn direct(url: &str) -> PoolResult<Self> {
         let info = url
             .into_connection_info()
             .map_err(|_| PoolError::invalid("redis.url", "not a valid redis:// URL"))?;
-        if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
-            return Err(PoolError::invalid(
-                "redis.url",
-                "TLS is not supported by this build",
-            ));
-        }
+        let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. }).then_some(None);
         Ok(Self {
             target: Target::Direct(info),
             password: None,
             username: None,
+            tls,
+            sentinel_username: None,
+            sentinel_password: None,
         })
     }
 
@@ -95,7 +110,56 @@ impl RedisConnector {
             },
             password: None,
             username: None,
+            tls: None,
+            sentinel_username: None,
+            sentinel_password: None,
         })
+    }
+
+    /// Talks TLS to the master (and the sentinels), verifying their certificates
+    /// against `ca_pem` (a PEM bundle) or, with `None`, the system's roots.
+    pub fn with_tls(mut self, ca_pem: Option<Vec<u8>>) -> Self {
+        self.tls = Some(ca_pem);
+        self
+    }
+
+    /// Authenticates to the sentinels (an ACL user, or `default` with `None`).
+    pub fn with_sentinel_auth(
+        mut self,
+        username: Option<String>,
+        password: Option<Secret>,
+    ) -> Self {
+        self.sentinel_username = username;
+        self.sentinel_password = password;
+        self
+    }
+
+    /// A client for `info`: over TLS when configured (with the private trust bundle).
+    fn client(&self, info: ConnectionInfo) -> Result<Client, ::redis::RedisError> {
+        let info = match (&self.tls, info.addr().clone()) {
+            (Some(_), ConnectionAddr::Tcp(host, port)) => {
+                let settings = info.redis_settings().clone();
+                ConnectionAddr::TcpTls {
+                    host,
+                    port,
+                    insecure: false,
+                    tls_params: None,
+                }
+                .into_connection_info()?
+                .set_redis_settings(settings)
+            }
+            _ => info,
+        };
+        match &self.tls {
+            Some(Some(ca)) => Client::build_with_tls(
+                info,
+                TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.clone()),
+                },
+            ),
+            _ => Client::open(info),
+        }
     }
 
     /// Authenticates to the master with `password` (overrides one in the URL).
@@ -111,11 +175,11 @@ impl RedisConnector {
     }
 
     /// Opens a multiplexed connection to the current master.
-    pub(crate) async fn connect(&self, timeout: Duration) -> PoolResult<MultiplexedConnection> {
+    pub async fn connect(&self, timeout: Duration) -> PoolResult<MultiplexedConnection> {
         let info = match &self.target {
             Target::Direct(info) => info.clone(),
             Target::Sentinel { master, sentinels } => {
-                resolve_master(master, sentinels, timeout).await?
+                self.resolve_master(master, sentinels, timeout).await?
             }
         };
         let mut settings = info.redis_settings().clone();
@@ -126,8 +190,9 @@ impl RedisConnector {
             settings = settings.set_username(u);
         }
         let info = info.set_redis_settings(settings);
-        let client =
-            Client::open(info).map_err(|_| PoolError::Unavailable("connect_failed".into()))?;
+        let client = self
+            .client(info)
+            .map_err(|_| PoolError::Unavailable("connect_failed".into()))?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(None);
@@ -164,38 +229,53 @@ fn connect_code(e: &::redis::RedisError) -> &'static str {
     }
 }
 
-async fn resolve_master(
-    master: &str,
-    sentinels: &[String],
-    timeout: Duration,
-) -> PoolResult<::redis::ConnectionInfo> {
-    for url in sentinels {
-        let Ok(client) = Client::open(url.as_str()) else {
-            continue;
-        };
-        let config = AsyncConnectionConfig::new().set_connection_timeout(Some(timeout));
-        let Ok(Ok(mut conn)) = tokio::time::timeout(
-            timeout,
-            client.get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        else {
-            continue;
-        };
-        let reply: Result<Result<Option<(String, u16)>, _>, _> = tokio::time::timeout(
-            timeout,
-            ::redis::cmd("SENTINEL")
-                .arg("get-master-addr-by-name")
-                .arg(master)
-                .query_async(&mut conn),
-        )
-        .await;
-        if let Ok(Ok(Some((host, port)))) = reply
-            && let Ok(info) = ConnectionAddr::Tcp(host, port).into_connection_info()
-        {
-            tracing::debug!(master, "resolved master through sentinel");
-            return Ok(info);
+impl RedisConnector {
+    /// Asks the sentinels (over TLS and with their ACL user when configured) where the
+    /// master is.
+    async fn resolve_master(
+        &self,
+        master: &str,
+        sentinels: &[String],
+        timeout: Duration,
+    ) -> PoolResult<ConnectionInfo> {
+        for url in sentinels {
+            let Ok(info) = url.as_str().into_connection_info() else {
+                continue;
+            };
+            let mut settings = info.redis_settings().clone();
+            if let Some(p) = &self.sentinel_password {
+                settings = settings.set_password(p.expose());
+            }
+            if let Some(u) = &self.sentinel_username {
+                settings = settings.set_username(u);
+            }
+            let Ok(client) = self.client(info.set_redis_settings(settings)) else {
+                continue;
+            };
+            let config = AsyncConnectionConfig::new().set_connection_timeout(Some(timeout));
+            let Ok(Ok(mut conn)) = tokio::time::timeout(
+                timeout,
+                client.get_multiplexed_async_connection_with_config(&config),
+            )
+            .await
+            else {
+                continue;
+            };
+            let reply: Result<Result<Option<(String, u16)>, _>, _> = tokio::time::timeout(
+                timeout,
+                ::redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(master)
+                    .query_async(&mut conn),
+            )
+            .await;
+            if let Ok(Ok(Some((host, port)))) = reply
+                && let Ok(info) = ConnectionAddr::Tcp(host, port).into_connection_info()
+            {
+                tracing::debug!(master, "resolved master through sentinel");
+                return Ok(info);
+            }
         }
+        Err(PoolError::Unavailable("no_master".into()))
     }
-    Err(PoolError::Unavailable("no_master".into()))
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proxy_pool_api::controlplane::convert::{check_id, tier_from_wire};
+use proxy_pool_api::controlplane::limits::{self as sizes, span_id};
 use proxy_pool_api::controlplane::model::Observation;
 use proxy_pool_api::controlplane::negotiate_version;
 use proxy_pool_api::controlplane::pb::{self, checker_control_plane_server::CheckerControlPlane};
@@ -145,31 +146,43 @@ impl CheckerService {
     }
 }
 
+/// Holds a request to its RPC's size (the service's decode limit is the largest RPC's).
+fn sized<M: prost::Message>(
+    req: &Request<M>,
+    rpc: &'static str,
+    limit: usize,
+) -> Result<(), Status> {
+    sizes::check(rpc, req.get_ref(), limit).map_err(|e| ControlPlaneError::TooLarge(e.rpc).into())
+}
+
 #[tonic::async_trait]
 impl CheckerControlPlane for CheckerService {
     type StreamTasksStream = TaskStream;
 
-    #[tracing::instrument(skip_all, fields(checker = %request.get_ref().checker_id))]
+    #[tracing::instrument(skip_all, fields(checker = %span_id(&request.get_ref().checker_id)))]
     async fn register_checker(
         &self,
         request: Request<pb::RegisterCheckerRequest>,
     ) -> Result<Response<pb::RegisterCheckerResponse>, Status> {
+        sized(&request, "RegisterChecker", sizes::REGISTER_CHECKER)?;
         Ok(Response::new(self.register(request).await?))
     }
 
-    #[tracing::instrument(skip_all, fields(checker = %request.get_ref().checker_id))]
+    #[tracing::instrument(skip_all, fields(checker = %span_id(&request.get_ref().checker_id)))]
     async fn stream_tasks(
         &self,
         request: Request<pb::StreamTasksRequest>,
     ) -> Result<Response<Self::StreamTasksStream>, Status> {
+        sized(&request, "StreamTasks", sizes::STREAM_TASKS)?;
         Ok(Response::new(self.stream(request).await?))
     }
 
-    #[tracing::instrument(skip_all, fields(checker = %request.get_ref().checker_id))]
+    #[tracing::instrument(skip_all, fields(checker = %span_id(&request.get_ref().checker_id)))]
     async fn report_observations(
         &self,
         request: Request<pb::ReportObservationsRequest>,
     ) -> Result<Response<pb::ReportObservationsResponse>, Status> {
+        sized(&request, "ReportObservations", sizes::REPORT_OBSERVATIONS)?;
         Ok(Response::new(self.report(request).await?))
     }
 }

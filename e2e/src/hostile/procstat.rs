@@ -1,0 +1,119 @@
+//! What a process holds, read from `/proc/<pid>/status` (resident memory) and
+//! `/proc/<pid>/fd` (open descriptors), and a sampler that records the peaks while an
+//! attack runs.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// One reading.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stat {
+    /// Resident memory (`VmRSS`), KiB.
+    pub rss_kib: u64,
+    /// Open file descriptors.
+    pub fds: u64,
+}
+
+/// The reading of `pid` now (`None`: the process is gone).
+pub fn sample(pid: u32) -> Option<Stat> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())?;
+    let fds = std::fs::read_dir(PathBuf::from(format!("/proc/{pid}/fd")))
+        .ok()?
+        .count() as u64;
+    Some(Stat { rss_kib, fds })
+}
+
+/// Whether `pid` runs (and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().map(|r| r.trim_start().to_owned()))
+        .is_some_and(|rest| !rest.starts_with('Z') && !rest.starts_with('X'))
+}
+
+/// Samples a process every 50 ms on its own thread, keeping the peaks, until dropped.
+#[derive(Debug)]
+pub struct Sampler {
+    peak_rss: Arc<AtomicU64>,
+    peak_fds: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    /// Starts sampling `pid`.
+    pub fn start(pid: u32) -> Self {
+        let peak_rss = Arc::new(AtomicU64::new(0));
+        let peak_fds = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, f, s) = (peak_rss.clone(), peak_fds.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                if let Some(st) = sample(pid) {
+                    r.fetch_max(st.rss_kib, Ordering::Relaxed);
+                    f.fetch_max(st.fds, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        Self {
+            peak_rss,
+            peak_fds,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The peaks so far.
+    pub fn peaks(&self) -> Stat {
+        Stat {
+            rss_kib: self.peak_rss.load(Ordering::Relaxed),
+            fds: self.peak_fds.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Waits (up to `within`) until `pid` holds at most `fds` descriptors; returns how long
+/// it took (`None`: not within the bound).
+pub async fn fds_settle(pid: u32, fds: u64, within: Duration) -> Option<Duration> {
+    let started = tokio::time::Instant::now();
+    loop {
+        if sample(pid).is_some_and(|s| s.fds <= fds) {
+            return Some(started.elapsed());
+        }
+        if started.elapsed() >= within {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process() {
+        let me = std::process::id();
+        let s = sample(me).expect("own /proc");
+        assert!(s.rss_kib > 0 && s.fds >= 3, "{s:?}");
+        assert!(alive(me));
+        assert!(sample(u32::MAX).is_none());
+    }
+}
