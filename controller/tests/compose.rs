@@ -4,25 +4,18 @@
 //! checked, become extractable through the HTTP API, work through the simulator, and
 //! everything stops on the shutdown signal.
 
+mod controlplane_support;
+
 use std::net::SocketAddr;
-use std::num::NonZeroUsize;
-use std::sync::Arc;
 use std::time::Duration;
 
-use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
-use proxy_pool_checker::{GrpcBinding, GrpcOptions, NetProber, ProberOptions, RunnerOptions, Tier};
+use controlplane_support::{post, sha256_hex, spawn_checker};
 use proxy_pool_controller::{Controller, Listeners};
 use proxy_pool_e2e::sim::{SimConfig, Simulator, VendorFault};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 
 const API_KEY: &str = "compose-test-key";
-
-fn sha256_hex(s: &str) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(s.as_bytes()))
-}
 
 /// `GET` a JSON document (the admin listener).
 async fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
@@ -34,28 +27,6 @@ async fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
     let text = String::from_utf8_lossy(&buf).to_string();
     let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
     serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
-}
-
-async fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, serde_json::Value) {
-    let mut s = TcpStream::connect(addr).await.expect("connect");
-    let req = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nX-API-Key: {API_KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.expect("write");
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.expect("read");
-    let text = String::from_utf8_lossy(&buf).to_string();
-    let status: u16 = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
-    let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    (
-        status,
-        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
-    )
 }
 
 /// GET through an HTTP proxy (absolute URI), returning the echo answer.
@@ -159,47 +130,18 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     }));
 
     // Nothing is extractable before a checker has passed the proxies.
-    let (status, body) = post(api, "/api/v1/proxies/extract", r#"{"count":1}"#).await;
+    let (status, body) = post(api, API_KEY, "/api/v1/proxies/extract", r#"{"count":1}"#).await;
     assert!(
         status != 200 || body["returned"] == 0,
         "extracted before any check: {body}"
     );
 
     // A real checker task loop on the control plane.
-    let checker_stop = CancellationToken::new();
-    let tiers = vec![Tier::Basic, Tier::Egress, Tier::Target];
-    let binding = GrpcBinding::start(
-        GrpcOptions {
-            endpoint: format!("http://{cp}"),
-            transport: ClientTransport::LoopbackPlaintext,
-            client: ClientOptions::default(),
-            checker_id: "compose-checker".into(),
-            instance_id: "compose-checker-1".into(),
-            max_concurrency: 8,
-            tiers: tiers.clone(),
-            idle_wait: Duration::from_millis(200),
-        },
-        checker_stop.clone(),
-    );
-    let checker = tokio::spawn(proxy_pool_checker::run(
-        Arc::new(binding.clone()),
-        Arc::new(binding),
-        Arc::new(NetProber::new(ProberOptions {
-            egress: proxy_pool_api::egress::EgressPolicy::allow_loopback(),
-            ..ProberOptions::new(sim.echo_http_addr())
-        })),
-        RunnerOptions {
-            concurrency: NonZeroUsize::new(8).expect("8"),
-            tiers,
-            grace: Duration::from_secs(1),
-            ..RunnerOptions::default()
-        },
-        checker_stop.clone(),
-    ));
+    let (checker_stop, checker) = spawn_checker(cp, "compose-checker", sim.echo_http_addr());
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let extracted = loop {
-        let (status, body) = post(api, "/api/v1/proxies/extract", r#"{"count":2}"#).await;
+        let (status, body) = post(api, API_KEY, "/api/v1/proxies/extract", r#"{"count":2}"#).await;
         if status == 200 && body["returned"] == 2 {
             break body;
         }

@@ -19,27 +19,6 @@ use proxy_pool_api::controlplane::state::{Header, SnapshotState};
 use proxy_pool_controller::controlplane::{DrainRequest, RoutingSpec};
 use tonic::Code;
 
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Kind::Memory).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Kind::Redis).await;
-                }
-            )*
-        }
-    };
-}
-
 on_both!(
     incompatible_protocol_version_fails_registration,
     new_session_fences_the_old_instance,

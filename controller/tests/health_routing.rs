@@ -9,43 +9,17 @@
 
 mod controlplane_support;
 
-use std::net::SocketAddr;
-use std::num::NonZeroUsize;
-use std::sync::Arc;
 use std::time::Duration;
 
-use controlplane_support::Worker;
+use controlplane_support::{Worker, post, sha256_hex, spawn_checker};
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, connect};
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControlPlaneClient;
-use proxy_pool_checker::{GrpcBinding, GrpcOptions, NetProber, ProberOptions, RunnerOptions, Tier};
 use proxy_pool_controller::{Controller, Listeners};
 use proxy_pool_e2e::sim::{SimConfig, Simulator};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 
 const API_KEY: &str = "health-routing-key";
-
-fn sha256_hex(s: &str) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(s.as_bytes()))
-}
-
-async fn extract(addr: SocketAddr, count: u32) -> serde_json::Value {
-    let body = format!(r#"{{"count":{count}}}"#);
-    let mut s = TcpStream::connect(addr).await.expect("connect");
-    let req = format!(
-        "POST /api/v1/proxies/extract HTTP/1.1\r\nHost: {addr}\r\nX-API-Key: {API_KEY}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.expect("write");
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.expect("read");
-    let text = String::from_utf8_lossy(&buf).to_string();
-    let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
-}
+const EXTRACT: &str = "/api/v1/proxies/extract";
 
 /// Applies and ACKs snapshot updates until `done` holds for the worker's state.
 async fn until(w: &mut Worker, what: &str, done: impl Fn(&Worker) -> bool) {
@@ -62,23 +36,7 @@ async fn until(w: &mut Worker, what: &str, done: impl Fn(&Worker) -> bool) {
         .await;
         match next {
             Ok(Ok(Some(u))) => {
-                match u.update.expect("update") {
-                    pb::snapshot_update::Update::Full(s) => {
-                        let s = proxy_pool_api::controlplane::model::Snapshot::try_from(s)
-                            .expect("convert");
-                        w.state =
-                            proxy_pool_api::controlplane::state::SnapshotState::from_snapshot(s)
-                                .expect("full");
-                    }
-                    pb::snapshot_update::Update::Delta(d) => {
-                        w.state
-                            .apply_delta(
-                                proxy_pool_api::controlplane::model::Delta::try_from(d)
-                                    .expect("convert"),
-                            )
-                            .expect("delta");
-                    }
-                }
+                w.apply(u.update.expect("update"));
                 w.ack(true).await.expect("ack");
             }
             Ok(other) => panic!("stream: {other:?}"),
@@ -173,36 +131,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     let running = tokio::spawn(controller.run(listeners, async {
         let _ = stop_rx.await;
     }));
-    let checker_stop = CancellationToken::new();
-    let tiers = vec![Tier::Basic, Tier::Egress, Tier::Target];
-    let binding = GrpcBinding::start(
-        GrpcOptions {
-            endpoint: format!("http://{cp}"),
-            transport: ClientTransport::LoopbackPlaintext,
-            client: ClientOptions::default(),
-            checker_id: "health-checker".into(),
-            instance_id: "health-checker-1".into(),
-            max_concurrency: 8,
-            tiers: tiers.clone(),
-            idle_wait: Duration::from_millis(200),
-        },
-        checker_stop.clone(),
-    );
-    let checker = tokio::spawn(proxy_pool_checker::run(
-        Arc::new(binding.clone()),
-        Arc::new(binding),
-        Arc::new(NetProber::new(ProberOptions {
-            egress: proxy_pool_api::egress::EgressPolicy::allow_loopback(),
-            ..ProberOptions::new(sim.echo_http_addr())
-        })),
-        RunnerOptions {
-            concurrency: NonZeroUsize::new(8).expect("8"),
-            tiers,
-            grace: Duration::from_secs(1),
-            ..RunnerOptions::default()
-        },
-        checker_stop.clone(),
-    ));
+    let (checker_stop, checker) = spawn_checker(cp, "health-checker", sim.echo_http_addr());
 
     // A gateway: it gets proxies, and after three TARGET rounds each is excluded from
     // `bad` (its target is unreachable through any proxy) but not from `good`.
@@ -279,7 +208,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     );
 
     // Excluded from `bad` is not excluded from extraction.
-    let mut got = extract(api, 6).await;
+    let mut got = post(api, API_KEY, EXTRACT, r#"{"count":6}"#).await.1;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while got["returned"].as_u64().unwrap_or(0) == 0 {
         assert!(
@@ -287,7 +216,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
             "nothing extractable: {got}"
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
-        got = extract(api, 6).await;
+        got = post(api, API_KEY, EXTRACT, r#"{"count":6}"#).await.1;
     }
 
     let _ = stop_tx.send(());

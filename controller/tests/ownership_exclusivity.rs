@@ -13,27 +13,6 @@ use controlplane_support::*;
 use proxy_pool_controller::controlplane::ControlPlaneConfig;
 use proxy_pool_controller::demand::{Demand, DrainDemand};
 
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Kind::Memory).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    super::$name(super::Kind::Redis).await;
-                }
-            )*
-        }
-    };
-}
-
 on_both!(
     snapshots_carry_the_lease_end_and_renewals_extend_it,
     a_restarted_control_plane_adopts_the_live_leases,

@@ -1155,3 +1155,29 @@ async fn ten_thousand_label_combinations_work_and_dropped_ones_are_forgotten() {
     assert!(proxy_ids(&other.extract(&filtered(&["r1"], &[], 1)).await.unwrap()).is_empty());
     assert_consistent(&server.url()).await;
 }
+
+/// The maintenance sweep of emptied combinations walks only the index keys it was
+/// given, not the fixed keys before them: relayed extraction demand (a list) waiting
+/// for the leader does not break it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_combination_sweep_runs_while_demand_is_relayed() {
+    let server = RedisServer::start();
+    let pool = pool_at(&server.url()).await;
+    fill(&pool, &ids("sw", 2), 600).await;
+    assert_eq!(proxy_ids(&pool.extract(&req(2)).await.unwrap()).len(), 2);
+    pool.push_demand(r#"{"count":1}"#, 8, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let before = pool.known_index_keys();
+    pool.purge_expired(100).await.expect("maintenance sweep");
+    assert_eq!(
+        pool.known_index_keys(),
+        before - 1,
+        "the emptied combination is dropped"
+    );
+    assert_eq!(
+        pool.take_demands(8).await.unwrap(),
+        vec![r#"{"count":1}"#.to_string()]
+    );
+    assert_consistent(&server.url()).await;
+}

@@ -29,27 +29,28 @@ pub const TAKE_EVERY: Duration = Duration::from_millis(100);
 /// Most demands taken per round.
 const TAKE_BATCH: u32 = 64;
 
+/// A demand on the list: the domain types' own serde (which validates on the way in).
 #[derive(Serialize, Deserialize)]
 struct Wire {
     #[serde(default)]
-    p: Vec<String>,
+    p: Vec<Protocol>,
     #[serde(default)]
-    r: Vec<String>,
+    r: Vec<Label>,
     #[serde(default)]
-    c: Vec<String>,
+    c: Vec<Label>,
     #[serde(default)]
-    u: Vec<String>,
+    u: Vec<UpstreamId>,
     n: u32,
     ttl_ms: u64,
 }
 
 fn encode(d: &Demand) -> Option<String> {
-    let f = &d.filters;
+    let f = d.filters.clone();
     serde_json::to_string(&Wire {
-        p: f.protocols.iter().map(|p| p.as_str().to_owned()).collect(),
-        r: f.regions.iter().map(|l| l.as_str().to_owned()).collect(),
-        c: f.carriers.iter().map(|l| l.as_str().to_owned()).collect(),
-        u: f.upstreams.iter().map(|u| u.as_str().to_owned()).collect(),
+        p: f.protocols,
+        r: f.regions,
+        c: f.carriers,
+        u: f.upstreams,
         n: d.count,
         ttl_ms: u64::try_from(d.min_remaining_ttl.as_millis()).unwrap_or(u64::MAX),
     })
@@ -59,23 +60,12 @@ fn encode(d: &Demand) -> Option<String> {
 /// A relayed demand back into a [`Demand`]; `None` for anything malformed.
 fn decode(text: &str) -> Option<Demand> {
     let w: Wire = serde_json::from_str(text).ok()?;
-    let labels = |v: Vec<String>| -> Option<Vec<Label>> {
-        v.into_iter().map(|s| Label::new(s).ok()).collect()
-    };
     Some(Demand {
         filters: Filters {
-            protocols: w
-                .p
-                .iter()
-                .map(|p| Protocol::parse(p))
-                .collect::<Option<_>>()?,
-            regions: labels(w.r)?,
-            carriers: labels(w.c)?,
-            upstreams: w
-                .u
-                .into_iter()
-                .map(|u| UpstreamId::new(u).ok())
-                .collect::<Option<_>>()?,
+            protocols: w.p,
+            regions: w.r,
+            carriers: w.c,
+            upstreams: w.u,
         },
         count: w.n,
         min_remaining_ttl: Duration::from_millis(w.ttl_ms),
@@ -173,6 +163,11 @@ mod tests {
             count: 3,
             min_remaining_ttl: Duration::from_secs(10),
         };
+        // The list's format (replicas of two versions share it during a rollout).
+        assert_eq!(
+            encode(&d).unwrap(),
+            r#"{"p":["http"],"r":["eu"],"c":[],"u":["sim-http"],"n":3,"ttl_ms":10000}"#
+        );
         assert_eq!(decode(&encode(&d).unwrap()), Some(d));
         assert_eq!(decode("{\"n\":1,\"ttl_ms\":0,\"u\":[\"bad name!\"]}"), None);
         assert_eq!(decode("not json"), None);

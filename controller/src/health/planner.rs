@@ -541,16 +541,15 @@ impl Planner {
         observations: &[Observation],
     ) -> Option<Vec<Verdict>> {
         let id = self.tasks.get(&task_id)?.clone();
-        let entry = self.entries.get(&id)?;
-        let (_, deadline) = entry.lease?;
-        if now > deadline.plus(self.cfg.lease_grace) {
+        let grace = self.cfg.lease_grace;
+        let e = self.entries.get_mut(&id)?;
+        let (_, deadline) = e.lease?;
+        if now > deadline.plus(grace) {
             return None;
         }
-        let mut health = entry.health;
-        let profile = entry.profile.clone();
-        let mut routing_failures = entry.routing_failures.clone();
-        let mut excluded = entry.excluded.clone();
-        let hold = entry.outcome_hold;
+        let mut health = e.health;
+        let profile = e.profile.clone();
+        let hold = e.outcome_hold;
         let mut verdicts = Vec::new();
         let mut done = observations.is_empty();
         let latency = observations.iter().find_map(|o| o.latency);
@@ -569,15 +568,15 @@ impl Planner {
                 && o.tier == Tier::Target
             {
                 if o.success {
-                    routing_failures.remove(routing);
-                    excluded.remove(routing);
+                    e.routing_failures.remove(routing);
+                    e.excluded.remove(routing);
                     // The tunnel was built: the proxy itself works.
                     fact.tier = Tier::Basic;
                 } else if o.failure == Some(super::model::FailureCode::TargetUnreachable) {
-                    let n = routing_failures.entry(routing.to_owned()).or_insert(0);
+                    let n = e.routing_failures.entry(routing.to_owned()).or_insert(0);
                     *n = n.saturating_add(1);
                     if *n >= profile.reducer.target_suspect_after.get() {
-                        excluded.insert(routing.to_owned());
+                        e.excluded.insert(routing.to_owned());
                     }
                     continue;
                 }
@@ -595,10 +594,7 @@ impl Planner {
                 });
             }
         }
-        let e = self.entries.get_mut(&id)?;
         e.health = health;
-        e.routing_failures = routing_failures;
-        e.excluded = excluded;
         e.pending = e.pending.saturating_sub(mine.len());
         if done || e.pending == 0 {
             e.lease = None;

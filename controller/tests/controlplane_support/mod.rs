@@ -4,7 +4,8 @@
 
 #![allow(dead_code)]
 
-use std::num::NonZeroU32;
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,9 +24,37 @@ use proxy_pool_controller::controlplane::{
     ControlPlane, ControlPlaneConfig, ControlPlanePorts, MemoryCheckerBackend, OutcomeQueue,
     OwnershipConfig, RoutingSpec, Transport, WorkerOutcome, serve,
 };
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use tonic::{Code, Streaming};
+
+/// Runs each named `async fn(Kind)` of the calling test file as two tests, one on
+/// the memory pool (`memory::<name>`) and one on a real redis-server (`redis::<name>`).
+#[allow(unused_macros)]
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::controlplane_support::Kind::Memory).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::controlplane_support::Kind::Redis).await;
+                }
+            )*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_both;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -407,7 +436,13 @@ impl Worker {
 
     /// Applies the next update; returns whether it was a delta.
     pub async fn apply_next(&mut self) -> bool {
-        match self.next().await {
+        let u = self.next().await;
+        self.apply(u)
+    }
+
+    /// Applies one update; returns whether it was a delta.
+    pub fn apply(&mut self, update: pb::snapshot_update::Update) -> bool {
+        match update {
             pb::snapshot_update::Update::Full(s) => {
                 let s = Snapshot::try_from(s).expect("convert");
                 self.state = SnapshotState::from_snapshot(s).expect("valid full");
@@ -505,4 +540,83 @@ pub fn assert_code<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, 
         }
         Ok(v) => panic!("expected {code:?} {msg}, got {v:?}"),
     }
+}
+
+/// A real checker task loop on the control plane at `cp` (the checker crate's gRPC
+/// binding, runner and network prober, every tier; TARGET checks through `echo`),
+/// stopped by the returned token.
+pub fn spawn_checker(
+    cp: SocketAddr,
+    id: &str,
+    echo: SocketAddr,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    use proxy_pool_checker::{
+        GrpcBinding, GrpcOptions, NetProber, ProberOptions, RunnerOptions, Tier,
+    };
+    let stop = CancellationToken::new();
+    let tiers = vec![Tier::Basic, Tier::Egress, Tier::Target];
+    let binding = GrpcBinding::start(
+        GrpcOptions {
+            endpoint: format!("http://{cp}"),
+            transport: ClientTransport::LoopbackPlaintext,
+            client: ClientOptions::default(),
+            checker_id: id.into(),
+            instance_id: format!("{id}-1"),
+            max_concurrency: 8,
+            tiers: tiers.clone(),
+            idle_wait: Duration::from_millis(200),
+        },
+        stop.clone(),
+    );
+    let run = proxy_pool_checker::run(
+        Arc::new(binding.clone()),
+        Arc::new(binding),
+        Arc::new(NetProber::new(ProberOptions {
+            egress: proxy_pool_api::egress::EgressPolicy::allow_loopback(),
+            ..ProberOptions::new(echo)
+        })),
+        RunnerOptions {
+            concurrency: NonZeroUsize::new(8).expect("8"),
+            tiers,
+            grace: Duration::from_secs(1),
+            ..RunnerOptions::default()
+        },
+        stop.clone(),
+    );
+    (stop, tokio::spawn(async move { drop(run.await) }))
+}
+
+/// Lowercase hex SHA-256 (an API key as the config names it).
+pub fn sha256_hex(s: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(s.as_bytes()))
+}
+
+/// `POST`s JSON with `X-API-Key: api_key`; the status and the JSON answer (`Null` when
+/// it is not JSON).
+pub async fn post(
+    addr: SocketAddr,
+    api_key: &str,
+    path: &str,
+    body: &str,
+) -> (u16, serde_json::Value) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nX-API-Key: {api_key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.expect("read");
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status: u16 = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    (
+        status,
+        serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
+    )
 }

@@ -333,5 +333,8 @@ mod tests {
         let ck = CallKeys::new(None, None);
         assert_eq!(ck.as_slice().len(), 21);
         assert!(ck.as_slice().iter().all(|k| k.starts_with(PREFIX)));
+        // The scripts find the index keys right after these.
+        let first = format!("local FIRST_INDEX = {}\n", ck.as_slice().len() + 1);
+        assert!(include_str!("lua/prelude.lua").contains(&first), "{first}");
     }
 }

@@ -143,15 +143,8 @@ impl OwnershipManager {
                 let Some(o) = owners.get_mut(&worker).and_then(|m| m.get_mut(&id)) else {
                     break;
                 };
-                match self
-                    .ports
-                    .ownership
-                    .begin_drain(&id, &worker, o.assignment.epoch)
-                    .await
-                {
-                    Ok(a) => {
-                        o.assignment = a;
-                        o.drain_version = None;
+                match self.begin_drain(&worker, &id, o).await {
+                    Ok(()) => {
                         pending.remaining -= 1;
                         begun += 1;
                         tracing::debug!(proxy = %id, worker = %worker, "drain begun for extraction");

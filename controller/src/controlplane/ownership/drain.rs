@@ -4,7 +4,7 @@
 use activity_pool::model::{ProxyId, WorkerId, WorkerSession};
 use activity_pool::{ConflictReason, PoolError, PoolResult, Timestamp};
 
-use super::{DrainRequest, MAX_HELD, Owners, OwnershipManager};
+use super::{DrainRequest, MAX_HELD, Owned, Owners, OwnershipManager};
 use crate::controlplane::registry::WorkerInfo;
 
 impl OwnershipManager {
@@ -42,15 +42,8 @@ impl OwnershipManager {
             if o.assignment.draining {
                 continue;
             }
-            match self
-                .ports
-                .ownership
-                .begin_drain(&id, &worker, o.assignment.epoch)
-                .await
-            {
-                Ok(a) => {
-                    o.assignment = a;
-                    o.drain_version = None;
+            match self.begin_drain(&worker, &id, o).await {
+                Ok(()) => {
                     begun += 1;
                     tracing::info!(proxy = %id, worker = %worker, "drain begun");
                 }
@@ -61,6 +54,23 @@ impl OwnershipManager {
             }
         }
         Ok(begun)
+    }
+
+    /// Begins draining `id` on `worker` under its assignment's epoch; the next
+    /// published snapshot gives the version the drain waits for.
+    pub(super) async fn begin_drain(
+        &self,
+        worker: &WorkerId,
+        id: &ProxyId,
+        o: &mut Owned,
+    ) -> PoolResult<()> {
+        o.assignment = self
+            .ports
+            .ownership
+            .begin_drain(id, worker, o.assignment.epoch)
+            .await?;
+        o.drain_version = None;
+        Ok(())
     }
 
     /// Keeps a proxy drained for extraction out of assignment for `drain_hold`.

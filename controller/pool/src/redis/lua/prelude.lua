@@ -43,8 +43,10 @@ if FENCE ~= '' and redis.call('GET', K_FENCE) ~= FENCE then
   return cjson.encode({ r = { err = 'fenced' } })
 end
 
+-- KEYS position of the first index key (after the fixed keys and the result keys).
+local FIRST_INDEX = 22
 local GIVEN = {}
-for i = 22, #KEYS do GIVEN[KEYS[i]] = true end
+for i = FIRST_INDEX, #KEYS do GIVEN[KEYS[i]] = true end
 local MISSING, MISSING_SEEN = {}, {}
 -- Keys written by this script, by TTL class ('main', 'sess', 'rt').
 local TOUCHED = {}
