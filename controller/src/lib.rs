@@ -85,6 +85,9 @@ pub struct Controller {
     relay: Option<activity_pool::RedisPool>,
     /// Stops the relay's task.
     relay_stop: tokio_util::sync::CancellationToken,
+    /// Where the Distribution API sends unmet demand (built once with the control
+    /// plane: on several replicas it owns the relay's task).
+    drains: Option<Arc<dyn demand::DrainDemand>>,
 }
 
 /// How [`Controller::run`] ended.
@@ -119,7 +122,26 @@ impl Controller {
             controller.fetch_status.clone(),
             &controller.leadership,
         )?);
+        controller.drains = controller.drain_demand();
         Ok(controller)
+    }
+
+    /// The control plane's drain demand: the local ownership manager, routed through
+    /// the relay on a follower when several replicas share Redis. Spawns the relay's
+    /// task, so it is called once, by [`Controller::build`].
+    fn drain_demand(&self) -> Option<Arc<dyn demand::DrainDemand>> {
+        let cp = self.composed.as_ref()?.control_plane()?;
+        let local = cp.ownership_handle() as Arc<dyn demand::DrainDemand>;
+        Some(match &self.relay {
+            // Several replicas: a follower relays its demand to the leader.
+            Some(pool) => Arc::new(demand::relay::RoutedDemand::new(
+                self.leadership.clone(),
+                local,
+                pool.clone(),
+                self.relay_stop.clone(),
+            )),
+            None => local,
+        })
     }
 
     /// The control plane, health service and provider reconcilers [`Controller::run`]
@@ -167,6 +189,7 @@ impl Controller {
             leadership: leadership::Leadership::sole(),
             relay: None,
             relay_stop: tokio_util::sync::CancellationToken::new(),
+            drains: None,
         })
     }
 
@@ -216,22 +239,7 @@ impl Controller {
         )
         .with_collector(self.composed.as_ref().map(compose::Prepared::collector))
         .with_drains(
-            self.composed
-                .as_ref()
-                .and_then(compose::Prepared::control_plane)
-                .map(|cp| {
-                    let local = cp.ownership_handle() as Arc<dyn demand::DrainDemand>;
-                    match &self.relay {
-                        // Several replicas: a follower relays its demand to the leader.
-                        Some(pool) => Arc::new(demand::relay::RoutedDemand::new(
-                            self.leadership.clone(),
-                            local,
-                            pool.clone(),
-                            self.relay_stop.clone(),
-                        )) as Arc<dyn demand::DrainDemand>,
-                        None => local,
-                    }
-                }),
+            self.drains.clone(),
             self.config
                 .control_plane
                 .as_ref()
