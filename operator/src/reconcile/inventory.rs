@@ -9,79 +9,36 @@ use std::time::Duration;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use serde::Deserialize;
+use proxy_pool_api::inventory::{FetchError, Inventory, UpstreamInventory};
 
 /// Bound on one inventory read (connect, request and body).
 const TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest inventory document accepted.
 const MAX_BYTES: usize = 4 * 1024 * 1024;
 
-/// One upstream as the controller reports it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct UpstreamReport {
-    /// FETCHED, CHECKING, AVAILABLE, SUSPECT or DRAINING.
-    pub managed: i64,
-    /// AVAILABLE, unowned, usable.
-    pub available: i64,
-    /// Free slots over available proxies.
-    pub available_slots: i64,
-    /// RFC 3339 time of the last successful fetch.
-    pub last_fetch_time: Option<String>,
-    /// The fetch failure since then, if any.
-    pub fetch_error: Option<FetchError>,
-}
-
-/// A failing vendor fetch.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FetchError {
-    /// `unauthorized`, `timeout`, `invalid_document`, `status`, `transport`,
-    /// `too_large` or `pool_error`.
-    pub reason: String,
-    /// When it last failed.
-    pub at: String,
-    /// Failures in a row.
-    pub consecutive_failures: u32,
-}
-
-impl FetchError {
-    /// The condition reason for it.
-    pub fn condition_reason(&self) -> &'static str {
-        match self.reason.as_str() {
-            "unauthorized" => "VendorUnauthorized",
-            "timeout" => "VendorTimeout",
-            "invalid_document" => "VendorInvalidDocument",
-            "too_large" => "VendorResponseTooLarge",
-            "transport" => "VendorUnreachable",
-            "status" => "VendorError",
-            "pool_error" => "PoolUnavailable",
-            _ => "FetchFailing",
-        }
+/// The condition reason for a failing fetch's reason code.
+pub fn condition_reason(e: &FetchError) -> &'static str {
+    match e.reason.as_str() {
+        "unauthorized" => "VendorUnauthorized",
+        "timeout" => "VendorTimeout",
+        "invalid_document" => "VendorInvalidDocument",
+        "too_large" => "VendorResponseTooLarge",
+        "transport" => "VendorUnreachable",
+        "status" => "VendorError",
+        "pool_error" => "PoolUnavailable",
+        _ => "FetchFailing",
     }
-}
-
-#[derive(Deserialize)]
-struct Document {
-    upstreams: Vec<Named>,
-}
-
-#[derive(Deserialize)]
-struct Named {
-    name: String,
-    #[serde(flatten)]
-    report: UpstreamReport,
 }
 
 /// Reads the inventory from `base` (`http://host:port`): upstream name → report.
 /// Errors are short texts (never a body).
-pub async fn fetch(base: &str) -> Result<HashMap<String, UpstreamReport>, String> {
+pub async fn fetch(base: &str) -> Result<HashMap<String, UpstreamInventory>, String> {
     tokio::time::timeout(TIMEOUT, read(base))
         .await
         .map_err(|_| "timed out".to_owned())?
 }
 
-async fn read(base: &str) -> Result<HashMap<String, UpstreamReport>, String> {
+async fn read(base: &str) -> Result<HashMap<String, UpstreamInventory>, String> {
     let authority = base
         .strip_prefix("http://")
         .ok_or("the controller admin URL must be http://host:port")?
@@ -111,12 +68,12 @@ async fn read(base: &str) -> Result<HashMap<String, UpstreamReport>, String> {
         .await
         .map_err(|_| "body unreadable or too large".to_owned())?
         .to_bytes();
-    let doc: Document =
+    let doc: Inventory =
         serde_json::from_slice(&body).map_err(|_| "not an inventory document".to_owned())?;
     Ok(doc
         .upstreams
         .into_iter()
-        .map(|n| (n.name, n.report))
+        .map(|u| (u.name.clone(), u))
         .collect())
 }
 
@@ -126,16 +83,16 @@ mod tests {
 
     #[test]
     fn the_controllers_document_parses() {
-        let doc: Document = serde_json::from_str(
+        let doc: Inventory = serde_json::from_str(
             r#"{"upstreams":[{"name":"u","managed":3,"unextracted":3,"available":1,"availableSlots":4,
                 "lastFetchTime":"2026-01-01T00:00:00Z","fetchError":{"reason":"unauthorized",
                 "at":"2026-01-01T00:00:05Z","consecutiveFailures":2}}]}"#,
         )
         .unwrap();
-        let r = &doc.upstreams[0].report;
+        let r = &doc.upstreams[0];
         assert_eq!((r.managed, r.available, r.available_slots), (3, 1, 4));
         let e = r.fetch_error.as_ref().unwrap();
-        assert_eq!(e.condition_reason(), "VendorUnauthorized");
+        assert_eq!(condition_reason(e), "VendorUnauthorized");
         assert_eq!(e.consecutive_failures, 2);
     }
 }

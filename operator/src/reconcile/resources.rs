@@ -85,7 +85,7 @@ async fn from_controller(
     }
     match (&r.fetch_error, &r.last_fetch_time) {
         (Some(e), _) => outcome.problems.push(Problem {
-            reason: e.condition_reason(),
+            reason: super::inventory::condition_reason(e),
             message: format!(
                 "fetching from the vendor fails: {} ({} in a row, last at {})",
                 e.reason, e.consecutive_failures, e.at
