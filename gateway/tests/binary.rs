@@ -283,3 +283,38 @@ async fn binary_is_unready_without_a_usable_proxy() {
         .await;
     assert!(ready(&ready_answer), "{ready_answer}");
 }
+
+/// A malformed `--controller` list is refused at start-up with its reason, not
+/// retried as one odd endpoint.
+#[tokio::test]
+async fn binary_refuses_a_malformed_controller_list() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_proxy-pool-gateway"))
+        .args(["--controller", "https://a:9443,,https://b:9443"])
+        .args(["--http-listen", &free_port().to_string()])
+        .args(["--socks5-listen", &free_port().to_string()])
+        .args(["--admin-listen", &free_port().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary starts");
+    let mut code = None;
+    for _ in 0..100 {
+        code = child.try_wait().unwrap();
+        if code.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let Some(code) = code else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the gateway kept running with a malformed --controller");
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(code.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--controller") && stderr.contains("invalid control-plane endpoint"),
+        "{stderr}"
+    );
+}
