@@ -12,16 +12,13 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+use crate::listen::Limits;
 
 /// Headers that reveal a proxy or its client; `proxy-authorization` is reported as
 /// `<redacted>`, never its value.
@@ -57,46 +54,12 @@ impl Default for EchoOptions {
 
 /// Serves until `stop` is cancelled.
 pub async fn serve(listener: TcpListener, options: EchoOptions, stop: CancellationToken) {
-    let slots = Arc::new(proxy_pool_api::throttle::SourceSlots::new(
-        options.max_connections,
-        options.max_per_source,
-    ));
-    loop {
-        let (stream, peer) = tokio::select! {
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::debug!(error = %e, "echo accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = stop.cancelled() => return,
-        };
-        let Some(slot) = slots.acquire(peer.ip()) else {
-            tracing::debug!("echo connection limit reached; closing a new connection");
-            continue;
-        };
-        let header_timeout = options.header_timeout;
-        tokio::spawn(async move {
-            let service =
-                service_fn(move |req| async move { Ok::<_, Infallible>(answer(&req, peer)) });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .keep_alive(false)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                r = conn => {
-                    if let Err(e) = r {
-                        tracing::debug!(error = %e, "echo connection ended");
-                    }
-                }
-                () = slot.evicted() => tracing::debug!("echo connection displaced"),
-            }
-            drop(slot);
-        });
-    }
+    let limits = Limits {
+        max_connections: options.max_connections,
+        max_per_source: options.max_per_source,
+        header_timeout: options.header_timeout,
+    };
+    crate::listen::serve("echo", listener, limits, stop, answer).await;
 }
 
 fn answer(req: &Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod echo;
 pub mod grpc;
 pub mod handshake;
+pub mod listen;
 pub mod memory;
 pub mod model;
 pub mod ops;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
+use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, Endpoints};
 use proxy_pool_checker::cli::parse_proxy_url;
 use proxy_pool_checker::{
     Check, GrpcBinding, GrpcOptions, NetProber, ProbeTask, Prober, ProberOptions, RunnerOptions,
@@ -35,7 +35,7 @@ struct RunArgs {
     /// Control plane, `https://controller:port` (`http://127.0.0.1:port` with
     /// `--loopback-plaintext`); several controller replicas separated by commas, tried
     /// in turn until the leader answers.
-    #[arg(long)]
+    #[arg(long, value_parser = Endpoints::parse_arg)]
     controller: String,
     /// This checker's ID (the name in its certificate).
     #[arg(long)]

@@ -1,30 +1,29 @@
 //! The checker's ops listener, for the kubelet's probes and Prometheus:
 //! `GET /healthz` (200 while the process serves), `GET /readyz` (200 while a session is
 //! registered with the controller, else 503) and `GET /metrics` (the run's counters).
-//! Bounded like the echo server: connections at once, a header deadline, one request
-//! per connection. Never reports a proxy, a task or a credential.
+//! Bounded like the echo server (the same listener, [`crate::listen`]): connections at
+//! once in total and per source address, a header deadline, one request per
+//! connection. Never reports a proxy, a task or a credential.
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::listen::Limits;
 use crate::runner::RunStats;
 
-/// Connections the ops listener serves at once.
-const MAX_CONNECTIONS: usize = 64;
-/// Time a client has to send its request head.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// 64 connections at once, 16 from one source address, 5 s for a request head.
+const LIMITS: Limits = Limits {
+    max_connections: 64,
+    max_per_source: 16,
+    header_timeout: Duration::from_secs(5),
+};
 
 /// What the ops endpoints report.
 #[derive(Clone)]
@@ -45,43 +44,10 @@ impl std::fmt::Debug for OpsState {
 
 /// Serves until `stop` is cancelled.
 pub async fn serve(listener: TcpListener, state: OpsState, stop: CancellationToken) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => p,
-            () = stop.cancelled() => return,
-        };
-        let Ok(permit) = permit else {
-            return;
-        };
-        let stream = tokio::select! {
-            a = listener.accept() => match a {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::debug!(error = %e, "ops accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = stop.cancelled() => return,
-        };
-        let state = state.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let service = service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(answer(&req, &state)) }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .keep_alive(false)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "ops connection ended");
-            }
-        });
-    }
+    crate::listen::serve("ops", listener, LIMITS, stop, move |req, _| {
+        answer(req, &state)
+    })
+    .await;
 }
 
 fn answer(req: &Request<Incoming>, state: &OpsState) -> Response<Full<Bytes>> {
@@ -201,6 +167,53 @@ mod tests {
         assert!(m.contains("proxy_pool_checker_registered 1"), "{m}");
         assert!(m.contains("proxy_pool_checker_tasks_leased_total 7"), "{m}");
         assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
+        stop.cancel();
+        server.await.expect("server stops");
+    }
+
+    async fn connect_from(
+        src: std::net::Ipv4Addr,
+        addr: std::net::SocketAddr,
+    ) -> tokio::net::TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(std::net::SocketAddr::from((src, 0)))
+            .expect("bind");
+        socket.connect(addr).await.expect("connect")
+    }
+
+    /// A source holding its share of idle connections gets no more (closed at accept),
+    /// and the kubelet's probe from another address is answered meanwhile.
+    #[tokio::test]
+    async fn one_source_cannot_take_every_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let state = OpsState {
+            registered: Arc::new(|| true),
+            stats: Arc::new(RunStats::default()),
+        };
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(listener, state, stop.clone()));
+        let flooder = std::net::Ipv4Addr::new(127, 0, 7, 10);
+        let mut idle = Vec::new();
+        for _ in 0..LIMITS.max_per_source {
+            idle.push(connect_from(flooder, addr).await);
+        }
+        let mut over = connect_from(flooder, addr).await;
+        let mut b = [0u8; 64];
+        let closed = tokio::time::timeout(LIMITS.header_timeout / 2, over.read(&mut b)).await;
+        assert!(
+            matches!(closed, Ok(Ok(0) | Err(_))),
+            "over the per-source cap: closed at accept"
+        );
+        let mut s = connect_from(std::net::Ipv4Addr::new(127, 0, 7, 20), addr).await;
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let mut answer = String::new();
+        let _ =
+            tokio::time::timeout(LIMITS.header_timeout / 2, s.read_to_string(&mut answer)).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         stop.cancel();
         server.await.expect("server stops");
     }

@@ -6,12 +6,14 @@
 
 use std::time::Duration;
 
-use base64::Engine as _;
 use bytes::Bytes;
 use http::{Method, Request, StatusCode, Uri, header};
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+
+use crate::handshake::basic_auth;
+use crate::model::ProxyCredentials;
 
 /// Largest response body read (the extract answer for one proxy is far smaller).
 const MAX_BODY: usize = 1 << 20;
@@ -138,12 +140,15 @@ pub async fn through_gateway(
     if target.scheme_str() != Some("http") {
         return Err(SmokeError::Argument("--target must be an http:// URL"));
     }
-    let basic = base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"));
+    let credentials = ProxyCredentials {
+        username: username.to_owned(),
+        password: password.to_owned(),
+    };
     let req = Request::builder()
         .method(Method::GET)
         .uri(target.clone())
         .header(header::HOST, authority(target)?)
-        .header(header::PROXY_AUTHORIZATION, format!("Basic {basic}"))
+        .header(header::PROXY_AUTHORIZATION, basic_auth(&credentials))
         .body(Full::new(Bytes::new()))
         .map_err(|_| SmokeError::Argument("the proxy credentials are not a valid header value"))?;
     let (status, _) = exchange(STEP, gateway, req, timeout).await?;
@@ -159,6 +164,7 @@ pub async fn through_gateway(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
+use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, Endpoints};
 use proxy_pool_api::egress::EgressPolicy;
 use proxy_pool_gateway::admin::serve_admin;
 use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
@@ -72,7 +72,7 @@ struct Args {
     /// Control-plane endpoint (`https://…` with mTLS, or `http://127.0.0.1:…`);
     /// several controller replicas separated by commas, tried in turn until the
     /// leader answers.
-    #[arg(long)]
+    #[arg(long, value_parser = Endpoints::parse_arg)]
     controller: Option<String>,
     /// Worker ID (the pod name; must match the SPIFFE ID of the certificate).
     #[arg(long, env = "POD_NAME", default_value = "gateway-local")]
@@ -246,7 +246,7 @@ async fn serve(args: Args, workers: usize) -> Result<()> {
         let server_name = args
             .server_name
             .clone()
-            .or_else(|| endpoint_host(endpoint.split(',').next().unwrap_or_default().trim()))
+            .or_else(|| endpoint_host(Endpoints::parse_lenient(&endpoint).current()))
             .unwrap_or_else(|| "proxy-pool-controller".to_owned());
         let mut agent = Agent::new(agent_config(&args, endpoint)?, snapshots.clone(), outcomes)
             .with_usage(gateway.usage().clone());

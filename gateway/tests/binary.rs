@@ -6,7 +6,8 @@ mod common;
 use common::*;
 use proxy_pool_e2e::sim::Protocol;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -35,59 +36,132 @@ async fn admin_get(addr: SocketAddr, path: &str) -> String {
     out
 }
 
+/// A gateway binary serving a snapshot file of its own.
+struct Binary {
+    child: Child,
+    http: SocketAddr,
+    admin: SocketAddr,
+    file: PathBuf,
+    dir: PathBuf,
+}
+
+impl Binary {
+    /// Writes `snapshot` to a fresh file under `name` and starts the binary on it (egress
+    /// to loopback opted in: the simulator's proxies and targets are there), with `extra`
+    /// flags; returns once its HTTP and admin listeners accept.
+    async fn start(name: &str, snapshot: &str, extra: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("snapshot.json");
+        std::fs::write(&file, snapshot).unwrap();
+        let (http, socks, admin) = (free_port(), free_port(), free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_proxy-pool-gateway"))
+            .args(["--http-listen", &http.to_string()])
+            .args(["--socks5-listen", &socks.to_string()])
+            .args(["--admin-listen", &admin.to_string()])
+            .arg("--snapshot-file")
+            .arg(&file)
+            .args(["--egress-allow-cidr", "127.0.0.0/8"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("binary starts");
+        wait_for(http).await;
+        wait_for(admin).await;
+        Self {
+            child,
+            http,
+            admin,
+            file,
+            dir,
+        }
+    }
+
+    /// `GET path` on the admin listener until the answer satisfies `done` (at most
+    /// `tries` times, `pause` apart); the last answer.
+    async fn admin_until(
+        &self,
+        path: &str,
+        tries: usize,
+        pause: Duration,
+        done: impl Fn(&str) -> bool,
+    ) -> String {
+        let mut answer = String::new();
+        for _ in 0..tries {
+            answer = admin_get(self.admin, path).await;
+            if done(&answer) {
+                break;
+            }
+            tokio::time::sleep(pause).await;
+        }
+        answer
+    }
+
+    /// Sends SIGTERM.
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// The exit status within `tries` × 50 ms; otherwise kills it and panics with `why`.
+    async fn exit_status(&mut self, tries: usize, why: &str) -> ExitStatus {
+        for _ in 0..tries {
+            if let Some(code) = self.child.try_wait().unwrap() {
+                return code;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = self.child.kill();
+        panic!("{why}")
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn ready(answer: &str) -> bool {
+    answer.starts_with("HTTP/1.1 200")
+}
+
 #[tokio::test]
 async fn binary_serves_a_snapshot_file_and_drains_on_sigterm() {
     let h = Harness::start().await;
     let p = h.proxy(Protocol::Socks5).await;
-    let dir = std::env::temp_dir().join(format!("gw-bin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("snapshot.json");
     let snapshot = serde_json::json!({
         "routings": [{"name": "all", "connectPorts": ["1-65535"]}],
         "proxies": [{"id": p.id, "protocol": "socks5", "host": p.host.to_string(), "port": p.port,
                      "username": p.username, "password": p.password, "maxConcurrent": 4}],
         "clients": [{"client": "team-a", "username": USER, "password": PASS}]
     });
-    std::fs::write(&file, snapshot.to_string()).unwrap();
-    let (http, socks, admin) = (free_port(), free_port(), free_port());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_proxy-pool-gateway"))
-        .args(["--http-listen", &http.to_string()])
-        .args(["--socks5-listen", &socks.to_string()])
-        .args(["--admin-listen", &admin.to_string()])
-        .arg("--snapshot-file")
-        .arg(&file)
-        .args(["--drain-grace-seconds", "5"])
-        // The simulator's proxies and targets are on loopback: opted in explicitly.
-        .args(["--egress-allow-cidr", "127.0.0.0/8"])
+    let mut gw = Binary::start(
+        "gw-bin",
+        &snapshot.to_string(),
         // Two data-plane workers whatever the machine: both listeners of each kind.
-        .args(["--worker-threads", "2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("binary starts");
-    wait_for(http).await;
-    wait_for(admin).await;
-    let mut ready = String::new();
-    for _ in 0..100 {
-        ready = admin_get(admin, "/readyz").await;
-        if ready.starts_with("HTTP/1.1 200") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+        &["--drain-grace-seconds", "5", "--worker-threads", "2"],
+    )
+    .await;
+    let http = gw.http;
+    let ready_answer = gw
+        .admin_until("/readyz", 100, Duration::from_millis(50), ready)
+        .await;
+    assert!(ready(&ready_answer), "{ready_answer}");
     let r = get_once(http, USER, h.echo(), "/through-binary").await;
     assert_eq!(r.remote_ip(), h.egress(&p));
     let (resp, tunnel) = connect(http, USER, PASS, &h.echo().to_string()).await;
     assert_eq!(resp.status, 200);
-    let metrics = admin_get(admin, "/metrics").await;
+    let metrics = admin_get(gw.admin, "/metrics").await;
     assert!(metrics.contains("gateway_forwarded_total 1"), "{metrics}");
 
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    gw.terminate();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
         tokio::net::TcpStream::connect(http).await.is_err(),
@@ -96,78 +170,47 @@ async fn binary_serves_a_snapshot_file_and_drains_on_sigterm() {
     // The open tunnel still carries a request, then closes; the process exits 0.
     let reply = echo_over(tunnel, "x", "/in-flight").await;
     assert_eq!(reply.echo().path, "/in-flight");
-    let mut exited = None;
-    for _ in 0..100 {
-        if let Some(code) = child.try_wait().unwrap() {
-            exited = Some(code);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let code = exited.unwrap_or_else(|| {
-        let _ = child.kill();
-        panic!("gateway did not exit after draining")
-    });
+    let code = gw
+        .exit_status(100, "gateway did not exit after draining")
+        .await;
     assert!(code.success(), "{code:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
 async fn binary_turns_unready_on_sigterm_and_serves_until_the_shutdown_delay_ends() {
     let h = Harness::start().await;
     let p = h.proxy(Protocol::Socks5).await;
-    let dir = std::env::temp_dir().join(format!("gw-bin-delay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("snapshot.json");
     let snapshot = serde_json::json!({
         "routings": [{"name": "all"}],
         "proxies": [{"id": p.id, "protocol": "socks5", "host": p.host.to_string(), "port": p.port,
                      "username": p.username, "password": p.password, "maxConcurrent": 4}],
         "clients": [{"client": "team-a", "username": USER, "password": PASS}]
     });
-    std::fs::write(&file, snapshot.to_string()).unwrap();
-    let (http, socks, admin) = (free_port(), free_port(), free_port());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_proxy-pool-gateway"))
-        .args(["--http-listen", &http.to_string()])
-        .args(["--socks5-listen", &socks.to_string()])
-        .args(["--admin-listen", &admin.to_string()])
-        .arg("--snapshot-file")
-        .arg(&file)
-        .args(["--drain-grace-seconds", "5"])
-        .args(["--shutdown-delay-seconds", "3"])
-        // The simulator's proxies and echo are on loopback: opted in explicitly.
-        .args(["--egress-allow-cidr", "127.0.0.0/8"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("binary starts");
-    wait_for(http).await;
-    wait_for(admin).await;
-    let mut ready = String::new();
-    for _ in 0..100 {
-        ready = admin_get(admin, "/readyz").await;
-        if ready.starts_with("HTTP/1.1 200") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    let mut gw = Binary::start(
+        "gw-bin-delay",
+        &snapshot.to_string(),
+        &[
+            "--drain-grace-seconds",
+            "5",
+            "--shutdown-delay-seconds",
+            "3",
+        ],
+    )
+    .await;
+    let http = gw.http;
+    let ready_answer = gw
+        .admin_until("/readyz", 100, Duration::from_millis(50), ready)
+        .await;
+    assert!(ready(&ready_answer), "{ready_answer}");
 
     let signalled = std::time::Instant::now();
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    gw.terminate();
     // Readiness turns false first...
-    let mut unready = String::new();
-    for _ in 0..40 {
-        unready = admin_get(admin, "/readyz").await;
-        if unready.starts_with("HTTP/1.1 503") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let unready = gw
+        .admin_until("/readyz", 40, Duration::from_millis(25), |a| {
+            a.starts_with("HTTP/1.1 503")
+        })
+        .await;
     assert!(
         unready.starts_with("HTTP/1.1 503") && unready.contains("shutting down"),
         "{unready}"
@@ -180,18 +223,9 @@ async fn binary_turns_unready_on_sigterm_and_serves_until_the_shutdown_delay_end
         "checked within the delay"
     );
     // Once the delay is over the listeners close and the process exits 0.
-    let mut exited = None;
-    for _ in 0..200 {
-        if let Some(code) = child.try_wait().unwrap() {
-            exited = Some(code);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let code = exited.unwrap_or_else(|| {
-        let _ = child.kill();
-        panic!("gateway did not exit after the delay and the drain")
-    });
+    let code = gw
+        .exit_status(200, "gateway did not exit after the delay and the drain")
+        .await;
     assert!(code.success(), "{code:?}");
     assert!(
         signalled.elapsed() >= Duration::from_secs(3),
@@ -201,7 +235,6 @@ async fn binary_turns_unready_on_sigterm_and_serves_until_the_shutdown_delay_end
         tokio::net::TcpStream::connect(http).await.is_err(),
         "no listener after exit"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A worker that could only refuse stays out of its Service: `/readyz` answers 503
@@ -212,9 +245,6 @@ async fn binary_turns_unready_on_sigterm_and_serves_until_the_shutdown_delay_end
 async fn binary_is_unready_without_a_usable_proxy() {
     let h = Harness::start().await;
     let p = h.proxy(Protocol::Socks5).await;
-    let dir = std::env::temp_dir().join(format!("gw-bin-empty-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("snapshot.json");
     let with = |proxies: serde_json::Value| {
         serde_json::json!({
             "routings": [{"name": "all"}],
@@ -223,53 +253,68 @@ async fn binary_is_unready_without_a_usable_proxy() {
         })
         .to_string()
     };
-    std::fs::write(&file, with(serde_json::json!([]))).unwrap();
-    let (http, socks, admin) = (free_port(), free_port(), free_port());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_proxy-pool-gateway"))
-        .args(["--http-listen", &http.to_string()])
-        .args(["--socks5-listen", &socks.to_string()])
-        .args(["--admin-listen", &admin.to_string()])
-        .arg("--snapshot-file")
-        .arg(&file)
-        .args(["--reload-seconds", "1"])
-        .args(["--egress-allow-cidr", "127.0.0.0/8"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("binary starts");
-    wait_for(admin).await;
+    let gw = Binary::start(
+        "gw-bin-empty",
+        &with(serde_json::json!([])),
+        &["--reload-seconds", "1"],
+    )
+    .await;
     // Wait for the (empty) snapshot to be installed: the answer changes from "no fresh
     // snapshot" to "no usable proxy", and stays 503.
-    let mut answer = String::new();
-    for _ in 0..100 {
-        answer = admin_get(admin, "/readyz").await;
-        if answer.contains("no usable proxy") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let answer = gw
+        .admin_until("/readyz", 100, Duration::from_millis(50), |a| {
+            a.contains("no usable proxy")
+        })
+        .await;
     assert!(
         answer.starts_with("HTTP/1.1 503") && answer.contains("no usable proxy"),
         "{answer}"
     );
     std::fs::write(
-        &file,
+        &gw.file,
         with(
             serde_json::json!([{"id": p.id, "protocol": "socks5", "host": p.host.to_string(),
             "port": p.port, "username": p.username, "password": p.password, "maxConcurrent": 4}]),
         ),
     )
     .unwrap();
-    let mut ready = String::new();
+    let ready_answer = gw
+        .admin_until("/readyz", 100, Duration::from_millis(50), ready)
+        .await;
+    assert!(ready(&ready_answer), "{ready_answer}");
+}
+
+/// A malformed `--controller` list is refused at start-up with its reason, not
+/// retried as one odd endpoint.
+#[tokio::test]
+async fn binary_refuses_a_malformed_controller_list() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_proxy-pool-gateway"))
+        .args(["--controller", "https://a:9443,,https://b:9443"])
+        .args(["--http-listen", &free_port().to_string()])
+        .args(["--socks5-listen", &free_port().to_string()])
+        .args(["--admin-listen", &free_port().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary starts");
+    let mut code = None;
     for _ in 0..100 {
-        ready = admin_get(admin, "/readyz").await;
-        if ready.starts_with("HTTP/1.1 200") {
+        code = child.try_wait().unwrap();
+        if code.is_some() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    let Some(code) = code else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the gateway kept running with a malformed --controller");
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(code.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--controller") && stderr.contains("invalid control-plane endpoint"),
+        "{stderr}"
+    );
 }

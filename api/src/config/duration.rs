@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::ConfigError;
+
 /// Longest accepted duration string.
 pub const MAX_LEN: usize = 32;
 
@@ -43,6 +45,51 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         total += part;
     }
     Ok(total)
+}
+
+/// The duration at `path`: `raw` parsed (absent: `default`) and within `min..=max`.
+/// A problem is recorded with its path and `default` stands in, so later checks see a
+/// sane value. The one bounds check of every config duration.
+pub(super) fn duration_in(
+    errors: &mut Vec<ConfigError>,
+    path: &str,
+    raw: Option<&str>,
+    default: Duration,
+    (min, max): (Duration, Duration),
+) -> Duration {
+    let d = match raw.map(parse_duration) {
+        None => default,
+        Some(Ok(d)) => d,
+        Some(Err(message)) => {
+            errors.push(ConfigError {
+                path: path.into(),
+                message,
+            });
+            return default;
+        }
+    };
+    if !(min..=max).contains(&d) {
+        errors.push(ConfigError {
+            path: path.into(),
+            message: format!(
+                "must be between {} and {}, got {}",
+                show(min),
+                show(max),
+                show(d)
+            ),
+        });
+        return default;
+    }
+    d
+}
+
+/// A duration as the config writes it (`500ms`, `30s`).
+pub(super) fn show(d: Duration) -> String {
+    if d.subsec_millis() != 0 || d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}s", d.as_secs())
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use super::ConfigError;
-use super::duration::parse_duration;
+use super::duration::duration_in;
 use super::raw::RawLeadership;
 use super::types::{ControlPlaneConfig, LeadershipConfig, StoreConfig};
 
@@ -21,32 +21,6 @@ fn err(errors: &mut Vec<ConfigError>, path: &str, message: impl Into<String>) {
         path: path.into(),
         message: message.into(),
     });
-}
-
-fn duration_in(
-    errors: &mut Vec<ConfigError>,
-    path: &str,
-    raw: Option<&str>,
-    default: Duration,
-    (min, max): (Duration, Duration),
-) -> Duration {
-    let d = match raw.map(parse_duration) {
-        None => default,
-        Some(Ok(d)) => d,
-        Some(Err(e)) => {
-            err(errors, path, e);
-            return default;
-        }
-    };
-    if !(min..=max).contains(&d) {
-        err(
-            errors,
-            path,
-            format!("must be within {min:?} and {max:?}, got {d:?}"),
-        );
-        return default;
-    }
-    d
 }
 
 /// Validates `leadership` against the store and the control plane.

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::ConfigError;
-use super::duration::parse_duration;
+use super::duration::{duration_in, parse_duration};
 use super::raw::{RawAnalytics, RawCache, RawCacheNamespace};
 use super::types::{AnalyticsConfig, CacheConfig, CacheNamespaceConfig, StoreConfig};
 
@@ -53,14 +53,7 @@ impl Errs<'_> {
         min: Duration,
         max: Duration,
     ) -> Duration {
-        let d = self.duration(path, raw, default);
-        if !(min..=max).contains(&d) {
-            self.err(
-                path,
-                format!("must be within {} and {}", show(min), show(max)),
-            );
-        }
-        d
+        duration_in(self.0, path, raw, default, (min, max))
     }
 
     /// A whole number of seconds within `min..=max` seconds.
@@ -108,14 +101,6 @@ impl Errs<'_> {
             );
         }
         p.to_owned()
-    }
-}
-
-fn show(d: Duration) -> String {
-    if d.subsec_millis() != 0 || d < Duration::from_secs(1) {
-        format!("{}ms", d.as_millis())
-    } else {
-        format!("{}s", d.as_secs())
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::duration::parse_duration;
+use super::duration::{duration_in, parse_duration, show};
 use super::raw::{
     RawAuth, RawBasic, RawClient, RawConfig, RawControlPlane, RawDistribution, RawHashedSecret,
     RawPool, RawProxyCredentials, RawRate, RawRedis, RawRouting, RawSource, RawStore,
@@ -1673,15 +1673,7 @@ fn control_plane_tunables(
 ) -> ControlPlaneConfig {
     let mut within =
         |path: &str, raw: Option<&str>, default: Duration, min: Duration, max: Duration| {
-            let d = cx.duration(path, raw, default);
-            if d < min || d > max {
-                cx.err(
-                    path,
-                    format!("must be between {} and {}", show(min), show(max)),
-                );
-                return default;
-            }
-            d
+            duration_in(&mut cx.errors, path, raw, default, (min, max))
         };
     let lease = within(
         "controlPlane.lease",
@@ -1765,14 +1757,5 @@ fn control_plane_tunables(
         snapshot_validity,
         max_stale_age,
         report_interval,
-    }
-}
-
-/// A duration as the config writes it (`500ms`, `30s`).
-fn show(d: Duration) -> String {
-    if d.subsec_millis() != 0 || d.is_zero() {
-        format!("{}ms", d.as_millis())
-    } else {
-        format!("{}s", d.as_secs())
     }
 }

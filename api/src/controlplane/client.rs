@@ -91,6 +91,12 @@ impl Endpoints {
         })
     }
 
+    /// `--controller`'s value parser: the text, once [`Endpoints::parse`] accepts it, so
+    /// a malformed list is refused at start-up with its reason rather than retried.
+    pub fn parse_arg(text: &str) -> Result<String, ClientError> {
+        Self::parse(text).map(|_| text.to_owned())
+    }
+
     /// One endpoint, taken as it is (a bad URI fails when connecting).
     pub fn single(endpoint: String) -> Self {
         Self {
@@ -259,6 +265,8 @@ mod tests {
         assert_eq!(e.current(), "http://127.0.0.1:1");
         assert!(super::Endpoints::parse("a,,b").is_err());
         assert!(super::Endpoints::parse("").is_err());
+        assert!(super::Endpoints::parse_arg("a,,b").is_err());
+        assert_eq!(super::Endpoints::parse_arg("a, b").unwrap(), "a, b");
         assert!(super::is_not_leader(&tonic::Status::unavailable(
             "not_leader"
         )));

@@ -113,6 +113,8 @@ pub struct Context {
     /// Consecutive failures per object, for the error policy's backoff. A std mutex:
     /// held for a map lookup only, never across an await.
     failures: Arc<Mutex<HashMap<(&'static str, String), u32>>>,
+    /// The controller's inventory, read once for every Upstream's status.
+    pub(crate) inventory: Arc<super::inventory::InventoryCache>,
 }
 
 impl std::fmt::Debug for Context {
@@ -136,6 +138,7 @@ impl Context {
             config,
             metrics,
             failures: Arc::default(),
+            inventory: Arc::default(),
         }
     }
 

@@ -2,86 +2,78 @@
 //! `GET <admin>/api/v1/inventory` over plain HTTP inside the cluster (read-only, no
 //! credentials), bounded in time and size. The controller is the only source of
 //! inventory and fetch state; the operator writes them into `Upstream.status`.
+//!
+//! One read serves every Upstream for [`FRESH_FOR`] ([`InventoryCache`]): the document
+//! covers all upstreams, so N Upstreams cost one request (and one controller scan of
+//! the pool) per refresh, not N.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use serde::Deserialize;
+use proxy_pool_api::inventory::{FetchError, Inventory, UpstreamInventory};
 
 /// Bound on one inventory read (connect, request and body).
 const TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest inventory document accepted.
 const MAX_BYTES: usize = 4 * 1024 * 1024;
 
-/// One upstream as the controller reports it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct UpstreamReport {
-    /// FETCHED, CHECKING, AVAILABLE, SUSPECT or DRAINING.
-    pub managed: i64,
-    /// AVAILABLE, unowned, usable.
-    pub available: i64,
-    /// Free slots over available proxies.
-    pub available_slots: i64,
-    /// RFC 3339 time of the last successful fetch.
-    pub last_fetch_time: Option<String>,
-    /// The fetch failure since then, if any.
-    pub fetch_error: Option<FetchError>,
+/// How long one inventory read (or its failure) answers every Upstream's reconcile;
+/// well under the Upstreams' refresh period.
+pub const FRESH_FOR: Duration = Duration::from_secs(5);
+
+/// A read inventory: upstream name → report, or why it could not be read.
+pub type Read = Arc<Result<HashMap<String, UpstreamInventory>, String>>;
+
+/// The last inventory read, shared by the Upstream reconciles. Reconciles that ask
+/// while a read is under way wait for it (an async mutex held across the read, which
+/// is bounded by [`TIMEOUT`]) instead of starting their own.
+#[derive(Debug, Default)]
+pub struct InventoryCache {
+    last: tokio::sync::Mutex<Option<(Instant, Read)>>,
 }
 
-/// A failing vendor fetch.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FetchError {
-    /// `unauthorized`, `timeout`, `invalid_document`, `status`, `transport`,
-    /// `too_large` or `pool_error`.
-    pub reason: String,
-    /// When it last failed.
-    pub at: String,
-    /// Failures in a row.
-    pub consecutive_failures: u32,
-}
-
-impl FetchError {
-    /// The condition reason for it.
-    pub fn condition_reason(&self) -> &'static str {
-        match self.reason.as_str() {
-            "unauthorized" => "VendorUnauthorized",
-            "timeout" => "VendorTimeout",
-            "invalid_document" => "VendorInvalidDocument",
-            "too_large" => "VendorResponseTooLarge",
-            "transport" => "VendorUnreachable",
-            "status" => "VendorError",
-            "pool_error" => "PoolUnavailable",
-            _ => "FetchFailing",
+impl InventoryCache {
+    /// The inventory at `base`, read at most [`FRESH_FOR`] ago.
+    pub async fn get(&self, base: &str) -> Read {
+        let mut last = self.last.lock().await;
+        if let Some((at, read)) = last.as_ref()
+            && at.elapsed() < FRESH_FOR
+        {
+            return read.clone();
         }
+        let read = Arc::new(fetch(base).await);
+        *last = Some((Instant::now(), read.clone()));
+        read
     }
 }
 
-#[derive(Deserialize)]
-struct Document {
-    upstreams: Vec<Named>,
-}
-
-#[derive(Deserialize)]
-struct Named {
-    name: String,
-    #[serde(flatten)]
-    report: UpstreamReport,
+/// The condition reason for a failing fetch's reason code.
+pub fn condition_reason(e: &FetchError) -> &'static str {
+    match e.reason.as_str() {
+        "unauthorized" => "VendorUnauthorized",
+        "timeout" => "VendorTimeout",
+        "invalid_document" => "VendorInvalidDocument",
+        "too_large" => "VendorResponseTooLarge",
+        "transport" => "VendorUnreachable",
+        "status" => "VendorError",
+        "pool_error" => "PoolUnavailable",
+        _ => "FetchFailing",
+    }
 }
 
 /// Reads the inventory from `base` (`http://host:port`): upstream name → report.
 /// Errors are short texts (never a body).
-pub async fn fetch(base: &str) -> Result<HashMap<String, UpstreamReport>, String> {
+pub async fn fetch(base: &str) -> Result<HashMap<String, UpstreamInventory>, String> {
     tokio::time::timeout(TIMEOUT, read(base))
         .await
         .map_err(|_| "timed out".to_owned())?
 }
 
-async fn read(base: &str) -> Result<HashMap<String, UpstreamReport>, String> {
+async fn read(base: &str) -> Result<HashMap<String, UpstreamInventory>, String> {
     let authority = base
         .strip_prefix("http://")
         .ok_or("the controller admin URL must be http://host:port")?
@@ -111,12 +103,12 @@ async fn read(base: &str) -> Result<HashMap<String, UpstreamReport>, String> {
         .await
         .map_err(|_| "body unreadable or too large".to_owned())?
         .to_bytes();
-    let doc: Document =
+    let doc: Inventory =
         serde_json::from_slice(&body).map_err(|_| "not an inventory document".to_owned())?;
     Ok(doc
         .upstreams
         .into_iter()
-        .map(|n| (n.name, n.report))
+        .map(|u| (u.name.clone(), u))
         .collect())
 }
 
@@ -126,16 +118,54 @@ mod tests {
 
     #[test]
     fn the_controllers_document_parses() {
-        let doc: Document = serde_json::from_str(
+        let doc: Inventory = serde_json::from_str(
             r#"{"upstreams":[{"name":"u","managed":3,"unextracted":3,"available":1,"availableSlots":4,
                 "lastFetchTime":"2026-01-01T00:00:00Z","fetchError":{"reason":"unauthorized",
                 "at":"2026-01-01T00:00:05Z","consecutiveFailures":2}}]}"#,
         )
         .unwrap();
-        let r = &doc.upstreams[0].report;
+        let r = &doc.upstreams[0];
         assert_eq!((r.managed, r.available, r.available_slots), (3, 1, 4));
         let e = r.fetch_error.as_ref().unwrap();
-        assert_eq!(e.condition_reason(), "VendorUnauthorized");
+        assert_eq!(condition_reason(e), "VendorUnauthorized");
         assert_eq!(e.consecutive_failures, 2);
+    }
+
+    #[tokio::test]
+    async fn one_read_serves_every_upstream_while_fresh() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let reads = Arc::new(AtomicUsize::new(0));
+        let counted = reads.clone();
+        let server = tokio::spawn(async move {
+            let body = r#"{"upstreams":[{"name":"a","managed":1,"unextracted":1,"available":1,
+                "availableSlots":1,"lastFetchTime":null,"fetchError":null}]}"#;
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                counted.fetch_add(1, Ordering::SeqCst);
+                let mut head = [0u8; 1024];
+                let _ = s.read(&mut head).await;
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(reply.as_bytes()).await;
+            }
+        });
+        let cache = InventoryCache::default();
+        for _ in 0..3 {
+            let read = cache.get(&base).await;
+            let all = read.as_ref().as_ref().unwrap();
+            assert_eq!(all["a"].managed, 1);
+        }
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            1,
+            "one read for every reconcile"
+        );
+        server.abort();
     }
 }

@@ -30,7 +30,14 @@ pub async fn reconcile_upstream(u: Arc<Upstream>, ctx: Arc<Context>) -> Result<A
         if let Some(admin) = ctx.config.controller_admin.as_deref()
             && outcome.problems.is_empty()
         {
-            from_controller(admin, &u.name_any(), &mut outcome, &mut status).await;
+            from_controller(
+                &ctx.inventory,
+                admin,
+                &u.name_any(),
+                &mut outcome,
+                &mut status,
+            )
+            .await;
         }
         status["conditions"] = json!(conditions(&old, u.meta().generation, &outcome));
         apply_status(&ctx, &*u, status).await?;
@@ -53,13 +60,14 @@ const INVENTORY_REFRESH: Duration = Duration::from_secs(15);
 /// (Degraded, with its reason); no successful fetch yet, an upstream the controller
 /// does not serve yet, or an unreadable inventory keep it not Ready.
 async fn from_controller(
+    inventory: &super::inventory::InventoryCache,
     admin: &str,
     name: &str,
     outcome: &mut Outcome,
     status: &mut serde_json::Value,
 ) {
-    let report = match super::inventory::fetch(admin).await {
-        Ok(mut all) => all.remove(name),
+    let report = match &*inventory.get(admin).await {
+        Ok(all) => all.get(name).cloned(),
         Err(e) => {
             outcome.waiting = Some((
                 "InventoryUnavailable",
@@ -85,7 +93,7 @@ async fn from_controller(
     }
     match (&r.fetch_error, &r.last_fetch_time) {
         (Some(e), _) => outcome.problems.push(Problem {
-            reason: e.condition_reason(),
+            reason: super::inventory::condition_reason(e),
             message: format!(
                 "fetching from the vendor fails: {} ({} in a row, last at {})",
                 e.reason, e.consecutive_failures, e.at

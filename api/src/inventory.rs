@@ -1,0 +1,83 @@
+//! The controller's admin inventory document (`GET /api/v1/inventory` on the admin
+//! listener, `Inventory` in `api/openapi/proxy-pool.yaml`): each configured upstream's
+//! pool figures and fetch state. The controller writes it; the operator reads it into
+//! `Upstream.status`. One definition for both sides; unknown fields are ignored on
+//! reading so an older reader keeps working against a newer controller.
+
+use serde::{Deserialize, Serialize};
+
+/// The whole document.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    /// One entry per configured upstream.
+    pub upstreams: Vec<UpstreamInventory>,
+}
+
+/// One upstream's inventory and fetch state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpstreamInventory {
+    /// The upstream's name.
+    pub name: String,
+    /// FETCHED, CHECKING, AVAILABLE, SUSPECT or DRAINING.
+    pub managed: u64,
+    /// Managed and not extracted.
+    pub unextracted: u64,
+    /// AVAILABLE proxies no gateway owns, before their `usableUntil`.
+    pub available: u64,
+    /// Free slots over available proxies.
+    pub available_slots: u64,
+    /// RFC 3339 time of the last successful fetch (`null`: none yet).
+    pub last_fetch_time: Option<String>,
+    /// Why fetches fail since the last success (`null`: they do not).
+    pub fetch_error: Option<FetchError>,
+}
+
+/// A failing vendor fetch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FetchError {
+    /// `unauthorized`, `timeout`, `invalid_document`, `status`, `transport`,
+    /// `too_large` or `pool_error`.
+    pub reason: String,
+    /// When it last failed (RFC 3339).
+    pub at: String,
+    /// Failures in a row.
+    pub consecutive_failures: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_round_trips_in_camel_case() {
+        let text = r#"{"upstreams":[{"name":"u","managed":3,"unextracted":3,"available":1,
+            "availableSlots":4,"lastFetchTime":"2026-01-01T00:00:00Z","fetchError":
+            {"reason":"unauthorized","at":"2026-01-01T00:00:05Z","consecutiveFailures":2}}]}"#;
+        let doc: Inventory = serde_json::from_str(text).unwrap();
+        let u = &doc.upstreams[0];
+        assert_eq!((u.managed, u.available, u.available_slots), (3, 1, 4));
+        let e = u.fetch_error.as_ref().unwrap();
+        assert_eq!(
+            (e.reason.as_str(), e.consecutive_failures),
+            ("unauthorized", 2)
+        );
+        let back: serde_json::Value = serde_json::to_value(&doc).unwrap();
+        assert_eq!(
+            back,
+            serde_json::from_str::<serde_json::Value>(text).unwrap()
+        );
+    }
+
+    #[test]
+    fn nulls_and_unknown_fields_are_accepted() {
+        let doc: Inventory = serde_json::from_str(
+            r#"{"upstreams":[{"name":"u","managed":0,"unextracted":0,"available":0,
+                "availableSlots":0,"lastFetchTime":null,"fetchError":null,"later":1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(doc.upstreams[0].fetch_error, None);
+        assert_eq!(doc.upstreams[0].last_fetch_time, None);
+    }
+}
