@@ -37,13 +37,53 @@ pub struct UpstreamInventory {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FetchError {
-    /// `unauthorized`, `timeout`, `invalid_document`, `status`, `transport`,
-    /// `too_large` or `pool_error`.
-    pub reason: String,
+    /// Why it fails.
+    pub reason: FetchFailure,
     /// When it last failed (RFC 3339).
     pub at: String,
     /// Failures in a row.
     pub consecutive_failures: u32,
+}
+
+/// Why an upstream's fetches fail: the `reason` code of the document (snake case on
+/// the wire), also the controller's fetch-result metric label.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FetchFailure {
+    /// The vendor refused the credentials (401/403).
+    Unauthorized,
+    /// The vendor did not answer in time.
+    Timeout,
+    /// The body is not a document of the configured format.
+    InvalidDocument,
+    /// Another unexpected HTTP status.
+    Status,
+    /// The request failed below HTTP (connect, TLS, reset).
+    Transport,
+    /// The body exceeded its size limit.
+    TooLarge,
+    /// The fetched proxies could not be written to the pool.
+    PoolError,
+    /// A code this reader does not know (a newer controller).
+    #[default]
+    #[serde(other)]
+    Unknown,
+}
+
+impl FetchFailure {
+    /// The wire code.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unauthorized => "unauthorized",
+            Self::Timeout => "timeout",
+            Self::InvalidDocument => "invalid_document",
+            Self::Status => "status",
+            Self::Transport => "transport",
+            Self::TooLarge => "too_large",
+            Self::PoolError => "pool_error",
+            Self::Unknown => "unknown",
+        }
+    }
 }
 
 #[cfg(test)]

@@ -188,7 +188,11 @@ impl StaticUpstream {
                 .await;
             match &result {
                 Ok(()) => status.succeeded(self.upstream.as_str(), Timestamp::now()),
-                Err(_) => status.failed(self.upstream.as_str(), "pool_error", Timestamp::now()),
+                Err(_) => status.failed(
+                    self.upstream.as_str(),
+                    proxy_pool_api::inventory::FetchFailure::PoolError,
+                    Timestamp::now(),
+                ),
             }
             if let Err(e) = result {
                 metrics

@@ -19,7 +19,6 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use serde::Serialize;
 
 use crate::distribution::{ApiError, Authenticator, rfc3339};
 use crate::metrics::{InventoryLabels, Metrics};
@@ -27,6 +26,7 @@ use crate::provider::FetchStatus;
 use crate::redis_link::RedisLink;
 use crate::shutdown::Shutdown;
 use proxy_pool_api::config::Permission;
+use proxy_pool_api::inventory::{FetchError, Inventory, UpstreamInventory};
 
 /// What the admin endpoints read.
 #[derive(Clone)]
@@ -56,37 +56,6 @@ impl std::fmt::Debug for AdminState {
             .field("upstreams", &self.upstreams)
             .finish_non_exhaustive()
     }
-}
-
-/// One upstream's inventory and fetch state.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct UpstreamInventoryDto {
-    name: String,
-    managed: u64,
-    unextracted: u64,
-    available: u64,
-    available_slots: u64,
-    /// RFC 3339 time of the last successful fetch (`null`: none yet).
-    last_fetch_time: Option<String>,
-    /// Why fetches fail since the last success (`null`: they do not).
-    fetch_error: Option<FetchErrorDto>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct FetchErrorDto {
-    /// `unauthorized`, `timeout`, `invalid_document`, `status`, `transport`,
-    /// `too_large` or `pool_error`.
-    reason: &'static str,
-    /// When it last failed (RFC 3339).
-    at: String,
-    consecutive_failures: u32,
-}
-
-#[derive(Debug, Serialize)]
-struct InventoryDto {
-    upstreams: Vec<UpstreamInventoryDto>,
 }
 
 /// The admin router (with the stats API and dashboard when analytics is on:
@@ -151,7 +120,9 @@ fn text(status: StatusCode, body: &'static str) -> Response {
     r
 }
 
-async fn read_inventory(st: &AdminState) -> Result<Vec<UpstreamInventoryDto>, ApiError> {
+/// The admin inventory document's entries (`proxy_pool_api::inventory`, the one
+/// definition the operator reads too).
+async fn read_inventory(st: &AdminState) -> Result<Vec<UpstreamInventory>, ApiError> {
     let mut out = Vec::with_capacity(st.upstreams.len());
     for u in st.upstreams.iter() {
         let inv = st.inventory.inventory(u).await.map_err(|e| {
@@ -162,14 +133,14 @@ async fn read_inventory(st: &AdminState) -> Result<Vec<UpstreamInventoryDto>, Ap
             }
         })?;
         let fetch = st.fetch.get(u.as_str()).unwrap_or_default();
-        out.push(UpstreamInventoryDto {
+        out.push(UpstreamInventory {
             name: u.to_string(),
             managed: inv.managed,
             unextracted: inv.unextracted,
             available: inv.available,
             available_slots: inv.available_slots,
             last_fetch_time: fetch.last_success.map(rfc3339),
-            fetch_error: fetch.failing.map(|(reason, at)| FetchErrorDto {
+            fetch_error: fetch.failing.map(|(reason, at)| FetchError {
                 reason,
                 at: rfc3339(at),
                 consecutive_failures: fetch.consecutive_failures,
@@ -209,7 +180,7 @@ async fn metrics(State(st): State<AdminState>) -> Response {
 async fn inventory(State(st): State<AdminState>) -> Response {
     match read_inventory(&st).await {
         Ok(upstreams) => {
-            let mut r = axum::Json(InventoryDto { upstreams }).into_response();
+            let mut r = axum::Json(Inventory { upstreams }).into_response();
             r.headers_mut()
                 .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
             r

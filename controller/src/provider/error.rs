@@ -2,6 +2,7 @@
 //! URL query, a header value, a vendor key or a proxy password.
 
 use activity_pool::PoolError;
+use proxy_pool_api::inventory::FetchFailure;
 
 /// Why one fetch from a vendor source failed. Nothing was written to the pool.
 #[derive(Debug, thiserror::Error)]
@@ -30,16 +31,21 @@ pub enum FetchError {
 }
 
 impl FetchError {
+    /// The failure's code (the admin inventory's `fetchError.reason`).
+    pub fn failure(&self) -> FetchFailure {
+        match self {
+            Self::Unauthorized(_) => FetchFailure::Unauthorized,
+            Self::Status(_) => FetchFailure::Status,
+            Self::TooLarge { .. } => FetchFailure::TooLarge,
+            Self::Timeout => FetchFailure::Timeout,
+            Self::Transport(_) => FetchFailure::Transport,
+            Self::InvalidDocument => FetchFailure::InvalidDocument,
+        }
+    }
+
     /// Stable label for metrics and logs.
     pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Unauthorized(_) => "unauthorized",
-            Self::Status(_) => "status",
-            Self::TooLarge { .. } => "too_large",
-            Self::Timeout => "timeout",
-            Self::Transport(_) => "transport",
-            Self::InvalidDocument => "invalid_document",
-        }
+        self.failure().as_str()
     }
 }
 

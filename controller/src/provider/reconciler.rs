@@ -11,6 +11,7 @@ use activity_pool::model::{
 use activity_pool::options::MAX_UPDATE_BATCH;
 use activity_pool::ports::{HealthStore, Upserter};
 use activity_pool::{PoolError, Timestamp};
+use proxy_pool_api::inventory::FetchFailure;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, instrument, warn};
 
@@ -155,7 +156,8 @@ impl ProviderReconciler {
             Ok(batch) => batch,
             Err(err) => {
                 self.metrics.fetch_result(upstream, err.kind());
-                self.status.failed(upstream, err.kind(), Timestamp::now());
+                self.status
+                    .failed(upstream, err.failure(), Timestamp::now());
                 return Err(err.into());
             }
         };
@@ -186,8 +188,9 @@ impl ProviderReconciler {
             let part = match self.upsert_with_retry(batch).await {
                 Ok(part) => part,
                 Err(err) => {
-                    self.metrics.fetch_result(upstream, "pool_error");
-                    self.status.failed(upstream, "pool_error", Timestamp::now());
+                    let failure = FetchFailure::PoolError;
+                    self.metrics.fetch_result(upstream, failure.as_str());
+                    self.status.failed(upstream, failure, Timestamp::now());
                     return Err(err.into());
                 }
             };

@@ -10,16 +10,15 @@ use std::sync::Arc;
 
 use activity_pool::Timestamp;
 use parking_lot::Mutex;
+use proxy_pool_api::inventory::FetchFailure;
 
 /// One upstream's fetch state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UpstreamFetch {
     /// When the source was last fetched (and written to the pool) successfully.
     pub last_success: Option<Timestamp>,
-    /// The failure since the last success, if any: its reason code (`unauthorized`,
-    /// `timeout`, `invalid_document`, `status`, `transport`, `too_large`, `pool_error`)
-    /// and when it last happened.
-    pub failing: Option<(&'static str, Timestamp)>,
+    /// The failure since the last success, if any: why, and when it last happened.
+    pub failing: Option<(FetchFailure, Timestamp)>,
     /// Failed fetches since the last success.
     pub consecutive_failures: u32,
 }
@@ -41,7 +40,7 @@ impl FetchStatus {
     }
 
     /// A failed fetch of `upstream` at `at`, with its reason code.
-    pub fn failed(&self, upstream: &str, reason: &'static str, at: Timestamp) {
+    pub fn failed(&self, upstream: &str, reason: FetchFailure, at: Timestamp) {
         let mut m = self.inner.lock();
         let e = m.entry(upstream.to_owned()).or_default();
         e.failing = Some((reason, at));
@@ -62,12 +61,12 @@ mod tests {
     fn a_success_clears_the_failure() {
         let s = FetchStatus::default();
         assert_eq!(s.get("u"), None);
-        s.failed("u", "unauthorized", Timestamp(10));
-        s.failed("u", "timeout", Timestamp(20));
+        s.failed("u", FetchFailure::Unauthorized, Timestamp(10));
+        s.failed("u", FetchFailure::Timeout, Timestamp(20));
         let f = s.get("u").unwrap();
         assert_eq!(
             (f.failing, f.consecutive_failures),
-            (Some(("timeout", Timestamp(20))), 2)
+            (Some((FetchFailure::Timeout, Timestamp(20))), 2)
         );
         assert_eq!(f.last_success, None);
         s.succeeded("u", Timestamp(30));

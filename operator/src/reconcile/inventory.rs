@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use proxy_pool_api::inventory::{FetchError, Inventory, UpstreamInventory};
+use proxy_pool_api::inventory::{FetchError, FetchFailure, Inventory, UpstreamInventory};
 
 /// Bound on one inventory read (connect, request and body).
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -53,15 +53,15 @@ impl InventoryCache {
 
 /// The condition reason for a failing fetch's reason code.
 pub fn condition_reason(e: &FetchError) -> &'static str {
-    match e.reason.as_str() {
-        "unauthorized" => "VendorUnauthorized",
-        "timeout" => "VendorTimeout",
-        "invalid_document" => "VendorInvalidDocument",
-        "too_large" => "VendorResponseTooLarge",
-        "transport" => "VendorUnreachable",
-        "status" => "VendorError",
-        "pool_error" => "PoolUnavailable",
-        _ => "FetchFailing",
+    match e.reason {
+        FetchFailure::Unauthorized => "VendorUnauthorized",
+        FetchFailure::Timeout => "VendorTimeout",
+        FetchFailure::InvalidDocument => "VendorInvalidDocument",
+        FetchFailure::TooLarge => "VendorResponseTooLarge",
+        FetchFailure::Transport => "VendorUnreachable",
+        FetchFailure::Status => "VendorError",
+        FetchFailure::PoolError => "PoolUnavailable",
+        FetchFailure::Unknown => "FetchFailing",
     }
 }
 

@@ -96,7 +96,9 @@ async fn from_controller(
             reason: super::inventory::condition_reason(e),
             message: format!(
                 "fetching from the vendor fails: {} ({} in a row, last at {})",
-                e.reason, e.consecutive_failures, e.at
+                e.reason.as_str(),
+                e.consecutive_failures,
+                e.at
             ),
         }),
         (None, None) => {
