@@ -146,6 +146,21 @@ impl Procs {
         }
     }
 
+    /// Polls `ok` every 300 ms until it holds; panics, with every process's log tail,
+    /// when one of them exits first or `within` passes.
+    pub fn wait_until(&mut self, what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+        let deadline = Instant::now() + within;
+        while !ok() {
+            self.all_alive();
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
     /// Panics, with every process's log tail, if one of them has exited.
     pub fn all_alive(&mut self) {
         let mut dead = None;

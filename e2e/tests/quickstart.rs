@@ -16,6 +16,7 @@ use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use activity_pool::testkit::RedisServer;
+use proxy_pool_e2e::ports::ephemeral_range;
 use proxy_pool_e2e::procs::target_dir;
 
 const PORTS: u16 = 10;
@@ -29,17 +30,6 @@ fn repo_root() -> PathBuf {
         .parent()
         .expect("repo root")
         .to_path_buf()
-}
-
-/// Where the kernel picks outgoing connections' local ports (`ip_local_port_range`).
-fn ephemeral_range() -> (u16, u16) {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| {
-            let mut it = s.split_whitespace().map(|v| v.parse::<u16>().ok());
-            Some((it.next()??, it.next()??))
-        })
-        .unwrap_or((32_768, 60_999))
 }
 
 /// A base port with `PORTS` consecutive free loopback ports, outside the ephemeral
