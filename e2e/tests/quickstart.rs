@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use activity_pool::testkit::RedisServer;
 use proxy_pool_e2e::ports::ephemeral_range;
-use proxy_pool_e2e::procs::target_dir;
+use proxy_pool_e2e::procs::{target_dir, without_test_env};
 
 const PORTS: u16 = 10;
 
@@ -284,7 +284,9 @@ fn dev_up_with(name: &str, args: &[&str]) -> Up {
     ));
     let _ = std::fs::remove_dir_all(&dev_dir);
     let mut cmd = Command::new("bash");
-    cmd.arg(root.join("scripts/dev-up.sh"))
+    // Its `cargo build` as from a shell (the test's cargo variables would rebuild).
+    without_test_env(&mut cmd)
+        .arg(root.join("scripts/dev-up.sh"))
         .current_dir(&root)
         .env("DEV_PORT_BASE", base.to_string())
         .env("DEV_DIR", &dev_dir)
