@@ -10,8 +10,9 @@ version="${PROXY_POOL_HELM_VERSION:-v3.22.0}"
 
 say() { printf 'helm-bin: %s\n' "$*" >&2; }
 
-command -v go >/dev/null 2>&1 || PATH="$PATH:/usr/local/go/bin"
-command -v go >/dev/null 2>&1 || { say "the Go toolchain is required"; exit 1; }
+# shellcheck source=scripts/lib/go.sh
+. "$repo/scripts/lib/go.sh"
+go_require
 
 cache_dir="${PROXY_POOL_CACHE_DIR:-$repo/.cache}"
 out_dir="$cache_dir/helm/$version"
@@ -21,7 +22,7 @@ mkdir -p "$out_dir"
 # Like helm's Makefile: the Kubernetes version helm assumes for `helm template` and
 # `helm lint` (Capabilities.KubeVersion) follows its client-go module (v0.X → 1.X);
 # without it helm claims Kubernetes 1.20.
-mod_dir="$(go mod download -json "helm.sh/helm/v3@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+mod_dir="$(go_mod_dir "helm.sh/helm/v3@$version")"
 client_go="$(awk '$1 == "k8s.io/client-go" { print $2; exit }' "$mod_dir/go.mod")"
 k8s_minor="$(echo "$client_go" | cut -d. -f2)"
 [ -n "$k8s_minor" ] || { say "cannot read the client-go version of helm $version"; exit 1; }

@@ -30,10 +30,9 @@ done
 
 say() { printf 'k8s-bins: %s\n' "$*" >&2; }
 
-# The Go toolchain of the Debian-based images lives in /usr/local/go.
-command -v go >/dev/null 2>&1 || PATH="$PATH:/usr/local/go/bin"
-command -v go >/dev/null 2>&1 || {
-  say "the Go toolchain is required (go >= the version in e2e/k8s/go.mod)"; exit 1; }
+# shellcheck source=scripts/lib/go.sh
+. "$repo/scripts/lib/go.sh"
+go_require "the Go toolchain is required (go >= the version in e2e/k8s/go.mod)"
 
 # Module versions, as written in the wrapper go.mod (the single source of truth).
 mod_version() { awk -v m="$1" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$mod_dir/go.mod"; }

@@ -4,5 +4,6 @@ pub mod cluster;
 pub mod hostile;
 pub mod k8s;
 pub mod loadgen;
+pub mod ports;
 pub mod procs;
 pub mod sim;

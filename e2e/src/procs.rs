@@ -52,12 +52,42 @@ pub fn build_packages(packages: &[&str]) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut cmd = Command::new(cargo);
+    without_test_env(&mut cmd);
     cmd.current_dir(root).arg("build");
     for p in packages {
         cmd.args(["-p", p]);
     }
     let status = cmd.arg("--bins").status().expect("cargo build");
     assert!(status.success(), "building {packages:?} failed");
+}
+
+/// Removes from `cmd`'s environment what `cargo test` sets for the running test
+/// (`CARGO_PKG_*`, `CARGO_MANIFEST_DIR`, `CARGO_BIN_EXE_*`, …), so that a cargo run
+/// from a test sees the environment of one run from a shell. Build scripts watch some
+/// of these variables (`ring`'s watches `CARGO_PKG_NAME` and `CARGO_MANIFEST_DIR`): with
+/// the test's values they would run again, and everything above them would be rebuilt
+/// — here, and once more by the next cargo run from a shell.
+pub fn without_test_env(cmd: &mut Command) -> &mut Command {
+    const SET_FOR_TESTS: &[&str] = &[
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+        "CARGO_CRATE_NAME",
+        "CARGO_BIN_NAME",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "CARGO_RUSTC_CURRENT_DIR",
+        "OUT_DIR",
+    ];
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if SET_FOR_TESTS.contains(&name)
+            || name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_EXE_")
+        {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
 }
 
 /// Child processes logging into one directory, stopped in reverse start order when
@@ -146,6 +176,21 @@ impl Procs {
         }
     }
 
+    /// Polls `ok` every 300 ms until it holds; panics, with every process's log tail,
+    /// when one of them exits first or `within` passes.
+    pub fn wait_until(&mut self, what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+        let deadline = Instant::now() + within;
+        while !ok() {
+            self.all_alive();
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
     /// Panics, with every process's log tail, if one of them has exited.
     pub fn all_alive(&mut self) {
         let mut dead = None;
@@ -200,5 +245,33 @@ impl Procs {
 impl Drop for Procs {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cargo_run_from_a_test_gets_none_of_the_test_s_cargo_variables() {
+        // `cargo test` set these for this very process.
+        assert!(std::env::var_os("CARGO_PKG_NAME").is_some());
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let mut cmd = Command::new("cargo");
+        without_test_env(&mut cmd);
+        let removed: Vec<String> = cmd
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        for name in ["CARGO_PKG_NAME", "CARGO_PKG_VERSION", "CARGO_MANIFEST_DIR"] {
+            assert!(removed.iter().any(|r| r == name), "{name}: {removed:?}");
+        }
+        assert!(
+            !removed
+                .iter()
+                .any(|r| r == "CARGO_TARGET_DIR" || r == "CARGO_HOME"),
+            "the caller's own cargo settings stay: {removed:?}"
+        );
     }
 }

@@ -56,52 +56,19 @@ struct Load {
 /// Gateway traffic through both gateways and an extraction client rotating over every
 /// replica (moving on at once when one does not answer, as a client of a Service).
 fn load(stack: &Stack) -> Load {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = load_runtime();
     let stop = Arc::new(AtomicBool::new(false));
     let gateways = Arc::new(Gateways::default());
     let extracted = Arc::new(Extracted::default());
     let began = Instant::now();
     let echo = stack.echo;
-    let mut tasks = Vec::new();
-    for i in 0..GATEWAY_CLIENTS {
-        let (stop, stats) = (stop.clone(), gateways.clone());
-        let gws: Vec<SocketAddr> = stack.gateways.iter().map(|(h, _)| *h).collect();
-        tasks.push(rt.spawn(async move {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let gw = gws[(n as usize + i) % gws.len()];
-                let path = format!("/drill/{i}/{n}");
-                let r = if n % 4 == 3 {
-                    tunnel_via_gateway(gw, echo, &path).await
-                } else {
-                    via_gateway(gw, echo, &path).await
-                };
-                match r {
-                    Ok(()) => {
-                        stats.ok.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => stats
-                        .errors
-                        .lock()
-                        .unwrap()
-                        .push(format!("{gw} {path}: {e}")),
-                }
-                n += 1;
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-        }));
-    }
+    let mut tasks = gateway_clients(&rt, stack, "drill", &stop, &gateways);
     let dists: Vec<SocketAddr> = stack.replicas.iter().map(|r| r.dist).collect();
     let sim = stack.sim;
     {
         let (stop, stats) = (stop.clone(), extracted.clone());
         tasks.push(rt.spawn(async move {
             let api_key = format!("X-API-Key: {API_KEY}\r\n");
-            let vendor_key = format!("X-API-Key: {VENDOR_KEY}\r\n");
             let mut next = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 let body = r#"{"count":1,"fulfillment":"allOrNothing"}"#;
@@ -126,14 +93,7 @@ fn load(stack: &Stack) -> Load {
                         for p in j["proxies"].as_array().expect("proxies") {
                             let id = p["id"].as_str().expect("id").to_owned();
                             *stats.ids.lock().unwrap().entry(id).or_default() += 1;
-                            let port = p["port"].as_u64().expect("port");
-                            let handout = format!(r#"[{{"port":{port},"atMs":{}}}]"#, now_ms());
-                            let (status, _) =
-                                post(sim, "/v1/sim/audit/handouts", &vendor_key, &handout)
-                                    .await
-                                    .expect("report the handout");
-                            assert_eq!(status, 204, "handout report");
-                            if let Err(e) = use_extracted(p, echo).await {
+                            if let Err(e) = report_and_use(sim, echo, p, now_ms()).await {
                                 stats.use_failures.lock().unwrap().push(e);
                             }
                         }
@@ -272,15 +232,12 @@ fn ready(tag: &str) -> (Stack, usize) {
     let mut stack = start(tag, 2, LEADERSHIP);
     let leader = wait_leader(&mut stack, None, READY_WITHIN);
     let admin = stack.replicas[leader].admin;
-    wait_until(
-        &mut stack.procs,
-        "gateways owning the whole pool",
-        READY_WITHIN,
-        || {
+    stack
+        .procs
+        .wait_until("gateways owning the whole pool", READY_WITHIN, || {
             block(inventory(admin))
                 .is_some_and(|(unextracted, available)| unextracted >= 10 && available == 0)
-        },
-    );
+        });
     (stack, leader)
 }
 

@@ -27,11 +27,11 @@
 //! a descriptor limit of at least [`MIN_NOFILE`] (raised with `prlimit` up to the hard
 //! limit when lower); fails, never skips, without them.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -44,6 +44,7 @@ use proxy_pool_e2e::hostile::attack::{self, Dial, Held, LEGIT_SOURCE, Outcome};
 use proxy_pool_e2e::hostile::procstat::{self, Sampler};
 use proxy_pool_e2e::hostile::{Figure, table};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
+use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::{Procs, bin, build_packages};
 use proxy_pool_identity_client::{ClientConfig, IdentityClient};
 use rustls::pki_types::ServerName;
@@ -66,6 +67,9 @@ const GATEWAY_POOL_SLACK: u64 = 8 * 8;
 const SETTLE_WITHIN: Duration = Duration::from_secs(30);
 /// Most resident-memory growth over the level before the attack.
 const RSS_GROWTH_MIB: u64 = 256;
+/// At most this before an attack for the server's descriptors to hold still (the
+/// level before it).
+const STEADY_WITHIN: Duration = Duration::from_millis(500);
 /// Deadline of one legitimate request, and the pause between two.
 const LEGIT_TIMEOUT: Duration = Duration::from_secs(10);
 const LEGIT_EVERY: Duration = Duration::from_millis(300);
@@ -81,12 +85,6 @@ const API_KEY: &str = "hostile-legit-key";
 const TRICKLE_KEY: &str = "hostile-trickle-key";
 const GW_USER: &str = "alice";
 const GW_PASS: &str = "alice-hostile-pw";
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-}
 
 /// The soft descriptor limit of this process, raised to `MIN_NOFILE` (at most the hard
 /// limit) with `prlimit`; the children started later inherit it.
@@ -658,12 +656,14 @@ async fn attack_listener(t: &Target, procs: &mut Procs) -> Vec<Figure> {
     let pid = procs.pid(t.process);
     let mut figures = Vec::new();
     for a in attacks_for(t) {
-        // The level before: after the previous attack settled.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let before = procstat::sample(pid).expect("process gone");
+        // The level before: once the previous attack settled and the descriptors hold
+        // still.
+        let before = procstat::steady(pid, STEADY_WITHIN)
+            .await
+            .expect("process gone");
         let sampler = Sampler::start(pid);
-        let stop = Arc::new(AtomicBool::new(false));
-        let legit = tokio::spawn(legit_loop(t.legit.clone(), t.addr, stop.clone()));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let legit = tokio::spawn(legit_loop(t.legit.clone(), t.addr, stopped));
         let dial = |tls: bool| {
             if tls {
                 t.tls.clone().expect("TLS settings")
@@ -716,7 +716,7 @@ async fn attack_listener(t: &Target, procs: &mut Procs) -> Vec<Figure> {
         // sees them) are still open: nothing of the attack, if it closed or never had
         // them.
         let at_bound = procstat::sample(pid).expect("process gone");
-        stop.store(true, Ordering::Relaxed);
+        let _ = stop.send(true);
         let (ok, tried) = legit.await.expect("legit loop");
         let peaks = sampler.peaks();
         drop(sampler);
@@ -802,23 +802,28 @@ async fn attack_listener(t: &Target, procs: &mut Procs) -> Vec<Figure> {
     figures
 }
 
-/// Legitimate requests one after another until `stop`; (served, tried).
-async fn legit_loop(legit: Legit, addr: SocketAddr, stop: Arc<AtomicBool>) -> (u32, u32) {
-    let (ok, tried) = (AtomicU32::new(0), AtomicU32::new(0));
+/// Legitimate requests one after another until `stop` (the pause between two ends
+/// with it); (served, tried).
+async fn legit_loop(
+    legit: Legit,
+    addr: SocketAddr,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> (u32, u32) {
+    let (mut ok, mut tried) = (0, 0);
     // At least one request, even for an attack shorter than one.
     loop {
-        tried.fetch_add(1, Ordering::Relaxed);
+        tried += 1;
         if legit_once(&legit, addr).await {
-            ok.fetch_add(1, Ordering::Relaxed);
+            ok += 1;
         } else {
             eprintln!("legitimate request to {addr} ({legit:?}) failed");
         }
-        if stop.load(Ordering::Relaxed) {
+        let stopped = tokio::time::timeout(LEGIT_EVERY, stop.wait_for(|s| *s)).await;
+        if stopped.is_ok() {
             break;
         }
-        tokio::time::sleep(LEGIT_EVERY).await;
     }
-    (ok.into_inner(), tried.into_inner())
+    (ok, tried)
 }
 
 /// One legitimate request, within [`LEGIT_TIMEOUT`]; whether it was served.

@@ -19,7 +19,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -32,60 +31,24 @@ fn run(tag: &str, kill_controller: bool) {
     let mut stack = start(tag, 1, "");
     let admin = stack.replicas[0].admin;
     // The gateways own the whole pool before the load starts.
-    wait_until(
-        &mut stack.procs,
-        "gateways owning the whole pool",
-        READY_WITHIN,
-        || {
+    stack
+        .procs
+        .wait_until("gateways owning the whole pool", READY_WITHIN, || {
             block(inventory(admin))
                 .is_some_and(|(unextracted, available)| unextracted >= 10 && available == 0)
-        },
-    );
+        });
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = load_runtime();
     let stop = Arc::new(AtomicBool::new(false));
     let gateways = Arc::new(Gateways::default());
     let extraction = Arc::new(Extraction::default());
     let echo = stack.echo;
-    let mut tasks = Vec::new();
-    for i in 0..GATEWAY_CLIENTS {
-        let (stop, stats) = (stop.clone(), gateways.clone());
-        let gws: Vec<SocketAddr> = stack.gateways.iter().map(|(h, _)| *h).collect();
-        tasks.push(rt.spawn(async move {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let gw = gws[(n as usize + i) % gws.len()];
-                let path = format!("/load/{i}/{n}");
-                let r = if n % 4 == 3 {
-                    tunnel_via_gateway(gw, echo, &path).await
-                } else {
-                    via_gateway(gw, echo, &path).await
-                };
-                match r {
-                    Ok(()) => {
-                        stats.ok.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => stats
-                        .errors
-                        .lock()
-                        .unwrap()
-                        .push(format!("{gw} {path}: {e}")),
-                }
-                n += 1;
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-        }));
-    }
+    let mut tasks = gateway_clients(&rt, &stack, "load", &stop, &gateways);
     let (dist, sim) = (stack.replicas[0].dist, stack.sim);
     {
         let (stop, stats) = (stop.clone(), extraction.clone());
         tasks.push(rt.spawn(async move {
             let api_key = format!("X-API-Key: {API_KEY}\r\n");
-            let vendor_key = format!("X-API-Key: {VENDOR_KEY}\r\n");
             while !stop.load(Ordering::Relaxed) {
                 let started = Instant::now();
                 let r = post(
@@ -103,14 +66,7 @@ fn run(tag: &str, kill_controller: bool) {
                         stats.served.fetch_add(1, Ordering::Relaxed);
                         let j: serde_json::Value = serde_json::from_str(&body).expect("JSON");
                         for p in j["proxies"].as_array().expect("proxies") {
-                            let port = p["port"].as_u64().expect("port");
-                            let handout = format!(r#"[{{"port":{port},"atMs":{at}}}]"#);
-                            let (status, _) =
-                                post(sim, "/v1/sim/audit/handouts", &vendor_key, &handout)
-                                    .await
-                                    .expect("report the handout");
-                            assert_eq!(status, 204, "handout report");
-                            match use_extracted(p, echo).await {
+                            match report_and_use(sim, echo, p, at).await {
                                 Ok(()) => {
                                     stats.used_ok.fetch_add(1, Ordering::Relaxed);
                                 }

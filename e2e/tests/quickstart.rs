@@ -16,7 +16,8 @@ use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use activity_pool::testkit::RedisServer;
-use proxy_pool_e2e::procs::target_dir;
+use proxy_pool_e2e::ports::ephemeral_range;
+use proxy_pool_e2e::procs::{target_dir, without_test_env};
 
 const PORTS: u16 = 10;
 
@@ -29,17 +30,6 @@ fn repo_root() -> PathBuf {
         .parent()
         .expect("repo root")
         .to_path_buf()
-}
-
-/// Where the kernel picks outgoing connections' local ports (`ip_local_port_range`).
-fn ephemeral_range() -> (u16, u16) {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| {
-            let mut it = s.split_whitespace().map(|v| v.parse::<u16>().ok());
-            Some((it.next()??, it.next()??))
-        })
-        .unwrap_or((32_768, 60_999))
 }
 
 /// A base port with `PORTS` consecutive free loopback ports, outside the ephemeral
@@ -294,7 +284,9 @@ fn dev_up_with(name: &str, args: &[&str]) -> Up {
     ));
     let _ = std::fs::remove_dir_all(&dev_dir);
     let mut cmd = Command::new("bash");
-    cmd.arg(root.join("scripts/dev-up.sh"))
+    // Its `cargo build` as from a shell (the test's cargo variables would rebuild).
+    without_test_env(&mut cmd)
+        .arg(root.join("scripts/dev-up.sh"))
         .current_dir(&root)
         .env("DEV_PORT_BASE", base.to_string())
         .env("DEV_DIR", &dev_dir)

@@ -7,25 +7,20 @@
 //! the first identity — and 2 unique identities.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use activity_pool::testkit::RedisServer;
 use base64::Engine as _;
 use proxy_pool_analytics::testkit::Postgres;
+use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::{Procs, bin, build_binaries};
 
 const ROUTING: &str = "e2e-usage";
 const PER_CLIENT: u64 = 10;
 const READY_WITHIN: Duration = Duration::from_secs(120);
 const COMMITTED_WITHIN: Duration = Duration::from_secs(60);
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-}
 
 fn exchange(addr: SocketAddr, request: &str) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
@@ -65,19 +60,6 @@ fn via_gateway(gw: SocketAddr, user: &str, password: &str, echo: SocketAddr) -> 
         ),
     )
     .map_or(0, |(status, _)| status)
-}
-
-fn wait_until(procs: &mut Procs, what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !ok() {
-        procs.all_alive();
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}\n{}",
-            procs.logs()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
 }
 
 /// A counter of the gateway's `/metrics` (no labels).
@@ -191,7 +173,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
                 "900",
             ]),
     );
-    wait_until(&mut procs, "vendor simulator", READY_WITHIN, || {
+    procs.wait_until("vendor simulator", READY_WITHIN, || {
         get(sim, "/healthz").0 == 200
     });
     procs.start(
@@ -200,7 +182,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
             .args(["run", "--config"])
             .arg(&config),
     );
-    wait_until(&mut procs, "controller", READY_WITHIN, || {
+    procs.wait_until("controller", READY_WITHIN, || {
         get(admin, "/healthz").0 == 200
     });
     procs.start(
@@ -223,13 +205,13 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
             .arg("--clients-file")
             .arg(dir.join("gateway-clients.json")),
     );
-    wait_until(&mut procs, "gateway snapshot", READY_WITHIN, || {
+    procs.wait_until("gateway snapshot", READY_WITHIN, || {
         get(gw_admin, "/readyz").0 == 200
     });
     // Readiness probes, by alice only: a probe that got a proxy is counted by the
     // gateway (and below through its own counter), one that did not is not.
     let (alice, bob) = (clients[0], clients[1]);
-    wait_until(&mut procs, "a proxied request", READY_WITHIN, || {
+    procs.wait_until("a proxied request", READY_WITHIN, || {
         via_gateway(gw_http, alice.0, alice.1, echo) == 200
     });
     let probes = gateway_counter(gw_admin, "gateway_usage_requests_total");
@@ -255,18 +237,13 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     // Runtime reports carry the usage to the controller; a flush commits it.
     let path = format!("/api/v1/stats/routings/{ROUTING}?days=7");
     let mut last = String::new();
-    wait_until(
-        &mut procs,
-        "committed routing stats",
-        COMMITTED_WITHIN,
-        || {
-            let (status, body) = get(admin, &path);
-            last = body;
-            status == 200
-                && serde_json::from_str::<serde_json::Value>(&last)
-                    .is_ok_and(|v| v["total"]["requests"].as_u64() == Some(counted))
-        },
-    );
+    procs.wait_until("committed routing stats", COMMITTED_WITHIN, || {
+        let (status, body) = get(admin, &path);
+        last = body;
+        status == 200
+            && serde_json::from_str::<serde_json::Value>(&last)
+                .is_ok_and(|v| v["total"]["requests"].as_u64() == Some(counted))
+    });
     let stats: serde_json::Value = serde_json::from_str(&last).expect("stats JSON");
     println!(
         "routing {ROUTING}: {counted} requests ({probes} readiness probes + {} of ours), stats {}",

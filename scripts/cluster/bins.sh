@@ -15,8 +15,9 @@ skipper_version="${PROXY_POOL_SKIPPER_VERSION:-v0.23.0}"
 
 say() { printf 'cluster-bins: %s\n' "$*" >&2; }
 
-command -v go >/dev/null 2>&1 || PATH="$PATH:/usr/local/go/bin"
-command -v go >/dev/null 2>&1 || { say "the Go toolchain is required"; exit 1; }
+# shellcheck source=scripts/lib/go.sh
+. "$repo/scripts/lib/go.sh"
+go_require
 
 cache_dir="${PROXY_POOL_CACHE_DIR:-$repo/.cache}/cluster-bins"
 ldflags="-s -w"
@@ -58,9 +59,8 @@ build_coredns() {
 # is refused here; building ./cmd/skipper as the main module from a copy of the module
 # source (the module cache is read-only) uses its own go.mod/go.sum the same way.
 build_skipper() {
-  local json dir
-  json="$(go mod download -json "github.com/zalando/skipper@$1")"
-  dir="$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  local dir
+  dir="$(go_mod_dir "github.com/zalando/skipper@$1")"
   [ -d "$dir" ] || { say "skipper $1: module source not found"; return 1; }
   cp -r "$dir" "$2/src"
   chmod -R u+w "$2/src"

@@ -359,9 +359,7 @@ pub async fn flood_bytes(
                     _ => break,
                 }
             }
-            let _ = s.flush().await;
-            let (closed, answer) = until_closed(&mut s, bound).await;
-            (closed.map(|_| started.elapsed()), answer, s)
+            sent_then_wait(s, started, bound).await
         }
     })
     .await
@@ -381,12 +379,18 @@ pub async fn send_once(
         async move {
             let started = Instant::now();
             let _ = s.write_all(&payload).await;
-            let _ = s.flush().await;
-            let (closed, answer) = until_closed(&mut s, bound).await;
-            (closed.map(|_| started.elapsed()), answer, s)
+            sent_then_wait(s, started, bound).await
         }
     })
     .await
+}
+
+/// Flushes what an attack connection (opened at `started`) sent, then gives the server
+/// `bound` to close it: when it did (since `started`), what it answered.
+async fn sent_then_wait(mut s: Conn, started: Instant, bound: Duration) -> Seen {
+    let _ = s.flush().await;
+    let (closed, answer) = until_closed(&mut s, bound).await;
+    (closed.map(|_| started.elapsed()), answer, s)
 }
 
 /// Deterministic pseudo-random bytes (xorshift), `len` of them from `seed`.

@@ -104,6 +104,23 @@ pub async fn fds_settle(pid: u32, fds: u64, within: Duration) -> Option<Duration
     }
 }
 
+/// Waits until `pid`'s descriptor count holds still over two sampling intervals
+/// (100 ms each), at most `within`; the last reading (`None`: the process is gone).
+pub async fn steady(pid: u32, within: Duration) -> Option<Stat> {
+    let started = tokio::time::Instant::now();
+    let mut last = sample(pid)?;
+    let mut still = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = sample(pid)?;
+        still = if now.fds == last.fds { still + 1 } else { 0 };
+        if still >= 2 || started.elapsed() >= within {
+            return Some(now);
+        }
+        last = now;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +132,14 @@ mod tests {
         assert!(s.rss_kib > 0 && s.fds >= 3, "{s:?}");
         assert!(alive(me));
         assert!(sample(u32::MAX).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_process_that_opens_nothing_is_steady_at_once() {
+        let started = std::time::Instant::now();
+        let s = steady(std::process::id(), Duration::from_secs(5)).await;
+        assert!(s.is_some_and(|s| s.fds >= 3));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(steady(u32::MAX, Duration::from_secs(1)).await.is_none());
     }
 }

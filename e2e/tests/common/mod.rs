@@ -5,15 +5,16 @@
 //! hand-outs to the auditor and uses what it got from `127.0.0.2`).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use activity_pool::testkit::RedisServer;
 use base64::Engine as _;
+pub use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::{Procs, bin, build_binaries};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -41,41 +42,6 @@ pub const VENDOR_KEY: &str = "mixed-load-vendor-key";
 
 /// One stack at a time: two would only compete for the machine's cores.
 pub static ONE_STACK: Mutex<()> = Mutex::new(());
-
-/// Where the kernel picks outgoing connections' local ports (`ip_local_port_range`).
-pub fn ephemeral_range() -> (u16, u16) {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| {
-            let mut it = s.split_whitespace().map(|v| v.parse::<u16>().ok());
-            Some((it.next()??, it.next()??))
-        })
-        .unwrap_or((32_768, 60_999))
-}
-
-/// A free loopback port outside the ephemeral range: the processes bind theirs only
-/// after starting, and an outgoing connection of anything on the machine (the test's
-/// own traffic included) may take an ephemeral port meanwhile. Never the same twice.
-pub fn free_addr() -> SocketAddr {
-    static TAKEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    let (lo, hi) = ephemeral_range();
-    let (from, to) = if lo > 21_000 {
-        (20_000, lo)
-    } else {
-        (hi.saturating_add(1), u16::MAX)
-    };
-    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
-    let seed = (std::process::id() as u64).wrapping_mul(2_654_435_761) ^ now_ms();
-    let span = u64::from(to - from);
-    for i in 0..span {
-        let port = from + ((seed.wrapping_add(i * 7_919)) % span) as u16;
-        if !taken.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            taken.push(port);
-            return SocketAddr::from(([127, 0, 0, 1], port));
-        }
-    }
-    panic!("no free port outside the ephemeral range");
-}
 
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -149,19 +115,6 @@ pub async fn get(addr: SocketAddr, path: &str, headers: &str) -> (u16, String) {
 
 pub fn basic(user: &str, pass: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))
-}
-
-pub fn wait_until(procs: &mut Procs, what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !ok() {
-        procs.all_alive();
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}\n{}",
-            procs.logs()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    }
 }
 
 pub fn block<T>(f: impl std::future::Future<Output = T>) -> T {
@@ -293,9 +246,11 @@ pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
             ]),
     );
     let sim = stack.sim;
-    wait_until(&mut stack.procs, "vendor simulator", READY_WITHIN, || {
-        block(get(sim, "/healthz", "")).0 == 200
-    });
+    stack
+        .procs
+        .wait_until("vendor simulator", READY_WITHIN, || {
+            block(get(sim, "/healthz", "")).0 == 200
+        });
     for i in 0..replicas {
         start_controller(&mut stack, i, &format!("controller-{i}"));
     }
@@ -330,18 +285,16 @@ pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
     }
     let echo = stack.echo;
     for (i, (http, admin)) in stack.gateways.clone().into_iter().enumerate() {
-        wait_until(
-            &mut stack.procs,
-            &format!("gateway {i} snapshot"),
-            READY_WITHIN,
-            || block(get(admin, "/readyz", "")).0 == 200,
-        );
-        wait_until(
-            &mut stack.procs,
-            &format!("gateway {i} traffic"),
-            READY_WITHIN,
-            || block(via_gateway(http, echo, "/warm-up")).is_ok(),
-        );
+        stack
+            .procs
+            .wait_until(&format!("gateway {i} snapshot"), READY_WITHIN, || {
+                block(get(admin, "/readyz", "")).0 == 200
+            });
+        stack
+            .procs
+            .wait_until(&format!("gateway {i} traffic"), READY_WITHIN, || {
+                block(via_gateway(http, echo, "/warm-up")).is_ok()
+            });
     }
     stack
 }
@@ -355,7 +308,7 @@ pub fn start_controller(stack: &mut Stack, i: usize, name: &str) {
             .args(["run", "--config"])
             .arg(&r.config),
     );
-    wait_until(&mut stack.procs, name, READY_WITHIN, || {
+    stack.procs.wait_until(name, READY_WITHIN, || {
         block(get(r.admin, "/healthz", "")).0 == 200
     });
 }
@@ -388,7 +341,12 @@ pub async fn via_gateway(gw: SocketAddr, echo: SocketAddr, path: &str) -> Result
     let req = format!(
         "GET http://{echo}{path} HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n"
     );
-    match exchange(s, &req).await {
+    served(exchange(s, &req).await)
+}
+
+/// `Ok` for a 200 answer; otherwise what came back (status and body, or the I/O error).
+fn served(answer: std::io::Result<(u16, String)>) -> Result<(), String> {
+    match answer {
         Ok((200, _)) => Ok(()),
         Ok((status, body)) => Err(format!("{status} {}", body.trim())),
         Err(e) => Err(format!("io: {e}")),
@@ -460,11 +418,7 @@ pub async fn use_extracted(proxy: &serde_json::Value, echo: SocketAddr) -> Resul
     let req = format!(
         "GET http://{echo}/extracted HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n"
     );
-    match exchange(s, &req).await {
-        Ok((200, _)) => Ok(()),
-        Ok((status, body)) => Err(format!("{status} {}", body.trim())),
-        Err(e) => Err(format!("io: {e}")),
-    }
+    served(exchange(s, &req).await)
 }
 
 pub async fn post(
@@ -479,6 +433,80 @@ pub async fn post(
         body.len()
     );
     exchange(s, &req).await
+}
+
+/// The runtime the load's clients run on (two worker threads beside the processes).
+pub fn load_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// [`GATEWAY_CLIENTS`] clients sending requests one after another through the stack's
+/// gateways in turn (every fourth one a CONNECT tunnel), to `/<prefix>/<client>/<n>`
+/// on the echo server, until `stop`; each outcome lands in `stats`.
+pub fn gateway_clients(
+    rt: &tokio::runtime::Runtime,
+    stack: &Stack,
+    prefix: &'static str,
+    stop: &Arc<AtomicBool>,
+    stats: &Arc<Gateways>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let echo = stack.echo;
+    let gws: Vec<SocketAddr> = stack.gateways.iter().map(|(h, _)| *h).collect();
+    (0..GATEWAY_CLIENTS)
+        .map(|i| {
+            let (stop, stats, gws) = (stop.clone(), stats.clone(), gws.clone());
+            rt.spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let gw = gws[(n as usize + i) % gws.len()];
+                    let path = format!("/{prefix}/{i}/{n}");
+                    let r = if n % 4 == 3 {
+                        tunnel_via_gateway(gw, echo, &path).await
+                    } else {
+                        via_gateway(gw, echo, &path).await
+                    };
+                    match r {
+                        Ok(()) => {
+                            stats.ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => stats
+                            .errors
+                            .lock()
+                            .unwrap()
+                            .push(format!("{gw} {path}: {e}")),
+                    }
+                    n += 1;
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+            })
+        })
+        .collect()
+}
+
+/// Reports the hand-out of extracted proxy `p` (at `at_ms`) to the simulator's
+/// auditor, then uses it as the extraction client ([`use_extracted`]).
+pub async fn report_and_use(
+    sim: SocketAddr,
+    echo: SocketAddr,
+    p: &serde_json::Value,
+    at_ms: u64,
+) -> Result<(), String> {
+    let port = p["port"].as_u64().expect("port");
+    let handout = format!(r#"[{{"port":{port},"atMs":{at_ms}}}]"#);
+    let (status, _) = post(
+        sim,
+        "/v1/sim/audit/handouts",
+        &format!("X-API-Key: {VENDOR_KEY}\r\n"),
+        &handout,
+    )
+    .await
+    .expect("report the handout");
+    assert_eq!(status, 204, "handout report");
+    use_extracted(p, echo).await
 }
 
 #[derive(Debug, Default)]
