@@ -10,8 +10,13 @@
 //! - leader SIGSTOP past its lease, then SIGCONT: another replica leads meanwhile; the
 //!   resumed one writes nothing (it is deposed and exits with code 3) and the same
 //!   invariants hold.
+//!
+//! One module per drill family (`leader.rs`, …); this file holds the harness they share:
+//! the mixed load, the leader wait and the invariants every drill checks.
 
+#[path = "../common/mod.rs"]
 mod common;
+mod leader;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,18 +28,18 @@ use common::*;
 use proxy_pool_e2e::sim::audit::Verdict;
 
 /// Leader lease of the drills: short, so that they run in seconds.
-const LEASE: Duration = Duration::from_secs(3);
-const RETRY: Duration = Duration::from_millis(500);
-const LEADERSHIP: &str = "leadership: {replicas: 2, lease: 3s, renewEvery: 1s, retryEvery: 500ms}";
+pub(crate) const LEASE: Duration = Duration::from_secs(3);
+pub(crate) const RETRY: Duration = Duration::from_millis(500);
+pub(crate) const LEADERSHIP: &str = "leadership: {replicas: 2, lease: 3s, renewEvery: 1s, retryEvery: 500ms}";
 /// Scheduling slack on a loaded 2-core machine on top of the failover bound.
-const SLACK: Duration = Duration::from_secs(2);
+pub(crate) const SLACK: Duration = Duration::from_secs(2);
 /// Load before the fault, and after it.
-const BEFORE: Duration = Duration::from_secs(8);
-const AFTER: Duration = Duration::from_secs(15);
+pub(crate) const BEFORE: Duration = Duration::from_secs(8);
+pub(crate) const AFTER: Duration = Duration::from_secs(15);
 
 /// What the extraction client saw.
 #[derive(Debug, Default)]
-struct Extracted {
+pub(crate) struct Extracted {
     served: AtomicU64,
     insufficient: AtomicU64,
     /// Answers other than 200 / 409, with when they came (ms since the load began).
@@ -44,7 +49,7 @@ struct Extracted {
     use_failures: Mutex<Vec<String>>,
 }
 
-struct Load {
+pub(crate) struct Load {
     rt: tokio::runtime::Runtime,
     stop: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -55,7 +60,7 @@ struct Load {
 
 /// Gateway traffic through both gateways and an extraction client rotating over every
 /// replica (moving on at once when one does not answer, as a client of a Service).
-fn load(stack: &Stack) -> Load {
+pub(crate) fn load(stack: &Stack) -> Load {
     let rt = load_runtime();
     let stop = Arc::new(AtomicBool::new(false));
     let gateways = Arc::new(Gateways::default());
@@ -128,7 +133,7 @@ fn load(stack: &Stack) -> Load {
 
 /// The replica that leads, once exactly one does (polled over every replica's metrics;
 /// `skip` is not asked).
-fn wait_leader(stack: &mut Stack, skip: Option<usize>, within: Duration) -> usize {
+pub(crate) fn wait_leader(stack: &mut Stack, skip: Option<usize>, within: Duration) -> usize {
     let admins: Vec<SocketAddr> = stack.replicas.iter().map(|r| r.admin).collect();
     let deadline = Instant::now() + within;
     loop {
@@ -157,7 +162,7 @@ fn wait_leader(stack: &mut Stack, skip: Option<usize>, within: Duration) -> usiz
 }
 
 /// Stops the load and checks the invariants every drill keeps; prints the figures.
-fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
+pub(crate) fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
     load.stop.store(true, Ordering::Relaxed);
     load.rt.block_on(async {
         for t in load.tasks {
@@ -228,7 +233,7 @@ fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
     let _ = load.began;
 }
 
-fn ready(tag: &str) -> (Stack, usize) {
+pub(crate) fn ready(tag: &str) -> (Stack, usize) {
     let mut stack = start(tag, 2, LEADERSHIP);
     let leader = wait_leader(&mut stack, None, READY_WITHIN);
     let admin = stack.replicas[leader].admin;
@@ -239,95 +244,4 @@ fn ready(tag: &str) -> (Stack, usize) {
                 .is_some_and(|(unextracted, available)| unextracted >= 10 && available == 0)
         });
     (stack, leader)
-}
-
-#[test]
-fn leader_sigkill_under_mixed_load() {
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
-    let (mut stack, leader) = ready("drill-kill");
-    let load = load(&stack);
-    std::thread::sleep(BEFORE);
-    stack.procs.kill(&format!("controller-{leader}"));
-    let killed = Instant::now();
-    let next = wait_leader(&mut stack, Some(leader), LEASE + RETRY + SLACK * 5);
-    let took = killed.elapsed();
-    assert_ne!(next, leader);
-    std::thread::sleep(AFTER);
-    stack.procs.all_alive();
-    finish(
-        "leader-sigkill",
-        &mut stack,
-        load,
-        &format!(
-            "new leader after {} ms (bound {} ms)",
-            took.as_millis(),
-            (LEASE + RETRY).as_millis()
-        ),
-    );
-    assert!(
-        took <= LEASE + RETRY + SLACK,
-        "new leader after {took:?}, bound {:?} (+{SLACK:?} slack)",
-        LEASE + RETRY
-    );
-    stack.procs.stop();
-    let _ = std::fs::remove_dir_all(&stack.dir);
-}
-
-#[test]
-fn leader_paused_past_its_lease_writes_nothing_when_resumed() {
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
-    let (mut stack, leader) = ready("drill-pause");
-    let name = format!("controller-{leader}");
-    let load = load(&stack);
-    std::thread::sleep(BEFORE);
-    stack.procs.signal(&name, "STOP");
-    let paused = Instant::now();
-    let next = wait_leader(&mut stack, Some(leader), LEASE + RETRY + SLACK * 5);
-    let took = paused.elapsed();
-    assert_ne!(next, leader);
-    // Well past its lease, and the new leader has been writing meanwhile.
-    std::thread::sleep((LEASE * 2).saturating_sub(took));
-    stack.procs.signal(&name, "CONT");
-    let resumed = Instant::now();
-    let exit = stack.procs.wait_exit(&name, Duration::from_secs(30));
-    let log = std::fs::read_to_string(stack.dir.join(format!("{name}.log"))).unwrap_or_default();
-    let log = log.lines().map(plain).collect::<Vec<_>>().join("\n");
-    assert_eq!(
-        exit.and_then(|s| s.code()),
-        Some(3),
-        "the resumed leader must step down and exit 3 (deposed)\n{log}"
-    );
-    let deposed_in = resumed.elapsed();
-    assert!(
-        log.contains("stepping down"),
-        "the resumed leader says why it stopped\n{log}"
-    );
-    // Why it stopped: one of its writes was refused by Redis (a newer token exists), or
-    // its own lease clock ran out first; either way nothing it wrote after losing the
-    // lease reached the pool (controller/pool/tests/fencing.rs proves the refusal of
-    // every leader-only script).
-    assert!(
-        log.contains("a leader-only write was fenced")
-            || log.contains("leader lease not renewed in time"),
-        "the resumed leader must stop for a fenced write or its lease clock\n{log}"
-    );
-    // The new leader stayed the leader throughout.
-    assert_eq!(block(leads(stack.replicas[next].admin)), Some(true));
-    std::thread::sleep(AFTER);
-    stack.procs.all_alive();
-    let fenced = log.matches("leader-only write fenced").count();
-    finish(
-        "leader-sigstop",
-        &mut stack,
-        load,
-        &format!(
-            "paused {} ms, new leader after {} ms, resumed one deposed in {} ms ({fenced} writes fenced in Redis)",
-            (LEASE * 2).max(took).as_millis(),
-            took.as_millis(),
-            deposed_in.as_millis()
-        ),
-    );
-    assert!(took <= LEASE + RETRY + SLACK, "new leader after {took:?}");
-    stack.procs.stop();
-    let _ = std::fs::remove_dir_all(&stack.dir);
 }
