@@ -198,6 +198,21 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
 /// each one's config), a checker and two gateways given every controller endpoint;
 /// returns once both gateways carry traffic.
 pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
+    start_with(tag, replicas, extra, &Tuning::default())
+}
+
+/// What a drill changes in the stack [`start`] builds.
+#[derive(Default)]
+pub struct Tuning<'a> {
+    /// Rewrites each replica's config text (after `extra` is appended).
+    pub config: Option<&'a dyn Fn(String) -> String>,
+    /// The `--controller` value of gateway `i` (instead of every replica's endpoint),
+    /// given the replicas.
+    pub gateway_controller: Option<&'a dyn Fn(usize, &[Replica]) -> Option<String>>,
+}
+
+/// [`start`], with a drill's [`Tuning`].
+pub fn start_with(tag: &str, replicas: usize, extra: &str, tuning: &Tuning<'_>) -> Stack {
     build_binaries();
     let redis = RedisServer::start();
     let dir = std::env::temp_dir().join(format!("pp-e2e-mixed-{tag}-{}", std::process::id()));
@@ -228,6 +243,10 @@ pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
     };
     for r in &stack.replicas {
         write_config(&dir, &stack.redis.url(), (stack.sim, stack.echo), r, extra);
+        if let Some(tune) = tuning.config {
+            let text = std::fs::read_to_string(&r.config).expect("config");
+            std::fs::write(&r.config, tune(text)).expect("config");
+        }
     }
     let echo_tls = free_addr();
     stack.procs.start(
@@ -270,6 +289,10 @@ pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
     );
     for (i, (http, admin)) in stack.gateways.clone().into_iter().enumerate() {
         let socks = free_addr();
+        let cps = tuning
+            .gateway_controller
+            .and_then(|f| f(i, &stack.replicas))
+            .unwrap_or_else(|| cps.clone());
         stack.procs.start(
             &format!("gateway-{i}"),
             Command::new(bin("proxy-pool-gateway"))

@@ -9,14 +9,22 @@
 //!   it was handed to the client;
 //! - leader SIGSTOP past its lease, then SIGCONT: another replica leads meanwhile; the
 //!   resumed one writes nothing (it is deposed and exits with code 3) and the same
-//!   invariants hold.
+//!   invariants hold;
+//! - a gateway black-holed from every replica (`blackhole.rs`): serves until
+//!   `maxStaleAge`, then refuses `snapshot-stale`, notices the dead path within its call
+//!   deadline, serves again once the path returns;
+//! - a rolling restart of every replica under load (`rolling.rs`);
+//! - the soak (`soak.rs`, ignored: run by its own command).
 //!
 //! One module per drill family (`leader.rs`, …); this file holds the harness they share:
 //! the mixed load, the leader wait and the invariants every drill checks.
 
+mod blackhole;
 #[path = "../common/mod.rs"]
 mod common;
 mod leader;
+mod rolling;
+mod soak;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -30,7 +38,8 @@ use proxy_pool_e2e::sim::audit::Verdict;
 /// Leader lease of the drills: short, so that they run in seconds.
 pub(crate) const LEASE: Duration = Duration::from_secs(3);
 pub(crate) const RETRY: Duration = Duration::from_millis(500);
-pub(crate) const LEADERSHIP: &str = "leadership: {replicas: 2, lease: 3s, renewEvery: 1s, retryEvery: 500ms}";
+pub(crate) const LEADERSHIP: &str =
+    "leadership: {replicas: 2, lease: 3s, renewEvery: 1s, retryEvery: 500ms}";
 /// Scheduling slack on a loaded 2-core machine on top of the failover bound.
 pub(crate) const SLACK: Duration = Duration::from_secs(2);
 /// Load before the fault, and after it.
@@ -163,6 +172,18 @@ pub(crate) fn wait_leader(stack: &mut Stack, skip: Option<usize>, within: Durati
 
 /// Stops the load and checks the invariants every drill keeps; prints the figures.
 pub(crate) fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
+    finish_allowing(tag, stack, load, figures, &|_| false);
+}
+
+/// [`finish`], where the gateway request errors `allowed` accepts are expected by the
+/// drill (and counted, not failed on).
+pub(crate) fn finish_allowing(
+    tag: &str,
+    stack: &mut Stack,
+    load: Load,
+    figures: &str,
+    allowed: &dyn Fn(&str) -> bool,
+) {
     load.stop.store(true, Ordering::Relaxed);
     load.rt.block_on(async {
         for t in load.tasks {
@@ -191,16 +212,24 @@ pub(crate) fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
         (Some(a), Some(b)) => b.0 - a.0,
         _ => 0,
     };
-    let gw_errors = load.gateways.errors.lock().unwrap().clone();
+    let (expected, gw_errors): (Vec<String>, Vec<String>) = load
+        .gateways
+        .errors
+        .lock()
+        .unwrap()
+        .iter()
+        .cloned()
+        .partition(|e| allowed(e));
     println!(
         "[{tag}] {figures}; extraction: served {served}, 409 {}, errors {} over {window} ms, \
-         handed out twice {}; gateway requests ok {}, errors {}; auditor: uses {}, client uses {}, \
+         handed out twice {}; gateway requests ok {}, errors {} (+{} expected); auditor: uses {}, client uses {}, \
          violations {}, complete {}",
         x.insufficient.load(Ordering::Relaxed),
         errors.len(),
         twice.len(),
         load.gateways.ok.load(Ordering::Relaxed),
         gw_errors.len(),
+        expected.len(),
         verdict.uses,
         verdict.client_uses,
         verdict.violations,
@@ -234,7 +263,12 @@ pub(crate) fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
 }
 
 pub(crate) fn ready(tag: &str) -> (Stack, usize) {
-    let mut stack = start(tag, 2, LEADERSHIP);
+    ready_with(tag, &Tuning::default())
+}
+
+/// [`ready`], with a drill's [`Tuning`] of the stack.
+pub(crate) fn ready_with(tag: &str, tuning: &Tuning<'_>) -> (Stack, usize) {
+    let mut stack = start_with(tag, 2, LEADERSHIP, tuning);
     let leader = wait_leader(&mut stack, None, READY_WITHIN);
     let admin = stack.replicas[leader].admin;
     stack
