@@ -281,6 +281,7 @@ fn now_ms() -> i64 {
 }
 
 /// Watches snapshots until the stream fails or ends; applies, publishes and ACKs.
+#[allow(clippy::too_many_arguments)]
 async fn watch_snapshots(
     rpc: &mut WorkerControlPlaneClient<Channel>,
     ids: &Ids,
