@@ -201,6 +201,9 @@ pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
     start_with(tag, replicas, extra, &Tuning::default())
 }
 
+/// The `--controller` value of gateway `i` given the replicas (`None`: every replica's).
+pub type GatewayController<'a> = &'a dyn Fn(usize, &[Replica]) -> Option<String>;
+
 /// What a drill changes in the stack [`start`] builds.
 #[derive(Default)]
 pub struct Tuning<'a> {
@@ -208,7 +211,7 @@ pub struct Tuning<'a> {
     pub config: Option<&'a dyn Fn(String) -> String>,
     /// The `--controller` value of gateway `i` (instead of every replica's endpoint),
     /// given the replicas.
-    pub gateway_controller: Option<&'a dyn Fn(usize, &[Replica]) -> Option<String>>,
+    pub gateway_controller: Option<GatewayController<'a>>,
 }
 
 /// [`start`], with a drill's [`Tuning`].

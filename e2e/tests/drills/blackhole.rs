@@ -135,8 +135,11 @@ async fn relay_one(
     let _ = c2u.await;
 }
 
-/// One request through `gw`: the status and the `X-Proxy-Pool-Error` reason.
-async fn probe(gw: SocketAddr, echo: SocketAddr, n: u64) -> Result<(u16, String), String> {
+/// A probe's answer: the status and the `X-Proxy-Pool-Error` reason, or what failed.
+type Probed = Result<(u16, String), String>;
+
+/// One request through `gw`.
+async fn probe(gw: SocketAddr, echo: SocketAddr, n: u64) -> Probed {
     let auth = basic(GW_USER, GW_PASS);
     let mut s = connect(gw).await.map_err(|e| format!("connect: {e}"))?;
     let req = format!(
@@ -213,7 +216,7 @@ fn gateway_black_holed_from_the_controllers_serves_until_stale_then_recovers() {
 
     // A probe of gateway 0 every 100 ms: (since the load began, status, reason).
     let began = Instant::now();
-    let outcomes: Arc<Mutex<Vec<(Duration, Result<(u16, String), String>)>>> = Arc::default();
+    let outcomes: Arc<Mutex<Vec<(Duration, Probed)>>> = Arc::default();
     let stop_probe = Arc::new(AtomicBool::new(false));
     let prober = {
         let (outcomes, stop) = (outcomes.clone(), stop_probe.clone());
@@ -283,9 +286,9 @@ fn gateway_black_holed_from_the_controllers_serves_until_stale_then_recovers() {
     let wrong: Vec<_> = outcomes
         .iter()
         .filter(|(at, r)| {
-            !served(r)
-                && !stale(r)
-                && !(returning(*at) && matches!(r, Ok((503, reason)) if reason == "no-capacity"))
+            let refused_returning =
+                returning(*at) && matches!(r, Ok((503, reason)) if reason == "no-capacity");
+            !served(r) && !stale(r) && !refused_returning
         })
         .collect();
     let first_refused = outcomes
