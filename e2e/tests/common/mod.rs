@@ -254,7 +254,7 @@ pub fn start_with(tag: &str, replicas: usize, extra: &str, tuning: &Tuning<'_>) 
     let echo_tls = free_addr();
     stack.procs.start(
         "vendor-sim",
-        Command::new(env!("CARGO_BIN_EXE_vendor-sim"))
+        Command::new(bin("vendor-sim"))
             .args(["--listen", &stack.sim.to_string()])
             .args(["--echo-http", &stack.echo.to_string()])
             .args(["--echo-https", &echo_tls.to_string()])
