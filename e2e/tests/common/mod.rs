@@ -212,6 +212,8 @@ pub struct Tuning<'a> {
     /// The `--controller` value of gateway `i` (instead of every replica's endpoint),
     /// given the replicas.
     pub gateway_controller: Option<GatewayController<'a>>,
+    /// The simulator's cap on live proxies (`--max-live`; its default is 256).
+    pub vendor_max_live: Option<u32>,
 }
 
 /// [`start`], with a drill's [`Tuning`].
@@ -265,7 +267,13 @@ pub fn start_with(tag: &str, replicas: usize, extra: &str, tuning: &Tuning<'_>) 
                 "90",
                 "--ttl-max",
                 "150",
-            ]),
+            ])
+            .args(
+                tuning
+                    .vendor_max_live
+                    .map(|n| vec!["--max-live".to_owned(), n.to_string()])
+                    .unwrap_or_default(),
+            ),
     );
     let sim = stack.sim;
     stack

@@ -206,6 +206,7 @@ fn gateway_black_holed_from_the_controllers_serves_until_stale_then_recovers() {
         &Tuning {
             config: Some(&tune_config),
             gateway_controller: Some(&through_relays),
+            ..Tuning::default()
         },
     );
     let relays = relays.into_inner().unwrap();

@@ -110,7 +110,16 @@ fn soak() {
         std::path::PathBuf::from,
     );
     assert!(minutes >= 1 && fault_every >= Duration::from_secs(10));
-    let (mut stack, _) = ready("soak");
+    // Extracted proxies stay live at the vendor until their TTL (90–150 s): at this
+    // extraction rate that is more than the simulator's default cap of 256 live proxies,
+    // past which it answers 503 and gateways starve for supply.
+    let (mut stack, _) = ready_with(
+        "soak",
+        &Tuning {
+            vendor_max_live: Some(2_000),
+            ..Tuning::default()
+        },
+    );
     let load = load(&stack);
     let began = Instant::now();
     let run = Duration::from_secs(minutes * 60);
