@@ -8,6 +8,9 @@
 //! another time zone, refuses the start (run `proxy-pool-controller migrate`); an
 //! unreachable PostgreSQL does not (the worker keeps the data in Redis and retries at
 //! each flush; the stats API answers 503). Nothing here logs the DSN or a key.
+//!
+//! Every replica records usage into the store's Redis; only the leader's worker
+//! flushes it to PostgreSQL (one writer per deployment, like the other leader loops).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +22,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::ComposeError;
+use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::store;
 
@@ -52,13 +56,18 @@ impl Usage {
         self.router.clone()
     }
 
-    /// Starts the worker (when analytics is on).
-    pub fn start(&mut self) -> Option<UsageWorker> {
+    /// Starts the worker (when analytics is on): it records usage into Redis on every
+    /// replica and flushes to PostgreSQL only while `leadership` leads.
+    pub fn start(&mut self, leadership: &Leadership) -> Option<UsageWorker> {
         let prepared = self.analytics.take()?;
         let (tx, rx) = oneshot::channel::<()>();
-        let handle = prepared.spawn(async move {
-            let _ = rx.await;
-        });
+        let leading = leadership.clone();
+        let handle = prepared.spawn(
+            async move {
+                let _ = rx.await;
+            },
+            Arc::new(move || leading.is_leader()),
+        );
         Some(UsageWorker {
             stop: tx,
             handle,
