@@ -6,7 +6,9 @@
 //! `Idempotency-Key` before the failover is replayed after it with the same proxies.
 //!
 //! Leadership here uses the default lease (10 s): a failover shorter than the lease
-//! leaves the leader in place (its lease key was replicated).
+//! leaves the leader in place (its lease key was replicated); a longer one (a split
+//! vote among the sentinels delays the promotion by twice their `failover-timeout`)
+//! deposes it, and the drill restarts it as its supervisor would (exit code 3).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -23,9 +25,12 @@ const LEADERSHIP_DEFAULT_LEASE: &str =
 /// Sentinel's `down-after-milliseconds` in the testkit: the failover takes this plus
 /// the sentinels' election and the promotion.
 const DOWN_AFTER: Duration = Duration::from_secs(1);
-/// Bound asserted on the failover (kill → sentinels name the new master): below the
-/// leader lease, so the leader keeps leading.
-const FAILOVER_BOUND: Duration = Duration::from_secs(10);
+/// The sentinels' `failover-timeout` here: an election that fails (split vote) is
+/// retried after twice this.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bound asserted on the failover (kill → sentinels name the new master): detection,
+/// up to two failed elections, the promotion.
+const FAILOVER_BOUND: Duration = Duration::from_secs(11);
 const REPLAY_BODY: &str = r#"{"count":1,"fulfillment":"allOrNothing"}"#;
 
 async fn redis_conn(addr: &str) -> redis::aio::MultiplexedConnection {
@@ -117,8 +122,17 @@ fn redis_master_killed_with_sentinel() {
     let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
     let master = RedisServer::start();
     let replica = RedisServer::start_replica_of(master.port());
+    let logs = std::env::temp_dir().join(format!("pp-drill-sentinels-{}", std::process::id()));
+    std::fs::create_dir_all(&logs).expect("sentinel log dir");
     let sentinels: Vec<RedisSentinel> = (0..3)
-        .map(|_| RedisSentinel::start(MASTER, master.port()))
+        .map(|i| {
+            let conf = format!(
+                "sentinel failover-timeout {MASTER} {}\nlogfile {}\n",
+                FAILOVER_TIMEOUT.as_millis(),
+                logs.join(format!("sentinel-{i}.log")).display()
+            );
+            RedisSentinel::start_with(MASTER, master.port(), &conf)
+        })
         .collect();
     // The sentinels know the replica and each other before anything fails.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -213,6 +227,22 @@ fn redis_master_killed_with_sentinel() {
     );
 
     std::thread::sleep(AFTER);
+    // The supervisor: a leader deposed by a failover longer than its lease exits 3 and
+    // starts again as a follower.
+    let mut restarted = Vec::new();
+    for i in 0..stack.replicas.len() {
+        let name = format!("controller-{i}");
+        if let Some(status) = stack.procs.wait_exit(&name, Duration::ZERO) {
+            assert_eq!(
+                status.code(),
+                Some(3),
+                "{name} exited other than deposed\n{}",
+                stack.procs.logs()
+            );
+            start_controller(&mut stack, i, &format!("{name}-restarted"));
+            restarted.push(name);
+        }
+    }
     stack.procs.all_alive();
     let leader_now = wait_leader(&mut stack, None, READY_WITHIN);
     let errors = x.errors.lock().unwrap().clone();
@@ -233,11 +263,14 @@ fn redis_master_killed_with_sentinel() {
         &mut stack,
         load,
         &format!(
-            "failover (kill → sentinels name the replica) {} ms (down-after {} ms); \
-             extraction served again {} ms after the kill, last error {window} ms after it; \
-             leader {} (before {leader}); idempotent replay after the failover: same proxies",
+            "failover (kill → sentinels name the replica) {} ms (down-after {} ms, \
+             failover-timeout {} ms; sentinel logs in {}); extraction served again {} ms after \
+             the kill, last error {window} ms after it; leader {} (before {leader}), deposed \
+             and restarted: {restarted:?}; idempotent replay after the failover: same proxies",
             failover.as_millis(),
             DOWN_AFTER.as_millis(),
+            FAILOVER_TIMEOUT.as_millis(),
+            logs.display(),
             back.as_millis(),
             if leader_now == leader {
                 "kept"
@@ -258,4 +291,5 @@ fn redis_master_killed_with_sentinel() {
     drop(sentinels);
     drop(replica);
     let _ = std::fs::remove_dir_all(&stack.dir);
+    let _ = std::fs::remove_dir_all(&logs);
 }
