@@ -33,23 +33,32 @@ const FAILOVER_TIMEOUT: Duration = Duration::from_secs(2);
 const FAILOVER_BOUND: Duration = Duration::from_secs(11);
 const REPLAY_BODY: &str = r#"{"count":1,"fulfillment":"allOrNothing"}"#;
 
-async fn redis_conn(addr: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(format!("redis://{addr}/"))
-        .expect("redis url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect")
+/// A connection to a Redis or a sentinel; `None` when it does not answer within 2 s
+/// (a sentinel busy with the failover is asked again by the polling loops).
+async fn redis_conn(addr: &str) -> Option<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(format!("redis://{addr}/")).expect("redis url");
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .ok()?
+    .ok()
 }
 
 /// A field of `SENTINEL MASTER <name>` as one sentinel sees it.
 async fn master_field(sentinel: &RedisSentinel, field: &str) -> Option<String> {
-    let mut c = redis_conn(&sentinel.addr()).await;
-    let flat: Vec<String> = redis::cmd("SENTINEL")
-        .arg("MASTER")
-        .arg(MASTER)
-        .query_async(&mut c)
-        .await
-        .ok()?;
+    let mut c = redis_conn(&sentinel.addr()).await?;
+    let flat: Vec<String> = tokio::time::timeout(
+        Duration::from_secs(2),
+        redis::cmd("SENTINEL")
+            .arg("MASTER")
+            .arg(MASTER)
+            .query_async(&mut c),
+    )
+    .await
+    .ok()?
+    .ok()?;
     flat.chunks(2)
         .find(|kv| kv[0] == field)
         .and_then(|kv| kv.get(1).cloned())
@@ -58,13 +67,18 @@ async fn master_field(sentinel: &RedisSentinel, field: &str) -> Option<String> {
 /// The master's port as the first sentinel that answers names it.
 async fn master_port(sentinels: &[RedisSentinel]) -> Option<u16> {
     for s in sentinels {
-        let mut c = redis_conn(&s.addr()).await;
-        let r: redis::RedisResult<(String, u16)> = redis::cmd("SENTINEL")
-            .arg("GET-MASTER-ADDR-BY-NAME")
-            .arg(MASTER)
-            .query_async(&mut c)
-            .await;
-        if let Ok((_, port)) = r {
+        let Some(mut c) = redis_conn(&s.addr()).await else {
+            continue;
+        };
+        let r: Result<redis::RedisResult<(String, u16)>, _> = tokio::time::timeout(
+            Duration::from_secs(2),
+            redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(MASTER)
+                .query_async(&mut c),
+        )
+        .await;
+        if let Ok(Ok((_, port))) = r {
             return Some(port);
         }
     }
@@ -73,7 +87,9 @@ async fn master_port(sentinels: &[RedisSentinel]) -> Option<u16> {
 
 /// Everything the master acknowledged so far has reached the replica.
 async fn replicated(master: &RedisServer) -> bool {
-    let mut c = redis_conn(&format!("127.0.0.1:{}", master.port())).await;
+    let mut c = redis_conn(&format!("127.0.0.1:{}", master.port()))
+        .await
+        .expect("the master answers");
     let _: () = redis::cmd("SET")
         .arg("pp-drill-sync")
         .arg(now_ms())
