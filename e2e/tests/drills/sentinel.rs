@@ -1,5 +1,5 @@
-//! The Redis master killed under Sentinel: three `redis-sentinel`, one master, one
-//! replica; both controller replicas reach the store through the sentinels. Under mixed
+//! The Redis master killed under Sentinel: three `redis-sentinel` (quorum 2), one
+//! master, one replica; both controller replicas reach the store through the sentinels. Under mixed
 //! load the master is SIGKILLed (no persistence: what it had not replicated is gone);
 //! the drill measures the failover, the extraction error window and the gateway errors,
 //! checks that no proxy is handed out twice, and that an extraction made with an
@@ -150,6 +150,22 @@ fn redis_master_killed_with_sentinel() {
             RedisSentinel::start_with(MASTER, master.port(), &conf)
         })
         .collect();
+    // Quorum 2 of 3, as in production: with quorum 1 every sentinel declares the
+    // master down on its own at the same moment and votes for itself (a split vote).
+    for s in &sentinels {
+        let set: Option<String> = block(async {
+            let mut c = redis_conn(&s.addr()).await?;
+            redis::cmd("SENTINEL")
+                .arg("SET")
+                .arg(MASTER)
+                .arg("quorum")
+                .arg(2)
+                .query_async(&mut c)
+                .await
+                .ok()
+        });
+        assert_eq!(set.as_deref(), Some("OK"), "SENTINEL SET quorum 2");
+    }
     // The sentinels know the replica and each other before anything fails.
     let deadline = Instant::now() + Duration::from_secs(60);
     while !block(async {
