@@ -325,6 +325,7 @@ async fn a_sentinel_store_feeds_analytics_too() {
 /// A counter or gauge of this replica's `/metrics` (0 when absent).
 async fn metric(h: &Harness, name: &str) -> u64 {
     let r = h.admin_get("/metrics").await;
+    assert_eq!(r.status, 200, "GET /metrics");
     let text = String::from_utf8_lossy(&r.body);
     text.lines()
         .find_map(|l| {

@@ -26,13 +26,22 @@ use crate::options::Settings;
 use crate::pg::{CommitOutcome, DailyRow, DayCoverage, Meta, PgStore, Snapshot, TotalRow};
 use crate::ws::{Dirty, WorkingSet};
 
+/// Which flush the writer gate is asked about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushKind {
+    /// A periodic or early flush while running.
+    Periodic,
+    /// The one final flush at shutdown.
+    Final,
+}
+
 /// Whether this replica writes (flushes) now; asked before every flush. A
 /// single-process deployment writes always ([`always_writer`]).
-pub type IsWriter = Arc<dyn Fn() -> bool + Send + Sync>;
+pub type IsWriter = Arc<dyn Fn(FlushKind) -> bool + Send + Sync>;
 
 /// The writer gate of a single-process deployment.
 pub fn always_writer() -> IsWriter {
-    Arc::new(|| true)
+    Arc::new(|_| true)
 }
 
 /// Events applied per Redis pipeline.
@@ -471,7 +480,7 @@ impl Engine {
     /// A flush when `writer` says this replica writes; otherwise the flags are handed
     /// over to the writer through Redis.
     async fn flush_or_hand_over(&mut self, writer: &IsWriter) -> Option<FlushReport> {
-        if writer() {
+        if writer(FlushKind::Periodic) {
             self.flush().await.ok()
         } else {
             self.hand_over().await;
@@ -493,7 +502,7 @@ pub async fn run(
     let mut tick = tokio::time::interval(engine.settings.flush_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
-    if writer()
+    if writer(FlushKind::Periodic)
         && let Err(e) = engine.start().await
     {
         tracing::warn!(error = %e, "analytics start failed; retried at each flush");
@@ -525,7 +534,7 @@ pub async fn run(
             engine.apply(&buf).await;
             buf.clear();
         }
-        if writer() {
+        if writer(FlushKind::Final) {
             engine.flush().await.map(Some)
         } else {
             engine.hand_over().await;

@@ -25,7 +25,8 @@ mod ws;
 pub use collector::{Collector, CollectorCounts, CollectorStats, MAX_UPSTREAMS_PER_EVENT};
 pub use day::{Clock, Days, ManualClock, SystemClock, minus_days};
 pub use engine::{
-    APPLY_BATCH, Engine, FlushReport, IsWriter, WorkerMetrics, always_writer, reason, run,
+    APPLY_BATCH, Engine, FlushKind, FlushReport, IsWriter, WorkerMetrics, always_writer, reason,
+    run,
 };
 pub use error::AnalyticsError;
 pub use link::{Connect, RedisConn};

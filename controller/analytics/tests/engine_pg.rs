@@ -614,7 +614,7 @@ async fn a_follower_records_into_redis_and_the_leader_commits_its_usage_and_flag
         async move {
             let _ = stop_rx.await;
         },
-        Arc::new(|| false),
+        Arc::new(|_| false),
     ));
     // Three events into a queue of two: one is dropped (the worker may not have
     // taken any yet; at most the queue's worth is accepted at once).

@@ -15,14 +15,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use proxy_pool_analytics::{AnalyticsError, AnalyticsOptions, Collector, RedisConn, Settings};
+use proxy_pool_analytics::{
+    AnalyticsError, AnalyticsOptions, Collector, FlushKind, RedisConn, Settings,
+};
 use proxy_pool_api::config::{AnalyticsConfig, Config, RedisConfig, StoreConfig};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::ComposeError;
-use crate::leadership::Leadership;
+use crate::leadership::{Leadership, Role};
 use crate::metrics::Metrics;
 use crate::store;
 
@@ -57,7 +59,10 @@ impl Usage {
     }
 
     /// Starts the worker (when analytics is on): it records usage into Redis on every
-    /// replica and flushes to PostgreSQL only while `leadership` leads.
+    /// replica and flushes to PostgreSQL only while `leadership` leads; the final flush
+    /// at shutdown is made by a replica that led (its role reads `Deposed` once
+    /// shutdown released the lease; a flush after another replica took over is safe,
+    /// see `proxy_pool_analytics::WorkingSet::committed`).
     pub fn start(&mut self, leadership: &Leadership) -> Option<UsageWorker> {
         let prepared = self.analytics.take()?;
         let (tx, rx) = oneshot::channel::<()>();
@@ -66,7 +71,10 @@ impl Usage {
             async move {
                 let _ = rx.await;
             },
-            Arc::new(move || leading.is_leader()),
+            Arc::new(move |kind| match kind {
+                FlushKind::Periodic => leading.is_leader(),
+                FlushKind::Final => !matches!(leading.role(), Role::Follower),
+            }),
         );
         Some(UsageWorker {
             stop: tx,
