@@ -10,6 +10,12 @@
 //! - leader SIGSTOP past its lease, then SIGCONT: another replica leads meanwhile; the
 //!   resumed one writes nothing (it is deposed and exits with code 3) and the same
 //!   invariants hold;
+//! - PostgreSQL stopped during extraction with usage analytics on (`postgres.rs`):
+//!   extraction unaffected, and the usage of the outage reaches PostgreSQL once it is
+//!   back;
+//! - Redis master killed under Sentinel (`sentinel.rs`): failover time, the extraction
+//!   error window, no proxy handed out twice, an idempotent replay after the failover
+//!   returns the first answer;
 //! - a gateway black-holed from every replica (`blackhole.rs`): serves until
 //!   `maxStaleAge`, then refuses `snapshot-stale`, notices the dead path within its call
 //!   deadline, serves again once the path returns;
@@ -23,7 +29,9 @@ mod blackhole;
 #[path = "../common/mod.rs"]
 mod common;
 mod leader;
+mod postgres;
 mod rolling;
+mod sentinel;
 mod soak;
 
 use std::collections::HashMap;
@@ -268,7 +276,12 @@ pub(crate) fn ready(tag: &str) -> (Stack, usize) {
 
 /// [`ready`], with a drill's [`Tuning`] of the stack.
 pub(crate) fn ready_with(tag: &str, tuning: &Tuning<'_>) -> (Stack, usize) {
-    let mut stack = start_with(tag, 2, LEADERSHIP, tuning);
+    ready_stack(start_with(tag, 2, LEADERSHIP, tuning))
+}
+
+/// [`ready`] for a stack started another way ([`start`] with more config,
+/// [`start_on`] another Redis): waits for the leader and the gateways owning the pool.
+pub(crate) fn ready_stack(mut stack: Stack) -> (Stack, usize) {
     let leader = wait_leader(&mut stack, None, READY_WITHIN);
     let admin = stack.replicas[leader].admin;
     stack
