@@ -183,6 +183,7 @@ impl ProviderReconciler {
                 operation_id: op,
                 safety_margin: self.options.safety_margin,
                 max_size: self.options.max_size,
+                quarantine: self.options.quarantine,
                 candidates: chunk.to_vec(),
             };
             let part = match self.upsert_with_retry(batch).await {
@@ -198,6 +199,9 @@ impl ProviderReconciler {
                 .add_upserted(upstream, part.inserted, part.refreshed);
             for (reason, n) in &part.dropped {
                 self.metrics.add_dropped(upstream, reason.as_str(), *n);
+            }
+            if let Some(start) = part.generation_started {
+                crate::generation::began(upstream, start, self.options.quarantine);
             }
             report.merge(&part);
             self.after_upsert(&ids).await;

@@ -125,13 +125,48 @@ pub fn block<T>(f: impl std::future::Future<Output = T>) -> T {
         .block_on(f)
 }
 
+/// The stack's one upstream (`sim-http`): where on the simulator it fetches, and its
+/// lifetimes. The default fetches the simulator's vendor API, which issues a new proxy
+/// for every fetch and never offers one again: no quarantine is needed.
+#[derive(Clone, Debug)]
+pub struct UpstreamSpec {
+    /// Path and query of the vendor URL on the simulator.
+    pub path: String,
+    /// `ttl` of the upstream.
+    pub ttl: String,
+    /// `quarantine` of the upstream.
+    pub quarantine: String,
+}
+
+impl Default for UpstreamSpec {
+    fn default() -> Self {
+        Self {
+            path: "/v1/proxies?count=10&protocol=http".into(),
+            ttl: "3m".into(),
+            quarantine: "0s".into(),
+        }
+    }
+}
+
 /// The config of replica `r`; `extra` is appended (e.g. a `leadership:` section).
 pub fn write_config(
+    dir: &Path,
+    redis: &str,
+    sim_echo: (SocketAddr, SocketAddr),
+    r: &Replica,
+    extra: &str,
+) {
+    write_config_with(dir, redis, sim_echo, r, extra, &UpstreamSpec::default());
+}
+
+/// [`write_config`] with the upstream described by `up`.
+pub fn write_config_with(
     dir: &Path,
     redis: &str,
     (sim, echo): (SocketAddr, SocketAddr),
     r: &Replica,
     extra: &str,
+    up: &UpstreamSpec,
 ) {
     let config = &r.config;
     std::fs::write(
@@ -160,14 +195,15 @@ controlPlane:
 upstreams:
   - name: sim-http
     protocol: http
-    ttl: 3m
+    ttl: {ttl}
+    quarantine: {quarantine}
     safetyMargin: 5s
     maxConcurrencyPerProxy: 4
     maxSize: 40
     fetchInterval: 2s
     source:
       vendorApi:
-        url: http://{sim}/v1/proxies?count=10&protocol=http
+        url: http://{sim}{path}
         format: json
         apiKeyFile: {vendor_key}
         timeout: 5s
@@ -184,6 +220,9 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
 {extra}
 "#,
             echo_port = echo.port(),
+            ttl = up.ttl,
+            quarantine = up.quarantine,
+            path = up.path,
             dist = r.dist,
             admin = r.admin,
             cp = r.cp,
@@ -198,6 +237,18 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
 /// each one's config), a checker and two gateways given every controller endpoint;
 /// returns once both gateways carry traffic.
 pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
+    start_with(tag, replicas, extra, &UpstreamSpec::default(), |_| {})
+}
+
+/// [`start`] with the upstream `up`; `before_controllers` runs once the simulator
+/// answers (its address), before any controller starts.
+pub fn start_with(
+    tag: &str,
+    replicas: usize,
+    extra: &str,
+    up: &UpstreamSpec,
+    before_controllers: impl FnOnce(SocketAddr),
+) -> Stack {
     build_binaries();
     let redis = RedisServer::start();
     let dir = std::env::temp_dir().join(format!("pp-e2e-mixed-{tag}-{}", std::process::id()));
@@ -227,7 +278,14 @@ pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
         redis,
     };
     for r in &stack.replicas {
-        write_config(&dir, &stack.redis.url(), (stack.sim, stack.echo), r, extra);
+        write_config_with(
+            &dir,
+            &stack.redis.url(),
+            (stack.sim, stack.echo),
+            r,
+            extra,
+            up,
+        );
     }
     let echo_tls = free_addr();
     stack.procs.start(
@@ -251,6 +309,7 @@ pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
         .wait_until("vendor simulator", READY_WITHIN, || {
             block(get(sim, "/healthz", "")).0 == 200
         });
+    before_controllers(sim);
     for i in 0..replicas {
         start_controller(&mut stack, i, &format!("controller-{i}"));
     }

@@ -16,6 +16,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod data_loss;
 mod leader;
 
 use std::collections::HashMap;
@@ -41,6 +42,8 @@ pub(crate) const AFTER: Duration = Duration::from_secs(15);
 #[derive(Debug, Default)]
 pub(crate) struct Extracted {
     served: AtomicU64,
+    /// When each served answer came (ms since the load began).
+    served_at: Mutex<Vec<u64>>,
     insufficient: AtomicU64,
     /// Answers other than 200 / 409, with when they came (ms since the load began).
     errors: Mutex<Vec<(u64, String)>>,
@@ -56,6 +59,28 @@ pub(crate) struct Load {
     gateways: Arc<Gateways>,
     extracted: Arc<Extracted>,
     began: Instant,
+}
+
+impl Load {
+    /// When the load began.
+    pub(crate) fn began(&self) -> Instant {
+        self.began
+    }
+
+    /// When each served extraction answer came (ms since the load began).
+    pub(crate) fn served_at(&self) -> Vec<u64> {
+        self.extracted.served_at.lock().unwrap().clone()
+    }
+
+    /// Gateway request errors so far.
+    pub(crate) fn gateway_errors(&self) -> Vec<String> {
+        self.gateways.errors.lock().unwrap().clone()
+    }
+
+    /// Gateway requests that succeeded so far.
+    pub(crate) fn gateway_ok(&self) -> u64 {
+        self.gateways.ok.load(Ordering::Relaxed)
+    }
 }
 
 /// Gateway traffic through both gateways and an extraction client rotating over every
@@ -94,6 +119,7 @@ pub(crate) fn load(stack: &Stack) -> Load {
                 match answer {
                     Some((200, body)) => {
                         stats.served.fetch_add(1, Ordering::Relaxed);
+                        stats.served_at.lock().unwrap().push(at);
                         let j: serde_json::Value = serde_json::from_str(&body).expect("JSON");
                         for p in j["proxies"].as_array().expect("proxies") {
                             let id = p["id"].as_str().expect("id").to_owned();
@@ -163,6 +189,18 @@ pub(crate) fn wait_leader(stack: &mut Stack, skip: Option<usize>, within: Durati
 
 /// Stops the load and checks the invariants every drill keeps; prints the figures.
 pub(crate) fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
+    finish_with(tag, stack, load, figures, false);
+}
+
+/// [`finish`]; with `gateway_errors_checked_by_caller` the drill bounds gateway errors
+/// itself (a fault that empties the pool: the data-loss drill).
+pub(crate) fn finish_with(
+    tag: &str,
+    stack: &mut Stack,
+    load: Load,
+    figures: &str,
+    gateway_errors_checked_by_caller: bool,
+) {
     load.stop.store(true, Ordering::Relaxed);
     load.rt.block_on(async {
         for t in load.tasks {
@@ -221,7 +259,7 @@ pub(crate) fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
     );
     assert!(verdict.complete, "the auditor dropped uses");
     assert!(
-        gw_errors.is_empty(),
+        gateway_errors_checked_by_caller || gw_errors.is_empty(),
         "gateway traffic failed: {gw_errors:#?}\n{logs}"
     );
     assert!(served >= 5, "too few extractions served: {served}\n{logs}");
