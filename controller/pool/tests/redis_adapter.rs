@@ -1229,7 +1229,9 @@ async fn a_redis_restarted_without_its_data_begins_a_new_generation_that_holds_b
     let q = Duration::from_secs(2);
     let all = ids("gen", 4);
     let first = fill_held(&pool, &all, q).await;
-    let g1 = first.generation_started.expect("the first upsert begins a generation");
+    let g1 = first
+        .generation_started
+        .expect("the first upsert begins a generation");
     assert_eq!(pool.generation().await.unwrap(), Some(g1));
     assert!(extracted(pool.extract(&req(2)).await.unwrap()).is_empty());
     tokio::time::sleep(q).await;
@@ -1263,7 +1265,10 @@ async fn a_redis_restarted_without_its_data_begins_a_new_generation_that_holds_b
         extracted(pool.extract(&req(4)).await.unwrap()).is_empty(),
         "nothing handed out again during the quarantine"
     );
-    let inv = pool.inventory(&UpstreamId::new("vendor-a").unwrap()).await.unwrap();
+    let inv = pool
+        .inventory(&UpstreamId::new("vendor-a").unwrap())
+        .await
+        .unwrap();
     assert_eq!(inv.available, 0);
     assert_eq!(inv.quarantined_until, Some(Timestamp(g2.0 + 2_000)));
     tokio::time::sleep(q).await;

@@ -179,7 +179,11 @@ mod tests {
             Some("shanghai")
         );
         assert_eq!(o.defaults.max_concurrency, 16);
-        assert_eq!(o.quarantine, Duration::from_secs(90), "the upstream's quarantine");
+        assert_eq!(
+            o.quarantine,
+            Duration::from_secs(90),
+            "the upstream's quarantine"
+        );
         assert_eq!(
             o.fetch_interval,
             Duration::from_secs(10),

@@ -86,10 +86,7 @@ pub async fn a_new_generation_holds_back_each_upstream_for_its_quarantine(kind: 
     assert!(h.extract(&req("c", 5)).await.is_empty());
     h.advance(9.9);
     assert!(h.extract(&req("c", 5)).await.is_empty());
-    assert_eq!(
-        h.inventory("vendor-a").await.quarantined_until,
-        Some(until)
-    );
+    assert_eq!(h.inventory("vendor-a").await.quarantined_until, Some(until));
 
     // The hold ends at generation start + quarantine.
     h.advance(0.1);
