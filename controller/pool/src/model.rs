@@ -473,6 +473,10 @@ pub struct UpsertReport {
     /// a store that lost its data): the new generation's start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation_started: Option<Timestamp>,
+    /// While the batch's upstream is held back after a new pool generation: when the
+    /// hold ends (its proxies are neither extractable nor assignable before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_until: Option<Timestamp>,
 }
 
 impl UpsertReport {
@@ -489,6 +493,7 @@ impl UpsertReport {
             *self.dropped.entry(*r).or_default() += n;
         }
         self.generation_started = self.generation_started.or(other.generation_started);
+        self.held_until = self.held_until.max(other.held_until);
     }
 }
 

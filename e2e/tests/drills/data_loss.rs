@@ -54,12 +54,14 @@ fn redis_restarted_without_its_data_during_extraction_hands_nothing_out_twice() 
     let leader = wait_leader(&mut stack, None, READY_WITHIN);
     let admin = stack.replicas[leader].admin;
     // The first generation's quarantine runs from the first fetch.
-    stack
-        .procs
-        .wait_until("gateways owning the whole pool", READY_WITHIN + PROXY_TTL, || {
+    stack.procs.wait_until(
+        "gateways owning the whole pool",
+        READY_WITHIN + PROXY_TTL,
+        || {
             block(inventory(admin))
                 .is_some_and(|(unextracted, available)| unextracted >= 10 && available == 0)
-        });
+        },
+    );
     let load = load(&stack);
     std::thread::sleep(BEFORE);
 

@@ -146,10 +146,9 @@ impl Upserter for MemoryPool {
                     now
                 }
             };
-            st.held.insert(
-                prepared.batch.upstream.clone(),
-                start.plus(prepared.batch.quarantine),
-            );
+            let held = start.plus(prepared.batch.quarantine);
+            st.held.insert(prepared.batch.upstream.clone(), held);
+            report.held_until = (now < held).then_some(held);
             for c in chunk {
                 upsert_one(&mut st, &prepared, c, now, &mut report);
             }

@@ -36,6 +36,9 @@ struct ChunkReply {
     #[serde(default)]
     #[serde(rename = "gen")]
     began: Option<i64>,
+    /// The end of the upstream's hold-back, while it lasts.
+    #[serde(default)]
+    held: Option<i64>,
 }
 
 impl RedisPool {
@@ -123,6 +126,7 @@ impl Upserter for RedisPool {
                 inserted: reply.ins,
                 refreshed: reply.refreshed,
                 generation_started: reply.began.map(Timestamp),
+                held_until: reply.held.map(Timestamp),
                 ..Default::default()
             };
             for (reason, n) in reply.drop {

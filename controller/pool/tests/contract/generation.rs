@@ -38,9 +38,10 @@ pub async fn a_new_generation_holds_back_each_upstream_for_its_quarantine(kind: 
     let g = h.now();
     let q = Duration::from_secs(60);
     let first = held_batch(&h, "vendor-a", &["a-0", "a-1", "a-2"], 120, q).await;
-    assert_eq!(first.generation_started, Some(g), "{first:?}");
-    assert_eq!(h.pool.generation().await.unwrap(), Some(g));
     let until = Timestamp(g.0 + 60_000);
+    assert_eq!(first.generation_started, Some(g), "{first:?}");
+    assert_eq!(first.held_until, Some(until), "{first:?}");
+    assert_eq!(h.pool.generation().await.unwrap(), Some(g));
 
     // Held back: nothing extractable, assignable or assigned.
     assert!(h.extract(&req("c", 2)).await.is_empty());
@@ -75,7 +76,7 @@ pub async fn a_new_generation_holds_back_each_upstream_for_its_quarantine(kind: 
     // Later upserts do not begin another generation; another upstream with no
     // quarantine is extractable at once, beside the held one.
     let b = held_batch(&h, "vendor-b", &["b-0"], 120, Duration::ZERO).await;
-    assert_eq!(b.generation_started, None);
+    assert_eq!((b.generation_started, b.held_until), (None, None));
     assert_eq!(h.extract(&req("c", 5)).await, vec!["b-0".to_string()]);
     assert_eq!(h.inventory("vendor-b").await.quarantined_until, None);
 
@@ -83,6 +84,7 @@ pub async fn a_new_generation_holds_back_each_upstream_for_its_quarantine(kind: 
     h.advance(50.0);
     let late = held_batch(&h, "vendor-a", &["a-3"], 120, q).await;
     assert_eq!(late.generation_started, None);
+    assert_eq!(late.held_until, Some(until));
     assert!(h.extract(&req("c", 5)).await.is_empty());
     h.advance(9.9);
     assert!(h.extract(&req("c", 5)).await.is_empty());

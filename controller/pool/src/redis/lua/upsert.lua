@@ -37,7 +37,9 @@ else
   redis.call('HSET', K_GEN, 'start', istr(gen))
 end
 -- This upstream's hold-back ends at generation start + its quarantine.
-redis.call('HSET', K_GEN, 'h:' .. up, istr(gen + P.q))
+local held = gen + P.q
+redis.call('HSET', K_GEN, 'h:' .. up, istr(held))
+if held <= NOW then held = nil end
 local ins, ref, dropped = 0, 0, {}
 local function drop(reason) dropped[reason] = (dropped[reason] or 0) + 1 end
 
@@ -98,4 +100,4 @@ for _, c in ipairs(P.z) do
   end
 end
 
-return finish({ ins = ins, ref = ref, drop = dropped, gen = began })
+return finish({ ins = ins, ref = ref, drop = dropped, gen = began, held = held })
