@@ -125,14 +125,56 @@ pub fn block<T>(f: impl std::future::Future<Output = T>) -> T {
         .block_on(f)
 }
 
+/// The stack's one upstream (`sim-http`): where on the simulator it fetches, and its
+/// lifetimes. The default fetches the simulator's vendor API, which issues a new proxy
+/// for every fetch and never offers one again: no quarantine is needed.
+#[derive(Clone, Debug)]
+pub struct UpstreamSpec {
+    /// Path and query of the vendor URL on the simulator.
+    pub path: String,
+    /// `ttl` of the upstream.
+    pub ttl: String,
+    /// `quarantine` of the upstream.
+    pub quarantine: String,
+}
+
+impl Default for UpstreamSpec {
+    fn default() -> Self {
+        Self {
+            path: "/v1/proxies?count=10&protocol=http".into(),
+            ttl: "3m".into(),
+            quarantine: "0s".into(),
+        }
+    }
+}
+
 /// The config of replica `r`; `store_redis` is its `store.redis` section (an address or
 /// Sentinel), `extra` is appended (e.g. a `leadership:` section).
 pub fn write_config(
     dir: &Path,
     store_redis: &str,
+    sim_echo: (SocketAddr, SocketAddr),
+    r: &Replica,
+    extra: &str,
+) {
+    write_config_with(
+        dir,
+        store_redis,
+        sim_echo,
+        r,
+        extra,
+        &UpstreamSpec::default(),
+    );
+}
+
+/// [`write_config`] with the upstream described by `up`.
+pub fn write_config_with(
+    dir: &Path,
+    store_redis: &str,
     (sim, echo): (SocketAddr, SocketAddr),
     r: &Replica,
     extra: &str,
+    up: &UpstreamSpec,
 ) {
     let config = &r.config;
     std::fs::write(
@@ -161,14 +203,15 @@ controlPlane:
 upstreams:
   - name: sim-http
     protocol: http
-    ttl: 3m
+    ttl: {ttl}
+    quarantine: {quarantine}
     safetyMargin: 5s
     maxConcurrencyPerProxy: 4
     maxSize: 40
     fetchInterval: 2s
     source:
       vendorApi:
-        url: http://{sim}/v1/proxies?count=10&protocol=http
+        url: http://{sim}{path}
         format: json
         apiKeyFile: {vendor_key}
         timeout: 5s
@@ -185,6 +228,9 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
 {extra}
 "#,
             echo_port = echo.port(),
+            ttl = up.ttl,
+            quarantine = up.quarantine,
+            path = up.path,
             dist = r.dist,
             admin = r.admin,
             cp = r.cp,
@@ -215,6 +261,11 @@ pub struct Tuning<'a> {
     pub gateway_controller: Option<GatewayController<'a>>,
     /// The simulator's cap on live proxies (`--max-live`; its default is 256).
     pub vendor_max_live: Option<u32>,
+    /// The controllers' upstream (the default: a vendor API selling new proxies).
+    pub upstream: UpstreamSpec,
+    /// Runs once the simulator answers (given its address), before any controller
+    /// starts.
+    pub before_controllers: Option<&'a dyn Fn(SocketAddr)>,
 }
 
 /// [`start`], with a drill's [`Tuning`].
@@ -274,7 +325,14 @@ pub fn start_on_with(
         redis,
     };
     for r in &stack.replicas {
-        write_config(&dir, store_redis, (stack.sim, stack.echo), r, extra);
+        write_config_with(
+            &dir,
+            store_redis,
+            (stack.sim, stack.echo),
+            r,
+            extra,
+            &tuning.upstream,
+        );
         if let Some(tune) = tuning.config {
             let text = std::fs::read_to_string(&r.config).expect("config");
             std::fs::write(&r.config, tune(text)).expect("config");
@@ -308,6 +366,9 @@ pub fn start_on_with(
         .wait_until("vendor simulator", READY_WITHIN, || {
             block(get(sim, "/healthz", "")).0 == 200
         });
+    if let Some(hook) = tuning.before_controllers {
+        hook(sim);
+    }
     for i in 0..replicas {
         start_controller(&mut stack, i, &format!("controller-{i}"));
     }

@@ -28,6 +28,7 @@
 mod blackhole;
 #[path = "../common/mod.rs"]
 mod common;
+mod data_loss;
 mod leader;
 mod postgres;
 mod rolling;
@@ -58,6 +59,8 @@ pub(crate) const AFTER: Duration = Duration::from_secs(15);
 #[derive(Debug, Default)]
 pub(crate) struct Extracted {
     served: AtomicU64,
+    /// When each served answer came (ms since the load began).
+    served_at: Mutex<Vec<u64>>,
     insufficient: AtomicU64,
     /// Answers other than 200 / 409, with when they came (ms since the load began).
     errors: Mutex<Vec<(u64, String)>>,
@@ -73,6 +76,28 @@ pub(crate) struct Load {
     gateways: Arc<Gateways>,
     extracted: Arc<Extracted>,
     began: Instant,
+}
+
+impl Load {
+    /// When the load began.
+    pub(crate) fn began(&self) -> Instant {
+        self.began
+    }
+
+    /// When each served extraction answer came (ms since the load began).
+    pub(crate) fn served_at(&self) -> Vec<u64> {
+        self.extracted.served_at.lock().unwrap().clone()
+    }
+
+    /// Gateway request errors so far.
+    pub(crate) fn gateway_errors(&self) -> Vec<String> {
+        self.gateways.errors.lock().unwrap().clone()
+    }
+
+    /// Gateway requests that succeeded so far.
+    pub(crate) fn gateway_ok(&self) -> u64 {
+        self.gateways.ok.load(Ordering::Relaxed)
+    }
 }
 
 /// Gateway traffic through both gateways and an extraction client rotating over every
@@ -111,6 +136,7 @@ pub(crate) fn load(stack: &Stack) -> Load {
                 match answer {
                     Some((200, body)) => {
                         stats.served.fetch_add(1, Ordering::Relaxed);
+                        stats.served_at.lock().unwrap().push(at);
                         let j: serde_json::Value = serde_json::from_str(&body).expect("JSON");
                         for p in j["proxies"].as_array().expect("proxies") {
                             let id = p["id"].as_str().expect("id").to_owned();
