@@ -131,8 +131,23 @@ fn redis_restarted_without_its_data_during_extraction_hands_nothing_out_twice() 
 
     // The quarantine, then enough load to see extraction and gateways serve again.
     std::thread::sleep((PROXY_TTL + AFTER / 2).saturating_sub(lost.elapsed()));
+    // Each gateway serves again (its snapshot holds proxies after the hold), then one
+    // more second for answers still in flight; from there on no request may fail.
+    let echo = stack.echo;
+    for (i, (http, _)) in stack.gateways.clone().into_iter().enumerate() {
+        stack.procs.wait_until(
+            &format!("gateway {i} serving after the quarantine"),
+            AFTER,
+            || block(via_gateway(http, echo, "/after-quarantine")).is_ok(),
+        );
+    }
+    std::thread::sleep(Duration::from_secs(1));
     let (ok_mid, errors_mid) = (load.gateway_ok(), load.gateway_errors().len());
-    std::thread::sleep((PROXY_TTL + AFTER).saturating_sub(lost.elapsed()));
+    std::thread::sleep(
+        (PROXY_TTL + AFTER)
+            .saturating_sub(lost.elapsed())
+            .max(Duration::from_secs(3)),
+    );
     stack.procs.all_alive();
     let served_at = load.served_at();
     let gw_errors = load.gateway_errors();
