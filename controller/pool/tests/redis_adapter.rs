@@ -1273,6 +1273,16 @@ async fn a_redis_restarted_without_its_data_begins_a_new_generation_that_holds_b
     assert_eq!(inv.quarantined_until, Some(Timestamp(g2.0 + 2_000)));
     tokio::time::sleep(q).await;
     assert_eq!(extracted(pool.extract(&req(4)).await.unwrap()).len(), 4);
+    // The next upsert past the hold forgets it: every extraction reads the stored
+    // holds, so a pool past them keeps only the generation's start.
+    fill_held(&pool, &ids("gen-late", 1), q).await;
+    let mut c = admin(&server.url()).await;
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg("pp:{activity}:v2:generation")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(fields, vec!["start".to_string()]);
 }
 
 /// Records without a generation record predate generations (a pool written by an
