@@ -77,6 +77,13 @@ impl Stack {
             .collect::<Vec<_>>()
             .join(",")
     }
+
+    /// Stops every process and removes the stack's directory (a test that fails before
+    /// this keeps it, logs included).
+    pub fn tear_down(mut self) {
+        self.procs.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// A response: status and body (`Connection: close` exchanges).
@@ -386,24 +393,12 @@ pub fn start_on_with(
             .arg("--loopback-plaintext")
             .args(["--egress-allow-cidr", "127.0.0.0/8"]),
     );
-    for (i, (http, admin)) in stack.gateways.clone().into_iter().enumerate() {
-        let socks = free_addr();
+    for i in 0..stack.gateways.len() {
         let cps = tuning
             .gateway_controller
             .and_then(|f| f(i, &stack.replicas))
             .unwrap_or_else(|| cps.clone());
-        stack.procs.start(
-            &format!("gateway-{i}"),
-            Command::new(bin("proxy-pool-gateway"))
-                .args(["--http-listen", &http.to_string()])
-                .args(["--socks5-listen", &socks.to_string()])
-                .args(["--admin-listen", &admin.to_string()])
-                .args(["--controller", &cps])
-                .args(["--worker-id", &format!("mixed-gw-{i}")])
-                .args(["--egress-allow-cidr", "127.0.0.0/8"])
-                .arg("--clients-file")
-                .arg(dir.join("gateway-clients.json")),
-        );
+        start_gateway(&mut stack, i, &format!("gateway-{i}"), &cps);
     }
     let echo = stack.echo;
     for (i, (http, admin)) in stack.gateways.clone().into_iter().enumerate() {
@@ -433,6 +428,24 @@ pub fn start_controller(stack: &mut Stack, i: usize, name: &str) {
     stack.procs.wait_until(name, READY_WITHIN, || {
         block(get(r.admin, "/healthz", "")).0 == 200
     });
+}
+
+/// Starts gateway `i` (its listeners, worker ID `mixed-gw-<i>`) as process `name`, with
+/// `controller` as its `--controller`.
+pub fn start_gateway(stack: &mut Stack, i: usize, name: &str, controller: &str) {
+    let (http, admin) = stack.gateways[i];
+    stack.procs.start(
+        name,
+        Command::new(bin("proxy-pool-gateway"))
+            .args(["--http-listen", &http.to_string()])
+            .args(["--socks5-listen", &free_addr().to_string()])
+            .args(["--admin-listen", &admin.to_string()])
+            .args(["--controller", controller])
+            .args(["--worker-id", &format!("mixed-gw-{i}")])
+            .args(["--egress-allow-cidr", "127.0.0.0/8"])
+            .arg("--clients-file")
+            .arg(stack.dir.join("gateway-clients.json")),
+    );
 }
 
 /// Whether replica `admin` says it leads (`proxy_pool_controller_leader 1`); `None`

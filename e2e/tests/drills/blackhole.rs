@@ -392,6 +392,5 @@ fn gateway_black_holed_from_the_controllers_serves_until_stale_then_recovers() {
         last_refused.is_none_or(|at| at < resumed_at + serving_again + Duration::from_millis(500)),
         "refusals after gateway 0 served again\n{logs}"
     );
-    stack.procs.stop();
-    let _ = std::fs::remove_dir_all(&stack.dir);
+    stack.tear_down();
 }

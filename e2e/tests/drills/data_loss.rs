@@ -214,6 +214,5 @@ fn redis_restarted_without_its_data_during_extraction_hands_nothing_out_twice() 
         errors_end - errors_mid,
         AFTER / 2
     );
-    stack.procs.stop();
-    let _ = std::fs::remove_dir_all(&stack.dir);
+    stack.tear_down();
 }

@@ -319,9 +319,8 @@ fn redis_master_killed_with_sentinel() {
         late.is_empty(),
         "extraction errors outside the failover window: {late:?}"
     );
-    stack.procs.stop();
+    stack.tear_down();
     drop(sentinels);
     drop(replica);
-    let _ = std::fs::remove_dir_all(&stack.dir);
     let _ = std::fs::remove_dir_all(&logs);
 }

@@ -16,12 +16,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use proxy_pool_e2e::hostile::procstat::{self, Stat};
-use proxy_pool_e2e::procs::bin;
 
 use crate::common::*;
 use crate::*;
@@ -175,20 +173,10 @@ fn soak() {
                 stack.procs.signal(&name, "TERM");
                 let exit = stack.procs.wait_exit(&name, Duration::from_secs(60));
                 let new = format!("gateway-1-r{restarts}");
-                let (http, admin) = stack.gateways[1];
+                let admin = stack.gateways[1].1;
                 let t = Instant::now();
-                stack.procs.start(
-                    &new,
-                    Command::new(bin("proxy-pool-gateway"))
-                        .args(["--http-listen", &http.to_string()])
-                        .args(["--socks5-listen", &free_addr().to_string()])
-                        .args(["--admin-listen", &admin.to_string()])
-                        .args(["--controller", &stack.cp_endpoints()])
-                        .args(["--worker-id", "mixed-gw-1"])
-                        .args(["--egress-allow-cidr", "127.0.0.0/8"])
-                        .arg("--clients-file")
-                        .arg(stack.dir.join("gateway-clients.json")),
-                );
+                let cps = stack.cp_endpoints();
+                start_gateway(&mut stack, 1, &new, &cps);
                 stack
                     .procs
                     .wait_until("restarted gateway 1 ready", READY_WITHIN, || {
@@ -314,6 +302,5 @@ fn soak() {
         &|_| true,
     );
     assert!(flagged.is_empty(), "unbounded-looking growth: {flagged:#?}");
-    stack.procs.stop();
-    let _ = std::fs::remove_dir_all(&stack.dir);
+    stack.tear_down();
 }
