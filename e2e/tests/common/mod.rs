@@ -86,24 +86,53 @@ impl Stack {
     }
 }
 
-/// A response: status and body (`Connection: close` exchanges).
-pub async fn exchange(mut s: TcpStream, request: &str) -> std::io::Result<(u16, String)> {
+/// A response read to its end.
+#[derive(Debug)]
+pub struct Answer {
+    /// The status (0 when there is none).
+    pub status: u16,
+    /// The status line and header lines.
+    pub head: String,
+    pub body: String,
+}
+
+impl Answer {
+    /// The value of header `name` (case-insensitive), trimmed.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+}
+
+/// Sends `request` and reads the response to its end (`Connection: close` exchanges),
+/// within [`EXCHANGE`].
+pub async fn exchange_answer(mut s: TcpStream, request: &str) -> std::io::Result<Answer> {
     s.write_all(request.as_bytes()).await?;
     let mut raw = Vec::new();
     tokio::time::timeout(EXCHANGE, s.read_to_end(&mut raw))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "exchange"))??;
-    let text = String::from_utf8_lossy(&raw).to_string();
+    let text = String::from_utf8_lossy(&raw);
     let status = text
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Ok(Answer {
+        status,
+        head: head.to_owned(),
+        body: body.to_owned(),
+    })
+}
+
+/// A response: status and body (`Connection: close` exchanges).
+pub async fn exchange(s: TcpStream, request: &str) -> std::io::Result<(u16, String)> {
+    exchange_answer(s, request)
+        .await
+        .map(|a| (a.status, a.body))
 }
 
 pub async fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
@@ -468,15 +497,19 @@ pub async fn inventory(admin: SocketAddr) -> Option<(u64, u64)> {
     Some((u["unextracted"].as_u64()?, u["available"].as_u64()?))
 }
 
-/// One request through a gateway: a plain forwarded GET or (`tunnel`) a CONNECT with
-/// a GET inside. `Err` carries what went wrong.
-pub async fn via_gateway(gw: SocketAddr, echo: SocketAddr, path: &str) -> Result<(), String> {
+/// A forwarded `GET` of `path` on the echo server, as the gateway client [`GW_USER`].
+pub fn forward_request(echo: SocketAddr, path: &str) -> String {
     let auth = basic(GW_USER, GW_PASS);
-    let s = connect(gw).await.map_err(|e| format!("connect: {e}"))?;
-    let req = format!(
+    format!(
         "GET http://{echo}{path} HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n"
-    );
-    served(exchange(s, &req).await)
+    )
+}
+
+/// One forwarded GET through a gateway ([`forward_request`]). `Err` carries what went
+/// wrong.
+pub async fn via_gateway(gw: SocketAddr, echo: SocketAddr, path: &str) -> Result<(), String> {
+    let s = connect(gw).await.map_err(|e| format!("connect: {e}"))?;
+    served(exchange(s, &forward_request(echo, path)).await)
 }
 
 /// `Ok` for a 200 answer; otherwise what came back (status and body, or the I/O error).

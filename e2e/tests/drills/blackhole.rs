@@ -140,35 +140,12 @@ type Probed = Result<(u16, String), String>;
 
 /// One request through `gw`.
 async fn probe(gw: SocketAddr, echo: SocketAddr, n: u64) -> Probed {
-    let auth = basic(GW_USER, GW_PASS);
-    let mut s = connect(gw).await.map_err(|e| format!("connect: {e}"))?;
-    let req = format!(
-        "GET http://{echo}/blackhole/{n} HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(req.as_bytes())
+    let s = connect(gw).await.map_err(|e| format!("connect: {e}"))?;
+    let answer = exchange_answer(s, &forward_request(echo, &format!("/blackhole/{n}")))
         .await
         .map_err(|e| format!("io: {e}"))?;
-    let mut raw = Vec::new();
-    tokio::time::timeout(EXCHANGE, s.read_to_end(&mut raw))
-        .await
-        .map_err(|_| "timed out".to_owned())?
-        .map_err(|e| format!("io: {e}"))?;
-    let text = String::from_utf8_lossy(&raw);
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let reason = text
-        .lines()
-        .take_while(|l| !l.is_empty())
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("x-proxy-pool-error")
-                .then(|| v.trim().to_owned())
-        })
-        .unwrap_or_default();
-    Ok((status, reason))
+    let reason = answer.header("x-proxy-pool-error").unwrap_or_default();
+    Ok((answer.status, reason.to_owned()))
 }
 
 #[test]
