@@ -258,20 +258,8 @@ fn redis_master_killed_with_sentinel() {
     std::thread::sleep(AFTER);
     // The supervisor: a leader deposed by a failover longer than its lease exits 3 and
     // starts again as a follower.
-    let mut restarted = Vec::new();
-    for i in 0..stack.replicas.len() {
-        let name = format!("controller-{i}");
-        if let Some(status) = stack.procs.wait_exit(&name, Duration::ZERO) {
-            assert_eq!(
-                status.code(),
-                Some(3),
-                "{name} exited other than deposed\n{}",
-                stack.procs.logs()
-            );
-            start_controller(&mut stack, i, &format!("{name}-restarted"));
-            restarted.push(name);
-        }
-    }
+    let mut names = replica_names(&stack);
+    let restarted = restart_deposed(&mut stack, &mut names);
     stack.procs.all_alive();
     let leader_now = wait_leader(&mut stack, None, READY_WITHIN);
     let errors = x.errors.lock().unwrap().clone();
