@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use proxy_pool_api::controlplane::client::ClientOptions;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
@@ -24,8 +25,11 @@ use crate::*;
 const MAX_STALE: Duration = Duration::from_secs(10);
 /// How long the path is black-holed.
 const HOLE: Duration = Duration::from_secs(20);
-/// The gateway's deadline on one control-plane call (`ClientOptions::call_timeout`).
-const CALL_DEADLINE: Duration = Duration::from_secs(5);
+/// The gateway's deadline on one control-plane call (it runs with the default
+/// [`ClientOptions`]).
+fn call_deadline() -> Duration {
+    ClientOptions::default().call_timeout
+}
 /// The drill's `controlPlane.reportInterval`.
 const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// Chunks a relay holds per direction while black-holed (then it stops reading).
@@ -353,16 +357,16 @@ fn gateway_black_holed_from_the_controllers_serves_until_stale_then_recovers() {
     // Noticed within a report interval and the call deadline (+ slack), not the keepalive.
     let detected = detected.expect("the gateway never noticed the dead path");
     assert!(
-        detected <= REPORT_INTERVAL + CALL_DEADLINE + SLACK,
+        detected <= REPORT_INTERVAL + call_deadline() + SLACK,
         "dead path noticed after {detected:?}, bound {:?}\n{logs}",
-        REPORT_INTERVAL + CALL_DEADLINE
+        REPORT_INTERVAL + call_deadline()
     );
     assert!(reconnects >= 1, "no other endpoint tried during the hole");
     // Back within a call deadline of the path's return (+ slack): the connection attempt
     // in flight completes, or the next one after its backoff.
     let serving_again = serving_again.expect("gateway 0 never served again");
     assert!(
-        serving_again <= CALL_DEADLINE + SLACK,
+        serving_again <= call_deadline() + SLACK,
         "served again {serving_again:?} after the path returned\n{logs}"
     );
     assert!(
