@@ -477,16 +477,24 @@ pub fn start_gateway(stack: &mut Stack, i: usize, name: &str, controller: &str) 
     );
 }
 
-/// Whether replica `admin` says it leads (`proxy_pool_controller_leader 1`); `None`
-/// when it does not answer.
-pub async fn leads(admin: SocketAddr) -> Option<bool> {
+/// The value of the unlabelled metric `name` on the `/metrics` of `admin`; `None` when
+/// it does not answer or has no such metric.
+pub async fn metric(admin: SocketAddr, name: &str) -> Option<String> {
     let (status, body) = get(admin, "/metrics", "").await;
     if status != 200 {
         return None;
     }
     body.lines()
-        .find_map(|l| l.strip_prefix("proxy_pool_controller_leader "))
-        .map(|v| v.trim() == "1")
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .map(|v| v.trim().to_owned())
+}
+
+/// Whether replica `admin` says it leads (`proxy_pool_controller_leader 1`); `None`
+/// when it does not answer.
+pub async fn leads(admin: SocketAddr) -> Option<bool> {
+    metric(admin, "proxy_pool_controller_leader")
+        .await
+        .map(|v| v == "1")
 }
 
 /// The admin inventory of the one upstream: (unextracted, available unowned).

@@ -40,13 +40,9 @@ fn feeder(sim: std::net::SocketAddr, stop: Arc<AtomicBool>) -> std::thread::Join
 
 /// `proxy_pool_pool_generation_start_seconds` of the replica at `admin`.
 fn generation_start(admin: std::net::SocketAddr) -> Option<u64> {
-    let (status, body) = block(get(admin, "/metrics", ""));
-    if status != 200 {
-        return None;
-    }
-    body.lines()
-        .find_map(|l| l.strip_prefix("proxy_pool_pool_generation_start_seconds "))
-        .and_then(|v| v.trim().parse().ok())
+    block(metric(admin, "proxy_pool_pool_generation_start_seconds"))?
+        .parse()
+        .ok()
 }
 
 #[test]
