@@ -1,4 +1,5 @@
-//! The mixed-load stack as real processes, shared by `mixed_load.rs` and `drills/`:
+//! The mixed-load stack as real processes, shared by `mixed_load.rs` and `drills/`
+//! (`usage.rs` uses its HTTP client only):
 //! the vendor simulator (its exclusivity auditor records every proxy use), one or more
 //! controllers on a private `redis-server`, a checker and two gateways, and the
 //! clients that load them (gateway traffic, an extraction client that reports its
