@@ -81,6 +81,8 @@ pub struct Controller {
     fetch_status: provider::FetchStatus,
     elector: Option<leadership::Elector>,
     leadership: leadership::Leadership,
+    /// The Kubernetes leadership backend: this replica's pod label.
+    pod_label: Option<leadership::PodLabel>,
     /// Redis: relays a follower's extraction demand to the leader.
     relay: Option<activity_pool::RedisPool>,
     /// Stops the relay's task.
@@ -103,12 +105,22 @@ pub enum Exit {
 impl Controller {
     /// Builds the store the config names (connecting to Redis) and every part.
     pub async fn build(config: Config) -> Result<Self, compose::ComposeError> {
-        let built = compose::build_store(&config).await?;
+        Self::build_in_pod(config, None).await
+    }
+
+    /// [`Controller::build`] for a replica running in pod `pod` (its name: the leader
+    /// holder's prefix, and the pod the Kubernetes leadership backend labels).
+    pub async fn build_in_pod(
+        config: Config,
+        pod: Option<String>,
+    ) -> Result<Self, compose::ComposeError> {
+        let built = compose::build_store(&config, pod.as_deref()).await?;
         let pool = built.control_plane;
         let mut controller = Self::from_store(config, built.store)?;
         controller.elector = built.elector;
         controller.leadership = built.leadership;
         controller.relay = built.relay;
+        controller.pod_label = built.pod_label;
         if let Some(b) = compose::prepare_bearer(&controller.config, &controller.metrics).await? {
             controller = controller.with_bearer_verifier(b.verifier);
         }
@@ -187,6 +199,7 @@ impl Controller {
             fetch_status: provider::FetchStatus::default(),
             elector: None,
             leadership: leadership::Leadership::sole(),
+            pod_label: None,
             relay: None,
             relay_stop: tokio_util::sync::CancellationToken::new(),
             drains: None,
@@ -305,6 +318,9 @@ impl Controller {
             background.push(tokio::spawn(
                 elector.run(async move { s.reached(Phase::Stopping).await }),
             ));
+        }
+        if let Some(label) = self.pod_label.take() {
+            background.push(tokio::spawn(label.follow(self.leadership.clone())));
         }
         background.push(tokio::spawn(self.leader_loops(sd.clone())));
         {

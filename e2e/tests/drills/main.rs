@@ -30,7 +30,8 @@ use proxy_pool_e2e::sim::audit::Verdict;
 /// Leader lease of the drills: short, so that they run in seconds.
 pub(crate) const LEASE: Duration = Duration::from_secs(3);
 pub(crate) const RETRY: Duration = Duration::from_millis(500);
-pub(crate) const LEADERSHIP: &str = "leadership: {replicas: 2, lease: 3s, renewEvery: 1s, retryEvery: 500ms}";
+pub(crate) const LEADERSHIP: &str =
+    "leadership: {replicas: 2, lease: 3s, renewEvery: 1s, retryEvery: 500ms}";
 /// Scheduling slack on a loaded 2-core machine on top of the failover bound.
 pub(crate) const SLACK: Duration = Duration::from_secs(2);
 /// Load before the fault, and after it.

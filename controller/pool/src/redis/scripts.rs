@@ -39,10 +39,11 @@ pub(crate) enum Script {
     LeaderRelease,
     DemandPush,
     DemandTake,
+    LeaderToken,
 }
 
 impl Script {
-    pub(crate) const ALL: [Script; 27] = [
+    pub(crate) const ALL: [Script; 28] = [
         Script::Upsert,
         Script::Remove,
         Script::Health,
@@ -70,6 +71,7 @@ impl Script {
         Script::LeaderRelease,
         Script::DemandPush,
         Script::DemandTake,
+        Script::LeaderToken,
     ];
 
     /// The writes only the leader makes: with a fenced adapter they carry its fencing
@@ -121,6 +123,7 @@ impl Script {
             Script::LeaderRelease => "leader_release",
             Script::DemandPush => "demand_push",
             Script::DemandTake => "demand_take",
+            Script::LeaderToken => "leader_token",
         }
     }
 
@@ -153,6 +156,7 @@ impl Script {
             Script::LeaderRelease => lua!("prelude.lua", "leader_release.lua"),
             Script::DemandPush => lua!("prelude.lua", "demand_push.lua"),
             Script::DemandTake => lua!("prelude.lua", "demand_take.lua"),
+            Script::LeaderToken => lua!("prelude.lua", "leader_token.lua"),
         }
     }
 
