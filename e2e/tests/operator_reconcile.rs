@@ -505,7 +505,9 @@ async fn chart_controller_replicas_leader_service_and_rbac() {
     let checker = format!("--controller=https://{leader_service}.{NS}.svc:9443");
     assert!(docs.iter().any(|d| d.contains(&checker)), "{checker}");
 
-    // Least privilege: the one Lease by name (create cannot be named), pod patches.
+    // Least privilege: the one Lease (the chart's) by name, pod patches.
+    let lease: Lease = doc(&docs, "Lease", ctl).expect("the chart's Lease");
+    assert_eq!(lease.spec.unwrap_or_default().holder_identity, None);
     let role: Role = doc(&docs, "Role", &format!("{ctl}-leader")).expect("leader Role");
     let rules: Vec<_> = role
         .rules
@@ -523,7 +525,6 @@ async fn chart_controller_replicas_leader_service_and_rbac() {
         rules,
         vec![
             ("leases".into(), ctl.to_owned(), "get,update".into()),
-            ("leases".into(), String::new(), "create".into()),
             ("pods".into(), String::new(), "patch".into()),
         ]
     );
@@ -551,6 +552,7 @@ async fn chart_controller_replicas_leader_service_and_rbac() {
             .contains_key("proxypool.io/leader")
     );
     assert!(doc::<Role>(&docs, "Role", &format!("{ctl}-leader")).is_none());
+    assert!(doc::<Lease>(&docs, "Lease", ctl).is_none());
 
     // The memory store and analytics keep one replica, and nothing elects.
     for values in [
@@ -564,8 +566,15 @@ async fn chart_controller_replicas_leader_service_and_rbac() {
     ] {
         let docs = rendered(values).await;
         assert_eq!(base_config(&docs).leadership.replicas, 1, "{values:?}");
-        let deployment: Deployment = doc(&docs, "Deployment", ctl).expect("Deployment");
-        assert_eq!(deployment.spec.unwrap().replicas, Some(1), "{values:?}");
+        // (Text: serde_yaml reads the Secret volumes' octal modes as strings.)
+        let deployment = docs
+            .iter()
+            .find(|d| d.contains("kind: Deployment\n") && d.contains(&format!("  name: {ctl}\n")))
+            .expect("Deployment");
+        assert!(
+            deployment.contains("\nspec:\n  replicas: 1\n"),
+            "{values:?}"
+        );
     }
     let docs = rendered(&[]).await;
     assert_eq!(
