@@ -1040,6 +1040,35 @@ async fn three_replicas_on_redis_and_the_leader_pod_deleted(c: &LocalCluster) ->
         d["spec"]["replicas"] == 3 && rolled_out(c, CONTROLLER).await
     })
     .await;
+    // The operator re-renders the config for the new store: the controller and the
+    // gateways roll again. Measure on a settled installation: both rolled out and
+    // unchanged for 30 s.
+    let started = Instant::now();
+    let mut last = (String::new(), String::new());
+    let mut stable_since = Instant::now();
+    loop {
+        let now = (
+            template_hash(c, CONTROLLER).await,
+            template_hash(c, GATEWAY).await,
+        );
+        let done = rolled_out(c, CONTROLLER).await && rolled_out(c, GATEWAY).await;
+        if now != last || !done {
+            last = now;
+            stable_since = Instant::now();
+        } else if stable_since.elapsed() >= Duration::from_secs(30) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "the installation did not settle on Redis\n{}",
+            c.logs()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!(
+        "Redis mode: settled {:.0}s after the upgrade",
+        started.elapsed().as_secs_f64()
+    );
     // Exactly one leads: one pod labelled, the Lease's holder, alone behind the
     // control-plane Service (the Distribution Service has all three).
     let control_plane = format!("{CONTROLLER}-control-plane");
