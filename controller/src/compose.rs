@@ -437,7 +437,7 @@ pub fn start(
         health,
         mut usage,
     } = prepared;
-    let usage = usage.start();
+    let usage = usage.start(&leadership);
     let mut plane_loop = None;
     match (control_plane, listener) {
         (Some((plane, transport)), Some(listener)) => {

@@ -3,7 +3,8 @@
 //! through the Distribution API appear in the stats API after a flush (exact PV, UV
 //! within the HyperLogLog error — exact for these small sets), idempotent replays count
 //! once, failed extractions not at all; the dashboard is served; every stats answer is
-//! `no-store` and conforms to the OpenAPI file; shutdown makes the final flush.
+//! `no-store` and conforms to the OpenAPI file; shutdown makes the final flush; with two
+//! replicas both record usage and only the leader flushes.
 
 mod common;
 
@@ -319,6 +320,85 @@ async fn a_sentinel_store_feeds_analytics_too() {
     assert_eq!(full["total"]["proxies"], 3);
     h.stop().await;
     drop(sentinel);
+}
+
+/// A counter or gauge of this replica's `/metrics` (0 when absent).
+async fn metric(h: &Harness, name: &str) -> u64 {
+    let r = h.admin_get("/metrics").await;
+    assert_eq!(r.status, 200, "GET /metrics");
+    let text = String::from_utf8_lossy(&r.body);
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(0, |v| v as u64)
+}
+
+/// Waits (bounded) until one of `hs` leads; returns its index.
+async fn leader_of(hs: &[&Harness]) -> usize {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        for (i, h) in hs.iter().enumerate() {
+            if metric(h, "proxy_pool_controller_leader").await == 1 {
+                return i;
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no replica leads");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Two controller replicas with analytics on one Redis and one PostgreSQL: usage
+/// recorded on either replica is committed exactly once, only the leader flushes, and
+/// after the leader stops the other replica takes the writer over (its own and the
+/// earlier usage keep adding up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_record_usage_and_only_the_leader_flushes() {
+    let redis = RedisServer::start();
+    let pg = Postgres::start();
+    PgStore::new(pg.config()).migrate().await.unwrap();
+    let (section, _dsn) = analytics_yaml(&pg, ", flushInterval: 1s, shutdownFlushTimeout: 2s");
+    let config = format!(
+        "{}leadership: {{replicas: 2, lease: 2s, renewEvery: 500ms, retryEvery: 300ms}}\n",
+        yaml(&redis, &section)
+    );
+    let a = start_built(&config, None).await;
+    assert_eq!(leader_of(&[&a]).await, 0);
+    let b = start_built(&config, Some(redis)).await;
+    a.seed("up-a", 40, "shanghai", "telecom").await;
+
+    for _ in 0..3 {
+        assert_eq!(a.extract(&extract_body(1, "up-a"), &[]).await.status, 200);
+    }
+    for _ in 0..4 {
+        assert_eq!(b.extract(&extract_body(2, "up-a"), &[]).await.status, 200);
+    }
+    // Both replicas' usage, committed by the leader, read through the follower.
+    let full = committed(&b, "clients/full", 7).await;
+    assert_eq!(full["total"]["proxies"], 11);
+    let flushes = "proxy_pool_analytics_flushes_total";
+    assert!(metric(&a, flushes).await > 0, "the leader flushes");
+    assert_eq!(metric(&b, flushes).await, 0, "a follower never flushes");
+    assert_eq!(
+        metric(&b, "proxy_pool_analytics_events_applied_total").await,
+        4,
+        "the follower records its own usage into redis"
+    );
+
+    // The leader stops (its lease is released); the follower leads and flushes.
+    a.stop().await;
+    assert_eq!(leader_of(&[&b]).await, 0);
+    for _ in 0..2 {
+        assert_eq!(b.extract(&extract_body(1, "up-a"), &[]).await.status, 200);
+    }
+    let full = committed(&b, "clients/full", 9).await;
+    assert_eq!(full["total"]["proxies"], 13);
+    assert!(metric(&b, flushes).await > 0, "the new leader flushes");
+    b.stop().await;
 }
 
 /// No-auth mode: callers are told apart by source address (here through a trusted

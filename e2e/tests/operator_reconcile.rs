@@ -554,25 +554,33 @@ async fn chart_controller_replicas_leader_service_and_rbac() {
     assert!(doc::<Role>(&docs, "Role", &format!("{ctl}-leader")).is_none());
     assert!(doc::<Lease>(&docs, "Lease", ctl).is_none());
 
-    // The memory store and analytics keep one replica, and nothing elects.
-    for values in [
-        &[][..],
-        &[
-            "store.backend=redis",
-            "redis.address=redis://redis:6379/0",
-            "postgresql.enabled=true",
-            "postgresql.dsnSecret.name=pg-dsn",
-        ][..],
+    // Usage analytics has one writer, the leader: three replicas with it too; the
+    // memory store keeps one replica.
+    for (values, replicas) in [
+        (&[][..], 1),
+        (
+            &[
+                "store.backend=redis",
+                "redis.address=redis://redis:6379/0",
+                "postgresql.enabled=true",
+                "postgresql.dsnSecret.name=pg-dsn",
+            ][..],
+            3,
+        ),
     ] {
         let docs = rendered(values).await;
-        assert_eq!(base_config(&docs).leadership.replicas, 1, "{values:?}");
+        assert_eq!(
+            base_config(&docs).leadership.replicas,
+            replicas,
+            "{values:?}"
+        );
         // (Text: serde_yaml reads the Secret volumes' octal modes as strings.)
         let deployment = docs
             .iter()
             .find(|d| d.contains("kind: Deployment\n") && d.contains(&format!("  name: {ctl}\n")))
             .expect("Deployment");
         assert!(
-            deployment.contains("\nspec:\n  replicas: 1\n"),
+            deployment.contains(&format!("\nspec:\n  replicas: {replicas}\n")),
             "{values:?}"
         );
     }

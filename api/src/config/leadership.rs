@@ -4,7 +4,8 @@
 //! The memory store holds the pool inside one process, so it is refused above one
 //! replica; with Redis, `controlPlane.maxStaleAge` must exceed the failover bound
 //! (`lease + retryEvery`), or gateways would refuse traffic during every leader change.
-//! Usage analytics keeps its single-writer rule: it is refused above one replica.
+//! Usage analytics runs with any number of replicas: every replica records usage into
+//! Redis and only the leader flushes it to PostgreSQL.
 //! The lease is a Redis key (`backend: redis`) or a Kubernetes Lease (`backend:
 //! kubernetes`, Redis store only: the fencing token still comes from Redis).
 
@@ -37,7 +38,6 @@ pub(super) fn leadership(
     raw: &RawLeadership,
     store: &StoreConfig,
     control_plane: Option<&ControlPlaneConfig>,
-    analytics: bool,
 ) -> LeadershipConfig {
     let replicas = raw.replicas.unwrap_or(1);
     if !(1..=MAX_REPLICAS).contains(&replicas) {
@@ -54,14 +54,6 @@ pub(super) fn leadership(
                 "the memory store lives inside one controller process and cannot be shared: \
                  run 1 replica, or use `store.backend: redis` for {replicas}"
             ),
-        );
-    }
-    if replicas > 1 && analytics {
-        err(
-            errors,
-            "leadership.replicas",
-            "usage analytics needs a single writer and its writer is not leader-elected yet: \
-             run 1 replica with analytics.enabled",
         );
     }
     let secs = Duration::from_secs;

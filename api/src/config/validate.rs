@@ -307,7 +307,6 @@ pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
         &raw.leadership,
         &store,
         control_plane.as_ref(),
-        analytics.is_some(),
     );
     let egress = match EgressPolicy::parse(&raw.egress.deny_cidrs, &raw.egress.allow_cidrs) {
         Ok(p) => p,

@@ -45,11 +45,11 @@ proxypool.io/component: {{ .component }}
 {{- define "proxy-pool.checker" -}}{{ include "proxy-pool.fullname" . }}-checker{{- end -}}
 {{- define "proxy-pool.gateway" -}}{{ include "proxy-pool.fullname" . }}-gateway{{- end -}}
 
-{{/* Controller replicas: the value, or 3 on Redis (1 with analytics) and 1 on memory. */}}
+{{/* Controller replicas: the value, or 3 on Redis and 1 on memory. */}}
 {{- define "proxy-pool.controllerReplicas" -}}
 {{- $v := .Values -}}
 {{- if kindIs "invalid" $v.controller.replicas -}}
-{{- if and (eq $v.store.backend "redis") (not $v.postgresql.enabled) -}}3{{- else -}}1{{- end -}}
+{{- if eq $v.store.backend "redis" -}}3{{- else -}}1{{- end -}}
 {{- else -}}
 {{- int $v.controller.replicas -}}
 {{- end -}}

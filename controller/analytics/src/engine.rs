@@ -1,7 +1,14 @@
-//! The single analytics writer: applies queued events to Redis, flushes sequenced full
-//! snapshots to PostgreSQL, checks Redis against the last SQL snapshot (rebuilding it
-//! from SQL when it is missing, wrong-typed or older), flags degraded days, prunes old
-//! days, and does the bounded final flush. Exactly one may run per deployment.
+//! The analytics worker: applies queued events to Redis on every replica; on the one
+//! replica that writes (the controller's leader, [`IsWriter`]) it also flushes
+//! sequenced full snapshots to PostgreSQL, checks Redis against the last SQL snapshot
+//! (rebuilding it from SQL when it is missing, wrong-typed or older), flags degraded
+//! days, prunes old days, and does the bounded final flush. A replica that does not
+//! write hands its degraded-day flags over through Redis instead.
+//!
+//! Two writers at once (a deposed leader that has not noticed yet) cannot double count
+//! or lose data: snapshots carry absolute values under a sequence PostgreSQL refuses
+//! to go back on, and a flush clears only the dirty markers no batch touched since it
+//! read them ([`WorkingSet::committed`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -17,7 +24,25 @@ use crate::error::AnalyticsError;
 use crate::model::Event;
 use crate::options::Settings;
 use crate::pg::{CommitOutcome, DailyRow, DayCoverage, Meta, PgStore, Snapshot, TotalRow};
-use crate::ws::WorkingSet;
+use crate::ws::{Dirty, WorkingSet};
+
+/// Which flush the writer gate is asked about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushKind {
+    /// A periodic or early flush while running.
+    Periodic,
+    /// The one final flush at shutdown.
+    Final,
+}
+
+/// Whether this replica writes (flushes) now; asked before every flush. A
+/// single-process deployment writes always ([`always_writer`]).
+pub type IsWriter = Arc<dyn Fn(FlushKind) -> bool + Send + Sync>;
+
+/// The writer gate of a single-process deployment.
+pub fn always_writer() -> IsWriter {
+    Arc::new(|_| true)
+}
 
 /// Events applied per Redis pipeline.
 pub const APPLY_BATCH: usize = 512;
@@ -36,6 +61,20 @@ pub mod reason {
     pub const COLLECTION_STARTED: &str = "collection_started";
     /// The worker was down for longer than two flush intervals.
     pub const RESTART_GAP: &str = "restart_gap";
+
+    /// The reason of this name (notes read back from Redis).
+    pub fn known(name: &str) -> Option<&'static str> {
+        [
+            REDIS_RECOVERED,
+            EVENTS_DROPPED,
+            REDIS_UNAVAILABLE,
+            SQL_RETRY,
+            COLLECTION_STARTED,
+            RESTART_GAP,
+        ]
+        .into_iter()
+        .find(|r| *r == name)
+    }
 }
 
 /// Worker counters.
@@ -186,6 +225,48 @@ impl Engine {
         }
     }
 
+    /// A replica that does not flush: notes the flags it raised (dropped events, lost
+    /// batches) in Redis for the writer's next commit, and forgets them once noted. A
+    /// Redis failure keeps them for the next try.
+    pub async fn hand_over(&mut self) {
+        let dropped = self.collector.counts().dropped;
+        if dropped > self.seen_dropped {
+            self.seen_dropped = dropped;
+            let today = self.today();
+            self.flag(today, reason::EVENTS_DROPPED);
+        }
+        self.since_flush = 0;
+        let notes: Vec<(Date, &str)> = self
+            .pending
+            .iter()
+            .flat_map(|(d, r)| r.iter().map(move |why| (*d, *why)))
+            .collect();
+        match self.ws.note_degraded(&notes).await {
+            Ok(()) => self.pending.clear(),
+            Err(e) => {
+                tracing::warn!(error = %e, "analytics degraded-day notes not handed over; retried")
+            }
+        }
+    }
+
+    /// Takes the degraded-day notes other replicas handed over into this writer's
+    /// pending flags; returns them as stored, to clear after a commit.
+    async fn take_notes(&mut self) -> Result<Vec<String>, AnalyticsError> {
+        let notes = self.ws.degraded_notes().await?;
+        for n in &notes {
+            let Some((day, why)) = n.split_once('|') else {
+                continue;
+            };
+            let Some(why) = reason::known(why) else {
+                continue;
+            };
+            if let Ok(day) = day.parse::<Date>() {
+                self.flag(day, why);
+            }
+        }
+        Ok(notes)
+    }
+
     /// Whether enough events arrived to flush early.
     pub fn flush_due(&self) -> bool {
         self.since_flush >= self.settings.flush_after_events
@@ -304,11 +385,14 @@ impl Engine {
             let today = self.today();
             self.flag(today, reason::EVENTS_DROPPED);
         }
+        let notes = self.take_notes().await?;
         let meta = self.pg.meta().await?;
         let mut recovered = self.recover_if_needed(meta.as_ref()).await?;
         let (items, totals, mut days) = loop {
-            let items = self.ws.dirty().await?;
-            let read = match self.ws.read(&items).await {
+            let items: Vec<Dirty> = self.ws.dirty().await?;
+            let keys: Vec<(crate::model::Subject, Date)> =
+                items.iter().map(|m| (m.subject.clone(), m.day)).collect();
+            let read = match self.ws.read(&keys).await {
                 Ok((t, d)) => self.behind_sql(&t, &d).await.map(|()| (t, d)),
                 Err(e) => Err(e),
             };
@@ -372,6 +456,7 @@ impl Engine {
             self.ws
                 .committed(&items, &self.settings.days, self.settings.hot_days, now)
                 .await?;
+            self.ws.clear_degraded(&notes).await?;
             self.since_flush = 0;
             match self.pg.prune(keep_from).await {
                 Ok(n) => {
@@ -391,17 +476,35 @@ impl Engine {
     }
 }
 
-/// Runs the worker until `shutdown`, then stops collecting, drains the queue and makes
-/// a final flush, all within the configured grace period.
+impl Engine {
+    /// A flush when `writer` says this replica writes; otherwise the flags are handed
+    /// over to the writer through Redis.
+    async fn flush_or_hand_over(&mut self, writer: &IsWriter) -> Option<FlushReport> {
+        if writer(FlushKind::Periodic) {
+            self.flush().await.ok()
+        } else {
+            self.hand_over().await;
+            None
+        }
+    }
+}
+
+/// Runs the worker until `shutdown`, then stops collecting, drains the queue and (when
+/// `writer` says this replica writes) makes a final flush, all within the configured
+/// grace period. Events are applied to Redis whatever `writer` says; flushes happen
+/// only while it says so (asked before each one).
 pub async fn run(
     mut engine: Engine,
     mut rx: mpsc::Receiver<Event>,
     shutdown: impl Future<Output = ()>,
+    writer: IsWriter,
 ) {
     let mut tick = tokio::time::interval(engine.settings.flush_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
-    if let Err(e) = engine.start().await {
+    if writer(FlushKind::Periodic)
+        && let Err(e) = engine.start().await
+    {
         tracing::warn!(error = %e, "analytics start failed; retried at each flush");
     }
     tokio::pin!(shutdown);
@@ -416,11 +519,11 @@ pub async fn run(
                 engine.apply(&buf).await;
                 buf.clear();
                 if engine.flush_due() {
-                    let _ = engine.flush().await;
+                    engine.flush_or_hand_over(&writer).await;
                 }
             }
             _ = tick.tick() => {
-                let _ = engine.flush().await;
+                engine.flush_or_hand_over(&writer).await;
             }
         }
     }
@@ -431,10 +534,18 @@ pub async fn run(
             engine.apply(&buf).await;
             buf.clear();
         }
-        engine.flush().await
+        if writer(FlushKind::Final) {
+            engine.flush().await.map(Some)
+        } else {
+            engine.hand_over().await;
+            Ok(None)
+        }
     };
     match tokio::time::timeout(grace, last).await {
-        Ok(Ok(r)) => tracing::info!(seq = r.seq, days = r.days, "analytics final flush done"),
+        Ok(Ok(Some(r))) => {
+            tracing::info!(seq = r.seq, days = r.days, "analytics final flush done")
+        }
+        Ok(Ok(None)) => tracing::info!("analytics events applied; the leader flushes them"),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "analytics final flush failed; data left in redis")
         }

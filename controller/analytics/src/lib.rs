@@ -2,10 +2,10 @@
 //!
 //! Owns: the `analytics` config section; the [`Collector`] handle (bounded queue, drops
 //! and counts); the Redis working set (daily/cumulative counters and HyperLogLogs under
-//! `<prefix>:analytics:v1:`, plain commands and MULTI pipelines, no Lua); the PostgreSQL
-//! store (explicit migrations, sequenced snapshots, 90-day retention); the single worker
-//! that applies events, flushes, recovers and does the final flush; the stats API and
-//! dashboard router. Must never: make a request wait on Redis or SQL, run DDL at
+//! `<prefix>:analytics:v1:`, plain commands and MULTI pipelines, one compare-and-delete
+//! script); the PostgreSQL store (explicit migrations, sequenced snapshots, 90-day
+//! retention); the worker that applies events on every replica and, on the leader only,
+//! flushes, recovers and does the final flush; the stats API and dashboard router. Must never: make a request wait on Redis or SQL, run DDL at
 //! start-up, reset totals, or show an unknown day as zero.
 
 mod collector;
@@ -24,7 +24,10 @@ mod ws;
 
 pub use collector::{Collector, CollectorCounts, CollectorStats, MAX_UPSTREAMS_PER_EVENT};
 pub use day::{Clock, Days, ManualClock, SystemClock, minus_days};
-pub use engine::{APPLY_BATCH, Engine, FlushReport, WorkerMetrics, reason, run};
+pub use engine::{
+    APPLY_BATCH, Engine, FlushKind, FlushReport, IsWriter, WorkerMetrics, always_writer, reason,
+    run,
+};
 pub use error::AnalyticsError;
 pub use link::{Connect, RedisConn};
 pub use metrics::AnalyticsMetrics;
@@ -38,4 +41,4 @@ pub use wiring::{
     Analytics, Prepared, check_database, identity_key_from_file, pg_config, pg_config_from_file,
     prepare, start,
 };
-pub use ws::WorkingSet;
+pub use ws::{Dirty, WorkingSet};

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::collector::Collector;
 use crate::day::{Clock, SystemClock};
-use crate::engine::{Engine, run};
+use crate::engine::{Engine, IsWriter, always_writer, run};
 use crate::error::AnalyticsError;
 use crate::link::RedisConn;
 use crate::metrics::AnalyticsMetrics;
@@ -151,10 +151,15 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// Starts the worker; it stops collecting when `shutdown` resolves, applies what is
-    /// queued and makes one final flush bounded by the settings' `shutdown_grace`.
-    pub fn spawn(self, shutdown: impl Future<Output = ()> + Send + 'static) -> JoinHandle<()> {
-        tokio::spawn(run(self.engine, self.rx, shutdown))
+    /// Starts the worker; it flushes only while `writer` says so; it stops collecting
+    /// when `shutdown` resolves, applies what is queued and (writing) makes one final
+    /// flush bounded by the settings' `shutdown_grace`.
+    pub fn spawn(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        writer: IsWriter,
+    ) -> JoinHandle<()> {
+        tokio::spawn(run(self.engine, self.rx, shutdown, writer))
     }
 }
 
@@ -220,6 +225,6 @@ pub fn start(
         collector: p.collector.clone(),
         router: p.router.clone(),
         metrics: p.metrics.clone(),
-        worker: p.spawn(shutdown),
+        worker: p.spawn(shutdown, always_writer()),
     }))
 }

@@ -1,6 +1,12 @@
 //! The Redis working set under `<prefix>:analytics:v1:`: daily and cumulative counter
 //! hashes, daily and cumulative HyperLogLogs, the snapshot sequence and the dirty
-//! markers. Plain commands and MULTI pipelines only (no Lua). Only the worker writes it.
+//! markers, and the degraded-day notes of replicas that do not flush. Plain commands and
+//! MULTI pipelines, and one script: the compare-and-delete of a dirty marker after a
+//! commit. Every controller replica applies its events here; only the leader's worker
+//! flushes (reads, commits, clears markers, rebuilds). A dirty marker holds the unique
+//! token of the last batch that touched it, so a flush clears only the markers no
+//! batch touched since it read them (an increment applied by another replica between
+//! the read and the clear keeps its marker and reaches the next flush).
 
 use std::collections::BTreeSet;
 
@@ -19,6 +25,34 @@ use crate::pg::{DailyRow, TotalRow};
 const SCAN_BATCH: usize = 500;
 /// Dirty entries read per pipeline.
 pub const READ_BATCH: usize = 200;
+
+/// Clears each dirty marker whose token is still the one read before the commit and
+/// sets the expiry of its daily keys. KEYS: the dirty hash, then per marker its daily
+/// hash and daily HLL; ARGV: per marker its field, token and TTL in seconds.
+const CLEAR_MARKERS: &str = r"
+local n = 0
+for i = 0, (#ARGV / 3) - 1 do
+  local field, token, ttl = ARGV[i * 3 + 1], ARGV[i * 3 + 2], ARGV[i * 3 + 3]
+  if redis.call('HGET', KEYS[1], field) == token then
+    redis.call('HDEL', KEYS[1], field)
+    redis.call('EXPIRE', KEYS[i * 2 + 2], ttl)
+    redis.call('EXPIRE', KEYS[i * 2 + 3], ttl)
+    n = n + 1
+  end
+end
+return n
+";
+
+/// One dirty (subject, day) as read, with the token of the batch that last touched it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dirty {
+    /// The subject.
+    pub subject: Subject,
+    /// The day.
+    pub day: Date,
+    /// The marker's token when it was read.
+    pub token: String,
+}
 
 /// The working set of one deployment.
 #[derive(Clone)]
@@ -154,6 +188,9 @@ impl WorkingSet {
     fn k_dirty(&self) -> String {
         format!("{}dirty", self.prefix)
     }
+    fn k_degraded(&self) -> String {
+        format!("{}degraded", self.prefix)
+    }
 
     fn digest(&self, s: &Subject, identity: &str) -> String {
         let mut h = Sha256::new();
@@ -231,6 +268,8 @@ impl WorkingSet {
         days: &Days,
     ) -> Result<BTreeSet<Date>, AnalyticsError> {
         let incrs = self.incrs(events, days);
+        // Unique per batch: a flush that read an older token leaves this marker alone.
+        let token = uuid::Uuid::new_v4().simple().to_string();
         let mut pipe = redis::pipe();
         pipe.atomic();
         let mut touched = BTreeSet::new();
@@ -247,8 +286,12 @@ impl WorkingSet {
             pipe.hincr(&t, "prx", i.proxies).ignore();
             pipe.hset_nx(&t, "first", i.day.to_string()).ignore();
             pipe.pfadd(self.k_total_hll(&i.subject), &i.member).ignore();
-            pipe.hset(self.k_dirty(), format!("{}|{}", i.subject, i.day), 1)
-                .ignore();
+            pipe.hset(
+                self.k_dirty(),
+                format!("{}|{}", i.subject, i.day),
+                token.as_str(),
+            )
+            .ignore();
         }
         let mut conn = self.conn.clone();
         pipe.query_async::<()>(&mut conn).await.map_err(classify)?;
@@ -281,15 +324,64 @@ impl WorkingSet {
             .map_err(classify)
     }
 
-    /// Every dirty (subject, day).
-    pub async fn dirty(&self) -> Result<Vec<(Subject, Date)>, AnalyticsError> {
+    /// Every dirty (subject, day), with the marker's token as read.
+    pub async fn dirty(&self) -> Result<Vec<Dirty>, AnalyticsError> {
         let mut conn = self.conn.clone();
-        let keys: Vec<String> = redis::cmd("HKEYS")
+        let marks: Vec<(String, String)> = redis::cmd("HGETALL")
             .arg(self.k_dirty())
             .query_async(&mut conn)
             .await
             .map_err(classify)?;
-        Ok(keys.iter().filter_map(|k| parse_member(k)).collect())
+        Ok(marks
+            .into_iter()
+            .filter_map(|(k, token)| {
+                let (subject, day) = parse_member(&k)?;
+                Some(Dirty {
+                    subject,
+                    day,
+                    token,
+                })
+            })
+            .collect())
+    }
+
+    /// Notes degraded days (`day|reason`) for the flushing replica to commit; a replica
+    /// that does not flush hands its notes over this way.
+    pub async fn note_degraded(&self, notes: &[(Date, &str)]) -> Result<(), AnalyticsError> {
+        if notes.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for (d, why) in notes {
+            pipe.hset(self.k_degraded(), format!("{d}|{why}"), 1)
+                .ignore();
+        }
+        let mut conn = self.conn.clone();
+        pipe.query_async::<()>(&mut conn).await.map_err(classify)
+    }
+
+    /// The degraded-day notes handed over by other replicas, as stored (`day|reason`).
+    pub async fn degraded_notes(&self) -> Result<Vec<String>, AnalyticsError> {
+        let mut conn = self.conn.clone();
+        redis::cmd("HKEYS")
+            .arg(self.k_degraded())
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)
+    }
+
+    /// Removes notes that a commit carried.
+    pub async fn clear_degraded(&self, notes: &[String]) -> Result<(), AnalyticsError> {
+        if notes.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn.clone();
+        redis::cmd("HDEL")
+            .arg(self.k_degraded())
+            .arg(notes)
+            .query_async(&mut conn)
+            .await
+            .map_err(classify)
     }
 
     /// Reads the dirty entries' daily and cumulative values with their HLL bytes.
@@ -366,28 +458,35 @@ impl WorkingSet {
         Ok((totals, days))
     }
 
-    /// After a commit: clears the committed dirty markers and lets persisted daily keys
-    /// expire `hot_days` after their day ends.
+    /// After a commit: clears the committed dirty markers that still hold the token
+    /// read before the commit, and lets those persisted daily keys expire `hot_days`
+    /// after their day ends. A marker touched since (by any replica) stays. Returns how
+    /// many markers were cleared.
     pub async fn committed(
         &self,
-        items: &[(Subject, Date)],
+        items: &[Dirty],
         days: &Days,
         hot_days: u16,
         now: Timestamp,
-    ) -> Result<(), AnalyticsError> {
+    ) -> Result<u64, AnalyticsError> {
+        let script = redis::Script::new(CLEAR_MARKERS);
         let mut conn = self.conn.clone();
+        let mut cleared = 0;
         for chunk in items.chunks(READ_BATCH) {
-            let mut pipe = redis::pipe();
-            pipe.atomic();
-            for (s, d) in chunk {
-                pipe.hdel(self.k_dirty(), format!("{s}|{d}")).ignore();
-                let ttl = days.secs_until_end_plus(*d, i64::from(hot_days), now);
-                pipe.expire(self.k_daily(s, *d), ttl).ignore();
-                pipe.expire(self.k_daily_hll(s, *d), ttl).ignore();
+            let mut inv = script.prepare_invoke();
+            inv.key(self.k_dirty());
+            for m in chunk {
+                let ttl = days.secs_until_end_plus(m.day, i64::from(hot_days), now);
+                inv.key(self.k_daily(&m.subject, m.day))
+                    .key(self.k_daily_hll(&m.subject, m.day))
+                    .arg(format!("{}|{}", m.subject, m.day))
+                    .arg(&m.token)
+                    .arg(ttl);
             }
-            pipe.query_async::<()>(&mut conn).await.map_err(classify)?;
+            let n: u64 = inv.invoke_async(&mut conn).await.map_err(classify)?;
+            cleared += n;
         }
-        Ok(())
+        Ok(cleared)
     }
 
     /// Removes every key of the working set (SCAN + UNLINK in batches).

@@ -448,9 +448,14 @@ async fn shutdown_makes_a_bounded_final_flush() {
         ..
     } = rig;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(proxy_pool_analytics::run(engine, rx, async move {
-        let _ = stop_rx.await;
-    }));
+    let task = tokio::spawn(proxy_pool_analytics::run(
+        engine,
+        rx,
+        async move {
+            let _ = stop_rx.await;
+        },
+        proxy_pool_analytics::always_writer(),
+    ));
     for i in 0..250 {
         collector.extraction("client-a", &format!("{i}"), &[("vendor-x", 1)]);
     }
@@ -546,4 +551,102 @@ async fn evicted_counters_recreated_by_new_events_are_caught_and_rebuilt() {
         .unwrap()
         .unwrap();
     assert_eq!(t.requests, 11);
+}
+
+/// Several replicas apply to one working set while the leader flushes: an increment
+/// another replica applies between the leader's read and its clear keeps its dirty
+/// marker, and the next flush commits it.
+#[tokio::test]
+async fn a_marker_touched_after_the_read_survives_the_leaders_clear() {
+    let mut rig = Rig::new("2026-05-10T08:00:00Z", "UTC").await;
+    rig.engine.start().await.unwrap();
+    let ws = proxy_pool_analytics::WorkingSet::new(rig.conn.clone(), "test", b"k".to_vec());
+    let other = proxy_pool_analytics::WorkingSet::new(rig.conn.clone(), "test", b"k".to_vec());
+    let at = "2026-05-10T08:00:00Z".parse().unwrap();
+    let ev = |n: u32| proxy_pool_analytics::Event::GatewayRequests {
+        routing: "route-1".into(),
+        identity: "a".into(),
+        requests: n,
+        at,
+    };
+    ws.apply(&[ev(1)], &rig.settings.days).await.unwrap();
+    let read = ws.dirty().await.unwrap();
+    assert_eq!(read.len(), 1);
+    // Another replica applies to the same (subject, day) before the leader clears.
+    other.apply(&[ev(2)], &rig.settings.days).await.unwrap();
+    let cleared = ws
+        .committed(&read, &rig.settings.days, rig.settings.hot_days, at)
+        .await
+        .unwrap();
+    assert_eq!(cleared, 0, "a marker touched since the read is kept");
+    assert_eq!(ws.dirty().await.unwrap().len(), 1);
+    // The next flush commits both increments and clears the marker.
+    rig.engine.flush().await.unwrap();
+    let t = rig
+        .store
+        .total(&subj(Kind::Routings, "route-1"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(t.requests, 3);
+    assert!(ws.dirty().await.unwrap().is_empty());
+}
+
+/// A replica that does not write applies its events to Redis and hands its degraded
+/// flags (here: events dropped by its full queue) over; the leader commits both.
+#[tokio::test]
+async fn a_follower_records_into_redis_and_the_leader_commits_its_usage_and_flags() {
+    let mut rig = Rig::new("2026-05-10T08:00:00Z", "UTC").await;
+    rig.engine.start().await.unwrap();
+    let clock: Arc<dyn proxy_pool_analytics::Clock> = Arc::new(rig.clock.clone());
+    let (collector, rx) = proxy_pool_analytics::Collector::bounded(2, clock.clone());
+    let follower = proxy_pool_analytics::Engine::new(
+        proxy_pool_analytics::WorkingSet::new(rig.conn.clone(), "test", b"k".to_vec()),
+        rig.store.clone(),
+        rig.settings.clone(),
+        clock,
+        collector.stats(),
+    );
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(proxy_pool_analytics::run(
+        follower,
+        rx,
+        async move {
+            let _ = stop_rx.await;
+        },
+        Arc::new(|_| false),
+    ));
+    // Three events into a queue of two: one is dropped (the worker may not have
+    // taken any yet; at most the queue's worth is accepted at once).
+    for i in 0..3 {
+        collector.extraction("client-f", &format!("{i}"), &[("vendor-x", 1)]);
+    }
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+    let counts = collector.stats().counts();
+    assert!(counts.dropped >= 1, "{counts:?}");
+    assert!(
+        rig.store.totals().await.unwrap().is_empty(),
+        "a replica that does not write commits nothing"
+    );
+    rig.engine.flush().await.unwrap();
+    let t = rig
+        .store
+        .total(&subj(Kind::Clients, "client-f"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(t.requests, i64::try_from(counts.accepted).unwrap());
+    let cov = rig
+        .store
+        .coverage(d("2026-05-10"), d("2026-05-10"))
+        .await
+        .unwrap();
+    assert!(
+        cov[0].reasons.contains(&reason::EVENTS_DROPPED.to_owned()),
+        "{cov:?}"
+    );
 }

@@ -8,17 +8,23 @@
 //! another time zone, refuses the start (run `proxy-pool-controller migrate`); an
 //! unreachable PostgreSQL does not (the worker keeps the data in Redis and retries at
 //! each flush; the stats API answers 503). Nothing here logs the DSN or a key.
+//!
+//! Every replica records usage into the store's Redis; only the leader's worker
+//! flushes it to PostgreSQL (one writer per deployment, like the other leader loops).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use proxy_pool_analytics::{AnalyticsError, AnalyticsOptions, Collector, RedisConn, Settings};
+use proxy_pool_analytics::{
+    AnalyticsError, AnalyticsOptions, Collector, FlushKind, RedisConn, Settings,
+};
 use proxy_pool_api::config::{AnalyticsConfig, Config, RedisConfig, StoreConfig};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::ComposeError;
+use crate::leadership::{Leadership, Role};
 use crate::metrics::Metrics;
 use crate::store;
 
@@ -52,13 +58,24 @@ impl Usage {
         self.router.clone()
     }
 
-    /// Starts the worker (when analytics is on).
-    pub fn start(&mut self) -> Option<UsageWorker> {
+    /// Starts the worker (when analytics is on): it records usage into Redis on every
+    /// replica and flushes to PostgreSQL only while `leadership` leads; the final flush
+    /// at shutdown is made by a replica that led (its role reads `Deposed` once
+    /// shutdown released the lease; a flush after another replica took over is safe,
+    /// see `proxy_pool_analytics::WorkingSet::committed`).
+    pub fn start(&mut self, leadership: &Leadership) -> Option<UsageWorker> {
         let prepared = self.analytics.take()?;
         let (tx, rx) = oneshot::channel::<()>();
-        let handle = prepared.spawn(async move {
-            let _ = rx.await;
-        });
+        let leading = leadership.clone();
+        let handle = prepared.spawn(
+            async move {
+                let _ = rx.await;
+            },
+            Arc::new(move |kind| match kind {
+                FlushKind::Periodic => leading.is_leader(),
+                FlushKind::Final => !matches!(leading.role(), Role::Follower),
+            }),
+        );
         Some(UsageWorker {
             stop: tx,
             handle,

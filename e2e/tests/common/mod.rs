@@ -1,4 +1,4 @@
-//! The mixed-load stack as real processes, shared by `mixed_load.rs` and `drills.rs`:
+//! The mixed-load stack as real processes, shared by `mixed_load.rs` and `drills/`:
 //! the vendor simulator (its exclusivity auditor records every proxy use), one or more
 //! controllers on a private `redis-server`, a checker and two gateways, and the
 //! clients that load them (gateway traffic, an extraction client that reports its
@@ -125,10 +125,11 @@ pub fn block<T>(f: impl std::future::Future<Output = T>) -> T {
         .block_on(f)
 }
 
-/// The config of replica `r`; `extra` is appended (e.g. a `leadership:` section).
+/// The config of replica `r`; `store_redis` is its `store.redis` section (an address or
+/// Sentinel), `extra` is appended (e.g. a `leadership:` section).
 pub fn write_config(
     dir: &Path,
-    redis: &str,
+    store_redis: &str,
     (sim, echo): (SocketAddr, SocketAddr),
     r: &Replica,
     extra: &str,
@@ -139,7 +140,7 @@ pub fn write_config(
         format!(
             r#"store:
   backend: redis
-  redis: {{address: "{redis}"}}
+  redis: {store_redis}
 distribution:
   listen: {dist}
   minRemainingTtl: 10s
@@ -194,12 +195,26 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     .expect("config");
 }
 
-/// Starts the stack with `replicas` controllers sharing the Redis (`extra` appended to
-/// each one's config), a checker and two gateways given every controller endpoint;
-/// returns once both gateways carry traffic.
+/// Starts the stack with `replicas` controllers sharing a private Redis (`extra`
+/// appended to each one's config), a checker and two gateways given every controller
+/// endpoint; returns once both gateways carry traffic.
 pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
-    build_binaries();
     let redis = RedisServer::start();
+    let store_redis = format!("{{address: \"{}\"}}", redis.url());
+    start_on(tag, replicas, extra, redis, &store_redis)
+}
+
+/// [`start`] on a Redis the caller set up: the stack keeps `redis` (the server, or a
+/// Sentinel deployment's first master) and the controllers get `store_redis` as their
+/// `store.redis` section.
+pub fn start_on(
+    tag: &str,
+    replicas: usize,
+    extra: &str,
+    redis: RedisServer,
+    store_redis: &str,
+) -> Stack {
+    build_binaries();
     let dir = std::env::temp_dir().join(format!("pp-e2e-mixed-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
@@ -227,7 +242,7 @@ pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
         redis,
     };
     for r in &stack.replicas {
-        write_config(&dir, &stack.redis.url(), (stack.sim, stack.echo), r, extra);
+        write_config(&dir, store_redis, (stack.sim, stack.echo), r, extra);
     }
     let echo_tls = free_addr();
     stack.procs.start(

@@ -9,7 +9,13 @@
 //!   it was handed to the client;
 //! - leader SIGSTOP past its lease, then SIGCONT: another replica leads meanwhile; the
 //!   resumed one writes nothing (it is deposed and exits with code 3) and the same
-//!   invariants hold.
+//!   invariants hold;
+//! - PostgreSQL stopped during extraction with usage analytics on (`postgres.rs`):
+//!   extraction unaffected, and the usage of the outage reaches PostgreSQL once it is
+//!   back;
+//! - Redis master killed under Sentinel (`sentinel.rs`): failover time, the extraction
+//!   error window, no proxy handed out twice, an idempotent replay after the failover
+//!   returns the first answer.
 //!
 //! One module per drill family (`leader.rs`, …); this file holds the harness they share:
 //! the mixed load, the leader wait and the invariants every drill checks.
@@ -17,6 +23,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod leader;
+mod postgres;
+mod sentinel;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -235,7 +243,12 @@ pub(crate) fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
 }
 
 pub(crate) fn ready(tag: &str) -> (Stack, usize) {
-    let mut stack = start(tag, 2, LEADERSHIP);
+    ready_stack(start(tag, 2, LEADERSHIP))
+}
+
+/// [`ready`] for a stack started another way ([`start`] with more config,
+/// [`start_on`] another Redis): waits for the leader and the gateways owning the pool.
+pub(crate) fn ready_stack(mut stack: Stack) -> (Stack, usize) {
     let leader = wait_leader(&mut stack, None, READY_WITHIN);
     let admin = stack.replicas[leader].admin;
     stack
