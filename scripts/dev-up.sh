@@ -83,6 +83,11 @@ upstream() { # name protocol
     protocol: $2
     ttl: 10m
     safetyMargin: 10s
+    # No hold-back after a new pool generation (docs/pool.md, "Pool generations"):
+    # the simulator issues a new proxy for every fetch and never offers one again, so
+    # a restarted stack cannot hand the same proxy out twice. A real vendor that lists
+    # the same proxies again keeps the default (the upstream's ttl).
+    quarantine: 0s
     maxConcurrencyPerProxy: 16
     maxSize: 20
     fetchInterval: 10s

@@ -27,6 +27,11 @@ pub struct UpstreamInventory {
     pub available: u64,
     /// Free slots over available proxies.
     pub available_slots: u64,
+    /// While the upstream's proxies are held back after a new pool generation (first
+    /// start, or a store that lost its data): RFC 3339 time the hold ends; absent
+    /// otherwise. `available` is 0 meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantined_until: Option<String>,
     /// RFC 3339 time of the last successful fetch (`null`: none yet).
     pub last_fetch_time: Option<String>,
     /// Why fetches fail since the last success (`null`: they do not).

@@ -56,6 +56,7 @@ async fn seed(ports: &Ports, n: usize) {
         ports
             .upserter
             .upsert(FetchedBatch {
+                quarantine: std::time::Duration::ZERO,
                 upstream: UpstreamId::new("bench").unwrap(),
                 operation_id: OperationId::new(format!(
                     "seed-{}",

@@ -11,6 +11,7 @@ pub mod compose;
 pub mod controlplane;
 pub mod demand;
 pub mod distribution;
+pub mod generation;
 pub mod health;
 pub mod leadership;
 pub mod maintenance;

@@ -24,7 +24,8 @@ pub struct StatusLabels {
 pub struct InventoryLabels {
     /// Configured upstream name.
     pub upstream: String,
-    /// `managed`, `unextracted` or `available_slots`.
+    /// `managed`, `unextracted`, `available`, `available_slots` or `quarantined`
+    /// (un-extracted proxies held back after a new pool generation).
     pub kind: &'static str,
 }
 
@@ -54,6 +55,9 @@ pub struct Metrics {
     /// 1 while this replica leads (runs the background loops and answers the control
     /// plane), else 0.
     pub leader: Gauge,
+    /// When the current pool generation began, Unix seconds (0 before the first
+    /// upsert of a new store; refreshed at scrape).
+    pub generation_start: Gauge,
 }
 
 impl Metrics {
@@ -68,6 +72,13 @@ impl Metrics {
         let inventory = Family::<InventoryLabels, Gauge>::default();
         let upserts = Family::<UpsertLabels, Counter>::default();
         let leader = Gauge::default();
+        let generation_start = Gauge::default();
+        registry.register(
+            "pool_generation_start_seconds",
+            "When the current pool generation began (Unix seconds; a change means the \
+             store lost its data)",
+            generation_start.clone(),
+        );
         registry.register(
             "controller_leader",
             "1 while this controller replica leads, else 0",
@@ -90,7 +101,8 @@ impl Metrics {
         );
         registry.register(
             "pool_inventory",
-            "Activity pool inventory per upstream (managed, unextracted, available_slots)",
+            "Activity pool inventory per upstream (managed, unextracted, available, \
+             available_slots, quarantined)",
             inventory.clone(),
         );
         registry.register(
@@ -106,6 +118,7 @@ impl Metrics {
             inventory,
             upserts,
             leader,
+            generation_start,
         })
     }
 

@@ -27,6 +27,7 @@ pub struct StaticUpstream {
     upstream: UpstreamId,
     candidates: Vec<Candidate>,
     safety_margin: Duration,
+    quarantine: Duration,
     max_size: std::num::NonZeroU32,
     interval: Duration,
     assume_healthy: bool,
@@ -95,6 +96,7 @@ impl StaticUpstream {
             candidates,
             safety_margin: cfg.safety_margin,
             max_size: cfg.max_size,
+            quarantine: cfg.quarantine,
             interval: cfg.fetch_interval,
             assume_healthy: source.assume_healthy,
         })
@@ -123,9 +125,13 @@ impl StaticUpstream {
             operation_id: op,
             safety_margin: self.safety_margin,
             max_size: self.max_size,
+            quarantine: self.quarantine,
             candidates: self.candidates.clone(),
         };
         let report = upserter.upsert(batch).await?;
+        if let Some(start) = report.generation_started {
+            crate::generation::began(self.upstream.as_str(), start, self.quarantine);
+        }
         for (result, n) in [
             ("inserted", report.inserted),
             ("refreshed", report.refreshed),

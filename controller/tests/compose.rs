@@ -84,6 +84,7 @@ upstreams:
   - name: sim
     protocol: http
     ttl: 10m
+    quarantine: 0s
     safetyMargin: 10s
     maxSize: 10
     fetchInterval: 2s

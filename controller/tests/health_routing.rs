@@ -91,6 +91,7 @@ upstreams:
   - name: sim
     protocol: http
     ttl: 10m
+    quarantine: 0s
     safetyMargin: 10s
     maxConcurrencyPerProxy: 4
     maxSize: 6

@@ -105,6 +105,7 @@ async fn insert(f: &Fixture, from: u16, n: u16, ttl: u64) -> Vec<ProxyId> {
     let ids: Vec<ProxyId> = candidates.iter().map(|c| c.id.clone()).collect();
     f.pool
         .upsert(FetchedBatch {
+            quarantine: std::time::Duration::ZERO,
             upstream: up(),
             operation_id: OperationId::new(format!("op-{}", rand_suffix())).unwrap(),
             safety_margin: Duration::from_secs(5),

@@ -35,7 +35,7 @@ async fn full_run(kind: Kind) -> usize {
     let yaml = common::config_yaml(&common::store_yaml(kind, redis.as_ref()), "").replace(
         "upstreams:\n",
         &format!(
-            "upstreams:\n  - {{name: st, ttl: 1m, maxSize: 100, fetchInterval: 200ms, labels: {{region: shanghai}}, source: {{static: {{proxies: [\"st1.secret-host.test:8080\", \"192.0.2.77:3128\"], credentials: {{username: stuser, password: {STATIC_PASSWORD}}}}}}}}}\n"
+            "upstreams:\n  - {{name: st, ttl: 1m, quarantine: 0s, maxSize: 100, fetchInterval: 200ms, labels: {{region: shanghai}}, source: {{static: {{proxies: [\"st1.secret-host.test:8080\", \"192.0.2.77:3128\"], credentials: {{username: stuser, password: {STATIC_PASSWORD}}}}}}}}}\n"
         ),
     );
     let h = Harness::start_yaml(&yaml, redis, |p| p).await;

@@ -59,6 +59,7 @@ admin: {{listen: 127.0.0.1:0}}
 upstreams:
   - name: st
     ttl: 4s
+    quarantine: 0s
     safetyMargin: 1s
     fetchInterval: 1s
     maxSize: 100000

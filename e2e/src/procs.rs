@@ -25,8 +25,21 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Path of workspace binary `name`, in the profile the running test was built with.
+/// Directory of prebuilt binaries to run instead of building them
+/// (`PROXY_POOL_E2E_BIN_DIR`): for long runs (the soak) on a target directory that other
+/// builds may overwrite meanwhile.
+fn prebuilt_dir() -> Option<PathBuf> {
+    std::env::var_os("PROXY_POOL_E2E_BIN_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Path of workspace binary `name`, in the profile the running test was built with
+/// (or in `PROXY_POOL_E2E_BIN_DIR` when set).
 pub fn bin(name: &str) -> PathBuf {
+    if let Some(dir) = prebuilt_dir() {
+        return dir.join(name);
+    }
     let exe = std::env::current_exe().expect("current exe");
     let profile = exe
         .parent()
@@ -47,8 +60,12 @@ pub fn build_binaries() {
     ]);
 }
 
-/// Builds the binaries of `packages` (`cargo build -p … --bins`).
+/// Builds the binaries of `packages` (`cargo build -p … --bins`); with
+/// `PROXY_POOL_E2E_BIN_DIR` set, nothing is built (the binaries there are used).
 pub fn build_packages(packages: &[&str]) {
+    if prebuilt_dir().is_some() {
+        return;
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut cmd = Command::new(cargo);

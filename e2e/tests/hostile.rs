@@ -247,6 +247,7 @@ upstreams:
   - name: sim-http
     protocol: http
     ttl: 20m
+    quarantine: 0s
     safetyMargin: 10s
     maxConcurrencyPerProxy: 64
     maxSize: 8
@@ -260,6 +261,7 @@ upstreams:
   - name: kept
     protocol: http
     ttl: 20m
+    quarantine: 0s
     safetyMargin: 10s
     maxSize: 100
     fetchInterval: 10m

@@ -211,6 +211,7 @@ fn minimal_upstream(name: &str) -> Upstream {
             protocol: proxy_pool_operator::crd::ProxyProtocol::Socks5,
             labels: None,
             ttl: "60s".into(),
+            quarantine: None,
             safety_margin: "5s".into(),
             max_concurrency_per_proxy: 1,
             max_size: 10,

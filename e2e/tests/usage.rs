@@ -115,6 +115,7 @@ upstreams:
   - name: sim-http
     protocol: http
     ttl: 10m
+    quarantine: 0s
     safetyMargin: 10s
     maxConcurrencyPerProxy: 16
     maxSize: 8

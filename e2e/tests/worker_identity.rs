@@ -454,6 +454,7 @@ fn controller_config(
             "  - name: {name}
     protocol: {protocol}
     ttl: 10m
+    quarantine: 0s
     safetyMargin: 10s
     maxConcurrencyPerProxy: 16
     maxSize: 20

@@ -4,7 +4,8 @@
 //! corrupt delta NACKed and followed by a full resync, outcomes shipped; removed and
 //! draining proxies keep their open tunnels and take no new work, revocation takes
 //! effect before the next snapshot, and a controller gone silent past
-//! `max_stale_age_ms` stops new traffic while open tunnels continue.
+//! `max_stale_age_ms` stops new traffic while open tunnels continue; an unanswered call
+//! ends the session within its deadline.
 
 mod common;
 mod fake_controller;
@@ -554,4 +555,35 @@ async fn a_new_session_accepts_a_restarted_controllers_numbering() {
     assert!(ack.accepted, "{}", ack.reason);
     let r = get_once(h.http, USER, h.echo(), "/after-restart").await;
     assert_eq!((r.status, r.remote_ip()), (200, h.egress(&b)));
+}
+
+/// A controller that stops answering — a hung process, or a black-holed path that sends
+/// no FIN or RST while the HTTP/2 connection looks alive — is given up after the call
+/// deadline: the unanswered runtime report ends the session and the agent registers
+/// again, instead of waiting on the report for ever.
+#[tokio::test]
+async fn an_unanswered_report_ends_the_session_within_the_call_deadline() {
+    let deadline = proxy_pool_api::controlplane::client::ClientOptions::default().call_timeout;
+    let mut h = Harness::start().await;
+    let a = h.proxy(Protocol::Http).await;
+    let knobs = Arc::new(Mutex::new(Knobs::default()));
+    let mut cp = plane(&mut h, knobs.clone()).await;
+    cp.send(1, vec![wire_proxy(&a)]).await;
+    knobs.lock().silent = true;
+    let silent = Instant::now();
+    let again = tokio::time::timeout(deadline * 2, cp.seen.streams.recv())
+        .await
+        .expect("the agent registers again within the call deadline of an unanswered report");
+    assert!(again.is_some());
+    let took = silent.elapsed();
+    // The report in flight when it went silent, or the next one (every 100 ms), waited
+    // the whole deadline; then one backoff (200–400 ms).
+    assert!(
+        took >= deadline.saturating_sub(Duration::from_millis(200))
+            && took <= deadline + Duration::from_secs(1),
+        "registered again after {took:?}, deadline {deadline:?}"
+    );
+    // The snapshot it had is still served meanwhile (max stale age 60 s).
+    let r = get_once(h.http, USER, h.echo(), "/still-served").await;
+    assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
 }

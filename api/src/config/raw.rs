@@ -426,6 +426,10 @@ pub struct RawUpstream {
     /// `usableUntil = expiresAt - safetyMargin`.
     #[serde(default)]
     pub safety_margin: Option<String>,
+    /// How long this upstream's proxies are held back after a new pool generation
+    /// begins (default: `ttl`).
+    #[serde(default)]
+    pub quarantine: Option<String>,
     /// Most concurrent requests one proxy may carry.
     #[serde(default)]
     pub max_concurrency_per_proxy: Option<u32>,

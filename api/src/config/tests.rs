@@ -1163,3 +1163,34 @@ fn static_proxies_on_refused_ranges_are_config_errors() {
         "opting in to loopback does not open the metadata endpoint"
     );
 }
+
+#[test]
+fn an_upstreams_quarantine_defaults_to_its_ttl_and_is_bounded_by_the_pool_max_ttl() {
+    let upstream = |extra: &str| {
+        format!(
+            "upstreams:\n  - name: v\n    ttl: 2m\n    maxSize: 10\n{extra}    source: {{vendorApi: {{url: \"http://vendor:8080/v1\", format: json}}}}\n"
+        )
+    };
+    let c = load_yaml(&upstream("")).expect("valid");
+    assert_eq!(
+        c.upstreams[0].quarantine,
+        Duration::from_secs(120),
+        "default: ttl"
+    );
+    let c = load_yaml(&upstream("    quarantine: 0s\n")).expect("valid");
+    assert_eq!(c.upstreams[0].quarantine, Duration::ZERO, "0s turns it off");
+    let c = load_yaml(&upstream("    quarantine: 5m\n")).expect("valid");
+    assert_eq!(c.upstreams[0].quarantine, Duration::from_secs(300));
+    let e = load_yaml(&format!(
+        "pool: {{maxTtl: 1h}}\n{}",
+        upstream("    quarantine: 2h\n")
+    ))
+    .unwrap_err();
+    assert_eq!(e.0.len(), 1, "{e:?}");
+    assert_eq!(e.0[0].path, "upstreams[0].quarantine");
+    assert_eq!(e.0[0].message, "must not exceed pool.maxTtl");
+    assert_eq!(
+        paths(&upstream("    quarantine: soon\n")),
+        vec!["upstreams[0].quarantine".to_string()]
+    );
+}

@@ -425,6 +425,11 @@ pub struct UpstreamConfig {
     pub ttl: Duration,
     /// Safety margin (< ttl).
     pub safety_margin: Duration,
+    /// How long after a new pool generation begins (first install, or a store that
+    /// lost its data) this upstream's proxies are held back: neither extracted nor
+    /// assigned to gateways (`docs/pool.md`, "Pool generations"). Default `ttl`; at
+    /// most `pool.maxTtl`; `0s` turns the hold-back off.
+    pub quarantine: Duration,
     /// Per-proxy capacity.
     pub max_concurrency_per_proxy: u32,
     /// Hard limit on un-extracted inventory.

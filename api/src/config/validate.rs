@@ -1092,6 +1092,14 @@ fn upstream(cx: &mut Ctx, path: &str, raw: &RawUpstream, max_ttl: Duration) -> U
     if ttl > max_ttl {
         cx.err(format!("{path}.ttl"), "must not exceed pool.maxTtl");
     }
+    let quarantine = cx.duration(
+        &format!("{path}.quarantine"),
+        raw.quarantine.as_deref(),
+        ttl,
+    );
+    if quarantine > max_ttl {
+        cx.err(format!("{path}.quarantine"), "must not exceed pool.maxTtl");
+    }
     if raw.max_size.is_none() {
         cx.err(format!("{path}.maxSize"), "is required");
     }
@@ -1112,6 +1120,7 @@ fn upstream(cx: &mut Ctx, path: &str, raw: &RawUpstream, max_ttl: Duration) -> U
         carrier: raw.labels.carrier.clone(),
         ttl,
         safety_margin,
+        quarantine,
         max_concurrency_per_proxy: cx.range(
             &format!("{path}.maxConcurrencyPerProxy"),
             raw.max_concurrency_per_proxy,

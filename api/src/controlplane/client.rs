@@ -41,6 +41,10 @@ pub struct ClientOptions {
     pub keepalive_interval: Duration,
     /// Keepalive ping answer deadline.
     pub keepalive_timeout: Duration,
+    /// Deadline of one unary call (register, ACK, report): a controller answers these
+    /// in milliseconds, so a call unanswered this long means a dead path (a black hole
+    /// sends no FIN or RST), found long before the keepalive would find it.
+    pub call_timeout: Duration,
 }
 
 impl Default for ClientOptions {
@@ -49,6 +53,7 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(5),
             keepalive_interval: Duration::from_secs(20),
             keepalive_timeout: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(5),
         }
     }
 }

@@ -54,6 +54,7 @@ fn cand(i: usize) -> Candidate {
 
 fn batch(range: std::ops::Range<usize>) -> FetchedBatch {
     FetchedBatch {
+        quarantine: std::time::Duration::ZERO,
         upstream: UpstreamId::new(format!("vendor-{}", range.start / 500 % 4)).unwrap(),
         operation_id: OperationId::new(format!("bench-{}", next())).unwrap(),
         safety_margin: Duration::from_secs(10),

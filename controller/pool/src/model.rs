@@ -382,6 +382,10 @@ pub struct FetchedBatch {
     pub safety_margin: Duration,
     /// Hard cap on this upstream's un-extracted inventory.
     pub max_size: NonZeroU32,
+    /// How long after a new pool generation begins this upstream's proxies are held
+    /// back (neither extractable nor assignable): until `generation start + quarantine`
+    /// (`docs/pool.md`, "Pool generations"). At most the pool's maximum TTL.
+    pub quarantine: Duration,
     /// The candidates.
     pub candidates: Vec<Candidate>,
 }
@@ -465,6 +469,14 @@ pub struct UpsertReport {
     pub refreshed: u32,
     /// Candidates not written, by reason.
     pub dropped: BTreeMap<DropReason, u32>,
+    /// Set when this upsert found no pool generation and began one (first install, or
+    /// a store that lost its data): the new generation's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation_started: Option<Timestamp>,
+    /// While the batch's upstream is held back after a new pool generation: when the
+    /// hold ends (its proxies are neither extractable nor assignable before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_until: Option<Timestamp>,
 }
 
 impl UpsertReport {
@@ -480,6 +492,8 @@ impl UpsertReport {
         for (r, n) in &other.dropped {
             *self.dropped.entry(*r).or_default() += n;
         }
+        self.generation_started = self.generation_started.or(other.generation_started);
+        self.held_until = self.held_until.max(other.held_until);
     }
 }
 
@@ -838,8 +852,12 @@ pub struct UpstreamInventory {
     /// AVAILABLE proxies with no owner, before their `usable_until`: what extraction
     /// can take now.
     pub available: u64,
-    /// Sum of free capacity over fresh, consistent AVAILABLE proxies.
+    /// Sum of free capacity over fresh, consistent AVAILABLE proxies (unowned ones
+    /// count zero while the upstream is quarantined).
     pub available_slots: u64,
+    /// While the upstream's proxies are held back after a new pool generation: when
+    /// the hold ends. `available` is 0 meanwhile.
+    pub quarantined_until: Option<Timestamp>,
 }
 
 /// What a maintenance pass did.

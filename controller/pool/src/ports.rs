@@ -133,6 +133,9 @@ pub trait InventoryReader: Send + Sync {
     /// Managed and Available Slots of one upstream, scanning only its indexes;
     /// `ScanBudgetExhausted` when they exceed the budget.
     async fn inventory(&self, upstream: &UpstreamId) -> PoolResult<UpstreamInventory>;
+    /// When the current pool generation began (`docs/pool.md`, "Pool generations");
+    /// `None` while a new store has not had its first upsert.
+    async fn generation(&self) -> PoolResult<Option<crate::clock::Timestamp>>;
 }
 
 /// Reads records (control plane, tests, admin).

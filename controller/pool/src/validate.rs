@@ -131,6 +131,12 @@ pub fn prepare_batch(mut batch: FetchedBatch, options: &PoolOptions) -> PoolResu
             "must be shorter than the maximum TTL",
         ));
     }
+    if batch.quarantine > options.max_ttl {
+        return Err(PoolError::invalid(
+            "quarantine",
+            "must not exceed the maximum TTL",
+        ));
+    }
     let candidates = std::mem::take(&mut batch.candidates);
     let mut dropped: BTreeMap<DropReason, u32> = BTreeMap::new();
     let mut seen_ids: HashSet<ProxyId> = HashSet::new();

@@ -28,6 +28,7 @@ fn cand(id: &str) -> Candidate {
 
 fn batch(op: &str, ids: &[&str]) -> FetchedBatch {
     FetchedBatch {
+        quarantine: std::time::Duration::ZERO,
         upstream: UpstreamId::new("vendor-a").unwrap(),
         operation_id: OperationId::new(op).unwrap(),
         safety_margin: Duration::from_secs(5),

@@ -58,4 +58,6 @@ contract_cases! {
     runtime::inventory_figures_and_fail_closed,
     runtime::inventory_over_budget_fails_closed,
     runtime::sessions_expire_by_pool_time,
+    generation::a_new_generation_holds_back_each_upstream_for_its_quarantine,
+    generation::quarantine_above_the_maximum_ttl_is_refused,
 }

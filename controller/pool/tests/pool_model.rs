@@ -162,6 +162,7 @@ async fn apply(
             max_size,
         } => {
             let batch = FetchedBatch {
+                quarantine: std::time::Duration::ZERO,
                 upstream: UpstreamId::new(UPSTREAMS[*upstream]).unwrap(),
                 operation_id: OperationId::new(format!("op-{step}")).unwrap(),
                 safety_margin: Duration::from_secs(5),

@@ -43,6 +43,7 @@ fn cand(id: &str, region: &str, ttl_secs: u64) -> Candidate {
 
 fn batch(upstream: &str, candidates: Vec<Candidate>) -> FetchedBatch {
     FetchedBatch {
+        quarantine: std::time::Duration::ZERO,
         upstream: UpstreamId::new(upstream).unwrap(),
         operation_id: OperationId::new(unique("op")).unwrap(),
         safety_margin: Duration::from_secs(5),
@@ -413,8 +414,13 @@ async fn main_key_ttls_follow_the_latest_hard_expiry() {
             .unwrap();
         assert_eq!(at, latest, "{k} expires with the latest hard expiry");
     }
-    // No key lives forever: a pool that stops being written frees itself.
+    // No key lives forever: a pool that stops being written frees itself. Except the
+    // generation record (a few bytes per upstream): it must outlive the records, or a
+    // pool that emptied itself would begin a new generation and be held back again.
     for k in all_keys(&mut c).await {
+        if k == "pp:{activity}:v2:generation" {
+            continue;
+        }
         let at: i64 = redis::cmd("PEXPIRETIME")
             .arg(&k)
             .query_async(&mut c)
@@ -1180,4 +1186,113 @@ async fn the_combination_sweep_runs_while_demand_is_relayed() {
         vec![r#"{"count":1}"#.to_string()]
     );
     assert_consistent(&server.url()).await;
+}
+
+/// Upserts `ids` (upstream `vendor-a`) with `quarantine` and marks them AVAILABLE.
+async fn fill_held(pool: &RedisPool, ids: &[String], quarantine: Duration) -> UpsertReport {
+    let mut b = batch(
+        "vendor-a",
+        ids.iter().map(|id| cand(id, "eu", 600)).collect(),
+    );
+    b.quarantine = quarantine;
+    let report = pool.upsert(b).await.unwrap();
+    let updates: Vec<_> = ids
+        .iter()
+        .map(|id| HealthUpdate {
+            proxy_id: ProxyId::new(id.as_str()).unwrap(),
+            verdict: HealthVerdict::Available,
+            success: true,
+            latency: None,
+            failure: None,
+        })
+        .collect();
+    pool.apply_health(&updates).await.unwrap();
+    report
+}
+
+fn extracted(outcome: ExtractOutcome) -> Vec<String> {
+    match outcome {
+        ExtractOutcome::Extracted(e) => e.proxies.iter().map(|p| p.id.to_string()).collect(),
+        ExtractOutcome::Insufficient { eligible } => panic!("insufficient: {eligible}"),
+    }
+}
+
+/// A `redis-server` restarted without its data (no persistence) begins a new pool
+/// generation at the next upsert: the same vendor proxies, offered again, are held back
+/// for the upstream's quarantine, so the ones extracted before the loss are not handed
+/// out again at once (`docs/pool.md`, "Pool generations").
+#[tokio::test]
+async fn a_redis_restarted_without_its_data_begins_a_new_generation_that_holds_back_refetched_proxies()
+ {
+    let mut server = RedisServer::start();
+    let pool = pool_at(&server.url()).await;
+    let q = Duration::from_secs(2);
+    let all = ids("gen", 4);
+    let first = fill_held(&pool, &all, q).await;
+    let g1 = first
+        .generation_started
+        .expect("the first upsert begins a generation");
+    assert_eq!(pool.generation().await.unwrap(), Some(g1));
+    assert!(extracted(pool.extract(&req(2)).await.unwrap()).is_empty());
+    tokio::time::sleep(q).await;
+    let before = extracted(pool.extract(&req(2)).await.unwrap());
+    assert_eq!(before.len(), 2);
+
+    server.restart();
+    // The first call after the restart may meet the dropped connection.
+    let mut report = None;
+    for _ in 0..20 {
+        let mut b = batch(
+            "vendor-a",
+            all.iter().map(|id| cand(id, "eu", 600)).collect(),
+        );
+        b.quarantine = q;
+        match pool.upsert(b).await {
+            Ok(r) => {
+                report = Some(r);
+                break;
+            }
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let report = report.expect("upsert after the restart");
+    assert_eq!(report.inserted, 4, "every proxy is new to the empty store");
+    let g2 = report.generation_started.expect("a new generation");
+    assert!(g2 > g1, "{g2:?} after {g1:?}");
+    fill_held(&pool, &all, q).await;
+    assert!(
+        extracted(pool.extract(&req(4)).await.unwrap()).is_empty(),
+        "nothing handed out again during the quarantine"
+    );
+    let inv = pool
+        .inventory(&UpstreamId::new("vendor-a").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(inv.available, 0);
+    assert_eq!(inv.quarantined_until, Some(Timestamp(g2.0 + 2_000)));
+    tokio::time::sleep(q).await;
+    assert_eq!(extracted(pool.extract(&req(4)).await.unwrap()).len(), 4);
+}
+
+/// Records without a generation record predate generations (a pool written by an
+/// earlier version): it lost nothing, so its generation counts as long begun and no
+/// quarantine applies.
+#[tokio::test]
+async fn a_pool_written_before_generations_is_not_held_back() {
+    let server = RedisServer::start();
+    let pool = pool_at(&server.url()).await;
+    let all = ids("old", 3);
+    fill(&pool, &all, 600).await;
+    let mut c = admin(&server.url()).await;
+    let _: i64 = redis::cmd("DEL")
+        .arg("pp:{activity}:v2:generation")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let report = fill_held(&pool, &all, Duration::from_secs(3600)).await;
+    assert_eq!(report.refreshed, 3);
+    assert_eq!(report.generation_started, None);
+    assert_eq!(pool.generation().await.unwrap(), Some(Timestamp(0)));
+    assert_eq!(extracted(pool.extract(&req(3)).await.unwrap()).len(), 3);
 }

@@ -139,6 +139,7 @@ async fn read_inventory(st: &AdminState) -> Result<Vec<UpstreamInventory>, ApiEr
             unextracted: inv.unextracted,
             available: inv.available,
             available_slots: inv.available_slots,
+            quarantined_until: inv.quarantined_until.map(rfc3339),
             last_fetch_time: fetch.last_success.map(rfc3339),
             fetch_error: fetch.failing.map(|(reason, at)| FetchError {
                 reason,
@@ -158,6 +159,14 @@ async fn metrics(State(st): State<AdminState>) -> Response {
                 ("unextracted", u.unextracted),
                 ("available", u.available),
                 ("available_slots", u.available_slots),
+                (
+                    "quarantined",
+                    if u.quarantined_until.is_some() {
+                        u.unextracted
+                    } else {
+                        0
+                    },
+                ),
             ] {
                 st.metrics
                     .inventory
@@ -168,6 +177,11 @@ async fn metrics(State(st): State<AdminState>) -> Response {
                     .set(i64::try_from(v).unwrap_or(i64::MAX));
             }
         }
+    }
+    if let Ok(start) = st.inventory.generation().await {
+        st.metrics
+            .generation_start
+            .set(start.map_or(0, |t| t.0 / 1000));
     }
     let mut r = st.metrics.encode().into_response();
     r.headers_mut().insert(

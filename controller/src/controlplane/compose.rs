@@ -158,7 +158,7 @@ mod tests {
     fn a_loaded_config_reaches_the_control_plane_in_match_order() {
         let c = proxy_pool_api::config::load_yaml(
             r#"
-upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["192.0.2.1:1"]}}}]
+upstreams: [{name: u, ttl: 1m, quarantine: 0s, maxSize: 5, source: {static: {proxies: ["192.0.2.1:1"]}}}]
 routings:
   - {name: late, priority: 5, upstreams: [u]}
   - name: early

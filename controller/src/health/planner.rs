@@ -350,21 +350,38 @@ impl Planner {
     /// settings. They are due first.
     pub fn announce(&mut self, ids: &[ProxyId]) -> Announced {
         let profile = self.default_profile.clone();
-        self.announce_with(&profile, ids)
+        self.announce_with(&profile, ids, Timestamp(0))
     }
 
     /// Tracks new proxies of `upstream`, planned with its `health` settings (the
     /// defaults when it has none configured).
     pub fn announce_in(&mut self, upstream: &str, ids: &[ProxyId]) -> Announced {
+        self.announce_held(upstream, ids, Timestamp(0))
+    }
+
+    /// [`Planner::announce_in`], the first check not before `not_before`: the end of
+    /// the upstream's hold-back after a new pool generation, so that no check goes
+    /// through a proxy a client may still hold from before a data loss.
+    pub fn announce_held(
+        &mut self,
+        upstream: &str,
+        ids: &[ProxyId],
+        not_before: Timestamp,
+    ) -> Announced {
         let profile = self
             .profiles
             .get(upstream)
             .unwrap_or(&self.default_profile)
             .clone();
-        self.announce_with(&profile, ids)
+        self.announce_with(&profile, ids, not_before)
     }
 
-    fn announce_with(&mut self, profile: &Arc<Profile>, ids: &[ProxyId]) -> Announced {
+    fn announce_with(
+        &mut self,
+        profile: &Arc<Profile>,
+        ids: &[ProxyId],
+        not_before: Timestamp,
+    ) -> Announced {
         let mut out = Announced::default();
         for id in ids {
             if self.entries.contains_key(id) {
@@ -388,7 +405,7 @@ impl Planner {
                     outcome_hold: false,
                 },
             );
-            self.schedule(id, Timestamp(0));
+            self.schedule(id, not_before);
             out.added += 1;
         }
         out
@@ -636,6 +653,20 @@ mod tests {
     }
 
     const ALL: [Tier; 3] = [Tier::Basic, Tier::Egress, Tier::Target];
+
+    #[test]
+    fn proxies_of_a_held_back_upstream_are_not_checked_before_the_hold_ends() {
+        let mut p = Planner::new(PlannerConfig::default(), ReducerConfig::default());
+        let t0 = Timestamp(1_000_000);
+        let until = t0.plus(Duration::from_secs(30));
+        p.announce_held("held", &[id("h")], until);
+        p.announce_in("free", &[id("f")]);
+        let ids = |l: Vec<Lease>| l.into_iter().map(|l| l.proxy_id).collect::<Vec<_>>();
+        assert_eq!(ids(p.lease(t0, 10, &ALL)), vec![id("f")]);
+        // (`f`'s unreported task may be handed out again meanwhile.)
+        assert!(!ids(p.lease(Timestamp(until.0 - 1), 10, &ALL)).contains(&id("h")));
+        assert!(ids(p.lease(until, 10, &ALL)).contains(&id("h")));
+    }
 
     #[test]
     fn new_proxies_first_then_rechecks_by_state() {

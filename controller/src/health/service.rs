@@ -10,7 +10,7 @@ use activity_pool::model::{
 };
 use activity_pool::options::MAX_UPDATE_BATCH;
 use activity_pool::ports::{HealthStore, ProxyCatalog};
-use activity_pool::{Clock, PoolError};
+use activity_pool::{Clock, PoolError, Timestamp};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 use tracing::debug;
@@ -383,8 +383,12 @@ impl TargetExclusions for HealthService {
 
 impl ProxyAnnouncer for HealthService {
     /// Tracks the proxies with their upstream's `health` settings.
-    fn announce(&self, upstream: &UpstreamId, ids: &[ProxyId]) {
-        let a = self.planner.lock().announce_in(upstream.as_str(), ids);
+    fn announce(&self, upstream: &UpstreamId, ids: &[ProxyId], not_before: Option<Timestamp>) {
+        let a = self.planner.lock().announce_held(
+            upstream.as_str(),
+            ids,
+            not_before.unwrap_or(Timestamp(0)),
+        );
         if a.dropped > 0 {
             self.metrics.announce_dropped(a.dropped);
         }

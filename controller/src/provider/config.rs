@@ -62,6 +62,7 @@ pub fn plan_upstream(
     options.defaults.egress = egress.clone();
     options.safety_margin = cfg.safety_margin;
     options.max_size = cfg.max_size;
+    options.quarantine = cfg.quarantine;
     options.fetch_interval = cfg.fetch_interval;
     let creds = |c: &Option<proxy_pool_api::config::ProxyCredentials>| {
         c.as_ref().map(|c| Credentials {
@@ -139,6 +140,7 @@ mod tests {
             carrier: None,
             ttl: Duration::from_secs(120),
             safety_margin: Duration::from_secs(10),
+            quarantine: Duration::from_secs(90),
             max_concurrency_per_proxy: 16,
             max_size: NonZeroU32::new(500).unwrap(),
             fetch_interval: Duration::from_secs(5),
@@ -177,6 +179,11 @@ mod tests {
             Some("shanghai")
         );
         assert_eq!(o.defaults.max_concurrency, 16);
+        assert_eq!(
+            o.quarantine,
+            Duration::from_secs(90),
+            "the upstream's quarantine"
+        );
         assert_eq!(
             o.fetch_interval,
             Duration::from_secs(10),

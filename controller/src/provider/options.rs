@@ -92,6 +92,8 @@ pub struct ProviderOptions {
     pub safety_margin: Duration,
     /// Hard cap on the upstream's un-extracted inventory.
     pub max_size: NonZeroU32,
+    /// Hold-back of the upstream's proxies after a new pool generation begins.
+    pub quarantine: Duration,
     /// Time between two successful fetches.
     pub fetch_interval: Duration,
     /// Limits of one fetch.
@@ -123,6 +125,7 @@ impl ProviderOptions {
             },
             safety_margin: Duration::from_secs(5),
             max_size: NonZeroU32::MIN.saturating_add(9_999),
+            quarantine: ttl,
             fetch_interval: Duration::from_secs(10),
             budget: FetchBudget::default(),
             backoff: BackoffOptions::default(),

@@ -25,8 +25,15 @@ use super::source::VendorSource;
 /// Must not block: implementations queue (bounded) and return.
 pub trait ProxyAnnouncer: Send + Sync + std::fmt::Debug {
     /// `ids` of `upstream` were just inserted or refreshed (or refused by the pool:
-    /// the announcer learns that when it looks them up).
-    fn announce(&self, upstream: &activity_pool::model::UpstreamId, ids: &[ProxyId]);
+    /// the announcer learns that when it looks them up). `not_before`: the upstream is
+    /// held back after a new pool generation until then; no check goes through its
+    /// proxies before (one of them may be a proxy a client holds from before a loss).
+    fn announce(
+        &self,
+        upstream: &activity_pool::model::UpstreamId,
+        ids: &[ProxyId],
+        not_before: Option<activity_pool::Timestamp>,
+    );
 }
 
 /// What one successful reconcile pass did.
@@ -183,6 +190,7 @@ impl ProviderReconciler {
                 operation_id: op,
                 safety_margin: self.options.safety_margin,
                 max_size: self.options.max_size,
+                quarantine: self.options.quarantine,
                 candidates: chunk.to_vec(),
             };
             let part = match self.upsert_with_retry(batch).await {
@@ -199,8 +207,11 @@ impl ProviderReconciler {
             for (reason, n) in &part.dropped {
                 self.metrics.add_dropped(upstream, reason.as_str(), *n);
             }
+            if let Some(start) = part.generation_started {
+                crate::generation::began(upstream, start, self.options.quarantine);
+            }
             report.merge(&part);
-            self.after_upsert(&ids).await;
+            self.after_upsert(&ids, part.held_until).await;
         }
         self.metrics.fetch_result(upstream, "ok");
         self.status.succeeded(upstream, Timestamp::now());
@@ -232,9 +243,9 @@ impl ProviderReconciler {
         }
     }
 
-    async fn after_upsert(&self, ids: &[ProxyId]) {
+    async fn after_upsert(&self, ids: &[ProxyId], held_until: Option<activity_pool::Timestamp>) {
         if let Some(announcer) = &self.announcer {
-            announcer.announce(&self.options.upstream, ids);
+            announcer.announce(&self.options.upstream, ids, held_until);
         }
         if !self.options.assume_healthy {
             return;

@@ -232,6 +232,7 @@ impl Harness {
                 .ports
                 .upserter
                 .upsert(FetchedBatch {
+                    quarantine: std::time::Duration::ZERO,
                     upstream: UpstreamId::new(upstream).unwrap(),
                     operation_id: OperationId::new(format!("seed-{upstream}-{base}-{ci}")).unwrap(),
                     safety_margin: Duration::from_secs(5),

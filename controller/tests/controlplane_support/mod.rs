@@ -267,6 +267,7 @@ impl Harness {
         let report = self
             .pool
             .upsert(FetchedBatch {
+                quarantine: std::time::Duration::ZERO,
                 upstream: up(upstream),
                 operation_id: OperationId::new(format!("op-{prefix}-{}", rand_u64())).expect("op"),
                 safety_margin: Duration::from_secs(5),

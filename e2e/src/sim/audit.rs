@@ -6,7 +6,10 @@
 //! Who is who is the caller's knowledge: extraction clients connect from their own
 //! loopback source addresses (say `127.0.0.2`), gateways from any other. Handouts are
 //! reported by the test (`POST /v1/sim/audit/handouts`) as it receives them; a
-//! client's first use of a proxy counts as a handout too.
+//! client's first use of a proxy counts as a handout too. A handout names a port, and
+//! ports are reused by later proxies once one expires: the verdict judges each handout
+//! against the proxy that had the port then (the one the client used next), never
+//! against a later proxy on the same port.
 //!
 //! Bounded: at most `MAX_USES` uses are kept; past that, uses are counted as dropped
 //! and every verdict says it is incomplete. Times are Unix milliseconds of this host.
@@ -98,7 +101,7 @@ pub struct Verdict {
 struct Inner {
     uses: Vec<Use>,
     dropped_uses: u64,
-    handouts: HashMap<u16, u64>,
+    handouts: Vec<Handout>,
     dropped_handouts: u64,
 }
 
@@ -146,16 +149,15 @@ impl AuditLog {
         }
     }
 
-    /// Records handouts (the earliest time per port is kept).
+    /// Records handouts.
     pub fn handouts(&self, handouts: &[Handout]) {
         let mut inner = self.inner.lock();
         for h in handouts {
-            if inner.handouts.len() >= MAX_HANDOUTS && !inner.handouts.contains_key(&h.port) {
+            if inner.handouts.len() >= MAX_HANDOUTS {
                 inner.dropped_handouts += 1;
                 continue;
             }
-            let at = inner.handouts.entry(h.port).or_insert(h.at_ms);
-            *at = (*at).min(h.at_ms);
+            inner.handouts.push(*h);
         }
     }
 
@@ -166,13 +168,40 @@ impl AuditLog {
 
     /// The verdict with `clients` as the extraction clients' source addresses. A proxy
     /// is handed out at the earlier of its reported handout and its first client use;
-    /// any other use still going at that instant or started later is a violation.
+    /// any other use of that proxy still going at that instant or started later is a
+    /// violation. A reported handout of port `P` at `T` is of the proxy a client used
+    /// next on `P` from `T` on; without such a use, of the proxy last used on `P` before
+    /// `T`, else of the first one used on `P` after `T`.
     pub fn verdict(&self, clients: &[IpAddr]) -> Verdict {
         let inner = self.inner.lock();
         let is_client = |u: &Use| clients.contains(&u.source);
-        let mut handed: BTreeMap<u16, u64> = inner.handouts.iter().map(|(p, t)| (*p, *t)).collect();
+        // Uses by port, in start order.
+        let mut by_port: HashMap<u16, Vec<&Use>> = HashMap::new();
+        for u in &inner.uses {
+            by_port.entry(u.port).or_default().push(u);
+        }
+        for uses in by_port.values_mut() {
+            uses.sort_by_key(|u| u.started_ms);
+        }
+        let mut handed: BTreeMap<&str, u64> = BTreeMap::new();
+        for h in &inner.handouts {
+            let Some(on_port) = by_port.get(&h.port) else {
+                continue;
+            };
+            let from = on_port.partition_point(|u| u.started_ms < h.at_ms);
+            let proxy = on_port[from..]
+                .iter()
+                .find(|u| is_client(u))
+                .or_else(|| from.checked_sub(1).map(|i| &on_port[i]))
+                .or_else(|| on_port.get(from))
+                .map(|u| u.proxy.as_str());
+            if let Some(proxy) = proxy {
+                let at = handed.entry(proxy).or_insert(h.at_ms);
+                *at = (*at).min(h.at_ms);
+            }
+        }
         for u in inner.uses.iter().filter(|u| is_client(u)) {
-            let at = handed.entry(u.port).or_insert(u.started_ms);
+            let at = handed.entry(u.proxy.as_str()).or_insert(u.started_ms);
             *at = (*at).min(u.started_ms);
         }
         let mut v = Verdict {
@@ -183,7 +212,7 @@ impl AuditLog {
             ..Verdict::default()
         };
         for u in inner.uses.iter().filter(|u| !is_client(u)) {
-            let Some(&at) = handed.get(&u.port) else {
+            let Some(&at) = handed.get(u.proxy.as_str()) else {
                 continue;
             };
             let after = u.started_ms >= at || u.ended_ms.is_none_or(|end| end > at);
@@ -263,5 +292,35 @@ mod tests {
             2,
             "ending late does not clear it"
         );
+    }
+
+    #[test]
+    fn a_later_proxy_on_a_handed_out_port_is_judged_on_its_own() {
+        let log = Arc::new(AuditLog::default());
+        let gw = peer("127.0.0.1");
+        let client: IpAddr = "127.0.0.2".parse().unwrap();
+        // p1 on port 7 is handed out and used by the client.
+        log.handouts(&[Handout {
+            port: 7,
+            at_ms: now_ms(),
+        }]);
+        drop(log.begin("p1", 7, SocketAddr::new(client, 1), UseKind::Connect));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        // p1 expired; p9 got port 7 and a gateway uses it: not a violation.
+        drop(log.begin("p9", 7, gw, UseKind::Forward));
+        let v = log.verdict(&[client]);
+        assert_eq!((v.handed_out, v.violations), (1, 0), "{v:?}");
+        // p9 is handed out in turn, and the gateway uses it again: a violation.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        log.handouts(&[Handout {
+            port: 7,
+            at_ms: now_ms(),
+        }]);
+        drop(log.begin("p9", 7, SocketAddr::new(client, 2), UseKind::Connect));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        drop(log.begin("p9", 7, gw, UseKind::Forward));
+        let v = log.verdict(&[client]);
+        assert_eq!((v.handed_out, v.violations), (2, 1), "{v:?}");
+        assert_eq!(v.listed[0].offending.proxy, "p9");
     }
 }

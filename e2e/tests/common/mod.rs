@@ -125,14 +125,56 @@ pub fn block<T>(f: impl std::future::Future<Output = T>) -> T {
         .block_on(f)
 }
 
+/// The stack's one upstream (`sim-http`): where on the simulator it fetches, and its
+/// lifetimes. The default fetches the simulator's vendor API, which issues a new proxy
+/// for every fetch and never offers one again: no quarantine is needed.
+#[derive(Clone, Debug)]
+pub struct UpstreamSpec {
+    /// Path and query of the vendor URL on the simulator.
+    pub path: String,
+    /// `ttl` of the upstream.
+    pub ttl: String,
+    /// `quarantine` of the upstream.
+    pub quarantine: String,
+}
+
+impl Default for UpstreamSpec {
+    fn default() -> Self {
+        Self {
+            path: "/v1/proxies?count=10&protocol=http".into(),
+            ttl: "3m".into(),
+            quarantine: "0s".into(),
+        }
+    }
+}
+
 /// The config of replica `r`; `store_redis` is its `store.redis` section (an address or
 /// Sentinel), `extra` is appended (e.g. a `leadership:` section).
 pub fn write_config(
     dir: &Path,
     store_redis: &str,
+    sim_echo: (SocketAddr, SocketAddr),
+    r: &Replica,
+    extra: &str,
+) {
+    write_config_with(
+        dir,
+        store_redis,
+        sim_echo,
+        r,
+        extra,
+        &UpstreamSpec::default(),
+    );
+}
+
+/// [`write_config`] with the upstream described by `up`.
+pub fn write_config_with(
+    dir: &Path,
+    store_redis: &str,
     (sim, echo): (SocketAddr, SocketAddr),
     r: &Replica,
     extra: &str,
+    up: &UpstreamSpec,
 ) {
     let config = &r.config;
     std::fs::write(
@@ -161,14 +203,15 @@ controlPlane:
 upstreams:
   - name: sim-http
     protocol: http
-    ttl: 3m
+    ttl: {ttl}
+    quarantine: {quarantine}
     safetyMargin: 5s
     maxConcurrencyPerProxy: 4
     maxSize: 40
     fetchInterval: 2s
     source:
       vendorApi:
-        url: http://{sim}/v1/proxies?count=10&protocol=http
+        url: http://{sim}{path}
         format: json
         apiKeyFile: {vendor_key}
         timeout: 5s
@@ -185,6 +228,9 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
 {extra}
 "#,
             echo_port = echo.port(),
+            ttl = up.ttl,
+            quarantine = up.quarantine,
+            path = up.path,
             dist = r.dist,
             admin = r.admin,
             cp = r.cp,
@@ -199,9 +245,34 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
 /// appended to each one's config), a checker and two gateways given every controller
 /// endpoint; returns once both gateways carry traffic.
 pub fn start(tag: &str, replicas: usize, extra: &str) -> Stack {
+    start_with(tag, replicas, extra, &Tuning::default())
+}
+
+/// The `--controller` value of gateway `i` given the replicas (`None`: every replica's).
+pub type GatewayController<'a> = &'a dyn Fn(usize, &[Replica]) -> Option<String>;
+
+/// What a drill changes in the stack [`start`] builds.
+#[derive(Default)]
+pub struct Tuning<'a> {
+    /// Rewrites each replica's config text (after `extra` is appended).
+    pub config: Option<&'a dyn Fn(String) -> String>,
+    /// The `--controller` value of gateway `i` (instead of every replica's endpoint),
+    /// given the replicas.
+    pub gateway_controller: Option<GatewayController<'a>>,
+    /// The simulator's cap on live proxies (`--max-live`; its default is 256).
+    pub vendor_max_live: Option<u32>,
+    /// The controllers' upstream (the default: a vendor API selling new proxies).
+    pub upstream: UpstreamSpec,
+    /// Runs once the simulator answers (given its address), before any controller
+    /// starts.
+    pub before_controllers: Option<&'a dyn Fn(SocketAddr)>,
+}
+
+/// [`start`], with a drill's [`Tuning`].
+pub fn start_with(tag: &str, replicas: usize, extra: &str, tuning: &Tuning<'_>) -> Stack {
     let redis = RedisServer::start();
     let store_redis = format!("{{address: \"{}\"}}", redis.url());
-    start_on(tag, replicas, extra, redis, &store_redis)
+    start_on_with(tag, replicas, extra, redis, &store_redis, tuning)
 }
 
 /// [`start`] on a Redis the caller set up: the stack keeps `redis` (the server, or a
@@ -213,6 +284,18 @@ pub fn start_on(
     extra: &str,
     redis: RedisServer,
     store_redis: &str,
+) -> Stack {
+    start_on_with(tag, replicas, extra, redis, store_redis, &Tuning::default())
+}
+
+/// [`start_on`], with a drill's [`Tuning`].
+pub fn start_on_with(
+    tag: &str,
+    replicas: usize,
+    extra: &str,
+    redis: RedisServer,
+    store_redis: &str,
+    tuning: &Tuning<'_>,
 ) -> Stack {
     build_binaries();
     let dir = std::env::temp_dir().join(format!("pp-e2e-mixed-{tag}-{}", std::process::id()));
@@ -242,12 +325,23 @@ pub fn start_on(
         redis,
     };
     for r in &stack.replicas {
-        write_config(&dir, store_redis, (stack.sim, stack.echo), r, extra);
+        write_config_with(
+            &dir,
+            store_redis,
+            (stack.sim, stack.echo),
+            r,
+            extra,
+            &tuning.upstream,
+        );
+        if let Some(tune) = tuning.config {
+            let text = std::fs::read_to_string(&r.config).expect("config");
+            std::fs::write(&r.config, tune(text)).expect("config");
+        }
     }
     let echo_tls = free_addr();
     stack.procs.start(
         "vendor-sim",
-        Command::new(env!("CARGO_BIN_EXE_vendor-sim"))
+        Command::new(bin("vendor-sim"))
             .args(["--listen", &stack.sim.to_string()])
             .args(["--echo-http", &stack.echo.to_string()])
             .args(["--echo-https", &echo_tls.to_string()])
@@ -258,7 +352,13 @@ pub fn start_on(
                 "90",
                 "--ttl-max",
                 "150",
-            ]),
+            ])
+            .args(
+                tuning
+                    .vendor_max_live
+                    .map(|n| vec!["--max-live".to_owned(), n.to_string()])
+                    .unwrap_or_default(),
+            ),
     );
     let sim = stack.sim;
     stack
@@ -266,6 +366,9 @@ pub fn start_on(
         .wait_until("vendor simulator", READY_WITHIN, || {
             block(get(sim, "/healthz", "")).0 == 200
         });
+    if let Some(hook) = tuning.before_controllers {
+        hook(sim);
+    }
     for i in 0..replicas {
         start_controller(&mut stack, i, &format!("controller-{i}"));
     }
@@ -285,6 +388,10 @@ pub fn start_on(
     );
     for (i, (http, admin)) in stack.gateways.clone().into_iter().enumerate() {
         let socks = free_addr();
+        let cps = tuning
+            .gateway_controller
+            .and_then(|f| f(i, &stack.replicas))
+            .unwrap_or_else(|| cps.clone());
         stack.procs.start(
             &format!("gateway-{i}"),
             Command::new(bin("proxy-pool-gateway"))

@@ -15,16 +15,25 @@
 //!   back;
 //! - Redis master killed under Sentinel (`sentinel.rs`): failover time, the extraction
 //!   error window, no proxy handed out twice, an idempotent replay after the failover
-//!   returns the first answer.
+//!   returns the first answer;
+//! - a gateway black-holed from every replica (`blackhole.rs`): serves until
+//!   `maxStaleAge`, then refuses `snapshot-stale`, notices the dead path within its call
+//!   deadline, serves again once the path returns;
+//! - a rolling restart of every replica under load (`rolling.rs`);
+//! - the soak (`soak.rs`, ignored: run by its own command).
 //!
 //! One module per drill family (`leader.rs`, …); this file holds the harness they share:
 //! the mixed load, the leader wait and the invariants every drill checks.
 
+mod blackhole;
 #[path = "../common/mod.rs"]
 mod common;
+mod data_loss;
 mod leader;
 mod postgres;
+mod rolling;
 mod sentinel;
+mod soak;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -50,6 +59,8 @@ pub(crate) const AFTER: Duration = Duration::from_secs(15);
 #[derive(Debug, Default)]
 pub(crate) struct Extracted {
     served: AtomicU64,
+    /// When each served answer came (ms since the load began).
+    served_at: Mutex<Vec<u64>>,
     insufficient: AtomicU64,
     /// Answers other than 200 / 409, with when they came (ms since the load began).
     errors: Mutex<Vec<(u64, String)>>,
@@ -65,6 +76,28 @@ pub(crate) struct Load {
     gateways: Arc<Gateways>,
     extracted: Arc<Extracted>,
     began: Instant,
+}
+
+impl Load {
+    /// When the load began.
+    pub(crate) fn began(&self) -> Instant {
+        self.began
+    }
+
+    /// When each served extraction answer came (ms since the load began).
+    pub(crate) fn served_at(&self) -> Vec<u64> {
+        self.extracted.served_at.lock().unwrap().clone()
+    }
+
+    /// Gateway request errors so far.
+    pub(crate) fn gateway_errors(&self) -> Vec<String> {
+        self.gateways.errors.lock().unwrap().clone()
+    }
+
+    /// Gateway requests that succeeded so far.
+    pub(crate) fn gateway_ok(&self) -> u64 {
+        self.gateways.ok.load(Ordering::Relaxed)
+    }
 }
 
 /// Gateway traffic through both gateways and an extraction client rotating over every
@@ -103,6 +136,7 @@ pub(crate) fn load(stack: &Stack) -> Load {
                 match answer {
                     Some((200, body)) => {
                         stats.served.fetch_add(1, Ordering::Relaxed);
+                        stats.served_at.lock().unwrap().push(at);
                         let j: serde_json::Value = serde_json::from_str(&body).expect("JSON");
                         for p in j["proxies"].as_array().expect("proxies") {
                             let id = p["id"].as_str().expect("id").to_owned();
@@ -172,6 +206,18 @@ pub(crate) fn wait_leader(stack: &mut Stack, skip: Option<usize>, within: Durati
 
 /// Stops the load and checks the invariants every drill keeps; prints the figures.
 pub(crate) fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
+    finish_allowing(tag, stack, load, figures, &|_| false);
+}
+
+/// [`finish`], where the gateway request errors `allowed` accepts are expected by the
+/// drill (and counted, not failed on).
+pub(crate) fn finish_allowing(
+    tag: &str,
+    stack: &mut Stack,
+    load: Load,
+    figures: &str,
+    allowed: &dyn Fn(&str) -> bool,
+) {
     load.stop.store(true, Ordering::Relaxed);
     load.rt.block_on(async {
         for t in load.tasks {
@@ -200,16 +246,24 @@ pub(crate) fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
         (Some(a), Some(b)) => b.0 - a.0,
         _ => 0,
     };
-    let gw_errors = load.gateways.errors.lock().unwrap().clone();
+    let (expected, gw_errors): (Vec<String>, Vec<String>) = load
+        .gateways
+        .errors
+        .lock()
+        .unwrap()
+        .iter()
+        .cloned()
+        .partition(|e| allowed(e));
     println!(
         "[{tag}] {figures}; extraction: served {served}, 409 {}, errors {} over {window} ms, \
-         handed out twice {}; gateway requests ok {}, errors {}; auditor: uses {}, client uses {}, \
+         handed out twice {}; gateway requests ok {}, errors {} (+{} expected); auditor: uses {}, client uses {}, \
          violations {}, complete {}",
         x.insufficient.load(Ordering::Relaxed),
         errors.len(),
         twice.len(),
         load.gateways.ok.load(Ordering::Relaxed),
         gw_errors.len(),
+        expected.len(),
         verdict.uses,
         verdict.client_uses,
         verdict.violations,
@@ -243,7 +297,12 @@ pub(crate) fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
 }
 
 pub(crate) fn ready(tag: &str) -> (Stack, usize) {
-    ready_stack(start(tag, 2, LEADERSHIP))
+    ready_with(tag, &Tuning::default())
+}
+
+/// [`ready`], with a drill's [`Tuning`] of the stack.
+pub(crate) fn ready_with(tag: &str, tuning: &Tuning<'_>) -> (Stack, usize) {
+    ready_stack(start_with(tag, 2, LEADERSHIP, tuning))
 }
 
 /// [`ready`] for a stack started another way ([`start`] with more config,

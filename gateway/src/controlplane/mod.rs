@@ -162,7 +162,13 @@ impl Agent {
                     self.endpoints.rotate();
                     backoff.next_delay()
                 }
-                Err(AgentError::Rpc(s)) if s.code() == tonic::Code::Unavailable => {
+                // Unavailable, or a call left unanswered (a dead path): the next endpoint.
+                Err(AgentError::Rpc(s))
+                    if matches!(
+                        s.code(),
+                        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+                    ) =>
+                {
                     self.endpoints.rotate();
                     backoff.next_delay()
                 }
@@ -187,17 +193,20 @@ impl Agent {
         let mut rpc = WorkerControlPlaneClient::new(channel.clone())
             .max_decoding_message_size(limits::SNAPSHOT)
             .max_encoding_message_size(limits::REPORT_RUNTIME);
-        let reg = rpc
-            .register_worker(pb::RegisterWorkerRequest {
+        let deadline = self.cfg.options.call_timeout;
+        let reg = answered(
+            deadline,
+            rpc.register_worker(pb::RegisterWorkerRequest {
                 worker_id: self.cfg.worker_id.clone(),
                 instance_id: self.cfg.instance_id.clone(),
                 zone: self.cfg.zone.clone(),
                 gateway_group: self.cfg.gateway_group.clone(),
                 supported_protocol_versions: vec![proxy_pool_api::controlplane::PROTOCOL_VERSION],
                 build_version: env!("CARGO_PKG_VERSION").to_owned(),
-            })
-            .await?
-            .into_inner();
+            }),
+        )
+        .await?
+        .into_inner();
         if reg.max_stale_age_ms > 0 {
             self.handle
                 .set_max_stale_age(Duration::from_millis(reg.max_stale_age_ms));
@@ -216,6 +225,7 @@ impl Agent {
             .unwrap_or(DEFAULT_OUTCOME_BATCH);
         let reporter = report_runtime(
             channel.clone(),
+            deadline,
             ids.clone(),
             self.handle.clone(),
             acked_rx,
@@ -223,7 +233,7 @@ impl Agent {
             self.usage.as_deref(),
             &mut self.pending,
         );
-        let shipper = ship_outcomes(channel, ids.clone(), &mut self.outcomes, batch);
+        let shipper = ship_outcomes(channel, deadline, ids.clone(), &mut self.outcomes, batch);
         // The backoff is reset by the first snapshot accepted, not by registration, so a
         // controller that keeps sending snapshots this worker refuses is not hammered.
         let watcher = watch_snapshots(
@@ -234,6 +244,7 @@ impl Agent {
             state,
             &acked_tx,
             backoff,
+            deadline,
         );
         tokio::select! {
             res = watcher => res,
@@ -249,6 +260,20 @@ struct Ids {
     session_id: String,
 }
 
+/// `call`, or `DEADLINE_EXCEEDED` when it is not answered within `deadline`.
+async fn answered<T>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    tokio::time::timeout(deadline, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(tonic::Status::deadline_exceeded(format!(
+                "control-plane call unanswered for {deadline:?}"
+            )))
+        })
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -256,6 +281,7 @@ fn now_ms() -> i64 {
 }
 
 /// Watches snapshots until the stream fails or ends; applies, publishes and ACKs.
+#[allow(clippy::too_many_arguments)]
 async fn watch_snapshots(
     rpc: &mut WorkerControlPlaneClient<Channel>,
     ids: &Ids,
@@ -264,19 +290,22 @@ async fn watch_snapshots(
     state: &mut Option<SnapshotState>,
     acked: &watch::Sender<Acked>,
     backoff: &mut Backoff,
+    deadline: Duration,
 ) -> Result<(), AgentError> {
     let (last_version, last_checksum) = state
         .as_ref()
         .map_or((0, Vec::new()), |s| (s.version(), s.checksum().0.to_vec()));
-    let mut stream = rpc
-        .watch_snapshots(pb::WatchSnapshotsRequest {
+    let mut stream = answered(
+        deadline,
+        rpc.watch_snapshots(pb::WatchSnapshotsRequest {
             worker_id: ids.worker_id.clone(),
             session_id: ids.session_id.clone(),
             last_version,
             last_checksum,
-        })
-        .await?
-        .into_inner();
+        }),
+    )
+    .await?
+    .into_inner();
     while let Some(update) = stream.message().await? {
         let applied = apply(state, update);
         let (version, epoch, checksum) = match &applied {
@@ -293,15 +322,18 @@ async fn watch_snapshots(
             Err(rejected) => Err(rejected.reason),
         };
         let accepted = verdict.is_ok();
-        rpc.acknowledge_snapshot(pb::AcknowledgeSnapshotRequest {
-            worker_id: ids.worker_id.clone(),
-            session_id: ids.session_id.clone(),
-            version,
-            ownership_epoch: epoch,
-            checksum,
-            accepted,
-            reason: verdict.err().unwrap_or_default(),
-        })
+        answered(
+            deadline,
+            rpc.acknowledge_snapshot(pb::AcknowledgeSnapshotRequest {
+                worker_id: ids.worker_id.clone(),
+                session_id: ids.session_id.clone(),
+                version,
+                ownership_epoch: epoch,
+                checksum,
+                accepted,
+                reason: verdict.err().unwrap_or_default(),
+            }),
+        )
         .await?;
         if accepted {
             backoff.reset();
@@ -392,8 +424,10 @@ const DRAIN_POLL: Duration = Duration::from_millis(100);
 /// nothing) has its usage resent with the next report, possibly in the next session;
 /// any other failure may or may not have been counted, so its usage is dropped and
 /// counted as lost rather than risk counting it twice.
+#[allow(clippy::too_many_arguments)]
 async fn report_runtime(
     channel: Channel,
+    deadline: Duration,
     ids: Ids,
     handle: SnapshotHandle,
     mut acked: watch::Receiver<Acked>,
@@ -436,8 +470,9 @@ async fn report_runtime(
             recorder.count_dropped(usage.merge(recorder.take()));
         }
         sequence += 1;
-        let sent = rpc
-            .report_runtime(pb::ReportRuntimeRequest {
+        let sent = answered(
+            deadline,
+            rpc.report_runtime(pb::ReportRuntimeRequest {
                 worker_id: ids.worker_id.clone(),
                 session_id: ids.session_id.clone(),
                 report_sequence: sequence,
@@ -446,8 +481,9 @@ async fn report_runtime(
                 counts,
                 observed_at_ms: now_ms(),
                 usage: usage.to_wire(),
-            })
-            .await;
+            }),
+        )
+        .await;
         let resp = match sent {
             Ok(resp) => resp.into_inner(),
             Err(status) => {
@@ -487,6 +523,7 @@ async fn drained(handle: &SnapshotHandle, draining: &[ProxyId]) {
 /// are hints) rather than held.
 async fn ship_outcomes(
     channel: Channel,
+    deadline: Duration,
     ids: Ids,
     outcomes: &mut OutcomeReceiver,
     batch: usize,
@@ -514,15 +551,17 @@ async fn ship_outcomes(
         }
         sequence += 1;
         let items = buf.drain(..).map(outcome_to_wire).collect();
-        let resp = rpc
-            .report_outcomes(pb::ReportOutcomesRequest {
+        let resp = answered(
+            deadline,
+            rpc.report_outcomes(pb::ReportOutcomesRequest {
                 worker_id: ids.worker_id.clone(),
                 session_id: ids.session_id.clone(),
                 batch_sequence: sequence,
                 outcomes: items,
-            })
-            .await?
-            .into_inner();
+            }),
+        )
+        .await?
+        .into_inner();
         debug!(
             sequence,
             accepted = resp.highest_accepted_sequence,

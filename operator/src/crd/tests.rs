@@ -152,6 +152,7 @@ fn minimal_spec_serialises_without_nulls() {
         protocol: ProxyProtocol::Socks5,
         labels: None,
         ttl: "60s".into(),
+        quarantine: None,
         safety_margin: "5s".into(),
         max_concurrency_per_proxy: 1,
         max_size: 10,

@@ -67,6 +67,13 @@ pub struct UpstreamSpec {
     /// Hard lifetime of a fetched proxy when the vendor does not report its expiry.
     #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
     pub ttl: String,
+    /// How long this upstream's proxies are held back (neither extracted nor assigned
+    /// to gateways) after a new pool generation begins: first install, or a Redis
+    /// that lost its data. Default: `ttl`; `0s` turns it off (a vendor that never
+    /// offers the same proxy twice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
+    pub quarantine: Option<String>,
     /// A proxy stops being handed out this long before it expires
     /// (`usableUntil = expiresAt - safetyMargin`). Must be shorter than `ttl`.
     #[serde(default = "default_safety_margin")]

@@ -453,6 +453,7 @@ impl Cx<'_> {
                     .unwrap_or_default(),
                 ttl: Some(u.spec.ttl.clone()),
                 safety_margin: Some(u.spec.safety_margin.clone()),
+                quarantine: u.spec.quarantine.clone(),
                 max_concurrency_per_proxy: Some(u.spec.max_concurrency_per_proxy),
                 max_size: Some(u.spec.max_size),
                 fetch_interval: Some(u.spec.fetch_interval.clone()),

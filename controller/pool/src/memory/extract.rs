@@ -113,6 +113,7 @@ fn eligible(
         && r.state == ProxyState::Available
         && !st.owners.contains_key(&r.id)
         && r.usable_until > now
+        && st.held(&r.upstream, now).is_none()
         && r.expires_at.since(now) >= req.min_remaining_ttl
         && fresh
         && (f.protocols.is_empty() || f.protocols.contains(&r.protocol))
@@ -131,6 +132,16 @@ fn scan(
     now: Timestamp,
 ) -> (Vec<ProxyId>, bool) {
     let mut found = Vec::new();
+    // Every upstream with un-extracted proxies held back (a new pool generation):
+    // nothing can be eligible, so nothing is read.
+    if st
+        .inventory
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .all(|(u, _)| st.held(u, now).is_some())
+    {
+        return (found, true);
+    }
     // Every member read costs one unit of the budget.
     for (examined, id) in walked(sources(st, req, f), now).enumerate() {
         if examined == budget as usize {

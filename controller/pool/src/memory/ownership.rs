@@ -63,6 +63,7 @@ impl OwnershipRepository for MemoryPool {
         if r.state != ProxyState::Available
             || st.owners.contains_key(proxy)
             || r.usable_until <= now
+            || st.held(&r.upstream, now).is_some()
         {
             return Err(PoolError::Conflict(ConflictReason::NotAssignable));
         }

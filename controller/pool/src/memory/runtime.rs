@@ -205,6 +205,9 @@ impl InventoryReader for MemoryPool {
         }
         let mut slots: u64 = 0;
         let mut available: u64 = 0;
+        let held = st.held(upstream, now);
+        // Held back: nothing unowned can be taken (owned proxies keep their capacity).
+        let unowned = if held.is_some() { Vec::new() } else { unowned };
         for (score, id) in unowned.into_iter().flatten() {
             if *score > now.0
                 && let Some(s) = st.live(id, now)
@@ -241,6 +244,11 @@ impl InventoryReader for MemoryPool {
             managed: counter(&st.managed),
             available,
             available_slots: slots,
+            quarantined_until: held,
         })
+    }
+
+    async fn generation(&self) -> PoolResult<Option<Timestamp>> {
+        Ok(self.state.lock().generation)
     }
 }

@@ -55,6 +55,11 @@ pub(super) struct State {
     pub runtime: HashMap<WorkerId, StoredReport>,
     pub runtime_expiry: BTreeSet<(i64, WorkerId)>,
     pub results: HashMap<String, (i64, StoredResult)>,
+    /// When the pool generation began: the first upsert into this pool (the memory
+    /// store loses everything when its process stops, so every start is a new store).
+    pub generation: Option<Timestamp>,
+    /// Upstream → the end of its hold-back (generation start + its quarantine).
+    pub held: HashMap<UpstreamId, Timestamp>,
 }
 
 /// The availability combination of a record: `<upstream>|<protocol>|<region>|<carrier>`
@@ -77,6 +82,12 @@ pub(super) fn combo_labels(combo: &str) -> [&str; 4] {
 }
 
 impl State {
+    /// When `upstream`'s hold-back ends, while it lasts (`docs/pool.md`, "Pool
+    /// generations"): its proxies are neither extractable nor assignable before.
+    pub fn held(&self, upstream: &UpstreamId, now: Timestamp) -> Option<Timestamp> {
+        self.held.get(upstream).copied().filter(|t| now < *t)
+    }
+
     pub fn live(&self, id: &ProxyId, now: Timestamp) -> Option<&Stored> {
         self.records.get(id).filter(|s| s.record.expires_at > now)
     }

@@ -137,6 +137,18 @@ impl Upserter for MemoryPool {
             }
             st.purge_expired(now, self.options.opportunistic_purge);
             let mut report = UpsertReport::default();
+            // A new store's generation begins at its first upsert.
+            let start = match st.generation {
+                Some(start) => start,
+                None => {
+                    st.generation = Some(now);
+                    report.generation_started = Some(now);
+                    now
+                }
+            };
+            let held = start.plus(prepared.batch.quarantine);
+            st.held.insert(prepared.batch.upstream.clone(), held);
+            report.held_until = (now < held).then_some(held);
             for c in chunk {
                 upsert_one(&mut st, &prepared, c, now, &mut report);
             }
@@ -243,6 +255,9 @@ impl ProxyCatalog for MemoryPool {
         }
         let now = self.clock.now();
         let st = self.state.lock();
+        if st.held(upstream, now).is_some() {
+            return Ok(Vec::new());
+        }
         let sources = st
             .combos
             .iter()

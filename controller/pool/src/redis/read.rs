@@ -60,7 +60,12 @@ impl ProxyCatalog for RedisPool {
                     .into_iter()
                     .map(|k| ck.index(k))
                     .collect();
-                let payload = json!({ "src": src, "cv": book.combos_version(), "lim": limit });
+                let payload = json!({
+                    "up": upstream,
+                    "src": src,
+                    "cv": book.combos_version(),
+                    "lim": limit,
+                });
                 Call::new(Script::Assignable, ck, payload)
             })
             .await?;

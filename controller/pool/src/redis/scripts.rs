@@ -39,11 +39,12 @@ pub(crate) enum Script {
     LeaderRelease,
     DemandPush,
     DemandTake,
+    Generation,
     LeaderToken,
 }
 
 impl Script {
-    pub(crate) const ALL: [Script; 28] = [
+    pub(crate) const ALL: [Script; 29] = [
         Script::Upsert,
         Script::Remove,
         Script::Health,
@@ -71,6 +72,7 @@ impl Script {
         Script::LeaderRelease,
         Script::DemandPush,
         Script::DemandTake,
+        Script::Generation,
         Script::LeaderToken,
     ];
 
@@ -123,6 +125,7 @@ impl Script {
             Script::LeaderRelease => "leader_release",
             Script::DemandPush => "demand_push",
             Script::DemandTake => "demand_take",
+            Script::Generation => "generation",
             Script::LeaderToken => "leader_token",
         }
     }
@@ -156,6 +159,7 @@ impl Script {
             Script::LeaderRelease => lua!("prelude.lua", "leader_release.lua"),
             Script::DemandPush => lua!("prelude.lua", "demand_push.lua"),
             Script::DemandTake => lua!("prelude.lua", "demand_take.lua"),
+            Script::Generation => lua!("prelude.lua", "generation.lua"),
             Script::LeaderToken => lua!("prelude.lua", "leader_token.lua"),
         }
     }

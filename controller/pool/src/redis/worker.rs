@@ -215,6 +215,16 @@ struct InventoryReply {
     man: i64,
     avail: u64,
     slots: u64,
+    /// The end of the upstream's hold-back, while it lasts.
+    #[serde(default)]
+    held: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct GenerationReply {
+    /// When the generation began, ms.
+    #[serde(default)]
+    s: Option<i64>,
 }
 
 #[async_trait]
@@ -247,6 +257,20 @@ impl InventoryReader for RedisPool {
             managed: u64::try_from(r.man).unwrap_or(0),
             available: r.avail,
             available_slots: r.slots,
+            quarantined_until: r.held.map(Timestamp),
         })
+    }
+
+    async fn generation(&self) -> PoolResult<Option<Timestamp>> {
+        let r: GenerationReply = decode(
+            self.run(Call::new(
+                Script::Generation,
+                CallKeys::new(None, None),
+                json!({}),
+            ))
+            .await?,
+            "generation",
+        )?;
+        Ok(r.s.map(Timestamp))
     }
 }

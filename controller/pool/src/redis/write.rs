@@ -8,6 +8,7 @@ use super::codec::{self, decode, ms};
 use super::keys::{self, CallKeys};
 use super::scripts::Script;
 use super::{Call, RedisPool};
+use crate::clock::Timestamp;
 use crate::error::{PoolError, PoolResult};
 use crate::model::{
     DropReason, FetchedBatch, HealthResult, HealthUpdate, ProxyId, ProxyState, PurgeReport,
@@ -31,6 +32,13 @@ struct ChunkReply {
     #[serde(rename = "ref")]
     refreshed: u32,
     drop: std::collections::BTreeMap<String, u32>,
+    /// Set when this chunk began a new pool generation.
+    #[serde(default)]
+    #[serde(rename = "gen")]
+    began: Option<i64>,
+    /// The end of the upstream's hold-back, while it lasts.
+    #[serde(default)]
+    held: Option<i64>,
 }
 
 impl RedisPool {
@@ -107,6 +115,7 @@ impl Upserter for RedisPool {
                 "up": b.upstream,
                 "mg": ms(b.safety_margin),
                 "max": b.max_size.get(),
+                "q": ms(b.quarantine),
                 "z": cands,
             });
             let reply: ChunkReply = decode(
@@ -116,6 +125,8 @@ impl Upserter for RedisPool {
             let mut report = UpsertReport {
                 inserted: reply.ins,
                 refreshed: reply.refreshed,
+                generation_started: reply.began.map(Timestamp),
+                held_until: reply.held.map(Timestamp),
                 ..Default::default()
             };
             for (reason, n) in reply.drop {

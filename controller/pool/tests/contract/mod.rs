@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod extract;
+pub mod generation;
 pub mod lifecycle;
 pub mod ownership;
 pub mod runtime;
@@ -234,6 +235,7 @@ pub fn cand(id: &str, ttl: u64) -> Candidate {
 
 pub fn batch(upstream: &str, candidates: Vec<Candidate>) -> FetchedBatch {
     FetchedBatch {
+        quarantine: std::time::Duration::ZERO,
         upstream: up(upstream),
         operation_id: OperationId::new(format!("op-{}", uuid_like())).expect("op"),
         safety_margin: Duration::from_secs(5),

@@ -12,7 +12,9 @@ purge_due(due)
 
 local rec = get_rec(P.id)
 if not live(rec) then return fail('not_found') end
-if rec.st ~= 'AVAILABLE' or owned(P.id) or rec.uu <= NOW then return fail('not_assignable') end
+if rec.st ~= 'AVAILABLE' or owned(P.id) or rec.uu <= NOW or held_until(rec.up) then
+  return fail('not_assignable')
+end
 
 -- Never reused, never backwards (even if a failover lost the last write).
 local epoch = NOW * 1000

@@ -1,7 +1,9 @@
 -- Read only: up to `lim` AVAILABLE, unowned, usable proxies of one upstream, freshest
 -- first (descending usable_until, then descending ID) across its combinations.
--- P = { src = KEYS positions of every combination of the upstream, cv, lim }
+-- P = { up, src = KEYS positions of every combination of the upstream, cv, lim }
 if not combos_known() then return combos_reply() end
+-- Held back after a new pool generation: nothing is assignable yet.
+if held_until(P.up) then return '{"r":[]}' end
 local lower = '(' .. istr(NOW)
 -- Members are `<15-digit score>|<id>`. Order: descending score; equal scores in source
 -- order (combination names ascending), each source in its own order (descending ID).

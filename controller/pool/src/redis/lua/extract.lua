@@ -37,6 +37,29 @@ else
   sources[1] = K_AVAILABLE
 end
 
+-- Held-back upstreams (a new pool generation, docs/pool.md "Pool generations"): their
+-- proxies are not eligible. When every upstream with un-extracted proxies is held back,
+-- nothing can be eligible and nothing is read.
+local HELD, any_held = {}, false
+do
+  local g = redis.call('HGETALL', K_GEN)
+  for i = 1, #g, 2 do
+    local f = g[i]
+    if string.sub(f, 1, 2) == 'h:' and tonumber(g[i + 1]) > NOW then
+      HELD[string.sub(f, 3)] = true
+      any_held = true
+    end
+  end
+end
+if any_held then
+  local all_held = true
+  local inv = redis.call('HGETALL', K_INVENTORY)
+  for i = 1, #inv, 2 do
+    if tonumber(inv[i + 1]) > 0 and not HELD[inv[i]] then all_held = false; break end
+  end
+  if all_held then sources = {} end
+end
+
 -- The scan reads only the fields it checks from the stored JSON (no full decode): keys
 -- are unique in a record and string values are escaped, so `"name":` occurs once.
 -- (Plain `string.find` then an anchored match: a pattern search over the whole record
@@ -50,18 +73,19 @@ local function str(raw, name)
   return at and string.match(raw, '^[^"]*', at + #name)
 end
 
--- Eligible: live, AVAILABLE, unowned, usable, minimum remaining TTL, health freshness,
+-- Eligible: live, AVAILABLE, unowned, usable, not held back, minimum remaining TTL, health freshness,
 -- and (filtered) its combination is one of the matching ones. Returns ok, exp, combo, uu.
 -- The fixed head `encode_rec` writes, matched in one call (C calls dominate the cost
 -- of a Lua script); a record without `lc` (never checked, so never AVAILABLE) or any
 -- other shape falls back to the field-by-field reads.
-local HEAD = '^{"st":"AVAILABLE","exp":(%d+),"uu":(%d+),"lc":(%d+),"up":"[^"]*","ix":{"a":"([^"]*)"'
+local HEAD = '^{"st":"AVAILABLE","exp":(%d+),"uu":(%d+),"lc":(%d+),"up":"([^"]*)","ix":{"a":"([^"]*)"'
 local function eligible(raw, is_owned)
   if is_owned or not raw then return false end
-  local exp_s, uu_s, lc_s, combo_h = string.match(raw, HEAD)
+  local exp_s, uu_s, lc_s, up_h, combo_h = string.match(raw, HEAD)
   if exp_s then
     local exp, uu = tonumber(exp_s), tonumber(uu_s)
     if exp <= NOW or uu <= NOW or exp - NOW < P.minttl then return false end
+    if any_held and HELD[up_h] then return false end
     if P.maxage and NOW - tonumber(lc_s) > P.maxage then return false end
     if MATCH and not MATCH[combo_h] then return false end
     return true, exp, combo_h, uu
@@ -70,6 +94,7 @@ local function eligible(raw, is_owned)
   local exp, uu = num(raw, '"exp":'), num(raw, '"uu":')
   if not exp or not uu or exp <= NOW or uu <= NOW then return false end
   if exp - NOW < P.minttl then return false end
+  if any_held and HELD[str(raw, '"up":"') or ''] then return false end
   if P.maxage then
     local lc = num(raw, '"lc":')
     if not lc or NOW - lc > P.maxage then return false end

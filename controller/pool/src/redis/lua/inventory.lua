@@ -26,7 +26,9 @@ local function records_of(ids)
   return out
 end
 local unowned = {}
-for _, pos in ipairs(P.src) do
+-- Held back after a new pool generation: nothing unowned can be taken.
+local held = held_until(P.up)
+for _, pos in ipairs(held and {} or P.src) do
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[pos], lower, '+inf')) do unowned[#unowned + 1] = cmember_id(m) end
 end
 local recs = records_of(unowned)
@@ -69,4 +71,4 @@ for i, id in ipairs(owned_ids) do
     end
   end
 end
-return cjson.encode({ r = { inv = inv, man = man, avail = avail, slots = slots } })
+return cjson.encode({ r = { inv = inv, man = man, avail = avail, slots = slots, held = held } })

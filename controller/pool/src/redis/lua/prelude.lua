@@ -6,8 +6,10 @@
 --  13 worker-runtime  14 worker-runtime-expiry  15 combos (SET: the non-empty
 --  combination keys)  16 combos-version  17 leader-fence (the newest fencing token)
 --  18 leader-lease ("<holder>|<token>", PX)  19 demands (LIST: extraction demand
---  relayed to the leader)  20 result key  21 second result key
---  22.. index keys (avail:<combination> and owned:<digest> keys), given by the Rust side.
+--  relayed to the leader)  20 generation (HASH: `start` = when the pool generation
+--  began, ms; `h:<upstream>` = the end of that upstream's hold-back)  21 result key
+--  22 second result key
+--  23.. index keys (avail:<combination> and owned:<digest> keys), given by the Rust side.
 -- ARGV: 1 now override in ms ('' = read TIME)  2 operation TTL ms  3 opportunistic
 --  purge count  4 operation payload (JSON)  5 the caller's fencing token ('' = an
 --  unfenced call)  6 an extra argument of some scripts.
@@ -20,8 +22,8 @@ local K_RECORDS, K_UNIQUE, K_IDKEYS, K_EXPIRY, K_AVAILABLE = KEYS[1], KEYS[2], K
 local K_OWNERS, K_OWNER_EXP, K_EPOCH, K_INVENTORY, K_MANAGED = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local K_SESSIONS, K_SESSION_EXP, K_RUNTIME, K_RUNTIME_EXP = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local K_COMBOS, K_COMBOS_VER = KEYS[15], KEYS[16]
-local K_FENCE, K_LEADER, K_DEMANDS = KEYS[17], KEYS[18], KEYS[19]
-local K_RESULT, K_RESULT2 = KEYS[20], KEYS[21]
+local K_FENCE, K_LEADER, K_DEMANDS, K_GEN = KEYS[17], KEYS[18], KEYS[19], KEYS[20]
+local K_RESULT, K_RESULT2 = KEYS[21], KEYS[22]
 
 local OVERRIDE = ARGV[1] ~= ''
 local NOW
@@ -44,7 +46,7 @@ if FENCE ~= '' and redis.call('GET', K_FENCE) ~= FENCE then
 end
 
 -- KEYS position of the first index key (after the fixed keys and the result keys).
-local FIRST_INDEX = 22
+local FIRST_INDEX = 23
 local GIVEN = {}
 for i = FIRST_INDEX, #KEYS do GIVEN[KEYS[i]] = true end
 local MISSING, MISSING_SEEN = {}, {}
@@ -150,6 +152,15 @@ local function count(up, st, d)
 end
 
 local function owned(id) return redis.call('HEXISTS', K_OWNERS, id) == 1 end
+
+-- Pool generations (docs/pool.md "Pool generations"): while `h:<upstream>` is in the
+-- future, that upstream's proxies are neither extractable nor assignable.
+local function held_until(up)
+  local v = redis.call('HGET', K_GEN, 'h:' .. up)
+  v = v and tonumber(v)
+  if v and v > NOW then return v end
+  return nil
+end
 
 -- Combination keys (`avail:<upstream>|<protocol>|<region>|<carrier>`, one per label
 -- combination, rec.ix.a): K_COMBOS holds every non-empty one, and empty ones until the

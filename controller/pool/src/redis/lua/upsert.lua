@@ -1,5 +1,5 @@
 -- Upsert one chunk of a provider batch (docs/pool.md "Upsert").
--- P = { up, mg = safety margin ms, max = max_size, z = [candidate] }, candidate =
+-- P = { up, mg = safety margin ms, max = max_size, q = quarantine ms, z = [candidate] }, candidate =
 -- { id, proto, host, port, zu? (username), zp? (password), region?, carrier?, ttl, cap, uq,
 --   ix = {p,u,r?,c?,o} (KEYS positions) }
 local prev = replay()
@@ -25,6 +25,21 @@ local need = need_reply()
 if need then return need end
 
 purge_due(due)
+-- The pool generation: none means a new store (first install, or a Redis that lost its
+-- data: every key goes with it). Records without one predate generations (an upgrade):
+-- that pool lost nothing, so its generation counts as long begun.
+local gen = redis.call('HGET', K_GEN, 'start')
+local began = nil
+if gen then
+  gen = tonumber(gen)
+else
+  if redis.call('HLEN', K_RECORDS) > 0 then gen = 0 else gen = NOW; began = NOW end
+  redis.call('HSET', K_GEN, 'start', istr(gen))
+end
+-- This upstream's hold-back ends at generation start + its quarantine.
+local held = gen + P.q
+redis.call('HSET', K_GEN, 'h:' .. up, istr(held))
+if held <= NOW then held = nil end
 local ins, ref, dropped = 0, 0, {}
 local function drop(reason) dropped[reason] = (dropped[reason] or 0) + 1 end
 
@@ -85,4 +100,4 @@ for _, c in ipairs(P.z) do
   end
 end
 
-return finish({ ins = ins, ref = ref, drop = dropped })
+return finish({ ins = ins, ref = ref, drop = dropped, gen = began, held = held })
