@@ -68,6 +68,7 @@ fn batch(op: &str, id: &str) -> FetchedBatch {
         operation_id: OperationId::new(op).unwrap(),
         safety_margin: Duration::from_secs(5),
         max_size: NonZeroU32::new(100).unwrap(),
+        quarantine: Duration::ZERO,
         candidates: vec![Candidate {
             id: ProxyId::new(id).unwrap(),
             protocol: Protocol::Http,
