@@ -125,4 +125,25 @@ mod tests {
         assert_eq!(doc.upstreams[0].fetch_error, None);
         assert_eq!(doc.upstreams[0].last_fetch_time, None);
     }
+
+    #[test]
+    fn every_fetch_failure_code_is_its_wire_form() {
+        use FetchFailure::*;
+        for f in [
+            Unauthorized,
+            Timeout,
+            InvalidDocument,
+            Status,
+            Transport,
+            TooLarge,
+            PoolError,
+            Unknown,
+        ] {
+            assert_eq!(serde_json::to_value(f).unwrap(), f.as_str(), "{f:?}");
+            let back: FetchFailure = serde_json::from_value(f.as_str().into()).unwrap();
+            assert_eq!(back, f);
+        }
+        let newer: FetchFailure = serde_json::from_value("rate_limited".into()).unwrap();
+        assert_eq!(newer, Unknown);
+    }
 }

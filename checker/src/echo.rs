@@ -30,35 +30,17 @@ const LEAK_HEADERS: [&str; 5] = [
     "proxy-authorization",
 ];
 
-/// Limits of the echo server.
-#[derive(Clone, Debug)]
-pub struct EchoOptions {
-    /// Connections served at once, shared fairly between sources; more are closed at
-    /// accept.
-    pub max_connections: usize,
-    /// Connections one source address may hold at once.
-    pub max_per_source: usize,
-    /// Time a client has to send its request head.
-    pub header_timeout: Duration,
-}
-
-impl Default for EchoOptions {
-    fn default() -> Self {
-        Self {
-            max_connections: 1024,
-            max_per_source: 64,
-            header_timeout: Duration::from_secs(10),
-        }
-    }
-}
+/// The echo server's limits unless told otherwise: 1024 connections at once, shared
+/// fairly between sources (more are closed at accept), 64 from one source address, 10 s
+/// for a request head.
+pub const DEFAULT_LIMITS: Limits = Limits {
+    max_connections: 1024,
+    max_per_source: 64,
+    header_timeout: Duration::from_secs(10),
+};
 
 /// Serves until `stop` is cancelled.
-pub async fn serve(listener: TcpListener, options: EchoOptions, stop: CancellationToken) {
-    let limits = Limits {
-        max_connections: options.max_connections,
-        max_per_source: options.max_per_source,
-        header_timeout: options.header_timeout,
-    };
+pub async fn serve(listener: TcpListener, limits: Limits, stop: CancellationToken) {
     crate::listen::serve("echo", listener, limits, stop, answer).await;
 }
 
@@ -132,7 +114,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let stop = CancellationToken::new();
-        let server = tokio::spawn(serve(listener, EchoOptions::default(), stop.clone()));
+        let server = tokio::spawn(serve(listener, DEFAULT_LIMITS, stop.clone()));
 
         let (res, local) = get(
             addr,
@@ -167,7 +149,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let stop = CancellationToken::new();
-        let options = EchoOptions {
+        let options = Limits {
             max_connections: 2,
             max_per_source: 1,
             header_timeout: Duration::from_millis(300),

@@ -208,9 +208,9 @@ async fn echo(listen: SocketAddr, max_connections: usize) -> anyhow::Result<()> 
     let stop = tokio_util::sync::CancellationToken::new();
     let server = tokio::spawn(proxy_pool_checker::echo::serve(
         listener,
-        proxy_pool_checker::echo::EchoOptions {
+        proxy_pool_checker::listen::Limits {
             max_connections,
-            ..Default::default()
+            ..proxy_pool_checker::echo::DEFAULT_LIMITS
         },
         stop.clone(),
     ));

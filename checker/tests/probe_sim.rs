@@ -342,7 +342,7 @@ async fn egress_against_the_checkers_own_echo_endpoint() {
     let stop = CancellationToken::new();
     let server = tokio::spawn(proxy_pool_checker::echo::serve(
         listener,
-        proxy_pool_checker::echo::EchoOptions::default(),
+        proxy_pool_checker::echo::DEFAULT_LIMITS,
         stop.clone(),
     ));
     let mut options = ProberOptions::new(echo);

@@ -17,16 +17,22 @@ use tokio::net::TcpStream;
 
 const API_KEY: &str = "compose-test-key";
 
-/// `GET` a JSON document (the admin listener).
-async fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
+/// `GET` a body (the admin listener).
+async fn get_text(addr: SocketAddr, path: &str) -> String {
     let mut s = TcpStream::connect(addr).await.expect("connect");
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.expect("write");
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await.expect("read");
     let text = String::from_utf8_lossy(&buf).to_string();
-    let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
-    serde_json::from_str(body).unwrap_or(serde_json::Value::Null)
+    text.split_once("\r\n\r\n")
+        .map(|x| x.1.to_owned())
+        .unwrap_or_default()
+}
+
+/// `GET` a JSON document (the admin listener).
+async fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
+    serde_json::from_str(&get_text(addr, path).await).unwrap_or(serde_json::Value::Null)
 }
 
 /// GET through an HTTP proxy (absolute URI), returning the echo answer.
@@ -55,20 +61,18 @@ async fn via_http_proxy(proxy: &serde_json::Value, target: SocketAddr) -> serde_
     serde_json::from_str(body).expect("echo JSON")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn composed_controller_fetches_checks_and_serves_vendor_proxies() {
-    let sim = Simulator::start(SimConfig {
-        ttl_min_seconds: 300,
-        ttl_max_seconds: 600,
-        ..SimConfig::default()
-    })
-    .await
-    .expect("simulator");
-    let dir = std::env::temp_dir().join(format!("compose-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let key_file = dir.join("vendor-key");
-    std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
+/// The composed controller on loopback, fetching from `sim` (vendor key in
+/// `key_file`) with the upstream's `quarantine`.
+struct Running {
+    api: SocketAddr,
+    admin: SocketAddr,
+    cp: SocketAddr,
+    metrics: std::sync::Arc<proxy_pool_controller::metrics::Metrics>,
+    stop_tx: tokio::sync::oneshot::Sender<()>,
+    running: tokio::task::JoinHandle<proxy_pool_controller::Exit>,
+}
 
+async fn start(sim: &Simulator, key_file: &std::path::Path, quarantine: &str) -> Running {
     let yaml = format!(
         r#"
 distribution:
@@ -84,7 +88,7 @@ upstreams:
   - name: sim
     protocol: http
     ttl: 10m
-    quarantine: 0s
+    quarantine: {quarantine}
     safetyMargin: 10s
     maxSize: 10
     fetchInterval: 2s
@@ -129,6 +133,44 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     let running = tokio::spawn(controller.run(listeners, async {
         let _ = stop_rx.await;
     }));
+
+    Running {
+        api,
+        admin,
+        cp,
+        metrics,
+        stop_tx,
+        running,
+    }
+}
+
+impl Running {
+    /// Everything stops on the signal.
+    async fn stop(self) {
+        let _ = self.stop_tx.send(());
+        tokio::time::timeout(Duration::from_secs(10), self.running)
+            .await
+            .expect("controller stopped in time")
+            .expect("controller task");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn composed_controller_fetches_checks_and_serves_vendor_proxies() {
+    let sim = Simulator::start(SimConfig {
+        ttl_min_seconds: 300,
+        ttl_max_seconds: 600,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("simulator");
+    let dir = std::env::temp_dir().join(format!("compose-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let key_file = dir.join("vendor-key");
+    std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
+
+    let c = start(&sim, &key_file, "0s").await;
+    let (api, admin, cp, metrics) = (c.api, c.admin, c.cp, c.metrics.clone());
 
     // Nothing is extractable before a checker has passed the proxies.
     let (status, body) = post(api, API_KEY, "/api/v1/proxies/extract", r#"{"count":1}"#).await;
@@ -200,12 +242,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
         "the last success stays: {failing}"
     );
 
-    // Everything stops on the signal.
-    let _ = stop_tx.send(());
-    tokio::time::timeout(Duration::from_secs(10), running)
-        .await
-        .expect("controller stopped in time")
-        .expect("controller task");
+    c.stop().await;
     checker_stop.cancel();
     tokio::time::timeout(Duration::from_secs(10), checker)
         .await
@@ -215,5 +252,100 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
         TcpStream::connect(cp).await.is_err(),
         "control-plane listener still open"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A new pool generation in the composed controller (the memory store begins one at
+/// every start): with a quarantine the upstream is held back — the admin inventory
+/// says until when, the metric counts it, nothing is health-checked or extracted —
+/// and once the hold ends the proxies are checked and handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_generation_holds_the_upstream_back_until_its_quarantine_ends() {
+    const QUARANTINE: Duration = Duration::from_secs(6);
+    let sim = Simulator::start(SimConfig {
+        ttl_min_seconds: 300,
+        ttl_max_seconds: 600,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("simulator");
+    let dir = std::env::temp_dir().join(format!("compose-held-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let key_file = dir.join("vendor-key");
+    std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
+    let c = start(&sim, &key_file, "6s").await;
+    let started = tokio::time::Instant::now();
+    let (checker_stop, checker) = spawn_checker(c.cp, "held-checker", sim.echo_http_addr());
+
+    // Fetched, and held back.
+    let deadline = started + QUARANTINE;
+    let held = loop {
+        let inv = get_json(c.admin, "/api/v1/inventory").await;
+        if inv["upstreams"][0]["managed"].as_u64() > Some(0) {
+            break inv;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never fetched: {inv}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let up = &held["upstreams"][0];
+    assert!(
+        up["quarantinedUntil"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{held}"
+    );
+    assert_eq!(up["available"], 0, "{held}");
+    let text = get_text(c.admin, "/metrics").await;
+    assert!(
+        text.lines()
+            .any(|l| l.contains("kind=\"quarantined\"") && !l.ends_with(" 0")),
+        "the quarantined inventory is exported:\n{text}"
+    );
+    // Nothing is checked or extracted during the hold (a second before its end, so a
+    // slow machine cannot reach it).
+    while started.elapsed() < QUARANTINE - Duration::from_secs(1) {
+        let (status, body) =
+            post(c.api, API_KEY, "/api/v1/proxies/extract", r#"{"count":1}"#).await;
+        assert!(
+            status != 200 || body["returned"] == 0,
+            "extracted during the hold: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let checked: Vec<String> = c
+        .metrics
+        .encode()
+        .lines()
+        .filter(|l| l.contains("health_verdicts") && !l.starts_with('#') && !l.ends_with(" 0"))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        checked.is_empty(),
+        "held-back proxies were checked: {checked:?}"
+    );
+
+    // After the hold: checked, extractable, and the inventory says nothing of a hold.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) =
+            post(c.api, API_KEY, "/api/v1/proxies/extract", r#"{"count":1}"#).await;
+        if status == 200 && body["returned"] == 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never extractable after the hold: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let inv = get_json(c.admin, "/api/v1/inventory").await;
+    assert!(inv["upstreams"][0]["quarantinedUntil"].is_null(), "{inv}");
+
+    c.stop().await;
+    checker_stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), checker).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

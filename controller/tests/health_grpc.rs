@@ -130,6 +130,9 @@ async fn health_over_grpc(redis: bool) {
     let mut options =
         ProviderOptions::new(upstream.clone(), Protocol::Http, Duration::from_secs(60));
     options.defaults.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
+    // The simulator's vendor API sells a new proxy on every fetch and never offers one
+    // again: no proxy can come back from before a data loss, so no quarantine.
+    options.quarantine = Duration::ZERO;
     let provider = ProviderReconciler::new(
         options,
         Arc::new(HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap()),

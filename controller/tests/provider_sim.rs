@@ -52,6 +52,8 @@ fn options(protocol: PoolProtocol) -> ProviderOptions {
     o.defaults.region = Some(Label::new("default-region").unwrap());
     // The simulator's proxies are on loopback: opted in explicitly.
     o.defaults.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
+    // The simulator's vendor API never offers a proxy again: no quarantine needed.
+    o.quarantine = Duration::ZERO;
     o.safety_margin = Duration::from_secs(5);
     o.chunk_size = 2;
     o.budget.request_timeout = Duration::from_secs(5);

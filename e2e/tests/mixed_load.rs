@@ -178,8 +178,7 @@ fn run(tag: &str, kill_controller: bool) {
         "gateway traffic failed: {gw_errors:#?}\n{}",
         logs()
     );
-    stack.procs.stop();
-    let _ = std::fs::remove_dir_all(&stack.dir);
+    stack.tear_down();
 }
 
 #[test]

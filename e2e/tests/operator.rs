@@ -494,6 +494,7 @@ async fn server_side_apply_and_printer_columns(cluster: &KubeApiServer) {
             managed: 42,
             available: 40,
             available_slots: 320,
+            quarantined_until: None,
         }),
         last_fetch_time: None,
     };

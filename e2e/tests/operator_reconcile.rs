@@ -78,6 +78,14 @@ impl FakeAdmin {
     fn set(&self, fetch_error: Option<&str>) {
         *self.document.lock().unwrap() = inventory(fetch_error);
     }
+
+    /// `vendor-sim` fetched and held back until `until` (a new pool generation).
+    fn set_held(&self, until: &str) {
+        let mut doc = inventory(None);
+        doc["upstreams"][0]["available"] = 0.into();
+        doc["upstreams"][0]["quarantinedUntil"] = until.into();
+        *self.document.lock().unwrap() = doc;
+    }
 }
 
 /// The controller's inventory document: `vendor-sim` fetched, or failing with `reason`.
@@ -730,6 +738,7 @@ async fn operator_reconciles_on_a_real_cluster() {
     let clients_hash = the_gateway_clients_file_loads_in_the_gateway(&client).await;
     statuses_become_ready(&client).await;
     a_failing_vendor_degrades_its_upstream(&client).await;
+    a_held_back_upstream_says_until_when(&client).await;
     let leader = only_one_replica_leads(&client, &metrics).await;
     second_reconcile_changes_nothing(&client, &base_yaml).await;
     a_lost_certificate_is_reissued_and_rolls_the_controller(&client).await;
@@ -1255,6 +1264,48 @@ async fn a_failing_vendor_degrades_its_upstream(client: &kube::Client) {
     assert!(ready.message.contains("unauthorized"), "{ready:?}");
     admin.set(None);
     let _: Upstream = wait_ready(client, "vendor-sim", "True").await;
+}
+
+/// An upstream held back by a new pool generation says until when: in its inventory
+/// status and its Ready message; once the hold ends, neither.
+async fn a_held_back_upstream_says_until_when(client: &kube::Client) {
+    let admin = ADMIN.get().expect("fake admin");
+    let until = "2026-01-01T00:01:00Z";
+    admin.set_held(until);
+    let api: Api<Upstream> = Api::namespaced(client.clone(), NS);
+    let u = eventually("vendor-sim showing its hold-back", 60, || {
+        let api = api.clone();
+        async move {
+            let u = api.get("vendor-sim").await.ok()?;
+            let held = u
+                .status
+                .as_ref()?
+                .inventory
+                .as_ref()?
+                .quarantined_until
+                .clone()?;
+            Some((u, held))
+        }
+    })
+    .await;
+    assert_eq!(u.1.0.to_string(), until);
+    let ready = condition(u.0.conditions(), "Ready").expect("Ready");
+    assert!(
+        ready
+            .message
+            .contains("held back until 2026-01-01T00:01:00Z"),
+        "{ready:?}"
+    );
+    admin.set(None);
+    eventually("vendor-sim without a hold-back", 60, || {
+        let api = api.clone();
+        async move {
+            let u = api.get("vendor-sim").await.ok()?;
+            let inv = u.status.as_ref()?.inventory.as_ref()?;
+            inv.quarantined_until.is_none().then_some(())
+        }
+    })
+    .await;
 }
 
 async fn only_one_replica_leads(client: &kube::Client, metrics: &[Arc<Metrics>; 2]) -> usize {

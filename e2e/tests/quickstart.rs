@@ -8,7 +8,7 @@
 //! curl the tests are skipped with a message, except under CI (`CI` set), where they fail.
 
 use std::io::{BufRead, BufReader};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -16,7 +16,7 @@ use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use activity_pool::testkit::RedisServer;
-use proxy_pool_e2e::ports::ephemeral_range;
+use proxy_pool_e2e::ports::free_ports;
 use proxy_pool_e2e::procs::{target_dir, without_test_env};
 
 const PORTS: u16 = 10;
@@ -30,38 +30,6 @@ fn repo_root() -> PathBuf {
         .parent()
         .expect("repo root")
         .to_path_buf()
-}
-
-/// A base port with `PORTS` consecutive free loopback ports, outside the ephemeral
-/// range: dev-up binds them only after its build (a minute on a cold cache), and an
-/// outgoing connection of anything else on the machine may take an ephemeral port in
-/// the meantime.
-fn free_base() -> u16 {
-    let (lo, hi) = ephemeral_range();
-    let (from, span) = if lo >= 20_000 + 2 * PORTS {
-        (20_000, lo - 20_000 - PORTS)
-    } else {
-        (
-            hi.saturating_add(1).max(20_000),
-            65_535 - hi.max(20_000) - PORTS,
-        )
-    };
-    for _ in 0..200 {
-        let base = from + rand_u16() % span.max(1);
-        let all_free = (0..PORTS).all(|i| TcpListener::bind(("127.0.0.1", base + i)).is_ok());
-        if all_free {
-            return base;
-        }
-    }
-    panic!("no free port range");
-}
-
-fn rand_u16() -> u16 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .subsec_nanos();
-    (nanos ^ std::process::id().rotate_left(7)) as u16
 }
 
 fn have(tool: &str) -> bool {
@@ -277,7 +245,7 @@ fn dev_up(name: &str) -> Up {
 /// [`dev_up`] with extra arguments for the script (e.g. `--redis URL`).
 fn dev_up_with(name: &str, args: &[&str]) -> Up {
     let root = repo_root();
-    let base = free_base();
+    let base = free_ports(PORTS);
     let dev_dir = std::env::temp_dir().join(format!(
         "proxy-pool-quickstart-{name}-{}",
         std::process::id()

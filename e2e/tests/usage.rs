@@ -6,13 +6,14 @@
 //! requests the gateway counted — every one of ours plus the readiness probes, all by
 //! the first identity — and 2 unique identities.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+mod common;
+
+use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
 use activity_pool::testkit::RedisServer;
-use base64::Engine as _;
+use common::{basic, block, connect, exchange};
 use proxy_pool_analytics::testkit::Postgres;
 use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::{Procs, bin, build_binaries};
@@ -22,44 +23,17 @@ const PER_CLIENT: u64 = 10;
 const READY_WITHIN: Duration = Duration::from_secs(120);
 const COMMITTED_WITHIN: Duration = Duration::from_secs(60);
 
-fn exchange(addr: SocketAddr, request: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    s.set_read_timeout(Some(Duration::from_secs(15)))?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(request.as_bytes())?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
-}
-
 fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    exchange(
-        addr,
-        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
-    )
-    .unwrap_or((0, String::new()))
+    block(common::get(addr, path, ""))
 }
 
-/// A GET of `url` through the gateway's HTTP proxy as `user`.
+/// A GET through the gateway's HTTP proxy as `user`; the status (0: no answer).
 fn via_gateway(gw: SocketAddr, user: &str, password: &str, echo: SocketAddr) -> u16 {
-    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-    exchange(
-        gw,
-        &format!(
-            "GET http://{echo}/usage HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n"
-        ),
-    )
-    .map_or(0, |(status, _)| status)
+    let request = format!(
+        "GET http://{echo}/usage HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {}\r\nConnection: close\r\n\r\n",
+        basic(user, password)
+    );
+    block(async { exchange(connect(gw).await?, &request).await }).map_or(0, |(status, _)| status)
 }
 
 /// A counter of the gateway's `/metrics` (no labels).

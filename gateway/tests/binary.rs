@@ -4,17 +4,13 @@
 mod common;
 
 use common::*;
-use proxy_pool_e2e::sim::Protocol;
+use proxy_pool_e2e::ports::free_addr;
+use proxy_pool_e2e::sim::{Protocol, SimProxy};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
 
 async fn wait_for(addr: SocketAddr) {
     for _ in 0..200 {
@@ -54,7 +50,7 @@ impl Binary {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("snapshot.json");
         std::fs::write(&file, snapshot).unwrap();
-        let (http, socks, admin) = (free_port(), free_port(), free_port());
+        let (http, socks, admin) = (free_addr(), free_addr(), free_addr());
         let child = Command::new(env!("CARGO_BIN_EXE_proxy-pool-gateway"))
             .args(["--http-listen", &http.to_string()])
             .args(["--socks5-listen", &socks.to_string()])
@@ -107,16 +103,23 @@ impl Binary {
         assert!(status.success());
     }
 
+    /// `GET /readyz` until it answers 200 (5 s at most); fails the test otherwise.
+    async fn until_ready(&self) {
+        let answer = self
+            .admin_until("/readyz", 100, Duration::from_millis(50), ready)
+            .await;
+        assert!(ready(&answer), "{answer}");
+    }
+
     /// The exit status within `tries` × 50 ms; otherwise kills it and panics with `why`.
     async fn exit_status(&mut self, tries: usize, why: &str) -> ExitStatus {
-        for _ in 0..tries {
-            if let Some(code) = self.child.try_wait().unwrap() {
-                return code;
+        match exited(&mut self.child, tries).await {
+            Some(code) => code,
+            None => {
+                let _ = self.child.kill();
+                panic!("{why}")
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let _ = self.child.kill();
-        panic!("{why}")
     }
 }
 
@@ -132,28 +135,49 @@ fn ready(answer: &str) -> bool {
     answer.starts_with("HTTP/1.1 200")
 }
 
+/// `child`'s exit status once it exits, polled `tries` times 50 ms apart.
+async fn exited(child: &mut Child, tries: usize) -> Option<ExitStatus> {
+    for _ in 0..tries {
+        if let Some(code) = child.try_wait().unwrap() {
+            return Some(code);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// A snapshot file's text: `routing`, `proxies` and the client `team-a`.
+fn snapshot(routing: serde_json::Value, proxies: &[serde_json::Value]) -> String {
+    serde_json::json!({
+        "routings": [routing],
+        "proxies": proxies,
+        "clients": [{"client": "team-a", "username": USER, "password": PASS}]
+    })
+    .to_string()
+}
+
+/// Simulator proxy `p` as a snapshot file lists it.
+fn socks5_entry(p: &SimProxy) -> serde_json::Value {
+    serde_json::json!({"id": p.id, "protocol": "socks5", "host": p.host.to_string(), "port": p.port,
+                       "username": p.username, "password": p.password, "maxConcurrent": 4})
+}
+
 #[tokio::test]
 async fn binary_serves_a_snapshot_file_and_drains_on_sigterm() {
     let h = Harness::start().await;
     let p = h.proxy(Protocol::Socks5).await;
-    let snapshot = serde_json::json!({
-        "routings": [{"name": "all", "connectPorts": ["1-65535"]}],
-        "proxies": [{"id": p.id, "protocol": "socks5", "host": p.host.to_string(), "port": p.port,
-                     "username": p.username, "password": p.password, "maxConcurrent": 4}],
-        "clients": [{"client": "team-a", "username": USER, "password": PASS}]
-    });
     let mut gw = Binary::start(
         "gw-bin",
-        &snapshot.to_string(),
+        &snapshot(
+            serde_json::json!({"name": "all", "connectPorts": ["1-65535"]}),
+            &[socks5_entry(&p)],
+        ),
         // Two data-plane workers whatever the machine: both listeners of each kind.
         &["--drain-grace-seconds", "5", "--worker-threads", "2"],
     )
     .await;
     let http = gw.http;
-    let ready_answer = gw
-        .admin_until("/readyz", 100, Duration::from_millis(50), ready)
-        .await;
-    assert!(ready(&ready_answer), "{ready_answer}");
+    gw.until_ready().await;
     let r = get_once(http, USER, h.echo(), "/through-binary").await;
     assert_eq!(r.remote_ip(), h.egress(&p));
     let (resp, tunnel) = connect(http, USER, PASS, &h.echo().to_string()).await;
@@ -180,15 +204,9 @@ async fn binary_serves_a_snapshot_file_and_drains_on_sigterm() {
 async fn binary_turns_unready_on_sigterm_and_serves_until_the_shutdown_delay_ends() {
     let h = Harness::start().await;
     let p = h.proxy(Protocol::Socks5).await;
-    let snapshot = serde_json::json!({
-        "routings": [{"name": "all"}],
-        "proxies": [{"id": p.id, "protocol": "socks5", "host": p.host.to_string(), "port": p.port,
-                     "username": p.username, "password": p.password, "maxConcurrent": 4}],
-        "clients": [{"client": "team-a", "username": USER, "password": PASS}]
-    });
     let mut gw = Binary::start(
         "gw-bin-delay",
-        &snapshot.to_string(),
+        &snapshot(serde_json::json!({"name": "all"}), &[socks5_entry(&p)]),
         &[
             "--drain-grace-seconds",
             "5",
@@ -198,10 +216,7 @@ async fn binary_turns_unready_on_sigterm_and_serves_until_the_shutdown_delay_end
     )
     .await;
     let http = gw.http;
-    let ready_answer = gw
-        .admin_until("/readyz", 100, Duration::from_millis(50), ready)
-        .await;
-    assert!(ready(&ready_answer), "{ready_answer}");
+    gw.until_ready().await;
 
     let signalled = std::time::Instant::now();
     gw.terminate();
@@ -245,17 +260,10 @@ async fn binary_turns_unready_on_sigterm_and_serves_until_the_shutdown_delay_end
 async fn binary_is_unready_without_a_usable_proxy() {
     let h = Harness::start().await;
     let p = h.proxy(Protocol::Socks5).await;
-    let with = |proxies: serde_json::Value| {
-        serde_json::json!({
-            "routings": [{"name": "all"}],
-            "proxies": proxies,
-            "clients": [{"client": "team-a", "username": USER, "password": PASS}]
-        })
-        .to_string()
-    };
+    let all = || serde_json::json!({"name": "all"});
     let gw = Binary::start(
         "gw-bin-empty",
-        &with(serde_json::json!([])),
+        &snapshot(all(), &[]),
         &["--reload-seconds", "1"],
     )
     .await;
@@ -270,18 +278,8 @@ async fn binary_is_unready_without_a_usable_proxy() {
         answer.starts_with("HTTP/1.1 503") && answer.contains("no usable proxy"),
         "{answer}"
     );
-    std::fs::write(
-        &gw.file,
-        with(
-            serde_json::json!([{"id": p.id, "protocol": "socks5", "host": p.host.to_string(),
-            "port": p.port, "username": p.username, "password": p.password, "maxConcurrent": 4}]),
-        ),
-    )
-    .unwrap();
-    let ready_answer = gw
-        .admin_until("/readyz", 100, Duration::from_millis(50), ready)
-        .await;
-    assert!(ready(&ready_answer), "{ready_answer}");
+    std::fs::write(&gw.file, snapshot(all(), &[socks5_entry(&p)])).unwrap();
+    gw.until_ready().await;
 }
 
 /// A malformed `--controller` list is refused at start-up with its reason, not
@@ -290,22 +288,14 @@ async fn binary_is_unready_without_a_usable_proxy() {
 async fn binary_refuses_a_malformed_controller_list() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_proxy-pool-gateway"))
         .args(["--controller", "https://a:9443,,https://b:9443"])
-        .args(["--http-listen", &free_port().to_string()])
-        .args(["--socks5-listen", &free_port().to_string()])
-        .args(["--admin-listen", &free_port().to_string()])
+        .args(["--http-listen", &free_addr().to_string()])
+        .args(["--socks5-listen", &free_addr().to_string()])
+        .args(["--admin-listen", &free_addr().to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("binary starts");
-    let mut code = None;
-    for _ in 0..100 {
-        code = child.try_wait().unwrap();
-        if code.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let Some(code) = code else {
+    let Some(code) = exited(&mut child, 100).await else {
         let _ = child.kill();
         let _ = child.wait();
         panic!("the gateway kept running with a malformed --controller");

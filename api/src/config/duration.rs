@@ -47,6 +47,28 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
+/// The duration at `path`: `raw` parsed (absent: `default`). A parse error is recorded
+/// with its path and gives `None` (the caller's stand-in follows). The one parse of
+/// every config duration.
+pub(super) fn duration_at(
+    errors: &mut Vec<ConfigError>,
+    path: &str,
+    raw: Option<&str>,
+    default: Duration,
+) -> Option<Duration> {
+    match raw.map(parse_duration) {
+        None => Some(default),
+        Some(Ok(d)) => Some(d),
+        Some(Err(message)) => {
+            errors.push(ConfigError {
+                path: path.into(),
+                message,
+            });
+            None
+        }
+    }
+}
+
 /// The duration at `path`: `raw` parsed (absent: `default`) and within `min..=max`.
 /// A problem is recorded with its path and `default` stands in, so later checks see a
 /// sane value. The one bounds check of every config duration.
@@ -57,16 +79,8 @@ pub(super) fn duration_in(
     default: Duration,
     (min, max): (Duration, Duration),
 ) -> Duration {
-    let d = match raw.map(parse_duration) {
-        None => default,
-        Some(Ok(d)) => d,
-        Some(Err(message)) => {
-            errors.push(ConfigError {
-                path: path.into(),
-                message,
-            });
-            return default;
-        }
+    let Some(d) = duration_at(errors, path, raw, default) else {
+        return default;
     };
     if !(min..=max).contains(&d) {
         errors.push(ConfigError {

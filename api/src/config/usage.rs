@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::ConfigError;
-use super::duration::{duration_in, parse_duration};
+use super::duration::{duration_at, duration_in};
 use super::raw::{RawAnalytics, RawCache, RawCacheNamespace};
 use super::types::{AnalyticsConfig, CacheConfig, CacheNamespaceConfig, StoreConfig};
 
@@ -35,13 +35,7 @@ impl Errs<'_> {
     }
 
     fn duration(&mut self, path: &str, raw: Option<&str>, default: Duration) -> Duration {
-        match raw {
-            None => default,
-            Some(s) => parse_duration(s).unwrap_or_else(|e| {
-                self.err(path, e);
-                default
-            }),
-        }
+        duration_at(self.0, path, raw, default).unwrap_or(default)
     }
 
     /// A duration within `min..=max`.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::duration::{duration_in, parse_duration, show};
+use super::duration::{duration_at, duration_in, show};
 use super::raw::{
     RawAuth, RawBasic, RawClient, RawConfig, RawControlPlane, RawDistribution, RawHashedSecret,
     RawPool, RawProxyCredentials, RawRate, RawRedis, RawRouting, RawSource, RawStore,
@@ -49,13 +49,7 @@ impl Ctx {
     }
 
     fn duration(&mut self, path: &str, raw: Option<&str>, default: Duration) -> Duration {
-        match raw {
-            None => default,
-            Some(s) => parse_duration(s).unwrap_or_else(|e| {
-                self.err(path, e);
-                default
-            }),
-        }
+        duration_at(&mut self.errors, path, raw, default).unwrap_or(default)
     }
 
     fn required_duration(&mut self, path: &str, raw: Option<&str>) -> Duration {

@@ -24,7 +24,7 @@ use crate::error::AnalyticsError;
 use crate::model::Event;
 use crate::options::Settings;
 use crate::pg::{CommitOutcome, DailyRow, DayCoverage, Meta, PgStore, Snapshot, TotalRow};
-use crate::ws::{Dirty, WorkingSet};
+use crate::ws::{Dirty, WorkingSet, parse_note};
 
 /// Which flush the writer gate is asked about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,6 +168,16 @@ impl Engine {
         self.pending.entry(day).or_default().insert(why);
     }
 
+    /// Flags today when the collector dropped events since the last look.
+    fn flag_dropped(&mut self) {
+        let dropped = self.collector.counts().dropped;
+        if dropped > self.seen_dropped {
+            self.seen_dropped = dropped;
+            let today = self.today();
+            self.flag(today, reason::EVENTS_DROPPED);
+        }
+    }
+
     /// Start-up: schema and time zone checks, start/gap flags, Redis check.
     pub async fn start(&mut self) -> Result<(), AnalyticsError> {
         self.pg.check_schema().await?;
@@ -229,12 +239,7 @@ impl Engine {
     /// batches) in Redis for the writer's next commit, and forgets them once noted. A
     /// Redis failure keeps them for the next try.
     pub async fn hand_over(&mut self) {
-        let dropped = self.collector.counts().dropped;
-        if dropped > self.seen_dropped {
-            self.seen_dropped = dropped;
-            let today = self.today();
-            self.flag(today, reason::EVENTS_DROPPED);
-        }
+        self.flag_dropped();
         self.since_flush = 0;
         let notes: Vec<(Date, &str)> = self
             .pending
@@ -253,14 +258,8 @@ impl Engine {
     /// pending flags; returns them as stored, to clear after a commit.
     async fn take_notes(&mut self) -> Result<Vec<String>, AnalyticsError> {
         let notes = self.ws.degraded_notes().await?;
-        for n in &notes {
-            let Some((day, why)) = n.split_once('|') else {
-                continue;
-            };
-            let Some(why) = reason::known(why) else {
-                continue;
-            };
-            if let Ok(day) = day.parse::<Date>() {
+        for (day, why) in notes.iter().filter_map(|n| parse_note(n)) {
+            if let Some(why) = reason::known(why) {
                 self.flag(day, why);
             }
         }
@@ -379,20 +378,13 @@ impl Engine {
         if !self.started {
             self.start().await?;
         }
-        let dropped = self.collector.counts().dropped;
-        if dropped > self.seen_dropped {
-            self.seen_dropped = dropped;
-            let today = self.today();
-            self.flag(today, reason::EVENTS_DROPPED);
-        }
+        self.flag_dropped();
         let notes = self.take_notes().await?;
         let meta = self.pg.meta().await?;
         let mut recovered = self.recover_if_needed(meta.as_ref()).await?;
         let (items, totals, mut days) = loop {
             let items: Vec<Dirty> = self.ws.dirty().await?;
-            let keys: Vec<(crate::model::Subject, Date)> =
-                items.iter().map(|m| (m.subject.clone(), m.day)).collect();
-            let read = match self.ws.read(&keys).await {
+            let read = match self.ws.read(&items).await {
                 Ok((t, d)) => self.behind_sql(&t, &d).await.map(|()| (t, d)),
                 Err(e) => Err(e),
             };

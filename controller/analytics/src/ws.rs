@@ -107,12 +107,28 @@ impl KindStr for RedisError {
     }
 }
 
+/// A dirty marker's field: `<subject>|<day>` ([`parse_member`] reads it back).
+fn member(s: &Subject, day: Date) -> String {
+    format!("{s}|{day}")
+}
+
 fn parse_member(m: &str) -> Option<(Subject, Date)> {
     let mut it = m.split('|');
     let kind = Kind::parse(it.next()?)?;
     let name = it.next()?.to_owned();
     let day = it.next()?.parse().ok()?;
     it.next().is_none().then_some((Subject { kind, name }, day))
+}
+
+/// A degraded-day note's field: `<day>|<reason>`.
+fn note(day: Date, why: &str) -> String {
+    format!("{day}|{why}")
+}
+
+/// A degraded-day note as stored back into its day and reason (`None`: not a note).
+pub(crate) fn parse_note(n: &str) -> Option<(Date, &str)> {
+    let (day, why) = n.split_once('|')?;
+    Some((day.parse().ok()?, why))
 }
 
 fn int_of(v: &Value) -> Option<i64> {
@@ -286,12 +302,8 @@ impl WorkingSet {
             pipe.hincr(&t, "prx", i.proxies).ignore();
             pipe.hset_nx(&t, "first", i.day.to_string()).ignore();
             pipe.pfadd(self.k_total_hll(&i.subject), &i.member).ignore();
-            pipe.hset(
-                self.k_dirty(),
-                format!("{}|{}", i.subject, i.day),
-                token.as_str(),
-            )
-            .ignore();
+            pipe.hset(self.k_dirty(), member(&i.subject, i.day), token.as_str())
+                .ignore();
         }
         let mut conn = self.conn.clone();
         pipe.query_async::<()>(&mut conn).await.map_err(classify)?;
@@ -353,8 +365,7 @@ impl WorkingSet {
         }
         let mut pipe = redis::pipe();
         for (d, why) in notes {
-            pipe.hset(self.k_degraded(), format!("{d}|{why}"), 1)
-                .ignore();
+            pipe.hset(self.k_degraded(), note(*d, why), 1).ignore();
         }
         let mut conn = self.conn.clone();
         pipe.query_async::<()>(&mut conn).await.map_err(classify)
@@ -388,11 +399,11 @@ impl WorkingSet {
     /// A missing or wrong-typed key is `Corrupt` (the caller rebuilds from SQL).
     pub async fn read(
         &self,
-        items: &[(Subject, Date)],
+        items: &[Dirty],
     ) -> Result<(Vec<TotalRow>, Vec<DailyRow>), AnalyticsError> {
         let mut totals = Vec::new();
         let mut days = Vec::new();
-        let subjects: BTreeSet<&Subject> = items.iter().map(|(s, _)| s).collect();
+        let subjects: BTreeSet<&Subject> = items.iter().map(|m| &m.subject).collect();
         let mut conn = self.conn.clone();
         for chunk in subjects.into_iter().collect::<Vec<_>>().chunks(READ_BATCH) {
             let mut pipe = redis::pipe();
@@ -430,13 +441,22 @@ impl WorkingSet {
         }
         for chunk in items.chunks(READ_BATCH) {
             let mut pipe = redis::pipe();
-            for (s, d) in chunk {
+            for Dirty {
+                subject: s, day: d, ..
+            } in chunk
+            {
                 pipe.hgetall(self.k_daily(s, *d))
                     .get(self.k_daily_hll(s, *d))
                     .pfcount(self.k_daily_hll(s, *d));
             }
             let vals: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
-            for ((s, d), v) in chunk.iter().zip(vals.chunks(3)) {
+            for (
+                Dirty {
+                    subject: s, day: d, ..
+                },
+                v,
+            ) in chunk.iter().zip(vals.chunks(3))
+            {
                 let [h, hll, uv] = v else {
                     return Err(corrupt("short reply"));
                 };
@@ -479,7 +499,7 @@ impl WorkingSet {
                 let ttl = days.secs_until_end_plus(m.day, i64::from(hot_days), now);
                 inv.key(self.k_daily(&m.subject, m.day))
                     .key(self.k_daily_hll(&m.subject, m.day))
-                    .arg(format!("{}|{}", m.subject, m.day))
+                    .arg(member(&m.subject, m.day))
                     .arg(&m.token)
                     .arg(ttl);
             }

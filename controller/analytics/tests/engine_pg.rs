@@ -48,20 +48,10 @@ async fn pv_is_exact_and_uv_within_hll_error() {
     rig.drain().await;
     let r = rig.engine.flush().await.unwrap();
     assert_eq!(r.outcome, CommitOutcome::Committed);
-    let a = rig
-        .store
-        .total(&subj(Kind::Clients, "client-a"))
-        .await
-        .unwrap()
-        .unwrap();
+    let a = rig.total(Kind::Clients, "client-a").await;
     assert_eq!((a.requests, a.proxies), (3000, 9000));
     assert!(within(a.uv, 1500, 2.5), "uv {}", a.uv);
-    let x = rig
-        .store
-        .total(&subj(Kind::Upstreams, "vendor-x"))
-        .await
-        .unwrap()
-        .unwrap();
+    let x = rig.total(Kind::Upstreams, "vendor-x").await;
     assert_eq!(
         (x.requests, x.proxies, x.uv),
         (3001, 6005, 2),
@@ -90,12 +80,7 @@ async fn pv_is_exact_and_uv_within_hll_error() {
     // A second flush with nothing new changes nothing but the sequence.
     let r2 = rig.engine.flush().await.unwrap();
     assert!(r2.seq > r.seq);
-    let a2 = rig
-        .store
-        .total(&subj(Kind::Clients, "client-a"))
-        .await
-        .unwrap()
-        .unwrap();
+    let a2 = rig.total(Kind::Clients, "client-a").await;
     assert_eq!(a2.requests, 3000);
 }
 
@@ -186,12 +171,7 @@ async fn redis_flushed_mid_day_is_rebuilt_from_sql_and_the_day_flagged() {
     rig.drain().await;
     let r = rig.engine.flush().await.unwrap();
     assert!(r.recovered);
-    let t = rig
-        .store
-        .total(&subj(Kind::Routings, "route-1"))
-        .await
-        .unwrap()
-        .unwrap();
+    let t = rig.total(Kind::Routings, "route-1").await;
     assert!(t.requests >= 500, "totals never go back: {}", t.requests);
     // HLL bytes came back: new identities add to the restored estimate.
     for i in 0..100 {
@@ -200,12 +180,7 @@ async fn redis_flushed_mid_day_is_rebuilt_from_sql_and_the_day_flagged() {
     }
     rig.drain().await;
     rig.engine.flush().await.unwrap();
-    let t = rig
-        .store
-        .total(&subj(Kind::Routings, "route-1"))
-        .await
-        .unwrap()
-        .unwrap();
+    let t = rig.total(Kind::Routings, "route-1").await;
     assert_eq!(t.requests, 600);
     assert!(within(t.uv, 600, 2.5), "uv {}", t.uv);
     let cov = rig
@@ -250,15 +225,7 @@ async fn wrong_typed_or_older_redis_state_is_rebuilt() {
         .await
         .unwrap();
     assert!(rig.engine.flush().await.unwrap().recovered);
-    assert_eq!(
-        rig.store
-            .total(&subj(Kind::Clients, "client-a"))
-            .await
-            .unwrap()
-            .unwrap()
-            .requests,
-        1
-    );
+    assert_eq!(rig.total(Kind::Clients, "client-a").await.requests, 1);
     // Wrong type: a counter hash replaced by a string.
     let _: () = redis::cmd("DEL")
         .arg("test:analytics:v1:t:clients|client-a")
@@ -279,12 +246,7 @@ async fn wrong_typed_or_older_redis_state_is_rebuilt() {
         .extraction("client-a", "y", &[("vendor-x", 1)]);
     rig.drain().await;
     rig.engine.flush().await.unwrap();
-    let t = rig
-        .store
-        .total(&subj(Kind::Clients, "client-a"))
-        .await
-        .unwrap()
-        .unwrap();
+    let t = rig.total(Kind::Clients, "client-a").await;
     assert_eq!(
         t.requests, 2,
         "restored 1 + 1 after recovery (the event during the fault is lost and flagged)"
@@ -314,12 +276,7 @@ async fn sql_down_keeps_data_in_redis_and_retries_the_full_snapshot() {
     let r = rig.engine.flush().await.unwrap();
     assert_eq!(r.outcome, CommitOutcome::Committed);
     assert!(!r.recovered);
-    let t = rig
-        .store
-        .total(&subj(Kind::Clients, "client-a"))
-        .await
-        .unwrap()
-        .unwrap();
+    let t = rig.total(Kind::Clients, "client-a").await;
     assert_eq!((t.requests, t.proxies), (9, 25));
     let cov = rig
         .store
@@ -355,12 +312,7 @@ async fn day_rollover_splits_counts_at_the_zone_midnight() {
         got,
         vec![("2026-05-10".into(), 3), ("2026-05-11".into(), 4)]
     );
-    let t = rig
-        .store
-        .total(&subj(Kind::Routings, "route-1"))
-        .await
-        .unwrap()
-        .unwrap();
+    let t = rig.total(Kind::Routings, "route-1").await;
     assert_eq!((t.requests, t.uv), (7, 1));
 }
 
@@ -410,15 +362,7 @@ async fn ninety_natural_days_are_kept_with_batched_deletes_and_totals_stay() {
             .load(std::sync::atomic::Ordering::Relaxed)
             >= 300
     );
-    assert_eq!(
-        rig.store
-            .total(&subj(Kind::Clients, "c0"))
-            .await
-            .unwrap()
-            .unwrap()
-            .requests,
-        120
-    );
+    assert_eq!(rig.total(Kind::Clients, "c0").await.requests, 120);
 }
 
 #[tokio::test]
@@ -447,24 +391,12 @@ async fn shutdown_makes_a_bounded_final_flush() {
         redis: _redis,
         ..
     } = rig;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(proxy_pool_analytics::run(
-        engine,
-        rx,
-        async move {
-            let _ = stop_rx.await;
-        },
-        proxy_pool_analytics::always_writer(),
-    ));
+    let worker = support::Worker::spawn(engine, rx, proxy_pool_analytics::always_writer());
     for i in 0..250 {
         collector.extraction("client-a", &format!("{i}"), &[("vendor-x", 1)]);
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    stop_tx.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .unwrap()
-        .unwrap();
+    worker.stop().await;
     let t = store
         .total(&subj(Kind::Clients, "client-a"))
         .await
@@ -544,12 +476,7 @@ async fn evicted_counters_recreated_by_new_events_are_caught_and_rebuilt() {
     rig.collector.gateway_requests("route-1", "a", 1);
     rig.drain().await;
     rig.engine.flush().await.unwrap();
-    let t = rig
-        .store
-        .total(&subj(Kind::Routings, "route-1"))
-        .await
-        .unwrap()
-        .unwrap();
+    let t = rig.total(Kind::Routings, "route-1").await;
     assert_eq!(t.requests, 11);
 }
 
@@ -560,8 +487,8 @@ async fn evicted_counters_recreated_by_new_events_are_caught_and_rebuilt() {
 async fn a_marker_touched_after_the_read_survives_the_leaders_clear() {
     let mut rig = Rig::new("2026-05-10T08:00:00Z", "UTC").await;
     rig.engine.start().await.unwrap();
-    let ws = proxy_pool_analytics::WorkingSet::new(rig.conn.clone(), "test", b"k".to_vec());
-    let other = proxy_pool_analytics::WorkingSet::new(rig.conn.clone(), "test", b"k".to_vec());
+    let ws = rig.working_set();
+    let other = rig.working_set();
     let at = "2026-05-10T08:00:00Z".parse().unwrap();
     let ev = |n: u32| proxy_pool_analytics::Event::GatewayRequests {
         routing: "route-1".into(),
@@ -582,12 +509,7 @@ async fn a_marker_touched_after_the_read_survives_the_leaders_clear() {
     assert_eq!(ws.dirty().await.unwrap().len(), 1);
     // The next flush commits both increments and clears the marker.
     rig.engine.flush().await.unwrap();
-    let t = rig
-        .store
-        .total(&subj(Kind::Routings, "route-1"))
-        .await
-        .unwrap()
-        .unwrap();
+    let t = rig.total(Kind::Routings, "route-1").await;
     assert_eq!(t.requests, 3);
     assert!(ws.dirty().await.unwrap().is_empty());
 }
@@ -601,31 +523,19 @@ async fn a_follower_records_into_redis_and_the_leader_commits_its_usage_and_flag
     let clock: Arc<dyn proxy_pool_analytics::Clock> = Arc::new(rig.clock.clone());
     let (collector, rx) = proxy_pool_analytics::Collector::bounded(2, clock.clone());
     let follower = proxy_pool_analytics::Engine::new(
-        proxy_pool_analytics::WorkingSet::new(rig.conn.clone(), "test", b"k".to_vec()),
+        rig.working_set(),
         rig.store.clone(),
         rig.settings.clone(),
         clock,
         collector.stats(),
     );
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(proxy_pool_analytics::run(
-        follower,
-        rx,
-        async move {
-            let _ = stop_rx.await;
-        },
-        Arc::new(|_| false),
-    ));
+    let worker = support::Worker::spawn(follower, rx, Arc::new(|_| false));
     // Three events into a queue of two: one is dropped (the worker may not have
     // taken any yet; at most the queue's worth is accepted at once).
     for i in 0..3 {
         collector.extraction("client-f", &format!("{i}"), &[("vendor-x", 1)]);
     }
-    stop_tx.send(()).unwrap();
-    tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .unwrap()
-        .unwrap();
+    worker.stop().await;
     let counts = collector.stats().counts();
     assert!(counts.dropped >= 1, "{counts:?}");
     assert!(
@@ -633,12 +543,7 @@ async fn a_follower_records_into_redis_and_the_leader_commits_its_usage_and_flag
         "a replica that does not write commits nothing"
     );
     rig.engine.flush().await.unwrap();
-    let t = rig
-        .store
-        .total(&subj(Kind::Clients, "client-f"))
-        .await
-        .unwrap()
-        .unwrap();
+    let t = rig.total(Kind::Clients, "client-f").await;
     assert_eq!(t.requests, i64::try_from(counts.accepted).unwrap());
     let cov = rig
         .store

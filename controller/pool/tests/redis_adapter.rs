@@ -92,20 +92,36 @@ async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
 
 /// Upserts `ids` (upstream `vendor-a`, region `eu`) and marks them AVAILABLE.
 async fn fill(pool: &RedisPool, ids: &[String], ttl_secs: u64) {
-    let report = pool
-        .upsert(batch(
-            "vendor-a",
-            ids.iter().map(|id| cand(id, "eu", ttl_secs)).collect(),
-        ))
-        .await
-        .unwrap();
+    fill_batch(pool, ids, batch_of(ids, ttl_secs, Duration::ZERO)).await;
+}
+
+/// A batch of `ids` (upstream `vendor-a`, region `eu`) with `quarantine`.
+fn batch_of(ids: &[String], ttl_secs: u64, quarantine: Duration) -> FetchedBatch {
+    let mut b = batch(
+        "vendor-a",
+        ids.iter().map(|id| cand(id, "eu", ttl_secs)).collect(),
+    );
+    b.quarantine = quarantine;
+    b
+}
+
+/// Upserts `b` (the candidates `ids`) and marks them AVAILABLE.
+async fn fill_batch(pool: &RedisPool, ids: &[String], b: FetchedBatch) -> UpsertReport {
+    let report = pool.upsert(b).await.unwrap();
     assert_eq!(
         report.inserted as usize + report.refreshed as usize,
         ids.len(),
         "{report:?}"
     );
-    let updates: Vec<_> = ids
-        .iter()
+    for r in pool.apply_health(&available(ids)).await.unwrap() {
+        assert_eq!(r, HealthResult::Applied(ProxyState::Available));
+    }
+    report
+}
+
+/// Health updates that make `ids` AVAILABLE.
+fn available(ids: &[String]) -> Vec<HealthUpdate> {
+    ids.iter()
         .map(|id| HealthUpdate {
             proxy_id: ProxyId::new(id.as_str()).unwrap(),
             verdict: HealthVerdict::Available,
@@ -113,10 +129,7 @@ async fn fill(pool: &RedisPool, ids: &[String], ttl_secs: u64) {
             latency: Some(Duration::from_millis(10)),
             failure: None,
         })
-        .collect();
-    for r in pool.apply_health(&updates).await.unwrap() {
-        assert_eq!(r, HealthResult::Applied(ProxyState::Available));
-    }
+        .collect()
 }
 
 async fn all_keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
@@ -1080,17 +1093,7 @@ async fn ten_thousand_label_combinations_work_and_dropped_ones_are_forgotten() {
         assert_eq!(report.inserted as usize, SIDE, "{report:?}");
     }
     for chunk in all.chunks(1_000) {
-        let updates: Vec<_> = chunk
-            .iter()
-            .map(|id| HealthUpdate {
-                proxy_id: ProxyId::new(id.as_str()).unwrap(),
-                verdict: HealthVerdict::Available,
-                success: true,
-                latency: None,
-                failure: None,
-            })
-            .collect();
-        for r in pool.apply_health(&updates).await.unwrap() {
+        for r in pool.apply_health(&available(chunk)).await.unwrap() {
             assert_eq!(r, HealthResult::Applied(ProxyState::Available));
         }
     }
@@ -1190,31 +1193,15 @@ async fn the_combination_sweep_runs_while_demand_is_relayed() {
 
 /// Upserts `ids` (upstream `vendor-a`) with `quarantine` and marks them AVAILABLE.
 async fn fill_held(pool: &RedisPool, ids: &[String], quarantine: Duration) -> UpsertReport {
-    let mut b = batch(
-        "vendor-a",
-        ids.iter().map(|id| cand(id, "eu", 600)).collect(),
-    );
-    b.quarantine = quarantine;
-    let report = pool.upsert(b).await.unwrap();
-    let updates: Vec<_> = ids
-        .iter()
-        .map(|id| HealthUpdate {
-            proxy_id: ProxyId::new(id.as_str()).unwrap(),
-            verdict: HealthVerdict::Available,
-            success: true,
-            latency: None,
-            failure: None,
-        })
-        .collect();
-    pool.apply_health(&updates).await.unwrap();
-    report
+    fill_batch(pool, ids, batch_of(ids, 600, quarantine)).await
 }
 
+/// The extracted IDs; an `Insufficient` answer fails the test.
 fn extracted(outcome: ExtractOutcome) -> Vec<String> {
-    match outcome {
-        ExtractOutcome::Extracted(e) => e.proxies.iter().map(|p| p.id.to_string()).collect(),
-        ExtractOutcome::Insufficient { eligible } => panic!("insufficient: {eligible}"),
+    if let ExtractOutcome::Insufficient { eligible } = outcome {
+        panic!("insufficient: {eligible}");
     }
+    proxy_ids(&outcome)
 }
 
 /// A `redis-server` restarted without its data (no persistence) begins a new pool
@@ -1242,12 +1229,7 @@ async fn a_redis_restarted_without_its_data_begins_a_new_generation_that_holds_b
     // The first call after the restart may meet the dropped connection.
     let mut report = None;
     for _ in 0..20 {
-        let mut b = batch(
-            "vendor-a",
-            all.iter().map(|id| cand(id, "eu", 600)).collect(),
-        );
-        b.quarantine = q;
-        match pool.upsert(b).await {
+        match pool.upsert(batch_of(&all, 600, q)).await {
             Ok(r) => {
                 report = Some(r);
                 break;
@@ -1273,6 +1255,16 @@ async fn a_redis_restarted_without_its_data_begins_a_new_generation_that_holds_b
     assert_eq!(inv.quarantined_until, Some(Timestamp(g2.0 + 2_000)));
     tokio::time::sleep(q).await;
     assert_eq!(extracted(pool.extract(&req(4)).await.unwrap()).len(), 4);
+    // The next upsert past the hold forgets it: every extraction reads the stored
+    // holds, so a pool past them keeps only the generation's start.
+    fill_held(&pool, &ids("gen-late", 1), q).await;
+    let mut c = admin(&server.url()).await;
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg("pp:{activity}:v2:generation")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(fields, vec!["start".to_string()]);
 }
 
 /// Records without a generation record predate generations (a pool written by an

@@ -1,4 +1,4 @@
-//! What a process holds, read from `/proc/<pid>/status` (resident memory) and
+//! What a process holds, read from `/proc/<pid>/status` (resident memory, threads) and
 //! `/proc/<pid>/fd` (open descriptors), and a sampler that records the peaks while an
 //! attack runs.
 
@@ -14,20 +14,28 @@ pub struct Stat {
     pub rss_kib: u64,
     /// Open file descriptors.
     pub fds: u64,
+    /// Threads.
+    pub threads: u64,
 }
 
 /// The reading of `pid` now (`None`: the process is gone).
 pub fn sample(pid: u32) -> Option<Stat> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kib = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+    };
     let fds = std::fs::read_dir(PathBuf::from(format!("/proc/{pid}/fd")))
         .ok()?
         .count() as u64;
-    Some(Stat { rss_kib, fds })
+    Some(Stat {
+        rss_kib: field("VmRSS:")?,
+        fds,
+        threads: field("Threads:")?,
+    })
 }
 
 /// Whether `pid` runs (and is not a zombie).
@@ -43,6 +51,7 @@ pub fn alive(pid: u32) -> bool {
 pub struct Sampler {
     peak_rss: Arc<AtomicU64>,
     peak_fds: Arc<AtomicU64>,
+    peak_threads: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -52,13 +61,20 @@ impl Sampler {
     pub fn start(pid: u32) -> Self {
         let peak_rss = Arc::new(AtomicU64::new(0));
         let peak_fds = Arc::new(AtomicU64::new(0));
+        let peak_threads = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (r, f, s) = (peak_rss.clone(), peak_fds.clone(), stop.clone());
+        let (r, f, t, s) = (
+            peak_rss.clone(),
+            peak_fds.clone(),
+            peak_threads.clone(),
+            stop.clone(),
+        );
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 if let Some(st) = sample(pid) {
                     r.fetch_max(st.rss_kib, Ordering::Relaxed);
                     f.fetch_max(st.fds, Ordering::Relaxed);
+                    t.fetch_max(st.threads, Ordering::Relaxed);
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -66,6 +82,7 @@ impl Sampler {
         Self {
             peak_rss,
             peak_fds,
+            peak_threads,
             stop,
             thread: Some(thread),
         }
@@ -76,6 +93,7 @@ impl Sampler {
         Stat {
             rss_kib: self.peak_rss.load(Ordering::Relaxed),
             fds: self.peak_fds.load(Ordering::Relaxed),
+            threads: self.peak_threads.load(Ordering::Relaxed),
         }
     }
 }
@@ -129,7 +147,7 @@ mod tests {
     fn reads_this_process() {
         let me = std::process::id();
         let s = sample(me).expect("own /proc");
-        assert!(s.rss_kib > 0 && s.fds >= 3, "{s:?}");
+        assert!(s.rss_kib > 0 && s.fds >= 3 && s.threads >= 1, "{s:?}");
         assert!(alive(me));
         assert!(sample(u32::MAX).is_none());
     }

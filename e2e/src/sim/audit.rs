@@ -255,6 +255,14 @@ mod tests {
         SocketAddr::new(ip.parse().unwrap(), 40_000)
     }
 
+    /// Reports the handout of the proxy on `port`, now.
+    fn hand_out(log: &AuditLog, port: u16) {
+        log.handouts(&[Handout {
+            port,
+            at_ms: now_ms(),
+        }]);
+    }
+
     #[test]
     fn a_use_alive_at_the_handout_or_after_it_is_a_violation() {
         let log = Arc::new(AuditLog::default());
@@ -263,17 +271,11 @@ mod tests {
         // Proxy 1: the gateway's use ended before the handout: fine.
         drop(log.begin("p1", 1, gw, UseKind::Connect));
         std::thread::sleep(std::time::Duration::from_millis(5));
-        log.handouts(&[Handout {
-            port: 1,
-            at_ms: now_ms(),
-        }]);
+        hand_out(&log, 1);
         drop(log.begin("p1", 1, SocketAddr::new(client, 1), UseKind::Connect));
         // Proxy 2: still in use by the gateway when handed out.
         let open = log.begin("p2", 2, gw, UseKind::Forward);
-        log.handouts(&[Handout {
-            port: 2,
-            at_ms: now_ms(),
-        }]);
+        hand_out(&log, 2);
         // Proxy 3: the client used it first, then the gateway did.
         drop(log.begin("p3", 3, SocketAddr::new(client, 2), UseKind::Socks5));
         std::thread::sleep(std::time::Duration::from_millis(2));
@@ -300,10 +302,7 @@ mod tests {
         let gw = peer("127.0.0.1");
         let client: IpAddr = "127.0.0.2".parse().unwrap();
         // p1 on port 7 is handed out and used by the client.
-        log.handouts(&[Handout {
-            port: 7,
-            at_ms: now_ms(),
-        }]);
+        hand_out(&log, 7);
         drop(log.begin("p1", 7, SocketAddr::new(client, 1), UseKind::Connect));
         std::thread::sleep(std::time::Duration::from_millis(2));
         // p1 expired; p9 got port 7 and a gateway uses it: not a violation.
@@ -312,10 +311,7 @@ mod tests {
         assert_eq!((v.handed_out, v.violations), (1, 0), "{v:?}");
         // p9 is handed out in turn, and the gateway uses it again: a violation.
         std::thread::sleep(std::time::Duration::from_millis(2));
-        log.handouts(&[Handout {
-            port: 7,
-            at_ms: now_ms(),
-        }]);
+        hand_out(&log, 7);
         drop(log.begin("p9", 7, SocketAddr::new(client, 2), UseKind::Connect));
         std::thread::sleep(std::time::Duration::from_millis(2));
         drop(log.begin("p9", 7, gw, UseKind::Forward));

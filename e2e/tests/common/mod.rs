@@ -1,4 +1,5 @@
-//! The mixed-load stack as real processes, shared by `mixed_load.rs` and `drills/`:
+//! The mixed-load stack as real processes, shared by `mixed_load.rs` and `drills/`
+//! (`usage.rs` uses its HTTP client only):
 //! the vendor simulator (its exclusivity auditor records every proxy use), one or more
 //! controllers on a private `redis-server`, a checker and two gateways, and the
 //! clients that load them (gateway traffic, an extraction client that reports its
@@ -77,26 +78,62 @@ impl Stack {
             .collect::<Vec<_>>()
             .join(",")
     }
+
+    /// Stops every process and removes the stack's directory (a test that fails before
+    /// this keeps it, logs included).
+    pub fn tear_down(mut self) {
+        self.procs.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
-/// A response: status and body (`Connection: close` exchanges).
-pub async fn exchange(mut s: TcpStream, request: &str) -> std::io::Result<(u16, String)> {
+/// A response read to its end.
+#[derive(Debug)]
+pub struct Answer {
+    /// The status (0 when there is none).
+    pub status: u16,
+    /// The status line and header lines.
+    pub head: String,
+    pub body: String,
+}
+
+impl Answer {
+    /// The value of header `name` (case-insensitive), trimmed.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+}
+
+/// Sends `request` and reads the response to its end (`Connection: close` exchanges),
+/// within [`EXCHANGE`].
+pub async fn exchange_answer(mut s: TcpStream, request: &str) -> std::io::Result<Answer> {
     s.write_all(request.as_bytes()).await?;
     let mut raw = Vec::new();
     tokio::time::timeout(EXCHANGE, s.read_to_end(&mut raw))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "exchange"))??;
-    let text = String::from_utf8_lossy(&raw).to_string();
+    let text = String::from_utf8_lossy(&raw);
     let status = text
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Ok(Answer {
+        status,
+        head: head.to_owned(),
+        body: body.to_owned(),
+    })
+}
+
+/// A response: status and body (`Connection: close` exchanges).
+pub async fn exchange(s: TcpStream, request: &str) -> std::io::Result<(u16, String)> {
+    exchange_answer(s, request)
+        .await
+        .map(|a| (a.status, a.body))
 }
 
 pub async fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
@@ -386,24 +423,12 @@ pub fn start_on_with(
             .arg("--loopback-plaintext")
             .args(["--egress-allow-cidr", "127.0.0.0/8"]),
     );
-    for (i, (http, admin)) in stack.gateways.clone().into_iter().enumerate() {
-        let socks = free_addr();
+    for i in 0..stack.gateways.len() {
         let cps = tuning
             .gateway_controller
             .and_then(|f| f(i, &stack.replicas))
             .unwrap_or_else(|| cps.clone());
-        stack.procs.start(
-            &format!("gateway-{i}"),
-            Command::new(bin("proxy-pool-gateway"))
-                .args(["--http-listen", &http.to_string()])
-                .args(["--socks5-listen", &socks.to_string()])
-                .args(["--admin-listen", &admin.to_string()])
-                .args(["--controller", &cps])
-                .args(["--worker-id", &format!("mixed-gw-{i}")])
-                .args(["--egress-allow-cidr", "127.0.0.0/8"])
-                .arg("--clients-file")
-                .arg(dir.join("gateway-clients.json")),
-        );
+        start_gateway(&mut stack, i, &format!("gateway-{i}"), &cps);
     }
     let echo = stack.echo;
     for (i, (http, admin)) in stack.gateways.clone().into_iter().enumerate() {
@@ -435,16 +460,42 @@ pub fn start_controller(stack: &mut Stack, i: usize, name: &str) {
     });
 }
 
-/// Whether replica `admin` says it leads (`proxy_pool_controller_leader 1`); `None`
-/// when it does not answer.
-pub async fn leads(admin: SocketAddr) -> Option<bool> {
+/// Starts gateway `i` (its listeners, worker ID `mixed-gw-<i>`) as process `name`, with
+/// `controller` as its `--controller`.
+pub fn start_gateway(stack: &mut Stack, i: usize, name: &str, controller: &str) {
+    let (http, admin) = stack.gateways[i];
+    stack.procs.start(
+        name,
+        Command::new(bin("proxy-pool-gateway"))
+            .args(["--http-listen", &http.to_string()])
+            .args(["--socks5-listen", &free_addr().to_string()])
+            .args(["--admin-listen", &admin.to_string()])
+            .args(["--controller", controller])
+            .args(["--worker-id", &format!("mixed-gw-{i}")])
+            .args(["--egress-allow-cidr", "127.0.0.0/8"])
+            .arg("--clients-file")
+            .arg(stack.dir.join("gateway-clients.json")),
+    );
+}
+
+/// The value of the unlabelled metric `name` on the `/metrics` of `admin`; `None` when
+/// it does not answer or has no such metric.
+pub async fn metric(admin: SocketAddr, name: &str) -> Option<String> {
     let (status, body) = get(admin, "/metrics", "").await;
     if status != 200 {
         return None;
     }
     body.lines()
-        .find_map(|l| l.strip_prefix("proxy_pool_controller_leader "))
-        .map(|v| v.trim() == "1")
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .map(|v| v.trim().to_owned())
+}
+
+/// Whether replica `admin` says it leads (`proxy_pool_controller_leader 1`); `None`
+/// when it does not answer.
+pub async fn leads(admin: SocketAddr) -> Option<bool> {
+    metric(admin, "proxy_pool_controller_leader")
+        .await
+        .map(|v| v == "1")
 }
 
 /// The admin inventory of the one upstream: (unextracted, available unowned).
@@ -455,15 +506,19 @@ pub async fn inventory(admin: SocketAddr) -> Option<(u64, u64)> {
     Some((u["unextracted"].as_u64()?, u["available"].as_u64()?))
 }
 
-/// One request through a gateway: a plain forwarded GET or (`tunnel`) a CONNECT with
-/// a GET inside. `Err` carries what went wrong.
-pub async fn via_gateway(gw: SocketAddr, echo: SocketAddr, path: &str) -> Result<(), String> {
+/// A forwarded `GET` of `path` on the echo server, as the gateway client [`GW_USER`].
+pub fn forward_request(echo: SocketAddr, path: &str) -> String {
     let auth = basic(GW_USER, GW_PASS);
-    let s = connect(gw).await.map_err(|e| format!("connect: {e}"))?;
-    let req = format!(
+    format!(
         "GET http://{echo}{path} HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n"
-    );
-    served(exchange(s, &req).await)
+    )
+}
+
+/// One forwarded GET through a gateway ([`forward_request`]). `Err` carries what went
+/// wrong.
+pub async fn via_gateway(gw: SocketAddr, echo: SocketAddr, path: &str) -> Result<(), String> {
+    let s = connect(gw).await.map_err(|e| format!("connect: {e}"))?;
+    served(exchange(s, &forward_request(echo, path)).await)
 }
 
 /// `Ok` for a 200 answer; otherwise what came back (status and body, or the I/O error).

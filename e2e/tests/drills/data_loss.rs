@@ -40,13 +40,9 @@ fn feeder(sim: std::net::SocketAddr, stop: Arc<AtomicBool>) -> std::thread::Join
 
 /// `proxy_pool_pool_generation_start_seconds` of the replica at `admin`.
 fn generation_start(admin: std::net::SocketAddr) -> Option<u64> {
-    let (status, body) = block(get(admin, "/metrics", ""));
-    if status != 200 {
-        return None;
-    }
-    body.lines()
-        .find_map(|l| l.strip_prefix("proxy_pool_pool_generation_start_seconds "))
-        .and_then(|v| v.trim().parse().ok())
+    block(metric(admin, "proxy_pool_pool_generation_start_seconds"))?
+        .parse()
+        .ok()
 }
 
 #[test]
@@ -95,24 +91,12 @@ fn redis_restarted_without_its_data_during_extraction_hands_nothing_out_twice() 
 
     // The replica that led is deposed (its token went with the data) and exits 3; its
     // supervisor starts it again. Another one leads meanwhile.
-    let mut names: Vec<String> = (0..stack.replicas.len())
-        .map(|i| format!("controller-{i}"))
-        .collect();
+    let mut names = replica_names(&stack);
     let mut restarted = Vec::new();
     let deadline = Instant::now() + LEASE * 4 + SLACK * 5;
     let next = loop {
-        for (i, name) in names.iter_mut().enumerate() {
-            if let Some(status) = stack.procs.wait_exit(name, Duration::ZERO) {
-                assert_eq!(
-                    status.code(),
-                    Some(3),
-                    "{name} must exit as deposed (3)\n{}",
-                    stack.procs.logs()
-                );
-                restarted.push((name.clone(), lost.elapsed()));
-                *name = format!("controller-{i}-again");
-                start_controller(&mut stack, i, name);
-            }
+        for name in restart_deposed(&mut stack, &mut names) {
+            restarted.push((name, lost.elapsed()));
         }
         let leading: Vec<usize> = (0..stack.replicas.len())
             .filter(|i| block(leads(stack.replicas[*i].admin)) == Some(true))
@@ -131,8 +115,23 @@ fn redis_restarted_without_its_data_during_extraction_hands_nothing_out_twice() 
 
     // The quarantine, then enough load to see extraction and gateways serve again.
     std::thread::sleep((PROXY_TTL + AFTER / 2).saturating_sub(lost.elapsed()));
+    // Each gateway serves again (its snapshot holds proxies after the hold), then one
+    // more second for answers still in flight; from there on no request may fail.
+    let echo = stack.echo;
+    for (i, (http, _)) in stack.gateways.clone().into_iter().enumerate() {
+        stack.procs.wait_until(
+            &format!("gateway {i} serving after the quarantine"),
+            AFTER,
+            || block(via_gateway(http, echo, "/after-quarantine")).is_ok(),
+        );
+    }
+    std::thread::sleep(Duration::from_secs(1));
     let (ok_mid, errors_mid) = (load.gateway_ok(), load.gateway_errors().len());
-    std::thread::sleep((PROXY_TTL + AFTER).saturating_sub(lost.elapsed()));
+    std::thread::sleep(
+        (PROXY_TTL + AFTER)
+            .saturating_sub(lost.elapsed())
+            .max(Duration::from_secs(3)),
+    );
     stack.procs.all_alive();
     let served_at = load.served_at();
     let gw_errors = load.gateway_errors();
@@ -199,6 +198,5 @@ fn redis_restarted_without_its_data_during_extraction_hands_nothing_out_twice() 
         errors_end - errors_mid,
         AFTER / 2
     );
-    stack.procs.stop();
-    let _ = std::fs::remove_dir_all(&stack.dir);
+    stack.tear_down();
 }

@@ -34,8 +34,7 @@ fn leader_sigkill_under_mixed_load() {
         "new leader after {took:?}, bound {:?} (+{SLACK:?} slack)",
         LEASE + RETRY
     );
-    stack.procs.stop();
-    let _ = std::fs::remove_dir_all(&stack.dir);
+    stack.tear_down();
 }
 
 #[test]
@@ -93,6 +92,5 @@ fn leader_paused_past_its_lease_writes_nothing_when_resumed() {
         ),
     );
     assert!(took <= LEASE + RETRY + SLACK, "new leader after {took:?}");
-    stack.procs.stop();
-    let _ = std::fs::remove_dir_all(&stack.dir);
+    stack.tear_down();
 }

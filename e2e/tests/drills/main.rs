@@ -204,6 +204,33 @@ pub(crate) fn wait_leader(stack: &mut Stack, skip: Option<usize>, within: Durati
     }
 }
 
+/// The replicas' supervisor: every replica whose process (`names[i]` for replica `i`)
+/// has exited must have exited as deposed (code 3) and is started again, as
+/// `<name>-again`; `names` then holds the new process names. The names that exited.
+pub(crate) fn restart_deposed(stack: &mut Stack, names: &mut [String]) -> Vec<String> {
+    let mut exited = Vec::new();
+    for (i, name) in names.iter_mut().enumerate() {
+        if let Some(status) = stack.procs.wait_exit(name, Duration::ZERO) {
+            assert_eq!(
+                status.code(),
+                Some(3),
+                "{name} must exit as deposed (3)\n{}",
+                stack.procs.logs()
+            );
+            exited.push(std::mem::replace(name, format!("{name}-again")));
+            start_controller(stack, i, name);
+        }
+    }
+    exited
+}
+
+/// The process names of a stack's replicas as [`start`] names them.
+pub(crate) fn replica_names(stack: &Stack) -> Vec<String> {
+    (0..stack.replicas.len())
+        .map(|i| format!("controller-{i}"))
+        .collect()
+}
+
 /// Stops the load and checks the invariants every drill keeps; prints the figures.
 pub(crate) fn finish(tag: &str, stack: &mut Stack, load: Load, figures: &str) {
     finish_allowing(tag, stack, load, figures, &|_| false);

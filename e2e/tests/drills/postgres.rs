@@ -115,7 +115,6 @@ fn postgres_stopped_during_extraction() {
             .any(|c| c.reasons.contains(&reason::SQL_RETRY.to_owned())),
         "{coverage:?}"
     );
-    stack.procs.stop();
-    let _ = std::fs::remove_dir_all(&stack.dir);
+    stack.tear_down();
     let _ = std::fs::remove_file(dsn);
 }

@@ -77,6 +77,5 @@ fn rolling_restart_of_every_replica_under_mixed_load() {
         errors.len() <= 2 && window <= 10_000,
         "extraction errors during the rolling restart: {errors:?}"
     );
-    stack.procs.stop();
-    let _ = std::fs::remove_dir_all(&stack.dir);
+    stack.tear_down();
 }

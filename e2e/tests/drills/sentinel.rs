@@ -126,6 +126,23 @@ fn extract_with_key(dists: &[SocketAddr], key: &str, within: Duration) -> Vec<se
     panic!("no 200 for the idempotent extraction within {within:?}: {last:?}");
 }
 
+/// How long after `killed` `done` held (polled every 50 ms); fails the drill with `what`
+/// and the logs once three times [`FAILOVER_BOUND`] have passed.
+fn since_kill(stack: &Stack, killed: Instant, what: &str, done: impl Fn() -> bool) -> Duration {
+    loop {
+        let took = done().then(|| killed.elapsed());
+        assert!(
+            killed.elapsed() < FAILOVER_BOUND * 3,
+            "{what}\n{}",
+            stack.procs.logs()
+        );
+        if let Some(took) = took {
+            return took;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn ids(proxies: &[serde_json::Value]) -> Vec<String> {
     proxies
         .iter()
@@ -223,32 +240,12 @@ fn redis_master_killed_with_sentinel() {
     stack.redis.stop();
     let killed = Instant::now();
     let killed_at = killed.duration_since(load.began).as_millis() as u64;
-    let mut failover = None;
-    while failover.is_none() {
-        if block(master_port(&sentinels)) == Some(replica.port()) {
-            failover = Some(killed.elapsed());
-        }
-        assert!(
-            killed.elapsed() < FAILOVER_BOUND * 3,
-            "no failover\n{}",
-            stack.procs.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let failover = failover.unwrap_or_default();
-    let mut back = None;
-    while back.is_none() {
-        if x.served.load(Ordering::Relaxed) > served_before {
-            back = Some(killed.elapsed());
-        }
-        assert!(
-            killed.elapsed() < FAILOVER_BOUND * 3,
-            "extraction never came back\n{}",
-            stack.procs.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let back = back.unwrap_or_default();
+    let failover = since_kill(&stack, killed, "no failover", || {
+        block(master_port(&sentinels)) == Some(replica.port())
+    });
+    let back = since_kill(&stack, killed, "extraction never came back", || {
+        x.served.load(Ordering::Relaxed) > served_before
+    });
 
     // The replay after the failover: the first answer, not a new extraction.
     let replay = extract_with_key(&dists, "drill-replay-1", Duration::from_secs(30));
@@ -261,20 +258,8 @@ fn redis_master_killed_with_sentinel() {
     std::thread::sleep(AFTER);
     // The supervisor: a leader deposed by a failover longer than its lease exits 3 and
     // starts again as a follower.
-    let mut restarted = Vec::new();
-    for i in 0..stack.replicas.len() {
-        let name = format!("controller-{i}");
-        if let Some(status) = stack.procs.wait_exit(&name, Duration::ZERO) {
-            assert_eq!(
-                status.code(),
-                Some(3),
-                "{name} exited other than deposed\n{}",
-                stack.procs.logs()
-            );
-            start_controller(&mut stack, i, &format!("{name}-restarted"));
-            restarted.push(name);
-        }
-    }
+    let mut names = replica_names(&stack);
+    let restarted = restart_deposed(&mut stack, &mut names);
     stack.procs.all_alive();
     let leader_now = wait_leader(&mut stack, None, READY_WITHIN);
     let errors = x.errors.lock().unwrap().clone();
@@ -319,9 +304,8 @@ fn redis_master_killed_with_sentinel() {
         late.is_empty(),
         "extraction errors outside the failover window: {late:?}"
     );
-    stack.procs.stop();
+    stack.tear_down();
     drop(sentinels);
     drop(replica);
-    let _ = std::fs::remove_dir_all(&stack.dir);
     let _ = std::fs::remove_dir_all(&logs);
 }

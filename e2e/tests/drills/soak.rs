@@ -16,11 +16,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use proxy_pool_e2e::procs::bin;
+use proxy_pool_e2e::hostile::procstat::{self, Stat};
 
 use crate::common::*;
 use crate::*;
@@ -37,32 +36,8 @@ fn env_u64(name: &str, default: u64) -> u64 {
     }
 }
 
-/// One sample of one process instance.
-#[derive(Clone, Copy, Debug)]
-struct Sample {
-    at_s: f64,
-    rss_kib: u64,
-    fds: u64,
-    threads: u64,
-}
-
-fn sample(pid: u32, at_s: f64) -> Option<Sample> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-    };
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
-    Some(Sample {
-        at_s,
-        rss_kib: field("VmRSS:")?,
-        fds,
-        threads: field("Threads:")?,
-    })
-}
+/// One sample of one process instance: seconds since the load began, and the reading.
+type Sample = (f64, Stat);
 
 /// Least-squares slope of `ys` over `xs` (per unit of x).
 fn slope(xs: &[f64], ys: &[f64]) -> f64 {
@@ -79,13 +54,13 @@ fn slope(xs: &[f64], ys: &[f64]) -> f64 {
 /// Growth over the second half of an instance's samples, when it looks unbounded:
 /// the fitted growth across that half is above `floor` and above `share` of the mean,
 /// and the last sample is the half's highest so far or close to it.
-fn grows(samples: &[Sample], get: fn(&Sample) -> u64, floor: f64, share: f64) -> Option<String> {
+fn grows(samples: &[Sample], get: fn(&Stat) -> u64, floor: f64, share: f64) -> Option<String> {
     let half = &samples[samples.len() / 2..];
     if half.len() < 6 {
         return None;
     }
-    let xs: Vec<f64> = half.iter().map(|s| s.at_s).collect();
-    let ys: Vec<f64> = half.iter().map(|s| get(s) as f64).collect();
+    let xs: Vec<f64> = half.iter().map(|(at_s, _)| *at_s).collect();
+    let ys: Vec<f64> = half.iter().map(|(_, s)| get(s) as f64).collect();
     let span = xs[xs.len() - 1] - xs[0];
     let growth = slope(&xs, &ys) * span;
     let mean = ys.iter().sum::<f64>() / ys.len() as f64;
@@ -145,8 +120,8 @@ fn soak() {
             let at = began.elapsed().as_secs_f64();
             for name in &names {
                 let pid = stack.procs.pid(name);
-                if let Some(s) = sample(pid, at) {
-                    series.entry((name.clone(), pid)).or_default().push(s);
+                if let Some(s) = procstat::sample(pid) {
+                    series.entry((name.clone(), pid)).or_default().push((at, s));
                 }
             }
             let now = (
@@ -198,20 +173,10 @@ fn soak() {
                 stack.procs.signal(&name, "TERM");
                 let exit = stack.procs.wait_exit(&name, Duration::from_secs(60));
                 let new = format!("gateway-1-r{restarts}");
-                let (http, admin) = stack.gateways[1];
+                let admin = stack.gateways[1].1;
                 let t = Instant::now();
-                stack.procs.start(
-                    &new,
-                    Command::new(bin("proxy-pool-gateway"))
-                        .args(["--http-listen", &http.to_string()])
-                        .args(["--socks5-listen", &free_addr().to_string()])
-                        .args(["--admin-listen", &admin.to_string()])
-                        .args(["--controller", &stack.cp_endpoints()])
-                        .args(["--worker-id", "mixed-gw-1"])
-                        .args(["--egress-allow-cidr", "127.0.0.0/8"])
-                        .arg("--clients-file")
-                        .arg(stack.dir.join("gateway-clients.json")),
-                );
+                let cps = stack.cp_endpoints();
+                start_gateway(&mut stack, 1, &new, &cps);
                 stack
                     .procs
                     .wait_until("restarted gateway 1 ready", READY_WITHIN, || {
@@ -251,8 +216,8 @@ fn soak() {
     );
     let mut flagged = Vec::new();
     for ((name, pid), s) in &series {
-        let (a, b) = (s[0], s[s.len() - 1]);
-        let max = |f: fn(&Sample) -> u64| s.iter().map(f).max().unwrap_or(0);
+        let (a, b) = (s[0].1, s[s.len() - 1].1);
+        let max = |f: fn(&Stat) -> u64| s.iter().map(|(_, x)| f(x)).max().unwrap_or(0);
         let mut growth = Vec::new();
         if let Some(g) = grows(s, |x| x.rss_kib, 8.0 * 1024.0, 0.10) {
             growth.push(format!("RSS KiB {g}"));
@@ -337,6 +302,5 @@ fn soak() {
         &|_| true,
     );
     assert!(flagged.is_empty(), "unbounded-looking growth: {flagged:#?}");
-    stack.procs.stop();
-    let _ = std::fs::remove_dir_all(&stack.dir);
+    stack.tear_down();
 }

@@ -193,9 +193,8 @@ impl Agent {
         let mut rpc = WorkerControlPlaneClient::new(channel.clone())
             .max_decoding_message_size(limits::SNAPSHOT)
             .max_encoding_message_size(limits::REPORT_RUNTIME);
-        let deadline = self.cfg.options.call_timeout;
         let reg = answered(
-            deadline,
+            self.cfg.options.call_timeout,
             rpc.register_worker(pb::RegisterWorkerRequest {
                 worker_id: self.cfg.worker_id.clone(),
                 instance_id: self.cfg.instance_id.clone(),
@@ -216,6 +215,7 @@ impl Agent {
         let ids = Ids {
             worker_id: self.cfg.worker_id.clone(),
             session_id: reg.session_id.clone(),
+            call_timeout: self.cfg.options.call_timeout,
         };
         let (acked_tx, acked_rx) = watch::channel::<Acked>(None);
         let interval = Duration::from_millis(reg.report_interval_ms.max(100));
@@ -225,7 +225,6 @@ impl Agent {
             .unwrap_or(DEFAULT_OUTCOME_BATCH);
         let reporter = report_runtime(
             channel.clone(),
-            deadline,
             ids.clone(),
             self.handle.clone(),
             acked_rx,
@@ -233,7 +232,7 @@ impl Agent {
             self.usage.as_deref(),
             &mut self.pending,
         );
-        let shipper = ship_outcomes(channel, deadline, ids.clone(), &mut self.outcomes, batch);
+        let shipper = ship_outcomes(channel, ids.clone(), &mut self.outcomes, batch);
         // The backoff is reset by the first snapshot accepted, not by registration, so a
         // controller that keeps sending snapshots this worker refuses is not hammered.
         let watcher = watch_snapshots(
@@ -244,7 +243,6 @@ impl Agent {
             state,
             &acked_tx,
             backoff,
-            deadline,
         );
         tokio::select! {
             res = watcher => res,
@@ -254,10 +252,13 @@ impl Agent {
     }
 }
 
+/// Who this session is, and the deadline of each of its calls.
 #[derive(Debug, Clone)]
 struct Ids {
     worker_id: String,
     session_id: String,
+    /// [`client::ClientOptions::call_timeout`].
+    call_timeout: Duration,
 }
 
 /// `call`, or `DEADLINE_EXCEEDED` when it is not answered within `deadline`.
@@ -281,7 +282,6 @@ fn now_ms() -> i64 {
 }
 
 /// Watches snapshots until the stream fails or ends; applies, publishes and ACKs.
-#[allow(clippy::too_many_arguments)]
 async fn watch_snapshots(
     rpc: &mut WorkerControlPlaneClient<Channel>,
     ids: &Ids,
@@ -290,13 +290,12 @@ async fn watch_snapshots(
     state: &mut Option<SnapshotState>,
     acked: &watch::Sender<Acked>,
     backoff: &mut Backoff,
-    deadline: Duration,
 ) -> Result<(), AgentError> {
     let (last_version, last_checksum) = state
         .as_ref()
         .map_or((0, Vec::new()), |s| (s.version(), s.checksum().0.to_vec()));
     let mut stream = answered(
-        deadline,
+        ids.call_timeout,
         rpc.watch_snapshots(pb::WatchSnapshotsRequest {
             worker_id: ids.worker_id.clone(),
             session_id: ids.session_id.clone(),
@@ -323,7 +322,7 @@ async fn watch_snapshots(
         };
         let accepted = verdict.is_ok();
         answered(
-            deadline,
+            ids.call_timeout,
             rpc.acknowledge_snapshot(pb::AcknowledgeSnapshotRequest {
                 worker_id: ids.worker_id.clone(),
                 session_id: ids.session_id.clone(),
@@ -424,10 +423,8 @@ const DRAIN_POLL: Duration = Duration::from_millis(100);
 /// nothing) has its usage resent with the next report, possibly in the next session;
 /// any other failure may or may not have been counted, so its usage is dropped and
 /// counted as lost rather than risk counting it twice.
-#[allow(clippy::too_many_arguments)]
 async fn report_runtime(
     channel: Channel,
-    deadline: Duration,
     ids: Ids,
     handle: SnapshotHandle,
     mut acked: watch::Receiver<Acked>,
@@ -471,7 +468,7 @@ async fn report_runtime(
         }
         sequence += 1;
         let sent = answered(
-            deadline,
+            ids.call_timeout,
             rpc.report_runtime(pb::ReportRuntimeRequest {
                 worker_id: ids.worker_id.clone(),
                 session_id: ids.session_id.clone(),
@@ -523,7 +520,6 @@ async fn drained(handle: &SnapshotHandle, draining: &[ProxyId]) {
 /// are hints) rather than held.
 async fn ship_outcomes(
     channel: Channel,
-    deadline: Duration,
     ids: Ids,
     outcomes: &mut OutcomeReceiver,
     batch: usize,
@@ -552,7 +548,7 @@ async fn ship_outcomes(
         sequence += 1;
         let items = buf.drain(..).map(outcome_to_wire).collect();
         let resp = answered(
-            deadline,
+            ids.call_timeout,
             rpc.report_outcomes(pb::ReportOutcomesRequest {
                 worker_id: ids.worker_id.clone(),
                 session_id: ids.session_id.clone(),

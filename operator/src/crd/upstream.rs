@@ -259,6 +259,11 @@ pub struct UpstreamInventory {
     pub available: i64,
     /// Free request slots: max concurrency minus active and reserved, over available proxies.
     pub available_slots: i64,
+    /// While set, a new pool generation (first install, or a Redis that lost its data)
+    /// holds this upstream's proxies back — neither extractable nor assignable — until
+    /// then (`spec.quarantine`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantined_until: Option<Time>,
 }
 
 fn default_safety_margin() -> String {

@@ -88,6 +88,9 @@ async fn from_controller(
         "available": r.available,
         "availableSlots": r.available_slots,
     });
+    if let Some(t) = &r.quarantined_until {
+        status["inventory"]["quarantinedUntil"] = json!(t);
+    }
     if let Some(t) = &r.last_fetch_time {
         status["lastFetchTime"] = json!(t);
     }
@@ -115,6 +118,12 @@ async fn from_controller(
                 r.available,
                 r.last_fetch_time.as_deref().unwrap_or("")
             );
+            if let Some(t) = &r.quarantined_until {
+                outcome.ready_message = format!(
+                    "{}; held back until {t} (a new pool generation: spec.quarantine)",
+                    outcome.ready_message
+                );
+            }
         }
     }
 }

@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use activity_pool::testkit::RedisServer;
 use jiff::Timestamp;
-use proxy_pool_analytics::{Collector, Engine, Event, ManualClock, PgStore, Settings, WorkingSet};
+use proxy_pool_analytics::{
+    Collector, Engine, Event, IsWriter, Kind, ManualClock, PgStore, Settings, Subject, TotalRow,
+    WorkingSet,
+};
 use tokio::sync::mpsc;
 
 pub use proxy_pool_analytics::testkit::Postgres;
@@ -31,6 +34,11 @@ pub async fn redis_conn(redis: &RedisServer) -> redis::aio::MultiplexedConnectio
         .unwrap()
 }
 
+/// The working set every rig's engine uses.
+fn working_set(conn: &redis::aio::MultiplexedConnection) -> WorkingSet {
+    WorkingSet::new(conn.clone(), "test", b"k".to_vec())
+}
+
 impl Rig {
     /// Migrated database, empty Redis, clock at `now`.
     pub async fn new(now: &str, zone: &str) -> Self {
@@ -42,9 +50,8 @@ impl Rig {
         let settings = Settings::for_zone(zone).unwrap();
         let (collector, rx) = Collector::bounded(100_000, Arc::new(clock.clone()));
         let conn = redis_conn(&redis).await;
-        let ws = WorkingSet::new(conn.clone(), "test", b"k".to_vec());
         let engine = Engine::new(
-            ws,
+            working_set(&conn),
             store.clone(),
             settings.clone(),
             Arc::new(clock.clone()),
@@ -63,6 +70,20 @@ impl Rig {
         }
     }
 
+    /// The committed total of one subject (it must exist).
+    pub async fn total(&self, kind: Kind, name: &str) -> TotalRow {
+        let subject = Subject {
+            kind,
+            name: name.into(),
+        };
+        self.store.total(&subject).await.unwrap().unwrap()
+    }
+
+    /// Another handle on the engine's working set (another replica's, say).
+    pub fn working_set(&self) -> WorkingSet {
+        working_set(&self.conn)
+    }
+
     /// Applies every queued event.
     pub async fn drain(&mut self) {
         let mut buf = Vec::new();
@@ -70,5 +91,36 @@ impl Rig {
             buf.push(e);
         }
         self.engine.apply(&buf).await;
+    }
+}
+
+/// A worker task ([`proxy_pool_analytics::run`]) running until [`Worker::stop`].
+pub struct Worker {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Worker {
+    /// Runs `engine` on `rx`, flushing while `writer` says so.
+    pub fn spawn(engine: Engine, rx: mpsc::Receiver<Event>, writer: IsWriter) -> Self {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(proxy_pool_analytics::run(
+            engine,
+            rx,
+            async move {
+                let _ = stopped.await;
+            },
+            writer,
+        ));
+        Self { stop, task }
+    }
+
+    /// Signals shutdown and waits (bounded) for the worker's final step.
+    pub async fn stop(self) {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), self.task)
+            .await
+            .unwrap()
+            .unwrap();
     }
 }

@@ -36,10 +36,16 @@ else
   if redis.call('HLEN', K_RECORDS) > 0 then gen = 0 else gen = NOW; began = NOW end
   redis.call('HSET', K_GEN, 'start', istr(gen))
 end
--- This upstream's hold-back ends at generation start + its quarantine.
+-- This upstream's hold-back ends at generation start + its quarantine. Only a hold
+-- that lasts is stored: the extraction reads every stored one, so a pool past its
+-- holds keeps just `start`.
 local held = gen + P.q
-redis.call('HSET', K_GEN, 'h:' .. up, istr(held))
-if held <= NOW then held = nil end
+if held > NOW then
+  redis.call('HSET', K_GEN, 'h:' .. up, istr(held))
+else
+  redis.call('HDEL', K_GEN, 'h:' .. up)
+  held = nil
+end
 local ins, ref, dropped = 0, 0, {}
 local function drop(reason) dropped[reason] = (dropped[reason] or 0) + 1 end
 
