@@ -314,14 +314,18 @@ impl Controller {
             sd.clone(),
         ));
         let mut background = Vec::new();
+        // Stepping down (releasing the lease, taking the leader label off the pod) is
+        // awaited at shutdown, not aborted with the other background tasks: a lease
+        // left held delays the next leader by a whole lease.
+        let mut stepping_down = Vec::new();
         if let Some(elector) = self.elector.take() {
             let s = sd.clone();
-            background.push(tokio::spawn(
+            stepping_down.push(tokio::spawn(
                 elector.run(async move { s.reached(Phase::Stopping).await }),
             ));
         }
         if let Some(label) = self.pod_label.take() {
-            background.push(tokio::spawn(label.follow(self.leadership.clone())));
+            stepping_down.push(tokio::spawn(label.follow(self.leadership.clone())));
         }
         background.push(tokio::spawn(self.leader_loops(sd.clone())));
         {
@@ -386,7 +390,18 @@ impl Controller {
         {
             tracing::warn!("grace period over before every listener drained");
         }
-        for b in background {
+        let stepped_down = async {
+            for t in &mut stepping_down {
+                let _ = t.await;
+            }
+        };
+        if tokio::time::timeout_at(shutdown::reserve(deadline, reserved), stepped_down)
+            .await
+            .is_err()
+        {
+            tracing::warn!("grace period over before the leader lease was released");
+        }
+        for b in background.into_iter().chain(stepping_down) {
             b.abort();
         }
         if let Some(c) = composed {

@@ -26,8 +26,8 @@ use tokio_util::sync::CancellationToken;
 const NS: &str = "leadership";
 
 struct Env {
-    _redis: RedisServer,
-    _cluster: KubeApiServer,
+    redis: RedisServer,
+    cluster: KubeApiServer,
     client: kube::Client,
     pool: RedisPool,
 }
@@ -47,8 +47,8 @@ async fn env() -> Env {
     let client = cluster.client();
     Workloads::create_namespace(&client, NS).await;
     Env {
-        _redis: redis,
-        _cluster: cluster,
+        redis,
+        cluster,
         client,
         pool,
     }
@@ -204,4 +204,88 @@ async fn kubernetes_lease_with_redis_tokens_on_a_real_apiserver() {
     assert!(tb > ta, "{tb} > {ta}");
     wait_label(&pods, "ctl-b", "true").await;
     wait_label(&pods, "ctl-a", "false").await;
+
+    // 4. The controller process: SIGTERM releases the Lease before the process exits
+    // (a Lease left held would keep every other replica from leading for a whole lease).
+    sigterm_releases_the_lease(&env).await;
+}
+
+/// Runs the controller binary on the Kubernetes backend (the Lease in the kubeconfig's
+/// namespace, `default`), waits until it holds the Lease, sends SIGTERM and requires a
+/// clean exit with the Lease's holder cleared.
+async fn sigterm_releases_the_lease(env: &Env) {
+    let dir = std::env::temp_dir().join(format!("leadership-kube-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("controller.yaml");
+    let free = proxy_pool_e2e::ports::free_addr;
+    std::fs::write(
+        &config,
+        format!(
+            r#"store:
+  backend: redis
+  redis: {{address: "{redis}"}}
+distribution:
+  listen: {dist}
+  auth: {{mode: any, methods: [{{type: apiKey}}]}}
+admin: {{listen: {admin}}}
+leadership:
+  replicas: 2
+  backend: kubernetes
+  kubernetes: {{leaseName: sigterm-release, labelPod: false}}
+shutdown: {{gracePeriod: 5s}}
+"#,
+            redis = env.redis.url(),
+            dist = free(),
+            admin = free(),
+        ),
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_proxy-pool-controller"))
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .env("KUBECONFIG", env.cluster.kubeconfig())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .kill_on_drop(true)
+        .spawn()
+        .expect("controller binary");
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), "default");
+    let holder = || async {
+        leases
+            .get_opt("sigterm-release")
+            .await
+            .unwrap()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+    };
+    let mut held = None;
+    for _ in 0..150 {
+        if let Some(h) = holder().await {
+            held = Some(h);
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the controller exited before leading: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let held = held.expect("the controller took the Lease within 15 s");
+    assert!(held.starts_with("controller-"), "holder {held}");
+    let pid = child.id().expect("running").to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("the controller exits within its grace period")
+        .unwrap();
+    assert!(status.success(), "clean exit after SIGTERM: {status}");
+    assert_eq!(
+        holder().await,
+        None,
+        "the Lease is released before the process exits (still held by {held})"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
