@@ -239,7 +239,7 @@ async fn stream_loop(
     tx: mpsc::Sender<ProbeTask>,
     shutdown: CancellationToken,
 ) {
-    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+    let mut backoff = Backoff::reconnect();
     while !shutdown.is_cancelled() {
         let served = tokio::select! {
             () = shutdown.cancelled() => break,

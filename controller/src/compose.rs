@@ -28,7 +28,9 @@ use crate::controlplane::{
 use crate::health::{
     BridgeOptions, CheckerBridge, HealthMetrics, HealthService, PlannerConfig, ReducerConfig,
 };
-use crate::leadership::{Elector, ElectorOptions, Leadership, RedisLease};
+use crate::leadership::{
+    Elector, ElectorOptions, KubeLease, Leadership, LeaseStore, PodLabel, RedisLease,
+};
 use crate::metrics::Metrics;
 use crate::provider::{
     ProviderError, ProviderMetrics, ProviderReconciler, ResolvedSecrets, plan_upstream,
@@ -72,6 +74,9 @@ pub enum ComposeError {
         /// The I/O error kind.
         reason: String,
     },
+    /// The leader election cannot be set up (Kubernetes backend).
+    #[error("leadership: {0}")]
+    Leadership(String),
     /// Inconsistent health thresholds.
     #[error("health: {0}")]
     Health(String),
@@ -106,11 +111,15 @@ pub struct BuiltStore {
     pub leadership: Leadership,
     /// Redis: the (fenced) pool that relays extraction demand to the leader.
     pub relay: Option<activity_pool::RedisPool>,
+    /// The Kubernetes backend with `labelPod`: this replica's pod label.
+    pub pod_label: Option<PodLabel>,
 }
 
 /// Builds the store the config names and, with Redis, the leader election: every
-/// Redis port's leader-only writes carry the elector's fencing token.
-pub async fn build_store(config: &Config) -> Result<BuiltStore, ComposeError> {
+/// Redis port's leader-only writes carry the elector's fencing token. `pod` is this
+/// replica's pod name in a cluster (the holder name's prefix; the Kubernetes backend's
+/// pod label needs it).
+pub async fn build_store(config: &Config, pod: Option<&str>) -> Result<BuiltStore, ComposeError> {
     use activity_pool::{Fence, MemoryPool};
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     match &config.store {
@@ -125,15 +134,17 @@ pub async fn build_store(config: &Config) -> Result<BuiltStore, ComposeError> {
                 elector: None,
                 leadership: Leadership::sole(),
                 relay: None,
+                pod_label: None,
             })
         }
         proxy_pool_api::config::StoreConfig::Redis(_) => {
             let fence = Fence::new();
             let built = store::build_fenced(config, Some(&fence)).await?;
             let redis = redis_pool(config).await?;
+            let (lease, pod_label) = lease_store(config, &redis, pod).await?;
             let (elector, leadership) = Elector::new(
-                Arc::new(RedisLease::new(redis.as_ref().clone())),
-                crate::leadership::holder_name(None),
+                lease,
+                crate::leadership::holder_name(pod),
                 fence.clone(),
                 ElectorOptions::from(&config.leadership),
             );
@@ -145,9 +156,43 @@ pub async fn build_store(config: &Config) -> Result<BuiltStore, ComposeError> {
                 elector: Some(elector),
                 leadership,
                 relay: Some(fenced),
+                pod_label,
             })
         }
     }
+}
+
+/// The leader lease the config names: the Redis key, or a Kubernetes Lease in the
+/// namespace of the client's context (in a pod: its own) with tokens from Redis.
+async fn lease_store(
+    config: &Config,
+    redis: &activity_pool::RedisPool,
+    pod: Option<&str>,
+) -> Result<(Arc<dyn LeaseStore>, Option<PodLabel>), ComposeError> {
+    use proxy_pool_api::config::LeadershipBackend;
+    let LeadershipBackend::Kubernetes(k) = &config.leadership.backend else {
+        return Ok((Arc::new(RedisLease::new(redis.clone())), None));
+    };
+    let err = |what: &str| ComposeError::Leadership(what.into());
+    let kube_config = kube::Config::infer()
+        .await
+        .map_err(|_| err("no Kubernetes API access (in-cluster or kubeconfig)"))?;
+    let client = kube::Client::try_from(kube_config)
+        .map_err(|_| err("cannot build the Kubernetes client"))?;
+    let lease = KubeLease::new(
+        kube::Api::default_namespaced(client.clone()),
+        &k.lease_name,
+        redis.clone(),
+    );
+    let label = if k.label_pod {
+        let pod = pod.ok_or_else(|| {
+            err("labelPod needs the pod's name (PROXY_POOL_POD_NAME, from the downward API)")
+        })?;
+        Some(PodLabel::new(kube::Api::default_namespaced(client), pod))
+    } else {
+        None
+    };
+    Ok((Arc::new(lease), label))
 }
 
 fn ports_of<P: activity_pool::ports::ActivityPool + 'static>(pool: Arc<P>) -> Ports {

@@ -82,6 +82,8 @@ pub struct Controller {
     fetch_status: provider::FetchStatus,
     elector: Option<leadership::Elector>,
     leadership: leadership::Leadership,
+    /// The Kubernetes leadership backend: this replica's pod label.
+    pod_label: Option<leadership::PodLabel>,
     /// Redis: relays a follower's extraction demand to the leader.
     relay: Option<activity_pool::RedisPool>,
     /// Stops the relay's task.
@@ -104,12 +106,22 @@ pub enum Exit {
 impl Controller {
     /// Builds the store the config names (connecting to Redis) and every part.
     pub async fn build(config: Config) -> Result<Self, compose::ComposeError> {
-        let built = compose::build_store(&config).await?;
+        Self::build_in_pod(config, None).await
+    }
+
+    /// [`Controller::build`] for a replica running in pod `pod` (its name: the leader
+    /// holder's prefix, and the pod the Kubernetes leadership backend labels).
+    pub async fn build_in_pod(
+        config: Config,
+        pod: Option<String>,
+    ) -> Result<Self, compose::ComposeError> {
+        let built = compose::build_store(&config, pod.as_deref()).await?;
         let pool = built.control_plane;
         let mut controller = Self::from_store(config, built.store)?;
         controller.elector = built.elector;
         controller.leadership = built.leadership;
         controller.relay = built.relay;
+        controller.pod_label = built.pod_label;
         if let Some(b) = compose::prepare_bearer(&controller.config, &controller.metrics).await? {
             controller = controller.with_bearer_verifier(b.verifier);
         }
@@ -188,6 +200,7 @@ impl Controller {
             fetch_status: provider::FetchStatus::default(),
             elector: None,
             leadership: leadership::Leadership::sole(),
+            pod_label: None,
             relay: None,
             relay_stop: tokio_util::sync::CancellationToken::new(),
             drains: None,
@@ -301,11 +314,18 @@ impl Controller {
             sd.clone(),
         ));
         let mut background = Vec::new();
+        // Stepping down (releasing the lease, taking the leader label off the pod) is
+        // awaited at shutdown, not aborted with the other background tasks: a lease
+        // left held delays the next leader by a whole lease.
+        let mut stepping_down = Vec::new();
         if let Some(elector) = self.elector.take() {
             let s = sd.clone();
-            background.push(tokio::spawn(
+            stepping_down.push(tokio::spawn(
                 elector.run(async move { s.reached(Phase::Stopping).await }),
             ));
+        }
+        if let Some(label) = self.pod_label.take() {
+            stepping_down.push(tokio::spawn(label.follow(self.leadership.clone())));
         }
         background.push(tokio::spawn(self.leader_loops(sd.clone())));
         {
@@ -370,7 +390,18 @@ impl Controller {
         {
             tracing::warn!("grace period over before every listener drained");
         }
-        for b in background {
+        let stepped_down = async {
+            for t in &mut stepping_down {
+                let _ = t.await;
+            }
+        };
+        if tokio::time::timeout_at(shutdown::reserve(deadline, reserved), stepped_down)
+            .await
+            .is_err()
+        {
+            tracing::warn!("grace period over before the leader lease was released");
+        }
+        for b in background.into_iter().chain(stepping_down) {
             b.abort();
         }
         if let Some(c) = composed {

@@ -136,7 +136,11 @@ async fn run(path: PathBuf) -> anyhow::Result<Exit> {
     let listeners = Listeners::bind(&config)
         .await
         .context("binding listeners")?;
-    let controller = Controller::build(config)
+    // In a pod: its name from the downward API (the chart sets it).
+    let pod = std::env::var("PROXY_POOL_POD_NAME")
+        .ok()
+        .filter(|p| !p.is_empty());
+    let controller = Controller::build_in_pod(config, pod)
         .await
         .context("building the controller")?;
     Ok(controller.run(listeners, shutdown::signal()).await)

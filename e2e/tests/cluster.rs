@@ -13,7 +13,12 @@
 //! - `kubectl get` columns; the guard (routes, nftables counters) holds;
 //! - `helm test`; `helm upgrade` rolls the controller and the gateways under counted
 //!   traffic; a deleted controller pod is replaced while the gateways keep serving and
-//!   extraction resumes; `helm uninstall` leaves no object of the release;
+//!   extraction resumes;
+//! - the chart's Redis mode: three controller replicas, one leader (Kubernetes Lease,
+//!   its pod labelled, alone behind the control-plane Service); the leader pod deleted
+//!   under gateway traffic and extraction: a new leader within the bound, gateway
+//!   failures counted, extraction resumes, no proxy handed out twice;
+//! - `helm uninstall` leaves no object of the release;
 //! - `scripts/cluster-down.sh` leaves the host as it was.
 //!
 //! One test (one cluster): the steps run in order. Needs root and
@@ -64,8 +69,10 @@ async fn proxy_pool_on_a_real_cluster() {
     a_gateway_roll_loses_no_request(&c).await;
     a_deleted_controller_pod_is_replaced(&c).await;
     gateways_serve_from_their_snapshot_without_a_controller(&c).await;
+    let redis = three_replicas_on_redis_and_the_leader_pod_deleted(&c).await;
     the_guard_holds(&c).await;
     helm_uninstall_leaves_no_release_object(&c).await;
+    drop(redis);
 
     let node_ip = c.setting("CLUSTER_NODE_IP").to_owned();
     let bridge = c.setting("CLUSTER_BRIDGE").to_owned();
@@ -906,6 +913,325 @@ async fn gateways_serve_from_their_snapshot_without_a_controller(c: &LocalCluste
     );
 }
 
+/// The Redis of the chart's Redis mode: a `redis-server` on the node's address (where
+/// a managed Redis outside the cluster would be; pods reach the node's address), no
+/// persistence. Stopped when dropped.
+struct HostRedis {
+    child: std::process::Child,
+    address: String,
+}
+
+/// Its port: fixed, below the ephemeral range.
+const HOST_REDIS_PORT: u16 = 6390;
+
+impl HostRedis {
+    fn start(node_ip: &str) -> Self {
+        let bin =
+            std::env::var("PROXY_POOL_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let port = HOST_REDIS_PORT.to_string();
+        let child = std::process::Command::new(&bin)
+            .args(["--bind", node_ip, "--port", &port, "--protected-mode", "no"])
+            .args(["--save", "", "--appendonly", "no", "--dir", "/tmp"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {bin} (PROXY_POOL_REDIS_SERVER): {e}"));
+        Self {
+            child,
+            address: format!("redis://{node_ip}:{port}/0"),
+        }
+    }
+}
+
+impl Drop for HostRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The controller pods labelled leader, with whether each is Ready.
+async fn leader_pods(c: &LocalCluster) -> Vec<(String, bool)> {
+    let pods = c
+        .kubectl_json(&[
+            "-n",
+            NS,
+            "get",
+            "pods",
+            "-l",
+            "proxypool.io/component=controller,proxypool.io/leader=true",
+        ])
+        .await;
+    pods["items"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                .map(|p| {
+                    let name = p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    (name, is_ready(p))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The ready endpoints' pod names behind a Service.
+async fn endpoint_pods(c: &LocalCluster, service: &str) -> Vec<String> {
+    let label = format!("kubernetes.io/service-name={service}");
+    let slices = c
+        .kubectl_json(&["-n", NS, "get", "endpointslices", "-l", &label])
+        .await;
+    let mut pods: Vec<String> = slices["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+        .filter(|e| e["conditions"]["ready"] != Value::Bool(false))
+        .filter_map(|e| e["targetRef"]["name"].as_str().map(str::to_owned))
+        .collect();
+    pods.sort();
+    pods
+}
+
+/// What one extraction loop saw: when each call was sent, its status and proxy IDs.
+type ExtractLog = Arc<parking_lot::Mutex<Vec<(SystemTime, u16, BTreeSet<String>)>>>;
+
+/// Three controller replicas in the chart's Redis mode, the leader elected on a
+/// Kubernetes Lease; the leader pod deleted under gateway traffic and extraction.
+async fn three_replicas_on_redis_and_the_leader_pod_deleted(c: &LocalCluster) -> HostRedis {
+    let redis = HostRedis::start(c.setting("CLUSTER_NODE_IP"));
+    let address = format!("redis.address={}", redis.address);
+    let out = c
+        .helm(
+            &[
+                "upgrade",
+                RELEASE,
+                "charts/proxy-pool",
+                "-n",
+                NS,
+                "--values",
+                "scripts/cluster/values.yaml",
+                "--set",
+                "store.backend=redis",
+                "--set",
+                &address,
+                "--wait",
+                "--timeout",
+                "5m",
+            ],
+            Duration::from_secs(360),
+        )
+        .await;
+    assert!(
+        out.success,
+        "helm upgrade to Redis:\n{}\n{}\n{}",
+        out.stdout,
+        out.stderr,
+        c.logs()
+    );
+    // The chart's default on Redis: three replicas, every one Ready.
+    eventually(c, "three controller replicas Ready", 300, || async {
+        let d = c
+            .kubectl_json(&["-n", NS, "get", "deployment", CONTROLLER])
+            .await;
+        d["spec"]["replicas"] == 3 && rolled_out(c, CONTROLLER).await
+    })
+    .await;
+    // The operator re-renders the config for the new store: the controller and the
+    // gateways roll again. Measure on a settled installation: both rolled out and
+    // unchanged for 30 s.
+    let started = Instant::now();
+    let mut last = (String::new(), String::new());
+    let mut stable_since = Instant::now();
+    loop {
+        let now = (
+            template_hash(c, CONTROLLER).await,
+            template_hash(c, GATEWAY).await,
+        );
+        let done = rolled_out(c, CONTROLLER).await && rolled_out(c, GATEWAY).await;
+        if now != last || !done {
+            last = now;
+            stable_since = Instant::now();
+        } else if stable_since.elapsed() >= Duration::from_secs(30) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "the installation did not settle on Redis\n{}",
+            c.logs()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!(
+        "Redis mode: settled {:.0}s after the upgrade",
+        started.elapsed().as_secs_f64()
+    );
+    // Exactly one leads: one pod labelled, the Lease's holder, alone behind the
+    // control-plane Service (the Distribution Service has all three).
+    let control_plane = format!("{CONTROLLER}-control-plane");
+    eventually(
+        c,
+        "exactly one leader pod, alone behind the control-plane Service",
+        120,
+        || async {
+            let leaders = leader_pods(c).await;
+            let [(leader, true)] = &leaders[..] else {
+                return false;
+            };
+            endpoint_pods(c, &control_plane).await == vec![leader.clone()]
+        },
+    )
+    .await;
+    let leader = leader_pods(c).await[0].0.clone();
+    let lease = c
+        .kubectl_json(&["-n", NS, "get", "lease", CONTROLLER])
+        .await;
+    let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or_default();
+    assert!(
+        holder.starts_with(&format!("{leader}-")),
+        "Lease holder {holder}, leader pod {leader}"
+    );
+    assert!(
+        lease["metadata"]["annotations"]["proxypool.io/fencing-token"].is_string(),
+        "the tenure carries its Redis fencing token: {lease}"
+    );
+    assert_eq!(
+        endpoint_pods(c, CONTROLLER).await.len(),
+        3,
+        "Distribution on every replica"
+    );
+
+    // Load: gateway traffic (the new pool filled, the gateways registered with the
+    // leader) and extraction through the Ingress, spread by the Service over the three.
+    let traffic = Traffic::start(c).await;
+    assert!(
+        traffic
+            .recovered_within(Duration::from_secs(240))
+            .await
+            .is_some(),
+        "traffic through the gateway on the Redis store\n{}",
+        c.logs()
+    );
+    let extracted: ExtractLog = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let extraction = {
+        let (log, stop) = (extracted.clone(), stop.clone());
+        let (ingress, key) = (Ingress::of(c), c.credentials.client_api_key.clone());
+        tokio::spawn(async move {
+            for i in 0..600 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let at = SystemTime::now();
+                let (code, body) = extract_at(&ingress, Some(&key), &format!("e2e-ha-{i}")).await;
+                log.lock().push((at, code, proxy_ids(&body)));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(8)).await;
+
+    let deleted_at = SystemTime::now();
+    let started = Instant::now();
+    c.kubectl_ok(&["-n", NS, "delete", "pod", &leader, "--wait=false"])
+        .await;
+    let mut new_leader = None;
+    while started.elapsed() < Duration::from_secs(120) {
+        if let [(name, true)] = &leader_pods(c).await[..]
+            && *name != leader
+            && endpoint_pods(c, &control_plane).await == vec![name.clone()]
+        {
+            new_leader = Some((name.clone(), started.elapsed()));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (new_leader, took) = new_leader.unwrap_or_else(|| {
+        panic!(
+            "no new leader after the leader pod's deletion\n{}",
+            c.logs()
+        )
+    });
+    // Load goes on past the change; extraction must be served again after it, and the
+    // gateway traffic must come back.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = extraction.await;
+    let recovered = traffic.recovered_within(Duration::from_secs(120)).await;
+    let during = traffic.between(deleted_at, SystemTime::now());
+    let report = traffic.stop().await;
+
+    let log = extracted.lock().clone();
+    let mut seen = BTreeSet::new();
+    let mut twice = BTreeSet::new();
+    for id in log.iter().flat_map(|(_, _, ids)| ids) {
+        if !seen.insert(id.clone()) {
+            twice.insert(id.clone());
+        }
+    }
+    let served = |from: SystemTime| {
+        log.iter()
+            .filter(|(at, code, ids)| *at >= from && *code == 200 && !ids.is_empty())
+            .count()
+    };
+    let errors: Vec<_> = log
+        .iter()
+        .filter(|(_, code, _)| *code != 200 && *code != 409)
+        .map(|(at, code, _)| {
+            (
+                at.duration_since(deleted_at)
+                    .map_or(-0.0, |d| d.as_secs_f64()),
+                *code,
+            )
+        })
+        .collect();
+    let after_change = deleted_at + took;
+    eprintln!(
+        "three replicas on Redis, leader pod {leader} deleted: new leader {new_leader} labelled \
+         and alone behind the control-plane Service after {:.1}s (bound: lease 10s + retry 2s); \
+         gateway requests from the delete on: {} sent, {} failed {:?} (overall {} sent, {} failed); \
+         extraction: {} calls, {} served ({} after the new leader), {} proxies, {} handed out \
+         twice; errors (s after the delete, status): {errors:?}; gateway traffic back: \
+         {recovered:?} after the start of its run",
+        took.as_secs_f64(),
+        during.total,
+        during.failed,
+        during.failures,
+        report.total,
+        report.failed,
+        log.len(),
+        served(UNIX_EPOCH),
+        served(after_change),
+        seen.len(),
+        twice.len(),
+    );
+    assert!(
+        took <= Duration::from_secs(15),
+        "a new leader within the failover bound (12 s, +3 s for the label and the poll): {took:?}"
+    );
+    assert!(twice.is_empty(), "proxies handed out twice: {twice:?}");
+    assert!(
+        served(after_change) > 0,
+        "extraction did not resume\n{}",
+        c.logs()
+    );
+    assert!(
+        during.total >= 40,
+        "too little gateway traffic measured: {during:?}"
+    );
+    // The target is 0 failed gateway requests; not met yet (docs/reliability.md): the
+    // failures are counted and printed, and the traffic must come back.
+    assert!(
+        recovered.is_some(),
+        "gateway traffic did not recover after the leader change: {report:?}\n{}",
+        c.logs()
+    );
+    redis
+}
+
 #[test]
 fn kubernetes_times_parse() {
     let at = |s| rfc3339(s).map(|t| t.duration_since(UNIX_EPOCH).expect("after").as_secs());
@@ -1185,9 +1511,30 @@ async fn sim_info(c: &LocalCluster) -> Value {
 
 /// POST the extract API through the Ingress (TLS, the cluster CA); status and body.
 async fn extract(c: &LocalCluster, key: Option<&str>, idempotency: &str) -> (u16, String) {
-    let host_name = c.setting("CLUSTER_INGRESS_HOST");
-    let node_ip = c.setting("CLUSTER_NODE_IP");
-    let ca = c.ca_file().display().to_string();
+    extract_at(&Ingress::of(c), key, idempotency).await
+}
+
+/// Where the extract API is reached from the host: the Ingress host name, the node's
+/// address it resolves to, and the cluster CA.
+#[derive(Clone)]
+struct Ingress {
+    host_name: String,
+    node_ip: String,
+    ca: String,
+}
+
+impl Ingress {
+    fn of(c: &LocalCluster) -> Self {
+        Self {
+            host_name: c.setting("CLUSTER_INGRESS_HOST").to_owned(),
+            node_ip: c.setting("CLUSTER_NODE_IP").to_owned(),
+            ca: c.ca_file().display().to_string(),
+        }
+    }
+}
+
+async fn extract_at(ingress: &Ingress, key: Option<&str>, idempotency: &str) -> (u16, String) {
+    let (host_name, node_ip, ca) = (&ingress.host_name, &ingress.node_ip, &ingress.ca);
     let resolve = format!("{host_name}:443:{node_ip}");
     let url = format!("https://{host_name}/api/v1/proxies/extract");
     let idem = format!("Idempotency-Key: {idempotency}");

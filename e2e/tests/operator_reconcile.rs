@@ -396,6 +396,234 @@ async fn chart_lints_and_templates_clean() {
     }
 }
 
+/// `helm template` with `values`; the rendered documents.
+async fn rendered(values: &[&str]) -> Vec<String> {
+    let mut cmd = tokio::process::Command::new(helm());
+    cmd.args(["template", RELEASE])
+        .arg(repo_path("charts/proxy-pool"))
+        .args(["--namespace", NS]);
+    for v in REQUIRED_VALUES.iter().chain(values) {
+        cmd.args(["--set", v]);
+    }
+    let out = cmd.output().await.expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm template {values:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("UTF-8 manifests")
+        .split("\n---")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The one document of `kind` named `name`.
+fn doc<T: serde::de::DeserializeOwned>(docs: &[String], kind: &str, name: &str) -> Option<T> {
+    let (k, n) = (format!("kind: {kind}\n"), format!("  name: {name}\n"));
+    docs.iter()
+        .find(|d| d.contains(&k) && d.contains(&n))
+        .map(|d| serde_yaml::from_str(d).unwrap_or_else(|e| panic!("{kind} {name}: {e}")))
+}
+
+fn base_config(docs: &[String]) -> proxy_pool_api::config::Config {
+    let cm: ConfigMap = doc(docs, "ConfigMap", "proxy-pool-operator-base-config").expect("base");
+    let yaml = &cm.data.expect("data")["base.yaml"];
+    proxy_pool_api::config::load_yaml(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
+}
+
+/// Controller replicas and leadership in the chart: three replicas by default on Redis,
+/// elected on a Kubernetes Lease; the leader-only control-plane Service beside the
+/// every-replica Distribution Service; least-privilege RBAC for the Lease and the pod
+/// label; a PodDisruptionBudget and a topology spread. One replica on the memory store
+/// (and with analytics), with nothing of the above that needs an election.
+#[tokio::test]
+async fn chart_controller_replicas_leader_service_and_rbac() {
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::api::rbac::v1::Role;
+    use proxy_pool_api::config::{KubernetesLeadership, LeadershipBackend};
+
+    let ctl = CONTROLLER;
+    let leader_service = format!("{ctl}-control-plane");
+    let docs = rendered(&["store.backend=redis", "redis.address=redis://redis:6379/0"]).await;
+    let config = base_config(&docs);
+    assert_eq!(config.leadership.replicas, 3);
+    assert_eq!(
+        config.leadership.backend,
+        LeadershipBackend::Kubernetes(KubernetesLeadership {
+            lease_name: ctl.into(),
+            label_pod: true,
+        })
+    );
+    let deployment: Deployment = doc(&docs, "Deployment", ctl).expect("controller Deployment");
+    let spec = deployment.spec.expect("spec");
+    assert_eq!(spec.replicas, Some(3));
+    let pod = spec.template.spec.expect("pod spec");
+    assert_eq!(pod.automount_service_account_token, Some(true));
+    let env = pod.containers[0].env.clone().unwrap_or_default();
+    let pod_name = env
+        .iter()
+        .find(|e| e.name == "PROXY_POOL_POD_NAME")
+        .and_then(|e| e.value_from.as_ref())
+        .and_then(|v| v.field_ref.as_ref())
+        .map(|f| f.field_path.clone());
+    assert_eq!(pod_name.as_deref(), Some("metadata.name"));
+    let spread = pod.topology_spread_constraints.expect("topology spread");
+    let selects = spread[0]
+        .label_selector
+        .as_ref()
+        .and_then(|s| s.match_labels.as_ref())
+        .and_then(|l| l.get("proxypool.io/component"))
+        .cloned();
+    assert_eq!(selects.as_deref(), Some("controller"));
+
+    // Distribution on every replica; the control plane on the leader alone.
+    let all: Service = doc(&docs, "Service", ctl).expect("controller Service");
+    let all = all.spec.expect("spec");
+    assert!(
+        !all.selector
+            .clone()
+            .unwrap()
+            .contains_key("proxypool.io/leader")
+    );
+    let ports: Vec<_> = all.ports.unwrap().into_iter().map(|p| p.name).collect();
+    assert_eq!(ports, vec![Some("distribution".to_owned())]);
+    let leader: Service = doc(&docs, "Service", &leader_service).expect("control-plane Service");
+    let leader = leader.spec.expect("spec");
+    assert_eq!(
+        leader
+            .selector
+            .unwrap()
+            .get("proxypool.io/leader")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        leader.ports.unwrap()[0].name.as_deref(),
+        Some("control-plane")
+    );
+    // Gateways and checkers dial it, under a name the controller's certificate holds.
+    let address = format!("--controller-address={leader_service}.{NS}.svc:9443");
+    assert!(docs.iter().any(|d| d.contains(&address)), "{address}");
+    let names = format!("{leader_service}.{NS}.svc,");
+    assert!(
+        docs.iter()
+            .any(|d| d.contains("--controller-dns-names=") && d.contains(&names))
+    );
+    let checker = format!("--controller=https://{leader_service}.{NS}.svc:9443");
+    assert!(docs.iter().any(|d| d.contains(&checker)), "{checker}");
+
+    // Least privilege: the one Lease (the chart's) by name, pod patches.
+    let lease: Lease = doc(&docs, "Lease", ctl).expect("the chart's Lease");
+    assert_eq!(lease.spec.unwrap_or_default().holder_identity, None);
+    let role: Role = doc(&docs, "Role", &format!("{ctl}-leader")).expect("leader Role");
+    let rules: Vec<_> = role
+        .rules
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            (
+                r.resources.unwrap_or_default().join(","),
+                r.resource_names.unwrap_or_default().join(","),
+                r.verbs.join(","),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        vec![
+            ("leases".into(), ctl.to_owned(), "get,update".into()),
+            ("pods".into(), String::new(), "patch".into()),
+        ]
+    );
+    let pdb: PodDisruptionBudget = doc(&docs, "PodDisruptionBudget", ctl).expect("PDB");
+    assert_eq!(pdb.spec.unwrap().max_unavailable, Some(IntOrString::Int(1)));
+
+    // Leader election on Redis: every replica behind the control-plane Service, no RBAC.
+    let docs = rendered(&[
+        "store.backend=redis",
+        "redis.address=redis://redis:6379/0",
+        "controller.leaderElection=redis",
+    ])
+    .await;
+    assert_eq!(
+        base_config(&docs).leadership.backend,
+        LeadershipBackend::Redis
+    );
+    let leader: Service = doc(&docs, "Service", &leader_service).expect("control-plane Service");
+    assert!(
+        !leader
+            .spec
+            .unwrap()
+            .selector
+            .unwrap()
+            .contains_key("proxypool.io/leader")
+    );
+    assert!(doc::<Role>(&docs, "Role", &format!("{ctl}-leader")).is_none());
+    assert!(doc::<Lease>(&docs, "Lease", ctl).is_none());
+
+    // Usage analytics has one writer, the leader: three replicas with it too; the
+    // memory store keeps one replica.
+    for (values, replicas) in [
+        (&[][..], 1),
+        (
+            &[
+                "store.backend=redis",
+                "redis.address=redis://redis:6379/0",
+                "postgresql.enabled=true",
+                "postgresql.dsnSecret.name=pg-dsn",
+            ][..],
+            3,
+        ),
+    ] {
+        let docs = rendered(values).await;
+        assert_eq!(
+            base_config(&docs).leadership.replicas,
+            replicas,
+            "{values:?}"
+        );
+        // (Text: serde_yaml reads the Secret volumes' octal modes as strings.)
+        let deployment = docs
+            .iter()
+            .find(|d| d.contains("kind: Deployment\n") && d.contains(&format!("  name: {ctl}\n")))
+            .expect("Deployment");
+        assert!(
+            deployment.contains(&format!("\nspec:\n  replicas: {replicas}\n")),
+            "{values:?}"
+        );
+    }
+    let docs = rendered(&[]).await;
+    assert_eq!(
+        base_config(&docs).leadership.backend,
+        LeadershipBackend::Redis
+    );
+    let deployment: Deployment = doc(&docs, "Deployment", ctl).expect("Deployment");
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    assert!(doc::<Role>(&docs, "Role", &format!("{ctl}-leader")).is_none());
+
+    // A misspelt election backend is refused, naming the value.
+    let out = tokio::process::Command::new(helm())
+        .args(["template", RELEASE])
+        .arg(repo_path("charts/proxy-pool"))
+        .args(["--namespace", NS, "--set", REQUIRED_VALUES[0]])
+        .args([
+            "--set",
+            "store.backend=redis",
+            "--set",
+            "redis.address=redis://r:6379/0",
+        ])
+        .args(["--set", "controller.leaderElection=etcd"])
+        .output()
+        .await
+        .expect("run helm");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("controller.leaderElection must be"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_reconciles_on_a_real_cluster() {
     let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));

@@ -6,16 +6,24 @@
 //! (`lease + retryEvery`), or gateways would refuse traffic during every leader change.
 //! Usage analytics runs with any number of replicas: every replica records usage into
 //! Redis and only the leader flushes it to PostgreSQL.
+//! The lease is a Redis key (`backend: redis`) or a Kubernetes Lease (`backend:
+//! kubernetes`, Redis store only: the fencing token still comes from Redis).
 
 use std::time::Duration;
 
 use super::ConfigError;
 use super::duration::duration_in;
 use super::raw::RawLeadership;
-use super::types::{ControlPlaneConfig, LeadershipConfig, StoreConfig};
+use super::types::{
+    ControlPlaneConfig, KubernetesLeadership, LeadershipBackend, LeadershipConfig, StoreConfig,
+};
+use super::validate::dns_name;
 
 /// Most controller replicas on one store.
 pub const MAX_REPLICAS: u32 = 16;
+
+/// The Lease name when `leadership.kubernetes.leaseName` is not set.
+pub const DEFAULT_LEASE_NAME: &str = "proxy-pool-controller";
 
 fn err(errors: &mut Vec<ConfigError>, path: &str, message: impl Into<String>) {
     errors.push(ConfigError {
@@ -82,6 +90,7 @@ pub(super) fn leadership(
         lease,
         renew_every,
         retry_every,
+        backend: backend(errors, raw, store),
     };
     if let (StoreConfig::Redis(_), Some(cp)) = (store, control_plane)
         && cp.max_stale_age <= config.failover_bound()
@@ -97,4 +106,56 @@ pub(super) fn leadership(
         );
     }
     config
+}
+
+/// `leadership.backend` and `leadership.kubernetes`.
+fn backend(
+    errors: &mut Vec<ConfigError>,
+    raw: &RawLeadership,
+    store: &StoreConfig,
+) -> LeadershipBackend {
+    match raw.backend.as_deref().unwrap_or("redis") {
+        "redis" => {
+            if raw.kubernetes.is_some() {
+                err(
+                    errors,
+                    "leadership.kubernetes",
+                    "only with leadership.backend: kubernetes",
+                );
+            }
+            LeadershipBackend::Redis
+        }
+        "kubernetes" => {
+            if !matches!(store, StoreConfig::Redis(_)) {
+                err(
+                    errors,
+                    "leadership.backend",
+                    "kubernetes needs store.backend: redis (the fencing token of every \
+                     leader-only write comes from the pool's Redis; the memory store has one \
+                     replica and nothing to elect)",
+                );
+            }
+            let k = raw.kubernetes.clone().unwrap_or_default();
+            let lease_name = k.lease_name.unwrap_or_else(|| DEFAULT_LEASE_NAME.into());
+            if !dns_name(&lease_name, 253, true) {
+                err(
+                    errors,
+                    "leadership.kubernetes.leaseName",
+                    format!("`{lease_name}` is not a DNS-1123 subdomain"),
+                );
+            }
+            LeadershipBackend::Kubernetes(KubernetesLeadership {
+                lease_name,
+                label_pod: k.label_pod.unwrap_or(true),
+            })
+        }
+        other => {
+            err(
+                errors,
+                "leadership.backend",
+                format!("must be `redis` or `kubernetes`, got `{other}`"),
+            );
+            LeadershipBackend::Redis
+        }
+    }
 }

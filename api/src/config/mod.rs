@@ -23,7 +23,7 @@ pub use files::{
     MAX_SECRET_FILE_BYTES, load_yaml_with_files, read_secret_file, resolve_secret_files,
     resolve_username_files,
 };
-pub use leadership::MAX_REPLICAS;
+pub use leadership::{DEFAULT_LEASE_NAME, MAX_REPLICAS};
 pub use raw::RawConfig;
 pub use types::*;
 pub use usage::{MAX_CACHE_BATCH, MAX_KEY_PREFIX, TOKEN_REVIEW_MAX_TTL};

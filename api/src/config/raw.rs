@@ -66,6 +66,24 @@ pub struct RawLeadership {
     /// How often a follower tries to take it.
     #[serde(default)]
     pub retry_every: Option<String>,
+    /// Where the lease lives: `redis` (default) or `kubernetes`.
+    #[serde(default)]
+    pub backend: Option<String>,
+    /// The Kubernetes Lease (`backend: kubernetes`).
+    #[serde(default)]
+    pub kubernetes: Option<RawKubernetesLeadership>,
+}
+
+/// `leadership.kubernetes`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RawKubernetesLeadership {
+    /// Name of the `coordination.k8s.io/v1` Lease in the pod's namespace.
+    #[serde(default)]
+    pub lease_name: Option<String>,
+    /// Whether the leader labels its own pod (`proxypool.io/leader`).
+    #[serde(default)]
+    pub label_pod: Option<bool>,
 }
 
 /// `egress`: the egress policy (`proxy_pool_api::egress`). Built-in deny ranges

@@ -1011,6 +1011,61 @@ fn leadership_timing_is_checked() {
 }
 
 #[test]
+fn leadership_backend_kubernetes_is_redis_only_and_names_a_lease() {
+    let c = load_yaml(&format!(
+        "{REDIS_STORE}leadership: {{replicas: 3, backend: kubernetes}}\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.leadership.backend,
+        LeadershipBackend::Kubernetes(KubernetesLeadership {
+            lease_name: DEFAULT_LEASE_NAME.into(),
+            label_pod: true,
+        })
+    );
+    let c = load_yaml(&format!(
+        "{REDIS_STORE}leadership: {{backend: kubernetes, kubernetes: {{leaseName: pp.ctl, labelPod: false}}}}\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.leadership.backend,
+        LeadershipBackend::Kubernetes(KubernetesLeadership {
+            lease_name: "pp.ctl".into(),
+            label_pod: false,
+        })
+    );
+    // The fencing token comes from Redis: no Kubernetes backend on the memory store.
+    assert_eq!(
+        paths("leadership: {backend: kubernetes}\n"),
+        vec!["leadership.backend"]
+    );
+    // Every problem at once, each at its path.
+    assert_eq!(
+        paths(&format!(
+            "{REDIS_STORE}leadership: {{backend: kubernetes, kubernetes: {{leaseName: Bad_Name}}}}\n"
+        )),
+        vec!["leadership.kubernetes.leaseName"]
+    );
+    assert_eq!(
+        paths(&format!("{REDIS_STORE}leadership: {{backend: etcd}}\n")),
+        vec!["leadership.backend"]
+    );
+    assert_eq!(
+        paths(&format!(
+            "{REDIS_STORE}leadership: {{kubernetes: {{leaseName: a}}}}\n"
+        )),
+        vec!["leadership.kubernetes"]
+    );
+    assert!(
+        load_yaml(&format!(
+            "{REDIS_STORE}leadership: {{backend: kubernetes, kubernetes: {{lease: a}}}}\n"
+        ))
+        .is_err(),
+        "unknown fields are refused"
+    );
+}
+
+#[test]
 fn redis_tls_and_acl_users() {
     let c = load_yaml(
         "store: {backend: redis, redis: {address: 'rediss://r:6380/0', username: pool, tls: {caFile: /ca.pem}}}",

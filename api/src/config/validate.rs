@@ -777,23 +777,26 @@ fn token_review(cx: &mut Ctx, path: &str, raw: &RawTokenReview) -> TokenReviewCo
     }
 }
 
+/// Whether `s` is a DNS-1123 name of at most `max` bytes: a label, or with `dots` a
+/// subdomain (Kubernetes object names).
+pub(super) fn dns_name(s: &str, max: usize, dots: bool) -> bool {
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    !s.is_empty()
+        && s.len() <= max
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part.chars().all(ok_char)
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+        && (dots || !s.contains('.'))
+}
+
 /// Whether `namespace/name` names a ServiceAccount: a DNS-1123 label, `/`, a DNS-1123
 /// subdomain.
 fn check_service_account(value: &str) -> Result<(), String> {
-    fn label(s: &str, max: usize, dots: bool) -> bool {
-        let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
-        !s.is_empty()
-            && s.len() <= max
-            && s.split('.').all(|part| {
-                !part.is_empty()
-                    && part.chars().all(ok_char)
-                    && !part.starts_with('-')
-                    && !part.ends_with('-')
-            })
-            && (dots || !s.contains('.'))
-    }
     match value.split_once('/') {
-        Some((ns, name)) if label(ns, 63, false) && label(name, 253, true) => Ok(()),
+        Some((ns, name)) if dns_name(ns, 63, false) && dns_name(name, 253, true) => Ok(()),
         _ => Err(format!(
             "`{value}` is not `namespace/name` (a DNS label, `/`, a DNS subdomain)"
         )),

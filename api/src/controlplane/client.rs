@@ -251,9 +251,26 @@ impl Backoff {
     }
 }
 
+/// The first delay of a worker's reconnect to the control plane.
+pub const RECONNECT_BASE: Duration = Duration::from_millis(200);
+
+/// The longest delay between a worker's reconnect attempts. Small on purpose: a worker
+/// renews nothing while it is away, so once a new leader serves, the worker must be back
+/// within seconds or the leases of its proxies (at least `renewBefore` left, less
+/// `LEASE_SAFETY`) run out (`docs/reliability.md`, "Leader change and gateway leases").
+pub const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+impl Backoff {
+    /// The backoff of a worker (gateway, checker) reconnecting to the control plane:
+    /// [`RECONNECT_BASE`] up to [`RECONNECT_MAX`].
+    pub fn reconnect() -> Self {
+        Self::new(RECONNECT_BASE, RECONNECT_MAX)
+    }
+}
+
 impl Default for Backoff {
     fn default() -> Self {
-        Self::new(Duration::from_millis(200), Duration::from_secs(30))
+        Self::reconnect()
     }
 }
 

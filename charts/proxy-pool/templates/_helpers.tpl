@@ -45,6 +45,27 @@ proxypool.io/component: {{ .component }}
 {{- define "proxy-pool.checker" -}}{{ include "proxy-pool.fullname" . }}-checker{{- end -}}
 {{- define "proxy-pool.gateway" -}}{{ include "proxy-pool.fullname" . }}-gateway{{- end -}}
 
+{{/* Controller replicas: the value, or 3 on Redis and 1 on memory. */}}
+{{- define "proxy-pool.controllerReplicas" -}}
+{{- $v := .Values -}}
+{{- if kindIs "invalid" $v.controller.replicas -}}
+{{- if eq $v.store.backend "redis" -}}3{{- else -}}1{{- end -}}
+{{- else -}}
+{{- int $v.controller.replicas -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the controller replicas elect their leader on a Kubernetes Lease and
+the leader labels its pod (store.backend=redis, controller.leaderElection=kubernetes). */}}
+{{- define "proxy-pool.kubernetesLeader" -}}
+{{- if eq .Values.store.backend "redis" -}}
+{{- if eq .Values.controller.leaderElection "kubernetes" -}}true
+{{- else if ne .Values.controller.leaderElection "redis" -}}
+{{- fail "controller.leaderElection must be kubernetes or redis" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The controller's base config: everything not derived from custom resources. */}}
 {{- define "proxy-pool.baseConfig" -}}
 {{- $v := .Values -}}
@@ -67,8 +88,12 @@ proxypool.io/component: {{ .component }}
   "admin" (dict "listen" (printf "0.0.0.0:%d" (int $v.controller.adminPort)))
   "controlPlane" (merge (dict "enabled" true "listen" (printf "0.0.0.0:%d" (int $v.controller.controlPlanePort))) (deepCopy $v.controller.controlPlane))
   "analytics" (dict "enabled" $v.postgresql.enabled)
-  "leadership" (dict "replicas" (int $v.controller.replicas))
+  "leadership" (dict "replicas" (int (include "proxy-pool.controllerReplicas" .)))
 -}}
+{{- if include "proxy-pool.kubernetesLeader" . -}}
+{{- $_ := set $base.leadership "backend" "kubernetes" -}}
+{{- $_ := set $base.leadership "kubernetes" (dict "leaseName" (include "proxy-pool.controller" .) "labelPod" true) -}}
+{{- end -}}
 {{- if $v.postgresql.enabled -}}
 {{- /* The DSN Secret is mounted into the controller by this chart (controller.yaml). */ -}}
 {{- $_ := set $base.analytics "dsnFile" "/etc/proxy-pool-postgres/dsn" -}}

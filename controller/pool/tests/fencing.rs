@@ -195,3 +195,43 @@ async fn fencing_tokens_never_go_backwards_after_data_loss() {
     let t2 = granted(&pool, "b", Duration::from_secs(30)).await;
     assert!(t2 > t1, "derived from server time: {t2} > {t1}");
 }
+
+/// A leader elected elsewhere (a Kubernetes Lease) takes its token with
+/// `leader_token`: greater than every earlier token, and from then on the previous
+/// leader's writes are refused while the new token's pass.
+#[tokio::test]
+async fn a_token_taken_for_another_lease_store_fences_the_previous_leader() {
+    let server = RedisServer::start();
+    let pool = RedisPool::new(
+        RedisConnector::direct(&server.url()).unwrap(),
+        RedisOptions::default(),
+    )
+    .await
+    .unwrap();
+    let t1 = pool.leader_token().await.unwrap();
+    let t2 = pool.leader_token().await.unwrap();
+    assert!(t2 > t1, "{t2} > {t1}");
+    // After a Redis lease grant too: tokens share one sequence.
+    let t3 = granted(&pool, "a", Duration::from_secs(30)).await;
+    let t4 = pool.leader_token().await.unwrap();
+    assert!(t3 > t2 && t4 > t3, "{t2} < {t3} < {t4}");
+
+    let (old, new) = (Fence::new(), Fence::new());
+    old.grant(t3);
+    new.grant(t4);
+    assert_eq!(
+        pool.fenced(old)
+            .upsert(batch("op-old", &["p1"]))
+            .await
+            .unwrap_err(),
+        PoolError::Fenced
+    );
+    pool.fenced(new)
+        .upsert(batch("op-new", &["p2"]))
+        .await
+        .unwrap();
+    let recs = pool.records(&[id("p1"), id("p2")]).await.unwrap();
+    assert_eq!(recs.len(), 2);
+    assert!(recs[0].is_none(), "the fenced write changed nothing");
+    assert!(recs[1].is_some());
+}

@@ -3,7 +3,10 @@
 //! reducer and planner, maintenance, static upstreams, the analytics writer); every
 //! replica serves the Distribution API.
 //!
-//! The port is a lease with a fencing token ([`LeaseStore`]); [`Elector`] drives it.
+//! The port is a lease with a fencing token ([`LeaseStore`]): a Redis key
+//! ([`RedisLease`]) or a Kubernetes Lease ([`KubeLease`], its token from the same
+//! Redis); [`Elector`] drives it, and with the Kubernetes backend [`PodLabel`] marks
+//! the leader's pod.
 //! A leader renews every `renew_every` and considers itself deposed as soon as it could
 //! not renew for `lease` (measured from before its last successful renewal was sent, so
 //! it stops no later than the store lets another replica take over), when the store
@@ -17,7 +20,9 @@
 //! but its error codes.
 
 pub mod contract;
+mod kube;
 mod memory;
+mod pod_label;
 mod redis;
 
 use std::fmt;
@@ -29,7 +34,9 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+pub use self::kube::KubeLease;
 pub use self::memory::MemoryLease;
+pub use self::pod_label::PodLabel;
 pub use self::redis::RedisLease;
 
 /// Why the lease store could not answer. Retryable.
@@ -37,7 +44,8 @@ pub use self::redis::RedisLease;
 #[error("leader lease store unavailable: {0}")]
 pub struct LeaseError(pub String);
 
-/// The lease with a fencing token. Implementations: [`RedisLease`].
+/// The lease with a fencing token. Implementations: [`RedisLease`], [`KubeLease`]
+/// (a Kubernetes Lease, tokens from Redis) and [`MemoryLease`] (tests).
 #[async_trait]
 pub trait LeaseStore: Send + Sync + fmt::Debug {
     /// Takes the lease for `ttl` when it is free (answering a new fencing token greater

@@ -140,7 +140,7 @@ impl Agent {
 
     /// Runs sessions until `stop` is cancelled, reconnecting with backoff.
     pub async fn run(mut self, stop: CancellationToken) {
-        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
+        let mut backoff = Backoff::reconnect();
         let mut state: Option<SnapshotState> = None;
         loop {
             let res = tokio::select! {

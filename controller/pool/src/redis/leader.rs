@@ -1,6 +1,7 @@
 //! The Redis leader lease of the controller replicas and its fencing token (keys
 //! `leader-lease` and `leader-fence` under the pool's hash tag, scripts
-//! `lua/leader_*.lua`). The controller's leadership port drives it; the pool's
+//! `lua/leader_*.lua`; `leader_token` alone when a Kubernetes Lease elects the
+//! leader). The controller's leadership port drives it; the pool's
 //! leader-only scripts check the same fence key ([`RedisPool::fenced`]).
 
 use std::time::Duration;
@@ -96,6 +97,23 @@ impl RedisPool {
             .await?;
         let r: OkReply = codec::decode(r, "leader_renew")?;
         Ok(r.ok)
+    }
+
+    /// A new fencing token for a leader another lease store (a Kubernetes Lease) has
+    /// just elected: greater than every earlier token, by the rule of
+    /// [`RedisPool::leader_acquire`]. From here on every leader-only write carrying an
+    /// older token is refused. It does not touch the Redis lease.
+    pub async fn leader_token(&self) -> PoolResult<u64> {
+        let r = self
+            .run(Call::new(
+                Script::LeaderToken,
+                CallKeys::new(None, None),
+                json!({}),
+            ))
+            .await?;
+        let r: AcquireReply = codec::decode(r, "leader_token")?;
+        r.t.and_then(|t| t.parse().ok())
+            .ok_or_else(|| codec::corrupt("leader_token"))
     }
 
     /// Gives the lease up when `holder` still has it under `token`.

@@ -40,10 +40,11 @@ pub(crate) enum Script {
     DemandPush,
     DemandTake,
     Generation,
+    LeaderToken,
 }
 
 impl Script {
-    pub(crate) const ALL: [Script; 28] = [
+    pub(crate) const ALL: [Script; 29] = [
         Script::Upsert,
         Script::Remove,
         Script::Health,
@@ -72,6 +73,7 @@ impl Script {
         Script::DemandPush,
         Script::DemandTake,
         Script::Generation,
+        Script::LeaderToken,
     ];
 
     /// The writes only the leader makes: with a fenced adapter they carry its fencing
@@ -124,6 +126,7 @@ impl Script {
             Script::DemandPush => "demand_push",
             Script::DemandTake => "demand_take",
             Script::Generation => "generation",
+            Script::LeaderToken => "leader_token",
         }
     }
 
@@ -157,6 +160,7 @@ impl Script {
             Script::DemandPush => lua!("prelude.lua", "demand_push.lua"),
             Script::DemandTake => lua!("prelude.lua", "demand_take.lua"),
             Script::Generation => lua!("prelude.lua", "generation.lua"),
+            Script::LeaderToken => lua!("prelude.lua", "leader_token.lua"),
         }
     }
 

@@ -1,0 +1,291 @@
+//! The Kubernetes leadership backend on a real kube-apiserver + etcd and a real
+//! `redis-server`: `KubeLease` passes the same lease contract as the Redis and memory
+//! leases; its fencing tokens come from Redis, so a leader whose Lease was taken over
+//! has every leader-only write refused; an elector on it hands over cleanly; and the
+//! leader's pod label follows its role. Never skipped: a missing binary fails the test
+//! (`PROXY_POOL_K8S_BIN_DIR`, `PROXY_POOL_REDIS_SERVER`; `scripts/test.sh` sets both).
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use activity_pool::model::{Candidate, FetchedBatch, OperationId, Protocol, ProxyId, UpstreamId};
+use activity_pool::ports::Upserter;
+use activity_pool::testkit::RedisServer;
+use activity_pool::{Fence, PoolError, RedisConnector, RedisOptions, RedisPool};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use proxy_pool_api::config::LEADER_POD_LABEL;
+use proxy_pool_controller::leadership::{
+    Elector, ElectorOptions, KubeLease, LeaseStore, PodLabel, Role, contract,
+};
+use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
+use tokio_util::sync::CancellationToken;
+
+const NS: &str = "leadership";
+
+struct Env {
+    redis: RedisServer,
+    cluster: KubeApiServer,
+    client: kube::Client,
+    pool: RedisPool,
+}
+
+async fn env() -> Env {
+    let redis = RedisServer::start();
+    let pool = RedisPool::new(
+        RedisConnector::direct(&redis.url()).unwrap(),
+        RedisOptions::default(),
+    )
+    .await
+    .unwrap();
+    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let cluster = KubeApiServer::start(&bins)
+        .await
+        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+    let client = cluster.client();
+    Workloads::create_namespace(&client, NS).await;
+    Env {
+        redis,
+        cluster,
+        client,
+        pool,
+    }
+}
+
+fn lease(env: &Env, name: &str) -> KubeLease {
+    KubeLease::new(
+        Api::namespaced(env.client.clone(), NS),
+        name,
+        env.pool.clone(),
+    )
+}
+
+fn batch(op: &str, id: &str) -> FetchedBatch {
+    FetchedBatch {
+        upstream: UpstreamId::new("vendor-a").unwrap(),
+        operation_id: OperationId::new(op).unwrap(),
+        safety_margin: Duration::from_secs(5),
+        max_size: NonZeroU32::new(100).unwrap(),
+        quarantine: Duration::ZERO,
+        candidates: vec![Candidate {
+            id: ProxyId::new(id).unwrap(),
+            protocol: Protocol::Http,
+            host: format!("{id}.vendor.test"),
+            port: 8080,
+            credentials: None,
+            region: None,
+            carrier: None,
+            ttl: Duration::from_secs(600),
+            max_concurrency: 4,
+        }],
+    }
+}
+
+async fn label_of(pods: &Api<Pod>, name: &str) -> Option<String> {
+    pods.get(name)
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .and_then(|l| l.get(LEADER_POD_LABEL).cloned())
+}
+
+async fn wait_label(pods: &Api<Pod>, name: &str, want: &str) {
+    for _ in 0..100 {
+        if label_of(pods, name).await.as_deref() == Some(want) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("pod {name}: {LEADER_POD_LABEL} never became {want}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_lease_with_redis_tokens_on_a_real_apiserver() {
+    let env = env().await;
+
+    // 1. The contract every lease store passes (Lease durations are whole seconds).
+    let store = lease(&env, "contract");
+    contract::lease_contract(&store, Duration::from_secs(2), tokio::time::sleep).await;
+
+    // 2. The token is Redis's: a leader whose Lease ran out and was taken over is
+    // fenced inside Redis, whatever it still believes.
+    let store = lease(&env, "fencing");
+    let ttl = Duration::from_secs(1);
+    let t1 = store.acquire("a", ttl).await.unwrap().expect("free Lease");
+    let old = Fence::new();
+    old.grant(t1);
+    env.pool
+        .fenced(old.clone())
+        .upsert(batch("op-1", "p1"))
+        .await
+        .expect("the leader writes");
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let t2 = store
+        .acquire("b", ttl)
+        .await
+        .unwrap()
+        .expect("expired Lease");
+    assert!(t2 > t1, "{t2} > {t1}");
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), NS);
+    let l = leases.get("fencing").await.unwrap();
+    assert_eq!(l.spec.and_then(|s| s.holder_identity).as_deref(), Some("b"));
+    assert_eq!(
+        l.metadata
+            .annotations
+            .and_then(|a| a.get(proxy_pool_lease::TOKEN_ANNOTATION).cloned()),
+        Some(t2.to_string()),
+        "the tenure carries its Redis token"
+    );
+    assert_eq!(
+        env.pool
+            .fenced(old)
+            .upsert(batch("op-2", "p2"))
+            .await
+            .unwrap_err(),
+        PoolError::Fenced,
+        "the deposed leader's write is refused"
+    );
+    let new = Fence::new();
+    new.grant(t2);
+    env.pool
+        .fenced(new)
+        .upsert(batch("op-3", "p3"))
+        .await
+        .expect("the new leader writes");
+
+    // 3. Two electors on the Lease, the leader's pod labelled; a clean stop hands
+    // over at the follower's next try and moves the label.
+    let workloads = Workloads::new(env.client.clone(), NS);
+    workloads.create_service_account("controller").await;
+    for pod in ["ctl-a", "ctl-b"] {
+        workloads.create_pod(pod, "controller", None).await;
+    }
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
+    let store: Arc<dyn LeaseStore> = Arc::new(lease(&env, "proxy-pool-controller"));
+    let options = ElectorOptions {
+        lease: Duration::from_secs(3),
+        renew_every: Duration::from_secs(1),
+        retry_every: Duration::from_millis(200),
+    };
+    let start = |pod: &'static str| {
+        let fence = Fence::new();
+        let (e, l) = Elector::new(store.clone(), format!("{pod}-1"), fence.clone(), options);
+        let stop = CancellationToken::new();
+        tokio::spawn(e.run(stop.clone().cancelled_owned()));
+        let label = PodLabel::new(pods.clone(), pod);
+        tokio::spawn(label.follow(l.clone()));
+        (l, fence, stop)
+    };
+    let (a, fa, stop_a) = start("ctl-a");
+    assert!(a.elected().await);
+    let (b, fb, _stop_b) = start("ctl-b");
+    wait_label(&pods, "ctl-a", "true").await;
+    wait_label(&pods, "ctl-b", "false").await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(a.is_leader(), "renewals keep the Lease past its duration");
+    assert_eq!(b.role(), Role::Follower);
+    assert_eq!(fb.token(), 0);
+    let Role::Leader(ta) = a.role() else { panic!() };
+    assert_eq!(fa.token(), ta);
+
+    stop_a.cancel();
+    a.deposed().await;
+    let t0 = std::time::Instant::now();
+    assert!(b.elected().await);
+    assert!(
+        t0.elapsed() < options.lease,
+        "a released Lease is taken at the next try ({:?})",
+        t0.elapsed()
+    );
+    let Role::Leader(tb) = b.role() else { panic!() };
+    assert!(tb > ta, "{tb} > {ta}");
+    wait_label(&pods, "ctl-b", "true").await;
+    wait_label(&pods, "ctl-a", "false").await;
+
+    // 4. The controller process: SIGTERM releases the Lease before the process exits
+    // (a Lease left held would keep every other replica from leading for a whole lease).
+    sigterm_releases_the_lease(&env).await;
+}
+
+/// Runs the controller binary on the Kubernetes backend (the Lease in the kubeconfig's
+/// namespace, `default`), waits until it holds the Lease, sends SIGTERM and requires a
+/// clean exit with the Lease's holder cleared.
+async fn sigterm_releases_the_lease(env: &Env) {
+    let dir = std::env::temp_dir().join(format!("leadership-kube-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("controller.yaml");
+    let free = proxy_pool_e2e::ports::free_addr;
+    std::fs::write(
+        &config,
+        format!(
+            r#"store:
+  backend: redis
+  redis: {{address: "{redis}"}}
+distribution:
+  listen: {dist}
+  auth: {{mode: any, methods: [{{type: apiKey}}]}}
+admin: {{listen: {admin}}}
+leadership:
+  replicas: 2
+  backend: kubernetes
+  kubernetes: {{leaseName: sigterm-release, labelPod: false}}
+shutdown: {{gracePeriod: 5s}}
+"#,
+            redis = env.redis.url(),
+            dist = free(),
+            admin = free(),
+        ),
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_proxy-pool-controller"))
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .env("KUBECONFIG", env.cluster.kubeconfig())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .kill_on_drop(true)
+        .spawn()
+        .expect("controller binary");
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), "default");
+    let holder = || async {
+        leases
+            .get_opt("sigterm-release")
+            .await
+            .unwrap()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+    };
+    let mut held = None;
+    for _ in 0..150 {
+        if let Some(h) = holder().await {
+            held = Some(h);
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the controller exited before leading: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let held = held.expect("the controller took the Lease within 15 s");
+    assert!(held.starts_with("controller-"), "holder {held}");
+    let pid = child.id().expect("running").to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("the controller exits within its grace period")
+        .unwrap();
+    assert!(status.success(), "clean exit after SIGTERM: {status}");
+    assert_eq!(
+        holder().await,
+        None,
+        "the Lease is released before the process exits (still held by {held})"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
