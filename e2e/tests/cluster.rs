@@ -1001,6 +1001,12 @@ type ExtractLog = Arc<parking_lot::Mutex<Vec<(SystemTime, u16, BTreeSet<String>)
 
 /// Three controller replicas in the chart's Redis mode, the leader elected on a
 /// Kubernetes Lease; the leader pod deleted under gateway traffic and extraction.
+/// The pace of the extraction during the leader change: 2 proxies every 4 s, below
+/// what the simulator's upstream supplies (10 every 15 s), so extraction does not drain
+/// the gateways bare by itself (it has priority over them, `docs/control-plane.md`, "Drain
+/// on demand") and a gateway refusal would be the leader change's.
+const EXTRACT_EVERY: Duration = Duration::from_secs(4);
+
 async fn three_replicas_on_redis_and_the_leader_pod_deleted(c: &LocalCluster) -> HostRedis {
     let redis = HostRedis::start(c.setting("CLUSTER_NODE_IP"));
     let address = format!("redis.address={}", redis.address);
@@ -1128,7 +1134,7 @@ async fn three_replicas_on_redis_and_the_leader_pod_deleted(c: &LocalCluster) ->
                 let at = SystemTime::now();
                 let (code, body) = extract_at(&ingress, Some(&key), &format!("e2e-ha-{i}")).await;
                 log.lock().push((at, code, proxy_ids(&body)));
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(EXTRACT_EVERY).await;
             }
         })
     };
@@ -1162,6 +1168,31 @@ async fn three_replicas_on_redis_and_the_leader_pod_deleted(c: &LocalCluster) ->
     let _ = extraction.await;
     let recovered = traffic.recovered_within(Duration::from_secs(120)).await;
     let during = traffic.between(deleted_at, SystemTime::now());
+    let window = traffic.failure_window(deleted_at);
+    if during.failed > 0 {
+        // What the gateways and the controllers said across the change.
+        for selector in [
+            "app.kubernetes.io/name=proxy-pool-gateway",
+            "proxypool.io/component=controller",
+        ] {
+            let out = c
+                .kubectl(
+                    &[
+                        "-n",
+                        NS,
+                        "logs",
+                        "-l",
+                        selector,
+                        "--prefix",
+                        "--since=120s",
+                        "--tail=150",
+                    ],
+                    Duration::from_secs(30),
+                )
+                .await;
+            eprintln!("--- logs of {selector} ---\n{}{}", out.stdout, out.stderr);
+        }
+    }
     let report = traffic.stop().await;
 
     let log = extracted.lock().clone();
@@ -1194,8 +1225,9 @@ async fn three_replicas_on_redis_and_the_leader_pod_deleted(c: &LocalCluster) ->
          and alone behind the control-plane Service after {:.1}s (bound: lease 10s + retry 2s); \
          gateway requests from the delete on: {} sent, {} failed {:?} (overall {} sent, {} failed); \
          extraction: {} calls, {} served ({} after the new leader), {} proxies, {} handed out \
-         twice; errors (s after the delete, status): {errors:?}; gateway traffic back: \
-         {recovered:?} after the start of its run",
+         twice; errors (s after the delete, status): {errors:?}; gateway failures from \
+         {window:?} s after the delete; gateway traffic back: {recovered:?} after the start \
+         of its run",
         took.as_secs_f64(),
         during.total,
         during.failed,
@@ -1222,12 +1254,17 @@ async fn three_replicas_on_redis_and_the_leader_pod_deleted(c: &LocalCluster) ->
         during.total >= 40,
         "too little gateway traffic measured: {during:?}"
     );
-    // The target is 0 failed gateway requests; not met yet (docs/reliability.md): the
-    // failures are counted and printed, and the traffic must come back.
     assert!(
         recovered.is_some(),
         "gateway traffic did not recover after the leader change: {report:?}\n{}",
         c.logs()
+    );
+    // The gateways serve from their snapshots across the change and are back with the
+    // new leader before a lease of theirs runs out (docs/reliability.md, "Leader change
+    // and gateway leases").
+    assert_eq!(
+        during.failed, 0,
+        "gateway requests failed across the leader change: {during:?}"
     );
     redis
 }
@@ -1731,6 +1768,17 @@ impl Traffic {
             .map(|(_, r)| r.clone())
             .collect();
         report(&part)
+    }
+
+    /// The first and the last failure at or after `from`, in seconds after it.
+    fn failure_window(&self, from: SystemTime) -> Option<(f64, f64)> {
+        let log = self.log.lock();
+        let offsets: Vec<f64> = log
+            .iter()
+            .filter(|(at, r)| *at >= from && r.is_err())
+            .map(|(at, _)| at.duration_since(from).map_or(0.0, |d| d.as_secs_f64()))
+            .collect();
+        Some((*offsets.first()?, *offsets.last()?))
     }
 
     /// Waits (at most `limit`) until the last ten requests succeeded; how long after
