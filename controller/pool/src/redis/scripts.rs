@@ -40,10 +40,12 @@ pub(crate) enum Script {
     DemandPush,
     DemandTake,
     Generation,
+    CheckBegin,
+    CheckEnd,
 }
 
 impl Script {
-    pub(crate) const ALL: [Script; 28] = [
+    pub(crate) const ALL: [Script; 30] = [
         Script::Upsert,
         Script::Remove,
         Script::Health,
@@ -72,6 +74,8 @@ impl Script {
         Script::DemandPush,
         Script::DemandTake,
         Script::Generation,
+        Script::CheckBegin,
+        Script::CheckEnd,
     ];
 
     /// The writes only the leader makes: with a fenced adapter they carry its fencing
@@ -90,6 +94,8 @@ impl Script {
                 | Script::Purge
                 | Script::CombosGc
                 | Script::DemandTake
+                | Script::CheckBegin
+                | Script::CheckEnd
         )
     }
 
@@ -124,6 +130,8 @@ impl Script {
             Script::DemandPush => "demand_push",
             Script::DemandTake => "demand_take",
             Script::Generation => "generation",
+            Script::CheckBegin => "check_begin",
+            Script::CheckEnd => "check_end",
         }
     }
 
@@ -157,6 +165,8 @@ impl Script {
             Script::DemandPush => lua!("prelude.lua", "demand_push.lua"),
             Script::DemandTake => lua!("prelude.lua", "demand_take.lua"),
             Script::Generation => lua!("prelude.lua", "generation.lua"),
+            Script::CheckBegin => lua!("prelude.lua", "check_begin.lua"),
+            Script::CheckEnd => lua!("prelude.lua", "check_end.lua"),
         }
     }
 
