@@ -403,6 +403,10 @@ mod tests {
                 expect_status: None,
             }),
         };
+        // A wire deadline already past is past here too: the prober never dials it.
+        let mut late = t.clone();
+        late.deadline_ms = now_ms() - 1_000;
+        assert!(task_from_wire(late).unwrap().deadline <= Instant::now());
         let p = task_from_wire(t).unwrap();
         assert_eq!(
             p.checks,

@@ -191,6 +191,25 @@ async fn a_slow_proxy_times_out_within_the_deadline() {
     assert_eq!(obs[0].failure, Some(FailureCode::Timeout));
 }
 
+/// The controller marks a proxy under check only until the task's deadline (plus a
+/// grace): a task whose deadline passed before its turn is never dialled, none of its
+/// checks.
+#[tokio::test]
+async fn a_task_past_its_deadline_is_never_dialled() {
+    let sim = Simulator::start(SimConfig::default()).await.unwrap();
+    let p = sim
+        .spawn_proxy(Protocol::Http, Duration::from_secs(60), FailureMode::None)
+        .await
+        .unwrap();
+    let mut t = task(1, &p, vec![Check::Basic, Check::Egress]);
+    t.deadline = Instant::now();
+    assert!(prober(&sim).probe(&t).await.is_empty());
+    assert!(
+        sim.audit().uses().iter().all(|u| u.proxy != p.id),
+        "a task past its deadline went through the proxy"
+    );
+}
+
 #[tokio::test]
 async fn runner_bounds_concurrency_and_finishes_in_flight_probes_on_shutdown() {
     let sim = Simulator::start(SimConfig::default()).await.unwrap();

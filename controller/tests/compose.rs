@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use controlplane_support::{post, sha256_hex, spawn_checker};
 use proxy_pool_controller::{Controller, Listeners};
-use proxy_pool_e2e::sim::{SimConfig, Simulator, VendorFault};
+use proxy_pool_e2e::sim::audit::{Handout, now_ms};
+use proxy_pool_e2e::sim::{FailureMode, FailureShare, SimConfig, Simulator, VendorFault};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -62,7 +63,8 @@ async fn via_http_proxy(proxy: &serde_json::Value, target: SocketAddr) -> serde_
 }
 
 /// The composed controller on loopback, fetching from `sim` (vendor key in
-/// `key_file`) with the upstream's `quarantine`.
+/// `key_file`) with the upstream's `quarantine` and `health` settings (YAML flow
+/// mapping; `{}`: the defaults).
 struct Running {
     api: SocketAddr,
     admin: SocketAddr,
@@ -72,7 +74,12 @@ struct Running {
     running: tokio::task::JoinHandle<proxy_pool_controller::Exit>,
 }
 
-async fn start(sim: &Simulator, key_file: &std::path::Path, quarantine: &str) -> Running {
+async fn start(
+    sim: &Simulator,
+    key_file: &std::path::Path,
+    quarantine: &str,
+    health: &str,
+) -> Running {
     let yaml = format!(
         r#"
 distribution:
@@ -89,6 +96,7 @@ upstreams:
     protocol: http
     ttl: 10m
     quarantine: {quarantine}
+    health: {health}
     safetyMargin: 10s
     maxSize: 10
     fetchInterval: 2s
@@ -169,7 +177,7 @@ async fn composed_controller_fetches_checks_and_serves_vendor_proxies() {
     let key_file = dir.join("vendor-key");
     std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
 
-    let c = start(&sim, &key_file, "0s").await;
+    let c = start(&sim, &key_file, "0s", "{}").await;
     let (api, admin, cp, metrics) = (c.api, c.admin, c.cp, c.metrics.clone());
 
     // Nothing is extractable before a checker has passed the proxies.
@@ -273,7 +281,7 @@ async fn a_new_generation_holds_the_upstream_back_until_its_quarantine_ends() {
     std::fs::create_dir_all(&dir).expect("dir");
     let key_file = dir.join("vendor-key");
     std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
-    let c = start(&sim, &key_file, "6s").await;
+    let c = start(&sim, &key_file, "6s", "{}").await;
     let started = tokio::time::Instant::now();
     let (checker_stop, checker) = spawn_checker(c.cp, "held-checker", sim.echo_http_addr());
 
@@ -347,5 +355,95 @@ async fn a_new_generation_holds_the_upstream_back_until_its_quarantine_ends() {
     c.stop().await;
     checker_stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), checker).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// No health check goes through a proxy after it was handed to a client. Every proxy
+/// is slow (it waits 500 ms after a connection is accepted before it reads the request,
+/// where the simulator's auditor records the use) and, once AVAILABLE, checked again
+/// every second, so a standing stock of proxies is under check a good part of the
+/// time; a client extracts from that stock (in random order: the vendor's TTLs vary)
+/// and reports each hand-out to the auditor, which flags any use of a proxy that starts
+/// (or is still going) after its hand-out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_check_goes_through_a_proxy_after_it_was_handed_out() {
+    let sim = Simulator::start(SimConfig {
+        ttl_min_seconds: 300,
+        ttl_max_seconds: 600,
+        failure_mix: vec![FailureShare {
+            probability: 1.0,
+            failure: FailureMode::Slow { delay_ms: 500 },
+        }],
+        ..SimConfig::default()
+    })
+    .await
+    .expect("simulator");
+    let dir = std::env::temp_dir().join(format!("compose-marks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let key_file = dir.join("vendor-key");
+    std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
+    let c = start(&sim, &key_file, "0s", "{interval: 1s, timeout: 1s}").await;
+    let (checker_stop, checker) = spawn_checker(c.cp, "marks-checker", sim.echo_http_addr());
+
+    // A stock of checked proxies first.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let inv = get_json(c.admin, "/api/v1/inventory").await;
+        if inv["upstreams"][0]["available"].as_u64() >= Some(8) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no stock of checked proxies: {inv}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let began = tokio::time::Instant::now();
+    let (mut served, mut empty) = (0u32, 0u32);
+    while began.elapsed() < Duration::from_secs(25) {
+        let (status, body) =
+            post(c.api, API_KEY, "/api/v1/proxies/extract", r#"{"count":1}"#).await;
+        let at_ms = now_ms();
+        match body["proxies"].as_array() {
+            Some(proxies) if status == 200 && !proxies.is_empty() => {
+                let handouts: Vec<Handout> = proxies
+                    .iter()
+                    .map(|p| Handout {
+                        port: p["port"].as_u64().expect("port") as u16,
+                        at_ms,
+                    })
+                    .collect();
+                sim.audit().handouts(&handouts);
+                served += 1;
+            }
+            _ => empty += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    checker_stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), checker).await;
+    // Nobody uses a proxy as the client here: every use is a check.
+    let nobody: std::net::IpAddr = "192.0.2.1".parse().expect("ip");
+    let verdict = sim.audit().verdict(&[nobody]);
+    let text = c.metrics.encode();
+    let dropped: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("health_checks_dropped") && !l.starts_with('#'))
+        .collect();
+    println!(
+        "extractions served {served}, empty {empty}; auditor: uses {}, handed out {}, \
+         violations {}; {dropped:?}",
+        verdict.uses, verdict.handed_out, verdict.violations
+    );
+    assert!(served >= 10, "too few extractions served: {served}");
+    assert!(verdict.uses > 100, "too few checks: {verdict:?}");
+    assert_eq!(
+        verdict.violations, 0,
+        "a check went through a proxy after it was handed out: {:#?}",
+        verdict.listed
+    );
+    assert!(text.contains("health_checks_dropped"), "not exported");
+    c.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

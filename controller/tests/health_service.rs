@@ -14,22 +14,32 @@ use activity_pool::testkit::RedisServer;
 use activity_pool::{
     ManualClock, MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool,
 };
+use proxy_pool_api::controlplane::model as wire;
+use proxy_pool_controller::controlplane::CheckerBackend;
+use proxy_pool_controller::controlplane::MemoryCheckerBackend;
+use proxy_pool_controller::controlplane::checker::CheckerRegistration;
 use proxy_pool_controller::health::{
-    Check, CheckerId, FailureCode, HealthMetrics, HealthService, Observation, ObservationSink,
-    PlannerConfig, ReducerConfig, TaskSource, Tier,
+    BridgeOptions, Check, CheckerBridge, CheckerId, FailureCode, HealthMetrics, HealthService,
+    Observation, ObservationSink, PlannerConfig, ReducerConfig, TaskSource, TaskStart, Tier,
 };
+use tokio_util::sync::CancellationToken;
 
 const ALL: [Tier; 3] = [Tier::Basic, Tier::Egress, Tier::Target];
 
 struct Fixture {
     pool: Arc<dyn ActivityPool>,
     clock: ManualClock,
-    svc: HealthService,
+    svc: Arc<HealthService>,
     metrics: HealthMetrics,
     _server: Option<RedisServer>,
 }
 
 async fn fixture(redis: bool) -> Fixture {
+    fixture_with(redis, 0).await
+}
+
+/// A fixture whose tasks carry EGRESS every `egress_every`-th check (0: never).
+async fn fixture_with(redis: bool, egress_every: u32) -> Fixture {
     let clock = ManualClock::starting_now();
     let (pool, server): (Arc<dyn ActivityPool>, _) = if redis {
         let server = RedisServer::start();
@@ -52,26 +62,28 @@ async fn fixture(redis: bool) -> Fixture {
         )
     };
     let metrics = HealthMetrics::default();
-    let svc = HealthService::new(
-        PlannerConfig {
-            recheck_interval: Duration::from_secs(10),
-            suspect_recheck_interval: Duration::from_secs(2),
-            task_deadline: Duration::from_secs(5),
-            lease_grace: Duration::from_secs(1),
-            egress_every: 0,
-            ..PlannerConfig::default()
-        },
-        ReducerConfig {
-            suspect_after: NonZeroU32::new(1).unwrap(),
-            unhealthy_after: NonZeroU32::new(2).unwrap(),
-            ..ReducerConfig::default()
-        },
-        pool.clone(),
-        pool.clone(),
-        Arc::new(clock.clone()),
-        metrics.clone(),
-    )
-    .unwrap();
+    let svc = Arc::new(
+        HealthService::new(
+            PlannerConfig {
+                recheck_interval: Duration::from_secs(10),
+                suspect_recheck_interval: Duration::from_secs(2),
+                task_deadline: Duration::from_secs(5),
+                lease_grace: Duration::from_secs(1),
+                egress_every,
+                ..PlannerConfig::default()
+            },
+            ReducerConfig {
+                suspect_after: NonZeroU32::new(1).unwrap(),
+                unhealthy_after: NonZeroU32::new(2).unwrap(),
+                ..ReducerConfig::default()
+            },
+            pool.clone(),
+            pool.clone(),
+            Arc::new(clock.clone()),
+            metrics.clone(),
+        )
+        .unwrap(),
+    );
     Fixture {
         pool,
         clock,
@@ -294,4 +306,271 @@ async fn late_reports_are_ignored_and_gone_proxies_forgotten_memory() {
 #[tokio::test]
 async fn late_reports_are_ignored_and_gone_proxies_forgotten_redis() {
     late_reports_are_ignored_and_gone_proxies_forgotten(true).await;
+}
+
+/// An extraction request for `count` proxies (partial).
+fn extract_req(count: u32) -> ExtractRequest {
+    ExtractRequest {
+        client_id: ClientId::new("client").unwrap(),
+        request_id: RequestId::new(format!("r-{}", rand_suffix())).unwrap(),
+        idempotency_key: None,
+        request_digest: RequestDigest::of(b"x"),
+        count: NonZeroU32::new(count).unwrap(),
+        fulfillment: Fulfillment::Partial,
+        filters: Filters::default(),
+        min_remaining_ttl: Duration::ZERO,
+        max_health_check_age: None,
+        reserve_for_gateway: 0,
+        idempotency_ttl: Duration::from_secs(10),
+    }
+}
+
+/// The IDs an extraction of `count` hands out now.
+async fn extract(f: &Fixture, count: u32) -> Vec<ProxyId> {
+    match f.pool.extract(&extract_req(count)).await.unwrap() {
+        activity_pool::model::ExtractOutcome::Extracted(x) => {
+            x.proxies.into_iter().map(|p| p.id).collect()
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Inserts `n` proxies and passes their first check: AVAILABLE, no mark left.
+async fn available(f: &Fixture, n: u16) -> Vec<ProxyId> {
+    let ids = insert(f, 0, n, 60).await;
+    let me = CheckerId("c".into());
+    let tasks = f.svc.next_tasks(&me, 10, &ALL).await.unwrap();
+    let obs: Vec<Observation> = tasks
+        .iter()
+        .map(|t| obs(t.task_id, &t.proxy_id, true))
+        .collect();
+    f.svc.submit(&me, obs).await.unwrap();
+    for id in &ids {
+        assert_eq!(state(f, id).await, Some(ProxyState::Available));
+    }
+    ids
+}
+
+/// A task handed to a checker marks its proxy in the pool: no extraction takes it
+/// until the task's result is in (or its deadline plus grace has passed).
+async fn a_task_out_keeps_its_proxy_from_extraction(redis: bool) {
+    let f = fixture(redis).await;
+    let ids = available(&f, 1).await;
+    let me = CheckerId("c".into());
+    f.clock.advance(Duration::from_secs(11));
+    let tasks = f.svc.next_tasks(&me, 10, &ALL).await.unwrap();
+    assert_eq!(tasks.len(), 1);
+    assert!(extract(&f, 1).await.is_empty(), "extracted under check");
+    f.svc
+        .submit(&me, vec![obs(tasks[0].task_id, &ids[0], true)])
+        .await
+        .unwrap();
+    assert_eq!(extract(&f, 1).await, ids, "the result ends the mark");
+
+    // Unreported: the mark ends at the deadline (5 s) plus the grace (1 s).
+    let more = insert(&f, 5, 1, 60).await;
+    let tasks = f.svc.next_tasks(&me, 10, &ALL).await.unwrap();
+    f.svc
+        .submit(&me, vec![obs(tasks[0].task_id, &more[0], true)])
+        .await
+        .unwrap();
+    f.clock.advance(Duration::from_secs(11));
+    assert_eq!(f.svc.next_tasks(&me, 10, &ALL).await.unwrap().len(), 1);
+    f.clock.advance(Duration::from_millis(5_999));
+    assert!(extract(&f, 1).await.is_empty());
+    f.clock.advance(Duration::from_millis(1));
+    assert_eq!(extract(&f, 1).await, more);
+}
+
+#[tokio::test]
+async fn a_task_out_keeps_its_proxy_from_extraction_memory() {
+    a_task_out_keeps_its_proxy_from_extraction(false).await;
+}
+
+#[tokio::test]
+async fn a_task_out_keeps_its_proxy_from_extraction_redis() {
+    a_task_out_keeps_its_proxy_from_extraction(true).await;
+}
+
+/// A task leased for a queue is not marked; if its proxy is extracted before a checker
+/// takes it, admitting it fails: it is not run, the planner forgets the proxy and the
+/// drop is counted.
+async fn a_task_whose_proxy_was_extracted_first_is_dropped(redis: bool) {
+    let f = fixture(redis).await;
+    let ids = available(&f, 2).await;
+    f.clock.advance(Duration::from_secs(11));
+    let tasks = f.svc.lease_tasks(10, &ALL).await.unwrap();
+    assert_eq!(tasks.len(), 2);
+    let taken = extract(&f, 1).await;
+    assert_eq!(taken.len(), 1, "queued tasks do not mark");
+    let starts: Vec<TaskStart> = tasks.iter().map(TaskStart::from).collect();
+    let admitted = f.svc.admit(&starts).await.unwrap();
+    let expect: Vec<bool> = tasks.iter().map(|t| t.proxy_id != taken[0]).collect();
+    assert_eq!(admitted, expect);
+    assert_eq!(f.metrics.checks_dropped("extracted"), 1);
+    assert_eq!(f.svc.tracked(), 1);
+    assert_eq!(ids.len(), 2);
+    assert!(
+        extract(&f, 1).await.is_empty(),
+        "the admitted one is marked"
+    );
+}
+
+#[tokio::test]
+async fn a_task_whose_proxy_was_extracted_first_is_dropped_memory() {
+    a_task_whose_proxy_was_extracted_first_is_dropped(false).await;
+}
+
+#[tokio::test]
+async fn a_task_whose_proxy_was_extracted_first_is_dropped_redis() {
+    a_task_whose_proxy_was_extracted_first_is_dropped(true).await;
+}
+
+/// Through the bridge's queue: queued tasks leave their proxies extractable; a task
+/// goes to a checker only once its proxy is marked, and one whose proxy was extracted
+/// while it waited is withdrawn (never reaches the checker, frees its slot). The
+/// checker's report ends the mark.
+async fn the_bridge_marks_a_task_when_a_checker_takes_it(redis: bool) {
+    let f = fixture(redis).await;
+    let ids = available(&f, 2).await;
+    f.clock.advance(Duration::from_secs(11));
+    let (backend, observations) = MemoryCheckerBackend::new(64, 64, Arc::new(f.clock.clone()));
+    let backend = Arc::new(backend);
+    let bridge = CheckerBridge::new(
+        f.svc.clone(),
+        backend.clone(),
+        BridgeOptions {
+            feed_interval: Duration::from_millis(20),
+            flush_interval: Duration::from_millis(20),
+            ..BridgeOptions::default()
+        },
+    );
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(bridge.run(observations, stop.clone()));
+    let waited = tokio::time::Instant::now();
+    while backend.queued() < 2 {
+        assert!(waited.elapsed() < Duration::from_secs(10), "never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let taken = extract(&f, 1).await;
+    assert_eq!(taken.len(), 1, "queued tasks do not mark");
+    let other = ids.iter().find(|i| **i != taken[0]).unwrap().clone();
+
+    let session = backend
+        .register(CheckerRegistration {
+            checker_id: "checker-1".into(),
+            instance_id: "checker-1-a".into(),
+            max_concurrency: 2,
+            tiers: vec![Tier::Basic],
+        })
+        .await
+        .unwrap();
+    let got = backend
+        .next_tasks(&session, 10, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        got.iter().map(|t| t.proxy.id.as_str()).collect::<Vec<_>>(),
+        vec![other.as_str()]
+    );
+    assert_eq!(f.metrics.checks_dropped("extracted"), 1);
+    assert!(
+        extract(&f, 1).await.is_empty(),
+        "taken by a checker: marked"
+    );
+
+    let report = backend
+        .report(
+            &session,
+            vec![wire::Observation {
+                task_id: got[0].task_id.clone(),
+                proxy_id: got[0].proxy.id.clone(),
+                tier: wire::CheckTier::Basic,
+                success: true,
+                latency: Duration::from_millis(3),
+                failure_code: None,
+                egress_address: None,
+                anonymity_leak: false,
+                routing: None,
+                observed_at_ms: 0,
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.accepted, 1);
+    let waited = tokio::time::Instant::now();
+    loop {
+        let x = extract(&f, 1).await;
+        if !x.is_empty() {
+            assert_eq!(x, vec![other]);
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "the report never ended the mark"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    running.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_marks_a_task_when_a_checker_takes_it_memory() {
+    the_bridge_marks_a_task_when_a_checker_takes_it(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridge_marks_a_task_when_a_checker_takes_it_redis() {
+    the_bridge_marks_a_task_when_a_checker_takes_it(true).await;
+}
+
+/// A task that ended early (its BASIC failed) while another of its checks may still be
+/// under way keeps its mark until the mark runs out, even when a later task of the
+/// proxy succeeds before that.
+async fn a_task_ended_early_keeps_its_mark_until_it_runs_out(redis: bool) {
+    let f = fixture_with(redis, 1).await;
+    let ids = insert(&f, 0, 1, 60).await;
+    let me = CheckerId("c".into());
+    let all_ok = |task: u64| {
+        vec![
+            obs(task, &ids[0], true),
+            Observation {
+                tier: Tier::Egress,
+                ..obs(task, &ids[0], true)
+            },
+        ]
+    };
+    let t = f.svc.next_tasks(&me, 10, &ALL).await.unwrap();
+    assert_eq!(t[0].checks, vec![Check::Basic, Check::Egress]);
+    f.svc.submit(&me, all_ok(t[0].task_id)).await.unwrap();
+    f.clock.advance(Duration::from_secs(11));
+
+    // Marked until now + 6 s; its BASIC fails before its EGRESS is in.
+    let t = f.svc.next_tasks(&me, 10, &ALL).await.unwrap();
+    f.svc
+        .submit(&me, vec![obs(t[0].task_id, &ids[0], false)])
+        .await
+        .unwrap();
+    assert_eq!(state(&f, &ids[0]).await, Some(ProxyState::Suspect));
+    f.clock.advance(Duration::from_secs(2));
+    let t = f.svc.next_tasks(&me, 10, &ALL).await.unwrap();
+    f.svc.submit(&me, all_ok(t[0].task_id)).await.unwrap();
+    assert_eq!(state(&f, &ids[0]).await, Some(ProxyState::Available));
+    assert!(
+        extract(&f, 1).await.is_empty(),
+        "the early end kept its mark"
+    );
+    f.clock.advance(Duration::from_secs(4));
+    assert_eq!(extract(&f, 1).await, ids);
+}
+
+#[tokio::test]
+async fn a_task_ended_early_keeps_its_mark_until_it_runs_out_memory() {
+    a_task_ended_early_keeps_its_mark_until_it_runs_out(false).await;
+}
+
+#[tokio::test]
+async fn a_task_ended_early_keeps_its_mark_until_it_runs_out_redis() {
+    a_task_ended_early_keeps_its_mark_until_it_runs_out(true).await;
 }

@@ -562,6 +562,43 @@ pub enum HealthResult {
     Ignored(ProxyState),
 }
 
+/// A health check about to go through a proxy (`HealthStore::begin_checks`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckStart {
+    /// The proxy.
+    pub proxy_id: ProxyId,
+    /// The check's ID, unique per check: `end_checks` with this ID ends this check's
+    /// mark and no other.
+    pub check: u64,
+    /// Longest the mark lasts, from the pool's now: past the last moment the check may
+    /// go through the proxy (its deadline, plus slack for the clocks of whoever runs
+    /// it). At most [`crate::options::MAX_CHECK_HOLD`].
+    pub hold: Duration,
+}
+
+/// The end of a health check (`HealthStore::end_checks`): its result was applied, or
+/// it will not run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckEnd {
+    /// The proxy.
+    pub proxy_id: ProxyId,
+    /// The ID its `CheckStart` carried.
+    pub check: u64,
+}
+
+/// Outcome of one `begin_checks` entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "result", content = "until")]
+pub enum CheckMark {
+    /// Marked: no extraction takes the proxy before this instant (pool time), unless
+    /// the check ends earlier (and no earlier check's mark lasts longer).
+    Marked(Timestamp),
+    /// No live record: the check must not run.
+    NotFound,
+    /// EXTRACTED or REMOVED: not marked, and the check must not run.
+    Refused(ProxyState),
+}
+
 /// Health facts of a record.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {

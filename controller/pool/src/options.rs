@@ -10,6 +10,8 @@ pub const MAX_BATCH: usize = 20_000;
 pub const MAX_UPDATE_BATCH: usize = 1_000;
 /// Most entries in one runtime report.
 pub const MAX_REPORT_ENTRIES: usize = 20_000;
+/// Longest a health check may mark a proxy (`CheckStart::hold`).
+pub const MAX_CHECK_HOLD: Duration = Duration::from_secs(3600);
 /// Most leases one `expire` / records one `purge_expired` call handles.
 pub const MAX_SWEEP: u32 = 10_000;
 

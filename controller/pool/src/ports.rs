@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use crate::error::PoolResult;
 use crate::model::{
-    Assignment, ExpiredAssignments, ExtractOutcome, ExtractRequest, FetchedBatch, HealthResult,
-    HealthUpdate, LeasePage, ProxyId, ProxyRecord, PurgeReport, RemoveResult, ReportAck,
-    RuntimeReport, SessionId, SessionRegistration, UpstreamId, UpstreamInventory, WorkerId,
-    WorkerRuntime, WorkerSession,
+    Assignment, CheckEnd, CheckMark, CheckStart, ExpiredAssignments, ExtractOutcome,
+    ExtractRequest, FetchedBatch, HealthResult, HealthUpdate, LeasePage, ProxyId, ProxyRecord,
+    PurgeReport, RemoveResult, ReportAck, RuntimeReport, SessionId, SessionRegistration,
+    UpstreamId, UpstreamInventory, WorkerId, WorkerRuntime, WorkerSession,
 };
 
 /// Provider side: puts fetched proxies into the pool and withdraws them.
@@ -26,11 +26,27 @@ pub trait Upserter: Send + Sync {
     -> PoolResult<Vec<RemoveResult>>;
 }
 
-/// The health reducer's write side.
+/// The health reducer's write side, and the check marks that keep a proxy under a
+/// health check from being extracted (`docs/pool.md`, "Check marks").
 #[async_trait]
 pub trait HealthStore: Send + Sync {
-    /// Applies each update atomically; results are in input order.
+    /// Applies each update atomically; results are in input order. Check marks are
+    /// left alone (a task's checks may be reported one by one: `end_checks` ends the
+    /// mark once the whole task is in).
     async fn apply_health(&self, updates: &[HealthUpdate]) -> PoolResult<Vec<HealthResult>>;
+
+    /// Marks each proxy as under a health check, atomically per entry, in input order:
+    /// a live record that is not EXTRACTED or REMOVED (whatever else its state) is
+    /// marked until `now + hold` (pool time), and no extraction takes it while the mark
+    /// lasts; an EXTRACTED or REMOVED one is refused, a missing one `NotFound`, and
+    /// then the check must not go through the proxy. A mark of another check still in
+    /// force is kept (the proxy stays marked until the later of the two ends).
+    async fn begin_checks(&self, starts: &[CheckStart]) -> PoolResult<Vec<CheckMark>>;
+
+    /// Ends the marks of these checks (their results were applied, or they will not
+    /// run): each ends its own check's mark, never one of another check; `true` where
+    /// it did. The proxy stays marked while an earlier check's mark it superseded lasts.
+    async fn end_checks(&self, ends: &[CheckEnd]) -> PoolResult<Vec<bool>>;
 }
 
 /// Exclusive, idempotent extraction.

@@ -10,10 +10,12 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{PoolError, PoolResult};
 use crate::model::{
-    Candidate, DropReason, ExtractRequest, FetchedBatch, Filters, HealthUpdate, MAX_EXTRACT_COUNT,
-    MAX_FILTER_VALUES, ProxyId, RuntimeReport,
+    Candidate, CheckEnd, CheckStart, DropReason, ExtractRequest, FetchedBatch, Filters,
+    HealthUpdate, MAX_EXTRACT_COUNT, MAX_FILTER_VALUES, ProxyId, RuntimeReport,
 };
-use crate::options::{MAX_BATCH, MAX_REPORT_ENTRIES, MAX_UPDATE_BATCH, PoolOptions};
+use crate::options::{
+    MAX_BATCH, MAX_CHECK_HOLD, MAX_REPORT_ENTRIES, MAX_UPDATE_BATCH, PoolOptions,
+};
 
 /// Largest per-proxy capacity accepted.
 pub const MAX_CONCURRENCY: u32 = 100_000;
@@ -209,6 +211,36 @@ pub fn check_health_batch(updates: &[HealthUpdate]) -> PoolResult<()> {
     if updates.len() > MAX_UPDATE_BATCH {
         return Err(PoolError::invalid(
             "updates",
+            format!("at most {MAX_UPDATE_BATCH} per call"),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates a batch of check marks: bounded, each hold 1 ms to `MAX_CHECK_HOLD`.
+pub fn check_check_starts(starts: &[CheckStart]) -> PoolResult<()> {
+    if starts.len() > MAX_UPDATE_BATCH {
+        return Err(PoolError::invalid(
+            "starts",
+            format!("at most {MAX_UPDATE_BATCH} per call"),
+        ));
+    }
+    for (i, s) in starts.iter().enumerate() {
+        if s.hold < std::time::Duration::from_millis(1) || s.hold > MAX_CHECK_HOLD {
+            return Err(PoolError::invalid(
+                format!("starts[{i}].hold"),
+                format!("must be 1 ms to {} s", MAX_CHECK_HOLD.as_secs()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Validates a batch of check ends.
+pub fn check_check_ends(ends: &[CheckEnd]) -> PoolResult<()> {
+    if ends.len() > MAX_UPDATE_BATCH {
+        return Err(PoolError::invalid(
+            "ends",
             format!("at most {MAX_UPDATE_BATCH} per call"),
         ));
     }

@@ -235,3 +235,95 @@ async fn a_token_taken_for_another_lease_store_fences_the_previous_leader() {
     assert!(recs[0].is_none(), "the fenced write changed nothing");
     assert!(recs[1].is_some());
 }
+
+/// Check marks are leader-only writes too: a deposed leader can neither mark a proxy
+/// (its check could then run unmarked) nor end a mark (a check of the new leader's could
+/// then be overtaken by an extraction). Extraction shows both.
+#[tokio::test]
+async fn a_deposed_leader_neither_marks_nor_ends_a_check() {
+    let server = RedisServer::start();
+    let pool = RedisPool::new(
+        RedisConnector::direct(&server.url()).unwrap(),
+        RedisOptions::default(),
+    )
+    .await
+    .unwrap();
+    let fence_a = Fence::new();
+    let a = pool.fenced(fence_a.clone());
+    let hold = Duration::from_secs(30);
+    let start = |p: &str, check| CheckStart {
+        proxy_id: id(p),
+        check,
+        hold,
+    };
+    // Not leading yet: refused before reaching Redis.
+    assert_eq!(
+        a.begin_checks(&[start("p1", 1)]).await.unwrap_err(),
+        PoolError::Fenced
+    );
+
+    let t1 = granted(&pool, "a", Duration::from_millis(300)).await;
+    fence_a.grant(t1);
+    a.upsert(batch("op-1", &["p1", "p2"])).await.unwrap();
+    let ups = ["p1", "p2"].map(|p| health(p, HealthVerdict::Available));
+    a.apply_health(&ups).await.unwrap();
+    assert!(matches!(
+        a.begin_checks(&[start("p1", 1)]).await.unwrap()[..],
+        [CheckMark::Marked(_)]
+    ));
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t2 = granted(&pool, "b", Duration::from_secs(30)).await;
+    assert!(t2 > t1);
+    fence_a.grant(t1);
+    assert_eq!(
+        a.end_checks(&[CheckEnd {
+            proxy_id: id("p1"),
+            check: 1,
+        }])
+        .await
+        .unwrap_err(),
+        PoolError::Fenced
+    );
+    fence_a.grant(t1);
+    assert_eq!(
+        a.begin_checks(&[start("p2", 2)]).await.unwrap_err(),
+        PoolError::Fenced
+    );
+
+    // p1 is still marked, p2 was not: an extraction takes p2 only.
+    let req = ExtractRequest {
+        client_id: ClientId::new("c").unwrap(),
+        request_id: RequestId::new("r-1").unwrap(),
+        idempotency_key: None,
+        request_digest: RequestDigest::of(b"c"),
+        count: NonZeroU32::new(2).unwrap(),
+        fulfillment: Fulfillment::Partial,
+        filters: Filters::default(),
+        min_remaining_ttl: Duration::ZERO,
+        max_health_check_age: None,
+        reserve_for_gateway: 0,
+        idempotency_ttl: Duration::from_secs(60),
+    };
+    match pool.extract(&req).await.unwrap() {
+        ExtractOutcome::Extracted(x) => assert_eq!(
+            x.proxies.iter().map(|p| p.id.clone()).collect::<Vec<_>>(),
+            vec![id("p2")]
+        ),
+        other => panic!("{other:?}"),
+    }
+
+    // The new leader's writes go through.
+    let fence_b = Fence::new();
+    fence_b.grant(t2);
+    let b = pool.fenced(fence_b);
+    assert_eq!(
+        b.end_checks(&[CheckEnd {
+            proxy_id: id("p1"),
+            check: 1,
+        }])
+        .await
+        .unwrap(),
+        vec![true]
+    );
+}

@@ -60,4 +60,10 @@ contract_cases! {
     runtime::sessions_expire_by_pool_time,
     generation::a_new_generation_holds_back_each_upstream_for_its_quarantine,
     generation::quarantine_above_the_maximum_ttl_is_refused,
+    checks::a_marked_proxy_is_not_extracted_until_its_check_ends,
+    checks::a_mark_ends_by_itself_after_its_hold,
+    checks::a_mark_on_a_taken_proxy_is_refused,
+    checks::a_later_check_never_shortens_an_earlier_mark,
+    checks::gateway_assignment_ignores_marks,
+    checks::invalid_marks_are_refused,
 }

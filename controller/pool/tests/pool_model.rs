@@ -79,6 +79,16 @@ enum Op {
     Purge {
         limit: u32,
     },
+    /// A health check's mark; `check` from a small set, so ends and re-marks meet.
+    BeginCheck {
+        id: usize,
+        check: u64,
+        hold: u64,
+    },
+    EndCheck {
+        id: usize,
+        check: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -97,6 +107,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..IDS, 0..2usize).prop_map(|(id, upstream)| Op::Remove { id, upstream }),
         2 => (1..8_000u64).prop_map(|millis| Op::Advance { millis }),
         1 => (1..5u32).prop_map(|limit| Op::Purge { limit }),
+        2 => (0..IDS, 0..3u64, prop::sample::select(vec![1u64, 4, 20])).prop_map(|(id, check, hold)| Op::BeginCheck { id, check, hold }),
+        2 => (0..IDS, 0..3u64).prop_map(|(id, check)| Op::EndCheck { id, check }),
     ]
 }
 
@@ -276,6 +288,21 @@ async fn apply(
             String::new()
         }
         Op::Purge { limit } => observe(pool.purge_expired(*limit).await),
+        Op::BeginCheck { id, check, hold } => observe(
+            pool.begin_checks(&[CheckStart {
+                proxy_id: pid(*id),
+                check: *check,
+                hold: Duration::from_secs(*hold),
+            }])
+            .await,
+        ),
+        Op::EndCheck { id, check } => observe(
+            pool.end_checks(&[CheckEnd {
+                proxy_id: pid(*id),
+                check: *check,
+            }])
+            .await,
+        ),
     }
 }
 

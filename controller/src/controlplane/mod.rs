@@ -31,7 +31,7 @@ use activity_pool::ports::{
 };
 use tokio::sync::{Semaphore, watch};
 
-pub use checker::{CheckerBackend, MemoryCheckerBackend};
+pub use checker::{CheckerBackend, MemoryCheckerBackend, TaskGate};
 pub use config::{ControlPlaneConfig, Limits, OwnershipConfig, RoutingSpec};
 pub use error::ControlPlaneError;
 pub use identity::Authenticator;

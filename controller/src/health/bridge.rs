@@ -4,22 +4,29 @@
 //! and submitted to the reducer in batches. Bounded on both sides: the queue is only
 //! topped up to its capacity (what does not fit is handed back to the planner) and
 //! the observation channel is the control plane's bounded one.
+//!
+//! Queued tasks are not yet marked in the pool (a queue waiting for a checker must not
+//! keep proxies from extraction): the bridge puts a gate on the backend, and a task
+//! goes to a checker only once [`HealthService::admit`] has marked its proxy under
+//! check; a task whose proxy was taken meanwhile is withdrawn, never probed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use activity_pool::Timestamp;
 use activity_pool::model::{Protocol, ProxyId};
+use async_trait::async_trait;
 use proxy_pool_api::controlplane::model as wire;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::model::{Check, CheckTask, CheckerId, FailureCode, Observation, Tier};
-use super::service::{HealthService, ObservationSink, TaskSource};
+use super::service::{HealthService, ObservationSink, TaskStart};
 use crate::controlplane::MemoryCheckerBackend;
-use crate::controlplane::checker::CheckerObservation;
+use crate::controlplane::checker::{CheckerError, CheckerObservation, TaskGate};
 
 /// Settings of the bridge.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,15 +109,14 @@ pub fn to_wire(task: &CheckTask) -> Vec<wire::CheckTask> {
         .collect()
 }
 
+/// The planner task of a wire task ID (`h<task>-<check>`); `None` when it is not ours.
+fn planner_task(wire_id: &str) -> Option<u64> {
+    wire_id.strip_prefix('h')?.split_once('-')?.0.parse().ok()
+}
+
 /// A wire observation as the reducer sees it; `None` when it names no task of ours.
 pub fn from_wire(o: &wire::Observation) -> Option<Observation> {
-    let task = o
-        .task_id
-        .strip_prefix('h')?
-        .split_once('-')?
-        .0
-        .parse()
-        .ok()?;
+    let task = planner_task(&o.task_id)?;
     let failure = if o.success {
         None
     } else if o.anonymity_leak {
@@ -138,13 +144,67 @@ pub fn from_wire(o: &wire::Observation) -> Option<Observation> {
     })
 }
 
+/// The gate the bridge puts on its backend: a task goes to a checker only once its
+/// proxy is marked under check in the pool ([`HealthService::admit`]).
+#[derive(Debug)]
+struct MarkGate {
+    svc: Arc<HealthService>,
+}
+
+#[async_trait]
+impl TaskGate for MarkGate {
+    async fn admit(&self, tasks: &[wire::CheckTask]) -> Result<Vec<bool>, CheckerError> {
+        // One mark per planner task (its checks are separate wire tasks, possibly taken
+        // at different times: the same check ID then extends the same mark).
+        let mut starts: Vec<TaskStart> = Vec::new();
+        let mut index: HashMap<u64, usize> = HashMap::new();
+        for t in tasks {
+            let Some(task_id) = planner_task(&t.task_id) else {
+                continue;
+            };
+            let Ok(proxy_id) = ProxyId::new(t.proxy.id.clone()) else {
+                continue;
+            };
+            index.entry(task_id).or_insert_with(|| {
+                starts.push(TaskStart {
+                    task_id,
+                    proxy_id,
+                    deadline: Timestamp(t.deadline_ms),
+                });
+                starts.len() - 1
+            });
+        }
+        let admitted = match self.svc.admit(&starts).await {
+            Ok(a) => a,
+            Err(e) => {
+                debug!(error = %e, "marking proxies under check failed: tasks given back");
+                let ids: Vec<u64> = starts.iter().map(|s| s.task_id).collect();
+                self.svc.release_tasks(&ids);
+                return Err(CheckerError::Unavailable);
+            }
+        };
+        Ok(tasks
+            .iter()
+            .map(|t| match planner_task(&t.task_id) {
+                // Not a planner task: nothing to mark.
+                None => true,
+                Some(id) => index.get(&id).is_some_and(|&i| admitted[i]),
+            })
+            .collect())
+    }
+}
+
 impl CheckerBridge {
-    /// A bridge between `svc` and the control plane's checker queue.
+    /// A bridge between `svc` and the control plane's checker queue; it gates the
+    /// backend (a task goes to a checker only once its proxy is marked under check).
     pub fn new(
         svc: Arc<HealthService>,
         backend: Arc<MemoryCheckerBackend>,
         options: BridgeOptions,
     ) -> Self {
+        if !backend.set_gate(Arc::new(MarkGate { svc: svc.clone() })) {
+            tracing::warn!("the checker backend already has a gate: not gated by this bridge");
+        }
         Self {
             svc,
             backend,
@@ -164,14 +224,14 @@ impl CheckerBridge {
     }
 
     async fn feed(&self, shutdown: CancellationToken) {
-        let me = CheckerId("control-plane".into());
         loop {
             let free = self
                 .options
                 .queue_target
                 .saturating_sub(self.backend.queued());
             if free > 0 {
-                match self.svc.next_tasks(&me, free, &self.options.tiers).await {
+                // Not marked yet: the gate marks each task as a checker takes it.
+                match self.svc.lease_tasks(free, &self.options.tiers).await {
                     Ok(tasks) => self.enqueue(tasks),
                     Err(e) => debug!(error = %e, "leasing check tasks failed"),
                 }

@@ -1,5 +1,5 @@
 //! Prometheus counters of health checking. Labels are bounded: `tier`, `result`,
-//! `state` (fixed code sets).
+//! `state`, `reason` (fixed code sets).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -17,6 +17,11 @@ struct StateLabels {
     state: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
 /// Health counters. Cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct HealthMetrics {
@@ -24,6 +29,7 @@ pub struct HealthMetrics {
     verdicts: Family<StateLabels, Counter>,
     ignored_tasks: Counter,
     announce_dropped: Counter,
+    checks_dropped: Family<ReasonLabels, Counter>,
 }
 
 impl HealthMetrics {
@@ -49,6 +55,17 @@ impl HealthMetrics {
             "Proxies not tracked because the planner was full",
             self.announce_dropped.clone(),
         );
+        // Every reason from the start (0), so a dashboard sees the series before the
+        // first drop.
+        for reason in ["extracted", "removed", "gone"] {
+            let _ = self.checks_dropped.get_or_create(&ReasonLabels { reason });
+        }
+        registry.register(
+            "health_checks_dropped",
+            "Check tasks not run because their proxy was taken when the check was to \
+             start (reason: extracted, removed, gone)",
+            self.checks_dropped.clone(),
+        );
     }
 
     pub(crate) fn observation(&self, tier: &'static str, success: bool) {
@@ -68,6 +85,20 @@ impl HealthMetrics {
 
     pub(crate) fn announce_dropped(&self, n: u32) {
         self.announce_dropped.inc_by(u64::from(n));
+    }
+
+    pub(crate) fn check_dropped(&self, reason: &'static str) {
+        self.checks_dropped
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Check tasks not run because their proxy was taken first: `reason` is
+    /// `extracted`, `removed` or `gone`.
+    pub fn checks_dropped(&self, reason: &'static str) -> u64 {
+        self.checks_dropped
+            .get_or_create(&ReasonLabels { reason })
+            .get()
     }
 
     /// Verdicts applied that left proxies in `state` (e.g. `AVAILABLE`).

@@ -2,7 +2,9 @@
 //! into AVAILABLE / SUSPECT / UNHEALTHY, and the planner that decides which proxies
 //! need which checks when. The control plane hands tasks to checkers and their
 //! observations back through [`TaskSource`] and [`ObservationSink`]; verdicts reach
-//! the pool only through `HealthStore::apply_health`, from one writer.
+//! the pool only through `HealthStore::apply_health`, from one writer. A task starts
+//! only once its proxy is marked under check in the pool (`HealthStore::begin_checks`):
+//! no extraction takes a proxy a check may still go through.
 //!
 //! It owns thresholds, schedules and the per-proxy streaks (in memory: a controller
 //! restart starts every streak afresh). It never probes anything itself and never
@@ -25,5 +27,5 @@ pub use planner::{
 pub use reducer::{Fact, HealthState, ProxyHealth, ReducerConfig, reduce, reduce_outcome};
 pub use service::{
     HealthError, HealthService, MAX_OBSERVATIONS_PER_SUBMIT, ObservationSink, SubmitReport,
-    TaskSource, proxy_side,
+    TaskSource, TaskStart, proxy_side,
 };

@@ -450,17 +450,38 @@ impl Planner {
         })
     }
 
-    /// Stops tracking a proxy (gone from the pool, extracted, removed, expired).
-    pub fn forget(&mut self, id: &ProxyId) {
-        if let Some(e) = self.entries.remove(id) {
-            if let Some((t, s)) = e.due_key {
-                self.due.remove(&(t, s, id.clone()));
-            }
-            if let Some((task, deadline)) = e.lease {
-                self.leases.remove(&(deadline, task));
-                self.tasks.remove(&task);
-            }
+    /// Stops tracking a proxy (gone from the pool, extracted, removed, expired);
+    /// whether it was tracked.
+    pub fn forget(&mut self, id: &ProxyId) -> bool {
+        let Some(e) = self.entries.remove(id) else {
+            return false;
+        };
+        if let Some((t, s)) = e.due_key {
+            self.due.remove(&(t, s, id.clone()));
         }
+        if let Some((task, deadline)) = e.lease {
+            self.leases.remove(&(deadline, task));
+            self.tasks.remove(&task);
+        }
+        true
+    }
+
+    /// Extra time after a task's deadline before it is handed out again (and before
+    /// its late reports are ignored).
+    pub fn lease_grace(&self) -> Duration {
+        self.cfg.lease_grace
+    }
+
+    /// The proxy of a task still out (leased, not yet completed or reclaimed).
+    pub fn task_proxy(&self, task_id: u64) -> Option<&ProxyId> {
+        self.tasks.get(&task_id)
+    }
+
+    /// Checks of `id`'s current (or just completed) task not reported yet: 0 once
+    /// every check of it is in; more when it ended early (a BASIC failed, the checker
+    /// gave up) while another of its checks may still be under way.
+    pub fn unreported(&self, id: &ProxyId) -> Option<usize> {
+        self.entries.get(id).map(|e| e.pending)
     }
 
     /// Puts a leased proxy back to be due at `at` without a verdict (e.g. the task

@@ -2,13 +2,20 @@
 //! control plane serves to checkers ([`TaskSource`], [`ObservationSink`]), and the
 //! announcer the provider reconciler feeds. Verdicts reach the pool through
 //! [`HealthStore::apply_health`] in batches, by one writer at a time.
+//!
+//! A check must never go through a proxy a client holds: before a task may start, its
+//! proxy is marked under check in the pool ([`HealthService::admit`],
+//! `HealthStore::begin_checks`), which fails for a proxy already extracted and keeps
+//! extraction off it until the task's result is applied (`HealthStore::end_checks`)
+//! or its deadline plus the lease grace has passed.
 
 use std::sync::Arc;
 
 use activity_pool::model::{
-    HealthResult, HealthUpdate, HealthVerdict, ProxyId, ProxyState, UpstreamId,
+    CheckEnd, CheckMark, CheckStart, HealthResult, HealthUpdate, HealthVerdict, ProxyId,
+    ProxyState, UpstreamId,
 };
-use activity_pool::options::MAX_UPDATE_BATCH;
+use activity_pool::options::{MAX_CHECK_HOLD, MAX_UPDATE_BATCH};
 use activity_pool::ports::{HealthStore, ProxyCatalog};
 use activity_pool::{Clock, PoolError, Timestamp};
 use async_trait::async_trait;
@@ -55,6 +62,27 @@ pub struct SubmitReport {
     pub verdicts: u32,
 }
 
+/// A leased task about to start ([`HealthService::admit`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskStart {
+    /// The planner's task ID.
+    pub task_id: u64,
+    /// Its proxy.
+    pub proxy_id: ProxyId,
+    /// Its deadline: no check of the task starts later.
+    pub deadline: Timestamp,
+}
+
+impl From<&CheckTask> for TaskStart {
+    fn from(t: &CheckTask) -> Self {
+        Self {
+            task_id: t.task_id,
+            proxy_id: t.proxy_id.clone(),
+            deadline: t.deadline,
+        }
+    }
+}
+
 /// Hands check tasks to checkers (called by the control plane's `CheckerControlPlane`).
 #[async_trait]
 pub trait TaskSource: Send + Sync {
@@ -90,6 +118,10 @@ pub struct HealthService {
     store: Arc<dyn HealthStore>,
     clock: Arc<dyn Clock>,
     metrics: HealthMetrics,
+    /// Added to task IDs to make the check IDs of the pool's marks: random per
+    /// service, so that a mark of another controller's check (a leader before this
+    /// one, whose task IDs count from 1 too) is never ended by one of ours.
+    check_base: u64,
 }
 
 impl std::fmt::Debug for HealthService {
@@ -118,7 +150,89 @@ impl HealthService {
             store,
             clock,
             metrics,
+            check_base: rand::random(),
         })
+    }
+
+    /// The ID of a task's check in the pool's marks.
+    fn check_id(&self, task_id: u64) -> u64 {
+        self.check_base.wrapping_add(task_id)
+    }
+
+    /// Leases up to `max` due tasks limited to `tiers`, **without** marking their
+    /// proxies: for a queue that marks each task when a checker takes it (the
+    /// bridge's backend calls [`HealthService::admit`] then). A checker given these
+    /// tasks directly would probe unmarked proxies; it uses [`TaskSource::next_tasks`].
+    pub async fn lease_tasks(
+        &self,
+        max: usize,
+        tiers: &[Tier],
+    ) -> Result<Vec<CheckTask>, HealthError> {
+        let leases = self.planner.lock().lease(self.clock.now(), max, tiers);
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.build_tasks(leases).await
+    }
+
+    /// Marks the proxies of tasks about to start as under check in the pool
+    /// (`HealthStore::begin_checks`), each until its deadline plus the planner's lease
+    /// grace (counted from now in pool time, so clock skew and a late probe stay
+    /// covered): no extraction takes a proxy while a checker may go through it.
+    /// Returns, in input order, whether each task may start. One whose proxy was taken
+    /// first (extracted, removed, gone) must not: the planner forgets the proxy and
+    /// `health_checks_dropped` counts it. On a pool error none may start (give the
+    /// tasks back: [`HealthService::release_tasks`]).
+    pub async fn admit(&self, tasks: &[TaskStart]) -> Result<Vec<bool>, HealthError> {
+        if tasks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.clock.now();
+        let grace = self.planner.lock().lease_grace();
+        let starts: Vec<CheckStart> = tasks
+            .iter()
+            .map(|t| CheckStart {
+                proxy_id: t.proxy_id.clone(),
+                check: self.check_id(t.task_id),
+                hold: (t.deadline.since(now) + grace)
+                    .clamp(std::time::Duration::from_millis(1), MAX_CHECK_HOLD),
+            })
+            .collect();
+        let mut marks = Vec::with_capacity(starts.len());
+        for chunk in starts.chunks(MAX_UPDATE_BATCH) {
+            marks.extend(self.store.begin_checks(chunk).await?);
+        }
+        if marks.len() != tasks.len() {
+            return Err(PoolError::Internal("check marks: wrong count".into()).into());
+        }
+        let mut p = self.planner.lock();
+        Ok(tasks
+            .iter()
+            .zip(marks)
+            .map(|(t, mark)| {
+                let reason = match mark {
+                    CheckMark::Marked(_) => return true,
+                    CheckMark::Refused(ProxyState::Extracted) => "extracted",
+                    CheckMark::Refused(_) => "removed",
+                    CheckMark::NotFound => "gone",
+                };
+                if p.forget(&t.proxy_id) {
+                    self.metrics.check_dropped(reason);
+                    debug!(proxy = %t.proxy_id, reason, "check dropped: the proxy was taken first");
+                }
+                false
+            })
+            .collect())
+    }
+
+    /// Ends the pool marks of finished tasks' checks; a failure only leaves them to end
+    /// at their hold.
+    async fn end_checks(&self, ends: &[CheckEnd]) {
+        for chunk in ends.chunks(MAX_UPDATE_BATCH) {
+            if let Err(e) = self.store.end_checks(chunk).await {
+                debug!(error = %e, "ending check marks failed (they end at their hold)");
+            }
+        }
     }
 
     /// Tracked proxies.
@@ -263,11 +377,25 @@ impl TaskSource for HealthService {
         max: usize,
         tiers: &[Tier],
     ) -> Result<Vec<CheckTask>, HealthError> {
-        let leases = self.planner.lock().lease(self.clock.now(), max, tiers);
-        if leases.is_empty() {
-            return Ok(Vec::new());
+        let tasks = self.lease_tasks(max, tiers).await?;
+        if tasks.is_empty() {
+            return Ok(tasks);
         }
-        let tasks = self.build_tasks(leases).await?;
+        // The checker probes these at once: mark them first.
+        let starts: Vec<TaskStart> = tasks.iter().map(TaskStart::from).collect();
+        let admitted = match self.admit(&starts).await {
+            Ok(a) => a,
+            Err(e) => {
+                let ids: Vec<u64> = tasks.iter().map(|t| t.task_id).collect();
+                self.release_tasks(&ids);
+                return Err(e);
+            }
+        };
+        let tasks: Vec<CheckTask> = tasks
+            .into_iter()
+            .zip(admitted)
+            .filter_map(|(t, ok)| ok.then_some(t))
+            .collect();
         debug!(checker = %checker.0, tasks = tasks.len(), "check tasks leased");
         Ok(tasks)
     }
@@ -295,13 +423,29 @@ impl ObservationSink for HealthService {
         let now = self.clock.now();
         let mut report = SubmitReport::default();
         let mut verdicts = Vec::new();
+        // Tasks this report finished with every check in: their marks end once the
+        // verdicts are in. One ended early (a BASIC failed) keeps its mark until it runs
+        // out: another of its checks may still be under way (the proxy is SUSPECT then
+        // anyway).
+        let mut ended = Vec::new();
         {
             let mut p = self.planner.lock();
             for task in observations.chunk_by(|a, b| a.task_id == b.task_id) {
-                match p.complete(now, task[0].task_id, task) {
+                let task_id = task[0].task_id;
+                let proxy = p.task_proxy(task_id).cloned();
+                match p.complete(now, task_id, task) {
                     Some(v) => {
                         report.accepted_tasks += 1;
                         verdicts.extend(v);
+                        if let Some(proxy_id) = proxy
+                            && p.task_proxy(task_id).is_none()
+                            && p.unreported(&proxy_id) == Some(0)
+                        {
+                            ended.push(CheckEnd {
+                                proxy_id,
+                                check: self.check_id(task_id),
+                            });
+                        }
                     }
                     None => report.ignored_tasks += 1,
                 }
@@ -311,6 +455,7 @@ impl ObservationSink for HealthService {
             self.metrics.ignored_tasks(report.ignored_tasks);
         }
         report.verdicts = self.write(verdicts).await?;
+        self.end_checks(&ended).await;
         debug!(
             checker = %checker.0,
             accepted = report.accepted_tasks,

@@ -56,6 +56,16 @@ pub struct Use {
     pub started_ms: u64,
     /// When it ended (`None`: still going).
     pub ended_ms: Option<u64>,
+    /// What it reached: a tunnel's target (`host:port`), a forwarded request's URI
+    /// without its query; `None` before the request named one. Tells a checker's
+    /// probe (its basic target, its echo) from gateway traffic on the same proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Bytes relayed through a tunnel, both ways, once it ended (`None`: a forwarded
+    /// request, a tunnel still going or ended by an error). A checker's BASIC or
+    /// TARGET probe closes its tunnel at once: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relayed: Option<u64>,
 }
 
 /// A proxy handed to an extraction client, by its listening port.
@@ -142,6 +152,8 @@ impl AuditLog {
             kind,
             started_ms: now_ms(),
             ended_ms: None,
+            target: None,
+            relayed: None,
         });
         UseGuard {
             log: Some(self.clone()),
@@ -237,6 +249,26 @@ pub struct UseGuard {
     index: usize,
 }
 
+impl UseGuard {
+    /// Records what the use reached (see [`Use::target`]).
+    pub fn target(&self, target: impl Into<String>) {
+        self.update(|u| u.target = Some(target.into()));
+    }
+
+    /// Records the bytes a tunnel relayed (see [`Use::relayed`]).
+    pub fn relayed(&self, bytes: u64) {
+        self.update(|u| u.relayed = Some(bytes));
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Use)) {
+        if let Some(log) = &self.log
+            && let Some(u) = log.inner.lock().uses.get_mut(self.index)
+        {
+            f(u);
+        }
+    }
+}
+
 impl Drop for UseGuard {
     fn drop(&mut self) {
         if let Some(log) = self.log.take()
@@ -293,6 +325,28 @@ mod tests {
             log.verdict(&[client]).violations,
             2,
             "ending late does not clear it"
+        );
+    }
+
+    #[test]
+    fn a_use_records_its_target_and_the_bytes_it_relayed() {
+        let log = Arc::new(AuditLog::default());
+        let used = log.begin("p1", 1, peer("127.0.0.1"), UseKind::Connect);
+        used.target("127.0.0.1:9000");
+        used.relayed(0);
+        drop(used);
+        drop(log.begin("p1", 1, peer("127.0.0.1"), UseKind::Forward));
+        let uses = log.uses();
+        assert_eq!(
+            (uses[0].target.as_deref(), uses[0].relayed),
+            (Some("127.0.0.1:9000"), Some(0))
+        );
+        assert!(uses[0].ended_ms.is_some());
+        assert_eq!((uses[1].target.as_deref(), uses[1].relayed), (None, None));
+        let json = serde_json::to_string(&uses[1]).unwrap();
+        assert!(
+            !json.contains("target") && !json.contains("relayed"),
+            "{json}"
         );
     }
 

@@ -114,6 +114,7 @@ fn eligible(
         && !st.owners.contains_key(&r.id)
         && r.usable_until > now
         && st.held(&r.upstream, now).is_none()
+        && !st.marked(&r.id, now)
         && r.expires_at.since(now) >= req.min_remaining_ttl
         && fresh
         && (f.protocols.is_empty() || f.protocols.contains(&r.protocol))

@@ -35,6 +35,19 @@ pub(super) struct StoredReport {
     pub digest: String,
 }
 
+/// A proxy's check mark (`docs/pool.md`, "Check marks"); the Redis record's `ck`,
+/// `cf` and `ct` fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Mark {
+    /// When the mark ends: the later of the current check's end and `floor`.
+    pub until: Timestamp,
+    /// The end of the earlier checks' marks this one superseded: they can no longer be
+    /// ended early, so the mark lasts at least that long.
+    pub floor: Option<Timestamp>,
+    /// The check whose end may end the mark early (`None` once it ended).
+    pub check: Option<u64>,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct State {
     pub records: HashMap<ProxyId, Stored>,
@@ -60,6 +73,8 @@ pub(super) struct State {
     pub generation: Option<Timestamp>,
     /// Upstream → the end of its hold-back (generation start + its quarantine).
     pub held: HashMap<UpstreamId, Timestamp>,
+    /// Check marks by proxy (deleted with the record).
+    pub marks: HashMap<ProxyId, Mark>,
 }
 
 /// The availability combination of a record: `<upstream>|<protocol>|<region>|<carrier>`
@@ -86,6 +101,11 @@ impl State {
     /// generations"): its proxies are neither extractable nor assignable before.
     pub fn held(&self, upstream: &UpstreamId, now: Timestamp) -> Option<Timestamp> {
         self.held.get(upstream).copied().filter(|t| now < *t)
+    }
+
+    /// Whether a check mark keeps the proxy from extraction at `now`.
+    pub fn marked(&self, id: &ProxyId, now: Timestamp) -> bool {
+        self.marks.get(id).is_some_and(|m| m.until > now)
     }
 
     pub fn live(&self, id: &ProxyId, now: Timestamp) -> Option<&Stored> {
@@ -182,6 +202,7 @@ impl State {
             self.owner_expiry
                 .remove(&(a.lease_expires_at.0, id.clone()));
         }
+        self.marks.remove(id);
         self.count(&r.upstream, r.state, -1);
     }
 

@@ -4,17 +4,18 @@ use async_trait::async_trait;
 
 use super::MemoryPool;
 use super::extract::merged;
-use super::state::{State, Stored, StoredResult, combo_labels};
+use super::state::{Mark, State, Stored, StoredResult, combo_labels};
 use crate::clock::Timestamp;
 use crate::error::{PoolError, PoolResult};
 use crate::model::{
-    DropReason, HealthResult, HealthUpdate, ProxyId, ProxyRecord, ProxyState, PurgeReport,
-    RemoveResult, UpsertReport, UpstreamId,
+    CheckEnd, CheckMark, CheckStart, DropReason, HealthResult, HealthUpdate, ProxyId, ProxyRecord,
+    ProxyState, PurgeReport, RemoveResult, UpsertReport, UpstreamId,
 };
 use crate::options::{MAX_SWEEP, UPSERT_CHUNK};
 use crate::ports::{HealthStore, Maintenance, ProxyCatalog, Upserter};
 use crate::validate::{
-    PreparedBatch, PreparedCandidate, check_health_batch, check_id_batch, key_digest, prepare_batch,
+    PreparedBatch, PreparedCandidate, check_check_ends, check_check_starts, check_health_batch,
+    check_id_batch, key_digest, prepare_batch,
 };
 
 fn drop(report: &mut UpsertReport, reason: DropReason) {
@@ -223,6 +224,83 @@ impl HealthStore for MemoryPool {
                 r.health.failure = u.failure.clone();
             });
             out.push(HealthResult::Applied(u.verdict.state()));
+        }
+        Ok(out)
+    }
+
+    async fn begin_checks(&self, starts: &[CheckStart]) -> PoolResult<Vec<CheckMark>> {
+        check_check_starts(starts)?;
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let mut out = Vec::with_capacity(starts.len());
+        for s in starts {
+            let Some(stored) = st.live(&s.proxy_id, now) else {
+                out.push(CheckMark::NotFound);
+                continue;
+            };
+            let state = stored.record.state;
+            if matches!(state, ProxyState::Extracted | ProxyState::Removed) {
+                out.push(CheckMark::Refused(state));
+                continue;
+            }
+            let end = now.plus(s.hold);
+            let mark = match st.marks.get(&s.proxy_id) {
+                // The same check again (a second wire task of one task): extended.
+                Some(m) if m.check == Some(s.check) => Mark {
+                    until: m.until.max(end),
+                    ..m.clone()
+                },
+                // Another check's mark still in force becomes the floor.
+                other => {
+                    let floor = other.map(|m| m.until).filter(|t| *t > now);
+                    Mark {
+                        until: floor.map_or(end, |f| f.max(end)),
+                        floor,
+                        check: Some(s.check),
+                    }
+                }
+            };
+            out.push(CheckMark::Marked(mark.until));
+            st.marks.insert(s.proxy_id.clone(), mark);
+        }
+        Ok(out)
+    }
+
+    async fn end_checks(&self, ends: &[CheckEnd]) -> PoolResult<Vec<bool>> {
+        check_check_ends(ends)?;
+        let now = self.clock.now();
+        let mut st = self.state.lock();
+        let mut out = Vec::with_capacity(ends.len());
+        for e in ends {
+            let open = st.live(&e.proxy_id, now).is_some_and(|s| {
+                !matches!(s.record.state, ProxyState::Extracted | ProxyState::Removed)
+            }) && st
+                .marks
+                .get(&e.proxy_id)
+                .is_some_and(|m| m.check == Some(e.check));
+            if open {
+                let floor = st
+                    .marks
+                    .get(&e.proxy_id)
+                    .and_then(|m| m.floor)
+                    .filter(|f| *f > now);
+                match floor {
+                    Some(until) => {
+                        st.marks.insert(
+                            e.proxy_id.clone(),
+                            Mark {
+                                until,
+                                floor: None,
+                                check: None,
+                            },
+                        );
+                    }
+                    None => {
+                        st.marks.remove(&e.proxy_id);
+                    }
+                }
+            }
+            out.push(open);
         }
         Ok(out)
     }

@@ -41,10 +41,12 @@ pub(crate) enum Script {
     DemandTake,
     Generation,
     LeaderToken,
+    CheckBegin,
+    CheckEnd,
 }
 
 impl Script {
-    pub(crate) const ALL: [Script; 29] = [
+    pub(crate) const ALL: [Script; 31] = [
         Script::Upsert,
         Script::Remove,
         Script::Health,
@@ -74,6 +76,8 @@ impl Script {
         Script::DemandTake,
         Script::Generation,
         Script::LeaderToken,
+        Script::CheckBegin,
+        Script::CheckEnd,
     ];
 
     /// The writes only the leader makes: with a fenced adapter they carry its fencing
@@ -92,6 +96,8 @@ impl Script {
                 | Script::Purge
                 | Script::CombosGc
                 | Script::DemandTake
+                | Script::CheckBegin
+                | Script::CheckEnd
         )
     }
 
@@ -127,6 +133,8 @@ impl Script {
             Script::DemandTake => "demand_take",
             Script::Generation => "generation",
             Script::LeaderToken => "leader_token",
+            Script::CheckBegin => "check_begin",
+            Script::CheckEnd => "check_end",
         }
     }
 
@@ -161,6 +169,8 @@ impl Script {
             Script::DemandTake => lua!("prelude.lua", "demand_take.lua"),
             Script::Generation => lua!("prelude.lua", "generation.lua"),
             Script::LeaderToken => lua!("prelude.lua", "leader_token.lua"),
+            Script::CheckBegin => lua!("prelude.lua", "check_begin.lua"),
+            Script::CheckEnd => lua!("prelude.lua", "check_end.lua"),
         }
     }
 

@@ -11,8 +11,8 @@ use super::{Call, RedisPool};
 use crate::clock::Timestamp;
 use crate::error::{PoolError, PoolResult};
 use crate::model::{
-    DropReason, FetchedBatch, HealthResult, HealthUpdate, ProxyId, ProxyState, PurgeReport,
-    RemoveResult, UpsertReport, UpstreamId,
+    CheckEnd, CheckMark, CheckStart, DropReason, FetchedBatch, HealthResult, HealthUpdate, ProxyId,
+    ProxyState, PurgeReport, RemoveResult, UpsertReport, UpstreamId,
 };
 use crate::options::{MAX_SWEEP, UPSERT_CHUNK};
 
@@ -23,7 +23,8 @@ pub(super) const SCRIPT_BATCH: usize = 128;
 pub(super) const SCRIPT_SWEEP: u32 = 256;
 use crate::ports::{HealthStore, Maintenance, Upserter};
 use crate::validate::{
-    PreparedBatch, PreparedCandidate, check_health_batch, check_id_batch, prepare_batch,
+    PreparedBatch, PreparedCandidate, check_check_ends, check_check_starts, check_health_batch,
+    check_id_batch, prepare_batch,
 };
 
 #[derive(Deserialize)]
@@ -200,6 +201,56 @@ impl HealthStore for RedisPool {
             }
         }
         Ok(out)
+    }
+
+    async fn begin_checks(&self, starts: &[CheckStart]) -> PoolResult<Vec<CheckMark>> {
+        check_check_starts(starts)?;
+        // Check IDs travel as decimal strings: Lua numbers are doubles, which cannot
+        // hold every u64.
+        let list: Vec<Value> = starts
+            .iter()
+            .map(|s| json!({ "id": s.proxy_id, "c": s.check.to_string(), "h": ms(s.hold) }))
+            .collect();
+        let mut out = Vec::with_capacity(starts.len());
+        for chunk in list.chunks(SCRIPT_BATCH) {
+            let keys = CallKeys::new(Some(self.fresh_op(Script::CheckBegin)), None);
+            let r = self
+                .run(Call::new(Script::CheckBegin, keys, json!({ "m": chunk })))
+                .await?;
+            let codes: Vec<String> = decode(r, "check mark reply")?;
+            for c in codes {
+                out.push(check_mark(&c)?);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn end_checks(&self, ends: &[CheckEnd]) -> PoolResult<Vec<bool>> {
+        check_check_ends(ends)?;
+        let list: Vec<Value> = ends
+            .iter()
+            .map(|e| json!({ "id": e.proxy_id, "c": e.check.to_string() }))
+            .collect();
+        let mut out = Vec::with_capacity(ends.len());
+        for chunk in list.chunks(SCRIPT_BATCH) {
+            let keys = CallKeys::new(Some(self.fresh_op(Script::CheckEnd)), None);
+            let r = self
+                .run(Call::new(Script::CheckEnd, keys, json!({ "e": chunk })))
+                .await?;
+            let ended: Vec<bool> = decode(r, "check end reply")?;
+            out.extend(ended);
+        }
+        Ok(out)
+    }
+}
+
+fn check_mark(code: &str) -> PoolResult<CheckMark> {
+    let bad = || codec::corrupt("check mark");
+    match code.split_once(':') {
+        Some(("M", t)) => Ok(CheckMark::Marked(Timestamp(t.parse().map_err(|_| bad())?))),
+        Some(("R", s)) => Ok(CheckMark::Refused(ProxyState::parse(s).ok_or_else(bad)?)),
+        _ if code == "N" => Ok(CheckMark::NotFound),
+        _ => Err(bad()),
     }
 }
 

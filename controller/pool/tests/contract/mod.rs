@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod checks;
 pub mod extract;
 pub mod generation;
 pub mod lifecycle;

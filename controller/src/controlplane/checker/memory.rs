@@ -2,8 +2,8 @@
 //! concurrency, deadline expiry, and a bounded observation channel.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use activity_pool::Clock;
@@ -14,7 +14,7 @@ use tokio::sync::{Notify, mpsc};
 
 use super::{
     CheckerBackend, CheckerError, CheckerObservation, CheckerRegistration, CheckerSession,
-    ReportSummary,
+    ReportSummary, TaskGate,
 };
 
 #[derive(Debug)]
@@ -46,6 +46,8 @@ pub struct MemoryCheckerBackend {
     dropped_tasks: AtomicU64,
     dropped_observations: AtomicU64,
     next_session: AtomicU64,
+    /// Consulted as a checker takes tasks (`set_gate`).
+    gate: OnceLock<Arc<dyn TaskGate>>,
 }
 
 impl MemoryCheckerBackend {
@@ -67,6 +69,7 @@ impl MemoryCheckerBackend {
                 dropped_tasks: AtomicU64::new(0),
                 dropped_observations: AtomicU64::new(0),
                 next_session: AtomicU64::new(1),
+                gate: OnceLock::new(),
             },
             rx,
         )
@@ -86,6 +89,66 @@ impl MemoryCheckerBackend {
         drop(st);
         self.notify.notify_waiters();
         true
+    }
+
+    /// Puts `gate` before every task a checker takes: only the tasks it admits go to
+    /// the checker. `false` (and unchanged) when a gate is set already.
+    pub fn set_gate(&self, gate: Arc<dyn TaskGate>) -> bool {
+        self.gate.set(gate).is_ok()
+    }
+
+    /// Takes back tasks taken for `session` that will not go to it: they free the
+    /// checker's slots and their results would be discarded.
+    fn withdraw(&self, session: &CheckerSession, task_ids: &[String]) {
+        if task_ids.is_empty() {
+            return;
+        }
+        let mut st = self.state.lock();
+        for id in task_ids {
+            let ours = st
+                .in_flight
+                .get(id)
+                .is_some_and(|f| f.checker_id == session.checker_id);
+            if ours {
+                st.in_flight.remove(id);
+                if let Some(n) = st.outstanding.get_mut(&session.checker_id) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+        drop(st);
+        self.notify.notify_waiters();
+    }
+
+    /// The tasks of `taken` the gate admits; the others are withdrawn.
+    async fn admit(
+        &self,
+        session: &CheckerSession,
+        taken: Vec<CheckTask>,
+    ) -> Result<Vec<CheckTask>, CheckerError> {
+        let Some(gate) = self.gate.get() else {
+            return Ok(taken);
+        };
+        match gate.admit(&taken).await {
+            Ok(admitted) if admitted.len() == taken.len() => {
+                let mut keep = Vec::with_capacity(taken.len());
+                let mut refused = Vec::new();
+                for (t, ok) in taken.into_iter().zip(admitted) {
+                    if ok {
+                        keep.push(t);
+                    } else {
+                        refused.push(t.task_id);
+                    }
+                }
+                self.withdraw(session, &refused);
+                Ok(keep)
+            }
+            _ => {
+                let all: Vec<String> = taken.into_iter().map(|t| t.task_id).collect();
+                self.withdraw(session, &all);
+                Err(CheckerError::Unavailable)
+            }
+        }
     }
 
     /// Tasks refused because the queue was full.
@@ -185,9 +248,14 @@ impl CheckerBackend for MemoryCheckerBackend {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let notified = self.notify.notified();
-            let tasks = self.take(session, max)?;
-            if !tasks.is_empty() {
-                return Ok(tasks);
+            let taken = self.take(session, max)?;
+            if !taken.is_empty() {
+                let tasks = self.admit(session, taken).await?;
+                if !tasks.is_empty() {
+                    return Ok(tasks);
+                }
+                // All refused: the queue may hold more.
+                continue;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return Ok(Vec::new());

@@ -102,6 +102,17 @@ pub trait CheckerBackend: Send + Sync + fmt::Debug {
     async fn session(&self, checker_id: &str) -> Option<CheckerSession>;
 }
 
+/// Decides, as a checker takes tasks from the queue, which of them may go to it: the
+/// health side marks their proxies under check in the pool first, so that no extraction
+/// takes a proxy a checker may go through (`HealthService::admit`). Without a gate every
+/// task goes.
+#[async_trait]
+pub trait TaskGate: Send + Sync + fmt::Debug {
+    /// Of `tasks`, just taken for a checker, whether each may go to it (in order); the
+    /// others are withdrawn. An error withholds them all.
+    async fn admit(&self, tasks: &[CheckTask]) -> Result<Vec<bool>, CheckerError>;
+}
+
 /// One observation with the checker that made it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckerObservation {

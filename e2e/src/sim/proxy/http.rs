@@ -76,12 +76,21 @@ async fn handle(
             .core
             .audit
             .begin(&info.id, info.port, ctx.peer, UseKind::Connect);
+        if let Some(a) = req.uri().authority() {
+            used.target(a.as_str());
+        }
         Ok(tunnel(ctx, req, used).await)
     } else {
         let used = ctx
             .core
             .audit
             .begin(&info.id, info.port, ctx.peer, UseKind::Forward);
+        let uri = req.uri();
+        used.target(format!(
+            "{}{}",
+            uri.authority().map_or("", |a| a.as_str()),
+            uri.path()
+        ));
         Ok(forward(ctx, slot, req)
             .await
             .map(|body| Guarded { body, _used: used }.boxed()))
@@ -160,7 +169,6 @@ async fn tunnel(ctx: Arc<ConnCtx>, mut req: Request<Incoming>, used: UseGuard) -
     let on_upgrade = hyper::upgrade::on(&mut req);
     let tunnel_ctx = ctx.clone();
     ctx.core.tracker.spawn(async move {
-        let _used = used;
         let token = tunnel_ctx.proxy.token.clone();
         let relay = async {
             let upgraded = match on_upgrade.await {
@@ -170,7 +178,10 @@ async fn tunnel(ctx: Arc<ConnCtx>, mut req: Request<Incoming>, used: UseGuard) -
             let mut client = TokioIo::new(upgraded);
             let mut upstream = Budgeted::new(upstream, tunnel_ctx.failure.byte_budget());
             match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-                Ok((up, down)) => debug!(up, down, "tunnel closed"),
+                Ok((up, down)) => {
+                    used.relayed(up + down);
+                    debug!(up, down, "tunnel closed");
+                }
                 Err(err) => debug!(error = %err, "tunnel ended with an error"),
             }
         };

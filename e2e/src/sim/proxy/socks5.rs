@@ -11,7 +11,7 @@ use tracing::debug;
 
 use super::ConnCtx;
 use super::upstream::{Budgeted, Target, connect};
-use crate::sim::audit::UseKind;
+use crate::sim::audit::{UseGuard, UseKind};
 
 const VERSION: u8 = 0x05;
 const AUTH_VERSION: u8 = 0x01;
@@ -27,12 +27,12 @@ const REPLY_ADDRESS_NOT_SUPPORTED: u8 = 0x08;
 pub(super) async fn serve(ctx: Arc<ConnCtx>, mut stream: TcpStream) {
     // For the auditor: a SOCKS5 connection is one use, from its handshake to its end.
     let info = &ctx.proxy.info;
-    let _used = ctx
+    let used = ctx
         .core
         .audit
         .begin(&info.id, info.port, ctx.peer, UseKind::Socks5);
     let timeout = ctx.core.settings.handshake_timeout;
-    let upstream = match tokio::time::timeout(timeout, handshake(&ctx, &mut stream)).await {
+    let upstream = match tokio::time::timeout(timeout, handshake(&ctx, &mut stream, &used)).await {
         Ok(Ok(Some(upstream))) => upstream,
         Ok(Ok(None)) => return,
         Ok(Err(err)) => return debug!(error = %err, "socks5 handshake failed"),
@@ -40,13 +40,21 @@ pub(super) async fn serve(ctx: Arc<ConnCtx>, mut stream: TcpStream) {
     };
     let mut upstream = Budgeted::new(upstream, ctx.failure.byte_budget());
     match tokio::io::copy_bidirectional(&mut stream, &mut upstream).await {
-        Ok((up, down)) => debug!(up, down, "socks5 tunnel closed"),
+        Ok((up, down)) => {
+            used.relayed(up + down);
+            debug!(up, down, "socks5 tunnel closed");
+        }
         Err(err) => debug!(error = %err, "socks5 tunnel ended with an error"),
     }
 }
 
 /// Runs the handshake; `Ok(None)` means the client was answered and must be closed.
-async fn handshake(ctx: &ConnCtx, stream: &mut TcpStream) -> io::Result<Option<TcpStream>> {
+/// The target it names is recorded on `used`.
+async fn handshake(
+    ctx: &ConnCtx,
+    stream: &mut TcpStream,
+    used: &UseGuard,
+) -> io::Result<Option<TcpStream>> {
     if !authenticate(stream, |user, pass| ctx.credentials_ok(user, pass)).await? {
         debug!("socks5 authentication failed");
         return Ok(None);
@@ -58,6 +66,10 @@ async fn handshake(ctx: &ConnCtx, stream: &mut TcpStream) -> io::Result<Option<T
             return Ok(None);
         }
     };
+    used.target(match &target {
+        Target::Ip(addr) => addr.to_string(),
+        Target::Domain(host, port) => format!("{host}:{port}"),
+    });
     let settings = &ctx.core.settings;
     match connect(&target, ctx.egress_ip(), settings.connect_timeout).await {
         Ok(upstream) => {

@@ -73,15 +73,23 @@ local function str(raw, name)
   return at and string.match(raw, '^[^"]*', at + #name)
 end
 
--- Eligible: live, AVAILABLE, unowned, usable, not held back, minimum remaining TTL, health freshness,
--- and (filtered) its combination is one of the matching ones. Returns ok, exp, combo, uu.
+-- Eligible: live, AVAILABLE, unowned, usable, not held back, not under a health check's
+-- mark (`ck` in the future), minimum remaining TTL, health freshness, and (filtered) its
+-- combination is one of the matching ones. Returns ok, exp, combo, uu.
 -- The fixed head `encode_rec` writes, matched in one call (C calls dominate the cost
--- of a Lua script); a record without `lc` (never checked, so never AVAILABLE) or any
--- other shape falls back to the field-by-field reads.
+-- of a Lua script): without a mark (the common case, one match as before), else with
+-- one (a second match); a record without `lc` (never checked, so never AVAILABLE) or
+-- any other shape falls back to the field-by-field reads.
 local HEAD = '^{"st":"AVAILABLE","exp":(%d+),"uu":(%d+),"lc":(%d+),"up":"([^"]*)","ix":{"a":"([^"]*)"'
+local HEAD_CK = '^{"st":"AVAILABLE","exp":(%d+),"uu":(%d+),"lc":(%d+),"ck":(%d+),"up":"([^"]*)","ix":{"a":"([^"]*)"'
 local function eligible(raw, is_owned)
   if is_owned or not raw then return false end
   local exp_s, uu_s, lc_s, up_h, combo_h = string.match(raw, HEAD)
+  if not exp_s then
+    local ck_s
+    exp_s, uu_s, lc_s, ck_s, up_h, combo_h = string.match(raw, HEAD_CK)
+    if ck_s and tonumber(ck_s) > NOW then return false end
+  end
   if exp_s then
     local exp, uu = tonumber(exp_s), tonumber(uu_s)
     if exp <= NOW or uu <= NOW or exp - NOW < P.minttl then return false end
@@ -91,6 +99,8 @@ local function eligible(raw, is_owned)
     return true, exp, combo_h, uu
   end
   if not string.find(raw, '"st":"AVAILABLE"', 1, true) then return false end
+  local ck = num(raw, '"ck":')
+  if ck and ck > NOW then return false end
   local exp, uu = num(raw, '"exp":'), num(raw, '"uu":')
   if not exp or not uu or exp <= NOW or uu <= NOW then return false end
   if exp - NOW < P.minttl then return false end

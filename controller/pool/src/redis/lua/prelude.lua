@@ -88,10 +88,12 @@ local function get_rec(id)
 end
 
 -- A record's JSON with the fields the extraction scan reads first, in a fixed order
--- (`{"st":…,"exp":…,"uu":…[,"lc":…],"up":…,"ix":{"a":…,"o":…},…`): the scan finds them
--- with a plain `string.find` a few bytes in instead of decoding the record. States,
--- upstream IDs and key names are validated identifiers: no JSON escaping needed.
-local HOT = { st = true, exp = true, uu = true, lc = true, up = true, ix = true }
+-- (`{"st":…,"exp":…,"uu":…[,"lc":…][,"ck":…],"up":…,"ix":{"a":…,"o":…},…`): the scan
+-- finds them with a plain `string.find` a few bytes in instead of decoding the record.
+-- States, upstream IDs and key names are validated identifiers: no JSON escaping
+-- needed. `ck`: the end of a health check's mark (`check_begin.lua`), only while one
+-- was set and not ended.
+local HOT = { st = true, exp = true, uu = true, lc = true, ck = true, up = true, ix = true }
 local function encode_rec(rec)
   local rest = {}
   for k, v in pairs(rec) do
@@ -99,6 +101,7 @@ local function encode_rec(rec)
   end
   local head = '{"st":"' .. rec.st .. '","exp":' .. istr(rec.exp) .. ',"uu":' .. istr(rec.uu)
   if rec.lc then head = head .. ',"lc":' .. istr(rec.lc) end
+  if rec.ck then head = head .. ',"ck":' .. istr(rec.ck) end
   head = head .. ',"up":"' .. rec.up .. '","ix":{"a":"' .. rec.ix.a .. '","o":"' .. rec.ix.o .. '"}'
   local tail = cjson.encode(rest)
   if tail == '{}' then return head .. '}' end
