@@ -153,9 +153,6 @@ async fn probe(gw: SocketAddr, echo: SocketAddr, n: u64) -> Probed {
 }
 
 #[test]
-#[ignore = "open exclusivity finding (docs/reliability.md, issue 16): once in five runs a proxy \
-            extracted just after the black-holed gateway re-registered was used 46 ms later; \
-            run with --ignored until it is fixed"]
 fn gateway_black_holed_from_the_controllers_serves_until_stale_then_recovers() {
     let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
     let relay_rt = load_runtime();
