@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '\n==> [%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+log() { printf '\n==> %s\n' "$*"; }
 
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)

@@ -5,8 +5,7 @@
 //! (a standby replica: another holder keeps the leader Lease, as in a two-replica
 //! install; the issuer serves on every replica).
 //!
-//! Against each listener (the listeners of one process one after another, the processes
-//! at the same time, one half-open flood at a time): a half-open flood (20,000 connections
+//! Against each listener, one after another: a half-open flood (20,000 connections
 //! that never send a byte, 4,000 held at once, from 40 source addresses),
 //! slowloris (request heads, TLS handshakes or SOCKS5 greetings one byte at a time),
 //! huge headers (1 MiB of header lines, or the listener's protocol equivalent),
@@ -55,8 +54,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// Connections of a half-open flood, and how many are held at once.
 const FLOOD: usize = 20_000;
 const FLOOD_CONCURRENT: usize = 4_000;
-/// Held by the half-open flood running now (processes are attacked concurrently).
-static FLOODING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Connections of each of the other attacks.
 const CONNS: usize = 200;
 /// Every attack connection must be closed by the server within this.
@@ -457,42 +454,10 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     ];
 
     println!("open files limit: {nofile}");
-    // The processes are attacked at the same time, each one's listeners one after
-    // another: an attack's figures (descriptors, memory) are its process's, so no two
-    // attacks may share a process, but different processes need not wait for each
-    // other (most of an attack is waiting for the server to close).
-    let mut groups: Vec<Vec<&Target>> = Vec::new();
+    let mut figures = Vec::new();
     for target in &targets {
-        match groups.iter_mut().find(|g| g[0].process == target.process) {
-            Some(g) => g.push(target),
-            None => groups.push(vec![target]),
-        }
+        figures.extend(attack_listener(target, &mut procs).await);
     }
-    let shared = parking_lot::Mutex::new(procs);
-    let per_process = futures::future::join_all(groups.iter().map(|group| {
-        let shared = &shared;
-        async move {
-            let mut figures = Vec::new();
-            for target in group {
-                figures.extend(attack_listener(target, shared).await);
-            }
-            figures
-        }
-    }))
-    .await;
-    let mut procs = shared.into_inner();
-    // The table keeps the targets' order.
-    let figures: Vec<Figure> = targets
-        .iter()
-        .flat_map(|t| {
-            per_process
-                .iter()
-                .flatten()
-                .filter(|f| f.listener == t.name)
-                .cloned()
-                .collect::<Vec<_>>()
-        })
-        .collect();
     // After everything, every listener still serves its real clients.
     for target in &targets {
         assert!(
@@ -689,10 +654,8 @@ fn attacks_for(t: &Target) -> Vec<Attack> {
 }
 
 /// Runs every attack for `t`, checking after each; returns the figures.
-/// Every attack on listener `t`, one after another; `procs` is locked only for a
-/// moment (other processes are attacked meanwhile).
-async fn attack_listener(t: &Target, procs: &parking_lot::Mutex<Procs>) -> Vec<Figure> {
-    let pid = procs.lock().pid(t.process);
+async fn attack_listener(t: &Target, procs: &mut Procs) -> Vec<Figure> {
+    let pid = procs.pid(t.process);
     let mut figures = Vec::new();
     for a in attacks_for(t) {
         // The level before: once the previous attack settled and the descriptors hold
@@ -713,9 +676,6 @@ async fn attack_listener(t: &Target, procs: &parking_lot::Mutex<Procs>) -> Vec<F
         let started = Instant::now();
         let (outcome, held): (Outcome, Held) = match &a {
             Attack::HalfOpen => {
-                // One flood at a time: FLOOD_CONCURRENT sockets each, and this
-                // process's descriptor limit must hold them.
-                let _one = FLOODING.lock().await;
                 attack::half_open(t.addr, FLOOD, FLOOD_CONCURRENT, CLOSE_BOUND).await
             }
             Attack::Trickle {
@@ -764,7 +724,7 @@ async fn attack_listener(t: &Target, procs: &parking_lot::Mutex<Procs>) -> Vec<F
         drop(sampler);
         let unanswered = held.len();
         drop(held);
-        procs.lock().all_alive();
+        procs.all_alive();
         let slack = FD_SLACK
             + if t.process == "gateway" {
                 GATEWAY_POOL_SLACK
@@ -807,7 +767,7 @@ async fn attack_listener(t: &Target, procs: &parking_lot::Mutex<Procs>) -> Vec<F
             "{} died under {}\n{}",
             t.process,
             a.label(),
-            procs.lock().logs()
+            procs.logs()
         );
         assert!(
             at_bound.fds <= before.fds + slack,
@@ -837,7 +797,7 @@ async fn attack_listener(t: &Target, procs: &parking_lot::Mutex<Procs>) -> Vec<F
             "{} / {}: {ok} of {tried} legitimate requests served during the attack\n{}",
             t.name,
             a.label(),
-            procs.lock().logs()
+            procs.logs()
         );
         figures.push(figure);
     }
