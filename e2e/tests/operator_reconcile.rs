@@ -154,22 +154,28 @@ fn helm() -> PathBuf {
     PathBuf::from(path)
 }
 
-/// `helm template` of the chart into the test namespace.
-async fn helm_template(kube_version: &str) -> String {
-    let out = tokio::process::Command::new(helm())
-        .args(["template", RELEASE])
+/// `helm template` of the chart into the test namespace with the values it requires,
+/// then `extra` arguments; the rendered manifests.
+async fn helm_template(extra: &[&str]) -> String {
+    let mut cmd = tokio::process::Command::new(helm());
+    cmd.args(["template", RELEASE])
         .arg(repo_path("charts/proxy-pool"))
-        .args(["--namespace", NS, "--kube-version", kube_version])
-        .args(["--set", REQUIRED_VALUES[0]])
-        .output()
-        .await
-        .expect("run helm");
+        .args(["--namespace", NS]);
+    for v in REQUIRED_VALUES {
+        cmd.args(["--set", v]);
+    }
+    let out = cmd.args(extra).output().await.expect("run helm");
     assert!(
         out.status.success(),
-        "helm template failed:\n{}",
+        "helm template {extra:?} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("UTF-8 manifests")
+}
+
+/// The documents of a rendering.
+fn documents(manifests: &str) -> Vec<String> {
+    manifests.split("\n---").map(str::to_owned).collect()
 }
 
 /// The operator settings the chart passes on its command line.
@@ -326,14 +332,8 @@ async fn chart_lints_and_templates_clean() {
                 );
             } else {
                 // The base config the operator starts from passes the controller's validator.
-                let base = stdout
-                    .split("\n---")
-                    .find(|d| d.contains("name: proxy-pool-operator-base-config"))
-                    .expect("base config ConfigMap");
-                let cm: ConfigMap = serde_yaml::from_str(base).expect("ConfigMap");
-                let yaml = &cm.data.expect("data")["base.yaml"];
-                let config = proxy_pool_api::config::load_yaml(yaml)
-                    .unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+                let docs = documents(&stdout);
+                let (yaml, config) = (base_yaml(&docs), base_config(&docs));
                 // Fail closed: the default install refuses anonymous extraction.
                 assert_eq!(
                     config.distribution.auth.mode,
@@ -347,26 +347,16 @@ async fn chart_lints_and_templates_clean() {
                 }
                 // Every component has its NetworkPolicy.
                 for component in ["controller", "operator", "checker", "gateway"] {
-                    let name = format!("name: proxy-pool-{component}\n");
+                    let name = format!("proxy-pool-{component}");
                     assert!(
-                        stdout
-                            .split("\n---")
-                            .any(|d| d.contains("kind: NetworkPolicy") && d.contains(&name)),
+                        doc::<NetworkPolicy>(&docs, "NetworkPolicy", &name).is_some(),
                         "no NetworkPolicy for the {component}"
                     );
                 }
                 // The operator reads the controller's admin inventory
                 // (--controller-admin-url): its pods may reach the admin port.
-                let policy: NetworkPolicy = serde_yaml::from_str(
-                    stdout
-                        .split("\n---")
-                        .find(|d| {
-                            d.contains("kind: NetworkPolicy")
-                                && d.contains("name: proxy-pool-controller\n")
-                        })
-                        .expect("controller NetworkPolicy"),
-                )
-                .expect("NetworkPolicy");
+                let policy: NetworkPolicy = doc(&docs, "NetworkPolicy", "proxy-pool-controller")
+                    .expect("controller NetworkPolicy");
                 let admin = policy
                     .spec
                     .and_then(|s| s.ingress)
@@ -398,24 +388,8 @@ async fn chart_lints_and_templates_clean() {
 
 /// `helm template` with `values`; the rendered documents.
 async fn rendered(values: &[&str]) -> Vec<String> {
-    let mut cmd = tokio::process::Command::new(helm());
-    cmd.args(["template", RELEASE])
-        .arg(repo_path("charts/proxy-pool"))
-        .args(["--namespace", NS]);
-    for v in REQUIRED_VALUES.iter().chain(values) {
-        cmd.args(["--set", v]);
-    }
-    let out = cmd.output().await.expect("run helm");
-    assert!(
-        out.status.success(),
-        "helm template {values:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("UTF-8 manifests")
-        .split("\n---")
-        .map(str::to_owned)
-        .collect()
+    let sets: Vec<&str> = values.iter().flat_map(|v| ["--set", v]).collect();
+    documents(&helm_template(&sets).await)
 }
 
 /// The one document of `kind` named `name`.
@@ -426,10 +400,16 @@ fn doc<T: serde::de::DeserializeOwned>(docs: &[String], kind: &str, name: &str) 
         .map(|d| serde_yaml::from_str(d).unwrap_or_else(|e| panic!("{kind} {name}: {e}")))
 }
 
-fn base_config(docs: &[String]) -> proxy_pool_api::config::Config {
+/// The base config the chart gives the operator (YAML).
+fn base_yaml(docs: &[String]) -> String {
     let cm: ConfigMap = doc(docs, "ConfigMap", "proxy-pool-operator-base-config").expect("base");
-    let yaml = &cm.data.expect("data")["base.yaml"];
-    proxy_pool_api::config::load_yaml(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
+    cm.data.expect("data")["base.yaml"].clone()
+}
+
+/// [`base_yaml`], through the controller's validator.
+fn base_config(docs: &[String]) -> proxy_pool_api::config::Config {
+    let yaml = base_yaml(docs);
+    proxy_pool_api::config::load_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
 }
 
 /// Controller replicas and leadership in the chart: three replicas by default on Redis,
@@ -660,7 +640,7 @@ async fn operator_reconciles_on_a_real_cluster() {
         .as_str()
         .expect("gitVersion")
         .to_owned();
-    let manifests = helm_template(&kube_version).await;
+    let manifests = helm_template(&["--kube-version", &kube_version]).await;
     kubectl_ok(
         &cluster,
         &["apply", "--dry-run=server", "-n", NS, "-f", "-"],
