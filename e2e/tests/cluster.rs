@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use activity_pool::testkit::RedisServer;
 use base64::Engine as _;
 use proxy_pool_e2e::cluster::LocalCluster;
 use serde_json::Value;
@@ -913,40 +914,13 @@ async fn gateways_serve_from_their_snapshot_without_a_controller(c: &LocalCluste
     );
 }
 
-/// The Redis of the chart's Redis mode: a `redis-server` on the node's address (where
-/// a managed Redis outside the cluster would be; pods reach the node's address), no
-/// persistence. Stopped when dropped.
-struct HostRedis {
-    child: std::process::Child,
-    address: String,
-}
-
-/// Its port: fixed, below the ephemeral range.
-const HOST_REDIS_PORT: u16 = 6390;
-
-impl HostRedis {
-    fn start(node_ip: &str) -> Self {
-        let bin =
-            std::env::var("PROXY_POOL_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let port = HOST_REDIS_PORT.to_string();
-        let child = std::process::Command::new(&bin)
-            .args(["--bind", node_ip, "--port", &port, "--protected-mode", "no"])
-            .args(["--save", "", "--appendonly", "no", "--dir", "/tmp"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {bin} (PROXY_POOL_REDIS_SERVER): {e}"));
-        Self {
-            child,
-            address: format!("redis://{node_ip}:{port}/0"),
-        }
-    }
-}
-
-impl Drop for HostRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The Redis of the chart's Redis mode: the pool's test `redis-server` (no persistence,
+/// stopped when dropped), also bound to the node's address, where a managed Redis outside
+/// the cluster would be (pods reach the node's address). Its URL as the pods see it.
+fn host_redis(node_ip: &str) -> (RedisServer, String) {
+    let redis = RedisServer::start_with(vec!["--bind".into(), "127.0.0.1".into(), node_ip.into()]);
+    let address = format!("redis://{node_ip}:{}/0", redis.port());
+    (redis, address)
 }
 
 /// The controller pods labelled leader, with whether each is Ready.
@@ -999,17 +973,17 @@ async fn endpoint_pods(c: &LocalCluster, service: &str) -> Vec<String> {
 /// What one extraction loop saw: when each call was sent, its status and proxy IDs.
 type ExtractLog = Arc<parking_lot::Mutex<Vec<(SystemTime, u16, BTreeSet<String>)>>>;
 
-/// Three controller replicas in the chart's Redis mode, the leader elected on a
-/// Kubernetes Lease; the leader pod deleted under gateway traffic and extraction.
 /// The pace of the extraction during the leader change: 2 proxies every 4 s, below
 /// what the simulator's upstream supplies (10 every 15 s), so extraction does not drain
 /// the gateways bare by itself (it has priority over them, `docs/control-plane.md`, "Drain
 /// on demand") and a gateway refusal would be the leader change's.
 const EXTRACT_EVERY: Duration = Duration::from_secs(4);
 
-async fn three_replicas_on_redis_and_the_leader_pod_deleted(c: &LocalCluster) -> HostRedis {
-    let redis = HostRedis::start(c.setting("CLUSTER_NODE_IP"));
-    let address = format!("redis.address={}", redis.address);
+/// Three controller replicas in the chart's Redis mode, the leader elected on a
+/// Kubernetes Lease; the leader pod deleted under gateway traffic and extraction.
+async fn three_replicas_on_redis_and_the_leader_pod_deleted(c: &LocalCluster) -> RedisServer {
+    let (redis, address) = host_redis(c.setting("CLUSTER_NODE_IP"));
+    let address = format!("redis.address={address}");
     let out = c
         .helm(
             &[
