@@ -206,25 +206,26 @@ pub fn prepare_extract(request: &ExtractRequest) -> PoolResult<Filters> {
     })
 }
 
-/// Validates a health batch.
-pub fn check_health_batch(updates: &[HealthUpdate]) -> PoolResult<()> {
-    if updates.len() > MAX_UPDATE_BATCH {
+/// `field` (a batch of `len` entries) holds at most `MAX_UPDATE_BATCH`: the bound of
+/// every per-entry write batch (health, check marks, removal, record reads).
+fn check_update_batch(field: &str, len: usize) -> PoolResult<()> {
+    if len > MAX_UPDATE_BATCH {
         return Err(PoolError::invalid(
-            "updates",
+            field,
             format!("at most {MAX_UPDATE_BATCH} per call"),
         ));
     }
     Ok(())
 }
 
+/// Validates a health batch.
+pub fn check_health_batch(updates: &[HealthUpdate]) -> PoolResult<()> {
+    check_update_batch("updates", updates.len())
+}
+
 /// Validates a batch of check marks: bounded, each hold 1 ms to `MAX_CHECK_HOLD`.
 pub fn check_check_starts(starts: &[CheckStart]) -> PoolResult<()> {
-    if starts.len() > MAX_UPDATE_BATCH {
-        return Err(PoolError::invalid(
-            "starts",
-            format!("at most {MAX_UPDATE_BATCH} per call"),
-        ));
-    }
+    check_update_batch("starts", starts.len())?;
     for (i, s) in starts.iter().enumerate() {
         if s.hold < std::time::Duration::from_millis(1) || s.hold > MAX_CHECK_HOLD {
             return Err(PoolError::invalid(
@@ -238,24 +239,12 @@ pub fn check_check_starts(starts: &[CheckStart]) -> PoolResult<()> {
 
 /// Validates a batch of check ends.
 pub fn check_check_ends(ends: &[CheckEnd]) -> PoolResult<()> {
-    if ends.len() > MAX_UPDATE_BATCH {
-        return Err(PoolError::invalid(
-            "ends",
-            format!("at most {MAX_UPDATE_BATCH} per call"),
-        ));
-    }
-    Ok(())
+    check_update_batch("ends", ends.len())
 }
 
 /// Validates an ID batch (removal).
 pub fn check_id_batch(ids: &[ProxyId]) -> PoolResult<()> {
-    if ids.len() > MAX_UPDATE_BATCH {
-        return Err(PoolError::invalid(
-            "ids",
-            format!("at most {MAX_UPDATE_BATCH} per call"),
-        ));
-    }
-    Ok(())
+    check_update_batch("ids", ids.len())
 }
 
 /// Validates a runtime report: bounded, unique proxies, positive TTL.
