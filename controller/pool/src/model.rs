@@ -572,7 +572,7 @@ pub struct CheckStart {
     pub check: u64,
     /// Longest the mark lasts, from the pool's now: past the last moment the check may
     /// go through the proxy (its deadline, plus slack for the clocks of whoever runs
-    /// it). At most [`crate::options::MAX_CHECK_HOLD`].
+    /// it). [`crate::options::MIN_CHECK_HOLD`] to [`crate::options::MAX_CHECK_HOLD`].
     pub hold: Duration,
 }
 

@@ -10,6 +10,8 @@ pub const MAX_BATCH: usize = 20_000;
 pub const MAX_UPDATE_BATCH: usize = 1_000;
 /// Most entries in one runtime report.
 pub const MAX_REPORT_ENTRIES: usize = 20_000;
+/// Shortest a health check may mark a proxy (`CheckStart::hold`).
+pub const MIN_CHECK_HOLD: Duration = Duration::from_millis(1);
 /// Longest a health check may mark a proxy (`CheckStart::hold`).
 pub const MAX_CHECK_HOLD: Duration = Duration::from_secs(3600);
 /// Most leases one `expire` / records one `purge_expired` call handles.

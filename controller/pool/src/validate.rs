@@ -14,7 +14,7 @@ use crate::model::{
     HealthUpdate, MAX_EXTRACT_COUNT, MAX_FILTER_VALUES, ProxyId, RuntimeReport,
 };
 use crate::options::{
-    MAX_BATCH, MAX_CHECK_HOLD, MAX_REPORT_ENTRIES, MAX_UPDATE_BATCH, PoolOptions,
+    MAX_BATCH, MAX_CHECK_HOLD, MAX_REPORT_ENTRIES, MAX_UPDATE_BATCH, MIN_CHECK_HOLD, PoolOptions,
 };
 
 /// Largest per-proxy capacity accepted.
@@ -223,14 +223,19 @@ pub fn check_health_batch(updates: &[HealthUpdate]) -> PoolResult<()> {
     check_update_batch("updates", updates.len())
 }
 
-/// Validates a batch of check marks: bounded, each hold 1 ms to `MAX_CHECK_HOLD`.
+/// Validates a batch of check marks: bounded, each hold `MIN_CHECK_HOLD` to
+/// `MAX_CHECK_HOLD`.
 pub fn check_check_starts(starts: &[CheckStart]) -> PoolResult<()> {
     check_update_batch("starts", starts.len())?;
     for (i, s) in starts.iter().enumerate() {
-        if s.hold < std::time::Duration::from_millis(1) || s.hold > MAX_CHECK_HOLD {
+        if !(MIN_CHECK_HOLD..=MAX_CHECK_HOLD).contains(&s.hold) {
             return Err(PoolError::invalid(
                 format!("starts[{i}].hold"),
-                format!("must be 1 ms to {} s", MAX_CHECK_HOLD.as_secs()),
+                format!(
+                    "must be {} ms to {} s",
+                    MIN_CHECK_HOLD.as_millis(),
+                    MAX_CHECK_HOLD.as_secs()
+                ),
             ));
         }
     }

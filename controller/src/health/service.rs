@@ -15,7 +15,7 @@ use activity_pool::model::{
     CheckEnd, CheckMark, CheckStart, HealthResult, HealthUpdate, HealthVerdict, ProxyId,
     ProxyState, UpstreamId,
 };
-use activity_pool::options::{MAX_CHECK_HOLD, MAX_UPDATE_BATCH};
+use activity_pool::options::{MAX_CHECK_HOLD, MAX_UPDATE_BATCH, MIN_CHECK_HOLD};
 use activity_pool::ports::{HealthStore, ProxyCatalog};
 use activity_pool::{Clock, PoolError, Timestamp};
 use async_trait::async_trait;
@@ -194,8 +194,7 @@ impl HealthService {
             .map(|t| CheckStart {
                 proxy_id: t.proxy_id.clone(),
                 check: self.check_id(t.task_id),
-                hold: (t.deadline.since(now) + grace)
-                    .clamp(std::time::Duration::from_millis(1), MAX_CHECK_HOLD),
+                hold: (t.deadline.since(now) + grace).clamp(MIN_CHECK_HOLD, MAX_CHECK_HOLD),
             })
             .collect();
         let mut marks = Vec::with_capacity(starts.len());
