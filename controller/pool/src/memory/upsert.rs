@@ -274,33 +274,27 @@ impl HealthStore for MemoryPool {
         for e in ends {
             let open = st.live(&e.proxy_id, now).is_some_and(|s| {
                 !matches!(s.record.state, ProxyState::Extracted | ProxyState::Removed)
-            }) && st
-                .marks
-                .get(&e.proxy_id)
-                .is_some_and(|m| m.check == Some(e.check));
-            if open {
-                let floor = st
-                    .marks
-                    .get(&e.proxy_id)
-                    .and_then(|m| m.floor)
-                    .filter(|f| *f > now);
-                match floor {
-                    Some(until) => {
-                        st.marks.insert(
-                            e.proxy_id.clone(),
-                            Mark {
+            });
+            let ended = match st.marks.get_mut(&e.proxy_id) {
+                Some(m) if open && m.check == Some(e.check) => {
+                    // The earlier checks' mark it superseded still lasts to its floor.
+                    match m.floor.filter(|f| *f > now) {
+                        Some(until) => {
+                            *m = Mark {
                                 until,
                                 floor: None,
                                 check: None,
-                            },
-                        );
+                            }
+                        }
+                        None => {
+                            st.marks.remove(&e.proxy_id);
+                        }
                     }
-                    None => {
-                        st.marks.remove(&e.proxy_id);
-                    }
+                    true
                 }
-            }
-            out.push(open);
+                _ => false,
+            };
+            out.push(ended);
         }
         Ok(out)
     }
