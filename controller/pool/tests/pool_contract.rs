@@ -66,4 +66,5 @@ contract_cases! {
     checks::a_later_check_never_shortens_an_earlier_mark,
     checks::gateway_assignment_ignores_marks,
     checks::invalid_marks_are_refused,
+    checks::invalid_marks_name_their_field_and_change_nothing,
 }

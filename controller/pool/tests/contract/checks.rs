@@ -229,3 +229,53 @@ pub async fn invalid_marks_are_refused(kind: Kind) {
     // Nothing was marked.
     assert_eq!(h.extract(&req("c", 1)).await, vec!["p-0".to_string()]);
 }
+
+/// The field an `InvalidInput` names; any other answer fails the test.
+fn invalid_field<T: std::fmt::Debug>(r: activity_pool::PoolResult<T>) -> String {
+    match r {
+        Err(PoolError::InvalidInput { field, .. }) => field,
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+}
+
+/// Bad input names the offending field, and a call refused for it changes nothing: not
+/// the valid entries before the bad one, nor a mark an oversized batch of ends names.
+/// The bounds themselves (1 ms, an hour) are accepted.
+pub async fn invalid_marks_name_their_field_and_change_nothing(kind: Kind) {
+    let h = Harness::new(kind).await;
+    h.available("vendor-a", "p", 2, 120).await;
+    assert_eq!(
+        begin(&h, &[start("p-1", 9, 30)]).await,
+        [marked_until(&h, 30)]
+    );
+
+    for bad in [0, 3601] {
+        let starts = [start("p-0", 1, 10), start("p-0", 2, bad)];
+        assert_eq!(
+            invalid_field(h.pool.begin_checks(&starts).await),
+            "starts[1].hold"
+        );
+    }
+    let many: Vec<CheckStart> = (0..1001).map(|i| start("p-0", i, 10)).collect();
+    assert_eq!(invalid_field(h.pool.begin_checks(&many).await), "starts");
+    let mut ends = vec![end("p-1", 9)];
+    ends.extend((0..1000).map(|i| end("p-0", i)));
+    assert_eq!(invalid_field(h.pool.end_checks(&ends).await), "ends");
+
+    // p-0 was not marked; p-1's mark is still its check's.
+    assert_eq!(h.extract(&req("c", 2)).await, vec!["p-0".to_string()]);
+    assert_eq!(finish(&h, &[end("p-1", 9)]).await, [true]);
+
+    // The bounds.
+    let h = Harness::new(kind).await;
+    h.available("vendor-a", "b", 2, 120).await;
+    let mut shortest = start("b-0", 1, 0);
+    shortest.hold = Duration::from_millis(1);
+    assert_eq!(
+        begin(&h, &[shortest, start("b-1", 2, 3600)]).await,
+        [
+            CheckMark::Marked(Timestamp(h.now().0 + 1)),
+            marked_until(&h, 3600)
+        ]
+    );
+}
