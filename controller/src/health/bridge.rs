@@ -174,15 +174,10 @@ impl TaskGate for MarkGate {
                 starts.len() - 1
             });
         }
-        let admitted = match self.svc.admit(&starts).await {
-            Ok(a) => a,
-            Err(e) => {
-                debug!(error = %e, "marking proxies under check failed: tasks given back");
-                let ids: Vec<u64> = starts.iter().map(|s| s.task_id).collect();
-                self.svc.release_tasks(&ids);
-                return Err(CheckerError::Unavailable);
-            }
-        };
+        let admitted = self.svc.admit(&starts).await.map_err(|e| {
+            debug!(error = %e, "marking proxies under check failed: tasks given back");
+            CheckerError::Unavailable
+        })?;
         Ok(tasks
             .iter()
             .map(|t| match planner_task(&t.task_id) {

@@ -181,29 +181,20 @@ impl HealthService {
     /// covered): no extraction takes a proxy while a checker may go through it.
     /// Returns, in input order, whether each task may start. One whose proxy was taken
     /// first (extracted, removed, gone) must not: the planner forgets the proxy and
-    /// `health_checks_dropped` counts it. On a pool error none may start (give the
-    /// tasks back: [`HealthService::release_tasks`]).
+    /// `health_checks_dropped` counts it. On a pool error none may start, and all are
+    /// given back to the planner ([`HealthService::release_tasks`]).
     pub async fn admit(&self, tasks: &[TaskStart]) -> Result<Vec<bool>, HealthError> {
         if tasks.is_empty() {
             return Ok(Vec::new());
         }
-        let now = self.clock.now();
-        let grace = self.planner.lock().lease_grace();
-        let starts: Vec<CheckStart> = tasks
-            .iter()
-            .map(|t| CheckStart {
-                proxy_id: t.proxy_id.clone(),
-                check: self.check_id(t.task_id),
-                hold: (t.deadline.since(now) + grace).clamp(MIN_CHECK_HOLD, MAX_CHECK_HOLD),
-            })
-            .collect();
-        let mut marks = Vec::with_capacity(starts.len());
-        for chunk in starts.chunks(MAX_UPDATE_BATCH) {
-            marks.extend(self.store.begin_checks(chunk).await?);
-        }
-        if marks.len() != tasks.len() {
-            return Err(PoolError::Internal("check marks: wrong count".into()).into());
-        }
+        let marks = match self.begin_checks(tasks).await {
+            Ok(marks) => marks,
+            Err(e) => {
+                let ids: Vec<u64> = tasks.iter().map(|t| t.task_id).collect();
+                self.release_tasks(&ids);
+                return Err(e);
+            }
+        };
         let mut p = self.planner.lock();
         Ok(tasks
             .iter()
@@ -222,6 +213,28 @@ impl HealthService {
                 false
             })
             .collect())
+    }
+
+    /// Marks the proxies of `tasks` (`HealthStore::begin_checks`); one mark per task.
+    async fn begin_checks(&self, tasks: &[TaskStart]) -> Result<Vec<CheckMark>, HealthError> {
+        let now = self.clock.now();
+        let grace = self.planner.lock().lease_grace();
+        let starts: Vec<CheckStart> = tasks
+            .iter()
+            .map(|t| CheckStart {
+                proxy_id: t.proxy_id.clone(),
+                check: self.check_id(t.task_id),
+                hold: (t.deadline.since(now) + grace).clamp(MIN_CHECK_HOLD, MAX_CHECK_HOLD),
+            })
+            .collect();
+        let mut marks = Vec::with_capacity(starts.len());
+        for chunk in starts.chunks(MAX_UPDATE_BATCH) {
+            marks.extend(self.store.begin_checks(chunk).await?);
+        }
+        if marks.len() != tasks.len() {
+            return Err(PoolError::Internal("check marks: wrong count".into()).into());
+        }
+        Ok(marks)
     }
 
     /// Ends the pool marks of finished tasks' checks; a failure only leaves them to end
@@ -382,14 +395,7 @@ impl TaskSource for HealthService {
         }
         // The checker probes these at once: mark them first.
         let starts: Vec<TaskStart> = tasks.iter().map(TaskStart::from).collect();
-        let admitted = match self.admit(&starts).await {
-            Ok(a) => a,
-            Err(e) => {
-                let ids: Vec<u64> = tasks.iter().map(|t| t.task_id).collect();
-                self.release_tasks(&ids);
-                return Err(e);
-            }
-        };
+        let admitted = self.admit(&starts).await?;
         let tasks: Vec<CheckTask> = tasks
             .into_iter()
             .zip(admitted)
