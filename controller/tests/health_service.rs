@@ -3,17 +3,21 @@
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use activity_pool::model::{
-    Candidate, ClientId, Credentials, ExtractRequest, FetchedBatch, Filters, Fulfillment,
-    OperationId, Protocol, ProxyId, ProxyState, RequestDigest, RequestId, Secret, UpstreamId,
+    Candidate, CheckEnd, CheckMark, CheckStart, ClientId, Credentials, ExtractRequest,
+    FetchedBatch, Filters, Fulfillment, HealthResult, HealthUpdate, OperationId, Protocol, ProxyId,
+    ProxyState, RequestDigest, RequestId, Secret, UpstreamId,
 };
-use activity_pool::ports::ActivityPool;
+use activity_pool::ports::{ActivityPool, HealthStore};
 use activity_pool::testkit::RedisServer;
 use activity_pool::{
-    ManualClock, MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool,
+    ManualClock, MemoryPool, PoolError, PoolOptions, PoolResult, RedisConnector, RedisOptions,
+    RedisPool,
 };
+use async_trait::async_trait;
 use proxy_pool_api::controlplane::model as wire;
 use proxy_pool_controller::controlplane::CheckerBackend;
 use proxy_pool_controller::controlplane::MemoryCheckerBackend;
@@ -31,7 +35,33 @@ struct Fixture {
     clock: ManualClock,
     svc: Arc<HealthService>,
     metrics: HealthMetrics,
+    /// While set, the service's `begin_checks` fails (a pool error).
+    marks_fail: Arc<AtomicBool>,
     _server: Option<RedisServer>,
+}
+
+/// The pool as the service's `HealthStore`, with `begin_checks` failing on demand.
+struct MarkFaults {
+    pool: Arc<dyn ActivityPool>,
+    fail: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl HealthStore for MarkFaults {
+    async fn apply_health(&self, updates: &[HealthUpdate]) -> PoolResult<Vec<HealthResult>> {
+        self.pool.apply_health(updates).await
+    }
+
+    async fn begin_checks(&self, starts: &[CheckStart]) -> PoolResult<Vec<CheckMark>> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(PoolError::Unavailable("injected".into()));
+        }
+        self.pool.begin_checks(starts).await
+    }
+
+    async fn end_checks(&self, ends: &[CheckEnd]) -> PoolResult<Vec<bool>> {
+        self.pool.end_checks(ends).await
+    }
 }
 
 async fn fixture(redis: bool) -> Fixture {
@@ -62,6 +92,11 @@ async fn fixture_with(redis: bool, egress_every: u32) -> Fixture {
         )
     };
     let metrics = HealthMetrics::default();
+    let marks_fail = Arc::new(AtomicBool::new(false));
+    let store = Arc::new(MarkFaults {
+        pool: pool.clone(),
+        fail: marks_fail.clone(),
+    });
     let svc = Arc::new(
         HealthService::new(
             PlannerConfig {
@@ -78,7 +113,7 @@ async fn fixture_with(redis: bool, egress_every: u32) -> Fixture {
                 ..ReducerConfig::default()
             },
             pool.clone(),
-            pool.clone(),
+            store,
             Arc::new(clock.clone()),
             metrics.clone(),
         )
@@ -89,6 +124,7 @@ async fn fixture_with(redis: bool, egress_every: u32) -> Fixture {
         clock,
         svc,
         metrics,
+        marks_fail,
         _server: server,
     }
 }
@@ -573,4 +609,36 @@ async fn a_task_ended_early_keeps_its_mark_until_it_runs_out_memory() {
 #[tokio::test]
 async fn a_task_ended_early_keeps_its_mark_until_it_runs_out_redis() {
     a_task_ended_early_keeps_its_mark_until_it_runs_out(true).await;
+}
+
+/// A pool error while marking starts none of the tasks and gives them all back to the
+/// planner, due again at once (not only after their deadline plus grace): through
+/// `admit` (the bridge's gate) and `next_tasks` alike.
+async fn a_failed_mark_gives_the_tasks_back(redis: bool) {
+    let f = fixture(redis).await;
+    available(&f, 2).await;
+    f.clock.advance(Duration::from_secs(11));
+    let me = CheckerId("c".into());
+    let tasks = f.svc.lease_tasks(10, &ALL).await.unwrap();
+    assert_eq!(tasks.len(), 2);
+    f.marks_fail.store(true, Ordering::SeqCst);
+    let starts: Vec<TaskStart> = tasks.iter().map(TaskStart::from).collect();
+    assert!(f.svc.admit(&starts).await.is_err());
+    assert!(
+        f.svc.next_tasks(&me, 10, &ALL).await.is_err(),
+        "given back, leased again"
+    );
+    f.marks_fail.store(false, Ordering::SeqCst);
+    assert_eq!(f.svc.next_tasks(&me, 10, &ALL).await.unwrap().len(), 2);
+    assert!(extract(&f, 2).await.is_empty(), "marked now");
+}
+
+#[tokio::test]
+async fn a_failed_mark_gives_the_tasks_back_memory() {
+    a_failed_mark_gives_the_tasks_back(false).await;
+}
+
+#[tokio::test]
+async fn a_failed_mark_gives_the_tasks_back_redis() {
+    a_failed_mark_gives_the_tasks_back(true).await;
 }
