@@ -32,6 +32,18 @@ struct QueueState {
     outstanding: HashMap<String, u32>,
 }
 
+impl QueueState {
+    /// Takes a task out of flight (reported, expired or withdrawn) and frees its
+    /// checker's slot; `None` when it was not in flight.
+    fn settle(&mut self, task_id: &str) -> Option<InFlight> {
+        let f = self.in_flight.remove(task_id)?;
+        if let Some(n) = self.outstanding.get_mut(&f.checker_id) {
+            *n = n.saturating_sub(1);
+        }
+        Some(f)
+    }
+}
+
 /// A bounded in-memory [`CheckerBackend`]: producers [`enqueue`] tasks, the reducer
 /// reads observations from the receiver returned by [`MemoryCheckerBackend::new`].
 ///
@@ -110,10 +122,7 @@ impl MemoryCheckerBackend {
                 .get(id)
                 .is_some_and(|f| f.checker_id == session.checker_id);
             if ours {
-                st.in_flight.remove(id);
-                if let Some(n) = st.outstanding.get_mut(&session.checker_id) {
-                    *n = n.saturating_sub(1);
-                }
+                st.settle(id);
             }
         }
         drop(st);
@@ -173,17 +182,14 @@ impl MemoryCheckerBackend {
             return Err(CheckerError::StaleSession);
         }
         // Tasks whose deadline passed free their slot; their late results are discarded.
-        let expired: Vec<(String, String)> = st
+        let expired: Vec<String> = st
             .in_flight
             .iter()
             .filter(|(_, f)| f.deadline_ms <= now)
-            .map(|(id, f)| (id.clone(), f.checker_id.clone()))
+            .map(|(id, _)| id.clone())
             .collect();
-        for (id, checker) in expired {
-            st.in_flight.remove(&id);
-            if let Some(n) = st.outstanding.get_mut(&checker) {
-                *n = n.saturating_sub(1);
-            }
+        for id in expired {
+            st.settle(&id);
         }
         st.queue.retain(|t| t.deadline_ms > now);
         let busy = st
@@ -284,13 +290,7 @@ impl CheckerBackend for MemoryCheckerBackend {
                     summary.discarded += 1;
                     continue;
                 }
-                let late = st
-                    .in_flight
-                    .remove(&o.task_id)
-                    .is_some_and(|f| f.deadline_ms < now);
-                if let Some(n) = st.outstanding.get_mut(&session.checker_id) {
-                    *n = n.saturating_sub(1);
-                }
+                let late = st.settle(&o.task_id).is_some_and(|f| f.deadline_ms < now);
                 if late {
                     summary.discarded += 1;
                 } else {
