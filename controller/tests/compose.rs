@@ -62,9 +62,16 @@ async fn via_http_proxy(proxy: &serde_json::Value, target: SocketAddr) -> serde_
     serde_json::from_str(body).expect("echo JSON")
 }
 
-/// The composed controller on loopback, fetching from `sim` (vendor key in
-/// `key_file`) with the upstream's `quarantine` and `health` settings (YAML flow
-/// mapping; `{}`: the defaults).
+/// A simulator whose proxies live 5 to 10 minutes (longer than any test here).
+fn long_lived() -> SimConfig {
+    SimConfig {
+        ttl_min_seconds: 300,
+        ttl_max_seconds: 600,
+        ..SimConfig::default()
+    }
+}
+
+/// A composed controller started by [`start`].
 struct Running {
     api: SocketAddr,
     admin: SocketAddr,
@@ -72,14 +79,18 @@ struct Running {
     metrics: std::sync::Arc<proxy_pool_controller::metrics::Metrics>,
     stop_tx: tokio::sync::oneshot::Sender<()>,
     running: tokio::task::JoinHandle<proxy_pool_controller::Exit>,
+    /// Holds the vendor key file; removed at stop.
+    dir: std::path::PathBuf,
 }
 
-async fn start(
-    sim: &Simulator,
-    key_file: &std::path::Path,
-    quarantine: &str,
-    health: &str,
-) -> Running {
+/// The composed controller on loopback, fetching from `sim` (its vendor key in a
+/// temporary directory `<name>-<pid>`) with the upstream's `quarantine` and `health`
+/// settings (YAML flow mapping; `{}`: the defaults).
+async fn start(sim: &Simulator, name: &str, quarantine: &str, health: &str) -> Running {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let key_file = dir.join("vendor-key");
+    std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
     let yaml = format!(
         r#"
 distribution:
@@ -149,35 +160,27 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
         metrics,
         stop_tx,
         running,
+        dir,
     }
 }
 
 impl Running {
-    /// Everything stops on the signal.
+    /// Everything stops on the signal; the key file goes.
     async fn stop(self) {
         let _ = self.stop_tx.send(());
         tokio::time::timeout(Duration::from_secs(10), self.running)
             .await
             .expect("controller stopped in time")
             .expect("controller task");
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn composed_controller_fetches_checks_and_serves_vendor_proxies() {
-    let sim = Simulator::start(SimConfig {
-        ttl_min_seconds: 300,
-        ttl_max_seconds: 600,
-        ..SimConfig::default()
-    })
-    .await
-    .expect("simulator");
-    let dir = std::env::temp_dir().join(format!("compose-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let key_file = dir.join("vendor-key");
-    std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
+    let sim = Simulator::start(long_lived()).await.expect("simulator");
 
-    let c = start(&sim, &key_file, "0s", "{}").await;
+    let c = start(&sim, "compose-test", "0s", "{}").await;
     let (api, admin, cp, metrics) = (c.api, c.admin, c.cp, c.metrics.clone());
 
     // Nothing is extractable before a checker has passed the proxies.
@@ -260,7 +263,6 @@ async fn composed_controller_fetches_checks_and_serves_vendor_proxies() {
         TcpStream::connect(cp).await.is_err(),
         "control-plane listener still open"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A new pool generation in the composed controller (the memory store begins one at
@@ -270,18 +272,8 @@ async fn composed_controller_fetches_checks_and_serves_vendor_proxies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_generation_holds_the_upstream_back_until_its_quarantine_ends() {
     const QUARANTINE: Duration = Duration::from_secs(6);
-    let sim = Simulator::start(SimConfig {
-        ttl_min_seconds: 300,
-        ttl_max_seconds: 600,
-        ..SimConfig::default()
-    })
-    .await
-    .expect("simulator");
-    let dir = std::env::temp_dir().join(format!("compose-held-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let key_file = dir.join("vendor-key");
-    std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
-    let c = start(&sim, &key_file, "6s", "{}").await;
+    let sim = Simulator::start(long_lived()).await.expect("simulator");
+    let c = start(&sim, "compose-held", "6s", "{}").await;
     let started = tokio::time::Instant::now();
     let (checker_stop, checker) = spawn_checker(c.cp, "held-checker", sim.echo_http_addr());
 
@@ -355,7 +347,6 @@ async fn a_new_generation_holds_the_upstream_back_until_its_quarantine_ends() {
     c.stop().await;
     checker_stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), checker).await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// No health check goes through a proxy after it was handed to a client. Every proxy
@@ -368,21 +359,15 @@ async fn a_new_generation_holds_the_upstream_back_until_its_quarantine_ends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_check_goes_through_a_proxy_after_it_was_handed_out() {
     let sim = Simulator::start(SimConfig {
-        ttl_min_seconds: 300,
-        ttl_max_seconds: 600,
         failure_mix: vec![FailureShare {
             probability: 1.0,
             failure: FailureMode::Slow { delay_ms: 500 },
         }],
-        ..SimConfig::default()
+        ..long_lived()
     })
     .await
     .expect("simulator");
-    let dir = std::env::temp_dir().join(format!("compose-marks-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let key_file = dir.join("vendor-key");
-    std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
-    let c = start(&sim, &key_file, "0s", "{interval: 1s, timeout: 1s}").await;
+    let c = start(&sim, "compose-marks", "0s", "{interval: 1s, timeout: 1s}").await;
     let (checker_stop, checker) = spawn_checker(c.cp, "marks-checker", sim.echo_http_addr());
 
     // A stock of checked proxies first.
@@ -445,5 +430,4 @@ async fn no_check_goes_through_a_proxy_after_it_was_handed_out() {
     );
     assert!(text.contains("health_checks_dropped"), "not exported");
     c.stop().await;
-    let _ = std::fs::remove_dir_all(&dir);
 }
