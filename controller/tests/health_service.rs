@@ -298,20 +298,7 @@ async fn late_reports_are_ignored_and_gone_proxies_forgotten(redis: bool) {
         .submit(&me, vec![obs(t1, &ids[1], true)])
         .await
         .unwrap();
-    let req = ExtractRequest {
-        client_id: ClientId::new("client").unwrap(),
-        request_id: RequestId::new("r1").unwrap(),
-        idempotency_key: None,
-        request_digest: RequestDigest::of(b"x"),
-        count: NonZeroU32::new(1).unwrap(),
-        fulfillment: Fulfillment::Partial,
-        filters: Filters::default(),
-        min_remaining_ttl: Duration::ZERO,
-        max_health_check_age: None,
-        reserve_for_gateway: 0,
-        idempotency_ttl: Duration::from_secs(10),
-    };
-    f.pool.extract(&req).await.unwrap();
+    f.pool.extract(&extract_req(1)).await.unwrap();
     assert_eq!(state(&f, &ids[1]).await, Some(ProxyState::Extracted));
     let t0 = again.iter().find(|t| t.proxy_id == ids[0]).unwrap().task_id;
     f.svc
