@@ -173,12 +173,7 @@ async fn lease_store(
     let LeadershipBackend::Kubernetes(k) = &config.leadership.backend else {
         return Ok((Arc::new(RedisLease::new(redis.clone())), None));
     };
-    let err = |what: &str| ComposeError::Leadership(what.into());
-    let kube_config = kube::Config::infer()
-        .await
-        .map_err(|_| err("no Kubernetes API access (in-cluster or kubeconfig)"))?;
-    let client = kube::Client::try_from(kube_config)
-        .map_err(|_| err("cannot build the Kubernetes client"))?;
+    let client = kube_client(None).await.map_err(ComposeError::Leadership)?;
     let lease = KubeLease::new(
         kube::Api::default_namespaced(client.clone()),
         &k.lease_name,
@@ -186,13 +181,29 @@ async fn lease_store(
     );
     let label = if k.label_pod {
         let pod = pod.ok_or_else(|| {
-            err("labelPod needs the pod's name (PROXY_POOL_POD_NAME, from the downward API)")
+            ComposeError::Leadership(
+                "labelPod needs the pod's name (PROXY_POOL_POD_NAME, from the downward API)"
+                    .into(),
+            )
         })?;
         Some(PodLabel::new(kube::Api::default_namespaced(client), pod))
     } else {
         None
     };
     Ok((Arc::new(lease), label))
+}
+
+/// A Kubernetes API client on `config` (a kubeconfig's), else on the one inferred from
+/// the environment (`KUBECONFIG`, `~/.kube/config`, then the pod's mounted
+/// ServiceAccount). The error says what failed and why (never a token).
+async fn kube_client(config: Option<kube::Config>) -> Result<kube::Client, String> {
+    let config = match config {
+        Some(c) => c,
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| format!("Kubernetes API access (KUBECONFIG or in-cluster): {e}"))?,
+    };
+    kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
 }
 
 fn ports_of<P: activity_pool::ports::ActivityPool + 'static>(pool: Arc<P>) -> Ports {

@@ -1,8 +1,9 @@
 //! The Kubernetes leadership backend on a real kube-apiserver + etcd and a real
 //! `redis-server`: `KubeLease` passes the same lease contract as the Redis and memory
 //! leases; its fencing tokens come from Redis, so a leader whose Lease was taken over
-//! has every leader-only write refused; an elector on it hands over cleanly; and the
-//! leader's pod label follows its role. Never skipped: a missing binary fails the test
+//! has every leader-only write refused; an elector on it hands over cleanly; the
+//! leader's pod label follows its role; and the binary refuses to start without API
+//! access or without the pod name it would label. Never skipped: a missing binary fails the test
 //! (`PROXY_POOL_K8S_BIN_DIR`, `PROXY_POOL_REDIS_SERVER`; `scripts/test.sh` sets both).
 
 use std::num::NonZeroU32;
@@ -210,11 +211,10 @@ async fn kubernetes_lease_with_redis_tokens_on_a_real_apiserver() {
     sigterm_releases_the_lease(&env).await;
 }
 
-/// Runs the controller binary on the Kubernetes backend (the Lease in the kubeconfig's
-/// namespace, `default`), waits until it holds the Lease, sends SIGTERM and requires a
-/// clean exit with the Lease's holder cleared.
-async fn sigterm_releases_the_lease(env: &Env) {
-    let dir = std::env::temp_dir().join(format!("leadership-kube-{}", std::process::id()));
+/// A config of the controller binary on the Kubernetes backend with `kubernetes` as its
+/// `leadership.kubernetes`, in a fresh directory (removed by the caller).
+fn controller_config(redis: &str, tag: &str, kubernetes: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("leadership-kube-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("controller.yaml");
     let free = proxy_pool_e2e::ports::free_addr;
@@ -231,22 +231,89 @@ admin: {{listen: {admin}}}
 leadership:
   replicas: 2
   backend: kubernetes
-  kubernetes: {{leaseName: sigterm-release, labelPod: false}}
+  kubernetes: {kubernetes}
 shutdown: {{gracePeriod: 5s}}
 "#,
-            redis = env.redis.url(),
             dist = free(),
             admin = free(),
         ),
     )
     .unwrap();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_proxy-pool-controller"))
-        .arg("run")
+    config
+}
+
+/// The controller binary on `config`, `env` set, never the pod's in-cluster API.
+fn controller(config: &std::path::Path, env: &[(&str, &std::ffi::OsStr)]) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_proxy-pool-controller"));
+    c.arg("run")
         .arg("--config")
-        .arg(&config)
-        .env("KUBECONFIG", env.cluster.kubeconfig())
+        .arg(config)
         .env_remove("KUBERNETES_SERVICE_HOST")
-        .kill_on_drop(true)
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env_remove("PROXY_POOL_POD_NAME")
+        .envs(env.iter().copied())
+        .kill_on_drop(true);
+    c
+}
+
+/// Runs `command` to its end (within 30 s) and requires a failed start whose output
+/// says `why`.
+async fn refuses_to_start(mut command: tokio::process::Command, why: &str) {
+    let out = tokio::time::timeout(Duration::from_secs(30), command.output())
+        .await
+        .expect("the controller refuses to start, it does not run")
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains(why), "`{why}` not in:\n{text}");
+}
+
+/// Fails closed: on the Kubernetes backend a controller without Kubernetes API access
+/// (no kubeconfig, no mounted ServiceAccount) refuses to start and says why; it never
+/// runs, let alone leads, on another lease.
+#[tokio::test]
+async fn without_kubernetes_api_access_the_kubernetes_backend_refuses_to_start() {
+    let redis = RedisServer::start();
+    let config = controller_config(&redis.url(), "no-api", "{labelPod: false}");
+    let dir = config.parent().unwrap().to_owned();
+    let missing = dir.join("no-such-kubeconfig");
+    let command = controller(
+        &config,
+        &[
+            ("KUBECONFIG", missing.as_os_str()),
+            // No `~/.kube/config` either.
+            ("HOME", dir.as_os_str()),
+        ],
+    );
+    refuses_to_start(command, "leadership: Kubernetes API access").await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs the controller binary on the Kubernetes backend (the Lease in the kubeconfig's
+/// namespace, `default`): without its pod's name it refuses to label a pod, so refuses
+/// to start; with `labelPod: false` it takes the Lease, and SIGTERM then requires a
+/// clean exit with the Lease's holder cleared.
+async fn sigterm_releases_the_lease(env: &Env) {
+    let kubeconfig = env.cluster.kubeconfig().as_os_str();
+    let config = controller_config(&env.redis.url(), "label", "{labelPod: true}");
+    refuses_to_start(
+        controller(&config, &[("KUBECONFIG", kubeconfig)]),
+        "leadership: labelPod needs the pod's name",
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(config.parent().unwrap());
+
+    let config = controller_config(
+        &env.redis.url(),
+        "sigterm",
+        "{leaseName: sigterm-release, labelPod: false}",
+    );
+    let dir = config.parent().unwrap().to_owned();
+    let mut child = controller(&config, &[("KUBECONFIG", kubeconfig)])
         .spawn()
         .expect("controller binary");
     let leases: Api<Lease> = Api::namespaced(env.client.clone(), "default");

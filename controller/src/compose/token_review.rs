@@ -109,15 +109,18 @@ async fn kube_client(review: &TokenReviewConfig) -> Result<kube::Client, Compose
                     &e,
                 )
             })?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| err("tokenReview.kubeconfigFile", &e))?
+            let options = kube::config::KubeConfigOptions::default();
+            Some(
+                kube::Config::from_custom_kubeconfig(file, &options)
+                    .await
+                    .map_err(|e| err("tokenReview.kubeconfigFile", &e))?,
+            )
         }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| err("Kubernetes API access (KUBECONFIG or in-cluster)", &e))?,
+        None => None,
     };
-    kube::Client::try_from(config).map_err(|e| err("Kubernetes client", &e))
+    super::kube_client(config)
+        .await
+        .map_err(ComposeError::TokenReview)
 }
 
 /// The `tokenReview` namespace settings with the section's shared ones.

@@ -87,15 +87,13 @@ impl LeaseLock {
         if !ours && !current_holder.is_empty() && !expired(&current, now) {
             return Ok(Acquired::Held);
         }
-        let transitions = current.lease_transitions.unwrap_or(0);
         let answer = if ours {
-            let acquired = current.acquire_time.map_or(now, |MicroTime(t)| t);
-            lease.spec = Some(spec(holder, duration, acquired, now, transitions));
+            lease.spec = Some(renewed(&current, holder, duration, now));
             Acquired::Renewed {
                 token: token_of(&lease).map(str::to_owned),
             }
         } else {
-            let transitions = transitions.saturating_add(1);
+            let transitions = current.lease_transitions.unwrap_or(0).saturating_add(1);
             lease.spec = Some(spec(holder, duration, now, now, transitions));
             set_annotation(&mut lease, None);
             Acquired::Taken
@@ -118,11 +116,8 @@ impl LeaseLock {
         let Some(mut lease) = self.tenure(holder, token).await? else {
             return Ok(false);
         };
-        let now = Timestamp::now();
-        let current = lease.spec.clone().unwrap_or_default();
-        let acquired = current.acquire_time.map_or(now, |MicroTime(t)| t);
-        let transitions = current.lease_transitions.unwrap_or(0);
-        lease.spec = Some(spec(holder, duration, acquired, now, transitions));
+        let current = lease.spec.take().unwrap_or_default();
+        lease.spec = Some(renewed(&current, holder, duration, Timestamp::now()));
         self.replace(&lease).await
     }
 
@@ -199,6 +194,14 @@ fn spec(
         lease_transitions: Some(transitions),
         ..LeaseSpec::default()
     }
+}
+
+/// `current` renewed by its holder at `now`: the same tenure (its acquire time and
+/// transitions kept).
+fn renewed(current: &LeaseSpec, holder: &str, duration: Duration, now: Timestamp) -> LeaseSpec {
+    let acquired = current.acquire_time.as_ref().map_or(now, |MicroTime(t)| *t);
+    let transitions = current.lease_transitions.unwrap_or(0);
+    spec(holder, duration, acquired, now, transitions)
 }
 
 /// `duration` in whole seconds, rounded up (others wait at least that long), ≥ 1.

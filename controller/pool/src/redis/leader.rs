@@ -1,7 +1,7 @@
 //! The Redis leader lease of the controller replicas and its fencing token (keys
 //! `leader-lease` and `leader-fence` under the pool's hash tag, scripts
-//! `lua/leader_*.lua`; `leader_token` alone when a Kubernetes Lease elects the
-//! leader). The controller's leadership port drives it; the pool's
+//! `lua/leader_*.lua`, the token rule once in `lua/leader.lua`; `leader_token` alone
+//! when a Kubernetes Lease elects the leader). The controller's leadership port drives it; the pool's
 //! leader-only scripts check the same fence key ([`RedisPool::fenced`]).
 
 use std::time::Duration;

@@ -1,7 +1,6 @@
 -- Leadership: takes the leader lease when it is free, or keeps it when this holder
--- has it, and answers its fencing token. A new grant takes a new token that is never
--- reused and never goes backwards, even when a failover or a restart without
--- persistence lost the last one: max(server time in µs, newest token + 1).
+-- has it, and answers its fencing token. A new grant takes a new token (`new_token`,
+-- leader.lua).
 -- P = { h = holder, ttl = lease ms }
 local cur = redis.call('GET', K_LEADER)
 if cur then
@@ -16,10 +15,6 @@ if cur then
     return cjson.encode({ r = { held = true } })
   end
 end
-local token = NOW * 1000
-local stored = redis.call('GET', K_FENCE)
-if stored and tonumber(stored) + 1 > token then token = tonumber(stored) + 1 end
-local t = istr(token)
-redis.call('SET', K_FENCE, t)
+local t = new_token()
 redis.call('SET', K_LEADER, P.h .. '|' .. t, 'PX', P.ttl)
 return cjson.encode({ r = { t = t } })
