@@ -182,8 +182,7 @@ async fn lease_store(
     let label = if k.label_pod {
         let pod = pod.ok_or_else(|| {
             ComposeError::Leadership(
-                "labelPod needs the pod's name (PROXY_POOL_POD_NAME, from the downward API)"
-                    .into(),
+                "labelPod needs the pod's name (PROXY_POOL_POD_NAME, from the downward API)".into(),
             )
         })?;
         Some(PodLabel::new(kube::Api::default_namespaced(client), pod))

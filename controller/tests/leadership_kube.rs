@@ -243,7 +243,10 @@ shutdown: {{gracePeriod: 5s}}
 }
 
 /// The controller binary on `config`, `env` set, never the pod's in-cluster API.
-fn controller(config: &std::path::Path, env: &[(&str, &std::ffi::OsStr)]) -> tokio::process::Command {
+fn controller(
+    config: &std::path::Path,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> tokio::process::Command {
     let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_proxy-pool-controller"));
     c.arg("run")
         .arg("--config")
