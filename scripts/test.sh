@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '\n==> %s\n' "$*"; }
+log() { printf '\n==> [%s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+# The wall time of the whole run, also when a step fails.
+trap 'rc=$?; log "exit $rc after ${SECONDS} s"' EXIT
 
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
