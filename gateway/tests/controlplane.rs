@@ -5,7 +5,8 @@
 //! draining proxies keep their open tunnels and take no new work, revocation takes
 //! effect before the next snapshot, and a controller gone silent past
 //! `max_stale_age_ms` stops new traffic while open tunnels continue; an unanswered call
-//! ends the session within its deadline.
+//! ends the session within its deadline; a report in flight is never overtaken by the
+//! next ACK.
 
 mod common;
 mod fake_controller;
@@ -206,6 +207,17 @@ impl Plane {
     /// Sends version `version` with `proxies` (full the first time, then a delta) and
     /// waits for its positive ACK.
     async fn send(&mut self, version: u64, proxies: Vec<model::SnapshotProxy>) {
+        assert!(
+            self.push(version, proxies).await,
+            "the watch stream is open"
+        );
+        let ack = next(&mut self.seen.acks).await;
+        assert!(ack.accepted && ack.version == version, "{ack:?}");
+    }
+
+    /// Sends version `version` with `proxies` (full the first time, then a delta);
+    /// whether the watch stream took it.
+    async fn push(&mut self, version: u64, proxies: Vec<model::SnapshotProxy>) -> bool {
         let msg = match &mut self.state {
             None => {
                 let routings = vec![model::Routing {
@@ -227,9 +239,7 @@ impl Plane {
         self.updates
             .send(Ok(pb::SnapshotUpdate::new(msg)))
             .await
-            .unwrap();
-        let ack = next(&mut self.seen.acks).await;
-        assert!(ack.accepted && ack.version == version, "{ack:?}");
+            .is_ok()
     }
 
     /// The first runtime report (within 20 s) for which `want` holds.
@@ -586,4 +596,55 @@ async fn an_unanswered_report_ends_the_session_within_the_call_deadline() {
     // The snapshot it had is still served meanwhile (max stale age 60 s).
     let r = get_once(h.http, USER, h.echo(), "/still-served").await;
     assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
+}
+
+/// The controller refuses a runtime report whose bound is not the session's last
+/// positive ACK (`bound_mismatch`, which ends the session), and it may see a report and
+/// an ACK in either order. With a controller slow to answer reports and snapshots
+/// arriving faster than that, a report bound to one version must never be overtaken by
+/// the next version's ACK: every report is accepted and the session never ends.
+#[tokio::test]
+async fn a_report_in_flight_is_never_overtaken_by_the_next_acknowledgement() {
+    let mut h = Harness::start().await;
+    let a = h.proxy(Protocol::Http).await;
+    let b = h.proxy(Protocol::Http).await;
+    let knobs = Arc::new(Mutex::new(Knobs {
+        report_delay: Duration::from_millis(300),
+        check_bound: true,
+        ..Knobs::default()
+    }));
+    let mut cp = plane(&mut h, knobs).await;
+    cp.send(1, vec![wire_proxy(&a)]).await;
+    // Each one while the report the previous ACK triggered is still unanswered.
+    for version in 2..=8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let proxies = if version % 2 == 0 {
+            vec![wire_proxy(&a), wire_proxy(&b)]
+        } else {
+            vec![wire_proxy(&a)]
+        };
+        if !cp.push(version, proxies).await {
+            break;
+        }
+    }
+    // Every report until one bound to the last version is accepted (within 10 s).
+    let mut answers = Vec::new();
+    let until_last = async {
+        while let Some((r, code)) = cp.seen.reports.recv().await {
+            answers.push((r.snapshot_version, code));
+            if r.snapshot_version == 8 && code == tonic::Code::Ok {
+                return;
+            }
+        }
+    };
+    let reported = tokio::time::timeout(Duration::from_secs(10), until_last).await;
+    assert!(
+        answers.iter().all(|(_, code)| *code == tonic::Code::Ok),
+        "reports refused (version, answer): {answers:?}"
+    );
+    assert!(reported.is_ok(), "version 8 never reported: {answers:?}");
+    assert!(
+        cp.seen.streams.try_recv().is_err(),
+        "the session ended and the agent registered again"
+    );
 }

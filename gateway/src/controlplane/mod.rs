@@ -217,7 +217,7 @@ impl Agent {
             session_id: reg.session_id.clone(),
             call_timeout: self.cfg.options.call_timeout,
         };
-        let (acked_tx, acked_rx) = watch::channel::<Acked>(None);
+        let bound = Bound::default();
         let interval = Duration::from_millis(reg.report_interval_ms.max(100));
         let batch = usize::try_from(reg.max_outcome_batch)
             .ok()
@@ -227,7 +227,7 @@ impl Agent {
             channel.clone(),
             ids.clone(),
             self.handle.clone(),
-            acked_rx,
+            &bound,
             interval,
             self.usage.as_deref(),
             &mut self.pending,
@@ -241,13 +241,35 @@ impl Agent {
             &self.handle,
             &self.cfg.clients,
             state,
-            &acked_tx,
+            &bound,
             backoff,
         );
         tokio::select! {
             res = watcher => res,
             res = reporter => res,
             res = shipper => res,
+        }
+    }
+}
+
+/// A session's bound: the (version, epoch) of its last positive ACK, which every
+/// runtime report names. The controller refuses a report whose bound is not the
+/// session's last positive ACK (`bound_mismatch`, which ends the session), and it may
+/// see a report and an ACK in either order: a report bound to `v` still in flight when
+/// the ACK of `v + 1` lands would be refused. So `lock` is held by the snapshot watcher
+/// around each ACK and by the reporter from reading `acked` to its report's answer: a
+/// report is answered before the next ACK is sent, or is built after that ACK was
+/// answered.
+struct Bound {
+    acked: watch::Sender<Acked>,
+    lock: tokio::sync::Mutex<()>,
+}
+
+impl Default for Bound {
+    fn default() -> Self {
+        Self {
+            acked: watch::channel(None).0,
+            lock: tokio::sync::Mutex::new(()),
         }
     }
 }
@@ -288,7 +310,7 @@ async fn watch_snapshots(
     handle: &SnapshotHandle,
     clients: &[ClientCredential],
     state: &mut Option<SnapshotState>,
-    acked: &watch::Sender<Acked>,
+    bound: &Bound,
     backoff: &mut Backoff,
 ) -> Result<(), AgentError> {
     let (last_version, last_checksum) = state
@@ -321,6 +343,7 @@ async fn watch_snapshots(
             Err(rejected) => Err(rejected.reason),
         };
         let accepted = verdict.is_ok();
+        let _bound = bound.lock.lock().await;
         answered(
             ids.call_timeout,
             rpc.acknowledge_snapshot(pb::AcknowledgeSnapshotRequest {
@@ -336,7 +359,7 @@ async fn watch_snapshots(
         .await?;
         if accepted {
             backoff.reset();
-            acked.send_replace(Some((version, epoch)));
+            bound.acked.send_replace(Some((version, epoch)));
         } else {
             // Re-open without a base: the controller answers with a full snapshot.
             *state = None;
@@ -427,12 +450,13 @@ async fn report_runtime(
     channel: Channel,
     ids: Ids,
     handle: SnapshotHandle,
-    mut acked: watch::Receiver<Acked>,
+    bound: &Bound,
     interval: Duration,
     recorder: Option<&UsageRecorder>,
     pending: &mut UsageReport,
 ) -> Result<(), AgentError> {
     let mut rpc = WorkerControlPlaneClient::new(channel);
+    let mut acked = bound.acked.subscribe();
     let mut sequence = 0u64;
     let mut tick = tokio::time::interval(interval);
     let mut acked_open = true;
@@ -446,6 +470,8 @@ async fn report_runtime(
             }
             () = drained(&handle, &draining), if !draining.is_empty() => {}
         }
+        // Until this report is answered, no ACK moves the session's bound.
+        let _bound = bound.lock.lock().await;
         let Some((version, epoch)) = *acked.borrow_and_update() else {
             continue;
         };

@@ -42,6 +42,11 @@ pub struct Knobs {
     pub silent: bool,
     /// `report_interval_ms` answered at registration.
     pub report_interval_ms: u64,
+    /// How long a runtime report is held before it is judged and answered.
+    pub report_delay: std::time::Duration,
+    /// Refuse a runtime report whose (version, epoch) is not the last positive ACK's
+    /// when it is judged (`FAILED_PRECONDITION bound_mismatch`), as the pool does.
+    pub check_bound: bool,
 }
 
 impl Default for Knobs {
@@ -52,6 +57,8 @@ impl Default for Knobs {
             revoked_in_report: None,
             silent: false,
             report_interval_ms: 100,
+            report_delay: std::time::Duration::ZERO,
+            check_bound: false,
         }
     }
 }
@@ -63,6 +70,8 @@ struct Fake {
     reports: mpsc::UnboundedSender<(pb::ReportRuntimeRequest, Code)>,
     outcomes: mpsc::UnboundedSender<pb::ReportOutcomesRequest>,
     script: Arc<Mutex<VecDeque<Code>>>,
+    /// The (version, epoch) of the last positive ACK.
+    acked: Mutex<Option<(u64, u64)>>,
 }
 
 #[tonic::async_trait]
@@ -103,7 +112,11 @@ impl WorkerControlPlane for Fake {
         &self,
         request: Request<pb::AcknowledgeSnapshotRequest>,
     ) -> Result<Response<pb::AcknowledgeSnapshotResponse>, Status> {
-        let _ = self.acks.send(request.into_inner());
+        let ack = request.into_inner();
+        if ack.accepted {
+            *self.acked.lock() = Some((ack.version, ack.ownership_epoch));
+        }
+        let _ = self.acks.send(ack);
         Ok(Response::new(pb::AcknowledgeSnapshotResponse {
             session_expires_at_ms: 0,
             runtime_fence_open: true,
@@ -120,6 +133,15 @@ impl WorkerControlPlane for Fake {
         } else {
             self.script.lock().pop_front().unwrap_or(Code::Ok)
         };
+        let (delay, check_bound) = {
+            let k = self.knobs.lock();
+            (k.report_delay, k.check_bound)
+        };
+        tokio::time::sleep(delay).await;
+        if check_bound && *self.acked.lock() != Some((req.snapshot_version, req.ownership_epoch)) {
+            let _ = self.reports.send((req, Code::FailedPrecondition));
+            return Err(Status::failed_precondition("bound_mismatch"));
+        }
         let (silent, revoke_proxy_ids) = {
             let mut knobs = self.knobs.lock();
             let revoke = std::mem::take(&mut knobs.revoke_next);
@@ -201,6 +223,7 @@ pub async fn fake_controller_with(
         reports: reports_tx,
         outcomes: outcomes_tx,
         script,
+        acked: Mutex::new(None),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
