@@ -32,10 +32,17 @@ pub enum ClientTransport {
     LoopbackPlaintext,
 }
 
+/// The default [`ClientOptions::connect_timeout`]: far above a connect's round trip
+/// in a cluster, far below the 13 s a leader change may take before gateways run out of
+/// leases (`docs/reliability.md`, "Leader change and gateway leases").
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Connection settings.
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
-    /// Connect timeout.
+    /// Connect timeout. A connect to an address that is gone is never refused, only
+    /// unanswered (a Service still pointing at a deleted leader's pod for a moment), so
+    /// a short one lets a worker try again soon after a leader change.
     pub connect_timeout: Duration,
     /// HTTP/2 keepalive ping interval.
     pub keepalive_interval: Duration,
@@ -50,7 +57,7 @@ pub struct ClientOptions {
 impl Default for ClientOptions {
     fn default() -> Self {
         Self {
-            connect_timeout: Duration::from_secs(5),
+            connect_timeout: CONNECT_TIMEOUT,
             keepalive_interval: Duration::from_secs(20),
             keepalive_timeout: Duration::from_secs(10),
             call_timeout: Duration::from_secs(5),
@@ -343,6 +350,42 @@ mod tests {
         .await;
         assert!(r.is_ok(), "{r:?}");
         server.abort();
+    }
+
+    /// A connect nobody answers — its SYNs dropped, as to a deleted pod's address a
+    /// Service still points at — fails after the connect timeout, so the worker tries
+    /// again soon instead of waiting out a long one.
+    #[tokio::test]
+    async fn an_unanswered_connect_gives_up_after_the_connect_timeout() {
+        // A listener whose accept queue is full: the kernel drops further SYNs.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(1).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut queued = Vec::new();
+        for _ in 0..16 {
+            let attempt = tokio::net::TcpStream::connect(addr);
+            match tokio::time::timeout(Duration::from_millis(300), attempt).await {
+                Ok(Ok(s)) => queued.push(s),
+                _ => break,
+            }
+        }
+        assert!(queued.len() < 16, "the accept queue never filled");
+        let started = std::time::Instant::now();
+        let r = connect(
+            &format!("http://{addr}"),
+            &ClientTransport::LoopbackPlaintext,
+            &ClientOptions::default(),
+        )
+        .await;
+        let took = started.elapsed();
+        assert!(matches!(r, Err(ClientError::Transport(_))), "{r:?}");
+        // It waited (the connect was not refused), and gave up within 3 s.
+        assert!(
+            took >= CONNECT_TIMEOUT - Duration::from_millis(100) && took < Duration::from_secs(3),
+            "gave up after {took:?}, connect timeout {CONNECT_TIMEOUT:?}"
+        );
+        drop(listener);
     }
 
     #[tokio::test]
