@@ -42,5 +42,39 @@ log "cargo check of the fuzz targets (gateway/fuzz)"
 cp Cargo.lock gateway/fuzz/Cargo.lock
 cargo check --manifest-path gateway/fuzz/Cargo.toml --all-targets
 
+log "cargo test --no-run (every test target)"
+cargo test --workspace --no-run
+
+# The cluster lane: the release build of the images, then the cluster test, in the
+# background at a lower priority while the other tests run (most of their time is
+# spent waiting on processes, and the lane's on pods); its log follows theirs.
+skip=()
+lane_pid=""
+if [ "${PROXY_POOL_CLUSTER_LANE:-}" = 1 ]; then
+  lane_log="${CARGO_TARGET_DIR:-target}/cluster-lane.log"
+  log "cluster lane (nice 10, in the background): scripts/images.sh, then cargo test -p proxy-pool-e2e --test cluster; log: $lane_log"
+  (
+    set -e
+    start=$SECONDS
+    nice -n 10 scripts/images.sh
+    echo "cluster lane: images in $((SECONDS - start)) s"
+    nice -n 10 cargo test -p proxy-pool-e2e --test cluster --no-fail-fast -- --nocapture
+    echo "cluster lane: done in $((SECONDS - start)) s"
+  ) >"$lane_log" 2>&1 &
+  lane_pid=$!
+  skip=(-- --skip proxy_pool_on_a_real_cluster)
+fi
+
 log "cargo test"
-cargo test --workspace --no-fail-fast
+tests_rc=0
+cargo test --workspace --no-fail-fast "${skip[@]}" || tests_rc=$?
+
+lane_rc=0
+if [ -n "$lane_pid" ]; then
+  log "waiting for the cluster lane"
+  wait "$lane_pid" || lane_rc=$?
+  log "cluster lane (exit $lane_rc):"
+  cat "$lane_log"
+fi
+[ "$tests_rc" -eq 0 ] || { echo "cargo test failed (exit $tests_rc)" >&2; exit "$tests_rc"; }
+[ "$lane_rc" -eq 0 ] || { echo "the cluster lane failed (exit $lane_rc)" >&2; exit "$lane_rc"; }

@@ -2,10 +2,11 @@
 # and scripts/test.d/cluster.sh): Debian packages, the Kubernetes node binaries, CoreDNS,
 # Skipper and helm from their Go modules, and the images. Builds are cached under
 # ${PROXY_POOL_CACHE_DIR:-.cache}; a warm run only checks stamps. Call
-#   cluster_prepare ROOT [--no-build]
+#   cluster_prepare ROOT [--no-build | --no-images]
 # which sets CLUSTER_BIN_DIR, COREDNS_DIR, SKIPPER_DIR, HELM and writes the image list
 # to $CLUSTER_IMAGES (REF ARCHIVE per line). --no-build packs the release binaries
-# already built instead of running cargo.
+# already built instead of running cargo; --no-images stops before the images (the
+# test suite builds them beside the other tests, scripts/test.sh).
 
 cluster_prepare() {
     local root=$1 build_flag=()
@@ -29,6 +30,7 @@ cluster_prepare() {
     CLUSTER_BIN_DIR=$(PROXY_POOL_K8S_WITH_NODE=1 bash "$root/scripts/k8s-bins.sh")
     { read -r COREDNS_DIR; read -r SKIPPER_DIR; } < <(bash "$root/scripts/cluster/bins.sh")
     HELM=${PROXY_POOL_HELM_BIN:-$(bash "$root/scripts/helm-bin.sh")}
+    [ "${2:-}" = --no-images ] && return 0
     # The product images, then the cluster's own: the pause image (one static binary)
     # and the e2e client image (that binary as its idle entrypoint, plus the host's curl
     # and its libraries, for tests that run requests inside a pod).
