@@ -609,39 +609,47 @@ async fn helm_test_passes(c: &LocalCluster) {
     );
 }
 
+/// `helm upgrade` of the release with the test cluster's values and each of `sets` as a
+/// `--set`, waiting for it (5 minutes at most); panics with `what`, helm's output and the
+/// cluster's logs when it fails.
+async fn helm_upgrade(c: &LocalCluster, what: &str, sets: &[&str]) {
+    let mut args = vec![
+        "upgrade",
+        RELEASE,
+        "charts/proxy-pool",
+        "-n",
+        NS,
+        "--values",
+        "scripts/cluster/values.yaml",
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    args.extend(["--wait", "--timeout", "5m"]);
+    let out = c.helm(&args, Duration::from_secs(360)).await;
+    assert!(
+        out.success,
+        "{what}:\n{}\n{}\n{}",
+        out.stdout,
+        out.stderr,
+        c.logs()
+    );
+}
+
 async fn helm_upgrade_rolls_controller_and_gateways(c: &LocalCluster) {
     let controller_rs = template_hash(c, CONTROLLER).await;
     let gateway_rs = template_hash(c, GATEWAY).await;
     let traffic = Traffic::start(c).await;
     let started = Instant::now();
-    let out = c
-        .helm(
-            &[
-                "upgrade",
-                RELEASE,
-                "charts/proxy-pool",
-                "-n",
-                NS,
-                "--values",
-                "scripts/cluster/values.yaml",
-                "--set",
-                "controller.podAnnotations.e2e-rollout=2",
-                "--set",
-                "gateway.podAnnotations.e2e-rollout=2",
-                "--wait",
-                "--timeout",
-                "5m",
-            ],
-            Duration::from_secs(360),
-        )
-        .await;
-    assert!(
-        out.success,
-        "helm upgrade:\n{}\n{}\n{}",
-        out.stdout,
-        out.stderr,
-        c.logs()
-    );
+    helm_upgrade(
+        c,
+        "helm upgrade",
+        &[
+            "controller.podAnnotations.e2e-rollout=2",
+            "gateway.podAnnotations.e2e-rollout=2",
+        ],
+    )
+    .await;
     // The operator rolled (new gateway pod settings), then the gateways rolled.
     eventually(c, "the gateway Deployment to roll", 240, || async {
         template_hash(c, GATEWAY).await != gateway_rs && rolled_out(c, GATEWAY).await
@@ -693,34 +701,15 @@ async fn a_gateway_roll_loses_no_request(c: &LocalCluster) {
         "traffic through the gateway before the gateway roll"
     );
     let started = Instant::now();
-    let out = c
-        .helm(
-            &[
-                "upgrade",
-                RELEASE,
-                "charts/proxy-pool",
-                "-n",
-                NS,
-                "--values",
-                "scripts/cluster/values.yaml",
-                "--set",
-                "controller.podAnnotations.e2e-rollout=2",
-                "--set",
-                "gateway.podAnnotations.e2e-rollout=3",
-                "--wait",
-                "--timeout",
-                "5m",
-            ],
-            Duration::from_secs(360),
-        )
-        .await;
-    assert!(
-        out.success,
-        "helm upgrade:\n{}\n{}\n{}",
-        out.stdout,
-        out.stderr,
-        c.logs()
-    );
+    helm_upgrade(
+        c,
+        "helm upgrade",
+        &[
+            "controller.podAnnotations.e2e-rollout=2",
+            "gateway.podAnnotations.e2e-rollout=3",
+        ],
+    )
+    .await;
     eventually(c, "the gateway Deployment to roll", 240, || async {
         template_hash(c, GATEWAY).await != gateway_rs && rolled_out(c, GATEWAY).await
     })
@@ -984,34 +973,12 @@ const EXTRACT_EVERY: Duration = Duration::from_secs(4);
 async fn three_replicas_on_redis_and_the_leader_pod_deleted(c: &LocalCluster) -> RedisServer {
     let (redis, address) = host_redis(c.setting("CLUSTER_NODE_IP"));
     let address = format!("redis.address={address}");
-    let out = c
-        .helm(
-            &[
-                "upgrade",
-                RELEASE,
-                "charts/proxy-pool",
-                "-n",
-                NS,
-                "--values",
-                "scripts/cluster/values.yaml",
-                "--set",
-                "store.backend=redis",
-                "--set",
-                &address,
-                "--wait",
-                "--timeout",
-                "5m",
-            ],
-            Duration::from_secs(360),
-        )
-        .await;
-    assert!(
-        out.success,
-        "helm upgrade to Redis:\n{}\n{}\n{}",
-        out.stdout,
-        out.stderr,
-        c.logs()
-    );
+    helm_upgrade(
+        c,
+        "helm upgrade to Redis",
+        &["store.backend=redis", &address],
+    )
+    .await;
     // The chart's default on Redis: three replicas, every one Ready.
     eventually(c, "three controller replicas Ready", 300, || async {
         let d = c
