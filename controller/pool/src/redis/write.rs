@@ -149,20 +149,43 @@ impl Upserter for RedisPool {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut out = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(SCRIPT_BATCH) {
-            let payload = json!({ "up": upstream, "ids": chunk });
-            let keys = self.write_keys(Script::Remove);
-            let r = self.run(Call::new(Script::Remove, keys, payload)).await?;
-            let codes: Vec<String> = decode(r, "remove reply")?;
-            for c in codes {
-                out.push(match c.as_str() {
-                    "removed" => RemoveResult::Removed,
-                    "not_found" => RemoveResult::NotFound,
-                    "ignored" => RemoveResult::Ignored,
-                    _ => return Err(codec::corrupt("remove result")),
-                });
-            }
+        let codes: Vec<String> = self
+            .per_item(
+                Script::Remove,
+                || self.write_keys(Script::Remove),
+                ids,
+                |chunk| json!({ "up": upstream, "ids": chunk }),
+                "remove reply",
+            )
+            .await?;
+        codes
+            .iter()
+            .map(|c| match c.as_str() {
+                "removed" => Ok(RemoveResult::Removed),
+                "not_found" => Ok(RemoveResult::NotFound),
+                "ignored" => Ok(RemoveResult::Ignored),
+                _ => Err(codec::corrupt("remove result")),
+            })
+            .collect()
+    }
+}
+
+impl RedisPool {
+    /// Runs `script` over `items` in batches of [`SCRIPT_BATCH`] (`payload` of each
+    /// batch, keys from `keys`), every script answering one reply per item; the replies
+    /// in order (`what` names them when one is corrupt).
+    async fn per_item<T, R: serde::de::DeserializeOwned>(
+        &self,
+        script: Script,
+        keys: impl Fn() -> CallKeys,
+        items: &[T],
+        payload: impl Fn(&[T]) -> Value,
+        what: &str,
+    ) -> PoolResult<Vec<R>> {
+        let mut out = Vec::with_capacity(items.len());
+        for chunk in items.chunks(SCRIPT_BATCH) {
+            let r = self.run(Call::new(script, keys(), payload(chunk))).await?;
+            out.extend(decode::<Vec<R>>(r, what)?);
         }
         Ok(out)
     }
@@ -189,18 +212,16 @@ impl HealthStore for RedisPool {
                 v
             })
             .collect();
-        let mut out = Vec::with_capacity(updates.len());
-        for chunk in list.chunks(SCRIPT_BATCH) {
-            let keys = self.write_keys(Script::Health);
-            let r = self
-                .run(Call::new(Script::Health, keys, json!({ "u": chunk })))
-                .await?;
-            let codes: Vec<String> = decode(r, "health reply")?;
-            for c in codes {
-                out.push(health_result(&c)?);
-            }
-        }
-        Ok(out)
+        let codes: Vec<String> = self
+            .per_item(
+                Script::Health,
+                || self.write_keys(Script::Health),
+                &list,
+                |chunk| json!({ "u": chunk }),
+                "health reply",
+            )
+            .await?;
+        codes.iter().map(|c| health_result(c)).collect()
     }
 
     async fn begin_checks(&self, starts: &[CheckStart]) -> PoolResult<Vec<CheckMark>> {
@@ -211,18 +232,16 @@ impl HealthStore for RedisPool {
             .iter()
             .map(|s| json!({ "id": s.proxy_id, "c": s.check.to_string(), "h": ms(s.hold) }))
             .collect();
-        let mut out = Vec::with_capacity(starts.len());
-        for chunk in list.chunks(SCRIPT_BATCH) {
-            let keys = CallKeys::new(Some(self.fresh_op(Script::CheckBegin)), None);
-            let r = self
-                .run(Call::new(Script::CheckBegin, keys, json!({ "m": chunk })))
-                .await?;
-            let codes: Vec<String> = decode(r, "check mark reply")?;
-            for c in codes {
-                out.push(check_mark(&c)?);
-            }
-        }
-        Ok(out)
+        let codes: Vec<String> = self
+            .per_item(
+                Script::CheckBegin,
+                || CallKeys::new(Some(self.fresh_op(Script::CheckBegin)), None),
+                &list,
+                |chunk| json!({ "m": chunk }),
+                "check mark reply",
+            )
+            .await?;
+        codes.iter().map(|c| check_mark(c)).collect()
     }
 
     async fn end_checks(&self, ends: &[CheckEnd]) -> PoolResult<Vec<bool>> {
@@ -231,16 +250,14 @@ impl HealthStore for RedisPool {
             .iter()
             .map(|e| json!({ "id": e.proxy_id, "c": e.check.to_string() }))
             .collect();
-        let mut out = Vec::with_capacity(ends.len());
-        for chunk in list.chunks(SCRIPT_BATCH) {
-            let keys = CallKeys::new(Some(self.fresh_op(Script::CheckEnd)), None);
-            let r = self
-                .run(Call::new(Script::CheckEnd, keys, json!({ "e": chunk })))
-                .await?;
-            let ended: Vec<bool> = decode(r, "check end reply")?;
-            out.extend(ended);
-        }
-        Ok(out)
+        self.per_item(
+            Script::CheckEnd,
+            || CallKeys::new(Some(self.fresh_op(Script::CheckEnd)), None),
+            &list,
+            |chunk| json!({ "e": chunk }),
+            "check end reply",
+        )
+        .await
     }
 }
 
