@@ -7,12 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use activity_pool::model::{
-    Candidate, CheckEnd, CheckMark, CheckStart, ClientId, Credentials, ExtractRequest,
-    FetchedBatch, Filters, Fulfillment, HealthResult, HealthUpdate, OperationId, Protocol, ProxyId,
-    ProxyState, RequestDigest, RequestId, Secret, UpstreamId,
+    Candidate, CheckEnd, CheckMark, CheckStart, Credentials, FetchedBatch, HealthResult,
+    HealthUpdate, OperationId, Protocol, ProxyId, ProxyState, Secret, UpstreamId,
 };
 use activity_pool::ports::{ActivityPool, HealthStore};
-use activity_pool::testkit::RedisServer;
+use activity_pool::testkit::{RedisServer, extract_request};
 use activity_pool::{
     ManualClock, MemoryPool, PoolError, PoolOptions, PoolResult, RedisConnector, RedisOptions,
     RedisPool,
@@ -298,7 +297,7 @@ async fn late_reports_are_ignored_and_gone_proxies_forgotten(redis: bool) {
         .submit(&me, vec![obs(t1, &ids[1], true)])
         .await
         .unwrap();
-    f.pool.extract(&extract_req(1)).await.unwrap();
+    f.pool.extract(&extract_request("client", 1)).await.unwrap();
     assert_eq!(state(&f, &ids[1]).await, Some(ProxyState::Extracted));
     let t0 = again.iter().find(|t| t.proxy_id == ids[0]).unwrap().task_id;
     f.svc
@@ -331,26 +330,14 @@ async fn late_reports_are_ignored_and_gone_proxies_forgotten_redis() {
     late_reports_are_ignored_and_gone_proxies_forgotten(true).await;
 }
 
-/// An extraction request for `count` proxies (partial).
-fn extract_req(count: u32) -> ExtractRequest {
-    ExtractRequest {
-        client_id: ClientId::new("client").unwrap(),
-        request_id: RequestId::new(format!("r-{}", rand_suffix())).unwrap(),
-        idempotency_key: None,
-        request_digest: RequestDigest::of(b"x"),
-        count: NonZeroU32::new(count).unwrap(),
-        fulfillment: Fulfillment::Partial,
-        filters: Filters::default(),
-        min_remaining_ttl: Duration::ZERO,
-        max_health_check_age: None,
-        reserve_for_gateway: 0,
-        idempotency_ttl: Duration::from_secs(10),
-    }
-}
-
 /// The IDs an extraction of `count` hands out now.
 async fn extract(f: &Fixture, count: u32) -> Vec<ProxyId> {
-    match f.pool.extract(&extract_req(count)).await.unwrap() {
+    match f
+        .pool
+        .extract(&extract_request("client", count))
+        .await
+        .unwrap()
+    {
         activity_pool::model::ExtractOutcome::Extracted(x) => {
             x.proxies.into_iter().map(|p| p.id).collect()
         }

@@ -413,3 +413,28 @@ async fn pump(
         }
     }
 }
+
+/// A partial extraction of `count` proxies for `client`: no filters, no idempotency key,
+/// a request ID (and digest) of its own each call, its result kept for a minute.
+pub fn extract_request(client: &str, count: u32) -> crate::model::ExtractRequest {
+    use crate::model::*;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let request = format!(
+        "r-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    ExtractRequest {
+        client_id: ClientId::new(client).unwrap(),
+        request_digest: RequestDigest::of(request.as_bytes()),
+        request_id: RequestId::new(request).unwrap(),
+        idempotency_key: None,
+        count: std::num::NonZeroU32::new(count).unwrap(),
+        fulfillment: Fulfillment::Partial,
+        filters: Filters::default(),
+        min_remaining_ttl: Duration::ZERO,
+        max_health_check_age: None,
+        reserve_for_gateway: 0,
+        idempotency_ttl: Duration::from_secs(60),
+    }
+}

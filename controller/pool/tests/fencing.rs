@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use activity_pool::model::*;
 use activity_pool::ports::*;
-use activity_pool::testkit::RedisServer;
+use activity_pool::testkit::{RedisServer, extract_request};
 use activity_pool::{Fence, LeaderGrant, PoolError, RedisConnector, RedisOptions, RedisPool};
 
 fn cand(id: &str) -> Candidate {
@@ -58,15 +58,20 @@ async fn granted(pool: &RedisPool, holder: &str, ttl: Duration) -> u64 {
     }
 }
 
-#[tokio::test]
-async fn a_deposed_leader_writes_nothing() {
-    let server = RedisServer::start();
-    let pool = RedisPool::new(
+/// A pool on `server`, with default options.
+async fn pool_on(server: &RedisServer) -> RedisPool {
+    RedisPool::new(
         RedisConnector::direct(&server.url()).unwrap(),
         RedisOptions::default(),
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_deposed_leader_writes_nothing() {
+    let server = RedisServer::start();
+    let pool = pool_on(&server).await;
     let fence_a = Fence::new();
     let a = pool.fenced(fence_a.clone());
 
@@ -162,12 +167,7 @@ async fn a_deposed_leader_writes_nothing() {
 #[tokio::test]
 async fn fencing_tokens_never_go_backwards_after_data_loss() {
     let mut server = RedisServer::start();
-    let pool = RedisPool::new(
-        RedisConnector::direct(&server.url()).unwrap(),
-        RedisOptions::default(),
-    )
-    .await
-    .unwrap();
+    let pool = pool_on(&server).await;
     let t1 = granted(&pool, "a", Duration::from_secs(30)).await;
     // A restart without persistence loses the lease and the newest token.
     server.restart();
@@ -202,12 +202,7 @@ async fn fencing_tokens_never_go_backwards_after_data_loss() {
 #[tokio::test]
 async fn a_token_taken_for_another_lease_store_fences_the_previous_leader() {
     let server = RedisServer::start();
-    let pool = RedisPool::new(
-        RedisConnector::direct(&server.url()).unwrap(),
-        RedisOptions::default(),
-    )
-    .await
-    .unwrap();
+    let pool = pool_on(&server).await;
     let t1 = pool.leader_token().await.unwrap();
     let t2 = pool.leader_token().await.unwrap();
     assert!(t2 > t1, "{t2} > {t1}");
@@ -242,12 +237,7 @@ async fn a_token_taken_for_another_lease_store_fences_the_previous_leader() {
 #[tokio::test]
 async fn a_deposed_leader_neither_marks_nor_ends_a_check() {
     let server = RedisServer::start();
-    let pool = RedisPool::new(
-        RedisConnector::direct(&server.url()).unwrap(),
-        RedisOptions::default(),
-    )
-    .await
-    .unwrap();
+    let pool = pool_on(&server).await;
     let fence_a = Fence::new();
     let a = pool.fenced(fence_a.clone());
     let hold = Duration::from_secs(30);
@@ -292,19 +282,7 @@ async fn a_deposed_leader_neither_marks_nor_ends_a_check() {
     );
 
     // p1 is still marked, p2 was not: an extraction takes p2 only.
-    let req = ExtractRequest {
-        client_id: ClientId::new("c").unwrap(),
-        request_id: RequestId::new("r-1").unwrap(),
-        idempotency_key: None,
-        request_digest: RequestDigest::of(b"c"),
-        count: NonZeroU32::new(2).unwrap(),
-        fulfillment: Fulfillment::Partial,
-        filters: Filters::default(),
-        min_remaining_ttl: Duration::ZERO,
-        max_health_check_age: None,
-        reserve_for_gateway: 0,
-        idempotency_ttl: Duration::from_secs(60),
-    };
+    let req = extract_request("c", 2);
     match pool.extract(&req).await.unwrap() {
         ExtractOutcome::Extracted(x) => assert_eq!(
             x.proxies.iter().map(|p| p.id.clone()).collect::<Vec<_>>(),
