@@ -50,7 +50,8 @@ cargo test --workspace --no-run
 # spent waiting on processes, and the lane's on pods); its log follows theirs.
 skip=()
 lane_pid=""
-if [ "${PROXY_POOL_CLUSTER_LANE:-}" = 1 ]; then
+# It runs when test.d/cluster.sh prepared the cluster (root), as the test does.
+if [ "${PROXY_POOL_CLUSTER_PREPARED:-}" = 1 ]; then
   lane_log="${CARGO_TARGET_DIR:-target}/cluster-lane.log"
   log "cluster lane (nice 10, in the background): scripts/images.sh, then cargo test -p proxy-pool-e2e --test cluster; log: $lane_log"
   (
