@@ -53,6 +53,9 @@ pub struct Metrics {
     pub connections_refused: AtomicU64,
     /// CONNECT tunnels established (HTTP and SOCKS5).
     pub tunnels: AtomicU64,
+    /// Tunnels closed at their proxy's lease cut (this worker was cut off from the
+    /// control plane past its lease; nothing goes through a proxy after it).
+    pub tunnels_lease_cut: AtomicU64,
     /// Plain HTTP requests forwarded.
     pub forwarded: AtomicU64,
     /// Forwarded requests served on a pooled upstream connection.
@@ -134,6 +137,11 @@ impl Metrics {
             "gateway_tunnels_total",
             "CONNECT tunnels established.",
             &[(String::new(), get(&self.tunnels))],
+        );
+        counter(
+            "gateway_tunnels_lease_cut_total",
+            "Open tunnels closed at their proxy's lease end.",
+            &[(String::new(), get(&self.tunnels_lease_cut))],
         );
         counter(
             "gateway_forwarded_total",

@@ -454,6 +454,14 @@ async fn lease_end_stops_new_traffic_and_closes_open_tunnels() {
     );
     let r = get_once(h.http, USER, h.echo(), "/after-lease").await;
     assert_eq!(r.status, 503, "{}", r.head);
+    // Operators see the cut: one tunnel closed at its proxy's lease end.
+    let metrics = h.gateway.render_metrics();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "gateway_tunnels_lease_cut_total 1"),
+        "{metrics}"
+    );
 
     // A renewed lease (a later snapshot) makes the proxy usable again, and a tunnel
     // opened under it outlives the old lease end.

@@ -6,7 +6,9 @@
 //! load, the relays stop forwarding for [`HOLE`]: the gateway must keep serving from its
 //! snapshot until `maxStaleAge` after its last accepted report, then refuse new work
 //! with 503 `snapshot-stale`, notice the dead path (its unanswered call deadline, not
-//! the 30 s HTTP/2 keepalive), and serve again once the relays forward again.
+//! the 30 s HTTP/2 keepalive), and serve again once the relays forward again. Cut off
+//! past a proxy's lease, it closes the tunnels through that proxy: the load may see as
+//! many tunnels fail inside as the gateway counts lease cuts.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -333,9 +335,22 @@ fn gateway_black_holed_from_the_controllers_serves_until_stale_then_recovers() {
         println!("[blackhole] probe at {} ms: {r:?}", at.as_millis());
     }
     let gw0 = format!("{gw} ");
-    // Load through gateway 0 may be refused snapshot-stale during the hole (503), and
-    // nothing else; everything else as every drill.
+    // Cut off past the lease of a proxy, gateway 0 closes the tunnels open through it
+    // (exclusivity); one opened just before the cut fails inside. As many such
+    // failures as the gateway counted cuts, no more.
+    let lease_cuts: usize = block(metric(gw_admin, "gateway_tunnels_lease_cut_total"))
+        .and_then(|v| v.parse().ok())
+        .expect("gateway 0 reports gateway_tunnels_lease_cut_total");
+    let cut_tunnels = std::cell::Cell::new(0usize);
+    let figures = format!("{figures}, tunnels cut at a lease end {lease_cuts}");
+    // Load through gateway 0 may be refused snapshot-stale during the hole (503) or have
+    // a tunnel cut at a lease end, and nothing else; everything else as every drill.
     finish_allowing("blackhole", &mut stack, load, &figures, &|e| {
+        let cut = e.contains(": inside the tunnel: 0") || e.contains(": tunnel io: ");
+        if e.starts_with(&gw0) && cut && cut_tunnels.get() < lease_cuts {
+            cut_tunnels.set(cut_tunnels.get() + 1);
+            return true;
+        }
         e.starts_with(&gw0) && e.contains(" 503 ")
     });
     let logs = stack.procs.logs();

@@ -225,6 +225,12 @@ pub(crate) async fn relay(shared: &Shared, client: &mut BufConn, mut est: Establ
         TunnelEnd::Error => Some("tunnel-io"),
         TunnelEnd::LeaseEnded => Some("lease-ended"),
     };
+    if end == TunnelEnd::LeaseEnded {
+        shared
+            .metrics
+            .tunnels_lease_cut
+            .fetch_add(1, Ordering::Relaxed);
+    }
     shared.outcomes.record(
         &est.entry.id,
         Some(&est.routing),
