@@ -105,12 +105,14 @@ impl Stack {
     }
 }
 
-/// A process seen in `/proc`: its pid, start time (pids are reused) and name.
+/// A process seen in `/proc`: its pid, start time (pids are reused), name and
+/// process group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Proc {
     pid: u32,
     start: u64,
     name: String,
+    group: u32,
 }
 
 /// `(parent pid, process)` from `/proc/<pid>/stat`; `None` once it is gone or a zombie.
@@ -124,9 +126,18 @@ fn proc_stat(pid: u32) -> Option<(u32, Proc)> {
         return None;
     }
     let ppid = fields.get(1)?.parse().ok()?;
+    let group = fields.get(2)?.parse().ok()?;
     // Field 22 of stat (starttime) is the 20th after the comm.
     let start = fields.get(19)?.parse().ok()?;
-    Some((ppid, Proc { pid, start, name }))
+    Some((
+        ppid,
+        Proc {
+            pid,
+            start,
+            name,
+            group,
+        },
+    ))
 }
 
 /// Every live descendant of `root`.
@@ -319,6 +330,19 @@ fn stop_and_check(mut up: Up, how: Stop) {
             "{name} is not a child of dev-up.sh: {children:?}"
         );
     }
+    // The services run outside the script's process group (it leads its own): a
+    // terminal's Ctrl-C reaches only the script, which stops them newest first. In its
+    // group, a service dying of the Ctrl-C before the script's trap ran looked like a
+    // crash ("exited unexpectedly", exit 1 instead of 130).
+    let script_group = up.stack.child.id();
+    let in_group: Vec<_> = children
+        .iter()
+        .filter(|p| services.contains(&p.name.as_str()) && p.group == script_group)
+        .collect();
+    assert!(
+        in_group.is_empty(),
+        "services in dev-up.sh's process group: {in_group:?}"
+    );
     let status = up.stack.stop(how);
     let (code, signal) = match how {
         Stop::Term => (143, "SIGTERM"),

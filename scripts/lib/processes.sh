@@ -3,8 +3,9 @@
 #   PROC_TAG   prefix of every message (e.g. "dev-up")
 #   PROC_LOGS  directory of the per-process logs (<name>.log)
 # and optionally PROC_READY_TIMEOUT (seconds, default 120) and PROC_STOP_TIMEOUT
-# (seconds, default 20). Every process started with `proc_start` gets SIGTERM on exit,
-# Ctrl-C or SIGTERM (newest first), SIGKILL when it outlives PROC_STOP_TIMEOUT.
+# (seconds, default 20). Every process started with `proc_start` runs in its own process
+# group and gets SIGTERM on exit, Ctrl-C or SIGTERM (newest first), SIGKILL when it
+# outlives PROC_STOP_TIMEOUT.
 
 PIDS=()
 NAMES=()
@@ -42,7 +43,10 @@ trap 'exit 141' PIPE
 proc_start() { # name command...  (in the background; $! is the process itself)
     local name=$1
     shift
-    "$@" >"$PROC_LOGS/$name.log" 2>&1 &
+    # In a process group of its own (setsid execs in place: the child is not a group
+    # leader), so a terminal's Ctrl-C reaches only this script, whose trap stops the
+    # children newest first; a child killed by the Ctrl-C itself would look like a crash.
+    setsid "$@" >"$PROC_LOGS/$name.log" 2>&1 &
     PIDS+=($!)
     NAMES+=("$name")
 }
