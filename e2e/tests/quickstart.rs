@@ -262,9 +262,14 @@ fn dev_up_with(name: &str, args: &[&str]) -> Up {
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dev_dir);
-    let mut cmd = Command::new("bash");
+    // As from a terminal: SIGINT at its default. A suite started in the background
+    // (`nohup … &`, a non-interactive shell's `&`) runs with SIGINT ignored, which every
+    // child inherits, and a shell cannot trap a signal ignored when it started: the
+    // script would sleep through the Ctrl-C (GNU env resets it before bash starts).
+    let mut cmd = Command::new("env");
     // Its `cargo build` as from a shell (the test's cargo variables would rebuild).
     without_test_env(&mut cmd)
+        .args(["--default-signal=INT", "bash"])
         .arg(root.join("scripts/dev-up.sh"))
         .current_dir(&root)
         .env("DEV_PORT_BASE", base.to_string())
