@@ -223,14 +223,14 @@ pub(crate) async fn relay(shared: &Shared, client: &mut BufConn, mut est: Establ
         TunnelEnd::Idle => Some("idle-timeout"),
         TunnelEnd::Cancelled => Some("shutting-down"),
         TunnelEnd::Error => Some("tunnel-io"),
-        TunnelEnd::LeaseEnded => Some("lease-ended"),
+        TunnelEnd::LeaseEnded => {
+            shared
+                .metrics
+                .tunnels_lease_cut
+                .fetch_add(1, Ordering::Relaxed);
+            Some("lease-ended")
+        }
     };
-    if end == TunnelEnd::LeaseEnded {
-        shared
-            .metrics
-            .tunnels_lease_cut
-            .fetch_add(1, Ordering::Relaxed);
-    }
     shared.outcomes.record(
         &est.entry.id,
         Some(&est.routing),
