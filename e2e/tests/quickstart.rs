@@ -337,8 +337,9 @@ fn stop_and_check(mut up: Up, how: Stop) {
     }
     // The services run outside the script's process group (it leads its own): a
     // terminal's Ctrl-C reaches only the script, which stops them newest first. In its
-    // group, a service dying of the Ctrl-C before the script's trap ran looked like a
-    // crash ("exited unexpectedly", exit 1 instead of 130).
+    // group each service got the Ctrl-C too and stopped on its own, in no order; when
+    // the script missed the signal (started with SIGINT ignored) the supervision loop
+    // saw a service gone and exited 1 ("exited unexpectedly").
     let script_group = up.stack.child.id();
     let in_group: Vec<_> = children
         .iter()

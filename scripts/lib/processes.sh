@@ -43,9 +43,9 @@ trap 'exit 141' PIPE
 proc_start() { # name command...  (in the background; $! is the process itself)
     local name=$1
     shift
-    # In a process group of its own (setsid execs in place: the child is not a group
-    # leader), so a terminal's Ctrl-C reaches only this script, whose trap stops the
-    # children newest first; a child killed by the Ctrl-C itself would look like a crash.
+    # In a process group of its own (setsid execs in place: without job control the
+    # child is not a group leader), so a terminal's Ctrl-C reaches only this script,
+    # whose trap stops the children newest first, not every child at once.
     setsid "$@" >"$PROC_LOGS/$name.log" 2>&1 &
     PIDS+=($!)
     NAMES+=("$name")
