@@ -10,10 +10,11 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+use super::checks::check_basic_username;
+use super::error::{ConfigError, ConfigErrors};
 use super::raw::RawConfig;
 use super::types::{BasicCredentials, ClientSecretKind, Config, SaltedHash, SecretHash};
-use super::validate::{check_basic_username, duplicate_credentials};
-use super::{ConfigError, ConfigErrors};
+use super::validate::duplicate_credentials;
 
 /// Largest credential file accepted.
 pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;

@@ -11,13 +11,13 @@
 
 use std::time::Duration;
 
-use super::ConfigError;
+use super::checks::dns_name;
 use super::duration::duration_in;
+use super::error::ConfigError;
 use super::raw::RawLeadership;
 use super::types::{
     ControlPlaneConfig, KubernetesLeadership, LeadershipBackend, LeadershipConfig, StoreConfig,
 };
-use super::validate::dns_name;
 
 /// Most controller replicas on one store.
 pub const MAX_REPLICAS: u32 = 16;

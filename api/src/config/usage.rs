@@ -12,8 +12,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::ConfigError;
 use super::duration::{duration_at, duration_in};
+use super::error::ConfigError;
 use super::raw::{RawAnalytics, RawCache, RawCacheNamespace};
 use super::types::{AnalyticsConfig, CacheConfig, CacheNamespaceConfig, StoreConfig};
 

@@ -9,7 +9,12 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+use super::checks::{
+    check_basic_username, check_identifier, check_service_account, split_host_port, target_url,
+    username_token,
+};
 use super::duration::{duration_at, duration_in, show};
+use super::error::{ConfigError, ConfigErrors};
 use super::raw::{
     RawAuth, RawBasic, RawClient, RawConfig, RawControlPlane, RawDistribution, RawHashedSecret,
     RawPool, RawProxyCredentials, RawRate, RawRedis, RawRouting, RawSource, RawStore,
@@ -19,18 +24,20 @@ use super::types::{
     AdminConfig, AuthConfig, AuthMethodConfig, AuthMethodKind, AuthMode, BasicCredentials,
     ClientConfig, ClientSecretFile, ClientSecretKind, Config, ControlPlaneConfig, ControlPlaneTls,
     ControlPlaneTransport, DistributionConfig, EgressPolicy, FulfillmentDefault, LimitsConfig,
-    PasswordSource, Permission, PoolConfig, PortRanges, ProxyCredentials, ProxyProtocol, Rate,
+    PasswordSource, Permission, PoolConfig, PortRanges, Protocol, ProxyCredentials, Rate,
     RedisConfig, RedisTarget, RedisTls, RetryConfig, RoutingConfig, SaltedHash, SecretHash,
-    ShutdownConfig, SourceConfig, StaticProxy, StaticSourceConfig, StickyConfig, StoreConfig,
-    Strategy, TokenReviewConfig, UpstreamConfig, UpstreamHealthConfig, UsernameParamConfig,
-    VendorApiConfig, VendorFormat,
+    ShutdownConfig, SourceConfig, StaticSourceConfig, StickyConfig, StoreConfig, Strategy,
+    TokenReviewConfig, UpstreamConfig, UpstreamHealthConfig, UsernameParamConfig, VendorApiConfig,
+    VendorFormat,
 };
-use super::{ConfigError, ConfigErrors};
+use crate::proxy::one_of;
 
 /// Largest `count` the pool accepts in one extraction.
 pub const MAX_COUNT_PER_REQUEST: u32 = 1000;
+
 /// Most values of one list filter or allow-list.
 pub const MAX_LIST_VALUES: usize = 64;
+
 /// Longest client name (the client ID adds a short prefix).
 pub const MAX_CLIENT_NAME: usize = 100;
 
@@ -174,25 +181,6 @@ impl Ctx {
         }
         SecretHash(out)
     }
-}
-
-/// `1..=max` bytes of `[A-Za-z0-9._:-]`: safe in a Redis key and a log line.
-pub fn check_identifier(value: &str, max: usize) -> Result<(), String> {
-    if value.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if value.len() > max {
-        return Err(format!("must be at most {max} bytes"));
-    }
-    if let Some(bad) = value
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
-    {
-        return Err(format!(
-            "character {bad:?} not allowed (use A-Z a-z 0-9 . _ : -)"
-        ));
-    }
-    Ok(())
 }
 
 /// Validates a raw config into the typed one, reporting every problem.
@@ -777,32 +765,6 @@ fn token_review(cx: &mut Ctx, path: &str, raw: &RawTokenReview) -> TokenReviewCo
     }
 }
 
-/// Whether `s` is a DNS-1123 name of at most `max` bytes: a label, or with `dots` a
-/// subdomain (Kubernetes object names).
-pub(super) fn dns_name(s: &str, max: usize, dots: bool) -> bool {
-    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
-    !s.is_empty()
-        && s.len() <= max
-        && s.split('.').all(|part| {
-            !part.is_empty()
-                && part.chars().all(ok_char)
-                && !part.starts_with('-')
-                && !part.ends_with('-')
-        })
-        && (dots || !s.contains('.'))
-}
-
-/// Whether `namespace/name` names a ServiceAccount: a DNS-1123 label, `/`, a DNS-1123
-/// subdomain.
-fn check_service_account(value: &str) -> Result<(), String> {
-    match value.split_once('/') {
-        Some((ns, name)) if dns_name(ns, 63, false) && dns_name(name, 253, true) => Ok(()),
-        _ => Err(format!(
-            "`{value}` is not `namespace/name` (a DNS label, `/`, a DNS subdomain)"
-        )),
-    }
-}
-
 fn client(cx: &mut Ctx, path: &str, raw: &RawClient) -> ClientConfig {
     cx.identifier(&format!("{path}.name"), &raw.name, MAX_CLIENT_NAME);
     let max_extract_count = match raw.max_extract_count {
@@ -907,14 +869,6 @@ fn hashed_secrets(
         }
     }
     hashes
-}
-
-/// Whether an HTTP Basic user name is acceptable.
-pub(super) fn check_basic_username(username: &str) -> Result<(), &'static str> {
-    if username.is_empty() || username.contains(':') || username.len() > 128 {
-        return Err("must be 1 to 128 bytes without `:`");
-    }
-    Ok(())
 }
 
 /// `basic`: the credentials when both parts are inline, else queued files.
@@ -1055,17 +1009,14 @@ fn credentials_unique(cx: &mut Ctx, clients: &[ClientConfig]) {
 
 fn upstream(cx: &mut Ctx, path: &str, raw: &RawUpstream, max_ttl: Duration) -> UpstreamConfig {
     cx.identifier(&format!("{path}.name"), &raw.name, 63);
-    let protocol = match raw.protocol.as_deref().unwrap_or("http") {
-        "http" => ProxyProtocol::Http,
-        "socks5" => ProxyProtocol::Socks5,
-        other => {
-            cx.err(
-                format!("{path}.protocol"),
-                format!("`{other}` is not one of http, socks5"),
-            );
-            ProxyProtocol::Http
-        }
-    };
+    let text = raw.protocol.as_deref().unwrap_or(Protocol::Http.as_str());
+    let protocol = Protocol::parse(text).unwrap_or_else(|| {
+        cx.err(
+            format!("{path}.protocol"),
+            format!("`{text}` is not one of {}", one_of(Protocol::ALL)),
+        );
+        Protocol::Http
+    });
     for (field, v) in [
         ("region", &raw.labels.region),
         ("carrier", &raw.labels.carrier),
@@ -1190,36 +1141,6 @@ fn upstream_health(
         egress: raw.egress.unwrap_or(d.egress),
         targets: raw.targets.clone(),
     }
-}
-
-/// Host and port of an `http(s)://host[:port][/…]` URL (default port by scheme).
-pub fn target_url(url: &str) -> Option<(String, u16)> {
-    if url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return None;
-    }
-    let (rest, default_port) = if let Some(r) = url.strip_prefix("https://") {
-        (r, 443)
-    } else if let Some(r) = url.strip_prefix("http://") {
-        (r, 80)
-    } else {
-        return None;
-    };
-    let authority = rest.split(['/', '?', '#']).next()?;
-    if authority.is_empty() || authority.contains('@') {
-        return None;
-    }
-    if let Some(sp) = split_host_port(authority) {
-        return Some((sp.host, sp.port));
-    }
-    let host = authority
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(authority);
-    let valid = host
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':'))
-        && (!host.contains(':') || host.parse::<std::net::Ipv6Addr>().is_ok());
-    (valid && !host.is_empty()).then(|| (host.to_owned(), default_port))
 }
 
 fn source(cx: &mut Ctx, path: &str, raw: &RawSource) -> SourceConfig {
@@ -1385,18 +1306,17 @@ fn routing(
             );
         }
     }
-    let strategy = match raw.strategy.as_deref().unwrap_or("roundRobin") {
-        "roundRobin" => Strategy::RoundRobin,
-        "leastActive" => Strategy::LeastActive,
-        "powerOfTwoChoices" => Strategy::PowerOfTwoChoices,
-        other => {
-            cx.err(
-                format!("{path}.strategy"),
-                format!("`{other}` is not one of roundRobin, leastActive, powerOfTwoChoices"),
-            );
-            Strategy::RoundRobin
-        }
-    };
+    let text = raw
+        .strategy
+        .as_deref()
+        .unwrap_or(Strategy::default().as_str());
+    let strategy = Strategy::parse(text).unwrap_or_else(|| {
+        cx.err(
+            format!("{path}.strategy"),
+            format!("`{text}` is not one of {}", one_of(Strategy::ALL)),
+        );
+        Strategy::default()
+    });
     RoutingConfig {
         name: raw.name.clone(),
         priority: raw.priority,
@@ -1440,24 +1360,9 @@ fn routing(
 
 /// Most username parameters one routing matches on.
 pub const MAX_USERNAME_PARAMS: usize = 16;
+
 /// Most target host patterns of one routing.
 pub const MAX_TARGET_HOSTS: usize = 256;
-
-/// A username parameter key or value: what `user-key-value` can carry.
-fn username_token(value: &str) -> Result<(), String> {
-    if value.is_empty() || value.len() > 64 {
-        return Err("must be 1 to 64 bytes".into());
-    }
-    match value
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_')))
-    {
-        Some(bad) => Err(format!(
-            "character {bad:?} not allowed (use A-Z a-z 0-9 . _)"
-        )),
-        None => Ok(()),
-    }
-}
 
 fn username_params(cx: &mut Ctx, path: &str, raw: &RawRouting) -> Vec<UsernameParamConfig> {
     if raw.username_params.len() > MAX_USERNAME_PARAMS {
@@ -1582,31 +1487,6 @@ fn retry(cx: &mut Ctx, path: &str, raw: Option<&super::raw::RawRetry>) -> RetryC
         ),
         deadline,
     }
-}
-
-/// Splits `host:port` or `[v6]:port`.
-pub fn split_host_port(s: &str) -> Option<StaticProxy> {
-    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-        let (h, p) = rest.split_once("]:")?;
-        h.parse::<std::net::Ipv6Addr>().ok()?;
-        (h, p)
-    } else {
-        let (h, p) = s.rsplit_once(':')?;
-        if h.contains(':') {
-            return None;
-        }
-        (h, p)
-    };
-    let valid_host = !host.is_empty()
-        && host.len() <= 253
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':'));
-    let port: u16 = port.parse().ok().filter(|p| *p != 0)?;
-    valid_host.then(|| StaticProxy {
-        host: host.to_owned(),
-        port,
-    })
 }
 
 /// `controlPlane.loopbackPlaintext` / `controlPlane.tls`: plaintext only on a loopback
