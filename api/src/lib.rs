@@ -7,6 +7,7 @@ pub mod controlplane;
 pub mod egress;
 pub mod ids;
 pub mod inventory;
+pub mod proxy;
 pub mod secret;
 pub mod throttle;
 pub mod token;

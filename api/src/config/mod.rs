@@ -18,6 +18,8 @@ mod validate;
 
 use std::fmt;
 
+/// The config's former name of [`crate::proxy::Protocol`] (other crates still use it).
+pub use crate::proxy::Protocol as ProxyProtocol;
 pub use duration::parse_duration;
 pub use files::{
     MAX_SECRET_FILE_BYTES, load_yaml_with_files, read_secret_file, resolve_secret_files,

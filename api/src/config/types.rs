@@ -12,6 +12,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 pub use crate::egress::{EgressPolicy, PortRanges};
+pub use crate::proxy::{Protocol, Strategy};
 pub use crate::secret::SaltedHash;
 
 /// The controller's configuration.
@@ -399,15 +400,6 @@ pub struct ControlPlaneTls {
     pub environment: String,
 }
 
-/// A proxy protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProxyProtocol {
-    /// HTTP proxy.
-    Http,
-    /// SOCKS5.
-    Socks5,
-}
-
 /// One provider.
 #[derive(Clone, Debug, PartialEq)]
 pub struct UpstreamConfig {
@@ -416,7 +408,7 @@ pub struct UpstreamConfig {
     /// Source.
     pub source: SourceConfig,
     /// Protocol.
-    pub protocol: ProxyProtocol,
+    pub protocol: Protocol,
     /// Region label.
     pub region: Option<String>,
     /// Carrier label.
@@ -558,17 +550,6 @@ pub enum VendorFormat {
     Json,
     /// One `host:port[:user:pass]` per line.
     Lines,
-}
-
-/// Routing strategies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Strategy {
-    /// Round robin.
-    RoundRobin,
-    /// Least active.
-    LeastActive,
-    /// Power of two choices.
-    PowerOfTwoChoices,
 }
 
 /// One routing rule.

@@ -19,13 +19,14 @@ use super::types::{
     AdminConfig, AuthConfig, AuthMethodConfig, AuthMethodKind, AuthMode, BasicCredentials,
     ClientConfig, ClientSecretFile, ClientSecretKind, Config, ControlPlaneConfig, ControlPlaneTls,
     ControlPlaneTransport, DistributionConfig, EgressPolicy, FulfillmentDefault, LimitsConfig,
-    PasswordSource, Permission, PoolConfig, PortRanges, ProxyCredentials, ProxyProtocol, Rate,
+    PasswordSource, Permission, PoolConfig, PortRanges, Protocol, ProxyCredentials, Rate,
     RedisConfig, RedisTarget, RedisTls, RetryConfig, RoutingConfig, SaltedHash, SecretHash,
     ShutdownConfig, SourceConfig, StaticProxy, StaticSourceConfig, StickyConfig, StoreConfig,
     Strategy, TokenReviewConfig, UpstreamConfig, UpstreamHealthConfig, UsernameParamConfig,
     VendorApiConfig, VendorFormat,
 };
 use super::{ConfigError, ConfigErrors};
+use crate::proxy::one_of;
 
 /// Largest `count` the pool accepts in one extraction.
 pub const MAX_COUNT_PER_REQUEST: u32 = 1000;
@@ -1055,17 +1056,14 @@ fn credentials_unique(cx: &mut Ctx, clients: &[ClientConfig]) {
 
 fn upstream(cx: &mut Ctx, path: &str, raw: &RawUpstream, max_ttl: Duration) -> UpstreamConfig {
     cx.identifier(&format!("{path}.name"), &raw.name, 63);
-    let protocol = match raw.protocol.as_deref().unwrap_or("http") {
-        "http" => ProxyProtocol::Http,
-        "socks5" => ProxyProtocol::Socks5,
-        other => {
-            cx.err(
-                format!("{path}.protocol"),
-                format!("`{other}` is not one of http, socks5"),
-            );
-            ProxyProtocol::Http
-        }
-    };
+    let text = raw.protocol.as_deref().unwrap_or(Protocol::Http.as_str());
+    let protocol = Protocol::parse(text).unwrap_or_else(|| {
+        cx.err(
+            format!("{path}.protocol"),
+            format!("`{text}` is not one of {}", one_of(Protocol::ALL)),
+        );
+        Protocol::Http
+    });
     for (field, v) in [
         ("region", &raw.labels.region),
         ("carrier", &raw.labels.carrier),
@@ -1385,18 +1383,17 @@ fn routing(
             );
         }
     }
-    let strategy = match raw.strategy.as_deref().unwrap_or("roundRobin") {
-        "roundRobin" => Strategy::RoundRobin,
-        "leastActive" => Strategy::LeastActive,
-        "powerOfTwoChoices" => Strategy::PowerOfTwoChoices,
-        other => {
-            cx.err(
-                format!("{path}.strategy"),
-                format!("`{other}` is not one of roundRobin, leastActive, powerOfTwoChoices"),
-            );
-            Strategy::RoundRobin
-        }
-    };
+    let text = raw
+        .strategy
+        .as_deref()
+        .unwrap_or(Strategy::default().as_str());
+    let strategy = Strategy::parse(text).unwrap_or_else(|| {
+        cx.err(
+            format!("{path}.strategy"),
+            format!("`{text}` is not one of {}", one_of(Strategy::ALL)),
+        );
+        Strategy::default()
+    });
     RoutingConfig {
         name: raw.name.clone(),
         priority: raw.priority,

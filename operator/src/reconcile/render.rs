@@ -18,9 +18,7 @@ use proxy_pool_api::config::raw::{
 use proxy_pool_api::config::{ConfigError, RawConfig, validate};
 use sha2::{Digest, Sha256};
 
-use crate::crd::{
-    DistributionClient, ProxyProtocol, Routing, SecretKeyRef, Strategy, Upstream, VendorFormat,
-};
+use crate::crd::{DistributionClient, Routing, SecretKeyRef, Upstream, VendorFormat};
 
 /// Data of the Secrets in the namespace, by Secret name then key.
 pub type SecretData = BTreeMap<String, BTreeMap<String, Vec<u8>>>;
@@ -435,13 +433,7 @@ impl Cx<'_> {
             Ok(source) => Some(RawUpstream {
                 name: n,
                 source,
-                protocol: Some(
-                    match u.spec.protocol {
-                        ProxyProtocol::Http => "http",
-                        ProxyProtocol::Socks5 => "socks5",
-                    }
-                    .to_owned(),
-                ),
+                protocol: Some(u.spec.protocol.as_str().to_owned()),
                 labels: u
                     .spec
                     .labels
@@ -702,14 +694,7 @@ fn routing(
         // the Routing's name as their gateway group (`--gateway-group`).
         gateway_groups: vec![name(r)],
         connect_ports: r.spec.connect_ports.clone(),
-        strategy: Some(
-            match r.spec.strategy {
-                Strategy::RoundRobin => "roundRobin",
-                Strategy::LeastActive => "leastActive",
-                Strategy::PowerOfTwoChoices => "powerOfTwoChoices",
-            }
-            .to_owned(),
-        ),
+        strategy: Some(r.spec.strategy.as_str().to_owned()),
     })
 }
 
