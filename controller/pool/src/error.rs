@@ -122,6 +122,12 @@ pub enum PoolError {
     Fenced,
 }
 
+impl From<proxy_pool_api::ids::IdError> for PoolError {
+    fn from(e: proxy_pool_api::ids::IdError) -> Self {
+        Self::invalid(e.field, e.reason)
+    }
+}
+
 impl PoolError {
     /// Builds an [`PoolError::InvalidInput`].
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {

@@ -42,7 +42,7 @@ impl WorkerService {
     }
 }
 
-fn wire_err(field: &str, e: activity_pool::PoolError) -> ControlPlaneError {
+fn wire_err(field: &str, e: activity_pool::model::IdError) -> ControlPlaneError {
     let _ = e;
     ControlPlaneError::Invalid(ConvertError {
         field: field.to_owned(),

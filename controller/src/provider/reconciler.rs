@@ -184,7 +184,8 @@ impl ProviderReconciler {
         let mut report = UpsertReport::default();
         for (i, chunk) in cands.chunks(self.options.chunk_size).enumerate() {
             let ids: Vec<ProxyId> = chunk.iter().map(|c| c.id.clone()).collect();
-            let op = OperationId::new(format!("fetch:{upstream}:{}:{seq}:{i}", self.run_id))?;
+            let op = OperationId::new(format!("fetch:{upstream}:{}:{seq}:{i}", self.run_id))
+                .map_err(PoolError::from)?;
             let batch = FetchedBatch {
                 upstream: self.options.upstream.clone(),
                 operation_id: op,

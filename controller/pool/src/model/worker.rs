@@ -1,0 +1,138 @@
+//! Worker ownership and sessions: assignments (leases), session registrations and
+//! the runtime reports a worker writes under its session.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::ids::{InstanceId, ProxyId, SessionId, UpstreamId, WorkerId};
+use crate::clock::Timestamp;
+
+/// A worker's lease on a proxy.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The proxy.
+    pub proxy_id: ProxyId,
+    /// Its upstream.
+    pub upstream: UpstreamId,
+    /// The owning worker.
+    pub worker_id: WorkerId,
+    /// Ownership epoch of this assignment (never reused).
+    pub epoch: u64,
+    /// End of the lease (never past `usable_until`).
+    pub lease_expires_at: Timestamp,
+    /// Draining was begun.
+    pub draining: bool,
+}
+
+/// One page of the live assignments (`OwnershipRepository::leases`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeasePage {
+    /// Assignments with an unexpired lease on a live record.
+    pub leases: Vec<Assignment>,
+    /// Where the next page starts; `None` when the walk is complete.
+    pub next: Option<String>,
+}
+
+/// A batch of leases released by `expire`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExpiredAssignments {
+    /// Released assignments.
+    pub released: Vec<Assignment>,
+    /// More expired leases remain.
+    pub more: bool,
+}
+
+/// Registration of a worker instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionRegistration {
+    /// Logical worker.
+    pub worker_id: WorkerId,
+    /// Process.
+    pub instance_id: InstanceId,
+    /// Session; replaces any earlier one.
+    pub session_id: SessionId,
+    /// Session lifetime from now (renewed by every ACK).
+    pub ttl: Duration,
+}
+
+/// A stored worker session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerSession {
+    /// Logical worker.
+    pub worker_id: WorkerId,
+    /// Process.
+    pub instance_id: InstanceId,
+    /// Session.
+    pub session_id: SessionId,
+    /// Last positively ACKed snapshot version.
+    pub acked_version: Option<u64>,
+    /// Ownership epoch of that snapshot.
+    pub acked_epoch: Option<u64>,
+    /// Runtime writes allowed (closed by a negative ACK until the next positive one).
+    pub fence_open: bool,
+    /// Session expiry.
+    pub expires_at: Timestamp,
+}
+
+/// One proxy's counts in a runtime report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeEntry {
+    /// The proxy.
+    pub proxy_id: ProxyId,
+    /// The assignment epoch the worker holds it under.
+    pub epoch: u64,
+    /// Requests / tunnels in use.
+    pub active: u32,
+    /// Slots reserved during upstream handshakes.
+    pub reserved: u32,
+    /// No longer in the worker's snapshot but still in use.
+    pub draining: bool,
+}
+
+/// A complete, sparse runtime report of one worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeReport {
+    /// Worker.
+    pub worker_id: WorkerId,
+    /// Its current session.
+    pub session_id: SessionId,
+    /// Strictly increasing per worker session.
+    pub sequence: u64,
+    /// Must equal the session's ACKed version.
+    pub snapshot_version: u64,
+    /// Must equal the session's ACKed epoch.
+    pub epoch: u64,
+    /// Proxies with non-zero use (missing ones count zero).
+    pub entries: Vec<RuntimeEntry>,
+    /// Report lifetime from now; past it capacity fails closed.
+    pub ttl: Duration,
+}
+
+/// Answer to an accepted report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportAck {
+    /// Stored.
+    Accepted,
+    /// Same sequence, same content as the stored one: nothing changed.
+    Replayed,
+}
+
+/// A worker's current runtime, as read back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerRuntime {
+    /// Worker.
+    pub worker_id: WorkerId,
+    /// Session the report was written under.
+    pub session_id: SessionId,
+    /// Report sequence.
+    pub sequence: u64,
+    /// ACKed snapshot version it was bound to.
+    pub snapshot_version: u64,
+    /// Epoch it was bound to.
+    pub epoch: u64,
+    /// Entries by proxy ID order.
+    pub entries: Vec<RuntimeEntry>,
+    /// Expiry of the report.
+    pub expires_at: Timestamp,
+}
