@@ -18,6 +18,7 @@ use proxy_pool_checker::{
 use proxy_pool_identity_client::{
     ClientConfig as IdentityClientConfig, IdentityClient, WorkerTls, start_issued,
 };
+use proxy_pool_runtime::shutdown_signal;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
@@ -215,7 +216,7 @@ async fn echo(listen: SocketAddr, max_connections: usize) -> anyhow::Result<()> 
         stop.clone(),
     ));
     tracing::info!(%listen, "echo endpoint serving");
-    wait_for_signal().await;
+    shutdown_signal().await;
     stop.cancel();
     server.await.context("echo server task")?;
     Ok(())
@@ -278,7 +279,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        shutdown_signal().await;
         tracing::info!("shutting down: finishing in-flight probes");
         signal.cancel();
     });
@@ -434,19 +435,4 @@ async fn smoke_test(args: SmokeArgs) -> anyhow::Result<()> {
     .await?;
     println!("through the gateway: HTTP {}", status.as_u16());
     Ok(())
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }

@@ -173,21 +173,10 @@ pub async fn run_counting(
     let _ = reporter.await;
 }
 
+/// 100 ms · 2^failures up to 5 s, uniformly in the upper half.
 fn backoff(failures: u32) -> Duration {
-    let base = Duration::from_millis(100).saturating_mul(1 << failures.min(6));
-    let base = base.min(Duration::from_secs(5));
-    let jitter = rand_jitter(base / 2);
-    base / 2 + jitter
-}
-
-fn rand_jitter(max: Duration) -> Duration {
-    // Cheap jitter without a RNG dependency: the clock's sub-millisecond noise.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::from(d.subsec_nanos()))
-        .unwrap_or(0);
-    let max_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX).max(1);
-    Duration::from_millis(nanos % max_ms)
+    proxy_pool_runtime::Backoff::equal_jitter(Duration::from_millis(100), Duration::from_secs(5))
+        .jittered(failures)
 }
 
 async fn report(

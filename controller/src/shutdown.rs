@@ -79,28 +79,8 @@ impl Shutdown {
     }
 }
 
-/// Resolves on SIGTERM or Ctrl-C (SIGINT).
-pub async fn signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
+/// Resolves on SIGTERM or Ctrl-C (SIGINT): the one handler, `proxy_pool_runtime`.
+pub use proxy_pool_runtime::shutdown_signal as signal;
 
 /// The instant by which the listeners and loops must have stopped so that `reserved`
 /// (the final analytics flush, which runs last) still fits before `deadline`.

@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 use proxy_pool_cache::{CacheStore, Namespace, RedisStore};
 use proxy_pool_controller::distribution::{
-    AuthError, BearerVerifier, KubeTokenReviewer, Review, ReviewUnavailable,
+    AuthError, BearerVerifier, KubeTokenReviewer, Review, ReviewUnavailable, ReviewedToken,
     TokenReviewBearerVerifier, TokenReviewer,
 };
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
@@ -76,9 +76,7 @@ impl TokenReviewer for Fixed {
             return Err(ReviewUnavailable("switched off".into()));
         }
         Ok(match self.users.get(token) {
-            Some(u) => Review::Authenticated {
-                username: u.clone(),
-            },
+            Some(u) => Review::Authenticated(ReviewedToken::user(u.clone())),
             None => Review::Rejected,
         })
     }

@@ -14,6 +14,7 @@ use proxy_pool_gateway::{
 use proxy_pool_identity_client::{
     ClientConfig as IdentityClientConfig, IdentityClient, WorkerTls, start_issued,
 };
+use proxy_pool_runtime::shutdown_signal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -417,27 +418,6 @@ async fn reload_file(
             () = stop.cancelled() => return,
         }
     }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
 
 #[cfg(test)]

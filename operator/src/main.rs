@@ -16,6 +16,7 @@ use proxy_pool_operator::reconcile::{
     self, ControllerTls, GatewayPodSettings, GatewayTemplate, LeaderSettings, Metrics,
     OperatorConfig, http,
 };
+use proxy_pool_runtime::shutdown_signal;
 
 /// Proxy Pool operator: renders the controller config and runs gateways from
 /// Upstream, Routing and DistributionClient resources.
@@ -272,27 +273,4 @@ fn main() -> anyhow::Result<()> {
         }
         result.context("operator")
     })
-}
-
-/// SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

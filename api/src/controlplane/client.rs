@@ -1,6 +1,7 @@
 //! Connecting to the controller's control plane, for the gateway and the checker: mTLS
 //! (the workload's SPIFFE certificate) or plaintext to a loopback test fixture only, and
-//! the jittered, bounded exponential backoff every reconnect loop must use.
+//! the jittered, bounded exponential backoff every reconnect loop must use (re-exported
+//! from `proxy-pool-runtime`).
 //!
 //! It lives in the `api` crate because both clients need it and it is small; it never
 //! holds a policy of its own beyond refusing plaintext to a non-loopback address.
@@ -8,7 +9,6 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use rand::Rng;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use super::model::Secret;
@@ -218,68 +218,10 @@ pub async fn connect_with_backoff(
     }
 }
 
-/// Jittered, bounded exponential backoff ("full jitter" above a floor): the n-th delay
-/// is uniform in `[base, min(max, base·2ⁿ)]`.
-#[derive(Clone, Debug)]
-pub struct Backoff {
-    base: Duration,
-    max: Duration,
-    attempt: u32,
-}
-
-impl Backoff {
-    /// A backoff from `base` up to `max`.
-    pub fn new(base: Duration, max: Duration) -> Self {
-        Self {
-            base,
-            max: max.max(base),
-            attempt: 0,
-        }
-    }
-
-    /// The next delay; grows until `max`.
-    pub fn next_delay(&mut self) -> Duration {
-        let cap = self
-            .base
-            .saturating_mul(1u32 << self.attempt.min(20))
-            .min(self.max);
-        self.attempt = self.attempt.saturating_add(1);
-        if cap <= self.base {
-            return self.base;
-        }
-        let lo = self.base.as_millis() as u64;
-        let hi = cap.as_millis() as u64;
-        Duration::from_millis(rand::rng().random_range(lo..=hi))
-    }
-
-    /// Back to the first step (after a connection that worked).
-    pub fn reset(&mut self) {
-        self.attempt = 0;
-    }
-}
-
-/// The first delay of a worker's reconnect to the control plane.
-pub const RECONNECT_BASE: Duration = Duration::from_millis(200);
-
-/// The longest delay between a worker's reconnect attempts. Small on purpose: a worker
-/// renews nothing while it is away, so once a new leader serves, the worker must be back
-/// within seconds or the leases of its proxies (at least `renewBefore` left, less
-/// `LEASE_SAFETY`) run out (`docs/reliability.md`, "Leader change and gateway leases").
-pub const RECONNECT_MAX: Duration = Duration::from_secs(2);
-
-impl Backoff {
-    /// The backoff of a worker (gateway, checker) reconnecting to the control plane:
-    /// [`RECONNECT_BASE`] up to [`RECONNECT_MAX`].
-    pub fn reconnect() -> Self {
-        Self::new(RECONNECT_BASE, RECONNECT_MAX)
-    }
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self::reconnect()
-    }
-}
+/// The reconnect backoff (`proxy_pool_runtime::backoff`, the one implementation):
+/// [`Backoff::reconnect`] is [`RECONNECT_BASE`] up to [`RECONNECT_MAX`], uniform in
+/// `[base, min(max, base·2ⁿ)]`.
+pub use proxy_pool_runtime::backoff::{Backoff, RECONNECT_BASE, RECONNECT_MAX};
 
 #[cfg(test)]
 mod tests {

@@ -1,53 +1,26 @@
 //! Day boundaries in the configured time zone, and the clock port.
 
 use std::fmt::Debug;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
 use jiff::Timestamp;
 use jiff::civil::Date;
 use jiff::tz::TimeZone;
 
-/// A source of "now" (injected, so tests can cross midnight).
+/// Analytics' reading of a clock, as a `jiff` instant (injected, so tests can cross
+/// midnight). The clocks themselves are the runtime's ([`SystemClock`],
+/// [`ManualClock`]): every `proxy_pool_runtime::Clock` is an analytics clock.
 pub trait Clock: Send + Sync + Debug {
     /// The current instant.
     fn now(&self) -> Timestamp;
 }
 
-/// The system clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
+impl<C: proxy_pool_runtime::Clock + ?Sized> Clock for C {
     fn now(&self) -> Timestamp {
-        Timestamp::now()
+        Timestamp::try_from(proxy_pool_runtime::Clock::now(self)).unwrap_or(Timestamp::UNIX_EPOCH)
     }
 }
 
-/// A clock tests move by hand.
-#[derive(Debug, Clone)]
-pub struct ManualClock(Arc<AtomicI64>);
-
-impl ManualClock {
-    /// Starts at `t`.
-    pub fn new(t: Timestamp) -> Self {
-        Self(Arc::new(AtomicI64::new(t.as_millisecond())))
-    }
-    /// Moves to `t`.
-    pub fn set(&self, t: Timestamp) {
-        self.0.store(t.as_millisecond(), Ordering::SeqCst);
-    }
-    /// Moves forward by `secs`.
-    pub fn advance_secs(&self, secs: i64) {
-        self.0.fetch_add(secs * 1000, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> Timestamp {
-        Timestamp::from_millisecond(self.0.load(Ordering::SeqCst)).unwrap_or(Timestamp::UNIX_EPOCH)
-    }
-}
+pub use proxy_pool_runtime::clock::{ManualClock, SystemClock};
 
 /// The day calendar of one time zone.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
-//! The TokenReview rule (seed 002): a review result may be cached for at most 120 s and
-//! never past the token's own expiry. The key is a digest of the token, never the token.
+//! The TokenReview rule (seed 002, defined once in `proxy_pool_token_review`): a review
+//! result may be cached for at most 120 s and never past the token's own expiry. The key is a digest of the token, never the token.
 //! Only the review (who the token names) is cached — whether that identity may do
 //! something is decided on every request.
 
@@ -7,19 +7,14 @@ use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
-/// Longest a TokenReview result is kept.
-pub const TOKEN_REVIEW_MAX_TTL: Duration = Duration::from_secs(120);
+/// Longest a TokenReview result is kept (`proxy_pool_token_review`, the one rule).
+pub use proxy_pool_token_review::MAX_CACHE_TTL as TOKEN_REVIEW_MAX_TTL;
 
 /// How long a review of a token expiring at `expires_at` may be cached at `now`:
-/// `min(120 s, expires_at − now)`, zero when already expired or unknown expiry is past.
+/// `min(120 s, expires_at − now)`; zero (not cached) when already expired or the expiry
+/// is unknown — `proxy_pool_token_review::cache_ttl`, the one rule.
 pub fn token_review_ttl(expires_at: Option<SystemTime>, now: SystemTime) -> Duration {
-    match expires_at {
-        Some(exp) => exp
-            .duration_since(now)
-            .unwrap_or(Duration::ZERO)
-            .min(TOKEN_REVIEW_MAX_TTL),
-        None => TOKEN_REVIEW_MAX_TTL,
-    }
+    proxy_pool_token_review::cache_ttl(expires_at, TOKEN_REVIEW_MAX_TTL, now)
 }
 
 /// The cache key of a bearer token: a hex digest, so no token reaches Redis.

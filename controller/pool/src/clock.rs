@@ -2,11 +2,10 @@
 //!
 //! The Redis adapter reads Redis server time (`TIME`, once per script) unless a clock
 //! override is configured, which only tests do, so that both implementations can be
-//! driven through the same timeline.
+//! driven through the same timeline. The clocks are `proxy_pool_runtime`'s; this
+//! module is the pool's millisecond view of them.
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -58,50 +57,30 @@ pub fn duration_millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// A source of the current time.
+/// The pool's reading of a clock, in [`Timestamp`]s. The clocks themselves are the
+/// runtime's ([`SystemClock`], [`ManualClock`]): every `proxy_pool_runtime::Clock` is
+/// a pool clock.
 pub trait Clock: Send + Sync + fmt::Debug {
     /// The current time.
     fn now(&self) -> Timestamp;
 }
 
-/// The wall clock.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
+impl<C: proxy_pool_runtime::Clock + ?Sized> Clock for C {
     fn now(&self) -> Timestamp {
-        Timestamp::now()
+        Timestamp::from(proxy_pool_runtime::Clock::now(self))
     }
 }
 
-/// A clock that moves only when told to. Cloning shares the same time.
-#[derive(Clone, Debug)]
-pub struct ManualClock(Arc<AtomicI64>);
+pub use proxy_pool_runtime::clock::{ManualClock, SystemClock};
 
-impl ManualClock {
-    /// A clock standing at `start`.
-    pub fn new(start: Timestamp) -> Self {
-        Self(Arc::new(AtomicI64::new(start.0)))
-    }
-
-    /// A clock standing at the current wall-clock time.
-    pub fn starting_now() -> Self {
-        Self::new(Timestamp::now())
-    }
-
-    /// Moves the clock forward by `d`.
-    pub fn advance(&self, d: Duration) {
-        self.0.fetch_add(duration_millis(d), Ordering::SeqCst);
-    }
-
-    /// Sets the clock to `t`.
-    pub fn set(&self, t: Timestamp) {
-        self.0.store(t.0, Ordering::SeqCst);
+impl From<SystemTime> for Timestamp {
+    fn from(t: SystemTime) -> Self {
+        Self(proxy_pool_runtime::clock::unix_millis(t))
     }
 }
 
-impl Clock for ManualClock {
-    fn now(&self) -> Timestamp {
-        Timestamp(self.0.load(Ordering::SeqCst))
+impl From<Timestamp> for SystemTime {
+    fn from(t: Timestamp) -> Self {
+        proxy_pool_runtime::clock::from_unix_millis(t.0)
     }
 }

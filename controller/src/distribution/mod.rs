@@ -37,7 +37,7 @@ pub use problem::{ApiError, ErrorCode, PROBLEM_BASE, PROBLEM_JSON, Problem};
 pub use response::{proxy_url, rfc3339};
 pub use token_review::{
     KubeTokenReviewer, MAX_CONCURRENT_REVIEWS, Review, ReviewGuard, ReviewUnavailable,
-    ReviewedUser, TokenReviewBearerVerifier, TokenReviewer, jwt_expiry,
+    ReviewedToken, ReviewedUser, TokenReviewBearerVerifier, TokenReviewer, jwt_expiry,
 };
 
 use crate::demand::DrainDemand;

@@ -2,10 +2,14 @@
 //! Kubernetes user (e.g. `system:serviceaccount:<ns>:<name>`), and a configured mapping
 //! says which DistributionClient that user is.
 //!
+//! The review itself — the port, the Kubernetes adapter and the one reading of the API
+//! server's answer (a status-less answer is unavailable: 503, never cached) — and the
+//! cache rule are `proxy_pool_token_review`, shared with the operator.
+//!
 //! Only the review — *who the token names* — goes through the read-through cache
 //! (`proxy-pool-cache`, namespace `token_review`): keyed by a digest of audience and
 //! token (the token never reaches Redis), kept at most 120 s and never past the token's
-//! own `exp` (`token_review_ttl`). A rejected token never reaches Redis and a failed
+//! own `exp` (`proxy_pool_token_review::cache_ttl`). A rejected token never reaches Redis and a failed
 //! review is never cached. The mapping to a client, and every permission check after
 //! it, happen on every request: no authorisation decision is cached.
 //!
@@ -22,41 +26,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use parking_lot::Mutex;
-use sha2::{Digest as _, Sha256};
 use tokio::sync::Semaphore;
 
 use async_trait::async_trait;
-use proxy_pool_cache::{
-    Answer, Cache, CacheError, CacheStore, Loader, Namespace, TokenKey, token_review_ttl,
-};
+use proxy_pool_cache::{Answer, Cache, CacheError, CacheStore, Loader, Namespace, TokenKey};
 use serde::{Deserialize, Serialize};
 
 use super::auth::{AuthError, BearerVerifier, StaticBearerVerifier, Verified};
 
-/// What the API server said about a token.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Review {
-    /// Valid for the audience; `username` is the authenticated user.
-    Authenticated {
-        /// The user the token names.
-        username: String,
-    },
-    /// Invalid, expired, revoked or for another audience.
-    Rejected,
-}
-
-/// The review could not be done (503 to the caller; never cached).
-#[derive(Clone, Debug, thiserror::Error)]
-#[error("token review unavailable: {0}")]
-pub struct ReviewUnavailable(pub String);
-
-/// Authenticates a bearer token for an audience (the port; Kubernetes implements it
-/// with [`KubeTokenReviewer`]).
-#[async_trait]
-pub trait TokenReviewer: fmt::Debug + Send + Sync {
-    /// Reviews `token` for `audience`.
-    async fn review(&self, token: &str, audience: &str) -> Result<Review, ReviewUnavailable>;
-}
+pub use proxy_pool_token_review::{
+    KubeTokenReviewer, Review, ReviewUnavailable, ReviewedToken, TokenReviewer, jwt_expiry,
+};
+use proxy_pool_token_review::{MAX_CACHE_TTL, cache_ttl, digest};
 
 /// The cached fact: who a token names.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,8 +45,6 @@ pub struct ReviewedUser {
     /// The authenticated user.
     pub username: String,
 }
-
-pub use proxy_pool_api::token::jwt_expiry;
 
 /// Reviews running at once at most; more are refused (503) rather than queued.
 pub const MAX_CONCURRENT_REVIEWS: usize = 8;
@@ -148,11 +127,7 @@ impl Default for ReviewGuard {
 }
 
 fn negative_key(audience: &str, token: &str) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(audience.as_bytes());
-    h.update([0]);
-    h.update(token.as_bytes());
-    h.finalize().into()
+    digest(audience, token)
 }
 
 /// The loader: one review per key, a positive answer cached until
@@ -180,12 +155,14 @@ impl Loader<TokenKey, ReviewedUser> for ReviewLoader {
                 .await
                 .map_err(|e| CacheError::Source(e.0.into()))?;
             let answer = match review {
-                Review::Authenticated { username } => {
-                    let cap = match jwt_expiry(&k.token) {
-                        Some(exp) => token_review_ttl(Some(exp), SystemTime::now()),
-                        None => Duration::ZERO,
-                    };
-                    Answer::Found(ReviewedUser { username }, Some(cap))
+                Review::Authenticated(reviewed) => {
+                    let cap = cache_ttl(jwt_expiry(&k.token), MAX_CACHE_TTL, SystemTime::now());
+                    Answer::Found(
+                        ReviewedUser {
+                            username: reviewed.username,
+                        },
+                        Some(cap),
+                    )
                 }
                 Review::Rejected => Answer::Absent,
             };
@@ -249,7 +226,7 @@ impl TokenReviewBearerVerifier {
     ) -> Self {
         let ns = Namespace {
             // The rule of the namespace, whatever the settings say.
-            ttl: ns.ttl.min(proxy_pool_cache::TOKEN_REVIEW_MAX_TTL),
+            ttl: ns.ttl.min(MAX_CACHE_TTL),
             negative_ttl: None,
             ..ns
         };
@@ -318,67 +295,6 @@ impl BearerVerifier for TokenReviewBearerVerifier {
             }
             Err(_) => Err(AuthError::Unavailable),
         }
-    }
-}
-
-/// [`TokenReviewer`] backed by `authentication.k8s.io/v1` `TokenReview` (RBAC: `create`
-/// on `tokenreviews`). API error texts never contain the token.
-#[derive(Clone)]
-pub struct KubeTokenReviewer {
-    api: kube::Api<k8s_openapi::api::authentication::v1::TokenReview>,
-}
-
-impl fmt::Debug for KubeTokenReviewer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("KubeTokenReviewer")
-    }
-}
-
-impl KubeTokenReviewer {
-    /// Reviews through `client`.
-    pub fn new(client: kube::Client) -> Self {
-        Self {
-            api: kube::Api::all(client),
-        }
-    }
-}
-
-#[async_trait]
-impl TokenReviewer for KubeTokenReviewer {
-    async fn review(&self, token: &str, audience: &str) -> Result<Review, ReviewUnavailable> {
-        use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-        let request = TokenReview {
-            spec: TokenReviewSpec {
-                token: token.to_owned(),
-                audiences: Some(vec![audience.to_owned()]),
-            },
-            ..Default::default()
-        };
-        let reviewed = self
-            .api
-            .create(&kube::api::PostParams::default(), &request)
-            .await
-            .map_err(|e| ReviewUnavailable(kube_error_kind(&e)))?;
-        let Some(status) = reviewed.status else {
-            return Err(ReviewUnavailable("TokenReview without status".into()));
-        };
-        // An authenticator that is not audience-aware leaves this empty: refused.
-        let audience_ok = status
-            .audiences
-            .as_ref()
-            .is_some_and(|a| a.iter().any(|x| x == audience));
-        match (status.authenticated, status.user.and_then(|u| u.username)) {
-            (Some(true), Some(username)) if audience_ok => Ok(Review::Authenticated { username }),
-            _ => Ok(Review::Rejected),
-        }
-    }
-}
-
-/// A token-free description of a kube error.
-fn kube_error_kind(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("api status {}", s.code),
-        _ => "transport".into(),
     }
 }
 

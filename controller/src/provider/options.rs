@@ -52,11 +52,8 @@ impl Default for BackoffOptions {
 impl BackoffOptions {
     /// The delay before the next attempt after `failures` consecutive failures (≥ 1).
     pub fn delay(&self, failures: u32, rng: &mut impl Rng) -> Duration {
-        let exp = failures.saturating_sub(1).min(20);
-        let base = self.initial.saturating_mul(1 << exp).min(self.max);
-        let half = base / 2;
-        let jitter_ms = u64::try_from(half.as_millis()).unwrap_or(u64::MAX);
-        half + Duration::from_millis(rng.random_range(0..=jitter_ms))
+        proxy_pool_runtime::Backoff::equal_jitter(self.initial, self.max)
+            .delay(failures.saturating_sub(1), rng)
     }
 }
 

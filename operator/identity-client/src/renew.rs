@@ -30,13 +30,9 @@ impl Default for Backoff {
 
 impl Backoff {
     /// Delay before retry number `attempt` (0-based): uniformly in `[d/2, d]` with
-    /// `d = min(max, min · 2^attempt)`.
+    /// `d = min(max, min · 2^attempt)` (`proxy_pool_runtime::Backoff`, equal jitter).
     pub fn delay(&self, attempt: u32, rng: &mut impl Rng) -> Duration {
-        let factor = 1u32.checked_shl(attempt.min(30)).unwrap_or(u32::MAX);
-        let ceiling = self.min.saturating_mul(factor).min(self.max);
-        let half = ceiling / 2;
-        let spread = u64::try_from((ceiling - half).as_millis()).unwrap_or(u64::MAX);
-        half + Duration::from_millis(rng.random_range(0..=spread))
+        proxy_pool_runtime::Backoff::equal_jitter(self.min, self.max).delay(attempt, rng)
     }
 }
 

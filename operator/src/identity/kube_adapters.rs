@@ -12,15 +12,15 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 
 use super::authz::{LookupUnavailable, Workloads};
-use super::review::{Review, ReviewUnavailable, ReviewedToken, TokenReviewer};
+#[cfg(doc)]
+use super::review::TokenReviewer;
 use super::store::{CaStore, Loaded, StoreError, StoredCa};
-use super::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POD_NAME_EXTRA, POD_UID_EXTRA};
+use super::{FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
 /// Key of the trust bundle in its ConfigMap.
 pub const BUNDLE_KEY: &str = "ca.crt";
@@ -29,61 +29,10 @@ const CA_KEY_KEY: &str = "ca.key";
 const PREVIOUS_CERT_KEY: &str = "previous-ca.crt";
 const PREVIOUS_KEY_KEY: &str = "previous-ca.key";
 
-/// [`TokenReviewer`] backed by `authentication.k8s.io/v1` `TokenReview`.
-#[derive(Clone)]
-pub struct KubeTokenReviewer {
-    api: Api<TokenReview>,
-}
-
-impl std::fmt::Debug for KubeTokenReviewer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("KubeTokenReviewer")
-    }
-}
-
-impl KubeTokenReviewer {
-    /// Reviews through `client`.
-    pub fn new(client: kube::Client) -> Self {
-        Self {
-            api: Api::all(client),
-        }
-    }
-}
-
-#[async_trait]
-impl TokenReviewer for KubeTokenReviewer {
-    async fn review(&self, token: &str, audience: &str) -> Result<Review, ReviewUnavailable> {
-        let request = TokenReview {
-            spec: TokenReviewSpec {
-                token: token.to_owned(),
-                audiences: Some(vec![audience.to_owned()]),
-            },
-            ..Default::default()
-        };
-        let reviewed = self
-            .api
-            .create(&PostParams::default(), &request)
-            .await
-            .map_err(|e| ReviewUnavailable(e.to_string()))?;
-        let Some(status) = reviewed.status else {
-            return Ok(Review::Rejected);
-        };
-        if status.authenticated != Some(true) {
-            return Ok(Review::Rejected);
-        }
-        let user = status.user.unwrap_or_default();
-        let extra = user.extra.unwrap_or_default();
-        let first = |k: &str| extra.get(k).and_then(|v| v.first()).cloned();
-        Ok(Review::Authenticated(ReviewedToken {
-            username: user.username.unwrap_or_default(),
-            // An authenticator that is not audience-aware leaves this empty: the issuer
-            // then refuses the token.
-            audiences: status.audiences.unwrap_or_default(),
-            pod_name: first(POD_NAME_EXTRA),
-            pod_uid: first(POD_UID_EXTRA),
-        }))
-    }
-}
+/// [`TokenReviewer`] backed by `authentication.k8s.io/v1` `TokenReview`: the shared
+/// one (`proxy_pool_token_review`), so the controller and the operator read the API
+/// server's answer the same way.
+pub use proxy_pool_token_review::KubeTokenReviewer;
 
 /// [`Workloads`] read from the API server (no cache: authorisation is never cached).
 #[derive(Clone)]

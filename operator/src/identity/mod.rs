@@ -47,7 +47,5 @@ pub const MANAGED_BY_VALUE: &str = "proxy-pool-operator";
 pub const COMPONENT_LABEL: &str = "proxypool.io/component";
 /// Value of [`COMPONENT_LABEL`] on gateway Deployments.
 pub const GATEWAY_COMPONENT: &str = "gateway";
-/// Token extra naming the pod a bound ServiceAccount token was issued for.
-pub const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
-/// Token extra carrying that pod's UID.
-pub const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
+/// Token extras naming the pod a bound ServiceAccount token was issued for, and its UID.
+pub use proxy_pool_token_review::{POD_NAME_EXTRA, POD_UID_EXTRA};

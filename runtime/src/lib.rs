@@ -1,0 +1,21 @@
+//! Process plumbing every Proxy Pool binary shares, defined once:
+//!
+//! - [`clock`]: wall-clock time as a port ([`Clock`], [`SystemClock`], [`ManualClock`]).
+//!   Crates that read time in their own unit (the pool's millisecond `Timestamp`,
+//!   analytics' `jiff::Timestamp`) view these clocks through a typed trait with a
+//!   blanket implementation; they do not implement clocks of their own.
+//! - [`backoff`]: bounded exponential backoff with jitter ([`Backoff`]).
+//! - [`signal`] (feature `signal`): SIGTERM / Ctrl-C → shutdown.
+//!
+//! Without the `signal` feature this crate does no I/O (the contract crate `api` uses
+//! it that way).
+
+pub mod backoff;
+pub mod clock;
+#[cfg(feature = "signal")]
+pub mod signal;
+
+pub use backoff::{Backoff, Jitter};
+pub use clock::{Clock, ManualClock, SystemClock};
+#[cfg(feature = "signal")]
+pub use signal::shutdown_signal;

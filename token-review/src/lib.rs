@@ -1,0 +1,86 @@
+//! Kubernetes `TokenReview`, once, for the controller (ServiceAccount clients of the
+//! Distribution API, `docs/distribution-api.md`) and the operator (worker identities,
+//! `docs/identity.md`):
+//!
+//! - the port [`TokenReviewer`] and its answer [`Review`] / [`ReviewUnavailable`];
+//! - the one reading of the API server's answer ([`KubeTokenReviewer`], feature
+//!   `kube`): a review without `status` is a malformed answer, so the review counts as
+//!   not made — [`ReviewUnavailable`], which both callers answer with 503 and never
+//!   cache; never an authentication. Not authenticated, no user name, or our audience
+//!   not reported back (an authenticator that is not audience-aware): [`Review::Rejected`];
+//! - the one cache rule ([`cache_ttl`]): a positive review is reused for at most
+//!   [`MAX_CACHE_TTL`] (120 s), never past the token's own `exp`, and not at all for a
+//!   token without a readable `exp`; rejections and failures are never cached.
+//!   [`CachedReviewer`] applies it in process; the controller applies it to its Redis
+//!   read-through cache.
+//!
+//! Tokens are never logged or stored: caches are keyed by a digest, and error texts
+//! never contain the token.
+
+mod cache;
+#[cfg(feature = "kube")]
+mod kube_reviewer;
+mod memory;
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+pub use cache::{CachedReviewer, MAX_CACHE_TTL, cache_ttl, digest};
+#[cfg(feature = "kube")]
+pub use kube_reviewer::KubeTokenReviewer;
+pub use memory::MemoryReviewer;
+pub use proxy_pool_api::token::jwt_expiry;
+
+/// Token extra naming the pod a bound ServiceAccount token was issued for.
+pub const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
+/// Token extra carrying that pod's UID.
+pub const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
+
+/// What the API server said about an authenticated token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReviewedToken {
+    /// The authenticated user (`system:serviceaccount:<namespace>:<name>` for
+    /// ServiceAccount tokens).
+    pub username: String,
+    /// Audiences the token is valid for, among those asked about.
+    pub audiences: Vec<String>,
+    /// [`POD_NAME_EXTRA`], for pod-bound tokens.
+    pub pod_name: Option<String>,
+    /// [`POD_UID_EXTRA`], for pod-bound tokens.
+    pub pod_uid: Option<String>,
+}
+
+impl ReviewedToken {
+    /// `username`, with no audiences and no pod.
+    pub fn user(username: impl Into<String>) -> Self {
+        Self {
+            username: username.into(),
+            audiences: Vec::new(),
+            pod_name: None,
+            pod_uid: None,
+        }
+    }
+}
+
+/// The outcome of a review.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Review {
+    /// The token is valid for the audience.
+    Authenticated(ReviewedToken),
+    /// Invalid, expired, revoked or for another audience (401 to the caller).
+    Rejected,
+}
+
+/// The review could not be made, or its answer was malformed (503 to the caller;
+/// never cached). The text never contains the token.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("token review unavailable: {0}")]
+pub struct ReviewUnavailable(pub String);
+
+/// Authenticates bearer tokens for an audience.
+#[async_trait]
+pub trait TokenReviewer: fmt::Debug + Send + Sync {
+    /// Reviews `token` for `audience`.
+    async fn review(&self, token: &str, audience: &str) -> Result<Review, ReviewUnavailable>;
+}
