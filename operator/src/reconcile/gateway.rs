@@ -26,9 +26,11 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::time::Duration;
 
-use super::Error;
-use super::context::{Context, FIELD_MANAGER, GatewayTemplate};
+use super::common::{COMPONENT_LABEL, FIELD_MANAGER, MANAGED_BY, SECRET_FILE_MODE};
+use super::context::{Context, measured};
+use super::error::Error;
 use super::render::{GatewayClient, Kind};
+use super::settings::GatewayTemplate;
 use super::status::{Outcome, apply_status, conditions, event_on_change};
 use crate::crd::Routing;
 
@@ -48,10 +50,8 @@ pub const CLIENTS_KEY: &str = "clients.json";
 pub const CLIENTS_HASH_ANNOTATION: &str = "proxypool.io/clients-hash";
 /// Group that owns the gateway pod's mounted files (the image's non-root group).
 pub const GATEWAY_FS_GROUP: i64 = 65532;
-/// Label every operator-made object carries.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "proxy-pool-operator");
 /// Component label of gateway objects.
-pub const COMPONENT: (&str, &str) = ("proxypool.io/component", "gateway");
+pub const COMPONENT: (&str, &str) = (COMPONENT_LABEL, "gateway");
 /// Label naming the Routing a gateway serves.
 pub const ROUTING_LABEL: &str = "proxypool.io/routing";
 
@@ -269,7 +269,7 @@ fn clients_volume(routing: &str, clients: &GatewayClients) -> Volume {
         projected: Some(ProjectedVolumeSource {
             sources: Some(sources),
             // Owner and group read only (the pod's fsGroup is the group).
-            default_mode: Some(super::config::SECRET_FILE_MODE),
+            default_mode: Some(SECRET_FILE_MODE),
         }),
         ..Volume::default()
     }
@@ -392,7 +392,7 @@ pub fn deployment(
                     }),
                     ..VolumeProjection::default()
                 }]),
-                default_mode: Some(super::config::SECRET_FILE_MODE),
+                default_mode: Some(SECRET_FILE_MODE),
             }),
             ..Volume::default()
         },
@@ -514,7 +514,7 @@ pub fn service(r: &Routing) -> Result<Service, Error> {
 /// Applies the Routing's gateway, then reports its status.
 #[tracing::instrument(skip_all, fields(routing = %r.name_any()))]
 pub async fn reconcile(r: Arc<Routing>, ctx: Arc<Context>) -> Result<Action, Error> {
-    super::resources::measured(Kind::Routing.as_str(), &ctx, reconcile_inner(&r, &ctx)).await
+    measured(Kind::Routing.as_str(), &ctx, reconcile_inner(&r, &ctx)).await
 }
 
 async fn reconcile_inner(r: &Routing, ctx: &Context) -> Result<Action, Error> {
