@@ -9,95 +9,19 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::ListParams;
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client};
-use proxy_pool_api::config::RawConfig;
 
-use super::Error;
+use super::error::Error;
+use super::inventory::InventoryCache;
 use super::metrics::Metrics;
 use super::render::{Inputs, Problem, Rendered, SecretData, render};
+use super::settings::OperatorConfig;
 use crate::crd::{DistributionClient, Routing, Upstream};
 
-/// Field manager of every server-side apply the operator makes.
-pub const FIELD_MANAGER: &str = "proxy-pool-operator";
 /// Name the operator reports events under.
 pub const REPORTER: &str = "proxy-pool-operator";
-
-/// The operator's settings (from the command line / the chart), already parsed.
-#[derive(Clone, Debug)]
-pub struct OperatorConfig {
-    /// Namespace watched; the controller, its config and all referenced Secrets live here.
-    pub namespace: String,
-    /// Controller settings not derived from custom resources (store, listeners, …).
-    pub base_config: RawConfig,
-    /// The controller Deployment (installed by the chart) the config rolls.
-    pub controller_deployment: String,
-    /// Its container that reads the config.
-    pub controller_container: String,
-    /// The ConfigMap the config is written to (key `config.yaml`).
-    pub config_map: String,
-    /// Where the controller container sees the projected config volume: `config.yaml`
-    /// and `secrets/<secret>/<key>` inside it.
-    pub config_dir: String,
-    /// Gateway workload settings.
-    pub gateway: GatewayTemplate,
-    /// This replica's name (pod name), reported with events.
-    pub instance: Option<String>,
-    /// Issue the controller's control-plane certificate and render `controlPlane.tls`
-    /// (`None`: the base config's `controlPlane` is rendered as it is).
-    pub controller_tls: Option<super::tls::ControllerTls>,
-    /// Seals the content hashes written as pod annotations.
-    pub hash_key: super::hash_key::HashKey,
-    /// `http://host:port` of the controller's admin listener: each Upstream's status
-    /// takes its inventory, last fetch time and fetch failures from there (`None`:
-    /// Upstream status reports the config only).
-    pub controller_admin: Option<String>,
-}
-
-impl OperatorConfig {
-    /// Directory of the mounted Secret keys, as the rendered config names them.
-    pub fn secret_dir(&self) -> String {
-        format!("{}/secrets", self.config_dir.trim_end_matches('/'))
-    }
-
-    /// The base config with `controlPlane.tls` pointing at the operator-issued
-    /// certificate when the operator secures the control plane.
-    pub fn effective_base(&self) -> RawConfig {
-        let mut base = self.base_config.clone();
-        if let Some(tls) = &self.controller_tls
-            && base.control_plane.enabled
-        {
-            base.control_plane.loopback_plaintext = false;
-            base.control_plane.tls = Some(tls.raw(&self.config_dir));
-        }
-        base
-    }
-}
-
-/// How gateway Deployments are built.
-#[derive(Clone, Debug)]
-pub struct GatewayTemplate {
-    /// Container image.
-    pub image: String,
-    /// Image pull policy (`IfNotPresent`, …).
-    pub image_pull_policy: String,
-    /// ServiceAccount of the gateway pods (no RBAC; only its projected token is used).
-    pub service_account: String,
-    /// `host:port` of the controller's control-plane Service.
-    pub controller_address: String,
-    /// URL of the operator's identity issuance endpoint.
-    pub identity_endpoint: String,
-    /// ConfigMap with the identity trust bundle (`ca.crt`).
-    pub trust_bundle_config_map: String,
-    /// Egress policy of the gateways: more refused ranges (the cluster's pod and
-    /// service CIDRs), the base config's `egress.denyCidrs`.
-    pub egress_deny_cidrs: Vec<String>,
-    /// Ranges allowed although refused (`egress.allowCidrs`).
-    pub egress_allow_cidrs: Vec<String>,
-    /// Hardening, scheduling, shutdown timing and PodDisruptionBudget (the chart's
-    /// `gateway.*` values).
-    pub pod: super::gateway_pod::GatewayPodSettings,
-}
 
 /// Shared by every reconcile.
 #[derive(Clone)]
@@ -114,7 +38,7 @@ pub struct Context {
     /// held for a map lookup only, never across an await.
     failures: Arc<Mutex<HashMap<(&'static str, String), u32>>>,
     /// The controller's inventory, read once for every Upstream's status.
-    pub(crate) inventory: Arc<super::inventory::InventoryCache>,
+    pub(crate) inventory: Arc<InventoryCache>,
 }
 
 impl std::fmt::Debug for Context {
@@ -264,6 +188,17 @@ impl Context {
         };
         backoff(n)
     }
+}
+
+/// Times and counts a reconcile.
+pub(crate) async fn measured<F>(kind: &'static str, ctx: &Context, fut: F) -> Result<Action, Error>
+where
+    F: Future<Output = Result<Action, Error>>,
+{
+    let timer = ctx.metrics.start(kind);
+    let result = fut.await;
+    timer.finish(result.is_ok());
+    result
 }
 
 /// Delay after `n` consecutive failures.

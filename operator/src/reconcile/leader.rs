@@ -11,7 +11,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use proxy_pool_lease::Acquired;
 
-use super::Error;
+use super::error::Error;
 
 /// One replica's handle on the Lease.
 #[derive(Clone, Debug)]

@@ -17,8 +17,10 @@
 //! in the cluster, in the namespace and owned (garbage-collected with its owner), and
 //! the config is re-rendered from the remaining resources when one is deleted.
 
+pub mod common;
 pub mod config;
 pub mod context;
+pub mod controller_deployment;
 mod error;
 pub mod gateway;
 pub mod gateway_pod;
@@ -29,13 +31,17 @@ pub mod leader;
 pub mod metrics;
 pub mod render;
 pub mod resources;
+pub mod settings;
 pub mod status;
 pub mod tls;
+pub mod tls_secret;
 
-pub use context::{Context, FIELD_MANAGER, GatewayTemplate, OperatorConfig};
+pub use common::FIELD_MANAGER;
+pub use context::Context;
 pub use error::Error;
 pub use gateway_pod::GatewayPodSettings;
 pub use metrics::Metrics;
+pub use settings::{GatewayTemplate, OperatorConfig};
 pub use tls::ControllerTls;
 
 use std::sync::Arc;
@@ -85,7 +91,8 @@ pub async fn run(
     .owns(
         ctx.api::<ConfigMap>(),
         watcher::Config::default().labels(&format!(
-            "proxypool.io/component={}",
+            "{}={}",
+            common::COMPONENT_LABEL,
             config::CONFIG_COMPONENT
         )),
     )

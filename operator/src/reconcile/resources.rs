@@ -9,10 +9,10 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::Error;
-use super::context::Context;
-use super::render::Kind;
-use super::render::Problem;
+use super::context::{Context, measured};
+use super::error::Error;
+use super::inventory::{InventoryCache, condition_reason};
+use super::render::{Kind, Problem};
 use super::status::{Outcome, apply_status, conditions, event_on_change};
 use crate::crd::{DistributionClient, Upstream};
 
@@ -60,7 +60,7 @@ const INVENTORY_REFRESH: Duration = Duration::from_secs(15);
 /// (Degraded, with its reason); no successful fetch yet, an upstream the controller
 /// does not serve yet, or an unreadable inventory keep it not Ready.
 async fn from_controller(
-    inventory: &super::inventory::InventoryCache,
+    inventory: &InventoryCache,
     admin: &str,
     name: &str,
     outcome: &mut Outcome,
@@ -96,7 +96,7 @@ async fn from_controller(
     }
     match (&r.fetch_error, &r.last_fetch_time) {
         (Some(e), _) => outcome.problems.push(Problem {
-            reason: super::inventory::condition_reason(e),
+            reason: condition_reason(e),
             message: format!(
                 "fetching from the vendor fails: {} ({} in a row, last at {})",
                 e.reason.as_str(),
@@ -150,17 +150,6 @@ pub async fn reconcile_client(
         Ok(action(&outcome))
     })
     .await
-}
-
-/// Times and counts a reconcile.
-pub(crate) async fn measured<F>(kind: &'static str, ctx: &Context, fut: F) -> Result<Action, Error>
-where
-    F: Future<Output = Result<Action, Error>>,
-{
-    let timer = ctx.metrics.start(kind);
-    let result = fut.await;
-    timer.finish(result.is_ok());
-    result
 }
 
 async fn outcome(ctx: &Context, kind: Kind, name: &str) -> Result<Outcome, Error> {

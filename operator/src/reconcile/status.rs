@@ -12,8 +12,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::Error;
-use super::context::{Context, FIELD_MANAGER};
+use super::common::FIELD_MANAGER;
+use super::context::Context;
+use super::error::Error;
 use super::render::Problem;
 use crate::crd::{CONDITION_DEGRADED, CONDITION_READY};
 

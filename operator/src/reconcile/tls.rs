@@ -10,35 +10,17 @@
 //! change; the content hash of certificate and bundle goes into the config hash, so a
 //! renewal (or a CA rotation) rolls the controller, which reads the files at start-up.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
 use proxy_pool_api::config::raw::RawControlPlaneTls;
 use rcgen::{KeyPair, PublicKeyData as _};
 use sha2::{Digest, Sha256};
 use x509_parser::prelude::FromDer as _;
 
-use super::Error;
-use super::config::deployment_owner;
-use super::context::{Context, FIELD_MANAGER};
-use super::gateway::MANAGED_BY;
-use crate::identity::ca::{CaCert, CaParams, CaSet};
+use super::common::{CERT_KEY, KEY_KEY};
+use super::error::Error;
+use crate::identity::ca::{CaParams, CaSet};
 use crate::identity::kube_adapters::BUNDLE_KEY;
-use crate::identity::store::CaStore as _;
-
-/// Key of the certificate chain in the TLS Secret.
-pub const CERT_KEY: &str = "tls.crt";
-/// Key of the private key in the TLS Secret.
-pub const KEY_KEY: &str = "tls.key";
-/// `proxypool.io/component` label of the TLS Secret.
-pub const TLS_COMPONENT: &str = "controller-tls";
 
 /// How the operator secures the controller's control plane.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -201,117 +183,8 @@ pub fn digest(cert_pem: &str, bundle_pem: &str) -> String {
     hex::encode(h.finalize())
 }
 
-/// Makes sure the controller's TLS Secret holds a valid certificate from the current
-/// CA; issues and writes one when needed.
-pub async fn ensure(
-    ctx: &Context,
-    d: &Deployment,
-    settings: &ControllerTls,
-) -> Result<TlsState, Error> {
-    let cfg = &ctx.config;
-    let now = SystemTime::now();
-    let store = crate::identity::kube_adapters::KubeCaStore::new(
-        ctx.client.clone(),
-        cfg.namespace.clone(),
-        settings.ca_secret.clone(),
-        settings.trust_bundle_config_map.clone(),
-        Vec::new(),
-    );
-    let loaded = store
-        .load()
-        .await
-        .map_err(|e| Error::Tls(format!("identity CA: {e}")))?;
-    let cas: Vec<Arc<CaCert>> = loaded
-        .cas
-        .iter()
-        .map(|c| CaCert::from_pem(&c.cert_pem, &c.key_pem).map(Arc::new))
-        .collect::<Result<_, _>>()
-        .map_err(|e| Error::Tls(format!("identity CA: {e}")))?;
-    if cas.is_empty() {
-        return Err(Error::Tls(format!(
-            "identity CA Secret {:?} does not exist yet (the identity service creates it)",
-            settings.ca_secret
-        )));
-    }
-    let cas = CaSet::new(cas);
-    let bundle = ctx
-        .api::<ConfigMap>()
-        .get_opt(&settings.trust_bundle_config_map)
-        .await?
-        .and_then(|cm| cm.data)
-        .and_then(|mut data| data.remove(BUNDLE_KEY))
-        .ok_or_else(|| {
-            Error::Tls(format!(
-                "trust bundle ConfigMap {:?} (key {BUNDLE_KEY}) does not exist yet",
-                settings.trust_bundle_config_map
-            ))
-        })?;
-    let secrets: Api<Secret> = ctx.api();
-    let stored = secrets.get_opt(&settings.secret).await?.and_then(|s| {
-        let data = s.data?;
-        let text = |k: &str| {
-            data.get(k)
-                .and_then(|b| String::from_utf8(b.0.clone()).ok())
-        };
-        Some((text(CERT_KEY)?, text(KEY_KEY)?))
-    });
-    let spiffe_id = settings.spiffe_id();
-    let reason = match &stored {
-        None => Some("no certificate yet"),
-        Some((cert, key)) => renewal_reason(cert, key, &cas, now, &spiffe_id, &settings.dns_names),
-    };
-    let Some(reason) = reason else {
-        let (cert, _) = stored.unwrap_or_default();
-        let renew = certificate_renew_at(&cert).unwrap_or(now);
-        return Ok(TlsState {
-            digest: digest(&cert, &bundle),
-            renew_at: renew,
-            issued: false,
-        });
-    };
-    let (cert, key, renew) = issue(settings, &cas, now)?;
-    let owner = deployment_owner(d)?;
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(settings.secret.clone()),
-            labels: Some(BTreeMap::from([
-                (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
-                (
-                    "proxypool.io/component".to_owned(),
-                    TLS_COMPONENT.to_owned(),
-                ),
-            ])),
-            owner_references: Some(vec![owner]),
-            ..ObjectMeta::default()
-        },
-        type_: Some("kubernetes.io/tls".into()),
-        data: Some(BTreeMap::from([
-            (CERT_KEY.to_owned(), ByteString(cert.clone().into_bytes())),
-            (KEY_KEY.to_owned(), ByteString(key.into_bytes())),
-        ])),
-        ..Secret::default()
-    };
-    secrets
-        .patch(
-            &settings.secret,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&secret),
-        )
-        .await?;
-    tracing::info!(
-        secret = %settings.secret,
-        spiffe_id = %spiffe_id,
-        reason,
-        "controller control-plane certificate issued"
-    );
-    Ok(TlsState {
-        digest: digest(&cert, &bundle),
-        renew_at: renew,
-        issued: true,
-    })
-}
-
-fn certificate_renew_at(cert_pem: &str) -> Option<SystemTime> {
+/// When the certificate `cert_pem` is to be renewed (`None`: it does not parse).
+pub fn certificate_renew_at(cert_pem: &str) -> Option<SystemTime> {
     let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()).ok()?;
     let (_, cert) = x509_parser::certificate::X509Certificate::from_der(&pem.contents).ok()?;
     let (nb, na) = validity(&cert);
@@ -320,7 +193,10 @@ fn certificate_renew_at(cert_pem: &str) -> Option<SystemTime> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::identity::ca::CaCert;
 
     fn settings() -> ControllerTls {
         ControllerTls {
