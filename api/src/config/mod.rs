@@ -12,10 +12,8 @@ mod checks;
 mod duration;
 mod error;
 mod files;
-mod leadership;
 pub mod raw;
 mod types;
-mod usage;
 mod validate;
 
 /// The config's former name of [`crate::proxy::Protocol`] (other crates still use it).
@@ -27,13 +25,12 @@ pub use files::{
     MAX_SECRET_FILE_BYTES, load_yaml_with_files, read_secret_file, resolve_secret_files,
     resolve_username_files,
 };
-pub use leadership::{DEFAULT_LEASE_NAME, MAX_REPLICAS};
 pub use raw::RawConfig;
 pub use types::*;
-pub use usage::{MAX_CACHE_BATCH, MAX_KEY_PREFIX, TOKEN_REVIEW_MAX_TTL};
 pub use validate::{
-    MAX_COUNT_PER_REQUEST, MAX_HEALTH_TARGETS, MAX_LIST_VALUES, MAX_TARGET_HOSTS,
-    MAX_USERNAME_PARAMS, validate,
+    DEFAULT_LEASE_NAME, MAX_CACHE_BATCH, MAX_COUNT_PER_REQUEST, MAX_HEALTH_TARGETS, MAX_KEY_PREFIX,
+    MAX_LIST_VALUES, MAX_REPLICAS, MAX_TARGET_HOSTS, MAX_USERNAME_PARAMS, TOKEN_REVIEW_MAX_TTL,
+    validate,
 };
 
 /// Parses YAML into the raw config; a syntax or shape error names its field path.

@@ -12,10 +12,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::duration::{duration_at, duration_in};
-use super::error::ConfigError;
-use super::raw::{RawAnalytics, RawCache, RawCacheNamespace};
-use super::types::{AnalyticsConfig, CacheConfig, CacheNamespaceConfig, StoreConfig};
+use crate::config::duration::{duration_at, duration_in};
+use crate::config::error::ConfigError;
+use crate::config::raw::{RawAnalytics, RawCache, RawCacheNamespace};
+use crate::config::types::{AnalyticsConfig, CacheConfig, CacheNamespaceConfig, StoreConfig};
 
 /// Longest `keyPrefix`.
 pub const MAX_KEY_PREFIX: usize = 64;

@@ -11,11 +11,11 @@
 
 use std::time::Duration;
 
-use super::checks::dns_name;
-use super::duration::duration_in;
-use super::error::ConfigError;
-use super::raw::RawLeadership;
-use super::types::{
+use crate::config::checks::dns_name;
+use crate::config::duration::duration_in;
+use crate::config::error::ConfigError;
+use crate::config::raw::RawLeadership;
+use crate::config::types::{
     ControlPlaneConfig, KubernetesLeadership, LeadershipBackend, LeadershipConfig, StoreConfig,
 };
 
