@@ -11,7 +11,7 @@ use ipnet::IpNet;
 
 use crate::config::checks::check_identifier;
 use crate::config::duration::duration_at;
-use crate::config::error::ConfigError;
+use crate::config::error::{ConfigError, FieldPath};
 use crate::config::raw::RawRate;
 use crate::config::types::{Permission, Rate, SecretHash};
 
@@ -28,11 +28,8 @@ pub(super) struct Ctx {
 }
 
 impl Ctx {
-    pub(super) fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.errors.push(ConfigError {
-            path: path.into(),
-            message: message.into(),
-        });
+    pub(super) fn err(&mut self, path: impl Into<FieldPath>, message: impl Into<String>) {
+        self.errors.push(ConfigError::new(path, message));
     }
 
     pub(super) fn duration(
