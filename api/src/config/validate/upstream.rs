@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::ctx::Ctx;
-use crate::config::checks::{split_host_port, target_url};
+use crate::config::checks::{check_proxy_credential, split_host_port, target_url};
 use crate::config::raw::{RawProxyCredentials, RawSource, RawUpstream, RawUpstreamHealth};
 use crate::config::types::{
     PasswordSource, Protocol, ProxyCredentials, SourceConfig, StaticSourceConfig, UpstreamConfig,
@@ -261,22 +261,13 @@ fn proxy_credentials(cx: &mut Ctx, path: &str, raw: &RawProxyCredentials) -> Pro
         if !raw.username.is_empty() {
             cx.err(path, "needs exactly one of username or usernameFile");
         }
-    } else if raw.username.is_empty()
-        || raw.username.len() > 255
-        || raw.username.chars().any(char::is_control)
-    {
-        cx.err(
-            format!("{path}.username"),
-            "must be 1 to 255 bytes without control characters",
-        );
+    } else if let Err(e) = check_proxy_credential(&raw.username) {
+        cx.err(format!("{path}.username"), e);
     }
     let password = match (&raw.password, &raw.password_file) {
         (Some(p), None) => {
-            if p.is_empty() || p.len() > 255 || p.chars().any(char::is_control) {
-                cx.err(
-                    format!("{path}.password"),
-                    "must be 1 to 255 bytes without control characters",
-                );
+            if let Err(e) = check_proxy_credential(p) {
+                cx.err(format!("{path}.password"), e);
             }
             PasswordSource::Inline(p.clone())
         }
