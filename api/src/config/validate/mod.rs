@@ -128,19 +128,10 @@ pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
     if drain_delay >= grace_period && !grace_period.is_zero() {
         cx.err("shutdown.drainDelay", "must be shorter than gracePeriod");
     }
-    let (analytics, cache) = usage::usage(
-        &mut cx.errors,
-        &raw.analytics,
-        &raw.cache,
-        &store,
-        grace_period,
-    );
-    let leadership = leadership::leadership(
-        &mut cx.errors,
-        &raw.leadership,
-        &store,
-        control_plane.as_ref(),
-    );
+    let (analytics, cache) =
+        usage::usage(&mut cx, &raw.analytics, &raw.cache, &store, grace_period);
+    let leadership =
+        leadership::leadership(&mut cx, &raw.leadership, &store, control_plane.as_ref());
     let egress = match EgressPolicy::parse(&raw.egress.deny_cidrs, &raw.egress.allow_cidrs) {
         Ok(p) => p,
         Err(problems) => {
