@@ -50,9 +50,18 @@ pub(super) fn check_service_account(value: &str) -> Result<(), String> {
 }
 
 /// Whether an HTTP Basic user name is acceptable.
-pub(super) fn check_basic_username(username: &str) -> Result<(), &'static str> {
+pub fn check_basic_username(username: &str) -> Result<(), &'static str> {
     if username.is_empty() || username.contains(':') || username.len() > 128 {
         return Err("must be 1 to 128 bytes without `:`");
+    }
+    Ok(())
+}
+
+/// Whether a user name or password of an upstream proxy is acceptable: what the
+/// proxy's Basic or SOCKS5 authentication can carry.
+pub fn check_proxy_credential(value: &str) -> Result<(), &'static str> {
+    if value.is_empty() || value.len() > 255 || value.chars().any(char::is_control) {
+        return Err("must be 1 to 255 bytes without control characters");
     }
     Ok(())
 }

@@ -12,10 +12,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::duration::{duration_at, duration_in};
-use super::error::ConfigError;
-use super::raw::{RawAnalytics, RawCache, RawCacheNamespace};
-use super::types::{AnalyticsConfig, CacheConfig, CacheNamespaceConfig, StoreConfig};
+use super::ctx::Ctx;
+use crate::config::duration::duration_in;
+use crate::config::raw::{RawAnalytics, RawCache, RawCacheNamespace};
+use crate::config::types::{AnalyticsConfig, CacheConfig, CacheNamespaceConfig, StoreConfig};
 
 /// Longest `keyPrefix`.
 pub const MAX_KEY_PREFIX: usize = 64;
@@ -24,20 +24,8 @@ pub const MAX_CACHE_BATCH: u32 = 100;
 /// Longest a `TokenReview` result may be cached.
 pub const TOKEN_REVIEW_MAX_TTL: Duration = Duration::from_secs(120);
 
-struct Errs<'a>(&'a mut Vec<ConfigError>);
-
-impl Errs<'_> {
-    fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.0.push(ConfigError {
-            path: path.into(),
-            message: message.into(),
-        });
-    }
-
-    fn duration(&mut self, path: &str, raw: Option<&str>, default: Duration) -> Duration {
-        duration_at(self.0, path, raw, default).unwrap_or(default)
-    }
-
+/// The readers only these sections use, on the validator's one collector.
+impl Ctx {
     /// A duration within `min..=max`.
     fn duration_in(
         &mut self,
@@ -47,7 +35,7 @@ impl Errs<'_> {
         min: Duration,
         max: Duration,
     ) -> Duration {
-        duration_in(self.0, path, raw, default, (min, max))
+        duration_in(&mut self.errors, path, raw, default, (min, max))
     }
 
     /// A whole number of seconds within `min..=max` seconds.
@@ -65,7 +53,9 @@ impl Errs<'_> {
         d
     }
 
-    fn range(&mut self, path: &str, value: Option<u32>, default: u32, min: u32, max: u32) -> u32 {
+    /// A count within `min..=max` (kept as given when out of range: these sections
+    /// report it the way the analytics and cache option types do).
+    fn within(&mut self, path: &str, value: Option<u32>, default: u32, min: u32, max: u32) -> u32 {
         let v = value.unwrap_or(default);
         if !(min..=max).contains(&v) {
             self.err(path, format!("must be within {min}..={max}"));
@@ -114,25 +104,22 @@ fn time_zone_shape(tz: &str) -> bool {
 /// Validates `analytics` and `cache`; `grace_period` is `shutdown.gracePeriod` (the
 /// final flush must fit in it).
 pub(super) fn usage(
-    errors: &mut Vec<ConfigError>,
+    e: &mut Ctx,
     analytics: &RawAnalytics,
     cache: &RawCache,
     store: &StoreConfig,
     grace_period: Duration,
 ) -> (Option<AnalyticsConfig>, Option<CacheConfig>) {
-    let mut e = Errs(errors);
     let redis_store = matches!(store, StoreConfig::Redis(_));
     let a = analytics
         .enabled
-        .then(|| analytics_section(&mut e, analytics, redis_store, grace_period));
-    let c = cache
-        .enabled
-        .then(|| cache_section(&mut e, cache, redis_store));
+        .then(|| analytics_section(e, analytics, redis_store, grace_period));
+    let c = cache.enabled.then(|| cache_section(e, cache, redis_store));
     (a, c)
 }
 
 fn analytics_section(
-    e: &mut Errs<'_>,
+    e: &mut Ctx,
     raw: &RawAnalytics,
     redis_store: bool,
     grace_period: Duration,
@@ -157,7 +144,7 @@ fn analytics_section(
         e.err("analytics.timeZone", "not an IANA time zone name");
     }
     let key_prefix = e.key_prefix("analytics.keyPrefix", raw.key_prefix.as_deref());
-    let queue_capacity = e.range(
+    let queue_capacity = e.within(
         "analytics.queueCapacity",
         raw.queue_capacity,
         4096,
@@ -170,15 +157,15 @@ fn analytics_section(
         Duration::from_secs(60),
         Duration::from_secs(3600),
     );
-    let flush_after_events = e.range(
+    let flush_after_events = e.within(
         "analytics.flushAfterEvents",
         raw.flush_after_events,
         10_000,
         1,
         1_000_000,
     );
-    let retention_days = e.range("analytics.retentionDays", raw.retention_days, 90, 90, 3660);
-    let hot_days = e.range("analytics.hotDays", raw.hot_days, 3, 1, 31);
+    let retention_days = e.within("analytics.retentionDays", raw.retention_days, 90, 90, 3660);
+    let hot_days = e.within("analytics.hotDays", raw.hot_days, 3, 1, 31);
     let shutdown_flush_timeout = e.seconds_in(
         "analytics.shutdownFlushTimeout",
         raw.shutdown_flush_timeout.as_deref(),
@@ -209,7 +196,7 @@ fn analytics_section(
     }
 }
 
-fn cache_section(e: &mut Errs<'_>, raw: &RawCache, redis_store: bool) -> CacheConfig {
+fn cache_section(e: &mut Ctx, raw: &RawCache, redis_store: bool) -> CacheConfig {
     if !redis_store {
         e.err(
             "cache.enabled",
@@ -217,7 +204,7 @@ fn cache_section(e: &mut Errs<'_>, raw: &RawCache, redis_store: bool) -> CacheCo
         );
     }
     let key_prefix = e.key_prefix("cache.keyPrefix", raw.key_prefix.as_deref());
-    let batch_size = e.range(
+    let batch_size = e.within(
         "cache.batchSize",
         raw.batch_size,
         MAX_CACHE_BATCH,
@@ -231,7 +218,7 @@ fn cache_section(e: &mut Errs<'_>, raw: &RawCache, redis_store: bool) -> CacheCo
         Duration::from_millis(10),
         Duration::from_secs(30),
     );
-    let loader_concurrency = e.range(
+    let loader_concurrency = e.within(
         "cache.loaderConcurrency",
         raw.loader_concurrency,
         16,
@@ -263,7 +250,7 @@ fn cache_section(e: &mut Errs<'_>, raw: &RawCache, redis_store: bool) -> CacheCo
 }
 
 fn namespace(
-    e: &mut Errs<'_>,
+    e: &mut Ctx,
     path: &str,
     raw: &RawCacheNamespace,
     default_ttl: Duration,
@@ -275,7 +262,7 @@ fn namespace(
         default_ttl,
         max_ttl,
     );
-    let jitter = e.range(
+    let jitter = e.within(
         &format!("{path}.jitterPercent"),
         raw.jitter_percent,
         10,
@@ -294,7 +281,7 @@ fn namespace(
             "a TokenReview answer is never cached as absent",
         );
     }
-    let max_entry_bytes = e.range(
+    let max_entry_bytes = e.within(
         &format!("{path}.maxEntryBytes"),
         raw.max_entry_bytes,
         65_536,

@@ -11,11 +11,11 @@
 
 use std::time::Duration;
 
-use super::checks::dns_name;
-use super::duration::duration_in;
-use super::error::ConfigError;
-use super::raw::RawLeadership;
-use super::types::{
+use super::ctx::Ctx;
+use crate::config::checks::dns_name;
+use crate::config::duration::duration_in;
+use crate::config::raw::RawLeadership;
+use crate::config::types::{
     ControlPlaneConfig, KubernetesLeadership, LeadershipBackend, LeadershipConfig, StoreConfig,
 };
 
@@ -25,30 +25,21 @@ pub const MAX_REPLICAS: u32 = 16;
 /// The Lease name when `leadership.kubernetes.leaseName` is not set.
 pub const DEFAULT_LEASE_NAME: &str = "proxy-pool-controller";
 
-fn err(errors: &mut Vec<ConfigError>, path: &str, message: impl Into<String>) {
-    errors.push(ConfigError {
-        path: path.into(),
-        message: message.into(),
-    });
-}
-
 /// Validates `leadership` against the store and the control plane.
 pub(super) fn leadership(
-    errors: &mut Vec<ConfigError>,
+    cx: &mut Ctx,
     raw: &RawLeadership,
     store: &StoreConfig,
     control_plane: Option<&ControlPlaneConfig>,
 ) -> LeadershipConfig {
     let replicas = raw.replicas.unwrap_or(1);
     if !(1..=MAX_REPLICAS).contains(&replicas) {
-        err(
-            errors,
+        cx.err(
             "leadership.replicas",
             format!("must be between 1 and {MAX_REPLICAS}, got {replicas}"),
         );
     } else if replicas > 1 && matches!(store, StoreConfig::Memory) {
-        err(
-            errors,
+        cx.err(
             "leadership.replicas",
             format!(
                 "the memory store lives inside one controller process and cannot be shared: \
@@ -58,28 +49,27 @@ pub(super) fn leadership(
     }
     let secs = Duration::from_secs;
     let lease = duration_in(
-        errors,
+        &mut cx.errors,
         "leadership.lease",
         raw.lease.as_deref(),
         secs(10),
         (secs(2), secs(300)),
     );
     let renew_every = duration_in(
-        errors,
+        &mut cx.errors,
         "leadership.renewEvery",
         raw.renew_every.as_deref(),
         secs(2),
         (Duration::from_millis(100), secs(100)),
     );
     if renew_every * 3 > lease {
-        err(
-            errors,
+        cx.err(
             "leadership.renewEvery",
             "must be at most a third of leadership.lease",
         );
     }
     let retry_every = duration_in(
-        errors,
+        &mut cx.errors,
         "leadership.retryEvery",
         raw.retry_every.as_deref(),
         secs(2),
@@ -90,13 +80,12 @@ pub(super) fn leadership(
         lease,
         renew_every,
         retry_every,
-        backend: backend(errors, raw, store),
+        backend: backend(cx, raw, store),
     };
     if let (StoreConfig::Redis(_), Some(cp)) = (store, control_plane)
         && cp.max_stale_age <= config.failover_bound()
     {
-        err(
-            errors,
+        cx.err(
             "controlPlane.maxStaleAge",
             format!(
                 "must exceed the leader failover bound (leadership.lease + leadership.retryEvery \
@@ -109,16 +98,11 @@ pub(super) fn leadership(
 }
 
 /// `leadership.backend` and `leadership.kubernetes`.
-fn backend(
-    errors: &mut Vec<ConfigError>,
-    raw: &RawLeadership,
-    store: &StoreConfig,
-) -> LeadershipBackend {
+fn backend(cx: &mut Ctx, raw: &RawLeadership, store: &StoreConfig) -> LeadershipBackend {
     match raw.backend.as_deref().unwrap_or("redis") {
         "redis" => {
             if raw.kubernetes.is_some() {
-                err(
-                    errors,
+                cx.err(
                     "leadership.kubernetes",
                     "only with leadership.backend: kubernetes",
                 );
@@ -127,8 +111,7 @@ fn backend(
         }
         "kubernetes" => {
             if !matches!(store, StoreConfig::Redis(_)) {
-                err(
-                    errors,
+                cx.err(
                     "leadership.backend",
                     "kubernetes needs store.backend: redis (the fencing token of every \
                      leader-only write comes from the pool's Redis; the memory store has one \
@@ -138,8 +121,7 @@ fn backend(
             let k = raw.kubernetes.clone().unwrap_or_default();
             let lease_name = k.lease_name.unwrap_or_else(|| DEFAULT_LEASE_NAME.into());
             if !dns_name(&lease_name, 253, true) {
-                err(
-                    errors,
+                cx.err(
                     "leadership.kubernetes.leaseName",
                     format!("`{lease_name}` is not a DNS-1123 subdomain"),
                 );
@@ -150,8 +132,7 @@ fn backend(
             })
         }
         other => {
-            err(
-                errors,
+            cx.err(
                 "leadership.backend",
                 format!("must be `redis` or `kubernetes`, got `{other}`"),
             );
