@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use activity_pool::Timestamp;
-use activity_pool::model::{Protocol, ProxyId};
+use activity_pool::model::ProxyId;
 use async_trait::async_trait;
 use proxy_pool_api::controlplane::model as wire;
 use tokio::sync::mpsc;
@@ -68,16 +68,10 @@ pub fn to_wire(task: &CheckTask) -> Vec<wire::CheckTask> {
     let proxy = wire::ProxyEndpoint {
         id: task.proxy_id.to_string(),
         upstream: task.upstream.to_string(),
-        protocol: match task.protocol {
-            Protocol::Http => wire::Protocol::Http,
-            Protocol::Socks5 => wire::Protocol::Socks5,
-        },
+        protocol: task.protocol,
         host: task.host.clone(),
         port: task.port,
-        credentials: task.credentials.as_ref().map(|c| wire::Credentials {
-            username: c.username.clone(),
-            password: wire::Secret::new(c.password.expose()),
-        }),
+        credentials: task.credentials.clone(),
     };
     task.checks
         .iter()
@@ -308,7 +302,7 @@ impl CheckerBridge {
 mod tests {
     use super::*;
     use activity_pool::Timestamp;
-    use activity_pool::model::{Credentials, Secret, UpstreamId};
+    use activity_pool::model::{Credentials, Protocol, Secret, UpstreamId};
 
     #[test]
     fn wire_round_trip_of_ids_tiers_and_failures() {
