@@ -25,9 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use tracing::{debug, info, warn};
 
-use crate::model::{
-    Check, FailureCode, Observation, ProbeTask, ProxyCredentials, ProxyProtocol, Tier,
-};
+use crate::model::{Check, FailureCode, Observation, ProbeTask, Tier};
 use crate::ports::{BindingError, ObservationSink, TaskSource};
 
 /// Protocol versions this checker speaks.
@@ -132,16 +130,10 @@ pub fn task_from_wire(t: wire::CheckTask) -> Option<ProbeTask> {
     Some(ProbeTask {
         task_id: t.task_id,
         proxy_id: t.proxy.id,
-        protocol: match t.proxy.protocol {
-            wire::Protocol::Http => ProxyProtocol::Http,
-            wire::Protocol::Socks5 => ProxyProtocol::Socks5,
-        },
+        protocol: t.proxy.protocol,
         host: t.proxy.host,
         port: t.proxy.port,
-        credentials: t.proxy.credentials.map(|c| ProxyCredentials {
-            username: c.username,
-            password: c.password.expose().to_owned(),
-        }),
+        credentials: t.proxy.credentials,
         checks: vec![check],
         deadline: Instant::now() + Duration::from_millis(left),
     })
@@ -416,7 +408,7 @@ mod tests {
                 port: 80
             }]
         );
-        assert_eq!(p.credentials.unwrap().password, "b");
+        assert_eq!(p.credentials.unwrap().password.expose(), "b");
         assert!(p.deadline > Instant::now() + Duration::from_secs(4));
         let o = Observation {
             task_id: "h1-0".into(),

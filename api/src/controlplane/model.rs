@@ -266,6 +266,37 @@ impl CheckTier {
     }
 }
 
+/// One check of a health task: what a checker runs through a proxy. The planner
+/// (controller) and the prober (checker) share it; on the wire a task carries one
+/// check as its tier plus, for TARGET, its routing and target.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Check {
+    /// BASIC: connect and proxy handshake.
+    Basic,
+    /// EGRESS: the address a target sees, and whether the checker's leaks.
+    Egress,
+    /// TARGET for one routing.
+    Target {
+        /// The routing it serves.
+        routing: String,
+        /// Target host.
+        host: String,
+        /// Target port.
+        port: u16,
+    },
+}
+
+impl Check {
+    /// The tier of this check.
+    pub fn tier(&self) -> CheckTier {
+        match self {
+            Self::Basic => CheckTier::Basic,
+            Self::Egress => CheckTier::Egress,
+            Self::Target { .. } => CheckTier::Target,
+        }
+    }
+}
+
 /// Why a check failed: a bounded code set, carried on the wire as its `as_str` code and
 /// used as the pool's failure label. Shared by the checker and the controller's reducer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
