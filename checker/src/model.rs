@@ -1,9 +1,6 @@
 //! The checker's domain values: tasks it receives, checks it runs, observations it
 //! returns. Bindings (gRPC, in-process) convert to and from these at the edge.
 
-use std::net::IpAddr;
-use std::time::Duration;
-
 use tokio::time::Instant;
 
 /// Protocol of the proxy under test (the contract's own type).
@@ -43,23 +40,14 @@ pub struct ProbeTask {
 /// Why a check failed (the wire contract's bounded code set).
 pub use proxy_pool_api::controlplane::model::FailureCode;
 
-/// What one check saw.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Observation {
-    /// Task ID.
-    pub task_id: String,
-    /// Proxy ID.
-    pub proxy_id: String,
-    /// Tier.
-    pub tier: Tier,
-    /// Routing of a TARGET check.
-    pub routing: Option<String>,
-    /// Passed.
-    pub success: bool,
-    /// Time the check took.
-    pub latency: Option<Duration>,
-    /// Why it failed.
-    pub failure: Option<FailureCode>,
-    /// Egress address the echo server saw (EGRESS).
-    pub egress: Option<IpAddr>,
+/// What one check saw (the contract's own type; the checker sets `observed_at_ms`
+/// when the check ends).
+pub use proxy_pool_api::controlplane::model::Observation;
+
+/// Wall-clock Unix milliseconds (0 before the epoch).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }

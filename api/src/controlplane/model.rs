@@ -2,6 +2,7 @@
 //! ([`super::convert`]) has checked the wire messages. Times are Unix milliseconds.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::time::Duration;
 
 pub use crate::proxy::{Protocol, Strategy};
@@ -403,7 +404,13 @@ pub struct CheckTask {
     pub target: Option<CheckTarget>,
 }
 
-/// A checker's result for one task.
+/// What a checker saw for one check of a task: the checker builds it, the wire
+/// carries it ([`super::convert`] maps it to and from `pb::Observation`), the
+/// controller's health bridge hands it to the reducer.
+///
+/// On the wire a failure is a code string plus an anonymity-leak flag; here it is one
+/// [`FailureCode`] (`ClientLeaked` for a leak). An unknown code from the wire reads as
+/// `HandshakeFailed`; a success carries no failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Observation {
     /// Task.
@@ -412,18 +419,16 @@ pub struct Observation {
     pub proxy_id: String,
     /// Tier.
     pub tier: CheckTier,
-    /// Success.
-    pub success: bool,
-    /// Latency.
-    pub latency: Duration,
-    /// Failure code.
-    pub failure_code: Option<String>,
-    /// Egress address the target saw.
-    pub egress_address: Option<String>,
-    /// Anonymity leak detected.
-    pub anonymity_leak: bool,
     /// Routing (TARGET tier).
     pub routing: Option<String>,
+    /// Whether the check passed.
+    pub success: bool,
+    /// Time the check took.
+    pub latency: Option<Duration>,
+    /// Why it failed (`None` on success).
+    pub failure: Option<FailureCode>,
+    /// Egress address the target saw (EGRESS).
+    pub egress: Option<IpAddr>,
     /// When it was observed.
     pub observed_at_ms: i64,
 }
