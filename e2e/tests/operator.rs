@@ -208,7 +208,7 @@ fn minimal_upstream(name: &str) -> Upstream {
                     credentials_secret_ref: None,
                 }),
             },
-            protocol: proxy_pool_operator::crd::ProxyProtocol::Socks5,
+            protocol: proxy_pool_operator::crd::Protocol::Socks5,
             labels: None,
             ttl: "60s".into(),
             quarantine: None,

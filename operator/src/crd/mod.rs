@@ -9,6 +9,9 @@ mod distribution_client;
 mod routing;
 mod upstream;
 
+/// The proxy protocol and routing strategy the specs use are the api's own.
+pub use proxy_pool_api::proxy::{Protocol, Strategy};
+
 pub use common::{
     CONDITION_DEGRADED, CONDITION_READY, DURATION_PATTERN, InvalidDuration, SecretKeyRef,
     SecretRef, parse_duration,

@@ -2,7 +2,6 @@
 //! generated schemas say what the docs promise.
 
 use super::*;
-use proxy_pool_api::proxy::Protocol;
 use serde_json::Value;
 
 const COMMITTED_YAML: &str = include_str!("../../../crds/proxy-pool.yaml");

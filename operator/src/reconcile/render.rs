@@ -15,7 +15,9 @@ use proxy_pool_api::config::raw::{
     RawRouting, RawSource, RawStaticSource, RawStickySession, RawUpstream, RawUpstreamHealth,
     RawVendorApi,
 };
-use proxy_pool_api::config::{ConfigError, RawConfig, validate};
+use proxy_pool_api::config::{
+    ConfigError, FieldPath, RawConfig, check_basic_username, check_proxy_credential, validate,
+};
 use sha2::{Digest, Sha256};
 
 use crate::crd::{DistributionClient, Routing, SecretKeyRef, Upstream, VendorFormat};
@@ -225,10 +227,10 @@ pub fn render(inputs: &Inputs<'_>) -> Rendered {
         });
     }
     let config = assemble(inputs.base, &upstreams, &[], &clients);
-    global.push(ConfigError {
-        path: String::new(),
-        message: "the rendered config did not settle".into(),
-    });
+    global.push(ConfigError::new(
+        FieldPath::default(),
+        "the rendered config did not settle",
+    ));
     cx.finish(config, global)
 }
 
@@ -351,7 +353,7 @@ impl Cx<'_> {
         Ok(self.file(&r.name, &r.key))
     }
 
-    /// A Basic user name file: also valid UTF-8, 1–128 bytes, no `:`.
+    /// A Basic user name file: also valid UTF-8 and a user name the controller accepts.
     fn username_file(&mut self, secret: &str) -> Result<String, Problem> {
         let r = SecretKeyRef {
             name: secret.to_owned(),
@@ -361,8 +363,8 @@ impl Cx<'_> {
         let value = data
             .get("username")
             .ok_or_else(|| missing_key(secret, "username"))?;
-        let ok = std::str::from_utf8(trim_newline(value))
-            .is_ok_and(|u| !u.is_empty() && u.len() <= 128 && !u.contains(':'));
+        let ok =
+            std::str::from_utf8(trim_newline(value)).is_ok_and(|u| check_basic_username(u).is_ok());
         if !ok {
             return Err(Problem::new(
                 "InvalidSecret",
@@ -399,8 +401,8 @@ impl Cx<'_> {
         }
     }
 
-    /// `username` and `password` as mounted files (the user name checked here the
-    /// way the controller will: UTF-8, 1–255 bytes, no control characters).
+    /// `username` and `password` as mounted files (the user name checked here with the
+    /// controller's own rule).
     fn proxy_credentials(&mut self, secret: &str) -> Result<RawProxyCredentials, Problem> {
         let data = self.secret(secret)?;
         if !data.contains_key("password") {
@@ -410,7 +412,7 @@ impl Cx<'_> {
             .get("username")
             .ok_or_else(|| missing_key(secret, "username"))?;
         let ok = std::str::from_utf8(trim_newline(value))
-            .is_ok_and(|u| !u.is_empty() && u.len() <= 255 && !u.chars().any(char::is_control));
+            .is_ok_and(|u| check_proxy_credential(u).is_ok());
         if !ok {
             return Err(Problem::new(
                 "InvalidSecret",
@@ -713,35 +715,27 @@ fn assemble(
 
 /// Which resource a validator error path (`routings[2].upstreams[0]`) belongs to.
 fn blame(
-    path: &str,
+    path: &FieldPath,
     upstreams: &[(String, RawUpstream)],
     routings: &[(String, RawRouting)],
     clients: &[(String, RawClient)],
 ) -> Option<(Kind, String)> {
-    let index = |prefix: &str| -> Option<usize> {
-        path.strip_prefix(prefix)?.split(']').next()?.parse().ok()
-    };
-    if let Some(i) = index("upstreams[") {
-        return upstreams.get(i).map(|(n, _)| (Kind::Upstream, n.clone()));
-    }
-    if let Some(i) = index("routings[") {
-        return routings.get(i).map(|(n, _)| (Kind::Routing, n.clone()));
-    }
-    if let Some(i) = index("clients[") {
-        return clients
+    let (list, i, _) = path.list_entry()?;
+    match list {
+        "upstreams" => upstreams.get(i).map(|(n, _)| (Kind::Upstream, n.clone())),
+        "routings" => routings.get(i).map(|(n, _)| (Kind::Routing, n.clone())),
+        "clients" => clients
             .get(i)
-            .map(|(n, _)| (Kind::DistributionClient, n.clone()));
+            .map(|(n, _)| (Kind::DistributionClient, n.clone())),
+        _ => None,
     }
-    None
 }
 
 /// The error with its `kind[i].` prefix cut, so it reads against the resource.
 fn local_error(e: &ConfigError) -> String {
-    let field = e.path.split_once("].").map(|(_, f)| f).unwrap_or("");
-    if field.is_empty() {
-        e.message.clone()
-    } else {
-        format!("{field}: {}", e.message)
+    match e.path.list_entry() {
+        Some((_, _, field)) if !field.is_empty() => format!("{field}: {}", e.message),
+        _ => e.message.clone(),
     }
 }
 
