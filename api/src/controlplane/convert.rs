@@ -507,20 +507,13 @@ impl TryFrom<pb::Observation> for Observation {
         if o.failure_code.len() > 64 || o.egress_address.len() > 64 {
             return Err(bad("observation", "failure_code / egress_address too long"));
         }
-        let failure = if o.success {
-            None
-        } else if o.anonymity_leak {
-            Some(FailureCode::ClientLeaked)
-        } else {
-            Some(FailureCode::parse(&o.failure_code).unwrap_or(FailureCode::HandshakeFailed))
-        };
         Ok(Self {
             tier: tier_from_wire("observation.tier", o.tier)?,
             task_id: o.task_id,
             proxy_id: o.proxy_id,
             success: o.success,
             latency: Some(Duration::from_millis(o.latency_ms)),
-            failure,
+            failure: FailureCode::reported(o.success, o.anonymity_leak, &o.failure_code),
             egress: o.egress_address.parse().ok(),
             routing: opt(o.routing),
             observed_at_ms: o.observed_at_ms,

@@ -359,6 +359,18 @@ impl FailureCode {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.as_str() == s)
     }
+
+    /// The failure a reported check carries: none on success, `ClientLeaked` for an
+    /// anonymity leak, else the code (an unknown one reads as `HandshakeFailed`).
+    pub fn reported(success: bool, leak: bool, code: &str) -> Option<Self> {
+        if success {
+            None
+        } else if leak {
+            Some(Self::ClientLeaked)
+        } else {
+            Some(Self::parse(code).unwrap_or(Self::HandshakeFailed))
+        }
+    }
 }
 
 /// The proxy a check task probes.
