@@ -9,6 +9,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::check_identifier;
+
 /// Why a value is not a valid identifier: the field it was for and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {field}: {reason}")]
@@ -71,24 +73,6 @@ macro_rules! identifier {
             }
         }
     };
-}
-
-fn check_identifier(value: &str, max: usize) -> Result<(), String> {
-    if value.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if value.len() > max {
-        return Err(format!("must be at most {max} bytes"));
-    }
-    if let Some(bad) = value
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
-    {
-        return Err(format!(
-            "character {bad:?} not allowed (use A-Z a-z 0-9 . _ : -)"
-        ));
-    }
-    Ok(())
 }
 
 identifier!(

@@ -1,5 +1,7 @@
 //! Helpers of the command line: a proxy URL for one-shot probes.
 
+use proxy_pool_api::controlplane::model::Secret;
+
 use crate::model::{ProxyCredentials, ProxyProtocol};
 
 /// A proxy given on the command line.
@@ -30,7 +32,7 @@ pub fn parse_proxy_url(s: &str) -> Result<ProxyUrl, &'static str> {
             let (user, pass) = u.split_once(':').unwrap_or((u, ""));
             let c = ProxyCredentials {
                 username: user.to_owned(),
-                password: pass.to_owned(),
+                password: Secret::new(pass),
             };
             (Some(c), h)
         }
@@ -67,7 +69,7 @@ mod tests {
     fn urls() {
         let u = parse_proxy_url("socks5://a:b@127.0.0.2:1080").unwrap();
         assert_eq!(u.protocol, ProxyProtocol::Socks5);
-        assert_eq!(u.credentials.unwrap().password, "b");
+        assert_eq!(u.credentials.unwrap().password.expose(), "b");
         assert_eq!(parse_proxy_url("http://[::1]:3128").unwrap().host, "::1");
         for bad in [
             "ftp://h:1",

@@ -4,9 +4,8 @@
 //! observations with `ReportObservations`. Protobuf is converted to the checker's
 //! domain types here and nowhere else. Credentials pass through, never logged.
 
-use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -25,9 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use tracing::{debug, info, warn};
 
-use crate::model::{
-    Check, FailureCode, Observation, ProbeTask, ProxyCredentials, ProxyProtocol, Tier,
-};
+use crate::model::{Check, Observation, ProbeTask, Tier, now_ms};
 use crate::ports::{BindingError, ObservationSink, TaskSource};
 
 /// Protocol versions this checker speaks.
@@ -71,13 +68,6 @@ struct Shared {
 #[derive(Clone, Debug)]
 pub struct GrpcBinding {
     shared: Arc<Shared>,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 fn wire_tier(t: Tier) -> pb::CheckTier {
@@ -132,35 +122,13 @@ pub fn task_from_wire(t: wire::CheckTask) -> Option<ProbeTask> {
     Some(ProbeTask {
         task_id: t.task_id,
         proxy_id: t.proxy.id,
-        protocol: match t.proxy.protocol {
-            wire::Protocol::Http => ProxyProtocol::Http,
-            wire::Protocol::Socks5 => ProxyProtocol::Socks5,
-        },
+        protocol: t.proxy.protocol,
         host: t.proxy.host,
         port: t.proxy.port,
-        credentials: t.proxy.credentials.map(|c| ProxyCredentials {
-            username: c.username,
-            password: c.password.expose().to_owned(),
-        }),
+        credentials: t.proxy.credentials,
         checks: vec![check],
         deadline: Instant::now() + Duration::from_millis(left),
     })
-}
-
-/// An observation on the wire.
-pub fn observation_to_wire(o: &Observation) -> wire::Observation {
-    wire::Observation {
-        task_id: o.task_id.clone(),
-        proxy_id: o.proxy_id.clone(),
-        tier: o.tier,
-        success: o.success,
-        latency: o.latency.unwrap_or_default(),
-        failure_code: o.failure.map(|f| f.as_str().to_owned()),
-        egress_address: o.egress.map(|ip: IpAddr| ip.to_string()),
-        anonymity_leak: o.failure == Some(FailureCode::ClientLeaked),
-        routing: o.routing.clone(),
-        observed_at_ms: now_ms(),
-    }
 }
 
 impl GrpcBinding {
@@ -334,10 +302,7 @@ impl ObservationSink for GrpcBinding {
         let req = pb::ReportObservationsRequest {
             checker_id: self.shared.options.checker_id.clone(),
             session_id: session,
-            observations: observations
-                .iter()
-                .map(|o| pb::Observation::from(&observation_to_wire(o)))
-                .collect(),
+            observations: observations.iter().map(pb::Observation::from).collect(),
         };
         match client.report_observations(req).await {
             Ok(r) => {
@@ -360,6 +325,8 @@ impl ObservationSink for GrpcBinding {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::FailureCode;
+    use std::net::IpAddr;
 
     #[test]
     fn target_urls() {
@@ -416,7 +383,7 @@ mod tests {
                 port: 80
             }]
         );
-        assert_eq!(p.credentials.unwrap().password, "b");
+        assert_eq!(p.credentials.unwrap().password.expose(), "b");
         assert!(p.deadline > Instant::now() + Duration::from_secs(4));
         let o = Observation {
             task_id: "h1-0".into(),
@@ -427,10 +394,11 @@ mod tests {
             latency: Some(Duration::from_millis(3)),
             failure: Some(FailureCode::ClientLeaked),
             egress: Some(IpAddr::from([127, 0, 0, 1])),
+            observed_at_ms: now_ms(),
         };
-        let w = observation_to_wire(&o);
+        let w = pb::Observation::from(&o);
         assert!(w.anonymity_leak);
-        assert_eq!(w.failure_code.as_deref(), Some("client_leaked"));
-        assert_eq!(w.egress_address.as_deref(), Some("127.0.0.1"));
+        assert_eq!(w.failure_code, "client_leaked");
+        assert_eq!(w.egress_address, "127.0.0.1");
     }
 }

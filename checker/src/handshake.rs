@@ -46,7 +46,7 @@ pub async fn dial(host: &str, port: u16, egress: &EgressPolicy) -> Result<TcpStr
 
 /// `Proxy-Authorization` value for `creds`.
 pub fn basic_auth(creds: &ProxyCredentials) -> String {
-    let raw = format!("{}:{}", creds.username, creds.password);
+    let raw = format!("{}:{}", creds.username, creds.password.expose());
     format!(
         "Basic {}",
         base64::engine::general_purpose::STANDARD.encode(raw)
@@ -147,7 +147,7 @@ where
         return Err(FailureCode::HandshakeFailed);
     }
     if let Some(c) = creds {
-        let (user, pass) = (c.username.as_bytes(), c.password.as_bytes());
+        let (user, pass) = (c.username.as_bytes(), c.password.expose().as_bytes());
         let (Ok(ulen), Ok(plen)) = (u8::try_from(user.len()), u8::try_from(pass.len())) else {
             return Err(FailureCode::AuthRejected);
         };
@@ -211,6 +211,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proxy_pool_api::controlplane::model::Secret;
     use tokio::io::duplex;
 
     #[test]
@@ -249,7 +250,7 @@ mod tests {
             server.shutdown().await.unwrap();
             let creds = ProxyCredentials {
                 username: "u".into(),
-                password: "p".into(),
+                password: Secret::new("p"),
             };
             let err = socks5_connect(&mut client, "127.0.0.1", 80, Some(&creds))
                 .await
@@ -263,7 +264,7 @@ mod tests {
     fn basic_auth_encodes() {
         let c = ProxyCredentials {
             username: "u".into(),
-            password: "p".into(),
+            password: Secret::new("p"),
         };
         assert_eq!(basic_auth(&c), "Basic dTpw");
     }

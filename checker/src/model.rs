@@ -1,70 +1,20 @@
 //! The checker's domain values: tasks it receives, checks it runs, observations it
 //! returns. Bindings (gRPC, in-process) convert to and from these at the edge.
 
-use std::fmt;
-use std::net::IpAddr;
-use std::time::Duration;
-
 use tokio::time::Instant;
 
-/// Protocol of the proxy under test.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ProxyProtocol {
-    /// HTTP proxy (`CONNECT`, absolute-URI forwarding).
-    Http,
-    /// SOCKS5.
-    Socks5,
-}
+/// Protocol of the proxy under test (the contract's own type).
+pub use proxy_pool_api::controlplane::model::Protocol as ProxyProtocol;
 
-/// Vendor credentials of a proxy. `Debug` never shows the password.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ProxyCredentials {
-    /// User name.
-    pub username: String,
-    /// Password.
-    pub password: String,
-}
-
-impl fmt::Debug for ProxyCredentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ProxyCredentials")
-            .field("username", &self.username)
-            .field("password", &"***")
-            .finish()
-    }
-}
+/// Vendor credentials of a proxy (the contract's own type): `Debug` never shows the
+/// password.
+pub use proxy_pool_api::controlplane::model::Credentials as ProxyCredentials;
 
 /// A check tier (the wire contract's own type).
 pub use proxy_pool_api::controlplane::model::CheckTier as Tier;
 
-/// One check of a task.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Check {
-    /// BASIC.
-    Basic,
-    /// EGRESS.
-    Egress,
-    /// TARGET.
-    Target {
-        /// Routing it serves.
-        routing: String,
-        /// Target host.
-        host: String,
-        /// Target port.
-        port: u16,
-    },
-}
-
-impl Check {
-    /// Its tier.
-    pub fn tier(&self) -> Tier {
-        match self {
-            Self::Basic => Tier::Basic,
-            Self::Egress => Tier::Egress,
-            Self::Target { .. } => Tier::Target,
-        }
-    }
-}
+/// One check of a task (the contract's own type).
+pub use proxy_pool_api::controlplane::model::Check;
 
 /// A task: one proxy, its checks, a deadline.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,23 +40,14 @@ pub struct ProbeTask {
 /// Why a check failed (the wire contract's bounded code set).
 pub use proxy_pool_api::controlplane::model::FailureCode;
 
-/// What one check saw.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Observation {
-    /// Task ID.
-    pub task_id: String,
-    /// Proxy ID.
-    pub proxy_id: String,
-    /// Tier.
-    pub tier: Tier,
-    /// Routing of a TARGET check.
-    pub routing: Option<String>,
-    /// Passed.
-    pub success: bool,
-    /// Time the check took.
-    pub latency: Option<Duration>,
-    /// Why it failed.
-    pub failure: Option<FailureCode>,
-    /// Egress address the echo server saw (EGRESS).
-    pub egress: Option<IpAddr>,
+/// What one check saw (the contract's own type; the checker sets `observed_at_ms`
+/// when the check ends).
+pub use proxy_pool_api::controlplane::model::Observation;
+
+/// Wall-clock Unix milliseconds (0 before the epoch).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }

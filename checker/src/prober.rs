@@ -252,6 +252,7 @@ impl Prober for NetProber {
                 latency: Some(started.elapsed()),
                 failure: outcome.failure,
                 egress: outcome.egress,
+                observed_at_ms: crate::model::now_ms(),
             });
             if *check == Check::Basic && !success {
                 break;

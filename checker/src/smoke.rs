@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 
 use crate::handshake::basic_auth;
 use crate::model::ProxyCredentials;
+use proxy_pool_api::controlplane::model::Secret;
 
 /// Largest response body read (the extract answer for one proxy is far smaller).
 const MAX_BODY: usize = 1 << 20;
@@ -142,7 +143,7 @@ pub async fn through_gateway(
     }
     let credentials = ProxyCredentials {
         username: username.to_owned(),
-        password: password.to_owned(),
+        password: Secret::new(password),
     };
     let req = Request::builder()
         .method(Method::GET)

@@ -4,6 +4,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_checker::{
     Check, FailureCode, MemorySink, MemorySource, NetProber, Observation, ProbeTask, Prober,
     ProberOptions, ProxyCredentials, ProxyProtocol, RunnerOptions, Tier, run,
@@ -32,7 +33,7 @@ fn task(id: usize, p: &SimProxy, checks: Vec<Check>) -> ProbeTask {
         port: p.port,
         credentials: Some(ProxyCredentials {
             username: p.username.clone(),
-            password: p.password.clone(),
+            password: Secret::new(p.password.clone()),
         }),
         checks,
         deadline: Instant::now() + Duration::from_secs(10),
@@ -132,7 +133,7 @@ async fn wrong_credentials_are_rejected() {
     let mut t = task(1, &p, vec![Check::Basic]);
     t.credentials = Some(ProxyCredentials {
         username: p.username.clone(),
-        password: "wrong".into(),
+        password: Secret::new("wrong"),
     });
     let obs = prober(&sim).probe(&t).await;
     assert_eq!(obs[0].failure, Some(FailureCode::AuthRejected));

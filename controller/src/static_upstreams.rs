@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use activity_pool::model::{
-    Candidate, Credentials, FetchedBatch, HealthUpdate, HealthVerdict, Label, OperationId,
-    Protocol, ProxyId, Secret, UpstreamId,
+    Candidate, Credentials, FetchedBatch, HealthUpdate, HealthVerdict, Label, OperationId, ProxyId,
+    Secret, UpstreamId,
 };
 use activity_pool::options::MAX_UPDATE_BATCH;
 use activity_pool::ports::{HealthStore, Upserter};
 use activity_pool::{PoolError, Timestamp};
-use proxy_pool_api::config::{ProxyProtocol, StaticSourceConfig, UpstreamConfig};
+use proxy_pool_api::config::{StaticSourceConfig, UpstreamConfig};
 use sha2::{Digest, Sha256};
 
 use crate::metrics::{Metrics, UpsertLabels};
@@ -67,10 +67,7 @@ impl StaticUpstream {
             }),
             _ => None,
         };
-        let protocol = match cfg.protocol {
-            ProxyProtocol::Http => Protocol::Http,
-            ProxyProtocol::Socks5 => Protocol::Socks5,
-        };
+        let protocol = cfg.protocol;
         let candidates = source
             .proxies
             .iter()

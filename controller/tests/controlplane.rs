@@ -542,8 +542,8 @@ async fn checker_tasks_respect_tiers_concurrency_and_deadlines() {
     let got = h.observations.try_recv().expect("one observation");
     assert_eq!(got.checker_id, "chk-0");
     assert_eq!(
-        got.observation.egress_address.as_deref(),
-        Some("203.0.113.7")
+        got.observation.egress,
+        Some(std::net::IpAddr::from([203, 0, 113, 7]))
     );
     assert!(h.observations.try_recv().is_err());
     assert_eq!(

@@ -17,8 +17,8 @@ use activity_pool::{
 use async_trait::async_trait;
 use proxy_pool_checker as checker;
 use proxy_pool_controller::health::{
-    Check, CheckTask, CheckerId, FailureCode, HealthMetrics, HealthService, Observation,
-    ObservationSink, PlannerConfig, ReducerConfig, TaskSource, Tier,
+    CheckTask, CheckerId, HealthMetrics, HealthService, Observation, ObservationSink,
+    PlannerConfig, ReducerConfig, TaskSource,
 };
 use proxy_pool_controller::provider::{
     HttpVendorSource, ProviderMetrics, ProviderOptions, ProviderReconciler, VendorAuth,
@@ -33,46 +33,16 @@ struct Bridge {
     id: CheckerId,
 }
 
-fn to_tier(t: checker::Tier) -> Tier {
-    match t {
-        checker::Tier::Basic => Tier::Basic,
-        checker::Tier::Egress => Tier::Egress,
-        checker::Tier::Target => Tier::Target,
-    }
-}
-
 fn to_probe(t: CheckTask) -> checker::ProbeTask {
     let left = t.deadline.since(SystemClock.now());
     checker::ProbeTask {
         task_id: t.task_id.to_string(),
         proxy_id: t.proxy_id.to_string(),
-        protocol: match t.protocol {
-            Protocol::Http => checker::ProxyProtocol::Http,
-            Protocol::Socks5 => checker::ProxyProtocol::Socks5,
-        },
+        protocol: t.protocol,
         host: t.host,
         port: t.port,
-        credentials: t.credentials.map(|c| checker::ProxyCredentials {
-            username: c.username,
-            password: c.password.expose().to_owned(),
-        }),
-        checks: t
-            .checks
-            .into_iter()
-            .map(|c| match c {
-                Check::Basic => checker::Check::Basic,
-                Check::Egress => checker::Check::Egress,
-                Check::Target {
-                    routing,
-                    host,
-                    port,
-                } => checker::Check::Target {
-                    routing,
-                    host,
-                    port,
-                },
-            })
-            .collect(),
+        credentials: t.credentials,
+        checks: t.checks,
         deadline: tokio::time::Instant::now() + left,
     }
 }
@@ -81,11 +51,11 @@ fn from_obs(o: checker::Observation) -> Option<Observation> {
     Some(Observation {
         task_id: o.task_id.parse().ok()?,
         proxy_id: ProxyId::new(o.proxy_id).ok()?,
-        tier: to_tier(o.tier),
+        tier: o.tier,
         routing: o.routing,
         success: o.success,
         latency: o.latency,
-        failure: o.failure.and_then(|f| FailureCode::parse(f.as_str())),
+        failure: o.failure,
         egress: o.egress,
     })
 }
@@ -97,10 +67,9 @@ impl checker::TaskSource for Bridge {
         max: usize,
         tiers: &[checker::Tier],
     ) -> Result<Vec<checker::ProbeTask>, checker::BindingError> {
-        let tiers: Vec<Tier> = tiers.iter().copied().map(to_tier).collect();
         let tasks = self
             .svc
-            .next_tasks(&self.id, max, &tiers)
+            .next_tasks(&self.id, max, tiers)
             .await
             .map_err(|e| checker::BindingError::Unavailable(e.to_string()))?;
         Ok(tasks.into_iter().map(to_probe).collect())

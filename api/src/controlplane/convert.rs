@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use super::model::{
-    CheckTarget, CheckTask, CheckTier, Checksum, Credentials, Delta, Observation, Outcome,
-    OutcomeStage, Protocol, ProxyEndpoint, RetryBudget, Routing, RoutingMatch, Secret, Snapshot,
-    SnapshotProxy, Sticky, Strategy, UsernameParam,
+    CheckTarget, CheckTask, CheckTier, Checksum, Credentials, Delta, FailureCode, Observation,
+    Outcome, OutcomeStage, Protocol, ProxyEndpoint, RetryBudget, Routing, RoutingMatch, Secret,
+    Snapshot, SnapshotProxy, Sticky, Strategy, UsernameParam,
 };
 use super::pb;
 
@@ -489,10 +489,10 @@ impl From<&Observation> for pb::Observation {
             proxy_id: o.proxy_id.clone(),
             tier: pb::CheckTier::from(o.tier) as i32,
             success: o.success,
-            latency_ms: ms(o.latency),
-            failure_code: o.failure_code.clone().unwrap_or_default(),
-            egress_address: o.egress_address.clone().unwrap_or_default(),
-            anonymity_leak: o.anonymity_leak,
+            latency_ms: ms(o.latency.unwrap_or_default()),
+            failure_code: o.failure.map(|f| f.as_str().to_owned()).unwrap_or_default(),
+            egress_address: o.egress.map(|ip| ip.to_string()).unwrap_or_default(),
+            anonymity_leak: o.failure == Some(FailureCode::ClientLeaked),
             routing: o.routing.clone().unwrap_or_default(),
             observed_at_ms: o.observed_at_ms,
         }
@@ -512,10 +512,9 @@ impl TryFrom<pb::Observation> for Observation {
             task_id: o.task_id,
             proxy_id: o.proxy_id,
             success: o.success,
-            latency: Duration::from_millis(o.latency_ms),
-            failure_code: opt(o.failure_code),
-            egress_address: opt(o.egress_address),
-            anonymity_leak: o.anonymity_leak,
+            latency: Some(Duration::from_millis(o.latency_ms)),
+            failure: FailureCode::reported(o.success, o.anonymity_leak, &o.failure_code),
+            egress: o.egress_address.parse().ok(),
             routing: opt(o.routing),
             observed_at_ms: o.observed_at_ms,
         })

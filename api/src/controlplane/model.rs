@@ -2,6 +2,7 @@
 //! ([`super::convert`]) has checked the wire messages. Times are Unix milliseconds.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::time::Duration;
 
 pub use crate::proxy::{Protocol, Strategy};
@@ -266,6 +267,37 @@ impl CheckTier {
     }
 }
 
+/// One check of a health task: what a checker runs through a proxy. The planner
+/// (controller) and the prober (checker) share it; on the wire a task carries one
+/// check as its tier plus, for TARGET, its routing and target.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Check {
+    /// BASIC: connect and proxy handshake.
+    Basic,
+    /// EGRESS: the address a target sees, and whether the checker's leaks.
+    Egress,
+    /// TARGET for one routing.
+    Target {
+        /// The routing it serves.
+        routing: String,
+        /// Target host.
+        host: String,
+        /// Target port.
+        port: u16,
+    },
+}
+
+impl Check {
+    /// The tier of this check.
+    pub fn tier(&self) -> CheckTier {
+        match self {
+            Self::Basic => CheckTier::Basic,
+            Self::Egress => CheckTier::Egress,
+            Self::Target { .. } => CheckTier::Target,
+        }
+    }
+}
+
 /// Why a check failed: a bounded code set, carried on the wire as its `as_str` code and
 /// used as the pool's failure label. Shared by the checker and the controller's reducer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -327,6 +359,18 @@ impl FailureCode {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.as_str() == s)
     }
+
+    /// The failure a reported check carries: none on success, `ClientLeaked` for an
+    /// anonymity leak, else the code (an unknown one reads as `HandshakeFailed`).
+    pub fn reported(success: bool, leak: bool, code: &str) -> Option<Self> {
+        if success {
+            None
+        } else if leak {
+            Some(Self::ClientLeaked)
+        } else {
+            Some(Self::parse(code).unwrap_or(Self::HandshakeFailed))
+        }
+    }
 }
 
 /// The proxy a check task probes.
@@ -372,7 +416,13 @@ pub struct CheckTask {
     pub target: Option<CheckTarget>,
 }
 
-/// A checker's result for one task.
+/// What a checker saw for one check of a task: the checker builds it, the wire
+/// carries it ([`super::convert`] maps it to and from `pb::Observation`), the
+/// controller's health bridge hands it to the reducer.
+///
+/// On the wire a failure is a code string plus an anonymity-leak flag; here it is one
+/// [`FailureCode`] (`ClientLeaked` for a leak). An unknown code from the wire reads as
+/// `HandshakeFailed`; a success carries no failure.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Observation {
     /// Task.
@@ -381,18 +431,16 @@ pub struct Observation {
     pub proxy_id: String,
     /// Tier.
     pub tier: CheckTier,
-    /// Success.
-    pub success: bool,
-    /// Latency.
-    pub latency: Duration,
-    /// Failure code.
-    pub failure_code: Option<String>,
-    /// Egress address the target saw.
-    pub egress_address: Option<String>,
-    /// Anonymity leak detected.
-    pub anonymity_leak: bool,
     /// Routing (TARGET tier).
     pub routing: Option<String>,
+    /// Whether the check passed.
+    pub success: bool,
+    /// Time the check took.
+    pub latency: Option<Duration>,
+    /// Why it failed (`None` on success).
+    pub failure: Option<FailureCode>,
+    /// Egress address the target saw (EGRESS).
+    pub egress: Option<IpAddr>,
     /// When it was observed.
     pub observed_at_ms: i64,
 }

@@ -11,19 +11,18 @@
 //! check; a task whose proxy was taken meanwhile is withdrawn, never probed.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use activity_pool::Timestamp;
-use activity_pool::model::{Protocol, ProxyId};
+use activity_pool::model::ProxyId;
 use async_trait::async_trait;
 use proxy_pool_api::controlplane::model as wire;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::model::{Check, CheckTask, CheckerId, FailureCode, Observation, Tier};
+use super::model::{Check, CheckTask, CheckerId, Observation, Tier};
 use super::service::{HealthService, ObservationSink, TaskStart};
 use crate::controlplane::MemoryCheckerBackend;
 use crate::controlplane::checker::{CheckerError, CheckerObservation, TaskGate};
@@ -68,16 +67,10 @@ pub fn to_wire(task: &CheckTask) -> Vec<wire::CheckTask> {
     let proxy = wire::ProxyEndpoint {
         id: task.proxy_id.to_string(),
         upstream: task.upstream.to_string(),
-        protocol: match task.protocol {
-            Protocol::Http => wire::Protocol::Http,
-            Protocol::Socks5 => wire::Protocol::Socks5,
-        },
+        protocol: task.protocol,
         host: task.host.clone(),
         port: task.port,
-        credentials: task.credentials.as_ref().map(|c| wire::Credentials {
-            username: c.username.clone(),
-            password: wire::Secret::new(c.password.expose()),
-        }),
+        credentials: task.credentials.clone(),
     };
     task.checks
         .iter()
@@ -114,33 +107,18 @@ fn planner_task(wire_id: &str) -> Option<u64> {
     wire_id.strip_prefix('h')?.split_once('-')?.0.parse().ok()
 }
 
-/// A wire observation as the reducer sees it; `None` when it names no task of ours.
+/// A wire observation as the reducer sees it (the planner's task, a pool proxy ID);
+/// `None` when it names no task of ours.
 pub fn from_wire(o: &wire::Observation) -> Option<Observation> {
-    let task = planner_task(&o.task_id)?;
-    let failure = if o.success {
-        None
-    } else if o.anonymity_leak {
-        Some(FailureCode::ClientLeaked)
-    } else {
-        Some(
-            o.failure_code
-                .as_deref()
-                .and_then(FailureCode::parse)
-                .unwrap_or(FailureCode::HandshakeFailed),
-        )
-    };
     Some(Observation {
-        task_id: task,
+        task_id: planner_task(&o.task_id)?,
         proxy_id: ProxyId::new(o.proxy_id.clone()).ok()?,
         tier: o.tier,
         routing: o.routing.clone(),
         success: o.success,
-        latency: Some(o.latency),
-        failure,
-        egress: o
-            .egress_address
-            .as_deref()
-            .and_then(|a| a.parse::<IpAddr>().ok()),
+        latency: o.latency,
+        failure: o.failure,
+        egress: o.egress,
     })
 }
 
@@ -308,7 +286,11 @@ impl CheckerBridge {
 mod tests {
     use super::*;
     use activity_pool::Timestamp;
-    use activity_pool::model::{Credentials, Secret, UpstreamId};
+    use activity_pool::model::{Credentials, Protocol, Secret, UpstreamId};
+    use proxy_pool_api::controlplane::pb;
+    use std::net::IpAddr;
+
+    use crate::health::model::FailureCode;
 
     #[test]
     fn wire_round_trip_of_ids_tiers_and_failures() {
@@ -342,38 +324,39 @@ mod tests {
         assert_eq!(w[2].target.as_ref().map(|t| t.url.as_str()), Some("t:443"));
         assert_eq!(w[0].deadline_ms, 5_000);
         assert!(!format!("{:?}", w[0]).contains("\"b\""));
-        let obs = |success, code: Option<&str>, leak| wire::Observation {
-            task_id: "h42-1".into(),
-            proxy_id: "p-1".into(),
-            tier: wire::CheckTier::Egress,
-            success,
-            latency: Duration::from_millis(7),
-            failure_code: code.map(str::to_owned),
-            egress_address: Some("127.0.0.9".into()),
-            anonymity_leak: leak,
-            routing: None,
-            observed_at_ms: 1,
+        let obs = |success, code: &str, leak| {
+            wire::Observation::try_from(pb::Observation {
+                task_id: "h42-1".into(),
+                proxy_id: "p-1".into(),
+                tier: pb::CheckTier::Egress as i32,
+                success,
+                latency_ms: 7,
+                failure_code: code.into(),
+                egress_address: "127.0.0.9".into(),
+                anonymity_leak: leak,
+                routing: String::new(),
+                observed_at_ms: 1,
+            })
+            .unwrap()
         };
-        let o = from_wire(&obs(true, None, false)).unwrap();
+        let o = from_wire(&obs(true, "", false)).unwrap();
         assert_eq!((o.task_id, o.tier, o.failure), (42, Tier::Egress, None));
         assert_eq!(o.egress, Some(IpAddr::from([127, 0, 0, 9])));
         assert_eq!(
-            from_wire(&obs(false, None, true)).unwrap().failure,
+            from_wire(&obs(false, "", true)).unwrap().failure,
             Some(FailureCode::ClientLeaked)
         );
         assert_eq!(
-            from_wire(&obs(false, Some("auth_rejected"), false))
+            from_wire(&obs(false, "auth_rejected", false))
                 .unwrap()
                 .failure,
             Some(FailureCode::AuthRejected)
         );
         assert_eq!(
-            from_wire(&obs(false, Some("weird"), false))
-                .unwrap()
-                .failure,
+            from_wire(&obs(false, "weird", false)).unwrap().failure,
             Some(FailureCode::HandshakeFailed)
         );
-        let mut foreign = obs(true, None, false);
+        let mut foreign = obs(true, "", false);
         foreign.task_id = "t-1".into();
         assert!(from_wire(&foreign).is_none());
     }

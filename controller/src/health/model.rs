@@ -18,34 +18,8 @@ pub fn failure_label(code: FailureCode) -> Option<Label> {
     Label::new(code.as_str()).ok()
 }
 
-/// One check to run within a task.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Check {
-    /// BASIC.
-    Basic,
-    /// EGRESS.
-    Egress,
-    /// TARGET for one routing.
-    Target {
-        /// The routing it serves.
-        routing: String,
-        /// Target host.
-        host: String,
-        /// Target port.
-        port: u16,
-    },
-}
-
-impl Check {
-    /// The tier of this check.
-    pub fn tier(&self) -> Tier {
-        match self {
-            Self::Basic => Tier::Basic,
-            Self::Egress => Tier::Egress,
-            Self::Target { .. } => Tier::Target,
-        }
-    }
-}
+/// One check of a task (the contract's own type).
+pub use proxy_pool_api::controlplane::model::Check;
 
 /// A deadline-bound check task for one proxy.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,10 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use activity_pool::model::{Credentials, Label, Protocol, Secret, UpstreamId};
-use proxy_pool_api::config::{
-    ProxyProtocol, SourceConfig, UpstreamConfig, VendorFormat as ConfigFormat,
-};
+use activity_pool::model::{Credentials, Label, Secret, UpstreamId};
+use proxy_pool_api::config::{SourceConfig, UpstreamConfig, VendorFormat as ConfigFormat};
 
 use super::error::ProviderError;
 use super::http::{HttpVendorSource, VendorAuth, VendorFormat};
@@ -51,11 +49,7 @@ pub fn plan_upstream(
             .map(|s| Label::new(s).map_err(|e| ProviderError::option(field(f), e.to_string())))
             .transpose()
     };
-    let protocol = match cfg.protocol {
-        ProxyProtocol::Http => Protocol::Http,
-        ProxyProtocol::Socks5 => Protocol::Socks5,
-    };
-    let mut options = ProviderOptions::new(upstream, protocol, cfg.ttl);
+    let mut options = ProviderOptions::new(upstream, cfg.protocol, cfg.ttl);
     options.defaults.region = label(&cfg.region, "region")?;
     options.defaults.carrier = label(&cfg.carrier, "carrier")?;
     options.defaults.max_concurrency = cfg.max_concurrency_per_proxy;
@@ -126,8 +120,10 @@ pub fn plan_upstream(
 mod tests {
     use super::super::options::FetchBudget as FetchBudgetDefault;
     use super::*;
+    use activity_pool::model::Protocol;
     use proxy_pool_api::config::{
-        PasswordSource, ProxyCredentials, StaticProxy, StaticSourceConfig, VendorApiConfig,
+        PasswordSource, ProxyCredentials, ProxyProtocol, StaticProxy, StaticSourceConfig,
+        VendorApiConfig,
     };
     use std::num::NonZeroU32;
 

@@ -64,8 +64,10 @@ pub struct ExtractRequest {
     pub idempotency_ttl: Duration,
 }
 
-/// A proxy handed out by an extraction.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A proxy handed out by an extraction. Not serializable: it carries the password,
+/// and every encoding of it (the Redis one, the Distribution API's) is written out
+/// field by field where it is needed.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExtractedProxy {
     /// ID.
     pub id: ProxyId,
@@ -88,7 +90,7 @@ pub struct ExtractedProxy {
 }
 
 /// A successful extraction (possibly replayed).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Extraction {
     /// The proxies, in scan order.
     pub proxies: Vec<ExtractedProxy>,

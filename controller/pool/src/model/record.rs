@@ -1,52 +1,19 @@
-//! Proxy records and what writes them: the protocol and credentials of a proxy, its
-//! life-cycle state, provider batches and their upsert report, the stored record,
-//! an upstream's inventory figures and what maintenance did.
+//! Proxy records and what writes them: the protocol and credentials of a proxy (the
+//! contract's types, re-exported), its life-cycle state, provider batches and their
+//! upsert report, the stored record, an upstream's inventory figures and what
+//! maintenance did.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use proxy_pool_api::controlplane::model::{Credentials, Protocol, Secret};
+
 use super::ids::{Label, OperationId, ProxyId, UpstreamId};
 use super::worker::Assignment;
 use crate::clock::Timestamp;
-
-/// The protocol an upstream (vendor) proxy speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    /// HTTP proxy: `CONNECT` and absolute-URI forwarding.
-    Http,
-    /// SOCKS5 with username/password.
-    Socks5,
-}
-
-impl Protocol {
-    /// `http` or `socks5`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Http => "http",
-            Self::Socks5 => "socks5",
-        }
-    }
-
-    /// Inverse of [`Protocol::as_str`].
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "http" => Some(Self::Http),
-            "socks5" => Some(Self::Socks5),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Protocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Life-cycle state of a proxy record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -117,38 +84,6 @@ impl ProxyState {
     pub fn is_unextracted(self) -> bool {
         !matches!(self, Self::Extracted | Self::Expired | Self::Removed)
     }
-}
-
-/// A secret string: never printed by `Debug` or `Display`.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret itself; call only where it must leave the process.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
-
-/// Credentials of an upstream proxy, resolved before they reach the pool.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Credentials {
-    /// Username.
-    pub username: String,
-    /// Password.
-    pub password: Secret,
 }
 
 /// One proxy offered by a provider fetch.

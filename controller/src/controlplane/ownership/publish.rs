@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use activity_pool::model::{Assignment, ProxyId, ProxyRecord, ProxyState, WorkerId, WorkerSession};
 use activity_pool::{PoolResult, Timestamp};
-use proxy_pool_api::controlplane::model::{Credentials, Protocol, Secret, SnapshotProxy};
+use proxy_pool_api::controlplane::model::SnapshotProxy;
 
 use super::{Owners, OwnershipManager, RECORD_CHUNK};
 use crate::controlplane::registry::WorkerInfo;
@@ -79,16 +79,10 @@ pub fn snapshot_proxy(
     SnapshotProxy {
         id: rec.id.to_string(),
         upstream: rec.upstream.to_string(),
-        protocol: match rec.protocol {
-            activity_pool::model::Protocol::Http => Protocol::Http,
-            activity_pool::model::Protocol::Socks5 => Protocol::Socks5,
-        },
+        protocol: rec.protocol,
         host: rec.host.clone(),
         port: rec.port,
-        credentials: rec.credentials.as_ref().map(|c| Credentials {
-            username: c.username.clone(),
-            password: Secret::new(c.password.expose()),
-        }),
+        credentials: rec.credentials.clone(),
         region: rec.region.as_ref().map(ToString::to_string),
         carrier: rec.carrier.as_ref().map(ToString::to_string),
         max_concurrency: rec.max_concurrency,
