@@ -139,8 +139,11 @@ pub async fn build_store(config: &Config, pod: Option<&str>) -> Result<BuiltStor
         }
         proxy_pool_api::config::StoreConfig::Redis(_) => {
             let fence = Fence::new();
-            let built = store::build_fenced(config, Some(&fence)).await?;
-            let redis = redis_pool(config).await?;
+            // The store's one pool: the ports hold it fenced, the lease and the
+            // control plane use the same one.
+            let Some((built, redis)) = store::build_redis_store(config, &fence).await? else {
+                return Err(ComposeError::Health("not a Redis store".into()));
+            };
             let (lease, pod_label) = lease_store(config, &redis, pod).await?;
             let (elector, leadership) = Elector::new(
                 lease,
@@ -213,26 +216,6 @@ fn ports_of<P: activity_pool::ports::ActivityPool + 'static>(pool: Arc<P>) -> Po
         health: pool.clone(),
         maintenance: pool,
     }
-}
-
-async fn redis_pool(config: &Config) -> Result<Arc<activity_pool::RedisPool>, ComposeError> {
-    use activity_pool::{RedisOptions, RedisPool};
-    use proxy_pool_api::config::StoreConfig;
-    let StoreConfig::Redis(r) = &config.store else {
-        return Err(ComposeError::Health("not a Redis store".into()));
-    };
-    let connector = store::connector(r)?;
-    Ok(Arc::new(
-        RedisPool::new(
-            connector,
-            RedisOptions {
-                pool: store::pool_options(&config.pool),
-                command_timeout: r.command_timeout,
-                clock_override: None,
-            },
-        )
-        .await?,
-    ))
 }
 
 /// Everything built and checked, not yet running.

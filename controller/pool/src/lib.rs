@@ -21,7 +21,7 @@ mod redis;
 pub mod testkit;
 mod validate;
 
-pub use crate::redis::{LeaderGrant, RedisConnector, RedisOptions, RedisPool};
+pub use crate::redis::{Connect, LeaderGrant, RedisConn, RedisConnector, RedisOptions, RedisPool};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use error::{ConflictReason, PoolError, PoolResult};
 pub use fence::Fence;
