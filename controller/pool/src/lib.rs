@@ -18,6 +18,7 @@ pub mod model;
 pub mod options;
 pub mod ports;
 mod redis;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 mod validate;
 
