@@ -5,6 +5,11 @@
 //! worker applying the delta. Prints the bytes on the wire.
 //!
 //! Run: `cargo bench -p proxy-pool-controller --bench snapshot`
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code: a failed step panics the test"
+)]
 
 use std::hint::black_box;
 

@@ -8,7 +8,6 @@
 //!
 //! The pool never logs, stores in a key, or returns in an error a proxy password or a
 //! credential reference.
-#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod clock;
 pub mod error;
