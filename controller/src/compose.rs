@@ -127,7 +127,7 @@ pub async fn build_store(config: &Config, pod: Option<&str>) -> Result<BuiltStor
             let pool = Arc::new(MemoryPool::new(store::pool_options(&config.pool)));
             Ok(BuiltStore {
                 store: Store {
-                    ports: ports_of(pool.clone()),
+                    ports: Ports::from_shared(pool.clone()),
                     redis: None,
                 },
                 control_plane: ControlPlanePorts::from_pool(pool, clock),
@@ -206,16 +206,6 @@ async fn kube_client(config: Option<kube::Config>) -> Result<kube::Client, Strin
             .map_err(|e| format!("Kubernetes API access (KUBECONFIG or in-cluster): {e}"))?,
     };
     kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
-}
-
-fn ports_of<P: activity_pool::ports::ActivityPool + 'static>(pool: Arc<P>) -> Ports {
-    Ports {
-        extraction: pool.clone(),
-        inventory: pool.clone(),
-        upserter: pool.clone(),
-        health: pool.clone(),
-        maintenance: pool,
-    }
 }
 
 /// Everything built and checked, not yet running.

@@ -76,7 +76,11 @@ impl std::fmt::Debug for Ports {
 impl Ports {
     /// Every port from one full pool.
     pub fn from_pool<P: ActivityPool + 'static>(pool: P) -> Self {
-        let pool = Arc::new(pool);
+        Self::from_shared(Arc::new(pool))
+    }
+
+    /// Every port from one full pool shared with other users.
+    pub fn from_shared<P: ActivityPool + 'static>(pool: Arc<P>) -> Self {
         Self {
             extraction: pool.clone(),
             inventory: pool.clone(),
