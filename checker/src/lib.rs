@@ -8,7 +8,6 @@
 //! sockets), [`runner::run`] (bounded concurrency, deadlines, graceful shutdown),
 //! [`memory`] (in-process bindings). It never logs a credential and nothing is
 //! logged above DEBUG per probe.
-#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cli;
 pub mod echo;

@@ -15,9 +15,7 @@ use proxy_pool_checker::{
     Check, GrpcBinding, GrpcOptions, NetProber, ProbeTask, Prober, ProberOptions, RunnerOptions,
     Tier,
 };
-use proxy_pool_identity_client::{
-    ClientConfig as IdentityClientConfig, IdentityClient, WorkerTls, start_issued,
-};
+use proxy_pool_identity_client::{IdentityArgs, IdentityClient, WorkerTls, start_issued};
 use proxy_pool_runtime::shutdown_signal;
 use tokio_util::sync::CancellationToken;
 
@@ -51,11 +49,11 @@ struct RunArgs {
     #[arg(long, default_value_t = 10)]
     grace: u64,
     /// Plaintext to a loopback controller (local runs and tests only).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "identity_endpoint")]
     loopback_plaintext: bool,
     /// File-based mTLS: trust bundle (PEM) for the controller's certificate. The three
     /// files are re-read for every new control-plane connection.
-    #[arg(long, alias = "tls-ca")]
+    #[arg(long, alias = "tls-ca", conflicts_with = "identity_endpoint")]
     ca: Option<PathBuf>,
     /// File-based mTLS: workload certificate chain (PEM).
     #[arg(long, alias = "tls-cert")]
@@ -63,24 +61,9 @@ struct RunArgs {
     /// File-based mTLS: workload private key (PEM).
     #[arg(long, alias = "tls-key")]
     key: Option<PathBuf>,
-    /// Operator's identity issuance endpoint (`https://…`): the certificate is
-    /// requested before connecting and renewed in memory at about half-life.
-    #[arg(
-        long,
-        env = "PROXY_POOL_IDENTITY_ENDPOINT",
-        conflicts_with_all = ["ca", "loopback_plaintext"],
-        requires_all = ["identity_token_file", "trust_bundle_file"]
-    )]
-    identity_endpoint: Option<String>,
-    /// Projected ServiceAccount token (audience `proxy-pool-identity`).
-    #[arg(long, env = "PROXY_POOL_IDENTITY_TOKEN_FILE")]
-    identity_token_file: Option<PathBuf>,
-    /// The operator's trust bundle (PEM): verifies the issuer and the controller.
-    #[arg(long, env = "PROXY_POOL_TRUST_BUNDLE_FILE")]
-    trust_bundle_file: Option<PathBuf>,
-    /// TLS name of the issuance endpoint, when it differs from the URL's host.
-    #[arg(long)]
-    identity_server_name: Option<String>,
+    /// Worker-identity bootstrap (`--identity-endpoint` and its files).
+    #[command(flatten)]
+    identity: IdentityArgs,
     /// Name the controller's certificate carries.
     #[arg(long, default_value = "proxy-pool-controller")]
     server_name: String,
@@ -307,16 +290,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let tls = if args.loopback_plaintext {
         None
-    } else if let Some(endpoint) = args.identity_endpoint.as_deref().filter(|e| !e.is_empty()) {
-        let (Some(token), Some(bundle)) = (&args.identity_token_file, &args.trust_bundle_file)
-        else {
-            bail!("--identity-endpoint needs --identity-token-file and --trust-bundle-file");
-        };
-        let uri: http::Uri = endpoint
-            .parse()
-            .with_context(|| format!("--identity-endpoint {endpoint:?} is not a URL"))?;
-        let mut cfg = IdentityClientConfig::new(uri, token.clone(), bundle.clone());
-        cfg.server_name = args.identity_server_name.clone();
+    } else if let Some(cfg) = args.identity.client_config()? {
+        let endpoint = args.identity.endpoint().unwrap_or_default();
+        let bundle = cfg.ca_bundle_path.clone();
         let started = start_issued(
             IdentityClient::new(cfg),
             bundle.clone(),

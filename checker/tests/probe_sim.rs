@@ -1,4 +1,5 @@
 //! The checker against live vendor-simulator proxies over real loopback sockets.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::net::IpAddr;
 use std::sync::Arc;

@@ -5,6 +5,7 @@
 //! worker applying the delta. Prints the bytes on the wire.
 //!
 //! Run: `cargo bench -p proxy-pool-controller --bench snapshot`
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::hint::black_box;
 

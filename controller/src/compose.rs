@@ -127,7 +127,7 @@ pub async fn build_store(config: &Config, pod: Option<&str>) -> Result<BuiltStor
             let pool = Arc::new(MemoryPool::new(store::pool_options(&config.pool)));
             Ok(BuiltStore {
                 store: Store {
-                    ports: ports_of(pool.clone()),
+                    ports: Ports::from_shared(pool.clone()),
                     redis: None,
                 },
                 control_plane: ControlPlanePorts::from_pool(pool, clock),
@@ -139,8 +139,11 @@ pub async fn build_store(config: &Config, pod: Option<&str>) -> Result<BuiltStor
         }
         proxy_pool_api::config::StoreConfig::Redis(_) => {
             let fence = Fence::new();
-            let built = store::build_fenced(config, Some(&fence)).await?;
-            let redis = redis_pool(config).await?;
+            // The store's one pool: the ports hold it fenced, the lease and the
+            // control plane use the same one.
+            let Some((built, redis)) = store::build_redis_store(config, &fence).await? else {
+                return Err(ComposeError::Health("not a Redis store".into()));
+            };
             let (lease, pod_label) = lease_store(config, &redis, pod).await?;
             let (elector, leadership) = Elector::new(
                 lease,
@@ -203,36 +206,6 @@ async fn kube_client(config: Option<kube::Config>) -> Result<kube::Client, Strin
             .map_err(|e| format!("Kubernetes API access (KUBECONFIG or in-cluster): {e}"))?,
     };
     kube::Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))
-}
-
-fn ports_of<P: activity_pool::ports::ActivityPool + 'static>(pool: Arc<P>) -> Ports {
-    Ports {
-        extraction: pool.clone(),
-        inventory: pool.clone(),
-        upserter: pool.clone(),
-        health: pool.clone(),
-        maintenance: pool,
-    }
-}
-
-async fn redis_pool(config: &Config) -> Result<Arc<activity_pool::RedisPool>, ComposeError> {
-    use activity_pool::{RedisOptions, RedisPool};
-    use proxy_pool_api::config::StoreConfig;
-    let StoreConfig::Redis(r) = &config.store else {
-        return Err(ComposeError::Health("not a Redis store".into()));
-    };
-    let connector = store::connector(r)?;
-    Ok(Arc::new(
-        RedisPool::new(
-            connector,
-            RedisOptions {
-                pool: store::pool_options(&config.pool),
-                command_timeout: r.command_timeout,
-                clock_override: None,
-            },
-        )
-        .await?,
-    ))
 }
 
 /// Everything built and checked, not yet running.

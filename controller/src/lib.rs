@@ -4,7 +4,6 @@
 //! `127.0.0.1:0`.
 //!
 //! Nothing here binds a socket or reads the environment; listeners come in bound.
-#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod admin;
 pub mod compose;

@@ -1,16 +1,16 @@
 //! The controller's own Redis connection (rate limiter, readiness, the start-up
 //! eviction-policy check), separate from the activity pool's but made by the same
-//! connector (direct or Sentinel-resolved master, TLS, ACL users): one multiplexed
-//! connection re-made after any error, every call bounded by a timeout.
+//! connector (direct or Sentinel-resolved master, TLS, ACL users) and the same
+//! reconnecting connection (`activity_pool::RedisConn`): one multiplexed connection
+//! re-made after any error, every call bounded by a timeout.
 //!
 //! Owns no pool key; never prints the password.
 
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use activity_pool::RedisConnector;
+use activity_pool::{RedisConn, RedisConnector};
 use redis::aio::MultiplexedConnection;
-use tokio::sync::Mutex;
 
 /// Why a Redis call failed (no Redis text is kept).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -23,19 +23,11 @@ pub enum LinkError {
     Unavailable,
 }
 
-/// One lazily (re)connected multiplexed connection.
+/// One lazily (re)connected multiplexed connection ([`RedisConn`], the store's
+/// connector's), forgotten after any failed or timed-out call.
 pub struct RedisLink {
-    connector: RedisConnector,
+    conn: RedisConn,
     timeout: Duration,
-    conn: Mutex<LinkState>,
-}
-
-#[derive(Default)]
-struct LinkState {
-    conn: Option<MultiplexedConnection>,
-    /// After a failed connect, calls fail fast for [`RETRY_AFTER_FAILURE`] instead of
-    /// queueing behind the mutex for a connect timeout each.
-    failed_at: Option<Instant>,
 }
 
 /// How long a failed connect makes calls fail fast.
@@ -45,7 +37,7 @@ impl fmt::Debug for RedisLink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLink")
             .field("timeout", &self.timeout)
-            .field("connector", &self.connector)
+            .field("conn", &self.conn)
             .finish_non_exhaustive()
     }
 }
@@ -55,38 +47,20 @@ impl RedisLink {
     /// every call bounded by `timeout`.
     pub fn new(connector: RedisConnector, timeout: Duration) -> Self {
         Self {
-            connector,
+            conn: RedisConn::relink_with(connector.connect_fn(timeout), RETRY_AFTER_FAILURE),
             timeout,
-            conn: Mutex::new(LinkState::default()),
         }
     }
 
     async fn connection(&self) -> Result<MultiplexedConnection, LinkError> {
-        let mut guard = self.conn.lock().await;
-        if let Some(c) = guard.conn.as_ref() {
-            return Ok(c.clone());
-        }
-        if guard
-            .failed_at
-            .is_some_and(|t| t.elapsed() < RETRY_AFTER_FAILURE)
-        {
-            return Err(LinkError::Unavailable);
-        }
-        match self.connector.connect(self.timeout).await {
-            Ok(conn) => {
-                guard.conn = Some(conn.clone());
-                guard.failed_at = None;
-                Ok(conn)
-            }
-            Err(_) => {
-                guard.failed_at = Some(Instant::now());
-                Err(LinkError::Unavailable)
-            }
-        }
+        self.conn
+            .current()
+            .await
+            .map_err(|_| LinkError::Unavailable)
     }
 
     async fn forget(&self) {
-        self.conn.lock().await.conn = None;
+        self.conn.reset().await;
     }
 
     /// Runs a prepared script (EVALSHA, loading it on NOSCRIPT).

@@ -76,7 +76,11 @@ impl std::fmt::Debug for Ports {
 impl Ports {
     /// Every port from one full pool.
     pub fn from_pool<P: ActivityPool + 'static>(pool: P) -> Self {
-        let pool = Arc::new(pool);
+        Self::from_shared(Arc::new(pool))
+    }
+
+    /// Every port from one full pool shared with other users.
+    pub fn from_shared<P: ActivityPool + 'static>(pool: Arc<P>) -> Self {
         Self {
             extraction: pool.clone(),
             inventory: pool.clone(),
@@ -138,7 +142,23 @@ pub async fn build_fenced(config: &Config, fence: Option<&Fence>) -> Result<Stor
             ports: Ports::from_pool(MemoryPool::new(options)),
             redis: None,
         }),
-        StoreConfig::Redis(r) => build_redis(r, options, fence).await,
+        StoreConfig::Redis(r) => Ok(build_redis(r, options, fence).await?.0),
+    }
+}
+
+/// [`build_fenced`] for a Redis store, also returning the store's one [`RedisPool`],
+/// unfenced: the ports hold it fenced by `fence`, and the control plane and the leader
+/// lease use this same pool (one connection, one key book), never a second one.
+/// `Ok(None)` for the memory store.
+pub async fn build_redis_store(
+    config: &Config,
+    fence: &Fence,
+) -> Result<Option<(Store, RedisPool)>, BuildError> {
+    match &config.store {
+        StoreConfig::Memory => Ok(None),
+        StoreConfig::Redis(r) => Ok(Some(
+            build_redis(r, pool_options(&config.pool), Some(fence)).await?,
+        )),
     }
 }
 
@@ -182,7 +202,7 @@ async fn build_redis(
     r: &RedisConfig,
     options: PoolOptions,
     fence: Option<&Fence>,
-) -> Result<Store, BuildError> {
+) -> Result<(Store, RedisPool), BuildError> {
     let connector = connector(r)?;
     let link = RedisLink::new(connector.clone(), r.command_timeout);
     // Fail closed on a Redis that may evict pool keys.
@@ -200,12 +220,15 @@ async fn build_redis(
         },
     )
     .await?;
-    let pool = match fence {
+    let ports = match fence {
         Some(f) => pool.fenced(f.clone()),
-        None => pool,
+        None => pool.clone(),
     };
-    Ok(Store {
-        ports: Ports::from_pool(pool),
-        redis: Some(Arc::new(link)),
-    })
+    Ok((
+        Store {
+            ports: Ports::from_pool(ports),
+            redis: Some(Arc::new(link)),
+        },
+        pool,
+    ))
 }

@@ -5,6 +5,7 @@
 //! once, failed extractions not at all; the dashboard is served; every stats answer is
 //! `no-store` and conforms to the OpenAPI file; shutdown makes the final flush; with two
 //! replicas both record usage and only the leader flushes.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

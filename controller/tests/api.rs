@@ -2,6 +2,7 @@
 //! `redis-server`: every status code of the contract, idempotency, client constraints,
 //! disjoint results under 32 parallel clients, retries after a client-side timeout.
 //! Every response is checked against the OpenAPI file by the harness.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

@@ -9,6 +9,7 @@
 //! from a config with `tokenReview` (the way `main` builds it) answers ServiceAccount
 //! tokens over HTTP: 200 for a mapped account, 403 for an unmapped one, 401 for garbage,
 //! the second request served from the cache (its metrics and Redis keys).
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

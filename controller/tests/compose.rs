@@ -3,6 +3,7 @@
 //! gRPC binding, runner and network prober) on the control plane: proxies are fetched,
 //! checked, become extractable through the HTTP API, work through the simulator, and
 //! everything stops on the shutdown signal.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod controlplane_support;
 

@@ -1,6 +1,7 @@
 //! Control-plane behaviour through real gRPC: a tonic client against the server on
 //! `127.0.0.1:0` (loopback fixture), over the activity pool on memory and on a real
 //! `redis-server`. Pool time is a `ManualClock`; ownership passes are run by hand.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod controlplane_support;
 

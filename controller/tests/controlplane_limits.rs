@@ -1,6 +1,7 @@
 //! The gRPC control plane against oversized and hostile messages: every RPC is held to
 //! the size its largest legitimate message needs (not one 64 MiB cap for all), and
 //! identifiers are validated before they enter a span or a log line.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod controlplane_support;
 

@@ -1,6 +1,7 @@
 //! mTLS on the control plane: certificates made here with `rcgen` (a CA, the
 //! controller's server certificate, SPIFFE workload leaves); the client is the `api`
 //! crate's connection helper. The SPIFFE URI must match the ID in every message.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod controlplane_support;
 

@@ -2,6 +2,7 @@
 //! exact counts per Routing and client, the unlisted remainder, unknown routings
 //! ignored and counted, a replayed report not counted twice, a refused report not
 //! counted at all, and a malformed usage list refusing the whole report.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod controlplane_support;
 

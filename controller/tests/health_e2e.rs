@@ -4,6 +4,7 @@
 //!
 //! The checker talks to the health service through an in-process bridge of its
 //! `TaskSource` / `ObservationSink` ports, the same seam the gRPC binding will use.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,6 +2,7 @@
 //! planner → `CheckerBridge` → control plane (`CheckerControlPlane`, loopback fixture
 //! transport) → `proxy-pool-checker` runner with its gRPC binding → real probes through
 //! the simulator's proxies → observations back over gRPC → reducer → pool state.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,6 +6,7 @@
 //! the reducer — a proxy that fails every gateway attempt leaves AVAILABLE (and the
 //! snapshot) after a bounded number of outcomes, while one with many target-side
 //! failures stays.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod controlplane_support;
 

@@ -1,5 +1,6 @@
 //! `HealthService` against the pool (memory and Redis) on a controlled clock: what it
 //! hands out, what it writes, and what it forgets.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::num::NonZeroU32;
 use std::sync::Arc;

@@ -2,6 +2,7 @@
 //! (`leadership::contract`, also run on `MemoryLease`), and two electors racing for
 //! it; and a control plane that does not lead refusing every call with `UNAVAILABLE
 //! not_leader`. Never skipped: a missing binary fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod controlplane_support;
 

@@ -5,6 +5,7 @@
 //! leader's pod label follows its role; and the binary refuses to start without API
 //! access or without the pod name it would label. Never skipped: a missing binary fails the test
 //! (`PROXY_POOL_K8S_BIN_DIR`, `PROXY_POOL_REDIS_SERVER`; `scripts/test.sh` sets both).
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::num::NonZeroU32;
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 //! holding little (the largest holder's oldest connection makes room), and idle
 //! connections are closed at the head deadline. Real sockets from several loopback
 //! source addresses.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! with credentials, every auth method, successes, replays and errors) and proves that
 //! no proxy host, proxy password, API key, Basic password or bearer token appears,
 //! while each request left exactly one access line.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! stops there), a restarted control plane adopts the live leases instead of letting
 //! them lapse under a worker that still uses them, and extraction demand drains the
 //! least loaded gateway-owned proxies, spread over the workers.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod controlplane_support;
 

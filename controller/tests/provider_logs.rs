@@ -1,5 +1,6 @@
 //! No secret reaches a log line: vendor key, URL query, proxy passwords — at TRACE,
 //! across successful fetches, refused credentials, and an unreachable vendor.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,6 @@
 //! The provider reconciler against the vendor simulator's API and hostile HTTP servers,
 //! writing into the activity pool on memory and on a real `redis-server`.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::net::SocketAddr;
 use std::sync::Arc;

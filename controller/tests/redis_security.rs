@@ -2,6 +2,7 @@
 //! `rediss://` (TLS, a private trust bundle) with an ACL user, Sentinel with its own ACL
 //! user, and the start-up refusal of a Redis whose `maxmemory-policy` could evict pool
 //! keys.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

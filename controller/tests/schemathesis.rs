@@ -5,6 +5,7 @@
 //! succeeding. The admin run uses the controller as `main` builds it with usage
 //! analytics on (Redis store, a private migrated PostgreSQL), so the stats API and the
 //! dashboard are served and hold committed data. Fails on any schemathesis failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The shutdown protocol: signal → not ready and new requests refused with 503 →
 //! in-flight requests finish → exit within the grace period; for the library and for
 //! the binary under SIGTERM. Also: `validate-config` on the shipped example.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

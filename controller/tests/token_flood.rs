@@ -3,6 +3,7 @@
 //! capped, the rest are refused at once, so they never hold the Distribution API's
 //! in-flight slots: an API-key caller is served during the flood. Real sockets, the
 //! controller as `main` builds it, with the TokenReview verifier plugged in.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

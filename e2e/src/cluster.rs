@@ -7,6 +7,10 @@
 //! does (binaries and images); [`LocalCluster::prepared`] says whether a test can run:
 //! without it a test fails under CI and is skipped (with a message) otherwise.
 //! Test fixture: panics with the cluster's log tails when a command it needs fails.
+#![allow(
+    clippy::expect_used,
+    reason = "test fixture: a cluster command that fails fails the test with the cluster logs"
+)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

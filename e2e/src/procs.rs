@@ -2,6 +2,10 @@
 //! `scripts/dev-up.sh` builds them, started with their output in per-process log files,
 //! and stopped (SIGTERM, then kill after a grace period) when the set is dropped.
 //! Test fixture: panics with the processes' log tails when something is wrong.
+#![allow(
+    clippy::expect_used,
+    reason = "test fixture: a process that cannot be built or started fails the test with its logs"
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

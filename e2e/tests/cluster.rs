@@ -23,6 +23,7 @@
 //!
 //! One test (one cluster): the steps run in order. Needs root and
 //! `scripts/test.d/cluster.sh`; fails under CI without them, skips otherwise.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

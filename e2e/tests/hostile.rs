@@ -26,6 +26,7 @@
 //! Needs the Kubernetes binaries (`scripts/k8s-bins.sh`, `PROXY_POOL_K8S_BIN_DIR`) and
 //! a descriptor limit of at least [`MIN_NOFILE`] (raised with `prlimit` up to the hard
 //! limit when lower); fails, never skips, without them.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -10,6 +10,7 @@
 //! and tokens for another audience are refused (401).
 //!
 //! One control plane serves every step (starting one is slow on a small machine).
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -3,6 +3,7 @@
 //! counts connections and requests independently of the load generator, and can stall).
 //! No assertion depends on how fast this machine is: counts are exact, timings are
 //! checked only in the direction a schedule guarantees, or with wide margins.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use proxy_pool_e2e::loadgen::{self, ConfigError, LoadConfig, Mode, Pacing, ProxyEndpoint, Target};
 use proxy_pool_e2e::sim::{FailureMode, Protocol, SimConfig, SimProxy, Simulator};

@@ -16,6 +16,7 @@
 //! The extraction client connects to the proxies it got from `127.0.0.2`; everything
 //! else (the gateways) comes from other loopback addresses: that is how the auditor
 //! tells them apart.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

@@ -6,6 +6,7 @@
 //!
 //! One control plane serves every step (starting one costs tens of seconds on a
 //! small machine); each step is its own function so a failure names it.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::path::PathBuf;
 use std::time::Duration;

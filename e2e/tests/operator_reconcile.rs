@@ -9,6 +9,7 @@
 //! kube-controller-manager runs so that deletion is checked the way a cluster does it:
 //! the operator sets owner references and no finalizer, and the garbage collector
 //! removes the owned objects (the operator never deletes them itself).
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

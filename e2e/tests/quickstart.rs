@@ -6,6 +6,7 @@
 //! Builds the four binaries through the script (a no-op when they are fresh) into the
 //! target directory this test runs from; ports come from a free random range. Without
 //! curl the tests are skipped with a message, except under CI (`CI` set), where they fail.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;

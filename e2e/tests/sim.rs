@@ -1,6 +1,7 @@
 //! Vendor simulator end to end, with real sockets and real clients: raw HTTP and
 //! SOCKS5 handshakes written here, hyper, rustls, and curl.
 //! Everything stays on loopback.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use base64::Engine as _;
 use bytes::Bytes;

@@ -14,6 +14,7 @@
 //! - a gateway with a token bound to a pod outside any managed Deployment is refused
 //!   by the issuer, says so in one clear log line, exits non-zero and never opens its
 //!   traffic listener; a checker with such a token is refused and exits likewise.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

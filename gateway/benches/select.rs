@@ -3,6 +3,7 @@
 //! authentication, routing match, pick) and a sticky-session pick.
 //!
 //! `cargo bench -p proxy-pool-gateway --bench select`
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use proxy_pool_gateway::AuthMode;

@@ -11,9 +11,7 @@ use proxy_pool_gateway::snapshot::file::SnapshotFile;
 use proxy_pool_gateway::{
     AuthMode, Gateway, GatewayConfig, SnapshotHandle, WorkerListeners, bind_reuseport,
 };
-use proxy_pool_identity_client::{
-    ClientConfig as IdentityClientConfig, IdentityClient, WorkerTls, start_issued,
-};
+use proxy_pool_identity_client::{IdentityArgs, IdentityClient, WorkerTls, start_issued};
 use proxy_pool_runtime::shutdown_signal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -90,7 +88,12 @@ struct Args {
     clients_file: Option<PathBuf>,
     /// File-based mTLS: trust bundle (PEM) the controller's certificate is verified
     /// against. The three files are re-read for every new control-plane connection.
-    #[arg(long, alias = "ca-file", requires_all = ["tls_cert", "tls_key"])]
+    #[arg(
+        long,
+        alias = "ca-file",
+        requires_all = ["tls_cert", "tls_key"],
+        conflicts_with = "identity_endpoint"
+    )]
     tls_ca: Option<PathBuf>,
     /// File-based mTLS: workload certificate chain (PEM) with the SPIFFE URI.
     #[arg(long, alias = "cert-file", requires = "tls_ca")]
@@ -98,26 +101,9 @@ struct Args {
     /// File-based mTLS: workload private key (PEM).
     #[arg(long, alias = "key-file", requires = "tls_ca")]
     tls_key: Option<PathBuf>,
-    /// Operator's identity issuance endpoint (`https://…`): the workload certificate is
-    /// requested from it before connecting and renewed in memory at about half-life.
-    #[arg(
-        long,
-        env = "PROXY_POOL_IDENTITY_ENDPOINT",
-        conflicts_with = "tls_ca",
-        requires_all = ["identity_token_file", "trust_bundle_file"]
-    )]
-    identity_endpoint: Option<String>,
-    /// Projected ServiceAccount token (audience `proxy-pool-identity`), re-read on
-    /// every issuance.
-    #[arg(long, env = "PROXY_POOL_IDENTITY_TOKEN_FILE")]
-    identity_token_file: Option<PathBuf>,
-    /// The operator's trust bundle (PEM): verifies the issuance endpoint and the
-    /// controller; re-read on every connection.
-    #[arg(long, env = "PROXY_POOL_TRUST_BUNDLE_FILE")]
-    trust_bundle_file: Option<PathBuf>,
-    /// TLS name of the issuance endpoint, when it differs from the URL's host.
-    #[arg(long)]
-    identity_server_name: Option<String>,
+    /// Worker-identity bootstrap (`--identity-endpoint` and its files).
+    #[command(flatten)]
+    identity: IdentityArgs,
     /// TLS name of the controller (default: the host of --controller).
     #[arg(long)]
     server_name: Option<String>,
@@ -303,16 +289,9 @@ async fn worker_tls(
     signalled: &CancellationToken,
     stop: &CancellationToken,
 ) -> Result<Tls> {
-    if let Some(endpoint) = args.identity_endpoint.as_deref().filter(|e| !e.is_empty()) {
-        let (Some(token), Some(bundle)) = (&args.identity_token_file, &args.trust_bundle_file)
-        else {
-            bail!("--identity-endpoint needs --identity-token-file and --trust-bundle-file");
-        };
-        let uri: http::Uri = endpoint
-            .parse()
-            .with_context(|| format!("--identity-endpoint {endpoint:?} is not a URL"))?;
-        let mut cfg = IdentityClientConfig::new(uri, token.clone(), bundle.clone());
-        cfg.server_name = args.identity_server_name.clone();
+    if let Some(cfg) = args.identity.client_config()? {
+        let endpoint = args.identity.endpoint().unwrap_or_default();
+        let bundle = cfg.ca_bundle_path.clone();
         info!(endpoint, worker = %args.worker_id, "requesting the workload certificate");
         let started = start_issued(
             IdentityClient::new(cfg),

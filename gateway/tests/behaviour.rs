@@ -3,6 +3,7 @@
 //! on DIAL and PROXY_HANDSHAKE failures within the routing's attempt budget and
 //! deadline, `usable_until`, stale snapshots, and graceful drain on shutdown. Raw
 //! loopback listeners written here stand in for vendors that refuse, close or hang.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

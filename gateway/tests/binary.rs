@@ -1,5 +1,6 @@
 //! The `proxy-pool-gateway` binary: serves from a snapshot file, answers the ops
 //! endpoints, and on SIGTERM stops accepting, drains and exits 0.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! it (credentials as mounted Secret files): the right credentials pass over real
 //! sockets (HTTP CONNECT, plain HTTP, SOCKS5) and carry the file's client name into
 //! routing; wrong ones get 407 / SOCKS5 status 0x01.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

@@ -7,6 +7,7 @@
 //! `max_stale_age_ms` stops new traffic while open tunnels continue; an unanswered call
 //! ends the session within its deadline; a report in flight is never overtaken by the
 //! next ACK.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 mod fake_controller;

@@ -3,6 +3,7 @@
 //! client identity; a report refused with FAILED_PRECONDITION (nothing counted) has its
 //! usage resent in a later report; one that fails otherwise (the controller may have
 //! counted it) is dropped and counted as lost, never sent twice.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 mod fake_controller;

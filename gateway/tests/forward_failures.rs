@@ -3,6 +3,7 @@
 //! retried on another proxy within the routing's budget; a request whose body already
 //! went upstream is never replayed; `Expect: 100-continue` waits for the upstream's
 //! go-ahead instead of stalling the client.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The listeners end to end, with real sockets: plain HTTP forwarding (keep-alive,
 //! rotation, pooled upstream connections), HTTPS through CONNECT, SOCKS5, client
 //! authentication, routing by username parameters.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

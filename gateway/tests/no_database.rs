@@ -7,6 +7,7 @@
 //! Windows- and macOS-only ones included, which a Linux build never downloads, so it
 //! failed on a fresh machine. The shipped binary is built for the host, so the host's
 //! graph is the one that matters.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;

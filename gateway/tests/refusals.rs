@@ -2,6 +2,7 @@
 //! snapshot (a server failure, not a wrong password, and never an unauthenticated
 //! tunnel), SOCKS5 with a stale snapshot, HTTP clients that never send a whole first
 //! head, and SOCKS5 commands other than CONNECT.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

@@ -4,6 +4,7 @@
 //! the proxy's capacity come back after the write timeout), a trickled request body
 //! (cut at its deadline), request smuggling through `Host` and chunked trailers
 //! (checked with a recording vendor proxy), and password guessing (throttled).
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! listener on the same address, serve one gateway — sticky sessions and capacity
 //! are shared between them, each keeps its own idle upstream pool, and shutdown
 //! drains tunnels in flight on any worker.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 

@@ -248,18 +248,6 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn backoff_is_bounded_and_grows() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-        assert_eq!(b.next_delay(), Duration::from_millis(100));
-        for _ in 0..50 {
-            let d = b.next_delay();
-            assert!(d >= Duration::from_millis(100) && d <= Duration::from_secs(2));
-        }
-        b.reset();
-        assert_eq!(b.next_delay(), Duration::from_millis(100));
-    }
-
     #[tokio::test]
     async fn reconnects_until_the_server_is_up_or_gives_up() {
         let probe = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -18,6 +18,7 @@ mod model;
 mod options;
 mod pg;
 mod stats;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 mod wiring;
 mod ws;

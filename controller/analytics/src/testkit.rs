@@ -3,7 +3,8 @@
 //! (postgres refuses root). Missing binaries fail the test: PostgreSQL tests never skip.
 //!
 //! Public only so this crate's and the controller's integration tests share it (like
-//! `activity_pool::testkit`); never used by production code.
+//! `activity_pool::testkit`), behind the `testkit` feature that only dev-dependencies
+//! enable; never in production builds.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::{TcpListener, TcpStream};

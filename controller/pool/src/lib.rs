@@ -8,7 +8,6 @@
 //!
 //! The pool never logs, stores in a key, or returns in an error a proxy password or a
 //! credential reference.
-#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod clock;
 pub mod error;
@@ -18,10 +17,11 @@ pub mod model;
 pub mod options;
 pub mod ports;
 mod redis;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 mod validate;
 
-pub use crate::redis::{LeaderGrant, RedisConnector, RedisOptions, RedisPool};
+pub use crate::redis::{Connect, LeaderGrant, RedisConn, RedisConnector, RedisOptions, RedisPool};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use error::{ConflictReason, PoolError, PoolResult};
 pub use fence::Fence;

@@ -1,8 +1,8 @@
 //! Test fixtures for the Redis adapter: a private `redis-server` (and `redis-sentinel`)
 //! per test, and a fault-injecting TCP proxy.
 //!
-//! Public only so integration tests, benches and other crates' tests can use it; never
-//! used by production code. A missing binary panics with a clear message: tests that
+//! Public only so integration tests, benches and other crates' tests can use it, behind
+//! the `testkit` feature that only dev-dependencies enable; never in production builds. A missing binary panics with a clear message: tests that
 //! need Redis fail, they are never skipped.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -3,6 +3,7 @@
 //! refused inside its script with `Fenced` and changes nothing, even when the old
 //! holder still believes it leads (a paused process resumed). Never skipped: a missing
 //! binary fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::num::NonZeroU32;
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! The activity pool contract, run on every implementation: each case below runs as
 //! `<case>_memory` and `<case>_redis` (a real `redis-server` started per case on a free
 //! loopback port).
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod contract;
 

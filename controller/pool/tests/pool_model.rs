@@ -2,6 +2,7 @@
 //! to the reference `MemoryPool` and to the Redis adapter (a real `redis-server`) must
 //! give identical observable results after every step. Failing seeds are kept in
 //! `pool_model.proptest-regressions` and replayed first on every run.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::num::NonZeroU32;
 use std::sync::Arc;

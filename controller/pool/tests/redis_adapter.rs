@@ -1,6 +1,7 @@
 //! Facts only the Redis adapter has to prove, on a real `redis-server` (and
 //! `redis-sentinel`) started per test by `activity_pool::testkit`. Never skipped: a
 //! missing binary fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::collections::{BTreeSet, HashMap};
 use std::num::NonZeroU32;

@@ -14,7 +14,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use proxy_pool_analytics::RedisConn;
 use proxy_pool_api::config::{
     CacheConfig, Config, StoreConfig, TokenReviewConfig, service_account_user,
 };
@@ -66,7 +65,7 @@ pub async fn prepare(config: &Config, metrics: &Metrics) -> Result<Option<Bearer
         (Some(cache), StoreConfig::Redis(redis)) => {
             // Re-connects after a transport error (a restarted Redis, a Sentinel
             // failover).
-            let conn = RedisConn::relink(super::usage::redis_connect(redis)?);
+            let conn = super::usage::redis_conn(redis)?;
             let store: Arc<dyn CacheStore> = Arc::new(RedisStore::new(conn));
             (namespace(cache), cache.key_prefix.clone(), Some(store))
         }

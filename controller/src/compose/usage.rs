@@ -164,21 +164,10 @@ pub fn check(config: &Config) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// A connect function for the store's Redis: the store's own connector (direct or
-/// Sentinel-resolved master, TLS, ACL users).
-pub(super) fn redis_connect(
-    r: &RedisConfig,
-) -> Result<proxy_pool_analytics::Connect, ComposeError> {
-    let connector = store::connector(r)?;
-    let timeout = r.command_timeout;
-    Ok(Arc::new(move || {
-        let connector = connector.clone();
-        Box::pin(async move {
-            connector.connect(timeout).await.map_err(|e| {
-                redis::RedisError::from((redis::ErrorKind::Io, "redis unavailable", e.to_string()))
-            })
-        })
-    }))
+/// A reconnecting connection to the store's Redis: the store's own connector (direct
+/// or Sentinel-resolved master, TLS, ACL users) and the one reconnecting connection.
+pub(super) fn redis_conn(r: &RedisConfig) -> Result<RedisConn, ComposeError> {
+    Ok(store::connector(r)?.relinking(r.command_timeout))
 }
 
 /// Builds analytics when the config enables it: reads the DSN and key files, checks
@@ -207,7 +196,7 @@ pub async fn prepare(config: &Config, metrics: &Metrics) -> Result<Usage, Compos
             "analytics: PostgreSQL not usable at start; counting continues in Redis and every flush retries"
         ),
     }
-    let conn = RedisConn::relink(redis_connect(redis)?);
+    let conn = redis_conn(redis)?;
     let prepared = proxy_pool_analytics::prepare(settings, pg, &a.key_prefix, identity_key, conn);
     let m = prepared.metrics.clone();
     metrics.register_with(|r| r.register_collector(Box::new(m)));

@@ -19,6 +19,7 @@
 //! It never logs a token as a secret (tokens are not secrets) nor anything of the store
 //! but its error codes.
 
+#[cfg(any(test, feature = "testkit"))]
 pub mod contract;
 mod kube;
 mod memory;

@@ -24,6 +24,7 @@
 //!
 //! One module per drill family (`leader.rs`, …); this file holds the harness they share:
 //! the mixed load, the leader wait and the invariants every drill checks.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod blackhole;
 #[path = "../common/mod.rs"]

@@ -34,7 +34,7 @@ pub use ca::{CaParams, CaSet};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::IssueError;
 pub use issuer::{Issuer, IssuerConfig};
-pub use proxy_pool_identity_client::wire;
+pub use proxy_pool_api::identity as wire;
 pub use service::{IdentityOptions, IdentityService};
 
 /// Field manager of every object the operator writes with server-side apply.

@@ -3,14 +3,25 @@
 //! optional private trust bundle) and with ACL users on the master and the sentinels.
 //! Owns the passwords; never prints them. The one way the controller connects to Redis
 //! (the pool, the rate limiter's link, analytics and the cache all use it).
+//!
+//! [`RedisConn`] is the one reconnecting connection outside the pool's own script
+//! connection: a multiplexed connection made through a connect function (normally
+//! [`RedisConnector::relinking`]) on first use and again after a transport error — a
+//! restarted Redis or a Sentinel failover is picked up on the next call — with a failed
+//! connect making calls fail fast for a short while instead of piling up. The
+//! controller's link (rate limiter, readiness), the analytics working set and the
+//! TokenReview cache use it.
 
 use std::fmt;
-use std::time::Duration;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use ::redis::aio::MultiplexedConnection;
+use ::redis::aio::{ConnectionLike, MultiplexedConnection};
 use ::redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo,
-    TlsCertificates,
+    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind,
+    IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult, TlsCertificates, Value,
 };
 
 use crate::error::{PoolError, PoolResult};
@@ -277,5 +288,181 @@ impl RedisConnector {
             }
         }
         Err(PoolError::Unavailable("no_master".into()))
+    }
+}
+
+impl RedisConnector {
+    /// A [`RedisConn`] through this connector, each connect bounded by `timeout`; a
+    /// failed connect makes calls fail fast for [`RETRY_AFTER_FAILURE`].
+    pub fn relinking(&self, timeout: Duration) -> RedisConn {
+        RedisConn::relink(self.connect_fn(timeout))
+    }
+
+    /// A connect function through this connector (errors keep the short code only).
+    pub fn connect_fn(&self, timeout: Duration) -> Connect {
+        let connector = self.clone();
+        Arc::new(move || {
+            let connector = connector.clone();
+            Box::pin(async move {
+                connector.connect(timeout).await.map_err(|e| {
+                    RedisError::from((ErrorKind::Io, "redis unavailable", e.to_string()))
+                })
+            })
+        })
+    }
+}
+
+/// How long a failed connect makes calls of a [`RedisConn`] fail fast, unless set
+/// with [`RedisConn::relink_with`].
+pub const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(500);
+
+/// Makes a new connection (resolving a Sentinel master, authenticating).
+pub type Connect = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = RedisResult<MultiplexedConnection>> + Send>>
+        + Send
+        + Sync,
+>;
+
+#[derive(Default)]
+struct RelinkState {
+    conn: Option<MultiplexedConnection>,
+    failed_at: Option<Instant>,
+}
+
+/// A Redis connection that is cheap to clone: a fixed multiplexed connection (tests,
+/// embedders), or one re-made through a [`Connect`] function after a transport error.
+#[derive(Clone)]
+pub struct RedisConn {
+    inner: ConnInner,
+}
+
+#[derive(Clone)]
+enum ConnInner {
+    Fixed(MultiplexedConnection),
+    Relink {
+        connect: Connect,
+        retry_after: Duration,
+        state: Arc<tokio::sync::Mutex<RelinkState>>,
+    },
+}
+
+impl fmt::Debug for RedisConn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.inner {
+            ConnInner::Fixed(_) => f.write_str("RedisConn::Fixed"),
+            ConnInner::Relink { .. } => f.write_str("RedisConn::Relink"),
+        }
+    }
+}
+
+impl From<MultiplexedConnection> for RedisConn {
+    fn from(c: MultiplexedConnection) -> Self {
+        Self {
+            inner: ConnInner::Fixed(c),
+        }
+    }
+}
+
+impl RedisConn {
+    /// A connection made by `connect` on first use and again after a transport error;
+    /// a failed connect makes calls fail fast for [`RETRY_AFTER_FAILURE`].
+    pub fn relink(connect: Connect) -> Self {
+        Self::relink_with(connect, RETRY_AFTER_FAILURE)
+    }
+
+    /// [`RedisConn::relink`], failing fast for `retry_after` after a failed connect.
+    pub fn relink_with(connect: Connect, retry_after: Duration) -> Self {
+        Self {
+            inner: ConnInner::Relink {
+                connect,
+                retry_after,
+                state: Arc::default(),
+            },
+        }
+    }
+
+    /// The current connection, made now when there is none (or an error while a
+    /// failed connect is recent).
+    pub async fn current(&self) -> RedisResult<MultiplexedConnection> {
+        match &self.inner {
+            ConnInner::Fixed(c) => Ok(c.clone()),
+            ConnInner::Relink {
+                connect,
+                retry_after,
+                state,
+            } => {
+                let mut st = state.lock().await;
+                if let Some(c) = &st.conn {
+                    return Ok(c.clone());
+                }
+                if st.failed_at.is_some_and(|t| t.elapsed() < *retry_after) {
+                    return Err(RedisError::from((
+                        ErrorKind::Io,
+                        "redis reconnect backing off",
+                    )));
+                }
+                match connect().await {
+                    Ok(c) => {
+                        st.conn = Some(c.clone());
+                        st.failed_at = None;
+                        Ok(c)
+                    }
+                    Err(e) => {
+                        st.failed_at = Some(Instant::now());
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops the current connection: the next call connects again (no-op when fixed).
+    pub async fn reset(&self) {
+        if let ConnInner::Relink { state, .. } = &self.inner {
+            state.lock().await.conn = None;
+        }
+    }
+
+    async fn after<T>(&self, r: RedisResult<T>) -> RedisResult<T> {
+        if let Err(e) = &r
+            && (e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_timeout()
+                || e.is_connection_refusal()
+                || e.code() == Some("READONLY"))
+        {
+            self.reset().await;
+        }
+        r
+    }
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let mut c = self.current().await?;
+            let r = c.req_packed_command(cmd).await;
+            self.after(r).await
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let mut c = self.current().await?;
+            let r = c.req_packed_commands(pipeline, offset, count).await;
+            self.after(r).await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.inner {
+            ConnInner::Fixed(c) => c.get_db(),
+            ConnInner::Relink { .. } => 0,
+        }
     }
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use connector::RedisConnector;
+pub use connector::{Connect, RedisConn, RedisConnector};
 pub use leader::LeaderGrant;
 
 use crate::clock::Clock;

@@ -1,4 +1,5 @@
-//! The JSON contract of the issuance endpoint, shared by the operator and its clients.
+//! The JSON contract of the operator's identity issuance endpoint (`docs/identity.md`),
+//! shared by the operator's issuer and the workers' client (`proxy-pool-identity-client`).
 //!
 //! Request: `POST /v1/identity/issue`, `Authorization: Bearer <projected SA token>`,
 //! `Content-Type: application/json`, body [`IssueRequest`]. Success: `200` with

@@ -6,10 +6,13 @@
 //! certificate and key in memory behind an [`IdentityHandle`] that rustls can use on
 //! both sides of a connection, and renews at about half-life with jitter.
 //!
-//! This crate owns the wire contract of `POST /v1/identity/issue` ([`wire`]), which the
-//! operator's issuer also uses. It never writes the key to disk, never logs the token,
-//! the key or the certificate, and does not depend on `kube`.
+//! The wire contract of `POST /v1/identity/issue` ([`wire`]) is `proxy_pool_api::identity`,
+//! which the operator's issuer also uses. With the feature `args`, `IdentityArgs` are the
+//! bootstrap flags the gateway and the checker share. It never writes the key to disk,
+//! never logs the token, the key or the certificate, and does not depend on `kube`.
 
+#[cfg(feature = "args")]
+mod args;
 mod client;
 mod error;
 mod handle;
@@ -17,6 +20,8 @@ mod renew;
 pub mod wire;
 mod worker;
 
+#[cfg(feature = "args")]
+pub use args::{IdentityArgs, IdentityArgsError};
 pub use client::{ClientConfig, IdentityClient};
 pub use error::ClientError;
 pub use handle::{Identity, IdentityHandle};
