@@ -14,13 +14,7 @@ pub(super) fn routing(
     upstreams: &BTreeSet<&str>,
     clients: &BTreeSet<&str>,
 ) -> Result<RawRouting, Problem> {
-    let unknown: Vec<&str> = r
-        .spec
-        .upstreams
-        .iter()
-        .map(String::as_str)
-        .filter(|u| !upstreams.contains(u))
-        .collect();
+    let unknown = not_in(&r.spec.upstreams, upstreams);
     if !unknown.is_empty() {
         return Err(Problem::new(
             "UnknownUpstream",
@@ -33,11 +27,7 @@ pub(super) fn routing(
         .as_ref()
         .map(|m| m.clients.clone())
         .unwrap_or_default();
-    let unknown: Vec<&str> = match_clients
-        .iter()
-        .map(String::as_str)
-        .filter(|c| !clients.contains(c))
-        .collect();
+    let unknown = not_in(&match_clients, clients);
     if !unknown.is_empty() {
         return Err(Problem::new(
             "UnknownClient",
@@ -96,4 +86,13 @@ pub(super) fn routing(
             .to_owned(),
         ),
     })
+}
+
+/// The names not in `known`, in order.
+fn not_in<'a>(names: &'a [String], known: &BTreeSet<&str>) -> Vec<&'a str> {
+    names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !known.contains(n))
+        .collect()
 }
