@@ -1,5 +1,5 @@
 //! The Routing reconciler: applies a Routing's gateway workload (rendered by
-//! [`workload`] from the Routing, the chart's template and its [`clients`] file) and
+//! `workload` from the Routing, the chart's template and its `clients` file) and
 //! reports status: Ready once the gateway pods are.
 //!
 //! Every object carries a controller owner reference to the Routing, so deleting the
