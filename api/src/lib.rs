@@ -6,6 +6,7 @@ pub mod config;
 pub mod controlplane;
 pub mod egress;
 pub mod inventory;
+pub mod proxy;
 pub mod secret;
 pub mod throttle;
 pub mod token;

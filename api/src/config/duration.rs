@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// Longest accepted duration string.
 pub const MAX_LEN: usize = 32;

@@ -10,10 +10,12 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+use super::checks::check_basic_username;
+use super::error::{ConfigError, ConfigErrors};
+use super::load::parse_yaml;
 use super::raw::RawConfig;
 use super::types::{BasicCredentials, ClientSecretKind, Config, SaltedHash, SecretHash};
-use super::validate::{check_basic_username, duplicate_credentials};
-use super::{ConfigError, ConfigErrors};
+use super::validate::{duplicate_credentials, validate};
 
 /// Largest credential file accepted.
 pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
@@ -66,7 +68,7 @@ pub fn resolve_secret_files(config: &mut Config) -> Result<(), ConfigErrors> {
                 Ok(c) => c,
                 Err(message) => {
                     errors.push(ConfigError {
-                        path: f.field.clone(),
+                        path: f.field.as_str().into(),
                         message,
                     });
                     if matches!(
@@ -89,14 +91,14 @@ pub fn resolve_secret_files(config: &mut Config) -> Result<(), ConfigErrors> {
                         Some(Err(e)) => {
                             basic_failed = true;
                             errors.push(ConfigError {
-                                path: f.field.clone(),
+                                path: f.field.as_str().into(),
                                 message: format!("content of {}: {e}", f.path.display()),
                             });
                         }
                         None => {
                             basic_failed = true;
                             errors.push(ConfigError {
-                                path: f.field.clone(),
+                                path: f.field.as_str().into(),
                                 message: format!("file {} is not UTF-8", f.path.display()),
                             });
                         }
@@ -170,7 +172,7 @@ pub fn resolve_username_files(raw: &mut RawConfig) -> Vec<ConfigError> {
                 Err(message) => {
                     // Keep the field so the validator does not also call it missing.
                     c.username_file = Some(file);
-                    errors.push(ConfigError { path, message });
+                    errors.push(ConfigError::new(path, message));
                 }
             }
         }
@@ -181,9 +183,9 @@ pub fn resolve_username_files(raw: &mut RawConfig) -> Vec<ConfigError> {
 /// Parses, validates and resolves the credential files of a YAML config: what the
 /// controller does when it starts.
 pub fn load_yaml_with_files(text: &str) -> Result<Config, ConfigErrors> {
-    let mut raw = super::parse_yaml(text)?;
+    let mut raw = parse_yaml(text)?;
     let mut errors = resolve_username_files(&mut raw);
-    let mut config = match super::validate(&raw) {
+    let mut config = match validate(&raw) {
         Ok(c) if errors.is_empty() => c,
         Ok(_) => return Err(ConfigErrors(errors)),
         Err(e) => {

@@ -8,80 +8,32 @@
 //! controller loads its config); the controller reads other referenced files
 //! (passwords, keys) when it builds the store.
 
+mod checks;
 mod duration;
+mod error;
 mod files;
-mod leadership;
+mod load;
 pub mod raw;
 mod types;
-mod usage;
 mod validate;
 
-use std::fmt;
-
+/// The config's former name of [`crate::proxy::Protocol`] (other crates still use it).
+pub use crate::proxy::Protocol as ProxyProtocol;
+pub use checks::{check_identifier, split_host_port, target_url};
 pub use duration::parse_duration;
+pub use error::{ConfigError, ConfigErrors, FieldPath, PathSegment};
 pub use files::{
     MAX_SECRET_FILE_BYTES, load_yaml_with_files, read_secret_file, resolve_secret_files,
     resolve_username_files,
 };
-pub use leadership::{DEFAULT_LEASE_NAME, MAX_REPLICAS};
+pub use load::{load_yaml, parse_yaml};
 pub use raw::RawConfig;
 pub use types::*;
-pub use usage::{MAX_CACHE_BATCH, MAX_KEY_PREFIX, TOKEN_REVIEW_MAX_TTL};
 pub use validate::{
-    MAX_COUNT_PER_REQUEST, MAX_HEALTH_TARGETS, MAX_LIST_VALUES, MAX_TARGET_HOSTS,
-    MAX_USERNAME_PARAMS, check_identifier, split_host_port, target_url, validate,
+    DEFAULT_LEASE_NAME, MAX_CACHE_BATCH, MAX_COUNT_PER_REQUEST, MAX_HEALTH_TARGETS, MAX_KEY_PREFIX,
+    MAX_LIST_VALUES, MAX_REPLICAS, MAX_TARGET_HOSTS, MAX_USERNAME_PARAMS, TOKEN_REVIEW_MAX_TTL,
+    validate,
 };
-
-/// One problem in a config file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    /// Field path, e.g. `distribution.auth.methods[1].type`.
-    pub path: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            f.write_str(&self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
-
-/// Every problem found in a config file (never empty).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigErrors(pub Vec<ConfigError>);
-
-impl fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} problem(s) in the configuration", self.0.len())?;
-        for e in &self.0 {
-            write!(f, "\n  - {e}")?;
-        }
-        Ok(())
-    }
-}
-
-/// Parses YAML into the raw config; a syntax or shape error names its field path.
-pub fn parse_yaml(text: &str) -> Result<RawConfig, ConfigErrors> {
-    let de = serde_yaml::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let path = if path == "." { String::new() } else { path };
-        ConfigErrors(vec![ConfigError {
-            path,
-            message: e.into_inner().to_string(),
-        }])
-    })
-}
-
-/// Parses and validates a YAML config.
-pub fn load_yaml(text: &str) -> Result<Config, ConfigErrors> {
-    validate(&parse_yaml(text)?)
-}
 
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@ const SALTED: &str =
 fn paths(text: &str) -> Vec<String> {
     match load_yaml(text) {
         Ok(_) => Vec::new(),
-        Err(e) => e.0.into_iter().map(|e| e.path).collect(),
+        Err(e) => e.0.into_iter().map(|e| e.path.to_string()).collect(),
     }
 }
 
@@ -1148,7 +1148,7 @@ fn static_proxies_on_refused_ranges_are_config_errors() {
         )
     };
     let e = load_yaml(&text("")).unwrap_err();
-    let got: Vec<&str> = e.0.iter().map(|e| e.path.as_str()).collect();
+    let got: Vec<String> = e.0.iter().map(|e| e.path.to_string()).collect();
     assert_eq!(
         got,
         [
@@ -1192,5 +1192,27 @@ fn an_upstreams_quarantine_defaults_to_its_ttl_and_is_bounded_by_the_pool_max_tt
     assert_eq!(
         paths(&upstream("    quarantine: soon\n")),
         vec!["upstreams[0].quarantine".to_string()]
+    );
+}
+
+#[test]
+fn a_problem_carries_its_field_path_as_data() {
+    let e = load_yaml("routings:\n  - name: r\n    upstreams: [nope]\n").unwrap_err();
+    let problem =
+        e.0.iter()
+            .find(|e| e.path == "routings[0].upstreams[0]")
+            .expect("the unknown upstream is reported");
+    let (list, index, inside) = problem.path.list_entry().expect("a list entry");
+    assert_eq!((list, index), ("routings", 0));
+    assert_eq!(
+        inside.segments(),
+        [
+            PathSegment::Field("upstreams".into()),
+            PathSegment::Index(0)
+        ]
+    );
+    assert_eq!(
+        problem.to_string(),
+        "routings[0].upstreams[0]: unknown upstream `nope`"
     );
 }

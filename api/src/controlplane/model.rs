@@ -4,6 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+pub use crate::proxy::{Protocol, Strategy};
+
 /// A secret string (an upstream proxy password): never printed by `Debug`.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Secret(String);
@@ -33,15 +35,6 @@ pub struct Credentials {
     pub username: String,
     /// Password.
     pub password: Secret,
-}
-
-/// The protocol an upstream proxy speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Protocol {
-    /// HTTP CONNECT / absolute-URI forwarding.
-    Http,
-    /// SOCKS5.
-    Socks5,
 }
 
 /// One proxy of a worker snapshot.
@@ -78,18 +71,6 @@ pub struct SnapshotProxy {
     pub lease_expires_at_ms: i64,
     /// Routings that must not use this proxy (failed TARGET checks), sorted.
     pub excluded_routings: Vec<String>,
-}
-
-/// Load-balancing strategy of a routing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum Strategy {
-    /// Round-robin.
-    #[default]
-    RoundRobin,
-    /// Fewest Active.
-    LeastActive,
-    /// Power of two choices by active load × latency.
-    PowerOfTwoChoices,
 }
 
 /// A username parameter condition (`user-region-shanghai` has key `region`).

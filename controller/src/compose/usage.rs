@@ -248,7 +248,7 @@ mod tests {
     fn section(extra: &str) -> Result<AnalyticsConfig, Vec<String>> {
         let text = format!("{BASE}analytics: {{enabled: true, dsnFile: /d{extra}}}\n");
         load_yaml(&text)
-            .map_err(|e| e.0.into_iter().map(|e| e.path).collect())
+            .map_err(|e| e.0.into_iter().map(|e| e.path.to_string()).collect())
             .map(|c| c.analytics.unwrap_or_else(|| panic!("analytics on")))
     }
 

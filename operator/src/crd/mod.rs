@@ -19,11 +19,11 @@ pub use distribution_client::{
 };
 pub use routing::{
     GatewayListeners, GatewaySpec, LabelFilter, Listener, RetryBudget, Routing, RoutingMatch,
-    RoutingSpec, RoutingStatus, StickySession, Strategy,
+    RoutingSpec, RoutingStatus, StickySession,
 };
 pub use upstream::{
-    FetchBudget, HealthSettings, ProxyProtocol, StaticSource, Upstream, UpstreamInventory,
-    UpstreamLabels, UpstreamSource, UpstreamSpec, UpstreamStatus, VendorApiSource, VendorFormat,
+    FetchBudget, HealthSettings, StaticSource, Upstream, UpstreamInventory, UpstreamLabels,
+    UpstreamSource, UpstreamSpec, UpstreamStatus, VendorApiSource, VendorFormat,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

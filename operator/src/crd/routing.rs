@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
+use proxy_pool_api::proxy::Strategy;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -147,19 +148,6 @@ pub struct LabelFilter {
     )]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub carriers: Vec<String>,
-}
-
-/// Proxy selection strategy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum Strategy {
-    /// Each candidate in turn.
-    #[default]
-    RoundRobin,
-    /// The candidate with the fewest active requests.
-    LeastActive,
-    /// The better of two random candidates, scored by active load × observed latency.
-    PowerOfTwoChoices,
 }
 
 /// Sticky sessions, keyed by the `session` username parameter.

@@ -2,6 +2,7 @@
 //! generated schemas say what the docs promise.
 
 use super::*;
+use proxy_pool_api::proxy::Protocol;
 use serde_json::Value;
 
 const COMMITTED_YAML: &str = include_str!("../../../crds/proxy-pool.yaml");
@@ -48,7 +49,7 @@ fn examples_deserialize_into_the_types() {
     assert!(!ups.is_empty(), "examples/upstream.yaml holds an Upstream");
     for doc in ups {
         let u: Upstream = serde_json::from_value(doc).expect("example Upstream deserialises");
-        assert_eq!(u.spec.protocol, ProxyProtocol::Http);
+        assert_eq!(u.spec.protocol, Protocol::Http);
     }
     let rts = docs_of_kind("routing.yaml", "Routing");
     assert!(!rts.is_empty(), "examples/routing.yaml holds a Routing");
@@ -149,7 +150,7 @@ fn minimal_spec_serialises_without_nulls() {
                 credentials_secret_ref: None,
             }),
         },
-        protocol: ProxyProtocol::Socks5,
+        protocol: Protocol::Socks5,
         labels: None,
         ttl: "60s".into(),
         quarantine: None,

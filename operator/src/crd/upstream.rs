@@ -5,6 +5,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
+use proxy_pool_api::proxy::Protocol;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -60,7 +61,7 @@ pub struct UpstreamSpec {
     /// Where the proxies come from.
     pub source: UpstreamSource,
     /// Protocol the vendor's proxies speak.
-    pub protocol: ProxyProtocol,
+    pub protocol: Protocol,
     /// Labels given to every proxy of this upstream (a vendor record may override them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<UpstreamLabels>,
@@ -153,16 +154,6 @@ pub struct StaticSource {
     /// Secret with keys `username` and `password` used for every listed proxy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret_ref: Option<SecretRef>,
-}
-
-/// Protocol spoken by a vendor proxy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum ProxyProtocol {
-    /// HTTP proxy (CONNECT and absolute-URI requests).
-    Http,
-    /// SOCKS5 proxy.
-    Socks5,
 }
 
 /// Labels that routing and extraction filter on.

@@ -21,7 +21,7 @@ mod upstream;
 use std::collections::{BTreeMap, BTreeSet};
 
 use proxy_pool_api::config::raw::{RawClient, RawRouting, RawUpstream};
-use proxy_pool_api::config::{ConfigError, RawConfig, validate};
+use proxy_pool_api::config::{ConfigError, FieldPath, RawConfig, validate};
 use sha2::{Digest, Sha256};
 
 use cx::Cx;
@@ -100,10 +100,10 @@ pub fn render(inputs: &Inputs<'_>) -> Rendered {
         });
     }
     let config = assemble(inputs.base, &upstreams, &[], &clients);
-    global.push(ConfigError {
-        path: String::new(),
-        message: "the rendered config did not settle".into(),
-    });
+    global.push(ConfigError::new(
+        FieldPath::default(),
+        "the rendered config did not settle",
+    ));
     cx.finish(config, global)
 }
 
@@ -136,35 +136,27 @@ fn assemble(
 
 /// Which resource a validator error path (`routings[2].upstreams[0]`) belongs to.
 fn blame(
-    path: &str,
+    path: &FieldPath,
     upstreams: &[(String, RawUpstream)],
     routings: &[(String, RawRouting)],
     clients: &[(String, RawClient)],
 ) -> Option<(Kind, String)> {
-    let index = |prefix: &str| -> Option<usize> {
-        path.strip_prefix(prefix)?.split(']').next()?.parse().ok()
-    };
-    if let Some(i) = index("upstreams[") {
-        return upstreams.get(i).map(|(n, _)| (Kind::Upstream, n.clone()));
-    }
-    if let Some(i) = index("routings[") {
-        return routings.get(i).map(|(n, _)| (Kind::Routing, n.clone()));
-    }
-    if let Some(i) = index("clients[") {
-        return clients
+    let (list, i, _) = path.list_entry()?;
+    match list {
+        "upstreams" => upstreams.get(i).map(|(n, _)| (Kind::Upstream, n.clone())),
+        "routings" => routings.get(i).map(|(n, _)| (Kind::Routing, n.clone())),
+        "clients" => clients
             .get(i)
-            .map(|(n, _)| (Kind::DistributionClient, n.clone()));
+            .map(|(n, _)| (Kind::DistributionClient, n.clone())),
+        _ => None,
     }
-    None
 }
 
 /// The error with its `kind[i].` prefix cut, so it reads against the resource.
 fn local_error(e: &ConfigError) -> String {
-    let field = e.path.split_once("].").map(|(_, f)| f).unwrap_or("");
-    if field.is_empty() {
-        e.message.clone()
-    } else {
-        format!("{field}: {}", e.message)
+    match e.path.list_entry() {
+        Some((_, _, field)) if !field.is_empty() => format!("{field}: {}", e.message),
+        _ => e.message.clone(),
     }
 }
 

@@ -329,7 +329,7 @@ fn a_bad_base_config_is_global() {
     let base: RawConfig = serde_yaml::from_str("store: {backend: nosuch}").expect("raw");
     let out = render(&inputs(&ex, &base));
     assert!(!out.global.is_empty());
-    assert!(out.global[0].path.starts_with("store"));
+    assert!(out.global[0].path.to_string().starts_with("store"));
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use proxy_pool_api::config::raw::{RawRetry, RawRouting, RawStickySession};
 
 use super::model::{Problem, name};
-use crate::crd::{Routing, Strategy};
+use crate::crd::Routing;
 
 /// A Routing's config entry, or why it cannot have one.
 pub(super) fn routing(
@@ -77,14 +77,7 @@ pub(super) fn routing(
         // the Routing's name as their gateway group (`--gateway-group`).
         gateway_groups: vec![name(r)],
         connect_ports: r.spec.connect_ports.clone(),
-        strategy: Some(
-            match r.spec.strategy {
-                Strategy::RoundRobin => "roundRobin",
-                Strategy::LeastActive => "leastActive",
-                Strategy::PowerOfTwoChoices => "powerOfTwoChoices",
-            }
-            .to_owned(),
-        ),
+        strategy: Some(r.spec.strategy.as_str().to_owned()),
     })
 }
 

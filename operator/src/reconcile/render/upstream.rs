@@ -7,7 +7,7 @@ use proxy_pool_api::config::raw::{
 
 use super::cx::Cx;
 use super::model::{Kind, Problem, name};
-use crate::crd::{ProxyProtocol, Upstream, VendorFormat};
+use crate::crd::{Upstream, VendorFormat};
 
 impl Cx<'_> {
     pub(super) fn upstream(&mut self, u: &Upstream) -> Option<RawUpstream> {
@@ -16,13 +16,7 @@ impl Cx<'_> {
             Ok(source) => Some(RawUpstream {
                 name: n,
                 source,
-                protocol: Some(
-                    match u.spec.protocol {
-                        ProxyProtocol::Http => "http",
-                        ProxyProtocol::Socks5 => "socks5",
-                    }
-                    .to_owned(),
-                ),
+                protocol: Some(u.spec.protocol.as_str().to_owned()),
                 labels: u
                     .spec
                     .labels

@@ -12,10 +12,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::ConfigError;
-use super::duration::{duration_at, duration_in};
-use super::raw::{RawAnalytics, RawCache, RawCacheNamespace};
-use super::types::{AnalyticsConfig, CacheConfig, CacheNamespaceConfig, StoreConfig};
+use crate::config::duration::{duration_at, duration_in};
+use crate::config::error::{ConfigError, FieldPath};
+use crate::config::raw::{RawAnalytics, RawCache, RawCacheNamespace};
+use crate::config::types::{AnalyticsConfig, CacheConfig, CacheNamespaceConfig, StoreConfig};
 
 /// Longest `keyPrefix`.
 pub const MAX_KEY_PREFIX: usize = 64;
@@ -27,11 +27,8 @@ pub const TOKEN_REVIEW_MAX_TTL: Duration = Duration::from_secs(120);
 struct Errs<'a>(&'a mut Vec<ConfigError>);
 
 impl Errs<'_> {
-    fn err(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.0.push(ConfigError {
-            path: path.into(),
-            message: message.into(),
-        });
+    fn err(&mut self, path: impl Into<FieldPath>, message: impl Into<String>) {
+        self.0.push(ConfigError::new(path, message));
     }
 
     fn duration(&mut self, path: &str, raw: Option<&str>, default: Duration) -> Duration {

@@ -11,13 +11,13 @@
 
 use std::time::Duration;
 
-use super::ConfigError;
-use super::duration::duration_in;
-use super::raw::RawLeadership;
-use super::types::{
+use crate::config::checks::dns_name;
+use crate::config::duration::duration_in;
+use crate::config::error::ConfigError;
+use crate::config::raw::RawLeadership;
+use crate::config::types::{
     ControlPlaneConfig, KubernetesLeadership, LeadershipBackend, LeadershipConfig, StoreConfig,
 };
-use super::validate::dns_name;
 
 /// Most controller replicas on one store.
 pub const MAX_REPLICAS: u32 = 16;

@@ -1,0 +1,224 @@
+//! `routings[]`: references to upstreams and clients, strategy, match conditions
+//! (username parameters, target hosts), sticky sessions, retries and CONNECT ports.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use super::ctx::{Ctx, MAX_LIST_VALUES};
+use crate::config::checks::username_token;
+use crate::config::raw::RawRouting;
+use crate::config::raw::{RawRetry, RawStickySession};
+use crate::config::types::{
+    PortRanges, RetryConfig, RoutingConfig, StickyConfig, Strategy, UsernameParamConfig,
+};
+use crate::proxy::one_of;
+
+pub(super) fn routing(
+    cx: &mut Ctx,
+    path: &str,
+    raw: &RawRouting,
+    upstreams: &HashSet<&str>,
+    clients: &HashSet<&str>,
+) -> RoutingConfig {
+    cx.identifier(&format!("{path}.name"), &raw.name, 63);
+    if raw.upstreams.is_empty() {
+        cx.err(format!("{path}.upstreams"), "at least one upstream");
+    }
+    for (i, u) in raw.upstreams.iter().enumerate() {
+        if !upstreams.contains(u.as_str()) {
+            cx.err(
+                format!("{path}.upstreams[{i}]"),
+                format!("unknown upstream `{u}`"),
+            );
+        }
+    }
+    for (i, c) in raw.clients.iter().enumerate() {
+        if !clients.contains(c.as_str()) {
+            cx.err(
+                format!("{path}.clients[{i}]"),
+                format!("unknown client `{c}`"),
+            );
+        }
+    }
+    let text = raw
+        .strategy
+        .as_deref()
+        .unwrap_or(Strategy::default().as_str());
+    let strategy = Strategy::parse(text).unwrap_or_else(|| {
+        cx.err(
+            format!("{path}.strategy"),
+            format!("`{text}` is not one of {}", one_of(Strategy::ALL)),
+        );
+        Strategy::default()
+    });
+    RoutingConfig {
+        name: raw.name.clone(),
+        priority: raw.priority,
+        clients: raw.clients.clone(),
+        upstreams: raw.upstreams.clone(),
+        regions: cx.list(&format!("{path}.regions"), &raw.regions, 64),
+        carriers: cx.list(&format!("{path}.carriers"), &raw.carriers, 64),
+        strategy,
+        username_params: username_params(cx, &format!("{path}.usernameParams"), raw),
+        target_hosts: target_hosts(cx, &format!("{path}.targetHosts"), &raw.target_hosts),
+        target_check_port: match raw.target_check_port {
+            Some(0) => {
+                cx.err(format!("{path}.targetCheckPort"), "must be 1 to 65535");
+                443
+            }
+            Some(p) => p,
+            None => 443,
+        },
+        sticky: raw
+            .sticky_session
+            .as_ref()
+            .map(|s| sticky(cx, &format!("{path}.stickySession"), s)),
+        retry: retry(cx, &format!("{path}.retry"), raw.retry.as_ref()),
+        gateway_groups: cx.list(&format!("{path}.gatewayGroups"), &raw.gateway_groups, 253),
+        connect_ports: match PortRanges::parse(&raw.connect_ports) {
+            Ok(p) => p,
+            Err(problems) => {
+                for p in problems {
+                    match p.split_once(": ") {
+                        Some((index, msg)) if index.starts_with('[') => {
+                            cx.err(format!("{path}.connectPorts{index}"), msg);
+                        }
+                        _ => cx.err(format!("{path}.connectPorts"), p),
+                    }
+                }
+                PortRanges::default()
+            }
+        },
+    }
+}
+
+/// Most username parameters one routing matches on.
+pub const MAX_USERNAME_PARAMS: usize = 16;
+
+/// Most target host patterns of one routing.
+pub const MAX_TARGET_HOSTS: usize = 256;
+
+fn username_params(cx: &mut Ctx, path: &str, raw: &RawRouting) -> Vec<UsernameParamConfig> {
+    if raw.username_params.len() > MAX_USERNAME_PARAMS {
+        cx.err(path, format!("at most {MAX_USERNAME_PARAMS} parameters"));
+    }
+    raw.username_params
+        .iter()
+        .map(|(key, values)| {
+            if let Err(e) = username_token(key) {
+                cx.err(format!("{path}.{key}"), format!("key {e}"));
+            }
+            if values.len() > MAX_LIST_VALUES {
+                cx.err(
+                    format!("{path}.{key}"),
+                    format!("at most {MAX_LIST_VALUES} values"),
+                );
+            }
+            let mut seen = HashSet::new();
+            for (i, v) in values.iter().enumerate() {
+                if let Err(e) = username_token(v) {
+                    cx.err(format!("{path}.{key}[{i}]"), e);
+                }
+                if !seen.insert(v.as_str()) {
+                    cx.err(
+                        format!("{path}.{key}[{i}]"),
+                        format!("duplicate value `{v}`"),
+                    );
+                }
+            }
+            UsernameParamConfig {
+                key: key.clone(),
+                values: values.clone(),
+            }
+        })
+        .collect()
+}
+
+/// `host` or `*.suffix`, DNS characters only.
+fn target_hosts(cx: &mut Ctx, path: &str, raw: &[String]) -> Vec<String> {
+    if raw.len() > MAX_TARGET_HOSTS {
+        cx.err(path, format!("at most {MAX_TARGET_HOSTS} hosts"));
+    }
+    let mut seen = HashSet::new();
+    raw.iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let name = h.strip_prefix("*.").unwrap_or(h);
+            let ok = !name.is_empty()
+                && h.len() <= 255
+                && !name.starts_with(['.', '-'])
+                && !name.ends_with(['.', '-'])
+                && !name.contains("..")
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'));
+            if !ok {
+                cx.err(
+                    format!("{path}[{i}]"),
+                    format!("`{h}` is not a host name or `*.suffix` pattern"),
+                );
+            }
+            let lower = h.to_ascii_lowercase();
+            if !seen.insert(lower.clone()) {
+                cx.err(format!("{path}[{i}]"), format!("duplicate host `{h}`"));
+            }
+            lower
+        })
+        .collect()
+}
+
+fn sticky(cx: &mut Ctx, path: &str, raw: &RawStickySession) -> StickyConfig {
+    let ttl = cx.duration(
+        &format!("{path}.ttl"),
+        raw.ttl.as_deref(),
+        Duration::from_secs(600),
+    );
+    let idle_timeout = cx.duration(
+        &format!("{path}.idleTimeout"),
+        raw.idle_timeout.as_deref(),
+        Duration::from_secs(120),
+    );
+    if ttl < Duration::from_secs(1) {
+        cx.err(format!("{path}.ttl"), "must be at least 1s");
+    }
+    if idle_timeout.is_zero() {
+        cx.err(format!("{path}.idleTimeout"), "must be positive");
+    }
+    if idle_timeout > ttl {
+        cx.err(format!("{path}.idleTimeout"), "must not be longer than ttl");
+    }
+    let param = raw.param.clone().unwrap_or_else(|| "session".to_owned());
+    if let Err(e) = username_token(&param) {
+        cx.err(format!("{path}.param"), e);
+    }
+    StickyConfig {
+        param,
+        ttl,
+        idle_timeout,
+    }
+}
+
+fn retry(cx: &mut Ctx, path: &str, raw: Option<&RawRetry>) -> RetryConfig {
+    let d = RetryConfig::default();
+    let Some(raw) = raw else {
+        return d;
+    };
+    let deadline = cx.duration(
+        &format!("{path}.deadline"),
+        raw.deadline.as_deref(),
+        d.deadline,
+    );
+    if deadline < Duration::from_millis(100) {
+        cx.err(format!("{path}.deadline"), "must be at least 100ms");
+    }
+    RetryConfig {
+        max_attempts: cx.range(
+            &format!("{path}.maxAttempts"),
+            raw.max_attempts,
+            d.max_attempts,
+            1,
+            10,
+        ),
+        deadline,
+    }
+}
