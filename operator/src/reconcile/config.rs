@@ -17,8 +17,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
-use kube::{Api, Resource, ResourceExt};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
 
 pub use super::common::owner_of_deployment;
 use super::common::{FIELD_MANAGER, component_labels, deployment_owner};
@@ -27,7 +27,7 @@ use super::controller_deployment::{
     CONFIG_HASH_ANNOTATION, CONFIG_KEY, TlsSources, deployment_patch,
 };
 use super::error::Error;
-use super::tls_secret;
+use super::{status, tls_secret};
 
 /// Metric label and backoff key of this reconciler.
 pub const CONFIG_KIND: &str = "ControllerConfig";
@@ -154,14 +154,5 @@ async fn reconcile_inner(d: &Deployment, ctx: &Context) -> Result<Action, Error>
 }
 
 async fn publish(ctx: &Context, d: &Deployment, type_: EventType, reason: &str, note: &str) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "RenderConfig".into(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &d.object_ref(&())).await {
-        tracing::warn!(%error, "cannot publish event");
-    }
+    status::publish(ctx, d, type_, reason, note, "RenderConfig").await;
 }

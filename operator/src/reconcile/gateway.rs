@@ -1,5 +1,5 @@
 //! The Routing reconciler: applies a Routing's gateway workload (rendered by
-//! [`workload`] from the Routing, the chart's template and its [`clients`] file) and
+//! `workload` from the Routing, the chart's template and its `clients` file) and
 //! reports status: Ready once the gateway pods are.
 //!
 //! Every object carries a controller owner reference to the Routing, so deleting the
@@ -31,7 +31,7 @@ use super::common::FIELD_MANAGER;
 use super::context::{Context, measured};
 use super::error::Error;
 use super::render::Kind;
-use super::status::{Outcome, apply_status, conditions, event_on_change};
+use super::status::{Outcome, report};
 use crate::crd::Routing;
 
 /// Applies the Routing's gateway, then reports its status.
@@ -108,12 +108,10 @@ async fn reconcile_inner(r: &Routing, ctx: &Context) -> Result<Action, Error> {
         .unwrap_or_default();
     let status = json!({
         "observedGeneration": r.meta().generation,
-        "conditions": conditions(&old, r.meta().generation, &outcome),
         "readyReplicas": ready,
         "service": object,
     });
-    apply_status(ctx, r, status).await?;
-    event_on_change(ctx, r, &old, &outcome).await;
+    report(ctx, r, &old, status, &outcome).await?;
     Ok(if outcome.is_ready() {
         Action::requeue(Duration::from_secs(300))
     } else if outcome.problems.is_empty() {

@@ -16,6 +16,18 @@
 //! per-object exponential backoff. No finalizers: every object the operator makes is
 //! in the cluster, in the namespace and owned (garbage-collected with its owner), and
 //! the config is re-rendered from the remaining resources when one is deleted.
+//!
+//! The modules form layers; each imports only from the layers below it:
+//!
+//! 1. leaves: [`error`](Error), [`common`] (field manager, labels, owner references),
+//!    [`metrics`], [`inventory`], [`hash_key`], [`leader`], [`gateway_pod`], [`http`];
+//! 2. pure renderers, no Kubernetes client: [`render`] (custom resources → the
+//!    controller config), [`tls`] (certificate rules), [`controller_deployment`], and
+//!    the gateway workload and clients file under [`gateway`]; [`settings`];
+//! 3. [`context`]: the client, settings, metrics and backoff every reconcile shares;
+//! 4. [`status`]: conditions, status writes and events;
+//! 5. the reconcilers [`config`] (with [`tls_secret`]), [`gateway`], [`resources`];
+//! 6. this module, which runs them.
 
 pub mod common;
 pub mod config;

@@ -13,7 +13,7 @@ use super::context::{Context, measured};
 use super::error::Error;
 use super::inventory::{InventoryCache, condition_reason};
 use super::render::{Kind, Problem};
-use super::status::{Outcome, apply_status, conditions, event_on_change};
+use super::status::{Outcome, report};
 use crate::crd::{DistributionClient, Upstream};
 
 /// Reports an Upstream's status.
@@ -39,9 +39,7 @@ pub async fn reconcile_upstream(u: Arc<Upstream>, ctx: Arc<Context>) -> Result<A
             )
             .await;
         }
-        status["conditions"] = json!(conditions(&old, u.meta().generation, &outcome));
-        apply_status(&ctx, &*u, status).await?;
-        event_on_change(&ctx, &*u, &old, &outcome).await;
+        report(&ctx, &*u, &old, status, &outcome).await?;
         Ok(if ctx.config.controller_admin.is_some() {
             // Inventory changes all the time: keep `kubectl get upstreams` current.
             Action::requeue(INVENTORY_REFRESH)
@@ -141,12 +139,8 @@ pub async fn reconcile_client(
         .unwrap_or_default();
     measured(Kind::DistributionClient.as_str(), &ctx, async {
         let outcome = outcome(&ctx, Kind::DistributionClient, &c.name_any()).await?;
-        let status = json!({
-            "observedGeneration": c.meta().generation,
-            "conditions": conditions(&old, c.meta().generation, &outcome),
-        });
-        apply_status(&ctx, &*c, status).await?;
-        event_on_change(&ctx, &*c, &old, &outcome).await;
+        let status = json!({ "observedGeneration": c.meta().generation });
+        report(&ctx, &*c, &old, status, &outcome).await?;
         Ok(action(&outcome))
     })
     .await

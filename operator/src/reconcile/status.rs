@@ -97,6 +97,29 @@ pub fn conditions(old: &[Condition], generation: Option<i64>, outcome: &Outcome)
         .collect()
 }
 
+/// Reports `outcome` on `obj`: applies `status` with the two conditions added
+/// (transition times kept from `old`, the conditions before) and publishes an event
+/// when Ready changed.
+pub async fn report<K>(
+    ctx: &Context,
+    obj: &K,
+    old: &[Condition],
+    mut status: Value,
+    outcome: &Outcome,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+{
+    status["conditions"] = json!(conditions(old, obj.meta().generation, outcome));
+    apply_status(ctx, obj, status).await?;
+    event_on_change(ctx, obj, old, outcome).await;
+    Ok(())
+}
+
 /// Server-side applies `status` (a JSON object of the fields this operator owns) to
 /// `obj`'s status subresource.
 pub async fn apply_status<K>(ctx: &Context, obj: &K, status: Value) -> Result<(), Error>
@@ -136,15 +159,31 @@ where
     if unchanged {
         return;
     }
+    let type_ = if outcome.problems.is_empty() {
+        EventType::Normal
+    } else {
+        EventType::Warning
+    };
+    publish(ctx, obj, type_, reason, &message, "Reconcile").await;
+}
+
+/// Publishes an event about `obj`, its note cut to 1000 characters. Failures are
+/// logged, never fatal.
+pub async fn publish<K>(
+    ctx: &Context,
+    obj: &K,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+    action: &str,
+) where
+    K: Resource<DynamicType = ()>,
+{
     let event = Event {
-        type_: if outcome.problems.is_empty() {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        },
+        type_,
         reason: reason.into(),
-        note: Some(message.chars().take(1000).collect()),
-        action: "Reconcile".into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: action.into(),
         secondary: None,
     };
     if let Err(error) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {

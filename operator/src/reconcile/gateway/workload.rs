@@ -67,6 +67,14 @@ pub fn selector(routing: &str) -> BTreeMap<String, String> {
     ])
 }
 
+/// [`selector`] as a label selector.
+fn label_selector(routing: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(selector(routing)),
+        match_expressions: None,
+    }
+}
+
 fn labels(routing: &str) -> BTreeMap<String, String> {
     let mut l = selector(routing);
     l.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
@@ -75,8 +83,13 @@ fn labels(routing: &str) -> BTreeMap<String, String> {
     l
 }
 
+/// The Routing's name (an object from the API server always has one).
+fn routing_name(r: &Routing) -> Result<String, Error> {
+    r.meta().name.clone().ok_or(Error::MissingKey("Routing"))
+}
+
 fn meta(r: &Routing) -> Result<ObjectMeta, Error> {
-    let name = r.meta().name.clone().ok_or(Error::MissingKey("Routing"))?;
+    let name = routing_name(r)?;
     Ok(ObjectMeta {
         name: Some(object_name(&name)),
         namespace: r.meta().namespace.clone(),
@@ -149,7 +162,7 @@ pub fn clients_config_map_name(routing: &str) -> String {
 
 /// The ConfigMap holding a Routing's clients file, owned by the Routing.
 pub fn clients_config_map(r: &Routing, clients: &GatewayClients) -> Result<ConfigMap, Error> {
-    let name = r.meta().name.clone().ok_or(Error::MissingKey("Routing"))?;
+    let name = routing_name(r)?;
     let mut metadata = meta(r)?;
     metadata.name = Some(clients_config_map_name(&name));
     Ok(ConfigMap {
@@ -234,7 +247,7 @@ pub fn deployment(
     t: &GatewayTemplate,
     clients: &GatewayClients,
 ) -> Result<Deployment, Error> {
-    let name = r.meta().name.clone().ok_or(Error::MissingKey("Routing"))?;
+    let name = routing_name(r)?;
     let env_vars = vec![
         env("PROXY_POOL_IDENTITY_ENDPOINT", t.identity_endpoint.clone()),
         env(
@@ -345,10 +358,7 @@ pub fn deployment(
         metadata: meta(r)?,
         spec: Some(DeploymentSpec {
             replicas: Some(r.spec.gateway.replicas),
-            selector: LabelSelector {
-                match_labels: Some(selector(&name)),
-                match_expressions: None,
-            },
+            selector: label_selector(&name),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels(&name)),
@@ -401,14 +411,11 @@ pub fn pod_disruption_budget(
     if !pdb.enabled {
         return Ok(None);
     }
-    let name = r.meta().name.clone().ok_or(Error::MissingKey("Routing"))?;
+    let name = routing_name(r)?;
     Ok(Some(PodDisruptionBudget {
         metadata: meta(r)?,
         spec: Some(PodDisruptionBudgetSpec {
-            selector: Some(LabelSelector {
-                match_labels: Some(selector(&name)),
-                match_expressions: None,
-            }),
+            selector: Some(label_selector(&name)),
             max_unavailable: Some(pdb.max_unavailable.clone()),
             ..PodDisruptionBudgetSpec::default()
         }),
@@ -418,7 +425,7 @@ pub fn pod_disruption_budget(
 
 /// The gateway Service of a Routing.
 pub fn service(r: &Routing) -> Result<Service, Error> {
-    let name = r.meta().name.clone().ok_or(Error::MissingKey("Routing"))?;
+    let name = routing_name(r)?;
     Ok(Service {
         metadata: meta(r)?,
         spec: Some(ServiceSpec {
