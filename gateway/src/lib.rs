@@ -31,4 +31,4 @@ pub mod usage;
 pub use config::{AuthMode, GatewayConfig, UpstreamConfig};
 pub use error::{ErrorSource, GatewayError};
 pub use listener::{Gateway, Listeners, ServeReport, WorkerListeners, bind_reuseport, serve};
-pub use snapshot::{Snapshot, SnapshotHandle, SnapshotSource};
+pub use snapshot::{SnapshotHandle, SnapshotInput, SnapshotSource};

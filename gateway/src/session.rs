@@ -14,11 +14,33 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::time::Duration;
 use tokio::time::Instant;
 
-use crate::snapshot::{ProxyId, StickyPolicy};
+use proxy_pool_api::controlplane::model::Sticky;
+
+use crate::snapshot::ProxyId;
 
 const SHARDS: usize = 64;
+
+/// How long a binding lives: a routing's sticky-session times, as the table keeps
+/// them per binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StickyPolicy {
+    /// Longest life of a session's binding to one proxy.
+    pub ttl: Duration,
+    /// A binding unused this long is forgotten.
+    pub idle_timeout: Duration,
+}
+
+impl From<&Sticky> for StickyPolicy {
+    fn from(s: &Sticky) -> Self {
+        Self {
+            ttl: s.session_ttl,
+            idle_timeout: s.idle_timeout,
+        }
+    }
+}
 
 /// Identifies a session without storing its strings: two independent keyed hashes,
 /// and a keyed hash of the client alone (its quota's key).
@@ -484,7 +506,6 @@ impl SessionTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     const POLICY: StickyPolicy = StickyPolicy {
         ttl: Duration::from_secs(60),

@@ -6,8 +6,6 @@
 //!
 //! Never logs credentials; never blocks a request.
 
-pub mod convert;
-
 use proxy_pool_api::controlplane::client::{self, Backoff, ClientOptions, ClientTransport};
 use proxy_pool_api::controlplane::limits;
 use proxy_pool_api::controlplane::model;
@@ -24,7 +22,7 @@ use tonic::transport::Channel;
 use tracing::{debug, info, warn};
 
 use crate::outcome::{Outcome, OutcomeReceiver, Stage};
-use crate::snapshot::{ClientCredential, ProxyId, SnapshotHandle};
+use crate::snapshot::{ClientCredential, ProxyId, SnapshotHandle, SnapshotInput};
 use crate::usage::{UsageRecorder, UsageReport};
 
 /// Most outcomes per batch when the controller does not say.
@@ -416,16 +414,16 @@ fn apply(
     }
 }
 
-/// Converts and builds the snapshot on a blocking thread, then swaps it in.
+/// Builds the snapshot on a blocking thread, then swaps it in.
 async fn publish(
     handle: &SnapshotHandle,
     st: &SnapshotState,
     clients: &[ClientCredential],
 ) -> Result<(), String> {
-    let snapshot = convert::snapshot(&st.to_snapshot(), clients);
+    let input = SnapshotInput::new(st.to_snapshot(), clients.to_vec());
     let handle = handle.clone();
-    let version = snapshot.version;
-    let built = tokio::task::spawn_blocking(move || handle.install(snapshot).map(|_| ()))
+    let version = input.snapshot.version;
+    let built = tokio::task::spawn_blocking(move || handle.install(input).map(|_| ()))
         .await
         .map_err(|_| "build task failed".to_owned())?;
     built.map_err(|err| {
