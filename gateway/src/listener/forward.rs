@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::Shared;
-use super::http::{Failure, Next, moved_header, proxy_credentials};
+use super::reply::{Failure, Next, moved_header, proxy_credentials};
 use super::tunnel::Attempts;
 use crate::capacity::ActiveLease;
 use crate::error::GatewayError;
