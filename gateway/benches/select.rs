@@ -11,10 +11,11 @@ use proxy_pool_api::controlplane::model::{
 };
 use proxy_pool_gateway::AuthMode;
 use proxy_pool_gateway::capacity::CapacityRegistry;
+use proxy_pool_gateway::clock::{now_ms, to_model_ms};
 use proxy_pool_gateway::parse::authority::Host;
 use proxy_pool_gateway::route::{Credentials, Router};
 use proxy_pool_gateway::select::pick;
-use proxy_pool_gateway::snapshot::live::{LiveSnapshot, now_ms};
+use proxy_pool_gateway::snapshot::live::LiveSnapshot;
 use proxy_pool_gateway::snapshot::{ClientCredential, ProxyId, SnapshotInput};
 use std::hint::black_box;
 use std::time::{Duration, SystemTime};
@@ -26,7 +27,7 @@ fn snapshot(strategy: Strategy) -> LiveSnapshot {
 }
 
 fn snapshot_of(size: usize, strategy: Strategy) -> LiveSnapshot {
-    let far_ms = i64::try_from(now_ms()).expect("now") + 3_600_000;
+    let far_ms = to_model_ms(now_ms()) + 3_600_000;
     let proxies: Vec<SnapshotProxy> = (0..size)
         .map(|i| SnapshotProxy {
             id: format!("px-{i:06}"),
@@ -83,7 +84,7 @@ fn snapshot_of(size: usize, strategy: Strategy) -> LiveSnapshot {
     let snap = Snapshot {
         version: 1,
         ownership_epoch: 1,
-        generated_at_ms: i64::try_from(now_ms()).expect("now"),
+        generated_at_ms: to_model_ms(now_ms()),
         valid_until_ms: far_ms,
         routings: vec![region, routing],
         proxies,

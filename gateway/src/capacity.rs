@@ -82,7 +82,7 @@ impl ProxyState {
         const RECHECK: u64 = 1_000;
         loop {
             let cut = self.lease_cut_ms();
-            let now = crate::snapshot::live::now_ms();
+            let now = crate::clock::now_ms();
             if now >= cut {
                 return;
             }

@@ -13,6 +13,7 @@
 pub mod admin;
 pub mod capacity;
 pub mod clients;
+pub mod clock;
 pub mod config;
 pub mod controlplane;
 pub mod error;

@@ -230,8 +230,8 @@ mod tests {
     #[test]
     fn snapshot_gauges_show_version_and_age() {
         use crate::capacity::CapacityRegistry;
+        use crate::clock::{from_unix_ms, now_ms, to_model_ms, unix_ms};
         use crate::snapshot::fixture;
-        use crate::snapshot::live::{from_unix_ms, now_ms, unix_ms};
         use std::time::Duration;
         // A whole millisecond, as snapshot times are.
         let now = from_unix_ms(now_ms());
@@ -241,7 +241,7 @@ mod tests {
                 .any(|l| l.starts_with("gateway_snapshot")),
             "no sample without a snapshot"
         );
-        let ms = |t| i64::try_from(unix_ms(t)).unwrap();
+        let ms = |t| to_model_ms(unix_ms(t));
         let mut snap = fixture::input(42, vec![fixture::routing("all")], vec![]);
         snap.snapshot.generated_at_ms = ms(now - Duration::from_millis(2500));
         snap.snapshot.valid_until_ms = ms(now + Duration::from_secs(60));

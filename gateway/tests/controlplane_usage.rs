@@ -15,19 +15,17 @@ use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
 use proxy_pool_api::egress::PortRanges;
 use proxy_pool_e2e::sim::{Protocol, SimProxy};
+use proxy_pool_gateway::clock;
 use proxy_pool_gateway::controlplane::Agent;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
 fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+    clock::to_model_ms(clock::now_ms())
 }
 
 fn snapshot(p: &SimProxy, version: u64) -> pb::SnapshotUpdate {

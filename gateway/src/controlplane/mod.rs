@@ -15,12 +15,13 @@ use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControl
 use proxy_pool_api::controlplane::state::SnapshotState;
 use proxy_pool_identity_client::{MaterialError, WorkerTls};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use tracing::{debug, info, warn};
 
+use crate::clock::{now_ms, to_model_ms, unix_ms};
 use crate::outcome::{Outcome, OutcomeReceiver, Stage};
 use crate::snapshot::{ClientCredential, ProxyId, SnapshotHandle, SnapshotInput};
 use crate::usage::{UsageRecorder, UsageReport};
@@ -295,12 +296,6 @@ async fn answered<T>(
         })
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// Watches snapshots until the stream fails or ends; applies, publishes and ACKs.
 async fn watch_snapshots(
     rpc: &mut WorkerControlPlaneClient<Channel>,
@@ -500,7 +495,7 @@ async fn report_runtime(
                 snapshot_version: version,
                 ownership_epoch: epoch,
                 counts,
-                observed_at_ms: now_ms(),
+                observed_at_ms: to_model_ms(now_ms()),
                 usage: usage.to_wire(),
             }),
         )
@@ -605,9 +600,6 @@ fn outcome_to_wire(o: Outcome) -> pb::Outcome {
         success: o.error.is_none(),
         latency_ms: u64::try_from(o.latency.as_millis()).unwrap_or(u64::MAX),
         failure_code: o.error.unwrap_or_default().to_owned(),
-        observed_at_ms: o
-            .at
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        observed_at_ms: to_model_ms(unix_ms(o.at)),
     }
 }

@@ -12,6 +12,7 @@ use super::Shared;
 use super::reply::{Failure, Next, moved_header, proxy_credentials};
 use super::tunnel::Attempts;
 use crate::capacity::ActiveLease;
+use crate::clock::now_ms;
 use crate::error::GatewayError;
 use crate::io::{self as gio, BufConn, CopyError, HeadReadError, Waits, copy_body};
 use crate::outcome::Stage;
@@ -23,7 +24,6 @@ use crate::parse::http_head::{
 use crate::route::{Pick, Request, Ticket};
 use crate::session::MoveReason;
 use crate::snapshot::ProxyEntry;
-use crate::snapshot::live::now_ms;
 use crate::upstream::pool::PoolKey;
 use crate::upstream::{self, Target};
 use proxy_pool_api::controlplane::model::Protocol;

@@ -11,12 +11,12 @@ use super::Shared;
 use super::forward::{self, Scratch};
 use super::reply::{Failure, Next, moved_header, proxy_credentials, respond_error};
 use super::tunnel;
+use crate::clock::now_ms;
 use crate::error::GatewayError;
 use crate::io::{BufConn, HeadReadError};
 use crate::parse::authority::parse_authority;
 use crate::parse::http_head::parse_request;
 use crate::route::Request;
-use crate::snapshot::live::now_ms;
 use crate::upstream::Target;
 use std::net::IpAddr;
 

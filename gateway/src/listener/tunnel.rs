@@ -11,12 +11,12 @@ use tracing::debug;
 
 use super::Shared;
 use crate::capacity::ActiveLease;
+use crate::clock::now_ms;
 use crate::error::GatewayError;
 use crate::io::{self, BufConn, TunnelEnd};
 use crate::outcome::Stage;
 use crate::route::{Pick, Ticket};
 use crate::session::MoveReason;
-use crate::snapshot::live::now_ms;
 use crate::snapshot::{ProxyEntry, ProxyId};
 use crate::upstream::{self, Target};
 use proxy_pool_api::controlplane::model::Protocol;

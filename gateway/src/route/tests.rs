@@ -1,7 +1,7 @@
 use super::*;
 use crate::capacity::CapacityRegistry;
+use crate::clock::now_ms;
 use crate::snapshot::fixture;
-use crate::snapshot::live::now_ms;
 use crate::snapshot::{ClientCredential, SnapshotInput};
 use proxy_pool_api::controlplane::model::{
     RoutingMatch, SnapshotProxy, Sticky, Strategy, UsernameParam,

@@ -15,7 +15,7 @@ use proxy_pool_api::controlplane::model::{
 use proxy_pool_api::egress::PortRanges;
 
 use super::{ClientCredential, SnapshotError, SnapshotInput};
-use crate::snapshot::live::now_ms;
+use crate::clock::{now_ms, to_model_ms};
 
 /// The file's top level.
 #[derive(Debug, Clone, Deserialize)]
@@ -150,7 +150,7 @@ impl SnapshotFile {
         validity: Duration,
     ) -> Result<SnapshotInput, SnapshotError> {
         let mut problems = Vec::new();
-        let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+        let now = to_model_ms(now_ms());
         let far = now.saturating_add(i64::try_from(validity.as_millis()).unwrap_or(i64::MAX));
         let routings = self
             .routings

@@ -4,14 +4,14 @@
 use proxy_pool_api::controlplane::model::{Checksum, Protocol, Routing, Snapshot, SnapshotProxy};
 
 use super::SnapshotInput;
-use crate::snapshot::live::now_ms;
+use crate::clock::{now_ms, to_model_ms};
 
 /// How long fixtures stay valid and usable.
 const TEN_MINUTES_MS: i64 = 600_000;
 
 /// Unix milliseconds `offset_ms` from now.
 pub(crate) fn unix_ms_in(offset_ms: i64) -> i64 {
-    i64::try_from(now_ms()).unwrap_or(i64::MAX) + offset_ms
+    to_model_ms(now_ms()) + offset_ms
 }
 
 /// Proxy `id` (HTTP, `127.0.0.1:1`, upstream `u`, region `r`, carrier `c`) taking

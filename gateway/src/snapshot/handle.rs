@@ -236,11 +236,11 @@ mod tests {
     fn staleness_uses_the_earlier_of_validity_and_max_stale_age() {
         let handle = SnapshotHandle::new(Duration::from_millis(0));
         let live = handle.install(snapshot(1, vec![])).unwrap();
-        assert!(live.is_stale(crate::snapshot::live::now_ms()));
+        assert!(live.is_stale(crate::clock::now_ms()));
         let handle = SnapshotHandle::new(Duration::from_secs(60));
         let mut s = snapshot(1, vec![]);
         s.snapshot.valid_until_ms = fixture::unix_ms_in(-1_000);
         let live = handle.install(s).unwrap();
-        assert!(live.is_stale(crate::snapshot::live::now_ms()));
+        assert!(live.is_stale(crate::clock::now_ms()));
     }
 }

@@ -8,12 +8,13 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use proxy_pool_api::controlplane::model::{Protocol, Routing, SnapshotProxy};
 
 use super::{ClientCredential, LEASE_SAFETY, ProxyId, SnapshotInput};
 use crate::capacity::{CapacityRegistry, ProxyState};
+use crate::clock::{from_model_ms, from_unix_ms, unix_ms};
 use crate::parse::authority::{Host, parse_host};
 
 /// Why a snapshot was rejected before it was published.
@@ -221,8 +222,8 @@ impl LiveSnapshot {
                 protocol: p.protocol,
                 addr,
                 auth,
-                usable_until_ms: unix_ms_of(p.usable_until_ms)
-                    .min(unix_ms_of(p.expires_at_ms))
+                usable_until_ms: from_model_ms(p.usable_until_ms)
+                    .min(from_model_ms(p.expires_at_ms))
                     .min(lease_cut_ms(p)),
                 state,
             }));
@@ -250,11 +251,11 @@ impl LiveSnapshot {
                 (c.username, entry)
             })
             .collect();
-        let valid_until = from_unix_ms(unix_ms_of(snapshot.valid_until_ms));
+        let valid_until = from_unix_ms(from_model_ms(snapshot.valid_until_ms));
         Ok(Self {
             version: snapshot.version,
             epoch: snapshot.ownership_epoch,
-            generated_at: from_unix_ms(unix_ms_of(snapshot.generated_at_ms)),
+            generated_at: from_unix_ms(from_model_ms(snapshot.generated_at_ms)),
             valid_until,
             proxies,
             routings,
@@ -414,30 +415,8 @@ fn problem(p: &str) -> SnapshotError {
 /// [`LEASE_SAFETY`], or `u64::MAX` without a lease bound.
 fn lease_cut_ms(p: &SnapshotProxy) -> u64 {
     if p.lease_expires_at_ms > 0 {
-        unix_ms_of(p.lease_expires_at_ms).saturating_sub(LEASE_SAFETY.as_millis() as u64)
+        from_model_ms(p.lease_expires_at_ms).saturating_sub(LEASE_SAFETY.as_millis() as u64)
     } else {
         u64::MAX
     }
-}
-
-/// A model instant (Unix ms, signed) as the compiled snapshot keeps it (0 before the
-/// epoch).
-fn unix_ms_of(ms: i64) -> u64 {
-    u64::try_from(ms).unwrap_or(0)
-}
-
-/// Unix milliseconds of `t` (0 before the epoch).
-pub fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// Unix milliseconds now.
-pub fn now_ms() -> u64 {
-    unix_ms(SystemTime::now())
-}
-
-/// `SystemTime` of `ms` Unix milliseconds.
-pub fn from_unix_ms(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
 }

@@ -10,6 +10,7 @@ use proxy_pool_api::egress::{EgressPolicy, PortRanges};
 use proxy_pool_e2e::sim::{
     EchoReply, FailureMode, Protocol, ProxySpec, SimConfig, SimProxy, Simulator,
 };
+use proxy_pool_gateway::clock;
 use proxy_pool_gateway::outcome::OutcomeReceiver;
 use proxy_pool_gateway::snapshot::{ClientCredential, ProxyId, SnapshotInput};
 use proxy_pool_gateway::{
@@ -17,7 +18,7 @@ use proxy_pool_gateway::{
 };
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -173,8 +174,7 @@ impl Harness {
 
 /// Unix milliseconds of `t`, as snapshots carry instants.
 pub fn unix_ms(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    clock::to_model_ms(clock::unix_ms(t))
 }
 
 /// A routing named `name` that matches everything and allows every proxy (CONNECT to
