@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::snapshot::ProxyId;
+use crate::proxy_id::ProxyId;
 
 const RESERVED_MASK: u64 = 0xFFFF_FFFF;
 const ACTIVE_ONE: u64 = 1 << 32;

@@ -22,6 +22,7 @@ pub mod listener;
 pub mod metrics;
 pub mod outcome;
 pub mod parse;
+pub mod proxy_id;
 pub mod route;
 pub mod select;
 pub mod session;

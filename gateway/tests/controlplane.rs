@@ -39,32 +39,6 @@ fn header(version: u64) -> Header {
     }
 }
 
-fn wire_proxy(p: &SimProxy) -> model::SnapshotProxy {
-    model::SnapshotProxy {
-        id: p.id.clone(),
-        upstream: "sim".into(),
-        protocol: match p.protocol {
-            Protocol::Http => model::Protocol::Http,
-            Protocol::Socks5 => model::Protocol::Socks5,
-        },
-        host: p.host.to_string(),
-        port: p.port,
-        credentials: Some(model::Credentials {
-            username: p.username.clone(),
-            password: model::Secret::new(p.password.clone()),
-        }),
-        region: Some(p.region.clone()),
-        carrier: Some(p.carrier.clone()),
-        max_concurrency: 4,
-        expires_at_ms: now_ms() + 600_000,
-        usable_until_ms: now_ms() + 590_000,
-        assignment_epoch: 1,
-        draining: false,
-        lease_expires_at_ms: 0,
-        excluded_routings: Vec::new(),
-    }
-}
-
 async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> T {
     tokio::time::timeout(Duration::from_secs(10), rx.recv())
         .await

@@ -35,26 +35,7 @@ fn snapshot(p: &SimProxy, version: u64) -> pb::SnapshotUpdate {
         generated_at_ms: now_ms(),
         valid_until_ms: now_ms() + 600_000,
     };
-    let proxy = model::SnapshotProxy {
-        id: p.id.clone(),
-        upstream: "sim".into(),
-        protocol: model::Protocol::Http,
-        host: p.host.to_string(),
-        port: p.port,
-        credentials: Some(model::Credentials {
-            username: p.username.clone(),
-            password: model::Secret::new(p.password.clone()),
-        }),
-        region: Some(p.region.clone()),
-        carrier: Some(p.carrier.clone()),
-        max_concurrency: 4,
-        expires_at_ms: now_ms() + 600_000,
-        usable_until_ms: now_ms() + 590_000,
-        assignment_epoch: 1,
-        draining: false,
-        lease_expires_at_ms: 0,
-        excluded_routings: Vec::new(),
-    };
+    let proxy = wire_proxy(p);
     let routings = vec![model::Routing {
         name: "all".into(),
         // The simulator's targets listen on random ports.

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use proxy_pool_api::controlplane::model::Sticky;
 
-use crate::snapshot::ProxyId;
+use crate::proxy_id::ProxyId;
 
 const SHARDS: usize = 64;
 

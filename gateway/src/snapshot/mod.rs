@@ -12,50 +12,14 @@ pub mod live;
 #[cfg(test)]
 pub(crate) mod fixture;
 
+pub use crate::proxy_id::ProxyId;
 pub use handle::{ChannelSource, SnapshotHandle, SnapshotSource, run_source};
 pub use live::{Candidate, CompiledRouting, LiveSnapshot, ProxyEntry, SnapshotError, UpstreamAddr};
 
 use proxy_pool_api::controlplane::model::Snapshot;
 use proxy_pool_api::secret::SaltedHash;
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
-
-/// A proxy's ID as the compiled snapshot holds it: shared, cheap to clone (the hot
-/// path, capacity counters and sessions pass it around by `Arc`).
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ProxyId(Arc<str>);
-
-impl ProxyId {
-    /// The ID text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<&str> for ProxyId {
-    fn from(s: &str) -> Self {
-        Self(Arc::from(s))
-    }
-}
-
-impl From<String> for ProxyId {
-    fn from(s: String) -> Self {
-        Self(Arc::from(s))
-    }
-}
-
-impl fmt::Debug for ProxyId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
-    }
-}
-
-impl fmt::Display for ProxyId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 /// How long before its lease end the gateway stops using a proxy: room for clock
 /// skew between this host and the pool's clock (Redis `TIME`), so a proxy the pool
