@@ -6,16 +6,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use proxy_pool_api::controlplane::model::{
+    Checksum, Protocol, Routing, RoutingMatch, Snapshot, SnapshotProxy, Sticky, Strategy,
+    UsernameParam,
+};
 use proxy_pool_gateway::AuthMode;
 use proxy_pool_gateway::capacity::CapacityRegistry;
+use proxy_pool_gateway::clock::{now_ms, to_model_ms};
 use proxy_pool_gateway::parse::authority::Host;
 use proxy_pool_gateway::route::{Credentials, Router};
 use proxy_pool_gateway::select::pick;
-use proxy_pool_gateway::snapshot::live::{LiveSnapshot, now_ms};
-use proxy_pool_gateway::snapshot::{
-    ClientCredential, ParamMatch, ProxyId, Routing, RoutingMatch, Snapshot, StickyPolicy, Strategy,
-    UpstreamProtocol, UpstreamProxy,
-};
+use proxy_pool_gateway::snapshot::live::LiveSnapshot;
+use proxy_pool_gateway::snapshot::{ClientCredential, ProxyId, SnapshotInput};
 use std::hint::black_box;
 use std::time::{Duration, SystemTime};
 
@@ -26,54 +28,72 @@ fn snapshot(strategy: Strategy) -> LiveSnapshot {
 }
 
 fn snapshot_of(size: usize, strategy: Strategy) -> LiveSnapshot {
-    let far = SystemTime::now() + Duration::from_secs(3600);
-    let proxies = (0..size)
-        .map(|i| UpstreamProxy {
-            id: ProxyId::from(format!("px-{i:06}")),
+    let far_ms = to_model_ms(now_ms()) + 3_600_000;
+    let proxies: Vec<SnapshotProxy> = (0..size)
+        .map(|i| SnapshotProxy {
+            id: format!("px-{i:06}"),
+            upstream: format!("vendor-{}", i % 4),
             protocol: if i.is_multiple_of(2) {
-                UpstreamProtocol::Http
+                Protocol::Http
             } else {
-                UpstreamProtocol::Socks5
+                Protocol::Socks5
             },
             host: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
             port: 8000,
             credentials: None,
-            upstream: format!("vendor-{}", i % 4),
-            region: ["shanghai", "beijing", "guangzhou", "shenzhen"][i % 4].into(),
-            carrier: ["telecom", "unicom", "mobile"][i % 3].into(),
-            max_concurrent: 1_000_000,
-            expires_at: far,
-            usable_until: far,
-            observed_latency: Some(Duration::from_millis(20 + (i % 50) as u64)),
-            draining: false,
+            region: Some(["shanghai", "beijing", "guangzhou", "shenzhen"][i % 4].into()),
+            carrier: Some(["telecom", "unicom", "mobile"][i % 3].into()),
+            max_concurrency: 1_000_000,
+            expires_at_ms: far_ms,
+            usable_until_ms: far_ms,
             assignment_epoch: 0,
-            lease_until: None,
+            draining: false,
+            lease_expires_at_ms: 0,
             excluded_routings: Vec::new(),
         })
         .collect();
-    let mut routing = Routing::catch_all("all");
-    routing.strategy = strategy;
-    let mut region = Routing::catch_all("shanghai");
-    region.matcher = RoutingMatch {
-        username_params: vec![ParamMatch::exact("region", "shanghai")],
-        ..RoutingMatch::default()
+    // Counters with the latencies health checks would have observed, created in one
+    // pass (as a build creates new ones) before the snapshot is built on them.
+    let registry = CapacityRegistry::default();
+    for (i, p) in proxies.iter().enumerate() {
+        let latency_us = 1_000 * (20 + (i % 50) as u32);
+        registry.state_for(&ProxyId::from(p.id.as_str()), 1_000_000, Some(latency_us));
+    }
+    let routing = Routing {
+        name: "all".into(),
+        strategy,
+        ..Routing::default()
     };
-    region.regions = vec!["shanghai".into()];
-    region.strategy = strategy;
-    region.sticky = Some(StickyPolicy {
-        ttl: Duration::from_secs(600),
-        idle_timeout: Duration::from_secs(600),
-    });
+    let region = Routing {
+        name: "shanghai".into(),
+        matcher: RoutingMatch {
+            username_params: vec![UsernameParam {
+                key: "region".into(),
+                values: vec!["shanghai".into()],
+            }],
+            ..RoutingMatch::default()
+        },
+        regions: vec!["shanghai".into()],
+        strategy,
+        sticky: Some(Sticky {
+            param: "session".into(),
+            session_ttl: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(600),
+        }),
+        ..Routing::default()
+    };
     let snap = Snapshot {
         version: 1,
-        epoch: 1,
-        generated_at: SystemTime::now(),
-        valid_until: far,
+        ownership_epoch: 1,
+        generated_at_ms: to_model_ms(now_ms()),
+        valid_until_ms: far_ms,
         routings: vec![region, routing],
         proxies,
-        clients: vec![ClientCredential::from_password("team", "alice", "secret")],
+        checksum: Checksum::default(),
     };
-    LiveSnapshot::build(snap, &CapacityRegistry::default(), far).expect("valid snapshot")
+    let clients = vec![ClientCredential::from_password("team", "alice", "secret")];
+    let far = SystemTime::now() + Duration::from_secs(3600);
+    LiveSnapshot::build(SnapshotInput::new(snap, clients), &registry, far).expect("valid snapshot")
 }
 
 fn picks(c: &mut Criterion) {

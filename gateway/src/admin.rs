@@ -17,9 +17,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use crate::clock::now_ms;
 use crate::listener::Gateway;
 use crate::snapshot::SnapshotHandle;
-use crate::snapshot::live::now_ms;
 
 const MAX_REQUEST: usize = 4096;
 /// Connections served at once; more are closed right after accept.

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::snapshot::ProxyId;
+use crate::proxy_id::ProxyId;
 
 const RESERVED_MASK: u64 = 0xFFFF_FFFF;
 const ACTIVE_ONE: u64 = 1 << 32;
@@ -82,7 +82,7 @@ impl ProxyState {
         const RECHECK: u64 = 1_000;
         loop {
             let cut = self.lease_cut_ms();
-            let now = crate::snapshot::live::now_ms();
+            let now = crate::clock::now_ms();
             if now >= cut {
                 return;
             }

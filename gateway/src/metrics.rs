@@ -230,24 +230,21 @@ mod tests {
     #[test]
     fn snapshot_gauges_show_version_and_age() {
         use crate::capacity::CapacityRegistry;
-        use crate::snapshot::{Routing, Snapshot};
-        use std::time::{Duration, SystemTime};
-        let now = SystemTime::now();
+        use crate::clock::{from_unix_ms, now_ms, to_model_ms, unix_ms};
+        use crate::snapshot::fixture;
+        use std::time::Duration;
+        // A whole millisecond, as snapshot times are.
+        let now = from_unix_ms(now_ms());
         assert!(
             !render_snapshot(None, now)
                 .lines()
                 .any(|l| l.starts_with("gateway_snapshot")),
             "no sample without a snapshot"
         );
-        let snap = Snapshot {
-            version: 42,
-            epoch: 1,
-            generated_at: now - Duration::from_millis(2500),
-            valid_until: now + Duration::from_secs(60),
-            routings: vec![Routing::catch_all("all")],
-            proxies: vec![],
-            clients: vec![],
-        };
+        let ms = |t| to_model_ms(unix_ms(t));
+        let mut snap = fixture::input(42, vec![fixture::routing("all")], vec![]);
+        snap.snapshot.generated_at_ms = ms(now - Duration::from_millis(2500));
+        snap.snapshot.valid_until_ms = ms(now + Duration::from_secs(60));
         let live = LiveSnapshot::build(snap, &CapacityRegistry::default(), now).unwrap();
         let text = render_snapshot(Some(&live), now);
         assert!(text.contains("gateway_snapshot_version 42\n"), "{text}");

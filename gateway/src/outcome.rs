@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 
-use crate::snapshot::ProxyId;
+use crate::proxy_id::ProxyId;
 
 /// The stage an observation is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

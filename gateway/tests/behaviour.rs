@@ -8,9 +8,10 @@
 mod common;
 
 use common::*;
+use proxy_pool_api::controlplane::model::{RetryBudget, Sticky};
 use proxy_pool_e2e::sim::{FailureMode, Protocol};
 use proxy_pool_gateway::outcome::Stage;
-use proxy_pool_gateway::snapshot::{ProxyId, RetryPolicy, Routing, StickyPolicy, UpstreamProxy};
+use proxy_pool_gateway::snapshot::ProxyId;
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -21,8 +22,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 fn sticky(ttl: Duration, idle_timeout: Duration) -> Routing {
-    let mut r = common::any_port(Routing::catch_all("sticky"));
-    r.sticky = Some(StickyPolicy { ttl, idle_timeout });
+    let mut r = common::any_port(catch_all("sticky"));
+    r.sticky = Some(Sticky {
+        param: "session".into(),
+        session_ttl: ttl,
+        idle_timeout,
+    });
     r
 }
 
@@ -59,7 +64,7 @@ async fn sticky_session_is_kept_then_moved_when_its_proxy_expires() {
         (&b, &a)
     };
     let mut expiring = upstream(bound, 10);
-    expiring.usable_until = SystemTime::now() - Duration::from_secs(1);
+    expiring.usable_until_ms = unix_ms(SystemTime::now() - Duration::from_secs(1));
     h.install(vec![expiring, upstream(other, 10)], vec![routing]);
     let r = client.get(h.echo(), "/moved").await;
     assert_eq!(r.remote_ip(), h.egress(other));
@@ -173,7 +178,7 @@ async fn a_proxy_past_usable_until_is_never_selected() {
     let old = h.proxy(Protocol::Http).await;
     let good = h.proxy(Protocol::Http).await;
     let mut expired = upstream(&old, 100);
-    expired.usable_until = SystemTime::now() - Duration::from_millis(1);
+    expired.usable_until_ms = unix_ms(SystemTime::now() - Duration::from_millis(1));
     h.install(vec![expired, upstream(&good, 100)], vec![all()]);
     let mut client = ProxyClient::connect(h.http, USER, PASS).await;
     for _ in 0..10 {
@@ -349,7 +354,7 @@ async fn a_refused_dial_is_a_dial_failure_retried_on_another_proxy() {
     let good = h.proxy(Protocol::Http).await;
     // Nothing listens there: the TCP connect itself is refused.
     let dead = raw_upstream("dead", closed_addr().await, 10);
-    let dead_id = dead.id.clone();
+    let dead_id = ProxyId::from(dead.id.as_str());
     h.install(vec![dead, upstream(&good, 10)], vec![all()]);
     // Round robin over two proxies: at least two of four requests start at `dead`.
     for i in 0..4 {
@@ -414,7 +419,7 @@ async fn raw_proxies<F, Fut>(
     prefix: &str,
     accepted: &Arc<AtomicU32>,
     spawn: F,
-) -> Vec<UpstreamProxy>
+) -> Vec<SnapshotProxy>
 where
     F: Fn(Arc<AtomicU32>) -> Fut,
     Fut: std::future::Future<Output = SocketAddr>,
@@ -430,7 +435,7 @@ where
 /// The catch-all routing with its own retry budget.
 fn retrying(max_attempts: u32, deadline: Duration) -> Routing {
     let mut routing = all();
-    routing.retry = RetryPolicy {
+    routing.retry = RetryBudget {
         max_attempts,
         deadline,
     };
@@ -597,7 +602,7 @@ async fn a_slot_is_reserved_while_the_upstream_handshake_runs() {
     let accepted = Arc::new(AtomicU32::new(0));
     let addr = gated_proxy(gate, accepted.clone()).await;
     let gated = raw_upstream("gated", addr, 1);
-    let gated_id = gated.id.clone();
+    let gated_id = ProxyId::from(gated.id.as_str());
     h.install(vec![gated.clone()], vec![all()]);
     let target = h.echo().to_string();
     let pending = tokio::spawn({

@@ -7,8 +7,9 @@
 mod common;
 
 use common::*;
+use proxy_pool_api::controlplane::model::{Checksum, RoutingMatch, Snapshot};
 use proxy_pool_e2e::sim::Protocol;
-use proxy_pool_gateway::snapshot::{Routing, RoutingMatch, Snapshot};
+use proxy_pool_gateway::SnapshotInput;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
@@ -67,21 +68,24 @@ async fn a_gateway_with_file_credentials_accepts_them_and_refuses_others() {
     let p = h.proxy(Protocol::Http).await;
     // Only team-crawler's traffic matches the routing: the client name comes from the
     // file entry the credentials matched.
-    let mut routing = common::any_port(Routing::catch_all("crawler-only"));
+    let mut routing = common::any_port(catch_all("crawler-only"));
     routing.matcher = RoutingMatch {
         clients: vec!["team-crawler".into()],
         ..RoutingMatch::default()
     };
     h.handle
-        .install(Snapshot {
-            version: 1,
-            epoch: 1,
-            generated_at: SystemTime::now(),
-            valid_until: SystemTime::now() + Duration::from_secs(600),
-            routings: vec![routing],
-            proxies: vec![upstream(&p, 10)],
+        .install(SnapshotInput::new(
+            Snapshot {
+                version: 1,
+                ownership_epoch: 1,
+                generated_at_ms: unix_ms(SystemTime::now()),
+                valid_until_ms: unix_ms(SystemTime::now() + Duration::from_secs(600)),
+                routings: vec![routing],
+                proxies: vec![upstream(&p, 10)],
+                checksum: Checksum::default(),
+            },
             clients,
-        })
+        ))
         .expect("snapshot installs");
     let echo = h.echo();
 

@@ -20,17 +20,15 @@ use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
 use proxy_pool_api::egress::PortRanges;
 use proxy_pool_e2e::sim::{Protocol, SimProxy};
+use proxy_pool_gateway::clock;
 use proxy_pool_gateway::controlplane::Agent;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+    clock::to_model_ms(clock::now_ms())
 }
 
 fn header(version: u64) -> Header {
@@ -39,32 +37,6 @@ fn header(version: u64) -> Header {
         ownership_epoch: 1,
         generated_at_ms: now_ms(),
         valid_until_ms: now_ms() + 600_000,
-    }
-}
-
-fn wire_proxy(p: &SimProxy) -> model::SnapshotProxy {
-    model::SnapshotProxy {
-        id: p.id.clone(),
-        upstream: "sim".into(),
-        protocol: match p.protocol {
-            Protocol::Http => model::Protocol::Http,
-            Protocol::Socks5 => model::Protocol::Socks5,
-        },
-        host: p.host.to_string(),
-        port: p.port,
-        credentials: Some(model::Credentials {
-            username: p.username.clone(),
-            password: model::Secret::new(p.password.clone()),
-        }),
-        region: Some(p.region.clone()),
-        carrier: Some(p.carrier.clone()),
-        max_concurrency: 4,
-        expires_at_ms: now_ms() + 600_000,
-        usable_until_ms: now_ms() + 590_000,
-        assignment_epoch: 1,
-        draining: false,
-        lease_expires_at_ms: 0,
-        excluded_routings: Vec::new(),
     }
 }
 

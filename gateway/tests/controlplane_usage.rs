@@ -16,19 +16,17 @@ use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
 use proxy_pool_api::egress::PortRanges;
 use proxy_pool_e2e::sim::{Protocol, SimProxy};
+use proxy_pool_gateway::clock;
 use proxy_pool_gateway::controlplane::Agent;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
 fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+    clock::to_model_ms(clock::now_ms())
 }
 
 fn snapshot(p: &SimProxy, version: u64) -> pb::SnapshotUpdate {
@@ -38,26 +36,7 @@ fn snapshot(p: &SimProxy, version: u64) -> pb::SnapshotUpdate {
         generated_at_ms: now_ms(),
         valid_until_ms: now_ms() + 600_000,
     };
-    let proxy = model::SnapshotProxy {
-        id: p.id.clone(),
-        upstream: "sim".into(),
-        protocol: model::Protocol::Http,
-        host: p.host.to_string(),
-        port: p.port,
-        credentials: Some(model::Credentials {
-            username: p.username.clone(),
-            password: model::Secret::new(p.password.clone()),
-        }),
-        region: Some(p.region.clone()),
-        carrier: Some(p.carrier.clone()),
-        max_concurrency: 4,
-        expires_at_ms: now_ms() + 600_000,
-        usable_until_ms: now_ms() + 590_000,
-        assignment_epoch: 1,
-        draining: false,
-        lease_expires_at_ms: 0,
-        excluded_routings: Vec::new(),
-    };
+    let proxy = wire_proxy(p);
     let routings = vec![model::Routing {
         name: "all".into(),
         // The simulator's targets listen on random ports.

@@ -10,7 +10,7 @@ mod common;
 use common::*;
 use proxy_pool_e2e::sim::{FailureMode, Protocol, SimProxy};
 use proxy_pool_gateway::outcome::{Outcome, Stage};
-use proxy_pool_gateway::snapshot::{ProxyId, UpstreamProxy};
+use proxy_pool_gateway::snapshot::ProxyId;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -68,7 +68,7 @@ impl RawVendor {
         self.seen.lock().await.clone()
     }
 
-    fn upstream(&self, id: &str) -> UpstreamProxy {
+    fn upstream(&self, id: &str) -> SnapshotProxy {
         raw_upstream(id, self.addr, 10)
     }
 }

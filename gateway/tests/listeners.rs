@@ -6,8 +6,8 @@
 mod common;
 
 use common::*;
+use proxy_pool_api::controlplane::model::{RoutingMatch, UsernameParam};
 use proxy_pool_e2e::sim::Protocol;
-use proxy_pool_gateway::snapshot::{ParamMatch, Routing, RoutingMatch};
 use rustls::pki_types::ServerName;
 use tokio::io::AsyncWriteExt;
 
@@ -187,9 +187,12 @@ async fn username_parameters_select_the_routing() {
     let sh = h.proxy_in(Protocol::Http, Some("shanghai")).await;
     let bj = h.proxy_in(Protocol::Socks5, Some("beijing")).await;
     let region = |name: &str| {
-        let mut r = common::any_port(Routing::catch_all(name));
+        let mut r = common::any_port(catch_all(name));
         r.matcher = RoutingMatch {
-            username_params: vec![ParamMatch::exact("region", name)],
+            username_params: vec![UsernameParam {
+                key: "region".into(),
+                values: vec![name.into()],
+            }],
             ..RoutingMatch::default()
         };
         r.regions = vec![name.into()];

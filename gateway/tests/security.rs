@@ -183,10 +183,7 @@ async fn connect_ports_outside_the_routing_allow_list_are_refused() {
     let h = Harness::start().await;
     let p = h.proxy(Protocol::Http).await;
     // The catch-all routing as users get it: CONNECT to 443 and 80 only.
-    h.install(
-        vec![upstream(&p, 10)],
-        vec![proxy_pool_gateway::snapshot::Routing::catch_all("default")],
-    );
+    h.install(vec![upstream(&p, 10)], vec![catch_all("default")]);
     for target in ["example.com:22", "example.com:25", "example.com:6379"] {
         let (resp, _) = connect(h.http, USER, PASS, target).await;
         assert_eq!(resp.status, 403, "{target}");

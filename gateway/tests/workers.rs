@@ -8,8 +8,8 @@
 mod common;
 
 use common::*;
+use proxy_pool_api::controlplane::model::Sticky;
 use proxy_pool_e2e::sim::Protocol;
-use proxy_pool_gateway::snapshot::{Routing, StickyPolicy};
 use proxy_pool_gateway::{Gateway, GatewayConfig, WorkerListeners, bind_reuseport};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -89,9 +89,10 @@ async fn workers_share_sessions_and_capacity_and_drain_on_shutdown() {
     let a = h.proxy(Protocol::Http).await;
     let b = h.proxy(Protocol::Http).await;
     let c = h.proxy(Protocol::Http).await;
-    let mut sticky = any_port(Routing::catch_all("sticky"));
-    sticky.sticky = Some(StickyPolicy {
-        ttl: Duration::from_secs(600),
+    let mut sticky = any_port(catch_all("sticky"));
+    sticky.sticky = Some(Sticky {
+        param: "session".into(),
+        session_ttl: Duration::from_secs(600),
         idle_timeout: Duration::from_secs(300),
     });
     h.install(

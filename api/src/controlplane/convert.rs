@@ -253,6 +253,12 @@ impl TryFrom<pb::Routing> for Routing {
             max_attempts: b.max_attempts.max(1),
             deadline: Duration::from_millis(b.deadline_ms),
         });
+        if retry.max_attempts > RetryBudget::MAX_ATTEMPTS {
+            return Err(bad("routing.retry.max_attempts", "must be 1..=10"));
+        }
+        if retry.deadline.is_zero() {
+            return Err(bad("routing.retry.deadline_ms", "must be positive"));
+        }
         Ok(Self {
             name: r.name,
             matcher: RoutingMatch {
@@ -590,5 +596,34 @@ mod tests {
             last: 70_001,
         }];
         assert!(Routing::try_from(wire).is_err());
+    }
+
+    #[test]
+    fn retry_budgets_outside_the_rule_are_refused() {
+        let r = Routing {
+            name: "r1".into(),
+            ..Routing::default()
+        };
+        let budget = |max_attempts, deadline_ms| {
+            let mut wire = pb::Routing::from(&r);
+            wire.retry = Some(pb::RetryBudget {
+                max_attempts,
+                deadline_ms,
+            });
+            Routing::try_from(wire).map(|r| r.retry)
+        };
+        assert_eq!(
+            budget(10, 500).unwrap(),
+            RetryBudget {
+                max_attempts: 10,
+                deadline: Duration::from_millis(500)
+            }
+        );
+        assert_eq!(budget(0, 500).unwrap().max_attempts, 1);
+        assert_eq!(
+            budget(11, 500).unwrap_err().field,
+            "routing.retry.max_attempts"
+        );
+        assert_eq!(budget(3, 0).unwrap_err().field, "routing.retry.deadline_ms");
     }
 }

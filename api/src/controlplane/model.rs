@@ -123,6 +123,11 @@ impl Default for RetryBudget {
     }
 }
 
+impl RetryBudget {
+    /// Most attempts a routing may make, the first included.
+    pub const MAX_ATTEMPTS: u32 = 10;
+}
+
 /// A routing rule as the worker serves it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Routing {

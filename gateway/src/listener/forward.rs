@@ -9,9 +9,10 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::Shared;
-use super::http::{Failure, Next, moved_header, proxy_credentials};
+use super::reply::{Failure, Next, moved_header, proxy_credentials};
 use super::tunnel::Attempts;
 use crate::capacity::ActiveLease;
+use crate::clock::now_ms;
 use crate::error::GatewayError;
 use crate::io::{self as gio, BufConn, CopyError, HeadReadError, Waits, copy_body};
 use crate::outcome::Stage;
@@ -22,10 +23,10 @@ use crate::parse::http_head::{
 };
 use crate::route::{Pick, Request, Ticket};
 use crate::session::MoveReason;
-use crate::snapshot::live::now_ms;
-use crate::snapshot::{ProxyEntry, UpstreamProtocol};
+use crate::snapshot::ProxyEntry;
 use crate::upstream::pool::PoolKey;
 use crate::upstream::{self, Target};
+use proxy_pool_api::controlplane::model::Protocol;
 
 /// How long an `Expect: 100-continue` request waits for the upstream's first answer
 /// (interim or final) before its body is sent anyway (RFC 9110 §10.1.1).
@@ -98,7 +99,7 @@ pub(crate) async fn forward(
             Ok((mut upstream, lease, reused)) => {
                 let started = Instant::now();
                 write_head(scratch, &info, &entry);
-                let via_http = entry.protocol == UpstreamProtocol::Http;
+                let via_http = entry.protocol == Protocol::Http;
                 let res = exchange(shared, conn, &mut upstream, scratch, &info, moved, via_http);
                 let (err, replayable) = match res.await {
                     Ok(outcome) => {
@@ -273,8 +274,8 @@ fn push_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 
 fn pool_key(entry: &ProxyEntry, target: &Target) -> PoolKey {
     match entry.protocol {
-        UpstreamProtocol::Http => PoolKey::http(entry.id.clone()),
-        UpstreamProtocol::Socks5 => PoolKey::tunnel(entry.id.clone(), target.clone()),
+        Protocol::Http => PoolKey::http(entry.id.clone()),
+        Protocol::Socks5 => PoolKey::tunnel(entry.id.clone(), target.clone()),
     }
 }
 
@@ -308,7 +309,7 @@ async fn obtain(
         started.elapsed(),
     );
     let mut conn = BufConn::new(stream?, up.max_response_head);
-    if entry.protocol == UpstreamProtocol::Socks5 {
+    if entry.protocol == Protocol::Socks5 {
         let at = Instant::now();
         let timeout = attempts.left(up.handshake_timeout);
         let res = upstream::socks5_connect(&mut conn, entry, target, timeout).await;
@@ -332,7 +333,7 @@ fn write_head(scratch: &mut Scratch, info: &RequestInfo, entry: &ProxyEntry) {
     out.clear();
     match entry.protocol {
         // HTTP proxies take the absolute URI and their own credentials.
-        UpstreamProtocol::Http => {
+        Protocol::Http => {
             out.extend_from_slice(&scratch.line);
             out.extend_from_slice(b" HTTP/1.1\r\n");
             if let Some(auth) = &entry.auth {
@@ -340,7 +341,7 @@ fn write_head(scratch: &mut Scratch, info: &RequestInfo, entry: &ProxyEntry) {
             }
         }
         // Through a SOCKS5 tunnel we talk to the origin: origin-form.
-        UpstreamProtocol::Socks5 => {
+        Protocol::Socks5 => {
             out.extend_from_slice(&scratch.line[..info.method_len]);
             out.push(b' ');
             out.extend_from_slice(&scratch.line[info.path_at..]);

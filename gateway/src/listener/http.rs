@@ -3,36 +3,22 @@
 //! absolute-URI request and wait for the next one (keep-alive). Errors are answered
 //! with a status and an `X-Proxy-Pool-Error` reason, never with internal detail.
 
-use base64::Engine as _;
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tracing::{debug, instrument};
 
 use super::Shared;
 use super::forward::{self, Scratch};
+use super::reply::{Failure, Next, moved_header, proxy_credentials, respond_error};
 use super::tunnel;
+use crate::clock::now_ms;
 use crate::error::GatewayError;
 use crate::io::{BufConn, HeadReadError};
 use crate::parse::authority::parse_authority;
-use crate::parse::http_head::{Headers, parse_request};
-use crate::route::{Credentials, Request};
-use crate::session::MoveReason;
-use crate::snapshot::live::now_ms;
+use crate::parse::http_head::parse_request;
+use crate::route::Request;
 use crate::upstream::Target;
 use std::net::IpAddr;
-
-/// Header naming why the gateway refused or failed a request.
-pub(crate) const ERROR_HEADER: &str = "X-Proxy-Pool-Error";
-/// Header announcing that a sticky session moved to another proxy.
-pub(crate) const MOVED_HEADER: &str = "X-Proxy-Pool-Session-Moved";
-const MAX_AUTH_HEADER: usize = 1024;
-
-/// Whether the client connection stays open for another request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Next {
-    KeepAlive,
-    Close,
-}
 
 /// Serves one client connection.
 #[instrument(level = "debug", skip_all)]
@@ -98,19 +84,6 @@ pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream, peer: IpAddr)
     }
 }
 
-/// A failed request, and whether the client can still be answered.
-#[derive(Debug)]
-pub(crate) struct Failure {
-    pub(crate) err: GatewayError,
-    pub(crate) respond: bool,
-}
-
-impl From<GatewayError> for Failure {
-    fn from(err: GatewayError) -> Self {
-        Self { err, respond: true }
-    }
-}
-
 async fn handle(
     shared: &Shared,
     conn: &mut BufConn,
@@ -155,90 +128,4 @@ async fn handle(
         })?;
     tunnel::relay(shared, conn, est).await;
     Ok(Next::Close)
-}
-
-/// Appends the session-moved header when a session moved.
-pub(crate) fn moved_header(out: &mut Vec<u8>, moved: Option<MoveReason>, shared: &Shared) {
-    if let Some(reason) = moved {
-        shared
-            .metrics
-            .sessions_moved
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        out.extend_from_slice(MOVED_HEADER.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(reason.as_str().as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-/// Decodes `Proxy-Authorization: Basic …` into `buf`; `None` when absent.
-pub fn proxy_credentials<'a>(
-    headers: &Headers<'_>,
-    buf: &'a mut Vec<u8>,
-) -> Result<Option<Credentials<'a>>, GatewayError> {
-    let Some(value) = headers.get(b"proxy-authorization") else {
-        return Ok(None);
-    };
-    if value.len() > MAX_AUTH_HEADER {
-        return Err(GatewayError::AuthFailed);
-    }
-    let (scheme, encoded) = match value.iter().position(|&b| b == b' ') {
-        Some(i) => (&value[..i], crate::parse::http_head::trim(&value[i + 1..])),
-        None => return Err(GatewayError::AuthFailed),
-    };
-    if !scheme.eq_ignore_ascii_case(b"basic") {
-        return Err(GatewayError::AuthFailed);
-    }
-    buf.clear();
-    base64::engine::general_purpose::STANDARD
-        .decode_vec(encoded, buf)
-        .map_err(|_| GatewayError::AuthFailed)?;
-    let colon = buf
-        .iter()
-        .position(|&b| b == b':')
-        .ok_or(GatewayError::AuthFailed)?;
-    let (username, password) = buf.split_at(colon);
-    Ok(Some(Credentials {
-        username,
-        password: &password[1..],
-    }))
-}
-
-/// Writes an error response and asks the client to close.
-pub(crate) async fn respond_error(
-    stream: &mut TcpStream,
-    err: &GatewayError,
-    write_timeout: std::time::Duration,
-) -> std::io::Result<()> {
-    let status = err.http_status();
-    let reason = err.reason();
-    let text = match status {
-        400 => "Bad Request",
-        403 => "Forbidden",
-        407 => "Proxy Authentication Required",
-        408 => "Request Timeout",
-        429 => "Too Many Requests",
-        431 => "Request Header Fields Too Large",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Error",
-    };
-    let mut out = format!(
-        "HTTP/1.1 {status} {text}\r\n{ERROR_HEADER}: {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n",
-        reason.len() + 1
-    );
-    if status == 407 {
-        out.push_str("Proxy-Authenticate: Basic realm=\"proxy-pool\"\r\n");
-    }
-    if status == 503 {
-        out.push_str("Retry-After: 1\r\n");
-    }
-    if status == 429 {
-        out.push_str("Retry-After: 6\r\n");
-    }
-    out.push_str("\r\n");
-    out.push_str(reason);
-    out.push('\n');
-    crate::io::write_all(stream, out.as_bytes(), write_timeout).await
 }

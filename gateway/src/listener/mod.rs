@@ -13,10 +13,11 @@
 
 mod forward;
 mod http;
+mod reply;
 mod socks5;
 mod tunnel;
 
-pub use http::proxy_credentials;
+pub use reply::proxy_credentials;
 
 use parking_lot::Mutex;
 use std::fmt::Write as _;

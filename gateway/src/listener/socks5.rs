@@ -13,6 +13,7 @@ use tracing::{debug, instrument};
 
 use super::Shared;
 use super::tunnel;
+use crate::clock::now_ms;
 use crate::config::AuthMode;
 use crate::error::GatewayError;
 use crate::io::BufConn;
@@ -21,7 +22,6 @@ use crate::parse::socks5::{
     parse_user_pass, reply,
 };
 use crate::route::{Credentials, Pick, Request, Ticket};
-use crate::snapshot::live::now_ms;
 use crate::upstream::Target;
 use std::net::IpAddr;
 

@@ -11,14 +11,15 @@ use tracing::debug;
 
 use super::Shared;
 use crate::capacity::ActiveLease;
+use crate::clock::now_ms;
 use crate::error::GatewayError;
 use crate::io::{self, BufConn, TunnelEnd};
 use crate::outcome::Stage;
 use crate::route::{Pick, Ticket};
 use crate::session::MoveReason;
-use crate::snapshot::live::now_ms;
-use crate::snapshot::{ProxyEntry, ProxyId, UpstreamProtocol};
+use crate::snapshot::{ProxyEntry, ProxyId};
 use crate::upstream::{self, Target};
+use proxy_pool_api::controlplane::model::Protocol;
 
 /// Read buffer of a tunnel's upstream side: a CONNECT response head (or SOCKS5 reply)
 /// and whatever arrived with it; the relay uses its own buffers afterwards.
@@ -51,7 +52,7 @@ impl Attempts {
         Self {
             routing: ticket.routing.clone(),
             deadline: Instant::now() + ticket.retry.deadline,
-            max: ticket.retry.max_attempts.max(1),
+            max: ticket.retry.max_attempts,
             made: 0,
             exclude: Vec::new(),
             last_err: None,
@@ -166,10 +167,8 @@ async fn attempt(
     let mut conn = BufConn::new(stream?, up.max_response_head.min(HANDSHAKE_BUFFER));
     let timeout = attempts.left(up.handshake_timeout);
     let res = match entry.protocol {
-        UpstreamProtocol::Http => upstream::http_connect(&mut conn, entry, target, timeout).await,
-        UpstreamProtocol::Socks5 => {
-            upstream::socks5_connect(&mut conn, entry, target, timeout).await
-        }
+        Protocol::Http => upstream::http_connect(&mut conn, entry, target, timeout).await,
+        Protocol::Socks5 => upstream::socks5_connect(&mut conn, entry, target, timeout).await,
     };
     shared.outcomes.record(
         &entry.id,

@@ -17,11 +17,10 @@ use crate::error::GatewayError;
 use crate::parse::authority::Host;
 use crate::parse::username::{Username, parse_username};
 use crate::select::{self, Choice};
-use crate::session::{Lookup, MoveReason, SessionKey, SessionTable};
-use crate::snapshot::{
-    CompiledRouting, LiveSnapshot, ProxyEntry, ProxyId, RetryPolicy, StickyPolicy,
-};
+use crate::session::{Lookup, MoveReason, SessionKey, SessionTable, StickyPolicy};
+use crate::snapshot::{CompiledRouting, LiveSnapshot, ProxyEntry, ProxyId};
 use crate::usage::UsageRecorder;
+use proxy_pool_api::controlplane::model::RetryBudget;
 
 /// Client credentials as presented (`Proxy-Authorization: Basic` or RFC 1929).
 #[derive(Clone, Copy)]
@@ -45,7 +44,7 @@ pub struct Ticket {
     /// Routing name.
     pub routing: Arc<str>,
     /// Retry budget of that routing.
-    pub retry: RetryPolicy,
+    pub retry: RetryBudget,
     session: Option<(SessionKey, StickyPolicy)>,
 }
 
@@ -178,9 +177,10 @@ impl Router {
         {
             return Err(GatewayError::EgressDenied(EgressDenied::Port));
         }
-        let session = routing.spec.sticky.and_then(|policy| {
-            let s = user.param(&routing.spec.session_param)?;
-            Some((self.sessions.key(client, &routing.name, s), policy))
+        let session = routing.spec.sticky.as_ref().and_then(|sticky| {
+            let s = user.param(&sticky.param)?;
+            let key = self.sessions.key(client, &routing.name, s);
+            Some((key, StickyPolicy::from(sticky)))
         });
         let ticket = Ticket {
             routing: routing.name.clone(),

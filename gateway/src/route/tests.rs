@@ -1,69 +1,60 @@
 use super::*;
 use crate::capacity::CapacityRegistry;
-use crate::snapshot::live::now_ms;
-use crate::snapshot::{
-    ClientCredential, ParamMatch, Routing, RoutingMatch, Snapshot, Strategy, UpstreamProtocol,
-    UpstreamProxy,
+use crate::clock::now_ms;
+use crate::snapshot::fixture;
+use crate::snapshot::{ClientCredential, SnapshotInput};
+use proxy_pool_api::controlplane::model::{
+    RoutingMatch, SnapshotProxy, Sticky, Strategy, UsernameParam,
 };
 use std::net::Ipv4Addr;
 use std::time::{Duration, SystemTime};
 
-fn proxy(id: &str, region: &str, max: u32) -> UpstreamProxy {
-    let far = SystemTime::now() + Duration::from_secs(600);
-    UpstreamProxy {
-        id: ProxyId::from(id),
-        protocol: UpstreamProtocol::Http,
-        host: "127.0.0.1".into(),
-        port: 1,
-        credentials: None,
-        upstream: "u".into(),
-        region: region.into(),
-        carrier: "c".into(),
-        max_concurrent: max,
-        expires_at: far,
-        usable_until: far,
-        observed_latency: None,
-        draining: false,
-        assignment_epoch: 0,
-        lease_until: None,
-        excluded_routings: Vec::new(),
+fn proxy(id: &str, region: &str, max: u32) -> SnapshotProxy {
+    SnapshotProxy {
+        region: Some(region.into()),
+        ..fixture::proxy(id, max)
     }
 }
 
+fn build(s: SnapshotInput) -> LiveSnapshot {
+    let far = SystemTime::now() + Duration::from_secs(600);
+    LiveSnapshot::build(s, &CapacityRegistry::default(), far).unwrap()
+}
+
 fn snapshot() -> LiveSnapshot {
-    let mut sh = Routing::catch_all("shanghai");
+    let mut sh = fixture::routing("shanghai");
     sh.matcher = RoutingMatch {
-        username_params: vec![ParamMatch::exact("region", "shanghai")],
+        username_params: vec![UsernameParam {
+            key: "region".into(),
+            values: vec!["shanghai".into()],
+        }],
         ..RoutingMatch::default()
     };
     sh.regions = vec!["shanghai".into()];
-    sh.sticky = Some(StickyPolicy {
-        ttl: Duration::from_secs(60),
+    sh.sticky = Some(Sticky {
+        param: "session".into(),
+        session_ttl: Duration::from_secs(60),
         idle_timeout: Duration::from_secs(30),
     });
-    let mut only_b = Routing::catch_all("team-b");
+    let mut only_b = fixture::routing("team-b");
     only_b.matcher.clients = vec!["team-b".into()];
     only_b.strategy = Strategy::LeastActive;
-    let mut rest = Routing::catch_all("rest");
+    let mut rest = fixture::routing("rest");
     rest.matcher.target_hosts = vec!["*.example.com".into(), "192.0.2.1".into()];
-    let s = Snapshot {
-        version: 1,
-        epoch: 1,
-        generated_at: SystemTime::now(),
-        valid_until: SystemTime::now() + Duration::from_secs(600),
-        routings: vec![sh, only_b, rest],
-        proxies: vec![
+    let mut s = fixture::input(
+        1,
+        vec![sh, only_b, rest],
+        vec![
             proxy("sh1", "shanghai", 1),
             proxy("sh2", "shanghai", 1),
             proxy("bj1", "beijing", 5),
         ],
-        clients: vec![
-            ClientCredential::from_password("team-a", "alice", "pw-a"),
-            ClientCredential::from_password("team-b", "bob", "pw-b"),
-        ],
-    };
-    let far = SystemTime::now() + Duration::from_secs(600);
-    LiveSnapshot::build(s, &CapacityRegistry::default(), far).unwrap()
+    );
+    s.clients = vec![
+        ClientCredential::from_password("team-a", "alice", "pw-a"),
+        ClientCredential::from_password("team-b", "bob", "pw-b"),
+    ];
+    build(s)
 }
 
 fn creds<'a>(u: &'a str, p: &'a str) -> Option<Credentials<'a>> {
@@ -304,19 +295,11 @@ fn connect_ports_are_an_allow_list_per_routing() {
         );
     }
     // A routing that lists its own ports.
-    let mut r = Routing::catch_all("ssh");
+    let mut r = fixture::routing("ssh");
     r.connect_ports = PortRanges::parse(&["22".into(), "8000-8999".into()]).expect("ports");
-    let s = Snapshot {
-        version: 1,
-        epoch: 1,
-        generated_at: SystemTime::now(),
-        valid_until: SystemTime::now() + Duration::from_secs(600),
-        routings: vec![r],
-        proxies: vec![proxy("p", "x", 5)],
-        clients: vec![ClientCredential::from_password("team-b", "bob", "pw-b")],
-    };
-    let far = SystemTime::now() + Duration::from_secs(600);
-    let snap = LiveSnapshot::build(s, &CapacityRegistry::default(), far).unwrap();
+    let mut s = fixture::input(1, vec![r], vec![proxy("p", "x", 5)]);
+    s.clients = vec![ClientCredential::from_password("team-b", "bob", "pw-b")];
+    let snap = build(s);
     assert!(
         router
             .admit_request(Some(&snap), &req(22), now_ms())

@@ -11,7 +11,8 @@ mod rng;
 use std::sync::atomic::Ordering;
 
 use crate::capacity::Reservation;
-use crate::snapshot::{Candidate, CompiledRouting, LiveSnapshot, ProxyId, Strategy};
+use crate::snapshot::{Candidate, CompiledRouting, LiveSnapshot, ProxyId};
+use proxy_pool_api::controlplane::model::Strategy;
 
 /// Up to this many candidates least-active compares exactly; beyond it, a window of
 /// this size starting at a rotating offset (so one pick stays O(1)).

@@ -1,44 +1,23 @@
 use super::*;
 use crate::capacity::CapacityRegistry;
-use crate::snapshot::live::now_ms;
-use crate::snapshot::{Routing, Snapshot, UpstreamProtocol, UpstreamProxy};
+use crate::clock::now_ms;
+use crate::snapshot::fixture;
+use proxy_pool_api::controlplane::model::SnapshotProxy;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-fn proxy(i: usize, max: u32) -> UpstreamProxy {
-    let far = SystemTime::now() + Duration::from_secs(600);
-    UpstreamProxy {
-        id: ProxyId::from(format!("p{i}")),
-        protocol: UpstreamProtocol::Http,
-        host: "127.0.0.1".into(),
+fn proxy(i: usize, max: u32) -> SnapshotProxy {
+    SnapshotProxy {
         port: 1000 + i as u16,
-        credentials: None,
-        upstream: "u".into(),
-        region: if i.is_multiple_of(2) { "even" } else { "odd" }.into(),
-        carrier: "c".into(),
-        max_concurrent: max,
-        expires_at: far,
-        usable_until: far,
-        observed_latency: None,
-        draining: false,
-        assignment_epoch: 0,
-        lease_until: None,
-        excluded_routings: Vec::new(),
+        region: Some(if i.is_multiple_of(2) { "even" } else { "odd" }.into()),
+        ..fixture::proxy(&format!("p{i}"), max)
     }
 }
 
-pub(crate) fn live(proxies: Vec<UpstreamProxy>, strategy: Strategy) -> LiveSnapshot {
-    let mut routing = Routing::catch_all("all");
+pub(crate) fn live(proxies: Vec<SnapshotProxy>, strategy: Strategy) -> LiveSnapshot {
+    let mut routing = fixture::routing("all");
     routing.strategy = strategy;
-    let snapshot = Snapshot {
-        version: 1,
-        epoch: 1,
-        generated_at: SystemTime::now(),
-        valid_until: SystemTime::now() + Duration::from_secs(600),
-        routings: vec![routing],
-        proxies,
-        clients: vec![],
-    };
+    let snapshot = fixture::input(1, vec![routing], proxies);
     let far = SystemTime::now() + Duration::from_secs(600);
     LiveSnapshot::build(snapshot, &CapacityRegistry::default(), far).unwrap()
 }
@@ -61,7 +40,7 @@ fn round_robin_cycles_through_candidates() {
 #[test]
 fn full_and_unusable_proxies_are_skipped_and_exhaustion_is_none() {
     let mut ps: Vec<_> = (0..3).map(|i| proxy(i, 1)).collect();
-    ps[1].usable_until = SystemTime::now() - Duration::from_secs(1);
+    ps[1].usable_until_ms = fixture::unix_ms_in(-1_000);
     for strategy in [
         Strategy::RoundRobin,
         Strategy::LeastActive,

@@ -1,18 +1,21 @@
 //! A static snapshot from a JSON file, for local runs without a controller: raw serde
-//! types (`deny_unknown_fields`) turned into a [`Snapshot`] by `into_snapshot`, which
-//! reports every problem with its path. Reading the file is the caller's job.
+//! types (`deny_unknown_fields`) turned into the control-plane model (a
+//! [`SnapshotInput`]) by `into_snapshot`, which checks what the control-plane wire
+//! edge checks for a controller's snapshot (ports, retry budgets) and reports every
+//! problem with its path. Reading the file is the caller's job.
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
+use proxy_pool_api::controlplane::model::{
+    Checksum, Credentials, Protocol, RetryBudget, Routing, RoutingMatch, Secret, Snapshot,
+    SnapshotProxy, Sticky, Strategy, UsernameParam,
+};
 use proxy_pool_api::egress::PortRanges;
 
-use super::{
-    ClientCredential, ProxyCredentials, ProxyId, RetryPolicy, Routing, RoutingMatch, Snapshot,
-    StickyPolicy, Strategy, UpstreamProtocol, UpstreamProxy,
-};
-use crate::snapshot::SnapshotError;
+use super::{ClientCredential, SnapshotError, SnapshotInput};
+use crate::clock::{now_ms, to_model_ms};
 
 /// The file's top level.
 #[derive(Debug, Clone, Deserialize)]
@@ -145,10 +148,10 @@ impl SnapshotFile {
         self,
         version: u64,
         validity: Duration,
-    ) -> Result<Snapshot, SnapshotError> {
+    ) -> Result<SnapshotInput, SnapshotError> {
         let mut problems = Vec::new();
-        let now = SystemTime::now();
-        let far = now + validity;
+        let now = to_model_ms(now_ms());
+        let far = now.saturating_add(i64::try_from(validity.as_millis()).unwrap_or(i64::MAX));
         let routings = self
             .routings
             .into_iter()
@@ -163,6 +166,16 @@ impl SnapshotFile {
                         Strategy::RoundRobin
                     }
                 };
+                let retry = r.retry.map_or_else(RetryBudget::default, |r| RetryBudget {
+                    max_attempts: r.max_attempts,
+                    deadline: Duration::from_millis(r.deadline_ms),
+                });
+                if !(1..=RetryBudget::MAX_ATTEMPTS).contains(&retry.max_attempts) {
+                    problems.push(format!("routings[{i}].retry.maxAttempts: must be 1..=10"));
+                }
+                if retry.deadline.is_zero() {
+                    problems.push(format!("routings[{i}].retry.deadline: must be positive"));
+                }
                 Routing {
                     name: r.name,
                     matcher: RoutingMatch {
@@ -170,8 +183,11 @@ impl SnapshotFile {
                         username_params: r
                             .matcher
                             .username_params
-                            .iter()
-                            .map(|(k, v)| super::ParamMatch::exact(k, v))
+                            .into_iter()
+                            .map(|(key, value)| UsernameParam {
+                                key,
+                                values: vec![value],
+                            })
                             .collect(),
                         target_hosts: r.matcher.target_hosts,
                     },
@@ -179,15 +195,12 @@ impl SnapshotFile {
                     regions: r.regions,
                     carriers: r.carriers,
                     strategy,
-                    sticky: r.sticky_session.map(|s| StickyPolicy {
-                        ttl: Duration::from_secs(s.ttl_seconds),
+                    sticky: r.sticky_session.map(|s| Sticky {
+                        param: "session".to_owned(),
+                        session_ttl: Duration::from_secs(s.ttl_seconds),
                         idle_timeout: Duration::from_secs(s.idle_timeout_seconds),
                     }),
-                    session_param: "session".to_owned(),
-                    retry: r.retry.map_or_else(RetryPolicy::default, |r| RetryPolicy {
-                        max_attempts: r.max_attempts,
-                        deadline: Duration::from_millis(r.deadline_ms),
-                    }),
+                    retry,
                     connect_ports: PortRanges::parse(&r.connect_ports).unwrap_or_else(|e| {
                         for p in e {
                             problems.push(format!("routings[{i}].connectPorts{p}"));
@@ -203,39 +216,42 @@ impl SnapshotFile {
             .enumerate()
             .map(|(i, p)| {
                 let protocol = match p.protocol.as_str() {
-                    "http" => UpstreamProtocol::Http,
-                    "socks5" => UpstreamProtocol::Socks5,
+                    "http" => Protocol::Http,
+                    "socks5" => Protocol::Socks5,
                     other => {
                         problems.push(format!("proxies[{i}].protocol: unknown {other:?}"));
-                        UpstreamProtocol::Http
+                        Protocol::Http
                     }
                 };
+                if p.port == 0 {
+                    problems.push(format!("proxies[{i}].port: must not be 0"));
+                }
                 let credentials = match (p.username, p.password) {
-                    (Some(username), Some(password)) => {
-                        Some(ProxyCredentials { username, password })
-                    }
+                    (Some(username), Some(password)) => Some(Credentials {
+                        username,
+                        password: Secret::new(password),
+                    }),
                     (None, None) => None,
                     _ => {
                         problems.push(format!("proxies[{i}]: username and password go together"));
                         None
                     }
                 };
-                UpstreamProxy {
-                    id: ProxyId::from(p.id),
+                SnapshotProxy {
+                    id: p.id,
+                    upstream: p.upstream,
                     protocol,
                     host: p.host,
                     port: p.port,
                     credentials,
-                    upstream: p.upstream,
-                    region: p.region,
-                    carrier: p.carrier,
-                    max_concurrent: p.max_concurrent,
-                    expires_at: far,
-                    usable_until: far,
-                    observed_latency: None,
-                    draining: false,
+                    region: Some(p.region).filter(|v| !v.is_empty()),
+                    carrier: Some(p.carrier).filter(|v| !v.is_empty()),
+                    max_concurrency: p.max_concurrent,
+                    expires_at_ms: far,
+                    usable_until_ms: far,
                     assignment_epoch: 0,
-                    lease_until: None,
+                    draining: false,
+                    lease_expires_at_ms: 0,
                     excluded_routings: Vec::new(),
                 }
             })
@@ -248,15 +264,16 @@ impl SnapshotFile {
         if !problems.is_empty() {
             return Err(SnapshotError { problems });
         }
-        Ok(Snapshot {
+        let snapshot = Snapshot {
             version,
-            epoch: 0,
-            generated_at: now,
-            valid_until: far,
+            ownership_epoch: 0,
+            generated_at_ms: now,
+            valid_until_ms: far,
             routings,
             proxies,
-            clients,
-        })
+            checksum: Checksum::default(),
+        };
+        Ok(SnapshotInput::new(snapshot, clients))
     }
 }
 
@@ -275,9 +292,10 @@ mod tests {
             "clients": [{"client": "team", "username": "alice", "password": "pw"}]
         }"#;
         let file: SnapshotFile = serde_json::from_str(text).unwrap();
-        let snap = file.into_snapshot(1, Duration::from_secs(60)).unwrap();
+        let input = file.into_snapshot(1, Duration::from_secs(60)).unwrap();
+        let snap = &input.snapshot;
         assert_eq!(snap.routings[0].strategy, Strategy::PowerOfTwoChoices);
-        assert_eq!(snap.proxies[0].protocol, UpstreamProtocol::Socks5);
+        assert_eq!(snap.proxies[0].protocol, Protocol::Socks5);
         let bad = r#"{"proxies": [{"id": "p", "protocol": "ftp", "host": "h", "port": 1,
                       "username": "u", "maxConcurrent": 1}]}"#;
         let err = serde_json::from_str::<SnapshotFile>(bad)
@@ -286,5 +304,26 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.problems.len(), 2);
         assert!(serde_json::from_str::<SnapshotFile>(r#"{"extra": 1}"#).is_err());
+    }
+
+    #[test]
+    fn ports_and_retry_budgets_are_checked() {
+        let text = r#"{
+            "routings": [{"name": "r", "retry": {"maxAttempts": 11, "deadlineMs": 0}}],
+            "proxies": [{"id": "p", "protocol": "http", "host": "h", "port": 0,
+                         "maxConcurrent": 1}]
+        }"#;
+        let err = serde_json::from_str::<SnapshotFile>(text)
+            .unwrap()
+            .into_snapshot(1, Duration::from_secs(1))
+            .unwrap_err();
+        assert_eq!(
+            err.problems,
+            [
+                "routings[0].retry.maxAttempts: must be 1..=10",
+                "routings[0].retry.deadline: must be positive",
+                "proxies[0].port: must not be 0",
+            ]
+        );
     }
 }

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use super::live::{LiveSnapshot, SnapshotError};
-use super::{ProxyId, Snapshot};
+use super::{ProxyId, SnapshotInput};
 use crate::capacity::{CapacityRegistry, RuntimeCounts};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -49,29 +49,26 @@ impl SnapshotHandle {
         }
     }
 
-    /// Validates, compiles and publishes `snapshot`. It stays usable until
+    /// Validates, compiles and publishes `input`. It stays usable until
     /// `min(valid_until, now + max_stale_age)` unless refreshed.
-    pub fn install(&self, snapshot: Snapshot) -> Result<Arc<LiveSnapshot>, SnapshotError> {
-        let version = snapshot.version;
+    pub fn install(&self, input: SnapshotInput) -> Result<Arc<LiveSnapshot>, SnapshotError> {
+        let snapshot = &input.snapshot;
+        let (version, epoch) = (snapshot.version, snapshot.ownership_epoch);
         let _build = self.inner.registry.lock();
         let fresh_session = self.inner.new_session.load(Ordering::Acquire);
         if let Some(cur) = self.inner.current.load().as_ref()
             && !fresh_session
-            && (snapshot.epoch, snapshot.version) < (cur.epoch, cur.version)
+            && (epoch, version) < (cur.epoch, cur.version)
         {
             return Err(SnapshotError {
                 problems: vec![format!(
-                    "version: {}@{} is older than the installed {}@{}",
-                    snapshot.version, snapshot.epoch, cur.version, cur.epoch
+                    "version: {version}@{epoch} is older than the installed {}@{}",
+                    cur.version, cur.epoch
                 )],
             });
         }
         let stale_at = SystemTime::now() + self.max_stale_age();
-        let live = Arc::new(LiveSnapshot::build(
-            snapshot,
-            &self.inner.capacity,
-            stale_at,
-        )?);
+        let live = Arc::new(LiveSnapshot::build(input, &self.inner.capacity, stale_at)?);
         self.inner.current.store(Some(live.clone()));
         self.inner.new_session.store(false, Ordering::Release);
         debug!(
@@ -150,15 +147,15 @@ fn duration_ms(d: Duration) -> u64 {
 /// Something that delivers snapshots (the control-plane client, a file, a test).
 pub trait SnapshotSource: Send {
     /// The next snapshot; `None` when the source has ended.
-    fn next(&mut self) -> impl Future<Output = Option<Snapshot>> + Send;
+    fn next(&mut self) -> impl Future<Output = Option<SnapshotInput>> + Send;
 }
 
 /// A source fed through a bounded channel.
 #[derive(Debug)]
-pub struct ChannelSource(pub mpsc::Receiver<Snapshot>);
+pub struct ChannelSource(pub mpsc::Receiver<SnapshotInput>);
 
 impl SnapshotSource for ChannelSource {
-    async fn next(&mut self) -> Option<Snapshot> {
+    async fn next(&mut self) -> Option<SnapshotInput> {
         self.0.recv().await
     }
 }
@@ -175,12 +172,12 @@ pub async fn run_source<S: SnapshotSource>(
             next = source.next() => next,
             () = &mut shutdown => return,
         };
-        let Some(snapshot) = next else {
+        let Some(input) = next else {
             info!("snapshot source ended");
             return;
         };
-        let version = snapshot.version;
-        if let Err(err) = handle.install(snapshot) {
+        let version = input.snapshot.version;
+        if let Err(err) = handle.install(input) {
             warn!(version, error = %err, "snapshot rejected");
         }
     }
@@ -189,40 +186,11 @@ pub async fn run_source<S: SnapshotSource>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{ProxyId, Routing, UpstreamProtocol, UpstreamProxy};
+    use crate::snapshot::fixture::{self, proxy};
+    use proxy_pool_api::controlplane::model::{Credentials, Secret, SnapshotProxy};
 
-    pub(crate) fn proxy(id: &str, max: u32) -> UpstreamProxy {
-        let far = SystemTime::now() + Duration::from_secs(600);
-        UpstreamProxy {
-            id: ProxyId::from(id),
-            protocol: UpstreamProtocol::Http,
-            host: "127.0.0.1".into(),
-            port: 1,
-            credentials: None,
-            upstream: "u".into(),
-            region: "r".into(),
-            carrier: "c".into(),
-            max_concurrent: max,
-            expires_at: far,
-            usable_until: far,
-            observed_latency: None,
-            draining: false,
-            assignment_epoch: 0,
-            lease_until: None,
-            excluded_routings: Vec::new(),
-        }
-    }
-
-    fn snapshot(version: u64, proxies: Vec<UpstreamProxy>) -> Snapshot {
-        Snapshot {
-            version,
-            epoch: 1,
-            generated_at: SystemTime::now(),
-            valid_until: SystemTime::now() + Duration::from_secs(600),
-            routings: vec![Routing::catch_all("all")],
-            proxies,
-            clients: vec![],
-        }
+    fn snapshot(version: u64, proxies: Vec<SnapshotProxy>) -> SnapshotInput {
+        fixture::input(version, vec![fixture::routing("all")], proxies)
     }
 
     #[test]
@@ -252,10 +220,13 @@ mod tests {
     fn invalid_snapshots_report_every_problem() {
         let handle = SnapshotHandle::new(Duration::from_secs(60));
         let mut bad = proxy("a", 1);
-        bad.port = 0;
+        bad.credentials = Some(Credentials {
+            username: "user:name".into(),
+            password: Secret::new("pw"),
+        });
         bad.host = "bad host".into();
         let mut s = snapshot(1, vec![bad, proxy("a", 1)]);
-        s.routings.push(Routing::catch_all("all"));
+        s.snapshot.routings.push(fixture::routing("all"));
         let err = handle.install(s).unwrap_err();
         assert_eq!(err.problems.len(), 4, "{err}");
         assert!(handle.load().is_none());
@@ -265,11 +236,11 @@ mod tests {
     fn staleness_uses_the_earlier_of_validity_and_max_stale_age() {
         let handle = SnapshotHandle::new(Duration::from_millis(0));
         let live = handle.install(snapshot(1, vec![])).unwrap();
-        assert!(live.is_stale(crate::snapshot::live::now_ms()));
+        assert!(live.is_stale(crate::clock::now_ms()));
         let handle = SnapshotHandle::new(Duration::from_secs(60));
         let mut s = snapshot(1, vec![]);
-        s.valid_until = SystemTime::now() - Duration::from_secs(1);
+        s.snapshot.valid_until_ms = fixture::unix_ms_in(-1_000);
         let live = handle.install(s).unwrap();
-        assert!(live.is_stale(crate::snapshot::live::now_ms()));
+        assert!(live.is_stale(crate::clock::now_ms()));
     }
 }

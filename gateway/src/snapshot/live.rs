@@ -8,10 +8,13 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-use super::{ClientCredential, ProxyId, Routing, Snapshot, UpstreamProtocol};
+use proxy_pool_api::controlplane::model::{Protocol, Routing, SnapshotProxy};
+
+use super::{ClientCredential, LEASE_SAFETY, ProxyId, SnapshotInput};
 use crate::capacity::{CapacityRegistry, ProxyState};
+use crate::clock::{from_model_ms, from_unix_ms, unix_ms};
 use crate::parse::authority::{Host, parse_host};
 
 /// Why a snapshot was rejected before it was published.
@@ -52,7 +55,7 @@ pub struct ProxyEntry {
     /// ID.
     pub id: ProxyId,
     /// Protocol it speaks.
-    pub protocol: UpstreamProtocol,
+    pub protocol: Protocol,
     /// Address.
     pub addr: UpstreamAddr,
     pub(crate) auth: Option<UpstreamAuth>,
@@ -165,56 +168,63 @@ pub struct LiveSnapshot {
 }
 
 impl LiveSnapshot {
-    /// Validates and compiles `snapshot`, reusing capacity state from `registry`.
+    /// Validates and compiles `input`, reusing capacity state from `registry`.
     /// `stale_at` is the instant past which it refuses new traffic.
     pub fn build(
-        snapshot: Snapshot,
+        input: SnapshotInput,
         registry: &CapacityRegistry,
         stale_at: SystemTime,
     ) -> Result<Self, SnapshotError> {
-        validate(&snapshot)?;
+        validate(&input)?;
+        let SnapshotInput { snapshot, clients } = input;
         let mut proxies = Vec::with_capacity(snapshot.proxies.len());
         let mut by_id = HashMap::with_capacity(snapshot.proxies.len());
+        let ids: Vec<ProxyId> = snapshot
+            .proxies
+            .iter()
+            .map(|p| ProxyId::from(p.id.as_str()))
+            .collect();
         // Counters first, in one pass: new ones are then allocated next to each other,
         // which keeps random picks (power of two choices) cache- and TLB-friendlier.
         let states: Vec<Arc<ProxyState>> = snapshot
             .proxies
             .iter()
-            .map(|p| {
-                let latency = p
-                    .observed_latency
-                    .map(|d| u32::try_from(d.as_micros()).unwrap_or(u32::MAX));
-                let max = if p.draining { 0 } else { p.max_concurrent };
-                let state = registry.state_for(&p.id, max, latency);
+            .zip(&ids)
+            .map(|(p, id)| {
+                let max = if p.draining { 0 } else { p.max_concurrency };
+                let state = registry.state_for(id, max, None);
                 state.set_assignment(p.assignment_epoch, p.draining, lease_cut_ms(p));
                 state
             })
             .collect();
-        for ((i, p), state) in snapshot.proxies.iter().enumerate().zip(states) {
+        for (((i, p), state), id) in snapshot.proxies.iter().enumerate().zip(states).zip(ids) {
             let idx = u32::try_from(i).map_err(|_| problem("proxies: too many"))?;
             let addr = match p.host.parse::<IpAddr>() {
                 Ok(ip) => UpstreamAddr::Ip(SocketAddr::new(ip, p.port)),
                 Err(_) => UpstreamAddr::Name(Arc::from(p.host.as_str()), p.port),
             };
             let auth = p.credentials.as_ref().map(|c| {
-                let raw = format!("{}:{}", c.username, c.password);
+                let password = c.password.expose();
+                let raw = format!("{}:{password}", c.username);
                 let basic = format!(
                     "Basic {}",
                     base64::engine::general_purpose::STANDARD.encode(raw)
                 );
                 UpstreamAuth {
                     username: Arc::from(c.username.as_str()),
-                    password: Arc::from(c.password.as_str()),
+                    password: Arc::from(password),
                     basic: Arc::from(basic),
                 }
             });
-            by_id.insert(p.id.clone(), idx);
+            by_id.insert(id.clone(), idx);
             proxies.push(Arc::new(ProxyEntry {
-                id: p.id.clone(),
+                id,
                 protocol: p.protocol,
                 addr,
                 auth,
-                usable_until_ms: unix_ms(p.usable_until.min(p.expires_at)).min(lease_cut_ms(p)),
+                usable_until_ms: from_model_ms(p.usable_until_ms)
+                    .min(from_model_ms(p.expires_at_ms))
+                    .min(lease_cut_ms(p)),
                 state,
             }));
         }
@@ -231,8 +241,7 @@ impl LiveSnapshot {
             .into_iter()
             .map(|r| compile_routing(r, &snapshot.proxies, &proxies))
             .collect();
-        let clients = snapshot
-            .clients
+        let clients = clients
             .into_iter()
             .map(|c: ClientCredential| {
                 let entry = ClientEntry {
@@ -242,16 +251,17 @@ impl LiveSnapshot {
                 (c.username, entry)
             })
             .collect();
+        let valid_until = from_unix_ms(from_model_ms(snapshot.valid_until_ms));
         Ok(Self {
             version: snapshot.version,
-            epoch: snapshot.epoch,
-            generated_at: snapshot.generated_at,
-            valid_until: snapshot.valid_until,
+            epoch: snapshot.ownership_epoch,
+            generated_at: from_unix_ms(from_model_ms(snapshot.generated_at_ms)),
+            valid_until,
             proxies,
             routings,
             by_id,
             clients,
-            stale_at_ms: AtomicU64::new(unix_ms(stale_at.min(snapshot.valid_until))),
+            stale_at_ms: AtomicU64::new(unix_ms(stale_at.min(valid_until))),
         })
     }
 
@@ -285,9 +295,15 @@ impl LiveSnapshot {
     }
 }
 
+/// A proxy's region or carrier as routings compare it: an unlabelled proxy has the
+/// empty label.
+fn label(v: &Option<String>) -> &str {
+    v.as_deref().unwrap_or_default()
+}
+
 fn compile_routing(
     spec: Routing,
-    proxies: &[super::UpstreamProxy],
+    proxies: &[SnapshotProxy],
     entries: &[Arc<ProxyEntry>],
 ) -> CompiledRouting {
     let any_or = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
@@ -296,11 +312,11 @@ fn compile_routing(
         .enumerate()
         .filter(|(_, p)| {
             !p.draining
-                && p.max_concurrent > 0
+                && p.max_concurrency > 0
                 && !p.excluded_routings.contains(&spec.name)
                 && any_or(&spec.upstreams, &p.upstream)
-                && any_or(&spec.regions, &p.region)
-                && any_or(&spec.carriers, &p.carrier)
+                && any_or(&spec.regions, label(&p.region))
+                && any_or(&spec.carriers, label(&p.carrier))
         })
         .filter_map(|(i, _)| {
             let entry = entries.get(i)?;
@@ -335,21 +351,25 @@ fn compile_routing(
     }
 }
 
-fn validate(s: &Snapshot) -> Result<(), SnapshotError> {
+/// What compiling needs on top of the checks made where the snapshot entered (the
+/// control-plane wire edge, or the snapshot file): unique IDs and names, hosts that
+/// can be dialled, credentials that fit the upstream handshakes, positive session
+/// times and base client usernames.
+fn validate(input: &SnapshotInput) -> Result<(), SnapshotError> {
+    let s = &input.snapshot;
     let mut problems = Vec::new();
     let mut ids = HashSet::new();
     for (i, p) in s.proxies.iter().enumerate() {
         if !ids.insert(&p.id) {
             problems.push(format!("proxies[{i}].id: duplicate {}", p.id));
         }
-        if p.port == 0 {
-            problems.push(format!("proxies[{i}].port: must not be 0"));
-        }
         if p.host.parse::<IpAddr>().is_err() && parse_host(p.host.as_bytes()).is_err() {
             problems.push(format!("proxies[{i}].host: not an IP or DNS name"));
         }
         if let Some(c) = &p.credentials
-            && (c.username.contains(':') || c.username.len() > 255 || c.password.len() > 255)
+            && (c.username.contains(':')
+                || c.username.len() > 255
+                || c.password.expose().len() > 255)
         {
             problems.push(format!(
                 "proxies[{i}].credentials: username without ':' and both at most 255 bytes"
@@ -361,14 +381,8 @@ fn validate(s: &Snapshot) -> Result<(), SnapshotError> {
         if !names.insert(&r.name) {
             problems.push(format!("routings[{i}].name: duplicate {}", r.name));
         }
-        if r.retry.max_attempts == 0 || r.retry.max_attempts > 10 {
-            problems.push(format!("routings[{i}].retry.maxAttempts: must be 1..=10"));
-        }
-        if r.retry.deadline.is_zero() {
-            problems.push(format!("routings[{i}].retry.deadline: must be positive"));
-        }
-        if let Some(st) = r.sticky
-            && (st.ttl.is_zero() || st.idle_timeout.is_zero())
+        if let Some(st) = &r.sticky
+            && (st.session_ttl.is_zero() || st.idle_timeout.is_zero())
         {
             problems.push(format!(
                 "routings[{i}].sticky: ttl and idleTimeout must be positive"
@@ -376,7 +390,7 @@ fn validate(s: &Snapshot) -> Result<(), SnapshotError> {
         }
     }
     let mut users = HashSet::new();
-    for (i, c) in s.clients.iter().enumerate() {
+    for (i, c) in input.clients.iter().enumerate() {
         if !users.insert(&c.username) {
             problems.push(format!("clients[{i}].username: duplicate"));
         }
@@ -398,25 +412,11 @@ fn problem(p: &str) -> SnapshotError {
 }
 
 /// Unix ms from which nothing may go through `p`: its lease end less
-/// [`super::LEASE_SAFETY`], or `u64::MAX` without a lease bound.
-fn lease_cut_ms(p: &super::UpstreamProxy) -> u64 {
-    p.lease_until.map_or(u64::MAX, |t| {
-        unix_ms(t).saturating_sub(super::LEASE_SAFETY.as_millis() as u64)
-    })
-}
-
-/// Unix milliseconds of `t` (0 before the epoch).
-pub fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// Unix milliseconds now.
-pub fn now_ms() -> u64 {
-    unix_ms(SystemTime::now())
-}
-
-/// `SystemTime` of `ms` Unix milliseconds.
-pub fn from_unix_ms(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
+/// [`LEASE_SAFETY`], or `u64::MAX` without a lease bound.
+fn lease_cut_ms(p: &SnapshotProxy) -> u64 {
+    if p.lease_expires_at_ms > 0 {
+        from_model_ms(p.lease_expires_at_ms).saturating_sub(LEASE_SAFETY.as_millis() as u64)
+    } else {
+        u64::MAX
+    }
 }

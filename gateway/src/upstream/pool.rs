@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::Target;
 use crate::io::BufConn;
-use crate::snapshot::ProxyId;
+use crate::proxy_id::ProxyId;
 
 const SHARDS: usize = 16;
 

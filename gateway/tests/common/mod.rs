@@ -4,14 +4,15 @@
 #![allow(dead_code)]
 
 use base64::Engine as _;
+use proxy_pool_api::controlplane::model::{self, Checksum, Credentials, Secret, Snapshot};
+pub use proxy_pool_api::controlplane::model::{Routing, SnapshotProxy};
 use proxy_pool_api::egress::{EgressPolicy, PortRanges};
 use proxy_pool_e2e::sim::{
     EchoReply, FailureMode, Protocol, ProxySpec, SimConfig, SimProxy, Simulator,
 };
+use proxy_pool_gateway::clock;
 use proxy_pool_gateway::outcome::OutcomeReceiver;
-use proxy_pool_gateway::snapshot::{
-    ClientCredential, ProxyCredentials, ProxyId, Routing, Snapshot, UpstreamProtocol, UpstreamProxy,
-};
+use proxy_pool_gateway::snapshot::{ClientCredential, ProxyId, SnapshotInput};
 use proxy_pool_gateway::{
     AuthMode, Gateway, GatewayConfig, Listeners, ServeReport, SnapshotHandle,
 };
@@ -100,7 +101,7 @@ impl Harness {
     }
 
     /// Installs a snapshot with these proxies and routings, and the test client.
-    pub fn install(&self, proxies: Vec<UpstreamProxy>, routings: Vec<Routing>) {
+    pub fn install(&self, proxies: Vec<SnapshotProxy>, routings: Vec<Routing>) {
         self.install_valid_until(
             proxies,
             routings,
@@ -110,21 +111,23 @@ impl Harness {
 
     pub fn install_valid_until(
         &self,
-        proxies: Vec<UpstreamProxy>,
+        proxies: Vec<SnapshotProxy>,
         routings: Vec<Routing>,
         valid_until: SystemTime,
     ) {
         let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
+        let snapshot = Snapshot {
+            version,
+            ownership_epoch: 1,
+            generated_at_ms: unix_ms(SystemTime::now()),
+            valid_until_ms: unix_ms(valid_until),
+            routings,
+            proxies,
+            checksum: Checksum::default(),
+        };
+        let clients = vec![ClientCredential::from_password("team-a", USER, PASS)];
         self.handle
-            .install(Snapshot {
-                version,
-                epoch: 1,
-                generated_at: SystemTime::now(),
-                valid_until,
-                routings,
-                proxies,
-                clients: vec![ClientCredential::from_password("team-a", USER, PASS)],
-            })
+            .install(SnapshotInput::new(snapshot, clients))
             .expect("snapshot installs");
     }
 
@@ -169,21 +172,35 @@ impl Harness {
     }
 }
 
+/// Unix milliseconds of `t`, as snapshots carry instants.
+pub fn unix_ms(t: SystemTime) -> i64 {
+    clock::to_model_ms(clock::unix_ms(t))
+}
+
+/// A routing named `name` that matches everything and allows every proxy (CONNECT to
+/// 443 and 80 only).
+pub fn catch_all(name: &str) -> Routing {
+    Routing {
+        name: name.into(),
+        ..Routing::default()
+    }
+}
+
 /// A gateway view of a simulated proxy.
-pub fn upstream(p: &SimProxy, max: u32) -> UpstreamProxy {
-    UpstreamProxy {
+pub fn upstream(p: &SimProxy, max: u32) -> SnapshotProxy {
+    SnapshotProxy {
         protocol: match p.protocol {
-            Protocol::Http => UpstreamProtocol::Http,
-            Protocol::Socks5 => UpstreamProtocol::Socks5,
+            Protocol::Http => model::Protocol::Http,
+            Protocol::Socks5 => model::Protocol::Socks5,
         },
         host: p.host.to_string(),
-        credentials: Some(ProxyCredentials {
+        credentials: Some(Credentials {
             username: p.username.clone(),
-            password: p.password.clone(),
+            password: Secret::new(p.password.clone()),
         }),
         upstream: "sim".into(),
-        region: p.region.clone(),
-        carrier: p.carrier.clone(),
+        region: Some(p.region.clone()),
+        carrier: Some(p.carrier.clone()),
         ..raw_upstream(&p.id, SocketAddr::from(([127, 0, 0, 1], p.port)), max)
     }
 }
@@ -436,7 +453,7 @@ pub fn tls_connector(ca_pem: &str) -> tokio_rustls::TlsConnector {
 /// The catch-all routing, CONNECT to any port (the simulator's targets listen on
 /// random loopback ports).
 pub fn all() -> Routing {
-    any_port(Routing::catch_all("all"))
+    any_port(catch_all("all"))
 }
 
 /// `r` with CONNECT allowed to every port.
@@ -468,24 +485,23 @@ pub fn open_config() -> GatewayConfig {
 
 /// A gateway view of a plain-HTTP proxy at `addr` that the test runs itself (no
 /// credentials): raw listeners that refuse, hang or delay on purpose.
-pub fn raw_upstream(id: &str, addr: SocketAddr, max: u32) -> UpstreamProxy {
-    let far = SystemTime::now() + Duration::from_secs(600);
-    UpstreamProxy {
-        id: ProxyId::from(id),
-        protocol: UpstreamProtocol::Http,
+pub fn raw_upstream(id: &str, addr: SocketAddr, max: u32) -> SnapshotProxy {
+    let far = unix_ms(SystemTime::now() + Duration::from_secs(600));
+    SnapshotProxy {
+        id: id.into(),
+        upstream: "raw".into(),
+        protocol: model::Protocol::Http,
         host: addr.ip().to_string(),
         port: addr.port(),
         credentials: None,
-        upstream: "raw".into(),
-        region: String::new(),
-        carrier: String::new(),
-        max_concurrent: max,
-        expires_at: far,
-        usable_until: far,
-        observed_latency: None,
-        draining: false,
+        region: None,
+        carrier: None,
+        max_concurrency: max,
+        expires_at_ms: far,
+        usable_until_ms: far,
         assignment_epoch: 0,
-        lease_until: None,
+        draining: false,
+        lease_expires_at_ms: 0,
         excluded_routings: Vec::new(),
     }
 }

@@ -5,10 +5,13 @@
 #![allow(dead_code)]
 
 use parking_lot::Mutex;
+use proxy_pool_api::controlplane::model;
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::worker_control_plane_server::{
     WorkerControlPlane, WorkerControlPlaneServer,
 };
+use proxy_pool_e2e::sim::SimProxy;
+use proxy_pool_gateway::clock;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -243,4 +246,17 @@ pub async fn fake_controller_with(
             outcomes,
         },
     )
+}
+
+/// A simulated proxy as the controller assigns it to `gw-0`: 4 slots, assignment
+/// epoch 1, expiring in ten minutes and usable for 590 seconds.
+pub fn wire_proxy(p: &SimProxy) -> model::SnapshotProxy {
+    let now = clock::to_model_ms(clock::now_ms());
+    model::SnapshotProxy {
+        max_concurrency: 4,
+        expires_at_ms: now + 600_000,
+        usable_until_ms: now + 590_000,
+        assignment_epoch: 1,
+        ..crate::common::upstream(p, 4)
+    }
 }
