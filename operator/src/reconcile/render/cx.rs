@@ -93,8 +93,8 @@ impl Cx<'_> {
         let value = data
             .get("username")
             .ok_or_else(|| missing_key(secret, "username"))?;
-        let ok = std::str::from_utf8(trim_newline(value))
-            .is_ok_and(|u| check_basic_username(u).is_ok());
+        let ok =
+            std::str::from_utf8(trim_newline(value)).is_ok_and(|u| check_basic_username(u).is_ok());
         if !ok {
             return Err(Problem::new(
                 "InvalidSecret",
