@@ -13,7 +13,8 @@ use parking_lot::Mutex;
 use proxy_pool_runtime::Clock;
 use sha2::{Digest as _, Sha256};
 
-use crate::{Review, ReviewUnavailable, ReviewedToken, TokenReviewer, jwt_expiry};
+use crate::review::{Review, ReviewUnavailable, ReviewedToken, TokenReviewer};
+use proxy_pool_api::token::jwt_expiry;
 
 /// Upper bound on how long a review result may be reused (seed 002).
 pub use proxy_pool_api::config::TOKEN_REVIEW_MAX_TTL as MAX_CACHE_TTL;
@@ -124,7 +125,7 @@ impl TokenReviewer for CachedReviewer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MemoryReviewer;
+    use crate::memory::MemoryReviewer;
     use base64::Engine as _;
     use proxy_pool_runtime::ManualClock;
     use std::time::UNIX_EPOCH;

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use kube::api::{Api, PostParams};
 
-use crate::{
+use crate::review::{
     POD_NAME_EXTRA, POD_UID_EXTRA, Review, ReviewUnavailable, ReviewedToken, TokenReviewer,
 };
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use async_trait::async_trait;
 use parking_lot::Mutex;
 
-use crate::{Review, ReviewUnavailable, ReviewedToken, TokenReviewer};
+use crate::review::{Review, ReviewUnavailable, ReviewedToken, TokenReviewer};
 
 /// Fixed answers per (token, audience), a switch that makes it unavailable, and a call
 /// counter.
