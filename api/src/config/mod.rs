@@ -22,7 +22,7 @@ pub use crate::proxy::Protocol as ProxyProtocol;
 pub use checks::{
     check_basic_username, check_identifier, check_proxy_credential, split_host_port, target_url,
 };
-pub use duration::parse_duration;
+pub use duration::{MAX_LEN as DURATION_MAX_LEN, parse_duration};
 pub use error::{ConfigError, ConfigErrors, FieldPath, PathSegment};
 pub use files::{
     MAX_SECRET_FILE_BYTES, load_yaml_with_files, read_secret_file, resolve_secret_files,

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// `duration(...)`, which accepts exactly this syntax.
 pub const DURATION_PATTERN: &str = r"^([0-9]{1,9}(ms|s|m|h))+$";
 /// Longest accepted duration string; bounds the cost of CEL rules that parse it.
-pub const DURATION_MAX_LEN: u32 = 32;
+pub const DURATION_MAX_LEN: u32 = proxy_pool_api::config::DURATION_MAX_LEN as u32;
 /// A Kubernetes object name (DNS-1123 subdomain).
 pub const NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 /// A key inside a Secret's `data`.
@@ -54,40 +54,11 @@ pub const CONDITION_DEGRADED: &str = "Degraded";
 #[error("invalid duration {0:?}: expected whole units like 30s, 5m, 1h30m or 250ms")]
 pub struct InvalidDuration(pub String);
 
-/// Parses a duration in the CRDs' syntax (see [`DURATION_PATTERN`]); the API server has
-/// already checked the pattern, so this fails only on values it never admitted.
+/// Parses a duration in the CRDs' syntax (see [`DURATION_PATTERN`]) with the controller
+/// config's own parser, so the two cannot drift; the API server has already checked the
+/// pattern, so this fails only on values it never admitted.
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, InvalidDuration> {
-    let invalid = || InvalidDuration(text.to_owned());
-    if text.is_empty() || text.len() > DURATION_MAX_LEN as usize {
-        return Err(invalid());
-    }
-    let mut total_ms: u64 = 0;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 || digits > 9 {
-            return Err(invalid());
-        }
-        let value: u64 = rest[..digits].parse().map_err(|_| invalid())?;
-        rest = &rest[digits..];
-        let (unit_ms, unit_len) = if rest.starts_with("ms") {
-            (1, 2)
-        } else if rest.starts_with('s') {
-            (1_000, 1)
-        } else if rest.starts_with('m') {
-            (60_000, 1)
-        } else if rest.starts_with('h') {
-            (3_600_000, 1)
-        } else {
-            return Err(invalid());
-        };
-        rest = &rest[unit_len..];
-        total_ms = value
-            .checked_mul(unit_ms)
-            .and_then(|ms| total_ms.checked_add(ms))
-            .ok_or_else(invalid)?;
-    }
-    Ok(std::time::Duration::from_millis(total_ms))
+    proxy_pool_api::config::parse_duration(text).map_err(|_| InvalidDuration(text.to_owned()))
 }
 
 #[cfg(test)]
