@@ -1,8 +1,7 @@
 //! No secret reaches a log line: vendor key, URL query, proxy passwords — at TRACE,
 //! across successful fetches, refused credentials, and an unreachable vendor.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use activity_pool::model::{Protocol, Secret, UpstreamId};
@@ -11,29 +10,16 @@ use proxy_pool_controller::provider::{
     BackoffOptions, HttpVendorSource, ProviderMetrics, ProviderOptions, ProviderReconciler,
     VendorAuth, VendorFormat,
 };
+use proxy_pool_e2e::logs::LogCapture;
 use proxy_pool_e2e::sim::{SimConfig, Simulator, VendorCredentials};
 use tokio_util::sync::CancellationToken;
 
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn no_secret_in_any_log_line() {
-    let capture = Capture::default();
-    let writer = capture.clone();
+    let capture = LogCapture::default();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
+        .with_writer(capture.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
 
@@ -101,7 +87,7 @@ async fn no_secret_in_any_log_line() {
     assert!(metrics.upserted("logs") >= 3, "the first source fetched");
     assert!(metrics.fetches("logs", "unauthorized") >= 1);
     assert!(metrics.fetches("logs", "transport") >= 1);
-    let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let text = capture.text();
     assert!(
         text.contains("provider fetch failed"),
         "logs were captured:\n{text}"
