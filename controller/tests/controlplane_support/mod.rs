@@ -403,6 +403,39 @@ impl Worker {
         }
     }
 
+    /// [`Worker::watching`], then the first update (a full snapshot) applied; no ACK yet.
+    pub async fn joined(h: &Harness, id: &str) -> Worker {
+        let mut w = Self::watching(h, id).await;
+        w.apply_next().await;
+        w
+    }
+
+    /// Registers `id`, runs an ownership pass and opens the snapshot stream.
+    pub async fn watching(h: &Harness, id: &str) -> Worker {
+        let mut w = Self::register(h, id).await;
+        h.pass().await;
+        w.watch().await;
+        w
+    }
+
+    /// [`Worker::joined`], then a positive ACK of the first snapshot.
+    pub async fn acked(h: &Harness, id: &str) -> Worker {
+        let mut w = Self::joined(h, id).await;
+        w.ack(true).await.expect("ack");
+        w
+    }
+
+    /// The open snapshot stream's next message within 10 s (panics when none comes).
+    pub async fn stream_end(
+        &mut self,
+        what: &str,
+    ) -> Result<Option<pb::SnapshotUpdate>, tonic::Status> {
+        let s = self.stream.as_mut().expect("stream");
+        tokio::time::timeout(Duration::from_secs(10), s.message())
+            .await
+            .expect(what)
+    }
+
     pub async fn watch(&mut self) {
         let (v, sum) = (self.state.version(), self.state.checksum());
         self.watch_from(v, sum.0.to_vec()).await;
@@ -531,6 +564,11 @@ pub fn register_req(id: &str, instance: &str) -> pb::RegisterWorkerRequest {
         supported_protocol_versions: vec![1],
         build_version: "test".into(),
     }
+}
+
+/// [`assert_code`] for `FailedPrecondition`, the code of every protocol-rule refusal.
+pub fn assert_precondition<T: std::fmt::Debug>(r: Result<T, tonic::Status>, msg: &str) {
+    assert_code(r, Code::FailedPrecondition, msg);
 }
 
 pub fn assert_code<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, msg: &str) {
