@@ -427,22 +427,17 @@ async fn checker_tasks_respect_tiers_concurrency_and_deadlines() {
     let mut h = Harness::new(Kind::Memory).await;
     let mut c = CheckerControlPlaneClient::new(h.channel().await);
     let reg = c
-        .register_checker(pb::RegisterCheckerRequest {
-            checker_id: "chk-0".into(),
-            instance_id: "i-1".into(),
-            max_concurrency: 1,
-            tiers: vec![pb::CheckTier::Basic as i32, pb::CheckTier::Egress as i32],
-            supported_protocol_versions: vec![1],
-        })
+        .register_checker(checker_req(
+            "chk-0",
+            1,
+            &[pb::CheckTier::Basic, pb::CheckTier::Egress],
+        ))
         .await
         .expect("register")
         .into_inner();
     assert_eq!(reg.protocol_version, 1);
     let mut stream = c
-        .stream_tasks(pb::StreamTasksRequest {
-            checker_id: "chk-0".into(),
-            session_id: reg.session_id.clone(),
-        })
+        .stream_tasks(stream_tasks_req("chk-0", &reg.session_id))
         .await
         .expect("stream")
         .into_inner();

@@ -122,9 +122,7 @@ async fn hostile_identifiers_never_reach_a_span_or_a_log_line() {
         .register_worker(big)
         .await;
     // A NACK reason is logged only as printable text.
-    let mut w = Worker::register(&h, "gw-ok").await;
-    h.pass().await;
-    w.watch().await;
+    let mut w = Worker::watching(&h, "gw-ok").await;
     let _ = w.apply_next().await;
     let header = w.state.header().expect("snapshot");
     let nack = pb::AcknowledgeSnapshotRequest {

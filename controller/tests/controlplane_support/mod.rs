@@ -566,6 +566,28 @@ pub fn register_req(id: &str, instance: &str) -> pb::RegisterWorkerRequest {
     }
 }
 
+/// A checker's registration: `id`, instance `i-1`, protocol version 1.
+pub fn checker_req(
+    id: &str,
+    max_concurrency: u32,
+    tiers: &[pb::CheckTier],
+) -> pb::RegisterCheckerRequest {
+    pb::RegisterCheckerRequest {
+        checker_id: id.into(),
+        instance_id: "i-1".into(),
+        max_concurrency,
+        tiers: tiers.iter().map(|t| *t as i32).collect(),
+        supported_protocol_versions: vec![1],
+    }
+}
+
+pub fn stream_tasks_req(id: &str, session: &str) -> pb::StreamTasksRequest {
+    pb::StreamTasksRequest {
+        checker_id: id.into(),
+        session_id: session.into(),
+    }
+}
+
 /// [`assert_code`] for `FailedPrecondition`, the code of every protocol-rule refusal.
 pub fn assert_precondition<T: std::fmt::Debug>(r: Result<T, tonic::Status>, msg: &str) {
     assert_code(r, Code::FailedPrecondition, msg);
