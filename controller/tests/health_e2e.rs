@@ -9,11 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use activity_pool::model::{Protocol, ProxyId, ProxyState, Secret, UpstreamId};
-use activity_pool::ports::ActivityPool;
-use activity_pool::testkit::RedisServer;
-use activity_pool::{
-    Clock, MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool, SystemClock,
-};
+use activity_pool::{Clock, SystemClock};
 use async_trait::async_trait;
 use proxy_pool_checker as checker;
 use proxy_pool_controller::health::{
@@ -26,6 +22,9 @@ use proxy_pool_controller::provider::{
 };
 use proxy_pool_e2e::sim::{FailureMode, SimConfig, Simulator};
 use tokio_util::sync::CancellationToken;
+
+mod sim_support;
+use sim_support::{pool, pool_id, states, wait_for};
 
 /// The checker's ports bound in process to the controller's health service.
 struct Bridge {
@@ -122,43 +121,6 @@ impl checker::ObservationSink for Bridge {
     }
 }
 
-async fn pool(redis: bool) -> (Arc<dyn ActivityPool>, Option<RedisServer>) {
-    if !redis {
-        return (Arc::new(MemoryPool::new(PoolOptions::default())), None);
-    }
-    let server = RedisServer::start();
-    let connector = RedisConnector::direct(&server.url()).unwrap();
-    let pool = RedisPool::new(connector, RedisOptions::default())
-        .await
-        .unwrap();
-    (Arc::new(pool), Some(server))
-}
-
-async fn states(pool: &Arc<dyn ActivityPool>, ids: &[ProxyId]) -> Vec<Option<ProxyState>> {
-    pool.records(ids)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.map(|r| r.state))
-        .collect()
-}
-
-async fn wait_for(
-    pool: &Arc<dyn ActivityPool>,
-    ids: &[ProxyId],
-    within: Duration,
-    want: impl Fn(&[Option<ProxyState>]) -> bool,
-) -> Vec<Option<ProxyState>> {
-    let until = tokio::time::Instant::now() + within;
-    loop {
-        let s = states(pool, ids).await;
-        if want(&s) || tokio::time::Instant::now() > until {
-            return s;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
 async fn simulator_to_pool_state(redis: bool) {
     let (pool, _server) = pool(redis).await;
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
@@ -209,25 +171,10 @@ async fn simulator_to_pool_state(redis: bool) {
     assert_eq!(provider.reconcile_once().await.unwrap().report.inserted, 4);
     assert_eq!(svc.tracked(), 4);
     let live = sim.live_proxies();
-    let mut ids = Vec::new();
-    for s in &live {
-        let v = proxy_pool_controller::provider::VendorProxy {
-            vendor_id: Some(s.proxy.id.clone()),
-            protocol: None,
-            host: String::new(),
-            port: 1,
-            username: None,
-            password: None,
-            region: None,
-            carrier: None,
-            ttl: None,
-            expires_at: None,
-        };
-        ids.push(
-            proxy_pool_controller::provider::stable_id(&upstream, &v, &provider.options().defaults)
-                .unwrap(),
-        );
-    }
+    let ids: Vec<ProxyId> = live
+        .iter()
+        .map(|s| pool_id(&upstream, &s.proxy.id, &provider.options().defaults))
+        .collect();
     assert_eq!(
         states(&pool, &ids).await,
         vec![Some(ProxyState::Fetched); 4]

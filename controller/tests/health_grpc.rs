@@ -6,12 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use activity_pool::SystemClock;
 use activity_pool::model::{Protocol, ProxyId, ProxyState, Secret, UpstreamId};
-use activity_pool::ports::ActivityPool;
-use activity_pool::testkit::RedisServer;
-use activity_pool::{
-    MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool, SystemClock,
-};
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
 use proxy_pool_checker as checker;
 use proxy_pool_controller::controlplane::{
@@ -23,43 +19,16 @@ use proxy_pool_controller::health::{
 };
 use proxy_pool_controller::provider::{
     HttpVendorSource, ProviderMetrics, ProviderOptions, ProviderReconciler, VendorAuth,
-    VendorFormat, VendorProxy, stable_id,
+    VendorFormat,
 };
 use proxy_pool_e2e::sim::{FailureMode, SimConfig, Simulator};
 use tokio_util::sync::CancellationToken;
 
-async fn pool(redis: bool) -> (Arc<dyn ActivityPool>, Option<RedisServer>) {
-    if !redis {
-        return (Arc::new(MemoryPool::new(PoolOptions::default())), None);
-    }
-    let server = RedisServer::start();
-    let connector = RedisConnector::direct(&server.url()).unwrap();
-    let pool = RedisPool::new(connector, RedisOptions::default())
-        .await
-        .unwrap();
-    (Arc::new(pool), Some(server))
-}
+mod sim_support;
+use sim_support::{pool, pool_id, wait_for};
 
-async fn wait_for(
-    pool: &Arc<dyn ActivityPool>,
-    ids: &[ProxyId],
-    within: Duration,
-    want: ProxyState,
-) -> Vec<Option<ProxyState>> {
-    let until = tokio::time::Instant::now() + within;
-    loop {
-        let s: Vec<_> = pool
-            .records(ids)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.map(|r| r.state))
-            .collect();
-        if s.iter().all(|x| *x == Some(want)) || tokio::time::Instant::now() > until {
-            return s;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+fn all_are(states: &[Option<ProxyState>], want: ProxyState) -> bool {
+    states.iter().all(|x| *x == Some(want))
 }
 
 async fn health_over_grpc(redis: bool) {
@@ -145,21 +114,7 @@ async fn health_over_grpc(redis: bool) {
     let live = sim.live_proxies();
     let ids: Vec<ProxyId> = live
         .iter()
-        .map(|s| {
-            let v = VendorProxy {
-                vendor_id: Some(s.proxy.id.clone()),
-                protocol: None,
-                host: String::new(),
-                port: 1,
-                username: None,
-                password: None,
-                region: None,
-                carrier: None,
-                ttl: None,
-                expires_at: None,
-            };
-            stable_id(&upstream, &v, &provider.options().defaults).unwrap()
-        })
+        .map(|s| pool_id(&upstream, &s.proxy.id, &provider.options().defaults))
         .collect();
 
     // Checker side: the real binary's library with its gRPC binding.
@@ -192,7 +147,10 @@ async fn health_over_grpc(redis: bool) {
         checker_stop.clone(),
     ));
 
-    let s = wait_for(&pool, &ids, Duration::from_secs(15), ProxyState::Available).await;
+    let s = wait_for(&pool, &ids, Duration::from_secs(15), |s| {
+        all_are(s, ProxyState::Available)
+    })
+    .await;
     assert_eq!(
         s,
         vec![Some(ProxyState::Available); 3],
@@ -203,12 +161,9 @@ async fn health_over_grpc(redis: bool) {
         .unwrap();
     sim.set_failure(&live[1].proxy.id, FailureMode::BadAuth)
         .unwrap();
-    let s = wait_for(
-        &pool,
-        &ids[..2],
-        Duration::from_secs(15),
-        ProxyState::Unhealthy,
-    )
+    let s = wait_for(&pool, &ids[..2], Duration::from_secs(15), |s| {
+        all_are(s, ProxyState::Unhealthy)
+    })
     .await;
     assert_eq!(
         s,
