@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
 use proxy_pool_e2e::k8s::K8sBins;
-use proxy_pool_e2e::procs::{Procs, bin, build_binaries};
+use proxy_pool_e2e::procs::{Procs, bin, build_binaries, vendor_sim_command};
 use proxy_pool_operator::identity::wire::DEFAULT_AUDIENCE;
 
 mod identity_support;
@@ -67,22 +67,16 @@ async fn gateway_and_checker_use_operator_issued_identities() {
 
     procs.start(
         "vendor-sim",
-        Command::new(bin("vendor-sim")).args([
-            "--listen",
-            &ports.sim.to_string(),
-            "--echo-http",
-            &ports.echo.to_string(),
-            "--echo-https",
-            &ports.echo_tls.to_string(),
-            "--ca-out",
-            &dir.path.join("sim-ca.pem").display().to_string(),
-            "--api-key",
+        vendor_sim_command(
+            bin("vendor-sim"),
+            ports.sim,
+            ports.echo,
+            ports.echo_tls,
             "e2e-vendor-key",
-            "--ttl-min",
-            "300",
-            "--ttl-max",
-            "900",
-        ]),
+            (300, 900),
+        )
+        .arg("--ca-out")
+        .arg(dir.path.join("sim-ca.pem")),
     );
     wait_http(&mut procs, ports.sim, "/healthz", "vendor simulator").await;
 
