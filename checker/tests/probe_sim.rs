@@ -304,12 +304,7 @@ async fn probes_past_the_grace_period_are_cancelled() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn probes_log_no_credentials_even_at_trace() {
-    let capture = LogCapture::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(capture.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (capture, _guard) = LogCapture::set_default(tracing::Level::TRACE);
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
     let mut secrets = Vec::new();
     for (protocol, mode) in [

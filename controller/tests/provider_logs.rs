@@ -16,12 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 #[tokio::test(flavor = "current_thread")]
 async fn no_secret_in_any_log_line() {
-    let capture = LogCapture::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(capture.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (capture, _guard) = LogCapture::set_default(tracing::Level::TRACE);
 
     let creds = VendorCredentials {
         api_key: "KEY-7f3c-vendor".into(),

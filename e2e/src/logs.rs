@@ -12,6 +12,18 @@ use tracing_subscriber::fmt::MakeWriter;
 pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
 
 impl LogCapture {
+    /// A capture of every event up to `level`, installed as this thread's default
+    /// subscriber until the guard drops.
+    pub fn set_default(level: tracing::Level) -> (Self, tracing::subscriber::DefaultGuard) {
+        let capture = Self::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_writer(capture.clone())
+            .finish();
+        let guard = tracing::subscriber::set_default(subscriber);
+        (capture, guard)
+    }
+
     /// Everything logged so far, as bytes.
     pub fn bytes(&self) -> Vec<u8> {
         self.0
