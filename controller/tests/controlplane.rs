@@ -10,9 +10,7 @@ use activity_pool::model::WorkerId;
 use controlplane_support::*;
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, connect};
 use proxy_pool_api::controlplane::model::Routing;
-use proxy_pool_api::controlplane::model::{
-    CheckTask, CheckTier, Delta, OutcomeStage, Protocol, ProxyEndpoint,
-};
+use proxy_pool_api::controlplane::model::{CheckTier, Delta, OutcomeStage, Protocol};
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::checker_control_plane_client::CheckerControlPlaneClient;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
@@ -365,25 +363,6 @@ async fn outcomes(
         .into_inner()
 }
 
-fn check_task(h: &Harness, id: &str, tier: CheckTier, secs: i64) -> CheckTask {
-    use activity_pool::Clock;
-    CheckTask {
-        task_id: id.into(),
-        tier,
-        proxy: ProxyEndpoint {
-            id: format!("proxy-{id}"),
-            upstream: "vendor-a".into(),
-            protocol: Protocol::Socks5,
-            host: "127.0.0.1".into(),
-            port: 9,
-            credentials: None,
-        },
-        deadline_ms: h.clock.now().millis() + secs * 1000,
-        routing: None,
-        target: None,
-    }
-}
-
 async fn next_task(s: &mut tonic::Streaming<pb::CheckTask>) -> pb::CheckTask {
     tokio::time::timeout(Duration::from_secs(10), s.message())
         .await
@@ -441,18 +420,27 @@ async fn checker_tasks_respect_tiers_concurrency_and_deadlines() {
         .await
         .expect("stream")
         .into_inner();
-    assert!(
-        h.checker
-            .enqueue(check_task(&h, "t-target", CheckTier::Target, 30))
-    );
-    assert!(
-        h.checker
-            .enqueue(check_task(&h, "t-1", CheckTier::Basic, 30))
-    );
-    assert!(
-        h.checker
-            .enqueue(check_task(&h, "t-2", CheckTier::Egress, 30))
-    );
+    assert!(h.checker.enqueue(check_task(
+        &h,
+        "t-target",
+        CheckTier::Target,
+        30,
+        Protocol::Socks5
+    )));
+    assert!(h.checker.enqueue(check_task(
+        &h,
+        "t-1",
+        CheckTier::Basic,
+        30,
+        Protocol::Socks5
+    )));
+    assert!(h.checker.enqueue(check_task(
+        &h,
+        "t-2",
+        CheckTier::Egress,
+        30,
+        Protocol::Socks5
+    )));
     let t1 = next_task(&mut stream).await;
     assert_eq!(t1.task_id, "t-1", "TARGET is not a tier this checker runs");
     // Concurrency 1: t-2 comes only after t-1 is reported.

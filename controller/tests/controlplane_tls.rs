@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use controlplane_support::*;
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, connect};
-use proxy_pool_api::controlplane::model::{
-    CheckTask, CheckTier, Credentials, Protocol, ProxyEndpoint, Secret,
-};
+use proxy_pool_api::controlplane::model::{CheckTier, Credentials, Protocol, Secret};
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::checker_control_plane_client::CheckerControlPlaneClient;
 use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControlPlaneClient;
@@ -267,7 +265,12 @@ async fn checker_identity_and_task_cycle_over_mtls() {
         .await
         .expect("stream")
         .into_inner();
-    assert!(h.checker.enqueue(task("t-1", CheckTier::Basic, &h, 30)));
+    let mut t1 = check_task(&h, "t-1", CheckTier::Basic, 30, Protocol::Http);
+    t1.proxy.credentials = Some(Credentials {
+        username: "u".into(),
+        password: Secret::new("s3cr3t-pass"),
+    });
+    assert!(h.checker.enqueue(t1));
     let t = tokio::time::timeout(Duration::from_secs(10), stream.message())
         .await
         .expect("in time")
@@ -279,28 +282,6 @@ async fn checker_identity_and_task_cycle_over_mtls() {
         !format!("{creds:?}").contains("s3cr3t"),
         "Debug redacts the password"
     );
-}
-
-fn task(id: &str, tier: CheckTier, h: &Harness, secs: i64) -> CheckTask {
-    use activity_pool::Clock;
-    CheckTask {
-        task_id: id.into(),
-        tier,
-        proxy: ProxyEndpoint {
-            id: format!("proxy-{id}"),
-            upstream: "vendor-a".into(),
-            protocol: Protocol::Http,
-            host: "127.0.0.1".into(),
-            port: 9,
-            credentials: Some(Credentials {
-                username: "u".into(),
-                password: Secret::new("s3cr3t-pass"),
-            }),
-        },
-        deadline_ms: h.clock.now().millis() + secs * 1000,
-        routing: None,
-        target: None,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,9 @@ use activity_pool::{
     ManualClock, MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool,
 };
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, connect};
-use proxy_pool_api::controlplane::model::{Delta, Routing, Snapshot};
+use proxy_pool_api::controlplane::model::{
+    CheckTask, CheckTier, Delta, Protocol as ApiProtocol, ProxyEndpoint, Routing, Snapshot,
+};
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControlPlaneClient;
 use proxy_pool_api::controlplane::state::SnapshotState;
@@ -563,6 +565,33 @@ pub fn register_req(id: &str, instance: &str) -> pb::RegisterWorkerRequest {
         gateway_group: "default".into(),
         supported_protocol_versions: vec![1],
         build_version: "test".into(),
+    }
+}
+
+/// A check task `id` of `tier` for proxy `proxy-<id>` (`protocol`, 127.0.0.1:9, of
+/// `vendor-a`), due within `secs` seconds of the harness clock.
+pub fn check_task(
+    h: &Harness,
+    id: &str,
+    tier: CheckTier,
+    secs: i64,
+    protocol: ApiProtocol,
+) -> CheckTask {
+    use activity_pool::Clock;
+    CheckTask {
+        task_id: id.into(),
+        tier,
+        proxy: ProxyEndpoint {
+            id: format!("proxy-{id}"),
+            upstream: "vendor-a".into(),
+            protocol,
+            host: "127.0.0.1".into(),
+            port: 9,
+            credentials: None,
+        },
+        deadline_ms: h.clock.now().millis() + secs * 1000,
+        routing: None,
+        target: None,
     }
 }
 
