@@ -4,9 +4,19 @@
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use proxy_pool_e2e::sim::{FailureMode, Protocol, SimConfig, Simulator};
+use proxy_pool_e2e::sim::{FailureMode, Protocol, SimConfig, SimProxy, Simulator};
 
 const BIN: &str = env!("CARGO_BIN_EXE_proxy-pool-checker");
+
+/// A simulator with one working `protocol` proxy of a minute's TTL.
+async fn sim_with_proxy(protocol: Protocol) -> (Simulator, SimProxy) {
+    let sim = Simulator::start(SimConfig::default()).await.unwrap();
+    let p = sim
+        .spawn_proxy(protocol, Duration::from_secs(60), FailureMode::None)
+        .await
+        .unwrap();
+    (sim, p)
+}
 
 /// Runs `proxy-pool-checker probe --proxy <url> --echo <echo> <extra>` to its end.
 async fn probe(url: String, echo: String, extra: &'static [&'static str]) -> Output {
@@ -23,11 +33,7 @@ async fn probe(url: String, echo: String, extra: &'static [&'static str]) -> Out
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_prints_observations_without_secrets() {
-    let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let p = sim
-        .spawn_proxy(Protocol::Socks5, Duration::from_secs(60), FailureMode::None)
-        .await
-        .unwrap();
+    let (sim, p) = sim_with_proxy(Protocol::Socks5).await;
     let echo = sim.echo_http_addr().to_string();
     let url = p.url();
     let out = probe(url, echo, &["--egress-allow-cidr", "127.0.0.0/8"]).await;
@@ -94,11 +100,7 @@ fn run_exits_cleanly_on_sigterm() {
 
 #[tokio::test]
 async fn probe_refuses_a_proxy_the_egress_policy_denies() {
-    let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let p = sim
-        .spawn_proxy(Protocol::Http, Duration::from_secs(60), FailureMode::None)
-        .await
-        .unwrap();
+    let (sim, p) = sim_with_proxy(Protocol::Http).await;
     // No opt-in: the simulator's proxy listens on loopback, which is refused.
     let (url, echo) = (p.url(), sim.echo_http_addr().to_string());
     let out = probe(url, echo, &[]).await;
