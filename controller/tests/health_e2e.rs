@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use activity_pool::model::{Protocol, ProxyId, ProxyState, Secret, UpstreamId};
+use activity_pool::model::{Protocol, ProxyId, ProxyState, UpstreamId};
 use activity_pool::{Clock, SystemClock};
 use async_trait::async_trait;
 use proxy_pool_checker as checker;
@@ -16,15 +16,11 @@ use proxy_pool_controller::health::{
     Check, CheckTask, CheckerId, FailureCode, HealthMetrics, HealthService, Observation,
     ObservationSink, PlannerConfig, ReducerConfig, TaskSource, Tier,
 };
-use proxy_pool_controller::provider::{
-    HttpVendorSource, ProviderMetrics, ProviderOptions, ProviderReconciler, VendorAuth,
-    VendorFormat,
-};
 use proxy_pool_e2e::sim::{FailureMode, SimConfig, Simulator};
 use tokio_util::sync::CancellationToken;
 
 mod sim_support;
-use sim_support::{pool, pool_id, states, wait_for};
+use sim_support::{pool, pool_id, sim_provider, states, wait_for};
 
 /// The checker's ports bound in process to the controller's health service.
 struct Bridge {
@@ -150,24 +146,8 @@ async fn simulator_to_pool_state(redis: bool) {
     );
 
     // Provider: 4 proxies (JSON), announced to the planner.
-    let url = format!("{}/v1/proxies?count=4&protocol=socks5", sim.vendor_url());
-    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
-    let source = HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap();
-    // The simulator's proxies are on loopback: opted in explicitly.
-    let mut options =
-        ProviderOptions::new(upstream.clone(), Protocol::Http, Duration::from_secs(60));
-    options.defaults.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
-    // The simulator's vendor API sells a new proxy on every fetch and never offers one
-    // again: no proxy can come back from before a data loss, so no quarantine.
-    options.quarantine = Duration::ZERO;
-    let provider = ProviderReconciler::new(
-        options,
-        Arc::new(source),
-        pool.clone(),
-        ProviderMetrics::default(),
-    )
-    .unwrap()
-    .with_announcer(svc.clone());
+    let provider = sim_provider(&sim, &upstream, "count=4&protocol=socks5", pool.clone())
+        .with_announcer(svc.clone());
     assert_eq!(provider.reconcile_once().await.unwrap().report.inserted, 4);
     assert_eq!(svc.tracked(), 4);
     let live = sim.live_proxies();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use activity_pool::SystemClock;
-use activity_pool::model::{Protocol, ProxyId, ProxyState, Secret, UpstreamId};
+use activity_pool::model::{ProxyId, ProxyState, UpstreamId};
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
 use proxy_pool_checker as checker;
 use proxy_pool_controller::controlplane::{
@@ -17,15 +17,11 @@ use proxy_pool_controller::controlplane::{
 use proxy_pool_controller::health::{
     BridgeOptions, CheckerBridge, HealthMetrics, HealthService, PlannerConfig, ReducerConfig,
 };
-use proxy_pool_controller::provider::{
-    HttpVendorSource, ProviderMetrics, ProviderOptions, ProviderReconciler, VendorAuth,
-    VendorFormat,
-};
 use proxy_pool_e2e::sim::{FailureMode, SimConfig, Simulator};
 use tokio_util::sync::CancellationToken;
 
 mod sim_support;
-use sim_support::{pool, pool_id, wait_for};
+use sim_support::{pool, pool_id, sim_provider, wait_for};
 
 fn all_are(states: &[Option<ProxyState>], want: ProxyState) -> bool {
     states.iter().all(|x| *x == Some(want))
@@ -93,23 +89,8 @@ async fn health_over_grpc(redis: bool) {
     let bridge_task = tokio::spawn(bridge.run(observations, stop.clone()));
 
     // Provider: 3 HTTP proxies, announced to the planner.
-    let url = format!("{}/v1/proxies?count=3&protocol=http", sim.vendor_url());
-    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
-    // The simulator's proxies are on loopback: opted in explicitly.
-    let mut options =
-        ProviderOptions::new(upstream.clone(), Protocol::Http, Duration::from_secs(60));
-    options.defaults.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
-    // The simulator's vendor API sells a new proxy on every fetch and never offers one
-    // again: no proxy can come back from before a data loss, so no quarantine.
-    options.quarantine = Duration::ZERO;
-    let provider = ProviderReconciler::new(
-        options,
-        Arc::new(HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap()),
-        pool.clone(),
-        ProviderMetrics::default(),
-    )
-    .unwrap()
-    .with_announcer(svc.clone());
+    let provider = sim_provider(&sim, &upstream, "count=3&protocol=http", pool.clone())
+        .with_announcer(svc.clone());
     assert_eq!(provider.reconcile_once().await.unwrap().report.inserted, 3);
     let live = sim.live_proxies();
     let ids: Vec<ProxyId> = live

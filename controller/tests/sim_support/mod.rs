@@ -7,11 +7,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use activity_pool::model::{ProxyId, ProxyState, UpstreamId};
+use activity_pool::model::{Protocol, ProxyId, ProxyState, Secret, UpstreamId};
 use activity_pool::ports::ActivityPool;
 use activity_pool::testkit::RedisServer;
 use activity_pool::{MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool};
-use proxy_pool_controller::provider::{CandidateDefaults, VendorProxy, stable_id};
+use proxy_pool_controller::provider::{
+    CandidateDefaults, HttpVendorSource, ProviderMetrics, ProviderOptions, ProviderReconciler,
+    VendorAuth, VendorFormat, VendorProxy, stable_id,
+};
+use proxy_pool_e2e::sim::Simulator;
 
 /// A memory pool, or (`redis`) a pool on a fresh redis-server kept alive by the second
 /// value.
@@ -25,6 +29,27 @@ pub async fn pool(redis: bool) -> (Arc<dyn ActivityPool>, Option<RedisServer>) {
         .await
         .unwrap();
     (Arc::new(pool), Some(server))
+}
+
+/// The provider of upstream `upstream` (HTTP by default, a minute's TTL) buying from
+/// the simulator's vendor API (`/v1/proxies?<query>`, JSON) into `pool`. The
+/// simulator's proxies are on loopback: opted in explicitly. Its vendor API sells a new
+/// proxy on every fetch and never offers one again: no proxy can come back from before
+/// a data loss, so no quarantine.
+pub fn sim_provider(
+    sim: &Simulator,
+    upstream: &UpstreamId,
+    query: &str,
+    pool: Arc<dyn ActivityPool>,
+) -> ProviderReconciler {
+    let url = format!("{}/v1/proxies?{query}", sim.vendor_url());
+    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
+    let source = HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap();
+    let mut options =
+        ProviderOptions::new(upstream.clone(), Protocol::Http, Duration::from_secs(60));
+    options.defaults.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
+    options.quarantine = Duration::ZERO;
+    ProviderReconciler::new(options, Arc::new(source), pool, ProviderMetrics::default()).unwrap()
 }
 
 /// The pool ID the provider gives the proxy the vendor lists as `vendor_id`.
