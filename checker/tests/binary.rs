@@ -1,31 +1,42 @@
 //! The `proxy-pool-checker` binary: one-shot probes of a live simulator proxy, and a
 //! clean exit on SIGTERM.
 
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use proxy_pool_e2e::sim::{FailureMode, Protocol, SimConfig, Simulator};
+use proxy_pool_e2e::sim::{FailureMode, Protocol, SimConfig, SimProxy, Simulator};
 
 const BIN: &str = env!("CARGO_BIN_EXE_proxy-pool-checker");
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn probe_prints_observations_without_secrets() {
+/// A simulator with one working `protocol` proxy of a minute's TTL.
+async fn sim_with_proxy(protocol: Protocol) -> (Simulator, SimProxy) {
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
     let p = sim
-        .spawn_proxy(Protocol::Socks5, Duration::from_secs(60), FailureMode::None)
+        .spawn_proxy(protocol, Duration::from_secs(60), FailureMode::None)
         .await
         .unwrap();
-    let echo = sim.echo_http_addr().to_string();
-    let url = p.url();
-    let out = tokio::task::spawn_blocking(move || {
+    (sim, p)
+}
+
+/// Runs `proxy-pool-checker probe --proxy <url> --echo <echo> <extra>` to its end.
+async fn probe(url: String, echo: String, extra: &'static [&'static str]) -> Output {
+    tokio::task::spawn_blocking(move || {
         Command::new(BIN)
             .args(["probe", "--proxy", &url, "--echo", &echo])
-            .args(["--egress-allow-cidr", "127.0.0.0/8"])
+            .args(extra)
             .output()
             .unwrap()
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_prints_observations_without_secrets() {
+    let (sim, p) = sim_with_proxy(Protocol::Socks5).await;
+    let echo = sim.echo_http_addr().to_string();
+    let url = p.url();
+    let out = probe(url, echo, &["--egress-allow-cidr", "127.0.0.0/8"]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -42,15 +53,7 @@ async fn probe_prints_observations_without_secrets() {
 
     sim.set_failure(&p.id, FailureMode::BadAuth).unwrap();
     let (url, echo) = (p.url(), sim.echo_http_addr().to_string());
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(BIN)
-            .args(["probe", "--proxy", &url, "--echo", &echo])
-            .args(["--egress-allow-cidr", "127.0.0.0/8"])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = probe(url, echo, &["--egress-allow-cidr", "127.0.0.0/8"]).await;
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("auth_rejected"));
 }
@@ -97,21 +100,10 @@ fn run_exits_cleanly_on_sigterm() {
 
 #[tokio::test]
 async fn probe_refuses_a_proxy_the_egress_policy_denies() {
-    let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let p = sim
-        .spawn_proxy(Protocol::Http, Duration::from_secs(60), FailureMode::None)
-        .await
-        .unwrap();
+    let (sim, p) = sim_with_proxy(Protocol::Http).await;
     // No opt-in: the simulator's proxy listens on loopback, which is refused.
     let (url, echo) = (p.url(), sim.echo_http_addr().to_string());
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(BIN)
-            .args(["probe", "--proxy", &url, "--echo", &echo])
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = probe(url, echo, &[]).await;
     assert!(!out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     // Refused before any connect: the failure is the policy's, not the proxy's.

@@ -10,6 +10,7 @@ use proxy_pool_checker::{
     Check, FailureCode, MemorySink, MemorySource, NetProber, Observation, ProbeTask, Prober,
     ProberOptions, ProxyCredentials, ProxyProtocol, RunnerOptions, Tier, run,
 };
+use proxy_pool_e2e::logs::LogCapture;
 use proxy_pool_e2e::sim::{FailureMode, Protocol, SimConfig, SimProxy, Simulator};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -303,28 +304,9 @@ async fn probes_past_the_grace_period_are_cancelled() {
     );
 }
 
-#[derive(Clone, Default)]
-struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn probes_log_no_credentials_even_at_trace() {
-    let capture = Capture::default();
-    let writer = capture.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (capture, _guard) = LogCapture::set_default(tracing::Level::TRACE);
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
     let mut secrets = Vec::new();
     for (protocol, mode) in [
@@ -346,7 +328,7 @@ async fn probes_log_no_credentials_even_at_trace() {
             basic,
         ));
     }
-    let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let text = capture.text();
     assert!(text.contains("check done"), "captured:\n{text}");
     for s in secrets {
         assert!(!text.contains(&s), "a proxy password leaked:\n{text}");

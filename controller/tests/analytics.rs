@@ -434,9 +434,7 @@ shutdown: {{gracePeriod: 5s}}
     for i in 0..CALLERS {
         let xff = format!("10.{}.{}.7", i / 200, i % 200);
         let r = h
-            .request(
-                "POST",
-                "/api/v1/proxies/extract",
+            .post_extract(
                 &[
                     ("content-type", "application/json"),
                     ("x-forwarded-for", &xff),

@@ -13,8 +13,7 @@ use std::time::Duration;
 use activity_pool::PoolError;
 use base64::Engine;
 use common::{
-    BASIC_PASSWORD, BASIC_USER, BEARER, Faulty, Harness, KEY_FULL, KEY_GATEWAY, KEY_LIMITED,
-    KEY_SLOW, Kind,
+    BASIC_PASSWORD, BASIC_USER, BEARER, Harness, KEY_FULL, KEY_GATEWAY, KEY_LIMITED, KEY_SLOW, Kind,
 };
 
 macro_rules! both_stores {
@@ -98,18 +97,11 @@ async fn each_auth_method_works_and_bad_credentials_are_401(kind: Kind) {
     // mistyped body still gets 401 / 403.
     let big = "x".repeat(4096);
     let r = h
-        .request(
-            "POST",
-            "/api/v1/proxies/extract",
-            &[("content-type", "text/plain")],
-            &big,
-        )
+        .post_extract(&[("content-type", "text/plain")], &big)
         .await;
     assert_eq!(r.status, 401);
     let r = h
-        .request(
-            "POST",
-            "/api/v1/proxies/extract",
+        .post_extract(
             &[("content-type", "text/plain"), ("x-api-key", KEY_GATEWAY)],
             &big,
         )
@@ -143,12 +135,7 @@ async fn each_auth_method_works_and_bad_credentials_are_401(kind: Kind) {
         assert!(r.headers.contains_key("www-authenticate"));
     }
     let r = h
-        .request(
-            "POST",
-            "/api/v1/proxies/extract",
-            &[("content-type", "application/json")],
-            r#"{"count":1}"#,
-        )
+        .post_extract(&[("content-type", "application/json")], r#"{"count":1}"#)
         .await;
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["status"], 401);
@@ -230,9 +217,7 @@ async fn business_errors_are_422_and_name_the_field(kind: Kind) {
 async fn media_type_and_size_limits(kind: Kind) {
     let h = Harness::start(kind).await;
     let r = h
-        .request(
-            "POST",
-            "/api/v1/proxies/extract",
+        .post_extract(
             &[("content-type", "text/plain"), ("x-api-key", KEY_FULL)],
             r#"{"count":1}"#,
         )
@@ -414,15 +399,7 @@ async fn rate_limits_are_429_with_retry_after(kind: Kind) {
 }
 
 async fn pool_failures_are_503_and_internal_errors_500(kind: Kind) {
-    let mut faulty = None;
-    let h = Harness::start_custom(kind, "", |mut p| {
-        let f = Faulty::wrap(p.extraction.clone());
-        faulty = Some(f.clone());
-        p.extraction = f;
-        p
-    })
-    .await;
-    let faulty = faulty.unwrap();
+    let (h, faulty) = Harness::start_faulty(kind, "").await;
     h.seed("up-a", 2, "shanghai", "telecom").await;
     *faulty.fail.lock() = Some(PoolError::Unavailable("secret-internal-text".into()));
     let r = h.extract(r#"{"count":1}"#, &[]).await;
@@ -498,15 +475,7 @@ async fn parallel_clients_get_disjoint_proxies(kind: Kind) {
 }
 
 async fn retry_after_client_timeout_returns_the_same_proxies(kind: Kind) {
-    let mut faulty = None;
-    let h = Harness::start_custom(kind, "", |mut p| {
-        let f = Faulty::wrap(p.extraction.clone());
-        faulty = Some(f.clone());
-        p.extraction = f;
-        p
-    })
-    .await;
-    let faulty = faulty.unwrap();
+    let (h, faulty) = Harness::start_faulty(kind, "").await;
     h.seed("up-a", 10, "shanghai", "telecom").await;
     // The pool commits, then the answer is slow: the client gives up before it.
     *faulty.delay_after.lock() = Duration::from_millis(400);
@@ -592,37 +561,14 @@ async fn concurrency_bound_and_request_timeout_are_503() {
         "limits: {maxBodyBytes: 1024, requestTimeout: 5s}",
         "limits: {maxBodyBytes: 1024, requestTimeout: 1s, maxInFlight: 1}",
     );
-    let mut slow = None;
-    let h = Harness::start_yaml(&yaml, None, |mut p| {
-        let f = Faulty::wrap(p.extraction.clone());
-        slow = Some(f.clone());
-        p.extraction = f;
-        p
-    })
-    .await;
-    let slow = slow.unwrap();
+    let (h, slow) = Harness::start_yaml_faulty(&yaml, None).await;
     h.seed("up-a", 5, "shanghai", "telecom").await;
     *slow.delay.lock() = Duration::from_millis(400);
-    let api = h.api;
-    let first = tokio::spawn(async move {
-        common::send(
-            &common::client(),
-            api,
-            "POST",
-            "/api/v1/proxies/extract",
-            &[
-                ("content-type", "application/json"),
-                ("x-api-key", KEY_FULL),
-            ],
-            r#"{"count":1}"#.to_owned(),
-        )
-        .await
-        .status
-    });
+    let first = h.spawn_extract(r#"{"count":1}"#);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let r = h.extract(r#"{"count":1}"#, &[]).await;
     assert_eq!((r.status, r.code().as_str()), (503, "OVERLOADED"));
-    assert_eq!(first.await.unwrap(), 200);
+    assert_eq!(first.await.unwrap().status, 200);
     // requestTimeout 1s: a stuck pool call ends in 503 TIMEOUT, not a hung client.
     *slow.delay.lock() = Duration::from_millis(1500);
     let r = h.extract(r#"{"count":1}"#, &[]).await;
@@ -705,14 +651,9 @@ async fn forwarded_headers_only_from_trusted_proxies() {
     let ex = |xff: &'static str| {
         let h = &h;
         async move {
-            h.request(
-                "POST",
-                "/api/v1/proxies/extract",
-                &[json, ("x-forwarded-for", xff)],
-                r#"{"count":1}"#,
-            )
-            .await
-            .status
+            h.post_extract(&[json, ("x-forwarded-for", xff)], r#"{"count":1}"#)
+                .await
+                .status
         }
     };
     assert_eq!(ex("198.51.100.1").await, 200);
@@ -731,18 +672,14 @@ async fn forwarded_headers_only_from_trusted_proxies() {
     let h = Harness::start_yaml(&yaml, None, |p| p).await;
     h.seed("up-a", 2, "shanghai", "telecom").await;
     let r = h
-        .request(
-            "POST",
-            "/api/v1/proxies/extract",
+        .post_extract(
             &[json, ("x-forwarded-for", "203.0.113.5")],
             r#"{"count":1}"#,
         )
         .await;
     assert_eq!((r.status, r.code().as_str()), (403, "SOURCE_NOT_ALLOWED"));
     let r = h
-        .request(
-            "POST",
-            "/api/v1/proxies/extract",
+        .post_extract(
             &[json, ("x-forwarded-for", "198.51.100.9")],
             r#"{"count":1}"#,
         )

@@ -11,13 +11,11 @@ use activity_pool::model::WorkerId;
 use controlplane_support::*;
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, connect};
 use proxy_pool_api::controlplane::model::Routing;
-use proxy_pool_api::controlplane::model::{
-    CheckTask, CheckTier, Delta, OutcomeStage, Protocol, ProxyEndpoint,
-};
+use proxy_pool_api::controlplane::model::{CheckTier, Delta, OutcomeStage, Protocol};
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::checker_control_plane_client::CheckerControlPlaneClient;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
-use proxy_pool_controller::controlplane::{DrainRequest, RoutingSpec};
+use proxy_pool_controller::controlplane::{ControlPlaneConfig, DrainRequest, RoutingSpec};
 use tonic::Code;
 
 on_both!(
@@ -36,9 +34,8 @@ async fn incompatible_protocol_version_fails_registration(kind: Kind) {
     let mut c = h.client().await;
     let mut req = register_req("gw-0", "i-1");
     req.supported_protocol_versions = vec![2];
-    assert_code(
+    assert_precondition(
         c.register_worker(req).await,
-        Code::FailedPrecondition,
         "incompatible_protocol_version",
     );
     let w = WorkerId::new("gw-0").expect("w");
@@ -48,11 +45,7 @@ async fn incompatible_protocol_version_fails_registration(kind: Kind) {
 async fn new_session_fences_the_old_instance(kind: Kind) {
     let h = Harness::new(kind).await;
     h.available("p", 2, 600).await;
-    let mut old = Worker::register(&h, "gw-0").await;
-    h.pass().await;
-    old.watch().await;
-    old.apply_next().await;
-    old.ack(true).await.expect("ack");
+    let mut old = Worker::acked(&h, "gw-0").await;
     old.report(&[]).await.expect("report");
 
     let mut c = h.client().await;
@@ -63,31 +56,16 @@ async fn new_session_fences_the_old_instance(kind: Kind) {
         .into_inner();
     assert_ne!(new.session_id, old.session);
     // The old instance's writes are fenced, and its stream ends.
-    assert_code(
-        old.report(&[]).await,
-        Code::FailedPrecondition,
-        "stale_session",
-    );
-    assert_code(
-        old.ack(true).await,
-        Code::FailedPrecondition,
-        "stale_session",
-    );
-    let s = old.stream.as_mut().expect("stream");
-    let end = tokio::time::timeout(Duration::from_secs(10), s.message())
-        .await
-        .expect("ends");
+    assert_precondition(old.report(&[]).await, "stale_session");
+    assert_precondition(old.ack(true).await, "stale_session");
+    let end = old.stream_end("ends").await;
     assert_eq!(end.expect_err("stale").code(), Code::FailedPrecondition);
 }
 
 async fn ack_only_issued_triples_and_negative_ack_closes_the_fence(kind: Kind) {
-    let mut cfg = config();
-    cfg.ownership.target_slots_per_worker = 1_000;
-    let h = Harness::with(kind, cfg, 16).await;
+    let h = Harness::with(kind, many_slots(), 16).await;
     h.available("p", 2, 600).await;
-    let mut w = Worker::register(&h, "gw-0").await;
-    h.pass().await;
-    w.watch().await;
+    let mut w = Worker::watching(&h, "gw-0").await;
     assert!(!w.apply_next().await, "first update is a full snapshot");
     assert_eq!(w.state.len(), 2);
 
@@ -111,14 +89,10 @@ async fn ack_only_issued_triples_and_negative_ack_closes_the_fence(kind: Kind) {
                 reason: String::new(),
             })
             .await;
-        assert_code(r, Code::FailedPrecondition, "snapshot_not_issued");
+        assert_precondition(r, "snapshot_not_issued");
     }
     // Before any ACK there is no bound to report against.
-    assert_code(
-        w.report(&[]).await,
-        Code::FailedPrecondition,
-        "bound_mismatch",
-    );
+    assert_precondition(w.report(&[]).await, "bound_mismatch");
     let ack = w.ack(true).await.expect("ack");
     assert!(ack.runtime_fence_open);
     w.report(&[]).await.expect("report after ACK");
@@ -126,11 +100,7 @@ async fn ack_only_issued_triples_and_negative_ack_closes_the_fence(kind: Kind) {
     // A negative ACK closes the fence until the next positive ACK.
     let ack = w.ack(false).await.expect("negative ack");
     assert!(!ack.runtime_fence_open);
-    assert_code(
-        w.report(&[]).await,
-        Code::FailedPrecondition,
-        "fence_closed",
-    );
+    assert_precondition(w.report(&[]).await, "fence_closed");
     // A new version arrives; its positive ACK reopens the fence.
     h.available("q", 1, 600).await;
     h.pass().await;
@@ -141,13 +111,9 @@ async fn ack_only_issued_triples_and_negative_ack_closes_the_fence(kind: Kind) {
 }
 
 async fn full_then_deltas_and_resync_on_mismatch(kind: Kind) {
-    let mut cfg = config();
-    cfg.ownership.target_slots_per_worker = 1_000;
-    let h = Harness::with(kind, cfg, 16).await;
+    let h = Harness::with(kind, many_slots(), 16).await;
     h.available("p", 3, 600).await;
-    let mut w = Worker::register(&h, "gw-0").await;
-    h.pass().await;
-    w.watch().await;
+    let mut w = Worker::watching(&h, "gw-0").await;
     assert!(!w.apply_next().await);
     assert_eq!(w.state.len(), 3);
     let p0 = w.state.proxies().next().expect("proxy").clone();
@@ -211,11 +177,7 @@ async fn full_then_deltas_and_resync_on_mismatch(kind: Kind) {
 async fn runtime_report_rules_through_grpc(kind: Kind) {
     let h = Harness::new(kind).await;
     h.available("p", 2, 600).await;
-    let mut w = Worker::register(&h, "gw-0").await;
-    h.pass().await;
-    w.watch().await;
-    w.apply_next().await;
-    w.ack(true).await.expect("ack");
+    let mut w = Worker::acked(&h, "gw-0").await;
     let ids = w.proxy_ids();
     assert_eq!(ids.len(), 2);
 
@@ -229,33 +191,20 @@ async fn runtime_report_rules_through_grpc(kind: Kind) {
         .into_inner();
     assert!(replay.replayed);
     let other = w.runtime_req(5, &[(&ids[0], 2)]);
-    assert_code(
+    assert_precondition(
         w.client.report_runtime(other).await,
-        Code::FailedPrecondition,
         "sequence_replay_mismatch",
     );
     let lower = w.runtime_req(4, &[]);
-    assert_code(
-        w.client.report_runtime(lower).await,
-        Code::FailedPrecondition,
-        "sequence_regression",
-    );
+    assert_precondition(w.client.report_runtime(lower).await, "sequence_regression");
     // A count on a proxy the worker does not own.
     h.available("foreign", 1, 600).await;
     let foreign = w.runtime_req(6, &[("foreign-0", 1)]);
-    assert_code(
-        w.client.report_runtime(foreign).await,
-        Code::FailedPrecondition,
-        "ownership_mismatch",
-    );
+    assert_precondition(w.client.report_runtime(foreign).await, "ownership_mismatch");
     // A version ahead of the ACKed bound.
     let mut ahead = w.runtime_req(7, &[]);
     ahead.snapshot_version += 1;
-    assert_code(
-        w.client.report_runtime(ahead).await,
-        Code::FailedPrecondition,
-        "bound_mismatch",
-    );
+    assert_precondition(w.client.report_runtime(ahead).await, "bound_mismatch");
     // An empty report clears the counts.
     let empty = w.runtime_req(8, &[]);
     w.client.report_runtime(empty).await.expect("empty report");
@@ -297,37 +246,17 @@ async fn outcomes_dedupe_and_highest_accepted(kind: Kind) {
             })
             .collect(),
     };
-    let r = w
-        .client
-        .report_outcomes(batch(1, 2))
-        .await
-        .expect("b1")
-        .into_inner();
+    let r = outcomes(&mut w, batch(1, 2), "b1").await;
     assert_eq!((r.highest_accepted_sequence, r.dropped), (1, 0));
     // A retry of batch 1 is a no-op that still answers the highest accepted.
-    let r = w
-        .client
-        .report_outcomes(batch(1, 2))
-        .await
-        .expect("retry")
-        .into_inner();
+    let r = outcomes(&mut w, batch(1, 2), "retry").await;
     assert_eq!((r.highest_accepted_sequence, r.dropped), (1, 0));
     // Batch 3 after a lost batch 2 is accepted; the queue of 3 is then full, so one of
     // its outcomes is dropped (and counted) rather than waited for.
-    let r = w
-        .client
-        .report_outcomes(batch(3, 2))
-        .await
-        .expect("b3")
-        .into_inner();
+    let r = outcomes(&mut w, batch(3, 2), "b3").await;
     assert_eq!((r.highest_accepted_sequence, r.dropped), (3, 1));
     // Batch 2 arriving late is a duplicate now.
-    let r = w
-        .client
-        .report_outcomes(batch(2, 1))
-        .await
-        .expect("b2")
-        .into_inner();
+    let r = outcomes(&mut w, batch(2, 1), "b2").await;
     assert_eq!((r.highest_accepted_sequence, r.dropped), (3, 0));
     let mut got = Vec::new();
     while let Ok(o) = h.outcomes_rx.try_recv() {
@@ -341,12 +270,7 @@ async fn outcomes_dedupe_and_highest_accepted(kind: Kind) {
     bad.outcomes[0].stage = 99;
     let err = w.client.report_outcomes(bad).await.expect_err("bad");
     assert_eq!(err.code(), Code::InvalidArgument);
-    let r = w
-        .client
-        .report_outcomes(batch(4, 0))
-        .await
-        .expect("b4")
-        .into_inner();
+    let r = outcomes(&mut w, batch(4, 0), "b4").await;
     assert_eq!(r.highest_accepted_sequence, 4);
     // Oversized batches are refused.
     let err = w
@@ -360,11 +284,7 @@ async fn outcomes_dedupe_and_highest_accepted(kind: Kind) {
 async fn drain_then_extraction_of_a_formerly_owned_proxy(kind: Kind) {
     let h = Harness::new(kind).await;
     h.available("p", 2, 600).await;
-    let mut w = Worker::register(&h, "gw-0").await;
-    h.pass().await;
-    w.watch().await;
-    w.apply_next().await;
-    w.ack(true).await.expect("ack");
+    let mut w = Worker::acked(&h, "gw-0").await;
     assert_eq!(w.state.len(), 2);
     // Everything is owned: extraction finds nothing.
     assert!(extracted(&h.pool, 1).await.is_empty());
@@ -400,11 +320,7 @@ async fn drain_then_extraction_of_a_formerly_owned_proxy(kind: Kind) {
 async fn crashed_worker_proxies_move_only_after_lease_expiry(kind: Kind) {
     let h = Harness::new(kind).await;
     let ids = h.available("p", 2, 3_600).await;
-    let mut a = Worker::register(&h, "gw-a").await;
-    h.pass().await;
-    a.watch().await;
-    a.apply_next().await;
-    a.ack(true).await.expect("ack");
+    let a = Worker::acked(&h, "gw-a").await;
     assert_eq!(a.state.len(), 2);
     drop(a); // crash: no more ACKs or reports
 
@@ -429,23 +345,23 @@ async fn crashed_worker_proxies_move_only_after_lease_expiry(kind: Kind) {
     assert_eq!(b.state.len(), 2);
 }
 
-fn check_task(h: &Harness, id: &str, tier: CheckTier, secs: i64) -> CheckTask {
-    use activity_pool::Clock;
-    CheckTask {
-        task_id: id.into(),
-        tier,
-        proxy: ProxyEndpoint {
-            id: format!("proxy-{id}"),
-            upstream: "vendor-a".into(),
-            protocol: Protocol::Socks5,
-            host: "127.0.0.1".into(),
-            port: 9,
-            credentials: None,
-        },
-        deadline_ms: h.clock.now().millis() + secs * 1000,
-        routing: None,
-        target: None,
-    }
+/// [`config`] with room for every proxy on one worker.
+fn many_slots() -> ControlPlaneConfig {
+    let mut cfg = config();
+    cfg.ownership.target_slots_per_worker = 1_000;
+    cfg
+}
+
+async fn outcomes(
+    w: &mut Worker,
+    req: pb::ReportOutcomesRequest,
+    what: &str,
+) -> pb::ReportOutcomesResponse {
+    w.client
+        .report_outcomes(req)
+        .await
+        .expect(what)
+        .into_inner()
 }
 
 async fn next_task(s: &mut tonic::Streaming<pb::CheckTask>) -> pb::CheckTask {
@@ -454,6 +370,17 @@ async fn next_task(s: &mut tonic::Streaming<pb::CheckTask>) -> pb::CheckTask {
         .expect("task in time")
         .expect("ok")
         .expect("open")
+}
+
+fn observations_req(
+    session: &str,
+    observations: Vec<pb::Observation>,
+) -> pb::ReportObservationsRequest {
+    pb::ReportObservationsRequest {
+        checker_id: "chk-0".into(),
+        session_id: session.into(),
+        observations,
+    }
 }
 
 fn observation(task: &pb::CheckTask, success: bool) -> pb::Observation {
@@ -480,48 +407,51 @@ async fn checker_tasks_respect_tiers_concurrency_and_deadlines() {
     let mut h = Harness::new(Kind::Memory).await;
     let mut c = CheckerControlPlaneClient::new(h.channel().await);
     let reg = c
-        .register_checker(pb::RegisterCheckerRequest {
-            checker_id: "chk-0".into(),
-            instance_id: "i-1".into(),
-            max_concurrency: 1,
-            tiers: vec![pb::CheckTier::Basic as i32, pb::CheckTier::Egress as i32],
-            supported_protocol_versions: vec![1],
-        })
+        .register_checker(checker_req(
+            "chk-0",
+            1,
+            &[pb::CheckTier::Basic, pb::CheckTier::Egress],
+        ))
         .await
         .expect("register")
         .into_inner();
     assert_eq!(reg.protocol_version, 1);
     let mut stream = c
-        .stream_tasks(pb::StreamTasksRequest {
-            checker_id: "chk-0".into(),
-            session_id: reg.session_id.clone(),
-        })
+        .stream_tasks(stream_tasks_req("chk-0", &reg.session_id))
         .await
         .expect("stream")
         .into_inner();
-    assert!(
-        h.checker
-            .enqueue(check_task(&h, "t-target", CheckTier::Target, 30))
-    );
-    assert!(
-        h.checker
-            .enqueue(check_task(&h, "t-1", CheckTier::Basic, 30))
-    );
-    assert!(
-        h.checker
-            .enqueue(check_task(&h, "t-2", CheckTier::Egress, 30))
-    );
+    assert!(h.checker.enqueue(check_task(
+        &h,
+        "t-target",
+        CheckTier::Target,
+        30,
+        Protocol::Socks5
+    )));
+    assert!(h.checker.enqueue(check_task(
+        &h,
+        "t-1",
+        CheckTier::Basic,
+        30,
+        Protocol::Socks5
+    )));
+    assert!(h.checker.enqueue(check_task(
+        &h,
+        "t-2",
+        CheckTier::Egress,
+        30,
+        Protocol::Socks5
+    )));
     let t1 = next_task(&mut stream).await;
     assert_eq!(t1.task_id, "t-1", "TARGET is not a tier this checker runs");
     // Concurrency 1: t-2 comes only after t-1 is reported.
     let early = tokio::time::timeout(Duration::from_millis(300), stream.message()).await;
     assert!(early.is_err(), "no second task while one is outstanding");
     let r = c
-        .report_observations(pb::ReportObservationsRequest {
-            checker_id: "chk-0".into(),
-            session_id: reg.session_id.clone(),
-            observations: vec![observation(&t1, true)],
-        })
+        .report_observations(observations_req(
+            &reg.session_id,
+            vec![observation(&t1, true)],
+        ))
         .await
         .expect("report")
         .into_inner();
@@ -531,11 +461,10 @@ async fn checker_tasks_respect_tiers_concurrency_and_deadlines() {
     // Past its deadline, t-2's result is discarded; a duplicate of t-1 too.
     h.advance(31);
     let r = c
-        .report_observations(pb::ReportObservationsRequest {
-            checker_id: "chk-0".into(),
-            session_id: reg.session_id.clone(),
-            observations: vec![observation(&t2, false), observation(&t1, true)],
-        })
+        .report_observations(observations_req(
+            &reg.session_id,
+            vec![observation(&t2, false), observation(&t1, true)],
+        ))
         .await
         .expect("report")
         .into_inner();
@@ -554,28 +483,18 @@ async fn checker_tasks_respect_tiers_concurrency_and_deadlines() {
     );
     // A stale session is refused.
     let r = c
-        .report_observations(pb::ReportObservationsRequest {
-            checker_id: "chk-0".into(),
-            session_id: "c-old".into(),
-            observations: vec![],
-        })
+        .report_observations(observations_req("c-old", vec![]))
         .await;
-    assert_code(r, Code::FailedPrecondition, "stale_session");
+    assert_precondition(r, "stale_session");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_open_streams_and_the_server() {
     let mut h = Harness::new(Kind::Memory).await;
     h.available("p", 1, 600).await;
-    let mut w = Worker::register(&h, "gw-0").await;
-    h.pass().await;
-    w.watch().await;
-    w.apply_next().await;
+    let mut w = Worker::joined(&h, "gw-0").await;
     drop(h.stop.take());
-    let s = w.stream.as_mut().expect("stream");
-    let end = tokio::time::timeout(Duration::from_secs(10), s.message())
-        .await
-        .expect("stream ends");
+    let end = w.stream_end("stream ends").await;
     assert_eq!(end.expect_err("shutting down").code(), Code::Unavailable);
     let server = h.server_task.take().expect("task");
     tokio::time::timeout(Duration::from_secs(10), server)
@@ -599,10 +518,7 @@ async fn stream_count_and_duration_are_limited() {
     cfg.limits.max_stream_duration = Duration::from_millis(300);
     let h = Harness::with(Kind::Memory, cfg, 16).await;
     h.available("p", 1, 600).await;
-    let mut w = Worker::register(&h, "gw-0").await;
-    h.pass().await;
-    w.watch().await;
-    w.apply_next().await;
+    let mut w = Worker::joined(&h, "gw-0").await;
     // A second open stream is over the limit.
     let second = w
         .client
@@ -615,10 +531,7 @@ async fn stream_count_and_duration_are_limited() {
     assert_eq!(second.expect_err("limit").code(), Code::ResourceExhausted);
     // The first ends cleanly at its maximum duration; re-opening resumes from the
     // worker's version (nothing new: no update until the next publish).
-    let s = w.stream.as_mut().expect("stream");
-    let end = tokio::time::timeout(Duration::from_secs(10), s.message())
-        .await
-        .expect("ends in time");
+    let end = w.stream_end("ends in time").await;
     assert!(matches!(end, Ok(None)), "{end:?}");
     w.watch().await;
     h.available("q", 1, 600).await;
@@ -628,27 +541,19 @@ async fn stream_count_and_duration_are_limited() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routings_and_upstreams_follow_the_gateway_group() {
-    let mut cfg = config();
+    let mut cfg = many_slots();
     cfg.ownership.upstreams = vec![up("vendor-a"), up("vendor-b")];
-    cfg.ownership.target_slots_per_worker = 1_000;
-    cfg.routings = vec![
-        RoutingSpec {
+    // Routing `only-<x>`: upstream `vendor-<x>`, served to gateway group `group-<x>`.
+    cfg.routings = ["a", "b"]
+        .map(|x| RoutingSpec {
             routing: Routing {
-                name: "only-a".into(),
-                upstreams: vec!["vendor-a".into()],
+                name: format!("only-{x}"),
+                upstreams: vec![format!("vendor-{x}")],
                 ..Routing::default()
             },
-            gateway_groups: vec!["group-a".into()],
-        },
-        RoutingSpec {
-            routing: Routing {
-                name: "only-b".into(),
-                upstreams: vec!["vendor-b".into()],
-                ..Routing::default()
-            },
-            gateway_groups: vec!["group-b".into()],
-        },
-    ];
+            gateway_groups: vec![format!("group-{x}")],
+        })
+        .into();
     let h = Harness::with(Kind::Memory, cfg, 16).await;
     h.available_in("vendor-a", "a", 2, 600).await;
     h.available_in("vendor-b", "b", 3, 600).await;

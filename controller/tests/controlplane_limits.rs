@@ -5,13 +5,11 @@
 
 mod controlplane_support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use controlplane_support::*;
 use proxy_pool_api::controlplane::limits;
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::checker_control_plane_client::CheckerControlPlaneClient;
+use proxy_pool_e2e::logs::LogCapture;
 use tonic::Code;
 
 /// Room for a client to send what the server must refuse.
@@ -98,27 +96,13 @@ async fn checker_rpcs_are_held_to_their_sizes() {
     );
 }
 
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn hostile_identifiers_never_reach_a_span_or_a_log_line() {
-    let capture = Capture::default();
-    let sink = capture.clone();
+    let capture = LogCapture::default();
     let _guard = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::DEBUG)
         .with_ansi(false)
-        .with_writer(move || sink.clone())
+        .with_writer(capture.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(_guard);
     let h = Harness::new(Kind::Memory).await;
@@ -139,9 +123,7 @@ async fn hostile_identifiers_never_reach_a_span_or_a_log_line() {
         .register_worker(big)
         .await;
     // A NACK reason is logged only as printable text.
-    let mut w = Worker::register(&h, "gw-ok").await;
-    h.pass().await;
-    w.watch().await;
+    let mut w = Worker::watching(&h, "gw-ok").await;
     let _ = w.apply_next().await;
     let header = w.state.header().expect("snapshot");
     let nack = pb::AcknowledgeSnapshotRequest {
@@ -157,7 +139,7 @@ async fn hostile_identifiers_never_reach_a_span_or_a_log_line() {
         .acknowledge_snapshot(nack)
         .await
         .expect("NACK accepted");
-    let text = String::from_utf8_lossy(&capture.0.lock().unwrap()).into_owned();
+    let text = capture.text_lossy();
     assert!(text.contains("negative snapshot ACK"), "{text}");
     assert!(!text.contains("msg=\"forged line\""), "{text}");
     assert!(

@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use controlplane_support::*;
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, connect};
-use proxy_pool_api::controlplane::model::{
-    CheckTask, CheckTier, Credentials, Protocol, ProxyEndpoint, Secret,
-};
+use proxy_pool_api::controlplane::model::{CheckTier, Credentials, Protocol, Secret};
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::checker_control_plane_client::CheckerControlPlaneClient;
 use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControlPlaneClient;
@@ -111,18 +109,10 @@ async fn spiffe_id_must_match_the_worker_id_of_every_message() {
 
     // The same certificate cannot speak for another worker, in any RPC.
     let mut other = WorkerControlPlaneClient::new(ch);
-    assert_code(
-        other.register_worker(register_req("gw-1", "i-1")).await,
-        Code::PermissionDenied,
-        "identity_mismatch",
-    );
+    assert_identity_mismatch(other.register_worker(register_req("gw-1", "i-1")).await);
     let mut req = w.runtime_req(1, &[]);
     req.worker_id = "gw-1".into();
-    assert_code(
-        other.report_runtime(req).await,
-        Code::PermissionDenied,
-        "identity_mismatch",
-    );
+    assert_identity_mismatch(other.report_runtime(req).await);
     let watch = other
         .watch_snapshots(pb::WatchSnapshotsRequest {
             worker_id: "gw-1".into(),
@@ -172,13 +162,6 @@ async fn wrong_kind_domain_or_environment_is_refused() {
 async fn worker_and_checker_identities_cannot_cross_services() {
     let pki = Pki::new();
     let h = mtls_harness(&pki).await;
-    let checker_req = |id: &str| pb::RegisterCheckerRequest {
-        checker_id: id.into(),
-        instance_id: "i-1".into(),
-        max_concurrency: 2,
-        tiers: vec![pb::CheckTier::Basic as i32],
-        supported_protocol_versions: vec![1],
-    };
     let pod = "proxy-pool-checker-5d9f-x2k4q";
 
     // A checker certificate on the gateway service: refused in every RPC.
@@ -187,11 +170,7 @@ async fn worker_and_checker_identities_cannot_cross_services() {
         .await
         .expect("connect");
     let mut as_worker = WorkerControlPlaneClient::new(ch.clone());
-    assert_code(
-        as_worker.register_worker(register_req(pod, "i-1")).await,
-        Code::PermissionDenied,
-        "identity_mismatch",
-    );
+    assert_identity_mismatch(as_worker.register_worker(register_req(pod, "i-1")).await);
     let watch = as_worker
         .watch_snapshots(pb::WatchSnapshotsRequest {
             worker_id: pod.into(),
@@ -202,7 +181,7 @@ async fn worker_and_checker_identities_cannot_cross_services() {
     assert_eq!(watch.expect_err("denied").code(), Code::PermissionDenied);
     // ... while the same certificate is a checker.
     CheckerControlPlaneClient::new(ch)
-        .register_checker(checker_req(pod))
+        .register_checker(checker_req(pod, 2, &[pb::CheckTier::Basic]))
         .await
         .expect("the checker certificate registers as a checker");
 
@@ -212,17 +191,12 @@ async fn worker_and_checker_identities_cannot_cross_services() {
         .await
         .expect("connect");
     let mut as_checker = CheckerControlPlaneClient::new(ch.clone());
-    assert_code(
-        as_checker.register_checker(checker_req(pod)).await,
-        Code::PermissionDenied,
-        "identity_mismatch",
+    assert_identity_mismatch(
+        as_checker
+            .register_checker(checker_req(pod, 2, &[pb::CheckTier::Basic]))
+            .await,
     );
-    let stream = as_checker
-        .stream_tasks(pb::StreamTasksRequest {
-            checker_id: pod.into(),
-            session_id: "s-1".into(),
-        })
-        .await;
+    let stream = as_checker.stream_tasks(stream_tasks_req(pod, "s-1")).await;
     assert_eq!(stream.expect_err("denied").code(), Code::PermissionDenied);
     let report = as_checker
         .report_observations(pb::ReportObservationsRequest {
@@ -279,35 +253,25 @@ async fn checker_identity_and_task_cycle_over_mtls() {
     let ch = channel(&h, &pki.ca_pem, leaf).await.expect("connect");
     let mut c = CheckerControlPlaneClient::new(ch);
     let reg = c
-        .register_checker(pb::RegisterCheckerRequest {
-            checker_id: "chk-0".into(),
-            instance_id: "i-1".into(),
-            max_concurrency: 2,
-            tiers: vec![pb::CheckTier::Basic as i32],
-            supported_protocol_versions: vec![1],
-        })
+        .register_checker(checker_req("chk-0", 2, &[pb::CheckTier::Basic]))
         .await
         .expect("register checker")
         .into_inner();
     let denied = c
-        .register_checker(pb::RegisterCheckerRequest {
-            checker_id: "chk-1".into(),
-            instance_id: "i-1".into(),
-            max_concurrency: 2,
-            tiers: vec![pb::CheckTier::Basic as i32],
-            supported_protocol_versions: vec![1],
-        })
+        .register_checker(checker_req("chk-1", 2, &[pb::CheckTier::Basic]))
         .await;
     assert_eq!(denied.expect_err("other id").code(), Code::PermissionDenied);
     let mut stream = c
-        .stream_tasks(pb::StreamTasksRequest {
-            checker_id: "chk-0".into(),
-            session_id: reg.session_id.clone(),
-        })
+        .stream_tasks(stream_tasks_req("chk-0", &reg.session_id))
         .await
         .expect("stream")
         .into_inner();
-    assert!(h.checker.enqueue(task("t-1", CheckTier::Basic, &h, 30)));
+    let mut t1 = check_task(&h, "t-1", CheckTier::Basic, 30, Protocol::Http);
+    t1.proxy.credentials = Some(Credentials {
+        username: "u".into(),
+        password: Secret::new("s3cr3t-pass"),
+    });
+    assert!(h.checker.enqueue(t1));
     let t = tokio::time::timeout(Duration::from_secs(10), stream.message())
         .await
         .expect("in time")
@@ -319,28 +283,6 @@ async fn checker_identity_and_task_cycle_over_mtls() {
         !format!("{creds:?}").contains("s3cr3t"),
         "Debug redacts the password"
     );
-}
-
-fn task(id: &str, tier: CheckTier, h: &Harness, secs: i64) -> CheckTask {
-    use activity_pool::Clock;
-    CheckTask {
-        task_id: id.into(),
-        tier,
-        proxy: ProxyEndpoint {
-            id: format!("proxy-{id}"),
-            upstream: "vendor-a".into(),
-            protocol: Protocol::Http,
-            host: "127.0.0.1".into(),
-            port: 9,
-            credentials: Some(Credentials {
-                username: "u".into(),
-                password: Secret::new("s3cr3t-pass"),
-            }),
-        },
-        deadline_ms: h.clock.now().millis() + secs * 1000,
-        routing: None,
-        target: None,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -374,4 +316,8 @@ async fn plaintext_fixture_refuses_a_non_loopback_listener() {
     .await
     .expect("returns at once");
     assert!(matches!(r, Err(ServeError::PlaintextNotLoopback)));
+}
+
+fn assert_identity_mismatch<T: std::fmt::Debug>(r: Result<T, tonic::Status>) {
+    assert_code(r, Code::PermissionDenied, "identity_mismatch");
 }

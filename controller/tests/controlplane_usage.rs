@@ -67,11 +67,7 @@ async fn runtime_report_usage_reaches_the_collector_once() {
     let (collector, mut rx) = Collector::bounded(1024, Arc::new(SystemClock));
     let h = Harness::serving_with(Kind::Memory, config(), 1024, None, Some(collector)).await;
     h.available("p", 1, 600).await;
-    let mut w = Worker::register(&h, "gw-0").await;
-    h.pass().await;
-    w.watch().await;
-    w.apply_next().await;
-    w.ack(true).await.expect("ack");
+    let mut w = Worker::acked(&h, "gw-0").await;
 
     let mut report = w.runtime_req(1, &[]);
     report.usage = vec![
@@ -140,11 +136,7 @@ async fn runtime_report_usage_reaches_the_collector_once() {
 async fn without_a_collector_usage_is_only_counted() {
     let h = Harness::new(Kind::Memory).await;
     h.available("p", 1, 600).await;
-    let mut w = Worker::register(&h, "gw-0").await;
-    h.pass().await;
-    w.watch().await;
-    w.apply_next().await;
-    w.ack(true).await.expect("ack");
+    let mut w = Worker::acked(&h, "gw-0").await;
     let mut report = w.runtime_req(1, &[]);
     report.usage = vec![usage("default", 3, &[("alice", 3)])];
     w.client.report_runtime(report).await.expect("report");

@@ -9,24 +9,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use activity_pool::model::{Protocol, ProxyId, ProxyState, Secret, UpstreamId};
-use activity_pool::ports::ActivityPool;
-use activity_pool::testkit::RedisServer;
-use activity_pool::{
-    Clock, MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool, SystemClock,
-};
+use activity_pool::model::{Protocol, ProxyId, ProxyState, UpstreamId};
+use activity_pool::{Clock, SystemClock};
 use async_trait::async_trait;
 use proxy_pool_checker as checker;
 use proxy_pool_controller::health::{
     CheckTask, CheckerId, HealthMetrics, HealthService, Observation, ObservationSink,
     PlannerConfig, ReducerConfig, TaskSource,
 };
-use proxy_pool_controller::provider::{
-    HttpVendorSource, ProviderMetrics, ProviderOptions, ProviderReconciler, VendorAuth,
-    VendorFormat,
-};
 use proxy_pool_e2e::sim::{FailureMode, SimConfig, Simulator};
 use tokio_util::sync::CancellationToken;
+
+mod sim_support;
+use sim_support::{pool, pool_id, sim_provider, states, wait_for};
 
 /// The checker's ports bound in process to the controller's health service.
 struct Bridge {
@@ -92,43 +87,6 @@ impl checker::ObservationSink for Bridge {
     }
 }
 
-async fn pool(redis: bool) -> (Arc<dyn ActivityPool>, Option<RedisServer>) {
-    if !redis {
-        return (Arc::new(MemoryPool::new(PoolOptions::default())), None);
-    }
-    let server = RedisServer::start();
-    let connector = RedisConnector::direct(&server.url()).unwrap();
-    let pool = RedisPool::new(connector, RedisOptions::default())
-        .await
-        .unwrap();
-    (Arc::new(pool), Some(server))
-}
-
-async fn states(pool: &Arc<dyn ActivityPool>, ids: &[ProxyId]) -> Vec<Option<ProxyState>> {
-    pool.records(ids)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.map(|r| r.state))
-        .collect()
-}
-
-async fn wait_for(
-    pool: &Arc<dyn ActivityPool>,
-    ids: &[ProxyId],
-    within: Duration,
-    want: impl Fn(&[Option<ProxyState>]) -> bool,
-) -> Vec<Option<ProxyState>> {
-    let until = tokio::time::Instant::now() + within;
-    loop {
-        let s = states(pool, ids).await;
-        if want(&s) || tokio::time::Instant::now() > until {
-            return s;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
 async fn simulator_to_pool_state(redis: bool) {
     let (pool, _server) = pool(redis).await;
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
@@ -158,46 +116,15 @@ async fn simulator_to_pool_state(redis: bool) {
     );
 
     // Provider: 4 proxies (JSON), announced to the planner.
-    let url = format!("{}/v1/proxies?count=4&protocol=socks5", sim.vendor_url());
-    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
-    let source = HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap();
-    // The simulator's proxies are on loopback: opted in explicitly.
-    let mut options =
-        ProviderOptions::new(upstream.clone(), Protocol::Http, Duration::from_secs(60));
-    options.defaults.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
-    // The simulator's vendor API sells a new proxy on every fetch and never offers one
-    // again: no proxy can come back from before a data loss, so no quarantine.
-    options.quarantine = Duration::ZERO;
-    let provider = ProviderReconciler::new(
-        options,
-        Arc::new(source),
-        pool.clone(),
-        ProviderMetrics::default(),
-    )
-    .unwrap()
-    .with_announcer(svc.clone());
+    let provider = sim_provider(&sim, &upstream, "count=4&protocol=socks5", pool.clone())
+        .with_announcer(svc.clone());
     assert_eq!(provider.reconcile_once().await.unwrap().report.inserted, 4);
     assert_eq!(svc.tracked(), 4);
     let live = sim.live_proxies();
-    let mut ids = Vec::new();
-    for s in &live {
-        let v = proxy_pool_controller::provider::VendorProxy {
-            vendor_id: Some(s.proxy.id.clone()),
-            protocol: None,
-            host: String::new(),
-            port: 1,
-            username: None,
-            password: None,
-            region: None,
-            carrier: None,
-            ttl: None,
-            expires_at: None,
-        };
-        ids.push(
-            proxy_pool_controller::provider::stable_id(&upstream, &v, &provider.options().defaults)
-                .unwrap(),
-        );
-    }
+    let ids: Vec<ProxyId> = live
+        .iter()
+        .map(|s| pool_id(&upstream, &s.proxy.id, &provider.options().defaults))
+        .collect();
     assert_eq!(
         states(&pool, &ids).await,
         vec![Some(ProxyState::Fetched); 4]

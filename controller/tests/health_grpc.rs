@@ -7,12 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use activity_pool::model::{Protocol, ProxyId, ProxyState, Secret, UpstreamId};
-use activity_pool::ports::ActivityPool;
-use activity_pool::testkit::RedisServer;
-use activity_pool::{
-    MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool, SystemClock,
-};
+use activity_pool::SystemClock;
+use activity_pool::model::{ProxyId, ProxyState, UpstreamId};
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport};
 use proxy_pool_checker as checker;
 use proxy_pool_controller::controlplane::{
@@ -22,45 +18,14 @@ use proxy_pool_controller::controlplane::{
 use proxy_pool_controller::health::{
     BridgeOptions, CheckerBridge, HealthMetrics, HealthService, PlannerConfig, ReducerConfig,
 };
-use proxy_pool_controller::provider::{
-    HttpVendorSource, ProviderMetrics, ProviderOptions, ProviderReconciler, VendorAuth,
-    VendorFormat, VendorProxy, stable_id,
-};
 use proxy_pool_e2e::sim::{FailureMode, SimConfig, Simulator};
 use tokio_util::sync::CancellationToken;
 
-async fn pool(redis: bool) -> (Arc<dyn ActivityPool>, Option<RedisServer>) {
-    if !redis {
-        return (Arc::new(MemoryPool::new(PoolOptions::default())), None);
-    }
-    let server = RedisServer::start();
-    let connector = RedisConnector::direct(&server.url()).unwrap();
-    let pool = RedisPool::new(connector, RedisOptions::default())
-        .await
-        .unwrap();
-    (Arc::new(pool), Some(server))
-}
+mod sim_support;
+use sim_support::{pool, pool_id, sim_provider, wait_for};
 
-async fn wait_for(
-    pool: &Arc<dyn ActivityPool>,
-    ids: &[ProxyId],
-    within: Duration,
-    want: ProxyState,
-) -> Vec<Option<ProxyState>> {
-    let until = tokio::time::Instant::now() + within;
-    loop {
-        let s: Vec<_> = pool
-            .records(ids)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.map(|r| r.state))
-            .collect();
-        if s.iter().all(|x| *x == Some(want)) || tokio::time::Instant::now() > until {
-            return s;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+fn all_are(states: &[Option<ProxyState>], want: ProxyState) -> bool {
+    states.iter().all(|x| *x == Some(want))
 }
 
 async fn health_over_grpc(redis: bool) {
@@ -125,42 +90,13 @@ async fn health_over_grpc(redis: bool) {
     let bridge_task = tokio::spawn(bridge.run(observations, stop.clone()));
 
     // Provider: 3 HTTP proxies, announced to the planner.
-    let url = format!("{}/v1/proxies?count=3&protocol=http", sim.vendor_url());
-    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
-    // The simulator's proxies are on loopback: opted in explicitly.
-    let mut options =
-        ProviderOptions::new(upstream.clone(), Protocol::Http, Duration::from_secs(60));
-    options.defaults.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
-    // The simulator's vendor API sells a new proxy on every fetch and never offers one
-    // again: no proxy can come back from before a data loss, so no quarantine.
-    options.quarantine = Duration::ZERO;
-    let provider = ProviderReconciler::new(
-        options,
-        Arc::new(HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap()),
-        pool.clone(),
-        ProviderMetrics::default(),
-    )
-    .unwrap()
-    .with_announcer(svc.clone());
+    let provider = sim_provider(&sim, &upstream, "count=3&protocol=http", pool.clone())
+        .with_announcer(svc.clone());
     assert_eq!(provider.reconcile_once().await.unwrap().report.inserted, 3);
     let live = sim.live_proxies();
     let ids: Vec<ProxyId> = live
         .iter()
-        .map(|s| {
-            let v = VendorProxy {
-                vendor_id: Some(s.proxy.id.clone()),
-                protocol: None,
-                host: String::new(),
-                port: 1,
-                username: None,
-                password: None,
-                region: None,
-                carrier: None,
-                ttl: None,
-                expires_at: None,
-            };
-            stable_id(&upstream, &v, &provider.options().defaults).unwrap()
-        })
+        .map(|s| pool_id(&upstream, &s.proxy.id, &provider.options().defaults))
         .collect();
 
     // Checker side: the real binary's library with its gRPC binding.
@@ -193,7 +129,10 @@ async fn health_over_grpc(redis: bool) {
         checker_stop.clone(),
     ));
 
-    let s = wait_for(&pool, &ids, Duration::from_secs(15), ProxyState::Available).await;
+    let s = wait_for(&pool, &ids, Duration::from_secs(15), |s| {
+        all_are(s, ProxyState::Available)
+    })
+    .await;
     assert_eq!(
         s,
         vec![Some(ProxyState::Available); 3],
@@ -204,12 +143,9 @@ async fn health_over_grpc(redis: bool) {
         .unwrap();
     sim.set_failure(&live[1].proxy.id, FailureMode::BadAuth)
         .unwrap();
-    let s = wait_for(
-        &pool,
-        &ids[..2],
-        Duration::from_secs(15),
-        ProxyState::Unhealthy,
-    )
+    let s = wait_for(&pool, &ids[..2], Duration::from_secs(15), |s| {
+        all_are(s, ProxyState::Unhealthy)
+    })
     .await;
     assert_eq!(
         s,

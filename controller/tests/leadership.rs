@@ -78,7 +78,7 @@ async fn two_electors_on_redis_one_leader_then_the_other() {
 
 #[tokio::test]
 async fn a_control_plane_that_does_not_lead_refuses_every_call_not_leader() {
-    use controlplane_support::{Kind, config, pool_of, ports_of, register_req};
+    use controlplane_support::{Kind, checker_req, config, pool_of, ports_of, register_req};
     let clock = activity_pool::ManualClock::starting_now();
     let (pool, _redis) = pool_of(Kind::Memory, &clock).await;
     let (checker, _obs) = MemoryCheckerBackend::new(8, 8, Arc::new(clock.clone()));
@@ -147,13 +147,7 @@ async fn a_control_plane_that_does_not_lead_refuses_every_call_not_leader() {
     );
     not_leader(
         checker
-            .register_checker(pb::RegisterCheckerRequest {
-                checker_id: "chk-0".into(),
-                instance_id: "i-1".into(),
-                max_concurrency: 1,
-                tiers: vec![pb::CheckTier::Basic as i32],
-                supported_protocol_versions: vec![1],
-            })
+            .register_checker(checker_req("chk-0", 1, &[pb::CheckTier::Basic]))
             .await
             .unwrap_err(),
     );

@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use activity_pool::testkit::RedisServer;
@@ -15,19 +13,7 @@ use base64::Engine;
 use common::{
     BASIC_PASSWORD, BASIC_USER, BEARER, Harness, KEY_FULL, KEY_GATEWAY, KEY_LIMITED, KEY_SLOW, Kind,
 };
-
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use proxy_pool_e2e::logs::LogCapture;
 
 const STATIC_PASSWORD: &str = "static-upstream-pw-61c2";
 
@@ -103,13 +89,12 @@ async fn full_run(kind: Kind) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_carry_no_address_or_secret() {
-    let capture = Capture::default();
-    let writer = capture.clone();
+    let capture = LogCapture::default();
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(
             "trace,hyper=info,hyper_util=info,h2=info,tower=info,mio=info,redis=debug",
         ))
-        .with_writer(move || writer.clone())
+        .with_writer(capture.clone())
         .with_ansi(false)
         .finish();
     tracing::subscriber::set_global_default(subscriber).expect("one subscriber per test binary");
@@ -117,7 +102,7 @@ async fn logs_carry_no_address_or_secret() {
     let mut requests = full_run(Kind::Memory).await;
     requests += full_run(Kind::Redis).await;
 
-    let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let logs = capture.text();
     let access = logs
         .lines()
         .filter(|l| l.contains(" access:") || l.contains("access: extract"))

@@ -83,10 +83,7 @@ async fn a_restarted_control_plane_adopts_the_live_leases(kind: Kind) {
     h.available("q", 4, 3_600).await;
     // The worker re-registers with the new process and gets the same proxies, under the
     // same epochs, in its first snapshot (nothing is assigned over them).
-    let mut w = Worker::register(&h, "gw-0").await;
-    h.pass().await;
-    w.watch().await;
-    w.apply_next().await;
+    let mut w = Worker::joined(&h, "gw-0").await;
     let after: Vec<(String, u64)> = w
         .state
         .proxies()

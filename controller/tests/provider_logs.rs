@@ -2,8 +2,7 @@
 //! across successful fetches, refused credentials, and an unreachable vendor.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use activity_pool::model::{Protocol, Secret, UpstreamId};
@@ -12,31 +11,13 @@ use proxy_pool_controller::provider::{
     BackoffOptions, HttpVendorSource, ProviderMetrics, ProviderOptions, ProviderReconciler,
     VendorAuth, VendorFormat,
 };
+use proxy_pool_e2e::logs::LogCapture;
 use proxy_pool_e2e::sim::{SimConfig, Simulator, VendorCredentials};
 use tokio_util::sync::CancellationToken;
 
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn no_secret_in_any_log_line() {
-    let capture = Capture::default();
-    let writer = capture.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (capture, _guard) = LogCapture::set_default(tracing::Level::TRACE);
 
     let creds = VendorCredentials {
         api_key: "KEY-7f3c-vendor".into(),
@@ -102,7 +83,7 @@ async fn no_secret_in_any_log_line() {
     assert!(metrics.upserted("logs") >= 3, "the first source fetched");
     assert!(metrics.fetches("logs", "unauthorized") >= 1);
     assert!(metrics.fetches("logs", "transport") >= 1);
-    let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let text = capture.text();
     assert!(
         text.contains("provider fetch failed"),
         "logs were captured:\n{text}"

@@ -11,7 +11,6 @@ use activity_pool::model::{
 };
 use activity_pool::ports::ActivityPool;
 use activity_pool::testkit::RedisServer;
-use activity_pool::{MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool};
 use proxy_pool_controller::provider::{
     BackoffOptions, FetchError, HttpVendorSource, ProviderError, ProviderMetrics, ProviderOptions,
     ProviderReconciler, StaticSource, VendorAuth, VendorFormat, VendorProxy, parse_time, stable_id,
@@ -21,26 +20,19 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+mod sim_support;
+use sim_support::pool_id;
+
 struct Pool {
     pool: Arc<dyn ActivityPool>,
     _server: Option<RedisServer>,
 }
 
 async fn pool(redis: bool) -> Pool {
-    if !redis {
-        return Pool {
-            pool: Arc::new(MemoryPool::new(PoolOptions::default())),
-            _server: None,
-        };
-    }
-    let server = RedisServer::start();
-    let connector = RedisConnector::direct(&server.url()).unwrap();
-    let pool = RedisPool::new(connector, RedisOptions::default())
-        .await
-        .unwrap();
+    let (pool, server) = sim_support::pool(redis).await;
     Pool {
-        pool: Arc::new(pool),
-        _server: Some(server),
+        pool,
+        _server: server,
     }
 }
 
@@ -92,21 +84,7 @@ async fn fetch_json_into_pool(redis: bool) {
     assert_eq!(live.len(), 5);
     let ids: Vec<ProxyId> = live
         .iter()
-        .map(|s| {
-            let v = VendorProxy {
-                vendor_id: Some(s.proxy.id.clone()),
-                protocol: None,
-                host: s.proxy.host.to_string(),
-                port: s.proxy.port,
-                username: None,
-                password: None,
-                region: None,
-                carrier: None,
-                ttl: None,
-                expires_at: None,
-            };
-            stable_id(&upstream(), &v, &opts.defaults).unwrap()
-        })
+        .map(|s| pool_id(&upstream(), &s.proxy.id, &opts.defaults))
         .collect();
     let records = p.pool.records(&ids).await.unwrap();
     for (s, rec) in live.iter().zip(records) {

@@ -9,35 +9,15 @@ use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Faulty, Harness, KEY_FULL, Kind};
+use common::{Harness, Kind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_flight_requests_finish_and_new_ones_get_503() {
-    let mut faulty = None;
-    let mut h = Harness::start_custom(Kind::Memory, "", |mut p| {
-        let f = Faulty::wrap(p.extraction.clone());
-        faulty = Some(f.clone());
-        p.extraction = f;
-        p
-    })
-    .await;
+    let (mut h, faulty) = Harness::start_faulty(Kind::Memory, "").await;
     h.seed("up-a", 5, "shanghai", "telecom").await;
-    *faulty.unwrap().delay.lock() = Duration::from_millis(800);
+    *faulty.delay.lock() = Duration::from_millis(800);
     let api = h.api;
-    let in_flight = tokio::spawn(async move {
-        common::send(
-            &common::client(),
-            api,
-            "POST",
-            "/api/v1/proxies/extract",
-            &[
-                ("content-type", "application/json"),
-                ("x-api-key", KEY_FULL),
-            ],
-            r#"{"count":2}"#.to_owned(),
-        )
-        .await
-    });
+    let in_flight = h.spawn_extract(r#"{"count":2}"#);
     tokio::time::sleep(Duration::from_millis(150)).await;
     let started = Instant::now();
     let task = h.trigger_shutdown();

@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod hostile;
 pub mod k8s;
 pub mod loadgen;
+pub mod logs;
 pub mod ports;
 pub mod procs;
 pub mod sim;

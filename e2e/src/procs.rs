@@ -7,6 +7,7 @@
     reason = "test fixture: a process that cannot be built or started fails the test with its logs"
 )]
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -51,6 +52,60 @@ pub fn bin(name: &str) -> PathBuf {
         .and_then(Path::file_name)
         .map_or_else(|| "debug".into(), |p| p.to_string_lossy().into_owned());
     target_dir().join(profile).join(name)
+}
+
+/// The vendor simulator's command line (`program`: its binary): the vendor API on
+/// `listen`, the HTTP and HTTPS echo servers on `echo` and `echo_tls`, the API key
+/// `api_key` and proxy TTLs from `ttl.0` to `ttl.1` seconds.
+pub fn vendor_sim_command(
+    program: impl AsRef<std::ffi::OsStr>,
+    listen: SocketAddr,
+    echo: SocketAddr,
+    echo_tls: SocketAddr,
+    api_key: &str,
+    ttl: (u32, u32),
+) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(["--listen", &listen.to_string()])
+        .args(["--echo-http", &echo.to_string()])
+        .args(["--echo-https", &echo_tls.to_string()])
+        .args(["--api-key", api_key])
+        .args(["--ttl-min", &ttl.0.to_string()])
+        .args(["--ttl-max", &ttl.1.to_string()]);
+    cmd
+}
+
+/// The checker's command line on a plaintext loopback control plane: `run` against
+/// `controller` as checker `id`, probing through the echo server `echo`, with loopback
+/// (where the simulator's proxies are) allowed as egress.
+pub fn checker_command(controller: &str, id: &str, echo: SocketAddr) -> Command {
+    let mut cmd = Command::new(bin("proxy-pool-checker"));
+    cmd.args(["run", "--controller", controller])
+        .args(["--checker-id", id, "--echo", &echo.to_string()])
+        .arg("--loopback-plaintext")
+        .args(["--egress-allow-cidr", "127.0.0.0/8"]);
+    cmd
+}
+
+/// The gateway's command line on a plaintext loopback control plane: its HTTP, SOCKS5
+/// and admin listeners, `controller`, worker `id`, loopback allowed as egress and its
+/// clients from `clients_file`.
+pub fn gateway_command(
+    [http, socks5, admin]: [SocketAddr; 3],
+    controller: &str,
+    id: &str,
+    clients_file: &Path,
+) -> Command {
+    let mut cmd = Command::new(bin("proxy-pool-gateway"));
+    cmd.args(["--http-listen", &http.to_string()])
+        .args(["--socks5-listen", &socks5.to_string()])
+        .args(["--admin-listen", &admin.to_string()])
+        .args(["--controller", controller])
+        .args(["--worker-id", id])
+        .args(["--egress-allow-cidr", "127.0.0.0/8"])
+        .arg("--clients-file")
+        .arg(clients_file);
+    cmd
 }
 
 /// Builds the binaries under test (vendor simulator, controller, checker, gateway),

@@ -46,7 +46,9 @@ use proxy_pool_e2e::hostile::procstat::{self, Sampler};
 use proxy_pool_e2e::hostile::{Figure, table};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
 use proxy_pool_e2e::ports::free_addr;
-use proxy_pool_e2e::procs::{Procs, bin, build_packages};
+use proxy_pool_e2e::procs::{
+    Procs, bin, build_packages, checker_command, gateway_command, vendor_sim_command,
+};
 use proxy_pool_identity_client::{ClientConfig, IdentityClient};
 use rustls::pki_types::ServerName;
 use rustls::pki_types::pem::PemObject as _;
@@ -204,20 +206,16 @@ async fn hostile_clients_against_every_listener() {
     std::fs::write(dir.join("vendor-api-key"), vendor_key).expect("key");
     procs.start(
         "vendor-sim",
-        Command::new(env!("CARGO_BIN_EXE_vendor-sim"))
-            .args(["--listen", &sim.to_string()])
-            .args(["--echo-http", &echo.to_string()])
-            .args(["--echo-https", &echo_tls.to_string()])
-            .arg("--ca-out")
-            .arg(dir.join("ca.pem"))
-            .args([
-                "--api-key",
-                vendor_key,
-                "--ttl-min",
-                "600",
-                "--ttl-max",
-                "1200",
-            ]),
+        vendor_sim_command(
+            env!("CARGO_BIN_EXE_vendor-sim"),
+            sim,
+            echo,
+            echo_tls,
+            vendor_key,
+            (600, 1200),
+        )
+        .arg("--ca-out")
+        .arg(dir.join("ca.pem")),
     );
     wait_until(&mut procs, "vendor simulator", || async move {
         http_get(sim, "/healthz").await == Some(200)
@@ -320,12 +318,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     .await;
     procs.start(
         "checker",
-        Command::new(bin("proxy-pool-checker"))
-            .args(["run", "--controller", &format!("http://{cp}")])
-            .args(["--checker-id", "hostile-checker"])
-            .args(["--echo", &checker_echo.to_string()])
-            .arg("--loopback-plaintext")
-            .args(["--egress-allow-cidr", "127.0.0.0/8"]),
+        &mut checker_command(&format!("http://{cp}"), "hostile-checker", checker_echo),
     );
 
     // The gateway.
@@ -336,16 +329,13 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     .expect("clients");
     procs.start(
         "gateway",
-        Command::new(bin("proxy-pool-gateway"))
-            .args(["--http-listen", &gw_http.to_string()])
-            .args(["--socks5-listen", &gw_socks.to_string()])
-            .args(["--admin-listen", &gw_admin.to_string()])
-            .args(["--controller", &format!("http://{cp}")])
-            .args(["--worker-id", "hostile-gateway"])
-            .args(["--egress-allow-cidr", "127.0.0.0/8"])
-            .args(["--request-body-timeout-seconds", "5"])
-            .arg("--clients-file")
-            .arg(dir.join("gateway-clients.json")),
+        gateway_command(
+            [gw_http, gw_socks, gw_admin],
+            &format!("http://{cp}"),
+            "hostile-gateway",
+            &dir.join("gateway-clients.json"),
+        )
+        .args(["--request-body-timeout-seconds", "5"]),
     );
     wait_until(&mut procs, "a request through the gateway", || async move {
         legit_once(&Legit::ProxyHttp(echo), gw_http).await

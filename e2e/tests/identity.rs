@@ -14,57 +14,39 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DeleteParams};
-use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
+use proxy_pool_e2e::k8s::K8sBins;
 use proxy_pool_identity_client::{ClientConfig, ClientError, Identity, IdentityClient};
 use proxy_pool_operator::identity::authority::Authority;
-use proxy_pool_operator::identity::authz::CheckerWorkload;
-use proxy_pool_operator::identity::kube_adapters::{BUNDLE_KEY, KubeCaStore};
-use proxy_pool_operator::identity::{
-    CaParams, FIELD_MANAGER, IdentityOptions, IdentityService, IssuerConfig, ManualClock,
-    SystemClock, wire::DEFAULT_AUDIENCE,
-};
+use proxy_pool_operator::identity::kube_adapters::KubeCaStore;
+use proxy_pool_operator::identity::{CaParams, FIELD_MANAGER, ManualClock, wire::DEFAULT_AUDIENCE};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 
-const OPERATOR_NS: &str = "proxy-pool-system";
-const GATEWAY_NS: &str = "gateways";
-const CA_SECRET: &str = "proxy-pool-identity-ca";
-const BUNDLE_CM: &str = "proxy-pool-trust-bundle";
-const SA: &str = "gateway";
-/// The checker Deployment and its ServiceAccount the issuer is configured with.
-const CHECKER_DEPLOYMENT: &str = "proxy-pool-checker";
-const CHECKER_SA: &str = "checker";
-const SERVER_NAME: &str = "proxy-pool-operator.proxy-pool-system.svc";
-const TRUST_DOMAIN: &str = "proxy-pool.test";
-const ENVIRONMENT: &str = "e2e";
+mod identity_support;
+use identity_support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_identities_on_a_real_apiserver() {
     let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
-    let cluster = KubeApiServer::start(&bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+    let (cluster, workloads) = cluster_with_accounts(&bins).await;
     let client = cluster.client();
-    let dir = TempDir::new();
-
-    for ns in [OPERATOR_NS, GATEWAY_NS] {
-        Workloads::create_namespace(&client, ns).await;
-    }
-    let workloads = Workloads::new(client.clone(), GATEWAY_NS);
-    for sa in [SA, CHECKER_SA] {
-        workloads.create_service_account(sa).await;
-    }
+    let dir = TempDir::new("pp-identity-e2e");
 
     let authority = ca_is_created_and_bundle_published(&client).await;
     ca_rotation_through_server_side_apply(&client).await;
-    let issuer_addr = start_issuer(&client, authority).await;
+    let (issuer_addr, issuer_ca) = start_issuer(&client).await;
+    assert_eq!(
+        issuer_ca,
+        authority.cas().cas()[0].cert_pem(),
+        "the service uses the stored CA"
+    );
     let bundle_file = dir.write(
         "ca-bundle.crt",
         &published_bundle(&client, GATEWAY_NS).await,
@@ -166,20 +148,7 @@ async fn worker_identities_on_a_real_apiserver() {
 }
 
 async fn ca_is_created_and_bundle_published(client: &kube::Client) -> Arc<Authority> {
-    let store = KubeCaStore::new(
-        client.clone(),
-        OPERATOR_NS,
-        CA_SECRET,
-        BUNDLE_CM,
-        vec![OPERATOR_NS.into(), GATEWAY_NS.into()],
-    );
-    let authority = Authority::start(
-        Arc::new(store.clone()),
-        Arc::new(SystemClock),
-        CaParams::default(),
-    )
-    .await
-    .expect("CA bootstrap");
+    let authority = start_authority(client, "CA bootstrap").await;
     let secret = Api::<Secret>::namespaced(client.clone(), OPERATOR_NS)
         .get(CA_SECRET)
         .await
@@ -208,9 +177,7 @@ async fn ca_is_created_and_bundle_published(client: &kube::Client) -> Arc<Author
     );
 
     // A restart keeps the same CA.
-    let again = Authority::start(Arc::new(store), Arc::new(SystemClock), CaParams::default())
-        .await
-        .expect("CA reload");
+    let again = start_authority(client, "CA reload").await;
     assert_eq!(
         again.cas().cas()[0].cert_pem(),
         authority.cas().cas()[0].cert_pem()
@@ -258,15 +225,7 @@ async fn ca_rotation_through_server_side_apply(client: &kube::Client) {
             .map(|(k, v)| (k, String::from_utf8(v.0).expect("PEM")))
             .collect()
     };
-    let bundle = || async {
-        Api::<ConfigMap>::namespaced(client.clone(), OPERATOR_NS)
-            .get(bundle_name)
-            .await
-            .expect("bundle ConfigMap")
-            .data
-            .and_then(|mut d| d.remove(BUNDLE_KEY))
-            .expect("bundle key")
-    };
+    let bundle = || bundle_in(client, OPERATOR_NS, bundle_name);
     let first = keys(secrets.get(secret_name).await.expect("Secret"));
     assert_eq!(first.keys().collect::<Vec<_>>(), ["ca.crt", "ca.key"]);
 
@@ -293,57 +252,13 @@ async fn ca_rotation_through_server_side_apply(client: &kube::Client) {
     assert_eq!(bundle().await.trim(), during["ca.crt"].trim());
 }
 
-async fn published_bundle(client: &kube::Client, ns: &str) -> String {
-    Api::<ConfigMap>::namespaced(client.clone(), ns)
-        .get(BUNDLE_CM)
-        .await
-        .expect("bundle ConfigMap")
-        .data
-        .and_then(|mut d| d.remove(BUNDLE_KEY))
-        .expect("bundle key")
-}
-
-/// The operator's identity service as `main` composes it (same CA Secret and bundle
-/// ConfigMaps as above), serving on a loopback port.
-async fn start_issuer(client: &kube::Client, authority: Arc<Authority>) -> SocketAddr {
-    let mut options = IdentityOptions::new(
-        OPERATOR_NS,
-        "proxy-pool-operator",
-        IssuerConfig::new(TRUST_DOMAIN, ENVIRONMENT),
-    );
-    // Gateways run in their own namespace here (by default only the operator's is served).
-    options.issuer.namespaces = Some(vec![GATEWAY_NS.into()]);
-    // As the operator binary: gateway identities only under the gateway ServiceAccount.
-    options.issuer.gateway_service_account = Some(SA.into());
-    options.issuer.checker = Some(CheckerWorkload {
-        namespace: GATEWAY_NS.into(),
-        deployment: CHECKER_DEPLOYMENT.into(),
-        service_account: CHECKER_SA.into(),
-    });
-    options.bundle_namespaces = vec![OPERATOR_NS.into(), GATEWAY_NS.into()];
-    let service = IdentityService::start(client.clone(), options)
-        .await
-        .expect("identity service");
-    assert_eq!(
-        service.authority().cas().cas()[0].cert_pem(),
-        authority.cas().cas()[0].cert_pem(),
-        "the service uses the stored CA"
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(service.run(listener, std::future::pending()));
-    addr
-}
-
 async fn issue(addr: SocketAddr, token: &Path, bundle: &Path) -> Result<Identity, ClientError> {
     let mut config = ClientConfig::new(
         format!("https://{addr}").parse().expect("endpoint"),
         token.to_owned(),
         bundle.to_owned(),
     );
-    config.server_name = Some(SERVER_NAME.into());
+    config.server_name = Some(ISSUER_NAME.into());
     config.timeout = Duration::from_secs(30);
     IdentityClient::new(config).issue().await
 }
@@ -403,29 +318,4 @@ fn certificate_names_the_pod_and_verifies_against_the_bundle(
     verifier
         .verify_client_cert(&leaf, &[], UnixTime::now())
         .expect("leaf chains to the published bundle");
-}
-
-/// A private temp dir for token and bundle files, removed on drop.
-struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    fn new() -> Self {
-        let path = std::env::temp_dir().join(format!("pp-identity-e2e-{}", std::process::id()));
-        std::fs::create_dir_all(&path).expect("temp dir");
-        Self { path }
-    }
-
-    fn write(&self, name: &str, contents: &str) -> PathBuf {
-        let path = self.path.join(name);
-        std::fs::write(&path, contents).expect("write temp file");
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
 }

@@ -76,6 +76,15 @@ async fn http_connect(
 }
 
 /// Reads a response head byte by byte (so nothing after it is consumed).
+/// A CONNECT tunnel through `p` (with its credentials) to `echo`; asserts the 200.
+async fn tunnel_to(p: &SimProxy, echo: &str) -> TcpStream {
+    let (status, tunnel) = http_connect(p.addr(), echo, Some((&p.username, &p.password)))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    tunnel
+}
+
 async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> std::io::Result<String> {
     let mut head = Vec::new();
     while !head.ends_with(b"\r\n\r\n") {
@@ -168,6 +177,22 @@ async fn socks_connect(
     Ok(Ok((s, bound)))
 }
 
+/// A SOCKS5 CONNECT through `p` (with its credentials) to the simulator's HTTP echo
+/// server by IP; panics unless it succeeds.
+async fn socks_to_echo(sim: &Simulator, p: &SimProxy) -> (TcpStream, SocketAddr) {
+    socks_connect(
+        p.addr(),
+        &p.username,
+        &p.password,
+        "127.0.0.1",
+        sim.echo_http_addr().port(),
+        1,
+    )
+    .await
+    .unwrap()
+    .unwrap()
+}
+
 fn tls_connector(ca_pem: &str) -> tokio_rustls::TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
     roots
@@ -254,10 +279,7 @@ async fn http_connect_leaves_through_each_proxys_own_address() {
     let echo = sim.echo_http_addr().to_string();
     let mut seen = Vec::new();
     for p in [&a, &b] {
-        let (status, stream) = http_connect(p.addr(), &echo, Some((&p.username, &p.password)))
-            .await
-            .unwrap();
-        assert_eq!(status, 200);
+        let stream = tunnel_to(p, &echo).await;
         let reply = echo_over(stream, &echo, "/who").await;
         assert_eq!(reply.path, "/who");
         assert_eq!(remote_ip(&reply), IpAddr::V4(egress_of(&sim, p)));
@@ -411,10 +433,7 @@ async fn a_proxy_past_its_ttl_refuses_new_connections_and_closes_its_tunnels() {
         .await
         .unwrap();
     let echo = sim.echo_http_addr().to_string();
-    let (status, mut tunnel) = http_connect(p.addr(), &echo, Some((&p.username, &p.password)))
-        .await
-        .unwrap();
-    assert_eq!(status, 200);
+    let mut tunnel = tunnel_to(&p, &echo).await;
     // The tunnel works before expiry (a kept-alive request through it).
     tunnel
         .write_all(format!("GET /before HTTP/1.1\r\nHost: {echo}\r\n\r\n").as_bytes())
@@ -453,10 +472,7 @@ async fn refuse_mode_closes_on_accept_and_can_be_set_at_run_time() {
     assert_closed(&mut s).await;
     sim.set_failure(&p.id, FailureMode::None).unwrap();
     let echo = sim.echo_http_addr().to_string();
-    let (status, _) = http_connect(p.addr(), &echo, Some((&p.username, &p.password)))
-        .await
-        .unwrap();
-    assert_eq!(status, 200);
+    tunnel_to(&p, &echo).await;
     sim.set_failure(&p.id, FailureMode::Refuse).unwrap();
     let res = socks_connect(p.addr(), "a", "b", "127.0.0.1", 1, 1).await;
     assert!(res.is_err(), "closed before the method selection");
@@ -468,17 +484,7 @@ async fn slow_mode_delays_the_handshake() {
     let delay = Duration::from_millis(400);
     let p = proxy(&sim, Protocol::Socks5, FailureMode::Slow { delay_ms: 400 }).await;
     let started = Instant::now();
-    socks_connect(
-        p.addr(),
-        &p.username,
-        &p.password,
-        "127.0.0.1",
-        sim.echo_http_addr().port(),
-        1,
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    socks_to_echo(&sim, &p).await;
     assert!(started.elapsed() >= delay);
 }
 
@@ -508,10 +514,7 @@ async fn drop_after_mode_cuts_the_tunnel_mid_transfer() {
     )
     .await;
     let echo = sim.echo_http_addr().to_string();
-    let (status, mut tunnel) = http_connect(p.addr(), &echo, Some((&p.username, &p.password)))
-        .await
-        .unwrap();
-    assert_eq!(status, 200);
+    let mut tunnel = tunnel_to(&p, &echo).await;
     tunnel
         .write_all(format!("GET /bytes/100000 HTTP/1.1\r\nHost: {echo}\r\n\r\n").as_bytes())
         .await
@@ -568,10 +571,7 @@ async fn inline_echo_answers_in_process_with_the_proxys_address() {
     let p = proxy(&sim, Protocol::Http, FailureMode::None).await;
     let egress = egress_of(&sim, &p);
 
-    let (status, stream) = http_connect(p.addr(), &echo, Some((&p.username, &p.password)))
-        .await
-        .unwrap();
-    assert_eq!(status, 200);
+    let stream = tunnel_to(&p, &echo).await;
     let reply = echo_over(stream, &echo, "/tunnel").await;
     assert_eq!(
         (reply.path.as_str(), reply.remote.clone()),
@@ -759,17 +759,7 @@ async fn vendor_api_sells_usable_proxies_as_json() {
         assert!((40..=60).contains(&ttl));
     }
     let first: SimProxy = serde_json::from_value(list[0].clone()).unwrap();
-    let (stream, _) = socks_connect(
-        first.addr(),
-        &first.username,
-        &first.password,
-        "127.0.0.1",
-        sim.echo_http_addr().port(),
-        1,
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let (stream, _) = socks_to_echo(&sim, &first).await;
     let reply = echo_over(stream, "x", "/bought").await;
     assert_eq!(remote_ip(&reply), IpAddr::V4(egress_of(&sim, &first)));
     assert_eq!(sim.live_proxies().len(), 3);

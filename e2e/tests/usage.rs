@@ -16,7 +16,9 @@ use activity_pool::testkit::RedisServer;
 use common::{basic, block, connect, exchange};
 use proxy_pool_analytics::testkit::Postgres;
 use proxy_pool_e2e::ports::free_addr;
-use proxy_pool_e2e::procs::{Procs, bin, build_binaries};
+use proxy_pool_e2e::procs::{
+    Procs, bin, build_binaries, checker_command, gateway_command, vendor_sim_command,
+};
 
 const ROUTING: &str = "e2e-usage";
 const PER_CLIENT: u64 = 10;
@@ -133,20 +135,16 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
 
     procs.start(
         "vendor-sim",
-        Command::new(env!("CARGO_BIN_EXE_vendor-sim"))
-            .args(["--listen", &sim.to_string()])
-            .args(["--echo-http", &echo.to_string()])
-            .args(["--echo-https", &echo_tls.to_string()])
-            .arg("--ca-out")
-            .arg(dir.join("ca.pem"))
-            .args([
-                "--api-key",
-                vendor_key,
-                "--ttl-min",
-                "300",
-                "--ttl-max",
-                "900",
-            ]),
+        vendor_sim_command(
+            env!("CARGO_BIN_EXE_vendor-sim"),
+            sim,
+            echo,
+            echo_tls,
+            vendor_key,
+            (300, 900),
+        )
+        .arg("--ca-out")
+        .arg(dir.join("ca.pem")),
     );
     procs.wait_until("vendor simulator", READY_WITHIN, || {
         get(sim, "/healthz").0 == 200
@@ -162,23 +160,16 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     });
     procs.start(
         "checker",
-        Command::new(bin("proxy-pool-checker"))
-            .args(["run", "--controller", &format!("http://{cp}")])
-            .args(["--checker-id", "e2e-checker", "--echo", &echo.to_string()])
-            .arg("--loopback-plaintext")
-            .args(["--egress-allow-cidr", "127.0.0.0/8"]),
+        &mut checker_command(&format!("http://{cp}"), "e2e-checker", echo),
     );
     procs.start(
         "gateway",
-        Command::new(bin("proxy-pool-gateway"))
-            .args(["--http-listen", &gw_http.to_string()])
-            .args(["--socks5-listen", &gw_socks.to_string()])
-            .args(["--admin-listen", &gw_admin.to_string()])
-            .args(["--controller", &format!("http://{cp}")])
-            .args(["--worker-id", "e2e-gateway"])
-            .args(["--egress-allow-cidr", "127.0.0.0/8"])
-            .arg("--clients-file")
-            .arg(dir.join("gateway-clients.json")),
+        &mut gateway_command(
+            [gw_http, gw_socks, gw_admin],
+            &format!("http://{cp}"),
+            "e2e-gateway",
+            &dir.join("gateway-clients.json"),
+        ),
     );
     procs.wait_until("gateway snapshot", READY_WITHIN, || {
         get(gw_admin, "/readyz").0 == 200

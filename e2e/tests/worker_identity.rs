@@ -18,35 +18,19 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::Api;
-use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
-use proxy_pool_e2e::procs::{Procs, bin, build_binaries};
-use proxy_pool_operator::identity::authority::Authority;
-use proxy_pool_operator::identity::authz::CheckerWorkload;
-use proxy_pool_operator::identity::kube_adapters::{BUNDLE_KEY, KubeCaStore};
-use proxy_pool_operator::identity::{
-    CaParams, IdentityOptions, IdentityService, IssuerConfig, SystemClock, wire::DEFAULT_AUDIENCE,
-};
+use proxy_pool_e2e::k8s::K8sBins;
+use proxy_pool_e2e::procs::{Procs, bin, build_binaries, vendor_sim_command};
+use proxy_pool_operator::identity::wire::DEFAULT_AUDIENCE;
 
-const OPERATOR_NS: &str = "proxy-pool-system";
-const GATEWAY_NS: &str = "gateways";
-const CA_SECRET: &str = "proxy-pool-identity-ca";
-const BUNDLE_CM: &str = "proxy-pool-trust-bundle";
-const SA: &str = "gateway";
-/// The checker Deployment and its ServiceAccount, as the issuer is told about them.
-const CHECKER_DEPLOYMENT: &str = "proxy-pool-checker";
-const CHECKER_SA: &str = "checker";
-const ISSUER_NAME: &str = "proxy-pool-operator.proxy-pool-system.svc";
+mod identity_support;
+use identity_support::*;
+
 const CONTROLLER_NAME: &str = "proxy-pool-controller";
-const TRUST_DOMAIN: &str = "proxy-pool.test";
-const ENVIRONMENT: &str = "e2e";
 const GW_USER: &str = "e2euser";
 const GW_PASS: &str = "e2e-gateway-password";
 /// Long enough for a cold start on a small machine: fetch, check, assign, publish.
@@ -56,22 +40,12 @@ const READY_WITHIN: Duration = Duration::from_secs(120);
 async fn gateway_and_checker_use_operator_issued_identities() {
     let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
     build_binaries();
-    let cluster = KubeApiServer::start(&bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+    let (cluster, workloads) = cluster_with_accounts(&bins).await;
     let client = cluster.client();
-    let dir = TempDir::new();
-
-    for ns in [OPERATOR_NS, GATEWAY_NS] {
-        Workloads::create_namespace(&client, ns).await;
-    }
-    let workloads = Workloads::new(client.clone(), GATEWAY_NS);
-    for sa in [SA, CHECKER_SA] {
-        workloads.create_service_account(sa).await;
-    }
-    let authority = start_authority(&client).await;
-    let issuer = start_issuer(&client).await;
-    let bundle = dir.write("trust/ca.crt", &published_bundle(&client).await);
+    let dir = TempDir::new("pp-worker-identity-e2e");
+    let authority = start_authority(&client, "CA bootstrap").await;
+    let (issuer, _) = start_issuer(&client).await;
+    let bundle = dir.write("trust/ca.crt", &published_bundle(&client, GATEWAY_NS).await);
 
     // The controller's serving certificate, signed by the operator's CA (in a cluster
     // the operator issues it into a Secret).
@@ -94,22 +68,16 @@ async fn gateway_and_checker_use_operator_issued_identities() {
 
     procs.start(
         "vendor-sim",
-        Command::new(bin("vendor-sim")).args([
-            "--listen",
-            &ports.sim.to_string(),
-            "--echo-http",
-            &ports.echo.to_string(),
-            "--echo-https",
-            &ports.echo_tls.to_string(),
-            "--ca-out",
-            &dir.path.join("sim-ca.pem").display().to_string(),
-            "--api-key",
+        vendor_sim_command(
+            bin("vendor-sim"),
+            ports.sim,
+            ports.echo,
+            ports.echo_tls,
             "e2e-vendor-key",
-            "--ttl-min",
-            "300",
-            "--ttl-max",
-            "900",
-        ]),
+            (300, 900),
+        )
+        .arg("--ca-out")
+        .arg(dir.path.join("sim-ca.pem")),
     );
     wait_http(&mut procs, ports.sim, "/healthz", "vendor simulator").await;
 
@@ -139,7 +107,14 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     );
     procs.start(
         "checker",
-        &mut checker_command(&ports, &issuer, &checker_token, &bundle, &checker_pod.name),
+        &mut worker_command(
+            Role::Checker,
+            &ports,
+            &issuer,
+            &checker_token,
+            &bundle,
+            &checker_pod.name,
+        ),
     );
 
     // The gateway of a managed Deployment's pod: certificate from the issuer.
@@ -152,7 +127,14 @@ async fn gateway_and_checker_use_operator_issued_identities() {
         "clients.json",
         &format!(r#"[{{"client":"e2e-client","username":"{GW_USER}","password":"{GW_PASS}"}}]"#),
     );
-    let mut gateway = gateway_command(&ports.gw, &ports, &issuer, &token, &bundle, &pod.name);
+    let mut gateway = worker_command(
+        Role::Gateway(&ports.gw),
+        &ports,
+        &issuer,
+        &token,
+        &bundle,
+        &pod.name,
+    );
     gateway.arg("--clients-file").arg(&clients);
     procs.start("gateway", &mut gateway);
     wait_http(
@@ -162,18 +144,11 @@ async fn gateway_and_checker_use_operator_issued_identities() {
         "gateway snapshot over mTLS",
     )
     .await;
-    let log = std::fs::read_to_string(logs.join("gateway.log")).unwrap_or_default();
-    assert!(
-        log.contains("workload certificate issued")
-            && log.contains(&format!(
-                "spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/worker/{}",
-                pod.name
-            )),
-        "gateway log:\n{log}"
-    );
-    assert!(
-        log.contains("registered with the control plane"),
-        "gateway log:\n{log}"
+    assert_issued_and_registered(
+        &logs.join("gateway.log"),
+        &format!("worker/{}", pod.name),
+        "gateway log",
+        "gateway log",
     );
 
     // A request through the gateway to the echo server, through a simulator proxy the
@@ -190,18 +165,11 @@ async fn gateway_and_checker_use_operator_issued_identities() {
         }
     };
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    let checker_log = std::fs::read_to_string(logs.join("checker.log")).unwrap_or_default();
-    assert!(
-        checker_log.contains("workload certificate issued")
-            && checker_log.contains(&format!(
-                "spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/checker/{}",
-                checker_pod.name
-            )),
-        "the checker's certificate came from the issuer, named checker/<pod>:\n{checker_log}"
-    );
-    assert!(
-        checker_log.contains("registered with the control plane"),
-        "the checker registered over mTLS with its issued certificate:\n{checker_log}"
+    assert_issued_and_registered(
+        &logs.join("checker.log"),
+        &format!("checker/{}", checker_pod.name),
+        "the checker's certificate came from the issuer, named checker/<pod>",
+        "the checker registered over mTLS with its issued certificate",
     );
     let metrics = http_get(ports.gw.admin, "/metrics").unwrap_or_default();
     assert!(
@@ -219,7 +187,14 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     );
     let rogue_ports = GatewayPorts::new();
     let text = refused_output(
-        gateway_command(&rogue_ports, &ports, &issuer, &token, &bundle, &other.name),
+        worker_command(
+            Role::Gateway(&rogue_ports),
+            &ports,
+            &issuer,
+            &token,
+            &bundle,
+            &other.name,
+        ),
         "gateway",
     );
     assert!(
@@ -237,7 +212,7 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     // A checker with that pod's token: refused (the pod is not of the checker
     // Deployment), one clear line, non-zero exit.
     let text = refused_output(
-        checker_command(&ports, &issuer, &token, &bundle, &other.name),
+        worker_command(Role::Checker, &ports, &issuer, &token, &bundle, &other.name),
         "checker",
     );
     assert!(
@@ -248,6 +223,21 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     assert!(!text.contains(raw.trim()), "the token is never logged");
 
     procs.stop();
+}
+
+/// A worker's log file says its certificate for `spiffe://<domain>/<env>/<workload>`
+/// was issued and that it registered with the control plane.
+fn assert_issued_and_registered(log: &Path, workload: &str, issued: &str, registered: &str) {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(
+        log.contains("workload certificate issued")
+            && log.contains(&format!("spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/{workload}")),
+        "{issued}:\n{log}"
+    );
+    assert!(
+        log.contains("registered with the control plane"),
+        "{registered}:\n{log}"
+    );
 }
 
 // ---- processes --------------------------------------------------------------------
@@ -381,59 +371,49 @@ impl Ports {
     }
 }
 
-/// What the operator renders for a gateway, as flags (the Deployment passes the
-/// identity settings as `PROXY_POOL_*` environment variables; the flags are the same).
-fn gateway_command(
-    gw: &GatewayPorts,
-    ports: &Ports,
-    issuer: &SocketAddr,
-    token: &Path,
-    bundle: &Path,
-    pod: &str,
-) -> Command {
-    let mut cmd = Command::new(bin("proxy-pool-gateway"));
-    cmd.env("RUST_LOG", "info")
-        .env("POD_NAME", pod)
-        // As the operator renders the egress policy (environment), with loopback — where
-        // the simulator's proxies are — opted in.
-        .env("PROXY_POOL_EGRESS_ALLOW_CIDRS", "127.0.0.0/8")
-        .arg("--http-listen")
-        .arg(gw.http.to_string())
-        .arg("--socks5-listen")
-        .arg(gw.socks5.to_string())
-        .arg("--admin-listen")
-        .arg(gw.admin.to_string())
-        .arg(format!("--controller=https://{}", ports.cp))
-        .arg(format!("--server-name={CONTROLLER_NAME}"))
-        .arg("--gateway-group=e2e")
-        .arg(format!("--identity-endpoint=https://{issuer}"))
-        .arg(format!("--identity-server-name={ISSUER_NAME}"))
-        .arg("--identity-token-file")
-        .arg(token)
-        .arg("--trust-bundle-file")
-        .arg(bundle);
-    cmd
+/// Which worker binary runs, and for a gateway its listeners.
+enum Role<'a> {
+    Gateway(&'a GatewayPorts),
+    Checker,
 }
 
-/// What the chart renders for the checker, as flags (the Deployment passes the
-/// identity settings as `PROXY_POOL_*` environment variables and the pod name as
-/// `--checker-id=$(POD_NAME)`).
-fn checker_command(
+/// What the operator renders for a gateway, and the chart for the checker, as flags
+/// (the Deployments pass the identity settings as `PROXY_POOL_*` environment variables,
+/// the flags are the same; the checker's pod name as `--checker-id=$(POD_NAME)`). Both
+/// get the egress policy as the operator renders it (environment), with loopback —
+/// where the simulator's proxies are — opted in.
+fn worker_command(
+    role: Role,
     ports: &Ports,
     issuer: &SocketAddr,
     token: &Path,
     bundle: &Path,
     pod: &str,
 ) -> Command {
-    let mut cmd = Command::new(bin("proxy-pool-checker"));
+    let binary = match role {
+        Role::Gateway(_) => "proxy-pool-gateway",
+        Role::Checker => "proxy-pool-checker",
+    };
+    let mut cmd = Command::new(bin(binary));
     cmd.env("RUST_LOG", "info")
         .env("POD_NAME", pod)
-        .env("PROXY_POOL_EGRESS_ALLOW_CIDRS", "127.0.0.0/8")
-        .arg("run")
-        .arg(format!("--controller=https://{}", ports.cp))
+        .env("PROXY_POOL_EGRESS_ALLOW_CIDRS", "127.0.0.0/8");
+    match role {
+        Role::Gateway(gw) => cmd
+            .arg("--http-listen")
+            .arg(gw.http.to_string())
+            .arg("--socks5-listen")
+            .arg(gw.socks5.to_string())
+            .arg("--admin-listen")
+            .arg(gw.admin.to_string())
+            .arg("--gateway-group=e2e"),
+        Role::Checker => cmd
+            .arg("run")
+            .arg(format!("--checker-id={pod}"))
+            .arg(format!("--echo={}", ports.echo)),
+    };
+    cmd.arg(format!("--controller=https://{}", ports.cp))
         .arg(format!("--server-name={CONTROLLER_NAME}"))
-        .arg(format!("--checker-id={pod}"))
-        .arg(format!("--echo={}", ports.echo))
         .arg(format!("--identity-endpoint=https://{issuer}"))
         .arg(format!("--identity-server-name={ISSUER_NAME}"))
         .arg("--identity-token-file")
@@ -513,84 +493,4 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
         // SHA-256 of "unused-api-key" (the Distribution API is not exercised here).
         sha = "0f6d9ff3d8a2c9ec2a1b1b0c3cf6d1b9bde0d6e0a0f8c4c7a7c6d2b0e0f1a2b3",
     )
-}
-
-// ---- the operator side --------------------------------------------------------------
-
-async fn start_authority(client: &kube::Client) -> Arc<Authority> {
-    let store = KubeCaStore::new(
-        client.clone(),
-        OPERATOR_NS,
-        CA_SECRET,
-        BUNDLE_CM,
-        vec![OPERATOR_NS.into(), GATEWAY_NS.into()],
-    );
-    Authority::start(Arc::new(store), Arc::new(SystemClock), CaParams::default())
-        .await
-        .expect("CA bootstrap")
-}
-
-async fn start_issuer(client: &kube::Client) -> SocketAddr {
-    let mut options = IdentityOptions::new(
-        OPERATOR_NS,
-        "proxy-pool-operator",
-        IssuerConfig::new(TRUST_DOMAIN, ENVIRONMENT),
-    );
-    options.issuer.namespaces = Some(vec![GATEWAY_NS.into()]);
-    // As the operator binary: gateway identities only under the gateway ServiceAccount.
-    options.issuer.gateway_service_account = Some(SA.into());
-    options.issuer.checker = Some(CheckerWorkload {
-        namespace: GATEWAY_NS.into(),
-        deployment: CHECKER_DEPLOYMENT.into(),
-        service_account: CHECKER_SA.into(),
-    });
-    options.bundle_namespaces = vec![OPERATOR_NS.into(), GATEWAY_NS.into()];
-    let service = IdentityService::start(client.clone(), options)
-        .await
-        .expect("identity service");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(service.run(listener, std::future::pending()));
-    addr
-}
-
-async fn published_bundle(client: &kube::Client) -> String {
-    Api::<ConfigMap>::namespaced(client.clone(), GATEWAY_NS)
-        .get(BUNDLE_CM)
-        .await
-        .expect("bundle ConfigMap")
-        .data
-        .and_then(|mut d| d.remove(BUNDLE_KEY))
-        .expect("bundle key")
-}
-
-/// A private temp dir, removed on drop.
-struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    fn new() -> Self {
-        let path =
-            std::env::temp_dir().join(format!("pp-worker-identity-e2e-{}", std::process::id()));
-        std::fs::create_dir_all(&path).expect("temp dir");
-        Self { path }
-    }
-
-    fn write(&self, name: &str, contents: &str) -> PathBuf {
-        let path = self.path.join(name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).expect("temp subdir");
-        }
-        std::fs::write(&path, contents).expect("write temp file");
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
 }

@@ -162,6 +162,27 @@ impl Harness {
         Self::start_yaml(&yaml, redis, wrap).await
     }
 
+    /// [`Harness::start_custom`] with the extraction store wrapped in a [`Faulty`]
+    /// (which the test then delays or fails).
+    pub async fn start_faulty(kind: Kind, extra: &str) -> (Self, Arc<Faulty>) {
+        let redis = (kind == Kind::Redis).then(RedisServer::start);
+        let yaml = config_yaml(&store_yaml(kind, redis.as_ref()), extra);
+        Self::start_yaml_faulty(&yaml, redis).await
+    }
+
+    /// [`Harness::start_yaml`] with the extraction store wrapped in a [`Faulty`].
+    pub async fn start_yaml_faulty(yaml: &str, redis: Option<RedisServer>) -> (Self, Arc<Faulty>) {
+        let mut faulty = None;
+        let h = Self::start_yaml(yaml, redis, |mut p| {
+            let f = Faulty::wrap(p.extraction.clone());
+            faulty = Some(f.clone());
+            p.extraction = f;
+            p
+        })
+        .await;
+        (h, faulty.expect("the ports were wrapped"))
+    }
+
     /// Any config.
     pub async fn start_yaml(
         yaml: &str,
@@ -298,6 +319,32 @@ impl Harness {
         h.extend_from_slice(headers);
         self.request("POST", "/api/v1/proxies/extract", &h, body)
             .await
+    }
+
+    /// `POST /api/v1/proxies/extract` with exactly these headers.
+    pub async fn post_extract(&self, headers: &[(&str, &str)], body: &str) -> Resp {
+        self.request("POST", "/api/v1/proxies/extract", headers, body)
+            .await
+    }
+
+    /// `POST /api/v1/proxies/extract` of `body` with JSON and the full client's API key,
+    /// on its own task (a request in flight while the test does something else).
+    pub fn spawn_extract(&self, body: &'static str) -> tokio::task::JoinHandle<Resp> {
+        let api = self.api;
+        tokio::spawn(async move {
+            send(
+                &client(),
+                api,
+                "POST",
+                "/api/v1/proxies/extract",
+                &[
+                    ("content-type", "application/json"),
+                    ("x-api-key", KEY_FULL),
+                ],
+                body.to_owned(),
+            )
+            .await
+        })
     }
 
     /// A GET on the admin listener.

@@ -16,7 +16,9 @@ use activity_pool::{
     ManualClock, MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool,
 };
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, connect};
-use proxy_pool_api::controlplane::model::{Delta, Routing, Snapshot};
+use proxy_pool_api::controlplane::model::{
+    CheckTask, CheckTier, Delta, Protocol as ApiProtocol, ProxyEndpoint, Routing, Snapshot,
+};
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControlPlaneClient;
 use proxy_pool_api::controlplane::state::SnapshotState;
@@ -403,6 +405,39 @@ impl Worker {
         }
     }
 
+    /// [`Worker::watching`], then the first update (a full snapshot) applied; no ACK yet.
+    pub async fn joined(h: &Harness, id: &str) -> Worker {
+        let mut w = Self::watching(h, id).await;
+        w.apply_next().await;
+        w
+    }
+
+    /// Registers `id`, runs an ownership pass and opens the snapshot stream.
+    pub async fn watching(h: &Harness, id: &str) -> Worker {
+        let mut w = Self::register(h, id).await;
+        h.pass().await;
+        w.watch().await;
+        w
+    }
+
+    /// [`Worker::joined`], then a positive ACK of the first snapshot.
+    pub async fn acked(h: &Harness, id: &str) -> Worker {
+        let mut w = Self::joined(h, id).await;
+        w.ack(true).await.expect("ack");
+        w
+    }
+
+    /// The open snapshot stream's next message within 10 s (panics when none comes).
+    pub async fn stream_end(
+        &mut self,
+        what: &str,
+    ) -> Result<Option<pb::SnapshotUpdate>, tonic::Status> {
+        let s = self.stream.as_mut().expect("stream");
+        tokio::time::timeout(Duration::from_secs(10), s.message())
+            .await
+            .expect(what)
+    }
+
     pub async fn watch(&mut self) {
         let (v, sum) = (self.state.version(), self.state.checksum());
         self.watch_from(v, sum.0.to_vec()).await;
@@ -531,6 +566,60 @@ pub fn register_req(id: &str, instance: &str) -> pb::RegisterWorkerRequest {
         supported_protocol_versions: vec![1],
         build_version: "test".into(),
     }
+}
+
+/// A check task `id` of `tier` for proxy `proxy-<id>` (`protocol`, 127.0.0.1:9, of
+/// `vendor-a`), due within `secs` seconds of the harness clock.
+pub fn check_task(
+    h: &Harness,
+    id: &str,
+    tier: CheckTier,
+    secs: i64,
+    protocol: ApiProtocol,
+) -> CheckTask {
+    use activity_pool::Clock;
+    CheckTask {
+        task_id: id.into(),
+        tier,
+        proxy: ProxyEndpoint {
+            id: format!("proxy-{id}"),
+            upstream: "vendor-a".into(),
+            protocol,
+            host: "127.0.0.1".into(),
+            port: 9,
+            credentials: None,
+        },
+        deadline_ms: h.clock.now().millis() + secs * 1000,
+        routing: None,
+        target: None,
+    }
+}
+
+/// A checker's registration: `id`, instance `i-1`, protocol version 1.
+pub fn checker_req(
+    id: &str,
+    max_concurrency: u32,
+    tiers: &[pb::CheckTier],
+) -> pb::RegisterCheckerRequest {
+    pb::RegisterCheckerRequest {
+        checker_id: id.into(),
+        instance_id: "i-1".into(),
+        max_concurrency,
+        tiers: tiers.iter().map(|t| *t as i32).collect(),
+        supported_protocol_versions: vec![1],
+    }
+}
+
+pub fn stream_tasks_req(id: &str, session: &str) -> pb::StreamTasksRequest {
+    pb::StreamTasksRequest {
+        checker_id: id.into(),
+        session_id: session.into(),
+    }
+}
+
+/// [`assert_code`] for `FailedPrecondition`, the code of every protocol-rule refusal.
+pub fn assert_precondition<T: std::fmt::Debug>(r: Result<T, tonic::Status>, msg: &str) {
+    assert_code(r, Code::FailedPrecondition, msg);
 }
 
 pub fn assert_code<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, msg: &str) {

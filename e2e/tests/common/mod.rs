@@ -16,7 +16,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use activity_pool::testkit::RedisServer;
 use base64::Engine as _;
 pub use proxy_pool_e2e::ports::free_addr;
-use proxy_pool_e2e::procs::{Procs, bin, build_binaries};
+use proxy_pool_e2e::procs::{
+    Procs, bin, build_binaries, checker_command, gateway_command, vendor_sim_command,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -378,24 +380,20 @@ pub fn start_on_with(
     let echo_tls = free_addr();
     stack.procs.start(
         "vendor-sim",
-        Command::new(bin("vendor-sim"))
-            .args(["--listen", &stack.sim.to_string()])
-            .args(["--echo-http", &stack.echo.to_string()])
-            .args(["--echo-https", &echo_tls.to_string()])
-            .args([
-                "--api-key",
-                VENDOR_KEY,
-                "--ttl-min",
-                "90",
-                "--ttl-max",
-                "150",
-            ])
-            .args(
-                tuning
-                    .vendor_max_live
-                    .map(|n| vec!["--max-live".to_owned(), n.to_string()])
-                    .unwrap_or_default(),
-            ),
+        vendor_sim_command(
+            bin("vendor-sim"),
+            stack.sim,
+            stack.echo,
+            echo_tls,
+            VENDOR_KEY,
+            (90, 150),
+        )
+        .args(
+            tuning
+                .vendor_max_live
+                .map(|n| vec!["--max-live".to_owned(), n.to_string()])
+                .unwrap_or_default(),
+        ),
     );
     let sim = stack.sim;
     stack
@@ -412,16 +410,7 @@ pub fn start_on_with(
     let cps = stack.cp_endpoints();
     stack.procs.start(
         "checker",
-        Command::new(bin("proxy-pool-checker"))
-            .args(["run", "--controller", &cps])
-            .args([
-                "--checker-id",
-                "mixed-checker",
-                "--echo",
-                &stack.echo.to_string(),
-            ])
-            .arg("--loopback-plaintext")
-            .args(["--egress-allow-cidr", "127.0.0.0/8"]),
+        &mut checker_command(&cps, "mixed-checker", stack.echo),
     );
     for i in 0..stack.gateways.len() {
         let cps = tuning
@@ -466,15 +455,12 @@ pub fn start_gateway(stack: &mut Stack, i: usize, name: &str, controller: &str) 
     let (http, admin) = stack.gateways[i];
     stack.procs.start(
         name,
-        Command::new(bin("proxy-pool-gateway"))
-            .args(["--http-listen", &http.to_string()])
-            .args(["--socks5-listen", &free_addr().to_string()])
-            .args(["--admin-listen", &admin.to_string()])
-            .args(["--controller", controller])
-            .args(["--worker-id", &format!("mixed-gw-{i}")])
-            .args(["--egress-allow-cidr", "127.0.0.0/8"])
-            .arg("--clients-file")
-            .arg(stack.dir.join("gateway-clients.json")),
+        &mut gateway_command(
+            [http, free_addr(), admin],
+            controller,
+            &format!("mixed-gw-{i}"),
+            &stack.dir.join("gateway-clients.json"),
+        ),
     );
 }
 
