@@ -1,5 +1,6 @@
 //! The `proxy-pool-checker` binary: one-shot probes of a live simulator proxy, and a
 //! clean exit on SIGTERM.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

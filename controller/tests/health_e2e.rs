@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use activity_pool::model::{Protocol, ProxyId, ProxyState, UpstreamId};
+use activity_pool::model::{ProxyId, ProxyState, UpstreamId};
 use activity_pool::{Clock, SystemClock};
 use async_trait::async_trait;
 use proxy_pool_checker as checker;

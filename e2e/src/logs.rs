@@ -33,6 +33,10 @@ impl LogCapture {
     }
 
     /// Everything logged so far; panics if it is not UTF-8.
+    #[allow(
+        clippy::expect_used,
+        reason = "a test fixture: log output that is not UTF-8 fails the test"
+    )]
     pub fn text(&self) -> String {
         String::from_utf8(self.bytes()).expect("log output is UTF-8")
     }
