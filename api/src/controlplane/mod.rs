@@ -6,6 +6,7 @@
 //!
 //! It never decides policy (the controller does) and never logs a proxy password.
 
+mod checksum;
 pub mod client;
 pub mod convert;
 pub mod limits;

@@ -21,6 +21,8 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
+pub use super::checksum::routings_digest;
+use super::checksum::{Sum, checksum_of};
 use super::model::{Checksum, Delta, Routing, Snapshot, SnapshotProxy};
 
 /// Why a snapshot or delta cannot be applied; the worker answers with a negative ACK
@@ -90,133 +92,10 @@ impl Entry {
     }
 }
 
-/// 256-bit accumulator of proxy digests (addition modulo 2²⁵⁶).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Sum([u64; 4]);
-
-impl Sum {
-    fn limbs(d: &[u8; 32]) -> [u64; 4] {
-        let mut l = [0u64; 4];
-        for (i, chunk) in d.chunks_exact(8).enumerate() {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(chunk);
-            l[i] = u64::from_le_bytes(b);
-        }
-        l
-    }
-
-    fn add(&mut self, d: &[u8; 32]) {
-        let x = Self::limbs(d);
-        let mut carry = false;
-        for (a, b) in self.0.iter_mut().zip(x) {
-            let (s1, c1) = a.overflowing_add(b);
-            let (s2, c2) = s1.overflowing_add(u64::from(carry));
-            *a = s2;
-            carry = c1 || c2;
-        }
-    }
-
-    fn sub(&mut self, d: &[u8; 32]) {
-        let x = Self::limbs(d);
-        let mut borrow = false;
-        for (a, b) in self.0.iter_mut().zip(x) {
-            let (s1, b1) = a.overflowing_sub(b);
-            let (s2, b2) = s1.overflowing_sub(u64::from(borrow));
-            *a = s2;
-            borrow = b1 || b2;
-        }
-    }
-
-    fn bytes(&self) -> [u8; 32] {
-        let mut out = [0u8; 32];
-        for (i, l) in self.0.iter().enumerate() {
-            out[i * 8..i * 8 + 8].copy_from_slice(&l.to_le_bytes());
-        }
-        out
-    }
-}
-
-/// Canonical encoding into a buffer, hashed once (one SHA-256 call per item).
-struct Canon(Vec<u8>);
-
-impl Canon {
-    fn new() -> Self {
-        Self(Vec::with_capacity(256))
-    }
-    fn bytes(&mut self, b: &[u8]) {
-        self.0.extend_from_slice(b);
-    }
-    fn str(&mut self, s: &str) {
-        self.bytes(&u32::try_from(s.len()).unwrap_or(u32::MAX).to_le_bytes());
-        self.bytes(s.as_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.bytes(&v.to_le_bytes());
-    }
-    fn list(&mut self, v: &[String]) {
-        self.u64(v.len() as u64);
-        for s in v {
-            self.str(s);
-        }
-    }
-    fn finish(self) -> [u8; 32] {
-        Sha256::digest(&self.0).into()
-    }
-}
-
 /// SHA-256 of one proxy's canonical encoding: its deterministic protobuf encoding
 /// (fields in number order, proto3 defaults omitted; [`super::wire::encode_proxy`]).
 pub fn proxy_digest(p: &SnapshotProxy) -> [u8; 32] {
     Entry::new(p.clone()).digest
-}
-
-/// SHA-256 of the canonical encoding of an ordered routing list.
-pub fn routings_digest(routings: &[Routing]) -> [u8; 32] {
-    let mut c = Canon::new();
-    c.u64(routings.len() as u64);
-    for r in routings {
-        c.str(&r.name);
-        c.u64(r.matcher.username_params.len() as u64);
-        for p in &r.matcher.username_params {
-            c.str(&p.key);
-            c.list(&p.values);
-        }
-        c.list(&r.matcher.clients);
-        c.list(&r.matcher.target_hosts);
-        c.list(&r.upstreams);
-        c.list(&r.regions);
-        c.list(&r.carriers);
-        c.u64(r.strategy as u64);
-        match &r.sticky {
-            Some(s) => {
-                c.0.extend_from_slice(&[1]);
-                c.str(&s.param);
-                c.u64(u64::try_from(s.session_ttl.as_millis()).unwrap_or(u64::MAX));
-                c.u64(u64::try_from(s.idle_timeout.as_millis()).unwrap_or(u64::MAX));
-            }
-            None => c.0.extend_from_slice(&[0]),
-        }
-        c.u64(u64::from(r.retry.max_attempts));
-        c.u64(u64::try_from(r.retry.deadline.as_millis()).unwrap_or(u64::MAX));
-        let ports = r.connect_ports.ranges();
-        c.u64(ports.len() as u64);
-        for p in ports {
-            c.u64(u64::from(p.first));
-            c.u64(u64::from(p.last));
-        }
-    }
-    c.finish()
-}
-
-fn checksum_of(version: u64, epoch: u64, routings: &[u8; 32], count: usize, sum: &Sum) -> Checksum {
-    let mut h = Sha256::new();
-    h.update(b"proxy-pool/snapshot/v1");
-    h.update(version.to_le_bytes());
-    h.update(epoch.to_le_bytes());
-    h.update(routings);
-    h.update((count as u64).to_le_bytes());
-    h.update(sum.bytes());
-    Checksum(h.finalize().into())
 }
 
 /// One worker's snapshot content with per-proxy digests (version 0 = nothing yet).
@@ -612,94 +491,5 @@ struct Plan {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::controlplane::model::{Credentials, Protocol, Secret};
-
-    fn proxy(id: &str, epoch: u64) -> SnapshotProxy {
-        SnapshotProxy {
-            id: id.into(),
-            upstream: "u".into(),
-            protocol: Protocol::Http,
-            host: "127.0.0.1".into(),
-            port: 8080,
-            credentials: Some(Credentials {
-                username: "user".into(),
-                password: Secret::new("pw"),
-            }),
-            region: Some("sh".into()),
-            carrier: None,
-            max_concurrency: 4,
-            expires_at_ms: 100_000,
-            usable_until_ms: 95_000,
-            assignment_epoch: epoch,
-            draining: false,
-            lease_expires_at_ms: 0,
-            excluded_routings: Vec::new(),
-        }
-    }
-
-    fn header(version: u64) -> Header {
-        Header {
-            version,
-            ownership_epoch: 7,
-            generated_at_ms: 1,
-            valid_until_ms: 2,
-        }
-    }
-
-    #[test]
-    fn controller_deltas_apply_on_a_worker_and_checksums_agree() {
-        let mut server = SnapshotState::new();
-        server
-            .advance(header(1), Some(vec![]), &[proxy("a", 1), proxy("b", 1)])
-            .unwrap();
-        let mut worker = SnapshotState::from_snapshot(server.to_snapshot()).unwrap();
-        let mut changed = proxy("b", 2);
-        changed.draining = true;
-        let d = server
-            .advance(header(2), None, &[changed, proxy("c", 1)])
-            .unwrap();
-        assert_eq!(d.removals, vec!["a".to_string()]);
-        assert_eq!(d.upserts.len(), 2);
-        worker.apply_delta(d).unwrap();
-        assert_eq!(worker.checksum(), server.checksum());
-        let shown = format!("{server:?}");
-        assert!(
-            !shown.contains("pw\"") && !shown.contains("112, 119"),
-            "{shown}"
-        );
-        assert_eq!(worker.to_snapshot(), server.to_snapshot());
-    }
-
-    #[test]
-    fn delta_on_wrong_base_or_checksum_is_refused_and_changes_nothing() {
-        let mut server = SnapshotState::new();
-        server.advance(header(1), None, &[proxy("a", 1)]).unwrap();
-        let mut worker = SnapshotState::from_snapshot(server.to_snapshot()).unwrap();
-        let d2 = server.advance(header(2), None, &[proxy("b", 1)]).unwrap();
-        let d3 = server.advance(header(3), None, &[proxy("c", 1)]).unwrap();
-        let before = worker.checksum();
-        assert!(matches!(
-            worker.apply_delta(d3),
-            Err(StateError::BaseMismatch { .. })
-        ));
-        let mut bad = d2.clone();
-        bad.checksum.0[0] ^= 1;
-        assert_eq!(worker.apply_delta(bad), Err(StateError::ChecksumMismatch));
-        assert_eq!(worker.checksum(), before);
-        worker.apply_delta(d2).unwrap();
-    }
-
-    #[test]
-    fn tampered_full_snapshot_is_refused() {
-        let mut server = SnapshotState::new();
-        server.advance(header(1), None, &[proxy("a", 1)]).unwrap();
-        let mut s = server.to_snapshot();
-        s.proxies[0].port = 1;
-        assert_eq!(
-            SnapshotState::from_snapshot(s).unwrap_err(),
-            StateError::ChecksumMismatch
-        );
-    }
-}
+#[path = "state_tests.rs"]
+mod tests;

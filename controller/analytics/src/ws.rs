@@ -7,6 +7,10 @@
 //! token of the last batch that touched it, so a flush clears only the markers no
 //! batch touched since it read them (an increment applied by another replica between
 //! the read and the clear keeps its marker and reaches the next flush).
+//!
+//! Longer than 600 lines on purpose: every key and command of the working set is in this
+//! one file, so the key layout and the commands that depend on it are read and changed
+//! together.
 
 use std::collections::BTreeSet;
 
