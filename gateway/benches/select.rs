@@ -54,10 +54,15 @@ fn snapshot_of(size: usize, strategy: Strategy) -> LiveSnapshot {
         .collect();
     // Counters with the latencies health checks would have observed, created in one
     // pass (as a build creates new ones) before the snapshot is built on them.
+    // The IDs are made first so that the counters, not the IDs, lie next to each other.
     let registry = CapacityRegistry::default();
-    for (i, p) in proxies.iter().enumerate() {
+    let ids: Vec<ProxyId> = proxies
+        .iter()
+        .map(|p| ProxyId::from(p.id.as_str()))
+        .collect();
+    for (i, id) in ids.iter().enumerate() {
         let latency_us = 1_000 * (20 + (i % 50) as u32);
-        registry.state_for(&ProxyId::from(p.id.as_str()), 1_000_000, Some(latency_us));
+        registry.state_for(id, 1_000_000, Some(latency_us));
     }
     let routing = Routing {
         name: "all".into(),
