@@ -253,10 +253,10 @@ impl TryFrom<pb::Routing> for Routing {
             max_attempts: b.max_attempts.max(1),
             deadline: Duration::from_millis(b.deadline_ms),
         });
-        if retry.max_attempts > RetryBudget::MAX_ATTEMPTS {
+        if !retry.attempts_valid() {
             return Err(bad("routing.retry.max_attempts", "must be 1..=10"));
         }
-        if retry.deadline.is_zero() {
+        if !retry.deadline_valid() {
             return Err(bad("routing.retry.deadline_ms", "must be positive"));
         }
         Ok(Self {

@@ -126,6 +126,16 @@ impl Default for RetryBudget {
 impl RetryBudget {
     /// Most attempts a routing may make, the first included.
     pub const MAX_ATTEMPTS: u32 = 10;
+
+    /// Whether the attempts are within the rule: 1 to [`Self::MAX_ATTEMPTS`].
+    pub fn attempts_valid(&self) -> bool {
+        (1..=Self::MAX_ATTEMPTS).contains(&self.max_attempts)
+    }
+
+    /// Whether the deadline is within the rule: positive.
+    pub fn deadline_valid(&self) -> bool {
+        !self.deadline.is_zero()
+    }
 }
 
 /// A routing rule as the worker serves it.

@@ -158,22 +158,20 @@ impl SnapshotFile {
             .enumerate()
             .map(|(i, r)| {
                 let strategy = match r.strategy.as_deref() {
-                    None | Some("roundRobin") => Strategy::RoundRobin,
-                    Some("leastActive") => Strategy::LeastActive,
-                    Some("powerOfTwoChoices") => Strategy::PowerOfTwoChoices,
-                    Some(other) => {
-                        problems.push(format!("routings[{i}].strategy: unknown {other:?}"));
-                        Strategy::RoundRobin
-                    }
+                    None => Strategy::default(),
+                    Some(name) => Strategy::parse(name).unwrap_or_else(|| {
+                        problems.push(format!("routings[{i}].strategy: unknown {name:?}"));
+                        Strategy::default()
+                    }),
                 };
                 let retry = r.retry.map_or_else(RetryBudget::default, |r| RetryBudget {
                     max_attempts: r.max_attempts,
                     deadline: Duration::from_millis(r.deadline_ms),
                 });
-                if !(1..=RetryBudget::MAX_ATTEMPTS).contains(&retry.max_attempts) {
+                if !retry.attempts_valid() {
                     problems.push(format!("routings[{i}].retry.maxAttempts: must be 1..=10"));
                 }
-                if retry.deadline.is_zero() {
+                if !retry.deadline_valid() {
                     problems.push(format!("routings[{i}].retry.deadline: must be positive"));
                 }
                 Routing {
@@ -215,14 +213,10 @@ impl SnapshotFile {
             .into_iter()
             .enumerate()
             .map(|(i, p)| {
-                let protocol = match p.protocol.as_str() {
-                    "http" => Protocol::Http,
-                    "socks5" => Protocol::Socks5,
-                    other => {
-                        problems.push(format!("proxies[{i}].protocol: unknown {other:?}"));
-                        Protocol::Http
-                    }
-                };
+                let protocol = Protocol::parse(&p.protocol).unwrap_or_else(|| {
+                    problems.push(format!("proxies[{i}].protocol: unknown {:?}", p.protocol));
+                    Protocol::Http
+                });
                 if p.port == 0 {
                     problems.push(format!("proxies[{i}].port: must not be 0"));
                 }

@@ -217,7 +217,7 @@ fn retry(cx: &mut Ctx, path: &str, raw: Option<&RawRetry>) -> RetryConfig {
             raw.max_attempts,
             d.max_attempts,
             1,
-            10,
+            crate::controlplane::model::RetryBudget::MAX_ATTEMPTS,
         ),
         deadline,
     }
