@@ -2,19 +2,19 @@
 
 use proxy_pool_api::controlplane::model::Secret;
 
-use crate::model::{ProxyCredentials, ProxyProtocol};
+use crate::model::{Credentials, Protocol};
 
 /// A proxy given on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProxyUrl {
     /// Protocol.
-    pub protocol: ProxyProtocol,
+    pub protocol: Protocol,
     /// Host.
     pub host: String,
     /// Port.
     pub port: u16,
     /// Credentials.
-    pub credentials: Option<ProxyCredentials>,
+    pub credentials: Option<Credentials>,
 }
 
 /// Parses `http://[user:pass@]host:port` or `socks5://…`. Errors never echo the input
@@ -22,15 +22,15 @@ pub struct ProxyUrl {
 pub fn parse_proxy_url(s: &str) -> Result<ProxyUrl, &'static str> {
     let (scheme, rest) = s.split_once("://").ok_or("expected scheme://host:port")?;
     let protocol = match scheme {
-        "http" => ProxyProtocol::Http,
-        "socks5" | "socks5h" => ProxyProtocol::Socks5,
+        "http" => Protocol::Http,
+        "socks5" | "socks5h" => Protocol::Socks5,
         _ => return Err("scheme must be http or socks5"),
     };
     let rest = rest.trim_end_matches('/');
     let (creds, hostport) = match rest.rsplit_once('@') {
         Some((u, h)) => {
             let (user, pass) = u.split_once(':').unwrap_or((u, ""));
-            let c = ProxyCredentials {
+            let c = Credentials {
                 username: user.to_owned(),
                 password: Secret::new(pass),
             };
@@ -68,7 +68,7 @@ mod tests {
     #[test]
     fn urls() {
         let u = parse_proxy_url("socks5://a:b@127.0.0.2:1080").unwrap();
-        assert_eq!(u.protocol, ProxyProtocol::Socks5);
+        assert_eq!(u.protocol, Protocol::Socks5);
         assert_eq!(u.credentials.unwrap().password.expose(), "b");
         assert_eq!(parse_proxy_url("http://[::1]:3128").unwrap().host, "::1");
         for bad in [

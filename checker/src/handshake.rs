@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 
 use proxy_pool_api::egress::EgressPolicy;
 
-use crate::model::{FailureCode, ProxyCredentials};
+use crate::model::{Credentials, FailureCode};
 
 /// Largest HTTP `CONNECT` response head read.
 const MAX_HEAD: usize = 8 * 1024;
@@ -45,7 +45,7 @@ pub async fn dial(host: &str, port: u16, egress: &EgressPolicy) -> Result<TcpStr
 }
 
 /// `Proxy-Authorization` value for `creds`.
-pub fn basic_auth(creds: &ProxyCredentials) -> String {
+pub fn basic_auth(creds: &Credentials) -> String {
     let raw = format!("{}:{}", creds.username, creds.password.expose());
     format!(
         "Basic {}",
@@ -67,7 +67,7 @@ pub async fn http_connect<S>(
     stream: &mut S,
     host: &str,
     port: u16,
-    creds: Option<&ProxyCredentials>,
+    creds: Option<&Credentials>,
 ) -> Result<(), FailureCode>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -127,7 +127,7 @@ pub async fn socks5_connect<S>(
     stream: &mut S,
     host: &str,
     port: u16,
-    creds: Option<&ProxyCredentials>,
+    creds: Option<&Credentials>,
 ) -> Result<(), FailureCode>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -248,7 +248,7 @@ mod tests {
             let (mut client, mut server) = duplex(1024);
             server.write_all(answer).await.unwrap();
             server.shutdown().await.unwrap();
-            let creds = ProxyCredentials {
+            let creds = Credentials {
                 username: "u".into(),
                 password: Secret::new("p"),
             };
@@ -262,7 +262,7 @@ mod tests {
 
     #[test]
     fn basic_auth_encodes() {
-        let c = ProxyCredentials {
+        let c = Credentials {
             username: "u".into(),
             password: Secret::new("p"),
         };

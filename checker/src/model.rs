@@ -3,12 +3,9 @@
 
 use tokio::time::Instant;
 
-/// Protocol of the proxy under test (the contract's own type).
-pub use proxy_pool_api::controlplane::model::Protocol as ProxyProtocol;
-
-/// Vendor credentials of a proxy (the contract's own type): `Debug` never shows the
-/// password.
-pub use proxy_pool_api::controlplane::model::Credentials as ProxyCredentials;
+/// The protocol of the proxy under test and its vendor credentials (`Debug` never shows
+/// the password): the contract's own types.
+pub use proxy_pool_api::controlplane::model::{Credentials, Protocol};
 
 /// A check tier (the wire contract's own type).
 pub use proxy_pool_api::controlplane::model::CheckTier as Tier;
@@ -24,13 +21,13 @@ pub struct ProbeTask {
     /// Proxy ID (echoed back).
     pub proxy_id: String,
     /// Proxy protocol.
-    pub protocol: ProxyProtocol,
+    pub protocol: Protocol,
     /// Proxy host.
     pub host: String,
     /// Proxy port.
     pub port: u16,
     /// Vendor credentials.
-    pub credentials: Option<ProxyCredentials>,
+    pub credentials: Option<Credentials>,
     /// Checks in order; a failed BASIC skips the rest.
     pub checks: Vec<Check>,
     /// When the controller stops waiting for the answer.

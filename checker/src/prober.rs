@@ -20,7 +20,7 @@ use tracing::debug;
 use proxy_pool_api::egress::EgressPolicy;
 
 use crate::handshake::{basic_auth, dial, http_connect, socks5_connect};
-use crate::model::{Check, FailureCode, Observation, ProbeTask, ProxyProtocol};
+use crate::model::{Check, FailureCode, Observation, ProbeTask, Protocol};
 use crate::ports::Prober;
 
 /// Settings of the real prober.
@@ -106,8 +106,8 @@ impl NetProber {
         let mut stream = dial(&task.host, task.port, &self.options.egress).await?;
         let creds = task.credentials.as_ref();
         match task.protocol {
-            ProxyProtocol::Http => http_connect(&mut stream, host, port, creds).await?,
-            ProxyProtocol::Socks5 => socks5_connect(&mut stream, host, port, creds).await?,
+            Protocol::Http => http_connect(&mut stream, host, port, creds).await?,
+            Protocol::Socks5 => socks5_connect(&mut stream, host, port, creds).await?,
         }
         Ok(stream)
     }
@@ -134,11 +134,11 @@ impl NetProber {
         let echo = self.options.echo;
         let authority = echo.to_string();
         let (stream, uri) = match task.protocol {
-            ProxyProtocol::Http => match dial(&task.host, task.port, &self.options.egress).await {
+            Protocol::Http => match dial(&task.host, task.port, &self.options.egress).await {
                 Ok(s) => (s, format!("http://{authority}{}", self.options.echo_path)),
                 Err(f) => return Err(f).into(),
             },
-            ProxyProtocol::Socks5 => {
+            Protocol::Socks5 => {
                 match self.tunnel(task, &echo.ip().to_string(), echo.port()).await {
                     Ok(s) => (s, self.options.echo_path.clone()),
                     Err(f) => return Err(f).into(),
@@ -151,7 +151,7 @@ impl NetProber {
         let mut req = Request::get(uri)
             .header(header::HOST, &authority)
             .header(header::USER_AGENT, "proxy-pool-checker");
-        if let (ProxyProtocol::Http, Some(c)) = (task.protocol, &task.credentials) {
+        if let (Protocol::Http, Some(c)) = (task.protocol, &task.credentials) {
             req = req.header(header::PROXY_AUTHORIZATION, basic_auth(c));
         }
         let Ok(req) = req.body(Empty::<Bytes>::new()) else {

@@ -13,7 +13,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use crate::handshake::basic_auth;
-use crate::model::ProxyCredentials;
+use crate::model::Credentials;
 use proxy_pool_api::controlplane::model::Secret;
 
 /// Largest response body read (the extract answer for one proxy is far smaller).
@@ -141,7 +141,7 @@ pub async fn through_gateway(
     if target.scheme_str() != Some("http") {
         return Err(SmokeError::Argument("--target must be an http:// URL"));
     }
-    let credentials = ProxyCredentials {
+    let credentials = Credentials {
         username: username.to_owned(),
         password: Secret::new(password),
     };

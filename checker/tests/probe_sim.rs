@@ -8,7 +8,7 @@ use std::time::Duration;
 use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_checker::{
     Check, FailureCode, MemorySink, MemorySource, NetProber, Observation, ProbeTask, Prober,
-    ProberOptions, ProxyCredentials, ProxyProtocol, RunnerOptions, Tier, run,
+    ProberOptions, RunnerOptions, Tier, run,
 };
 use proxy_pool_e2e::logs::LogCapture;
 use proxy_pool_e2e::sim::{FailureMode, Protocol, SimConfig, SimProxy, Simulator};
@@ -28,12 +28,12 @@ fn task(id: usize, p: &SimProxy, checks: Vec<Check>) -> ProbeTask {
         task_id: format!("t{id}"),
         proxy_id: p.id.clone(),
         protocol: match p.protocol {
-            Protocol::Http => ProxyProtocol::Http,
-            Protocol::Socks5 => ProxyProtocol::Socks5,
+            Protocol::Http => proxy_pool_checker::Protocol::Http,
+            Protocol::Socks5 => proxy_pool_checker::Protocol::Socks5,
         },
         host: p.host.to_string(),
         port: p.port,
-        credentials: Some(ProxyCredentials {
+        credentials: Some(proxy_pool_checker::Credentials {
             username: p.username.clone(),
             password: Secret::new(p.password.clone()),
         }),
@@ -133,7 +133,7 @@ async fn wrong_credentials_are_rejected() {
         .await
         .unwrap();
     let mut t = task(1, &p, vec![Check::Basic]);
-    t.credentials = Some(ProxyCredentials {
+    t.credentials = Some(proxy_pool_checker::Credentials {
         username: p.username.clone(),
         password: Secret::new("wrong"),
     });

@@ -18,7 +18,6 @@ mod types;
 mod validate;
 
 /// The config's former name of [`crate::proxy::Protocol`] (other crates still use it).
-pub use crate::proxy::Protocol as ProxyProtocol;
 pub use checks::{
     check_basic_username, check_identifier, check_proxy_credential, split_host_port, target_url,
 };

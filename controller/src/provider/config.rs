@@ -122,8 +122,7 @@ mod tests {
     use super::*;
     use activity_pool::model::Protocol;
     use proxy_pool_api::config::{
-        PasswordSource, ProxyCredentials, ProxyProtocol, StaticProxy, StaticSourceConfig,
-        VendorApiConfig,
+        PasswordSource, ProxyCredentials, StaticProxy, StaticSourceConfig, VendorApiConfig,
     };
     use std::num::NonZeroU32;
 
@@ -131,7 +130,7 @@ mod tests {
         UpstreamConfig {
             name: "vendor-a".into(),
             source,
-            protocol: ProxyProtocol::Socks5,
+            protocol: Protocol::Socks5,
             region: Some("shanghai".into()),
             carrier: None,
             ttl: Duration::from_secs(120),
