@@ -41,10 +41,7 @@ pub use proxy_pool_api::controlplane::model::FailureCode;
 /// when the check ends).
 pub use proxy_pool_api::controlplane::model::Observation;
 
-/// Wall-clock Unix milliseconds (0 before the epoch).
+/// Wall-clock Unix milliseconds.
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    proxy_pool_runtime::clock::unix_millis(std::time::SystemTime::now())
 }

@@ -7,8 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Unix milliseconds of `t` (0 before the epoch).
 pub fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    from_model_ms(proxy_pool_runtime::clock::unix_millis(t))
 }
 
 /// Unix milliseconds now.
