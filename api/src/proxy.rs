@@ -112,6 +112,13 @@ mod tests {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
             assert_eq!(Strategy::parse(s.as_str()), Some(s));
         }
+        for f in crate::config::VendorFormat::ALL {
+            assert_eq!(serde_json::to_value(f).unwrap(), f.as_str());
+            assert_eq!(crate::config::VendorFormat::parse(f.as_str()), Some(f));
+        }
+        for p in crate::config::Permission::ALL {
+            assert_eq!(serde_json::to_value(p).unwrap(), p.as_str());
+        }
         assert_eq!(Protocol::parse("socks5h"), None);
         assert_eq!(
             one_of(Strategy::ALL),

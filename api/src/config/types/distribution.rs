@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
 
 /// Fulfilment used when a request omits it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,14 +78,18 @@ pub struct Rate {
     pub burst: NonZeroU32,
 }
 
-/// A permission.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A permission a client can hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub enum Permission {
-    /// `distribution:extract`.
+    /// `distribution:extract`: `POST /api/v1/proxies/extract`.
+    #[serde(rename = "distribution:extract")]
     DistributionExtract,
-    /// `gateway:connect`.
+    /// `gateway:connect`: send traffic through the gateway.
+    #[serde(rename = "gateway:connect")]
     GatewayConnect,
-    /// `stats:read`.
+    /// `stats:read`: read the client's own usage statistics.
+    #[serde(rename = "stats:read")]
     StatsRead,
 }
 

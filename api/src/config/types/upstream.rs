@@ -5,6 +5,8 @@ use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::proxy::Protocol;
 
 /// One provider.
@@ -150,11 +152,32 @@ pub struct VendorApiConfig {
     pub max_proxies_per_fetch: Option<NonZeroU32>,
 }
 
-/// Vendor response formats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Response body formats a vendor API may use; the wire names are `json` and `lines`
+/// (serde and [`VendorFormat::as_str`] spell them the same way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
 pub enum VendorFormat {
-    /// JSON array of objects.
+    /// A JSON array of proxy objects.
     Json,
-    /// One `host:port[:user:pass]` per line.
+    /// One `host:port` (or `host:port:user:pass`) per line.
     Lines,
+}
+
+impl VendorFormat {
+    /// Every format, in the order the docs list them.
+    pub const ALL: [VendorFormat; 2] = [VendorFormat::Json, VendorFormat::Lines];
+
+    /// The wire name: `json` or `lines`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Json => "json",
+            Self::Lines => "lines",
+        }
+    }
+
+    /// Inverse of [`VendorFormat::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.as_str() == s)
+    }
 }

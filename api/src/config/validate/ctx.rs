@@ -14,6 +14,7 @@ use crate::config::duration::duration_at;
 use crate::config::error::{ConfigError, FieldPath};
 use crate::config::raw::RawRate;
 use crate::config::types::{Permission, Rate, SecretHash};
+use crate::proxy::one_of;
 
 /// Largest `count` the pool accepts in one extraction.
 pub const MAX_COUNT_PER_REQUEST: u32 = 1000;
@@ -70,6 +71,24 @@ impl Ctx {
             return default;
         }
         v
+    }
+
+    /// `text` as the one of `values` whose wire `name` it is, or `fallback` after an
+    /// error at `path` that lists the accepted names.
+    pub(super) fn one_of<T: Copy>(
+        &mut self,
+        path: impl Into<FieldPath>,
+        text: &str,
+        values: &[T],
+        name: fn(T) -> &'static str,
+        fallback: T,
+    ) -> T {
+        if let Some(v) = values.iter().copied().find(|v| name(*v) == text) {
+            return v;
+        }
+        let accepted = one_of(values.iter().map(|v| name(*v)));
+        self.err(path, format!("`{text}` is not one of {accepted}"));
+        fallback
     }
 
     pub(super) fn identifier(&mut self, path: &str, value: &str, max: usize) -> bool {

@@ -11,7 +11,6 @@ use crate::config::raw::{RawRetry, RawStickySession};
 use crate::config::types::{
     PortRanges, RetryConfig, RoutingConfig, StickyConfig, Strategy, UsernameParamConfig,
 };
-use crate::proxy::one_of;
 
 pub(super) fn routing(
     cx: &mut Ctx,
@@ -44,13 +43,13 @@ pub(super) fn routing(
         .strategy
         .as_deref()
         .unwrap_or(Strategy::default().as_str());
-    let strategy = Strategy::parse(text).unwrap_or_else(|| {
-        cx.err(
-            format!("{path}.strategy"),
-            format!("`{text}` is not one of {}", one_of(Strategy::ALL)),
-        );
-        Strategy::default()
-    });
+    let strategy = cx.one_of(
+        format!("{path}.strategy"),
+        text,
+        &Strategy::ALL,
+        Strategy::as_str,
+        Strategy::default(),
+    );
     RoutingConfig {
         name: raw.name.clone(),
         priority: raw.priority,

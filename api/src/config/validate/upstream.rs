@@ -13,7 +13,6 @@ use crate::config::types::{
     PasswordSource, Protocol, ProxyCredentials, SourceConfig, StaticSourceConfig, UpstreamConfig,
     UpstreamHealthConfig, VendorApiConfig, VendorFormat,
 };
-use crate::proxy::one_of;
 
 pub(super) fn upstream(
     cx: &mut Ctx,
@@ -23,13 +22,13 @@ pub(super) fn upstream(
 ) -> UpstreamConfig {
     cx.identifier(&format!("{path}.name"), &raw.name, 63);
     let text = raw.protocol.as_deref().unwrap_or(Protocol::Http.as_str());
-    let protocol = Protocol::parse(text).unwrap_or_else(|| {
-        cx.err(
-            format!("{path}.protocol"),
-            format!("`{text}` is not one of {}", one_of(Protocol::ALL)),
-        );
-        Protocol::Http
-    });
+    let protocol = cx.one_of(
+        format!("{path}.protocol"),
+        text,
+        &Protocol::ALL,
+        Protocol::as_str,
+        Protocol::Http,
+    );
     for (field, v) in [
         ("region", &raw.labels.region),
         ("carrier", &raw.labels.carrier),
@@ -202,17 +201,13 @@ fn source(cx: &mut Ctx, path: &str, raw: &RawSource) -> SourceConfig {
                     "must be an http(s) URL of at most 2048 bytes",
                 );
             }
-            let format = match v.format.as_str() {
-                "json" => VendorFormat::Json,
-                "lines" => VendorFormat::Lines,
-                other => {
-                    cx.err(
-                        format!("{path}.vendorApi.format"),
-                        format!("`{other}` is not one of json, lines"),
-                    );
-                    VendorFormat::Json
-                }
-            };
+            let format = cx.one_of(
+                format!("{path}.vendorApi.format"),
+                &v.format,
+                &VendorFormat::ALL,
+                VendorFormat::as_str,
+                VendorFormat::Json,
+            );
             SourceConfig::VendorApi(VendorApiConfig {
                 url: v.url.clone(),
                 format,
