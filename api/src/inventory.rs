@@ -76,6 +76,18 @@ pub enum FetchFailure {
 }
 
 impl FetchFailure {
+    /// Every code, in declaration order.
+    pub const ALL: [FetchFailure; 8] = [
+        Self::Unauthorized,
+        Self::Timeout,
+        Self::InvalidDocument,
+        Self::Status,
+        Self::Transport,
+        Self::TooLarge,
+        Self::PoolError,
+        Self::Unknown,
+    ];
+
     /// The wire code.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -128,22 +140,12 @@ mod tests {
 
     #[test]
     fn every_fetch_failure_code_is_its_wire_form() {
-        use FetchFailure::*;
-        for f in [
-            Unauthorized,
-            Timeout,
-            InvalidDocument,
-            Status,
-            Transport,
-            TooLarge,
-            PoolError,
-            Unknown,
-        ] {
+        for f in FetchFailure::ALL {
             assert_eq!(serde_json::to_value(f).unwrap(), f.as_str(), "{f:?}");
             let back: FetchFailure = serde_json::from_value(f.as_str().into()).unwrap();
             assert_eq!(back, f);
         }
         let newer: FetchFailure = serde_json::from_value("rate_limited".into()).unwrap();
-        assert_eq!(newer, Unknown);
+        assert_eq!(newer, FetchFailure::Unknown);
     }
 }

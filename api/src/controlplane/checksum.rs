@@ -21,24 +21,21 @@ impl Sum {
     }
 
     pub(super) fn add(&mut self, d: &[u8; 32]) {
-        let x = Self::limbs(d);
-        let mut carry = false;
-        for (a, b) in self.0.iter_mut().zip(x) {
-            let (s1, c1) = a.overflowing_add(b);
-            let (s2, c2) = s1.overflowing_add(u64::from(carry));
-            *a = s2;
-            carry = c1 || c2;
-        }
+        self.ripple(d, u64::overflowing_add);
     }
 
     pub(super) fn sub(&mut self, d: &[u8; 32]) {
-        let x = Self::limbs(d);
-        let mut borrow = false;
-        for (a, b) in self.0.iter_mut().zip(x) {
-            let (s1, b1) = a.overflowing_sub(b);
-            let (s2, b2) = s1.overflowing_sub(u64::from(borrow));
+        self.ripple(d, u64::overflowing_sub);
+    }
+
+    /// `self op d` limb by limb, each limb's carry (or borrow) fed into the next.
+    fn ripple(&mut self, d: &[u8; 32], op: fn(u64, u64) -> (u64, bool)) {
+        let mut carry = false;
+        for (a, b) in self.0.iter_mut().zip(Self::limbs(d)) {
+            let (s1, c1) = op(*a, b);
+            let (s2, c2) = op(s1, u64::from(carry));
             *a = s2;
-            borrow = b1 || b2;
+            carry = c1 || c2;
         }
     }
 

@@ -254,15 +254,15 @@ mod tests {
         let addr = probe.local_addr().unwrap();
         drop(probe);
         let endpoint = format!("http://{addr}");
+        let options = ClientOptions::default();
         let mut b = Backoff::new(Duration::from_millis(10), Duration::from_millis(50));
-        let r = connect_with_backoff(
-            &endpoint,
-            &ClientTransport::LoopbackPlaintext,
-            &ClientOptions::default(),
-            &mut b,
-            tokio::time::sleep(Duration::from_millis(200)),
-        )
-        .await;
+        // Plaintext to `addr`, retried with `b` until `give_up` completes.
+        let mut connect = async |give_up: Duration| {
+            let transport = ClientTransport::LoopbackPlaintext;
+            let deadline = tokio::time::sleep(give_up);
+            connect_with_backoff(&endpoint, &transport, &options, &mut b, deadline).await
+        };
+        let r = connect(Duration::from_millis(200)).await;
         assert!(matches!(r, Err(ClientError::Transport(_))));
         let server = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -270,14 +270,7 @@ mod tests {
             let _conn = l.accept().await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         });
-        let r = connect_with_backoff(
-            &endpoint,
-            &ClientTransport::LoopbackPlaintext,
-            &ClientOptions::default(),
-            &mut b,
-            tokio::time::sleep(Duration::from_secs(5)),
-        )
-        .await;
+        let r = connect(Duration::from_secs(5)).await;
         assert!(r.is_ok(), "{r:?}");
         server.abort();
     }

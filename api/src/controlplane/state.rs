@@ -48,8 +48,8 @@ pub enum StateError {
     VersionRegression,
 }
 
-/// Header fields of a new version.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Header fields of a new version (all zero before the first snapshot).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Header {
     /// Version.
     pub version: u64,
@@ -173,24 +173,19 @@ impl SnapshotState {
     /// The complete encoding of a `SnapshotUpdate` carrying the full snapshot of the
     /// current version, from the cached per-proxy encodings (no message is built).
     pub fn encode_full_update(&self) -> bytes::Bytes {
-        let mut head = self.to_message_head();
-        head.routings = self.routings.iter().map(super::pb::Routing::from).collect();
+        let head = self.to_message_head();
         super::wire::encode_full(&head, self.proxies.values().map(|e| e.wire.as_slice()))
     }
 
+    /// The wire message of the current version without its proxies.
     fn to_message_head(&self) -> super::pb::WorkerSnapshot {
-        let h = self.header.unwrap_or(Header {
-            version: 0,
-            ownership_epoch: 0,
-            generated_at_ms: 0,
-            valid_until_ms: 0,
-        });
+        let h = self.header.unwrap_or_default();
         super::pb::WorkerSnapshot {
             version: h.version,
             ownership_epoch: h.ownership_epoch,
             generated_at_ms: h.generated_at_ms,
             valid_until_ms: h.valid_until_ms,
-            routings: Vec::new(),
+            routings: self.routings.iter().map(super::pb::Routing::from).collect(),
             proxies: Vec::new(),
             checksum: self.checksum.0.to_vec(),
         }
@@ -199,25 +194,13 @@ impl SnapshotState {
     /// The full snapshot of the current version as its wire message (one copy of
     /// each field, no intermediate domain snapshot).
     pub fn to_message(&self) -> super::pb::WorkerSnapshot {
-        let h = self.header.unwrap_or(Header {
-            version: 0,
-            ownership_epoch: 0,
-            generated_at_ms: 0,
-            valid_until_ms: 0,
-        });
-        super::pb::WorkerSnapshot {
-            version: h.version,
-            ownership_epoch: h.ownership_epoch,
-            generated_at_ms: h.generated_at_ms,
-            valid_until_ms: h.valid_until_ms,
-            routings: self.routings.iter().map(super::pb::Routing::from).collect(),
-            proxies: self
-                .proxies
-                .values()
-                .map(|e| super::pb::SnapshotProxy::from(&e.proxy))
-                .collect(),
-            checksum: self.checksum.0.to_vec(),
-        }
+        let mut message = self.to_message_head();
+        message.proxies = self
+            .proxies
+            .values()
+            .map(|e| super::pb::SnapshotProxy::from(&e.proxy))
+            .collect();
+        message
     }
 
     /// Current version (0 before the first snapshot).
@@ -262,12 +245,7 @@ impl SnapshotState {
 
     /// The full snapshot of the current version.
     pub fn to_snapshot(&self) -> Snapshot {
-        let h = self.header.unwrap_or(Header {
-            version: 0,
-            ownership_epoch: 0,
-            generated_at_ms: 0,
-            valid_until_ms: 0,
-        });
+        let h = self.header.unwrap_or_default();
         Snapshot {
             version: h.version,
             ownership_epoch: h.ownership_epoch,
@@ -298,29 +276,11 @@ impl SnapshotState {
             generated_at_ms: d.generated_at_ms,
             valid_until_ms: d.valid_until_ms,
         };
-        let plan = self.plan(d.upserts, &d.removals)?;
-        let routings_digest = d
-            .routings
-            .as_deref()
-            .map_or(self.routings_digest, routings_digest);
-        let checksum = checksum_of(
-            header.version,
-            header.ownership_epoch,
-            &routings_digest,
-            plan.count,
-            &plan.sum,
-        );
-        if checksum != d.checksum {
+        let plan = self.plan(&header, d.upserts, &d.removals, d.routings.as_deref())?;
+        if plan.checksum != d.checksum {
             return Err(StateError::ChecksumMismatch);
         }
-        self.commit(
-            plan,
-            &d.removals,
-            header,
-            d.routings,
-            routings_digest,
-            checksum,
-        );
+        self.commit(plan, &d.removals, header, d.routings);
         Ok(())
     }
 
@@ -379,18 +339,9 @@ impl SnapshotState {
             routings,
         } = changes;
         let base_version = self.version();
-        let plan = self.plan(upserts.clone(), &removals)?;
-        let rd = routings
-            .as_deref()
-            .map_or(self.routings_digest, routings_digest);
-        let checksum = checksum_of(
-            header.version,
-            header.ownership_epoch,
-            &rd,
-            plan.count,
-            &plan.sum,
-        );
-        self.commit(plan, &removals, header, routings.clone(), rd, checksum);
+        let plan = self.plan(&header, upserts.clone(), &removals, routings.as_deref())?;
+        let checksum = plan.checksum;
+        self.commit(plan, &removals, header, routings.clone());
         Ok(Delta {
             base_version,
             version: header.version,
@@ -404,7 +355,15 @@ impl SnapshotState {
         })
     }
 
-    fn plan(&self, upserts: Vec<SnapshotProxy>, removals: &[String]) -> Result<Plan, StateError> {
+    /// What `header` with these changes would hold (new routings, when given), and its
+    /// checksum; nothing changes yet.
+    fn plan(
+        &self,
+        header: &Header,
+        upserts: Vec<SnapshotProxy>,
+        removals: &[String],
+        routings: Option<&[Routing]>,
+    ) -> Result<Plan, StateError> {
         let mut sum = self.sum;
         let mut count = self.proxies.len();
         let mut seen = std::collections::HashSet::with_capacity(removals.len() + upserts.len());
@@ -434,10 +393,19 @@ impl SnapshotState {
         if ids.windows(2).any(|w| w[0] == w[1]) {
             return Err(StateError::Inconsistent);
         }
+        let routings_digest = routings.map_or(self.routings_digest, routings_digest);
+        let checksum = checksum_of(
+            header.version,
+            header.ownership_epoch,
+            &routings_digest,
+            count,
+            &sum,
+        );
         Ok(Plan {
             entries,
             sum,
-            count,
+            routings_digest,
+            checksum,
         })
     }
 
@@ -447,8 +415,6 @@ impl SnapshotState {
         removals: &[String],
         header: Header,
         routings: Option<Vec<Routing>>,
-        routings_digest: [u8; 32],
-        checksum: Checksum,
     ) {
         for id in removals {
             self.proxies.remove(id);
@@ -459,9 +425,9 @@ impl SnapshotState {
         if let Some(r) = routings {
             self.routings = r;
         }
-        self.routings_digest = routings_digest;
+        self.routings_digest = plan.routings_digest;
         self.sum = plan.sum;
-        self.checksum = checksum;
+        self.checksum = plan.checksum;
         self.header = Some(header);
     }
 }
@@ -487,7 +453,8 @@ impl Changes {
 struct Plan {
     entries: Vec<Entry>,
     sum: Sum,
-    count: usize,
+    routings_digest: [u8; 32],
+    checksum: Checksum,
 }
 
 #[cfg(test)]
