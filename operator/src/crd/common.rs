@@ -3,6 +3,7 @@
 //!
 //! These types only describe the wire format; they never read a Secret or touch the API.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +43,13 @@ pub struct SecretKeyRef {
     /// Key inside the Secret's data.
     #[schemars(length(min = 1, max = 253), pattern(SECRET_KEY_PATTERN))]
     pub key: String,
+}
+
+/// A custom resource whose status carries the [`CONDITION_READY`] and
+/// [`CONDITION_DEGRADED`] conditions.
+pub trait HasConditions {
+    /// The conditions last reported (none before the first status).
+    fn conditions(&self) -> &[Condition];
 }
 
 /// Condition type: the resource is fully reconciled and serving.

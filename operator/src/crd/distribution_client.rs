@@ -5,11 +5,12 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
+use proxy_pool_api::config::Permission;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    LABEL_VALUE_PATTERN, MAX_FILTER_VALUES, NAME_PATTERN, SecretKeyRef, SecretRef,
+    HasConditions, LABEL_VALUE_PATTERN, MAX_FILTER_VALUES, NAME_PATTERN, SecretKeyRef, SecretRef,
 };
 
 /// A client of the Distribution API and the gateway.
@@ -129,22 +130,6 @@ pub struct BasicAuth {
     pub secret_ref: SecretRef,
 }
 
-/// A permission a client can hold.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
-)]
-pub enum Permission {
-    /// `POST /api/v1/proxies/extract`.
-    #[serde(rename = "distribution:extract")]
-    DistributionExtract,
-    /// Send traffic through the gateway.
-    #[serde(rename = "gateway:connect")]
-    GatewayConnect,
-    /// Read this client's usage statistics.
-    #[serde(rename = "stats:read")]
-    StatsRead,
-}
-
 /// A token bucket.
 #[derive(KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[x_kube(validation = Rule::new("!has(self.burst) || self.burst >= self.requestsPerSecond")
@@ -173,4 +158,10 @@ pub struct DistributionClientStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+impl HasConditions for DistributionClient {
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
+    }
 }

@@ -9,16 +9,18 @@ mod distribution_client;
 mod routing;
 mod upstream;
 
-/// The proxy protocol and routing strategy the specs use are the api's own.
+/// The proxy protocol, routing strategy, vendor format and client permissions the
+/// specs use are the api's own.
+pub use proxy_pool_api::config::{Permission, VendorFormat};
 pub use proxy_pool_api::proxy::{Protocol, Strategy};
 
 pub use common::{
-    CONDITION_DEGRADED, CONDITION_READY, DURATION_PATTERN, InvalidDuration, SecretKeyRef,
-    SecretRef, parse_duration,
+    CONDITION_DEGRADED, CONDITION_READY, DURATION_PATTERN, HasConditions, InvalidDuration,
+    SecretKeyRef, SecretRef, parse_duration,
 };
 pub use distribution_client::{
     BasicAuth, ClientAuth, DistributionClient, DistributionClientSpec, DistributionClientStatus,
-    Permission, RateLimit, SecretKeyAuth,
+    RateLimit, SecretKeyAuth,
 };
 pub use routing::{
     GatewayListeners, GatewaySpec, LabelFilter, Listener, RetryBudget, Routing, RoutingMatch,
@@ -26,7 +28,7 @@ pub use routing::{
 };
 pub use upstream::{
     FetchBudget, HealthSettings, StaticSource, Upstream, UpstreamInventory, UpstreamLabels,
-    UpstreamSource, UpstreamSpec, UpstreamStatus, VendorApiSource, VendorFormat,
+    UpstreamSource, UpstreamSpec, UpstreamStatus, VendorApiSource,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -13,7 +13,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    DURATION_MAX_LEN, DURATION_PATTERN, LABEL_VALUE_PATTERN, MAX_FILTER_VALUES, NAME_PATTERN,
+    DURATION_MAX_LEN, DURATION_PATTERN, HasConditions, LABEL_VALUE_PATTERN, MAX_FILTER_VALUES,
+    NAME_PATTERN,
 };
 
 /// Gateway routing rules and the gateway fleet serving them.
@@ -238,6 +239,12 @@ pub struct RoutingStatus {
     /// Name of the gateway Service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
+}
+
+impl HasConditions for Routing {
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
+    }
 }
 
 fn default_session_ttl() -> String {

@@ -5,11 +5,14 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
+use proxy_pool_api::config::VendorFormat;
 use proxy_pool_api::proxy::Protocol;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{DURATION_MAX_LEN, DURATION_PATTERN, LABEL_VALUE_PATTERN, SecretRef};
+use super::common::{
+    DURATION_MAX_LEN, DURATION_PATTERN, HasConditions, LABEL_VALUE_PATTERN, SecretRef,
+};
 
 /// A provider of short-lived proxies.
 #[allow(
@@ -130,16 +133,6 @@ pub struct VendorApiSource {
     pub credentials_secret_ref: Option<SecretRef>,
 }
 
-/// Response body formats a vendor API may use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum VendorFormat {
-    /// A JSON array of proxy objects.
-    Json,
-    /// One `host:port` (or `host:port:user:pass`) per line.
-    Lines,
-}
-
 /// A fixed list of proxies.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -238,6 +231,12 @@ pub struct UpstreamStatus {
     /// When the source was last fetched successfully.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_fetch_time: Option<Time>,
+}
+
+impl HasConditions for Upstream {
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
+    }
 }
 
 /// Inventory of one upstream.

@@ -88,23 +88,39 @@ pub enum Denial {
 #[error("workload lookup unavailable: {0}")]
 pub struct LookupUnavailable(pub String);
 
+/// The `apps/v1` kinds on a pod's ownership chain, pod side first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OwnerKind {
+    /// The ReplicaSet controlling the pod.
+    ReplicaSet,
+    /// The Deployment controlling that ReplicaSet.
+    Deployment,
+}
+
+impl OwnerKind {
+    /// The chain from the pod up: ReplicaSet, then Deployment.
+    pub const CHAIN: [OwnerKind; 2] = [OwnerKind::ReplicaSet, OwnerKind::Deployment];
+
+    /// The `kind` an owner reference names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReplicaSet => "ReplicaSet",
+            Self::Deployment => "Deployment",
+        }
+    }
+}
+
+/// A lookup's answer: the object if it exists, or why the lookup could not be made.
+pub type Lookup<T> = Result<Option<T>, LookupUnavailable>;
+
 /// Read access to the workload objects the decision needs.
 #[async_trait]
 pub trait Workloads: fmt::Debug + Send + Sync {
     /// A Pod, if it exists.
-    async fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, LookupUnavailable>;
-    /// A ReplicaSet, if it exists.
-    async fn replica_set(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<ReplicaSet>, LookupUnavailable>;
-    /// A Deployment, if it exists.
-    async fn deployment(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<Deployment>, LookupUnavailable>;
+    async fn pod(&self, namespace: &str, name: &str) -> Lookup<Pod>;
+    /// The metadata of a ReplicaSet or Deployment, if it exists (the decision reads
+    /// only their UIDs, owner references and labels).
+    async fn owner(&self, kind: OwnerKind, namespace: &str, name: &str) -> Lookup<ObjectMeta>;
 }
 
 /// Decides whether `caller` may have an identity, and which kind: a gateway
@@ -138,36 +154,32 @@ pub async fn authorize(
     if matches!(phase, Some("Succeeded" | "Failed")) {
         return Ok(Err(Denial::Terminated));
     }
-    let Some(rs_ref) = controller(&pod.metadata, "ReplicaSet") else {
-        return Ok(Err(Denial::NotOwned));
-    };
-    let Some(rs) = workloads.replica_set(ns, &rs_ref.name).await? else {
-        return Ok(Err(Denial::NotOwned));
-    };
-    if rs.metadata.uid.as_deref() != Some(rs_ref.uid.as_str()) {
-        return Ok(Err(Denial::NotOwned));
+    // Pod → ReplicaSet → Deployment, each link the owner's controller reference to
+    // the very object (same UID) that exists now.
+    let mut owned = pod.metadata;
+    for kind in OwnerKind::CHAIN {
+        let Some(r) = controller(&owned, kind.as_str()) else {
+            return Ok(Err(Denial::NotOwned));
+        };
+        let found = workloads.owner(kind, ns, &r.name).await?;
+        let Some(meta) = found.filter(|m| m.uid.as_deref() == Some(r.uid.as_str())) else {
+            return Ok(Err(Denial::NotOwned));
+        };
+        owned = meta;
     }
-    let Some(deploy_ref) = controller(&rs.metadata, "Deployment") else {
-        return Ok(Err(Denial::NotOwned));
-    };
-    let Some(deployment) = workloads.deployment(ns, &deploy_ref.name).await? else {
-        return Ok(Err(Denial::NotOwned));
-    };
-    if deployment.metadata.uid.as_deref() != Some(deploy_ref.uid.as_str()) {
-        return Ok(Err(Denial::NotOwned));
-    }
+    let deployment = owned;
     // The checker is named by the operator's configuration (and its Deployment UID
     // was checked above), never recognised by labels.
     if let Some(c) = checker
         && c.namespace == ns
-        && c.deployment == deploy_ref.name
+        && deployment.name.as_deref() == Some(c.deployment.as_str())
     {
         if caller.service_account != c.service_account {
             return Ok(Err(Denial::CheckerServiceAccount));
         }
         return Ok(Ok(WorkloadKind::Checker));
     }
-    let labels = deployment.metadata.labels.as_ref();
+    let labels = deployment.labels.as_ref();
     let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
     if label(MANAGED_BY_LABEL) != Some(MANAGED_BY_VALUE)
         || label(COMPONENT_LABEL) != Some(GATEWAY_COMPONENT)
@@ -198,8 +210,7 @@ pub struct MemoryWorkloads {
 #[derive(Debug, Default)]
 struct MemoryState {
     pods: HashMap<(String, String), Pod>,
-    replica_sets: HashMap<(String, String), ReplicaSet>,
-    deployments: HashMap<(String, String), Deployment>,
+    owners: HashMap<(OwnerKind, String, String), ObjectMeta>,
     unavailable: bool,
 }
 
@@ -218,12 +229,17 @@ impl MemoryWorkloads {
 
     /// Stores a ReplicaSet.
     pub fn put_replica_set(&self, rs: ReplicaSet) {
-        self.state.lock().replica_sets.insert(key(&rs.metadata), rs);
+        self.put_owner(OwnerKind::ReplicaSet, rs.metadata);
     }
 
     /// Stores a Deployment.
     pub fn put_deployment(&self, d: Deployment) {
-        self.state.lock().deployments.insert(key(&d.metadata), d);
+        self.put_owner(OwnerKind::Deployment, d.metadata);
+    }
+
+    fn put_owner(&self, kind: OwnerKind, meta: ObjectMeta) {
+        let (ns, name) = key(&meta);
+        self.state.lock().owners.insert((kind, ns, name), meta);
     }
 
     /// Makes every lookup fail as unavailable (or work again).
@@ -231,40 +247,27 @@ impl MemoryWorkloads {
         self.state.lock().unavailable = unavailable;
     }
 
-    fn get<T: Clone>(
+    fn get<K: Eq + std::hash::Hash, T: Clone>(
         &self,
-        pick: impl FnOnce(&MemoryState) -> &HashMap<(String, String), T>,
-        ns: &str,
-        name: &str,
-    ) -> Result<Option<T>, LookupUnavailable> {
+        pick: impl FnOnce(&MemoryState) -> &HashMap<K, T>,
+        key: K,
+    ) -> Lookup<T> {
         let state = self.state.lock();
         if state.unavailable {
             return Err(LookupUnavailable("memory workloads switched off".into()));
         }
-        Ok(pick(&state).get(&(ns.to_owned(), name.to_owned())).cloned())
+        Ok(pick(&state).get(&key).cloned())
     }
 }
 
 #[async_trait]
 impl Workloads for MemoryWorkloads {
-    async fn pod(&self, ns: &str, name: &str) -> Result<Option<Pod>, LookupUnavailable> {
-        self.get(|s| &s.pods, ns, name)
+    async fn pod(&self, ns: &str, name: &str) -> Lookup<Pod> {
+        self.get(|s| &s.pods, (ns.to_owned(), name.to_owned()))
     }
 
-    async fn replica_set(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Result<Option<ReplicaSet>, LookupUnavailable> {
-        self.get(|s| &s.replica_sets, ns, name)
-    }
-
-    async fn deployment(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Result<Option<Deployment>, LookupUnavailable> {
-        self.get(|s| &s.deployments, ns, name)
+    async fn owner(&self, kind: OwnerKind, ns: &str, name: &str) -> Lookup<ObjectMeta> {
+        self.get(|s| &s.owners, (kind, ns.to_owned(), name.to_owned()))
     }
 }
 

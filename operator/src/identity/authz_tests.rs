@@ -3,49 +3,51 @@ use crate::identity::fixtures::{
     CHECKER, Chain, NS, SA, checker_chain, checker_workload, gateway_chain,
 };
 
-/// The decision with the checker rule configured, as the chart configures it.
-async fn decide(chain: &Chain, caller: &PodCaller) -> Result<WorkloadKind, Denial> {
+/// The decision for `caller` with `chain`'s workloads loaded, under these rules.
+async fn decide_with(
+    chain: &Chain,
+    caller: &PodCaller,
+    checker: Option<&CheckerWorkload>,
+    gateway_service_account: Option<&str>,
+) -> Result<WorkloadKind, Denial> {
     let w = MemoryWorkloads::default();
     chain.load(&w);
-    authorize(&w, caller, None, Some(&checker_workload()), Some(SA))
+    authorize(&w, caller, None, checker, gateway_service_account)
         .await
         .unwrap()
 }
 
-#[tokio::test]
-async fn a_managed_gateway_pod_is_allowed() {
-    let chain = gateway_chain("gw-5d9f-abcde");
-    assert_eq!(
-        decide(&chain, &chain.caller()).await,
-        Ok(WorkloadKind::Worker)
-    );
-    // Also without a checker rule.
-    let w = MemoryWorkloads::default();
-    chain.load(&w);
-    assert_eq!(
-        authorize(&w, &chain.caller(), None, None, None)
-            .await
-            .unwrap(),
-        Ok(WorkloadKind::Worker)
-    );
+/// The decision with the checker rule configured, as the chart configures it.
+async fn decide(chain: &Chain, caller: &PodCaller) -> Result<WorkloadKind, Denial> {
+    decide_with(chain, caller, Some(&checker_workload()), Some(SA)).await
 }
 
+/// The decision for the chain's own pod with no rule configured: neither a checker
+/// workload nor a gateway ServiceAccount.
+async fn decide_without_rules(chain: &Chain) -> Result<WorkloadKind, Denial> {
+    decide_with(chain, &chain.caller(), None, None).await
+}
+
+/// A managed gateway pod is a worker with or without the rules; a pod of the checker
+/// Deployment is a checker under the checker rule and just unmanaged without it.
 #[tokio::test]
-async fn a_pod_of_the_checker_deployment_is_a_checker() {
-    let chain = checker_chain("proxy-pool-checker-5d9f-x2k4q");
-    assert_eq!(
-        decide(&chain, &chain.caller()).await,
-        Ok(WorkloadKind::Checker)
-    );
-    // Without the checker rule the same pod is just unmanaged.
-    let w = MemoryWorkloads::default();
-    chain.load(&w);
-    assert_eq!(
-        authorize(&w, &chain.caller(), None, None, None)
-            .await
-            .unwrap(),
-        Err(Denial::NotManaged)
-    );
+async fn gateway_pods_are_workers_and_checker_pods_are_checkers_under_the_rule() {
+    let cases = [
+        (
+            gateway_chain("gw-5d9f-abcde"),
+            Ok(WorkloadKind::Worker),
+            Ok(WorkloadKind::Worker),
+        ),
+        (
+            checker_chain("proxy-pool-checker-5d9f-x2k4q"),
+            Ok(WorkloadKind::Checker),
+            Err(Denial::NotManaged),
+        ),
+    ];
+    for (chain, with_rules, without_rules) in cases {
+        assert_eq!(decide(&chain, &chain.caller()).await, with_rules);
+        assert_eq!(decide_without_rules(&chain).await, without_rules);
+    }
 }
 
 #[tokio::test]
@@ -88,16 +90,12 @@ async fn the_checker_rule_trusts_name_uid_namespace_and_service_account_not_labe
     assert_eq!(decide(&checker, &caller).await, Err(Denial::UidMismatch));
 
     // The checker's name in another namespace.
-    let w = MemoryWorkloads::default();
-    checker.load(&w);
     let elsewhere = CheckerWorkload {
         namespace: "elsewhere".into(),
         ..checker_workload()
     };
     assert_eq!(
-        authorize(&w, &checker.caller(), None, Some(&elsewhere), None)
-            .await
-            .unwrap(),
+        decide_with(&checker, &checker.caller(), Some(&elsewhere), None).await,
         Err(Denial::NotManaged)
     );
     // And a gateway Deployment never becomes a checker by its ServiceAccount (its pod
@@ -208,12 +206,5 @@ async fn a_gateway_pod_under_another_service_account_is_refused() {
         Err(Denial::GatewayServiceAccount)
     );
     // Without the rule (an operator that names no gateway ServiceAccount) it passes.
-    let w = MemoryWorkloads::default();
-    chain.load(&w);
-    assert_eq!(
-        authorize(&w, &chain.caller(), None, None, None)
-            .await
-            .unwrap(),
-        Ok(WorkloadKind::Worker)
-    );
+    assert_eq!(decide_without_rules(&chain).await, Ok(WorkloadKind::Worker));
 }

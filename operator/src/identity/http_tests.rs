@@ -112,6 +112,25 @@ async fn problem(f: &Fixture, req: Request<Body>, want: StatusCode) -> Problem {
     p
 }
 
+/// The problem a request with `token` and `csr` is refused with (status `want`).
+async fn refusal(f: &Fixture, token: &str, csr: &str, want: StatusCode) -> Problem {
+    problem(f, request(Some(token), json_body(csr)), want).await
+}
+
+/// The identity issued for a request with `token` and `csr`.
+async fn issue(f: &Fixture, token: &str, csr: &str) -> IssueResponse {
+    let (status, _, body) = call(f, request(Some(token), json_body(csr))).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// Loads `chain`'s workloads and lets `token` review as its pod.
+fn admit(f: &Fixture, token: &str, chain: &Chain) {
+    chain.load(&f.workloads);
+    f.reviewer
+        .allow(token, DEFAULT_AUDIENCE, reviewed(chain, DEFAULT_AUDIENCE));
+}
+
 #[tokio::test]
 async fn issues_a_spiffe_leaf_named_after_the_pod_not_the_csr() {
     let f = fixture().await;
@@ -119,9 +138,7 @@ async fn issues_a_spiffe_leaf_named_after_the_pod_not_the_csr() {
         "spiffe://evil/prod/worker/admin".into(),
         "evil.example".into(),
     ]);
-    let (status, _, body) = call(&f, request(Some(TOKEN), json_body(&csr))).await;
-    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
-    let issued: IssueResponse = serde_json::from_slice(&body).unwrap();
+    let issued = issue(&f, TOKEN, &csr).await;
     assert_eq!(
         issued.spiffe_id,
         "spiffe://proxy-pool.local/test/worker/gw-5d9f-abcde"
@@ -185,24 +202,14 @@ async fn missing_unknown_and_wrong_audience_tokens_are_401() {
     let (status, headers, _) = call(&f, request(None, json_body(&csr))).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(headers["www-authenticate"], "Bearer");
-    problem(
-        &f,
-        request(Some("forged"), json_body(&csr)),
-        StatusCode::UNAUTHORIZED,
-    )
-    .await;
+    refusal(&f, "forged", &csr, StatusCode::UNAUTHORIZED).await;
     // Authenticated, but the API server reports another audience.
     f.reviewer.allow(
         "other-aud",
         DEFAULT_AUDIENCE,
         reviewed(&f.chain, "kubernetes"),
     );
-    problem(
-        &f,
-        request(Some("other-aud"), json_body(&csr)),
-        StatusCode::UNAUTHORIZED,
-    )
-    .await;
+    refusal(&f, "other-aud", &csr, StatusCode::UNAUTHORIZED).await;
 }
 
 #[tokio::test]
@@ -218,33 +225,18 @@ async fn unmanaged_pods_and_unbound_tokens_are_403() {
         DEFAULT_AUDIENCE,
         reviewed(&stranger, DEFAULT_AUDIENCE),
     );
-    let p = problem(
-        &f,
-        request(Some("stranger"), json_body(&csr)),
-        StatusCode::FORBIDDEN,
-    )
-    .await;
+    let p = refusal(&f, "stranger", &csr, StatusCode::FORBIDDEN).await;
     assert!(p.detail.unwrap().contains("ReplicaSet"));
     // A token not bound to a pod.
     let mut unbound = reviewed(&f.chain, DEFAULT_AUDIENCE);
     unbound.pod_uid = None;
     f.reviewer.allow("unbound", DEFAULT_AUDIENCE, unbound);
-    problem(
-        &f,
-        request(Some("unbound"), json_body(&csr)),
-        StatusCode::FORBIDDEN,
-    )
-    .await;
+    refusal(&f, "unbound", &csr, StatusCode::FORBIDDEN).await;
     // A token for an earlier pod of the same name.
     let mut earlier = reviewed(&f.chain, DEFAULT_AUDIENCE);
     earlier.pod_uid = Some("uid-old".into());
     f.reviewer.allow("earlier", DEFAULT_AUDIENCE, earlier);
-    problem(
-        &f,
-        request(Some("earlier"), json_body(&csr)),
-        StatusCode::FORBIDDEN,
-    )
-    .await;
+    refusal(&f, "earlier", &csr, StatusCode::FORBIDDEN).await;
 }
 
 #[tokio::test]
@@ -258,12 +250,7 @@ async fn api_outages_are_503_with_retry_after_and_no_internal_text() {
     assert!(!String::from_utf8_lossy(&body).contains("memory reviewer"));
     f.reviewer.set_unavailable(false);
     f.workloads.set_unavailable(true);
-    problem(
-        &f,
-        request(Some(TOKEN), json_body(&csr)),
-        StatusCode::SERVICE_UNAVAILABLE,
-    )
-    .await;
+    refusal(&f, TOKEN, &csr, StatusCode::SERVICE_UNAVAILABLE).await;
 }
 
 mod over_tls {
@@ -488,22 +475,10 @@ fn tokens_keys_and_certificates_never_reach_the_logs() {
     rt.block_on(async {
         let f = fixture().await;
         let csr = csr_with_sans(vec![]);
-        let (status, _, body) = call(&f, request(Some(TOKEN), json_body(&csr))).await;
-        assert_eq!(status, StatusCode::OK);
-        let issued: IssueResponse = serde_json::from_slice(&body).unwrap();
-        problem(
-            &f,
-            request(Some("forged-token-xyz"), json_body(&csr)),
-            StatusCode::UNAUTHORIZED,
-        )
-        .await;
+        let issued = issue(&f, TOKEN, &csr).await;
+        refusal(&f, "forged-token-xyz", &csr, StatusCode::UNAUTHORIZED).await;
         f.workloads.set_unavailable(true);
-        problem(
-            &f,
-            request(Some(TOKEN), json_body(&csr)),
-            StatusCode::SERVICE_UNAVAILABLE,
-        )
-        .await;
+        refusal(&f, TOKEN, &csr, StatusCode::SERVICE_UNAVAILABLE).await;
         let logs = String::from_utf8(capture.0.lock().clone()).unwrap();
         assert!(logs.contains("worker certificate issued"), "{logs}");
         assert!(logs.contains("identity issuance failed"), "{logs}");
@@ -538,19 +513,12 @@ fn san_uris(certificate_pem: &str) -> Vec<String> {
 async fn checker_pods_get_checker_ids_and_gateways_keep_worker_ids() {
     let f = fixture().await;
     let checker = checker_chain("proxy-pool-checker-5d9f-x2k4q");
-    checker.load(&f.workloads);
-    f.reviewer.allow(
-        "checker-token",
-        DEFAULT_AUDIENCE,
-        reviewed(&checker, DEFAULT_AUDIENCE),
-    );
+    admit(&f, "checker-token", &checker);
     // The CSR asks to be a gateway worker; the kind comes from the Deployment.
     let csr = csr_with_sans(vec![
         "spiffe://proxy-pool.local/test/worker/proxy-pool-checker-5d9f-x2k4q".into(),
     ]);
-    let (status, _, body) = call(&f, request(Some("checker-token"), json_body(&csr))).await;
-    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
-    let issued: IssueResponse = serde_json::from_slice(&body).unwrap();
+    let issued = issue(&f, "checker-token", &csr).await;
     let want = "spiffe://proxy-pool.local/test/checker/proxy-pool-checker-5d9f-x2k4q";
     assert_eq!(issued.spiffe_id, want);
     assert_eq!(san_uris(&issued.certificate), vec![want.to_owned()]);
@@ -565,9 +533,7 @@ async fn checker_pods_get_checker_ids_and_gateways_keep_worker_ids() {
     let csr = csr_with_sans(vec![
         "spiffe://proxy-pool.local/test/checker/gw-5d9f-abcde".into(),
     ]);
-    let (status, _, body) = call(&f, request(Some(TOKEN), json_body(&csr))).await;
-    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
-    let issued: IssueResponse = serde_json::from_slice(&body).unwrap();
+    let issued = issue(&f, TOKEN, &csr).await;
     let want = "spiffe://proxy-pool.local/test/worker/gw-5d9f-abcde";
     assert_eq!(issued.spiffe_id, want);
     assert_eq!(san_uris(&issued.certificate), vec![want.to_owned()]);
@@ -580,18 +546,8 @@ async fn checker_refusals_keep_their_reasons() {
     // A pod of the checker Deployment under another ServiceAccount.
     let mut wrong_sa = checker_chain("proxy-pool-checker-5d9f-aaaaa");
     wrong_sa.pod.spec.as_mut().unwrap().service_account_name = Some("default".into());
-    wrong_sa.load(&f.workloads);
-    f.reviewer.allow(
-        "wrong-sa",
-        DEFAULT_AUDIENCE,
-        reviewed(&wrong_sa, DEFAULT_AUDIENCE),
-    );
-    let p = problem(
-        &f,
-        request(Some("wrong-sa"), json_body(&csr)),
-        StatusCode::FORBIDDEN,
-    )
-    .await;
+    admit(&f, "wrong-sa", &wrong_sa);
+    let p = refusal(&f, "wrong-sa", &csr, StatusCode::FORBIDDEN).await;
     assert_eq!(
         p.detail.as_deref(),
         Some("pod of the checker Deployment does not run under the checker ServiceAccount")
@@ -608,18 +564,8 @@ async fn checker_refusals_keep_their_reasons() {
         .unwrap()[0];
     rs_owner.name = "other".into();
     rs_owner.uid = "uid-other".into();
-    other.load(&f.workloads);
-    f.reviewer.allow(
-        "other",
-        DEFAULT_AUDIENCE,
-        reviewed(&other, DEFAULT_AUDIENCE),
-    );
-    let p = problem(
-        &f,
-        request(Some("other"), json_body(&csr)),
-        StatusCode::FORBIDDEN,
-    )
-    .await;
+    admit(&f, "other", &other);
+    let p = refusal(&f, "other", &csr, StatusCode::FORBIDDEN).await;
     assert!(
         p.detail.unwrap().contains("checker Deployment"),
         "the reason names both rules"

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 
-use super::authz::{LookupUnavailable, Workloads};
+use super::authz::{Lookup, LookupUnavailable, OwnerKind, Workloads};
 #[cfg(doc)]
 use super::review::TokenReviewer;
 use super::store::{CaStore, Loaded, StoreError, StoredCa};
@@ -53,7 +53,30 @@ impl KubeWorkloads {
     }
 }
 
-async fn get<K>(client: &kube::Client, ns: &str, name: &str) -> Result<Option<K>, LookupUnavailable>
+#[async_trait]
+impl Workloads for KubeWorkloads {
+    async fn pod(&self, ns: &str, name: &str) -> Lookup<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn owner(&self, kind: OwnerKind, ns: &str, name: &str) -> Lookup<ObjectMeta> {
+        let found = match kind {
+            OwnerKind::ReplicaSet => metadata::<ReplicaSet>(&self.client, ns, name).await,
+            OwnerKind::Deployment => metadata::<Deployment>(&self.client, ns, name).await,
+        };
+        found.map_err(unavailable)
+    }
+}
+
+/// Only the metadata of a namespaced object, if it exists.
+async fn metadata<K>(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> kube::Result<Option<ObjectMeta>>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -61,33 +84,14 @@ where
         + std::fmt::Debug,
     K::DynamicType: Default,
 {
-    Api::<K>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-        .map_err(|e| LookupUnavailable(e.to_string()))
+    let found = Api::<K>::namespaced(client.clone(), ns)
+        .get_metadata_opt(name)
+        .await?;
+    Ok(found.map(|o| o.metadata))
 }
 
-#[async_trait]
-impl Workloads for KubeWorkloads {
-    async fn pod(&self, ns: &str, name: &str) -> Result<Option<Pod>, LookupUnavailable> {
-        get(&self.client, ns, name).await
-    }
-
-    async fn replica_set(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Result<Option<ReplicaSet>, LookupUnavailable> {
-        get(&self.client, ns, name).await
-    }
-
-    async fn deployment(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Result<Option<Deployment>, LookupUnavailable> {
-        get(&self.client, ns, name).await
-    }
+fn unavailable(e: kube::Error) -> LookupUnavailable {
+    LookupUnavailable(e.to_string())
 }
 
 /// [`CaStore`] in a Secret, with the bundle in a ConfigMap per namespace.
@@ -230,15 +234,7 @@ impl CaStore for KubeCaStore {
             data: Some(data),
             ..Default::default()
         };
-        Api::<Secret>::namespaced(self.client.clone(), &self.namespace)
-            .patch(
-                &self.secret_name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&secret),
-            )
-            .await
-            .map_err(store_error)?;
-        Ok(())
+        apply(&self.client, &self.namespace, &self.secret_name, &secret).await
     }
 
     async fn publish_bundle(&self, bundle_pem: &str) -> Result<(), StoreError> {
@@ -251,15 +247,30 @@ impl CaStore for KubeCaStore {
                 )])),
                 ..Default::default()
             };
-            Api::<ConfigMap>::namespaced(self.client.clone(), ns)
-                .patch(
-                    &self.bundle_name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&cm),
-                )
-                .await
-                .map_err(store_error)?;
+            apply(&self.client, ns, &self.bundle_name, &cm).await?;
         }
         Ok(())
     }
+}
+
+/// Server-side applies `obj` as `name` in `ns` (field manager `proxy-pool-operator`,
+/// taking over conflicting fields).
+async fn apply<K>(client: &kube::Client, ns: &str, name: &str, obj: &K) -> Result<(), StoreError>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Api::<K>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(obj),
+        )
+        .await
+        .map_err(store_error)?;
+    Ok(())
 }

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 pub use clients::{CLIENTS_DIR, CLIENTS_KEY, GatewayClients, gateway_clients};
@@ -101,17 +101,11 @@ async fn reconcile_inner(r: &Routing, ctx: &Context) -> Result<Action, Error> {
             format!("{ready} of {desired} gateway pod(s) of Deployment {object} ready"),
         ));
     }
-    let old = r
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
     let status = json!({
-        "observedGeneration": r.meta().generation,
         "readyReplicas": ready,
         "service": object,
     });
-    report(ctx, r, &old, status, &outcome).await?;
+    report(ctx, r, status, &outcome).await?;
     Ok(if outcome.is_ready() {
         Action::requeue(Duration::from_secs(300))
     } else if outcome.problems.is_empty() {

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
 use serde_json::json;
 
 use super::*;
@@ -35,10 +36,28 @@ fn template() -> GatewayTemplate {
     }
 }
 
+/// The pod template of `r`'s gateway Deployment (no clients).
+fn gateway_pod(r: &Routing, t: &GatewayTemplate) -> k8s_openapi::api::core::v1::PodSpec {
+    let d = deployment(r, t, &no_clients()).expect("deployment");
+    d.spec.expect("spec").template.spec.expect("pod")
+}
+
+/// The port numbers of a container's or a Service's `ports`.
+fn numbers<T>(ports: &Option<Vec<T>>, number: impl Fn(&T) -> i32) -> Vec<i32> {
+    ports.as_ref().expect("ports").iter().map(number).collect()
+}
+
+/// Asserts the container is started with each of `want` among its arguments.
+fn assert_args_include(c: &k8s_openapi::api::core::v1::Container, want: &[&str]) {
+    let args = c.args.as_ref().expect("args");
+    for arg in want {
+        assert!(args.iter().any(|a| a == arg), "{arg} not in {args:?}");
+    }
+}
+
 #[test]
 fn gateway_pods_get_the_egress_policy_and_tight_secret_modes() {
-    let d = deployment(&routing(), &template(), &no_clients()).expect("deployment");
-    let pod = d.spec.expect("spec").template.spec.expect("pod");
+    let pod = gateway_pod(&routing(), &template());
     let env = pod.containers[0].env.clone().expect("env");
     let deny = env
         .iter()
@@ -254,19 +273,16 @@ fn gateway_pods_get_the_chart_hardening_scheduling_and_shutdown_timing() {
         Some("100m".to_owned()),
         "the chart's default resources when the Routing sets none"
     );
-    let args = c.args.as_ref().expect("args");
-    assert!(
-        args.contains(&"--shutdown-delay-seconds=7".to_owned()),
-        "{args:?}"
-    );
-    assert!(
-        args.contains(&"--drain-grace-seconds=20".to_owned()),
-        "{args:?}"
+    assert_args_include(
+        c,
+        &["--shutdown-delay-seconds=7", "--drain-grace-seconds=20"],
     );
     // A Routing's own resources win over the default.
-    let d = deployment(&routing(), &t, &no_clients()).expect("deployment");
-    let c = &d.spec.expect("spec").template.spec.expect("pod").containers[0];
-    assert_eq!(c.resources, routing().spec.gateway.resources);
+    let pod = gateway_pod(&routing(), &t);
+    assert_eq!(
+        pod.containers[0].resources,
+        routing().spec.gateway.resources
+    );
 }
 
 #[test]
@@ -326,14 +342,10 @@ fn deployment_has_labels_owner_token_and_ports() {
         .expect("token projection");
     assert_eq!(token.audience.as_deref(), Some(IDENTITY_AUDIENCE));
     let c = &pod.containers[0];
-    let ports: Vec<i32> = c
-        .ports
-        .as_ref()
-        .expect("ports")
-        .iter()
-        .map(|p| p.container_port)
-        .collect();
-    assert_eq!(ports, vec![3128, 1080, 9090]);
+    assert_eq!(
+        numbers(&c.ports, |p| p.container_port),
+        vec![3128, 1080, 9090]
+    );
     assert_eq!(c.resources, r.spec.gateway.resources);
     let args = c.args.as_ref().expect("args");
     assert_eq!(
@@ -359,16 +371,10 @@ fn an_absent_listener_binds_loopback_and_admin_avoids_listener_ports() {
     if let Some(s) = r.spec.gateway.listeners.socks5.as_mut() {
         s.port = 9090;
     }
-    let d = deployment(&r, &template(), &no_clients()).expect("deployment");
-    let c = &d.spec.expect("spec").template.spec.expect("pod").containers[0];
-    let args = c.args.as_ref().expect("args");
-    assert!(
-        args.contains(&"--http-listen=127.0.0.1:0".to_owned()),
-        "{args:?}"
-    );
-    assert!(
-        args.contains(&"--admin-listen=0.0.0.0:9091".to_owned()),
-        "{args:?}"
+    let pod = gateway_pod(&r, &template());
+    assert_args_include(
+        &pod.containers[0],
+        &["--http-listen=127.0.0.1:0", "--admin-listen=0.0.0.0:9091"],
     );
 }
 
@@ -382,12 +388,5 @@ fn service_selects_the_deployment_pods() {
         spec.selector,
         d.spec.as_ref().expect("spec").selector.match_labels
     );
-    let ports: Vec<i32> = spec
-        .ports
-        .as_ref()
-        .expect("ports")
-        .iter()
-        .map(|p| p.port)
-        .collect();
-    assert_eq!(ports, vec![3128, 1080]);
+    assert_eq!(numbers(&spec.ports, |p| p.port), vec![3128, 1080]);
 }

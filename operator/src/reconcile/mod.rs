@@ -111,13 +111,7 @@ pub async fn run(
     .watches(ctx.api::<Upstream>(), wc.clone(), to(&root))
     .watches(ctx.api::<Routing>(), wc.clone(), to(&root))
     .watches(ctx.api::<DistributionClient>(), wc.clone(), to(&root))
-    .watches(secrets(), wc.clone(), to(&root))
-    .graceful_shutdown_on(shutdown.clone())
-    .run(
-        config::reconcile,
-        |d, e, c| policy(config::CONFIG_KIND, &d.name_any(), e, &c),
-        ctx.clone(),
-    );
+    .watches(secrets(), wc.clone(), to(&root));
 
     let routing_ctrl =
         Controller::new(ctx.api::<Routing>(), wc.clone()).with_config(debounce.clone());
@@ -128,46 +122,77 @@ pub async fn run(
         .owns(ctx.api::<ConfigMap>(), gateway_wc)
         .watches(ctx.api::<Upstream>(), wc.clone(), all(&store))
         .watches(ctx.api::<DistributionClient>(), wc.clone(), all(&store))
-        .watches(secrets(), wc.clone(), all(&store))
-        .graceful_shutdown_on(shutdown.clone())
-        .run(
-            gateway::reconcile,
-            |r, e, c| policy(Kind::Routing.as_str(), &r.name_any(), e, &c),
-            ctx.clone(),
-        );
+        .watches(secrets(), wc.clone(), all(&store));
 
     let upstream_ctrl =
         Controller::new(ctx.api::<Upstream>(), wc.clone()).with_config(debounce.clone());
     let store = upstream_ctrl.store();
-    let upstream_ctrl = upstream_ctrl
-        .watches(secrets(), wc.clone(), all(&store))
-        .graceful_shutdown_on(shutdown.clone())
-        .run(
-            resources::reconcile_upstream,
-            |u, e, c| policy(Kind::Upstream.as_str(), &u.name_any(), e, &c),
-            ctx.clone(),
-        );
+    let upstream_ctrl = upstream_ctrl.watches(secrets(), wc.clone(), all(&store));
 
     let client_ctrl =
         Controller::new(ctx.api::<DistributionClient>(), wc.clone()).with_config(debounce);
     let store = client_ctrl.store();
     let client_ctrl = client_ctrl
         .watches(secrets(), wc.clone(), all(&store))
-        .watches(ctx.api::<Upstream>(), wc, all(&store))
-        .graceful_shutdown_on(shutdown)
-        .run(
-            resources::reconcile_client,
-            |c, e, cx| policy(Kind::DistributionClient.as_str(), &c.name_any(), e, &cx),
-            ctx.clone(),
-        );
+        .watches(ctx.api::<Upstream>(), wc, all(&store));
 
     tokio::join!(
-        drain(config::CONFIG_KIND, config_ctrl, &ctx),
-        drain(Kind::Routing.as_str(), routing_ctrl, &ctx),
-        drain(Kind::Upstream.as_str(), upstream_ctrl, &ctx),
-        drain(Kind::DistributionClient.as_str(), client_ctrl, &ctx),
+        serve(
+            config::CONFIG_KIND,
+            config_ctrl,
+            config::reconcile,
+            shutdown.clone(),
+            &ctx
+        ),
+        serve(
+            Kind::Routing.as_str(),
+            routing_ctrl,
+            gateway::reconcile,
+            shutdown.clone(),
+            &ctx
+        ),
+        serve(
+            Kind::Upstream.as_str(),
+            upstream_ctrl,
+            resources::reconcile_upstream,
+            shutdown.clone(),
+            &ctx
+        ),
+        serve(
+            Kind::DistributionClient.as_str(),
+            client_ctrl,
+            resources::reconcile_client,
+            shutdown,
+            &ctx
+        ),
     );
     Ok(())
+}
+
+/// Runs `controller` with `reconcile` and the shared error [`policy`] until `shutdown`
+/// completes, consuming its results with [`drain`].
+async fn serve<K, F>(
+    kind: &'static str,
+    controller: Controller<K>,
+    reconcile: impl FnMut(Arc<K>, Arc<Context>) -> F,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    ctx: &Arc<Context>,
+) where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    F: Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    let results = controller.graceful_shutdown_on(shutdown).run(
+        reconcile,
+        move |obj, error, ctx| policy(kind, &obj.name_any(), error, &ctx),
+        ctx.clone(),
+    );
+    drain(kind, results, ctx).await;
 }
 
 /// How a Lease-guarded operator replica identifies itself.

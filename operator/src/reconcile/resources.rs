@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::context::{Context, measured};
@@ -19,14 +19,9 @@ use crate::crd::{DistributionClient, Upstream};
 /// Reports an Upstream's status.
 #[tracing::instrument(skip_all, fields(upstream = %u.name_any()))]
 pub async fn reconcile_upstream(u: Arc<Upstream>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let old = u
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
     measured(Kind::Upstream.as_str(), &ctx, async {
         let mut outcome = outcome(&ctx, Kind::Upstream, &u.name_any()).await?;
-        let mut status = json!({ "observedGeneration": u.meta().generation });
+        let mut status = json!({});
         if let Some(admin) = ctx.config.controller_admin.as_deref()
             && outcome.problems.is_empty()
         {
@@ -39,7 +34,7 @@ pub async fn reconcile_upstream(u: Arc<Upstream>, ctx: Arc<Context>) -> Result<A
             )
             .await;
         }
-        report(&ctx, &*u, &old, status, &outcome).await?;
+        report(&ctx, &*u, status, &outcome).await?;
         Ok(if ctx.config.controller_admin.is_some() {
             // Inventory changes all the time: keep `kubectl get upstreams` current.
             Action::requeue(INVENTORY_REFRESH)
@@ -132,15 +127,9 @@ pub async fn reconcile_client(
     c: Arc<DistributionClient>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let old = c
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
     measured(Kind::DistributionClient.as_str(), &ctx, async {
         let outcome = outcome(&ctx, Kind::DistributionClient, &c.name_any()).await?;
-        let status = json!({ "observedGeneration": c.meta().generation });
-        report(&ctx, &*c, &old, status, &outcome).await?;
+        report(&ctx, &*c, json!({}), &outcome).await?;
         Ok(action(&outcome))
     })
     .await

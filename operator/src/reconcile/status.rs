@@ -16,7 +16,7 @@ use super::common::FIELD_MANAGER;
 use super::context::Context;
 use super::error::Error;
 use super::render::Problem;
-use crate::crd::{CONDITION_DEGRADED, CONDITION_READY};
+use crate::crd::{CONDITION_DEGRADED, CONDITION_READY, HasConditions};
 
 /// The outcome a reconcile reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,39 +97,28 @@ pub fn conditions(old: &[Condition], generation: Option<i64>, outcome: &Outcome)
         .collect()
 }
 
-/// Reports `outcome` on `obj`: applies `status` with the two conditions added
-/// (transition times kept from `old`, the conditions before) and publishes an event
-/// when Ready changed.
+/// Reports `outcome` on `obj`: server-side applies `status` (a JSON object of the
+/// fields this operator owns) to its status subresource with `observedGeneration`
+/// and the two conditions added (transition times kept from the conditions `obj`
+/// carries) and publishes an event when Ready changed.
 pub async fn report<K>(
     ctx: &Context,
     obj: &K,
-    old: &[Condition],
     mut status: Value,
     outcome: &Outcome,
 ) -> Result<(), Error>
 where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+    K: HasConditions
+        + Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
         + DeserializeOwned
         + Serialize
         + std::fmt::Debug,
 {
-    status["conditions"] = json!(conditions(old, obj.meta().generation, outcome));
-    apply_status(ctx, obj, status).await?;
-    event_on_change(ctx, obj, old, outcome).await;
-    Ok(())
-}
-
-/// Server-side applies `status` (a JSON object of the fields this operator owns) to
-/// `obj`'s status subresource.
-pub async fn apply_status<K>(ctx: &Context, obj: &K, status: Value) -> Result<(), Error>
-where
-    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + std::fmt::Debug,
-{
+    let old = obj.conditions();
+    let generation = obj.meta().generation;
+    status["observedGeneration"] = json!(generation);
+    status["conditions"] = json!(conditions(old, generation, outcome));
     let api: Api<K> = ctx.api();
     let patch = json!({
         "apiVersion": K::api_version(&()),
@@ -142,6 +131,7 @@ where
         &Patch::Apply(&patch),
     )
     .await?;
+    event_on_change(ctx, obj, old, outcome).await;
     Ok(())
 }
 
@@ -202,29 +192,32 @@ mod tests {
         }
     }
 
+    /// `(type, status, reason)` of each condition, in order.
+    fn summary(c: &[Condition]) -> Vec<(&str, &str, &str)> {
+        c.iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str()))
+            .collect()
+    }
+
+    const PROBLEM: [(&str, &str, &str); 2] = [
+        ("Ready", "False", "SecretNotFound"),
+        ("Degraded", "True", "SecretNotFound"),
+    ];
+
     #[test]
     fn ready_and_degraded_mirror_each_other() {
         let ok = Outcome::new(vec![], "fine".into());
         let c = conditions(&[], Some(3), &ok);
         assert_eq!(
-            (c[0].type_.as_str(), c[0].status.as_str()),
-            ("Ready", "True")
-        );
-        assert_eq!(
-            (c[1].type_.as_str(), c[1].status.as_str()),
-            ("Degraded", "False")
+            summary(&c),
+            [
+                ("Ready", "True", "Reconciled"),
+                ("Degraded", "False", "AsExpected")
+            ]
         );
         assert_eq!(c[0].observed_generation, Some(3));
         let bad = Outcome::new(vec![problem()], String::new());
-        let c = conditions(&[], Some(3), &bad);
-        assert_eq!(
-            (c[0].status.as_str(), c[0].reason.as_str()),
-            ("False", "SecretNotFound")
-        );
-        assert_eq!(
-            (c[1].status.as_str(), c[1].reason.as_str()),
-            ("True", "SecretNotFound")
-        );
+        assert_eq!(summary(&conditions(&[], Some(3), &bad)), PROBLEM);
     }
 
     #[test]
@@ -234,21 +227,16 @@ mod tests {
         assert!(!waiting.is_ready());
         let c = conditions(&[], Some(1), &waiting);
         assert_eq!(
-            (c[0].status.as_str(), c[0].reason.as_str()),
-            ("False", "GatewayPodsNotReady")
+            summary(&c),
+            [
+                ("Ready", "False", "GatewayPodsNotReady"),
+                ("Degraded", "False", "AsExpected")
+            ]
         );
         assert_eq!(c[0].message, "0 of 2 gateway pods ready");
-        assert_eq!(
-            (c[1].status.as_str(), c[1].reason.as_str()),
-            ("False", "AsExpected")
-        );
         // A problem wins over waiting.
         waiting.problems.push(problem());
-        let c = conditions(&[], Some(1), &waiting);
-        assert_eq!(
-            (c[0].status.as_str(), c[1].status.as_str()),
-            ("False", "True")
-        );
+        assert_eq!(summary(&conditions(&[], Some(1), &waiting)), PROBLEM);
     }
 
     #[test]

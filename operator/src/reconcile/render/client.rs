@@ -59,7 +59,7 @@ impl Cx<'_> {
                 c.spec
                     .permissions
                     .iter()
-                    .map(|p| permission(*p).to_owned())
+                    .map(|p| p.as_str().to_owned())
                     .collect(),
             ),
             max_extract_count: c.spec.max_extract_count,
@@ -133,13 +133,5 @@ impl Cx<'_> {
             }
             None
         }
-    }
-}
-
-fn permission(p: crate::crd::Permission) -> &'static str {
-    match p {
-        crate::crd::Permission::DistributionExtract => "distribution:extract",
-        crate::crd::Permission::GatewayConnect => "gateway:connect",
-        crate::crd::Permission::StatsRead => "stats:read",
     }
 }

@@ -7,7 +7,7 @@ use proxy_pool_api::config::raw::{
 
 use super::cx::Cx;
 use super::model::{Kind, Problem, name};
-use crate::crd::{Upstream, VendorFormat};
+use crate::crd::Upstream;
 
 impl Cx<'_> {
     pub(super) fn upstream(&mut self, u: &Upstream) -> Option<RawUpstream> {
@@ -79,11 +79,7 @@ impl Cx<'_> {
                 static_list: None,
                 vendor_api: Some(RawVendorApi {
                     url: v.url.clone(),
-                    format: match v.format {
-                        VendorFormat::Json => "json",
-                        VendorFormat::Lines => "lines",
-                    }
-                    .to_owned(),
+                    format: v.format.as_str().to_owned(),
                     api_key_file,
                     credentials,
                     timeout: budget.map(|b| b.timeout.clone()),
