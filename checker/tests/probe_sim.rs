@@ -58,6 +58,12 @@ async fn sim_with(protocol: Protocol, ttl: Duration, mode: FailureMode) -> (Simu
     (sim, p)
 }
 
+/// A simulator with one proxy of `protocol` failing by `mode`, alive for the whole
+/// test (a minute).
+async fn live_proxy(protocol: Protocol, mode: FailureMode) -> (Simulator, SimProxy) {
+    sim_with(protocol, Duration::from_secs(60), mode).await
+}
+
 async fn probe(sim: &Simulator, p: &SimProxy, checks: Vec<Check>) -> Vec<Observation> {
     prober(sim).probe(&task(1, p, checks)).await
 }
@@ -134,7 +140,7 @@ async fn refuse_and_bad_auth_fail_basic_and_skip_the_rest() {
 
 #[tokio::test]
 async fn wrong_credentials_are_rejected() {
-    let (sim, p) = sim_with(Protocol::Http, Duration::from_secs(60), FailureMode::None).await;
+    let (sim, p) = live_proxy(Protocol::Http, FailureMode::None).await;
     let mut t = task(1, &p, vec![Check::Basic]);
     t.credentials = Some(proxy_pool_checker::Credentials {
         username: p.username.clone(),
@@ -160,12 +166,7 @@ async fn a_proxy_past_its_ttl_fails_basic() {
 
 #[tokio::test]
 async fn wrong_egress_is_reported_as_a_client_leak() {
-    let (sim, p) = sim_with(
-        Protocol::Http,
-        Duration::from_secs(60),
-        FailureMode::WrongEgress,
-    )
-    .await;
+    let (sim, p) = live_proxy(Protocol::Http, FailureMode::WrongEgress).await;
     let obs = probe(&sim, &p, vec![Check::Basic, Check::Egress]).await;
     assert!(obs[0].success);
     assert_eq!(obs[1].failure, Some(FailureCode::ClientLeaked));
@@ -174,12 +175,7 @@ async fn wrong_egress_is_reported_as_a_client_leak() {
 
 #[tokio::test]
 async fn a_slow_proxy_times_out_within_the_deadline() {
-    let (sim, p) = sim_with(
-        Protocol::Http,
-        Duration::from_secs(60),
-        FailureMode::Slow { delay_ms: 5_000 },
-    )
-    .await;
+    let (sim, p) = live_proxy(Protocol::Http, FailureMode::Slow { delay_ms: 5_000 }).await;
     let mut t = task(1, &p, vec![Check::Basic]);
     t.deadline = Instant::now() + Duration::from_millis(300);
     let started = Instant::now();
@@ -193,7 +189,7 @@ async fn a_slow_proxy_times_out_within_the_deadline() {
 /// checks.
 #[tokio::test]
 async fn a_task_past_its_deadline_is_never_dialled() {
-    let (sim, p) = sim_with(Protocol::Http, Duration::from_secs(60), FailureMode::None).await;
+    let (sim, p) = live_proxy(Protocol::Http, FailureMode::None).await;
     let mut t = task(1, &p, vec![Check::Basic, Check::Egress]);
     t.deadline = Instant::now();
     assert!(prober(&sim).probe(&t).await.is_empty());
