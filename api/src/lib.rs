@@ -5,6 +5,7 @@
 pub mod config;
 pub mod controlplane;
 pub mod egress;
+pub mod gateway_clients;
 pub mod identity;
 pub mod ids;
 pub mod inventory;

@@ -77,12 +77,7 @@ fn answer(req: &Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
 }
 
 fn reply(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
-    let mut res = Response::new(Full::new(body));
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
-    );
+    let mut res = crate::listen::response(status, "application/json", body);
     res.headers_mut().insert(
         header::CACHE_CONTROL,
         header::HeaderValue::from_static("no-store"),

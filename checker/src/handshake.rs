@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 
 use proxy_pool_api::egress::EgressPolicy;
 
-use crate::model::{Credentials, FailureCode};
+use crate::model::{Credentials, FailureCode, Protocol};
 
 /// Largest HTTP `CONNECT` response head read.
 const MAX_HEAD: usize = 8 * 1024;
@@ -61,20 +61,45 @@ fn authority(host: &str, port: u16) -> String {
     }
 }
 
+/// What a handshake through a vendor proxy asks for: a tunnel to `host:port`,
+/// authenticated with `creds` if the proxy wants credentials.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectTo<'a> {
+    /// Target host: a name or an IP address.
+    pub host: &'a str,
+    /// Target port.
+    pub port: u16,
+    /// The proxy's credentials.
+    pub creds: Option<&'a Credentials>,
+}
+
+/// A stream a handshake runs over.
+pub trait HandshakeStream: AsyncRead + AsyncWrite + Unpin {}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> HandshakeStream for S {}
+
+/// Runs `protocol`'s handshake on `stream` (connected to the proxy). On `Ok` the
+/// stream is a tunnel to the target.
+pub async fn connect(
+    protocol: Protocol,
+    stream: &mut impl HandshakeStream,
+    to: ConnectTo<'_>,
+) -> Result<(), FailureCode> {
+    match protocol {
+        Protocol::Http => http_connect(stream, to).await,
+        Protocol::Socks5 => socks5_connect(stream, to).await,
+    }
+}
+
 /// Sends `CONNECT host:port` and reads the response head. On `Ok` the stream is a
 /// tunnel to the target.
-pub async fn http_connect<S>(
-    stream: &mut S,
-    host: &str,
-    port: u16,
-    creds: Option<&Credentials>,
-) -> Result<(), FailureCode>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let target = authority(host, port);
+pub async fn http_connect(
+    stream: &mut impl HandshakeStream,
+    to: ConnectTo<'_>,
+) -> Result<(), FailureCode> {
+    let target = authority(to.host, to.port);
     let mut req = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
-    if let Some(c) = creds {
+    if let Some(c) = to.creds {
         req.push_str("Proxy-Authorization: ");
         req.push_str(&basic_auth(c));
         req.push_str("\r\n");
@@ -95,7 +120,7 @@ where
 
 /// Reads up to the blank line ending an HTTP head, one byte at a time so that no
 /// tunnel byte is consumed. Bounded by [`MAX_HEAD`].
-async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Vec<u8>, FailureCode> {
+async fn read_head(stream: &mut impl HandshakeStream) -> Result<Vec<u8>, FailureCode> {
     let mut head = Vec::with_capacity(128);
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -123,15 +148,11 @@ pub fn parse_status(head: &[u8]) -> Option<u16> {
 }
 
 /// SOCKS5 greeting, optional username/password sub-negotiation, and `CONNECT`.
-pub async fn socks5_connect<S>(
-    stream: &mut S,
-    host: &str,
-    port: u16,
-    creds: Option<&Credentials>,
-) -> Result<(), FailureCode>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+pub async fn socks5_connect(
+    stream: &mut impl HandshakeStream,
+    to: ConnectTo<'_>,
+) -> Result<(), FailureCode> {
+    let ConnectTo { host, port, creds } = to;
     let fail = |_| FailureCode::HandshakeFailed;
     let method = if creds.is_some() { 2u8 } else { 0u8 };
     stream.write_all(&[5, 1, method]).await.map_err(fail)?;
@@ -231,7 +252,12 @@ mod tests {
         let (mut client, mut server) = duplex(64 * 1024);
         let junk = vec![b'a'; MAX_HEAD + 10];
         server.write_all(&junk).await.unwrap();
-        let err = http_connect(&mut client, "h", 1, None).await.unwrap_err();
+        let to = ConnectTo {
+            host: "h",
+            port: 1,
+            creds: None,
+        };
+        let err = http_connect(&mut client, to).await.unwrap_err();
         assert_eq!(err, FailureCode::HandshakeFailed);
     }
 
@@ -252,9 +278,12 @@ mod tests {
                 username: "u".into(),
                 password: Secret::new("p"),
             };
-            let err = socks5_connect(&mut client, "127.0.0.1", 80, Some(&creds))
-                .await
-                .unwrap_err();
+            let to = ConnectTo {
+                host: "127.0.0.1",
+                port: 80,
+                creds: Some(&creds),
+            };
+            let err = socks5_connect(&mut client, to).await.unwrap_err();
             assert_eq!(err, want, "{answer:?}");
             drop(server);
         }

@@ -5,19 +5,34 @@
 //! Owns the accept loop only; what is answered is the caller's.
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use proxy_pool_api::throttle::SourceSlots;
+use proxy_pool_runtime::net::accept_or_stop;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+/// A response of `status` with `body` of type `content_type` (what both listeners
+/// answer with).
+pub fn response(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut res = Response::new(Full::new(body.into()));
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    res
+}
 
 /// Limits of one listener.
 #[derive(Clone, Copy, Debug)]
@@ -45,17 +60,13 @@ pub async fn serve<A>(
         limits.max_connections,
         limits.max_per_source,
     ));
+    let on_error =
+        |e: &std::io::Error| tracing::debug!(listener = name, error = %e, "accept failed");
+    let pause = Duration::from_millis(50);
     loop {
-        let (stream, peer) = tokio::select! {
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::debug!(listener = name, error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = stop.cancelled() => return,
+        let accepted = accept_or_stop(&listener, stop.cancelled(), pause, on_error).await;
+        let Some((stream, peer)) = accepted else {
+            return;
         };
         let Some(slot) = slots.acquire(peer.ip()) else {
             tracing::debug!(

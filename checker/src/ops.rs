@@ -6,7 +6,7 @@
 //! connection. Never reports a proxy, a task or a credential.
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use std::sync::Arc;
@@ -116,13 +116,7 @@ pub fn render(state: &OpsState) -> String {
 }
 
 fn reply(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut res = Response::new(Full::new(Bytes::from(body)));
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("text/plain; version=0.0.4"),
-    );
-    res
+    crate::listen::response(status, "text/plain; version=0.0.4", body)
 }
 
 #[cfg(test)]
@@ -175,11 +169,9 @@ mod tests {
         src: std::net::Ipv4Addr,
         addr: std::net::SocketAddr,
     ) -> tokio::net::TcpStream {
-        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-        socket
-            .bind(std::net::SocketAddr::from((src, 0)))
-            .expect("bind");
-        socket.connect(addr).await.expect("connect")
+        proxy_pool_e2e::hostile::attack::connect_from(src, addr)
+            .await
+            .expect("connect")
     }
 
     /// A source holding its share of idle connections gets no more (closed at accept),

@@ -19,7 +19,7 @@ use tracing::debug;
 
 use proxy_pool_api::egress::EgressPolicy;
 
-use crate::handshake::{basic_auth, dial, http_connect, socks5_connect};
+use crate::handshake::{self, ConnectTo, basic_auth, dial};
 use crate::model::{Check, FailureCode, Observation, ProbeTask, Protocol};
 use crate::ports::Prober;
 
@@ -105,10 +105,8 @@ impl NetProber {
     ) -> Result<TcpStream, FailureCode> {
         let mut stream = dial(&task.host, task.port, &self.options.egress).await?;
         let creds = task.credentials.as_ref();
-        match task.protocol {
-            Protocol::Http => http_connect(&mut stream, host, port, creds).await?,
-            Protocol::Socks5 => socks5_connect(&mut stream, host, port, creds).await?,
-        }
+        let to = ConnectTo { host, port, creds };
+        handshake::connect(task.protocol, &mut stream, to).await?;
         Ok(stream)
     }
 

@@ -51,6 +51,19 @@ fn egress_of(sim: &Simulator, p: &SimProxy) -> IpAddr {
     IpAddr::V4(status.egress_ip)
 }
 
+/// A simulator with one proxy of `protocol` living `ttl` and failing by `mode`.
+async fn sim_with(protocol: Protocol, ttl: Duration, mode: FailureMode) -> (Simulator, SimProxy) {
+    let sim = Simulator::start(SimConfig::default()).await.unwrap();
+    let p = sim.spawn_proxy(protocol, ttl, mode).await.unwrap();
+    (sim, p)
+}
+
+/// A simulator with one proxy of `protocol` failing by `mode`, alive for the whole
+/// test (a minute).
+async fn live_proxy(protocol: Protocol, mode: FailureMode) -> (Simulator, SimProxy) {
+    sim_with(protocol, Duration::from_secs(60), mode).await
+}
+
 async fn probe(sim: &Simulator, p: &SimProxy, checks: Vec<Check>) -> Vec<Observation> {
     prober(sim).probe(&task(1, p, checks)).await
 }
@@ -127,11 +140,7 @@ async fn refuse_and_bad_auth_fail_basic_and_skip_the_rest() {
 
 #[tokio::test]
 async fn wrong_credentials_are_rejected() {
-    let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let p = sim
-        .spawn_proxy(Protocol::Http, Duration::from_secs(60), FailureMode::None)
-        .await
-        .unwrap();
+    let (sim, p) = live_proxy(Protocol::Http, FailureMode::None).await;
     let mut t = task(1, &p, vec![Check::Basic]);
     t.credentials = Some(proxy_pool_checker::Credentials {
         username: p.username.clone(),
@@ -143,15 +152,12 @@ async fn wrong_credentials_are_rejected() {
 
 #[tokio::test]
 async fn a_proxy_past_its_ttl_fails_basic() {
-    let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let p = sim
-        .spawn_proxy(
-            Protocol::Socks5,
-            Duration::from_millis(300),
-            FailureMode::None,
-        )
-        .await
-        .unwrap();
+    let (sim, p) = sim_with(
+        Protocol::Socks5,
+        Duration::from_millis(300),
+        FailureMode::None,
+    )
+    .await;
     assert!(probe(&sim, &p, vec![Check::Basic]).await[0].success);
     tokio::time::sleep(Duration::from_millis(600)).await;
     let obs = probe(&sim, &p, vec![Check::Basic]).await;
@@ -160,15 +166,7 @@ async fn a_proxy_past_its_ttl_fails_basic() {
 
 #[tokio::test]
 async fn wrong_egress_is_reported_as_a_client_leak() {
-    let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let p = sim
-        .spawn_proxy(
-            Protocol::Http,
-            Duration::from_secs(60),
-            FailureMode::WrongEgress,
-        )
-        .await
-        .unwrap();
+    let (sim, p) = live_proxy(Protocol::Http, FailureMode::WrongEgress).await;
     let obs = probe(&sim, &p, vec![Check::Basic, Check::Egress]).await;
     assert!(obs[0].success);
     assert_eq!(obs[1].failure, Some(FailureCode::ClientLeaked));
@@ -177,15 +175,7 @@ async fn wrong_egress_is_reported_as_a_client_leak() {
 
 #[tokio::test]
 async fn a_slow_proxy_times_out_within_the_deadline() {
-    let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let p = sim
-        .spawn_proxy(
-            Protocol::Http,
-            Duration::from_secs(60),
-            FailureMode::Slow { delay_ms: 5_000 },
-        )
-        .await
-        .unwrap();
+    let (sim, p) = live_proxy(Protocol::Http, FailureMode::Slow { delay_ms: 5_000 }).await;
     let mut t = task(1, &p, vec![Check::Basic]);
     t.deadline = Instant::now() + Duration::from_millis(300);
     let started = Instant::now();
@@ -199,11 +189,7 @@ async fn a_slow_proxy_times_out_within_the_deadline() {
 /// checks.
 #[tokio::test]
 async fn a_task_past_its_deadline_is_never_dialled() {
-    let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let p = sim
-        .spawn_proxy(Protocol::Http, Duration::from_secs(60), FailureMode::None)
-        .await
-        .unwrap();
+    let (sim, p) = live_proxy(Protocol::Http, FailureMode::None).await;
     let mut t = task(1, &p, vec![Check::Basic, Check::Egress]);
     t.deadline = Instant::now();
     assert!(prober(&sim).probe(&t).await.is_empty());

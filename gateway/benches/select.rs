@@ -17,7 +17,7 @@ use proxy_pool_gateway::parse::authority::Host;
 use proxy_pool_gateway::route::{Credentials, Router};
 use proxy_pool_gateway::select::pick;
 use proxy_pool_gateway::snapshot::live::LiveSnapshot;
-use proxy_pool_gateway::snapshot::{ClientCredential, ProxyId, SnapshotInput};
+use proxy_pool_gateway::snapshot::{ClientCredential, ProxyId, SnapshotInput, standalone_proxy};
 use std::hint::black_box;
 use std::time::{Duration, SystemTime};
 
@@ -30,26 +30,26 @@ fn snapshot(strategy: Strategy) -> LiveSnapshot {
 fn snapshot_of(size: usize, strategy: Strategy) -> LiveSnapshot {
     let far_ms = to_model_ms(now_ms()) + 3_600_000;
     let proxies: Vec<SnapshotProxy> = (0..size)
-        .map(|i| SnapshotProxy {
-            id: format!("px-{i:06}"),
-            upstream: format!("vendor-{}", i % 4),
-            protocol: if i.is_multiple_of(2) {
+        .map(|i| {
+            let protocol = if i.is_multiple_of(2) {
                 Protocol::Http
             } else {
                 Protocol::Socks5
-            },
-            host: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
-            port: 8000,
-            credentials: None,
-            region: Some(["shanghai", "beijing", "guangzhou", "shenzhen"][i % 4].into()),
-            carrier: Some(["telecom", "unicom", "mobile"][i % 3].into()),
-            max_concurrency: 1_000_000,
-            expires_at_ms: far_ms,
-            usable_until_ms: far_ms,
-            assignment_epoch: 0,
-            draining: false,
-            lease_expires_at_ms: 0,
-            excluded_routings: Vec::new(),
+            };
+            let host = format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255);
+            SnapshotProxy {
+                upstream: format!("vendor-{}", i % 4),
+                region: Some(["shanghai", "beijing", "guangzhou", "shenzhen"][i % 4].into()),
+                carrier: Some(["telecom", "unicom", "mobile"][i % 3].into()),
+                ..standalone_proxy(
+                    format!("px-{i:06}"),
+                    protocol,
+                    host,
+                    8000,
+                    1_000_000,
+                    far_ms,
+                )
+            }
         })
         .collect();
     // Counters with the latencies health checks would have observed, created in one

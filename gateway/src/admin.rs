@@ -9,6 +9,7 @@
 //! [`WRITE_TIMEOUT`], and the whole exchange cut at [`TIMEOUT`].
 
 use proxy_pool_api::throttle::SourceSlots;
+use proxy_pool_runtime::net::accept_or_stop;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,17 +46,12 @@ pub async fn serve_admin(
 ) {
     tokio::pin!(shutdown);
     let slots = Arc::new(SourceSlots::new(MAX_CONNECTIONS, MAX_PER_SOURCE));
+    let on_error = |err: &std::io::Error| debug!(error = %err, "admin accept failed");
+    let pause = Duration::from_millis(50);
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(err) => {
-                    debug!(error = %err, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => return,
+        let stop = &mut shutdown;
+        let Some((stream, peer)) = accept_or_stop(&listener, stop, pause, on_error).await else {
+            return;
         };
         let Some(slot) = slots.acquire(peer.ip()) else {
             debug!("admin connection limit reached; closing a new connection");
@@ -136,24 +132,17 @@ async fn answer(
 mod tests {
     use super::*;
     use crate::config::GatewayConfig;
+    use proxy_pool_e2e::hostile::attack;
     use std::net::{Ipv4Addr, SocketAddr};
     use tokio::io::AsyncWriteExt;
 
     async fn connect_from(src: Ipv4Addr, addr: SocketAddr) -> TcpStream {
-        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-        socket.bind(SocketAddr::from((src, 0))).expect("bind");
-        socket.connect(addr).await.expect("connect")
+        attack::connect_from(src, addr).await.expect("connect")
     }
 
+    /// Whether the server closed `s` within `within` (EOF or reset).
     async fn closed(s: &mut TcpStream, within: Duration) -> bool {
-        let mut b = [0u8; 512];
-        loop {
-            match tokio::time::timeout(within, s.read(&mut b)).await {
-                Ok(Ok(0) | Err(_)) => return true,
-                Ok(Ok(_)) => {}
-                Err(_) => return false,
-            }
-        }
+        attack::until_closed(s, within).await.0.is_some()
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! The gateway's client list (`--clients-file`): who may send traffic through it.
 //!
-//! A JSON array, one entry per credential:
+//! A JSON array of [`ClientEntry`] (the contract the operator renders), one per
+//! credential:
 //!
 //! ```json
 //! [
@@ -23,34 +24,15 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use proxy_pool_api::config::read_secret_file;
+use proxy_pool_api::gateway_clients::ClientEntry;
 use proxy_pool_api::secret::SaltedHash;
-use serde::Deserialize;
 
 use crate::parse::username::MAX_USERNAME;
 use crate::snapshot::ClientCredential;
 
 /// Largest clients file accepted.
 pub const MAX_CLIENTS_FILE_BYTES: u64 = 4 * 1024 * 1024;
-
-/// One entry of the clients file.
-#[derive(Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawEntry {
-    /// Client name (what routings' `clients` list).
-    client: String,
-    /// Base user name, inline.
-    #[serde(default)]
-    username: Option<String>,
-    /// File holding the base user name.
-    #[serde(default)]
-    username_file: Option<PathBuf>,
-    /// Password, inline (local runs only).
-    #[serde(default)]
-    password: Option<String>,
-    /// File holding the password.
-    #[serde(default)]
-    password_file: Option<PathBuf>,
-}
 
 /// Why a clients file was not loaded: every problem found, each naming its place.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -102,7 +84,7 @@ fn io_problem(path: &Path, e: &std::io::Error) -> String {
 pub fn parse(text: &str, base: &Path) -> Result<Vec<ClientCredential>, Vec<String>> {
     // serde_json's messages can quote the offending value (an inline password):
     // only the category and position are reported.
-    let entries: Vec<RawEntry> = serde_json::from_str(text).map_err(|e| {
+    let entries: Vec<ClientEntry> = serde_json::from_str(text).map_err(|e| {
         vec![format!(
             "not a JSON array of client entries ({:?} error at line {}, column {}; \
              fields: client, username | usernameFile, password | passwordFile)",
@@ -120,76 +102,47 @@ pub fn parse(text: &str, base: &Path) -> Result<Vec<ClientCredential>, Vec<Strin
         if e.client.trim().is_empty() {
             problems.push(format!("{}: must not be empty", at("client")));
         }
-        let username = match (e.username, &e.username_file) {
-            (Some(_), Some(_)) => {
-                problems.push(format!(
-                    "{}: give username or usernameFile, not both",
-                    at("username")
-                ));
+        let username = match given(
+            i,
+            "username",
+            e.username,
+            e.username_file,
+            base,
+            &mut problems,
+        ) {
+            Some(Given::Inline(u)) if check_username(u.as_bytes()) => Some(u),
+            Some(Given::Inline(_)) => {
+                problems.push(format!("{}: {USERNAME_RULE}", at("username")));
                 None
             }
-            (None, None) => {
-                problems.push(format!(
-                    "clients[{i}]: username or usernameFile is required"
-                ));
-                None
-            }
-            (Some(u), None) => {
-                if check_username(u.as_bytes()) {
-                    Some(u)
-                } else {
-                    problems.push(format!("{}: {USERNAME_RULE}", at("username")));
+            Some(Given::File(bytes, file)) => match String::from_utf8(bytes) {
+                Ok(u) if check_username(u.as_bytes()) => Some(u),
+                _ => {
+                    problems.push(format!(
+                        "{}: content of {}: {USERNAME_RULE}",
+                        at("usernameFile"),
+                        file.display()
+                    ));
                     None
                 }
-            }
-            (None, Some(file)) => {
-                let file = resolve(base, file);
-                match proxy_pool_api::config::read_secret_file(&file) {
-                    Err(message) => {
-                        problems.push(format!("{}: {message}", at("usernameFile")));
-                        None
-                    }
-                    Ok(bytes) if !check_username(&bytes) => {
-                        problems.push(format!(
-                            "{}: content of {}: {USERNAME_RULE}",
-                            at("usernameFile"),
-                            file.display()
-                        ));
-                        None
-                    }
-                    Ok(bytes) => String::from_utf8(bytes).ok(),
-                }
-            }
+            },
+            None => None,
         };
-        let password: Option<SaltedHash> = match (e.password, &e.password_file) {
-            (Some(_), Some(_)) => {
-                problems.push(format!(
-                    "{}: give password or passwordFile, not both",
-                    at("password")
-                ));
-                None
-            }
-            (None, None) => {
-                problems.push(format!(
-                    "clients[{i}]: password or passwordFile is required"
-                ));
-                None
-            }
-            (Some(p), None) if p.is_empty() => {
+        let password = match given(
+            i,
+            "password",
+            e.password,
+            e.password_file,
+            base,
+            &mut problems,
+        ) {
+            Some(Given::Inline(p)) if p.is_empty() => {
                 problems.push(format!("{}: must not be empty", at("password")));
                 None
             }
-            (Some(p), None) => Some(SaltedHash::new(p.as_bytes())),
-            (None, Some(file)) => {
-                let file = resolve(base, file);
-                match proxy_pool_api::config::read_secret_file(&file) {
-                    Ok(bytes) => Some(SaltedHash::new(&bytes)),
-                    Err(message) => {
-                        problems.push(format!("{}: {message}", at("passwordFile")));
-                        None
-                    }
-                }
-            }
+            Some(Given::Inline(p)) => Some(SaltedHash::new(p.as_bytes())),
+            Some(Given::File(bytes, _)) => Some(SaltedHash::new(&bytes)),
+            None => None,
         };
         if problems.len() > before {
             continue;
@@ -229,6 +182,49 @@ fn check_username(raw: &[u8]) -> bool {
         && raw
             .iter()
             .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'@'))
+}
+
+/// Where one credential of an entry comes from.
+enum Given {
+    /// Given inline.
+    Inline(String),
+    /// Read from a file: its content (trailing newline dropped) and its path.
+    File(Vec<u8>, PathBuf),
+}
+
+/// Entry `i`'s credential `field`, inline (`field`) or from a file (`{field}File`,
+/// read here): exactly one of the two must be given. Each problem is pushed.
+fn given(
+    i: usize,
+    field: &str,
+    inline: Option<String>,
+    file: Option<String>,
+    base: &Path,
+    problems: &mut Vec<String>,
+) -> Option<Given> {
+    match (inline, file) {
+        (Some(_), Some(_)) => {
+            problems.push(format!(
+                "clients[{i}].{field}: give {field} or {field}File, not both"
+            ));
+            None
+        }
+        (None, None) => {
+            problems.push(format!("clients[{i}]: {field} or {field}File is required"));
+            None
+        }
+        (Some(value), None) => Some(Given::Inline(value)),
+        (None, Some(file)) => {
+            let file = resolve(base, Path::new(&file));
+            match read_secret_file(&file) {
+                Ok(bytes) => Some(Given::File(bytes, file)),
+                Err(message) => {
+                    problems.push(format!("clients[{i}].{field}File: {message}"));
+                    None
+                }
+            }
+        }
+    }
 }
 
 fn resolve(base: &Path, file: &Path) -> PathBuf {

@@ -150,11 +150,7 @@ async fn a_full_proxy_is_skipped_for_one_with_room_and_both_full_is_refused() {
     assert_eq!(resp.status, 200, "{}", resp.head);
     assert_eq!(tunnel_egress(&mut second).await, h.egress(free));
     let (resp, _) = connect(h.http, USER, PASS, &target).await;
-    assert_eq!(resp.status, 503);
-    assert_eq!(
-        resp.header("x-proxy-pool-error").as_deref(),
-        Some("no-capacity")
-    );
+    resp.assert_refused(503, "no-capacity");
     let err = socks5(h.socks, USER, PASS, h.echo(), 1).await.unwrap_err();
     assert_eq!(err, ("reply".to_owned(), 0x01), "SOCKS5 general failure");
     let mut client = ProxyClient::connect(h.http, USER, PASS).await;
@@ -184,7 +180,7 @@ async fn a_proxy_past_usable_until_is_never_selected() {
     for _ in 0..10 {
         assert_eq!(client.get(h.echo(), "/").await.remote_ip(), h.egress(&good));
     }
-    let (resp, stream) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    let (resp, stream) = h.connect_echo().await;
     assert_eq!(resp.status, 200);
     assert_eq!(
         echo_over(stream, "x", "/").await.remote_ip(),
@@ -211,12 +207,8 @@ async fn handshake_failures_are_retried_on_another_proxy() {
         vec![all()],
     );
     for _ in 0..4 {
-        let (resp, stream) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-        assert_eq!(resp.status, 200, "{}", resp.head);
-        assert_eq!(
-            echo_over(stream, "x", "/").await.remote_ip(),
-            h.egress(&good)
-        );
+        let tunnel = h.tunnel().await;
+        assert_eq!(h.echo_over(tunnel, "/").await.remote_ip(), h.egress(&good));
         let s = socks5(h.socks, USER, PASS, h.echo(), 1)
             .await
             .expect("socks5");
@@ -235,10 +227,7 @@ async fn handshake_failures_are_retried_on_another_proxy() {
 
 #[tokio::test]
 async fn an_upstream_dying_with_pooled_connections_is_retried_elsewhere() {
-    let h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    let b = h.proxy(Protocol::Http).await;
-    h.install(vec![upstream(&a, 10), upstream(&b, 10)], vec![all()]);
+    let (h, [a, b]) = Harness::serving([Protocol::Http, Protocol::Http]).await;
     let mut client = ProxyClient::connect(h.http, USER, PASS).await;
     for _ in 0..4 {
         assert_eq!(client.get(h.echo(), "/warm").await.status, 200);
@@ -255,44 +244,30 @@ async fn an_upstream_dying_with_pooled_connections_is_retried_elsewhere() {
 
 #[tokio::test]
 async fn all_attempts_failing_is_a_bad_gateway() {
-    let h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    h.install(vec![upstream(&a, 10)], vec![all()]);
+    let (h, [a]) = Harness::serving([Protocol::Http]).await;
     h.sim.expire(&a.id).unwrap();
-    let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-    assert_eq!(resp.status, 502);
-    assert_eq!(
-        resp.header("x-proxy-pool-error").as_deref(),
-        Some("upstream-dial-failed")
-    );
+    let (resp, _) = h.connect_echo().await;
+    resp.assert_refused(502, "upstream-dial-failed");
     assert!(h.slots_free());
 }
 
 #[tokio::test]
 async fn a_stale_snapshot_refuses_new_traffic() {
     let h = Harness::start().await;
-    let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-    assert_eq!(resp.status, 503);
-    assert_eq!(
-        resp.header("x-proxy-pool-error").as_deref(),
-        Some("no-snapshot")
-    );
+    let (resp, _) = h.connect_echo().await;
+    resp.assert_refused(503, "no-snapshot");
     let a = h.proxy(Protocol::Http).await;
     h.install_valid_until(
         vec![upstream(&a, 10)],
         vec![all()],
         SystemTime::now() - Duration::from_secs(1),
     );
-    let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-    assert_eq!(resp.status, 503);
-    assert_eq!(
-        resp.header("x-proxy-pool-error").as_deref(),
-        Some("snapshot-stale")
-    );
+    let (resp, _) = h.connect_echo().await;
+    resp.assert_refused(503, "snapshot-stale");
     let err = socks5(h.socks, USER, PASS, h.echo(), 1).await.unwrap_err();
     assert_eq!(err.1, 0x01);
     h.install(vec![upstream(&a, 10)], vec![all()]);
-    let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    let (resp, _) = h.connect_echo().await;
     assert_eq!(resp.status, 200);
 }
 
@@ -301,7 +276,7 @@ async fn shutdown_drains_in_flight_tunnels_and_refuses_new_work() {
     let mut h = Harness::start().await;
     let a = h.proxy(Protocol::Http).await;
     h.install(vec![upstream(&a, 10)], vec![all()]);
-    let (resp, mut tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    let (resp, mut tunnel) = h.connect_echo().await;
     assert_eq!(resp.status, 200);
     let mut idle = ProxyClient::connect(h.http, USER, PASS).await;
     assert_eq!(idle.get(h.echo(), "/").await.status, 200);
@@ -357,13 +332,9 @@ async fn a_refused_dial_is_a_dial_failure_retried_on_another_proxy() {
     let dead_id = ProxyId::from(dead.id.as_str());
     h.install(vec![dead, upstream(&good, 10)], vec![all()]);
     // Round robin over two proxies: at least two of four requests start at `dead`.
-    for i in 0..4 {
-        let (resp, stream) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-        assert_eq!(resp.status, 200, "CONNECT {i}: {}", resp.head);
-        assert_eq!(
-            echo_over(stream, "x", "/").await.remote_ip(),
-            h.egress(&good)
-        );
+    for _ in 0..4 {
+        let tunnel = h.tunnel().await;
+        assert_eq!(h.echo_over(tunnel, "/").await.remote_ip(), h.egress(&good));
     }
     let connect_failures = failures(&mut h);
     for i in 0..4 {
@@ -459,6 +430,25 @@ async fn attempts_made(accepted: &AtomicU32, min: u32) -> u32 {
     accepted.swap(0, Ordering::SeqCst)
 }
 
+/// A gateway that waits `handshake_timeout` for a vendor's answer, and a counter for
+/// the raw proxies made to count accepted connections in.
+async fn with_handshake_timeout(handshake_timeout: Duration) -> (Harness, Arc<AtomicU32>) {
+    let mut config = common::local_config();
+    config.upstream.handshake_timeout = handshake_timeout;
+    let h = Harness::start_with(config).await;
+    (h, Arc::new(AtomicU32::new(0)))
+}
+
+/// Awaits `answer`, asserting it came within 5 s (at the routing deadline, not at
+/// some longer timeout).
+async fn in_time<T>(answer: impl std::future::Future<Output = T>) -> T {
+    let started = Instant::now();
+    let out = answer.await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "answered after {took:?}");
+    out
+}
+
 fn retries_total(h: &Harness) -> u64 {
     h.gateway
         .render_metrics()
@@ -476,12 +466,8 @@ async fn retries_stop_at_the_routing_max_attempts() {
     let proxies = raw_proxies(4, "closing", &accepted, closing_proxy).await;
     h.install(proxies, vec![retrying(2, Duration::from_secs(10))]);
     let retries = retries_total(&h);
-    let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-    assert_eq!(resp.status, 502, "{}", resp.head);
-    assert_eq!(
-        resp.header("x-proxy-pool-error").as_deref(),
-        Some("upstream-handshake-failed")
-    );
+    let (resp, _) = h.connect_echo().await;
+    resp.assert_refused(502, "upstream-handshake-failed");
     assert_eq!(attempts_made(&accepted, 2).await, 2, "CONNECT attempts");
     assert_eq!(
         retries_total(&h) - retries,
@@ -499,32 +485,19 @@ async fn retries_stop_at_the_routing_deadline() {
     // Each attempt may wait 300 ms for the vendor's answer; the routing allows 1 s
     // for all of them, so at most 4 attempts fit (the 4th gets what is left), though
     // the budget (10) and the pool (6) would allow more.
-    let mut config = common::local_config();
-    config.upstream.handshake_timeout = Duration::from_millis(300);
-    let h = Harness::start_with(config).await;
-    let accepted = Arc::new(AtomicU32::new(0));
+    let (h, accepted) = with_handshake_timeout(Duration::from_millis(300)).await;
     let proxies = raw_proxies(6, "silent", &accepted, silent_proxy).await;
     h.install(proxies, vec![retrying(10, Duration::from_secs(1))]);
-    let started = Instant::now();
-    let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "answered in time"
-    );
-    assert_eq!(resp.status, 504, "{}", resp.head);
-    assert_eq!(
-        resp.header("x-proxy-pool-error").as_deref(),
-        Some("upstream-timeout")
-    );
+    let (resp, _) = in_time(h.connect_echo()).await;
+    resp.assert_refused(504, "upstream-timeout");
     let n = attempts_made(&accepted, 1).await;
     assert!((1..=4).contains(&n), "CONNECT attempts: {n}");
-    let started = Instant::now();
-    let err = socks5(h.socks, USER, PASS, h.echo(), 1).await.unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "answered in time"
+    let err = in_time(socks5(h.socks, USER, PASS, h.echo(), 1)).await;
+    assert_eq!(
+        err.unwrap_err(),
+        ("reply".to_owned(), 0x06),
+        "SOCKS5 TTL expired"
     );
-    assert_eq!(err, ("reply".to_owned(), 0x06), "SOCKS5 TTL expired");
     let n = attempts_made(&accepted, 1).await;
     assert!((1..=4).contains(&n), "SOCKS5 attempts: {n}");
     assert!(h.slots_free());
@@ -534,32 +507,21 @@ async fn retries_stop_at_the_routing_deadline() {
 async fn an_attempt_never_outlives_the_routing_deadline() {
     // The vendor handshake timeout (10 s) is far beyond the routing deadline (1 s):
     // the one attempt must be cut at the deadline, not at its own timeout.
-    let mut config = common::local_config();
-    config.upstream.handshake_timeout = Duration::from_secs(10);
-    let h = Harness::start_with(config).await;
-    let accepted = Arc::new(AtomicU32::new(0));
+    let (h, accepted) = with_handshake_timeout(Duration::from_secs(10)).await;
     let addr = silent_proxy(accepted.clone()).await;
     h.install(
         vec![raw_upstream("silent", addr, 10)],
         vec![retrying(3, Duration::from_secs(1))],
     );
-    let started = Instant::now();
-    let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "cut at the deadline: {:?}",
-        started.elapsed()
-    );
+    let (resp, _) = in_time(h.connect_echo()).await;
     assert_eq!(resp.status, 504, "{}", resp.head);
     assert_eq!(attempts_made(&accepted, 1).await, 1);
-    let started = Instant::now();
-    let err = socks5(h.socks, USER, PASS, h.echo(), 1).await.unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "cut at the deadline: {:?}",
-        started.elapsed()
+    let err = in_time(socks5(h.socks, USER, PASS, h.echo(), 1)).await;
+    assert_eq!(
+        err.unwrap_err(),
+        ("reply".to_owned(), 0x06),
+        "SOCKS5 TTL expired"
     );
-    assert_eq!(err, ("reply".to_owned(), 0x06), "SOCKS5 TTL expired");
     assert_eq!(attempts_made(&accepted, 1).await, 1);
 }
 
@@ -614,11 +576,7 @@ async fn a_slot_is_reserved_while_the_upstream_handshake_runs() {
     // The reservation fills maxConcurrent = 1: other clients are refused and the
     // gated proxy is not dialled again.
     let (resp, _) = connect(h.http, USER, PASS, &target).await;
-    assert_eq!(resp.status, 503, "{}", resp.head);
-    assert_eq!(
-        resp.header("x-proxy-pool-error").as_deref(),
-        Some("no-capacity")
-    );
+    resp.assert_refused(503, "no-capacity");
     let err = socks5(h.socks, USER, PASS, h.echo(), 1).await.unwrap_err();
     assert_eq!(err, ("reply".to_owned(), 0x01));
     // With another proxy in a new snapshot, the reservation still holds (the state

@@ -112,6 +112,14 @@ impl Binary {
         assert!(ready(&answer), "{answer}");
     }
 
+    /// `GET /readyz` until it answers 503 for `reason` (at most `tries` times, `pause`
+    /// apart); fails the test otherwise.
+    async fn until_unready(&self, reason: &str, tries: usize, pause: Duration) {
+        let unready = |a: &str| a.starts_with("HTTP/1.1 503") && a.contains(reason);
+        let answer = self.admin_until("/readyz", tries, pause, unready).await;
+        assert!(unready(&answer), "{answer}");
+    }
+
     /// The exit status within `tries` × 50 ms; otherwise kills it and panics with `why`.
     async fn exit_status(&mut self, tries: usize, why: &str) -> ExitStatus {
         match exited(&mut self.child, tries).await {
@@ -163,22 +171,30 @@ fn socks5_entry(p: &SimProxy) -> serde_json::Value {
                        "username": p.username, "password": p.password, "maxConcurrent": 4})
 }
 
-#[tokio::test]
-async fn binary_serves_a_snapshot_file_and_drains_on_sigterm() {
+/// A simulator with one SOCKS5 proxy, and the binary (`name`, with `extra` flags)
+/// serving it under `routing` from a snapshot file, ready.
+async fn serving_socks5(
+    name: &str,
+    routing: serde_json::Value,
+    extra: &[&str],
+) -> (Harness, SimProxy, Binary) {
     let h = Harness::start().await;
     let p = h.proxy(Protocol::Socks5).await;
-    let mut gw = Binary::start(
+    let gw = Binary::start(name, &snapshot(routing, &[socks5_entry(&p)]), extra).await;
+    gw.until_ready().await;
+    (h, p, gw)
+}
+
+#[tokio::test]
+async fn binary_serves_a_snapshot_file_and_drains_on_sigterm() {
+    let (h, p, mut gw) = serving_socks5(
         "gw-bin",
-        &snapshot(
-            serde_json::json!({"name": "all", "connectPorts": ["1-65535"]}),
-            &[socks5_entry(&p)],
-        ),
+        serde_json::json!({"name": "all", "connectPorts": ["1-65535"]}),
         // Two data-plane workers whatever the machine: both listeners of each kind.
         &["--drain-grace-seconds", "5", "--worker-threads", "2"],
     )
     .await;
     let http = gw.http;
-    gw.until_ready().await;
     let r = get_once(http, USER, h.echo(), "/through-binary").await;
     assert_eq!(r.remote_ip(), h.egress(&p));
     let (resp, tunnel) = connect(http, USER, PASS, &h.echo().to_string()).await;
@@ -203,11 +219,9 @@ async fn binary_serves_a_snapshot_file_and_drains_on_sigterm() {
 
 #[tokio::test]
 async fn binary_turns_unready_on_sigterm_and_serves_until_the_shutdown_delay_ends() {
-    let h = Harness::start().await;
-    let p = h.proxy(Protocol::Socks5).await;
-    let mut gw = Binary::start(
+    let (h, _, mut gw) = serving_socks5(
         "gw-bin-delay",
-        &snapshot(serde_json::json!({"name": "all"}), &[socks5_entry(&p)]),
+        serde_json::json!({"name": "all"}),
         &[
             "--drain-grace-seconds",
             "5",
@@ -217,20 +231,12 @@ async fn binary_turns_unready_on_sigterm_and_serves_until_the_shutdown_delay_end
     )
     .await;
     let http = gw.http;
-    gw.until_ready().await;
 
     let signalled = std::time::Instant::now();
     gw.terminate();
     // Readiness turns false first...
-    let unready = gw
-        .admin_until("/readyz", 40, Duration::from_millis(25), |a| {
-            a.starts_with("HTTP/1.1 503")
-        })
+    gw.until_unready("shutting down", 40, Duration::from_millis(25))
         .await;
-    assert!(
-        unready.starts_with("HTTP/1.1 503") && unready.contains("shutting down"),
-        "{unready}"
-    );
     // ...while the listeners still accept and serve new connections.
     let r = get_once(http, USER, h.echo(), "/while-unready").await;
     assert_eq!(r.echo().path, "/while-unready");
@@ -270,15 +276,8 @@ async fn binary_is_unready_without_a_usable_proxy() {
     .await;
     // Wait for the (empty) snapshot to be installed: the answer changes from "no fresh
     // snapshot" to "no usable proxy", and stays 503.
-    let answer = gw
-        .admin_until("/readyz", 100, Duration::from_millis(50), |a| {
-            a.contains("no usable proxy")
-        })
+    gw.until_unready("no usable proxy", 100, Duration::from_millis(50))
         .await;
-    assert!(
-        answer.starts_with("HTTP/1.1 503") && answer.contains("no usable proxy"),
-        "{answer}"
-    );
     std::fs::write(&gw.file, snapshot(all(), &[socks5_entry(&p)])).unwrap();
     gw.until_ready().await;
 }

@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use proxy_pool_api::controlplane::model::{Checksum, RoutingMatch, Snapshot};
+use proxy_pool_api::gateway_clients::{self, ClientEntry};
 use proxy_pool_e2e::sim::Protocol;
 use proxy_pool_gateway::SnapshotInput;
 use std::path::PathBuf;
@@ -33,20 +34,12 @@ impl Volume {
         write("secrets/crawler-basic/password", "s3cret-from-secret\n");
         write("secrets/search-basic/username", "searcher");
         write("secrets/search-basic/password", "other-pass");
-        let file = |secret: &str, key: &str| {
-            root.join(format!("secrets/{secret}/{key}"))
-                .display()
-                .to_string()
-        };
-        let clients = serde_json::json!([
-            {"client": "team-crawler",
-             "usernameFile": file("crawler-basic", "username"),
-             "passwordFile": file("crawler-basic", "password")},
-            {"client": "team-search",
-             "usernameFile": file("search-basic", "username"),
-             "passwordFile": file("search-basic", "password")},
+        let secret = |name: &str| root.join("secrets").join(name).display().to_string();
+        let clients = gateway_clients::render(&[
+            ClientEntry::from_secret_dir("team-crawler", &secret("crawler-basic")),
+            ClientEntry::from_secret_dir("team-search", &secret("search-basic")),
         ]);
-        write("clients.json", &clients.to_string());
+        write("clients.json", &clients);
         Self(root)
     }
 }

@@ -47,39 +47,49 @@ async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> T {
         .expect("open")
 }
 
+/// The routings of every snapshot here: `all`, to any port (the simulator's targets
+/// listen on random ports).
+fn routings() -> Vec<model::Routing> {
+    vec![model::Routing {
+        name: "all".into(),
+        connect_ports: PortRanges::any(),
+        ..Default::default()
+    }]
+}
+
+/// Full snapshot `version` with `proxies`: the state deltas build on, and the update.
+fn full(version: u64, proxies: Vec<model::SnapshotProxy>) -> (SnapshotState, pb::SnapshotUpdate) {
+    let state = SnapshotState::build(header(version), routings(), proxies).unwrap();
+    let full = pb::snapshot_update::Update::Full(state.to_message());
+    (state, pb::SnapshotUpdate::new(full))
+}
+
+/// The update that carries `delta`.
+fn delta_update(delta: &model::Delta) -> pb::SnapshotUpdate {
+    let msg = pb::snapshot_update::Update::Delta(pb::SnapshotDelta::from(delta));
+    pb::SnapshotUpdate::new(msg)
+}
+
 #[tokio::test]
 async fn agent_applies_snapshots_and_deltas_acks_reports_and_resyncs() {
     let mut h = Harness::start().await;
     let (endpoint, mut seen) = fake_controller(Default::default()).await;
     let a = h.proxy(Protocol::Http).await;
     let b = h.proxy(Protocol::Socks5).await;
-    let outcomes = std::mem::replace(&mut h.outcomes, proxy_pool_gateway::outcome::queue(1).1);
-    let agent = Agent::new(agent_config(endpoint), h.handle.clone(), outcomes);
-    let stop = CancellationToken::new();
-    tokio::spawn(agent.run(stop.clone()));
+    let stop = spawn_agent(&mut h, endpoint);
 
     // Full snapshot v1 with proxy A.
     let (watch, updates) = next(&mut seen.streams).await;
     assert_eq!((watch.worker_id.as_str(), watch.last_version), ("gw-0", 0));
-    let routings = vec![model::Routing {
-        name: "all".into(),
-        // The simulator's targets listen on random ports.
-        connect_ports: PortRanges::any(),
-        ..Default::default()
-    }];
-    let mut state = SnapshotState::build(header(1), routings, vec![wire_proxy(&a)]).unwrap();
-    let full = pb::snapshot_update::Update::Full(state.to_message());
-    updates
-        .send(Ok(pb::SnapshotUpdate::new(full)))
-        .await
-        .unwrap();
+    let (mut state, update) = full(1, vec![wire_proxy(&a)]);
+    updates.send(Ok(update)).await.unwrap();
     let ack = next(&mut seen.acks).await;
     assert!(ack.accepted, "{}", ack.reason);
     assert_eq!(
         (ack.version, ack.checksum.as_slice()),
         (1, &state.checksum().0[..])
     );
-    let r = get_once(h.http, USER, h.echo(), "/v1").await;
+    let r = h.get("/v1").await;
     assert_eq!(
         r.remote_ip(),
         h.egress(&a),
@@ -90,11 +100,7 @@ async fn agent_applies_snapshots_and_deltas_acks_reports_and_resyncs() {
     let delta = state
         .advance(header(2), None, &[wire_proxy(&a), wire_proxy(&b)])
         .unwrap();
-    let msg = pb::snapshot_update::Update::Delta(pb::SnapshotDelta::from(&delta));
-    updates
-        .send(Ok(pb::SnapshotUpdate::new(msg)))
-        .await
-        .unwrap();
+    updates.send(Ok(delta_update(&delta))).await.unwrap();
     let ack = next(&mut seen.acks).await;
     assert!(ack.accepted && ack.version == 2, "{ack:?}");
     let live = h.handle.load();
@@ -102,8 +108,7 @@ async fn agent_applies_snapshots_and_deltas_acks_reports_and_resyncs() {
     drop(live);
 
     // A tunnel held open shows up in a runtime report bound to v2.
-    let (resp, tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-    assert_eq!(resp.status, 200);
+    let tunnel = h.tunnel().await;
     let report = loop {
         let report = next(&mut seen.reports).await.0;
         if report.counts.iter().any(|c| c.active == 1) {
@@ -127,11 +132,7 @@ async fn agent_applies_snapshots_and_deltas_acks_reports_and_resyncs() {
     // A delta with a bad checksum is refused, and the agent resyncs from scratch.
     let mut bad = state.advance(header(3), None, &[wire_proxy(&b)]).unwrap();
     bad.checksum.0[0] ^= 0xff;
-    let msg = pb::snapshot_update::Update::Delta(pb::SnapshotDelta::from(&bad));
-    updates
-        .send(Ok(pb::SnapshotUpdate::new(msg)))
-        .await
-        .unwrap();
+    updates.send(Ok(delta_update(&bad))).await.unwrap();
     let nack = next(&mut seen.acks).await;
     assert!(!nack.accepted && nack.version == 3, "{nack:?}");
     assert_eq!(
@@ -152,6 +153,8 @@ struct Plane {
     seen: Seen,
     updates: Updates,
     state: Option<SnapshotState>,
+    /// What the fake controller does, changeable while it runs.
+    knobs: Arc<Mutex<Knobs>>,
     stop: CancellationToken,
 }
 
@@ -161,19 +164,41 @@ impl Drop for Plane {
     }
 }
 
-async fn plane(h: &mut Harness, knobs: Arc<Mutex<Knobs>>) -> Plane {
-    let (endpoint, mut seen) = fake_controller_with(Default::default(), knobs).await;
+/// Runs an agent on the harness's handle (taking its outcomes) against the controller
+/// at `endpoint`, until the token returned is cancelled.
+fn spawn_agent(h: &mut Harness, endpoint: String) -> CancellationToken {
     let outcomes = std::mem::replace(&mut h.outcomes, proxy_pool_gateway::outcome::queue(1).1);
     let agent = Agent::new(agent_config(endpoint), h.handle.clone(), outcomes);
     let stop = CancellationToken::new();
     tokio::spawn(agent.run(stop.clone()));
+    stop
+}
+
+async fn plane(h: &mut Harness, knobs: Knobs) -> Plane {
+    let knobs = Arc::new(Mutex::new(knobs));
+    let (endpoint, mut seen) = fake_controller_with(Default::default(), knobs.clone()).await;
+    let stop = spawn_agent(h, endpoint);
     let (_, updates) = next(&mut seen.streams).await;
     Plane {
         seen,
         updates,
         state: None,
+        knobs,
         stop,
     }
+}
+
+/// A harness with `N` simulated HTTP proxies and an agent on it against a fake
+/// controller with `knobs`, its watch stream open.
+async fn setup<const N: usize>(knobs: Knobs) -> (Harness, [SimProxy; N], Plane) {
+    let mut h = Harness::start().await;
+    let mut proxies = Vec::with_capacity(N);
+    for _ in 0..N {
+        proxies.push(h.proxy(Protocol::Http).await);
+    }
+    let proxies = proxies.try_into().unwrap_or_else(|_| panic!("{N} proxies"));
+    let cp = plane(&mut h, knobs).await;
+    (h, proxies, cp)
 }
 
 impl Plane {
@@ -191,28 +216,15 @@ impl Plane {
     /// Sends version `version` with `proxies` (full the first time, then a delta);
     /// whether the watch stream took it.
     async fn push(&mut self, version: u64, proxies: Vec<model::SnapshotProxy>) -> bool {
-        let msg = match &mut self.state {
+        let update = match &mut self.state {
             None => {
-                let routings = vec![model::Routing {
-                    name: "all".into(),
-                    // The simulator's targets listen on random ports.
-                    connect_ports: PortRanges::any(),
-                    ..Default::default()
-                }];
-                let st = SnapshotState::build(header(version), routings, proxies).unwrap();
-                let msg = pb::snapshot_update::Update::Full(st.to_message());
+                let (st, update) = full(version, proxies);
                 self.state = Some(st);
-                msg
+                update
             }
-            Some(st) => {
-                let delta = st.advance(header(version), None, &proxies).unwrap();
-                pb::snapshot_update::Update::Delta(pb::SnapshotDelta::from(&delta))
-            }
+            Some(st) => delta_update(&st.advance(header(version), None, &proxies).unwrap()),
         };
-        self.updates
-            .send(Ok(pb::SnapshotUpdate::new(msg)))
-            .await
-            .is_ok()
+        self.updates.send(Ok(update)).await.is_ok()
     }
 
     /// The first runtime report (within 20 s) for which `want` holds.
@@ -240,13 +252,9 @@ fn count_of<'a>(r: &'a pb::ReportRuntimeRequest, p: &SimProxy) -> Option<&'a pb:
 
 #[tokio::test]
 async fn removed_proxy_reports_draining_until_its_tunnel_closes() {
-    let mut h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    let b = h.proxy(Protocol::Http).await;
-    let mut cp = plane(&mut h, Arc::default()).await;
+    let (h, [a, b], mut cp) = setup(Knobs::default()).await;
     cp.send(1, vec![wire_proxy(&a)]).await;
-    let (resp, tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-    assert_eq!(resp.status, 200);
+    let tunnel = h.tunnel().await;
 
     // v2 no longer lists A; its open tunnel keeps it in the reports, draining.
     cp.send(2, vec![wire_proxy(&b)]).await;
@@ -259,7 +267,7 @@ async fn removed_proxy_reports_draining_until_its_tunnel_closes() {
         "{count:?}"
     );
     // The tunnel still carries traffic through A.
-    let r = echo_over(tunnel, &h.echo().to_string(), "/still-open").await;
+    let r = h.echo_over(tunnel, "/still-open").await;
     assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
 
     // Closed (echo_over asked for `Connection: close`): A leaves the reports.
@@ -273,23 +281,16 @@ async fn removed_proxy_reports_draining_until_its_tunnel_closes() {
 
 #[tokio::test]
 async fn draining_proxy_takes_no_new_traffic_but_its_tunnel_continues() {
-    let mut h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    let mut cp = plane(&mut h, Arc::default()).await;
+    let (h, [a], mut cp) = setup(Knobs::default()).await;
     cp.send(1, vec![wire_proxy(&a)]).await;
-    let (resp, tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-    assert_eq!(resp.status, 200);
+    let tunnel = h.tunnel().await;
 
     let mut draining = wire_proxy(&a);
     draining.draining = true;
     cp.send(2, vec![draining]).await;
     // A has room for 3 more, but it is draining: no new request goes to it.
-    let r = get_once(h.http, USER, h.echo(), "/new").await;
-    assert_eq!(r.status, 503, "{}", r.head);
-    assert_eq!(
-        r.header("X-Proxy-Pool-Error").as_deref(),
-        Some("no-capacity")
-    );
+    let r = h.get("/new").await;
+    r.assert_refused(503, "no-capacity");
     let refused = socks5(h.socks, USER, PASS, h.echo(), 1).await.err();
     assert_eq!(refused, Some(("reply".to_owned(), 1)));
     // Reported as draining with its tunnel, which still works.
@@ -298,18 +299,16 @@ async fn draining_proxy_takes_no_new_traffic_but_its_tunnel_continues() {
         .await;
     let count = count_of(&report, &a).unwrap();
     assert!(count.draining && count.active == 1, "{count:?}");
-    let r = echo_over(tunnel, &h.echo().to_string(), "/old").await;
+    let r = h.echo_over(tunnel, "/old").await;
     assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
 }
 
 #[tokio::test]
 async fn revoked_proxy_is_not_selected_before_the_next_snapshot() {
-    let mut h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    let knobs = Arc::new(Mutex::new(Knobs::default()));
-    let mut cp = plane(&mut h, knobs.clone()).await;
+    let (h, [a], mut cp) = setup(Knobs::default()).await;
+    let knobs = cp.knobs.clone();
     cp.send(1, vec![wire_proxy(&a)]).await;
-    let r = get_once(h.http, USER, h.echo(), "/before").await;
+    let r = h.get("/before").await;
     assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
 
     // The next report's answer revokes A. The agent sends report n+1 only after it
@@ -322,12 +321,8 @@ async fn revoked_proxy_is_not_selected_before_the_next_snapshot() {
             .is_some_and(|n| r.report_sequence > n)
     })
     .await;
-    let r = get_once(h.http, USER, h.echo(), "/after").await;
-    assert_eq!(r.status, 503, "{}", r.head);
-    assert_eq!(
-        r.header("X-Proxy-Pool-Error").as_deref(),
-        Some("no-capacity")
-    );
+    let r = h.get("/after").await;
+    r.assert_refused(503, "no-capacity");
     assert_eq!(
         h.handle.load().as_ref().unwrap().version,
         1,
@@ -336,40 +331,37 @@ async fn revoked_proxy_is_not_selected_before_the_next_snapshot() {
 
     // The next snapshot is authoritative again: it lists A, so A serves.
     cp.send(2, vec![wire_proxy(&a)]).await;
-    let r = get_once(h.http, USER, h.echo(), "/again").await;
+    let r = h.get("/again").await;
     assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
 }
 
 #[tokio::test]
 async fn silent_controller_past_max_stale_age_refuses_new_work_and_drains_tunnels() {
     const MAX_STALE: Duration = Duration::from_millis(3_000);
-    let mut h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    let knobs = Arc::new(Mutex::new(Knobs {
+    let (h, [a], mut cp) = setup(Knobs {
         max_stale_age_ms: MAX_STALE.as_millis() as u64,
         ..Knobs::default()
-    }));
-    let mut cp = plane(&mut h, knobs.clone()).await;
+    })
+    .await;
     cp.send(1, vec![wire_proxy(&a)]).await;
     let installed = Instant::now();
-    let (resp, tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-    assert_eq!(resp.status, 200);
+    let tunnel = h.tunnel().await;
 
     // Accepted runtime reports confirm the snapshot: past twice the max stale age
     // since it was installed it still serves.
     while installed.elapsed() < MAX_STALE * 2 {
         next(&mut cp.seen.reports).await;
     }
-    let r = get_once(h.http, USER, h.echo(), "/confirmed").await;
+    let r = h.get("/confirmed").await;
     assert_eq!(r.status, 200, "still fresh: {}", r.head);
     assert_eq!(r.remote_ip(), h.egress(&a));
 
     // The controller goes silent: within the max stale age of the last confirmation
     // (the registration's 3 s, not the handle's 600 s) new requests are refused.
-    knobs.lock().silent = true;
+    cp.knobs.lock().silent = true;
     let refused = async {
         loop {
-            let r = get_once(h.http, USER, h.echo(), "/probe").await;
+            let r = h.get("/probe").await;
             if r.status != 200 {
                 return r;
             }
@@ -379,17 +371,13 @@ async fn silent_controller_past_max_stale_age_refuses_new_work_and_drains_tunnel
     let r = tokio::time::timeout(MAX_STALE * 5, refused)
         .await
         .expect("refused once stale");
-    assert_eq!(r.status, 503, "{}", r.head);
-    assert_eq!(
-        r.header("X-Proxy-Pool-Error").as_deref(),
-        Some("snapshot-stale")
-    );
-    let (resp, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    r.assert_refused(503, "snapshot-stale");
+    let (resp, _) = h.connect_echo().await;
     assert_eq!(resp.status, 503);
     let refused = socks5(h.socks, USER, PASS, h.echo(), 1).await.err();
     assert_eq!(refused, Some(("reply".to_owned(), 1)), "general failure");
     // The tunnel opened while fresh continues.
-    let r = echo_over(tunnel, &h.echo().to_string(), "/draining").await;
+    let r = h.echo_over(tunnel, "/draining").await;
     assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
 }
 
@@ -398,9 +386,7 @@ async fn silent_controller_past_max_stale_age_refuses_new_work_and_drains_tunnel
 /// snapshot that extends the lease keeps tunnels open and traffic flowing.
 #[tokio::test]
 async fn lease_end_stops_new_traffic_and_closes_open_tunnels() {
-    let mut h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    let mut cp = plane(&mut h, Arc::default()).await;
+    let (h, [a], mut cp) = setup(Knobs::default()).await;
     let leased = |until_ms: i64| {
         let mut p = wire_proxy(&a);
         p.lease_expires_at_ms = until_ms;
@@ -408,8 +394,7 @@ async fn lease_end_stops_new_traffic_and_closes_open_tunnels() {
     };
     // Lease 3 s out: used until 2 s from now (1 s safety margin).
     cp.send(1, vec![leased(now_ms() + 3_000)]).await;
-    let (resp, mut tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-    assert_eq!(resp.status, 200);
+    let mut tunnel = h.tunnel().await;
     let started = Instant::now();
     // The gateway closes the tunnel at the cut: the client reads EOF (or a reset).
     let mut buf = [0u8; 64];
@@ -425,7 +410,7 @@ async fn lease_end_stops_new_traffic_and_closes_open_tunnels() {
         took >= Duration::from_millis(1_500) && took < Duration::from_secs(4),
         "closed after {took:?}"
     );
-    let r = get_once(h.http, USER, h.echo(), "/after-lease").await;
+    let r = h.get("/after-lease").await;
     assert_eq!(r.status, 503, "{}", r.head);
     // Operators see the cut: one tunnel closed at its proxy's lease end.
     let metrics = h.gateway.render_metrics();
@@ -439,11 +424,10 @@ async fn lease_end_stops_new_traffic_and_closes_open_tunnels() {
     // A renewed lease (a later snapshot) makes the proxy usable again, and a tunnel
     // opened under it outlives the old lease end.
     cp.send(2, vec![leased(now_ms() + 3_000)]).await;
-    let (resp, tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-    assert_eq!(resp.status, 200);
+    let tunnel = h.tunnel().await;
     cp.send(3, vec![leased(now_ms() + 600_000)]).await;
     tokio::time::sleep(Duration::from_millis(3_200)).await;
-    let r = echo_over(tunnel, &h.echo().to_string(), "/renewed").await;
+    let r = h.echo_over(tunnel, "/renewed").await;
     assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
 }
 
@@ -451,15 +435,12 @@ async fn lease_end_stops_new_traffic_and_closes_open_tunnels() {
 /// requests; the other proxies do, and an exclusion for another routing changes nothing.
 #[tokio::test]
 async fn a_proxy_excluded_for_a_routing_serves_none_of_its_requests() {
-    let mut h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    let b = h.proxy(Protocol::Http).await;
-    let mut cp = plane(&mut h, Arc::default()).await;
+    let (h, [a, b], mut cp) = setup(Knobs::default()).await;
     let mut excluded = wire_proxy(&a);
     excluded.excluded_routings = vec!["all".into()];
     cp.send(1, vec![excluded.clone(), wire_proxy(&b)]).await;
     for i in 0..8 {
-        let r = get_once(h.http, USER, h.echo(), &format!("/x{i}")).await;
+        let r = h.get(&format!("/x{i}")).await;
         assert_eq!(
             (r.status, r.remote_ip()),
             (200, h.egress(&b)),
@@ -467,12 +448,12 @@ async fn a_proxy_excluded_for_a_routing_serves_none_of_its_requests() {
         );
     }
     cp.send(2, vec![excluded]).await;
-    let r = get_once(h.http, USER, h.echo(), "/only-excluded").await;
+    let r = h.get("/only-excluded").await;
     assert_eq!(r.status, 503, "{}", r.head);
     let mut other = wire_proxy(&a);
     other.excluded_routings = vec!["other".into()];
     cp.send(3, vec![other]).await;
-    let r = get_once(h.http, USER, h.echo(), "/other").await;
+    let r = h.get("/other").await;
     assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
 }
 
@@ -480,16 +461,13 @@ async fn a_proxy_excluded_for_a_routing_serves_none_of_its_requests() {
 /// interval), so the controller can finish the drain for extraction within a pass.
 #[tokio::test]
 async fn a_drained_proxy_going_idle_is_reported_at_once() {
-    let mut h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    let knobs = Arc::new(Mutex::new(Knobs {
+    let (h, [a], mut cp) = setup(Knobs {
         report_interval_ms: 60_000,
         ..Knobs::default()
-    }));
-    let mut cp = plane(&mut h, knobs).await;
+    })
+    .await;
     cp.send(1, vec![wire_proxy(&a)]).await;
-    let (resp, tunnel) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
-    assert_eq!(resp.status, 200);
+    let tunnel = h.tunnel().await;
     let mut draining = wire_proxy(&a);
     draining.draining = true;
     cp.send(2, vec![draining]).await;
@@ -516,25 +494,16 @@ async fn a_drained_proxy_going_idle_is_reported_at_once() {
 /// one in service; a lower one within the same session is still refused.
 #[tokio::test]
 async fn a_new_session_accepts_a_restarted_controllers_numbering() {
-    let mut h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    let b = h.proxy(Protocol::Http).await;
-    let mut cp = plane(&mut h, Arc::default()).await;
+    let (h, [a, b], mut cp) = setup(Knobs::default()).await;
     cp.send(40, vec![wire_proxy(&a)]).await;
     // The controller goes away: the stream ends, the agent registers again.
     let (_, updates) = {
         drop(std::mem::replace(&mut cp.updates, mpsc::channel(1).0));
         next(&mut cp.seen.streams).await
     };
-    let routings = vec![model::Routing {
-        name: "all".into(),
-        ..Default::default()
-    }];
     // Same epoch, version 1 < 40.
-    let state = SnapshotState::build(header(1), routings, vec![wire_proxy(&b)]).unwrap();
-    let full = pb::snapshot_update::Update::Full(state.to_message());
     updates
-        .send(Ok(pb::SnapshotUpdate::new(full)))
+        .send(Ok(full(1, vec![wire_proxy(&b)]).1))
         .await
         .unwrap();
     let ack = loop {
@@ -544,7 +513,7 @@ async fn a_new_session_accepts_a_restarted_controllers_numbering() {
         }
     };
     assert!(ack.accepted, "{}", ack.reason);
-    let r = get_once(h.http, USER, h.echo(), "/after-restart").await;
+    let r = h.get("/after-restart").await;
     assert_eq!((r.status, r.remote_ip()), (200, h.egress(&b)));
 }
 
@@ -555,12 +524,9 @@ async fn a_new_session_accepts_a_restarted_controllers_numbering() {
 #[tokio::test]
 async fn an_unanswered_report_ends_the_session_within_the_call_deadline() {
     let deadline = proxy_pool_api::controlplane::client::ClientOptions::default().call_timeout;
-    let mut h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    let knobs = Arc::new(Mutex::new(Knobs::default()));
-    let mut cp = plane(&mut h, knobs.clone()).await;
+    let (h, [a], mut cp) = setup(Knobs::default()).await;
     cp.send(1, vec![wire_proxy(&a)]).await;
-    knobs.lock().silent = true;
+    cp.knobs.lock().silent = true;
     let silent = Instant::now();
     let again = tokio::time::timeout(deadline * 2, cp.seen.streams.recv())
         .await
@@ -575,7 +541,7 @@ async fn an_unanswered_report_ends_the_session_within_the_call_deadline() {
         "registered again after {took:?}, deadline {deadline:?}"
     );
     // The snapshot it had is still served meanwhile (max stale age 60 s).
-    let r = get_once(h.http, USER, h.echo(), "/still-served").await;
+    let r = h.get("/still-served").await;
     assert_eq!((r.status, r.remote_ip()), (200, h.egress(&a)));
 }
 
@@ -586,15 +552,12 @@ async fn an_unanswered_report_ends_the_session_within_the_call_deadline() {
 /// the next version's ACK: every report is accepted and the session never ends.
 #[tokio::test]
 async fn a_report_in_flight_is_never_overtaken_by_the_next_acknowledgement() {
-    let mut h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    let b = h.proxy(Protocol::Http).await;
-    let knobs = Arc::new(Mutex::new(Knobs {
+    let (_h, [a, b], mut cp) = setup(Knobs {
         report_delay: Duration::from_millis(300),
         check_bound: true,
         ..Knobs::default()
-    }));
-    let mut cp = plane(&mut h, knobs).await;
+    })
+    .await;
     cp.send(1, vec![wire_proxy(&a)]).await;
     // Each one while the report the previous ACK triggered is still unanswered.
     for version in 2..=8 {

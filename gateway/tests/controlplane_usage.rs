@@ -105,7 +105,7 @@ async fn usage_from_traffic_is_reported_once_or_counted_lost() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for i in 0..3 {
-        let r = get_once(h.http, USER, h.echo(), &format!("/u{i}")).await;
+        let r = h.get(&format!("/u{i}")).await;
         assert_eq!(r.status, 200);
     }
     let mut accepted = (0, 0);
@@ -128,7 +128,7 @@ async fn usage_from_traffic_is_reported_once_or_counted_lost() {
 
     // Two more requests; their report fails with UNAVAILABLE: dropped and counted.
     for i in 0..2 {
-        let r = get_once(h.http, USER, h.echo(), &format!("/v{i}")).await;
+        let r = h.get(&format!("/v{i}")).await;
         assert_eq!(r.status, 200);
     }
     let lost = loop {

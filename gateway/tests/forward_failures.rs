@@ -71,6 +71,14 @@ impl RawVendor {
     fn upstream(&self, id: &str) -> SnapshotProxy {
         raw_upstream(id, self.addr, 10)
     }
+
+    /// A harness whose only proxy is a raw vendor in `mode` (`id`).
+    async fn serving(mode: Mode, id: &str) -> (Harness, Self) {
+        let h = Harness::start().await;
+        let vendor = Self::start(mode).await;
+        h.install(vec![vendor.upstream(id)], vec![all()]);
+        (h, vendor)
+    }
 }
 
 fn content_length(head: &str) -> usize {
@@ -175,12 +183,9 @@ async fn assert_slots_released(h: &Harness) {
 /// first in rotation for some of them; returns the outcomes recorded meanwhile.
 async fn gets_succeed_via(h: &mut Harness, good: &SimProxy) -> Vec<Outcome> {
     for i in 0..6 {
-        let r = tokio::time::timeout(
-            EXCHANGE_LIMIT,
-            get_once(h.http, USER, h.echo(), &format!("/get/{i}")),
-        )
-        .await
-        .expect("answered in time");
+        let r = tokio::time::timeout(EXCHANGE_LIMIT, h.get(&format!("/get/{i}")))
+            .await
+            .expect("answered in time");
         assert_eq!(r.status, 200, "{}", r.head);
         assert_eq!(r.remote_ip(), h.egress(good));
         assert_eq!(r.echo().path, format!("/get/{i}"));
@@ -253,14 +258,10 @@ async fn when_every_proxy_fails_attempts_stop_at_max_attempts_with_a_bad_gateway
         proxies.iter().map(|p| upstream(p, 10)).collect(),
         vec![routing],
     );
-    let r = tokio::time::timeout(EXCHANGE_LIMIT, get_once(h.http, USER, h.echo(), "/"))
+    let r = tokio::time::timeout(EXCHANGE_LIMIT, h.get("/"))
         .await
         .expect("answered in time");
-    assert_eq!(r.status, 502, "{}", r.head);
-    assert_eq!(
-        r.header("x-proxy-pool-error").as_deref(),
-        Some("upstream-handshake-failed")
-    );
+    r.assert_refused(502, "upstream-handshake-failed");
     let failed = handshake_failures(&drain_outcomes(&mut h));
     assert_eq!(failed.len(), 3, "one attempt per allowed try: {failed:?}");
     assert_eq!(
@@ -320,9 +321,7 @@ async fn strict_expect_post_unbounded(gateway: SocketAddr, target: &str, body: &
 
 #[tokio::test]
 async fn expect_continue_relays_the_upstream_go_ahead_then_the_body() {
-    let h = Harness::start().await;
-    let vendor = RawVendor::start(Mode::Continue).await;
-    h.install(vec![vendor.upstream("raw-continue")], vec![all()]);
+    let (h, vendor) = RawVendor::serving(Mode::Continue, "raw-continue").await;
     let body = body_of(4096);
     let r = strict_expect_post(h.http, "origin.test:8080", &body).await;
     assert_eq!(r.status, 200, "{}", r.head);
@@ -336,9 +335,7 @@ async fn expect_continue_relays_the_upstream_go_ahead_then_the_body() {
 
 #[tokio::test]
 async fn expect_continue_through_the_vendor_simulator_completes() {
-    let h = Harness::start().await;
-    let p = h.proxy(Protocol::Http).await;
-    h.install(vec![upstream(&p, 10)], vec![all()]);
+    let (h, _) = Harness::serving([Protocol::Http]).await;
     let body = body_of(2048);
     let r = strict_expect_post(h.http, &h.echo().to_string(), &body).await;
     assert_eq!(r.status, 200, "{}", r.head);
@@ -348,9 +345,7 @@ async fn expect_continue_through_the_vendor_simulator_completes() {
 
 #[tokio::test]
 async fn expect_continue_sends_the_body_anyway_when_the_upstream_stays_silent() {
-    let h = Harness::start().await;
-    let vendor = RawVendor::start(Mode::Ignore).await;
-    h.install(vec![vendor.upstream("raw-ignore")], vec![all()]);
+    let (h, vendor) = RawVendor::serving(Mode::Ignore, "raw-ignore").await;
     let body = body_of(3000);
     let exchange = async {
         let mut s = TcpStream::connect(h.http).await.unwrap();
@@ -372,9 +367,7 @@ async fn expect_continue_sends_the_body_anyway_when_the_upstream_stays_silent() 
 
 #[tokio::test]
 async fn a_final_answer_to_expect_continue_is_relayed_without_the_body() {
-    let h = Harness::start().await;
-    let vendor = RawVendor::start(Mode::Final).await;
-    h.install(vec![vendor.upstream("raw-final")], vec![all()]);
+    let (h, vendor) = RawVendor::serving(Mode::Final, "raw-final").await;
     let r = strict_expect_post(h.http, "origin.test", &body_of(5000)).await;
     assert_eq!(r.status, 417, "{}", r.head);
     assert_eq!(r.header("connection").as_deref(), Some("close"));
@@ -437,11 +430,7 @@ async fn a_request_whose_body_went_upstream_is_never_replayed() {
         let r = tokio::time::timeout(EXCHANGE_LIMIT, exchange)
             .await
             .expect("answered in time");
-        assert_eq!(r.status, 502, "{}", r.head);
-        assert_eq!(
-            r.header("x-proxy-pool-error").as_deref(),
-            Some("upstream-io")
-        );
+        r.assert_refused(502, "upstream-io");
     }
     let mut heads: HashMap<String, usize> = HashMap::new();
     for seen in a.seen().await.into_iter().chain(b.seen().await) {

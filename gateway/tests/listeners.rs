@@ -13,14 +13,7 @@ use tokio::io::AsyncWriteExt;
 
 #[tokio::test]
 async fn plain_http_is_forwarded_and_rotates_per_request_on_one_connection() {
-    let h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    let b = h.proxy(Protocol::Http).await;
-    let c = h.proxy(Protocol::Socks5).await;
-    h.install(
-        vec![upstream(&a, 10), upstream(&b, 10), upstream(&c, 10)],
-        vec![all()],
-    );
+    let (h, [a, b, c]) = Harness::serving([Protocol::Http, Protocol::Http, Protocol::Socks5]).await;
     let mut client = ProxyClient::connect(h.http, USER, PASS).await;
     let mut seen = Vec::new();
     for i in 0..6 {
@@ -48,9 +41,7 @@ async fn plain_http_is_forwarded_and_rotates_per_request_on_one_connection() {
 
 #[tokio::test]
 async fn large_bodies_stream_through() {
-    let h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    h.install(vec![upstream(&a, 10)], vec![all()]);
+    let (h, _) = Harness::serving([Protocol::Http]).await;
     let mut client = ProxyClient::connect(h.http, USER, PASS).await;
     let resp = client.get(h.echo(), "/bytes/300000").await;
     assert_eq!(resp.status, 200);
@@ -61,9 +52,7 @@ async fn large_bodies_stream_through() {
 
 #[tokio::test]
 async fn post_bodies_with_length_and_chunked_framing_are_relayed() {
-    let h = Harness::start().await;
-    let a = h.proxy(Protocol::Http).await;
-    h.install(vec![upstream(&a, 10)], vec![all()]);
+    let (h, _) = Harness::serving([Protocol::Http]).await;
     let mut client = ProxyClient::connect(h.http, USER, PASS).await;
     let echo = h.echo();
     let auth = basic(USER, PASS);
@@ -85,8 +74,7 @@ async fn post_bodies_with_length_and_chunked_framing_are_relayed() {
 async fn https_passes_through_connect_untouched() {
     let h = Harness::start().await;
     for protocol in [Protocol::Http, Protocol::Socks5] {
-        let p = h.proxy(protocol).await;
-        h.install(vec![upstream(&p, 10)], vec![all()]);
+        let p = h.serve_one(protocol).await;
         let target = h.sim.echo_https_addr();
         let (resp, stream) = connect(h.http, USER, PASS, &target.to_string()).await;
         assert_eq!(resp.status, 200, "{}", resp.head);
@@ -105,8 +93,7 @@ async fn https_passes_through_connect_untouched() {
 async fn socks5_connect_through_both_upstream_kinds() {
     let h = Harness::start().await;
     for protocol in [Protocol::Socks5, Protocol::Http] {
-        let p = h.proxy(protocol).await;
-        h.install(vec![upstream(&p, 10)], vec![all()]);
+        let p = h.serve_one(protocol).await;
         let stream = socks5(h.socks, USER, PASS, h.echo(), 1)
             .await
             .expect("socks5 connect");
@@ -117,9 +104,7 @@ async fn socks5_connect_through_both_upstream_kinds() {
 
 #[tokio::test]
 async fn socks5_refuses_bad_credentials_and_other_commands() {
-    let h = Harness::start().await;
-    let p = h.proxy(Protocol::Socks5).await;
-    h.install(vec![upstream(&p, 10)], vec![all()]);
+    let (h, _) = Harness::serving([Protocol::Socks5]).await;
     let err = socks5(h.socks, USER, "wrong", h.echo(), 1)
         .await
         .unwrap_err();
@@ -141,9 +126,7 @@ async fn socks5_refuses_bad_credentials_and_other_commands() {
 
 #[tokio::test]
 async fn http_clients_must_authenticate() {
-    let h = Harness::start().await;
-    let p = h.proxy(Protocol::Http).await;
-    h.install(vec![upstream(&p, 10)], vec![all()]);
+    let (h, _) = Harness::serving([Protocol::Http]).await;
     let mut s = tokio::net::TcpStream::connect(h.http).await.unwrap();
     let echo = h.echo();
     s.write_all(format!("GET http://{echo}/ HTTP/1.1\r\nHost: {echo}\r\n\r\n").as_bytes())
@@ -157,11 +140,7 @@ async fn http_clients_must_authenticate() {
             .starts_with("Basic")
     );
     let (resp, _) = connect(h.http, USER, "nope", &echo.to_string()).await;
-    assert_eq!(resp.status, 407);
-    assert_eq!(
-        resp.header("x-proxy-pool-error").as_deref(),
-        Some("auth-failed")
-    );
+    resp.assert_refused(407, "auth-failed");
 }
 
 #[tokio::test]
@@ -209,9 +188,5 @@ async fn username_parameters_select_the_routing() {
         assert_eq!(r.remote_ip(), h.egress(&sh));
     }
     let r = get_once(h.http, "alice-region-mars", h.echo(), "/").await;
-    assert_eq!(r.status, 403);
-    assert_eq!(
-        r.header("x-proxy-pool-error").as_deref(),
-        Some("no-routing")
-    );
+    r.assert_refused(403, "no-routing");
 }

@@ -77,11 +77,15 @@ fn auth() -> String {
     format!("Proxy-Authorization: Basic {}\r\n", basic(USER, PASS))
 }
 
+/// `GET url` with `Host: host` through the gateway as [`USER`]; the whole answer.
+async fn get_through(gateway: SocketAddr, url: &str, host: &str) -> String {
+    let head = format!("GET {url} HTTP/1.1\r\nHost: {host}\r\n{}\r\n", auth());
+    exchange(gateway, head.as_bytes()).await
+}
+
 #[tokio::test]
 async fn targets_on_refused_addresses_are_403_and_socks5_0x02() {
-    let h = Harness::start().await;
-    let p = h.proxy(Protocol::Http).await;
-    h.install(vec![upstream(&p, 10)], vec![all()]);
+    let (h, _) = Harness::serving([Protocol::Http]).await;
     // Opted in to 127.0.0.0/8 (the harness's proxies), nothing else.
     for (target, why) in [
         ("169.254.169.254:80", EgressDenied::LinkLocal),
@@ -97,15 +101,7 @@ async fn targets_on_refused_addresses_are_403_and_socks5_0x02() {
         );
         assert!(h.gateway.metrics().egress_denied_for(why) >= 1, "{target}");
     }
-    let fwd = exchange(
-        h.http,
-        format!(
-            "GET http://169.254.169.254/latest/meta-data/ HTTP/1.1\r\nHost: x\r\n{}\r\n",
-            auth()
-        )
-        .as_bytes(),
-    )
-    .await;
+    let fwd = get_through(h.http, "http://169.254.169.254/latest/meta-data/", "x").await;
     assert!(fwd.starts_with("HTTP/1.1 403"), "{fwd}");
     let metadata: SocketAddr = "169.254.169.254:80".parse().unwrap();
     let refused = socks5(h.socks, USER, PASS, metadata, 1).await.unwrap_err();
@@ -121,8 +117,7 @@ async fn configured_internal_ranges_are_refused_too() {
         ..local_config()
     })
     .await;
-    let p = h.proxy(Protocol::Http).await;
-    h.install(vec![upstream(&p, 10)], vec![all()]);
+    h.serve_one(Protocol::Http).await;
     let (resp, _) = connect(h.http, USER, PASS, "10.96.0.1:443").await;
     assert_eq!(resp.status, 403);
     assert_eq!(
@@ -131,7 +126,7 @@ async fn configured_internal_ranges_are_refused_too() {
             .egress_denied_for(EgressDenied::Internal),
         1
     );
-    let (ok, _) = connect(h.http, USER, PASS, &h.echo().to_string()).await;
+    let (ok, _) = h.connect_echo().await;
     assert_eq!(ok.status, 200, "{}", ok.head);
 }
 
@@ -145,15 +140,7 @@ async fn vendor_proxies_on_refused_addresses_are_never_dialled() {
         vec![raw_upstream("vendor-on-loopback", addr, 10)],
         vec![all()],
     );
-    let fwd = exchange(
-        h.http,
-        format!(
-            "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n{}\r\n",
-            auth()
-        )
-        .as_bytes(),
-    )
-    .await;
+    let fwd = get_through(h.http, "http://example.com/", "example.com").await;
     assert!(fwd.starts_with("HTTP/1.1 502"), "{fwd}");
     assert!(fwd.contains("upstream-dial-failed"), "{fwd}");
     let accepted = tokio::time::timeout(Duration::from_millis(300), vendor.accept()).await;
@@ -207,8 +194,7 @@ async fn a_client_that_stops_reading_releases_its_slot_and_the_proxy() {
         ..local_config()
     })
     .await;
-    let p = h.proxy(Protocol::Http).await;
-    h.install(vec![upstream(&p, 10)], vec![all()]);
+    let p = h.serve_one(Protocol::Http).await;
     // A target that never stops sending.
     let firehose = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let target = firehose.local_addr().unwrap();
@@ -342,9 +328,7 @@ async fn chunked_trailers_are_dropped_and_malformed_ones_end_the_request() {
 
 #[tokio::test]
 async fn password_guessing_through_the_gateway_is_throttled() {
-    let h = Harness::start().await;
-    let p = h.proxy(Protocol::Http).await;
-    h.install(vec![upstream(&p, 10)], vec![all()]);
+    let (h, _) = Harness::serving([Protocol::Http]).await;
     let target = h.echo().to_string();
     let mut statuses = Vec::new();
     for i in 0..12 {
@@ -356,11 +340,7 @@ async fn password_guessing_through_the_gateway_is_throttled() {
     // The right password from the guessing address is not judged now, on either
     // listener.
     let (resp, _) = connect(h.http, USER, PASS, &target).await;
-    assert_eq!(resp.status, 429);
-    assert_eq!(
-        resp.header("x-proxy-pool-error").as_deref(),
-        Some("auth-throttled")
-    );
+    resp.assert_refused(429, "auth-throttled");
     let refused = socks5(h.socks, USER, PASS, h.echo(), 1).await.unwrap_err();
     assert_eq!(refused, ("auth".to_owned(), 0x01));
     assert!(h.gateway.metrics().errors_for("auth-throttled") >= 2);

@@ -2,7 +2,7 @@
 //! the CA bundle from their files (both are re-read every time: the kubelet rotates the
 //! token and updates the mounted bundle), and call the issuer over TLS.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -167,13 +167,18 @@ fn decode(status: StatusCode, body: &[u8]) -> Result<IssueResponse, ClientError>
     })
 }
 
+/// How a failed read of the file at `path` is reported.
+fn read_failed(path: &Path) -> impl FnOnce(std::io::Error) -> ClientError + '_ {
+    move |source| ClientError::ReadFile {
+        path: path.to_owned(),
+        source,
+    }
+}
+
 async fn read_token(path: &PathBuf) -> Result<String, ClientError> {
     let text = tokio::fs::read_to_string(path)
         .await
-        .map_err(|source| ClientError::ReadFile {
-            path: path.clone(),
-            source,
-        })?;
+        .map_err(read_failed(path))?;
     let token = text.trim();
     if token.is_empty() {
         return Err(ClientError::EmptyToken(path.clone()));
@@ -182,12 +187,7 @@ async fn read_token(path: &PathBuf) -> Result<String, ClientError> {
 }
 
 async fn read_roots(path: &PathBuf) -> Result<RootCertStore, ClientError> {
-    let pem = tokio::fs::read(path)
-        .await
-        .map_err(|source| ClientError::ReadFile {
-            path: path.clone(),
-            source,
-        })?;
+    let pem = tokio::fs::read(path).await.map_err(read_failed(path))?;
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&pem).flatten() {
         // A certificate the verifier cannot use is skipped, not fatal: the rest of the

@@ -6,12 +6,15 @@
 //!   blanket implementation; they do not implement clocks of their own.
 //! - [`backoff`]: bounded exponential backoff with jitter ([`Backoff`]).
 //! - [`signal`] (feature `signal`): SIGTERM / Ctrl-C → shutdown.
+//! - [`net`] (feature `net`): accepting connections until shutdown.
 //!
-//! Without the `signal` feature this crate does no I/O (the contract crate `api` uses
+//! Without the `signal` and `net` features this crate does no I/O (the contract crate `api` uses
 //! it that way).
 
 pub mod backoff;
 pub mod clock;
+#[cfg(feature = "net")]
+pub mod net;
 #[cfg(feature = "signal")]
 pub mod signal;
 

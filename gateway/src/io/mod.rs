@@ -226,127 +226,133 @@ pub async fn copy_body(
     framing: BodyFraming,
     waits: Waits,
 ) -> Result<u64, CopyError> {
+    let mut copy = BodyCopy { src, dst, waits };
     match framing {
         BodyFraming::None => Ok(0),
-        BodyFraming::Length(n) => copy_exact(src, dst, n, waits).await.map(|()| n),
-        BodyFraming::Chunked => copy_chunked(src, dst, waits).await,
-        BodyFraming::UntilClose => copy_until_close(src, dst, waits).await,
+        BodyFraming::Length(n) => copy.exact(n).await.map(|()| n),
+        BodyFraming::Chunked => copy.chunked().await,
+        BodyFraming::UntilClose => copy.until_close().await,
     }
 }
 
-async fn fill(src: &mut BufConn, waits: &Waits) -> Result<usize, CopyError> {
-    let wait = waits.next_read().map_err(CopyError::Read)?;
-    src.fill(wait).await.map_err(CopyError::Read)
-}
-
-async fn copy_exact(
-    src: &mut BufConn,
-    dst: &mut TcpStream,
-    mut left: u64,
+/// One body copy in progress: from `src`'s buffer to `dst`, within `waits`.
+struct BodyCopy<'a> {
+    src: &'a mut BufConn,
+    dst: &'a mut TcpStream,
     waits: Waits,
-) -> Result<(), CopyError> {
-    while left > 0 {
-        if src.buffered().is_empty() && fill(src, &waits).await? == 0 {
-            return Err(CopyError::Read(io::ErrorKind::UnexpectedEof.into()));
-        }
-        let avail = src.buffered();
-        let n = avail.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        write_all(dst, &avail[..n], waits.write)
-            .await
-            .map_err(CopyError::Write)?;
-        src.consume(n);
-        left -= n as u64;
-    }
-    Ok(())
 }
 
-async fn copy_until_close(
-    src: &mut BufConn,
-    dst: &mut TcpStream,
-    waits: Waits,
-) -> Result<u64, CopyError> {
-    let mut total = 0u64;
-    loop {
-        if src.buffered().is_empty() && fill(src, &waits).await? == 0 {
-            return Ok(total);
-        }
-        let n = src.buffered().len();
-        write_all(dst, src.buffered(), waits.write)
-            .await
-            .map_err(CopyError::Write)?;
-        src.consume(n);
-        total += n as u64;
+impl BodyCopy<'_> {
+    /// Reads more into `src`'s buffer; 0 at the end of the stream.
+    async fn fill(&mut self) -> Result<usize, CopyError> {
+        let wait = self.waits.next_read().map_err(CopyError::Read)?;
+        self.src.fill(wait).await.map_err(CopyError::Read)
     }
-}
 
-/// Reads one CRLF-terminated line (≤ [`MAX_CHUNK_LINE`]); returns its length
-/// without CRLF, the line staying buffered.
-async fn buffer_line(src: &mut BufConn, waits: &Waits) -> Result<usize, CopyError> {
-    let mut from = 0;
-    loop {
-        let buffered = src.buffered();
-        if let Some(pos) = buffered[from..].windows(2).position(|w| w == b"\r\n") {
-            return Ok(from + pos);
-        }
-        if buffered.len() > MAX_CHUNK_LINE {
-            return Err(CopyError::Malformed);
-        }
-        from = buffered.len().saturating_sub(1);
-        if fill(src, waits).await? == 0 {
-            return Err(CopyError::Read(io::ErrorKind::UnexpectedEof.into()));
-        }
+    /// Whether `src` has bytes buffered, reading more when it has none: `false` at the
+    /// end of the stream.
+    async fn has_bytes(&mut self) -> Result<bool, CopyError> {
+        Ok(!self.src.buffered().is_empty() || self.fill().await? > 0)
     }
-}
 
-async fn copy_chunked(
-    src: &mut BufConn,
-    dst: &mut TcpStream,
-    waits: Waits,
-) -> Result<u64, CopyError> {
-    let mut total = 0u64;
-    loop {
-        let len = buffer_line(src, &waits).await?;
-        let size = parse_chunk_size(&src.buffered()[..len]).map_err(|_| CopyError::Malformed)?;
-        if size == 0 {
-            // The last chunk goes out bare: its extensions stay behind with the trailers.
-            src.consume(len + 2);
-            break;
-        }
-        write_all(dst, &src.buffered()[..len + 2], waits.write)
+    /// Sends `bytes` to `dst`.
+    async fn send(&mut self, bytes: &[u8]) -> Result<(), CopyError> {
+        write_all(self.dst, bytes, self.waits.write)
+            .await
+            .map_err(CopyError::Write)
+    }
+
+    /// Sends the first `n` buffered bytes of `src` to `dst` and consumes them.
+    async fn pass(&mut self, n: usize) -> Result<(), CopyError> {
+        write_all(self.dst, &self.src.buffered()[..n], self.waits.write)
             .await
             .map_err(CopyError::Write)?;
-        src.consume(len + 2);
-        copy_exact(src, dst, size, waits).await?;
-        let crlf = buffer_line(src, &waits).await?;
-        if crlf != 0 {
-            return Err(CopyError::Malformed);
-        }
-        write_all(dst, b"\r\n", waits.write)
-            .await
-            .map_err(CopyError::Write)?;
-        src.consume(2);
-        total += size;
+        self.src.consume(n);
+        Ok(())
     }
-    // Trailer fields: each checked like a header line, all dropped (RFC 9112 §7.1.2);
-    // the body ends with the last chunk and an empty trailer section.
-    let mut trailer_bytes = 0usize;
-    loop {
-        let len = buffer_line(src, &waits).await?;
-        if len == 0 {
-            src.consume(2);
-            break;
+
+    async fn exact(&mut self, mut left: u64) -> Result<(), CopyError> {
+        while left > 0 {
+            if !self.has_bytes().await? {
+                return Err(CopyError::Read(io::ErrorKind::UnexpectedEof.into()));
+            }
+            let avail = self.src.buffered().len();
+            let n = avail.min(usize::try_from(left).unwrap_or(usize::MAX));
+            self.pass(n).await?;
+            left -= n as u64;
         }
-        trailer_bytes += len + 2;
-        if trailer_bytes > MAX_TRAILER_BYTES {
-            return Err(CopyError::Malformed);
-        }
-        check_trailer_line(&src.buffered()[..len]).map_err(|_| CopyError::Malformed)?;
-        src.consume(len + 2);
+        Ok(())
     }
-    write_all(dst, b"0\r\n\r\n", waits.write)
-        .await
-        .map_err(CopyError::Write)?;
-    Ok(total)
+
+    async fn until_close(&mut self) -> Result<u64, CopyError> {
+        let mut total = 0u64;
+        while self.has_bytes().await? {
+            let n = self.src.buffered().len();
+            self.pass(n).await?;
+            total += n as u64;
+        }
+        Ok(total)
+    }
+
+    /// Reads one CRLF-terminated line (≤ [`MAX_CHUNK_LINE`]); returns its length
+    /// without CRLF, the line staying buffered.
+    async fn buffer_line(&mut self) -> Result<usize, CopyError> {
+        let mut from = 0;
+        loop {
+            let buffered = self.src.buffered();
+            if let Some(pos) = buffered[from..].windows(2).position(|w| w == b"\r\n") {
+                return Ok(from + pos);
+            }
+            if buffered.len() > MAX_CHUNK_LINE {
+                return Err(CopyError::Malformed);
+            }
+            from = buffered.len().saturating_sub(1);
+            if self.fill().await? == 0 {
+                return Err(CopyError::Read(io::ErrorKind::UnexpectedEof.into()));
+            }
+        }
+    }
+
+    async fn chunked(&mut self) -> Result<u64, CopyError> {
+        let mut total = 0u64;
+        loop {
+            let len = self.buffer_line().await?;
+            let line = &self.src.buffered()[..len];
+            let size = parse_chunk_size(line).map_err(|_| CopyError::Malformed)?;
+            if size == 0 {
+                // The last chunk goes out bare: its extensions stay behind with the
+                // trailers.
+                self.src.consume(len + 2);
+                break;
+            }
+            self.pass(len + 2).await?;
+            self.exact(size).await?;
+            if self.buffer_line().await? != 0 {
+                return Err(CopyError::Malformed);
+            }
+            // The chunk data's CRLF.
+            self.pass(2).await?;
+            total += size;
+        }
+        // Trailer fields: each checked like a header line, all dropped (RFC 9112
+        // §7.1.2); the body ends with the last chunk and an empty trailer section.
+        let mut trailer_bytes = 0usize;
+        loop {
+            let len = self.buffer_line().await?;
+            if len == 0 {
+                self.src.consume(2);
+                break;
+            }
+            trailer_bytes += len + 2;
+            if trailer_bytes > MAX_TRAILER_BYTES {
+                return Err(CopyError::Malformed);
+            }
+            check_trailer_line(&self.src.buffered()[..len]).map_err(|_| CopyError::Malformed)?;
+            self.src.consume(len + 2);
+        }
+        self.send(b"0\r\n\r\n").await?;
+        Ok(total)
+    }
 }
 
 /// Why a tunnel ended.

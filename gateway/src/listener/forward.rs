@@ -10,7 +10,7 @@ use tracing::debug;
 
 use super::Shared;
 use super::reply::{Failure, Next, moved_header, proxy_credentials};
-use super::tunnel::Attempts;
+use super::tunnel::{Attempts, dial, observe_latency};
 use crate::capacity::ActiveLease;
 use crate::clock::now_ms;
 use crate::error::GatewayError;
@@ -103,13 +103,8 @@ pub(crate) async fn forward(
                 let res = exchange(shared, conn, &mut upstream, scratch, &info, moved, via_http);
                 let (err, replayable) = match res.await {
                     Ok(outcome) => {
-                        shared.outcomes.record(
-                            &entry.id,
-                            Some(&attempts.routing),
-                            Stage::ResponseHeaders,
-                            None,
-                            started.elapsed(),
-                        );
+                        let took = started.elapsed();
+                        attempts.record(shared, &entry, Stage::ResponseHeaders, None, took);
                         shared.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
                         if outcome.upstream_reusable {
                             // The lease is still held: `load` counts this request too.
@@ -147,34 +142,25 @@ pub(crate) async fn forward(
                     Err(Exchange::Closed { .. }) => {
                         let err = GatewayError::UpstreamIo(std::io::ErrorKind::BrokenPipe.into());
                         if !reused {
-                            shared.outcomes.record(
-                                &entry.id,
-                                Some(&attempts.routing),
+                            let took = started.elapsed();
+                            attempts.record(
+                                shared,
+                                &entry,
                                 Stage::ResponseHeaders,
-                                Some(err.reason()),
-                                started.elapsed(),
+                                Some(&err),
+                                took,
                             );
                         }
                         return Err(err.into());
                     }
                     Err(Exchange::Failed(failure)) => {
-                        shared.outcomes.record(
-                            &entry.id,
-                            Some(&attempts.routing),
-                            Stage::ResponseHeaders,
-                            Some(failure.err.reason()),
-                            started.elapsed(),
-                        );
+                        let (err, took) = (Some(&failure.err), started.elapsed());
+                        attempts.record(shared, &entry, Stage::ResponseHeaders, err, took);
                         return Err(failure);
                     }
                 };
-                shared.outcomes.record(
-                    &entry.id,
-                    Some(&attempts.routing),
-                    Stage::ProxyHandshake,
-                    Some(err.reason()),
-                    started.elapsed(),
-                );
+                let took = started.elapsed();
+                attempts.record(shared, &entry, Stage::ProxyHandshake, Some(&err), took);
                 // The failed proxy's slot is free before another one is reserved.
                 drop(lease);
                 (err, replayable)
@@ -186,11 +172,7 @@ pub(crate) async fn forward(
         if !replayable || !attempts.may_retry(&err) {
             return Err(err.into());
         }
-        attempts.exclude.push(entry.id.clone());
-        if ticket.is_sticky() {
-            moved = Some(MoveReason::ProxyFailed);
-        }
-        attempts.last_err = Some(err);
+        moved = attempts.failed(&ticket, &entry, err).or(moved);
     }
 }
 
@@ -292,38 +274,22 @@ async fn obtain(
         shared.metrics.pool_reused.fetch_add(1, Ordering::Relaxed);
         return Ok((conn, pick.reservation.activate(), true));
     }
-    let up = &shared.config.upstream;
     let started = Instant::now();
-    let stream = upstream::dial(
-        entry,
-        attempts.left(up.connect_timeout),
-        shared.router.egress(),
-        |why| shared.metrics.egress_refused(why),
-    )
-    .await;
-    shared.outcomes.record(
-        &entry.id,
-        Some(&attempts.routing),
-        Stage::Dial,
-        stream.as_ref().err().map(GatewayError::reason),
-        started.elapsed(),
-    );
-    let mut conn = BufConn::new(stream?, up.max_response_head);
+    let mut conn = dial(shared, entry, attempts, usize::MAX).await?;
     if entry.protocol == Protocol::Socks5 {
         let at = Instant::now();
-        let timeout = attempts.left(up.handshake_timeout);
+        let timeout = attempts.left(shared.config.upstream.handshake_timeout);
         let res = upstream::socks5_connect(&mut conn, entry, target, timeout).await;
-        shared.outcomes.record(
-            &entry.id,
-            Some(&attempts.routing),
+        attempts.record(
+            shared,
+            entry,
             Stage::ProxyHandshake,
-            res.as_ref().err().map(GatewayError::reason),
+            res.as_ref().err(),
             at.elapsed(),
         );
         res?;
     }
-    let micros = u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX);
-    entry.state.observe_latency(micros);
+    observe_latency(entry, started);
     Ok((conn, pick.reservation.activate(), false))
 }
 

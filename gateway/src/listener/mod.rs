@@ -34,6 +34,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
 use proxy_pool_api::throttle::SourceSlots;
+use proxy_pool_runtime::net::accept_or_stop;
 
 use crate::config::GatewayConfig;
 use crate::metrics::{ListenerKind, Metrics};
@@ -436,18 +437,12 @@ async fn accept_loop(
     // Linux when the listener has it): probed on the first connection, then the
     // per-connection `setsockopt` is skipped.
     let mut inherits_nodelay = None;
+    let on_error = |err: &std::io::Error| debug!(error = %err, "accept failed");
+    let pause = Duration::from_millis(20);
     loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = shared.draining.cancelled() => return,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                debug!(error = %err, "accept failed");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
+        let stop = shared.draining.cancelled();
+        let Some((stream, peer)) = accept_or_stop(&listener, stop, pause, on_error).await else {
+            return;
         };
         let Some(slot) = shared.per_source.acquire(peer.ip()) else {
             shared

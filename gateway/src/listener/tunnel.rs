@@ -71,6 +71,36 @@ impl Attempts {
             .min(cap)
     }
 
+    /// Records one stage of an attempt on `entry` (an outcome observation for the
+    /// controller), failed with `err` or not.
+    pub(crate) fn record(
+        &self,
+        shared: &Shared,
+        entry: &ProxyEntry,
+        stage: Stage,
+        err: Option<&GatewayError>,
+        took: Duration,
+    ) {
+        let reason = err.map(GatewayError::reason);
+        shared
+            .outcomes
+            .record(&entry.id, Some(&self.routing), stage, reason, took);
+    }
+
+    /// Notes a failure of `entry` that is retried: it is excluded from the next picks
+    /// and `err` kept in case no other proxy can be tried. A sticky session moves off
+    /// the proxy (the reason returned).
+    pub(crate) fn failed(
+        &mut self,
+        ticket: &Ticket,
+        entry: &ProxyEntry,
+        err: GatewayError,
+    ) -> Option<MoveReason> {
+        self.exclude.push(entry.id.clone());
+        self.last_err = Some(err);
+        ticket.is_sticky().then_some(MoveReason::ProxyFailed)
+    }
+
     /// The next pick: `first` for the first attempt, a fresh one afterwards.
     pub(crate) fn next_pick(
         &mut self,
@@ -131,11 +161,7 @@ pub(crate) async fn establish(
                 if !attempts.may_retry(&err) {
                     return Err(err);
                 }
-                if ticket.is_sticky() {
-                    moved = Some(MoveReason::ProxyFailed);
-                }
-                attempts.exclude.push(entry.id.clone());
-                attempts.last_err = Some(err);
+                moved = attempts.failed(ticket, &entry, err).or(moved);
             }
         }
     }
@@ -149,6 +175,36 @@ async fn attempt(
     up: &crate::config::UpstreamConfig,
 ) -> Result<BufConn, GatewayError> {
     let started = Instant::now();
+    let mut conn = dial(shared, entry, attempts, HANDSHAKE_BUFFER).await?;
+    let dialed = Instant::now();
+    let timeout = attempts.left(up.handshake_timeout);
+    let res = match entry.protocol {
+        Protocol::Http => upstream::http_connect(&mut conn, entry, target, timeout).await,
+        Protocol::Socks5 => upstream::socks5_connect(&mut conn, entry, target, timeout).await,
+    };
+    attempts.record(
+        shared,
+        entry,
+        Stage::ProxyHandshake,
+        res.as_ref().err(),
+        dialed.elapsed(),
+    );
+    res?;
+    observe_latency(entry, started);
+    Ok(conn)
+}
+
+/// Dials `entry` within the attempts' connect budget and records the DIAL outcome;
+/// the connection reads responses of at most `max_head` bytes (capped by the
+/// configured response head limit).
+pub(crate) async fn dial(
+    shared: &Shared,
+    entry: &ProxyEntry,
+    attempts: &Attempts,
+    max_head: usize,
+) -> Result<BufConn, GatewayError> {
+    let up = &shared.config.upstream;
+    let started = Instant::now();
     let stream = upstream::dial(
         entry,
         attempts.left(up.connect_timeout),
@@ -156,31 +212,21 @@ async fn attempt(
         |why| shared.metrics.egress_refused(why),
     )
     .await;
-    let dialed = Instant::now();
-    shared.outcomes.record(
-        &entry.id,
-        Some(&attempts.routing),
+    attempts.record(
+        shared,
+        entry,
         Stage::Dial,
-        stream.as_ref().err().map(GatewayError::reason),
-        dialed - started,
+        stream.as_ref().err(),
+        started.elapsed(),
     );
-    let mut conn = BufConn::new(stream?, up.max_response_head.min(HANDSHAKE_BUFFER));
-    let timeout = attempts.left(up.handshake_timeout);
-    let res = match entry.protocol {
-        Protocol::Http => upstream::http_connect(&mut conn, entry, target, timeout).await,
-        Protocol::Socks5 => upstream::socks5_connect(&mut conn, entry, target, timeout).await,
-    };
-    shared.outcomes.record(
-        &entry.id,
-        Some(&attempts.routing),
-        Stage::ProxyHandshake,
-        res.as_ref().err().map(GatewayError::reason),
-        dialed.elapsed(),
-    );
-    res?;
+    Ok(BufConn::new(stream?, up.max_response_head.min(max_head)))
+}
+
+/// Feeds the time an attempt took to set up its connection (since `started`) into
+/// `entry`'s latency estimate.
+pub(crate) fn observe_latency(entry: &ProxyEntry, started: Instant) {
     let micros = u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX);
     entry.state.observe_latency(micros);
-    Ok(conn)
 }
 
 /// Relays an established tunnel to the end and records its outcome. `client` may

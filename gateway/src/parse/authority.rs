@@ -228,24 +228,21 @@ mod tests {
             parse_authority(b"[::1]:22").unwrap().host,
             Host::V6(Ipv6Addr::LOCALHOST)
         );
-        for bad in [
-            &b"example.com"[..],
-            b"example.com:0",
-            b"example.com:65536",
-            b":80",
-            b"exa mple.com:80",
-            b"[::1:80",
-            b"[zz]:80",
-            b"1.2.3.999:80",
-            b"a..b:80",
-            b"user@host:80",
-        ] {
-            assert!(
-                parse_authority(bad).is_err(),
-                "{}",
-                String::from_utf8_lossy(bad)
-            );
-        }
+        crate::parse::assert_refused_all(
+            |bad| parse_authority(bad).map(drop),
+            &[
+                b"example.com",
+                b"example.com:0",
+                b"example.com:65536",
+                b":80",
+                b"exa mple.com:80",
+                b"[::1:80",
+                b"[zz]:80",
+                b"1.2.3.999:80",
+                b"a..b:80",
+                b"user@host:80",
+            ],
+        );
     }
 
     #[test]

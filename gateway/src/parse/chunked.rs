@@ -84,21 +84,18 @@ mod tests {
     fn trailer_lines_are_header_lines() {
         assert_eq!(check_trailer_line(b"Checksum: abc"), Ok(()));
         assert_eq!(check_trailer_line(b"X-T:"), Ok(()));
-        for bad in [
-            &b" folded: x"[..],
-            b"no colon",
-            b": empty name",
-            b"bad name: x",
-            b"X: a\rb",
-            b"X: a\nGET / HTTP/1.1",
-            b"X: a\0",
-        ] {
-            assert!(
-                check_trailer_line(bad).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
-        }
+        crate::parse::assert_refused_all(
+            check_trailer_line,
+            &[
+                b" folded: x",
+                b"no colon",
+                b": empty name",
+                b"bad name: x",
+                b"X: a\rb",
+                b"X: a\nGET / HTTP/1.1",
+                b"X: a\0",
+            ],
+        );
     }
 
     #[test]
@@ -106,10 +103,10 @@ mod tests {
         assert_eq!(parse_chunk_size(b"0"), Ok(0));
         assert_eq!(parse_chunk_size(b"1A"), Ok(26));
         assert_eq!(parse_chunk_size(b"ff ; name=value"), Ok(255));
-        assert!(parse_chunk_size(b"").is_err());
-        assert!(parse_chunk_size(b"-1").is_err());
-        assert!(parse_chunk_size(b"1 2").is_err());
-        assert!(parse_chunk_size(b"ffffffffffffffff").is_err());
+        crate::parse::assert_refused_all(
+            parse_chunk_size,
+            &[b"", b"-1", b"1 2", b"ffffffffffffffff"],
+        );
     }
 
     proptest! {

@@ -4,6 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use super::Credentials;
 use super::authority::{Host, parse_host};
 
 /// Protocol version byte.
@@ -93,23 +94,6 @@ pub struct Greeting {
     pub no_auth: bool,
 }
 
-/// RFC 1929 credentials.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct UserPass<'a> {
-    /// Username bytes (1..=255).
-    pub username: &'a [u8],
-    /// Password bytes (0..=255).
-    pub password: &'a [u8],
-}
-
-impl std::fmt::Debug for UserPass<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UserPass")
-            .field("username_len", &self.username.len())
-            .finish_non_exhaustive()
-    }
-}
-
 /// The request command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command {
@@ -157,7 +141,7 @@ pub fn parse_greeting(buf: &[u8]) -> Result<Parsed<Greeting>, Socks5Error> {
 }
 
 /// Parses the RFC 1929 request: `VER ULEN UNAME PLEN PASSWD`.
-pub fn parse_user_pass(buf: &[u8]) -> Result<Parsed<UserPass<'_>>, Socks5Error> {
+pub fn parse_user_pass(buf: &[u8]) -> Result<Parsed<Credentials<'_>>, Socks5Error> {
     let [ver, ulen, rest @ ..] = buf else {
         return match buf.first() {
             Some(&v) if v != AUTH_VERSION => Err(Socks5Error::Version(v)),
@@ -179,7 +163,7 @@ pub fn parse_user_pass(buf: &[u8]) -> Result<Parsed<UserPass<'_>>, Socks5Error> 
         return Ok(Parsed::Incomplete);
     };
     Ok(Parsed::Done(
-        UserPass { username, password },
+        Credentials { username, password },
         3 + ulen + plen,
     ))
 }

@@ -22,20 +22,7 @@ use crate::snapshot::{CompiledRouting, LiveSnapshot, ProxyEntry, ProxyId};
 use crate::usage::UsageRecorder;
 use proxy_pool_api::controlplane::model::RetryBudget;
 
-/// Client credentials as presented (`Proxy-Authorization: Basic` or RFC 1929).
-#[derive(Clone, Copy)]
-pub struct Credentials<'a> {
-    /// Username, possibly with routing parameters.
-    pub username: &'a [u8],
-    /// Password.
-    pub password: &'a [u8],
-}
-
-impl std::fmt::Debug for Credentials<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Credentials(..)")
-    }
-}
+pub use crate::parse::Credentials;
 
 /// What a request keeps across retries: its routing (by name, so a newer snapshot
 /// can be used), retry budget and sticky session.

@@ -93,55 +93,33 @@ fn authentication_is_required_and_checked() {
 fn first_matching_routing_wins() {
     let snap = snapshot();
     let router = Router::new(AuthMode::Required, 100);
-    let (t, p) = router
-        .admit(
-            Some(&snap),
-            creds("alice-region-shanghai", "pw-a"),
-            &WWW,
-            now_ms(),
-        )
-        .unwrap();
-    assert_eq!(&*t.routing, "shanghai");
-    assert!(p.entry.id.as_str().starts_with("sh"));
-    let (t, _) = router
-        .admit(
-            Some(&snap),
-            creds("bob", "pw-b"),
-            &Host::Domain("other.org"),
-            now_ms(),
-        )
-        .unwrap();
-    assert_eq!(&*t.routing, "team-b");
-    let (t, _) = router
-        .admit(
-            Some(&snap),
-            creds("alice", "pw-a"),
-            &Host::V4(Ipv4Addr::new(192, 0, 2, 1)),
-            now_ms(),
-        )
-        .unwrap();
-    assert_eq!(&*t.routing, "rest");
-    let err = router
-        .admit(
-            Some(&snap),
-            creds("alice", "pw-a"),
-            &Host::Domain("other.org"),
-            now_ms(),
-        )
-        .unwrap_err();
-    assert!(matches!(err, GatewayError::NoRouting));
-    let err = router
-        .admit(
-            Some(&snap),
-            creds("alice", "pw-a"),
-            &Host::Domain("example.com"),
-            now_ms(),
-        )
-        .unwrap_err();
-    assert!(
-        matches!(err, GatewayError::NoRouting),
-        "suffix needs a subdomain"
-    );
+    let admit = |user: &str, password: &str, host: &Host<'_>| {
+        router
+            .admit(Some(&snap), creds(user, password), host, now_ms())
+            .map(|(t, p)| (t.routing.to_string(), p.entry.id.clone()))
+    };
+    let (routing, proxy) = admit("alice-region-shanghai", "pw-a", &WWW).unwrap();
+    assert_eq!(routing, "shanghai");
+    assert!(proxy.as_str().starts_with("sh"));
+    let cases = [
+        ("bob", "pw-b", Host::Domain("other.org"), Some("team-b")),
+        (
+            "alice",
+            "pw-a",
+            Host::V4(Ipv4Addr::new(192, 0, 2, 1)),
+            Some("rest"),
+        ),
+        ("alice", "pw-a", Host::Domain("other.org"), None),
+        // A suffix needs a subdomain.
+        ("alice", "pw-a", Host::Domain("example.com"), None),
+    ];
+    for (user, password, host, want) in cases {
+        match (admit(user, password, &host), want) {
+            (Ok((routing, _)), Some(want)) => assert_eq!(routing, want, "{host:?}"),
+            (Err(err), None) => assert!(matches!(err, GatewayError::NoRouting), "{host:?}"),
+            (got, want) => panic!("{user} to {host:?}: {got:?}, want {want:?}"),
+        }
+    }
 }
 
 #[test]

@@ -22,18 +22,29 @@ pub(crate) fn live(proxies: Vec<SnapshotProxy>, strategy: Strategy) -> LiveSnaps
     LiveSnapshot::build(snapshot, &CapacityRegistry::default(), far).unwrap()
 }
 
+/// A live snapshot of proxies `p0`… `p{n-1}`, each taking `max` concurrent uses, all
+/// candidates of one routing picking by `strategy`.
+fn uniform(n: usize, max: u32, strategy: Strategy) -> LiveSnapshot {
+    live((0..n).map(|i| proxy(i, max)).collect(), strategy)
+}
+
+/// `n` picks from the snapshot's first routing, all held.
+fn hold(snap: &LiveSnapshot, n: usize) -> Vec<Choice> {
+    (0..n)
+        .map(|_| pick(snap, &snap.routings[0], now_ms(), &[]).unwrap())
+        .collect()
+}
+
 fn ids(snap: &LiveSnapshot, strategy_picks: usize) -> Vec<String> {
-    (0..strategy_picks)
-        .map(|_| {
-            let c = pick(snap, &snap.routings[0], now_ms(), &[]).unwrap();
-            snap.proxies[c.idx as usize].id.to_string()
-        })
+    hold(snap, strategy_picks)
+        .iter()
+        .map(|c| snap.proxies[c.idx as usize].id.to_string())
         .collect()
 }
 
 #[test]
 fn round_robin_cycles_through_candidates() {
-    let snap = live((0..3).map(|i| proxy(i, 10)).collect(), Strategy::RoundRobin);
+    let snap = uniform(3, 10, Strategy::RoundRobin);
     assert_eq!(ids(&snap, 6), ["p0", "p1", "p2", "p0", "p1", "p2"]);
 }
 
@@ -61,10 +72,7 @@ fn full_and_unusable_proxies_are_skipped_and_exhaustion_is_none() {
 
 #[test]
 fn excluded_proxies_are_not_picked() {
-    let snap = live(
-        (0..2).map(|i| proxy(i, 5)).collect(),
-        Strategy::PowerOfTwoChoices,
-    );
+    let snap = uniform(2, 5, Strategy::PowerOfTwoChoices);
     let exclude = [ProxyId::from("p0")];
     for _ in 0..20 {
         let c = pick(&snap, &snap.routings[0], now_ms(), &exclude).unwrap();
@@ -74,14 +82,9 @@ fn excluded_proxies_are_not_picked() {
 
 #[test]
 fn least_active_prefers_the_idle_proxy() {
-    let snap = live(
-        (0..4).map(|i| proxy(i, 10)).collect(),
-        Strategy::LeastActive,
-    );
+    let snap = uniform(4, 10, Strategy::LeastActive);
     let r = &snap.routings[0];
-    let held: Vec<_> = (0..4)
-        .map(|_| pick(&snap, r, now_ms(), &[]).unwrap())
-        .collect();
+    let held = hold(&snap, 4);
     let mut idxs: Vec<_> = held.iter().map(|c| c.idx).collect();
     idxs.sort();
     assert_eq!(idxs, [0, 1, 2, 3], "spreads one each");
@@ -95,10 +98,7 @@ fn least_active_prefers_the_idle_proxy() {
 
 #[test]
 fn two_choices_favours_low_latency_and_low_load() {
-    let snap = live(
-        (0..2).map(|i| proxy(i, 100)).collect(),
-        Strategy::PowerOfTwoChoices,
-    );
+    let snap = uniform(2, 100, Strategy::PowerOfTwoChoices);
     for _ in 0..50 {
         snap.proxies[0].state.observe_latency(1_000_000);
         snap.proxies[1].state.observe_latency(1_000);
@@ -115,14 +115,8 @@ fn two_choices_favours_low_latency_and_low_load() {
 
 #[test]
 fn large_candidate_lists_use_a_bounded_window() {
-    let snap = live(
-        (0..1000).map(|i| proxy(i, 1)).collect(),
-        Strategy::LeastActive,
-    );
-    let r = &snap.routings[0];
-    let held: Vec<_> = (0..1000)
-        .map(|_| pick(&snap, r, now_ms(), &[]).unwrap())
-        .collect();
-    assert!(pick(&snap, r, now_ms(), &[]).is_none());
+    let snap = uniform(1000, 1, Strategy::LeastActive);
+    let held = hold(&snap, 1000);
+    assert!(pick(&snap, &snap.routings[0], now_ms(), &[]).is_none());
     drop(held);
 }

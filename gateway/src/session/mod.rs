@@ -110,6 +110,30 @@ const EMPTY: Ends = Ends {
     tail: NIL,
 };
 
+/// One `T` for each of the two [`Order`]s.
+#[derive(Debug, Clone, Copy)]
+struct PerOrder<T> {
+    by_use: T,
+    by_bind: T,
+}
+
+impl<T: Copy> PerOrder<T> {
+    /// `value` for both orders.
+    const fn both(value: T) -> Self {
+        Self {
+            by_use: value,
+            by_bind: value,
+        }
+    }
+
+    fn get(&mut self, order: Order) -> &mut T {
+        match order {
+            Order::Use => &mut self.by_use,
+            Order::Bind => &mut self.by_bind,
+        }
+    }
+}
+
 /// The two orders each policy group keeps.
 #[derive(Debug, Clone, Copy)]
 enum Order {
@@ -129,17 +153,8 @@ struct Binding {
     touched: u64,
     /// Index of its policy group in `Shard::groups`.
     group: u32,
-    by_use: Link,
-    by_bind: Link,
-}
-
-impl Binding {
-    fn link(&mut self, order: Order) -> &mut Link {
-        match order {
-            Order::Use => &mut self.by_use,
-            Order::Bind => &mut self.by_bind,
-        }
-    }
+    /// Its neighbours in its group's lists.
+    links: PerOrder<Link>,
 }
 
 /// The bindings of one shard made under one policy. With one `ttl` and one
@@ -150,17 +165,8 @@ struct Group {
     policy: StickyPolicy,
     /// Bindings in the group; 0 = a vacant slot, reused by the next new policy.
     len: usize,
-    by_use: Ends,
-    by_bind: Ends,
-}
-
-impl Group {
-    fn ends(&mut self, order: Order) -> &mut Ends {
-        match order {
-            Order::Use => &mut self.by_use,
-            Order::Bind => &mut self.by_bind,
-        }
-    }
+    /// Ends of its lists.
+    ends: PerOrder<Ends>,
 }
 
 /// One shard: a dense slab of bindings threaded on index-linked lists per policy
@@ -202,35 +208,52 @@ impl Shard {
         now.saturating_duration_since(b.bound_at) >= self.groups[b.group as usize].policy.ttl
     }
 
+    /// Whether binding `i` is dead by `order`'s measure: idle out (use order) or past
+    /// its TTL (bind order).
+    fn dead_by(&self, order: Order, i: u32, now: Instant) -> bool {
+        match order {
+            Order::Use => self.idle_out(i, now),
+            Order::Bind => self.expired(i, now),
+        }
+    }
+
     fn push_back(&mut self, i: u32, order: Order) {
         let g = self.nodes[i as usize].group as usize;
-        let tail = self.groups[g].ends(order).tail;
-        *self.nodes[i as usize].link(order) = Link {
+        let tail = self.groups[g].ends.get(order).tail;
+        *self.nodes[i as usize].links.get(order) = Link {
             prev: tail,
             next: NIL,
         };
-        if tail == NIL {
-            self.groups[g].ends(order).head = i;
+        self.set_next(g, order, tail, i);
+        self.set_prev(g, order, NIL, i);
+    }
+
+    /// Makes `to` follow `prev` in group `g`'s `order` list (`prev` NIL: the list's
+    /// head).
+    fn set_next(&mut self, g: usize, order: Order, prev: u32, to: u32) {
+        if prev == NIL {
+            self.groups[g].ends.get(order).head = to;
         } else {
-            self.nodes[tail as usize].link(order).next = i;
+            self.nodes[prev as usize].links.get(order).next = to;
         }
-        self.groups[g].ends(order).tail = i;
+    }
+
+    /// Makes `to` precede `next` in group `g`'s `order` list (`next` NIL: the list's
+    /// tail).
+    fn set_prev(&mut self, g: usize, order: Order, next: u32, to: u32) {
+        if next == NIL {
+            self.groups[g].ends.get(order).tail = to;
+        } else {
+            self.nodes[next as usize].links.get(order).prev = to;
+        }
     }
 
     fn unlink(&mut self, i: u32, order: Order) {
         let g = self.nodes[i as usize].group as usize;
-        let Link { prev, next } = *self.nodes[i as usize].link(order);
-        if prev == NIL {
-            self.groups[g].ends(order).head = next;
-        } else {
-            self.nodes[prev as usize].link(order).next = next;
-        }
-        if next == NIL {
-            self.groups[g].ends(order).tail = prev;
-        } else {
-            self.nodes[next as usize].link(order).prev = prev;
-        }
-        *self.nodes[i as usize].link(order) = UNLINKED;
+        let Link { prev, next } = *self.nodes[i as usize].links.get(order);
+        self.set_next(g, order, prev, next);
+        self.set_prev(g, order, next, prev);
+        *self.nodes[i as usize].links.get(order) = UNLINKED;
     }
 
     /// Points the neighbours, group ends and index entry of the node now at `i`
@@ -238,17 +261,9 @@ impl Shard {
     fn relocated(&mut self, i: u32) {
         let g = self.nodes[i as usize].group as usize;
         for order in [Order::Use, Order::Bind] {
-            let Link { prev, next } = *self.nodes[i as usize].link(order);
-            if prev == NIL {
-                self.groups[g].ends(order).head = i;
-            } else {
-                self.nodes[prev as usize].link(order).next = i;
-            }
-            if next == NIL {
-                self.groups[g].ends(order).tail = i;
-            } else {
-                self.nodes[next as usize].link(order).prev = i;
-            }
+            let Link { prev, next } = *self.nodes[i as usize].links.get(order);
+            self.set_next(g, order, prev, i);
+            self.set_prev(g, order, next, i);
         }
         let key = self.nodes[i as usize].key;
         self.index.insert(key, i);
@@ -278,8 +293,7 @@ impl Shard {
         let vacant = Group {
             policy,
             len: 0,
-            by_use: EMPTY,
-            by_bind: EMPTY,
+            ends: PerOrder::both(EMPTY),
         };
         match self.groups.iter().position(|g| g.len == 0) {
             Some(g) => {
@@ -297,19 +311,14 @@ impl Shard {
     /// prefixes of each group's two orders.
     fn drop_dead(&mut self, now: Instant) {
         for g in 0..self.groups.len() {
-            loop {
-                let head = self.groups[g].by_use.head;
-                if head == NIL || !self.idle_out(head, now) {
-                    break;
+            for order in [Order::Use, Order::Bind] {
+                loop {
+                    let head = self.groups[g].ends.get(order).head;
+                    if head == NIL || !self.dead_by(order, head, now) {
+                        break;
+                    }
+                    self.remove(head);
                 }
-                self.remove(head);
-            }
-            loop {
-                let head = self.groups[g].by_bind.head;
-                if head == NIL || !self.expired(head, now) {
-                    break;
-                }
-                self.remove(head);
             }
         }
     }
@@ -319,7 +328,7 @@ impl Shard {
         self.groups
             .iter()
             .filter(|g| g.len > 0)
-            .map(|g| g.by_use.head)
+            .map(|g| g.ends.by_use.head)
             .min_by_key(|&i| {
                 let b = &self.nodes[i as usize];
                 (b.last_used, b.touched)
@@ -337,8 +346,7 @@ impl Shard {
             last_used: t,
             touched,
             group,
-            by_use: UNLINKED,
-            by_bind: UNLINKED,
+            links: PerOrder::both(UNLINKED),
         });
         self.groups[group as usize].len += 1;
         self.push_back(i, Order::Use);

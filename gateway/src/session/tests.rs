@@ -87,15 +87,18 @@ fn table_is_bounded() {
     assert!(table.len() <= SHARDS, "{}", table.len());
 }
 
-/// `n` distinct keys that all land in one shard.
-fn same_shard_keys(table: &SessionTable, n: usize) -> Vec<SessionKey> {
+/// A table holding `per_shard` bindings in each shard, and `n` distinct keys that all
+/// land in one shard.
+fn one_shard(per_shard: usize, n: usize) -> (SessionTable, Vec<SessionKey>) {
+    let table = SessionTable::new(SHARDS * per_shard);
     let first = table.key("c", "r", "0");
     let shard = (first.0 as usize) % SHARDS;
-    (0..)
+    let keys = (0..)
         .map(|i: u32| table.key("c", "r", &i.to_string()))
         .filter(|k| (k.0 as usize) % SHARDS == shard)
         .take(n)
-        .collect()
+        .collect();
+    (table, keys)
 }
 
 fn bound(p: &str) -> Lookup {
@@ -104,8 +107,7 @@ fn bound(p: &str) -> Lookup {
 
 #[test]
 fn full_shard_evicts_its_least_recently_used_binding() {
-    let table = SessionTable::new(SHARDS * 3);
-    let k = same_shard_keys(&table, 4);
+    let (table, k) = one_shard(3, 4);
     let t0 = Instant::now();
     let s = Duration::from_secs;
     table.bind(k[0], ProxyId::from("p0"), POLICY, t0);
@@ -135,8 +137,7 @@ fn full_shard_drops_dead_bindings_of_any_policy_before_the_lru() {
         ttl: Duration::from_secs(600),
         idle_timeout: Duration::from_secs(3),
     };
-    let table = SessionTable::new(SHARDS * 4);
-    let k = same_shard_keys(&table, 6);
+    let (table, k) = one_shard(4, 6);
     let t0 = Instant::now();
     let s = Duration::from_secs;
     table.bind(k[0], ProxyId::from("p0"), POLICY, t0);
@@ -301,8 +302,7 @@ mod model {
         #[test]
         fn matches_the_scanning_table(ops in proptest::collection::vec(op(), 1..200)) {
             const CAP: usize = 5;
-            let table = SessionTable::new(SHARDS * CAP);
-            let keys = same_shard_keys(&table, 12);
+            let (table, keys) = one_shard(CAP, 12);
             let mut model = Model::default();
             let mut now = Instant::now();
             for (n, op) in ops.iter().enumerate() {

@@ -14,7 +14,7 @@ use proxy_pool_api::controlplane::model::{
 };
 use proxy_pool_api::egress::PortRanges;
 
-use super::{ClientCredential, SnapshotError, SnapshotInput};
+use super::{ClientCredential, SnapshotError, SnapshotInput, standalone_proxy};
 use crate::clock::{now_ms, to_model_ms};
 
 /// The file's top level.
@@ -232,21 +232,11 @@ impl SnapshotFile {
                     }
                 };
                 SnapshotProxy {
-                    id: p.id,
                     upstream: p.upstream,
-                    protocol,
-                    host: p.host,
-                    port: p.port,
                     credentials,
                     region: Some(p.region).filter(|v| !v.is_empty()),
                     carrier: Some(p.carrier).filter(|v| !v.is_empty()),
-                    max_concurrency: p.max_concurrent,
-                    expires_at_ms: far,
-                    usable_until_ms: far,
-                    assignment_epoch: 0,
-                    draining: false,
-                    lease_expires_at_ms: 0,
-                    excluded_routings: Vec::new(),
+                    ..standalone_proxy(p.id, protocol, p.host, p.port, p.max_concurrent, far)
                 }
             })
             .collect();

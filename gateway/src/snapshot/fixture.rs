@@ -3,7 +3,7 @@
 
 use proxy_pool_api::controlplane::model::{Checksum, Protocol, Routing, Snapshot, SnapshotProxy};
 
-use super::SnapshotInput;
+use super::{SnapshotInput, standalone_proxy};
 use crate::clock::{now_ms, to_model_ms};
 
 /// How long fixtures stay valid and usable.
@@ -19,21 +19,10 @@ pub(crate) fn unix_ms_in(offset_ms: i64) -> i64 {
 pub(crate) fn proxy(id: &str, max: u32) -> SnapshotProxy {
     let far = unix_ms_in(TEN_MINUTES_MS);
     SnapshotProxy {
-        id: id.into(),
         upstream: "u".into(),
-        protocol: Protocol::Http,
-        host: "127.0.0.1".into(),
-        port: 1,
-        credentials: None,
         region: Some("r".into()),
         carrier: Some("c".into()),
-        max_concurrency: max,
-        expires_at_ms: far,
-        usable_until_ms: far,
-        assignment_epoch: 0,
-        draining: false,
-        lease_expires_at_ms: 0,
-        excluded_routings: Vec::new(),
+        ..standalone_proxy(id, Protocol::Http, "127.0.0.1", 1, max, far)
     }
 }
 

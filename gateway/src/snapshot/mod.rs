@@ -16,7 +16,7 @@ pub use crate::proxy_id::ProxyId;
 pub use handle::{ChannelSource, SnapshotHandle, SnapshotSource, run_source};
 pub use live::{Candidate, CompiledRouting, LiveSnapshot, ProxyEntry, SnapshotError, UpstreamAddr};
 
-use proxy_pool_api::controlplane::model::Snapshot;
+use proxy_pool_api::controlplane::model::{Protocol, Snapshot, SnapshotProxy};
 use proxy_pool_api::secret::SaltedHash;
 use std::fmt;
 use std::time::Duration;
@@ -25,6 +25,38 @@ use std::time::Duration;
 /// skew between this host and the pool's clock (Redis `TIME`), so a proxy the pool
 /// releases at the lease end is no longer in use by then.
 pub const LEASE_SAFETY: Duration = Duration::from_secs(1);
+
+/// A proxy of a snapshot made without a controller (a local snapshot file, tests,
+/// benchmarks): `max` concurrent uses of `protocol` at `host:port`, usable until
+/// `until_ms` and owned outright — no assignment epoch or lease, not draining,
+/// excluded from no routing — with no upstream name, credentials, region or carrier
+/// (set them with struct update syntax).
+pub fn standalone_proxy(
+    id: impl Into<String>,
+    protocol: Protocol,
+    host: impl Into<String>,
+    port: u16,
+    max: u32,
+    until_ms: i64,
+) -> SnapshotProxy {
+    SnapshotProxy {
+        id: id.into(),
+        upstream: String::new(),
+        protocol,
+        host: host.into(),
+        port,
+        credentials: None,
+        region: None,
+        carrier: None,
+        max_concurrency: max,
+        expires_at_ms: until_ms,
+        usable_until_ms: until_ms,
+        assignment_epoch: 0,
+        draining: false,
+        lease_expires_at_ms: 0,
+        excluded_routings: Vec::new(),
+    }
+}
 
 /// A client allowed to use the gateway: the base username it presents and its
 /// password salted and hashed (never the password itself, never an unsalted digest).

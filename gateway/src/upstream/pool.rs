@@ -161,6 +161,14 @@ mod tests {
     use super::*;
     use tokio::net::{TcpListener, TcpStream};
 
+    /// A pool keeping `per_key` idle connections per key and `total` in all (30 s idle
+    /// timeout), one HTTP proxy's key, and a listener to make connections on.
+    async fn pool(per_key: usize, total: usize) -> (IdlePool, PoolKey, TcpListener) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let pool = IdlePool::new(per_key, total, Duration::from_secs(30));
+        (pool, PoolKey::http(ProxyId::from("p")), l)
+    }
+
     async fn conn(l: &TcpListener) -> (BufConn, TcpStream) {
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (s, _) = l.accept().await.unwrap();
@@ -169,9 +177,7 @@ mod tests {
 
     #[tokio::test]
     async fn reuses_live_connections_and_respects_bounds() {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let pool = IdlePool::new(1, 10, Duration::from_secs(30));
-        let key = PoolKey::http(ProxyId::from("p"));
+        let (pool, key, l) = pool(1, 10).await;
         let (a, _pa) = conn(&l).await;
         let (b, _pb) = conn(&l).await;
         pool.checkin(key.clone(), a, 1);
@@ -183,9 +189,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_busy_proxy_keeps_as_many_idle_connections_as_it_has_requests() {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let pool = IdlePool::new(1, 3, Duration::from_secs(30));
-        let key = PoolKey::http(ProxyId::from("p"));
+        let (pool, key, l) = pool(1, 3).await;
         let mut peers = Vec::new();
         for _ in 0..4 {
             let (c, p) = conn(&l).await;
@@ -204,9 +208,7 @@ mod tests {
 
     #[tokio::test]
     async fn closed_connections_are_not_handed_out() {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let pool = IdlePool::new(4, 10, Duration::from_secs(30));
-        let key = PoolKey::http(ProxyId::from("p"));
+        let (pool, key, l) = pool(4, 10).await;
         let (a, peer) = conn(&l).await;
         pool.checkin(key.clone(), a, 1);
         drop(peer);
@@ -217,8 +219,7 @@ mod tests {
 
     #[tokio::test]
     async fn sweep_drops_removed_proxies() {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let pool = IdlePool::new(4, 10, Duration::from_secs(30));
+        let (pool, _, l) = pool(4, 10).await;
         let (a, _pa) = conn(&l).await;
         pool.checkin(PoolKey::http(ProxyId::from("gone")), a, 1);
         pool.sweep(|id| id.as_str() != "gone");

@@ -12,7 +12,7 @@ use proxy_pool_e2e::sim::{
 };
 use proxy_pool_gateway::clock;
 use proxy_pool_gateway::outcome::OutcomeReceiver;
-use proxy_pool_gateway::snapshot::{ClientCredential, ProxyId, SnapshotInput};
+use proxy_pool_gateway::snapshot::{ClientCredential, ProxyId, SnapshotInput, standalone_proxy};
 use proxy_pool_gateway::{
     AuthMode, Gateway, GatewayConfig, Listeners, ServeReport, SnapshotHandle,
 };
@@ -52,6 +52,30 @@ impl Harness {
 
     pub async fn start() -> Self {
         Self::start_with(local_config()).await
+    }
+
+    /// A new simulated proxy of `protocol` (taking 10 concurrent uses), installed as
+    /// the only one under the catch-all routing [`all`].
+    pub async fn serve_one(&self, protocol: Protocol) -> SimProxy {
+        let p = self.proxy(protocol).await;
+        self.install(vec![upstream(&p, 10)], vec![all()]);
+        p
+    }
+
+    /// A harness serving one simulated proxy of each of `protocols` (each taking 10
+    /// concurrent uses) under the catch-all routing [`all`].
+    pub async fn serving<const N: usize>(protocols: [Protocol; N]) -> (Self, [SimProxy; N]) {
+        let h = Self::start().await;
+        let mut proxies = Vec::with_capacity(N);
+        for protocol in protocols {
+            proxies.push(h.proxy(protocol).await);
+        }
+        h.install(
+            proxies.iter().map(|p| upstream(p, 10)).collect(),
+            vec![all()],
+        );
+        let proxies = proxies.try_into().unwrap_or_else(|_| panic!("{N} proxies"));
+        (h, proxies)
     }
 
     pub async fn start_with(config: GatewayConfig) -> Self {
@@ -145,6 +169,34 @@ impl Harness {
         self.sim.echo_http_addr()
     }
 
+    /// `GET path` from the echo target through the HTTP listener, as [`USER`] on a
+    /// fresh connection.
+    pub async fn get(&self, path: &str) -> Response {
+        get_once(self.http, USER, self.echo(), path).await
+    }
+
+    /// `CONNECT` to the echo target through the HTTP listener, as [`USER`]: the
+    /// response head and the stream.
+    pub async fn connect_echo(&self) -> (Response, TcpStream) {
+        connect(self.http, USER, PASS, &self.echo().to_string()).await
+    }
+
+    /// A tunnel to the echo target (the gateway answered `200`).
+    pub async fn tunnel(&self) -> TcpStream {
+        let (resp, tunnel) = self.connect_echo().await;
+        assert_eq!(resp.status, 200, "{}", resp.head);
+        tunnel
+    }
+
+    /// `GET path` from the echo target over an open `tunnel` (which it closes).
+    pub async fn echo_over<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        tunnel: S,
+        path: &str,
+    ) -> Response {
+        echo_over(tunnel, &self.echo().to_string(), path).await
+    }
+
     /// Signals shutdown and waits for the gateway to finish draining.
     pub async fn shutdown(&mut self) -> ServeReport {
         if let Some(tx) = self.shutdown.take() {
@@ -218,6 +270,19 @@ pub struct Response {
 }
 
 impl Response {
+    /// Asserts the gateway refused the request with `status` and `X-Proxy-Pool-Error:
+    /// error`.
+    #[track_caller]
+    pub fn assert_refused(&self, status: u16, error: &str) {
+        assert_eq!(self.status, status, "{}", self.head);
+        assert_eq!(
+            self.header("X-Proxy-Pool-Error").as_deref(),
+            Some(error),
+            "{}",
+            self.head
+        );
+    }
+
     pub fn header(&self, name: &str) -> Option<String> {
         self.head.lines().skip(1).find_map(|l| {
             let (n, v) = l.split_once(':')?;
@@ -487,22 +552,10 @@ pub fn open_config() -> GatewayConfig {
 /// credentials): raw listeners that refuse, hang or delay on purpose.
 pub fn raw_upstream(id: &str, addr: SocketAddr, max: u32) -> SnapshotProxy {
     let far = unix_ms(SystemTime::now() + Duration::from_secs(600));
+    let (host, port) = (addr.ip().to_string(), addr.port());
     SnapshotProxy {
-        id: id.into(),
         upstream: "raw".into(),
-        protocol: model::Protocol::Http,
-        host: addr.ip().to_string(),
-        port: addr.port(),
-        credentials: None,
-        region: None,
-        carrier: None,
-        max_concurrency: max,
-        expires_at_ms: far,
-        usable_until_ms: far,
-        assignment_epoch: 0,
-        draining: false,
-        lease_expires_at_ms: 0,
-        excluded_routings: Vec::new(),
+        ..standalone_proxy(id, model::Protocol::Http, host, port, max, far)
     }
 }
 

@@ -52,16 +52,17 @@ fn incomplete_heads_ask_for_more_and_big_ones_fail() {
 
 #[test]
 fn rejects_malformed_heads() {
-    for raw in [
-        &b"GET / HTTP/2.0\r\n\r\n"[..],
-        b"GET  / HTTP/1.1\r\n\r\n",
-        b"GET / HTTP/1.1\r\n folded\r\n\r\n",
-        b"GET / HTTP/1.1\r\nNo colon\r\n\r\n",
-        b"G(T / HTTP/1.1\r\n\r\n",
-        b"GET /\x01 HTTP/1.1\r\n\r\n",
-    ] {
-        assert!(req(raw).is_err(), "{:?}", String::from_utf8_lossy(raw));
-    }
+    crate::parse::assert_refused_all(
+        req,
+        &[
+            b"GET / HTTP/2.0\r\n\r\n",
+            b"GET  / HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\n folded\r\n\r\n",
+            b"GET / HTTP/1.1\r\nNo colon\r\n\r\n",
+            b"G(T / HTTP/1.1\r\n\r\n",
+            b"GET /\x01 HTTP/1.1\r\n\r\n",
+        ],
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::json;
+use proxy_pool_api::gateway_clients::{self, ClientEntry};
 use sha2::{Digest, Sha256};
 
 use crate::crd::Routing;
@@ -49,12 +49,10 @@ pub fn gateway_clients(r: &Routing, available: &BTreeMap<String, GatewayClient>)
         if !wanted.is_empty() && !wanted.contains(name.as_str()) {
             continue;
         }
-        let file = |key: &str| format!("{CLIENTS_DIR}/secrets/{}/{key}", c.secret);
-        entries.push(json!({
-            "client": name,
-            "usernameFile": file("username"),
-            "passwordFile": file("password"),
-        }));
+        entries.push(ClientEntry::from_secret_dir(
+            name.as_str(),
+            &format!("{CLIENTS_DIR}/secrets/{}", c.secret),
+        ));
         mounts
             .entry(c.secret.clone())
             .or_default()
@@ -63,7 +61,7 @@ pub fn gateway_clients(r: &Routing, available: &BTreeMap<String, GatewayClient>)
         h.update([0]);
         names.push(name.clone());
     }
-    let file = serde_json::Value::Array(entries).to_string();
+    let file = gateway_clients::render(&entries);
     h.update(file.as_bytes());
     GatewayClients {
         names,
