@@ -60,21 +60,14 @@ cache_dir="${PROXY_POOL_CACHE_DIR:-$repo/.cache}"
 bin_dir="$cache_dir/k8s/$k8s_version-$stamp_now/bin"
 mkdir -p "$bin_dir"
 
+# build NAME PACKAGE LDFLAGS: the binary NAME in the bin dir.
 build() {
-  local name="$1" pkg="$2" ldflags="$3"
-  local out="$bin_dir/$name"
-  if [ -x "$out" ]; then
-    say "$name: already built"
-    return
-  fi
-  say "$name: building $pkg (this takes minutes on a small machine)"
-  local start=$SECONDS
-  # Build to a temporary name and rename, so an interrupted build never leaves a
-  # half-written binary that a later run would take as done.
+  go_build_once "$1" "$bin_dir/$1" go_build_in_mod "$@"
+}
+go_build_in_mod() {
+  local name="$1" pkg="$2" ldflags="$3" scratch="$4"
   (cd "$mod_dir" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-    go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$out.partial" "$pkg")
-  mv -f "$out.partial" "$out"
-  say "$name: built in $((SECONDS - start))s"
+    go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$scratch/$name" "$pkg")
 }
 
 build etcd ./cmd/etcd "$etcd_ldflags"

@@ -15,3 +15,28 @@ go_require() {
 go_mod_dir() {
   go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
 }
+
+# go_build_once NAME OUT BUILD-COMMAND...: builds the binary OUT unless it is already
+# there. BUILD-COMMAND runs with a scratch dir beside OUT as its last argument and leaves
+# the binary there under OUT's file name; only a finished build is moved to OUT, so an
+# interrupted one never leaves a half-written binary that a later run would take as done.
+go_build_once() {
+  local name="$1" out="$2"
+  shift 2
+  if [ -x "$out" ]; then
+    say "$name: already built"
+    return 0
+  fi
+  mkdir -p "$(dirname "$out")"
+  say "$name: building (takes minutes on a small machine)"
+  local start=$SECONDS tmp
+  tmp="$(mktemp -d "$(dirname "$out")/.build.XXXXXX")"
+  if ! "$@" "$tmp"; then
+    rm -rf "$tmp"
+    say "$name: build failed"
+    exit 1
+  fi
+  mv -f "$tmp/$(basename "$out")" "$out"
+  rm -rf "$tmp"
+  say "$name: built in $((SECONDS - start))s"
+}
