@@ -8,14 +8,11 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 version="${PROXY_POOL_HELM_VERSION:-v3.22.0}"
 
-say() { printf 'helm-bin: %s\n' "$*" >&2; }
-
 # shellcheck source=scripts/lib/go.sh
 . "$repo/scripts/lib/go.sh"
-go_require
+go_tool_init helm-bin
 
-cache_dir="${PROXY_POOL_CACHE_DIR:-$repo/.cache}"
-out_dir="$cache_dir/helm/$version"
+out_dir="$cache_root/helm/$version"
 out="$out_dir/helm"
 mkdir -p "$out_dir"
 

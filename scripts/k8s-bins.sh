@@ -28,11 +28,9 @@ for arg in "$@"; do
 done
 [ "$with_node" = 1 ] && with_kcm=1
 
-say() { printf 'k8s-bins: %s\n' "$*" >&2; }
-
 # shellcheck source=scripts/lib/go.sh
 . "$repo/scripts/lib/go.sh"
-go_require "the Go toolchain is required (go >= the version in e2e/k8s/go.mod)"
+go_tool_init k8s-bins "the Go toolchain is required (go >= the version in e2e/k8s/go.mod)"
 
 # Module versions, as written in the wrapper go.mod (the single source of truth).
 mod_version() { awk -v m="$1" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$mod_dir/go.mod"; }
@@ -56,8 +54,7 @@ etcd_ldflags="-s -w"
 # (say a branch that adds a tool) never rebuild each other's binaries.
 stamp_now="$(cat "$mod_dir/go.mod" "$mod_dir/go.sum" "$mod_dir/cmd/etcd/main.go" \
   <(go version) <(printf '%s\n%s\n' "$k8s_ldflags" "$etcd_ldflags") | sha256sum | cut -c1-12)"
-cache_dir="${PROXY_POOL_CACHE_DIR:-$repo/.cache}"
-bin_dir="$cache_dir/k8s/$k8s_version-$stamp_now/bin"
+bin_dir="$cache_root/k8s/$k8s_version-$stamp_now/bin"
 mkdir -p "$bin_dir"
 
 # build NAME PACKAGE LDFLAGS: the binary NAME in the bin dir.

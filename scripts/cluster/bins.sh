@@ -13,13 +13,11 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 coredns_version="${PROXY_POOL_COREDNS_VERSION:-v1.15.0}"
 skipper_version="${PROXY_POOL_SKIPPER_VERSION:-v0.23.0}"
 
-say() { printf 'cluster-bins: %s\n' "$*" >&2; }
-
 # shellcheck source=scripts/lib/go.sh
 . "$repo/scripts/lib/go.sh"
-go_require
+go_tool_init cluster-bins
 
-cache_dir="${PROXY_POOL_CACHE_DIR:-$repo/.cache}/cluster-bins"
+cache_dir="$cache_root/cluster-bins"
 ldflags="-s -w"
 stamp="$(printf '%s\n%s\n' "$ldflags" "$(go version)" | sha256sum | cut -c1-12)"
 

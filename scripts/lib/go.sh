@@ -1,7 +1,17 @@
 # shellcheck shell=bash
 # Go toolchain helpers shared by the scripts that build tools from their published Go
 # modules (scripts/k8s-bins.sh, scripts/helm-bin.sh, scripts/cluster/bins.sh); sourced,
-# not run. They report through the caller's `say`.
+# not run. They report through `say` (go_tool_init names the script).
+
+# go_tool_init TAG [MESSAGE]: sets up a script that builds tools into the cache (it has
+# set $repo): `say` reports progress as "TAG: ..." on stderr, $cache_root is
+# ${PROXY_POOL_CACHE_DIR:-<repo>/.cache}, and the Go toolchain is required (go_require).
+go_tool_init() {
+  go_tool_tag="$1"
+  cache_root="${PROXY_POOL_CACHE_DIR:-$repo/.cache}"
+  go_require "${2:-}"
+}
+say() { printf '%s: %s\n' "$go_tool_tag" "$*" >&2; }
 
 # go_require [MESSAGE]: puts the Go toolchain of the Debian-based images
 # (/usr/local/go) on PATH when `go` is not on it; exits with MESSAGE when there is none.
