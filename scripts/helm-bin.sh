@@ -8,14 +8,11 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 version="${PROXY_POOL_HELM_VERSION:-v3.22.0}"
 
-say() { printf 'helm-bin: %s\n' "$*" >&2; }
-
 # shellcheck source=scripts/lib/go.sh
 . "$repo/scripts/lib/go.sh"
-go_require
+go_tool_init helm-bin
 
-cache_dir="${PROXY_POOL_CACHE_DIR:-$repo/.cache}"
-out_dir="$cache_dir/helm/$version"
+out_dir="$cache_root/helm/$version"
 out="$out_dir/helm"
 mkdir -p "$out_dir"
 
@@ -31,20 +28,14 @@ for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
   ldflags="$ldflags -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$k8s_minor"
 done
 stamp="$(printf '%s\n%s\n' "$ldflags" "$(go version)" | sha256sum | cut -d' ' -f1)"
-if [ -x "$out" ] && [ "$(cat "$out_dir/.stamp" 2>/dev/null)" = "$stamp" ]; then
-  say "helm $version: already built"
-  echo "$out"
-  exit 0
-fi
-say "helm $version: building helm.sh/helm/v3/cmd/helm (takes minutes on a small machine)"
-start=$SECONDS
-# `go install pkg@version` builds the module exactly as its own go.mod/go.sum pin it;
-# GOBIN is a scratch dir so an interrupted build never leaves a half-written binary.
-tmp="$(mktemp -d "$out_dir/.build.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
-CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS="${GOFLAGS:-}" \
-  go install -trimpath -buildvcs=false -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$version"
-mv -f "$tmp/helm" "$out"
+# A binary built with other flags or another Go is stale: build it again.
+[ "$(cat "$out_dir/.stamp" 2>/dev/null)" = "$stamp" ] || rm -f "$out"
+
+# `go install pkg@version` builds the module exactly as its own go.mod/go.sum pin it.
+build_helm() {
+  CGO_ENABLED=0 GOBIN="$1" GOFLAGS="${GOFLAGS:-}" \
+    go install -trimpath -buildvcs=false -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$version"
+}
+go_build_once "helm $version" "$out" build_helm
 printf '%s\n' "$stamp" > "$out_dir/.stamp"
-say "helm $version: built in $((SECONDS - start))s"
 echo "$out"

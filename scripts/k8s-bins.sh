@@ -28,11 +28,9 @@ for arg in "$@"; do
 done
 [ "$with_node" = 1 ] && with_kcm=1
 
-say() { printf 'k8s-bins: %s\n' "$*" >&2; }
-
 # shellcheck source=scripts/lib/go.sh
 . "$repo/scripts/lib/go.sh"
-go_require "the Go toolchain is required (go >= the version in e2e/k8s/go.mod)"
+go_tool_init k8s-bins "the Go toolchain is required (go >= the version in e2e/k8s/go.mod)"
 
 # Module versions, as written in the wrapper go.mod (the single source of truth).
 mod_version() { awk -v m="$1" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$mod_dir/go.mod"; }
@@ -56,25 +54,17 @@ etcd_ldflags="-s -w"
 # (say a branch that adds a tool) never rebuild each other's binaries.
 stamp_now="$(cat "$mod_dir/go.mod" "$mod_dir/go.sum" "$mod_dir/cmd/etcd/main.go" \
   <(go version) <(printf '%s\n%s\n' "$k8s_ldflags" "$etcd_ldflags") | sha256sum | cut -c1-12)"
-cache_dir="${PROXY_POOL_CACHE_DIR:-$repo/.cache}"
-bin_dir="$cache_dir/k8s/$k8s_version-$stamp_now/bin"
+bin_dir="$cache_root/k8s/$k8s_version-$stamp_now/bin"
 mkdir -p "$bin_dir"
 
+# build NAME PACKAGE LDFLAGS: the binary NAME in the bin dir.
 build() {
-  local name="$1" pkg="$2" ldflags="$3"
-  local out="$bin_dir/$name"
-  if [ -x "$out" ]; then
-    say "$name: already built"
-    return
-  fi
-  say "$name: building $pkg (this takes minutes on a small machine)"
-  local start=$SECONDS
-  # Build to a temporary name and rename, so an interrupted build never leaves a
-  # half-written binary that a later run would take as done.
+  go_build_once "$1" "$bin_dir/$1" go_build_in_mod "$@"
+}
+go_build_in_mod() {
+  local name="$1" pkg="$2" ldflags="$3" scratch="$4"
   (cd "$mod_dir" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-    go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$out.partial" "$pkg")
-  mv -f "$out.partial" "$out"
-  say "$name: built in $((SECONDS - start))s"
+    go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$scratch/$name" "$pkg")
 }
 
 build etcd ./cmd/etcd "$etcd_ldflags"

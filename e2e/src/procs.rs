@@ -75,6 +75,92 @@ pub fn vendor_sim_command(
     cmd
 }
 
+/// [`vendor_sim_command`] for a test directory `dir`: the API key is written to
+/// `<dir>/vendor-api-key` first (for a controller's `apiKeyFile`), and the simulator
+/// writes the CA of its HTTPS echo server to `<dir>/ca.pem`.
+pub fn vendor_sim_in(
+    dir: &Path,
+    program: impl AsRef<std::ffi::OsStr>,
+    [listen, echo, echo_tls]: [SocketAddr; 3],
+    api_key: &str,
+    ttl: (u32, u32),
+) -> Command {
+    std::fs::write(dir.join("vendor-api-key"), api_key).expect("write the vendor API key");
+    let mut cmd = vendor_sim_command(program, listen, echo, echo_tls, api_key, ttl);
+    cmd.arg("--ca-out").arg(dir.join("ca.pem"));
+    cmd
+}
+
+/// An `upstreams` entry of a controller config that fetches HTTP proxies from the
+/// vendor simulator's API, with the API key file that [`vendor_sim_in`] writes.
+#[derive(Clone, Debug)]
+pub struct SimUpstream {
+    /// `name` (default `sim-http`).
+    pub name: &'static str,
+    /// Path and query of the vendor URL on the simulator.
+    pub path: String,
+    /// `ttl` of its proxies.
+    pub ttl: String,
+    /// `quarantine`.
+    pub quarantine: String,
+    /// `safetyMargin`.
+    pub safety_margin: &'static str,
+    /// `maxConcurrencyPerProxy`.
+    pub max_concurrency_per_proxy: u32,
+    /// `maxSize`.
+    pub max_size: u32,
+    /// `fetchInterval`.
+    pub fetch_interval: &'static str,
+}
+
+impl Default for SimUpstream {
+    fn default() -> Self {
+        Self {
+            name: "sim-http",
+            path: "/v1/proxies?count=4&protocol=http".into(),
+            ttl: "10m".into(),
+            quarantine: "0s".into(),
+            safety_margin: "10s",
+            max_concurrency_per_proxy: 16,
+            max_size: 8,
+            fetch_interval: "10s",
+        }
+    }
+}
+
+impl SimUpstream {
+    /// The entry (`  - name: …`, a YAML list item) for the simulator's API on `sim`,
+    /// its key in `dir` (as [`vendor_sim_in`] wrote it).
+    pub fn yaml(&self, sim: SocketAddr, dir: &Path) -> String {
+        format!(
+            "  - name: {name}
+    protocol: http
+    ttl: {ttl}
+    quarantine: {quarantine}
+    safetyMargin: {margin}
+    maxConcurrencyPerProxy: {concurrency}
+    maxSize: {max_size}
+    fetchInterval: {fetch}
+    source:
+      vendorApi:
+        url: http://{sim}{path}
+        format: json
+        apiKeyFile: {key}
+        timeout: 5s
+",
+            name = self.name,
+            ttl = self.ttl,
+            quarantine = self.quarantine,
+            margin = self.safety_margin,
+            concurrency = self.max_concurrency_per_proxy,
+            max_size = self.max_size,
+            fetch = self.fetch_interval,
+            path = self.path,
+            key = dir.join("vendor-api-key").display(),
+        )
+    }
+}
+
 /// The checker's command line on a plaintext loopback control plane: `run` against
 /// `controller` as checker `id`, probing through the echo server `echo`, with loopback
 /// (where the simulator's proxies are) allowed as egress.
@@ -164,6 +250,15 @@ pub fn without_test_env(cmd: &mut Command) -> &mut Command {
         }
     }
     cmd
+}
+
+/// A fresh directory `<temp>/pp-e2e-<tag>-<pid>` (emptied if a run left it) for one
+/// test's files and process logs.
+pub fn fresh_test_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pp-e2e-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the test directory");
+    dir
 }
 
 /// Child processes logging into one directory, stopped in reverse start order when

@@ -34,6 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use activity_pool::testkit::RedisServer;
 use base64::Engine as _;
 use proxy_pool_e2e::cluster::LocalCluster;
+use proxy_pool_e2e::k8s::{CLIENT_COLUMNS, ROUTING_COLUMNS, UPSTREAM_COLUMNS, kubectl_table};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -240,57 +241,33 @@ async fn the_operator_renders_and_gateways_get_issued_identities(c: &LocalCluste
 }
 
 async fn kubectl_get_shows_the_columns(c: &LocalCluster) {
-    let rows = table(c, "upstreams").await;
-    assert_eq!(
-        rows[0],
-        [
-            "NAME",
-            "PROTOCOL",
-            "REGION",
-            "MANAGED",
-            "AVAILABLE",
-            "READY",
-            "AGE"
-        ]
-    );
-    let u = &rows[1];
-    assert_eq!(
-        (&*u[0], &*u[1], &*u[2]),
-        ("vendor-sim", "http", "shanghai"),
-        "{rows:?}"
-    );
-    upstream_status_shows_the_controllers_inventory(c).await;
-    let rows = table(c, "routings").await;
-    assert_eq!(
-        rows[0],
-        [
-            "NAME",
-            "STRATEGY",
-            "PRIORITY",
-            "REPLICAS",
-            "READY REPLICAS",
-            "READY",
-            "AGE"
-        ]
-    );
-    let r = &rows[1];
-    assert_eq!(
-        (&*r[0], &*r[1], &*r[2], &*r[3], &*r[4], &*r[5]),
+    for (kind, columns, first) in [
         (
-            "shanghai-crawler",
-            "powerOfTwoChoices",
-            "10",
-            "2",
-            "2",
-            "True"
+            "upstreams",
+            UPSTREAM_COLUMNS.as_slice(),
+            ["vendor-sim", "http", "shanghai"].as_slice(),
         ),
-        "{rows:?}"
-    );
+        (
+            "routings",
+            ROUTING_COLUMNS.as_slice(),
+            [
+                "shanghai-crawler",
+                "powerOfTwoChoices",
+                "10",
+                "2",
+                "2",
+                "True",
+            ]
+            .as_slice(),
+        ),
+    ] {
+        let rows = table(c, kind).await;
+        assert_eq!(rows[0], columns);
+        assert_eq!(rows[1][..first.len()], *first, "{rows:?}");
+    }
+    upstream_status_shows_the_controllers_inventory(c).await;
     let rows = table(c, "distributionclients").await;
-    assert_eq!(
-        rows[0],
-        ["NAME", "PERMISSIONS", "MAX EXTRACT", "READY", "AGE"]
-    );
+    assert_eq!(rows[0], CLIENT_COLUMNS);
     let d = &rows[1];
     assert_eq!(
         (&*d[0], &*d[2], &*d[3]),
@@ -348,8 +325,20 @@ async fn upstream_status_shows_the_controllers_inventory(c: &LocalCluster) {
 /// `Ready=False` (`GatewayPodsNotReady`) until the new pod is Ready; back to two, it is
 /// Ready again.
 async fn routing_readiness_follows_its_gateway_pods(c: &LocalCluster) {
-    let routing = |replicas: u32| {
-        serde_json::json!({"spec": {"gateway": {"replicas": replicas}}}).to_string()
+    let scale = |replicas: u32| async move {
+        let patch = serde_json::json!({"spec": {"gateway": {"replicas": replicas}}});
+        c.kubectl_ok(&[
+            "-n",
+            NS,
+            "patch",
+            "routing",
+            "shanghai-crawler",
+            "--type",
+            "merge",
+            "-p",
+            &patch.to_string(),
+        ])
+        .await;
     };
     let ready_condition = || async {
         let r = c
@@ -365,18 +354,7 @@ async fn routing_readiness_follows_its_gateway_pods(c: &LocalCluster) {
             r["status"]["readyReplicas"].as_i64().unwrap_or(0),
         )
     };
-    c.kubectl_ok(&[
-        "-n",
-        NS,
-        "patch",
-        "routing",
-        "shanghai-crawler",
-        "--type",
-        "merge",
-        "-p",
-        &routing(3),
-    ])
-    .await;
+    scale(3).await;
     // The new pod needs seconds (sandbox, identity, registration, a usable snapshot):
     // the Routing must say so meanwhile.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -398,18 +376,7 @@ async fn routing_readiness_follows_its_gateway_pods(c: &LocalCluster) {
         status == "True" && ready == 3
     })
     .await;
-    c.kubectl_ok(&[
-        "-n",
-        NS,
-        "patch",
-        "routing",
-        "shanghai-crawler",
-        "--type",
-        "merge",
-        "-p",
-        &routing(2),
-    ])
-    .await;
+    scale(2).await;
     eventually(
         c,
         "the gateway Deployment back at 2 replicas",
@@ -637,32 +604,43 @@ async fn helm_upgrade(c: &LocalCluster, what: &str, sets: &[&str]) {
     );
 }
 
-async fn helm_upgrade_rolls_controller_and_gateways(c: &LocalCluster) {
-    let controller_rs = template_hash(c, CONTROLLER).await;
-    let gateway_rs = template_hash(c, GATEWAY).await;
-    let traffic = Traffic::start(c).await;
+/// `helm upgrade` with the `e2e-rollout` pod annotation of the controller and of the
+/// gateways set to `rollout`, then waits (4 minutes at most) until the gateway
+/// Deployment has rolled out a template other than `gateway_rs`; how long that took.
+async fn upgrade_and_roll_gateways(
+    c: &LocalCluster,
+    [controller, gateway]: [&str; 2],
+    gateway_rs: &str,
+) -> Duration {
     let started = Instant::now();
     helm_upgrade(
         c,
         "helm upgrade",
         &[
-            "controller.podAnnotations.e2e-rollout=2",
-            "gateway.podAnnotations.e2e-rollout=2",
+            &format!("controller.podAnnotations.e2e-rollout={controller}"),
+            &format!("gateway.podAnnotations.e2e-rollout={gateway}"),
         ],
     )
     .await;
-    // The operator rolled (new gateway pod settings), then the gateways rolled.
     eventually(c, "the gateway Deployment to roll", 240, || async {
         template_hash(c, GATEWAY).await != gateway_rs && rolled_out(c, GATEWAY).await
     })
     .await;
+    started.elapsed()
+}
+
+async fn helm_upgrade_rolls_controller_and_gateways(c: &LocalCluster) {
+    let controller_rs = template_hash(c, CONTROLLER).await;
+    let gateway_rs = template_hash(c, GATEWAY).await;
+    let traffic = Traffic::start(c).await;
+    // The operator rolls (new gateway pod settings), then the gateways roll.
+    let roll = upgrade_and_roll_gateways(c, ["2", "2"], &gateway_rs).await;
     assert_ne!(
         template_hash(c, CONTROLLER).await,
         controller_rs,
         "the controller rolled"
     );
     assert!(rolled_out(c, CONTROLLER).await);
-    let roll = started.elapsed();
     // With the chart's memory store a new controller starts with an empty pool: the
     // gateways take its (empty) snapshot and refuse until it has fetched and checked
     // proxies again. Traffic must come back.
@@ -692,30 +670,9 @@ async fn helm_upgrade_rolls_controller_and_gateways(c: &LocalCluster) {
 async fn a_gateway_roll_loses_no_request(c: &LocalCluster) {
     let controller_rs = template_hash(c, CONTROLLER).await;
     let gateway_rs = template_hash(c, GATEWAY).await;
-    let traffic = Traffic::start(c).await;
     // Steady traffic first, so the count below is the roll's own.
-    assert!(
-        traffic
-            .recovered_within(Duration::from_secs(120))
-            .await
-            .is_some(),
-        "traffic through the gateway before the gateway roll"
-    );
-    let started = Instant::now();
-    helm_upgrade(
-        c,
-        "helm upgrade",
-        &[
-            "controller.podAnnotations.e2e-rollout=2",
-            "gateway.podAnnotations.e2e-rollout=3",
-        ],
-    )
-    .await;
-    eventually(c, "the gateway Deployment to roll", 240, || async {
-        template_hash(c, GATEWAY).await != gateway_rs && rolled_out(c, GATEWAY).await
-    })
-    .await;
-    let roll = started.elapsed();
+    let traffic = Traffic::steady(c, Duration::from_secs(120), "before the gateway roll").await;
+    let roll = upgrade_and_roll_gateways(c, ["2", "3"], &gateway_rs).await;
     // The old pods' termination (shutdown delay + drain) overlaps the end of the roll.
     tokio::time::sleep(Duration::from_secs(10)).await;
     let report = traffic.stop().await;
@@ -758,19 +715,8 @@ async fn a_deleted_controller_pod_is_replaced(c: &LocalCluster) {
     let replaced = started.elapsed();
     // Until the new pod turned Ready (its Ready condition's transition time) no
     // controller served: the gateways served from their snapshots alone.
-    let pods = c
-        .kubectl_json(&[
-            "-n",
-            NS,
-            "get",
-            "pods",
-            "-l",
-            "proxypool.io/component=controller",
-        ])
-        .await;
-    let ready_at = pods["items"]
-        .as_array()
-        .expect("pods")
+    let ready_at = pods(c, "proxypool.io/component=controller")
+        .await
         .iter()
         .filter_map(|p| p["status"]["conditions"].as_array())
         .flatten()
@@ -831,14 +777,12 @@ async fn a_deleted_controller_pod_is_replaced(c: &LocalCluster) {
 /// serving from their snapshots, every request succeeds; scaled back, extraction and
 /// traffic resume.
 async fn gateways_serve_from_their_snapshot_without_a_controller(c: &LocalCluster) {
-    let traffic = Traffic::start(c).await;
-    assert!(
-        traffic
-            .recovered_within(Duration::from_secs(120))
-            .await
-            .is_some(),
-        "traffic through the gateway before the controller goes away"
-    );
+    let traffic = Traffic::steady(
+        c,
+        Duration::from_secs(120),
+        "before the controller goes away",
+    )
+    .await;
     // From the scale-down on, no controller publishes. A gateway serves from its last
     // snapshot until min(validUntil, maxStaleAge) past it: 30 s with the controller's
     // defaults, so 12 s without any controller must cost nothing.
@@ -915,31 +859,21 @@ fn host_redis(node_ip: &str) -> (RedisServer, String) {
 
 /// The controller pods labelled leader, with whether each is Ready.
 async fn leader_pods(c: &LocalCluster) -> Vec<(String, bool)> {
-    let pods = c
-        .kubectl_json(&[
-            "-n",
-            NS,
-            "get",
-            "pods",
-            "-l",
-            "proxypool.io/component=controller,proxypool.io/leader=true",
-        ])
-        .await;
-    pods["items"]
-        .as_array()
-        .map(|ps| {
-            ps.iter()
-                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-                .map(|p| {
-                    let name = p["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned();
-                    (name, is_ready(p))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    pods(
+        c,
+        "proxypool.io/component=controller,proxypool.io/leader=true",
+    )
+    .await
+    .iter()
+    .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+    .map(|p| {
+        let name = p["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        (name, is_ready(p))
+    })
+    .collect()
 }
 
 /// The ready endpoints' pod names behind a Service.
@@ -1054,15 +988,7 @@ async fn three_replicas_on_redis_and_the_leader_pod_deleted(c: &LocalCluster) ->
 
     // Load: gateway traffic (the new pool filled, the gateways registered with the
     // leader) and extraction through the Ingress, spread by the Service over the three.
-    let traffic = Traffic::start(c).await;
-    assert!(
-        traffic
-            .recovered_within(Duration::from_secs(240))
-            .await
-            .is_some(),
-        "traffic through the gateway on the Redis store\n{}",
-        c.logs()
-    );
+    let traffic = Traffic::steady(c, Duration::from_secs(240), "on the Redis store").await;
     let extracted: ExtractLog = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let extraction = {
@@ -1340,13 +1266,18 @@ fn is_ready(pod: &Value) -> bool {
     })
 }
 
-async fn pod_names(c: &LocalCluster, selector: &str) -> Vec<String> {
-    let pods = c
+/// The pods (objects) matching `selector` in the test namespace, terminating ones
+/// included.
+async fn pods(c: &LocalCluster, selector: &str) -> Vec<Value> {
+    let list = c
         .kubectl_json(&["-n", NS, "get", "pods", "-l", selector])
         .await;
-    pods["items"]
-        .as_array()
-        .expect("pods")
+    list["items"].as_array().cloned().expect("a pod list")
+}
+
+async fn pod_names(c: &LocalCluster, selector: &str) -> Vec<String> {
+    pods(c, selector)
+        .await
         .iter()
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
         .map(|p| p["metadata"]["name"].as_str().expect("name").to_owned())
@@ -1355,33 +1286,7 @@ async fn pod_names(c: &LocalCluster, selector: &str) -> Vec<String> {
 
 async fn table(c: &LocalCluster, kind: &str) -> Vec<Vec<String>> {
     let text = c.kubectl_ok(&["-n", NS, "get", kind]).await;
-    let mut lines = text.lines();
-    let header = lines.next().unwrap_or_default();
-    // Columns start where the header has a word after two or more spaces (a header
-    // may hold one space: "READY REPLICAS"); an empty cell stays an empty string.
-    let bytes = header.as_bytes();
-    let starts: Vec<usize> = (0..bytes.len())
-        .filter(|&i| bytes[i] != b' ' && (i == 0 || (i >= 2 && &bytes[i - 2..i] == b"  ")))
-        .collect();
-    let cells = |line: &str| -> Vec<String> {
-        starts
-            .iter()
-            .enumerate()
-            .map(|(k, &from)| {
-                let to = starts
-                    .get(k + 1)
-                    .copied()
-                    .unwrap_or(line.len())
-                    .min(line.len());
-                line.get(from.min(line.len())..to)
-                    .unwrap_or("")
-                    .trim()
-                    .to_owned()
-            })
-            .collect()
-    };
-    let mut rows = vec![cells(header)];
-    rows.extend(lines.map(cells));
+    let rows = kubectl_table(&text);
     assert!(rows.len() >= 2, "kubectl get {kind}:\n{text}");
     rows
 }
@@ -1461,17 +1366,8 @@ fn remote_ip(echo: &Value) -> String {
 
 /// The simulator's `/v1/sim/info`, from the host straight to its pod.
 async fn sim_info(c: &LocalCluster) -> Value {
-    let pods = c
-        .kubectl_json(&[
-            "-n",
-            NS,
-            "get",
-            "pods",
-            "-l",
-            "app.kubernetes.io/name=vendor-sim",
-        ])
-        .await;
-    let ip = pods["items"][0]["status"]["podIP"]
+    let pods = pods(c, "app.kubernetes.io/name=vendor-sim").await;
+    let ip = pods[0]["status"]["podIP"]
         .as_str()
         .expect("podIP")
         .to_owned();
@@ -1657,6 +1553,18 @@ const TRAFFIC_MAX_REQUESTS: usize = 6000;
 const TRAFFIC_MAX_TIME: Duration = Duration::from_secs(600);
 
 impl Traffic {
+    /// [`Traffic::start`], once requests succeed (within `within`); `what` says when,
+    /// for the failure message.
+    async fn steady(c: &LocalCluster, within: Duration, what: &str) -> Self {
+        let traffic = Self::start(c).await;
+        assert!(
+            traffic.recovered_within(within).await.is_some(),
+            "traffic through the gateway {what}\n{}",
+            c.logs()
+        );
+        traffic
+    }
+
     async fn start(c: &LocalCluster) -> Self {
         let ip = c
             .kubectl_ok(&[

@@ -47,7 +47,8 @@ use proxy_pool_e2e::hostile::{Figure, table};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
 use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::{
-    Procs, bin, build_packages, checker_command, gateway_command, vendor_sim_command,
+    Procs, SimUpstream, bin, build_packages, checker_command, fresh_test_dir, gateway_command,
+    vendor_sim_in,
 };
 use proxy_pool_identity_client::{ClientConfig, IdentityClient};
 use rustls::pki_types::ServerName;
@@ -185,14 +186,10 @@ async fn hostile_clients_against_every_listener() {
         ]);
     });
     let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
-    let cluster = KubeApiServer::start(&bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+    let cluster = KubeApiServer::start_for_test(&bins, false).await;
     let kube = cluster.client();
 
-    let dir = std::env::temp_dir().join(format!("pp-e2e-hostile-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = fresh_test_dir("hostile");
     let mut procs = Procs::new(&dir);
 
     let (sim, echo, echo_tls) = (free_addr(), free_addr(), free_addr());
@@ -202,20 +199,15 @@ async fn hostile_clients_against_every_listener() {
     let (op_ops, op_identity) = (free_addr(), free_addr());
 
     // The vendor simulator (its proxies and echo servers are the outside world here).
-    let vendor_key = "hostile-vendor-key";
-    std::fs::write(dir.join("vendor-api-key"), vendor_key).expect("key");
     procs.start(
         "vendor-sim",
-        vendor_sim_command(
+        &mut vendor_sim_in(
+            &dir,
             env!("CARGO_BIN_EXE_vendor-sim"),
-            sim,
-            echo,
-            echo_tls,
-            vendor_key,
+            [sim, echo, echo_tls],
+            "hostile-vendor-key",
             (600, 1200),
-        )
-        .arg("--ca-out")
-        .arg(dir.join("ca.pem")),
+        ),
     );
     wait_until(&mut procs, "vendor simulator", || async move {
         http_get(sim, "/healthz").await == Some(200)
@@ -243,21 +235,7 @@ distribution:
 admin: {{listen: {admin}}}
 controlPlane: {{enabled: true, listen: {cp}, loopbackPlaintext: true, drainWait: 1s}}
 upstreams:
-  - name: sim-http
-    protocol: http
-    ttl: 20m
-    quarantine: 0s
-    safetyMargin: 10s
-    maxConcurrencyPerProxy: 64
-    maxSize: 8
-    fetchInterval: 10s
-    source:
-      vendorApi:
-        url: http://{sim}/v1/proxies?count=4&protocol=http
-        format: json
-        apiKeyFile: {key}
-        timeout: 5s
-  - name: kept
+{sim_upstream}  - name: kept
     protocol: http
     ttl: 20m
     quarantine: 0s
@@ -284,7 +262,12 @@ shutdown: {{gracePeriod: 5s}}
 # The simulator's proxies and echo servers are on loopback: opted in explicitly.
 egress: {{allowCidrs: [127.0.0.0/8]}}
 "#,
-            key = dir.join("vendor-api-key").display(),
+            sim_upstream = SimUpstream {
+                ttl: "20m".into(),
+                max_concurrency_per_proxy: 64,
+                ..SimUpstream::default()
+            }
+            .yaml(sim, &dir),
             statics = statics.join(", "),
             echo_port = echo.port(),
             legit = sha256_hex(API_KEY),

@@ -5,7 +5,9 @@
 //! checked only in the direction a schedule guarantees, or with wide margins.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
-use proxy_pool_e2e::loadgen::{self, ConfigError, LoadConfig, Mode, Pacing, ProxyEndpoint, Target};
+use proxy_pool_e2e::loadgen::{
+    self, ConfigError, LoadConfig, Mode, Pacing, ProxyEndpoint, Report, Target,
+};
 use proxy_pool_e2e::sim::{FailureMode, Protocol, SimConfig, SimProxy, Simulator};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,6 +37,14 @@ fn endpoint(p: &SimProxy) -> ProxyEndpoint {
     }
 }
 
+/// `p` with its user name and a wrong password.
+fn wrong_password(p: &SimProxy) -> ProxyEndpoint {
+    ProxyEndpoint {
+        addr: p.addr(),
+        credentials: Some((p.username.clone(), "wrong".into())),
+    }
+}
+
 fn target_of(addr: SocketAddr, path: &str) -> Target {
     Target {
         host: addr.ip().to_string(),
@@ -56,6 +66,28 @@ fn config(mode: Mode, proxy: ProxyEndpoint, target: Target) -> LoadConfig {
     }
 }
 
+/// HTTP mode through `proxy` to `GET /` on `target`.
+fn http_config(proxy: &SimProxy, target: SocketAddr) -> LoadConfig {
+    config(Mode::HttpProxy, endpoint(proxy), target_of(target, "/"))
+}
+
+/// A run of a valid configuration.
+async fn run(config: LoadConfig) -> Report {
+    loadgen::run(config).await.expect("valid config")
+}
+
+/// Asserts that `report` counts `n` operations, all successful.
+#[track_caller]
+fn assert_all_ok(report: &Report, n: u64, what: &str) {
+    assert_eq!((report.ops, report.ok), (n, n), "{what} {}", report.text());
+}
+
+/// Asserts that `n` operations of `report` failed with the error `kind`.
+#[track_caller]
+fn assert_errors(report: &Report, kind: &str, n: u64) {
+    assert_eq!(report.errors.get(kind), Some(&n), "{:?}", report.errors);
+}
+
 /// A target that counts what reaches it: accepted connections, requests, connections
 /// still open. Request number `stall_at` (1-based) is answered after `stall`; with
 /// `silent` it reads requests and never answers.
@@ -70,6 +102,30 @@ struct CountingTarget {
     addr: SocketAddr,
     counts: Arc<Counts>,
     task: tokio::task::JoinHandle<()>,
+}
+
+impl CountingTarget {
+    /// Waits until no connection to the target is open.
+    async fn all_closed(&self) {
+        eventually("tunnels closed", || {
+            self.counts.open.load(Ordering::SeqCst) == 0
+        })
+        .await;
+    }
+}
+
+/// The tunnelling modes and the simulator proxies that serve them.
+const TUNNEL_MODES: [(Mode, Protocol); 2] = [
+    (Mode::Connect, Protocol::Http),
+    (Mode::Socks5, Protocol::Socks5),
+];
+
+/// A simulator proxy of `protocol` and a counting target that answers at once.
+async fn proxy_and_target(sim: &Simulator, protocol: Protocol) -> (SimProxy, CountingTarget) {
+    (
+        sim_proxy(sim, protocol).await,
+        counting_target(0, Duration::ZERO, false).await,
+    )
 }
 
 impl Drop for CountingTarget {
@@ -135,15 +191,14 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 #[tokio::test]
 async fn http_mode_closed_loop_counts_exactly_over_kept_alive_connections() {
     let sim = sim().await;
-    let proxy = sim_proxy(&sim, Protocol::Http).await;
-    let target = counting_target(0, Duration::ZERO, false).await;
+    let (proxy, target) = proxy_and_target(&sim, Protocol::Http).await;
     let mut cfg = config(
         Mode::HttpProxy,
         endpoint(&proxy),
         target_of(target.addr, "/x"),
     );
     cfg.max_ops = Some(500);
-    let report = loadgen::run(cfg).await.expect("valid config");
+    let report = run(cfg).await;
     assert_eq!(report.ops, 500, "{}", report.text());
     assert_eq!(report.ok, 500, "{}", report.text());
     assert!(report.errors.is_empty());
@@ -166,28 +221,19 @@ async fn http_mode_through_the_echo_server() {
         endpoint(&proxy),
         target_of(sim.echo_http_addr(), "/hello"),
     );
-    let report = loadgen::run(cfg).await.expect("valid config");
-    assert_eq!((report.ops, report.ok), (100, 100), "{}", report.text());
+    let report = run(cfg).await;
+    assert_all_ok(&report, 100, "");
 }
 
 #[tokio::test]
 async fn connect_and_socks5_modes_open_a_tunnel_per_operation() {
     let sim = sim().await;
-    for (mode, protocol) in [
-        (Mode::Connect, Protocol::Http),
-        (Mode::Socks5, Protocol::Socks5),
-    ] {
-        let proxy = sim_proxy(&sim, protocol).await;
-        let target = counting_target(0, Duration::ZERO, false).await;
+    for (mode, protocol) in TUNNEL_MODES {
+        let (proxy, target) = proxy_and_target(&sim, protocol).await;
         let mut cfg = config(mode, endpoint(&proxy), target_of(target.addr, "/t"));
         cfg.max_ops = Some(60);
-        let report = loadgen::run(cfg).await.expect("valid config");
-        assert_eq!(
-            (report.ops, report.ok),
-            (60, 60),
-            "{mode:?}: {}",
-            report.text()
-        );
+        let report = run(cfg).await;
+        assert_all_ok(&report, 60, &format!("{mode:?}"));
         assert_eq!(
             target.counts.requests.load(Ordering::SeqCst),
             60,
@@ -195,20 +241,12 @@ async fn connect_and_socks5_modes_open_a_tunnel_per_operation() {
         );
         assert_eq!(target.counts.accepts.load(Ordering::SeqCst), 60, "{mode:?}");
         // Every tunnel is closed after its request.
-        eventually("tunnels closed", || {
-            target.counts.open.load(Ordering::SeqCst) == 0
-        })
-        .await;
+        target.all_closed().await;
 
         // And through the simulator's echo server.
         let cfg = config(mode, endpoint(&proxy), target_of(sim.echo_http_addr(), "/"));
-        let report = loadgen::run(cfg).await.expect("valid config");
-        assert_eq!(
-            (report.ops, report.ok),
-            (100, 100),
-            "{mode:?}: {}",
-            report.text()
-        );
+        let report = run(cfg).await;
+        assert_all_ok(&report, 100, &format!("{mode:?}"));
     }
 }
 
@@ -217,17 +255,13 @@ async fn open_loop_does_exactly_the_scheduled_operations_and_never_runs_ahead() 
     let sim = sim().await;
     let proxy = sim_proxy(&sim, Protocol::Http).await;
     let target = counting_target(0, Duration::ZERO, false).await;
-    let mut cfg = config(
-        Mode::HttpProxy,
-        endpoint(&proxy),
-        target_of(target.addr, "/"),
-    );
+    let mut cfg = http_config(&proxy, target.addr);
     cfg.pacing = Pacing::Open { rate: 200.0 };
     cfg.max_ops = None;
     cfg.duration = Some(Duration::from_secs(2));
-    let report = loadgen::run(cfg).await.expect("valid config");
+    let report = run(cfg).await;
     // Operations due in [0, 2 s) at 200/s: exactly 400, whatever the machine's speed.
-    assert_eq!((report.ops, report.ok), (400, 400), "{}", report.text());
+    assert_all_ok(&report, 400, "");
     assert_eq!(target.counts.requests.load(Ordering::SeqCst), 400);
     // The last one is due at 399/200 s: no run can finish before that.
     assert!(report.elapsed_s >= 1.99, "{}", report.text());
@@ -236,16 +270,12 @@ async fn open_loop_does_exactly_the_scheduled_operations_and_never_runs_ahead() 
     assert!(report.elapsed_s < 30.0, "{}", report.text());
 
     // With a cap below the schedule the cap wins.
-    let mut cfg = config(
-        Mode::HttpProxy,
-        endpoint(&proxy),
-        target_of(target.addr, "/"),
-    );
+    let mut cfg = http_config(&proxy, target.addr);
     cfg.pacing = Pacing::Open { rate: 1000.0 };
     cfg.max_ops = Some(37);
     cfg.duration = Some(Duration::from_secs(5));
-    let report = loadgen::run(cfg).await.expect("valid config");
-    assert_eq!((report.ops, report.ok), (37, 37));
+    let report = run(cfg).await;
+    assert_all_ok(&report, 37, "");
 }
 
 #[tokio::test]
@@ -257,17 +287,13 @@ async fn open_loop_latency_includes_the_time_a_stalled_server_held_requests_back
     // One connection at 100/s; the target holds request 50 for a second, so the ~100
     // requests due during the stall wait behind it.
     let target = counting_target(50, stall, false).await;
-    let mut cfg = config(
-        Mode::HttpProxy,
-        endpoint(&proxy),
-        target_of(target.addr, "/"),
-    );
+    let mut cfg = http_config(&proxy, target.addr);
     cfg.connections = 1;
     cfg.pacing = Pacing::Open { rate: 100.0 };
     cfg.max_ops = None;
     cfg.duration = Some(Duration::from_secs(3));
-    let open = loadgen::run(cfg).await.expect("valid config");
-    assert_eq!((open.ops, open.ok), (300, 300), "{}", open.text());
+    let open = run(cfg).await;
+    assert_all_ok(&open, 300, "");
     // Corrected: the stalled request and everything queued behind it. Requests due in
     // the first half of the stall waited at least half a second (~50 of them).
     assert!(open.latency.max_us >= 1_000_000, "{}", open.text());
@@ -283,14 +309,10 @@ async fn open_loop_latency_includes_the_time_a_stalled_server_held_requests_back
 
     // The same stall in a closed loop: one slow request, the others simply not sent.
     let target = counting_target(50, stall, false).await;
-    let mut cfg = config(
-        Mode::HttpProxy,
-        endpoint(&proxy),
-        target_of(target.addr, "/"),
-    );
+    let mut cfg = http_config(&proxy, target.addr);
     cfg.connections = 1;
     cfg.max_ops = Some(300);
-    let closed = loadgen::run(cfg).await.expect("valid config");
+    let closed = run(cfg).await;
     assert_eq!(closed.ok, 300);
     assert!(closed.latency.max_us >= 1_000_000);
     assert!(
@@ -316,56 +338,23 @@ async fn errors_are_counted_by_kind() {
         addr: closed_addr,
         credentials: None,
     };
-    let report = loadgen::run(config(Mode::HttpProxy, nowhere, echo.clone()))
-        .await
-        .expect("valid config");
+    let report = run(config(Mode::HttpProxy, nowhere, echo.clone())).await;
     assert_eq!(report.ok, 0);
-    assert_eq!(
-        report.errors.get("connect"),
-        Some(&100),
-        "{:?}",
-        report.errors
-    );
+    assert_errors(&report, "connect", 100);
 
     // Wrong password: 407 from the HTTP proxy (connection stays usable), auth failure
     // from the SOCKS5 proxy.
-    let mut wrong = endpoint(&http);
-    wrong.credentials = Some((http.username.clone(), "wrong".into()));
-    let report = loadgen::run(config(Mode::HttpProxy, wrong.clone(), echo.clone()))
-        .await
-        .expect("valid config");
-    assert_eq!(
-        report.errors.get("status-407"),
-        Some(&100),
-        "{:?}",
-        report.errors
-    );
-    let report = loadgen::run(config(Mode::Connect, wrong, echo.clone()))
-        .await
-        .expect("valid config");
-    assert_eq!(
-        report.errors.get("proxy-status-407"),
-        Some(&100),
-        "{:?}",
-        report.errors
-    );
-    let mut wrong = endpoint(&socks);
-    wrong.credentials = Some((socks.username.clone(), "wrong".into()));
-    let report = loadgen::run(config(Mode::Socks5, wrong, echo.clone()))
-        .await
-        .expect("valid config");
-    assert_eq!(
-        report.errors.get("socks-auth"),
-        Some(&100),
-        "{:?}",
-        report.errors
-    );
+    let wrong = wrong_password(&http);
+    let report = run(config(Mode::HttpProxy, wrong.clone(), echo.clone())).await;
+    assert_errors(&report, "status-407", 100);
+    let report = run(config(Mode::Connect, wrong, echo.clone())).await;
+    assert_errors(&report, "proxy-status-407", 100);
+    let report = run(config(Mode::Socks5, wrong_password(&socks), echo.clone())).await;
+    assert_errors(&report, "socks-auth", 100);
 
     // A target that refuses connections: the proxies say so.
     let refused = target_of(closed_addr, "/");
-    let report = loadgen::run(config(Mode::Connect, endpoint(&http), refused.clone()))
-        .await
-        .expect("valid config");
+    let report = run(config(Mode::Connect, endpoint(&http), refused.clone())).await;
     assert_eq!(report.ok, 0);
     assert_eq!(report.failed(), 100);
     assert!(
@@ -376,43 +365,25 @@ async fn errors_are_counted_by_kind() {
         "{:?}",
         report.errors
     );
-    let report = loadgen::run(config(Mode::Socks5, endpoint(&socks), refused))
-        .await
-        .expect("valid config");
-    assert_eq!(
-        report.errors.get("socks-reply-5"),
-        Some(&100),
-        "{:?}",
-        report.errors
-    );
+    let report = run(config(Mode::Socks5, endpoint(&socks), refused)).await;
+    assert_errors(&report, "socks-reply-5", 100);
 
     // A target that never answers: timeouts, one per operation.
     let silent = counting_target(0, Duration::ZERO, true).await;
-    let mut cfg = config(
-        Mode::HttpProxy,
-        endpoint(&http),
-        target_of(silent.addr, "/"),
-    );
+    let mut cfg = http_config(&http, silent.addr);
     cfg.max_ops = Some(8);
     cfg.op_timeout = Duration::from_millis(300);
-    let report = loadgen::run(cfg).await.expect("valid config");
-    assert_eq!(
-        report.errors.get("timeout"),
-        Some(&8),
-        "{:?}",
-        report.errors
-    );
+    let report = run(cfg).await;
+    assert_errors(&report, "timeout", 8);
     assert_eq!(report.ops, 8);
 
     // Mixed: half the connections go to a proxy with wrong credentials; counts add up.
-    let mut wrong = endpoint(&http);
-    wrong.credentials = Some((http.username.clone(), "wrong".into()));
     let mut cfg = config(Mode::HttpProxy, endpoint(&http), echo);
-    cfg.proxies.push(wrong);
+    cfg.proxies.push(wrong_password(&http));
     cfg.connections = 2;
     cfg.pacing = Pacing::Open { rate: 400.0 };
     cfg.max_ops = Some(200);
-    let report = loadgen::run(cfg).await.expect("valid config");
+    let report = run(cfg).await;
     // Open loop, two connections: operation i goes to connection i % 2.
     assert_eq!(report.ok, 100, "{}", report.text());
     assert_eq!(report.errors.get("status-407"), Some(&100));
@@ -421,12 +392,8 @@ async fn errors_are_counted_by_kind() {
 #[tokio::test]
 async fn idle_tunnels_stay_open_until_dropped() {
     let sim = sim().await;
-    for (mode, protocol) in [
-        (Mode::Connect, Protocol::Http),
-        (Mode::Socks5, Protocol::Socks5),
-    ] {
-        let proxy = sim_proxy(&sim, protocol).await;
-        let target = counting_target(0, Duration::ZERO, false).await;
+    for (mode, protocol) in TUNNEL_MODES {
+        let (proxy, target) = proxy_and_target(&sim, protocol).await;
         let cfg = config(mode, endpoint(&proxy), target_of(target.addr, "/"));
         let held = loadgen::hold_tunnels(&cfg, 20).await.expect("valid config");
         assert_eq!(held.len(), 20, "{:?}", held.errors);
@@ -434,10 +401,7 @@ async fn idle_tunnels_stay_open_until_dropped() {
         assert_eq!(target.counts.requests.load(Ordering::SeqCst), 20);
         assert_eq!(target.counts.open.load(Ordering::SeqCst), 20);
         drop(held);
-        eventually("tunnels closed", || {
-            target.counts.open.load(Ordering::SeqCst) == 0
-        })
-        .await;
+        target.all_closed().await;
     }
 }
 

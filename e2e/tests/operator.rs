@@ -11,15 +11,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{
-    BoundObjectReference, TokenRequest, TokenRequestSpec, TokenReview, TokenReviewSpec,
-};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ServiceAccount};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
-use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
+use proxy_pool_e2e::k8s::{
+    CLIENT_COLUMNS, K8sBins, KubeApiServer, ROUTING_COLUMNS, UPSTREAM_COLUMNS, Workloads,
+    kubectl_table,
+};
 use proxy_pool_operator::crd::{
     DistributionClient, Routing, StaticSource, Upstream, UpstreamInventory, UpstreamSource,
     UpstreamSpec, UpstreamStatus,
@@ -72,9 +72,7 @@ fn example<T: DeserializeOwned>(file: &str, kind: &str) -> T {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_crds_on_a_real_apiserver() {
     let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
-    let cluster = KubeApiServer::start(&bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+    let cluster = KubeApiServer::start_for_test(&bins, false).await;
 
     install_crds(&cluster).await;
     examples_apply_and_read_back(&cluster).await;
@@ -167,35 +165,39 @@ async fn examples_apply_and_read_back(cluster: &KubeApiServer) {
     }
 
     let client = cluster.client();
-    let upstream = Api::<Upstream>::namespaced(client.clone(), NS)
-        .get("vendor-sim")
-        .await
-        .expect("get Upstream");
-    let local: Upstream = example("upstream.yaml", "Upstream");
+    let (got, local) = read_back::<Upstream>(&client, "vendor-sim", "upstream.yaml").await;
     assert_eq!(
-        upstream.spec, local.spec,
+        got.spec, local.spec,
         "Upstream read back differs from examples/upstream.yaml"
     );
-
-    let routing = Api::<Routing>::namespaced(client.clone(), NS)
-        .get("shanghai-crawler")
-        .await
-        .expect("get Routing");
-    let local: Routing = example("routing.yaml", "Routing");
+    let (got, local) = read_back::<Routing>(&client, "shanghai-crawler", "routing.yaml").await;
     assert_eq!(
-        routing.spec, local.spec,
+        got.spec, local.spec,
         "Routing read back differs from examples/routing.yaml"
     );
-
-    let dc = Api::<DistributionClient>::namespaced(client, NS)
-        .get("team-crawler")
-        .await
-        .expect("get DistributionClient");
-    let local: DistributionClient = example("distribution-client.yaml", "DistributionClient");
+    let (got, local) =
+        read_back::<DistributionClient>(&client, "team-crawler", "distribution-client.yaml").await;
     assert_eq!(
-        dc.spec, local.spec,
+        got.spec, local.spec,
         "DistributionClient read back differs from the example"
     );
+}
+
+/// The object `name` of kind `K` as the API server has it, and as the example `file`
+/// holds it.
+async fn read_back<K>(client: &kube::Client, name: &str, file: &str) -> (K, K)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let kind = K::kind(&());
+    let got = Api::<K>::namespaced(client.clone(), NS)
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("get {kind} {name}: {e}"));
+    (got, example(file, &kind))
 }
 
 fn minimal_upstream(name: &str) -> Upstream {
@@ -415,8 +417,7 @@ async fn invalid_resources_are_rejected(cluster: &KubeApiServer) {
     );
 }
 
-/// `kubectl get` output, cut at the header's column starts (tabwriter pads with at
-/// least 3 spaces, so a header name never holds two spaces in a row).
+/// `kubectl get` output: the header's columns and the rows' cells.
 #[derive(Debug)]
 struct Table {
     columns: Vec<String>,
@@ -425,36 +426,8 @@ struct Table {
 
 impl Table {
     fn parse(text: &str) -> Self {
-        let mut lines = text.lines();
-        let header = lines.next().unwrap_or_default();
-        let mut starts = Vec::new();
-        let mut columns = Vec::new();
-        let mut i = 0;
-        while i < header.len() {
-            let rest = &header[i..];
-            let name_len = rest.find("  ").unwrap_or(rest.len());
-            starts.push(i);
-            columns.push(rest[..name_len].to_owned());
-            let after = &rest[name_len..];
-            i += name_len + (after.len() - after.trim_start().len());
-        }
-        let rows = lines
-            .map(|line| {
-                (0..starts.len())
-                    .map(|c| {
-                        let end = starts
-                            .get(c + 1)
-                            .copied()
-                            .unwrap_or(line.len())
-                            .min(line.len());
-                        line.get(starts[c].min(end)..end)
-                            .unwrap_or_default()
-                            .trim()
-                            .to_owned()
-                    })
-                    .collect()
-            })
-            .collect();
+        let mut rows = kubectl_table(text);
+        let columns = rows.remove(0);
         Self { columns, rows }
     }
 
@@ -511,19 +484,7 @@ async fn server_side_apply_and_printer_columns(cluster: &KubeApiServer) {
     );
 
     let table = Table::parse(&kubectl_ok(cluster, &["get", "upstreams"]).await);
-    assert_eq!(
-        table.columns,
-        [
-            "NAME",
-            "PROTOCOL",
-            "REGION",
-            "MANAGED",
-            "AVAILABLE",
-            "READY",
-            "AGE"
-        ],
-        "{table:?}"
-    );
+    assert_eq!(table.columns, UPSTREAM_COLUMNS, "{table:?}");
     assert_eq!(
         table.row("ssa")[..6],
         ["ssa", "socks5", "", "42", "40", "True"],
@@ -536,23 +497,8 @@ async fn server_side_apply_and_printer_columns(cluster: &KubeApiServer) {
     );
 
     for (kind, columns) in [
-        (
-            "routings",
-            [
-                "NAME",
-                "STRATEGY",
-                "PRIORITY",
-                "REPLICAS",
-                "READY REPLICAS",
-                "READY",
-                "AGE",
-            ]
-            .as_slice(),
-        ),
-        (
-            "distributionclients",
-            ["NAME", "PERMISSIONS", "MAX EXTRACT", "READY", "AGE"].as_slice(),
-        ),
+        ("routings", ROUTING_COLUMNS.as_slice()),
+        ("distributionclients", CLIENT_COLUMNS.as_slice()),
     ] {
         let table = Table::parse(&kubectl_ok(cluster, &["get", kind]).await);
         assert_eq!(table.columns, columns, "{table:?}");
@@ -584,60 +530,12 @@ async fn server_side_apply_and_printer_columns(cluster: &KubeApiServer) {
 async fn token_request_and_review_for_identity_audience(cluster: &KubeApiServer) {
     let client = cluster.client();
     let pp = PostParams::default();
-    let sas = Api::<ServiceAccount>::namespaced(client.clone(), NS);
-    let sa = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some("gateway".into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    sas.create(&pp, &sa).await.expect("create ServiceAccount");
-
     // No kubelet runs here: the Pod is only an object, which is all token binding needs.
-    let pod = Pod {
-        metadata: ObjectMeta {
-            name: Some("gateway-0".into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            service_account_name: Some("gateway".into()),
-            containers: vec![Container {
-                name: "gateway".into(),
-                image: Some("proxy-pool-gateway:e2e".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let pod = Api::<Pod>::namespaced(client.clone(), NS)
-        .create(&pp, &pod)
-        .await
-        .expect("create Pod");
-    let pod_uid = pod.metadata.uid.clone().expect("pod uid");
-
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            audiences: Some(vec![IDENTITY_AUDIENCE.into()]),
-            expiration_seconds: Some(600),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some("gateway-0".into()),
-                uid: Some(pod_uid.clone()),
-            }),
-        }),
-        ..Default::default()
-    };
-    let issued = sas
-        .create_token_request("gateway", &pp, &request)
-        .await
-        .expect("TokenRequest");
-    let token = issued
-        .status
-        .and_then(|s| s.token)
-        .expect("TokenRequest returns a token");
+    let workloads = Workloads::new(client.clone(), NS);
+    workloads.create_service_account("gateway").await;
+    let pod = workloads.create_pod("gateway-0", "gateway", None).await;
+    let pod_uid = pod.uid.clone();
+    let token = workloads.token_for(&pod, IDENTITY_AUDIENCE).await;
     assert!(!token.is_empty());
 
     let reviews = Api::<TokenReview>::all(client);
@@ -700,13 +598,7 @@ async fn controller_manager_collects_owned_objects() {
     use kube::api::DeleteParams;
 
     let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
-    let mut cluster = KubeApiServer::start(&bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
-    cluster
-        .start_controller_manager(&bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting kube-controller-manager: {e}"));
+    let cluster = KubeApiServer::start_for_test(&bins, true).await;
 
     let cms = Api::<ConfigMap>::namespaced(cluster.client(), NS);
     let pp = PostParams::default();

@@ -144,6 +144,49 @@ where
     }
 }
 
+/// A kind of object that lives in a namespace and is read typed.
+trait Namespaced:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Namespaced for K where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
+/// The object `name` in the test namespace, which must exist.
+async fn get<K: Namespaced>(client: &kube::Client, name: &str) -> K {
+    Api::<K>::namespaced(client.clone(), NS)
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("get {} {name}: {e}", K::kind(&())))
+}
+
+/// The object `name` in the test namespace once it exists (within `secs` seconds).
+async fn created<K: Namespaced>(client: &kube::Client, name: &str, secs: u64) -> K {
+    let api = Api::<K>::namespaced(client.clone(), NS);
+    eventually(&format!("{} {name}", K::kind(&())), secs, || {
+        let api = api.clone();
+        async move { api.get_opt(name).await.ok()? }
+    })
+    .await
+}
+
+/// The resource version of the object `name` in the test namespace.
+async fn resource_version<K: Namespaced>(client: &kube::Client, name: &str) -> String {
+    get::<K>(client, name)
+        .await
+        .resource_version()
+        .unwrap_or_default()
+}
+
 fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
 }
@@ -158,20 +201,45 @@ fn helm() -> PathBuf {
 /// `helm template` of the chart into the test namespace with the values it requires,
 /// then `extra` arguments; the rendered manifests.
 async fn helm_template(extra: &[&str]) -> String {
-    let mut cmd = tokio::process::Command::new(helm());
-    cmd.args(["template", RELEASE])
-        .arg(repo_path("charts/proxy-pool"))
-        .args(["--namespace", NS]);
-    for v in REQUIRED_VALUES {
-        cmd.args(["--set", v]);
-    }
-    let out = cmd.args(extra).output().await.expect("run helm");
+    let mut args = sets(REQUIRED_VALUES);
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    let out = helm_chart(&["template", RELEASE], &args).await;
     assert!(
         out.status.success(),
         "helm template {extra:?} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("UTF-8 manifests")
+}
+
+/// `helm <command> charts/proxy-pool --namespace <test namespace> <args>`.
+async fn helm_chart(command: &[&str], args: &[String]) -> std::process::Output {
+    tokio::process::Command::new(helm())
+        .args(command)
+        .arg(repo_path("charts/proxy-pool"))
+        .args(["--namespace", NS])
+        .args(args)
+        .output()
+        .await
+        .expect("run helm")
+}
+
+/// `--set` arguments for `values`.
+fn sets(values: &[&str]) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|v| ["--set".to_owned(), (*v).to_owned()])
+        .collect()
+}
+
+/// Asserts that `helm template` with `values` fails with an error that `says` so.
+async fn assert_template_refused(values: &[&str], says: &str) {
+    let out = helm_chart(&["template", RELEASE], &sets(values)).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains(says),
+        "helm template {values:?} must fail saying {says:?}:\n{stderr}"
+    );
 }
 
 /// The documents of a rendering.
@@ -255,50 +323,22 @@ const FULL_VALUES: &[&str] = &[
 
 #[tokio::test]
 async fn chart_lints_and_templates_clean() {
-    let chart = repo_path("charts/proxy-pool");
-    let set = |values: &[&str]| -> Vec<String> {
-        values
-            .iter()
-            .flat_map(|v| ["--set".to_owned(), (*v).to_owned()])
-            .collect()
-    };
-    let required = set(REQUIRED_VALUES);
-    let full = [required.clone(), set(FULL_VALUES)].concat();
+    let required = sets(REQUIRED_VALUES);
+    let full = [required.clone(), sets(FULL_VALUES)].concat();
 
     // Without the echo endpoint the chart refuses to render, naming the value.
-    let out = tokio::process::Command::new(helm())
-        .args(["template", "proxy-pool"])
-        .arg(&chart)
-        .args(["--namespace", NS])
-        .output()
-        .await
-        .expect("run helm");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && stderr.contains("checker.echo is required"),
-        "helm template without checker.echo must fail naming it:\n{stderr}"
-    );
+    assert_template_refused(&[], "checker.echo is required").await;
 
     // The memory store lives in one process: more than one replica is refused.
-    let out = tokio::process::Command::new(helm())
-        .args(["template", "proxy-pool"])
-        .arg(&chart)
-        .args(["--namespace", NS])
-        .args(&required)
-        .args(["--set", "controller.replicas=2"])
-        .output()
-        .await
-        .expect("run helm");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success()
-            && stderr.contains("controller.replicas > 1 needs store.backend=redis"),
-        "helm template with 2 replicas on the memory store must fail naming it:\n{stderr}"
-    );
+    assert_template_refused(
+        &[REQUIRED_VALUES[0], "controller.replicas=2"],
+        "controller.replicas > 1 needs store.backend=redis",
+    )
+    .await;
     // Three replicas on Redis: the rendered base config carries them and validates.
     let replicated = [
         required.clone(),
-        set(&[
+        sets(&[
             "store.backend=redis",
             "redis.address=redis://redis:6379/0",
             "controller.replicas=3",
@@ -308,14 +348,7 @@ async fn chart_lints_and_templates_clean() {
 
     for extra in [required, full, replicated] {
         for cmd in [vec!["lint", "--strict"], vec!["template", "proxy-pool"]] {
-            let out = tokio::process::Command::new(helm())
-                .args(&cmd)
-                .arg(&chart)
-                .args(["--namespace", NS])
-                .args(&extra)
-                .output()
-                .await
-                .expect("run helm");
+            let out = helm_chart(&cmd, &extra).await;
             let stdout = String::from_utf8_lossy(&out.stdout);
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(
@@ -584,38 +617,23 @@ async fn chart_controller_replicas_leader_service_and_rbac() {
     assert!(doc::<Role>(&docs, "Role", &format!("{ctl}-leader")).is_none());
 
     // A misspelt election backend is refused, naming the value.
-    let out = tokio::process::Command::new(helm())
-        .args(["template", RELEASE])
-        .arg(repo_path("charts/proxy-pool"))
-        .args(["--namespace", NS, "--set", REQUIRED_VALUES[0]])
-        .args([
-            "--set",
+    assert_template_refused(
+        &[
+            REQUIRED_VALUES[0],
             "store.backend=redis",
-            "--set",
             "redis.address=redis://r:6379/0",
-        ])
-        .args(["--set", "controller.leaderElection=etcd"])
-        .output()
-        .await
-        .expect("run helm");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && stderr.contains("controller.leaderElection must be"),
-        "{stderr}"
-    );
+            "controller.leaderElection=etcd",
+        ],
+        "controller.leaderElection must be",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_reconciles_on_a_real_cluster() {
     let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
     ADMIN.set(FakeAdmin::start().await).expect("one fake admin");
-    let mut cluster = KubeApiServer::start(&bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
-    cluster
-        .start_controller_manager(&bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting kube-controller-manager: {e}"));
+    let cluster = KubeApiServer::start_for_test(&bins, true).await;
     let client = cluster.client();
 
     // CRDs with the real kubectl, then the chart (dry run first, then for real).
@@ -649,10 +667,7 @@ async fn operator_reconciles_on_a_real_cluster() {
     )
     .await;
     kubectl_ok(&cluster, &["apply", "-n", NS, "-f", "-"], Some(&manifests)).await;
-    let base_cm: ConfigMap = Api::namespaced(client.clone(), NS)
-        .get("proxy-pool-operator-base-config")
-        .await
-        .expect("base config ConfigMap");
+    let base_cm: ConfigMap = get(&client, "proxy-pool-operator-base-config").await;
     let base_yaml = base_cm.data.expect("data")["base.yaml"].clone();
     // The key sealing the pod annotations: made once, then the same on every start.
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), NS);
@@ -759,10 +774,7 @@ spec:
 
     // Graceful shutdown of the last replica releases the Lease.
     stop_replica(IDS[standby], &stops[standby], handles[standby].take()).await;
-    let lease: Lease = Api::namespaced(client.clone(), NS)
-        .get("proxy-pool-operator")
-        .await
-        .expect("lease");
+    let lease: Lease = get(&client, "proxy-pool-operator").await;
     assert_eq!(
         lease.spec.and_then(|s| s.holder_identity),
         None,
@@ -790,21 +802,39 @@ fn is_leader(m: &Metrics) -> bool {
         .any(|l| l == "proxy_pool_operator_leader 1")
 }
 
-async fn config_map_is_rendered(client: &kube::Client) -> String {
+/// The controller ConfigMap the operator rendered and its `config.yaml`, once `ready`
+/// holds for that config (within `secs` seconds).
+async fn config_when(
+    client: &kube::Client,
+    what: &str,
+    secs: u64,
+    ready: impl Fn(&str) -> bool,
+) -> (ConfigMap, String) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    let cm = eventually("the controller ConfigMap with every example", 90, || {
+    eventually(what, secs, || {
         let api = api.clone();
+        let ready = &ready;
         async move {
             let cm = api.get_opt(CONFIG_MAP).await.ok()??;
             let text = cm.data.as_ref()?.get("config.yaml")?.clone();
-            (text.contains("vendor-sim")
-                && text.contains("team-crawler")
-                && text.contains("shanghai-crawler"))
-            .then_some(cm)
+            ready(&text).then_some((cm, text))
         }
     })
+    .await
+}
+
+async fn config_map_is_rendered(client: &kube::Client) -> String {
+    let (cm, text) = config_when(
+        client,
+        "the controller ConfigMap with every example",
+        90,
+        |text| {
+            text.contains("vendor-sim")
+                && text.contains("team-crawler")
+                && text.contains("shanghai-crawler")
+        },
+    )
     .await;
-    let text = cm.data.as_ref().expect("data")["config.yaml"].clone();
     // The controller's own loader accepts it.
     let config = proxy_pool_api::config::load_yaml(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert_eq!(config.upstreams.len(), 1);
@@ -904,16 +934,21 @@ async fn config_map_is_rendered(client: &kube::Client) -> String {
             && !text.contains("proxyuser"),
         "{text}"
     );
-    let owner = &cm.owner_references()[0];
+    assert_owned_by_the_controller(&cm);
+    cm.annotations()["proxypool.io/config-hash"].clone()
+}
+
+/// Asserts that the operator manages `obj` and that the controller Deployment owns it.
+fn assert_owned_by_the_controller(obj: &impl Resource) {
+    let owner = &obj.owner_references()[0];
     assert_eq!(
         (owner.kind.as_str(), owner.name.as_str()),
         ("Deployment", CONTROLLER)
     );
     assert_eq!(
-        cm.labels()["app.kubernetes.io/managed-by"],
+        obj.labels()["app.kubernetes.io/managed-by"],
         "proxy-pool-operator"
     );
-    cm.annotations()["proxypool.io/config-hash"].clone()
 }
 
 async fn controller_deployment_is_pointed_at_it(client: &kube::Client, hash: &str) {
@@ -1004,20 +1039,9 @@ async fn controller_deployment_is_pointed_at_it(client: &kube::Client, hash: &st
     );
     assert_eq!(items(TRUST_BUNDLE), [pair("ca.crt", "trust/ca.crt")]);
     // The TLS Secret is the operator's, owned by the controller Deployment.
-    let secret: Secret = Api::namespaced(client.clone(), NS)
-        .get(CONTROLLER_TLS)
-        .await
-        .expect("controller TLS Secret");
+    let secret: Secret = get(client, CONTROLLER_TLS).await;
     assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
-    let owner = &secret.owner_references()[0];
-    assert_eq!(
-        (owner.kind.as_str(), owner.name.as_str()),
-        ("Deployment", CONTROLLER)
-    );
-    assert_eq!(
-        secret.labels()["app.kubernetes.io/managed-by"],
-        "proxy-pool-operator"
-    );
+    assert_owned_by_the_controller(&secret);
     let container = pod
         .containers
         .iter()
@@ -1039,16 +1063,8 @@ async fn controller_deployment_is_pointed_at_it(client: &kube::Client, hash: &st
 }
 
 async fn gateway_objects_are_owned_by_the_routing(client: &kube::Client) {
-    let routing: Routing = Api::namespaced(client.clone(), NS)
-        .get("shanghai-crawler")
-        .await
-        .expect("routing");
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
-    let d = eventually("the gateway Deployment", 60, || {
-        let api = deployments.clone();
-        async move { api.get_opt(GATEWAY).await.ok()? }
-    })
-    .await;
+    let routing: Routing = get(client, "shanghai-crawler").await;
+    let d: Deployment = created(client, GATEWAY, 60).await;
     let owner = &d.owner_references()[0];
     assert_eq!(owner.uid, routing.uid().expect("uid"));
     assert_eq!(
@@ -1082,12 +1098,8 @@ async fn gateway_objects_are_owned_by_the_routing(client: &kube::Client) {
     assert_eq!(ports, [3128, 1080, 9090]);
     assert_eq!(c.resources, routing.spec.gateway.resources);
 
-    let services: Api<Service> = Api::namespaced(client.clone(), NS);
-    let s = eventually("the gateway Service", 30, || {
-        let api = services.clone();
-        async move { api.get_opt(GATEWAY).await.ok()? }
-    })
-    .await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let s: Service = created(client, GATEWAY, 30).await;
     assert_eq!(s.owner_references()[0].uid, routing.uid().expect("uid"));
     let spec = s.spec.expect("spec");
     let ports: Vec<i32> = spec.ports.iter().flatten().map(|p| p.port).collect();
@@ -1290,10 +1302,7 @@ async fn a_held_back_upstream_says_until_when(client: &kube::Client) {
 }
 
 async fn only_one_replica_leads(client: &kube::Client, metrics: &[Arc<Metrics>; 2]) -> usize {
-    let lease: Lease = Api::namespaced(client.clone(), NS)
-        .get("proxy-pool-operator")
-        .await
-        .expect("lease");
+    let lease: Lease = get(client, "proxy-pool-operator").await;
     let dump = serde_json::to_string(&lease).expect("json");
     let holder = lease.spec.and_then(|s| s.holder_identity).expect("holder");
     let leading: Vec<bool> = metrics.iter().map(|m| is_leader(m)).collect();
@@ -1318,48 +1327,37 @@ async fn only_one_replica_leads(client: &kube::Client, metrics: &[Arc<Metrics>; 
 /// Resource versions (or generations, for Deployments whose status the
 /// kube-controller-manager keeps updating) of everything the operator writes.
 async fn versions(client: &kube::Client) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let cm: ConfigMap = Api::namespaced(client.clone(), NS)
-        .get(CONFIG_MAP)
-        .await
-        .expect("cm");
-    out.push((
-        "ConfigMap".into(),
-        cm.resource_version().unwrap_or_default(),
-    ));
-    let svc: Service = Api::namespaced(client.clone(), NS)
-        .get(GATEWAY)
-        .await
-        .expect("svc");
-    out.push(("Service".into(), svc.resource_version().unwrap_or_default()));
+    let mut out = vec![
+        (
+            "ConfigMap".to_owned(),
+            resource_version::<ConfigMap>(client, CONFIG_MAP).await,
+        ),
+        (
+            "Service".to_owned(),
+            resource_version::<Service>(client, GATEWAY).await,
+        ),
+    ];
     for name in [GATEWAY, CONTROLLER] {
-        let d: Deployment = Api::namespaced(client.clone(), NS)
-            .get(name)
-            .await
-            .expect("deployment");
+        let d: Deployment = get(client, name).await;
         out.push((
             format!("Deployment {name} generation"),
             format!("{:?}", d.meta().generation),
         ));
     }
-    let u: Upstream = Api::namespaced(client.clone(), NS)
-        .get("vendor-sim")
-        .await
-        .expect("u");
-    out.push(("Upstream".into(), u.resource_version().unwrap_or_default()));
-    let r: Routing = Api::namespaced(client.clone(), NS)
-        .get("shanghai-crawler")
-        .await
-        .expect("r");
-    out.push(("Routing".into(), r.resource_version().unwrap_or_default()));
-    let c: DistributionClient = Api::namespaced(client.clone(), NS)
-        .get("team-crawler")
-        .await
-        .expect("c");
-    out.push((
-        "DistributionClient".into(),
-        c.resource_version().unwrap_or_default(),
-    ));
+    out.extend([
+        (
+            "Upstream".to_owned(),
+            resource_version::<Upstream>(client, "vendor-sim").await,
+        ),
+        (
+            "Routing".to_owned(),
+            resource_version::<Routing>(client, "shanghai-crawler").await,
+        ),
+        (
+            "DistributionClient".to_owned(),
+            resource_version::<DistributionClient>(client, "team-crawler").await,
+        ),
+    ]);
     out
 }
 
@@ -1377,36 +1375,19 @@ async fn second_reconcile_changes_nothing(client: &kube::Client, base_yaml: &str
         operator_config(base_yaml),
         Arc::new(Metrics::new()),
     ));
-    let get = |name: &'static str| {
-        let client = client.clone();
-        async move {
-            Api::<Deployment>::namespaced(client, NS)
-                .get(name)
-                .await
-                .expect(name)
-        }
-    };
-    reconcile::config::reconcile(Arc::new(get(CONTROLLER).await), ctx.clone())
+    let controller: Deployment = get(client, CONTROLLER).await;
+    reconcile::config::reconcile(Arc::new(controller), ctx.clone())
         .await
         .expect("config reconcile");
-    let r: Routing = Api::namespaced(client.clone(), NS)
-        .get("shanghai-crawler")
-        .await
-        .expect("r");
+    let r: Routing = get(client, "shanghai-crawler").await;
     reconcile::gateway::reconcile(Arc::new(r), ctx.clone())
         .await
         .expect("routing reconcile");
-    let u: Upstream = Api::namespaced(client.clone(), NS)
-        .get("vendor-sim")
-        .await
-        .expect("u");
+    let u: Upstream = get(client, "vendor-sim").await;
     reconcile::resources::reconcile_upstream(Arc::new(u), ctx.clone())
         .await
         .expect("upstream reconcile");
-    let c: DistributionClient = Api::namespaced(client.clone(), NS)
-        .get("team-crawler")
-        .await
-        .expect("c");
+    let c: DistributionClient = get(client, "team-crawler").await;
     reconcile::resources::reconcile_client(Arc::new(c), ctx)
         .await
         .expect("client reconcile");
@@ -1479,19 +1460,8 @@ spec:
     .await;
     let _: DistributionClient = wait_ready(client, "ghost", "True").await;
     // Neither broke the config: the good resources are still in it, the orphan is not.
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    let text = eventually("ghost in the config", 30, || {
-        let api = api.clone();
-        async move {
-            let text = api
-                .get(CONFIG_MAP)
-                .await
-                .ok()?
-                .data?
-                .get("config.yaml")?
-                .clone();
-            text.contains("ghost").then_some(text)
-        }
+    let (_, text) = config_when(client, "ghost in the config", 30, |text| {
+        text.contains("ghost")
     })
     .await;
     assert!(!text.contains("orphan"), "{text}");
@@ -1518,19 +1488,8 @@ async fn deleting_a_routing_collects_its_gateway(client: &kube::Client) {
         }
     })
     .await;
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    eventually("the routing to leave the config", 30, || {
-        let api = api.clone();
-        async move {
-            let text = api
-                .get(CONFIG_MAP)
-                .await
-                .ok()?
-                .data?
-                .get("config.yaml")?
-                .clone();
-            (!text.contains("shanghai-crawler")).then_some(())
-        }
+    config_when(client, "the routing to leave the config", 30, |text| {
+        !text.contains("shanghai-crawler")
     })
     .await;
 }
@@ -1542,38 +1501,29 @@ async fn materialize(
     sources: Vec<k8s_openapi::api::core::v1::VolumeProjection>,
     root: &std::path::Path,
 ) {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     let _ = std::fs::remove_dir_all(root);
     for source in sources {
-        let mut files: Vec<(String, Vec<u8>)> = Vec::new();
-        if let Some(s) = source.secret {
-            let data = secrets
-                .get(&s.name)
-                .await
-                .expect("projected Secret")
-                .data
-                .unwrap_or_default();
-            for i in s.items.unwrap_or_default() {
-                files.push((i.path, data.get(&i.key).expect("projected key").0.clone()));
-            }
-        }
-        if let Some(c) = source.config_map {
-            let data = config_maps
-                .get(&c.name)
-                .await
-                .expect("projected ConfigMap")
-                .data
-                .unwrap_or_default();
-            for i in c.items.unwrap_or_default() {
-                let value = data.get(&i.key).expect("projected key").clone();
-                files.push((i.path, value.into_bytes()));
-            }
-        }
-        for (path, bytes) in files {
-            let path = root.join(path);
+        // One Secret or ConfigMap per source (a token or downward API source has no
+        // object to read).
+        let (items, data): (_, BTreeMap<String, Vec<u8>>) = if let Some(s) = source.secret {
+            let data = get::<Secret>(client, &s.name).await.data;
+            let data = data.into_iter().flatten().map(|(k, v)| (k, v.0)).collect();
+            (s.items, data)
+        } else if let Some(c) = source.config_map {
+            let data = get::<ConfigMap>(client, &c.name).await.data;
+            let data = data
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k, v.into_bytes()))
+                .collect();
+            (c.items, data)
+        } else {
+            continue;
+        };
+        for i in items.unwrap_or_default() {
+            let path = root.join(i.path);
             std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-            std::fs::write(path, bytes).expect("write");
+            std::fs::write(path, data.get(&i.key).expect("projected key")).expect("write");
         }
     }
 }
@@ -1583,10 +1533,7 @@ async fn materialize(
 /// its Secret; only that Secret's `username` and `password` keys are projected.
 /// Returns the pod template's clients hash.
 async fn gateway_clients_load(client: &kube::Client, tag: &str) -> (String, Vec<ClientCredential>) {
-    let d: Deployment = Api::namespaced(client.clone(), NS)
-        .get(GATEWAY)
-        .await
-        .expect("gateway Deployment");
+    let d: Deployment = get(client, GATEWAY).await;
     let template = d.spec.expect("spec").template;
     let hash = template
         .metadata
@@ -1712,10 +1659,7 @@ async fn the_mounted_files_load_in_the_controller(client: &kube::Client) {
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
     use x509_parser::prelude::FromDer as _;
 
-    let d: Deployment = Api::namespaced(client.clone(), NS)
-        .get(CONTROLLER)
-        .await
-        .expect("controller");
+    let d: Deployment = get(client, CONTROLLER).await;
     let volume = d
         .spec
         .and_then(|s| s.template.spec)

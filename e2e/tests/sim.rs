@@ -102,12 +102,27 @@ async fn echo_over<S: AsyncRead + AsyncWrite + Unpin>(
     path: &str,
 ) -> EchoReply {
     let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    stream.write_all(req.as_bytes()).await.unwrap();
+    let (raw, read) = request_until_closed(&mut stream, &req).await;
+    read.expect("echo read");
+    echo_reply(raw)
+}
+
+/// Writes `request` and reads until the peer closes (within [`IO_LIMIT`]): the bytes
+/// that came back, and how the read ended (a cut connection may end in an error).
+async fn request_until_closed<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    request: &str,
+) -> (Vec<u8>, std::io::Result<usize>) {
+    stream.write_all(request.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
-    tokio::time::timeout(IO_LIMIT, stream.read_to_end(&mut raw))
+    let read = tokio::time::timeout(IO_LIMIT, stream.read_to_end(&mut raw))
         .await
-        .expect("echo answers in time")
-        .expect("echo read");
+        .expect("the peer closes the connection in time");
+    (raw, read)
+}
+
+/// The echo server's reply in a whole `200` HTTP response.
+fn echo_reply(raw: Vec<u8>) -> EchoReply {
     let text = String::from_utf8(raw).unwrap();
     assert!(
         text.starts_with("HTTP/1.1 200"),
@@ -504,37 +519,27 @@ async fn bad_auth_mode_rejects_the_right_credentials() {
     assert_eq!(res.err(), Some(SocksFail::Auth(1)));
 }
 
+/// A simulator and an HTTP proxy of it that cuts a connection after `bytes` bytes
+/// from the target.
+async fn dropping_proxy(bytes: u64) -> (Simulator, SimProxy) {
+    let sim = sim().await;
+    let p = proxy(&sim, Protocol::Http, FailureMode::DropAfter { bytes }).await;
+    (sim, p)
+}
+
 #[tokio::test]
 async fn drop_after_mode_cuts_the_tunnel_mid_transfer() {
-    let sim = sim().await;
-    let p = proxy(
-        &sim,
-        Protocol::Http,
-        FailureMode::DropAfter { bytes: 5_000 },
-    )
-    .await;
+    let (sim, p) = dropping_proxy(5_000).await;
     let echo = sim.echo_http_addr().to_string();
     let mut tunnel = tunnel_to(&p, &echo).await;
-    tunnel
-        .write_all(format!("GET /bytes/100000 HTTP/1.1\r\nHost: {echo}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut got = Vec::new();
-    let _ = tokio::time::timeout(IO_LIMIT, tunnel.read_to_end(&mut got))
-        .await
-        .expect("the proxy closes the tunnel");
+    let req = format!("GET /bytes/100000 HTTP/1.1\r\nHost: {echo}\r\n\r\n");
+    let (got, _) = request_until_closed(&mut tunnel, &req).await;
     assert_eq!(got.len(), 5_000, "exactly the budget is relayed");
 }
 
 #[tokio::test]
 async fn drop_after_mode_cuts_plain_forwarding_too() {
-    let sim = sim().await;
-    let p = proxy(
-        &sim,
-        Protocol::Http,
-        FailureMode::DropAfter { bytes: 2_000 },
-    )
-    .await;
+    let (sim, p) = dropping_proxy(2_000).await;
     let mut s = TcpStream::connect(p.addr()).await.unwrap();
     let req = format!(
         "GET {}/bytes/50000 HTTP/1.1\r\nHost: {}\r\nProxy-Authorization: Basic {}\r\n\r\n",
@@ -542,11 +547,7 @@ async fn drop_after_mode_cuts_plain_forwarding_too() {
         sim.echo_http_addr(),
         basic(&p.username, &p.password)
     );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut got = Vec::new();
-    let _ = tokio::time::timeout(IO_LIMIT, s.read_to_end(&mut got))
-        .await
-        .expect("the proxy closes the connection");
+    let (got, _) = request_until_closed(&mut s, &req).await;
     assert!(got.starts_with(b"HTTP/1.1 200"));
     assert!(
         got.len() < 50_000,
@@ -584,15 +585,9 @@ async fn inline_echo_answers_in_process_with_the_proxys_address() {
         sim.echo_http_url(),
         basic(&p.username, &p.password)
     );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(IO_LIMIT, s.read_to_end(&mut raw))
-        .await
-        .expect("answered in time")
-        .unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    let reply: EchoReply = serde_json::from_str(text.split_once("\r\n\r\n").unwrap().1).unwrap();
+    let (raw, read) = request_until_closed(&mut s, &req).await;
+    read.unwrap();
+    let reply = echo_reply(raw);
     assert_eq!(
         (reply.path.as_str(), reply.remote),
         ("/forward?q=1", format!("{egress}:0"))

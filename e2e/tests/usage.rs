@@ -17,7 +17,8 @@ use common::{basic, block, connect, exchange};
 use proxy_pool_analytics::testkit::Postgres;
 use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::{
-    Procs, bin, build_binaries, checker_command, gateway_command, vendor_sim_command,
+    Procs, SimUpstream, bin, build_binaries, checker_command, fresh_test_dir, gateway_command,
+    vendor_sim_in,
 };
 
 const ROUTING: &str = "e2e-usage";
@@ -54,16 +55,19 @@ fn gateway_requests_of_two_clients_reach_the_routing_stats() {
     build_binaries();
     let redis = RedisServer::start();
     let pg = Postgres::start();
-    let dir = std::env::temp_dir().join(format!("pp-e2e-usage-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = fresh_test_dir("usage");
     let mut procs = Procs::new(&dir);
 
     let (sim, echo, echo_tls) = (free_addr(), free_addr(), free_addr());
     let (dist, admin, cp) = (free_addr(), free_addr(), free_addr());
     let (gw_http, gw_socks, gw_admin) = (free_addr(), free_addr(), free_addr());
-    let vendor_key = "e2e-vendor-key";
-    std::fs::write(dir.join("vendor-api-key"), vendor_key).expect("key");
+    let mut vendor_sim = vendor_sim_in(
+        &dir,
+        env!("CARGO_BIN_EXE_vendor-sim"),
+        [sim, echo, echo_tls],
+        "e2e-vendor-key",
+        (300, 900),
+    );
     std::fs::write(dir.join("dsn"), format!("{}\n", pg.dsn())).expect("dsn");
     let clients = [("alice", "alice-e2e-pw"), ("bob", "bob-e2e-pw")];
     let clients_json: Vec<String> = clients
@@ -88,21 +92,7 @@ distribution:
 admin: {{listen: {admin}}}
 controlPlane: {{enabled: true, listen: {cp}, loopbackPlaintext: true}}
 upstreams:
-  - name: sim-http
-    protocol: http
-    ttl: 10m
-    quarantine: 0s
-    safetyMargin: 10s
-    maxConcurrencyPerProxy: 16
-    maxSize: 8
-    fetchInterval: 10s
-    source:
-      vendorApi:
-        url: http://{sim}/v1/proxies?count=4&protocol=http
-        format: json
-        apiKeyFile: {key}
-        timeout: 5s
-routings:
+{sim_upstream}routings:
   - {{name: {ROUTING}, priority: 1, upstreams: [sim-http]}}
 analytics:
   enabled: true
@@ -115,7 +105,7 @@ shutdown: {{gracePeriod: 5s}}
 egress: {{allowCidrs: [127.0.0.0/8]}}
 "#,
             redis = redis.url(),
-            key = dir.join("vendor-api-key").display(),
+            sim_upstream = SimUpstream::default().yaml(sim, &dir),
             dsn = dir.join("dsn").display(),
         ),
     )
@@ -133,19 +123,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
         String::from_utf8_lossy(&out.stderr)
     );
 
-    procs.start(
-        "vendor-sim",
-        vendor_sim_command(
-            env!("CARGO_BIN_EXE_vendor-sim"),
-            sim,
-            echo,
-            echo_tls,
-            vendor_key,
-            (300, 900),
-        )
-        .arg("--ca-out")
-        .arg(dir.join("ca.pem")),
-    );
+    procs.start("vendor-sim", &mut vendor_sim);
     procs.wait_until("vendor simulator", READY_WITHIN, || {
         get(sim, "/healthz").0 == 200
     });

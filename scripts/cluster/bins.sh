@@ -13,13 +13,11 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 coredns_version="${PROXY_POOL_COREDNS_VERSION:-v1.15.0}"
 skipper_version="${PROXY_POOL_SKIPPER_VERSION:-v0.23.0}"
 
-say() { printf 'cluster-bins: %s\n' "$*" >&2; }
-
 # shellcheck source=scripts/lib/go.sh
 . "$repo/scripts/lib/go.sh"
-go_require
+go_tool_init cluster-bins
 
-cache_dir="${PROXY_POOL_CACHE_DIR:-$repo/.cache}/cluster-bins"
+cache_dir="$cache_root/cluster-bins"
 ldflags="-s -w"
 stamp="$(printf '%s\n%s\n' "$ldflags" "$(go version)" | sha256sum | cut -c1-12)"
 
@@ -27,23 +25,7 @@ stamp="$(printf '%s\n%s\n' "$ldflags" "$(go version)" | sha256sum | cut -c1-12)"
 done_or_build() {
   local name="$1" version="$2" fn="$3"
   local out_dir="$cache_dir/$name-$version-$stamp"
-  if [ -x "$out_dir/$name" ]; then
-    say "$name $version: already built"
-  else
-    mkdir -p "$out_dir"
-    say "$name $version: building (minutes on a small machine)"
-    local start=$SECONDS tmp
-    tmp="$(mktemp -d "$out_dir/.build.XXXXXX")"
-    # An interrupted build leaves only the scratch dir, never a binary taken as done.
-    if ! "$fn" "$version" "$tmp"; then
-      rm -rf "$tmp"
-      say "$name $version: build failed"
-      exit 1
-    fi
-    mv -f "$tmp/$name" "$out_dir/$name"
-    rm -rf "$tmp"
-    say "$name $version: built in $((SECONDS - start))s"
-  fi
+  go_build_once "$name $version" "$out_dir/$name" "$fn" "$version"
   printf '%s\n' "$out_dir"
 }
 

@@ -90,11 +90,7 @@ impl Collector {
 
     /// A successful extraction: `client` got `per_upstream` proxies.
     pub fn extraction(&self, client: &str, identity: &str, per_upstream: &[(&str, u32)]) {
-        if self.tx.is_none() {
-            return;
-        }
-        if !valid_name(client) || per_upstream.iter().any(|(u, _)| !valid_name(u)) {
-            self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        if !self.admits(valid_name(client) && per_upstream.iter().all(|(u, _)| valid_name(u))) {
             return;
         }
         self.send(Event::Extraction {
@@ -111,11 +107,7 @@ impl Collector {
 
     /// `requests` gateway requests on `routing` by `identity`.
     pub fn gateway_requests(&self, routing: &str, identity: &str, requests: u32) {
-        if self.tx.is_none() || requests == 0 {
-            return;
-        }
-        if !valid_name(routing) {
-            self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        if requests == 0 || !self.admits(valid_name(routing)) {
             return;
         }
         self.send(Event::GatewayRequests {
@@ -124,6 +116,18 @@ impl Collector {
             identity: clip(identity),
             requests,
         });
+    }
+
+    /// Whether an event is to be sent: collection is on and the names it carries are
+    /// valid (an event with an invalid name is counted as rejected).
+    fn admits(&self, names_valid: bool) -> bool {
+        if self.tx.is_none() {
+            return false;
+        }
+        if !names_valid {
+            self.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        }
+        names_valid
     }
 
     fn send(&self, e: Event) {

@@ -86,38 +86,19 @@ impl AnalyticsOptions {
         if jiff::tz::TimeZone::get(&self.time_zone).is_err() {
             errs.push(FieldError::new(p("timeZone"), "unknown IANA time zone"));
         }
-        if !(90..=3660).contains(&self.retention_days) {
-            errs.push(FieldError::new(
-                p("retentionDays"),
-                "must be within 90..=3660",
-            ));
-        }
-        if !(1..=31).contains(&self.hot_days) {
-            errs.push(FieldError::new(p("hotDays"), "must be within 1..=31"));
-        }
-        if !(1..=3600).contains(&self.flush_interval_seconds) {
-            errs.push(FieldError::new(
-                p("flushIntervalSeconds"),
-                "must be within 1..=3600",
-            ));
-        }
-        if !(1..=1_000_000).contains(&self.flush_after_events) {
-            errs.push(FieldError::new(
-                p("flushAfterEvents"),
-                "must be within 1..=1000000",
-            ));
-        }
-        if !(1..=1_048_576).contains(&self.queue_size) {
-            errs.push(FieldError::new(
-                p("queueSize"),
-                "must be within 1..=1048576",
-            ));
-        }
-        if !(1..=60).contains(&self.shutdown_grace_seconds) {
-            errs.push(FieldError::new(
-                p("shutdownGraceSeconds"),
-                "must be within 1..=60",
-            ));
+        for (field, value, range) in [
+            ("retentionDays", u64::from(self.retention_days), 90..=3660),
+            ("hotDays", u64::from(self.hot_days), 1..=31),
+            (
+                "flushIntervalSeconds",
+                self.flush_interval_seconds,
+                1..=3600,
+            ),
+            ("flushAfterEvents", self.flush_after_events, 1..=1_000_000),
+            ("queueSize", self.queue_size as u64, 1..=1_048_576),
+            ("shutdownGraceSeconds", self.shutdown_grace_seconds, 1..=60),
+        ] {
+            errs.extend(FieldError::unless_within(p(field), value, range));
         }
         errs
     }

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::day::{Clock, Days, minus_days};
 use crate::model::{Kind, Subject, valid_name};
-use crate::pg::{DailyRow, DayCoverage, PgStore, TotalRow};
+use crate::pg::{DailyRow, DayCoverage, Meta, PgStore, TotalRow};
 use crate::ws::WorkingSet;
 
 const DASHBOARD: &str = include_str!("dashboard.html");
@@ -139,19 +139,48 @@ struct Range {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct SubjectStats {
-    enabled: bool,
+    #[serde(flatten)]
+    window: Window,
     kind: &'static str,
     name: String,
+    total: Option<Total>,
+    today: DayPoint,
+    range: Range,
+    series: Vec<DayPoint>,
+}
+
+/// What every stats answer says first: the window of days it covers (in the
+/// configured zone) and the last committed snapshot it reads.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Window {
+    enabled: bool,
     time_zone: String,
     days: i64,
     from: String,
     to: String,
     committed_seq: Option<i64>,
     committed_at: Option<String>,
-    total: Option<Total>,
-    today: DayPoint,
-    range: Range,
-    series: Vec<DayPoint>,
+}
+
+impl Window {
+    fn new(state: &StatsState, days: i64, (from, to): (Date, Date), meta: Option<&Meta>) -> Self {
+        Self {
+            enabled: true,
+            time_zone: state.days.zone_name().to_owned(),
+            days,
+            from: from.to_string(),
+            to: to.to_string(),
+            committed_seq: meta.map(|m| m.last_seq),
+            committed_at: meta.and_then(|m| committed_at(m.last_flush_ms)),
+        }
+    }
+}
+
+/// A failed read: logged, and answered as unavailable.
+fn unavailable(e: crate::AnalyticsError) -> ApiError {
+    tracing::warn!(error = %e, "stats read failed");
+    ApiError::Unavailable
 }
 
 fn total_of(t: &TotalRow) -> Total {
@@ -222,10 +251,6 @@ async fn subject(
     }
     let s = Subject { kind, name };
     let (from, to) = window(&state, n);
-    let unavailable = |e: crate::AnalyticsError| {
-        tracing::warn!(error = %e, "stats read failed");
-        ApiError::Unavailable
-    };
     let total = state.pg.total(&s).await.map_err(unavailable)?;
     let Some(total) = total else {
         return Err(ApiError::NotFound);
@@ -264,15 +289,9 @@ async fn subject(
     };
     let today = point(to, rows.get(&to).copied(), cov.get(&to).copied());
     let body = SubjectStats {
-        enabled: true,
+        window: Window::new(&state, n, (from, to), meta.as_ref()),
         kind: s.kind.as_str(),
         name: s.name,
-        time_zone: state.days.zone_name().to_owned(),
-        days: n,
-        from: from.to_string(),
-        to: to.to_string(),
-        committed_seq: meta.as_ref().map(|m| m.last_seq),
-        committed_at: meta.as_ref().and_then(|m| committed_at(m.last_flush_ms)),
         total: Some(total_of(&total)),
         today,
         range,
@@ -295,13 +314,8 @@ struct SummaryEntry {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Summary {
-    enabled: bool,
-    time_zone: String,
-    days: i64,
-    from: String,
-    to: String,
-    committed_seq: Option<i64>,
-    committed_at: Option<String>,
+    #[serde(flatten)]
+    window: Window,
     subjects: Vec<SummaryEntry>,
 }
 
@@ -311,10 +325,6 @@ async fn summary(
 ) -> Result<Response, ApiError> {
     let n = parse_days(&q)?;
     let (from, to) = window(&state, n);
-    let unavailable = |e: crate::AnalyticsError| {
-        tracing::warn!(error = %e, "stats read failed");
-        ApiError::Unavailable
-    };
     let meta = state.pg.meta().await.map_err(unavailable)?;
     let totals = state.pg.totals().await.map_err(unavailable)?;
     let rows = state.pg.days_since(from).await.map_err(unavailable)?;
@@ -344,13 +354,7 @@ async fn summary(
         .collect();
     Ok(no_store(
         Json(Summary {
-            enabled: true,
-            time_zone: state.days.zone_name().to_owned(),
-            days: n,
-            from: from.to_string(),
-            to: to.to_string(),
-            committed_seq: meta.as_ref().map(|m| m.last_seq),
-            committed_at: meta.as_ref().and_then(|m| committed_at(m.last_flush_ms)),
+            window: Window::new(&state, n, (from, to), meta.as_ref()),
             subjects,
         })
         .into_response(),

@@ -179,6 +179,41 @@ fn corrupt(what: &str) -> AnalyticsError {
     AnalyticsError::Corrupt(what.to_owned())
 }
 
+/// Queues the reads of one counter hash and its HLL: HGETALL, GET, PFCOUNT.
+fn queue_read(pipe: &mut redis::Pipeline, hash: String, hll: String) {
+    pipe.hgetall(hash).get(&hll).pfcount(hll);
+}
+
+/// One counter hash and its HLL as [`queue_read`]'s three replies returned them.
+struct Counters {
+    hash: Vec<(String, Value)>,
+    requests: i64,
+    proxies: i64,
+    uv: i64,
+    hll: Vec<u8>,
+}
+
+impl Counters {
+    /// Parses the replies; `what` (`total`, `daily`) names a missing or wrong-typed
+    /// part in the `Corrupt` error.
+    fn of(replies: &[Value], what: &str) -> Result<Self, AnalyticsError> {
+        let [h, hll, uv] = replies else {
+            return Err(corrupt("short reply"));
+        };
+        let hash = hash_of(h).ok_or_else(|| corrupt(&format!("{what} not a hash")))?;
+        Ok(Self {
+            requests: field(&hash, "req").ok_or_else(|| corrupt(&format!("{what} missing")))?,
+            proxies: field(&hash, "prx").unwrap_or(0),
+            uv: int_of(uv).ok_or_else(|| corrupt(&format!("{what} hll")))?,
+            hll: match hll {
+                Value::BulkString(b) => b.clone(),
+                _ => return Err(corrupt(&format!("{what} hll missing"))),
+            },
+            hash,
+        })
+    }
+}
+
 impl WorkingSet {
     /// A working set under `<key_prefix>:analytics:v1:`; `id_key` is mixed into identity
     /// digests so raw identities never reach Redis.
@@ -225,6 +260,20 @@ impl WorkingSet {
         let mut out = Vec::new();
         for e in events {
             let day = days.day_of(e.at());
+            // `who` is counted once per subject and day (its digest joins the HLL).
+            let mut count = |kind: Kind, name: &str, who: &str, requests: i64, proxies: i64| {
+                let subject = Subject {
+                    kind,
+                    name: name.to_owned(),
+                };
+                out.push(Incr {
+                    member: self.digest(&subject, who),
+                    subject,
+                    day,
+                    requests,
+                    proxies,
+                });
+            };
             match e {
                 Event::Extraction {
                     client,
@@ -232,30 +281,10 @@ impl WorkingSet {
                     per_upstream,
                     ..
                 } => {
-                    let cs = Subject {
-                        kind: Kind::Clients,
-                        name: client.clone(),
-                    };
                     let total: i64 = per_upstream.iter().map(|(_, n)| i64::from(*n)).sum();
-                    out.push(Incr {
-                        member: self.digest(&cs, identity),
-                        subject: cs,
-                        day,
-                        requests: 1,
-                        proxies: total,
-                    });
+                    count(Kind::Clients, client, identity, 1, total);
                     for (u, n) in per_upstream {
-                        let us = Subject {
-                            kind: Kind::Upstreams,
-                            name: u.clone(),
-                        };
-                        out.push(Incr {
-                            member: self.digest(&us, client),
-                            subject: us,
-                            day,
-                            requests: 1,
-                            proxies: i64::from(*n),
-                        });
+                        count(Kind::Upstreams, u, client, 1, i64::from(*n));
                     }
                 }
                 Event::GatewayRequests {
@@ -263,19 +292,7 @@ impl WorkingSet {
                     identity,
                     requests,
                     ..
-                } => {
-                    let rs = Subject {
-                        kind: Kind::Routings,
-                        name: routing.clone(),
-                    };
-                    out.push(Incr {
-                        member: self.digest(&rs, identity),
-                        subject: rs,
-                        day,
-                        requests: i64::from(*requests),
-                        proxies: 0,
-                    });
-                }
+                } => count(Kind::Routings, routing, identity, i64::from(*requests), 0),
             }
         }
         out
@@ -314,14 +331,15 @@ impl WorkingSet {
         Ok(touched)
     }
 
+    /// Runs one command on a clone of the connection; a failure is classified.
+    async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, AnalyticsError> {
+        let mut conn = self.conn.clone();
+        cmd.query_async(&mut conn).await.map_err(classify)
+    }
+
     /// The stored sequence: `None` when missing; `Corrupt` when wrong-typed.
     pub async fn seq(&self) -> Result<Option<i64>, AnalyticsError> {
-        let mut conn = self.conn.clone();
-        let v: Value = redis::cmd("GET")
-            .arg(self.k_seq())
-            .query_async(&mut conn)
-            .await
-            .map_err(classify)?;
+        let v: Value = self.run(redis::cmd("GET").arg(self.k_seq())).await?;
         match v {
             Value::Nil => Ok(None),
             other => int_of(&other)
@@ -332,22 +350,13 @@ impl WorkingSet {
 
     /// The next snapshot sequence.
     pub async fn next_seq(&self) -> Result<i64, AnalyticsError> {
-        let mut conn = self.conn.clone();
-        redis::cmd("INCR")
-            .arg(self.k_seq())
-            .query_async(&mut conn)
-            .await
-            .map_err(classify)
+        self.run(redis::cmd("INCR").arg(self.k_seq())).await
     }
 
     /// Every dirty (subject, day), with the marker's token as read.
     pub async fn dirty(&self) -> Result<Vec<Dirty>, AnalyticsError> {
-        let mut conn = self.conn.clone();
-        let marks: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(self.k_dirty())
-            .query_async(&mut conn)
-            .await
-            .map_err(classify)?;
+        let marks: Vec<(String, String)> =
+            self.run(redis::cmd("HGETALL").arg(self.k_dirty())).await?;
         Ok(marks
             .into_iter()
             .filter_map(|(k, token)| {
@@ -377,12 +386,7 @@ impl WorkingSet {
 
     /// The degraded-day notes handed over by other replicas, as stored (`day|reason`).
     pub async fn degraded_notes(&self) -> Result<Vec<String>, AnalyticsError> {
-        let mut conn = self.conn.clone();
-        redis::cmd("HKEYS")
-            .arg(self.k_degraded())
-            .query_async(&mut conn)
-            .await
-            .map_err(classify)
+        self.run(redis::cmd("HKEYS").arg(self.k_degraded())).await
     }
 
     /// Removes notes that a commit carried.
@@ -390,13 +394,8 @@ impl WorkingSet {
         if notes.is_empty() {
             return Ok(());
         }
-        let mut conn = self.conn.clone();
-        redis::cmd("HDEL")
-            .arg(self.k_degraded())
-            .arg(notes)
-            .query_async(&mut conn)
+        self.run(redis::cmd("HDEL").arg(self.k_degraded()).arg(notes))
             .await
-            .map_err(classify)
     }
 
     /// Reads the dirty entries' daily and cumulative values with their HLL bytes.
@@ -412,17 +411,13 @@ impl WorkingSet {
         for chunk in subjects.into_iter().collect::<Vec<_>>().chunks(READ_BATCH) {
             let mut pipe = redis::pipe();
             for s in chunk {
-                pipe.hgetall(self.k_total(s))
-                    .get(self.k_total_hll(s))
-                    .pfcount(self.k_total_hll(s));
+                queue_read(&mut pipe, self.k_total(s), self.k_total_hll(s));
             }
             let vals: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
             for (s, v) in chunk.iter().zip(vals.chunks(3)) {
-                let [h, hll, uv] = v else {
-                    return Err(corrupt("short reply"));
-                };
-                let h = hash_of(h).ok_or_else(|| corrupt("total not a hash"))?;
-                let first = h
+                let c = Counters::of(v, "total")?;
+                let first = c
+                    .hash
                     .iter()
                     .find(|(k, _)| k == "first")
                     .and_then(|(_, v)| match v {
@@ -432,13 +427,10 @@ impl WorkingSet {
                     .ok_or_else(|| corrupt("total missing"))?;
                 totals.push(TotalRow {
                     subject: (*s).clone(),
-                    requests: field(&h, "req").ok_or_else(|| corrupt("total missing"))?,
-                    proxies: field(&h, "prx").unwrap_or(0),
-                    uv: int_of(uv).ok_or_else(|| corrupt("total hll"))?,
-                    hll: match hll {
-                        Value::BulkString(b) => b.clone(),
-                        _ => return Err(corrupt("total hll missing")),
-                    },
+                    requests: c.requests,
+                    proxies: c.proxies,
+                    uv: c.uv,
+                    hll: c.hll,
                     first_day: first,
                 });
             }
@@ -449,9 +441,7 @@ impl WorkingSet {
                 subject: s, day: d, ..
             } in chunk
             {
-                pipe.hgetall(self.k_daily(s, *d))
-                    .get(self.k_daily_hll(s, *d))
-                    .pfcount(self.k_daily_hll(s, *d));
+                queue_read(&mut pipe, self.k_daily(s, *d), self.k_daily_hll(s, *d));
             }
             let vals: Vec<Value> = pipe.query_async(&mut conn).await.map_err(classify)?;
             for (
@@ -461,20 +451,14 @@ impl WorkingSet {
                 v,
             ) in chunk.iter().zip(vals.chunks(3))
             {
-                let [h, hll, uv] = v else {
-                    return Err(corrupt("short reply"));
-                };
-                let h = hash_of(h).ok_or_else(|| corrupt("daily not a hash"))?;
+                let c = Counters::of(v, "daily")?;
                 days.push(DailyRow {
                     subject: s.clone(),
                     day: *d,
-                    requests: field(&h, "req").ok_or_else(|| corrupt("daily missing"))?,
-                    proxies: field(&h, "prx").unwrap_or(0),
-                    uv: int_of(uv).ok_or_else(|| corrupt("daily hll"))?,
-                    hll: match hll {
-                        Value::BulkString(b) => b.clone(),
-                        _ => return Err(corrupt("daily hll missing")),
-                    },
+                    requests: c.requests,
+                    proxies: c.proxies,
+                    uv: c.uv,
+                    hll: c.hll,
                     degraded: false,
                 });
             }
@@ -582,12 +566,9 @@ impl WorkingSet {
             }
             pipe.query_async::<()>(&mut conn).await.map_err(classify)?;
         }
-        let _: () = redis::cmd("SET")
-            .arg(self.k_seq())
-            .arg(seq)
-            .query_async(&mut conn)
-            .await
-            .map_err(classify)?;
+        let _: () = self
+            .run(redis::cmd("SET").arg(self.k_seq()).arg(seq))
+            .await?;
         Ok(())
     }
 

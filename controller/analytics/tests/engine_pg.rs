@@ -30,8 +30,7 @@ fn within(estimate: i64, truth: i64, pct: f64) -> bool {
 
 #[tokio::test]
 async fn pv_is_exact_and_uv_within_hll_error() {
-    let mut rig = Rig::new("2026-05-10T12:00:00Z", "UTC").await;
-    rig.engine.start().await.unwrap();
+    let mut rig = Rig::started("2026-05-10T12:00:00Z", "UTC").await;
     for i in 0..3000 {
         rig.collector.extraction(
             "client-a",
@@ -45,8 +44,7 @@ async fn pv_is_exact_and_uv_within_hll_error() {
     }
     rig.collector
         .extraction("client-b", "one", &[("vendor-x", 5)]);
-    rig.drain().await;
-    let r = rig.engine.flush().await.unwrap();
+    let r = rig.drain_and_flush().await;
     assert_eq!(r.outcome, CommitOutcome::Committed);
     let a = rig.total(Kind::Clients, "client-a").await;
     assert_eq!((a.requests, a.proxies), (3000, 9000));
@@ -58,24 +56,14 @@ async fn pv_is_exact_and_uv_within_hll_error() {
         "unique clients of an upstream"
     );
     let route = rig
-        .store
-        .days(
-            &subj(Kind::Routings, "route-1"),
-            d("2026-05-10"),
-            d("2026-05-10"),
-        )
-        .await
-        .unwrap();
+        .days(Kind::Routings, "route-1", "2026-05-10", "2026-05-10")
+        .await;
     assert_eq!(route.len(), 1);
     assert_eq!(route[0].requests, 4000);
     assert!(within(route[0].uv, 2000, 2.5), "uv {}", route[0].uv);
     assert!(!route[0].hll.is_empty());
     // The first day of a history is partial and says so.
-    let cov = rig
-        .store
-        .coverage(d("2026-05-10"), d("2026-05-10"))
-        .await
-        .unwrap();
+    let cov = rig.coverage("2026-05-10").await;
     assert_eq!(cov[0].reasons, vec![reason::COLLECTION_STARTED.to_owned()]);
     // A second flush with nothing new changes nothing but the sequence.
     let r2 = rig.engine.flush().await.unwrap();
@@ -140,36 +128,29 @@ async fn replayed_and_out_of_order_snapshots_never_double_count_or_roll_back() {
         s.commit(&snap(7, 12), "UTC").await.unwrap(),
         CommitOutcome::Committed
     );
-    let rows = s
-        .days(&subj(Kind::Clients, "c"), d("2026-05-10"), d("2026-05-10"))
-        .await
-        .unwrap();
+    let rows = rig
+        .days(Kind::Clients, "c", "2026-05-10", "2026-05-10")
+        .await;
     assert_eq!(rows[0].requests, 12, "absolute values, not sums");
     assert_eq!(s.meta().await.unwrap().unwrap().last_seq, 7);
 }
 
 #[tokio::test]
 async fn redis_flushed_mid_day_is_rebuilt_from_sql_and_the_day_flagged() {
-    let mut rig = Rig::new("2026-05-10T08:00:00Z", "UTC").await;
-    rig.engine.start().await.unwrap();
+    let mut rig = Rig::started("2026-05-10T08:00:00Z", "UTC").await;
     for i in 0..500 {
         rig.collector
             .gateway_requests("route-1", &format!("u{i}"), 1);
     }
-    rig.drain().await;
-    rig.engine.flush().await.unwrap();
+    rig.drain_and_flush().await;
     rig.clock.advance_secs(3600 * 4);
     // Next day-part: yesterday's flags are committed; clear the first-day flag noise.
-    let _: () = redis::cmd("FLUSHALL")
-        .query_async(&mut rig.conn)
-        .await
-        .unwrap();
+    rig.redis(&["FLUSHALL"]).await;
     for i in 0..10 {
         rig.collector
             .gateway_requests("route-1", &format!("late{i}"), 1);
     }
-    rig.drain().await;
-    let r = rig.engine.flush().await.unwrap();
+    let r = rig.drain_and_flush().await;
     assert!(r.recovered);
     let t = rig.total(Kind::Routings, "route-1").await;
     assert!(t.requests >= 500, "totals never go back: {}", t.requests);
@@ -178,16 +159,11 @@ async fn redis_flushed_mid_day_is_rebuilt_from_sql_and_the_day_flagged() {
         rig.collector
             .gateway_requests("route-1", &format!("new{i}"), 1);
     }
-    rig.drain().await;
-    rig.engine.flush().await.unwrap();
+    rig.drain_and_flush().await;
     let t = rig.total(Kind::Routings, "route-1").await;
     assert_eq!(t.requests, 600);
     assert!(within(t.uv, 600, 2.5), "uv {}", t.uv);
-    let cov = rig
-        .store
-        .coverage(d("2026-05-10"), d("2026-05-10"))
-        .await
-        .unwrap();
+    let cov = rig.coverage("2026-05-10").await;
     assert!(
         cov[0].degraded && cov[0].reasons.contains(&reason::REDIS_RECOVERED.to_owned()),
         "{cov:?}"
@@ -201,51 +177,38 @@ async fn redis_flushed_mid_day_is_rebuilt_from_sql_and_the_day_flagged() {
     );
 }
 
-#[tokio::test]
-async fn wrong_typed_or_older_redis_state_is_rebuilt() {
-    let mut rig = Rig::new("2026-05-10T08:00:00Z", "UTC").await;
-    rig.engine.start().await.unwrap();
+/// A started rig that has committed one extraction of one proxy by `client-a`
+/// from `vendor-x` (x).
+async fn one_extraction_committed() -> Rig {
+    let mut rig = Rig::started("2026-05-10T08:00:00Z", "UTC").await;
     rig.collector
         .extraction("client-a", "x", &[("vendor-x", 1)]);
-    rig.drain().await;
-    rig.engine.flush().await.unwrap();
+    rig.drain_and_flush().await;
+    rig
+}
+
+#[tokio::test]
+async fn wrong_typed_or_older_redis_state_is_rebuilt() {
+    let mut rig = one_extraction_committed().await;
     rig.engine.flush().await.unwrap();
     // Older: the sequence went back (a Redis restored from an old AOF).
-    let _: () = redis::cmd("SET")
-        .arg("test:analytics:v1:seq")
-        .arg(1)
-        .query_async(&mut rig.conn)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg("test:analytics:v1:t:clients|client-a")
-        .arg("req")
-        .arg(0)
-        .query_async(&mut rig.conn)
-        .await
-        .unwrap();
+    rig.redis(&["SET", "test:analytics:v1:seq", "1"]).await;
+    rig.redis(&["HSET", "test:analytics:v1:t:clients|client-a", "req", "0"])
+        .await;
     assert!(rig.engine.flush().await.unwrap().recovered);
     assert_eq!(rig.total(Kind::Clients, "client-a").await.requests, 1);
     // Wrong type: a counter hash replaced by a string.
-    let _: () = redis::cmd("DEL")
-        .arg("test:analytics:v1:t:clients|client-a")
-        .query_async(&mut rig.conn)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("test:analytics:v1:t:clients|client-a")
-        .arg("junk")
-        .query_async(&mut rig.conn)
-        .await
-        .unwrap();
+    rig.redis(&["DEL", "test:analytics:v1:t:clients|client-a"])
+        .await;
+    rig.redis(&["SET", "test:analytics:v1:t:clients|client-a", "junk"])
+        .await;
     rig.collector
         .extraction("client-a", "x", &[("vendor-x", 1)]);
     rig.drain().await;
     assert!(rig.engine.flush().await.unwrap().recovered);
     rig.collector
         .extraction("client-a", "y", &[("vendor-x", 1)]);
-    rig.drain().await;
-    rig.engine.flush().await.unwrap();
+    rig.drain_and_flush().await;
     let t = rig.total(Kind::Clients, "client-a").await;
     assert_eq!(
         t.requests, 2,
@@ -255,12 +218,7 @@ async fn wrong_typed_or_older_redis_state_is_rebuilt() {
 
 #[tokio::test]
 async fn sql_down_keeps_data_in_redis_and_retries_the_full_snapshot() {
-    let mut rig = Rig::new("2026-05-10T08:00:00Z", "UTC").await;
-    rig.engine.start().await.unwrap();
-    rig.collector
-        .extraction("client-a", "x", &[("vendor-x", 1)]);
-    rig.drain().await;
-    rig.engine.flush().await.unwrap();
+    let mut rig = one_extraction_committed().await;
     rig.pg.stop();
     for _ in 0..7 {
         rig.collector
@@ -278,32 +236,20 @@ async fn sql_down_keeps_data_in_redis_and_retries_the_full_snapshot() {
     assert!(!r.recovered);
     let t = rig.total(Kind::Clients, "client-a").await;
     assert_eq!((t.requests, t.proxies), (9, 25));
-    let cov = rig
-        .store
-        .coverage(d("2026-05-10"), d("2026-05-10"))
-        .await
-        .unwrap();
+    let cov = rig.coverage("2026-05-10").await;
     assert!(cov[0].reasons.contains(&reason::SQL_RETRY.to_owned()));
 }
 
 #[tokio::test]
 async fn day_rollover_splits_counts_at_the_zone_midnight() {
-    let mut rig = Rig::new("2026-05-10T15:59:30Z", "Asia/Shanghai").await;
-    rig.engine.start().await.unwrap();
+    let mut rig = Rig::started("2026-05-10T15:59:30Z", "Asia/Shanghai").await;
     rig.collector.gateway_requests("route-1", "a", 3);
     rig.clock.advance_secs(60); // 00:00:30 in Shanghai
     rig.collector.gateway_requests("route-1", "a", 4);
-    rig.drain().await;
-    rig.engine.flush().await.unwrap();
+    rig.drain_and_flush().await;
     let rows = rig
-        .store
-        .days(
-            &subj(Kind::Routings, "route-1"),
-            d("2026-05-10"),
-            d("2026-05-11"),
-        )
-        .await
-        .unwrap();
+        .days(Kind::Routings, "route-1", "2026-05-10", "2026-05-11")
+        .await;
     let got: Vec<(String, i64)> = rows
         .iter()
         .map(|r| (r.day.to_string(), r.requests))
@@ -407,11 +353,9 @@ async fn shutdown_makes_a_bounded_final_flush() {
 
 #[tokio::test]
 async fn redis_outage_loses_events_without_blocking_and_flags_the_day() {
-    let mut rig = Rig::new("2026-05-10T08:00:00Z", "UTC").await;
-    rig.engine.start().await.unwrap();
+    let mut rig = Rig::started("2026-05-10T08:00:00Z", "UTC").await;
     rig.collector.gateway_requests("route-1", "a", 1);
-    rig.drain().await;
-    rig.engine.flush().await.unwrap();
+    rig.drain_and_flush().await;
     rig.redis.stop();
     rig.collector.gateway_requests("route-1", "a", 5);
     let started = std::time::Instant::now();
@@ -436,13 +380,11 @@ async fn redis_outage_loses_events_without_blocking_and_flags_the_day() {
 
 #[tokio::test]
 async fn evicted_counters_recreated_by_new_events_are_caught_and_rebuilt() {
-    let mut rig = Rig::new("2026-05-10T08:00:00Z", "UTC").await;
-    rig.engine.start().await.unwrap();
+    let mut rig = Rig::started("2026-05-10T08:00:00Z", "UTC").await;
     for _ in 0..10 {
         rig.collector.gateway_requests("route-1", "a", 1);
     }
-    rig.drain().await;
-    rig.engine.flush().await.unwrap();
+    rig.drain_and_flush().await;
     // Eviction of this subject's keys only (the sequence survives).
     for k in [
         "t:routings|route-1",
@@ -450,32 +392,20 @@ async fn evicted_counters_recreated_by_new_events_are_caught_and_rebuilt() {
         "d:routings|route-1|2026-05-10",
         "dh:routings|route-1|2026-05-10",
     ] {
-        let _: () = redis::cmd("DEL")
-            .arg(format!("test:analytics:v1:{k}"))
-            .query_async(&mut rig.conn)
-            .await
-            .unwrap();
+        rig.redis(&["DEL", &format!("test:analytics:v1:{k}")]).await;
     }
     rig.collector.gateway_requests("route-1", "a", 1);
-    rig.drain().await;
-    let r = rig.engine.flush().await.unwrap();
+    let r = rig.drain_and_flush().await;
     assert!(r.recovered, "a counter behind SQL means lost keys");
     let day = rig
-        .store
-        .days(
-            &subj(Kind::Routings, "route-1"),
-            d("2026-05-10"),
-            d("2026-05-10"),
-        )
-        .await
-        .unwrap();
+        .days(Kind::Routings, "route-1", "2026-05-10", "2026-05-10")
+        .await;
     assert_eq!(
         day[0].requests, 10,
         "the committed day is not overwritten with a smaller value"
     );
     rig.collector.gateway_requests("route-1", "a", 1);
-    rig.drain().await;
-    rig.engine.flush().await.unwrap();
+    rig.drain_and_flush().await;
     let t = rig.total(Kind::Routings, "route-1").await;
     assert_eq!(t.requests, 11);
 }
@@ -485,8 +415,7 @@ async fn evicted_counters_recreated_by_new_events_are_caught_and_rebuilt() {
 /// marker, and the next flush commits it.
 #[tokio::test]
 async fn a_marker_touched_after_the_read_survives_the_leaders_clear() {
-    let mut rig = Rig::new("2026-05-10T08:00:00Z", "UTC").await;
-    rig.engine.start().await.unwrap();
+    let mut rig = Rig::started("2026-05-10T08:00:00Z", "UTC").await;
     let ws = rig.working_set();
     let other = rig.working_set();
     let at = "2026-05-10T08:00:00Z".parse().unwrap();
@@ -518,8 +447,7 @@ async fn a_marker_touched_after_the_read_survives_the_leaders_clear() {
 /// flags (here: events dropped by its full queue) over; the leader commits both.
 #[tokio::test]
 async fn a_follower_records_into_redis_and_the_leader_commits_its_usage_and_flags() {
-    let mut rig = Rig::new("2026-05-10T08:00:00Z", "UTC").await;
-    rig.engine.start().await.unwrap();
+    let mut rig = Rig::started("2026-05-10T08:00:00Z", "UTC").await;
     let clock: Arc<dyn proxy_pool_analytics::Clock> = Arc::new(rig.clock.clone());
     let (collector, rx) = proxy_pool_analytics::Collector::bounded(2, clock.clone());
     let follower = proxy_pool_analytics::Engine::new(
@@ -545,11 +473,7 @@ async fn a_follower_records_into_redis_and_the_leader_commits_its_usage_and_flag
     rig.engine.flush().await.unwrap();
     let t = rig.total(Kind::Clients, "client-f").await;
     assert_eq!(t.requests, i64::try_from(counts.accepted).unwrap());
-    let cov = rig
-        .store
-        .coverage(d("2026-05-10"), d("2026-05-10"))
-        .await
-        .unwrap();
+    let cov = rig.coverage("2026-05-10").await;
     assert!(
         cov[0].reasons.contains(&reason::EVENTS_DROPPED.to_owned()),
         "{cov:?}"

@@ -16,23 +16,20 @@ use tower::ServiceExt;
 /// Route `route-1`: 100 requests by 50 identities on 05-10, nothing known on 05-11
 /// (collector down all day), 40 requests by 40 identities (20 seen before) on 05-12.
 async fn seeded() -> (Rig, StatsState) {
-    let mut rig = Rig::new("2026-05-10T08:00:00Z", "UTC").await;
-    rig.engine.start().await.unwrap();
+    let mut rig = Rig::started("2026-05-10T08:00:00Z", "UTC").await;
     for i in 0..100 {
         rig.collector
             .gateway_requests("route-1", &format!("id{}", i % 50), 1);
     }
     rig.collector
         .extraction("client-a", "k1", &[("vendor-x", 3)]);
-    rig.drain().await;
-    rig.engine.flush().await.unwrap();
+    rig.drain_and_flush().await;
     rig.clock.advance_secs(2 * 86_400);
     for i in 30..70 {
         rig.collector
             .gateway_requests("route-1", &format!("id{i}"), 1);
     }
-    rig.drain().await;
-    rig.engine.flush().await.unwrap();
+    rig.drain_and_flush().await;
     let state = StatsState {
         pg: Arc::new(PgStore::new(rig.pg.config())),
         ws: Some(WorkingSet::new(rig.conn.clone(), "test", Vec::new())),

@@ -43,6 +43,52 @@ pub struct MetricsSnapshot {
     pub oversized: u64,
 }
 
+impl MetricsSnapshot {
+    /// Each counter as a Prometheus counter: (name, help, value).
+    pub fn series(&self) -> [(&'static str, &'static str, u64); 10] {
+        [
+            ("cache_hits", "Keys answered from Redis", self.hits),
+            (
+                "cache_negative_hits",
+                "Keys answered by a negative entry",
+                self.negative_hits,
+            ),
+            ("cache_misses", "Keys that went to the loader", self.misses),
+            (
+                "cache_shared_waits",
+                "Misses that joined an in-flight load",
+                self.shared_waits,
+            ),
+            (
+                "cache_decode_errors",
+                "Undecodable entries",
+                self.decode_errors,
+            ),
+            (
+                "cache_redis_errors",
+                "Failed Redis round trips",
+                self.redis_errors,
+            ),
+            ("cache_loader_calls", "Loader calls", self.loader_calls),
+            (
+                "cache_loader_errors",
+                "Failed or timed-out loader calls",
+                self.loader_errors,
+            ),
+            (
+                "cache_loader_micros",
+                "Loader time in microseconds",
+                self.loader_micros,
+            ),
+            (
+                "cache_oversized",
+                "Values too large to store",
+                self.oversized,
+            ),
+        ]
+    }
+}
+
 impl NamespaceMetrics {
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
@@ -100,45 +146,12 @@ impl prometheus_client::collector::Collector for CacheMetricsCollector {
             .iter()
             .map(|(n, m)| (n.as_str(), m.snapshot()))
             .collect();
-        type Pick = fn(&MetricsSnapshot) -> u64;
-        let series: [(&str, &str, Pick); 10] = [
-            ("cache_hits", "Keys answered from Redis", |s| s.hits),
-            (
-                "cache_negative_hits",
-                "Keys answered by a negative entry",
-                |s| s.negative_hits,
-            ),
-            ("cache_misses", "Keys that went to the loader", |s| s.misses),
-            (
-                "cache_shared_waits",
-                "Misses that joined an in-flight load",
-                |s| s.shared_waits,
-            ),
-            ("cache_decode_errors", "Undecodable entries", |s| {
-                s.decode_errors
-            }),
-            ("cache_redis_errors", "Failed Redis round trips", |s| {
-                s.redis_errors
-            }),
-            ("cache_loader_calls", "Loader calls", |s| s.loader_calls),
-            (
-                "cache_loader_errors",
-                "Failed or timed-out loader calls",
-                |s| s.loader_errors,
-            ),
-            ("cache_loader_micros", "Loader time in microseconds", |s| {
-                s.loader_micros
-            }),
-            ("cache_oversized", "Values too large to store", |s| {
-                s.oversized
-            }),
-        ];
-        for (name, help, pick) in series {
+        for (i, (name, help, _)) in MetricsSnapshot::default().series().into_iter().enumerate() {
             let counter = ConstCounter::new(0u64);
             let mut family = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
             for (ns, snap) in &snaps {
                 let labels = [("namespace", *ns)];
-                ConstCounter::new(pick(snap)).encode(family.encode_family(&labels)?)?;
+                ConstCounter::new(snap.series()[i].2).encode(family.encode_family(&labels)?)?;
             }
         }
         Ok(())

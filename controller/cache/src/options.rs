@@ -3,6 +3,7 @@
 //! field path. Both sections are off by default.
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -26,6 +27,20 @@ impl FieldError {
             path: path.into(),
             message: message.into(),
         }
+    }
+
+    /// "must be within MIN..=MAX" at `path`, unless `value` is within `range`.
+    pub fn unless_within<T: PartialOrd + std::fmt::Display>(
+        path: impl Into<String>,
+        value: T,
+        range: RangeInclusive<T>,
+    ) -> Option<Self> {
+        (!range.contains(&value)).then(|| {
+            Self::new(
+                path,
+                format!("must be within {}..={}", range.start(), range.end()),
+            )
+        })
     }
 }
 
@@ -102,12 +117,11 @@ impl RedisOptions {
                 "1..64 characters of [A-Za-z0-9:._-]",
             ));
         }
-        if !(10..=30_000).contains(&self.connect_timeout_ms) {
-            errs.push(FieldError::new(
-                format!("{prefix}.connectTimeoutMs"),
-                "must be within 10..=30000",
-            ));
-        }
+        errs.extend(FieldError::unless_within(
+            format!("{prefix}.connectTimeoutMs"),
+            self.connect_timeout_ms,
+            10..=30_000,
+        ));
         errs
     }
 }
@@ -193,28 +207,16 @@ impl CacheOptions {
                 "needs redis.enabled",
             ));
         }
-        if !(1..=MAX_BATCH).contains(&self.batch_size) {
-            errs.push(FieldError::new(
-                format!("{prefix}.batchSize"),
-                format!("must be within 1..={MAX_BATCH}"),
-            ));
-        }
-        if !(10..=30_000).contains(&self.loader_timeout_ms) {
-            errs.push(FieldError::new(
-                format!("{prefix}.loaderTimeoutMs"),
-                "must be within 10..=30000",
-            ));
-        }
-        if !(1..=256).contains(&self.loader_concurrency) {
-            errs.push(FieldError::new(
-                format!("{prefix}.loaderConcurrency"),
-                "must be within 1..=256",
-            ));
-        }
-        if !(1..=5_000).contains(&self.redis_timeout_ms) {
-            errs.push(FieldError::new(
-                format!("{prefix}.redisTimeoutMs"),
-                "must be within 1..=5000",
+        for (field, value, range) in [
+            ("batchSize", self.batch_size as u64, 1..=MAX_BATCH as u64),
+            ("loaderTimeoutMs", self.loader_timeout_ms, 10..=30_000),
+            ("loaderConcurrency", self.loader_concurrency as u64, 1..=256),
+            ("redisTimeoutMs", self.redis_timeout_ms, 1..=5_000),
+        ] {
+            errs.extend(FieldError::unless_within(
+                format!("{prefix}.{field}"),
+                value,
+                range,
             ));
         }
         for (name, ns) in &self.namespaces {
@@ -223,10 +225,14 @@ impl CacheOptions {
                 errs.push(FieldError::new(&p, "unknown namespace"));
             }
             let cap = if name == "token_review" { 120 } else { 86_400 };
-            if !(1..=cap).contains(&ns.ttl_seconds) {
-                errs.push(FieldError::new(
-                    format!("{p}.ttlSeconds"),
-                    format!("must be within 1..={cap}"),
+            for (field, value, range) in [
+                ("ttlSeconds", ns.ttl_seconds, 1..=cap),
+                ("maxEntryBytes", ns.max_entry_bytes as u64, 64..=1024 * 1024),
+            ] {
+                errs.extend(FieldError::unless_within(
+                    format!("{p}.{field}"),
+                    value,
+                    range,
                 ));
             }
             if ns.jitter_percent > 50 {
@@ -242,12 +248,6 @@ impl CacheOptions {
                 errs.push(FieldError::new(
                     format!("{p}.negativeTtlSeconds"),
                     "token reviews never cache a negative answer",
-                ));
-            }
-            if !(64..=1024 * 1024).contains(&ns.max_entry_bytes) {
-                errs.push(FieldError::new(
-                    format!("{p}.maxEntryBytes"),
-                    "must be within 64..=1048576",
                 ));
             }
         }

@@ -78,6 +78,14 @@ async fn conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
     client.get_multiplexed_async_connection().await.unwrap()
 }
 
+/// One command's reply (it must succeed).
+async fn query<T: redis::FromRedisValue>(
+    conn: &mut redis::aio::MultiplexedConnection,
+    cmd: &redis::Cmd,
+) -> T {
+    cmd.query_async(conn).await.unwrap()
+}
+
 async fn cache(
     redis: &RedisServer,
     ns: Namespace,
@@ -163,11 +171,7 @@ async fn loader_errors_reach_every_waiter_and_are_never_stored() {
     let (c, mut conn) = cache(&redis, n, src.clone()).await;
     let r = c.mget(&[1, 2]).await;
     assert!(matches!(r[&1], Err(CacheError::Source(_))));
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let keys: Vec<String> = query(&mut conn, redis::cmd("KEYS").arg("*")).await;
     assert!(keys.is_empty(), "nothing stored after an error: {keys:?}");
     src.fail.store(false, Ordering::SeqCst);
     assert_eq!(c.get(1).await.unwrap().as_deref(), Some("v1"));
@@ -185,11 +189,7 @@ async fn negative_entries_only_when_the_loader_answered_every_key() {
     });
     let (c, mut conn) = cache(&redis, n.clone(), src).await;
     assert_eq!(c.get(10).await.unwrap(), None);
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg("t:cache:v1:secret:10")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let ttl: i64 = query(&mut conn, redis::cmd("PTTL").arg("t:cache:v1:secret:10")).await;
     assert!(ttl > 0 && ttl <= 5_000, "negative ttl {ttl}");
     assert_eq!(c.get(10).await.unwrap(), None);
     assert_eq!(c.metrics().negative_hits, 1);
@@ -213,16 +213,16 @@ async fn negative_entries_only_when_the_loader_answered_every_key() {
     let r = c.mget(&[20, 21, 22]).await;
     assert_eq!(r[&20].as_ref().unwrap(), &None);
     assert_eq!(r[&21].as_ref().unwrap(), &None);
-    let n20: bool = redis::cmd("EXISTS")
-        .arg("t:cache:v1:token_review:20")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let n22: bool = redis::cmd("EXISTS")
-        .arg("t:cache:v1:token_review:22")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let n20: bool = query(
+        &mut conn,
+        redis::cmd("EXISTS").arg("t:cache:v1:token_review:20"),
+    )
+    .await;
+    let n22: bool = query(
+        &mut conn,
+        redis::cmd("EXISTS").arg("t:cache:v1:token_review:22"),
+    )
+    .await;
     assert!(!n20, "no negative entry from an incomplete batch");
     assert!(n22, "positive entries are still stored");
 }
@@ -252,32 +252,22 @@ async fn hard_ttl_with_jitter_and_per_value_cap() {
     let cache: Cache<u32, String> = Cache::new(n, "t", Some(store), Arc::new(Capped));
     let _ = cache.mget(&[1, 2]).await;
     let mut conn = c;
-    let t1: i64 = redis::cmd("PTTL")
-        .arg("t:cache:v1:secret:1")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let t2: i64 = redis::cmd("PTTL")
-        .arg("t:cache:v1:secret:2")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let t1: i64 = query(&mut conn, redis::cmd("PTTL").arg("t:cache:v1:secret:1")).await;
+    let t2: i64 = query(&mut conn, redis::cmd("PTTL").arg("t:cache:v1:secret:2")).await;
     assert!(t1 > 0 && t1 <= 3_000, "capped {t1}");
     assert!((89_000..=100_000).contains(&t2), "jittered {t2}");
     // An envelope past its hard expiry is a miss even while Redis keeps the key.
     let stale = proxy_pool_cache::encode(Some(&"old".to_owned()), 1).unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("t:cache:v1:secret:3")
-        .arg(stale)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("t:cache:v1:secret:4")
-        .arg("garbage")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let _: () = query(
+        &mut conn,
+        redis::cmd("SET").arg("t:cache:v1:secret:3").arg(stale),
+    )
+    .await;
+    let _: () = query(
+        &mut conn,
+        redis::cmd("SET").arg("t:cache:v1:secret:4").arg("garbage"),
+    )
+    .await;
     let r = cache.mget(&[3, 4]).await;
     assert_eq!(r[&3].as_ref().unwrap().as_deref(), Some("v3"));
     assert_eq!(r[&4].as_ref().unwrap().as_deref(), Some("v4"));
@@ -386,11 +376,7 @@ async fn token_reviews_are_cached_by_digest_within_the_token_rule() {
         .await;
     assert!(r[&key("long-token")].as_ref().unwrap().is_some());
     assert_eq!(r[&key("bad-token")].as_ref().unwrap(), &None);
-    let names: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let names: Vec<String> = query(&mut conn, redis::cmd("KEYS").arg("*")).await;
     assert_eq!(names.len(), 2, "{names:?}");
     assert!(
         names
@@ -403,22 +389,14 @@ async fn token_reviews_are_cached_by_digest_within_the_token_rule() {
             .all(|n| !n.contains("long-token") && !n.contains("short-token"))
     );
     for n in &names {
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(n)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let ttl: i64 = query(&mut conn, redis::cmd("PTTL").arg(n)).await;
         assert!(ttl > 0 && ttl <= 120_000, "{n}: {ttl}");
     }
     let short = format!(
         "t:cache:v1:token_review:{}",
         proxy_pool_cache::token_key("proxy-pool", "short-token")
     );
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg(&short)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let ttl: i64 = query(&mut conn, redis::cmd("PTTL").arg(&short)).await;
     assert!(ttl <= 5_000, "never past the token's expiry: {ttl}");
     let _ = c.mget(&[key("long-token"), key("bad-token")]).await;
     assert_eq!(

@@ -77,6 +77,22 @@ impl KubeApiServer {
         }
     }
 
+    /// [`KubeApiServer::start`] for a test, which cannot go on without it: panics with
+    /// what failed. With `controller_manager`, kube-controller-manager runs too
+    /// ([`KubeApiServer::start_controller_manager`]).
+    pub async fn start_for_test(bins: &K8sBins, controller_manager: bool) -> Self {
+        let mut cluster = Self::start(bins)
+            .await
+            .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+        if controller_manager {
+            cluster
+                .start_controller_manager(bins)
+                .await
+                .unwrap_or_else(|e| panic!("starting kube-controller-manager: {e}"));
+        }
+        cluster
+    }
+
     async fn start_once(bins: &K8sBins) -> Result<Self, HarnessError> {
         let dir = TempDir::new("proxy-pool-k8s")?;
         let files = write_pki(dir.path())?;
@@ -157,24 +173,14 @@ impl KubeApiServer {
         )?;
         let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
             kube::Api::namespaced(self.client.clone(), "default");
-        let start = Instant::now();
-        loop {
-            kcm.check_running()?;
-            let last = match sas.get_opt("default").await {
-                Ok(Some(_)) => break,
-                Ok(None) => "ServiceAccount default/default not created yet".to_owned(),
-                Err(e) => e.to_string(),
-            };
-            if start.elapsed() > CONTROLLER_MANAGER_READY {
-                return Err(HarnessError::NotReady {
-                    name: kcm.name(),
-                    secs: CONTROLLER_MANAGER_READY.as_secs(),
-                    last,
-                    log: kcm.log_tail(),
-                });
+        wait_until(&mut [&mut kcm], CONTROLLER_MANAGER_READY, || async {
+            match sas.get_opt("default").await {
+                Ok(Some(_)) => Ok(()),
+                Ok(None) => Err("ServiceAccount default/default not created yet".to_owned()),
+                Err(e) => Err(e.to_string()),
             }
-            tokio::time::sleep(POLL).await;
-        }
+        })
+        .await?;
         tracing::info!("kube-controller-manager ready");
         self.controller_manager = Some(kcm);
         Ok(())
@@ -401,22 +407,13 @@ async fn client_from(kubeconfig: &str) -> Result<kube::Client, HarnessError> {
 }
 
 async fn wait_for_tcp(etcd: &mut Spawned, port: u16) -> Result<(), HarnessError> {
-    let start = Instant::now();
-    loop {
-        etcd.check_running()?;
-        match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-            Ok(_) => return Ok(()),
-            Err(e) if start.elapsed() > ETCD_READY => {
-                return Err(HarnessError::NotReady {
-                    name: etcd.name(),
-                    secs: ETCD_READY.as_secs(),
-                    last: e.to_string(),
-                    log: etcd.log_tail(),
-                });
-            }
-            Err(_) => tokio::time::sleep(POLL).await,
-        }
-    }
+    wait_until(&mut [etcd], ETCD_READY, || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })
+    .await
 }
 
 async fn wait_ready(
@@ -424,23 +421,47 @@ async fn wait_ready(
     apiserver: &mut Spawned,
     etcd: &mut Spawned,
 ) -> Result<(), HarnessError> {
-    let start = Instant::now();
-    loop {
-        etcd.check_running()?;
-        apiserver.check_running()?;
+    wait_until(&mut [etcd, apiserver], APISERVER_READY, || async {
         let mut req = http::Request::new(Vec::new());
         *req.uri_mut() = http::Uri::from_static("/readyz");
-        let last = match client.request_text(req).await {
-            Ok(body) if body.trim() == "ok" => return Ok(()),
-            Ok(body) => body,
-            Err(e) => e.to_string(),
+        match client.request_text(req).await {
+            Ok(body) if body.trim() == "ok" => Ok(()),
+            Ok(body) => Err(body),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await
+}
+
+/// Polls `probe` every [`POLL`] until it is `Ok`, while every process in `watched`
+/// keeps running; after `limit` the last probe error is a `NotReady` of the last
+/// process in `watched` (the one being waited for).
+async fn wait_until<F, Fut>(
+    watched: &mut [&mut Spawned],
+    limit: Duration,
+    mut probe: F,
+) -> Result<(), HarnessError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let start = Instant::now();
+    loop {
+        for p in watched.iter_mut() {
+            p.check_running()?;
+        }
+        let last = match probe().await {
+            Ok(()) => return Ok(()),
+            Err(last) => last,
         };
-        if start.elapsed() > APISERVER_READY {
+        if start.elapsed() > limit
+            && let Some(p) = watched.last()
+        {
             return Err(HarnessError::NotReady {
-                name: apiserver.name(),
-                secs: APISERVER_READY.as_secs(),
+                name: p.name(),
+                secs: limit.as_secs(),
                 last,
-                log: apiserver.log_tail(),
+                log: p.log_tail(),
             });
         }
         tokio::time::sleep(POLL).await;

@@ -35,44 +35,59 @@ impl Pki {
         let ca_cert = ca.self_signed(&ca_key)?;
         let issuer = Issuer::new(ca, ca_key);
 
-        let serving_key = KeyPair::generate()?;
-        let mut serving = CertificateParams::new(vec![
-            "127.0.0.1".to_owned(),
-            "localhost".to_owned(),
-            "kubernetes".to_owned(),
-            "kubernetes.default".to_owned(),
-            "kubernetes.default.svc".to_owned(),
-        ])?;
-        serving
-            .distinguished_name
-            .push(DnType::CommonName, "kube-apiserver");
-        serving.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let serving_cert = serving.signed_by(&serving_key, &issuer)?;
-
-        let admin_key = KeyPair::generate()?;
-        let mut admin = CertificateParams::new(Vec::<String>::new())?;
-        admin
-            .distinguished_name
-            .push(DnType::CommonName, "proxy-pool-e2e-admin");
-        admin
-            .distinguished_name
-            .push(DnType::OrganizationName, "system:masters");
-        admin.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        let admin_cert = admin.signed_by(&admin_key, &issuer)?;
+        let (serving_cert, serving_key) = leaf(
+            &issuer,
+            &[
+                "127.0.0.1",
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+            ],
+            &[(DnType::CommonName, "kube-apiserver")],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )?;
+        let (admin_cert, admin_key) = leaf(
+            &issuer,
+            &[],
+            &[
+                (DnType::CommonName, "proxy-pool-e2e-admin"),
+                (DnType::OrganizationName, "system:masters"),
+            ],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )?;
 
         let sa_key = KeyPair::generate()?;
         Ok(Self {
             ca_cert: ca_cert.pem(),
-            serving_cert: serving_cert.pem(),
-            serving_key: serving_key.serialize_pem(),
-            admin_cert: admin_cert.pem(),
-            admin_key: admin_key.serialize_pem(),
+            serving_cert,
+            serving_key,
+            admin_cert,
+            admin_key,
             sa_pub: sa_key.public_key_pem(),
             sa_key: sa_key.serialize_pem(),
         })
     }
+}
+
+/// A certificate for `sans` with the subject `names`, signed by `issuer` for one
+/// extended usage, and its fresh key: (cert PEM, key PEM).
+fn leaf(
+    issuer: &Issuer<'_, KeyPair>,
+    sans: &[&str],
+    names: &[(DnType, &str)],
+    usage: ExtendedKeyUsagePurpose,
+) -> Result<(String, String), rcgen::Error> {
+    let key = KeyPair::generate()?;
+    let mut params =
+        CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())?;
+    for (kind, value) in names {
+        params.distinguished_name.push(kind.clone(), *value);
+    }
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![usage];
+    let cert = params.signed_by(&key, issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 #[cfg(test)]

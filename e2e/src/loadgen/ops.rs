@@ -146,15 +146,20 @@ pub(crate) async fn open_tunnel(
     Ok(conn)
 }
 
-async fn socks5_handshake(s: &mut TcpStream, req: &Requests) -> Result<(), OpError> {
-    s.write_all(&req.socks_greeting)
-        .await
-        .map_err(|_| OpError::Io)?;
-    let mut two = [0u8; 2];
-    read_exact(s, &mut two).await?;
-    if two[0] != 5 {
+/// Sends one SOCKS5 message and reads the `N`-byte start of the reply, which must
+/// carry version 5.
+async fn socks_step<const N: usize>(s: &mut TcpStream, message: &[u8]) -> Result<[u8; N], OpError> {
+    s.write_all(message).await.map_err(|_| OpError::Io)?;
+    let mut reply = [0u8; N];
+    read_exact(s, &mut reply).await?;
+    if reply[0] != 5 {
         return Err(OpError::BadResponse);
     }
+    Ok(reply)
+}
+
+async fn socks5_handshake(s: &mut TcpStream, req: &Requests) -> Result<(), OpError> {
+    let mut two: [u8; 2] = socks_step(s, &req.socks_greeting).await?;
     match (two[1], &req.socks_auth) {
         (0, None) => {}
         (2, Some(auth)) => {
@@ -166,14 +171,7 @@ async fn socks5_handshake(s: &mut TcpStream, req: &Requests) -> Result<(), OpErr
         }
         _ => return Err(OpError::SocksMethod),
     }
-    s.write_all(&req.socks_connect)
-        .await
-        .map_err(|_| OpError::Io)?;
-    let mut head = [0u8; 4];
-    read_exact(s, &mut head).await?;
-    if head[0] != 5 {
-        return Err(OpError::BadResponse);
-    }
+    let head: [u8; 4] = socks_step(s, &req.socks_connect).await?;
     if head[1] != 0 {
         return Err(OpError::SocksReply(head[1]));
     }

@@ -321,22 +321,28 @@ HTTP/1.0 200 OK\r\n\r\nto the end";
 
     #[tokio::test]
     async fn errors() {
-        assert_eq!(
-            read_all(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc").await,
-            Err(OpError::Closed)
-        );
-        assert_eq!(
-            read_all(b"NOT HTTP\r\n\r\n").await,
-            Err(OpError::BadResponse)
-        );
-        assert_eq!(
-            read_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n").await,
-            Err(OpError::BadResponse)
-        );
-        assert_eq!(
-            read_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").await,
-            Err(OpError::BadResponse)
-        );
+        for (answer, want) in [
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc".as_slice(),
+                OpError::Closed,
+            ),
+            (b"NOT HTTP\r\n\r\n", OpError::BadResponse),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                OpError::BadResponse,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                OpError::BadResponse,
+            ),
+        ] {
+            assert_eq!(
+                read_all(answer).await,
+                Err(want),
+                "{}",
+                String::from_utf8_lossy(answer)
+            );
+        }
         let huge = [b"HTTP/1.1 200 OK\r\nX: ".as_slice(), &[b'a'; READ_BUFFER]].concat();
         assert_eq!(read_all(&huge).await, Err(OpError::TooLarge));
         let close = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";

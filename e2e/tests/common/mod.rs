@@ -17,7 +17,8 @@ use activity_pool::testkit::RedisServer;
 use base64::Engine as _;
 pub use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::{
-    Procs, bin, build_binaries, checker_command, gateway_command, vendor_sim_command,
+    Procs, SimUpstream, bin, build_binaries, checker_command, fresh_test_dir, gateway_command,
+    vendor_sim_command,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -240,21 +241,7 @@ controlPlane:
   snapshotValidity: 60s
   maxStaleAge: 120s
 upstreams:
-  - name: sim-http
-    protocol: http
-    ttl: {ttl}
-    quarantine: {quarantine}
-    safetyMargin: 5s
-    maxConcurrencyPerProxy: 4
-    maxSize: 40
-    fetchInterval: 2s
-    source:
-      vendorApi:
-        url: http://{sim}{path}
-        format: json
-        apiKeyFile: {vendor_key}
-        timeout: 5s
-routings:
+{upstream}routings:
   # CONNECT to the simulator's echo port (not in the default 80/443 allow-list).
   - {{name: mixed, priority: 1, upstreams: [sim-http], connectPorts: ['{echo_port}']}}
 clients:
@@ -267,13 +254,20 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
 {extra}
 "#,
             echo_port = echo.port(),
-            ttl = up.ttl,
-            quarantine = up.quarantine,
-            path = up.path,
+            upstream = SimUpstream {
+                path: up.path.clone(),
+                ttl: up.ttl.clone(),
+                quarantine: up.quarantine.clone(),
+                safety_margin: "5s",
+                max_concurrency_per_proxy: 4,
+                max_size: 40,
+                fetch_interval: "2s",
+                ..SimUpstream::default()
+            }
+            .yaml(sim, dir),
             dist = r.dist,
             admin = r.admin,
             cp = r.cp,
-            vendor_key = dir.join("vendor-api-key").display(),
             api_key = dir.join("api-key").display(),
         ),
     )
@@ -337,9 +331,7 @@ pub fn start_on_with(
     tuning: &Tuning<'_>,
 ) -> Stack {
     build_binaries();
-    let dir = std::env::temp_dir().join(format!("pp-e2e-mixed-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = fresh_test_dir(&format!("mixed-{tag}"));
     std::fs::write(dir.join("vendor-api-key"), VENDOR_KEY).expect("key");
     std::fs::write(dir.join("api-key"), API_KEY).expect("key");
     std::fs::write(

@@ -34,9 +34,7 @@ pub const ENVIRONMENT: &str = "e2e";
 /// A real etcd + kube-apiserver with the operator's and the gateways' namespaces and,
 /// in the gateways' namespace, the gateway and checker ServiceAccounts.
 pub async fn cluster_with_accounts(bins: &K8sBins) -> (KubeApiServer, Workloads) {
-    let cluster = KubeApiServer::start(bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
+    let cluster = KubeApiServer::start_for_test(bins, false).await;
     let client = cluster.client();
     for ns in [OPERATOR_NS, GATEWAY_NS] {
         Workloads::create_namespace(&client, ns).await;

@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use activity_pool::testkit::RedisServer;
 use jiff::Timestamp;
+use jiff::civil::Date;
 use proxy_pool_analytics::{
-    Collector, Engine, Event, IsWriter, Kind, ManualClock, PgStore, Settings, Subject, TotalRow,
-    WorkingSet,
+    Collector, DailyRow, DayCoverage, Engine, Event, FlushReport, IsWriter, Kind, ManualClock,
+    PgStore, Settings, Subject, TotalRow, WorkingSet,
 };
 use tokio::sync::mpsc;
 
@@ -70,6 +71,13 @@ impl Rig {
         }
     }
 
+    /// [`Rig::new`] with the engine started (schema checked, state loaded).
+    pub async fn started(now: &str, zone: &str) -> Self {
+        let mut rig = Self::new(now, zone).await;
+        rig.engine.start().await.unwrap();
+        rig
+    }
+
     /// The committed total of one subject (it must exist).
     pub async fn total(&self, kind: Kind, name: &str) -> TotalRow {
         let subject = Subject {
@@ -77,6 +85,35 @@ impl Rig {
             name: name.into(),
         };
         self.store.total(&subject).await.unwrap().unwrap()
+    }
+
+    /// The committed days `from..=to` (dates as `2026-05-10`) of one subject.
+    pub async fn days(&self, kind: Kind, name: &str, from: &str, to: &str) -> Vec<DailyRow> {
+        let subject = Subject {
+            kind,
+            name: name.into(),
+        };
+        self.store.days(&subject, day(from), day(to)).await.unwrap()
+    }
+
+    /// The committed coverage of one day (as `2026-05-10`).
+    pub async fn coverage(&self, of: &str) -> Vec<DayCoverage> {
+        self.store.coverage(day(of), day(of)).await.unwrap()
+    }
+
+    /// Runs one Redis command whose reply is OK / an integer nobody reads.
+    pub async fn redis(&mut self, args: &[&str]) {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        let _: () = cmd.query_async(&mut self.conn).await.unwrap();
+    }
+
+    /// Applies every queued event and flushes, which must succeed.
+    pub async fn drain_and_flush(&mut self) -> FlushReport {
+        self.drain().await;
+        self.engine.flush().await.unwrap()
     }
 
     /// Another handle on the engine's working set (another replica's, say).
@@ -92,6 +129,10 @@ impl Rig {
         }
         self.engine.apply(&buf).await;
     }
+}
+
+fn day(s: &str) -> Date {
+    s.parse().unwrap()
 }
 
 /// A worker task ([`proxy_pool_analytics::run`]) running until [`Worker::stop`].

@@ -176,14 +176,9 @@ async fn tunnel(ctx: Arc<ConnCtx>, mut req: Request<Incoming>, used: UseGuard) -
                 Err(err) => return debug!(error = %err, "CONNECT upgrade failed"),
             };
             let mut client = TokioIo::new(upgraded);
-            let mut upstream = Budgeted::new(upstream, tunnel_ctx.failure.byte_budget());
-            match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-                Ok((up, down)) => {
-                    used.relayed(up + down);
-                    debug!(up, down, "tunnel closed");
-                }
-                Err(err) => debug!(error = %err, "tunnel ended with an error"),
-            }
+            tunnel_ctx
+                .relay(&mut client, upstream, &used, "CONNECT")
+                .await;
         };
         tokio::select! {
             () = relay => {}

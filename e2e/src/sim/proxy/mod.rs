@@ -11,10 +11,12 @@ use rand::distr::Alphanumeric;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, instrument};
 
+use super::audit::UseGuard;
 use super::core::SimCore;
 use super::error::{ConfigError, SimError};
 use super::failure::{FailureMode, Switch};
@@ -34,6 +36,26 @@ pub(crate) struct ConnCtx {
 }
 
 impl ConnCtx {
+    /// Relays between `client` and the dialled `upstream` until either side ends,
+    /// cutting the connection after this mode's byte budget; the bytes count on `used`.
+    /// `what` names the tunnel in the logs.
+    async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        client: &mut C,
+        upstream: TcpStream,
+        used: &UseGuard,
+        what: &'static str,
+    ) {
+        let mut upstream = upstream::Budgeted::new(upstream, self.failure.byte_budget());
+        match tokio::io::copy_bidirectional(client, &mut upstream).await {
+            Ok((up, down)) => {
+                used.relayed(up + down);
+                debug!(tunnel = what, up, down, "tunnel closed");
+            }
+            Err(err) => debug!(tunnel = what, error = %err, "tunnel ended with an error"),
+        }
+    }
+
     /// Source address outbound connections bind to.
     fn egress_ip(&self) -> Ipv4Addr {
         match self.failure {

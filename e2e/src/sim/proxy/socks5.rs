@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 use tracing::debug;
 
 use super::ConnCtx;
-use super::upstream::{Budgeted, Target, connect};
+use super::upstream::{Target, connect};
 use crate::sim::audit::{UseGuard, UseKind};
 
 const VERSION: u8 = 0x05;
@@ -38,14 +38,7 @@ pub(super) async fn serve(ctx: Arc<ConnCtx>, mut stream: TcpStream) {
         Ok(Err(err)) => return debug!(error = %err, "socks5 handshake failed"),
         Err(_) => return debug!("socks5 handshake timed out"),
     };
-    let mut upstream = Budgeted::new(upstream, ctx.failure.byte_budget());
-    match tokio::io::copy_bidirectional(&mut stream, &mut upstream).await {
-        Ok((up, down)) => {
-            used.relayed(up + down);
-            debug!(up, down, "socks5 tunnel closed");
-        }
-        Err(err) => debug!(error = %err, "socks5 tunnel ended with an error"),
-    }
+    ctx.relay(&mut stream, upstream, &used, "socks5").await;
 }
 
 /// Runs the handshake; `Ok(None)` means the client was answered and must be closed.
