@@ -275,8 +275,14 @@ async fn apply(
         Op::Ack { pick, active } => {
             let (id, worker, epoch) = epochs.pick(*pick);
             observe(
-                pool.acknowledge_drain(&pid(id), &w(worker), epoch, *active, 0)
-                    .await,
+                pool.acknowledge_drain(&DrainAck {
+                    proxy_id: pid(id),
+                    worker_id: w(worker),
+                    epoch,
+                    active: *active,
+                    reserved: 0,
+                })
+                .await,
             )
         }
         Op::Expire { limit } => observe(pool.expire(*limit).await),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use activity_pool::model::{
     InstanceId, ProxyId, ReportAck, RuntimeEntry, RuntimeReport, SessionId, SessionRegistration,
-    WorkerId,
+    SnapshotAck, WorkerId,
 };
 use proxy_pool_api::controlplane::convert::{check_id, checksum_from_wire};
 use proxy_pool_api::controlplane::limits::{self as sizes, log_text, span_id};
@@ -170,7 +170,13 @@ impl WorkerService {
             self.shared
                 .ports
                 .sessions
-                .acknowledge(&worker, &session, m.version, m.ownership_epoch, ttl)
+                .acknowledge(&SnapshotAck {
+                    worker_id: worker.clone(),
+                    session_id: session.clone(),
+                    version: m.version,
+                    epoch: m.ownership_epoch,
+                    ttl,
+                })
                 .await?
         } else {
             tracing::warn!(worker = %worker, version = m.version, reason = %log_text(&m.reason, 64), "negative snapshot ACK; runtime fence closed");

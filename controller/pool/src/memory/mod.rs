@@ -14,9 +14,9 @@ mod upsert;
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::options::PoolOptions;
 use state::State;
 
@@ -42,4 +42,12 @@ impl MemoryPool {
             options,
         }
     }
+
+    /// The state, locked for one atomic step, and the pool's now.
+    fn locked(&self) -> (MutexGuard<'_, State>, Timestamp) {
+        let now = self.clock.now();
+        (self.state.lock(), now)
+    }
 }
+
+impl crate::ports::ActivityPool for MemoryPool {}

@@ -8,9 +8,11 @@ use super::MemoryPool;
 use super::state::State;
 use crate::clock::Timestamp;
 use crate::error::{ConflictReason, PoolError, PoolResult};
-use crate::model::{Assignment, ExpiredAssignments, LeasePage, ProxyId, ProxyState, WorkerId};
-use crate::options::MAX_SWEEP;
+use crate::model::{
+    Assignment, DrainAck, ExpiredAssignments, LeasePage, ProxyId, ProxyState, WorkerId,
+};
 use crate::ports::OwnershipRepository;
+use crate::validate::{check_page_limit, check_sweep_limit};
 
 /// The live assignment of `proxy`, matching `worker` and `epoch` with an unexpired lease.
 fn matching(
@@ -53,8 +55,7 @@ impl OwnershipRepository for MemoryPool {
         worker: &WorkerId,
         lease: Duration,
     ) -> PoolResult<Assignment> {
-        let now = self.clock.now();
-        let mut st = self.state.lock();
+        let (mut st, now) = self.locked();
         st.purge_expired(now, self.options.opportunistic_purge);
         let Some(s) = st.live(proxy, now) else {
             return Err(PoolError::NotFound);
@@ -91,8 +92,7 @@ impl OwnershipRepository for MemoryPool {
         epoch: u64,
         lease: Duration,
     ) -> PoolResult<Assignment> {
-        let now = self.clock.now();
-        let mut st = self.state.lock();
+        let (mut st, now) = self.locked();
         let mut a = matching(&st, proxy, worker, epoch, now)?;
         let usable_until = st
             .live(proxy, now)
@@ -108,8 +108,7 @@ impl OwnershipRepository for MemoryPool {
         worker: &WorkerId,
         epoch: u64,
     ) -> PoolResult<Assignment> {
-        let now = self.clock.now();
-        let mut st = self.state.lock();
+        let (mut st, now) = self.locked();
         let mut a = matching(&st, proxy, worker, epoch, now)?;
         if a.draining {
             return Ok(a);
@@ -120,41 +119,29 @@ impl OwnershipRepository for MemoryPool {
         Ok(a)
     }
 
-    async fn acknowledge_drain(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-        active: u32,
-        reserved: u32,
-    ) -> PoolResult<()> {
-        let now = self.clock.now();
-        let mut st = self.state.lock();
-        let a = matching(&st, proxy, worker, epoch, now)?;
+    async fn acknowledge_drain(&self, ack: &DrainAck) -> PoolResult<()> {
+        let (mut st, now) = self.locked();
+        let a = matching(&st, &ack.proxy_id, &ack.worker_id, ack.epoch, now)?;
         if !a.draining {
             return Err(PoolError::Conflict(ConflictReason::NotDraining));
         }
-        if active > 0 || reserved > 0 {
+        if ack.active > 0 || ack.reserved > 0 {
             return Err(PoolError::Conflict(ConflictReason::Busy));
         }
-        st.release(proxy, now);
+        st.release(&ack.proxy_id, now);
         Ok(())
     }
 
     async fn get(&self, proxy: &ProxyId) -> PoolResult<Option<Assignment>> {
-        let now = self.clock.now();
-        let st = self.state.lock();
+        let (st, now) = self.locked();
         Ok(st
             .live(proxy, now)
             .and_then(|_| st.owners.get(proxy).cloned()))
     }
 
     async fn expire(&self, limit: u32) -> PoolResult<ExpiredAssignments> {
-        if limit > MAX_SWEEP {
-            return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
-        }
-        let now = self.clock.now();
-        let mut st = self.state.lock();
+        check_sweep_limit(limit)?;
+        let (mut st, now) = self.locked();
         let due: Vec<ProxyId> = st
             .owner_expiry
             .iter()
@@ -173,14 +160,11 @@ impl OwnershipRepository for MemoryPool {
     }
 
     async fn leases(&self, cursor: Option<&str>, limit: u32) -> PoolResult<LeasePage> {
-        if limit == 0 || limit > MAX_SWEEP {
-            return Err(PoolError::invalid("limit", format!("1 to {MAX_SWEEP}")));
-        }
+        check_page_limit(limit)?;
         if cursor.is_some_and(|c| ProxyId::new(c).is_err()) {
             return Err(PoolError::invalid("cursor", "not a cursor of this pool"));
         }
-        let now = self.clock.now();
-        let st = self.state.lock();
+        let (st, now) = self.locked();
         // Pages in proxy ID order; the cursor is the last ID of the previous page.
         let mut ids: Vec<&ProxyId> = st
             .owners

@@ -9,11 +9,11 @@ use super::state::{Index, State, StoredReport, combo_labels};
 use crate::clock::Timestamp;
 use crate::error::{ConflictReason, PoolError, PoolResult};
 use crate::model::{
-    ReportAck, RuntimeReport, SessionId, SessionRegistration, UpstreamId, UpstreamInventory,
-    WorkerId, WorkerRuntime, WorkerSession,
+    ReportAck, RuntimeReport, SessionId, SessionRegistration, SnapshotAck, UpstreamId,
+    UpstreamInventory, WorkerId, WorkerRuntime, WorkerSession,
 };
 use crate::ports::{InventoryReader, ReportWriter, RuntimeReader, SessionWriter};
-use crate::validate::{check_report, report_digest};
+use crate::validate::{check_positive, check_report, report_digest};
 
 fn put_session(st: &mut State, s: WorkerSession) {
     if let Some(old) = st.sessions.get(&s.worker_id) {
@@ -47,11 +47,8 @@ fn matching_session(
 #[async_trait]
 impl SessionWriter for MemoryPool {
     async fn register(&self, reg: &SessionRegistration) -> PoolResult<WorkerSession> {
-        if reg.ttl.is_zero() {
-            return Err(PoolError::invalid("ttl", "must be positive"));
-        }
-        let now = self.clock.now();
-        let mut st = self.state.lock();
+        check_positive("ttl", reg.ttl)?;
+        let (mut st, now) = self.locked();
         let session = WorkerSession {
             worker_id: reg.worker_id.clone(),
             instance_id: reg.instance_id.clone(),
@@ -66,24 +63,14 @@ impl SessionWriter for MemoryPool {
         Ok(session)
     }
 
-    async fn acknowledge(
-        &self,
-        worker: &WorkerId,
-        session: &SessionId,
-        version: u64,
-        epoch: u64,
-        ttl: Duration,
-    ) -> PoolResult<WorkerSession> {
-        if ttl.is_zero() {
-            return Err(PoolError::invalid("ttl", "must be positive"));
-        }
-        let now = self.clock.now();
-        let mut st = self.state.lock();
-        let mut s = matching_session(&st, worker, session, now)?;
-        s.acked_version = Some(version);
-        s.acked_epoch = Some(epoch);
+    async fn acknowledge(&self, ack: &SnapshotAck) -> PoolResult<WorkerSession> {
+        check_positive("ttl", ack.ttl)?;
+        let (mut st, now) = self.locked();
+        let mut s = matching_session(&st, &ack.worker_id, &ack.session_id, now)?;
+        s.acked_version = Some(ack.version);
+        s.acked_epoch = Some(ack.epoch);
         s.fence_open = true;
-        s.expires_at = now.plus(ttl);
+        s.expires_at = now.plus(ack.ttl);
         put_session(&mut st, s.clone());
         Ok(s)
     }
@@ -94,11 +81,8 @@ impl SessionWriter for MemoryPool {
         session: &SessionId,
         ttl: Duration,
     ) -> PoolResult<WorkerSession> {
-        if ttl.is_zero() {
-            return Err(PoolError::invalid("ttl", "must be positive"));
-        }
-        let now = self.clock.now();
-        let mut st = self.state.lock();
+        check_positive("ttl", ttl)?;
+        let (mut st, now) = self.locked();
         let mut s = matching_session(&st, worker, session, now)?;
         s.fence_open = false;
         s.expires_at = now.plus(ttl);
@@ -107,8 +91,8 @@ impl SessionWriter for MemoryPool {
     }
 
     async fn session(&self, worker: &WorkerId) -> PoolResult<Option<WorkerSession>> {
-        let now = self.clock.now();
-        Ok(self.state.lock().live_session(worker, now).cloned())
+        let (st, now) = self.locked();
+        Ok(st.live_session(worker, now).cloned())
     }
 }
 
@@ -117,8 +101,7 @@ impl ReportWriter for MemoryPool {
     async fn write_report(&self, report: &RuntimeReport) -> PoolResult<ReportAck> {
         check_report(report)?;
         let digest = report_digest(report);
-        let now = self.clock.now();
-        let mut st = self.state.lock();
+        let (mut st, now) = self.locked();
         let session = matching_session(&st, &report.worker_id, &report.session_id, now)?;
         if !session.fence_open {
             return Err(PoolError::Conflict(ConflictReason::FenceClosed));
@@ -181,16 +164,15 @@ impl ReportWriter for MemoryPool {
 #[async_trait]
 impl RuntimeReader for MemoryPool {
     async fn runtime(&self, worker: &WorkerId) -> PoolResult<Option<WorkerRuntime>> {
-        let now = self.clock.now();
-        Ok(self.state.lock().readable_runtime(worker, now).cloned())
+        let (st, now) = self.locked();
+        Ok(st.readable_runtime(worker, now).cloned())
     }
 }
 
 #[async_trait]
 impl InventoryReader for MemoryPool {
     async fn inventory(&self, upstream: &UpstreamId) -> PoolResult<UpstreamInventory> {
-        let now = self.clock.now();
-        let st = self.state.lock();
+        let (st, now) = self.locked();
         let unowned: Vec<&Index> = st
             .combos
             .iter()

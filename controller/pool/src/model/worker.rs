@@ -25,6 +25,23 @@ pub struct Assignment {
     pub draining: bool,
 }
 
+/// A worker's report that it stopped using a draining proxy
+/// (`OwnershipRepository::acknowledge_drain`): the assignment it names, and the uses it
+/// still has of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrainAck {
+    /// The proxy.
+    pub proxy_id: ProxyId,
+    /// The owning worker.
+    pub worker_id: WorkerId,
+    /// The epoch of the assignment being drained.
+    pub epoch: u64,
+    /// Requests / tunnels still in use.
+    pub active: u32,
+    /// Slots still reserved during upstream handshakes.
+    pub reserved: u32,
+}
+
 /// One page of the live assignments (`OwnershipRepository::leases`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeasePage {
@@ -53,6 +70,21 @@ pub struct SessionRegistration {
     /// Session; replaces any earlier one.
     pub session_id: SessionId,
     /// Session lifetime from now (renewed by every ACK).
+    pub ttl: Duration,
+}
+
+/// A positive snapshot ACK of a worker session (`SessionWriter::acknowledge`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotAck {
+    /// Logical worker.
+    pub worker_id: WorkerId,
+    /// Its current session.
+    pub session_id: SessionId,
+    /// The snapshot version applied.
+    pub version: u64,
+    /// The ownership epoch of that snapshot.
+    pub epoch: u64,
+    /// Session lifetime from now (the ACK renews it).
     pub ttl: Duration,
 }
 

@@ -92,7 +92,7 @@ pub async fn drain_and_acknowledge(kind: Kind) {
     let a = h.pool.assign(&pid("d-0"), &wid("w1"), LEASE).await.unwrap();
     assert_conflict(
         h.pool
-            .acknowledge_drain(&pid("d-0"), &wid("w1"), a.epoch, 0, 0)
+            .acknowledge_drain(&drain_ack("d-0", "w1", a.epoch, 0, 0))
             .await,
         ConflictReason::NotDraining,
     );
@@ -115,27 +115,21 @@ pub async fn drain_and_acknowledge(kind: Kind) {
     assert_eq!(h.state("d-0").await, Some(ProxyState::Draining));
     assert_eq!(h.inventory("vendor-a").await.managed, 1);
     assert!(h.extract(&req("c", 1)).await.is_empty());
-    assert_conflict(
-        h.pool
-            .acknowledge_drain(&pid("d-0"), &wid("w1"), a.epoch, 1, 0)
-            .await,
-        ConflictReason::Busy,
-    );
-    assert_conflict(
-        h.pool
-            .acknowledge_drain(&pid("d-0"), &wid("w1"), a.epoch, 0, 2)
-            .await,
-        ConflictReason::Busy,
-    );
-    assert_conflict(
-        h.pool
-            .acknowledge_drain(&pid("d-0"), &wid("w1"), a.epoch + 1, 0, 0)
-            .await,
-        ConflictReason::EpochMismatch,
-    );
+    for (epoch, active, reserved, reason) in [
+        (a.epoch, 1, 0, ConflictReason::Busy),
+        (a.epoch, 0, 2, ConflictReason::Busy),
+        (a.epoch + 1, 0, 0, ConflictReason::EpochMismatch),
+    ] {
+        assert_conflict(
+            h.pool
+                .acknowledge_drain(&drain_ack("d-0", "w1", epoch, active, reserved))
+                .await,
+            reason,
+        );
+    }
     assert_eq!(h.pool.get(&pid("d-0")).await.unwrap(), Some(d1));
     h.pool
-        .acknowledge_drain(&pid("d-0"), &wid("w1"), a.epoch, 0, 0)
+        .acknowledge_drain(&drain_ack("d-0", "w1", a.epoch, 0, 0))
         .await
         .unwrap();
     assert_eq!(h.pool.get(&pid("d-0")).await.unwrap(), None);

@@ -1,7 +1,7 @@
 //! Drains: beginning them on request, completing them when the worker reports zero,
 //! and holding released proxies back for extraction.
 
-use activity_pool::model::{ProxyId, WorkerId, WorkerSession};
+use activity_pool::model::{DrainAck, ProxyId, WorkerId, WorkerSession};
 use activity_pool::{ConflictReason, PoolError, PoolResult, Timestamp};
 
 use super::{DrainRequest, MAX_HELD, Owned, Owners, OwnershipManager};
@@ -139,11 +139,14 @@ impl OwnershipManager {
                     .iter()
                     .find(|e| e.proxy_id == id)
                     .map_or((0, 0), |e| (e.active, e.reserved));
-                match self
-                    .ports
-                    .ownership
-                    .acknowledge_drain(&id, worker, epoch, active, reserved)
-                    .await
+                let ack = DrainAck {
+                    proxy_id: id.clone(),
+                    worker_id: worker.clone(),
+                    epoch,
+                    active,
+                    reserved,
+                };
+                match self.ports.ownership.acknowledge_drain(&ack).await
                 {
                     Ok(()) => {
                         m.remove(&id);
