@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use crate::error::PoolResult;
 use crate::model::{
-    Assignment, CheckEnd, CheckMark, CheckStart, DrainAck, ExpiredAssignments, ExtractOutcome,
-    ExtractRequest, FetchedBatch, HealthResult, HealthUpdate, LeasePage, ProxyId, ProxyRecord,
-    PurgeReport, RemoveResult, ReportAck, RuntimeReport, SessionId, SessionRegistration,
-    SnapshotAck, UpstreamId, UpstreamInventory, WorkerId, WorkerRuntime, WorkerSession,
+    Assignment, CheckEnd, CheckMark, CheckStart, Claim, DrainAck, ExpiredAssignments,
+    ExtractOutcome, ExtractRequest, FetchedBatch, HealthResult, HealthUpdate, LeasePage, ProxyId,
+    ProxyRecord, PurgeReport, RemoveResult, ReportAck, RuntimeReport, SessionRegistration,
+    SnapshotAck, SnapshotReject, UpstreamId, UpstreamInventory, WorkerId, WorkerRuntime,
+    WorkerSession,
 };
 
 /// Provider side: puts fetched proxies into the pool and withdraws them.
@@ -68,20 +69,9 @@ pub trait OwnershipRepository: Send + Sync {
         lease: Duration,
     ) -> PoolResult<Assignment>;
     /// Extends a lease; worker and epoch must match; capped at `usable_until`.
-    async fn renew(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-        lease: Duration,
-    ) -> PoolResult<Assignment>;
+    async fn renew(&self, claim: &Claim, lease: Duration) -> PoolResult<Assignment>;
     /// Starts draining; idempotent for the same assignment.
-    async fn begin_drain(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-    ) -> PoolResult<Assignment>;
+    async fn begin_drain(&self, claim: &Claim) -> PoolResult<Assignment>;
     /// Releases a draining assignment once `active` and `reserved` are both zero.
     async fn acknowledge_drain(&self, ack: &DrainAck) -> PoolResult<()>;
     /// The current assignment of a proxy.
@@ -105,12 +95,7 @@ pub trait SessionWriter: Send + Sync {
     /// Records a positive ACK of (version, epoch), opens the fence, renews the session.
     async fn acknowledge(&self, ack: &SnapshotAck) -> PoolResult<WorkerSession>;
     /// Records a negative ACK: closes the runtime write fence until the next positive ACK.
-    async fn reject_snapshot(
-        &self,
-        worker: &WorkerId,
-        session: &SessionId,
-        ttl: Duration,
-    ) -> PoolResult<WorkerSession>;
+    async fn reject_snapshot(&self, reject: &SnapshotReject) -> PoolResult<WorkerSession>;
     /// The live session of a worker (`None` when missing or expired).
     async fn session(&self, worker: &WorkerId) -> PoolResult<Option<WorkerSession>>;
 }

@@ -427,6 +427,40 @@ async fn pump(
     }
 }
 
+/// Which pool implementation a test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolKind {
+    /// [`crate::MemoryPool`].
+    Memory,
+    /// [`crate::RedisPool`] on a private `redis-server`.
+    Redis,
+}
+
+/// A pool of `kind` with `options` on `clock`, and (Redis) the server it runs on, which
+/// must outlive it.
+pub async fn pool_of(
+    kind: PoolKind,
+    options: crate::PoolOptions,
+    clock: Arc<dyn crate::Clock>,
+) -> (Arc<dyn crate::ports::ActivityPool>, Option<RedisServer>) {
+    match kind {
+        PoolKind::Memory => (
+            Arc::new(crate::MemoryPool::with_clock(options, clock)),
+            None,
+        ),
+        PoolKind::Redis => {
+            let server = RedisServer::start();
+            let redis_options = crate::RedisOptions {
+                pool: options,
+                clock_override: Some(clock),
+                ..crate::RedisOptions::default()
+            };
+            let pool = server.pool_with(redis_options).await;
+            (Arc::new(pool), Some(server))
+        }
+    }
+}
+
 /// An HTTP candidate `id` at `<id>.vendor.test:8080` with credentials (`user-<id>`),
 /// region `eu`, carrier `c1`, capacity 4 and `ttl` to live.
 pub fn candidate(id: &str, ttl: Duration) -> crate::model::Candidate {

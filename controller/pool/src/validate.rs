@@ -303,7 +303,13 @@ pub fn report_digest(report: &RuntimeReport) -> String {
     let mut entries: Vec<_> = report.entries.iter().collect();
     entries.sort_by(|a, b| a.proxy_id.cmp(&b.proxy_id));
     let mut h = Sha256::new();
-    h.update(format!("{}|{}|", report.snapshot_version, report.epoch).as_bytes());
+    h.update(
+        format!(
+            "{}|{}|",
+            report.header.snapshot_version, report.header.epoch
+        )
+        .as_bytes(),
+    );
     for e in entries {
         h.update(
             format!(

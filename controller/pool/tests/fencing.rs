@@ -97,6 +97,11 @@ async fn a_deposed_leader_writes_nothing() {
     // is what refuses.
     let u = UpstreamId::new("vendor-a").unwrap();
     let e = held.epoch;
+    let claim = Claim {
+        proxy_id: id("p1"),
+        worker_id: w1.clone(),
+        epoch: e,
+    };
     let attempts: Vec<(&str, Result<(), PoolError>)> = vec![
         ("upsert", {
             fence_a.grant(t1);
@@ -118,18 +123,16 @@ async fn a_deposed_leader_writes_nothing() {
         }),
         ("renew", {
             fence_a.grant(t1);
-            a.renew(&id("p1"), &w1, e, lease).await.map(drop)
+            a.renew(&claim, lease).await.map(drop)
         }),
         ("drain", {
             fence_a.grant(t1);
-            a.begin_drain(&id("p1"), &w1, e).await.map(drop)
+            a.begin_drain(&claim).await.map(drop)
         }),
         ("ack_drain", {
             fence_a.grant(t1);
             let ack = DrainAck {
-                proxy_id: id("p1"),
-                worker_id: w1.clone(),
-                epoch: e,
+                claim: claim.clone(),
                 active: 0,
                 reserved: 0,
             };

@@ -329,11 +329,13 @@ async fn every_key_is_under_the_prefix_and_no_secret_is_in_a_key_name() {
     .await
     .unwrap();
     let report = RuntimeReport {
-        worker_id: worker.clone(),
-        session_id: session,
-        sequence: 1,
-        snapshot_version: 1,
-        epoch: a.epoch,
+        header: ReportHeader {
+            worker_id: worker.clone(),
+            session_id: session,
+            sequence: 1,
+            snapshot_version: 1,
+            epoch: a.epoch,
+        },
         entries: vec![RuntimeEntry {
             proxy_id: a.proxy_id.clone(),
             epoch: a.epoch,
@@ -600,6 +602,24 @@ async fn redis_down_is_unavailable_fast_and_restart_recovers() {
     let p = ProxyId::new("s-1").unwrap();
     let w = WorkerId::new("w").unwrap();
     let s = SessionId::new("s").unwrap();
+    let claim = Claim {
+        proxy_id: p.clone(),
+        worker_id: w.clone(),
+        epoch: 1,
+    };
+    let ttl = Duration::from_secs(5);
+    let ack = SnapshotAck {
+        worker_id: w.clone(),
+        session_id: s.clone(),
+        version: 1,
+        epoch: 1,
+        ttl,
+    };
+    let reject = SnapshotReject {
+        worker_id: w.clone(),
+        session_id: s.clone(),
+        ttl,
+    };
     let started = Instant::now();
     let results: Vec<(&str, Result<(), PoolError>)> = vec![
         (
@@ -633,17 +653,13 @@ async fn redis_down_is_unavailable_fast_and_restart_recovers() {
         ),
         (
             "renew",
-            pool.renew(&p, &w, 1, Duration::from_secs(5))
-                .await
-                .map(|_| ()),
+            pool.renew(&claim, Duration::from_secs(5)).await.map(|_| ()),
         ),
-        ("begin_drain", pool.begin_drain(&p, &w, 1).await.map(|_| ())),
+        ("begin_drain", pool.begin_drain(&claim).await.map(|_| ())),
         (
             "acknowledge_drain",
             pool.acknowledge_drain(&DrainAck {
-                proxy_id: p.clone(),
-                worker_id: w.clone(),
-                epoch: 1,
+                claim: claim.clone(),
                 active: 0,
                 reserved: 0,
             })
@@ -657,33 +673,19 @@ async fn redis_down_is_unavailable_fast_and_restart_recovers() {
                 .await
                 .map(|_| ()),
         ),
-        (
-            "acknowledge",
-            pool.acknowledge(&SnapshotAck {
-                worker_id: w.clone(),
-                session_id: s.clone(),
-                version: 1,
-                epoch: 1,
-                ttl: Duration::from_secs(5),
-            })
-            .await
-            .map(|_| ()),
-        ),
-        (
-            "reject",
-            pool.reject_snapshot(&w, &s, Duration::from_secs(5))
-                .await
-                .map(|_| ()),
-        ),
+        ("acknowledge", pool.acknowledge(&ack).await.map(|_| ())),
+        ("reject", pool.reject_snapshot(&reject).await.map(|_| ())),
         ("session", pool.session(&w).await.map(|_| ())),
         (
             "report",
             pool.write_report(&RuntimeReport {
-                worker_id: w.clone(),
-                session_id: s.clone(),
-                sequence: 1,
-                snapshot_version: 1,
-                epoch: 1,
+                header: ReportHeader {
+                    worker_id: w.clone(),
+                    session_id: s.clone(),
+                    sequence: 1,
+                    snapshot_version: 1,
+                    epoch: 1,
+                },
                 entries: vec![],
                 ttl: Duration::from_secs(5),
             })

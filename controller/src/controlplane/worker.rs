@@ -7,8 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use activity_pool::model::{
-    InstanceId, ProxyId, ReportAck, RuntimeEntry, RuntimeReport, SessionId, SessionRegistration,
-    SnapshotAck, WorkerId,
+    InstanceId, ProxyId, ReportAck, ReportHeader, RuntimeEntry, RuntimeReport, SessionId,
+    SessionRegistration, SnapshotAck, SnapshotReject, WorkerId,
 };
 use proxy_pool_api::controlplane::convert::{check_id, checksum_from_wire};
 use proxy_pool_api::controlplane::limits::{self as sizes, log_text, span_id};
@@ -183,7 +183,11 @@ impl WorkerService {
             self.shared
                 .ports
                 .sessions
-                .reject_snapshot(&worker, &session, ttl)
+                .reject_snapshot(&SnapshotReject {
+                    worker_id: worker.clone(),
+                    session_id: session.clone(),
+                    ttl,
+                })
                 .await?
         };
         Ok(pb::AcknowledgeSnapshotResponse {
@@ -230,11 +234,13 @@ impl WorkerService {
             .ports
             .reports
             .write_report(&RuntimeReport {
-                worker_id: worker.clone(),
-                session_id: session,
-                sequence: m.report_sequence,
-                snapshot_version: m.snapshot_version,
-                epoch: m.ownership_epoch,
+                header: ReportHeader {
+                    worker_id: worker.clone(),
+                    session_id: session,
+                    sequence: m.report_sequence,
+                    snapshot_version: m.snapshot_version,
+                    epoch: m.ownership_epoch,
+                },
                 entries,
                 ttl: self.shared.config.runtime_report_ttl,
             })

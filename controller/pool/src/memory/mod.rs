@@ -43,6 +43,12 @@ impl MemoryPool {
         }
     }
 
+    /// What `f` reads from the state at the pool's now (one atomic step).
+    fn read<T>(&self, f: impl FnOnce(&State, Timestamp) -> T) -> T {
+        let (st, now) = self.locked();
+        f(&st, now)
+    }
+
     /// The state, locked for one atomic step, and the pool's now.
     fn locked(&self) -> (MutexGuard<'_, State>, Timestamp) {
         let now = self.clock.now();

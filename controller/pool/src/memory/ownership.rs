@@ -9,28 +9,23 @@ use super::state::State;
 use crate::clock::Timestamp;
 use crate::error::{ConflictReason, PoolError, PoolResult};
 use crate::model::{
-    Assignment, DrainAck, ExpiredAssignments, LeasePage, ProxyId, ProxyState, WorkerId,
+    Assignment, Claim, DrainAck, ExpiredAssignments, LeasePage, ProxyId, ProxyState, WorkerId,
 };
 use crate::ports::OwnershipRepository;
 use crate::validate::{check_page_limit, check_sweep_limit};
 
 /// The live assignment of `proxy`, matching `worker` and `epoch` with an unexpired lease.
-fn matching(
-    st: &State,
-    proxy: &ProxyId,
-    worker: &WorkerId,
-    epoch: u64,
-    now: Timestamp,
-) -> PoolResult<Assignment> {
-    if st.live(proxy, now).is_none() {
+/// The live assignment `claim` names, unexpired.
+fn matching(st: &State, claim: &Claim, now: Timestamp) -> PoolResult<Assignment> {
+    if st.live(&claim.proxy_id, now).is_none() {
         return Err(PoolError::NotFound);
     }
     let a = st
         .owners
-        .get(proxy)
-        .filter(|a| &a.worker_id == worker)
+        .get(&claim.proxy_id)
+        .filter(|a| a.worker_id == claim.worker_id)
         .ok_or(PoolError::Conflict(ConflictReason::NotOwner))?;
-    if a.epoch != epoch {
+    if a.epoch != claim.epoch {
         return Err(PoolError::Conflict(ConflictReason::EpochMismatch));
     }
     if a.lease_expires_at <= now {
@@ -85,35 +80,25 @@ impl OwnershipRepository for MemoryPool {
         Ok(a)
     }
 
-    async fn renew(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-        lease: Duration,
-    ) -> PoolResult<Assignment> {
+    async fn renew(&self, claim: &Claim, lease: Duration) -> PoolResult<Assignment> {
         let (mut st, now) = self.locked();
-        let mut a = matching(&st, proxy, worker, epoch, now)?;
+        let mut a = matching(&st, claim, now)?;
         let usable_until = st
-            .live(proxy, now)
+            .live(&claim.proxy_id, now)
             .map(|s| s.record.usable_until)
             .unwrap_or(now);
         set_lease(&mut st, &mut a, now.plus(lease).min(usable_until));
         Ok(a)
     }
 
-    async fn begin_drain(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-    ) -> PoolResult<Assignment> {
+    async fn begin_drain(&self, claim: &Claim) -> PoolResult<Assignment> {
         let (mut st, now) = self.locked();
-        let mut a = matching(&st, proxy, worker, epoch, now)?;
+        let mut a = matching(&st, claim, now)?;
         if a.draining {
             return Ok(a);
         }
         a.draining = true;
+        let proxy = &claim.proxy_id;
         st.owners.insert(proxy.clone(), a.clone());
         st.update(proxy, now, |r| r.state = ProxyState::Draining);
         Ok(a)
@@ -121,22 +106,22 @@ impl OwnershipRepository for MemoryPool {
 
     async fn acknowledge_drain(&self, ack: &DrainAck) -> PoolResult<()> {
         let (mut st, now) = self.locked();
-        let a = matching(&st, &ack.proxy_id, &ack.worker_id, ack.epoch, now)?;
+        let a = matching(&st, &ack.claim, now)?;
         if !a.draining {
             return Err(PoolError::Conflict(ConflictReason::NotDraining));
         }
         if ack.active > 0 || ack.reserved > 0 {
             return Err(PoolError::Conflict(ConflictReason::Busy));
         }
-        st.release(&ack.proxy_id, now);
+        st.release(&ack.claim.proxy_id, now);
         Ok(())
     }
 
     async fn get(&self, proxy: &ProxyId) -> PoolResult<Option<Assignment>> {
-        let (st, now) = self.locked();
-        Ok(st
-            .live(proxy, now)
-            .and_then(|_| st.owners.get(proxy).cloned()))
+        Ok(self.read(|st, now| {
+            st.live(proxy, now)
+                .and_then(|_| st.owners.get(proxy).cloned())
+        }))
     }
 
     async fn expire(&self, limit: u32) -> PoolResult<ExpiredAssignments> {

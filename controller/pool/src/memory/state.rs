@@ -137,6 +137,11 @@ impl State {
         self.records.get(id).filter(|s| s.record.expires_at > now)
     }
 
+    /// The state of a live record.
+    pub fn live_state(&self, id: &ProxyId, now: Timestamp) -> Option<ProxyState> {
+        self.live(id, now).map(|s| s.record.state)
+    }
+
     /// Removes a record from every AVAILABLE index and its upstream's owned index.
     pub fn unindex(&mut self, r: &ProxyRecord) {
         let member = (r.usable_until.0, r.id.clone());
@@ -304,7 +309,7 @@ impl State {
     pub fn readable_runtime(&self, worker: &WorkerId, now: Timestamp) -> Option<&WorkerRuntime> {
         let session = self.live_session(worker, now)?;
         let stored = self.runtime.get(worker)?;
-        (stored.runtime.expires_at > now && stored.runtime.session_id == session.session_id)
+        (stored.runtime.expires_at > now && stored.runtime.header.session_id == session.session_id)
             .then_some(&stored.runtime)
     }
 }

@@ -186,7 +186,7 @@ impl Upserter for MemoryPool {
             let Some(s) = st.live(id, now).filter(|s| &s.record.upstream == upstream) else {
                 return RemoveResult::NotFound;
             };
-            if matches!(s.record.state, ProxyState::Extracted | ProxyState::Removed) {
+            if s.record.state.is_final() {
                 return RemoveResult::Ignored;
             }
             let r = s.record.clone();
@@ -205,14 +205,10 @@ impl HealthStore for MemoryPool {
     async fn apply_health(&self, updates: &[HealthUpdate]) -> PoolResult<Vec<HealthResult>> {
         check_health_batch(updates)?;
         Ok(self.per_item(updates, true, |st, now, u| {
-            let Some(s) = st.live(&u.proxy_id, now) else {
+            let Some(state) = st.live_state(&u.proxy_id, now) else {
                 return HealthResult::NotFound;
             };
-            let state = s.record.state;
-            if matches!(
-                state,
-                ProxyState::Draining | ProxyState::Extracted | ProxyState::Removed
-            ) {
+            if state == ProxyState::Draining || state.is_final() {
                 return HealthResult::Ignored(state);
             }
             st.update(&u.proxy_id, now, |r| {
@@ -233,11 +229,10 @@ impl HealthStore for MemoryPool {
     async fn begin_checks(&self, starts: &[CheckStart]) -> PoolResult<Vec<CheckMark>> {
         check_check_starts(starts)?;
         Ok(self.per_item(starts, false, |st, now, s| {
-            let Some(stored) = st.live(&s.proxy_id, now) else {
+            let Some(state) = st.live_state(&s.proxy_id, now) else {
                 return CheckMark::NotFound;
             };
-            let state = stored.record.state;
-            if matches!(state, ProxyState::Extracted | ProxyState::Removed) {
+            if state.is_final() {
                 return CheckMark::Refused(state);
             }
             let end = now.plus(s.hold);
@@ -266,9 +261,9 @@ impl HealthStore for MemoryPool {
     async fn end_checks(&self, ends: &[CheckEnd]) -> PoolResult<Vec<bool>> {
         check_check_ends(ends)?;
         Ok(self.per_item(ends, false, |st, now, e| {
-            let open = st.live(&e.proxy_id, now).is_some_and(|s| {
-                !matches!(s.record.state, ProxyState::Extracted | ProxyState::Removed)
-            });
+            let open = st
+                .live_state(&e.proxy_id, now)
+                .is_some_and(|state| !state.is_final());
             match st.marks.get_mut(&e.proxy_id) {
                 Some(m) if open && m.check == Some(e.check) => {
                     // The earlier checks' mark it superseded still lasts to its floor.

@@ -10,7 +10,7 @@ use super::codec::{StoredAssignment, decode, lua_vec, ms};
 use super::scripts::Script;
 use super::{Call, RedisPool};
 use crate::error::{PoolError, PoolResult};
-use crate::model::{Assignment, DrainAck, ExpiredAssignments, LeasePage, ProxyId, WorkerId};
+use crate::model::{Assignment, Claim, DrainAck, ExpiredAssignments, LeasePage, ProxyId, WorkerId};
 use crate::ports::OwnershipRepository;
 use crate::validate::check_page_limit;
 
@@ -31,6 +31,12 @@ struct ExpireReply {
     #[serde(deserialize_with = "lua_vec")]
     rel: Vec<StoredAssignment>,
     more: bool,
+}
+
+/// The payload fields naming a claimed assignment (`P.id`, `P.w`, `P.e` of
+/// `lua/owner.lua`); the epoch as a decimal string, as Lua numbers cannot hold every u64.
+fn claim_json(claim: &Claim) -> serde_json::Value {
+    json!({ "id": claim.proxy_id, "w": claim.worker_id, "e": claim.epoch.to_string() })
 }
 
 impl RedisPool {
@@ -64,36 +70,20 @@ impl OwnershipRepository for RedisPool {
         .await
     }
 
-    async fn renew(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-        lease: Duration,
-    ) -> PoolResult<Assignment> {
-        let payload =
-            json!({ "id": proxy, "w": worker, "e": epoch.to_string(), "lease": ms(lease) });
+    async fn renew(&self, claim: &Claim, lease: Duration) -> PoolResult<Assignment> {
+        let mut payload = claim_json(claim);
+        payload["lease"] = ms(lease).into();
         self.assignment_call(Script::Renew, payload).await
     }
 
-    async fn begin_drain(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-    ) -> PoolResult<Assignment> {
-        self.assignment_call(
-            Script::Drain,
-            json!({ "id": proxy, "w": worker, "e": epoch.to_string() }),
-        )
-        .await
+    async fn begin_drain(&self, claim: &Claim) -> PoolResult<Assignment> {
+        self.assignment_call(Script::Drain, claim_json(claim)).await
     }
 
     async fn acknowledge_drain(&self, ack: &DrainAck) -> PoolResult<()> {
-        let payload = json!({
-            "id": ack.proxy_id, "w": ack.worker_id, "e": ack.epoch.to_string(),
-            "act": ack.active, "res": ack.reserved,
-        });
+        let mut payload = claim_json(&ack.claim);
+        payload["act"] = ack.active.into();
+        payload["res"] = ack.reserved.into();
         self.run(Call::new(
             Script::AckDrain,
             self.write_keys(Script::AckDrain),

@@ -1,7 +1,5 @@
 //! Worker sessions, runtime reports and the inventory reader.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
@@ -13,8 +11,8 @@ use super::{Call, RedisPool};
 use crate::clock::Timestamp;
 use crate::error::PoolResult;
 use crate::model::{
-    ReportAck, RuntimeEntry, RuntimeReport, SessionId, SessionRegistration, SnapshotAck,
-    UpstreamId, UpstreamInventory, WorkerId, WorkerRuntime, WorkerSession,
+    ReportAck, ReportHeader, RuntimeEntry, RuntimeReport, SessionRegistration, SnapshotAck,
+    SnapshotReject, UpstreamId, UpstreamInventory, WorkerId, WorkerRuntime, WorkerSession,
 };
 use crate::ports::{InventoryReader, ReportWriter, RuntimeReader, SessionWriter};
 use crate::validate::{check_positive, check_report, report_digest};
@@ -67,18 +65,11 @@ impl SessionWriter for RedisPool {
         self.session_write(Script::Ack, payload).await
     }
 
-    async fn reject_snapshot(
-        &self,
-        worker: &WorkerId,
-        session: &SessionId,
-        ttl: Duration,
-    ) -> PoolResult<WorkerSession> {
-        check_positive("ttl", ttl)?;
-        self.session_write(
-            Script::Reject,
-            json!({ "w": worker, "s": session, "ttl": ms(ttl) }),
-        )
-        .await
+    async fn reject_snapshot(&self, reject: &SnapshotReject) -> PoolResult<WorkerSession> {
+        check_positive("ttl", reject.ttl)?;
+        let payload =
+            json!({ "w": reject.worker_id, "s": reject.session_id, "ttl": ms(reject.ttl) });
+        self.session_write(Script::Reject, payload).await
     }
 
     async fn session(&self, worker: &WorkerId) -> PoolResult<Option<WorkerSession>> {
@@ -105,10 +96,10 @@ impl ReportWriter for RedisPool {
             .map(|e| json!({ "p": e.proxy_id, "e": e.epoch.to_string() }))
             .collect();
         let body = ReportBody {
-            s: report.session_id.clone(),
-            q: report.sequence.to_string(),
-            v: report.snapshot_version.to_string(),
-            e: report.epoch.to_string(),
+            s: report.header.session_id.clone(),
+            q: report.header.sequence.to_string(),
+            v: report.header.snapshot_version.to_string(),
+            e: report.header.epoch.to_string(),
             ent: entries
                 .iter()
                 .map(|e| BodyEntry {
@@ -121,11 +112,11 @@ impl ReportWriter for RedisPool {
                 .collect(),
         };
         let payload = json!({
-            "w": report.worker_id,
-            "s": report.session_id,
-            "q": report.sequence.to_string(),
-            "v": report.snapshot_version.to_string(),
-            "e": report.epoch.to_string(),
+            "w": report.header.worker_id,
+            "s": report.header.session_id,
+            "q": report.header.sequence.to_string(),
+            "v": report.header.snapshot_version.to_string(),
+            "e": report.header.epoch.to_string(),
             "dig": digest,
             "ttl": ms(report.ttl),
             "chk": chk,
@@ -184,12 +175,15 @@ impl RuntimeReader for RedisPool {
                 draining: e.d,
             });
         }
-        Ok(Some(WorkerRuntime {
+        let header = ReportHeader {
             worker_id: worker.clone(),
             session_id: b.s,
             sequence,
             snapshot_version,
             epoch,
+        };
+        Ok(Some(WorkerRuntime {
+            header,
             entries,
             expires_at: Timestamp(x),
         }))

@@ -196,7 +196,7 @@ pub async fn gateway_assignment_ignores_marks(kind: Kind) {
     ));
     // Released by the gateway while the check may still run: not extracted.
     h.pool
-        .begin_drain(&pid("p-1"), &wid("w1"), a.epoch)
+        .begin_drain(&claim("p-1", "w1", a.epoch))
         .await
         .unwrap();
     h.pool

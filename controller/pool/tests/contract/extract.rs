@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use activity_pool::model::*;
-use activity_pool::{ConflictReason, PoolError, PoolOptions};
+use activity_pool::{ConflictReason, PoolError};
 
 use super::*;
 
@@ -255,11 +255,7 @@ pub async fn reserve_for_gateway_is_kept_back(kind: Kind) {
 /// When the scan budget runs out before the answer is certain: "temporarily
 /// unavailable", never "insufficient", and nothing changes.
 pub async fn scan_budget_exhausted_is_unavailable(kind: Kind) {
-    let options = PoolOptions {
-        extract_scan_budget: 4,
-        ..PoolOptions::default()
-    };
-    let h = Harness::with_options(kind, options).await;
+    let h = Harness::with_options(kind, |o| o.extract_scan_budget = 4).await;
     h.available("vendor-a", "s", 10, 60).await;
     h.advance(20.0);
     h.healthy(&["s-0"]).await; // only s-0 is freshly checked

@@ -17,15 +17,11 @@ use std::time::Duration;
 
 use activity_pool::model::*;
 use activity_pool::ports::ActivityPool;
-use activity_pool::testkit::{RedisServer, candidate, extract_request};
-use activity_pool::{ManualClock, MemoryPool, PoolOptions, RedisOptions};
+use activity_pool::testkit::{RedisServer, candidate, extract_request, pool_of};
+use activity_pool::{ManualClock, PoolOptions};
 
 /// Which implementation a case runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Memory,
-    Redis,
-}
+pub use activity_pool::testkit::PoolKind as Kind;
 
 /// A pool under test, its clock, and (for Redis) its private server.
 pub struct Harness {
@@ -37,33 +33,20 @@ pub struct Harness {
 
 impl Harness {
     pub async fn new(kind: Kind) -> Self {
-        Self::with_options(kind, PoolOptions::default()).await
+        Self::with_options(kind, |_| {}).await
     }
 
-    pub async fn with_options(kind: Kind, options: PoolOptions) -> Self {
+    /// A harness whose pool options are the defaults changed by `tune`.
+    pub async fn with_options(kind: Kind, tune: impl FnOnce(&mut PoolOptions)) -> Self {
+        let mut options = PoolOptions::default();
+        tune(&mut options);
         let clock = ManualClock::starting_now();
-        match kind {
-            Kind::Memory => Harness {
-                pool: Arc::new(MemoryPool::with_clock(options, Arc::new(clock.clone()))),
-                clock,
-                kind,
-                server: None,
-            },
-            Kind::Redis => {
-                let server = RedisServer::start();
-                let redis_options = RedisOptions {
-                    pool: options,
-                    clock_override: Some(Arc::new(clock.clone())),
-                    ..RedisOptions::default()
-                };
-                let pool = server.pool_with(redis_options).await;
-                Harness {
-                    pool: Arc::new(pool),
-                    clock,
-                    kind,
-                    server: Some(server),
-                }
-            }
+        let (pool, server) = pool_of(kind, options, Arc::new(clock.clone())).await;
+        Harness {
+            pool,
+            clock,
+            kind,
+            server,
         }
     }
 
@@ -236,12 +219,19 @@ pub fn cand(id: &str, ttl: u64) -> Candidate {
     candidate(id, Duration::from_secs(ttl))
 }
 
-/// `worker`'s drain ACK of `id` under `epoch` with these uses left.
-pub fn drain_ack(id: &str, worker: &str, epoch: u64, active: u32, reserved: u32) -> DrainAck {
-    DrainAck {
+/// `worker`'s assignment of `id` under `epoch`.
+pub fn claim(id: &str, worker: &str, epoch: u64) -> Claim {
+    Claim {
         proxy_id: pid(id),
         worker_id: wid(worker),
         epoch,
+    }
+}
+
+/// `worker`'s drain ACK of `id` under `epoch` with these uses left.
+pub fn drain_ack(id: &str, worker: &str, epoch: u64, active: u32, reserved: u32) -> DrainAck {
+    DrainAck {
+        claim: claim(id, worker, epoch),
         active,
         reserved,
     }

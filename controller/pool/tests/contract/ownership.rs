@@ -51,18 +51,16 @@ pub async fn assign_and_renew(kind: Kind) {
 
     h.advance(8.0);
     assert_conflict(
-        h.pool.renew(&pid("o-0"), &wid("w2"), a.epoch, LEASE).await,
+        h.pool.renew(&claim("o-0", "w2", a.epoch), LEASE).await,
         ConflictReason::NotOwner,
     );
     assert_conflict(
-        h.pool
-            .renew(&pid("o-0"), &wid("w1"), a.epoch + 1, LEASE)
-            .await,
+        h.pool.renew(&claim("o-0", "w1", a.epoch + 1), LEASE).await,
         ConflictReason::EpochMismatch,
     );
     let renewed = h
         .pool
-        .renew(&pid("o-0"), &wid("w1"), a.epoch, LEASE)
+        .renew(&claim("o-0", "w1", a.epoch), LEASE)
         .await
         .unwrap();
     assert_eq!(renewed.lease_expires_at.0, h.now().0 + 10_000);
@@ -70,7 +68,7 @@ pub async fn assign_and_renew(kind: Kind) {
     h.advance(8.0);
     let capped = h
         .pool
-        .renew(&pid("o-0"), &wid("w1"), a.epoch, Duration::from_secs(60))
+        .renew(&claim("o-0", "w1", a.epoch), Duration::from_secs(60))
         .await
         .unwrap();
     assert_eq!(
@@ -80,7 +78,7 @@ pub async fn assign_and_renew(kind: Kind) {
     );
     // A lease that ran out cannot be renewed.
     assert_conflict(
-        h.pool.renew(&pid("n-1"), &wid("w2"), c.epoch, LEASE).await,
+        h.pool.renew(&claim("n-1", "w2", c.epoch), LEASE).await,
         ConflictReason::LeaseExpired,
     );
 }
@@ -97,18 +95,18 @@ pub async fn drain_and_acknowledge(kind: Kind) {
         ConflictReason::NotDraining,
     );
     assert_conflict(
-        h.pool.begin_drain(&pid("d-0"), &wid("w2"), a.epoch).await,
+        h.pool.begin_drain(&claim("d-0", "w2", a.epoch)).await,
         ConflictReason::NotOwner,
     );
     let d1 = h
         .pool
-        .begin_drain(&pid("d-0"), &wid("w1"), a.epoch)
+        .begin_drain(&claim("d-0", "w1", a.epoch))
         .await
         .unwrap();
     assert!(d1.draining);
     let d2 = h
         .pool
-        .begin_drain(&pid("d-0"), &wid("w1"), a.epoch)
+        .begin_drain(&claim("d-0", "w1", a.epoch))
         .await
         .unwrap();
     assert_eq!(d1, d2, "idempotent per assignment");
@@ -192,7 +190,7 @@ pub async fn assign_vs_extract_exactly_one_wins(kind: Kind) {
         // Clean up so the next round's extract sees only its own proxy.
         if let Ok(a) = assigned {
             h.pool
-                .begin_drain(&pid(&proxy), &wid("w1"), a.epoch)
+                .begin_drain(&claim(&proxy, "w1", a.epoch))
                 .await
                 .unwrap();
             h.pool
@@ -236,7 +234,7 @@ pub async fn leases_page_through_live_assignments(kind: Kind) {
     let a0 = want[&ids[0]].clone();
     let drained = h
         .pool
-        .begin_drain(&pid(&ids[0]), &wid("w1"), a0.epoch)
+        .begin_drain(&claim(&ids[0], "w1", a0.epoch))
         .await
         .unwrap();
     want.insert(ids[0].clone(), drained);

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use activity_pool::model::*;
-use activity_pool::{ConflictReason, PoolError, PoolOptions};
+use activity_pool::{ConflictReason, PoolError};
 
 use super::*;
 
@@ -27,11 +27,13 @@ fn report(
     entries: Vec<RuntimeEntry>,
 ) -> RuntimeReport {
     RuntimeReport {
-        worker_id: wid(worker),
-        session_id: SessionId::new(session).unwrap(),
-        sequence: seq,
-        snapshot_version: version,
-        epoch,
+        header: ReportHeader {
+            worker_id: wid(worker),
+            session_id: SessionId::new(session).unwrap(),
+            sequence: seq,
+            snapshot_version: version,
+            epoch,
+        },
         entries,
         ttl: TTL,
     }
@@ -139,7 +141,11 @@ pub async fn report_sequence_rules(kind: Kind) {
     );
     let rt = h.pool.runtime(&wid("w1")).await.unwrap().unwrap();
     assert_eq!(
-        (rt.sequence, rt.snapshot_version, rt.epoch),
+        (
+            rt.header.sequence,
+            rt.header.snapshot_version,
+            rt.header.epoch
+        ),
         (2, 7, a.epoch)
     );
     assert_eq!(rt.entries, vec![entry("r-0", a.epoch, 3, 1)]);
@@ -218,7 +224,11 @@ pub async fn negative_ack_closes_the_fence(kind: Kind) {
     bound_w1(&h, 1, 5).await;
     let s = h
         .pool
-        .reject_snapshot(&wid("w1"), &sid("s1"), TTL)
+        .reject_snapshot(&SnapshotReject {
+            worker_id: wid("w1"),
+            session_id: sid("s1"),
+            ttl: TTL,
+        })
         .await
         .unwrap();
     assert!(!s.fence_open);
@@ -343,7 +353,7 @@ pub async fn inventory_figures_and_fail_closed(kind: Kind) {
     h.available("vendor-a", "d", 2, 120).await;
     let a = assign(&h, "d-0", "w1").await;
     h.pool
-        .begin_drain(&pid("d-0"), &wid("w1"), a.epoch)
+        .begin_drain(&claim("d-0", "w1", a.epoch))
         .await
         .unwrap();
     let inv = h.inventory("vendor-a").await;
@@ -352,11 +362,7 @@ pub async fn inventory_figures_and_fail_closed(kind: Kind) {
 
 /// Available Slots fails closed when the upstream's indexes exceed the scan budget.
 pub async fn inventory_over_budget_fails_closed(kind: Kind) {
-    let options = PoolOptions {
-        inventory_scan_budget: 3,
-        ..PoolOptions::default()
-    };
-    let h = Harness::with_options(kind, options).await;
+    let h = Harness::with_options(kind, |o| o.inventory_scan_budget = 3).await;
     h.available("vendor-a", "b", 3, 120).await;
     h.available("vendor-b", "c", 5, 120).await;
     assert_eq!(
