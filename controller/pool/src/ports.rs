@@ -9,10 +9,10 @@ use std::time::Duration;
 use crate::error::PoolResult;
 use crate::model::{
     Assignment, CheckEnd, CheckMark, CheckStart, Claim, DrainAck, ExpiredAssignments,
-    ExtractOutcome, ExtractRequest, FetchedBatch, HealthResult, HealthUpdate, LeasePage, ProxyId,
-    ProxyRecord, PurgeReport, RemoveResult, ReportAck, RuntimeReport, SessionRegistration,
-    SnapshotAck, SnapshotReject, UpstreamId, UpstreamInventory, WorkerId, WorkerRuntime,
-    WorkerSession,
+    ExtractOutcome, ExtractRequest, FetchedBatch, HealthResult, HealthUpdate, LeasePage,
+    LeaseRequest, ProxyId, ProxyRecord, PurgeReport, RemoveResult, ReportAck, RuntimeReport,
+    SessionRegistration, SnapshotAck, SnapshotReject, UpstreamId, UpstreamInventory, WorkerId,
+    WorkerRuntime, WorkerSession,
 };
 
 /// Provider side: puts fetched proxies into the pool and withdraws them.
@@ -62,12 +62,7 @@ pub trait ExtractionStore: Send + Sync {
 pub trait OwnershipRepository: Send + Sync {
     /// Leases an AVAILABLE, unowned, usable proxy to `worker` (lease capped at
     /// `usable_until`) under a new, never reused epoch.
-    async fn assign(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        lease: Duration,
-    ) -> PoolResult<Assignment>;
+    async fn assign(&self, request: &LeaseRequest) -> PoolResult<Assignment>;
     /// Extends a lease; worker and epoch must match; capped at `usable_until`.
     async fn renew(&self, claim: &Claim, lease: Duration) -> PoolResult<Assignment>;
     /// Starts draining; idempotent for the same assignment.

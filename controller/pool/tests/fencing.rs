@@ -37,6 +37,15 @@ fn id(s: &str) -> ProxyId {
     ProxyId::new(s).unwrap()
 }
 
+/// A lease of proxy `p` to `worker` for `lease`.
+fn lease_of(p: &str, worker: &WorkerId, lease: Duration) -> LeaseRequest {
+    LeaseRequest {
+        proxy_id: id(p),
+        worker_id: worker.clone(),
+        lease,
+    }
+}
+
 fn health(p: &str, verdict: HealthVerdict) -> HealthUpdate {
     HealthUpdate {
         proxy_id: id(p),
@@ -81,7 +90,7 @@ async fn a_deposed_leader_writes_nothing() {
     a.apply_health(&ups).await.unwrap();
     let w1 = WorkerId::new("w1").unwrap();
     let lease = Duration::from_secs(30);
-    let held = a.assign(&id("p1"), &w1, lease).await.unwrap();
+    let held = a.assign(&lease_of("p1", &w1, lease)).await.unwrap();
 
     // `a` stops renewing (paused); its lease runs out and `b` takes over.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -119,7 +128,7 @@ async fn a_deposed_leader_writes_nothing() {
         }),
         ("assign", {
             fence_a.grant(t1);
-            a.assign(&id("p2"), &w1, lease).await.map(drop)
+            a.assign(&lease_of("p2", &w1, lease)).await.map(drop)
         }),
         ("renew", {
             fence_a.grant(t1);
@@ -163,7 +172,7 @@ async fn a_deposed_leader_writes_nothing() {
     fence_b.grant(t2);
     let b = pool.fenced(fence_b);
     let w2 = WorkerId::new("w2").unwrap();
-    b.assign(&id("p2"), &w2, lease).await.unwrap();
+    b.assign(&lease_of("p2", &w2, lease)).await.unwrap();
     assert_eq!(a.get(&id("p2")).await.unwrap().unwrap().worker_id, w2);
 }
 

@@ -259,7 +259,11 @@ async fn apply(
         }
         Op::Assign { id, worker, lease } => {
             let r = pool
-                .assign(&pid(*id), &w(*worker), Duration::from_secs(*lease))
+                .assign(&LeaseRequest {
+                    proxy_id: pid(*id),
+                    worker_id: w(*worker),
+                    lease: Duration::from_secs(*lease),
+                })
                 .await;
             if let Ok(a) = &r {
                 epochs.made.push((*id, *worker, a.epoch));

@@ -109,15 +109,19 @@ async fn query<T: redis::FromRedisValue>(
         .unwrap()
 }
 
+/// A lease of `proxy` to `worker` for `secs` seconds.
+fn lease(proxy: &ProxyId, worker: &WorkerId, secs: u64) -> LeaseRequest {
+    LeaseRequest {
+        proxy_id: proxy.clone(),
+        worker_id: worker.clone(),
+        lease: Duration::from_secs(secs),
+    }
+}
+
 /// Leases `proxy` to `worker` for `secs` seconds.
 async fn assign(pool: &RedisPool, proxy: &str, worker: &WorkerId, secs: u64) -> Assignment {
-    pool.assign(
-        &ProxyId::new(proxy).unwrap(),
-        worker,
-        Duration::from_secs(secs),
-    )
-    .await
-    .unwrap()
+    let proxy = ProxyId::new(proxy).unwrap();
+    pool.assign(&lease(&proxy, worker, secs)).await.unwrap()
 }
 
 /// Session `session` of `worker`'s instance `instance`, `ttl_secs` seconds to live.
@@ -490,10 +494,7 @@ async fn connection_dropped_after_commit_returns_the_first_result() {
     let worker = WorkerId::new("w1").unwrap();
     let target = ProxyId::new(all.iter().find(|i| !got.contains(i)).unwrap().as_str()).unwrap();
     proxy.arm_drop_next_reply();
-    let a = pool
-        .assign(&target, &worker, Duration::from_secs(30))
-        .await
-        .unwrap();
+    let a = pool.assign(&lease(&target, &worker, 30)).await.unwrap();
     assert_eq!(proxy.dropped_replies(), 3);
     assert_eq!(pool.get(&target).await.unwrap(), Some(a));
     assert_consistent(&server.url()).await;
@@ -575,9 +576,7 @@ async fn cancelled_calls_apply_fully_or_not_at_all() {
         if i % 4 == 0 {
             let worker = WorkerId::new("w").unwrap();
             let id = ProxyId::new(all[(i as usize * 13) % all.len()].as_str()).unwrap();
-            let _ =
-                tokio::time::timeout(budget, pool.assign(&id, &worker, Duration::from_secs(10)))
-                    .await;
+            let _ = tokio::time::timeout(budget, pool.assign(&lease(&id, &worker, 10))).await;
         }
     }
     assert!(cancelled > 0, "some calls must have been cancelled");
@@ -645,12 +644,7 @@ async fn redis_down_is_unavailable_fast_and_restart_recovers() {
             .map(|_| ()),
         ),
         ("extract", pool.extract(&req(1)).await.map(|_| ())),
-        (
-            "assign",
-            pool.assign(&p, &w, Duration::from_secs(5))
-                .await
-                .map(|_| ()),
-        ),
+        ("assign", pool.assign(&lease(&p, &w, 5)).await.map(|_| ())),
         (
             "renew",
             pool.renew(&claim, Duration::from_secs(5)).await.map(|_| ()),
@@ -816,11 +810,7 @@ async fn sentinel_connector_resolves_the_master_and_follows_a_failover() {
     let mut last = None;
     while Instant::now() < deadline {
         match pool
-            .assign(
-                &ProxyId::new("m-1").unwrap(),
-                &worker,
-                Duration::from_secs(60),
-            )
+            .assign(&lease(&ProxyId::new("m-1").unwrap(), &worker, 60))
             .await
         {
             Ok(a2) => {
@@ -939,9 +929,7 @@ async fn large_sweeps_run_in_bounded_scripts_and_report_more() {
     let worker = WorkerId::new("w").unwrap();
     for id in &all[..700] {
         let p = ProxyId::new(id.as_str()).unwrap();
-        pool.assign(&p, &worker, Duration::from_secs(10))
-            .await
-            .unwrap();
+        pool.assign(&lease(&p, &worker, 10)).await.unwrap();
     }
     clock.advance(Duration::from_secs(20));
     let e = pool.expire(600).await.unwrap();

@@ -9,7 +9,7 @@ use super::state::State;
 use crate::clock::Timestamp;
 use crate::error::{ConflictReason, PoolError, PoolResult};
 use crate::model::{
-    Assignment, Claim, DrainAck, ExpiredAssignments, LeasePage, ProxyId, ProxyState, WorkerId,
+    Assignment, Claim, DrainAck, ExpiredAssignments, LeasePage, LeaseRequest, ProxyId, ProxyState,
 };
 use crate::ports::OwnershipRepository;
 use crate::validate::{check_page_limit, check_sweep_limit};
@@ -44,12 +44,8 @@ fn set_lease(st: &mut State, a: &mut Assignment, end: Timestamp) {
 
 #[async_trait]
 impl OwnershipRepository for MemoryPool {
-    async fn assign(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        lease: Duration,
-    ) -> PoolResult<Assignment> {
+    async fn assign(&self, request: &LeaseRequest) -> PoolResult<Assignment> {
+        let proxy = &request.proxy_id;
         let (mut st, now) = self.locked();
         st.purge_expired(now, self.options.opportunistic_purge);
         let Some(s) = st.live(proxy, now) else {
@@ -68,9 +64,9 @@ impl OwnershipRepository for MemoryPool {
         let mut a = Assignment {
             proxy_id: proxy.clone(),
             upstream: r.upstream.clone(),
-            worker_id: worker.clone(),
+            worker_id: request.worker_id.clone(),
             epoch: st.epoch,
-            lease_expires_at: now.plus(lease).min(r.usable_until),
+            lease_expires_at: now.plus(request.lease).min(r.usable_until),
             draining: false,
         };
         st.unindex(&r);

@@ -25,6 +25,17 @@ pub struct Assignment {
     pub draining: bool,
 }
 
+/// A request for a new lease (`OwnershipRepository::assign`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRequest {
+    /// The proxy wanted.
+    pub proxy_id: ProxyId,
+    /// The worker it is for.
+    pub worker_id: WorkerId,
+    /// How long the lease lasts (capped at the proxy's `usable_until`).
+    pub lease: Duration,
+}
+
 impl Assignment {
     /// This assignment as its worker names it.
     pub fn claim(&self) -> Claim {

@@ -10,7 +10,9 @@ use super::codec::{StoredAssignment, decode, lua_vec, ms};
 use super::scripts::Script;
 use super::{Call, RedisPool};
 use crate::error::{PoolError, PoolResult};
-use crate::model::{Assignment, Claim, DrainAck, ExpiredAssignments, LeasePage, ProxyId, WorkerId};
+use crate::model::{
+    Assignment, Claim, DrainAck, ExpiredAssignments, LeasePage, LeaseRequest, ProxyId,
+};
 use crate::ports::OwnershipRepository;
 use crate::validate::check_page_limit;
 
@@ -57,17 +59,11 @@ impl RedisPool {
 
 #[async_trait]
 impl OwnershipRepository for RedisPool {
-    async fn assign(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        lease: Duration,
-    ) -> PoolResult<Assignment> {
-        self.assignment_call(
-            Script::Assign,
-            json!({ "id": proxy, "w": worker, "lease": ms(lease) }),
-        )
-        .await
+    async fn assign(&self, request: &LeaseRequest) -> PoolResult<Assignment> {
+        let payload = json!({
+            "id": request.proxy_id, "w": request.worker_id, "lease": ms(request.lease),
+        });
+        self.assignment_call(Script::Assign, payload).await
     }
 
     async fn renew(&self, claim: &Claim, lease: Duration) -> PoolResult<Assignment> {

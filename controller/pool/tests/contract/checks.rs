@@ -188,8 +188,8 @@ pub async fn gateway_assignment_ignores_marks(kind: Kind) {
     let lease = Duration::from_secs(5);
     begin(&h, &[start("p-0", 1, 30)]).await;
     assert_eq!(h.assignable("vendor-a").await, vec![pid("p-1"), pid("p-0")]);
-    h.pool.assign(&pid("p-0"), &wid("w1"), lease).await.unwrap();
-    let a = h.pool.assign(&pid("p-1"), &wid("w1"), lease).await.unwrap();
+    h.pool.assign(&lease_of("p-0", "w1", lease)).await.unwrap();
+    let a = h.pool.assign(&lease_of("p-1", "w1", lease)).await.unwrap();
     assert!(matches!(
         begin(&h, &[start("p-1", 2, 30)]).await[..],
         [CheckMark::Marked(_)]

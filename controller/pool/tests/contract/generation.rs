@@ -53,7 +53,7 @@ pub async fn a_new_generation_holds_back_each_upstream_for_its_quarantine(kind: 
     );
     assert!(h.assignable("vendor-a").await.is_empty());
     assert_conflict(
-        h.pool.assign(&pid("a-0"), &wid("w1"), LEASE).await,
+        h.pool.assign(&lease_of("a-0", "w1", LEASE)).await,
         ConflictReason::NotAssignable,
     );
     let inv = h.inventory("vendor-a").await;
@@ -90,7 +90,7 @@ pub async fn a_new_generation_holds_back_each_upstream_for_its_quarantine(kind: 
     let inv = h.inventory("vendor-a").await;
     assert_eq!((inv.available, inv.quarantined_until), (4, None), "{inv:?}");
     assert_eq!(h.assignable("vendor-a").await.len(), 4);
-    h.pool.assign(&pid("a-0"), &wid("w1"), LEASE).await.unwrap();
+    h.pool.assign(&lease_of("a-0", "w1", LEASE)).await.unwrap();
     let mut got = h.extract(&req("c", 5)).await;
     got.sort();
     assert_eq!(got, vec!["a-1", "a-2", "a-3"]);

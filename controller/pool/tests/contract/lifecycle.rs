@@ -30,7 +30,7 @@ pub async fn vendor_ttl_and_safety_margin(kind: Kind) {
     assert!(h.assignable("vendor-a").await.is_empty());
     assert_conflict(
         h.pool
-            .assign(&pid("p-0"), &wid("w"), Duration::from_secs(5))
+            .assign(&lease_of("p-0", "w", Duration::from_secs(5)))
             .await,
         activity_pool::ConflictReason::NotAssignable,
     );

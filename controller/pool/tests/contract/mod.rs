@@ -219,6 +219,15 @@ pub fn cand(id: &str, ttl: u64) -> Candidate {
     candidate(id, Duration::from_secs(ttl))
 }
 
+/// A lease of `id` to `worker` for `lease`.
+pub fn lease_of(id: &str, worker: &str, lease: Duration) -> LeaseRequest {
+    LeaseRequest {
+        proxy_id: pid(id),
+        worker_id: wid(worker),
+        lease,
+    }
+}
+
 /// `worker`'s assignment of `id` under `epoch`.
 pub fn claim(id: &str, worker: &str, epoch: u64) -> Claim {
     Claim {

@@ -73,7 +73,7 @@ fn snapshot_ack(
 /// Leases `proxy` to `worker` for a minute.
 async fn assign(h: &Harness, proxy: &str, worker: &str) -> Assignment {
     h.pool
-        .assign(&pid(proxy), &wid(worker), Duration::from_secs(60))
+        .assign(&lease_of(proxy, worker, Duration::from_secs(60)))
         .await
         .unwrap()
 }
