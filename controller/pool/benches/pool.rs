@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use activity_pool::model::*;
 use activity_pool::ports::*;
 use activity_pool::testkit::RedisServer;
-use activity_pool::{PoolOptions, RedisConnector, RedisOptions, RedisPool};
+use activity_pool::{PoolOptions, RedisOptions};
 
 const POOL_SIZE: usize = 100_000;
 const REGIONS: usize = 10;
@@ -105,6 +105,28 @@ async fn server_usec(conn: &mut redis::aio::MultiplexedConnection, ops: usize) -
 async fn reset_stats(conn: &mut redis::aio::MultiplexedConnection) {
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
+/// Runs one measurement after resetting the server's statistics, and adds the server's
+/// own time per call to its figures.
+async fn on_server(
+    admin: &mut redis::aio::MultiplexedConnection,
+    run: impl std::future::Future<Output = Figures>,
+) -> Figures {
+    reset_stats(admin).await;
+    let mut f = run.await;
+    f.server_us = server_usec(admin, f.ops).await;
+    f
+}
+
+/// The baseline: the cheapest script call there is (`return 1`, loaded as `sha`).
+async fn trivial_script(conn: &mut redis::aio::MultiplexedConnection, sha: &str) {
+    let _: i64 = redis::cmd("EVALSHA")
+        .arg(sha)
+        .arg(0)
         .query_async(conn)
         .await
         .unwrap();
@@ -203,9 +225,7 @@ async fn main() {
         command_timeout: Duration::from_secs(5),
         clock_override: None,
     };
-    let pool = RedisPool::new(RedisConnector::direct(&server.url()).unwrap(), options)
-        .await
-        .unwrap();
+    let pool = server.pool_with(options).await;
     let client = redis::Client::open(server.url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let mut admin = client.get_multiplexed_async_connection().await.unwrap();
@@ -218,20 +238,21 @@ async fn main() {
 
     // Fill: 200 upserts of 500, then health for everything.
     let pool_ref = &pool;
-    reset_stats(&mut admin).await;
-    let mut upsert = sequential(
-        "upsert batch 500 (filling to 100,000)",
-        POOL_SIZE / 500,
-        |i| async move {
-            let r = pool_ref
-                .upsert(batch(i * 500..(i + 1) * 500))
-                .await
-                .unwrap();
-            assert_eq!(r.inserted, 500);
-        },
+    let upsert = on_server(
+        &mut admin,
+        sequential(
+            "upsert batch 500 (filling to 100,000)",
+            POOL_SIZE / 500,
+            |i| async move {
+                let r = pool_ref
+                    .upsert(batch(i * 500..(i + 1) * 500))
+                    .await
+                    .unwrap();
+                assert_eq!(r.inserted, 500);
+            },
+        ),
     )
     .await;
-    upsert.server_us = server_usec(&mut admin, upsert.ops).await;
     for chunk in (0..POOL_SIZE).collect::<Vec<_>>().chunks(1000) {
         let updates: Vec<_> = chunk
             .iter()
@@ -277,14 +298,7 @@ async fn main() {
             for i in 0..n {
                 let t = Instant::now();
                 match op {
-                    0 => {
-                        let _: i64 = redis::cmd("EVALSHA")
-                            .arg(&sha)
-                            .arg(0)
-                            .query_async(&mut conn)
-                            .await
-                            .unwrap();
-                    }
+                    0 => trivial_script(&mut conn, &sha).await,
                     1 => {
                         let o = pool.extract(&extract_req(1, None)).await.unwrap();
                         assert!(
@@ -337,42 +351,29 @@ async fn main() {
 
     let conn2 = conn.clone();
     let sha2 = sha.clone();
-    reset_stats(&mut admin).await;
-    let mut base_con = concurrent("trivial EVALSHA `return 1` (baseline)", 50_000, move |_| {
+    let base = concurrent("trivial EVALSHA `return 1` (baseline)", 50_000, move |_| {
         let mut c = conn2.clone();
         let sha = sha2.clone();
-        async move {
-            let _: i64 = redis::cmd("EVALSHA")
-                .arg(sha)
-                .arg(0)
-                .query_async(&mut c)
-                .await
-                .unwrap();
-        }
-    })
-    .await;
-    base_con.server_us = server_usec(&mut admin, base_con.ops).await;
+        async move { trivial_script(&mut c, &sha).await }
+    });
+    let base_con = on_server(&mut admin, base).await;
     let p1 = pool.clone();
-    reset_stats(&mut admin).await;
-    let mut e1c = concurrent("extract count 1, no filter", 8_000, move |_| {
+    let e1 = concurrent("extract count 1, no filter", 8_000, move |_| {
         let p = p1.clone();
         async move {
             p.extract(&extract_req(1, None)).await.unwrap();
         }
-    })
-    .await;
-    e1c.server_us = server_usec(&mut admin, e1c.ops).await;
+    });
+    let e1c = on_server(&mut admin, e1).await;
     let p5 = pool.clone();
-    reset_stats(&mut admin).await;
-    let mut e5c = concurrent("extract count 5, region filter", 3_000, move |i| {
+    let e5 = concurrent("extract count 5, region filter", 3_000, move |i| {
         let p = p5.clone();
         async move {
             let region = format!("r{}", i % REGIONS);
             p.extract(&extract_req(5, Some(&region))).await.unwrap();
         }
-    })
-    .await;
-    e5c.server_us = server_usec(&mut admin, e5c.ops).await;
+    });
+    let e5c = on_server(&mut admin, e5).await;
     let baseline = base_con.rate;
     println!("\nconcurrent ({CONCURRENCY} callers, one multiplexed connection)");
     print(&[base_con, e1c, e5c], baseline);

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use crate::error::PoolResult;
 use crate::model::{
-    Assignment, CheckEnd, CheckMark, CheckStart, ExpiredAssignments, ExtractOutcome,
-    ExtractRequest, FetchedBatch, HealthResult, HealthUpdate, LeasePage, ProxyId, ProxyRecord,
-    PurgeReport, RemoveResult, ReportAck, RuntimeReport, SessionId, SessionRegistration,
-    UpstreamId, UpstreamInventory, WorkerId, WorkerRuntime, WorkerSession,
+    Assignment, CheckEnd, CheckMark, CheckStart, Claim, DrainAck, ExpiredAssignments,
+    ExtractOutcome, ExtractRequest, FetchedBatch, HealthResult, HealthUpdate, LeasePage,
+    LeaseRequest, ProxyId, ProxyRecord, PurgeReport, RemoveResult, ReportAck, RuntimeReport,
+    SessionRegistration, SnapshotAck, SnapshotReject, UpstreamId, UpstreamInventory, WorkerId,
+    WorkerRuntime, WorkerSession,
 };
 
 /// Provider side: puts fetched proxies into the pool and withdraws them.
@@ -61,36 +62,13 @@ pub trait ExtractionStore: Send + Sync {
 pub trait OwnershipRepository: Send + Sync {
     /// Leases an AVAILABLE, unowned, usable proxy to `worker` (lease capped at
     /// `usable_until`) under a new, never reused epoch.
-    async fn assign(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        lease: Duration,
-    ) -> PoolResult<Assignment>;
+    async fn assign(&self, request: &LeaseRequest) -> PoolResult<Assignment>;
     /// Extends a lease; worker and epoch must match; capped at `usable_until`.
-    async fn renew(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-        lease: Duration,
-    ) -> PoolResult<Assignment>;
+    async fn renew(&self, claim: &Claim, lease: Duration) -> PoolResult<Assignment>;
     /// Starts draining; idempotent for the same assignment.
-    async fn begin_drain(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-    ) -> PoolResult<Assignment>;
+    async fn begin_drain(&self, claim: &Claim) -> PoolResult<Assignment>;
     /// Releases a draining assignment once `active` and `reserved` are both zero.
-    async fn acknowledge_drain(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-        active: u32,
-        reserved: u32,
-    ) -> PoolResult<()>;
+    async fn acknowledge_drain(&self, ack: &DrainAck) -> PoolResult<()>;
     /// The current assignment of a proxy.
     async fn get(&self, proxy: &ProxyId) -> PoolResult<Option<Assignment>>;
     /// Releases at most `limit` expired leases.
@@ -110,21 +88,9 @@ pub trait SessionWriter: Send + Sync {
     /// Creates a session, replacing (and fencing) any earlier one of the worker.
     async fn register(&self, registration: &SessionRegistration) -> PoolResult<WorkerSession>;
     /// Records a positive ACK of (version, epoch), opens the fence, renews the session.
-    async fn acknowledge(
-        &self,
-        worker: &WorkerId,
-        session: &SessionId,
-        version: u64,
-        epoch: u64,
-        ttl: Duration,
-    ) -> PoolResult<WorkerSession>;
+    async fn acknowledge(&self, ack: &SnapshotAck) -> PoolResult<WorkerSession>;
     /// Records a negative ACK: closes the runtime write fence until the next positive ACK.
-    async fn reject_snapshot(
-        &self,
-        worker: &WorkerId,
-        session: &SessionId,
-        ttl: Duration,
-    ) -> PoolResult<WorkerSession>;
+    async fn reject_snapshot(&self, reject: &SnapshotReject) -> PoolResult<WorkerSession>;
     /// The live session of a worker (`None` when missing or expired).
     async fn session(&self, worker: &WorkerId) -> PoolResult<Option<WorkerSession>>;
 }
@@ -171,7 +137,8 @@ pub trait Maintenance: Send + Sync {
     async fn purge_expired(&self, limit: u32) -> PoolResult<PurgeReport>;
 }
 
-/// Everything a full pool implements; for composition roots and tests only.
+/// Everything a full pool implements; for composition roots and tests only. The two
+/// pools ([`crate::MemoryPool`], [`crate::RedisPool`]) implement it.
 pub trait ActivityPool:
     Upserter
     + HealthStore
@@ -183,19 +150,5 @@ pub trait ActivityPool:
     + InventoryReader
     + ProxyCatalog
     + Maintenance
-{
-}
-
-impl<T> ActivityPool for T where
-    T: Upserter
-        + HealthStore
-        + ExtractionStore
-        + OwnershipRepository
-        + SessionWriter
-        + ReportWriter
-        + RuntimeReader
-        + InventoryReader
-        + ProxyCatalog
-        + Maintenance
 {
 }

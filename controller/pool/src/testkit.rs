@@ -149,6 +149,19 @@ impl RedisServer {
         self.port
     }
 
+    /// A pool on this server with default options.
+    pub async fn pool(&self) -> crate::RedisPool {
+        self.pool_with(crate::RedisOptions::default()).await
+    }
+
+    /// A pool on this server with `options`.
+    pub async fn pool_with(&self, options: crate::RedisOptions) -> crate::RedisPool {
+        let connector = crate::RedisConnector::direct(&self.url()).expect("test server URL");
+        crate::RedisPool::new(connector, options)
+            .await
+            .expect("a pool on the test server")
+    }
+
     /// Kills the server (data is lost; it has no persistence).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -411,6 +424,60 @@ async fn pump(
                 }
             },
         }
+    }
+}
+
+/// Which pool implementation a test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolKind {
+    /// [`crate::MemoryPool`].
+    Memory,
+    /// [`crate::RedisPool`] on a private `redis-server`.
+    Redis,
+}
+
+/// A pool of `kind` with `options` on `clock`, and (Redis) the server it runs on, which
+/// must outlive it.
+pub async fn pool_of(
+    kind: PoolKind,
+    options: crate::PoolOptions,
+    clock: Arc<dyn crate::Clock>,
+) -> (Arc<dyn crate::ports::ActivityPool>, Option<RedisServer>) {
+    match kind {
+        PoolKind::Memory => (
+            Arc::new(crate::MemoryPool::with_clock(options, clock)),
+            None,
+        ),
+        PoolKind::Redis => {
+            let server = RedisServer::start();
+            let redis_options = crate::RedisOptions {
+                pool: options,
+                clock_override: Some(clock),
+                ..crate::RedisOptions::default()
+            };
+            let pool = server.pool_with(redis_options).await;
+            (Arc::new(pool), Some(server))
+        }
+    }
+}
+
+/// An HTTP candidate `id` at `<id>.vendor.test:8080` with credentials (`user-<id>`),
+/// region `eu`, carrier `c1`, capacity 4 and `ttl` to live.
+pub fn candidate(id: &str, ttl: Duration) -> crate::model::Candidate {
+    use crate::model::*;
+    Candidate {
+        id: ProxyId::new(id).unwrap(),
+        protocol: Protocol::Http,
+        host: format!("{id}.vendor.test"),
+        port: 8080,
+        credentials: Some(Credentials {
+            username: format!("user-{id}"),
+            password: Secret::new("s3cr3t-pass"),
+        }),
+        region: Some(Label::new("eu").unwrap()),
+        carrier: Some(Label::new("c1").unwrap()),
+        ttl,
+        max_concurrency: 4,
     }
 }
 

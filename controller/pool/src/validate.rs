@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -14,7 +15,8 @@ use crate::model::{
     HealthUpdate, MAX_EXTRACT_COUNT, MAX_FILTER_VALUES, ProxyId, RuntimeReport,
 };
 use crate::options::{
-    MAX_BATCH, MAX_CHECK_HOLD, MAX_REPORT_ENTRIES, MAX_UPDATE_BATCH, MIN_CHECK_HOLD, PoolOptions,
+    MAX_BATCH, MAX_CHECK_HOLD, MAX_REPORT_ENTRIES, MAX_SWEEP, MAX_UPDATE_BATCH, MIN_CHECK_HOLD,
+    PoolOptions,
 };
 
 /// Largest per-proxy capacity accepted.
@@ -186,6 +188,31 @@ fn check_dimension<T: Ord + Clone>(name: &str, values: &[T]) -> PoolResult<Vec<T
     Ok(sorted)
 }
 
+/// `field`, a lifetime, is not zero.
+pub fn check_positive(field: &str, value: Duration) -> PoolResult<()> {
+    if value.is_zero() {
+        return Err(PoolError::invalid(field, "must be positive"));
+    }
+    Ok(())
+}
+
+/// The `limit` of a bounded sweep or scan (expire, purge, assignable): at most
+/// `MAX_SWEEP`.
+pub fn check_sweep_limit(limit: u32) -> PoolResult<()> {
+    if limit > MAX_SWEEP {
+        return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
+    }
+    Ok(())
+}
+
+/// The `limit` of a page (leases): 1 to `MAX_SWEEP`.
+pub fn check_page_limit(limit: u32) -> PoolResult<()> {
+    if limit == 0 || limit > MAX_SWEEP {
+        return Err(PoolError::invalid("limit", format!("1 to {MAX_SWEEP}")));
+    }
+    Ok(())
+}
+
 /// Validates an extraction and returns its filters with every dimension sorted.
 pub fn prepare_extract(request: &ExtractRequest) -> PoolResult<Filters> {
     if request.count.get() > MAX_EXTRACT_COUNT {
@@ -194,9 +221,7 @@ pub fn prepare_extract(request: &ExtractRequest) -> PoolResult<Filters> {
             format!("must be at most {MAX_EXTRACT_COUNT}"),
         ));
     }
-    if request.idempotency_ttl.is_zero() {
-        return Err(PoolError::invalid("idempotency_ttl", "must be positive"));
-    }
+    check_positive("idempotency_ttl", request.idempotency_ttl)?;
     let f = &request.filters;
     Ok(Filters {
         protocols: check_dimension("protocols", &f.protocols)?,
@@ -260,9 +285,7 @@ pub fn check_report(report: &RuntimeReport) -> PoolResult<()> {
             format!("at most {MAX_REPORT_ENTRIES} entries"),
         ));
     }
-    if report.ttl.is_zero() {
-        return Err(PoolError::invalid("ttl", "must be positive"));
-    }
+    check_positive("ttl", report.ttl)?;
     let mut seen = HashSet::new();
     for (i, e) in report.entries.iter().enumerate() {
         if !seen.insert(&e.proxy_id) {
@@ -280,7 +303,13 @@ pub fn report_digest(report: &RuntimeReport) -> String {
     let mut entries: Vec<_> = report.entries.iter().collect();
     entries.sort_by(|a, b| a.proxy_id.cmp(&b.proxy_id));
     let mut h = Sha256::new();
-    h.update(format!("{}|{}|", report.snapshot_version, report.epoch).as_bytes());
+    h.update(
+        format!(
+            "{}|{}|",
+            report.header.snapshot_version, report.header.epoch
+        )
+        .as_bytes(),
+    );
     for e in entries {
         h.update(
             format!(

@@ -10,20 +10,15 @@ use std::time::Duration;
 
 use activity_pool::model::*;
 use activity_pool::ports::*;
-use activity_pool::testkit::{RedisServer, extract_request};
-use activity_pool::{Fence, LeaderGrant, PoolError, RedisConnector, RedisOptions, RedisPool};
+use activity_pool::testkit::{RedisServer, candidate, extract_request};
+use activity_pool::{Fence, LeaderGrant, PoolError, RedisPool};
 
+/// `testkit::candidate` without credentials or carrier, ten minutes to live.
 fn cand(id: &str) -> Candidate {
     Candidate {
-        id: ProxyId::new(id).unwrap(),
-        protocol: Protocol::Http,
-        host: format!("{id}.vendor.test"),
-        port: 8080,
         credentials: None,
-        region: Some(Label::new("eu").unwrap()),
         carrier: None,
-        ttl: Duration::from_secs(600),
-        max_concurrency: 4,
+        ..candidate(id, Duration::from_secs(600))
     }
 }
 
@@ -40,6 +35,15 @@ fn batch(op: &str, ids: &[&str]) -> FetchedBatch {
 
 fn id(s: &str) -> ProxyId {
     ProxyId::new(s).unwrap()
+}
+
+/// A lease of proxy `p` to `worker` for `lease`.
+fn lease_of(p: &str, worker: &WorkerId, lease: Duration) -> LeaseRequest {
+    LeaseRequest {
+        proxy_id: id(p),
+        worker_id: worker.clone(),
+        lease,
+    }
 }
 
 fn health(p: &str, verdict: HealthVerdict) -> HealthUpdate {
@@ -59,22 +63,19 @@ async fn granted(pool: &RedisPool, holder: &str, ttl: Duration) -> u64 {
     }
 }
 
-/// A pool on `server`, with default options.
-async fn pool_on(server: &RedisServer) -> RedisPool {
-    RedisPool::new(
-        RedisConnector::direct(&server.url()).unwrap(),
-        RedisOptions::default(),
-    )
-    .await
-    .unwrap()
+/// A pool on a fresh server (returned to keep it running), and that pool fenced by a
+/// new `Fence` that holds no token yet.
+async fn fenced_pool() -> (RedisServer, RedisPool, Fence, RedisPool) {
+    let server = RedisServer::start();
+    let pool = server.pool().await;
+    let fence = Fence::new();
+    let fenced = pool.fenced(fence.clone());
+    (server, pool, fence, fenced)
 }
 
 #[tokio::test]
 async fn a_deposed_leader_writes_nothing() {
-    let server = RedisServer::start();
-    let pool = pool_on(&server).await;
-    let fence_a = Fence::new();
-    let a = pool.fenced(fence_a.clone());
+    let (_server, pool, fence_a, a) = fenced_pool().await;
 
     // No token yet: fail closed, before reaching Redis.
     assert_eq!(
@@ -89,7 +90,7 @@ async fn a_deposed_leader_writes_nothing() {
     a.apply_health(&ups).await.unwrap();
     let w1 = WorkerId::new("w1").unwrap();
     let lease = Duration::from_secs(30);
-    let held = a.assign(&id("p1"), &w1, lease).await.unwrap();
+    let held = a.assign(&lease_of("p1", &w1, lease)).await.unwrap();
 
     // `a` stops renewing (paused); its lease runs out and `b` takes over.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -105,6 +106,11 @@ async fn a_deposed_leader_writes_nothing() {
     // is what refuses.
     let u = UpstreamId::new("vendor-a").unwrap();
     let e = held.epoch;
+    let claim = Claim {
+        proxy_id: id("p1"),
+        worker_id: w1.clone(),
+        epoch: e,
+    };
     let attempts: Vec<(&str, Result<(), PoolError>)> = vec![
         ("upsert", {
             fence_a.grant(t1);
@@ -122,19 +128,24 @@ async fn a_deposed_leader_writes_nothing() {
         }),
         ("assign", {
             fence_a.grant(t1);
-            a.assign(&id("p2"), &w1, lease).await.map(drop)
+            a.assign(&lease_of("p2", &w1, lease)).await.map(drop)
         }),
         ("renew", {
             fence_a.grant(t1);
-            a.renew(&id("p1"), &w1, e, lease).await.map(drop)
+            a.renew(&claim, lease).await.map(drop)
         }),
         ("drain", {
             fence_a.grant(t1);
-            a.begin_drain(&id("p1"), &w1, e).await.map(drop)
+            a.begin_drain(&claim).await.map(drop)
         }),
         ("ack_drain", {
             fence_a.grant(t1);
-            a.acknowledge_drain(&id("p1"), &w1, e, 0, 0).await
+            let ack = DrainAck {
+                claim: claim.clone(),
+                active: 0,
+                reserved: 0,
+            };
+            a.acknowledge_drain(&ack).await
         }),
         ("expire", {
             fence_a.grant(t1);
@@ -161,14 +172,14 @@ async fn a_deposed_leader_writes_nothing() {
     fence_b.grant(t2);
     let b = pool.fenced(fence_b);
     let w2 = WorkerId::new("w2").unwrap();
-    b.assign(&id("p2"), &w2, lease).await.unwrap();
+    b.assign(&lease_of("p2", &w2, lease)).await.unwrap();
     assert_eq!(a.get(&id("p2")).await.unwrap().unwrap().worker_id, w2);
 }
 
 #[tokio::test]
 async fn fencing_tokens_never_go_backwards_after_data_loss() {
     let mut server = RedisServer::start();
-    let pool = pool_on(&server).await;
+    let pool = server.pool().await;
     let t1 = granted(&pool, "a", Duration::from_secs(30)).await;
     // A restart without persistence loses the lease and the newest token.
     server.restart();
@@ -203,7 +214,7 @@ async fn fencing_tokens_never_go_backwards_after_data_loss() {
 #[tokio::test]
 async fn a_token_taken_for_another_lease_store_fences_the_previous_leader() {
     let server = RedisServer::start();
-    let pool = pool_on(&server).await;
+    let pool = server.pool().await;
     let t1 = pool.leader_token().await.unwrap();
     let t2 = pool.leader_token().await.unwrap();
     assert!(t2 > t1, "{t2} > {t1}");
@@ -237,16 +248,17 @@ async fn a_token_taken_for_another_lease_store_fences_the_previous_leader() {
 /// then be overtaken by an extraction). Extraction shows both.
 #[tokio::test]
 async fn a_deposed_leader_neither_marks_nor_ends_a_check() {
-    let server = RedisServer::start();
-    let pool = pool_on(&server).await;
-    let fence_a = Fence::new();
-    let a = pool.fenced(fence_a.clone());
+    let (_server, pool, fence_a, a) = fenced_pool().await;
     let hold = Duration::from_secs(30);
     let start = |p: &str, check| CheckStart {
         proxy_id: id(p),
         check,
         hold,
     };
+    let end_p1 = [CheckEnd {
+        proxy_id: id("p1"),
+        check: 1,
+    }];
     // Not leading yet: refused before reaching Redis.
     assert_eq!(
         a.begin_checks(&[start("p1", 1)]).await.unwrap_err(),
@@ -267,15 +279,7 @@ async fn a_deposed_leader_neither_marks_nor_ends_a_check() {
     let t2 = granted(&pool, "b", Duration::from_secs(30)).await;
     assert!(t2 > t1);
     fence_a.grant(t1);
-    assert_eq!(
-        a.end_checks(&[CheckEnd {
-            proxy_id: id("p1"),
-            check: 1,
-        }])
-        .await
-        .unwrap_err(),
-        PoolError::Fenced
-    );
+    assert_eq!(a.end_checks(&end_p1).await.unwrap_err(), PoolError::Fenced);
     fence_a.grant(t1);
     assert_eq!(
         a.begin_checks(&[start("p2", 2)]).await.unwrap_err(),
@@ -296,13 +300,5 @@ async fn a_deposed_leader_neither_marks_nor_ends_a_check() {
     let fence_b = Fence::new();
     fence_b.grant(t2);
     let b = pool.fenced(fence_b);
-    assert_eq!(
-        b.end_checks(&[CheckEnd {
-            proxy_id: id("p1"),
-            check: 1,
-        }])
-        .await
-        .unwrap(),
-        vec![true]
-    );
+    assert_eq!(b.end_checks(&end_p1).await.unwrap(), vec![true]);
 }

@@ -166,6 +166,11 @@ async fn apply(
     epochs: &mut Epochs,
 ) -> String {
     let w = |i: usize| WorkerId::new(WORKERS[i]).unwrap();
+    let claim = |id: usize, worker: usize, epoch: u64| Claim {
+        proxy_id: pid(id),
+        worker_id: w(worker),
+        epoch,
+    };
     match op {
         Op::Upsert {
             upstream,
@@ -254,7 +259,11 @@ async fn apply(
         }
         Op::Assign { id, worker, lease } => {
             let r = pool
-                .assign(&pid(*id), &w(*worker), Duration::from_secs(*lease))
+                .assign(&LeaseRequest {
+                    proxy_id: pid(*id),
+                    worker_id: w(*worker),
+                    lease: Duration::from_secs(*lease),
+                })
                 .await;
             if let Ok(a) = &r {
                 epochs.made.push((*id, *worker, a.epoch));
@@ -264,19 +273,23 @@ async fn apply(
         Op::Renew { pick, lease } => {
             let (id, worker, epoch) = epochs.pick(*pick);
             observe(
-                pool.renew(&pid(id), &w(worker), epoch, Duration::from_secs(*lease))
+                pool.renew(&claim(id, worker, epoch), Duration::from_secs(*lease))
                     .await,
             )
         }
         Op::Drain { pick } => {
             let (id, worker, epoch) = epochs.pick(*pick);
-            observe(pool.begin_drain(&pid(id), &w(worker), epoch).await)
+            observe(pool.begin_drain(&claim(id, worker, epoch)).await)
         }
         Op::Ack { pick, active } => {
             let (id, worker, epoch) = epochs.pick(*pick);
             observe(
-                pool.acknowledge_drain(&pid(id), &w(worker), epoch, *active, 0)
-                    .await,
+                pool.acknowledge_drain(&DrainAck {
+                    claim: claim(id, worker, epoch),
+                    active: *active,
+                    reserved: 0,
+                })
+                .await,
             )
         }
         Op::Expire { limit } => observe(pool.expire(*limit).await),

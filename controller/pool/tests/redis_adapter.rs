@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use activity_pool::model::*;
 use activity_pool::ports::*;
-use activity_pool::testkit::{FaultProxy, RedisSentinel, RedisServer};
+use activity_pool::testkit::{FaultProxy, RedisSentinel, RedisServer, candidate, extract_request};
 use activity_pool::{PoolError, RedisConnector, RedisOptions, RedisPool, Timestamp};
 
 const SECRET_PASSWORD: &str = "pw-NEVER-IN-KEYS";
@@ -19,26 +19,36 @@ const IDEM: &str = "idem-NEVER-IN-KEYS";
 const CLIENT: &str = "client-NEVER-IN-KEYS";
 const REQUEST: &str = "req-NEVER-IN-KEYS";
 
+/// The keys (below the prefix) every proxy write of `fill` touches: they expire with
+/// the latest hard expiry.
+const PROXY_KEYS: [&str; 10] = [
+    "records",
+    "unique",
+    "idkeys",
+    "expiry",
+    "available",
+    "inventory",
+    "managed",
+    "avail:vendor-a|http|eu|c1",
+    "combos",
+    "combos-version",
+];
+
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 fn unique(tag: &str) -> String {
     format!("{tag}-{}", NEXT.fetch_add(1, Ordering::SeqCst))
 }
 
+/// `testkit::candidate` in `region`, with the credentials no key may name.
 fn cand(id: &str, region: &str, ttl_secs: u64) -> Candidate {
     Candidate {
-        id: ProxyId::new(id).unwrap(),
-        protocol: Protocol::Http,
-        host: format!("{id}.vendor.test"),
-        port: 8080,
         credentials: Some(Credentials {
             username: format!("{SECRET_USER}-{id}"),
             password: Secret::new(SECRET_PASSWORD),
         }),
         region: Some(Label::new(region).unwrap()),
-        carrier: Some(Label::new("c1").unwrap()),
-        ttl: Duration::from_secs(ttl_secs),
-        max_concurrency: 4,
+        ..candidate(id, Duration::from_secs(ttl_secs))
     }
 }
 
@@ -53,19 +63,13 @@ fn batch(upstream: &str, candidates: Vec<Candidate>) -> FetchedBatch {
     }
 }
 
+/// A partial extraction of `count` proxies by `client-a` (`testkit::extract_request`),
+/// its digest naming the count, its result kept for an hour.
 fn req(count: u32) -> ExtractRequest {
     ExtractRequest {
-        client_id: ClientId::new("client-a").unwrap(),
-        request_id: RequestId::new(unique("req")).unwrap(),
-        idempotency_key: None,
         request_digest: RequestDigest::of(format!("count={count}").as_bytes()),
-        count: NonZeroU32::new(count).unwrap(),
-        fulfillment: Fulfillment::Partial,
-        filters: Filters::default(),
-        min_remaining_ttl: Duration::ZERO,
-        max_health_check_age: None,
-        reserve_for_gateway: 0,
         idempotency_ttl: Duration::from_secs(3600),
+        ..extract_request("client-a", count)
     }
 }
 
@@ -89,6 +93,66 @@ async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .unwrap()
+}
+
+/// Runs the admin command `command` with `args` (one value or a tuple) on `conn` and
+/// decodes its reply.
+async fn query<T: redis::FromRedisValue>(
+    conn: &mut impl redis::aio::ConnectionLike,
+    command: &str,
+    args: impl redis::ToRedisArgs,
+) -> T {
+    redis::cmd(command)
+        .arg(args)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
+/// A lease of `proxy` to `worker` for `secs` seconds.
+fn lease(proxy: &ProxyId, worker: &WorkerId, secs: u64) -> LeaseRequest {
+    LeaseRequest {
+        proxy_id: proxy.clone(),
+        worker_id: worker.clone(),
+        lease: Duration::from_secs(secs),
+    }
+}
+
+/// Leases `proxy` to `worker` for `secs` seconds.
+async fn assign(pool: &RedisPool, proxy: &str, worker: &WorkerId, secs: u64) -> Assignment {
+    let proxy = ProxyId::new(proxy).unwrap();
+    pool.assign(&lease(&proxy, worker, secs)).await.unwrap()
+}
+
+/// Session `session` of `worker`'s instance `instance`, `ttl_secs` seconds to live.
+fn registration(
+    worker: &WorkerId,
+    instance: &str,
+    session: &SessionId,
+    ttl_secs: u64,
+) -> SessionRegistration {
+    SessionRegistration {
+        worker_id: worker.clone(),
+        instance_id: InstanceId::new(instance).unwrap(),
+        session_id: session.clone(),
+        ttl: Duration::from_secs(ttl_secs),
+    }
+}
+
+/// The inventory figures of `vendor-a`.
+async fn inventory(pool: &RedisPool) -> UpstreamInventory {
+    pool.inventory(&UpstreamId::new("vendor-a").unwrap())
+        .await
+        .unwrap()
+}
+
+/// A pool at `url` holding `n` AVAILABLE proxies `<prefix>-<i>` (`fill`, two minutes to
+/// live), and their IDs.
+async fn filled(url: &str, prefix: &str, n: usize) -> (RedisPool, Vec<String>) {
+    let pool = pool_at(url).await;
+    let all = ids(prefix, n);
+    fill(&pool, &all, 120).await;
+    (pool, all)
 }
 
 /// Upserts `ids` (upstream `vendor-a`, region `eu`) and marks them AVAILABLE.
@@ -134,7 +198,7 @@ fn available(ids: &[String]) -> Vec<HealthUpdate> {
 }
 
 async fn all_keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
-    let mut keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(conn).await.unwrap();
+    let mut keys: Vec<String> = query(conn, "KEYS", "*").await;
     keys.sort();
     keys
 }
@@ -163,16 +227,9 @@ async fn states(pool: &RedisPool, ids: &[String]) -> HashMap<ProxyState, usize> 
 /// AVAILABLE, unowned records; counters equal the records they count.
 async fn assert_consistent(url: &str) {
     let mut c = admin(url).await;
-    let records: HashMap<String, String> = redis::cmd("HGETALL")
-        .arg("pp:{activity}:v2:records")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let owners: HashMap<String, String> = redis::cmd("HGETALL")
-        .arg("pp:{activity}:v2:owners")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let records: HashMap<String, String> =
+        query(&mut c, "HGETALL", "pp:{activity}:v2:records").await;
+    let owners: HashMap<String, String> = query(&mut c, "HGETALL", "pp:{activity}:v2:owners").await;
     let mut inventory: HashMap<String, i64> = HashMap::new();
     let mut managed: HashMap<String, i64> = HashMap::new();
     let mut available_expected = BTreeSet::new();
@@ -193,13 +250,8 @@ async fn assert_consistent(url: &str) {
             available_expected.insert(id.clone());
         }
     }
-    let available: Vec<String> = redis::cmd("ZRANGE")
-        .arg("pp:{activity}:v2:available")
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let available: Vec<String> =
+        query(&mut c, "ZRANGE", ("pp:{activity}:v2:available", 0, -1)).await;
     let available: BTreeSet<String> = available.into_iter().collect();
     assert_eq!(
         available, available_expected,
@@ -221,20 +273,10 @@ async fn assert_consistent(url: &str) {
         assert_eq!(combo, labels, "combination of {id}");
         combos_expected.entry(combo).or_default().insert(id.clone());
     }
-    let registry: BTreeSet<String> = redis::cmd("SMEMBERS")
-        .arg("pp:{activity}:v2:combos")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let registry: BTreeSet<String> = query(&mut c, "SMEMBERS", "pp:{activity}:v2:combos").await;
     let mut combos = HashMap::new();
     for k in &registry {
-        let members: Vec<String> = redis::cmd("ZRANGE")
-            .arg(k)
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut c)
-            .await
-            .unwrap();
+        let members: Vec<String> = query(&mut c, "ZRANGE", (k, 0, -1)).await;
         // A registered combination may be empty (until the maintenance sweep).
         if members.is_empty() {
             continue;
@@ -259,16 +301,8 @@ async fn assert_consistent(url: &str) {
         "every combination key is registered: {unregistered:?}"
     );
     assert_eq!(combos, combos_expected, "combination indexes");
-    let inv: HashMap<String, i64> = redis::cmd("HGETALL")
-        .arg("pp:{activity}:v2:inventory")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let man: HashMap<String, i64> = redis::cmd("HGETALL")
-        .arg("pp:{activity}:v2:managed")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let inv: HashMap<String, i64> = query(&mut c, "HGETALL", "pp:{activity}:v2:inventory").await;
+    let man: HashMap<String, i64> = query(&mut c, "HGETALL", "pp:{activity}:v2:managed").await;
     assert_eq!(inv, inventory, "inventory counters");
     assert_eq!(man, managed, "managed counters");
 }
@@ -276,9 +310,7 @@ async fn assert_consistent(url: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_key_is_under_the_prefix_and_no_secret_is_in_a_key_name() {
     let server = RedisServer::start();
-    let pool = pool_at(&server.url()).await;
-    let ids = ids("p", 20);
-    fill(&pool, &ids, 120).await;
+    let (pool, _) = filled(&server.url(), "p", 20).await;
     let mut r = req(3);
     r.client_id = ClientId::new(CLIENT).unwrap();
     r.request_id = RequestId::new(REQUEST).unwrap();
@@ -286,32 +318,28 @@ async fn every_key_is_under_the_prefix_and_no_secret_is_in_a_key_name() {
     r.filters.regions = vec![Label::new("eu").unwrap()];
     assert_eq!(proxy_ids(&pool.extract(&r).await.unwrap()).len(), 3);
     let worker = WorkerId::new("worker-1").unwrap();
-    let a = pool
-        .assign(
-            &ProxyId::new("p-10").unwrap(),
-            &worker,
-            Duration::from_secs(30),
-        )
+    let a = assign(&pool, "p-10", &worker, 30).await;
+    let session = SessionId::new("session-1").unwrap();
+    pool.register(&registration(&worker, "instance-1", &session, 60))
         .await
         .unwrap();
-    let session = SessionId::new("session-1").unwrap();
-    pool.register(&SessionRegistration {
+    pool.acknowledge(&SnapshotAck {
         worker_id: worker.clone(),
-        instance_id: InstanceId::new("instance-1").unwrap(),
         session_id: session.clone(),
+        version: 1,
+        epoch: a.epoch,
         ttl: Duration::from_secs(60),
     })
     .await
     .unwrap();
-    pool.acknowledge(&worker, &session, 1, a.epoch, Duration::from_secs(60))
-        .await
-        .unwrap();
     let report = RuntimeReport {
-        worker_id: worker.clone(),
-        session_id: session,
-        sequence: 1,
-        snapshot_version: 1,
-        epoch: a.epoch,
+        header: ReportHeader {
+            worker_id: worker.clone(),
+            session_id: session,
+            sequence: 1,
+            snapshot_version: 1,
+            epoch: a.epoch,
+        },
         entries: vec![RuntimeEntry {
             proxy_id: a.proxy_id.clone(),
             epoch: a.epoch,
@@ -325,9 +353,7 @@ async fn every_key_is_under_the_prefix_and_no_secret_is_in_a_key_name() {
         pool.write_report(&report).await.unwrap(),
         ReportAck::Accepted
     );
-    pool.inventory(&UpstreamId::new("vendor-a").unwrap())
-        .await
-        .unwrap();
+    inventory(&pool).await;
     pool.remove(
         &UpstreamId::new("vendor-a").unwrap(),
         &[ProxyId::new("p-11").unwrap()],
@@ -349,25 +375,16 @@ async fn every_key_is_under_the_prefix_and_no_secret_is_in_a_key_name() {
         }
     }
     // The shapes of the doc's key table.
-    for k in [
-        "records",
-        "unique",
-        "idkeys",
-        "expiry",
-        "available",
+    let worker_keys = [
         "owners",
         "owner-expiry",
         "epoch",
-        "inventory",
-        "managed",
         "worker-sessions",
         "worker-session-expiry",
         "worker-runtime",
         "worker-runtime-expiry",
-        "avail:vendor-a|http|eu|c1",
-        "combos",
-        "combos-version",
-    ] {
+    ];
+    for k in PROXY_KEYS.into_iter().chain(worker_keys) {
         assert!(
             keys.contains(&format!("pp:{{activity}}:v2:{k}")),
             "missing {k} in {keys:?}"
@@ -379,7 +396,7 @@ async fn every_key_is_under_the_prefix_and_no_secret_is_in_a_key_name() {
         .iter()
         .filter(|k| k.contains(":idem:") || k.contains(":op:"))
     {
-        let v: String = redis::cmd("GET").arg(k).query_async(&mut c).await.unwrap();
+        let v: String = query(&mut c, "GET", k).await;
         assert!(!v.contains(SECRET_PASSWORD), "{k} holds a password");
     }
     assert!(keys.iter().any(|k| k.starts_with("pp:{activity}:v2:op:")));
@@ -399,33 +416,16 @@ async fn main_key_ttls_follow_the_latest_hard_expiry() {
     fill(&pool, &ids("short", 5), 60).await;
     fill(&pool, &ids("long", 5), 120).await;
     let after = Timestamp::now().millis();
-    let latest: Vec<(String, i64)> = redis::cmd("ZRANGE")
-        .arg("pp:{activity}:v2:expiry")
-        .arg(-1)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let latest: Vec<(String, i64)> = query(
+        &mut c,
+        "ZRANGE",
+        ("pp:{activity}:v2:expiry", -1, -1, "WITHSCORES"),
+    )
+    .await;
     let latest = latest[0].1;
     assert!(latest >= before + 120_000 && latest <= after + 120_000);
-    for k in [
-        "records",
-        "unique",
-        "idkeys",
-        "expiry",
-        "available",
-        "inventory",
-        "managed",
-        "avail:vendor-a|http|eu|c1",
-        "combos",
-        "combos-version",
-    ] {
-        let at: i64 = redis::cmd("PEXPIRETIME")
-            .arg(format!("pp:{{activity}}:v2:{k}"))
-            .query_async(&mut c)
-            .await
-            .unwrap();
+    for k in PROXY_KEYS {
+        let at: i64 = query(&mut c, "PEXPIRETIME", format!("pp:{{activity}}:v2:{k}")).await;
         assert_eq!(at, latest, "{k} expires with the latest hard expiry");
     }
     // No key lives forever: a pool that stops being written frees itself. Except the
@@ -435,11 +435,7 @@ async fn main_key_ttls_follow_the_latest_hard_expiry() {
         if k == "pp:{activity}:v2:generation" {
             continue;
         }
-        let at: i64 = redis::cmd("PEXPIRETIME")
-            .arg(&k)
-            .query_async(&mut c)
-            .await
-            .unwrap();
+        let at: i64 = query(&mut c, "PEXPIRETIME", &k).await;
         assert!(at > 0, "{k} has no expiry");
         assert!(
             at <= latest.max(Timestamp::now().millis() + 600_000),
@@ -448,11 +444,7 @@ async fn main_key_ttls_follow_the_latest_hard_expiry() {
     }
     // A later proxy pushes it further.
     fill(&pool, &ids("later", 1), 300).await;
-    let at: i64 = redis::cmd("PEXPIRETIME")
-        .arg("pp:{activity}:v2:records")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let at: i64 = query(&mut c, "PEXPIRETIME", "pp:{activity}:v2:records").await;
     assert!(at >= latest + 150_000, "pushed to the new latest expiry");
 }
 
@@ -460,9 +452,7 @@ async fn main_key_ttls_follow_the_latest_hard_expiry() {
 async fn connection_dropped_after_commit_returns_the_first_result() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port()).await;
-    let pool = pool_at(&proxy.url()).await;
-    let all = ids("d", 10);
-    fill(&pool, &all, 120).await;
+    let (pool, all) = filled(&proxy.url(), "d", 10).await;
 
     // Extraction: Redis commits, the reply is lost, the adapter reconnects and retries
     // with the same operation ID: the stored result comes back, nothing is taken twice.
@@ -483,10 +473,7 @@ async fn connection_dropped_after_commit_returns_the_first_result() {
     assert_eq!(got.len(), 3);
     let s = states(&pool, &all).await;
     assert_eq!(s.get(&ProxyState::Extracted), Some(&3), "{s:?}");
-    let inv = pool
-        .inventory(&UpstreamId::new("vendor-a").unwrap())
-        .await
-        .unwrap();
+    let inv = inventory(&pool).await;
     assert_eq!(inv.unextracted, 7);
 
     // Upsert chunk: the stored chunk report answers the retry; counts do not change.
@@ -500,20 +487,14 @@ async fn connection_dropped_after_commit_returns_the_first_result() {
         .unwrap();
     assert_eq!(proxy.dropped_replies(), 2);
     assert_eq!(report.inserted, 4, "{report:?}");
-    let inv = pool
-        .inventory(&UpstreamId::new("vendor-a").unwrap())
-        .await
-        .unwrap();
+    let inv = inventory(&pool).await;
     assert_eq!(inv.unextracted, 11);
 
     // Assignment: one epoch, one assignment.
     let worker = WorkerId::new("w1").unwrap();
     let target = ProxyId::new(all.iter().find(|i| !got.contains(i)).unwrap().as_str()).unwrap();
     proxy.arm_drop_next_reply();
-    let a = pool
-        .assign(&target, &worker, Duration::from_secs(30))
-        .await
-        .unwrap();
+    let a = pool.assign(&lease(&target, &worker, 30)).await.unwrap();
     assert_eq!(proxy.dropped_replies(), 3);
     assert_eq!(pool.get(&target).await.unwrap(), Some(a));
     assert_consistent(&server.url()).await;
@@ -526,9 +507,7 @@ async fn connection_dropped_after_commit_returns_the_first_result() {
 async fn slow_reply_after_commit_returns_the_extraction() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port()).await;
-    let pool = pool_at(&proxy.url()).await;
-    let all = ids("s", 10);
-    fill(&pool, &all, 120).await;
+    let (pool, all) = filled(&proxy.url(), "s", 10).await;
     for (round, key) in [None, Some("slow-retry")].into_iter().enumerate() {
         let mut request = req(2);
         request.idempotency_key = key.map(|k| IdempotencyKey::new(k).unwrap());
@@ -555,10 +534,7 @@ async fn slow_reply_after_commit_returns_the_extraction() {
             "exactly what was returned is gone: {s:?}"
         );
     }
-    let inv = pool
-        .inventory(&UpstreamId::new("vendor-a").unwrap())
-        .await
-        .unwrap();
+    let inv = inventory(&pool).await;
     assert_eq!(inv.unextracted, 6);
     assert_consistent(&server.url()).await;
 }
@@ -566,43 +542,21 @@ async fn slow_reply_after_commit_returns_the_extraction() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_mid_run_is_survived() {
     let server = RedisServer::start();
-    let pool = pool_at(&server.url()).await;
-    let all = ids("f", 10);
-    fill(&pool, &all, 120).await;
+    let (pool, _) = filled(&server.url(), "f", 10).await;
     let mut c = admin(&server.url()).await;
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let _: () = query(&mut c, "SCRIPT", "FLUSH").await;
     assert_eq!(proxy_ids(&pool.extract(&req(2)).await.unwrap()).len(), 2);
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let _: () = query(&mut c, "SCRIPT", "FLUSH").await;
     fill(&pool, &ids("g", 3), 120).await;
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(
-        pool.inventory(&UpstreamId::new("vendor-a").unwrap())
-            .await
-            .unwrap()
-            .unextracted,
-        11
-    );
+    let _: () = query(&mut c, "SCRIPT", "FLUSH").await;
+    assert_eq!(inventory(&pool).await.unextracted, 11);
     assert_consistent(&server.url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancelled_calls_apply_fully_or_not_at_all() {
     let server = RedisServer::start();
-    let pool = pool_at(&server.url()).await;
-    let all = ids("c", 200);
-    fill(&pool, &all, 120).await;
+    let (pool, all) = filled(&server.url(), "c", 200).await;
     let mut returned = BTreeSet::new();
     let mut cancelled = 0;
     for i in 0..200u64 {
@@ -622,9 +576,7 @@ async fn cancelled_calls_apply_fully_or_not_at_all() {
         if i % 4 == 0 {
             let worker = WorkerId::new("w").unwrap();
             let id = ProxyId::new(all[(i as usize * 13) % all.len()].as_str()).unwrap();
-            let _ =
-                tokio::time::timeout(budget, pool.assign(&id, &worker, Duration::from_secs(10)))
-                    .await;
+            let _ = tokio::time::timeout(budget, pool.assign(&lease(&id, &worker, 10))).await;
         }
     }
     assert!(cancelled > 0, "some calls must have been cancelled");
@@ -635,25 +587,38 @@ async fn cancelled_calls_apply_fully_or_not_at_all() {
         extracted >= returned.len(),
         "every returned proxy is EXTRACTED"
     );
-    let inv = pool
-        .inventory(&UpstreamId::new("vendor-a").unwrap())
-        .await
-        .unwrap();
+    let inv = inventory(&pool).await;
     assert_eq!(inv.unextracted as usize, all.len() - extracted);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_is_unavailable_fast_and_restart_recovers() {
     let mut server = RedisServer::start();
-    let pool = pool_at(&server.url()).await;
-    let all = ids("s", 5);
-    fill(&pool, &all, 120).await;
+    let (pool, _) = filled(&server.url(), "s", 5).await;
     server.stop();
 
     let up = UpstreamId::new("vendor-a").unwrap();
     let p = ProxyId::new("s-1").unwrap();
     let w = WorkerId::new("w").unwrap();
     let s = SessionId::new("s").unwrap();
+    let claim = Claim {
+        proxy_id: p.clone(),
+        worker_id: w.clone(),
+        epoch: 1,
+    };
+    let ttl = Duration::from_secs(5);
+    let ack = SnapshotAck {
+        worker_id: w.clone(),
+        session_id: s.clone(),
+        version: 1,
+        epoch: 1,
+        ttl,
+    };
+    let reject = SnapshotReject {
+        worker_id: w.clone(),
+        session_id: s.clone(),
+        ttl,
+    };
     let started = Instant::now();
     let results: Vec<(&str, Result<(), PoolError>)> = vec![
         (
@@ -679,57 +644,42 @@ async fn redis_down_is_unavailable_fast_and_restart_recovers() {
             .map(|_| ()),
         ),
         ("extract", pool.extract(&req(1)).await.map(|_| ())),
-        (
-            "assign",
-            pool.assign(&p, &w, Duration::from_secs(5))
-                .await
-                .map(|_| ()),
-        ),
+        ("assign", pool.assign(&lease(&p, &w, 5)).await.map(|_| ())),
         (
             "renew",
-            pool.renew(&p, &w, 1, Duration::from_secs(5))
-                .await
-                .map(|_| ()),
+            pool.renew(&claim, Duration::from_secs(5)).await.map(|_| ()),
         ),
-        ("begin_drain", pool.begin_drain(&p, &w, 1).await.map(|_| ())),
+        ("begin_drain", pool.begin_drain(&claim).await.map(|_| ())),
         (
             "acknowledge_drain",
-            pool.acknowledge_drain(&p, &w, 1, 0, 0).await,
+            pool.acknowledge_drain(&DrainAck {
+                claim: claim.clone(),
+                active: 0,
+                reserved: 0,
+            })
+            .await,
         ),
         ("get", pool.get(&p).await.map(|_| ())),
         ("expire", pool.expire(10).await.map(|_| ())),
         (
             "register",
-            pool.register(&SessionRegistration {
-                worker_id: w.clone(),
-                instance_id: InstanceId::new("i").unwrap(),
-                session_id: s.clone(),
-                ttl: Duration::from_secs(5),
-            })
-            .await
-            .map(|_| ()),
-        ),
-        (
-            "acknowledge",
-            pool.acknowledge(&w, &s, 1, 1, Duration::from_secs(5))
+            pool.register(&registration(&w, "i", &s, 5))
                 .await
                 .map(|_| ()),
         ),
-        (
-            "reject",
-            pool.reject_snapshot(&w, &s, Duration::from_secs(5))
-                .await
-                .map(|_| ()),
-        ),
+        ("acknowledge", pool.acknowledge(&ack).await.map(|_| ())),
+        ("reject", pool.reject_snapshot(&reject).await.map(|_| ())),
         ("session", pool.session(&w).await.map(|_| ())),
         (
             "report",
             pool.write_report(&RuntimeReport {
-                worker_id: w.clone(),
-                session_id: s.clone(),
-                sequence: 1,
-                snapshot_version: 1,
-                epoch: 1,
+                header: ReportHeader {
+                    worker_id: w.clone(),
+                    session_id: s.clone(),
+                    sequence: 1,
+                    snapshot_version: 1,
+                    epoch: 1,
+                },
                 entries: vec![],
                 ttl: Duration::from_secs(5),
             })
@@ -797,23 +747,13 @@ async fn wrong_password_fails_without_printing_it() {
     let pool = RedisPool::new(connector, RedisOptions::default())
         .await
         .unwrap();
-    assert_eq!(
-        pool.inventory(&UpstreamId::new("vendor-a").unwrap())
-            .await
-            .unwrap()
-            .unextracted,
-        2
-    );
+    assert_eq!(inventory(&pool).await.unextracted, 2);
 }
 
 async fn sentinel_master_port(sentinel: &RedisSentinel) -> u16 {
     let mut c = admin(&format!("redis://{}/", sentinel.addr())).await;
-    let (_, port): (String, u16) = redis::cmd("SENTINEL")
-        .arg("get-master-addr-by-name")
-        .arg("pool")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let (_, port): (String, u16) =
+        query(&mut c, "SENTINEL", ("get-master-addr-by-name", "pool")).await;
     port
 }
 
@@ -833,25 +773,13 @@ async fn sentinel_connector_resolves_the_master_and_follows_a_failover() {
     let all = ids("m", 10);
     fill(&pool, &all, 300).await;
     let worker = WorkerId::new("w").unwrap();
-    let a1 = pool
-        .assign(
-            &ProxyId::new("m-0").unwrap(),
-            &worker,
-            Duration::from_secs(60),
-        )
-        .await
-        .unwrap();
+    let a1 = assign(&pool, "m-0", &worker, 60).await;
 
     // Let the replica catch up, wait until the sentinel knows it, then fail over.
     let mut m = admin(&master.url()).await;
     let synced = Instant::now() + Duration::from_secs(20);
     loop {
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(1)
-            .arg(200)
-            .query_async(&mut m)
-            .await
-            .unwrap();
+        let acked: i64 = query(&mut m, "WAIT", (1, 200)).await;
         if acked == 1 {
             break;
         }
@@ -882,11 +810,7 @@ async fn sentinel_connector_resolves_the_master_and_follows_a_failover() {
     let mut last = None;
     while Instant::now() < deadline {
         match pool
-            .assign(
-                &ProxyId::new("m-1").unwrap(),
-                &worker,
-                Duration::from_secs(60),
-            )
+            .assign(&lease(&ProxyId::new("m-1").unwrap(), &worker, 60))
             .await
         {
             Ok(a2) => {
@@ -906,10 +830,7 @@ async fn sentinel_connector_resolves_the_master_and_follows_a_failover() {
     }
     assert!(last.is_none(), "never followed the new master: {last:?}");
     assert_eq!(proxy_ids(&pool.extract(&req(3)).await.unwrap()).len(), 3);
-    let inv = pool
-        .inventory(&UpstreamId::new("vendor-a").unwrap())
-        .await
-        .unwrap();
+    let inv = inventory(&pool).await;
     assert_eq!(inv.unextracted, 7, "data followed the failover");
     assert_consistent(&replica.url()).await;
 }
@@ -918,20 +839,8 @@ async fn sentinel_connector_resolves_the_master_and_follows_a_failover() {
 async fn slowlog_never_holds_a_password() {
     let server = RedisServer::start();
     let mut c = admin(&server.url()).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("slowlog-log-slower-than")
-        .arg(0)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("slowlog-max-len")
-        .arg(10_000)
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let _: () = query(&mut c, "CONFIG", ("SET", "slowlog-log-slower-than", 0)).await;
+    let _: () = query(&mut c, "CONFIG", ("SET", "slowlog-max-len", 10_000)).await;
     let pool = pool_at(&server.url()).await;
     // One candidate per batch: the shortest payload, the password nearest its start.
     for id in ids("sl", 5) {
@@ -939,12 +848,7 @@ async fn slowlog_never_holds_a_password() {
     }
     fill(&pool, &ids("many", 40), 60).await;
     assert_eq!(proxy_ids(&pool.extract(&req(3)).await.unwrap()).len(), 3);
-    let log: redis::Value = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(10_000)
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let log: redis::Value = query(&mut c, "SLOWLOG", ("GET", 10_000)).await;
     let text = format!("{log:?}");
     assert!(text.contains("EVALSHA"), "the slowlog recorded the calls");
     assert!(
@@ -961,9 +865,7 @@ async fn slowlog_never_holds_a_password() {
 async fn unanswering_redis_fails_every_caller_within_the_timeout() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port()).await;
-    let pool = pool_at(&proxy.url()).await;
-    let all = ids("b", 10);
-    fill(&pool, &all, 120).await;
+    let (pool, _) = filled(&proxy.url(), "b", 10).await;
     proxy.set_blackhole(true);
 
     // 20 callers at once: the live connection times out (500 ms), then one reconnect
@@ -1027,9 +929,7 @@ async fn large_sweeps_run_in_bounded_scripts_and_report_more() {
     let worker = WorkerId::new("w").unwrap();
     for id in &all[..700] {
         let p = ProxyId::new(id.as_str()).unwrap();
-        pool.assign(&p, &worker, Duration::from_secs(10))
-            .await
-            .unwrap();
+        pool.assign(&lease(&p, &worker, 10)).await.unwrap();
     }
     clock.advance(Duration::from_secs(20));
     let e = pool.expire(600).await.unwrap();
@@ -1042,28 +942,18 @@ async fn large_sweeps_run_in_bounded_scripts_and_report_more() {
     assert_eq!((p.purged, p.more), (1000, true));
     let p = pool.purge_expired(1000).await.unwrap();
     assert_eq!((p.purged, p.more), (300, false));
-    let inv = pool
-        .inventory(&UpstreamId::new("vendor-a").unwrap())
-        .await
-        .unwrap();
+    let inv = inventory(&pool).await;
     assert_eq!((inv.unextracted, inv.managed), (0, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dangling_index_member_is_skipped_not_fatal() {
     let server = RedisServer::start();
-    let pool = pool_at(&server.url()).await;
-    let all = ids("g", 5);
-    fill(&pool, &all, 120).await;
+    let (pool, _) = filled(&server.url(), "g", 5).await;
     // Damage the data behind the adapter's back: one record vanishes, its index
     // memberships stay.
     let mut c = admin(&server.url()).await;
-    let _: i64 = redis::cmd("HDEL")
-        .arg("pp:{activity}:v2:records")
-        .arg("g-2")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let _: i64 = query(&mut c, "HDEL", ("pp:{activity}:v2:records", "g-2")).await;
     let got = proxy_ids(&pool.extract(&req(5)).await.unwrap());
     assert_eq!(got.len(), 4, "{got:?}");
     assert!(!got.contains(&"g-2".to_owned()));
@@ -1105,11 +995,7 @@ async fn ten_thousand_label_combinations_work_and_dropped_ones_are_forgotten() {
     );
     let mut conn = admin(&server.url()).await;
     let combos_key = "pp:{activity}:v2:combos";
-    let registered: usize = redis::cmd("SCARD")
-        .arg(combos_key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let registered: usize = query(&mut conn, "SCARD", combos_key).await;
     assert_eq!(registered, SIDE * SIDE);
 
     let filtered = |regions: &[&str], carriers: &[&str], count: u32| {
@@ -1146,11 +1032,7 @@ async fn ten_thousand_label_combinations_work_and_dropped_ones_are_forgotten() {
     assert_eq!(got.len(), 100);
     let before = pool.known_index_keys();
     pool.purge_expired(10_000).await.unwrap();
-    let registered: usize = redis::cmd("SCARD")
-        .arg(combos_key)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let registered: usize = query(&mut conn, "SCARD", combos_key).await;
     // Every emptied combination: r1's 100, r7's 5, k-9-3, the 3 unfiltered and k-8-8.
     let emptied = SIDE + 5 + 1 + 3 + 1;
     assert_eq!(registered, SIDE * SIDE - emptied);
@@ -1248,10 +1130,7 @@ async fn a_redis_restarted_without_its_data_begins_a_new_generation_that_holds_b
         extracted(pool.extract(&req(4)).await.unwrap()).is_empty(),
         "nothing handed out again during the quarantine"
     );
-    let inv = pool
-        .inventory(&UpstreamId::new("vendor-a").unwrap())
-        .await
-        .unwrap();
+    let inv = inventory(&pool).await;
     assert_eq!(inv.available, 0);
     assert_eq!(inv.quarantined_until, Some(Timestamp(g2.0 + 2_000)));
     tokio::time::sleep(q).await;
@@ -1260,11 +1139,7 @@ async fn a_redis_restarted_without_its_data_begins_a_new_generation_that_holds_b
     // holds, so a pool past them keeps only the generation's start.
     fill_held(&pool, &ids("gen-late", 1), q).await;
     let mut c = admin(&server.url()).await;
-    let fields: Vec<String> = redis::cmd("HKEYS")
-        .arg("pp:{activity}:v2:generation")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let fields: Vec<String> = query(&mut c, "HKEYS", "pp:{activity}:v2:generation").await;
     assert_eq!(fields, vec!["start".to_string()]);
 }
 
@@ -1278,11 +1153,7 @@ async fn a_pool_written_before_generations_is_not_held_back() {
     let all = ids("old", 3);
     fill(&pool, &all, 600).await;
     let mut c = admin(&server.url()).await;
-    let _: i64 = redis::cmd("DEL")
-        .arg("pp:{activity}:v2:generation")
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    let _: i64 = query(&mut c, "DEL", "pp:{activity}:v2:generation").await;
     let report = fill_held(&pool, &all, Duration::from_secs(3600)).await;
     assert_eq!(report.refreshed, 3);
     assert_eq!(report.generation_started, None);

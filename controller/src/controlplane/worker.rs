@@ -7,8 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use activity_pool::model::{
-    InstanceId, ProxyId, ReportAck, RuntimeEntry, RuntimeReport, SessionId, SessionRegistration,
-    WorkerId,
+    InstanceId, ProxyId, ReportAck, ReportHeader, RuntimeEntry, RuntimeReport, SessionId,
+    SessionRegistration, SnapshotAck, SnapshotReject, WorkerId,
 };
 use proxy_pool_api::controlplane::convert::{check_id, checksum_from_wire};
 use proxy_pool_api::controlplane::limits::{self as sizes, log_text, span_id};
@@ -170,14 +170,24 @@ impl WorkerService {
             self.shared
                 .ports
                 .sessions
-                .acknowledge(&worker, &session, m.version, m.ownership_epoch, ttl)
+                .acknowledge(&SnapshotAck {
+                    worker_id: worker.clone(),
+                    session_id: session.clone(),
+                    version: m.version,
+                    epoch: m.ownership_epoch,
+                    ttl,
+                })
                 .await?
         } else {
             tracing::warn!(worker = %worker, version = m.version, reason = %log_text(&m.reason, 64), "negative snapshot ACK; runtime fence closed");
             self.shared
                 .ports
                 .sessions
-                .reject_snapshot(&worker, &session, ttl)
+                .reject_snapshot(&SnapshotReject {
+                    worker_id: worker.clone(),
+                    session_id: session.clone(),
+                    ttl,
+                })
                 .await?
         };
         Ok(pb::AcknowledgeSnapshotResponse {
@@ -224,11 +234,13 @@ impl WorkerService {
             .ports
             .reports
             .write_report(&RuntimeReport {
-                worker_id: worker.clone(),
-                session_id: session,
-                sequence: m.report_sequence,
-                snapshot_version: m.snapshot_version,
-                epoch: m.ownership_epoch,
+                header: ReportHeader {
+                    worker_id: worker.clone(),
+                    session_id: session,
+                    sequence: m.report_sequence,
+                    snapshot_version: m.snapshot_version,
+                    epoch: m.ownership_epoch,
+                },
                 entries,
                 ttl: self.shared.config.runtime_report_ttl,
             })

@@ -14,9 +14,9 @@ mod upsert;
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::options::PoolOptions;
 use state::State;
 
@@ -42,4 +42,18 @@ impl MemoryPool {
             options,
         }
     }
+
+    /// What `f` reads from the state at the pool's now (one atomic step).
+    fn read<T>(&self, f: impl FnOnce(&State, Timestamp) -> T) -> T {
+        let (st, now) = self.locked();
+        f(&st, now)
+    }
+
+    /// The state, locked for one atomic step, and the pool's now.
+    fn locked(&self) -> (MutexGuard<'_, State>, Timestamp) {
+        let now = self.clock.now();
+        (self.state.lock(), now)
+    }
 }
+
+impl crate::ports::ActivityPool for MemoryPool {}

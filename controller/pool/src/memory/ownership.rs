@@ -8,27 +8,24 @@ use super::MemoryPool;
 use super::state::State;
 use crate::clock::Timestamp;
 use crate::error::{ConflictReason, PoolError, PoolResult};
-use crate::model::{Assignment, ExpiredAssignments, LeasePage, ProxyId, ProxyState, WorkerId};
-use crate::options::MAX_SWEEP;
+use crate::model::{
+    Assignment, Claim, DrainAck, ExpiredAssignments, LeasePage, LeaseRequest, ProxyId, ProxyState,
+};
 use crate::ports::OwnershipRepository;
+use crate::validate::{check_page_limit, check_sweep_limit};
 
 /// The live assignment of `proxy`, matching `worker` and `epoch` with an unexpired lease.
-fn matching(
-    st: &State,
-    proxy: &ProxyId,
-    worker: &WorkerId,
-    epoch: u64,
-    now: Timestamp,
-) -> PoolResult<Assignment> {
-    if st.live(proxy, now).is_none() {
+/// The live assignment `claim` names, unexpired.
+fn matching(st: &State, claim: &Claim, now: Timestamp) -> PoolResult<Assignment> {
+    if st.live(&claim.proxy_id, now).is_none() {
         return Err(PoolError::NotFound);
     }
     let a = st
         .owners
-        .get(proxy)
-        .filter(|a| &a.worker_id == worker)
+        .get(&claim.proxy_id)
+        .filter(|a| a.worker_id == claim.worker_id)
         .ok_or(PoolError::Conflict(ConflictReason::NotOwner))?;
-    if a.epoch != epoch {
+    if a.epoch != claim.epoch {
         return Err(PoolError::Conflict(ConflictReason::EpochMismatch));
     }
     if a.lease_expires_at <= now {
@@ -47,14 +44,9 @@ fn set_lease(st: &mut State, a: &mut Assignment, end: Timestamp) {
 
 #[async_trait]
 impl OwnershipRepository for MemoryPool {
-    async fn assign(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        lease: Duration,
-    ) -> PoolResult<Assignment> {
-        let now = self.clock.now();
-        let mut st = self.state.lock();
+    async fn assign(&self, request: &LeaseRequest) -> PoolResult<Assignment> {
+        let proxy = &request.proxy_id;
+        let (mut st, now) = self.locked();
         st.purge_expired(now, self.options.opportunistic_purge);
         let Some(s) = st.live(proxy, now) else {
             return Err(PoolError::NotFound);
@@ -72,9 +64,9 @@ impl OwnershipRepository for MemoryPool {
         let mut a = Assignment {
             proxy_id: proxy.clone(),
             upstream: r.upstream.clone(),
-            worker_id: worker.clone(),
+            worker_id: request.worker_id.clone(),
             epoch: st.epoch,
-            lease_expires_at: now.plus(lease).min(r.usable_until),
+            lease_expires_at: now.plus(request.lease).min(r.usable_until),
             draining: false,
         };
         st.unindex(&r);
@@ -84,77 +76,53 @@ impl OwnershipRepository for MemoryPool {
         Ok(a)
     }
 
-    async fn renew(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-        lease: Duration,
-    ) -> PoolResult<Assignment> {
-        let now = self.clock.now();
-        let mut st = self.state.lock();
-        let mut a = matching(&st, proxy, worker, epoch, now)?;
+    async fn renew(&self, claim: &Claim, lease: Duration) -> PoolResult<Assignment> {
+        let (mut st, now) = self.locked();
+        let mut a = matching(&st, claim, now)?;
         let usable_until = st
-            .live(proxy, now)
+            .live(&claim.proxy_id, now)
             .map(|s| s.record.usable_until)
             .unwrap_or(now);
         set_lease(&mut st, &mut a, now.plus(lease).min(usable_until));
         Ok(a)
     }
 
-    async fn begin_drain(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-    ) -> PoolResult<Assignment> {
-        let now = self.clock.now();
-        let mut st = self.state.lock();
-        let mut a = matching(&st, proxy, worker, epoch, now)?;
+    async fn begin_drain(&self, claim: &Claim) -> PoolResult<Assignment> {
+        let (mut st, now) = self.locked();
+        let mut a = matching(&st, claim, now)?;
         if a.draining {
             return Ok(a);
         }
         a.draining = true;
+        let proxy = &claim.proxy_id;
         st.owners.insert(proxy.clone(), a.clone());
         st.update(proxy, now, |r| r.state = ProxyState::Draining);
         Ok(a)
     }
 
-    async fn acknowledge_drain(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-        active: u32,
-        reserved: u32,
-    ) -> PoolResult<()> {
-        let now = self.clock.now();
-        let mut st = self.state.lock();
-        let a = matching(&st, proxy, worker, epoch, now)?;
+    async fn acknowledge_drain(&self, ack: &DrainAck) -> PoolResult<()> {
+        let (mut st, now) = self.locked();
+        let a = matching(&st, &ack.claim, now)?;
         if !a.draining {
             return Err(PoolError::Conflict(ConflictReason::NotDraining));
         }
-        if active > 0 || reserved > 0 {
+        if ack.active > 0 || ack.reserved > 0 {
             return Err(PoolError::Conflict(ConflictReason::Busy));
         }
-        st.release(proxy, now);
+        st.release(&ack.claim.proxy_id, now);
         Ok(())
     }
 
     async fn get(&self, proxy: &ProxyId) -> PoolResult<Option<Assignment>> {
-        let now = self.clock.now();
-        let st = self.state.lock();
-        Ok(st
-            .live(proxy, now)
-            .and_then(|_| st.owners.get(proxy).cloned()))
+        Ok(self.read(|st, now| {
+            st.live(proxy, now)
+                .and_then(|_| st.owners.get(proxy).cloned())
+        }))
     }
 
     async fn expire(&self, limit: u32) -> PoolResult<ExpiredAssignments> {
-        if limit > MAX_SWEEP {
-            return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
-        }
-        let now = self.clock.now();
-        let mut st = self.state.lock();
+        check_sweep_limit(limit)?;
+        let (mut st, now) = self.locked();
         let due: Vec<ProxyId> = st
             .owner_expiry
             .iter()
@@ -173,14 +141,11 @@ impl OwnershipRepository for MemoryPool {
     }
 
     async fn leases(&self, cursor: Option<&str>, limit: u32) -> PoolResult<LeasePage> {
-        if limit == 0 || limit > MAX_SWEEP {
-            return Err(PoolError::invalid("limit", format!("1 to {MAX_SWEEP}")));
-        }
+        check_page_limit(limit)?;
         if cursor.is_some_and(|c| ProxyId::new(c).is_err()) {
             return Err(PoolError::invalid("cursor", "not a cursor of this pool"));
         }
-        let now = self.clock.now();
-        let st = self.state.lock();
+        let (st, now) = self.locked();
         // Pages in proxy ID order; the cursor is the last ID of the previous page.
         let mut ids: Vec<&ProxyId> = st
             .owners

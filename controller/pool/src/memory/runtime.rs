@@ -9,11 +9,11 @@ use super::state::{Index, State, StoredReport, combo_labels};
 use crate::clock::Timestamp;
 use crate::error::{ConflictReason, PoolError, PoolResult};
 use crate::model::{
-    ReportAck, RuntimeReport, SessionId, SessionRegistration, UpstreamId, UpstreamInventory,
-    WorkerId, WorkerRuntime, WorkerSession,
+    ReportAck, RuntimeReport, SessionId, SessionRegistration, SnapshotAck, SnapshotReject,
+    UpstreamId, UpstreamInventory, WorkerId, WorkerRuntime, WorkerSession,
 };
 use crate::ports::{InventoryReader, ReportWriter, RuntimeReader, SessionWriter};
-use crate::validate::{check_report, report_digest};
+use crate::validate::{check_positive, check_report, report_digest};
 
 fn put_session(st: &mut State, s: WorkerSession) {
     if let Some(old) = st.sessions.get(&s.worker_id) {
@@ -44,14 +44,31 @@ fn matching_session(
         .ok_or(PoolError::Conflict(ConflictReason::StaleSession))
 }
 
+impl MemoryPool {
+    /// A snapshot ACK, positive or negative: `answer` applied to the worker's live
+    /// session `session`, which is renewed for `ttl`; in one atomic step.
+    fn answer_snapshot(
+        &self,
+        worker: &WorkerId,
+        session: &SessionId,
+        ttl: Duration,
+        answer: impl FnOnce(&mut WorkerSession),
+    ) -> PoolResult<WorkerSession> {
+        check_positive("ttl", ttl)?;
+        let (mut st, now) = self.locked();
+        let mut s = matching_session(&st, worker, session, now)?;
+        answer(&mut s);
+        s.expires_at = now.plus(ttl);
+        put_session(&mut st, s.clone());
+        Ok(s)
+    }
+}
+
 #[async_trait]
 impl SessionWriter for MemoryPool {
     async fn register(&self, reg: &SessionRegistration) -> PoolResult<WorkerSession> {
-        if reg.ttl.is_zero() {
-            return Err(PoolError::invalid("ttl", "must be positive"));
-        }
-        let now = self.clock.now();
-        let mut st = self.state.lock();
+        check_positive("ttl", reg.ttl)?;
+        let (mut st, now) = self.locked();
         let session = WorkerSession {
             worker_id: reg.worker_id.clone(),
             instance_id: reg.instance_id.clone(),
@@ -66,49 +83,22 @@ impl SessionWriter for MemoryPool {
         Ok(session)
     }
 
-    async fn acknowledge(
-        &self,
-        worker: &WorkerId,
-        session: &SessionId,
-        version: u64,
-        epoch: u64,
-        ttl: Duration,
-    ) -> PoolResult<WorkerSession> {
-        if ttl.is_zero() {
-            return Err(PoolError::invalid("ttl", "must be positive"));
-        }
-        let now = self.clock.now();
-        let mut st = self.state.lock();
-        let mut s = matching_session(&st, worker, session, now)?;
-        s.acked_version = Some(version);
-        s.acked_epoch = Some(epoch);
-        s.fence_open = true;
-        s.expires_at = now.plus(ttl);
-        put_session(&mut st, s.clone());
-        Ok(s)
+    async fn acknowledge(&self, ack: &SnapshotAck) -> PoolResult<WorkerSession> {
+        self.answer_snapshot(&ack.worker_id, &ack.session_id, ack.ttl, |s| {
+            s.acked_version = Some(ack.version);
+            s.acked_epoch = Some(ack.epoch);
+            s.fence_open = true;
+        })
     }
 
-    async fn reject_snapshot(
-        &self,
-        worker: &WorkerId,
-        session: &SessionId,
-        ttl: Duration,
-    ) -> PoolResult<WorkerSession> {
-        if ttl.is_zero() {
-            return Err(PoolError::invalid("ttl", "must be positive"));
-        }
-        let now = self.clock.now();
-        let mut st = self.state.lock();
-        let mut s = matching_session(&st, worker, session, now)?;
-        s.fence_open = false;
-        s.expires_at = now.plus(ttl);
-        put_session(&mut st, s.clone());
-        Ok(s)
+    async fn reject_snapshot(&self, reject: &SnapshotReject) -> PoolResult<WorkerSession> {
+        self.answer_snapshot(&reject.worker_id, &reject.session_id, reject.ttl, |s| {
+            s.fence_open = false;
+        })
     }
 
     async fn session(&self, worker: &WorkerId) -> PoolResult<Option<WorkerSession>> {
-        let now = self.clock.now();
-        Ok(self.state.lock().live_session(worker, now).cloned())
+        Ok(self.read(|st, now| st.live_session(worker, now).cloned()))
     }
 }
 
@@ -117,26 +107,30 @@ impl ReportWriter for MemoryPool {
     async fn write_report(&self, report: &RuntimeReport) -> PoolResult<ReportAck> {
         check_report(report)?;
         let digest = report_digest(report);
-        let now = self.clock.now();
-        let mut st = self.state.lock();
-        let session = matching_session(&st, &report.worker_id, &report.session_id, now)?;
+        let (mut st, now) = self.locked();
+        let session = matching_session(
+            &st,
+            &report.header.worker_id,
+            &report.header.session_id,
+            now,
+        )?;
         if !session.fence_open {
             return Err(PoolError::Conflict(ConflictReason::FenceClosed));
         }
-        if session.acked_version != Some(report.snapshot_version)
-            || session.acked_epoch != Some(report.epoch)
+        if session.acked_version != Some(report.header.snapshot_version)
+            || session.acked_epoch != Some(report.header.epoch)
         {
             return Err(PoolError::Conflict(ConflictReason::BoundMismatch));
         }
         if let Some(prev) = st
             .runtime
-            .get(&report.worker_id)
-            .filter(|p| p.runtime.session_id == report.session_id)
+            .get(&report.header.worker_id)
+            .filter(|p| p.runtime.header.session_id == report.header.session_id)
         {
-            if report.sequence < prev.runtime.sequence {
+            if report.header.sequence < prev.runtime.header.sequence {
                 return Err(PoolError::Conflict(ConflictReason::SequenceRegression));
             }
-            if report.sequence == prev.runtime.sequence {
+            if report.header.sequence == prev.runtime.header.sequence {
                 return if prev.digest == digest {
                     Ok(ReportAck::Replayed)
                 } else {
@@ -149,11 +143,11 @@ impl ReportWriter for MemoryPool {
                 continue;
             }
             let owned = st.live(&e.proxy_id, now).is_some()
-                && e.epoch <= report.epoch
+                && e.epoch <= report.header.epoch
                 && st
                     .owners
                     .get(&e.proxy_id)
-                    .is_some_and(|a| a.worker_id == report.worker_id && a.epoch == e.epoch);
+                    .is_some_and(|a| a.worker_id == report.header.worker_id && a.epoch == e.epoch);
             if !owned {
                 return Err(PoolError::Conflict(ConflictReason::OwnershipMismatch));
             }
@@ -161,19 +155,17 @@ impl ReportWriter for MemoryPool {
         let mut entries = report.entries.clone();
         entries.sort_by(|a, b| a.proxy_id.cmp(&b.proxy_id));
         let runtime = WorkerRuntime {
-            worker_id: report.worker_id.clone(),
-            session_id: report.session_id.clone(),
-            sequence: report.sequence,
-            snapshot_version: report.snapshot_version,
-            epoch: report.epoch,
+            header: report.header.clone(),
             entries,
             expires_at: now.plus(report.ttl),
         };
-        drop_runtime(&mut st, &report.worker_id);
+        drop_runtime(&mut st, &report.header.worker_id);
         st.runtime_expiry
-            .insert((runtime.expires_at.0, report.worker_id.clone()));
-        st.runtime
-            .insert(report.worker_id.clone(), StoredReport { runtime, digest });
+            .insert((runtime.expires_at.0, report.header.worker_id.clone()));
+        st.runtime.insert(
+            report.header.worker_id.clone(),
+            StoredReport { runtime, digest },
+        );
         Ok(ReportAck::Accepted)
     }
 }
@@ -181,16 +173,14 @@ impl ReportWriter for MemoryPool {
 #[async_trait]
 impl RuntimeReader for MemoryPool {
     async fn runtime(&self, worker: &WorkerId) -> PoolResult<Option<WorkerRuntime>> {
-        let now = self.clock.now();
-        Ok(self.state.lock().readable_runtime(worker, now).cloned())
+        Ok(self.read(|st, now| st.readable_runtime(worker, now).cloned()))
     }
 }
 
 #[async_trait]
 impl InventoryReader for MemoryPool {
     async fn inventory(&self, upstream: &UpstreamId) -> PoolResult<UpstreamInventory> {
-        let now = self.clock.now();
-        let st = self.state.lock();
+        let (st, now) = self.locked();
         let unowned: Vec<&Index> = st
             .combos
             .iter()
@@ -225,7 +215,7 @@ impl InventoryReader for MemoryPool {
             };
             let Some(rt) = st
                 .readable_runtime(&a.worker_id, now)
-                .filter(|rt| rt.epoch >= a.epoch)
+                .filter(|rt| rt.header.epoch >= a.epoch)
             else {
                 continue;
             };

@@ -96,6 +96,31 @@ pub(super) fn combo_labels(combo: &str) -> [&str; 4] {
     [next(), next(), next(), next()]
 }
 
+/// Whether the earliest entry of an expiry set is due at `now`.
+pub(super) fn first_due<K: Ord>(expiry: &BTreeSet<(i64, K)>, now: Timestamp) -> bool {
+    expiry.first().is_some_and(|(t, _)| *t <= now.0)
+}
+
+/// Drops at most `limit` entries of a worker expiry set due at `now`, with the values
+/// they time in `values` (sessions, runtime reports); returns how many.
+pub(super) fn purge_due_workers<V>(
+    expiry: &mut BTreeSet<(i64, WorkerId)>,
+    values: &mut HashMap<WorkerId, V>,
+    now: Timestamp,
+    limit: u32,
+) -> u32 {
+    let mut purged = 0;
+    while purged < limit {
+        let Some(entry) = expiry.first().filter(|(t, _)| *t <= now.0).cloned() else {
+            break;
+        };
+        expiry.remove(&entry);
+        values.remove(&entry.1);
+        purged += 1;
+    }
+    purged
+}
+
 impl State {
     /// When `upstream`'s hold-back ends, while it lasts (`docs/pool.md`, "Pool
     /// generations"): its proxies are neither extractable nor assignable before.
@@ -110,6 +135,11 @@ impl State {
 
     pub fn live(&self, id: &ProxyId, now: Timestamp) -> Option<&Stored> {
         self.records.get(id).filter(|s| s.record.expires_at > now)
+    }
+
+    /// The state of a live record.
+    pub fn live_state(&self, id: &ProxyId, now: Timestamp) -> Option<ProxyState> {
+        self.live(id, now).map(|s| s.record.state)
     }
 
     /// Removes a record from every AVAILABLE index and its upstream's owned index.
@@ -279,7 +309,7 @@ impl State {
     pub fn readable_runtime(&self, worker: &WorkerId, now: Timestamp) -> Option<&WorkerRuntime> {
         let session = self.live_session(worker, now)?;
         let stored = self.runtime.get(worker)?;
-        (stored.runtime.expires_at > now && stored.runtime.session_id == session.session_id)
+        (stored.runtime.expires_at > now && stored.runtime.header.session_id == session.session_id)
             .then_some(&stored.runtime)
     }
 }

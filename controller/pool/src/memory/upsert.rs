@@ -4,19 +4,36 @@ use async_trait::async_trait;
 
 use super::MemoryPool;
 use super::extract::merged;
-use super::state::{Mark, State, Stored, StoredResult, combo_labels};
+use super::state::{Mark, State, Stored, StoredResult, combo_labels, first_due, purge_due_workers};
 use crate::clock::Timestamp;
-use crate::error::{PoolError, PoolResult};
+use crate::error::PoolResult;
 use crate::model::{
     CheckEnd, CheckMark, CheckStart, DropReason, HealthResult, HealthUpdate, ProxyId, ProxyRecord,
     ProxyState, PurgeReport, RemoveResult, UpsertReport, UpstreamId,
 };
-use crate::options::{MAX_SWEEP, UPSERT_CHUNK};
+use crate::options::UPSERT_CHUNK;
 use crate::ports::{HealthStore, Maintenance, ProxyCatalog, Upserter};
 use crate::validate::{
     PreparedBatch, PreparedCandidate, check_check_ends, check_check_starts, check_health_batch,
-    check_id_batch, key_digest, prepare_batch,
+    check_id_batch, check_sweep_limit, key_digest, prepare_batch,
 };
+
+impl MemoryPool {
+    /// Answers each of `items` with `one`, in order, all in one atomic step (after an
+    /// opportunistic purge when `purge`).
+    fn per_item<T, R>(
+        &self,
+        items: &[T],
+        purge: bool,
+        mut one: impl FnMut(&mut State, Timestamp, &T) -> R,
+    ) -> Vec<R> {
+        let (mut st, now) = self.locked();
+        if purge {
+            st.purge_expired(now, self.options.opportunistic_purge);
+        }
+        items.iter().map(|item| one(&mut st, now, item)).collect()
+    }
+}
 
 fn drop(report: &mut UpsertReport, reason: DropReason) {
     *report.dropped.entry(reason).or_default() += 1;
@@ -130,8 +147,7 @@ impl Upserter for MemoryPool {
                     &i.to_string()
                 ])
             );
-            let now = self.clock.now();
-            let mut st = self.state.lock();
+            let (mut st, now) = self.locked();
             if let Some(StoredResult::Upsert(stored)) = st.result(&op_key, now) {
                 total.merge(&stored.clone());
                 continue;
@@ -166,18 +182,12 @@ impl Upserter for MemoryPool {
         ids: &[ProxyId],
     ) -> PoolResult<Vec<RemoveResult>> {
         check_id_batch(ids)?;
-        let now = self.clock.now();
-        let mut st = self.state.lock();
-        st.purge_expired(now, self.options.opportunistic_purge);
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
+        Ok(self.per_item(ids, true, |st, now, id| {
             let Some(s) = st.live(id, now).filter(|s| &s.record.upstream == upstream) else {
-                out.push(RemoveResult::NotFound);
-                continue;
+                return RemoveResult::NotFound;
             };
-            if matches!(s.record.state, ProxyState::Extracted | ProxyState::Removed) {
-                out.push(RemoveResult::Ignored);
-                continue;
+            if s.record.state.is_final() {
+                return RemoveResult::Ignored;
             }
             let r = s.record.clone();
             st.unindex(&r);
@@ -185,9 +195,8 @@ impl Upserter for MemoryPool {
                 st.owner_expiry.remove(&(a.lease_expires_at.0, id.clone()));
             }
             st.update(id, now, |r| r.state = ProxyState::Removed);
-            out.push(RemoveResult::Removed);
-        }
-        Ok(out)
+            RemoveResult::Removed
+        }))
     }
 }
 
@@ -195,22 +204,12 @@ impl Upserter for MemoryPool {
 impl HealthStore for MemoryPool {
     async fn apply_health(&self, updates: &[HealthUpdate]) -> PoolResult<Vec<HealthResult>> {
         check_health_batch(updates)?;
-        let now = self.clock.now();
-        let mut st = self.state.lock();
-        st.purge_expired(now, self.options.opportunistic_purge);
-        let mut out = Vec::with_capacity(updates.len());
-        for u in updates {
-            let Some(s) = st.live(&u.proxy_id, now) else {
-                out.push(HealthResult::NotFound);
-                continue;
+        Ok(self.per_item(updates, true, |st, now, u| {
+            let Some(state) = st.live_state(&u.proxy_id, now) else {
+                return HealthResult::NotFound;
             };
-            let state = s.record.state;
-            if matches!(
-                state,
-                ProxyState::Draining | ProxyState::Extracted | ProxyState::Removed
-            ) {
-                out.push(HealthResult::Ignored(state));
-                continue;
+            if state == ProxyState::Draining || state.is_final() {
+                return HealthResult::Ignored(state);
             }
             st.update(&u.proxy_id, now, |r| {
                 r.state = u.verdict.state();
@@ -223,25 +222,18 @@ impl HealthStore for MemoryPool {
                 }
                 r.health.failure = u.failure.clone();
             });
-            out.push(HealthResult::Applied(u.verdict.state()));
-        }
-        Ok(out)
+            HealthResult::Applied(u.verdict.state())
+        }))
     }
 
     async fn begin_checks(&self, starts: &[CheckStart]) -> PoolResult<Vec<CheckMark>> {
         check_check_starts(starts)?;
-        let now = self.clock.now();
-        let mut st = self.state.lock();
-        let mut out = Vec::with_capacity(starts.len());
-        for s in starts {
-            let Some(stored) = st.live(&s.proxy_id, now) else {
-                out.push(CheckMark::NotFound);
-                continue;
+        Ok(self.per_item(starts, false, |st, now, s| {
+            let Some(state) = st.live_state(&s.proxy_id, now) else {
+                return CheckMark::NotFound;
             };
-            let state = stored.record.state;
-            if matches!(state, ProxyState::Extracted | ProxyState::Removed) {
-                out.push(CheckMark::Refused(state));
-                continue;
+            if state.is_final() {
+                return CheckMark::Refused(state);
             }
             let end = now.plus(s.hold);
             let mark = match st.marks.get(&s.proxy_id) {
@@ -260,22 +252,19 @@ impl HealthStore for MemoryPool {
                     }
                 }
             };
-            out.push(CheckMark::Marked(mark.until));
+            let until = mark.until;
             st.marks.insert(s.proxy_id.clone(), mark);
-        }
-        Ok(out)
+            CheckMark::Marked(until)
+        }))
     }
 
     async fn end_checks(&self, ends: &[CheckEnd]) -> PoolResult<Vec<bool>> {
         check_check_ends(ends)?;
-        let now = self.clock.now();
-        let mut st = self.state.lock();
-        let mut out = Vec::with_capacity(ends.len());
-        for e in ends {
-            let open = st.live(&e.proxy_id, now).is_some_and(|s| {
-                !matches!(s.record.state, ProxyState::Extracted | ProxyState::Removed)
-            });
-            let ended = match st.marks.get_mut(&e.proxy_id) {
+        Ok(self.per_item(ends, false, |st, now, e| {
+            let open = st
+                .live_state(&e.proxy_id, now)
+                .is_some_and(|state| !state.is_final());
+            match st.marks.get_mut(&e.proxy_id) {
                 Some(m) if open && m.check == Some(e.check) => {
                     // The earlier checks' mark it superseded still lasts to its floor.
                     match m.floor.filter(|f| *f > now) {
@@ -293,10 +282,8 @@ impl HealthStore for MemoryPool {
                     true
                 }
                 _ => false,
-            };
-            out.push(ended);
-        }
-        Ok(out)
+            }
+        }))
     }
 }
 
@@ -304,8 +291,7 @@ impl HealthStore for MemoryPool {
 impl ProxyCatalog for MemoryPool {
     async fn records(&self, ids: &[ProxyId]) -> PoolResult<Vec<Option<ProxyRecord>>> {
         check_id_batch(ids)?;
-        let now = self.clock.now();
-        let st = self.state.lock();
+        let (st, now) = self.locked();
         Ok(ids
             .iter()
             .map(|id| {
@@ -322,11 +308,8 @@ impl ProxyCatalog for MemoryPool {
     }
 
     async fn assignable(&self, upstream: &UpstreamId, limit: u32) -> PoolResult<Vec<ProxyId>> {
-        if limit > MAX_SWEEP {
-            return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
-        }
-        let now = self.clock.now();
-        let st = self.state.lock();
+        check_sweep_limit(limit)?;
+        let (st, now) = self.locked();
         if st.held(upstream, now).is_some() {
             return Ok(Vec::new());
         }
@@ -343,41 +326,17 @@ impl ProxyCatalog for MemoryPool {
 #[async_trait]
 impl Maintenance for MemoryPool {
     async fn purge_expired(&self, limit: u32) -> PoolResult<PurgeReport> {
-        if limit > MAX_SWEEP {
-            return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
-        }
-        let now = self.clock.now();
-        let mut st = self.state.lock();
+        check_sweep_limit(limit)?;
+        let (mut guard, now) = self.locked();
+        let st = &mut *guard;
         let purged = st.purge_expired(now, limit);
-        let mut sessions_purged = 0;
-        let due: Vec<_> = st
-            .session_expiry
-            .iter()
-            .take_while(|(t, _)| *t <= now.0)
-            .take(limit as usize)
-            .cloned()
-            .collect();
-        for entry in due {
-            st.session_expiry.remove(&entry);
-            st.sessions.remove(&entry.1);
-            sessions_purged += 1;
-        }
-        let due: Vec<_> = st
-            .runtime_expiry
-            .iter()
-            .take_while(|(t, _)| *t <= now.0)
-            .take(limit as usize)
-            .cloned()
-            .collect();
-        for entry in due {
-            st.runtime_expiry.remove(&entry);
-            st.runtime.remove(&entry.1);
-            sessions_purged += 1;
-        }
+        let sessions_purged =
+            purge_due_workers(&mut st.session_expiry, &mut st.sessions, now, limit)
+                + purge_due_workers(&mut st.runtime_expiry, &mut st.runtime, now, limit);
         st.results.retain(|_, (exp, _)| *exp > now.0);
-        let more = st.expiry.first().is_some_and(|(t, _)| *t <= now.0)
-            || st.session_expiry.first().is_some_and(|(t, _)| *t <= now.0)
-            || st.runtime_expiry.first().is_some_and(|(t, _)| *t <= now.0);
+        let more = first_due(&st.expiry, now)
+            || first_due(&st.session_expiry, now)
+            || first_due(&st.runtime_expiry, now);
         Ok(PurgeReport {
             purged,
             sessions_purged,

@@ -80,6 +80,12 @@ impl ProxyState {
         )
     }
 
+    /// EXTRACTED or REMOVED: the end of this lifetime; nothing but the purge changes
+    /// the record any more.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Extracted | Self::Removed)
+    }
+
     /// Counted in an upstream's un-extracted inventory.
     pub fn is_unextracted(self) -> bool {
         !matches!(self, Self::Extracted | Self::Expired | Self::Removed)

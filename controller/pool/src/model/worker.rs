@@ -25,6 +25,54 @@ pub struct Assignment {
     pub draining: bool,
 }
 
+/// A request for a new lease (`OwnershipRepository::assign`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRequest {
+    /// The proxy wanted.
+    pub proxy_id: ProxyId,
+    /// The worker it is for.
+    pub worker_id: WorkerId,
+    /// How long the lease lasts (capped at the proxy's `usable_until`).
+    pub lease: Duration,
+}
+
+impl Assignment {
+    /// This assignment as its worker names it.
+    pub fn claim(&self) -> Claim {
+        Claim {
+            proxy_id: self.proxy_id.clone(),
+            worker_id: self.worker_id.clone(),
+            epoch: self.epoch,
+        }
+    }
+}
+
+/// An assignment as its worker names it (`renew`, `begin_drain`,
+/// `acknowledge_drain`): it must still be the proxy's live assignment, to that worker,
+/// under that epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// The proxy.
+    pub proxy_id: ProxyId,
+    /// The owning worker.
+    pub worker_id: WorkerId,
+    /// The epoch of the assignment.
+    pub epoch: u64,
+}
+
+/// A worker's report that it stopped using a draining proxy
+/// (`OwnershipRepository::acknowledge_drain`): the assignment, and the uses it still has
+/// of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrainAck {
+    /// The draining assignment.
+    pub claim: Claim,
+    /// Requests / tunnels still in use.
+    pub active: u32,
+    /// Slots still reserved during upstream handshakes.
+    pub reserved: u32,
+}
+
 /// One page of the live assignments (`OwnershipRepository::leases`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeasePage {
@@ -53,6 +101,32 @@ pub struct SessionRegistration {
     /// Session; replaces any earlier one.
     pub session_id: SessionId,
     /// Session lifetime from now (renewed by every ACK).
+    pub ttl: Duration,
+}
+
+/// A positive snapshot ACK of a worker session (`SessionWriter::acknowledge`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotAck {
+    /// Logical worker.
+    pub worker_id: WorkerId,
+    /// Its current session.
+    pub session_id: SessionId,
+    /// The snapshot version applied.
+    pub version: u64,
+    /// The ownership epoch of that snapshot.
+    pub epoch: u64,
+    /// Session lifetime from now (the ACK renews it).
+    pub ttl: Duration,
+}
+
+/// A negative snapshot ACK of a worker session (`SessionWriter::reject_snapshot`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotReject {
+    /// Logical worker.
+    pub worker_id: WorkerId,
+    /// Its current session.
+    pub session_id: SessionId,
+    /// Session lifetime from now (the rejection renews it too).
     pub ttl: Duration,
 }
 
@@ -90,19 +164,27 @@ pub struct RuntimeEntry {
     pub draining: bool,
 }
 
-/// A complete, sparse runtime report of one worker.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RuntimeReport {
+/// Which runtime report this is: whose, under which session, its place in the
+/// session's sequence, and the snapshot it is bound to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportHeader {
     /// Worker.
     pub worker_id: WorkerId,
-    /// Its current session.
+    /// The session it is written under (the worker's current one).
     pub session_id: SessionId,
     /// Strictly increasing per worker session.
     pub sequence: u64,
-    /// Must equal the session's ACKed version.
+    /// The snapshot version it is bound to: the session's ACKed version.
     pub snapshot_version: u64,
-    /// Must equal the session's ACKed epoch.
+    /// The ownership epoch it is bound to: the session's ACKed epoch.
     pub epoch: u64,
+}
+
+/// A complete, sparse runtime report of one worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeReport {
+    /// Whose report, and what it is bound to.
+    pub header: ReportHeader,
     /// Proxies with non-zero use (missing ones count zero).
     pub entries: Vec<RuntimeEntry>,
     /// Report lifetime from now; past it capacity fails closed.
@@ -121,16 +203,9 @@ pub enum ReportAck {
 /// A worker's current runtime, as read back.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerRuntime {
-    /// Worker.
-    pub worker_id: WorkerId,
-    /// Session the report was written under.
-    pub session_id: SessionId,
-    /// Report sequence.
-    pub sequence: u64,
-    /// ACKed snapshot version it was bound to.
-    pub snapshot_version: u64,
-    /// Epoch it was bound to.
-    pub epoch: u64,
+    /// The header of the report it was written from.
+    #[serde(flatten)]
+    pub header: ReportHeader,
     /// Entries by proxy ID order.
     pub entries: Vec<RuntimeEntry>,
     /// Expiry of the report.

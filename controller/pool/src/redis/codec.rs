@@ -62,25 +62,18 @@ fn state(s: &str) -> PoolResult<ProxyState> {
     ProxyState::parse(s).ok_or_else(|| corrupt("state"))
 }
 
-/// A record as the scripts store it.
+/// A record as the scripts store it: the fields an extraction result copies
+/// ([`StoredProxy`]), then the rest.
 #[derive(Debug, Deserialize)]
 pub(crate) struct StoredRecord {
-    id: ProxyId,
-    up: UpstreamId,
-    proto: String,
-    host: String,
-    port: u16,
-    user: Option<String>,
-    pass: Option<String>,
-    region: Option<Label>,
-    carrier: Option<Label>,
+    #[serde(flatten)]
+    proxy: StoredProxy,
     st: String,
     lc: Option<i64>,
     ls: Option<i64>,
     lat: Option<u64>,
     fail: Option<Label>,
     fa: i64,
-    exp: i64,
     uu: i64,
     cap: u32,
     xa: Option<i64>,
@@ -101,18 +94,19 @@ impl StoredRecord {
         now: i64,
     ) -> PoolResult<ProxyRecord> {
         let mut st = state(&self.st)?;
-        if self.exp <= now {
+        if self.proxy.exp <= now {
             st = ProxyState::Expired;
         }
+        let p = self.proxy.into_proxy()?;
         Ok(ProxyRecord {
-            id: self.id,
-            upstream: self.up,
-            protocol: Protocol::parse(&self.proto).ok_or_else(|| corrupt("protocol"))?,
-            host: self.host,
-            port: self.port,
-            credentials: credentials(self.user, self.pass),
-            region: self.region,
-            carrier: self.carrier,
+            id: p.id,
+            upstream: p.upstream,
+            protocol: p.protocol,
+            host: p.host,
+            port: p.port,
+            credentials: p.credentials,
+            region: p.region,
+            carrier: p.carrier,
             state: st,
             health: Health {
                 last_check_at: self.lc.map(Timestamp),
@@ -121,7 +115,7 @@ impl StoredRecord {
                 failure: self.fail,
             },
             fetched_at: Timestamp(self.fa),
-            expires_at: Timestamp(self.exp),
+            expires_at: p.expires_at,
             usable_until: Timestamp(self.uu),
             max_concurrency: self.cap,
             extracted_at: self.xa.map(Timestamp),
@@ -204,7 +198,7 @@ pub(crate) struct ReportBody {
     pub ent: Vec<BodyEntry>,
 }
 
-/// A proxy inside a stored extraction result.
+/// A proxy inside a stored extraction result; the same fields lead every stored record.
 #[derive(Debug, Deserialize)]
 pub(crate) struct StoredProxy {
     id: ProxyId,

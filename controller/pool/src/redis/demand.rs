@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::codec::{self, lua_vec};
+use super::codec::lua_vec;
 use super::keys::CallKeys;
 use super::scripts::Script;
 use super::{Call, RedisPool};
@@ -48,14 +48,10 @@ impl RedisPool {
 
     /// Takes up to `n` relayed demands, oldest first (a leader-only write: fenced).
     pub async fn take_demands(&self, n: u32) -> PoolResult<Vec<String>> {
-        let r = self
-            .run(Call::new(
-                Script::DemandTake,
-                CallKeys::new(None, None),
-                json!({ "n": n.clamp(1, 1_024) }),
-            ))
+        let payload = json!({ "n": n.clamp(1, 1_024) });
+        let t: Taken = self
+            .run_plain(Script::DemandTake, payload, "demand_take")
             .await?;
-        let t: Taken = codec::decode(r, "demand_take")?;
         Ok(t.d)
     }
 }

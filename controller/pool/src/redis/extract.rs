@@ -86,9 +86,7 @@ impl ExtractionStore for RedisPool {
                 // `order_combinations`); the script pages through them in `src` order.
                 let mut combos = book.combos(pass);
                 order_combinations(req, &mut combos, |k| keys::combo_name(k));
-                let src: Vec<usize> = combos.into_iter().map(|k| ck.index(k)).collect();
-                payload["src"] = src.into();
-                payload["cv"] = book.combos_version().into();
+                ck.pass_combos(book, combos, &mut payload);
                 // The script writes only these combinations (and purges only records
                 // in them, which may also sit in an owned:<d> key): nothing else.
                 ck.extend(&book.owned_keys());

@@ -277,6 +277,20 @@ impl CallKeys {
         p
     }
 
+    /// Passes the combination keys `combos` to the call and names them in `payload`:
+    /// `src`, their KEYS positions in order, and `cv`, the registry version of `book`
+    /// they were read at (a script that finds another version asks again).
+    pub(crate) fn pass_combos(
+        &mut self,
+        book: &KeyBook,
+        combos: Vec<String>,
+        payload: &mut serde_json::Value,
+    ) {
+        let src: Vec<usize> = combos.into_iter().map(|k| self.index(k)).collect();
+        payload["src"] = src.into();
+        payload["cv"] = book.combos_version().into();
+    }
+
     /// Adds the index keys a write may touch without asking: every known one while
     /// the book is small, else the `owned:` keys (a script asks for the combinations).
     pub(crate) fn with_known(mut self, book: &KeyBook) -> Self {

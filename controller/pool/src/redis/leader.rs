@@ -9,10 +9,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::RedisPool;
 use super::codec;
-use super::keys::CallKeys;
 use super::scripts::Script;
-use super::{Call, RedisPool};
 use crate::error::{PoolError, PoolResult};
 
 /// The answer to a lease request.
@@ -65,14 +64,9 @@ impl RedisPool {
     pub async fn leader_acquire(&self, holder: &str, ttl: Duration) -> PoolResult<LeaderGrant> {
         check_holder(holder)?;
         let payload = json!({ "h": holder, "ttl": ttl_ms(ttl)? });
-        let r = self
-            .run(Call::new(
-                Script::LeaderAcquire,
-                CallKeys::new(None, None),
-                payload,
-            ))
+        let r: AcquireReply = self
+            .run_plain(Script::LeaderAcquire, payload, "leader_acquire")
             .await?;
-        let r: AcquireReply = codec::decode(r, "leader_acquire")?;
         match (r.t, r.held) {
             (Some(t), _) => t
                 .parse()
@@ -88,14 +82,9 @@ impl RedisPool {
     pub async fn leader_renew(&self, holder: &str, token: u64, ttl: Duration) -> PoolResult<bool> {
         check_holder(holder)?;
         let payload = json!({ "h": holder, "t": token.to_string(), "ttl": ttl_ms(ttl)? });
-        let r = self
-            .run(Call::new(
-                Script::LeaderRenew,
-                CallKeys::new(None, None),
-                payload,
-            ))
+        let r: OkReply = self
+            .run_plain(Script::LeaderRenew, payload, "leader_renew")
             .await?;
-        let r: OkReply = codec::decode(r, "leader_renew")?;
         Ok(r.ok)
     }
 
@@ -104,14 +93,9 @@ impl RedisPool {
     /// [`RedisPool::leader_acquire`]. From here on every leader-only write carrying an
     /// older token is refused. It does not touch the Redis lease.
     pub async fn leader_token(&self) -> PoolResult<u64> {
-        let r = self
-            .run(Call::new(
-                Script::LeaderToken,
-                CallKeys::new(None, None),
-                json!({}),
-            ))
+        let r: AcquireReply = self
+            .run_plain(Script::LeaderToken, json!({}), "leader_token")
             .await?;
-        let r: AcquireReply = codec::decode(r, "leader_token")?;
         r.t.and_then(|t| t.parse().ok())
             .ok_or_else(|| codec::corrupt("leader_token"))
     }
@@ -120,14 +104,9 @@ impl RedisPool {
     pub async fn leader_release(&self, holder: &str, token: u64) -> PoolResult<bool> {
         check_holder(holder)?;
         let payload = json!({ "h": holder, "t": token.to_string() });
-        let r = self
-            .run(Call::new(
-                Script::LeaderRelease,
-                CallKeys::new(None, None),
-                payload,
-            ))
+        let r: OkReply = self
+            .run_plain(Script::LeaderRelease, payload, "leader_release")
             .await?;
-        let r: OkReply = codec::decode(r, "leader_release")?;
         Ok(r.ok)
     }
 }

@@ -115,6 +115,8 @@ impl Call {
     }
 }
 
+impl crate::ports::ActivityPool for RedisPool {}
+
 impl RedisPool {
     /// Connects (failing with `Unavailable` when Redis cannot be reached) and preloads
     /// every script.
@@ -184,6 +186,20 @@ impl RedisPool {
 
     /// Runs a call; retries (bounded) when the script asks for index keys it was not
     /// given. Returns the script's result value.
+    /// Runs `script` with `payload` and no index or result keys (a read, or a write of
+    /// fixed keys only), and decodes its reply (`what` names it when it is corrupt).
+    async fn run_plain<T: serde::de::DeserializeOwned>(
+        &self,
+        script: Script,
+        payload: serde_json::Value,
+        what: &str,
+    ) -> PoolResult<T> {
+        let reply = self
+            .run(Call::new(script, CallKeys::new(None, None), payload))
+            .await?;
+        codec::decode(reply, what)
+    }
+
     async fn run(&self, call: Call) -> PoolResult<serde_json::Value> {
         match self.run_reply(call).await? {
             Reply::Value(v) => Ok(v),

@@ -7,14 +7,14 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::codec::{StoredAssignment, decode, lua_vec, ms};
-use super::keys::CallKeys;
 use super::scripts::Script;
-use super::write::SCRIPT_SWEEP;
 use super::{Call, RedisPool};
 use crate::error::{PoolError, PoolResult};
-use crate::model::{Assignment, ExpiredAssignments, LeasePage, ProxyId, WorkerId};
-use crate::options::MAX_SWEEP;
+use crate::model::{
+    Assignment, Claim, DrainAck, ExpiredAssignments, LeasePage, LeaseRequest, ProxyId,
+};
 use crate::ports::OwnershipRepository;
+use crate::validate::check_page_limit;
 
 #[derive(Deserialize)]
 struct AssignmentReply {
@@ -35,6 +35,12 @@ struct ExpireReply {
     more: bool,
 }
 
+/// The payload fields naming a claimed assignment (`P.id`, `P.w`, `P.e` of
+/// `lua/owner.lua`); the epoch as a decimal string, as Lua numbers cannot hold every u64.
+fn claim_json(claim: &Claim) -> serde_json::Value {
+    json!({ "id": claim.proxy_id, "w": claim.worker_id, "e": claim.epoch.to_string() })
+}
+
 impl RedisPool {
     async fn assignment_call(
         &self,
@@ -53,53 +59,27 @@ impl RedisPool {
 
 #[async_trait]
 impl OwnershipRepository for RedisPool {
-    async fn assign(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        lease: Duration,
-    ) -> PoolResult<Assignment> {
-        self.assignment_call(
-            Script::Assign,
-            json!({ "id": proxy, "w": worker, "lease": ms(lease) }),
-        )
-        .await
+    async fn assign(&self, request: &LeaseRequest) -> PoolResult<Assignment> {
+        let payload = json!({
+            "id": request.proxy_id, "w": request.worker_id, "lease": ms(request.lease),
+        });
+        self.assignment_call(Script::Assign, payload).await
     }
 
-    async fn renew(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-        lease: Duration,
-    ) -> PoolResult<Assignment> {
-        let payload =
-            json!({ "id": proxy, "w": worker, "e": epoch.to_string(), "lease": ms(lease) });
+    async fn renew(&self, claim: &Claim, lease: Duration) -> PoolResult<Assignment> {
+        let mut payload = claim_json(claim);
+        payload["lease"] = ms(lease).into();
         self.assignment_call(Script::Renew, payload).await
     }
 
-    async fn begin_drain(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-    ) -> PoolResult<Assignment> {
-        self.assignment_call(
-            Script::Drain,
-            json!({ "id": proxy, "w": worker, "e": epoch.to_string() }),
-        )
-        .await
+    async fn begin_drain(&self, claim: &Claim) -> PoolResult<Assignment> {
+        self.assignment_call(Script::Drain, claim_json(claim)).await
     }
 
-    async fn acknowledge_drain(
-        &self,
-        proxy: &ProxyId,
-        worker: &WorkerId,
-        epoch: u64,
-        active: u32,
-        reserved: u32,
-    ) -> PoolResult<()> {
-        let payload = json!({ "id": proxy, "w": worker, "e": epoch.to_string(), "act": active, "res": reserved });
+    async fn acknowledge_drain(&self, ack: &DrainAck) -> PoolResult<()> {
+        let mut payload = claim_json(&ack.claim);
+        payload["act"] = ack.active.into();
+        payload["res"] = ack.reserved.into();
         self.run(Call::new(
             Script::AckDrain,
             self.write_keys(Script::AckDrain),
@@ -110,41 +90,25 @@ impl OwnershipRepository for RedisPool {
     }
 
     async fn get(&self, proxy: &ProxyId) -> PoolResult<Option<Assignment>> {
-        let ck = CallKeys::new(None, None);
-        let r: AssignmentReply = decode(
-            self.run(Call::new(Script::OwnerGet, ck, json!({ "id": proxy })))
-                .await?,
-            "assignment",
-        )?;
+        let r: AssignmentReply = self
+            .run_plain(Script::OwnerGet, json!({ "id": proxy }), "assignment")
+            .await?;
         Ok(r.a.map(Assignment::from))
     }
 
     async fn expire(&self, limit: u32) -> PoolResult<ExpiredAssignments> {
-        if limit > MAX_SWEEP {
-            return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
-        }
         let mut out = ExpiredAssignments::default();
-        let mut left = limit;
-        loop {
-            let lim = left.min(SCRIPT_SWEEP);
-            let keys = self.write_keys(Script::Expire);
-            let r = self
-                .run(Call::new(Script::Expire, keys, json!({ "lim": lim })))
-                .await?;
-            let r: ExpireReply = decode(r, "expire reply")?;
+        self.sweep(Script::Expire, limit, "expire reply", |r: ExpireReply| {
             out.released.extend(r.rel.into_iter().map(Assignment::from));
             out.more = r.more;
-            left -= lim;
-            if left == 0 || !r.more {
-                return Ok(out);
-            }
-        }
+            r.more
+        })
+        .await?;
+        Ok(out)
     }
 
     async fn leases(&self, cursor: Option<&str>, limit: u32) -> PoolResult<LeasePage> {
-        if limit == 0 || limit > MAX_SWEEP {
-            return Err(PoolError::invalid("limit", format!("1 to {MAX_SWEEP}")));
-        }
+        check_page_limit(limit)?;
         // The cursor is HSCAN's over the owners hash ("0": start and end).
         let c = match cursor {
             None => "0".to_owned(),
@@ -153,15 +117,8 @@ impl OwnershipRepository for RedisPool {
             }
             Some(_) => return Err(PoolError::invalid("cursor", "not a cursor of this pool")),
         };
-        let r: LeasesReply = decode(
-            self.run(Call::new(
-                Script::Leases,
-                CallKeys::new(None, None),
-                json!({ "c": c, "lim": limit }),
-            ))
-            .await?,
-            "leases",
-        )?;
+        let payload = json!({ "c": c, "lim": limit });
+        let r: LeasesReply = self.run_plain(Script::Leases, payload, "leases").await?;
         Ok(LeasePage {
             leases: r.l.into_iter().map(Assignment::from).collect(),
             next: (r.c != "0").then_some(r.c),

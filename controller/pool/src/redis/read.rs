@@ -8,11 +8,10 @@ use super::codec::{StoredAssignment, StoredRecord, decode, lua_vec};
 use super::keys::CallKeys;
 use super::scripts::Script;
 use super::{Call, RedisPool};
-use crate::error::{PoolError, PoolResult};
+use crate::error::PoolResult;
 use crate::model::{Assignment, ProxyId, ProxyRecord, UpstreamId};
-use crate::options::MAX_SWEEP;
 use crate::ports::ProxyCatalog;
-use crate::validate::check_id_batch;
+use crate::validate::{check_id_batch, check_sweep_limit};
 
 #[derive(Deserialize)]
 struct RecordsReply {
@@ -28,14 +27,9 @@ impl ProxyCatalog for RedisPool {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let r = self
-            .run(Call::new(
-                Script::Records,
-                CallKeys::new(None, None),
-                json!({ "ids": ids }),
-            ))
+        let r: RecordsReply = self
+            .run_plain(Script::Records, json!({ "ids": ids }), "records")
             .await?;
-        let r: RecordsReply = decode(r, "records")?;
         r.recs
             .into_iter()
             .map(|(rec, owner)| {
@@ -46,26 +40,16 @@ impl ProxyCatalog for RedisPool {
     }
 
     async fn assignable(&self, upstream: &UpstreamId, limit: u32) -> PoolResult<Vec<ProxyId>> {
-        if limit > MAX_SWEEP {
-            return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
-        }
+        check_sweep_limit(limit)?;
         if limit == 0 {
             return Ok(Vec::new());
         }
         let r = self
             .run_combos(|book| {
                 let mut ck = CallKeys::new(None, None);
-                let src: Vec<usize> = book
-                    .combos(|c| c.upstream == upstream.as_str())
-                    .into_iter()
-                    .map(|k| ck.index(k))
-                    .collect();
-                let payload = json!({
-                    "up": upstream,
-                    "src": src,
-                    "cv": book.combos_version(),
-                    "lim": limit,
-                });
+                let mut payload = json!({ "up": upstream, "lim": limit });
+                let combos = book.combos(|c| c.upstream == upstream.as_str());
+                ck.pass_combos(book, combos, &mut payload);
                 Call::new(Script::Assignable, ck, payload)
             })
             .await?;

@@ -1,7 +1,5 @@
 //! Worker sessions, runtime reports and the inventory reader.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
@@ -11,24 +9,17 @@ use super::keys::{self, CallKeys};
 use super::scripts::Script;
 use super::{Call, RedisPool};
 use crate::clock::Timestamp;
-use crate::error::{PoolError, PoolResult};
+use crate::error::PoolResult;
 use crate::model::{
-    ReportAck, RuntimeEntry, RuntimeReport, SessionId, SessionRegistration, UpstreamId,
-    UpstreamInventory, WorkerId, WorkerRuntime, WorkerSession,
+    ReportAck, ReportHeader, RuntimeEntry, RuntimeReport, SessionRegistration, SnapshotAck,
+    SnapshotReject, UpstreamId, UpstreamInventory, WorkerId, WorkerRuntime, WorkerSession,
 };
 use crate::ports::{InventoryReader, ReportWriter, RuntimeReader, SessionWriter};
-use crate::validate::{check_report, report_digest};
+use crate::validate::{check_positive, check_report, report_digest};
 
 #[derive(Deserialize)]
 struct SessionReply {
     s: Option<StoredSession>,
-}
-
-fn positive(ttl: Duration) -> PoolResult<()> {
-    if ttl.is_zero() {
-        return Err(PoolError::invalid("ttl", "must be positive"));
-    }
-    Ok(())
 }
 
 impl RedisPool {
@@ -60,38 +51,25 @@ impl RedisPool {
 #[async_trait]
 impl SessionWriter for RedisPool {
     async fn register(&self, reg: &SessionRegistration) -> PoolResult<WorkerSession> {
-        positive(reg.ttl)?;
+        check_positive("ttl", reg.ttl)?;
         let payload = json!({ "w": reg.worker_id, "i": reg.instance_id, "s": reg.session_id, "ttl": ms(reg.ttl) });
         self.session_write(Script::Register, payload).await
     }
 
-    async fn acknowledge(
-        &self,
-        worker: &WorkerId,
-        session: &SessionId,
-        version: u64,
-        epoch: u64,
-        ttl: Duration,
-    ) -> PoolResult<WorkerSession> {
-        positive(ttl)?;
+    async fn acknowledge(&self, ack: &SnapshotAck) -> PoolResult<WorkerSession> {
+        check_positive("ttl", ack.ttl)?;
         let payload = json!({
-            "w": worker, "s": session, "v": version.to_string(), "e": epoch.to_string(), "ttl": ms(ttl),
+            "w": ack.worker_id, "s": ack.session_id, "v": ack.version.to_string(),
+            "e": ack.epoch.to_string(), "ttl": ms(ack.ttl),
         });
         self.session_write(Script::Ack, payload).await
     }
 
-    async fn reject_snapshot(
-        &self,
-        worker: &WorkerId,
-        session: &SessionId,
-        ttl: Duration,
-    ) -> PoolResult<WorkerSession> {
-        positive(ttl)?;
-        self.session_write(
-            Script::Reject,
-            json!({ "w": worker, "s": session, "ttl": ms(ttl) }),
-        )
-        .await
+    async fn reject_snapshot(&self, reject: &SnapshotReject) -> PoolResult<WorkerSession> {
+        check_positive("ttl", reject.ttl)?;
+        let payload =
+            json!({ "w": reject.worker_id, "s": reject.session_id, "ttl": ms(reject.ttl) });
+        self.session_write(Script::Reject, payload).await
     }
 
     async fn session(&self, worker: &WorkerId) -> PoolResult<Option<WorkerSession>> {
@@ -118,10 +96,10 @@ impl ReportWriter for RedisPool {
             .map(|e| json!({ "p": e.proxy_id, "e": e.epoch.to_string() }))
             .collect();
         let body = ReportBody {
-            s: report.session_id.clone(),
-            q: report.sequence.to_string(),
-            v: report.snapshot_version.to_string(),
-            e: report.epoch.to_string(),
+            s: report.header.session_id.clone(),
+            q: report.header.sequence.to_string(),
+            v: report.header.snapshot_version.to_string(),
+            e: report.header.epoch.to_string(),
             ent: entries
                 .iter()
                 .map(|e| BodyEntry {
@@ -134,11 +112,11 @@ impl ReportWriter for RedisPool {
                 .collect(),
         };
         let payload = json!({
-            "w": report.worker_id,
-            "s": report.session_id,
-            "q": report.sequence.to_string(),
-            "v": report.snapshot_version.to_string(),
-            "e": report.epoch.to_string(),
+            "w": report.header.worker_id,
+            "s": report.header.session_id,
+            "q": report.header.sequence.to_string(),
+            "v": report.header.snapshot_version.to_string(),
+            "e": report.header.epoch.to_string(),
             "dig": digest,
             "ttl": ms(report.ttl),
             "chk": chk,
@@ -197,12 +175,15 @@ impl RuntimeReader for RedisPool {
                 draining: e.d,
             });
         }
-        Ok(Some(WorkerRuntime {
+        let header = ReportHeader {
             worker_id: worker.clone(),
             session_id: b.s,
             sequence,
             snapshot_version,
             epoch,
+        };
+        Ok(Some(WorkerRuntime {
+            header,
             entries,
             expires_at: Timestamp(x),
         }))
@@ -235,18 +216,9 @@ impl InventoryReader for RedisPool {
             self.run_combos(|book| {
                 let mut ck = CallKeys::new(None, None);
                 let o = ck.index(keys::owned_key(upstream));
-                let src: Vec<usize> = book
-                    .combos(|c| c.upstream == upstream.as_str())
-                    .into_iter()
-                    .map(|k| ck.index(k))
-                    .collect();
-                let payload = json!({
-                    "up": upstream,
-                    "src": src,
-                    "cv": book.combos_version(),
-                    "o": o,
-                    "budget": budget,
-                });
+                let mut payload = json!({ "up": upstream, "o": o, "budget": budget });
+                let combos = book.combos(|c| c.upstream == upstream.as_str());
+                ck.pass_combos(book, combos, &mut payload);
                 Call::new(Script::Inventory, ck, payload)
             })
             .await?,
@@ -262,15 +234,9 @@ impl InventoryReader for RedisPool {
     }
 
     async fn generation(&self) -> PoolResult<Option<Timestamp>> {
-        let r: GenerationReply = decode(
-            self.run(Call::new(
-                Script::Generation,
-                CallKeys::new(None, None),
-                json!({}),
-            ))
-            .await?,
-            "generation",
-        )?;
+        let r: GenerationReply = self
+            .run_plain(Script::Generation, json!({}), "generation")
+            .await?;
         Ok(r.s.map(Timestamp))
     }
 }

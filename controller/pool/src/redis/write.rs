@@ -9,12 +9,12 @@ use super::keys::{self, CallKeys};
 use super::scripts::Script;
 use super::{Call, RedisPool};
 use crate::clock::Timestamp;
-use crate::error::{PoolError, PoolResult};
+use crate::error::PoolResult;
 use crate::model::{
     CheckEnd, CheckMark, CheckStart, DropReason, FetchedBatch, HealthResult, HealthUpdate, ProxyId,
     ProxyState, PurgeReport, RemoveResult, UpsertReport, UpstreamId,
 };
-use crate::options::{MAX_SWEEP, UPSERT_CHUNK};
+use crate::options::UPSERT_CHUNK;
 
 /// Most updates / IDs one health or removal script carries (each update is its own
 /// atomic step; chunks keep every script well under a few milliseconds).
@@ -24,7 +24,7 @@ pub(super) const SCRIPT_SWEEP: u32 = 256;
 use crate::ports::{HealthStore, Maintenance, Upserter};
 use crate::validate::{
     PreparedBatch, PreparedCandidate, check_check_ends, check_check_starts, check_health_batch,
-    check_id_batch, prepare_batch,
+    check_id_batch, check_sweep_limit, prepare_batch,
 };
 
 #[derive(Deserialize)]
@@ -291,27 +291,14 @@ struct PurgeReply {
 #[async_trait]
 impl Maintenance for RedisPool {
     async fn purge_expired(&self, limit: u32) -> PoolResult<PurgeReport> {
-        if limit > MAX_SWEEP {
-            return Err(PoolError::invalid("limit", format!("at most {MAX_SWEEP}")));
-        }
-        // One script per SCRIPT_SWEEP records keeps every script short.
         let mut report = PurgeReport::default();
-        let mut left = limit;
-        loop {
-            let lim = left.min(SCRIPT_SWEEP);
-            let keys = self.write_keys(Script::Purge);
-            let r = self
-                .run(Call::new(Script::Purge, keys, json!({ "lim": lim })))
-                .await?;
-            let p: PurgeReply = decode(r, "purge reply")?;
+        self.sweep(Script::Purge, limit, "purge reply", |p: PurgeReply| {
             report.purged += p.p;
             report.sessions_purged += p.s;
             report.more = p.more;
-            left -= lim;
-            if left == 0 || !p.more {
-                break;
-            }
-        }
+            p.more
+        })
+        .await?;
         self.sweep_combinations(limit.max(1)).await?;
         Ok(report)
     }
@@ -324,6 +311,32 @@ struct GcReply {
 }
 
 impl RedisPool {
+    /// Runs the sweep `script` over at most `limit` (checked) due items, one script per
+    /// `SCRIPT_SWEEP` of them to keep every script short, until the limit is spent or
+    /// `take`, given each reply (`what` names it when corrupt), says no more are due.
+    pub(super) async fn sweep<R: serde::de::DeserializeOwned>(
+        &self,
+        script: Script,
+        limit: u32,
+        what: &str,
+        mut take: impl FnMut(R) -> bool + Send,
+    ) -> PoolResult<()> {
+        check_sweep_limit(limit)?;
+        let mut left = limit;
+        loop {
+            let lim = left.min(SCRIPT_SWEEP);
+            let keys = self.write_keys(script);
+            let r = self
+                .run(Call::new(script, keys, json!({ "lim": lim })))
+                .await?;
+            let more = take(decode(r, what)?);
+            left -= lim;
+            if left == 0 || !more {
+                return Ok(());
+            }
+        }
+    }
+
     /// Drops up to `limit` known combinations that hold nothing from the registry (in
     /// scripts of at most `SCRIPT_SWEEP` keys, rotating through the book), and forgets
     /// them here; other processes re-learn the registry at its new version.

@@ -37,6 +37,23 @@ async fn finish(h: &Harness, ends: &[CheckEnd]) -> Vec<bool> {
     h.pool.end_checks(ends).await.expect("end_checks")
 }
 
+/// Begins check `check` on `id` with a hold of `hold_secs` and asserts the mark lasts
+/// exactly that long from now.
+async fn assert_marked(h: &Harness, id: &str, check: u64, hold_secs: u64) {
+    assert_eq!(
+        begin(h, &[start(id, check, hold_secs)]).await,
+        [marked_until(h, hold_secs)]
+    );
+}
+
+/// Asserts that an extraction of `count` gets nothing while check `check` marks `id`,
+/// that the check's end ends the mark, and that the next extraction then gets `id`.
+async fn assert_freed_by_its_end(h: &Harness, id: &str, check: u64, count: u32) {
+    assert!(h.extract(&req("c", count)).await.is_empty());
+    assert_eq!(finish(h, &[end(id, check)]).await, [true]);
+    assert_eq!(h.extract(&req("c", count)).await, vec![id.to_string()]);
+}
+
 fn all_or_nothing(count: u32) -> ExtractRequest {
     let mut r = req("c", count);
     r.fulfillment = Fulfillment::AllOrNothing;
@@ -81,10 +98,7 @@ pub async fn a_marked_proxy_is_not_extracted_until_its_check_ends(kind: Kind) {
 pub async fn a_mark_ends_by_itself_after_its_hold(kind: Kind) {
     let h = Harness::new(kind).await;
     h.available("vendor-a", "p", 1, 120).await;
-    assert_eq!(
-        begin(&h, &[start("p-0", 1, 12)]).await,
-        [marked_until(&h, 12)]
-    );
+    assert_marked(&h, "p-0", 1, 12).await;
     h.clock.advance(Duration::from_millis(11_999));
     assert!(h.extract(&req("c", 1)).await.is_empty());
     h.clock.advance(Duration::from_millis(1));
@@ -141,10 +155,7 @@ pub async fn a_mark_on_a_taken_proxy_is_refused(kind: Kind) {
 pub async fn a_later_check_never_shortens_an_earlier_mark(kind: Kind) {
     let h = Harness::new(kind).await;
     h.available("vendor-a", "p", 2, 120).await;
-    assert_eq!(
-        begin(&h, &[start("p-0", 1, 30)]).await,
-        [marked_until(&h, 30)]
-    );
+    assert_marked(&h, "p-0", 1, 30).await;
     let until = marked_until(&h, 30);
     h.advance(1.0);
     assert_eq!(begin(&h, &[start("p-0", 2, 5)]).await, [until]);
@@ -157,23 +168,15 @@ pub async fn a_later_check_never_shortens_an_earlier_mark(kind: Kind) {
 
     let h = Harness::new(kind).await;
     h.available("vendor-a", "s", 1, 120).await;
-    assert_eq!(
-        begin(&h, &[start("s-0", 3, 5)]).await,
-        [marked_until(&h, 5)]
-    );
+    assert_marked(&h, "s-0", 3, 5).await;
     h.advance(2.0);
-    assert_eq!(
-        begin(&h, &[start("s-0", 3, 5)]).await,
-        [marked_until(&h, 5)]
-    );
+    assert_marked(&h, "s-0", 3, 5).await;
     assert_eq!(
         begin(&h, &[start("s-0", 3, 1)]).await,
         [marked_until(&h, 5)]
     );
     h.advance(4.0);
-    assert!(h.extract(&req("c", 1)).await.is_empty());
-    assert_eq!(finish(&h, &[end("s-0", 3)]).await, [true]);
-    assert_eq!(h.extract(&req("c", 1)).await, vec!["s-0".to_string()]);
+    assert_freed_by_its_end(&h, "s-0", 3, 1).await;
 }
 
 /// Marks concern extraction only: a marked proxy is still listed as assignable and
@@ -184,28 +187,23 @@ pub async fn gateway_assignment_ignores_marks(kind: Kind) {
     h.available("vendor-a", "p", 2, 120).await;
     let lease = Duration::from_secs(5);
     begin(&h, &[start("p-0", 1, 30)]).await;
-    assert_eq!(
-        h.pool.assignable(&up("vendor-a"), 10).await.unwrap(),
-        vec![pid("p-1"), pid("p-0")]
-    );
-    h.pool.assign(&pid("p-0"), &wid("w1"), lease).await.unwrap();
-    let a = h.pool.assign(&pid("p-1"), &wid("w1"), lease).await.unwrap();
+    assert_eq!(h.assignable("vendor-a").await, vec![pid("p-1"), pid("p-0")]);
+    h.pool.assign(&lease_of("p-0", "w1", lease)).await.unwrap();
+    let a = h.pool.assign(&lease_of("p-1", "w1", lease)).await.unwrap();
     assert!(matches!(
         begin(&h, &[start("p-1", 2, 30)]).await[..],
         [CheckMark::Marked(_)]
     ));
     // Released by the gateway while the check may still run: not extracted.
     h.pool
-        .begin_drain(&pid("p-1"), &wid("w1"), a.epoch)
+        .begin_drain(&claim("p-1", "w1", a.epoch))
         .await
         .unwrap();
     h.pool
-        .acknowledge_drain(&pid("p-1"), &wid("w1"), a.epoch, 0, 0)
+        .acknowledge_drain(&drain_ack("p-1", "w1", a.epoch, 0, 0))
         .await
         .unwrap();
-    assert!(h.extract(&req("c", 2)).await.is_empty());
-    assert_eq!(finish(&h, &[end("p-1", 2)]).await, [true]);
-    assert_eq!(h.extract(&req("c", 2)).await, vec!["p-1".to_string()]);
+    assert_freed_by_its_end(&h, "p-1", 2, 2).await;
 }
 
 /// Holds of 1 ms to an hour, at most 1,000 entries a call.
@@ -244,10 +242,7 @@ fn invalid_field<T: std::fmt::Debug>(r: activity_pool::PoolResult<T>) -> String 
 pub async fn invalid_marks_name_their_field_and_change_nothing(kind: Kind) {
     let h = Harness::new(kind).await;
     h.available("vendor-a", "p", 2, 120).await;
-    assert_eq!(
-        begin(&h, &[start("p-1", 9, 30)]).await,
-        [marked_until(&h, 30)]
-    );
+    assert_marked(&h, "p-1", 9, 30).await;
 
     for bad in [0, 3601] {
         let starts = [start("p-0", 1, 10), start("p-0", 2, bad)];

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use activity_pool::model::*;
-use activity_pool::{ConflictReason, PoolError, PoolOptions};
+use activity_pool::{ConflictReason, PoolError};
 
 use super::*;
 
@@ -113,60 +113,57 @@ pub async fn filters_or_within_and_across(kind: Kind) {
             }
         }
     };
-    assert_eq!(count_of(Filters::default()).await, 5);
-    assert_eq!(
-        count_of(Filters {
-            regions: vec![label("eu"), label("us")],
-            ..Default::default()
-        })
-        .await,
-        4
-    );
-    assert_eq!(
-        count_of(Filters {
-            regions: vec![label("eu"), label("us")],
-            protocols: vec![Protocol::Socks5],
-            ..Default::default()
-        })
-        .await,
-        2
-    );
-    assert_eq!(
-        count_of(Filters {
-            regions: vec![label("eu"), label("us")],
-            protocols: vec![Protocol::Socks5],
-            upstreams: vec![up("vendor-a")],
-            ..Default::default()
-        })
-        .await,
-        1
-    );
-    assert_eq!(
-        count_of(Filters {
-            carriers: vec![label("c2")],
-            protocols: vec![Protocol::Http, Protocol::Socks5],
-            ..Default::default()
-        })
-        .await,
-        2
-    );
-    assert_eq!(
-        count_of(Filters {
-            regions: vec![label("nowhere")],
-            ..Default::default()
-        })
-        .await,
-        0
-    );
-    assert_eq!(
-        count_of(Filters {
-            upstreams: vec![up("vendor-c")],
-            ..Default::default()
-        })
-        .await,
-        0
-    );
-
+    for (filters, want) in [
+        (Filters::default(), 5),
+        (
+            Filters {
+                regions: vec![label("eu"), label("us")],
+                ..Default::default()
+            },
+            4,
+        ),
+        (
+            Filters {
+                regions: vec![label("eu"), label("us")],
+                protocols: vec![Protocol::Socks5],
+                ..Default::default()
+            },
+            2,
+        ),
+        (
+            Filters {
+                regions: vec![label("eu"), label("us")],
+                protocols: vec![Protocol::Socks5],
+                upstreams: vec![up("vendor-a")],
+                ..Default::default()
+            },
+            1,
+        ),
+        (
+            Filters {
+                carriers: vec![label("c2")],
+                protocols: vec![Protocol::Http, Protocol::Socks5],
+                ..Default::default()
+            },
+            2,
+        ),
+        (
+            Filters {
+                regions: vec![label("nowhere")],
+                ..Default::default()
+            },
+            0,
+        ),
+        (
+            Filters {
+                upstreams: vec![up("vendor-c")],
+                ..Default::default()
+            },
+            0,
+        ),
+    ] {
+        assert_eq!(count_of(filters.clone()).await, want, "{filters:?}");
+    }
     let mut r = req("c", 10);
     r.filters = Filters {
         regions: vec![label("us")],
@@ -258,11 +255,7 @@ pub async fn reserve_for_gateway_is_kept_back(kind: Kind) {
 /// When the scan budget runs out before the answer is certain: "temporarily
 /// unavailable", never "insufficient", and nothing changes.
 pub async fn scan_budget_exhausted_is_unavailable(kind: Kind) {
-    let options = PoolOptions {
-        extract_scan_budget: 4,
-        ..PoolOptions::default()
-    };
-    let h = Harness::with_options(kind, options).await;
+    let h = Harness::with_options(kind, |o| o.extract_scan_budget = 4).await;
     h.available("vendor-a", "s", 10, 60).await;
     h.advance(20.0);
     h.healthy(&["s-0"]).await; // only s-0 is freshly checked

@@ -51,15 +51,9 @@ pub async fn a_new_generation_holds_back_each_upstream_for_its_quarantine(kind: 
         h.pool.extract(&aon).await.unwrap(),
         ExtractOutcome::Insufficient { eligible: 0 }
     );
-    assert!(
-        h.pool
-            .assignable(&up("vendor-a"), 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(h.assignable("vendor-a").await.is_empty());
     assert_conflict(
-        h.pool.assign(&pid("a-0"), &wid("w1"), LEASE).await,
+        h.pool.assign(&lease_of("a-0", "w1", LEASE)).await,
         ConflictReason::NotAssignable,
     );
     let inv = h.inventory("vendor-a").await;
@@ -95,11 +89,8 @@ pub async fn a_new_generation_holds_back_each_upstream_for_its_quarantine(kind: 
     assert_eq!(h.now(), until);
     let inv = h.inventory("vendor-a").await;
     assert_eq!((inv.available, inv.quarantined_until), (4, None), "{inv:?}");
-    assert_eq!(
-        h.pool.assignable(&up("vendor-a"), 10).await.unwrap().len(),
-        4
-    );
-    h.pool.assign(&pid("a-0"), &wid("w1"), LEASE).await.unwrap();
+    assert_eq!(h.assignable("vendor-a").await.len(), 4);
+    h.pool.assign(&lease_of("a-0", "w1", LEASE)).await.unwrap();
     let mut got = h.extract(&req("c", 5)).await;
     got.sort();
     assert_eq!(got, vec!["a-1", "a-2", "a-3"]);

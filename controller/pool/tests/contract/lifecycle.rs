@@ -20,26 +20,17 @@ pub async fn vendor_ttl_and_safety_margin(kind: Kind) {
     assert_eq!(r.usable_until, Timestamp(t0.0 + 25_000));
     assert_eq!(r.fetched_at, t0);
     assert_eq!(r.state, ProxyState::Available);
-    assert_eq!(
-        h.pool.assignable(&up("vendor-a"), 10).await.unwrap(),
-        vec![pid("p-0")]
-    );
+    assert_eq!(h.assignable("vendor-a").await, vec![pid("p-0")]);
 
     h.advance(25.0);
     assert!(
         h.extract(&req("c", 1)).await.is_empty(),
         "past usable_until must not be extracted"
     );
-    assert!(
-        h.pool
-            .assignable(&up("vendor-a"), 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(h.assignable("vendor-a").await.is_empty());
     assert_conflict(
         h.pool
-            .assign(&pid("p-0"), &wid("w"), Duration::from_secs(5))
+            .assign(&lease_of("p-0", "w", Duration::from_secs(5)))
             .await,
         activity_pool::ConflictReason::NotAssignable,
     );
@@ -298,10 +289,7 @@ pub async fn health_moves_proxies_in_and_out_of_every_index(kind: Kind) {
         HealthVerdict::Unhealthy,
         HealthVerdict::Checking,
     ] {
-        h.pool
-            .apply_health(&[health("h-0", verdict)])
-            .await
-            .unwrap();
+        h.verdict("h-0", verdict).await;
         assert_eq!(visible(&h).await, vec![0; 7], "{verdict:?}");
         assert_eq!(
             h.record("h-0").await.unwrap().health.failure,
@@ -311,10 +299,7 @@ pub async fn health_moves_proxies_in_and_out_of_every_index(kind: Kind) {
         assert_eq!(visible(&h).await, vec![1, 1, 1, 1, 1, 1, 4]);
     }
     assert_eq!(h.inventory("vendor-a").await.managed, 1);
-    h.pool
-        .apply_health(&[health("h-0", HealthVerdict::Unhealthy)])
-        .await
-        .unwrap();
+    h.verdict("h-0", HealthVerdict::Unhealthy).await;
     assert_eq!(
         h.inventory("vendor-a").await.managed,
         0,
@@ -326,23 +311,19 @@ pub async fn health_moves_proxies_in_and_out_of_every_index(kind: Kind) {
     // REMOVED leaves every index.
     h.pool.remove(&up("vendor-a"), &[pid("h-0")]).await.unwrap();
     assert_eq!(visible(&h).await, vec![0; 7]);
-    let results = h
-        .pool
-        .apply_health(&[health("h-0", HealthVerdict::Available)])
-        .await
-        .unwrap();
-    assert_eq!(results, vec![HealthResult::Ignored(ProxyState::Removed)]);
+    assert_eq!(
+        h.verdict("h-0", HealthVerdict::Available).await,
+        HealthResult::Ignored(ProxyState::Removed)
+    );
 
     // EXTRACTED leaves every index.
     h.available("vendor-a", "x", 1, 60).await;
     assert_eq!(h.extract(&req("c", 1)).await, vec!["x-0".to_string()]);
     assert_eq!(visible(&h).await, vec![0; 7]);
-    let results = h
-        .pool
-        .apply_health(&[health("x-0", HealthVerdict::Available)])
-        .await
-        .unwrap();
-    assert_eq!(results, vec![HealthResult::Ignored(ProxyState::Extracted)]);
+    assert_eq!(
+        h.verdict("x-0", HealthVerdict::Available).await,
+        HealthResult::Ignored(ProxyState::Extracted)
+    );
 
     // EXPIRED leaves every index.
     h.available("vendor-a", "y", 1, 20).await;
@@ -351,11 +332,8 @@ pub async fn health_moves_proxies_in_and_out_of_every_index(kind: Kind) {
     assert_eq!(h.state("y-0").await, Some(ProxyState::Expired));
     assert_eq!(visible(&h).await, vec![0; 7]);
     assert_eq!(
-        h.pool
-            .apply_health(&[health("y-0", HealthVerdict::Available)])
-            .await
-            .unwrap(),
-        vec![HealthResult::NotFound]
+        h.verdict("y-0", HealthVerdict::Available).await,
+        HealthResult::NotFound
     );
 }
 
@@ -487,7 +465,7 @@ async fn visible(h: &Harness) -> Vec<u32> {
             other => panic!("{other:?}"),
         }
     }
-    out.push(h.pool.assignable(&up("vendor-a"), 10).await.unwrap().len() as u32);
+    out.push(h.assignable("vendor-a").await.len() as u32);
     out.push(h.inventory("vendor-a").await.available_slots as u32);
     out
 }

@@ -17,17 +17,11 @@ use std::time::Duration;
 
 use activity_pool::model::*;
 use activity_pool::ports::ActivityPool;
-use activity_pool::testkit::RedisServer;
-use activity_pool::{
-    ManualClock, MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool,
-};
+use activity_pool::testkit::{RedisServer, candidate, extract_request, pool_of};
+use activity_pool::{ManualClock, PoolOptions};
 
 /// Which implementation a case runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Memory,
-    Redis,
-}
+pub use activity_pool::testkit::PoolKind as Kind;
 
 /// A pool under test, its clock, and (for Redis) its private server.
 pub struct Harness {
@@ -39,36 +33,20 @@ pub struct Harness {
 
 impl Harness {
     pub async fn new(kind: Kind) -> Self {
-        Self::with_options(kind, PoolOptions::default()).await
+        Self::with_options(kind, |_| {}).await
     }
 
-    pub async fn with_options(kind: Kind, options: PoolOptions) -> Self {
+    /// A harness whose pool options are the defaults changed by `tune`.
+    pub async fn with_options(kind: Kind, tune: impl FnOnce(&mut PoolOptions)) -> Self {
+        let mut options = PoolOptions::default();
+        tune(&mut options);
         let clock = ManualClock::starting_now();
-        match kind {
-            Kind::Memory => Harness {
-                pool: Arc::new(MemoryPool::with_clock(options, Arc::new(clock.clone()))),
-                clock,
-                kind,
-                server: None,
-            },
-            Kind::Redis => {
-                let server = RedisServer::start();
-                let connector = RedisConnector::direct(&server.url()).expect("connector");
-                let redis_options = RedisOptions {
-                    pool: options,
-                    clock_override: Some(Arc::new(clock.clone())),
-                    ..RedisOptions::default()
-                };
-                let pool = RedisPool::new(connector, redis_options)
-                    .await
-                    .expect("redis pool");
-                Harness {
-                    pool: Arc::new(pool),
-                    clock,
-                    kind,
-                    server: Some(server),
-                }
-            }
+        let (pool, server) = pool_of(kind, options, Arc::new(clock.clone())).await;
+        Harness {
+            pool,
+            clock,
+            kind,
+            server,
         }
     }
 
@@ -105,6 +83,17 @@ impl Harness {
         );
     }
 
+    /// Applies one health verdict to `id` (`health`); its result.
+    pub async fn verdict(&self, id: &str, verdict: HealthVerdict) -> HealthResult {
+        let mut results = self
+            .pool
+            .apply_health(&[health(id, verdict)])
+            .await
+            .expect("health");
+        assert_eq!(results.len(), 1, "{results:?}");
+        results.remove(0)
+    }
+
     /// Inserts `n` proxies `<prefix>-<i>` for `upstream` with `ttl` seconds and makes
     /// them AVAILABLE; returns their IDs.
     pub async fn available(&self, upstream: &str, prefix: &str, n: usize, ttl: u64) -> Vec<String> {
@@ -137,6 +126,14 @@ impl Harness {
             }
             ExtractOutcome::Insufficient { eligible } => panic!("insufficient: {eligible}"),
         }
+    }
+
+    /// Up to 10 assignable proxies of `upstream`.
+    pub async fn assignable(&self, upstream: &str) -> Vec<ProxyId> {
+        self.pool
+            .assignable(&up(upstream), 10)
+            .await
+            .expect("assignable")
     }
 
     pub async fn inventory(&self, upstream: &str) -> UpstreamInventory {
@@ -217,20 +214,35 @@ pub fn label(s: &str) -> Label {
 }
 
 /// An HTTP candidate `id` at `<id>.vendor.test:8080` with credentials and `ttl` seconds.
+/// (`testkit::candidate`: region `eu`, carrier `c1`, capacity 4.)
 pub fn cand(id: &str, ttl: u64) -> Candidate {
-    Candidate {
-        id: pid(id),
-        protocol: Protocol::Http,
-        host: format!("{id}.vendor.test"),
-        port: 8080,
-        credentials: Some(Credentials {
-            username: format!("user-{id}"),
-            password: Secret::new("s3cr3t-pass"),
-        }),
-        region: Some(label("eu")),
-        carrier: Some(label("c1")),
-        ttl: Duration::from_secs(ttl),
-        max_concurrency: 4,
+    candidate(id, Duration::from_secs(ttl))
+}
+
+/// A lease of `id` to `worker` for `lease`.
+pub fn lease_of(id: &str, worker: &str, lease: Duration) -> LeaseRequest {
+    LeaseRequest {
+        proxy_id: pid(id),
+        worker_id: wid(worker),
+        lease,
+    }
+}
+
+/// `worker`'s assignment of `id` under `epoch`.
+pub fn claim(id: &str, worker: &str, epoch: u64) -> Claim {
+    Claim {
+        proxy_id: pid(id),
+        worker_id: wid(worker),
+        epoch,
+    }
+}
+
+/// `worker`'s drain ACK of `id` under `epoch` with these uses left.
+pub fn drain_ack(id: &str, worker: &str, epoch: u64, active: u32, reserved: u32) -> DrainAck {
+    DrainAck {
+        claim: claim(id, worker, epoch),
+        active,
+        reserved,
     }
 }
 
@@ -255,20 +267,14 @@ pub fn health(id: &str, verdict: HealthVerdict) -> HealthUpdate {
     }
 }
 
-/// An extraction of `count` proxies by `client`, partial, no filters, fresh request ID.
+/// An extraction of `count` proxies by `client`, partial, no filters, fresh request ID
+/// (`testkit::extract_request`), its digest naming client and count, its result kept
+/// for an hour.
 pub fn req(client: &str, count: u32) -> ExtractRequest {
     ExtractRequest {
-        client_id: ClientId::new(client).expect("client"),
-        request_id: RequestId::new(format!("req-{}", uuid_like())).expect("request id"),
-        idempotency_key: None,
         request_digest: RequestDigest::of(format!("{client}:{count}").as_bytes()),
-        count: NonZeroU32::new(count).expect("count"),
-        fulfillment: Fulfillment::Partial,
-        filters: Filters::default(),
-        min_remaining_ttl: Duration::ZERO,
-        max_health_check_age: None,
-        reserve_for_gateway: 0,
         idempotency_ttl: Duration::from_secs(3600),
+        ..extract_request(client, count)
     }
 }
 

@@ -15,7 +15,7 @@ const LEASE: Duration = Duration::from_secs(10);
 pub async fn assign_and_renew(kind: Kind) {
     let h = Harness::new(kind).await;
     h.available("vendor-a", "o", 3, 30).await; // usable_until = now + 25 s
-    let a = h.pool.assign(&pid("o-0"), &wid("w1"), LEASE).await.unwrap();
+    let a = h.pool.assign(&lease_of("o-0", "w1", LEASE)).await.unwrap();
     assert_eq!(a.worker_id, wid("w1"));
     assert_eq!(a.upstream, up("vendor-a"));
     assert_eq!(a.lease_expires_at.0, h.now().0 + 10_000);
@@ -30,12 +30,12 @@ pub async fn assign_and_renew(kind: Kind) {
     assert_eq!(h.record("o-0").await.unwrap().state, ProxyState::Available);
 
     assert_conflict(
-        h.pool.assign(&pid("o-0"), &wid("w2"), LEASE).await,
+        h.pool.assign(&lease_of("o-0", "w2", LEASE)).await,
         ConflictReason::NotAssignable,
     );
     assert_eq!(
         h.pool
-            .assign(&pid("nope"), &wid("w2"), LEASE)
+            .assign(&lease_of("nope", "w2", LEASE))
             .await
             .unwrap_err(),
         PoolError::NotFound
@@ -44,25 +44,23 @@ pub async fn assign_and_renew(kind: Kind) {
     assert_eq!(got.len(), 2);
     assert!(!got.contains(&"o-0".to_string()));
     h.available("vendor-a", "n", 2, 30).await;
-    let b = h.pool.assign(&pid("n-0"), &wid("w1"), LEASE).await.unwrap();
+    let b = h.pool.assign(&lease_of("n-0", "w1", LEASE)).await.unwrap();
     assert!(b.epoch > a.epoch);
-    let c = h.pool.assign(&pid("n-1"), &wid("w2"), LEASE).await.unwrap();
+    let c = h.pool.assign(&lease_of("n-1", "w2", LEASE)).await.unwrap();
     assert!(c.epoch > b.epoch);
 
     h.advance(8.0);
     assert_conflict(
-        h.pool.renew(&pid("o-0"), &wid("w2"), a.epoch, LEASE).await,
+        h.pool.renew(&claim("o-0", "w2", a.epoch), LEASE).await,
         ConflictReason::NotOwner,
     );
     assert_conflict(
-        h.pool
-            .renew(&pid("o-0"), &wid("w1"), a.epoch + 1, LEASE)
-            .await,
+        h.pool.renew(&claim("o-0", "w1", a.epoch + 1), LEASE).await,
         ConflictReason::EpochMismatch,
     );
     let renewed = h
         .pool
-        .renew(&pid("o-0"), &wid("w1"), a.epoch, LEASE)
+        .renew(&claim("o-0", "w1", a.epoch), LEASE)
         .await
         .unwrap();
     assert_eq!(renewed.lease_expires_at.0, h.now().0 + 10_000);
@@ -70,7 +68,7 @@ pub async fn assign_and_renew(kind: Kind) {
     h.advance(8.0);
     let capped = h
         .pool
-        .renew(&pid("o-0"), &wid("w1"), a.epoch, Duration::from_secs(60))
+        .renew(&claim("o-0", "w1", a.epoch), Duration::from_secs(60))
         .await
         .unwrap();
     assert_eq!(
@@ -80,7 +78,7 @@ pub async fn assign_and_renew(kind: Kind) {
     );
     // A lease that ran out cannot be renewed.
     assert_conflict(
-        h.pool.renew(&pid("n-1"), &wid("w2"), c.epoch, LEASE).await,
+        h.pool.renew(&claim("n-1", "w2", c.epoch), LEASE).await,
         ConflictReason::LeaseExpired,
     );
 }
@@ -89,53 +87,47 @@ pub async fn assign_and_renew(kind: Kind) {
 pub async fn drain_and_acknowledge(kind: Kind) {
     let h = Harness::new(kind).await;
     h.available("vendor-a", "d", 1, 60).await;
-    let a = h.pool.assign(&pid("d-0"), &wid("w1"), LEASE).await.unwrap();
+    let a = h.pool.assign(&lease_of("d-0", "w1", LEASE)).await.unwrap();
     assert_conflict(
         h.pool
-            .acknowledge_drain(&pid("d-0"), &wid("w1"), a.epoch, 0, 0)
+            .acknowledge_drain(&drain_ack("d-0", "w1", a.epoch, 0, 0))
             .await,
         ConflictReason::NotDraining,
     );
     assert_conflict(
-        h.pool.begin_drain(&pid("d-0"), &wid("w2"), a.epoch).await,
+        h.pool.begin_drain(&claim("d-0", "w2", a.epoch)).await,
         ConflictReason::NotOwner,
     );
     let d1 = h
         .pool
-        .begin_drain(&pid("d-0"), &wid("w1"), a.epoch)
+        .begin_drain(&claim("d-0", "w1", a.epoch))
         .await
         .unwrap();
     assert!(d1.draining);
     let d2 = h
         .pool
-        .begin_drain(&pid("d-0"), &wid("w1"), a.epoch)
+        .begin_drain(&claim("d-0", "w1", a.epoch))
         .await
         .unwrap();
     assert_eq!(d1, d2, "idempotent per assignment");
     assert_eq!(h.state("d-0").await, Some(ProxyState::Draining));
     assert_eq!(h.inventory("vendor-a").await.managed, 1);
     assert!(h.extract(&req("c", 1)).await.is_empty());
-    assert_conflict(
-        h.pool
-            .acknowledge_drain(&pid("d-0"), &wid("w1"), a.epoch, 1, 0)
-            .await,
-        ConflictReason::Busy,
-    );
-    assert_conflict(
-        h.pool
-            .acknowledge_drain(&pid("d-0"), &wid("w1"), a.epoch, 0, 2)
-            .await,
-        ConflictReason::Busy,
-    );
-    assert_conflict(
-        h.pool
-            .acknowledge_drain(&pid("d-0"), &wid("w1"), a.epoch + 1, 0, 0)
-            .await,
-        ConflictReason::EpochMismatch,
-    );
+    for (epoch, active, reserved, reason) in [
+        (a.epoch, 1, 0, ConflictReason::Busy),
+        (a.epoch, 0, 2, ConflictReason::Busy),
+        (a.epoch + 1, 0, 0, ConflictReason::EpochMismatch),
+    ] {
+        assert_conflict(
+            h.pool
+                .acknowledge_drain(&drain_ack("d-0", "w1", epoch, active, reserved))
+                .await,
+            reason,
+        );
+    }
     assert_eq!(h.pool.get(&pid("d-0")).await.unwrap(), Some(d1));
     h.pool
-        .acknowledge_drain(&pid("d-0"), &wid("w1"), a.epoch, 0, 0)
+        .acknowledge_drain(&drain_ack("d-0", "w1", a.epoch, 0, 0))
         .await
         .unwrap();
     assert_eq!(h.pool.get(&pid("d-0")).await.unwrap(), None);
@@ -148,7 +140,7 @@ pub async fn expire_is_bounded(kind: Kind) {
     let h = Harness::new(kind).await;
     let ids = h.available("vendor-a", "e", 5, 60).await;
     for id in &ids {
-        h.pool.assign(&pid(id), &wid("w1"), LEASE).await.unwrap();
+        h.pool.assign(&lease_of(id, "w1", LEASE)).await.unwrap();
     }
     let none = h.pool.expire(10).await.unwrap();
     assert!(none.released.is_empty() && !none.more);
@@ -182,8 +174,7 @@ pub async fn assign_vs_extract_exactly_one_wins(kind: Kind) {
         let proxy = format!("{id}-0");
         let ha = h.clone();
         let pa = proxy.clone();
-        let assign =
-            tokio::spawn(async move { ha.pool.assign(&pid(&pa), &wid("w1"), LEASE).await });
+        let assign = tokio::spawn(async move { ha.pool.assign(&lease_of(&pa, "w1", LEASE)).await });
         let hb = h.clone();
         let extract = tokio::spawn(async move { hb.extract(&req("c", 1)).await });
         let assigned = assign.await.unwrap();
@@ -198,7 +189,7 @@ pub async fn assign_vs_extract_exactly_one_wins(kind: Kind) {
         // Clean up so the next round's extract sees only its own proxy.
         if let Ok(a) = assigned {
             h.pool
-                .begin_drain(&pid(&proxy), &wid("w1"), a.epoch)
+                .begin_drain(&claim(&proxy, "w1", a.epoch))
                 .await
                 .unwrap();
             h.pool
@@ -214,7 +205,7 @@ pub async fn hard_expiry_ends_the_assignment(kind: Kind) {
     let h = Harness::new(kind).await;
     h.available("vendor-a", "x", 1, 20).await;
     h.pool
-        .assign(&pid("x-0"), &wid("w1"), Duration::from_secs(60))
+        .assign(&lease_of("x-0", "w1", Duration::from_secs(60)))
         .await
         .unwrap();
     h.advance(21.0);
@@ -236,13 +227,13 @@ pub async fn leases_page_through_live_assignments(kind: Kind) {
         } else {
             ("w2", LEASE * 3)
         };
-        let a = h.pool.assign(&pid(id), &wid(worker), lease).await.unwrap();
+        let a = h.pool.assign(&lease_of(id, worker, lease)).await.unwrap();
         want.insert(id.clone(), a);
     }
     let a0 = want[&ids[0]].clone();
     let drained = h
         .pool
-        .begin_drain(&pid(&ids[0]), &wid("w1"), a0.epoch)
+        .begin_drain(&claim(&ids[0], "w1", a0.epoch))
         .await
         .unwrap();
     want.insert(ids[0].clone(), drained);

@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use activity_pool::model::{ProxyId, ProxyState, UpstreamId, WorkerId, WorkerSession};
+use activity_pool::model::{
+    LeaseRequest, ProxyId, ProxyState, UpstreamId, WorkerId, WorkerSession,
+};
 use activity_pool::{ConflictReason, PoolError, PoolResult, Timestamp};
 
 use super::{Owned, Owners, OwnershipManager};
@@ -81,12 +83,12 @@ impl OwnershipManager {
                     {
                         continue;
                     }
-                    match self
-                        .ports
-                        .ownership
-                        .assign(&rec.id, worker, cfg.lease)
-                        .await
-                    {
+                    let request = LeaseRequest {
+                        proxy_id: rec.id.clone(),
+                        worker_id: worker.clone(),
+                        lease: cfg.lease,
+                    };
+                    match self.ports.ownership.assign(&request).await {
                         Ok(a) => {
                             missing = missing.saturating_sub(u64::from(rec.max_concurrency));
                             owners

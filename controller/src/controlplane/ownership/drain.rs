@@ -1,7 +1,7 @@
 //! Drains: beginning them on request, completing them when the worker reports zero,
 //! and holding released proxies back for extraction.
 
-use activity_pool::model::{ProxyId, WorkerId, WorkerSession};
+use activity_pool::model::{Claim, DrainAck, ProxyId, WorkerId, WorkerSession};
 use activity_pool::{ConflictReason, PoolError, PoolResult, Timestamp};
 
 use super::{DrainRequest, MAX_HELD, Owned, Owners, OwnershipManager};
@@ -64,11 +64,12 @@ impl OwnershipManager {
         id: &ProxyId,
         o: &mut Owned,
     ) -> PoolResult<()> {
-        o.assignment = self
-            .ports
-            .ownership
-            .begin_drain(id, worker, o.assignment.epoch)
-            .await?;
+        let claim = Claim {
+            proxy_id: id.clone(),
+            worker_id: worker.clone(),
+            epoch: o.assignment.epoch,
+        };
+        o.assignment = self.ports.ownership.begin_drain(&claim).await?;
         o.drain_version = None;
         Ok(())
     }
@@ -131,7 +132,7 @@ impl OwnershipManager {
             for (id, epoch, drain_version) in draining {
                 // The worker must hold the snapshot that marks the proxy draining, and
                 // its counts must come from a report bound to it or a later one.
-                if acked < drain_version || runtime.snapshot_version < drain_version {
+                if acked < drain_version || runtime.header.snapshot_version < drain_version {
                     continue;
                 }
                 let (active, reserved) = runtime
@@ -139,12 +140,16 @@ impl OwnershipManager {
                     .iter()
                     .find(|e| e.proxy_id == id)
                     .map_or((0, 0), |e| (e.active, e.reserved));
-                match self
-                    .ports
-                    .ownership
-                    .acknowledge_drain(&id, worker, epoch, active, reserved)
-                    .await
-                {
+                let ack = DrainAck {
+                    claim: Claim {
+                        proxy_id: id.clone(),
+                        worker_id: worker.clone(),
+                        epoch,
+                    },
+                    active,
+                    reserved,
+                };
+                match self.ports.ownership.acknowledge_drain(&ack).await {
                     Ok(()) => {
                         m.remove(&id);
                         self.hold(id.clone(), now);

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use activity_pool::model::{
-    Assignment, Label, Protocol, ProxyId, ProxyRecord, ProxyState, UpstreamId, WorkerId,
+    Assignment, Claim, Label, Protocol, ProxyId, ProxyRecord, ProxyState, UpstreamId, WorkerId,
     WorkerSession,
 };
 use activity_pool::ports::{OwnershipRepository, ProxyCatalog, RuntimeReader, SessionWriter};
@@ -371,12 +371,12 @@ impl OwnershipManager {
                 let Some(epoch) = m.get(&id).map(|o| o.assignment.epoch) else {
                     continue;
                 };
-                match self
-                    .ports
-                    .ownership
-                    .renew(&id, worker, epoch, cfg.lease)
-                    .await
-                {
+                let claim = Claim {
+                    proxy_id: id.clone(),
+                    worker_id: worker.clone(),
+                    epoch,
+                };
+                match self.ports.ownership.renew(&claim, cfg.lease).await {
                     Ok(a) => {
                         if let Some(o) = m.get_mut(&id) {
                             o.assignment = a;

@@ -1,13 +1,7 @@
 -- Starts draining an assignment (idempotent).
 -- P = { id, w, e }
-local prev = replay()
-if prev then return prev end
-local rec0 = get_rec(P.id)
-need_keys(rec0)
-local need = need_reply()
-if need then return need end
-local a, rec, err = matching(P.id, P.w, P.e)
-if err then return fail(err) end
+local reply, a, rec = draining_claim()
+if reply then return reply end
 if not a.d then
   a.d = true
   redis.call('HSET', K_OWNERS, a.p, cjson.encode(a)); touch(K_OWNERS)

@@ -14,6 +14,21 @@ local function matching(id, w, e)
   return a, rec, nil
 end
 
+-- The head of a script that changes the draining of the assignment P names
+-- (P = { id, w, e, ... }): a replayed reply, a request for the record's index keys, or
+-- a failure to return as is; otherwise nil, the matching assignment and its record.
+local function draining_claim()
+  local prev = replay()
+  if prev then return prev end
+  local rec0 = get_rec(P.id)
+  need_keys(rec0)
+  local need = need_reply()
+  if need then return need end
+  local a, rec, err = matching(P.id, P.w, P.e)
+  if err then return fail(err) end
+  return nil, a, rec
+end
+
 -- Deletes an assignment; DRAINING goes back to AVAILABLE; re-indexed.
 local function release(id, rec)
   if rec then unindex(rec) end

@@ -81,11 +81,14 @@ local function need_reply()
   return nil
 end
 
-local function get_rec(id)
-  local raw = redis.call('HGET', K_RECORDS, id)
+-- The JSON value stored under `field` of hash `key`, decoded; nil when absent.
+local function hget_json(key, field)
+  local raw = redis.call('HGET', key, field)
   if not raw then return nil end
   return cjson.decode(raw)
 end
+
+local function get_rec(id) return hget_json(K_RECORDS, id) end
 
 -- A record's JSON with the fields the extraction scan reads first, in a fixed order
 -- (`{"st":…,"exp":…,"uu":…[,"lc":…][,"ck":…],"up":…,"ix":{"a":…,"o":…},…`): the scan
@@ -263,11 +266,7 @@ local function copy(t)
   return c
 end
 
-local function get_owner(id)
-  local raw = redis.call('HGET', K_OWNERS, id)
-  if not raw then return nil end
-  return cjson.decode(raw)
-end
+local function get_owner(id) return hget_json(K_OWNERS, id) end
 
 local function put_owner(a)
   redis.call('HSET', K_OWNERS, a.p, cjson.encode(a)); touch(K_OWNERS)
