@@ -20,10 +20,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use proxy_pool_api::config::LEADER_POD_LABEL;
 use proxy_pool_controller::leadership::{
-    Elector, ElectorOptions, KubeLease, LeaseStore, PodLabel, Role, contract,
+    ElectorOptions, KubeLease, LeaseStore, PodLabel, contract,
 };
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
-use tokio_util::sync::CancellationToken;
 
 const NS: &str = "leadership";
 
@@ -173,37 +172,18 @@ async fn kubernetes_lease_with_redis_tokens_on_a_real_apiserver() {
         retry_every: Duration::from_millis(200),
     };
     let start = |pod: &'static str| {
-        let fence = Fence::new();
-        let (e, l) = Elector::new(store.clone(), format!("{pod}-1"), fence.clone(), options);
-        let stop = CancellationToken::new();
-        tokio::spawn(e.run(stop.clone().cancelled_owned()));
+        let running = contract::start_elector(store.clone(), format!("{pod}-1"), options);
         let label = PodLabel::new(pods.clone(), pod);
-        tokio::spawn(label.follow(l.clone()));
-        (l, fence, stop)
+        tokio::spawn(label.follow(running.0.clone()));
+        running
     };
-    let (a, fa, stop_a) = start("ctl-a");
-    assert!(a.elected().await);
-    let (b, fb, _stop_b) = start("ctl-b");
-    wait_label(&pods, "ctl-a", "true").await;
-    wait_label(&pods, "ctl-b", "false").await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert!(a.is_leader(), "renewals keep the Lease past its duration");
-    assert_eq!(b.role(), Role::Follower);
-    assert_eq!(fb.token(), 0);
-    let Role::Leader(ta) = a.role() else { panic!() };
-    assert_eq!(fa.token(), ta);
-
-    stop_a.cancel();
-    a.deposed().await;
-    let t0 = std::time::Instant::now();
-    assert!(b.elected().await);
-    assert!(
-        t0.elapsed() < options.lease,
-        "a released Lease is taken at the next try ({:?})",
-        t0.elapsed()
-    );
-    let Role::Leader(tb) = b.role() else { panic!() };
-    assert!(tb > ta, "{tb} > {ta}");
+    let settle = async {
+        wait_label(&pods, "ctl-a", "true").await;
+        wait_label(&pods, "ctl-b", "false").await;
+        // Renewals keep the Lease past its duration.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+    };
+    contract::hand_over(start, ["ctl-a", "ctl-b"], settle, options.lease).await;
     wait_label(&pods, "ctl-b", "true").await;
     wait_label(&pods, "ctl-a", "false").await;
 

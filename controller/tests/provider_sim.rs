@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 mod sim_support;
-use sim_support::pool_id;
+use sim_support::{on_both_pools, pool_id};
 
 struct Pool {
     pool: Arc<dyn ActivityPool>,
@@ -128,16 +128,6 @@ async fn fetch_json_into_pool(redis: bool) {
     }
 }
 
-#[tokio::test]
-async fn fetch_json_into_pool_memory() {
-    fetch_json_into_pool(false).await;
-}
-
-#[tokio::test]
-async fn fetch_json_into_pool_redis() {
-    fetch_json_into_pool(true).await;
-}
-
 async fn fetch_lines_into_pool(redis: bool) {
     let p = pool(redis).await;
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
@@ -155,16 +145,9 @@ async fn fetch_lines_into_pool(redis: bool) {
     assert_eq!((out.offered, out.report.inserted), (3, 3));
     for s in sim.live_proxies() {
         let v = VendorProxy {
-            vendor_id: None,
             protocol: Some(PoolProtocol::Http),
-            host: s.proxy.host.to_string(),
-            port: s.proxy.port,
             username: Some(s.proxy.username.clone()),
-            password: None,
-            region: None,
-            carrier: None,
-            ttl: None,
-            expires_at: None,
+            ..VendorProxy::at(s.proxy.host.to_string(), s.proxy.port)
         };
         let id = stable_id(&upstream(), &v, &opts.defaults).unwrap();
         let rec = p
@@ -187,16 +170,6 @@ async fn fetch_lines_into_pool(redis: bool) {
             "TTL from X-Proxy-TTL-Seconds"
         );
     }
-}
-
-#[tokio::test]
-async fn fetch_lines_into_pool_memory() {
-    fetch_lines_into_pool(false).await;
-}
-
-#[tokio::test]
-async fn fetch_lines_into_pool_redis() {
-    fetch_lines_into_pool(true).await;
 }
 
 async fn wrong_credentials_count_a_failure_back_off_and_write_nothing(redis: bool) {
@@ -238,16 +211,6 @@ async fn wrong_credentials_count_a_failure_back_off_and_write_nothing(redis: boo
     assert!(sim.live_proxies().is_empty(), "the vendor issued nothing");
     let inv = p.pool.inventory(&upstream()).await.unwrap();
     assert_eq!(inv.unextracted, 0, "nothing written");
-}
-
-#[tokio::test]
-async fn wrong_credentials_count_a_failure_back_off_and_write_nothing_memory() {
-    wrong_credentials_count_a_failure_back_off_and_write_nothing(false).await;
-}
-
-#[tokio::test]
-async fn wrong_credentials_count_a_failure_back_off_and_write_nothing_redis() {
-    wrong_credentials_count_a_failure_back_off_and_write_nothing(true).await;
 }
 
 /// A hostile vendor: answers by path.
@@ -359,29 +322,12 @@ async fn hostile_responses_are_refused(redis: bool) {
 }
 
 #[tokio::test]
-async fn hostile_responses_are_refused_memory() {
-    hostile_responses_are_refused(false).await;
-}
-
-#[tokio::test]
-async fn hostile_responses_are_refused_redis() {
-    hostile_responses_are_refused(true).await;
-}
-
-#[tokio::test]
 async fn static_source_refreshes_and_counts_pool_drops() {
     let p = pool(false).await;
     let entry = |port| VendorProxy {
-        vendor_id: None,
-        protocol: None,
-        host: "127.0.0.9".into(),
-        port,
         username: Some("u".into()),
         password: Some(Secret::new("p")),
-        region: None,
-        carrier: None,
-        ttl: None,
-        expires_at: None,
+        ..VendorProxy::at("127.0.0.9", port)
     };
     let mut short = entry(3);
     short.ttl = Some(Duration::from_secs(2));
@@ -486,12 +432,10 @@ async fn a_lost_reply_is_retried_with_the_same_operation_id(redis: bool) {
     assert_eq!(p.pool.inventory(&upstream()).await.unwrap().unextracted, 3);
 }
 
-#[tokio::test]
-async fn a_lost_reply_is_retried_with_the_same_operation_id_memory() {
-    a_lost_reply_is_retried_with_the_same_operation_id(false).await;
-}
-
-#[tokio::test]
-async fn a_lost_reply_is_retried_with_the_same_operation_id_redis() {
-    a_lost_reply_is_retried_with_the_same_operation_id(true).await;
-}
+on_both_pools!(
+    fetch_json_into_pool,
+    fetch_lines_into_pool,
+    wrong_credentials_count_a_failure_back_off_and_write_nothing,
+    hostile_responses_are_refused,
+    a_lost_reply_is_retried_with_the_same_operation_id,
+);

@@ -21,7 +21,13 @@ pub fn failure_label(code: FailureCode) -> Option<Label> {
 /// One check of a task (the contract's own type).
 pub use proxy_pool_api::controlplane::model::Check;
 
-/// A deadline-bound check task for one proxy.
+/// A deadline-bound check task for one proxy: every check the planner wants of it,
+/// with what a probe needs (address, protocol, credentials).
+///
+/// Not the contract's `CheckTask`: that is one check on the wire (one tier, a text
+/// task ID `h<task>-<check>`, the endpoint and target of that check); this is the
+/// planner's whole task under its numeric ID, which [`crate::health::to_wire`] splits
+/// into wire tasks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckTask {
     /// Task ID (echoed in observations).
@@ -44,7 +50,12 @@ pub struct CheckTask {
     pub deadline: Timestamp,
 }
 
-/// What a checker saw for one check.
+/// What a checker saw for one check, as the reducer reads it.
+///
+/// The contract's `Observation` ([`crate::health::from_wire`] reads it into this) with
+/// its two text IDs parsed: the planner's numeric task ID and a valid pool
+/// [`ProxyId`], so the reducer never meets an ID it could not parse; the time it was
+/// observed is not kept (the reducer applies it on arrival).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Observation {
     /// The task it belongs to.

@@ -4,6 +4,33 @@
 
 #![allow(dead_code)]
 
+/// Runs each named `async fn(redis: bool)` of the calling test file as two tests, one
+/// on the memory pool (`memory::<name>`) and one on a real redis-server
+/// (`redis::<name>`).
+#[allow(unused_macros)]
+macro_rules! on_both_pools {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(false).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(true).await;
+                }
+            )*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_both_pools;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,15 +83,7 @@ pub fn sim_provider(
 pub fn pool_id(upstream: &UpstreamId, vendor_id: &str, defaults: &CandidateDefaults) -> ProxyId {
     let v = VendorProxy {
         vendor_id: Some(vendor_id.to_owned()),
-        protocol: None,
-        host: String::new(),
-        port: 1,
-        username: None,
-        password: None,
-        region: None,
-        carrier: None,
-        ttl: None,
-        expires_at: None,
+        ..VendorProxy::at("", 1)
     };
     stable_id(upstream, &v, defaults).unwrap()
 }
