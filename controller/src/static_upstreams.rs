@@ -24,16 +24,7 @@ use crate::shutdown::{Phase, Shutdown};
 /// `candidates` marked AVAILABLE by a successful check, as when nothing but the
 /// configuration vouches for them (`assumeHealthy`; test and benchmark seeding).
 pub fn available(candidates: &[Candidate]) -> Vec<HealthUpdate> {
-    candidates
-        .iter()
-        .map(|c| HealthUpdate {
-            proxy_id: c.id.clone(),
-            verdict: HealthVerdict::Available,
-            success: true,
-            latency: None,
-            failure: None,
-        })
-        .collect()
+    crate::health::verdict_updates(candidates.iter().map(|c| &c.id), HealthVerdict::Available)
 }
 
 /// One static upstream, ready to upsert.

@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 mod sim_support;
-use sim_support::{on_both_pools, pool_id};
+use sim_support::{on_both_pools, pool_id, sim_source};
 
 struct Pool {
     pool: Arc<dyn ActivityPool>,
@@ -65,9 +65,7 @@ fn reconciler(
 async fn fetch_json_into_pool(redis: bool) {
     let p = pool(redis).await;
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let url = format!("{}/v1/proxies?count=5&protocol=socks5", sim.vendor_url());
-    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
-    let source = HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap();
+    let source = sim_source(&sim, "count=5&protocol=socks5");
     let metrics = ProviderMetrics::default();
     let opts = options(PoolProtocol::Http);
     let r = reconciler(opts.clone(), source, &p, &metrics);
@@ -245,23 +243,14 @@ async fn hostile_vendor() -> SocketAddr {
                             }
                         }
                     }
-                    "/garbage" => {
-                        let body = "{\"proxies\": [ {\"host\": ";
-                        let _ = s
-                            .write_all(
-                                format!("{ok}Content-Length: {}\r\n\r\n{body}", body.len())
-                                    .as_bytes(),
-                            )
-                            .await;
-                    }
-                    "/mixed" => {
-                        let body = "http://u:p@127.0.0.2:1000\nnot-a-proxy\nftp://x:1\nhttp://u:p@127.0.0.3:1001\n";
-                        let _ = s
-                            .write_all(
-                                format!("{ok}Content-Length: {}\r\n\r\n{body}", body.len())
-                                    .as_bytes(),
-                            )
-                            .await;
+                    "/garbage" | "/mixed" => {
+                        let body = if path == "/garbage" {
+                            "{\"proxies\": [ {\"host\": "
+                        } else {
+                            "http://u:p@127.0.0.2:1000\nnot-a-proxy\nftp://x:1\nhttp://u:p@127.0.0.3:1001\n"
+                        };
+                        let answer = format!("{ok}Content-Length: {}\r\n\r\n{body}", body.len());
+                        let _ = s.write_all(answer.as_bytes()).await;
                     }
                     "/slow" => {
                         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -408,9 +397,7 @@ impl activity_pool::ports::Upserter for LosesFirstReply {
 async fn a_lost_reply_is_retried_with_the_same_operation_id(redis: bool) {
     let p = pool(redis).await;
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let url = format!("{}/v1/proxies?count=3", sim.vendor_url());
-    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
-    let source = HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap();
+    let source = sim_source(&sim, "count=3");
     let flaky = Arc::new(LosesFirstReply {
         inner: p.pool.clone(),
         calls: std::sync::atomic::AtomicU32::new(0),

@@ -5,13 +5,33 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use activity_pool::Timestamp;
-use activity_pool::model::{Credentials, Label, Protocol, ProxyId, UpstreamId};
+use activity_pool::model::{
+    Credentials, HealthUpdate, HealthVerdict, Label, Protocol, ProxyId, UpstreamId,
+};
 
 /// A check tier (the wire contract's own type).
 pub use proxy_pool_api::controlplane::model::CheckTier as Tier;
 
 /// Why a check failed (the wire contract's bounded code set).
 pub use proxy_pool_api::controlplane::model::FailureCode;
+
+/// Pool health updates putting each of `ids` in `verdict` with no check behind them:
+/// AVAILABLE counts as a passed check (proxies the configuration vouches for), any
+/// other verdict (CHECKING) as no result.
+pub fn verdict_updates<'a>(
+    ids: impl IntoIterator<Item = &'a ProxyId>,
+    verdict: HealthVerdict,
+) -> Vec<HealthUpdate> {
+    ids.into_iter()
+        .map(|id| HealthUpdate {
+            proxy_id: id.clone(),
+            verdict,
+            success: verdict == HealthVerdict::Available,
+            latency: None,
+            failure: None,
+        })
+        .collect()
+}
 
 /// A failure code as a pool failure label.
 pub fn failure_label(code: FailureCode) -> Option<Label> {

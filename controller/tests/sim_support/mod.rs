@@ -69,14 +69,19 @@ pub fn sim_provider(
     query: &str,
     pool: Arc<dyn ActivityPool>,
 ) -> ProviderReconciler {
-    let url = format!("{}/v1/proxies?{query}", sim.vendor_url());
-    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
-    let source = HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap();
+    let source = sim_source(sim, query);
     let mut options =
         ProviderOptions::new(upstream.clone(), Protocol::Http, Duration::from_secs(60));
     options.defaults.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
     options.quarantine = Duration::ZERO;
     ProviderReconciler::new(options, Arc::new(source), pool, ProviderMetrics::default()).unwrap()
+}
+
+/// The simulator's vendor API (`/v1/proxies?<query>`, JSON) with its API key.
+pub fn sim_source(sim: &Simulator, query: &str) -> HttpVendorSource {
+    let url = format!("{}/v1/proxies?{query}", sim.vendor_url());
+    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
+    HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap()
 }
 
 /// The pool ID the provider gives the proxy the vendor lists as `vendor_id`.
