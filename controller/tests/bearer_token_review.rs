@@ -29,7 +29,7 @@ use proxy_pool_controller::distribution::{
     AuthError, BearerVerifier, KubeTokenReviewer, Review, ReviewUnavailable, ReviewedToken,
     TokenReviewBearerVerifier, TokenReviewer,
 };
-use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
+use proxy_pool_e2e::k8s::KubeApiServer;
 
 const NS: &str = "clients";
 const AUDIENCE: &str = "proxy-pool-distribution";
@@ -90,17 +90,7 @@ fn sa_user(name: &str) -> String {
 /// A fresh etcd + kube-apiserver (and a client of it) with namespace `NS` holding
 /// these ServiceAccounts.
 async fn apiserver_with(service_accounts: &[&str]) -> (KubeApiServer, kube::Client) {
-    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
-    let cluster = KubeApiServer::start(&bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
-    let client = cluster.client();
-    Workloads::create_namespace(&client, NS).await;
-    let workloads = Workloads::new(client.clone(), NS);
-    for sa in service_accounts {
-        workloads.create_service_account(sa).await;
-    }
-    (cluster, client)
+    common::kube::apiserver_with(NS, service_accounts).await
 }
 
 async fn token(client: &kube::Client, sa: &str, audience: &str) -> String {

@@ -7,6 +7,8 @@
 //! (`PROXY_POOL_K8S_BIN_DIR`, `PROXY_POOL_REDIS_SERVER`; `scripts/test.sh` sets both).
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
+mod common;
+
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +24,7 @@ use proxy_pool_api::config::LEADER_POD_LABEL;
 use proxy_pool_controller::leadership::{
     ElectorOptions, KubeLease, LeaseStore, PodLabel, contract,
 };
-use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
+use proxy_pool_e2e::k8s::{KubeApiServer, Workloads};
 
 const NS: &str = "leadership";
 
@@ -41,12 +43,7 @@ async fn env() -> Env {
     )
     .await
     .unwrap();
-    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
-    let cluster = KubeApiServer::start(&bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
-    let client = cluster.client();
-    Workloads::create_namespace(&client, NS).await;
+    let (cluster, client) = common::kube::apiserver_with(NS, &[]).await;
     Env {
         redis,
         cluster,

@@ -3,6 +3,7 @@
 //! against the OpenAPI file.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod kube;
 pub mod openapi;
 pub mod usage;
 
