@@ -41,12 +41,7 @@ where
     // Past the lease, another holder takes it under a greater token; the old holder
     // can no longer renew or release it.
     wait(ttl + ttl / 2).await;
-    let t2 = store
-        .acquire("b", ttl)
-        .await
-        .unwrap()
-        .expect("an expired lease is granted");
-    assert!(t2 > t1, "tokens grow: {t2} after {t1}");
+    let t2 = take_over(store, "b", ttl, t1).await;
     assert!(!store.renew("a", t1, ttl).await.unwrap());
     store.release("a", t1).await.unwrap();
     assert_eq!(
@@ -69,6 +64,18 @@ where
         "an old token stays dead"
     );
     store.release("b", t3).await.unwrap();
+}
+
+/// `holder` takes the lease another held under `before` once it ran out: granted, under
+/// a greater token (returned).
+pub async fn take_over(store: &dyn LeaseStore, holder: &str, ttl: Duration, before: u64) -> u64 {
+    let token = store
+        .acquire(holder, ttl)
+        .await
+        .unwrap()
+        .expect("an expired lease is granted");
+    assert!(token > before, "tokens grow: {token} after {before}");
+    token
 }
 
 /// A running elector: its leadership, the fence it grants, and the token that stops it.
