@@ -344,24 +344,12 @@ pub fn cand(id: &str, ttl: u64) -> Candidate {
     }
 }
 
-pub fn extract_req(count: u32) -> ExtractRequest {
-    ExtractRequest {
-        client_id: ClientId::new("client-1").expect("client"),
-        request_id: RequestId::new(format!("req-{}", rand_u64())).expect("request"),
-        idempotency_key: None,
-        request_digest: RequestDigest::of(format!("x{}", rand_u64()).as_bytes()),
-        count: NonZeroU32::new(count).expect("nz"),
-        fulfillment: Fulfillment::Partial,
-        filters: Filters::default(),
-        min_remaining_ttl: Duration::ZERO,
-        max_health_check_age: None,
-        reserve_for_gateway: 0,
-        idempotency_ttl: Duration::from_secs(60),
-    }
-}
-
 pub async fn extracted(pool: &Arc<dyn ActivityPool>, count: u32) -> Vec<String> {
-    match pool.extract(&extract_req(count)).await.expect("extract") {
+    match pool
+        .extract(&activity_pool::testkit::extract_request("client-1", count))
+        .await
+        .expect("extract")
+    {
         ExtractOutcome::Extracted(e) => e.proxies.into_iter().map(|p| p.id.to_string()).collect(),
         ExtractOutcome::Insufficient { eligible } => panic!("insufficient {eligible}"),
     }
