@@ -18,14 +18,15 @@ use std::time::{Duration, Instant};
 
 use activity_pool::model::{
     Candidate, ClientId, Credentials, ExtractOutcome, ExtractRequest, FetchedBatch, Filters,
-    Fulfillment, HealthUpdate, HealthVerdict, Label, OperationId, Protocol, ProxyId, RequestDigest,
-    RequestId, Secret, UpstreamId,
+    Fulfillment, Label, OperationId, Protocol, ProxyId, RequestDigest, RequestId, Secret,
+    UpstreamId,
 };
 use activity_pool::testkit::RedisServer;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use proxy_pool_controller::static_upstreams::available;
 use proxy_pool_controller::store::Ports;
 use proxy_pool_controller::{Controller, Listeners};
 
@@ -69,16 +70,7 @@ async fn seed(ports: &Ports, n: usize) {
             })
             .await
             .unwrap();
-        let updates: Vec<HealthUpdate> = chunk
-            .iter()
-            .map(|c| HealthUpdate {
-                proxy_id: c.id.clone(),
-                verdict: HealthVerdict::Available,
-                success: true,
-                latency: None,
-                failure: None,
-            })
-            .collect();
+        let updates = available(chunk);
         for u in updates.chunks(1000) {
             ports.health.apply_health(u).await.unwrap();
         }

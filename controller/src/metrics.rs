@@ -5,12 +5,13 @@
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 /// Labels of request counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -36,6 +37,82 @@ pub struct UpsertLabels {
     pub upstream: String,
     /// `inserted`, `refreshed`, `dropped` or `failed`.
     pub result: &'static str,
+}
+
+/// Exposition name and help text of each metric [`Metrics::new`] registers, in order.
+const DOCS: [(&str, &str); 7] = [
+    (
+        "pool_generation_start_seconds",
+        "When the current pool generation began (Unix seconds; a change means the store lost \
+         its data)",
+    ),
+    (
+        "controller_leader",
+        "1 while this controller replica leads, else 0",
+    ),
+    (
+        "distribution_requests",
+        "Distribution API requests by HTTP status",
+    ),
+    (
+        "distribution_extracted_proxies",
+        "Proxies handed out by the Distribution API",
+    ),
+    (
+        "distribution_request_duration_seconds",
+        "Distribution API request latency",
+    ),
+    (
+        "pool_inventory",
+        "Activity pool inventory per upstream (managed, unextracted, available, \
+         available_slots, quarantined)",
+    ),
+    (
+        "static_upstream_upserts",
+        "Static upstream upsert results (candidates)",
+    ),
+];
+
+/// A metric a registration table lists: any counter, gauge, family or histogram.
+pub(crate) trait SharedMetric {
+    /// A clone registered in place of `self` (clones share their values).
+    fn share(&self) -> SharedBox;
+}
+
+impl<M: Metric + Clone> SharedMetric for M {
+    fn share(&self) -> SharedBox {
+        SharedBox(Box::new(self.clone()))
+    }
+}
+
+/// A [`SharedMetric`]'s clone, as the registry stores it.
+#[derive(Debug)]
+pub(crate) struct SharedBox(Box<dyn Metric>);
+
+impl EncodeMetric for SharedBox {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Registers `metrics[i]` under `registry` with the name and help text `docs[i]`, in
+/// order: a component lists its metrics' documentation once, as a table.
+pub(crate) fn register_all<const N: usize>(
+    registry: &mut Registry,
+    docs: [(&str, &str); N],
+    metrics: [&dyn SharedMetric; N],
+) {
+    for ((name, help), metric) in docs.into_iter().zip(metrics) {
+        registry.register(name, help, metric.share());
+    }
 }
 
 /// Every metric, and the registry that encodes them.
@@ -73,42 +150,18 @@ impl Metrics {
         let upserts = Family::<UpsertLabels, Counter>::default();
         let leader = Gauge::default();
         let generation_start = Gauge::default();
-        registry.register(
-            "pool_generation_start_seconds",
-            "When the current pool generation began (Unix seconds; a change means the \
-             store lost its data)",
-            generation_start.clone(),
-        );
-        registry.register(
-            "controller_leader",
-            "1 while this controller replica leads, else 0",
-            leader.clone(),
-        );
-        registry.register(
-            "distribution_requests",
-            "Distribution API requests by HTTP status",
-            requests.clone(),
-        );
-        registry.register(
-            "distribution_extracted_proxies",
-            "Proxies handed out by the Distribution API",
-            extracted.clone(),
-        );
-        registry.register(
-            "distribution_request_duration_seconds",
-            "Distribution API request latency",
-            latency.clone(),
-        );
-        registry.register(
-            "pool_inventory",
-            "Activity pool inventory per upstream (managed, unextracted, available, \
-             available_slots, quarantined)",
-            inventory.clone(),
-        );
-        registry.register(
-            "static_upstream_upserts",
-            "Static upstream upsert results (candidates)",
-            upserts.clone(),
+        register_all(
+            &mut registry,
+            DOCS,
+            [
+                &generation_start,
+                &leader,
+                &requests,
+                &extracted,
+                &latency,
+                &inventory,
+                &upserts,
+            ],
         );
         Arc::new(Self {
             registry: Mutex::new(registry),

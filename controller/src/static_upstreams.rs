@@ -21,6 +21,12 @@ use sha2::{Digest, Sha256};
 use crate::metrics::{Metrics, UpsertLabels};
 use crate::shutdown::{Phase, Shutdown};
 
+/// `candidates` marked AVAILABLE by a successful check, as when nothing but the
+/// configuration vouches for them (`assumeHealthy`; test and benchmark seeding).
+pub fn available(candidates: &[Candidate]) -> Vec<HealthUpdate> {
+    crate::health::verdict_updates(candidates.iter().map(|c| &c.id), HealthVerdict::Available)
+}
+
 /// One static upstream, ready to upsert.
 #[derive(Clone, Debug)]
 pub struct StaticUpstream {
@@ -150,17 +156,7 @@ impl StaticUpstream {
             "static upstream upserted"
         );
         if self.assume_healthy {
-            let updates: Vec<HealthUpdate> = self
-                .candidates
-                .iter()
-                .map(|c| HealthUpdate {
-                    proxy_id: c.id.clone(),
-                    verdict: HealthVerdict::Available,
-                    success: true,
-                    latency: None,
-                    failure: None,
-                })
-                .collect();
+            let updates = available(&self.candidates);
             for chunk in updates.chunks(MAX_UPDATE_BATCH) {
                 health.apply_health(chunk).await?;
             }

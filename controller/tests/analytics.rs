@@ -96,6 +96,25 @@ fn extract_body(count: u32, upstream: &str) -> String {
     format!(r#"{{"count":{count},"filters":{{"allowedUpstreams":["{upstream}"]}}}}"#)
 }
 
+/// The `total` of a stats answer: requests, proxies and unique identities.
+#[track_caller]
+fn assert_totals(stats: &Value, requests: u64, proxies: u64, identities: u64) {
+    let total = &stats["total"];
+    assert_eq!(
+        (
+            &total["requests"],
+            &total["proxies"],
+            &total["uniqueIdentities"]
+        ),
+        (
+            &Value::from(requests),
+            &Value::from(proxies),
+            &Value::from(identities)
+        ),
+        "{stats}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_then_count_extractions_through_the_api() {
     let redis = RedisServer::start();
@@ -178,23 +197,17 @@ async fn migrate_then_count_extractions_through_the_api() {
     assert_eq!(limited["total"]["uniqueIdentities"], 1);
     // full: 5 requests (2+3+4+1+2 = 12 proxies), 2 credentials.
     let full = current(&h, "clients/full").await;
-    assert_eq!(full["total"]["requests"], 5);
-    assert_eq!(full["total"]["proxies"], 12);
-    assert_eq!(full["total"]["uniqueIdentities"], 2);
+    assert_totals(&full, 5, 12, 2);
     assert_eq!(full["today"]["requests"], 5);
     assert_eq!(full["range"]["requests"], 5);
     assert_eq!(full["range"]["uniqueIdentities"], 2);
     assert_eq!(full["timeZone"], "UTC");
     // up-a: 4 requests (2, 3, 1 by full; 2 by limited) = 8 proxies, 2 clients.
     let up_a = current(&h, "upstreams/up-a").await;
-    assert_eq!(up_a["total"]["requests"], 4);
-    assert_eq!(up_a["total"]["proxies"], 8);
-    assert_eq!(up_a["total"]["uniqueIdentities"], 2);
+    assert_totals(&up_a, 4, 8, 2);
     // up-b: 2 requests (4, 2 by full) = 6 proxies, 1 client.
     let up_b = current(&h, "upstreams/up-b").await;
-    assert_eq!(up_b["total"]["requests"], 2);
-    assert_eq!(up_b["total"]["proxies"], 6);
-    assert_eq!(up_b["total"]["uniqueIdentities"], 1);
+    assert_totals(&up_b, 2, 6, 1);
 
     let summary = stats(&h, "/api/v1/stats/summary?days=30").await;
     assert_eq!(summary.status, 200);
@@ -249,22 +262,21 @@ async fn migrate_then_count_extractions_through_the_api() {
         } else {
             "/api/v1/stats/{kind}/{name}"
         };
-        let anonymous = h.admin_get(path).await;
-        assert_eq!(anonymous.status, 401, "{path}");
-        let ct = anonymous
-            .headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok());
-        common::openapi::check(template, "get", 401, ct, &anonymous.body);
-        let gateway_only = h
-            .admin_get_with(path, &[("x-api-key", common::KEY_GATEWAY)])
-            .await;
-        assert_eq!(gateway_only.status, 403, "{path}");
-        let ct = gateway_only
-            .headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok());
-        common::openapi::check(template, "get", 403, ct, &gateway_only.body);
+        for (answer, status) in [
+            (h.admin_get(path).await, 401),
+            (
+                h.admin_get_with(path, &[("x-api-key", common::KEY_GATEWAY)])
+                    .await,
+                403,
+            ),
+        ] {
+            assert_eq!(answer.status, status, "{path}");
+            let ct = answer
+                .headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok());
+            common::openapi::check(template, "get", status, ct, &answer.body);
+        }
     }
     assert_eq!(h.admin_get("/healthz").await.status, 200);
 

@@ -29,7 +29,7 @@ use proxy_pool_controller::distribution::{
     AuthError, BearerVerifier, KubeTokenReviewer, Review, ReviewUnavailable, ReviewedToken,
     TokenReviewBearerVerifier, TokenReviewer,
 };
-use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
+use proxy_pool_e2e::k8s::KubeApiServer;
 
 const NS: &str = "clients";
 const AUDIENCE: &str = "proxy-pool-distribution";
@@ -87,13 +87,10 @@ fn sa_user(name: &str) -> String {
     format!("system:serviceaccount:{NS}:{name}")
 }
 
-/// Namespace `NS` with these ServiceAccounts.
-async fn namespace_with(client: &kube::Client, service_accounts: &[&str]) {
-    Workloads::create_namespace(client, NS).await;
-    let workloads = Workloads::new(client.clone(), NS);
-    for sa in service_accounts {
-        workloads.create_service_account(sa).await;
-    }
+/// A fresh etcd + kube-apiserver (and a client of it) with namespace `NS` holding
+/// these ServiceAccounts.
+async fn apiserver_with(service_accounts: &[&str]) -> (KubeApiServer, kube::Client) {
+    common::kube::apiserver_with(NS, service_accounts).await
 }
 
 async fn token(client: &kube::Client, sa: &str, audience: &str) -> String {
@@ -177,12 +174,7 @@ async fn entries(redis: &RedisServer) -> Vec<(String, String, i64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_account_tokens_on_a_real_apiserver() {
-    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
-    let cluster = KubeApiServer::start(&bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
-    let client = cluster.client();
-    namespace_with(&client, &["team-a", "team-b", "stranger"]).await;
+    let (_cluster, client) = apiserver_with(&["team-a", "team-b", "stranger"]).await;
     let redis = RedisServer::start();
     let store = store(&redis).await;
     let reviewer = Counting::new(KubeTokenReviewer::new(client.clone()));
@@ -329,12 +321,7 @@ fn cache_metric(text: &str, family: &str) -> u64 {
 async fn a_controller_configured_with_token_review_serves_service_accounts() {
     use common::{Kind, store_yaml, usage::start_built};
 
-    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
-    let cluster = KubeApiServer::start(&bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
-    let client = cluster.client();
-    namespace_with(&client, &["team-a", "stranger"]).await;
+    let (cluster, client) = apiserver_with(&["team-a", "stranger"]).await;
     let redis = RedisServer::start();
     let static_token = "static-bearer-5c1e";
     let yaml = format!(

@@ -10,8 +10,7 @@ mod controlplane_support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use controlplane_support::{post, sha256_hex, spawn_checker};
-use proxy_pool_controller::{Controller, Listeners};
+use controlplane_support::{Composed, post, spawn_checker, start_composed};
 use proxy_pool_e2e::sim::audit::{Handout, now_ms};
 use proxy_pool_e2e::sim::{FailureMode, FailureShare, SimConfig, Simulator, VendorFault};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,6 +34,43 @@ async fn get_text(addr: SocketAddr, path: &str) -> String {
 /// `GET` a JSON document (the admin listener).
 async fn get_json(addr: SocketAddr, path: &str) -> serde_json::Value {
     serde_json::from_str(&get_text(addr, path).await).unwrap_or(serde_json::Value::Null)
+}
+
+/// The admin inventory once `done` holds for it; panics with `what` and the last
+/// inventory when it does not within `within`.
+async fn inventory_when(
+    admin: SocketAddr,
+    within: Duration,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let inv = get_json(admin, "/api/v1/inventory").await;
+        if done(&inv) {
+            return inv;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {inv}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The first extraction (within a minute) that returns `count` proxies; panics with
+/// `what` and the last answer when none does.
+async fn extract_when(api: SocketAddr, count: u32, what: &str) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let body = format!(r#"{{"count":{count}}}"#);
+    loop {
+        let (status, answer) = post(api, API_KEY, "/api/v1/proxies/extract", &body).await;
+        if status == 200 && answer["returned"] == count {
+            return answer;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: {status} {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// GET through an HTTP proxy (absolute URI), returning the echo answer.
@@ -72,28 +108,13 @@ fn long_lived() -> SimConfig {
     }
 }
 
-/// A composed controller started by [`start`].
-struct Running {
-    api: SocketAddr,
-    admin: SocketAddr,
-    cp: SocketAddr,
-    metrics: std::sync::Arc<proxy_pool_controller::metrics::Metrics>,
-    stop_tx: tokio::sync::oneshot::Sender<()>,
-    running: tokio::task::JoinHandle<proxy_pool_controller::Exit>,
-    /// Holds the vendor key file; removed at stop.
-    dir: std::path::PathBuf,
-}
-
-/// The composed controller on loopback, fetching from `sim` (its vendor key in a
-/// temporary directory `<name>-<pid>`) with the upstream's `quarantine` and `health`
-/// settings (YAML flow mapping; `{}`: the defaults).
-async fn start(sim: &Simulator, name: &str, quarantine: &str, health: &str) -> Running {
-    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let key_file = dir.join("vendor-key");
-    std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
-    let yaml = format!(
-        r#"
+/// The composed controller on loopback, fetching 4 proxies at a time from `sim` (its
+/// vendor key in a temporary directory `<name>-<pid>`) with the upstream's `quarantine`
+/// and `health` settings (YAML flow mapping; `{}`: the defaults).
+async fn start(sim: &Simulator, name: &str, quarantine: &str, health: &str) -> Composed {
+    start_composed(sim, name, 4, API_KEY, |source| {
+        format!(
+            r#"
 distribution:
   listen: 127.0.0.1:0
   minRemainingTtl: 5s
@@ -112,69 +133,13 @@ upstreams:
     safetyMargin: 10s
     maxSize: 10
     fetchInterval: 2s
-    source:
-      vendorApi:
-        url: {vendor}/v1/proxies?count=4&protocol=http
-        format: json
-        apiKeyFile: {key}
+    source: {source}
 routings:
   - {{name: all, upstreams: [sim]}}
-clients:
-  - name: c
-    permissions: [distribution:extract]
-    apiKeys: [{{sha256: {hash}}}]
-shutdown: {{gracePeriod: 3s}}
-# The simulator's proxies are on loopback: opted in explicitly.
-egress: {{allowCidrs: [127.0.0.0/8]}}
-"#,
-        vendor = sim.vendor_url(),
-        key = key_file.display(),
-        hash = sha256_hex(API_KEY),
-    );
-    let config = proxy_pool_api::config::load_yaml(&yaml).expect("config");
-    let listeners = Listeners::bind(&config).await.expect("bind");
-    let api = listeners.distribution.local_addr().expect("addr");
-    let admin = listeners.admin.local_addr().expect("addr");
-    let cp = listeners
-        .control_plane
-        .as_ref()
-        .expect("control-plane listener")
-        .local_addr()
-        .expect("addr");
-    let controller = Controller::build(config).await.expect("build");
-    assert!(
-        controller
-            .composed()
-            .and_then(|c| c.control_plane())
-            .is_some()
-    );
-    let metrics = controller.metrics();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(listeners, async {
-        let _ = stop_rx.await;
-    }));
-
-    Running {
-        api,
-        admin,
-        cp,
-        metrics,
-        stop_tx,
-        running,
-        dir,
-    }
-}
-
-impl Running {
-    /// Everything stops on the signal; the key file goes.
-    async fn stop(self) {
-        let _ = self.stop_tx.send(());
-        tokio::time::timeout(Duration::from_secs(10), self.running)
-            .await
-            .expect("controller stopped in time")
-            .expect("controller task");
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+"#
+        )
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -194,18 +159,7 @@ async fn composed_controller_fetches_checks_and_serves_vendor_proxies() {
     // A real checker task loop on the control plane.
     let (checker_stop, checker) = spawn_checker(cp, "compose-checker", sim.echo_http_addr());
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let extracted = loop {
-        let (status, body) = post(api, API_KEY, "/api/v1/proxies/extract", r#"{"count":2}"#).await;
-        if status == 200 && body["returned"] == 2 {
-            break body;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no proxies became extractable: {status} {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let extracted = extract_when(api, 2, "no proxies became extractable").await;
     assert!(!sim.live_proxies().is_empty());
     for p in extracted["proxies"].as_array().expect("proxies") {
         assert_eq!(p["upstream"], "sim");
@@ -234,18 +188,10 @@ async fn composed_controller_fetches_checks_and_serves_vendor_proxies() {
     assert!(up["managed"].as_u64().is_some_and(|n| n > 0), "{inv}");
     sim.set_vendor_fault(VendorFault::Status { status: 401 })
         .expect("fault");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let failing = loop {
-        let inv = get_json(admin, "/api/v1/inventory").await;
-        if !inv["upstreams"][0]["fetchError"].is_null() {
-            break inv;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never failing: {inv}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let failing = inventory_when(admin, Duration::from_secs(20), "never failing", |inv| {
+        !inv["upstreams"][0]["fetchError"].is_null()
+    })
+    .await;
     let up = &failing["upstreams"][0];
     assert_eq!(up["fetchError"]["reason"], "unauthorized", "{failing}");
     assert!(up["fetchError"]["consecutiveFailures"].as_u64() >= Some(1));
@@ -279,18 +225,11 @@ async fn a_new_generation_holds_the_upstream_back_until_its_quarantine_ends() {
     let (checker_stop, checker) = spawn_checker(c.cp, "held-checker", sim.echo_http_addr());
 
     // Fetched, and held back.
-    let deadline = started + QUARANTINE;
-    let held = loop {
-        let inv = get_json(c.admin, "/api/v1/inventory").await;
-        if inv["upstreams"][0]["managed"].as_u64() > Some(0) {
-            break inv;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never fetched: {inv}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let within = QUARANTINE.saturating_sub(started.elapsed());
+    let held = inventory_when(c.admin, within, "never fetched", |inv| {
+        inv["upstreams"][0]["managed"].as_u64() > Some(0)
+    })
+    .await;
     let up = &held["upstreams"][0];
     assert!(
         up["quarantinedUntil"]
@@ -329,19 +268,7 @@ async fn a_new_generation_holds_the_upstream_back_until_its_quarantine_ends() {
     );
 
     // After the hold: checked, extractable, and the inventory says nothing of a hold.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let (status, body) =
-            post(c.api, API_KEY, "/api/v1/proxies/extract", r#"{"count":1}"#).await;
-        if status == 200 && body["returned"] == 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never extractable after the hold: {status} {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    extract_when(c.api, 1, "never extractable after the hold").await;
     let inv = get_json(c.admin, "/api/v1/inventory").await;
     assert!(inv["upstreams"][0]["quarantinedUntil"].is_null(), "{inv}");
 
@@ -372,18 +299,13 @@ async fn no_check_goes_through_a_proxy_after_it_was_handed_out() {
     let (checker_stop, checker) = spawn_checker(c.cp, "marks-checker", sim.echo_http_addr());
 
     // A stock of checked proxies first.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let inv = get_json(c.admin, "/api/v1/inventory").await;
-        if inv["upstreams"][0]["available"].as_u64() >= Some(8) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no stock of checked proxies: {inv}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    inventory_when(
+        c.admin,
+        Duration::from_secs(60),
+        "no stock of checked proxies",
+        |inv| inv["upstreams"][0]["available"].as_u64() >= Some(8),
+    )
+    .await;
 
     let began = tokio::time::Instant::now();
     let (mut served, mut empty) = (0u32, 0u32);

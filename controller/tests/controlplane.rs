@@ -183,12 +183,7 @@ async fn runtime_report_rules_through_grpc(kind: Kind) {
 
     let r5 = w.runtime_req(5, &[(&ids[0], 1)]);
     w.client.report_runtime(r5.clone()).await.expect("seq 5");
-    let replay = w
-        .client
-        .report_runtime(r5)
-        .await
-        .expect("replay")
-        .into_inner();
+    let replay = w.send_report(r5).await.expect("replay");
     assert!(replay.replayed);
     let other = w.runtime_req(5, &[(&ids[0], 2)]);
     assert_precondition(

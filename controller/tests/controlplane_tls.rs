@@ -78,6 +78,22 @@ async fn mtls_harness(pki: &Pki) -> Harness {
     Harness::serving(Kind::Memory, config(), 64, Some(Transport::Mtls(tls))).await
 }
 
+/// A fresh PKI and the control plane serving mTLS with its CA as client CA.
+async fn mtls() -> (Pki, Harness) {
+    let pki = Pki::new();
+    let h = mtls_harness(&pki).await;
+    (pki, h)
+}
+
+/// A channel to `h` with a leaf of `pki` naming `uris`.
+async fn connect_as(
+    h: &Harness,
+    pki: &Pki,
+    uris: &[&str],
+) -> Result<tonic::transport::Channel, String> {
+    channel(h, &pki.ca_pem, pki.leaf(uris)).await
+}
+
 async fn channel(
     h: &Harness,
     ca_pem: &str,
@@ -96,10 +112,10 @@ async fn channel(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spiffe_id_must_match_the_worker_id_of_every_message() {
-    let pki = Pki::new();
-    let h = mtls_harness(&pki).await;
-    let leaf = pki.leaf(&["spiffe://pp.test/test/worker/gw-0"]);
-    let ch = channel(&h, &pki.ca_pem, leaf).await.expect("mTLS connect");
+    let (pki, h) = mtls().await;
+    let ch = connect_as(&h, &pki, &["spiffe://pp.test/test/worker/gw-0"])
+        .await
+        .expect("mTLS connect");
     let mut w = Worker::register_on(WorkerControlPlaneClient::new(ch.clone()), "gw-0").await;
     h.available("p", 1, 600).await;
     h.pass().await;
@@ -125,16 +141,13 @@ async fn spiffe_id_must_match_the_worker_id_of_every_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_kind_domain_or_environment_is_refused() {
-    let pki = Pki::new();
-    let h = mtls_harness(&pki).await;
+    let (pki, h) = mtls().await;
     for uri in [
         "spiffe://pp.test/test/checker/gw-0",
         "spiffe://other.test/test/worker/gw-0",
         "spiffe://pp.test/prod/worker/gw-0",
     ] {
-        let ch = channel(&h, &pki.ca_pem, pki.leaf(&[uri]))
-            .await
-            .expect("connect");
+        let ch = connect_as(&h, &pki, &[uri]).await.expect("connect");
         let mut c = WorkerControlPlaneClient::new(ch);
         let r = c.register_worker(register_req("gw-0", "i-1")).await;
         assert_eq!(r.expect_err(uri).code(), Code::PermissionDenied, "{uri}");
@@ -147,9 +160,7 @@ async fn wrong_kind_domain_or_environment_is_refused() {
             "spiffe://pp.test/test/worker/gw-1",
         ],
     ] {
-        let ch = channel(&h, &pki.ca_pem, pki.leaf(&uris))
-            .await
-            .expect("connect");
+        let ch = connect_as(&h, &pki, &uris).await.expect("connect");
         let mut c = WorkerControlPlaneClient::new(ch);
         let r = c.register_worker(register_req("gw-0", "i-1")).await;
         assert_eq!(r.expect_err("no identity").code(), Code::Unauthenticated);
@@ -160,13 +171,11 @@ async fn wrong_kind_domain_or_environment_is_refused() {
 /// `…/checker/<pod>`: neither kind may use the other's service, even with the same ID.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_and_checker_identities_cannot_cross_services() {
-    let pki = Pki::new();
-    let h = mtls_harness(&pki).await;
+    let (pki, h) = mtls().await;
     let pod = "proxy-pool-checker-5d9f-x2k4q";
 
     // A checker certificate on the gateway service: refused in every RPC.
-    let checker_cert = pki.leaf(&[&format!("spiffe://pp.test/test/checker/{pod}")]);
-    let ch = channel(&h, &pki.ca_pem, checker_cert)
+    let ch = connect_as(&h, &pki, &[&format!("spiffe://pp.test/test/checker/{pod}")])
         .await
         .expect("connect");
     let mut as_worker = WorkerControlPlaneClient::new(ch.clone());
@@ -186,8 +195,7 @@ async fn worker_and_checker_identities_cannot_cross_services() {
         .expect("the checker certificate registers as a checker");
 
     // A gateway certificate on the checker service: refused in every RPC.
-    let worker_cert = pki.leaf(&[&format!("spiffe://pp.test/test/worker/{pod}")]);
-    let ch = channel(&h, &pki.ca_pem, worker_cert)
+    let ch = connect_as(&h, &pki, &[&format!("spiffe://pp.test/test/worker/{pod}")])
         .await
         .expect("connect");
     let mut as_checker = CheckerControlPlaneClient::new(ch.clone());
@@ -215,8 +223,7 @@ async fn worker_and_checker_identities_cannot_cross_services() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_from_another_ca_or_none_are_refused_by_the_handshake() {
-    let pki = Pki::new();
-    let h = mtls_harness(&pki).await;
+    let (pki, h) = mtls().await;
     let rogue = Pki::new();
     let leaf = rogue.leaf(&["spiffe://pp.test/test/worker/gw-0"]);
     let refused = match channel(&h, &pki.ca_pem, leaf).await {
@@ -247,10 +254,10 @@ async fn certificates_from_another_ca_or_none_are_refused_by_the_handshake() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checker_identity_and_task_cycle_over_mtls() {
-    let pki = Pki::new();
-    let h = mtls_harness(&pki).await;
-    let leaf = pki.leaf(&["spiffe://pp.test/test/checker/chk-0"]);
-    let ch = channel(&h, &pki.ca_pem, leaf).await.expect("connect");
+    let (pki, h) = mtls().await;
+    let ch = connect_as(&h, &pki, &["spiffe://pp.test/test/checker/chk-0"])
+        .await
+        .expect("connect");
     let mut c = CheckerControlPlaneClient::new(ch);
     let reg = c
         .register_checker(checker_req("chk-0", 2, &[pb::CheckTier::Basic]))

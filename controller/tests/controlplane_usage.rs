@@ -10,25 +10,10 @@ use std::sync::Arc;
 
 use controlplane_support::*;
 use proxy_pool_analytics::{Collector, Event, SystemClock};
-use proxy_pool_api::controlplane::pb;
 use proxy_pool_controller::controlplane::UsageCounts;
-use proxy_pool_controller::controlplane::outcomes::UNLISTED_IDENTITY;
+use proxy_pool_controller::controlplane::outcomes::{UNLISTED_IDENTITY, wire_usage as usage};
 use tokio::sync::mpsc;
 use tonic::Code;
-
-fn usage(routing: &str, requests: u64, clients: &[(&str, u64)]) -> pb::RoutingUsage {
-    pb::RoutingUsage {
-        routing: routing.into(),
-        requests,
-        clients: clients
-            .iter()
-            .map(|(identity, n)| pb::ClientUsage {
-                identity: (*identity).into(),
-                requests: *n,
-            })
-            .collect(),
-    }
-}
 
 /// Every gateway event queued so far, as (routing, identity, requests).
 fn drain(rx: &mut mpsc::Receiver<Event>) -> Vec<(String, String, u32)> {
@@ -74,12 +59,7 @@ async fn runtime_report_usage_reaches_the_collector_once() {
         usage("default", 10, &[("alice", 6), ("bob", 3)]),
         usage("no-such-routing", 4, &[("carol", 4)]),
     ];
-    let first = w
-        .client
-        .report_runtime(report.clone())
-        .await
-        .expect("report")
-        .into_inner();
+    let first = w.send_report(report.clone()).await.expect("report");
     assert!(!first.replayed);
     assert_eq!(
         drain(&mut rx),
@@ -100,12 +80,7 @@ async fn runtime_report_usage_reaches_the_collector_once() {
     );
 
     // The same report again (a retry after a lost answer): acknowledged, not recounted.
-    let replay = w
-        .client
-        .report_runtime(report)
-        .await
-        .expect("replay")
-        .into_inner();
+    let replay = w.send_report(report).await.expect("replay");
     assert!(replay.replayed);
     assert!(drain(&mut rx).is_empty(), "a replay is not counted");
     assert_eq!(h.cp.usage_counts().requests, 10);

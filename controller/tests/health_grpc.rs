@@ -52,14 +52,7 @@ async fn health_over_grpc(redis: bool) {
         )
         .unwrap(),
     );
-    let ports = ControlPlanePorts {
-        sessions: pool.clone(),
-        reports: pool.clone(),
-        runtime: pool.clone(),
-        ownership: pool.clone(),
-        catalog: pool.clone(),
-        clock: clock.clone(),
-    };
+    let ports = ControlPlanePorts::from_pool(pool.clone(), clock.clone());
     let (backend, observations) = MemoryCheckerBackend::new(256, 1024, clock.clone());
     let backend = Arc::new(backend);
     let (outcomes, _outcomes_rx) = OutcomeQueue::bounded(16);

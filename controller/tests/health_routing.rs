@@ -12,11 +12,10 @@ mod controlplane_support;
 
 use std::time::Duration;
 
-use controlplane_support::{Worker, post, sha256_hex, spawn_checker};
+use controlplane_support::{Worker, post, spawn_checker, start_composed};
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, connect};
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControlPlaneClient;
-use proxy_pool_controller::{Controller, Listeners};
 use proxy_pool_e2e::sim::{SimConfig, Simulator};
 
 const API_KEY: &str = "health-routing-key";
@@ -72,17 +71,15 @@ async fn routing_target_health_and_gateway_outcomes_reach_the_snapshots() {
     })
     .await
     .expect("simulator");
-    let dir = std::env::temp_dir().join(format!("health-routing-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let key_file = dir.join("vendor-key");
-    std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
     // Nothing listens here: TARGET checks of the routing `bad` fail at the target.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("port")
         .port();
-    let yaml = format!(
-        r#"
+    let echo = sim.echo_http_addr().port();
+    let controller = start_composed(&sim, "health-routing", 3, API_KEY, |source| {
+        format!(
+            r#"
 distribution:
   listen: 127.0.0.1:0
   auth: {{mode: any, methods: [{{type: apiKey}}]}}
@@ -98,41 +95,15 @@ upstreams:
     maxSize: 6
     fetchInterval: 2s
     health: {{interval: 1s, timeout: 500ms}}
-    source:
-      vendorApi:
-        url: {vendor}/v1/proxies?count=3&protocol=http
-        format: json
-        apiKeyFile: {key}
+    source: {source}
 routings:
   - {{name: good, priority: 1, upstreams: [sim], targetHosts: ["127.0.0.1"], targetCheckPort: {echo}}}
   - {{name: bad, priority: 2, upstreams: [sim], targetHosts: ["127.0.0.1"], targetCheckPort: {closed}}}
-clients:
-  - name: c
-    permissions: [distribution:extract]
-    apiKeys: [{{sha256: {hash}}}]
-shutdown: {{gracePeriod: 3s}}
-# The simulator's proxies are on loopback: opted in explicitly.
-egress: {{allowCidrs: [127.0.0.0/8]}}
-"#,
-        vendor = sim.vendor_url(),
-        key = key_file.display(),
-        echo = sim.echo_http_addr().port(),
-        hash = sha256_hex(API_KEY),
-    );
-    let config = proxy_pool_api::config::load_yaml(&yaml).expect("config");
-    let listeners = Listeners::bind(&config).await.expect("bind");
-    let api = listeners.distribution.local_addr().expect("addr");
-    let cp = listeners
-        .control_plane
-        .as_ref()
-        .expect("control plane")
-        .local_addr()
-        .expect("addr");
-    let controller = Controller::build(config).await.expect("build");
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(controller.run(listeners, async {
-        let _ = stop_rx.await;
-    }));
+"#
+        )
+    })
+    .await;
+    let (api, cp) = (controller.api, controller.cp);
     let (checker_stop, checker) = spawn_checker(cp, "health-checker", sim.echo_http_addr());
 
     // A gateway: it gets proxies, and after three TARGET rounds each is excluded from
@@ -221,9 +192,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
         got = post(api, API_KEY, EXTRACT, r#"{"count":6}"#).await.1;
     }
 
-    let _ = stop_tx.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(10), running).await;
+    controller.stop().await;
     checker_stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), checker).await;
-    let _ = std::fs::remove_dir_all(&dir);
 }

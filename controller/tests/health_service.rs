@@ -2,6 +2,8 @@
 //! hands out, what it writes, and what it forgets.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
+mod sim_support;
+
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,8 +26,10 @@ use proxy_pool_controller::controlplane::MemoryCheckerBackend;
 use proxy_pool_controller::controlplane::checker::CheckerRegistration;
 use proxy_pool_controller::health::{
     BridgeOptions, Check, CheckerBridge, CheckerId, FailureCode, HealthMetrics, HealthService,
-    Observation, ObservationSink, PlannerConfig, ReducerConfig, TaskSource, TaskStart, Tier,
+    Observation, ObservationSink, PlannerConfig, ReducerConfig, SubmitReport, TaskSource,
+    TaskStart, Tier,
 };
+use sim_support::on_both_pools;
 use tokio_util::sync::CancellationToken;
 
 const ALL: [Tier; 3] = [Tier::Basic, Tier::Egress, Tier::Target];
@@ -38,6 +42,16 @@ struct Fixture {
     /// While set, the service's `begin_checks` fails (a pool error).
     marks_fail: Arc<AtomicBool>,
     _server: Option<RedisServer>,
+}
+
+impl Fixture {
+    /// `me` reports one BASIC observation of `id` for `task`.
+    async fn report(&self, me: &CheckerId, task: u64, id: &ProxyId, success: bool) -> SubmitReport {
+        self.svc
+            .submit(me, vec![obs(task, id, success)])
+            .await
+            .unwrap()
+    }
 }
 
 /// The pool as the service's `HealthStore`, with `begin_checks` failing on demand.
@@ -239,11 +253,7 @@ async fn tasks_carry_the_record_and_verdicts_reach_the_pool(redis: bool) {
     assert_eq!(f.metrics.verdicts("AVAILABLE"), 1);
 
     // A duplicate report is ignored.
-    let r = f
-        .svc
-        .submit(&me, vec![obs(tasks[0].task_id, &ids[0], false)])
-        .await
-        .unwrap();
+    let r = f.report(&me, tasks[0].task_id, &ids[0], false).await;
     assert_eq!((r.accepted_tasks, r.ignored_tasks), (0, 1));
     assert_eq!(state(&f, &ids[0]).await, Some(ProxyState::Available));
 
@@ -254,22 +264,9 @@ async fn tasks_carry_the_record_and_verdicts_reach_the_pool(redis: bool) {
         again.iter().map(|t| t.proxy_id.clone()).collect::<Vec<_>>(),
         vec![ids[1].clone()]
     );
-    f.svc
-        .submit(&me, vec![obs(again[0].task_id, &ids[1], false)])
-        .await
-        .unwrap();
+    f.report(&me, again[0].task_id, &ids[1], false).await;
     assert_eq!(state(&f, &ids[1]).await, Some(ProxyState::Unhealthy));
     assert!(f.pool.assignable(&up(), 10).await.unwrap() == vec![ids[0].clone()]);
-}
-
-#[tokio::test]
-async fn tasks_carry_the_record_and_verdicts_reach_the_pool_memory() {
-    tasks_carry_the_record_and_verdicts_reach_the_pool(false).await;
-}
-
-#[tokio::test]
-async fn tasks_carry_the_record_and_verdicts_reach_the_pool_redis() {
-    tasks_carry_the_record_and_verdicts_reach_the_pool(true).await;
 }
 
 async fn late_reports_are_ignored_and_gone_proxies_forgotten(redis: bool) {
@@ -282,11 +279,7 @@ async fn late_reports_are_ignored_and_gone_proxies_forgotten(redis: bool) {
 
     // Past deadline + grace: the report is late, and the task is handed out again.
     f.clock.advance(Duration::from_secs(7));
-    let r = f
-        .svc
-        .submit(&me, vec![obs(tasks[0].task_id, &ids[0], true)])
-        .await
-        .unwrap();
+    let r = f.report(&me, tasks[0].task_id, &ids[0], true).await;
     assert_eq!((r.accepted_tasks, r.ignored_tasks), (0, 1));
     assert_eq!(state(&f, &ids[0]).await, Some(ProxyState::Checking));
 
@@ -294,17 +287,11 @@ async fn late_reports_are_ignored_and_gone_proxies_forgotten(redis: bool) {
     let again = f.svc.next_tasks(&me, 10, &ALL).await.unwrap();
     assert_eq!(again.len(), 3);
     let t1 = again.iter().find(|t| t.proxy_id == ids[1]).unwrap().task_id;
-    f.svc
-        .submit(&me, vec![obs(t1, &ids[1], true)])
-        .await
-        .unwrap();
+    f.report(&me, t1, &ids[1], true).await;
     f.pool.extract(&extract_request("client", 1)).await.unwrap();
     assert_eq!(state(&f, &ids[1]).await, Some(ProxyState::Extracted));
     let t0 = again.iter().find(|t| t.proxy_id == ids[0]).unwrap().task_id;
-    f.svc
-        .submit(&me, vec![obs(t0, &ids[0], true)])
-        .await
-        .unwrap();
+    f.report(&me, t0, &ids[0], true).await;
     assert_eq!(f.svc.tracked(), 3);
 
     // Past p1's recheck and p2's usable_until: building tasks forgets both.
@@ -319,16 +306,6 @@ async fn late_reports_are_ignored_and_gone_proxies_forgotten(redis: bool) {
         1,
         "extracted and unusable proxies are forgotten"
     );
-}
-
-#[tokio::test]
-async fn late_reports_are_ignored_and_gone_proxies_forgotten_memory() {
-    late_reports_are_ignored_and_gone_proxies_forgotten(false).await;
-}
-
-#[tokio::test]
-async fn late_reports_are_ignored_and_gone_proxies_forgotten_redis() {
-    late_reports_are_ignored_and_gone_proxies_forgotten(true).await;
 }
 
 /// The IDs an extraction of `count` hands out now.
@@ -372,35 +349,19 @@ async fn a_task_out_keeps_its_proxy_from_extraction(redis: bool) {
     let tasks = f.svc.next_tasks(&me, 10, &ALL).await.unwrap();
     assert_eq!(tasks.len(), 1);
     assert!(extract(&f, 1).await.is_empty(), "extracted under check");
-    f.svc
-        .submit(&me, vec![obs(tasks[0].task_id, &ids[0], true)])
-        .await
-        .unwrap();
+    f.report(&me, tasks[0].task_id, &ids[0], true).await;
     assert_eq!(extract(&f, 1).await, ids, "the result ends the mark");
 
     // Unreported: the mark ends at the deadline (5 s) plus the grace (1 s).
     let more = insert(&f, 5, 1, 60).await;
     let tasks = f.svc.next_tasks(&me, 10, &ALL).await.unwrap();
-    f.svc
-        .submit(&me, vec![obs(tasks[0].task_id, &more[0], true)])
-        .await
-        .unwrap();
+    f.report(&me, tasks[0].task_id, &more[0], true).await;
     f.clock.advance(Duration::from_secs(11));
     assert_eq!(f.svc.next_tasks(&me, 10, &ALL).await.unwrap().len(), 1);
     f.clock.advance(Duration::from_millis(5_999));
     assert!(extract(&f, 1).await.is_empty());
     f.clock.advance(Duration::from_millis(1));
     assert_eq!(extract(&f, 1).await, more);
-}
-
-#[tokio::test]
-async fn a_task_out_keeps_its_proxy_from_extraction_memory() {
-    a_task_out_keeps_its_proxy_from_extraction(false).await;
-}
-
-#[tokio::test]
-async fn a_task_out_keeps_its_proxy_from_extraction_redis() {
-    a_task_out_keeps_its_proxy_from_extraction(true).await;
 }
 
 /// A task leased for a queue is not marked; if its proxy is extracted before a checker
@@ -425,16 +386,6 @@ async fn a_task_whose_proxy_was_extracted_first_is_dropped(redis: bool) {
         extract(&f, 1).await.is_empty(),
         "the admitted one is marked"
     );
-}
-
-#[tokio::test]
-async fn a_task_whose_proxy_was_extracted_first_is_dropped_memory() {
-    a_task_whose_proxy_was_extracted_first_is_dropped(false).await;
-}
-
-#[tokio::test]
-async fn a_task_whose_proxy_was_extracted_first_is_dropped_redis() {
-    a_task_whose_proxy_was_extracted_first_is_dropped(true).await;
 }
 
 /// Through the bridge's queue: queued tasks leave their proxies extractable; a task
@@ -558,10 +509,7 @@ async fn a_task_ended_early_keeps_its_mark_until_it_runs_out(redis: bool) {
 
     // Marked until now + 6 s; its BASIC fails before its EGRESS is in.
     let t = f.svc.next_tasks(&me, 10, &ALL).await.unwrap();
-    f.svc
-        .submit(&me, vec![obs(t[0].task_id, &ids[0], false)])
-        .await
-        .unwrap();
+    f.report(&me, t[0].task_id, &ids[0], false).await;
     assert_eq!(state(&f, &ids[0]).await, Some(ProxyState::Suspect));
     f.clock.advance(Duration::from_secs(2));
     let t = f.svc.next_tasks(&me, 10, &ALL).await.unwrap();
@@ -573,16 +521,6 @@ async fn a_task_ended_early_keeps_its_mark_until_it_runs_out(redis: bool) {
     );
     f.clock.advance(Duration::from_secs(4));
     assert_eq!(extract(&f, 1).await, ids);
-}
-
-#[tokio::test]
-async fn a_task_ended_early_keeps_its_mark_until_it_runs_out_memory() {
-    a_task_ended_early_keeps_its_mark_until_it_runs_out(false).await;
-}
-
-#[tokio::test]
-async fn a_task_ended_early_keeps_its_mark_until_it_runs_out_redis() {
-    a_task_ended_early_keeps_its_mark_until_it_runs_out(true).await;
 }
 
 /// A pool error while marking starts none of the tasks and gives them all back to the
@@ -607,12 +545,11 @@ async fn a_failed_mark_gives_the_tasks_back(redis: bool) {
     assert!(extract(&f, 2).await.is_empty(), "marked now");
 }
 
-#[tokio::test]
-async fn a_failed_mark_gives_the_tasks_back_memory() {
-    a_failed_mark_gives_the_tasks_back(false).await;
-}
-
-#[tokio::test]
-async fn a_failed_mark_gives_the_tasks_back_redis() {
-    a_failed_mark_gives_the_tasks_back(true).await;
-}
+on_both_pools!(
+    tasks_carry_the_record_and_verdicts_reach_the_pool,
+    late_reports_are_ignored_and_gone_proxies_forgotten,
+    a_task_out_keeps_its_proxy_from_extraction,
+    a_task_whose_proxy_was_extracted_first_is_dropped,
+    a_task_ended_early_keeps_its_mark_until_it_runs_out,
+    a_failed_mark_gives_the_tasks_back,
+);

@@ -18,7 +18,7 @@ use proxy_pool_controller::controlplane::{
     ControlPlane, MemoryCheckerBackend, OutcomeQueue, Transport, serve,
 };
 use proxy_pool_controller::leadership::{
-    Elector, ElectorOptions, LeaseStore, RedisLease, Role, contract,
+    Elector, ElectorOptions, LeaseStore, RedisLease, contract,
 };
 use proxy_pool_controller::leadership::{Leadership, MemoryLease};
 use tokio_util::sync::CancellationToken;
@@ -48,32 +48,9 @@ async fn two_electors_on_redis_one_leader_then_the_other() {
         renew_every: Duration::from_millis(300),
         retry_every: Duration::from_millis(100),
     };
-    let start = |name: &str| {
-        let fence = Fence::new();
-        let (e, l) = Elector::new(store.clone(), name.into(), fence.clone(), options);
-        let stop = CancellationToken::new();
-        tokio::spawn(e.run(stop.clone().cancelled_owned()));
-        (l, fence, stop)
-    };
-    let (a, fa, stop_a) = start("a");
-    assert!(a.elected().await);
-    let (b, fb, _stop_b) = start("b");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(a.is_leader(), "renewals keep the lease");
-    assert_eq!(b.role(), Role::Follower);
-    assert_eq!(fb.token(), 0);
-    let Role::Leader(t1) = a.role() else { panic!() };
-    assert_eq!(fa.token(), t1);
-    stop_a.cancel();
-    a.deposed().await;
-    let t0 = std::time::Instant::now();
-    assert!(b.elected().await);
-    assert!(
-        t0.elapsed() < options.lease,
-        "a released lease is taken at the next try"
-    );
-    let Role::Leader(t2) = b.role() else { panic!() };
-    assert!(t2 > t1);
+    let start = |name: &'static str| contract::start_elector(store.clone(), name.into(), options);
+    let settle = async { tokio::time::sleep(Duration::from_secs(3)).await };
+    contract::hand_over(start, ["a", "b"], settle, options.lease).await;
 }
 
 #[tokio::test]

@@ -7,6 +7,8 @@
 //! (`PROXY_POOL_K8S_BIN_DIR`, `PROXY_POOL_REDIS_SERVER`; `scripts/test.sh` sets both).
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
+mod common;
+
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,10 +22,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use proxy_pool_api::config::LEADER_POD_LABEL;
 use proxy_pool_controller::leadership::{
-    Elector, ElectorOptions, KubeLease, LeaseStore, PodLabel, Role, contract,
+    ElectorOptions, KubeLease, LeaseStore, PodLabel, contract,
 };
-use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
-use tokio_util::sync::CancellationToken;
+use proxy_pool_e2e::k8s::{KubeApiServer, Workloads};
 
 const NS: &str = "leadership";
 
@@ -42,12 +43,7 @@ async fn env() -> Env {
     )
     .await
     .unwrap();
-    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
-    let cluster = KubeApiServer::start(&bins)
-        .await
-        .unwrap_or_else(|e| panic!("starting etcd + kube-apiserver: {e}"));
-    let client = cluster.client();
-    Workloads::create_namespace(&client, NS).await;
+    let (cluster, client) = common::kube::apiserver_with(NS, &[]).await;
     Env {
         redis,
         cluster,
@@ -125,12 +121,7 @@ async fn kubernetes_lease_with_redis_tokens_on_a_real_apiserver() {
         .await
         .expect("the leader writes");
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    let t2 = store
-        .acquire("b", ttl)
-        .await
-        .unwrap()
-        .expect("expired Lease");
-    assert!(t2 > t1, "{t2} > {t1}");
+    let t2 = contract::take_over(&store, "b", ttl, t1).await;
     let leases: Api<Lease> = Api::namespaced(env.client.clone(), NS);
     let l = leases.get("fencing").await.unwrap();
     assert_eq!(l.spec.and_then(|s| s.holder_identity).as_deref(), Some("b"));
@@ -173,37 +164,18 @@ async fn kubernetes_lease_with_redis_tokens_on_a_real_apiserver() {
         retry_every: Duration::from_millis(200),
     };
     let start = |pod: &'static str| {
-        let fence = Fence::new();
-        let (e, l) = Elector::new(store.clone(), format!("{pod}-1"), fence.clone(), options);
-        let stop = CancellationToken::new();
-        tokio::spawn(e.run(stop.clone().cancelled_owned()));
+        let running = contract::start_elector(store.clone(), format!("{pod}-1"), options);
         let label = PodLabel::new(pods.clone(), pod);
-        tokio::spawn(label.follow(l.clone()));
-        (l, fence, stop)
+        tokio::spawn(label.follow(running.0.clone()));
+        running
     };
-    let (a, fa, stop_a) = start("ctl-a");
-    assert!(a.elected().await);
-    let (b, fb, _stop_b) = start("ctl-b");
-    wait_label(&pods, "ctl-a", "true").await;
-    wait_label(&pods, "ctl-b", "false").await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert!(a.is_leader(), "renewals keep the Lease past its duration");
-    assert_eq!(b.role(), Role::Follower);
-    assert_eq!(fb.token(), 0);
-    let Role::Leader(ta) = a.role() else { panic!() };
-    assert_eq!(fa.token(), ta);
-
-    stop_a.cancel();
-    a.deposed().await;
-    let t0 = std::time::Instant::now();
-    assert!(b.elected().await);
-    assert!(
-        t0.elapsed() < options.lease,
-        "a released Lease is taken at the next try ({:?})",
-        t0.elapsed()
-    );
-    let Role::Leader(tb) = b.role() else { panic!() };
-    assert!(tb > ta, "{tb} > {ta}");
+    let settle = async {
+        wait_label(&pods, "ctl-a", "true").await;
+        wait_label(&pods, "ctl-b", "false").await;
+        // Renewals keep the Lease past its duration.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+    };
+    contract::hand_over(start, ["ctl-a", "ctl-b"], settle, options.lease).await;
     wait_label(&pods, "ctl-b", "true").await;
     wait_label(&pods, "ctl-a", "false").await;
 

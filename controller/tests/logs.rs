@@ -17,6 +17,9 @@ use proxy_pool_e2e::logs::LogCapture;
 
 const STATIC_PASSWORD: &str = "static-upstream-pw-61c2";
 
+/// Request headers, as (name, value) pairs.
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
 async fn full_run(kind: Kind) -> usize {
     let redis = (kind == Kind::Redis).then(RedisServer::start);
     let yaml = common::config_yaml(&common::store_yaml(kind, redis.as_ref()), "").replace(
@@ -33,58 +36,37 @@ async fn full_run(kind: Kind) -> usize {
         base64::engine::general_purpose::STANDARD.encode(format!("{BASIC_USER}:{BASIC_PASSWORD}"))
     );
     let bearer = format!("Bearer {BEARER}");
-    let mut requests = 0;
-    let mut go = async |body: &str, headers: &[(&str, &str)]| {
-        requests += 1;
-        h.extract(body, headers).await.status
-    };
-    assert_eq!(
-        go(r#"{"count":2,"filters":{"allowedUpstreams":["st"]}}"#, &[]).await,
-        200
-    );
-    assert_eq!(
-        go(r#"{"count":2}"#, &[("authorization", &basic)]).await,
-        200
-    );
-    assert_eq!(
-        go(r#"{"count":2}"#, &[("authorization", &bearer)]).await,
-        200
-    );
-    assert_eq!(
-        go(r#"{"count":1}"#, &[("x-api-key", KEY_LIMITED)]).await,
-        200
-    );
-    assert_eq!(
-        go(r#"{"count":1}"#, &[("idempotency-key", "k1")]).await,
-        200
-    );
-    assert_eq!(
-        go(r#"{"count":1}"#, &[("idempotency-key", "k1")]).await,
-        200
-    );
-    assert_eq!(
-        go(r#"{"count":2}"#, &[("idempotency-key", "k1")]).await,
-        409
-    );
-    assert_eq!(
-        go(r#"{"count":100,"fulfillment":"allOrNothing"}"#, &[]).await,
-        409
-    );
-    assert_eq!(
-        go(r#"{"count":1}"#, &[("x-api-key", KEY_GATEWAY)]).await,
-        403
-    );
-    assert_eq!(
-        go(r#"{"count":1}"#, &[("x-api-key", "not-a-key-9f")]).await,
-        401
-    );
-    assert_eq!(go(r#"{"count":0}"#, &[]).await, 422);
-    assert_eq!(go(r#"{"count":1}"#, &[("x-api-key", KEY_SLOW)]).await, 200);
-    assert_eq!(go(r#"{"count":1}"#, &[("x-api-key", KEY_SLOW)]).await, 429);
+    // In order: the idempotency key and the slow client's budget carry over.
+    let requests: [(&str, Headers, u16); 13] = [
+        (
+            r#"{"count":2,"filters":{"allowedUpstreams":["st"]}}"#,
+            &[],
+            200,
+        ),
+        (r#"{"count":2}"#, &[("authorization", basic.as_str())], 200),
+        (r#"{"count":2}"#, &[("authorization", bearer.as_str())], 200),
+        (r#"{"count":1}"#, &[("x-api-key", KEY_LIMITED)], 200),
+        (r#"{"count":1}"#, &[("idempotency-key", "k1")], 200),
+        (r#"{"count":1}"#, &[("idempotency-key", "k1")], 200),
+        (r#"{"count":2}"#, &[("idempotency-key", "k1")], 409),
+        (r#"{"count":100,"fulfillment":"allOrNothing"}"#, &[], 409),
+        (r#"{"count":1}"#, &[("x-api-key", KEY_GATEWAY)], 403),
+        (r#"{"count":1}"#, &[("x-api-key", "not-a-key-9f")], 401),
+        (r#"{"count":0}"#, &[], 422),
+        (r#"{"count":1}"#, &[("x-api-key", KEY_SLOW)], 200),
+        (r#"{"count":1}"#, &[("x-api-key", KEY_SLOW)], 429),
+    ];
+    for (body, headers, status) in requests {
+        assert_eq!(
+            h.extract(body, headers).await.status,
+            status,
+            "{body} {headers:?}"
+        );
+    }
     assert_eq!(h.admin_get("/api/v1/inventory").await.status, 200);
     assert_eq!(h.admin_get("/metrics").await.status, 200);
     h.stop().await;
-    requests
+    requests.len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

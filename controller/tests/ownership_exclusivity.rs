@@ -23,6 +23,15 @@ on_both!(
 );
 
 /// Registers, watches, applies the first snapshot and ACKs it.
+/// A demand for `count` proxies of any filter with `min_ttl_secs` of life left.
+fn demand(count: u32, min_ttl_secs: u64) -> Demand {
+    Demand {
+        filters: Filters::default(),
+        count,
+        min_remaining_ttl: Duration::from_secs(min_ttl_secs),
+    }
+}
+
 async fn worker(h: &Harness, id: &str) -> Worker {
     let mut w = Worker::register(h, id).await;
     h.pass().await;
@@ -154,11 +163,7 @@ async fn extraction_demand_drains_the_least_loaded_proxies_across_workers(kind: 
 
     let manager = h.cp.ownership_handle();
     let mut released = manager.released();
-    assert!(manager.request(Demand {
-        filters: Filters::default(),
-        count: 2,
-        min_remaining_ttl: Duration::from_secs(30),
-    }));
+    assert!(manager.request(demand(2, 30)));
     h.pass().await;
     a.apply_next().await;
     b.apply_next().await;
@@ -229,11 +234,7 @@ async fn unmet_demand_keeps_fresh_proxies_from_assignment(kind: Kind) {
     // than anyone has unowned...
     // (The demand wants more life than the owned proxies have left: none is drained.)
     let manager = h.cp.ownership_handle();
-    manager.request(Demand {
-        filters: Filters::default(),
-        count: 3,
-        min_remaining_ttl: Duration::from_secs(700),
-    });
+    manager.request(demand(3, 700));
     // ...and a second worker arrives while 3 fresh proxies come in: they stay for
     // extraction instead of going to the new worker.
     h.available("q", 3, 3_600).await;
@@ -263,11 +264,7 @@ async fn drains_released_in_one_pass_wake_waiting_extractions_once(kind: Kind) {
     let manager = h.cp.ownership_handle();
     let mut released = manager.released();
     let before = *released.borrow_and_update();
-    assert!(manager.request(Demand {
-        filters: Filters::default(),
-        count: 2,
-        min_remaining_ttl: Duration::from_secs(30),
-    }));
+    assert!(manager.request(demand(2, 30)));
     h.pass().await;
     w.apply_next().await;
     assert_eq!(w.state.proxies().filter(|p| p.draining).count(), 2);

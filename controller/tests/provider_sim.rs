@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 mod sim_support;
-use sim_support::pool_id;
+use sim_support::{on_both_pools, pool_id, sim_source};
 
 struct Pool {
     pool: Arc<dyn ActivityPool>,
@@ -65,9 +65,7 @@ fn reconciler(
 async fn fetch_json_into_pool(redis: bool) {
     let p = pool(redis).await;
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let url = format!("{}/v1/proxies?count=5&protocol=socks5", sim.vendor_url());
-    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
-    let source = HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap();
+    let source = sim_source(&sim, "count=5&protocol=socks5");
     let metrics = ProviderMetrics::default();
     let opts = options(PoolProtocol::Http);
     let r = reconciler(opts.clone(), source, &p, &metrics);
@@ -128,16 +126,6 @@ async fn fetch_json_into_pool(redis: bool) {
     }
 }
 
-#[tokio::test]
-async fn fetch_json_into_pool_memory() {
-    fetch_json_into_pool(false).await;
-}
-
-#[tokio::test]
-async fn fetch_json_into_pool_redis() {
-    fetch_json_into_pool(true).await;
-}
-
 async fn fetch_lines_into_pool(redis: bool) {
     let p = pool(redis).await;
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
@@ -155,16 +143,9 @@ async fn fetch_lines_into_pool(redis: bool) {
     assert_eq!((out.offered, out.report.inserted), (3, 3));
     for s in sim.live_proxies() {
         let v = VendorProxy {
-            vendor_id: None,
             protocol: Some(PoolProtocol::Http),
-            host: s.proxy.host.to_string(),
-            port: s.proxy.port,
             username: Some(s.proxy.username.clone()),
-            password: None,
-            region: None,
-            carrier: None,
-            ttl: None,
-            expires_at: None,
+            ..VendorProxy::at(s.proxy.host.to_string(), s.proxy.port)
         };
         let id = stable_id(&upstream(), &v, &opts.defaults).unwrap();
         let rec = p
@@ -187,16 +168,6 @@ async fn fetch_lines_into_pool(redis: bool) {
             "TTL from X-Proxy-TTL-Seconds"
         );
     }
-}
-
-#[tokio::test]
-async fn fetch_lines_into_pool_memory() {
-    fetch_lines_into_pool(false).await;
-}
-
-#[tokio::test]
-async fn fetch_lines_into_pool_redis() {
-    fetch_lines_into_pool(true).await;
 }
 
 async fn wrong_credentials_count_a_failure_back_off_and_write_nothing(redis: bool) {
@@ -240,16 +211,6 @@ async fn wrong_credentials_count_a_failure_back_off_and_write_nothing(redis: boo
     assert_eq!(inv.unextracted, 0, "nothing written");
 }
 
-#[tokio::test]
-async fn wrong_credentials_count_a_failure_back_off_and_write_nothing_memory() {
-    wrong_credentials_count_a_failure_back_off_and_write_nothing(false).await;
-}
-
-#[tokio::test]
-async fn wrong_credentials_count_a_failure_back_off_and_write_nothing_redis() {
-    wrong_credentials_count_a_failure_back_off_and_write_nothing(true).await;
-}
-
 /// A hostile vendor: answers by path.
 async fn hostile_vendor() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -282,23 +243,14 @@ async fn hostile_vendor() -> SocketAddr {
                             }
                         }
                     }
-                    "/garbage" => {
-                        let body = "{\"proxies\": [ {\"host\": ";
-                        let _ = s
-                            .write_all(
-                                format!("{ok}Content-Length: {}\r\n\r\n{body}", body.len())
-                                    .as_bytes(),
-                            )
-                            .await;
-                    }
-                    "/mixed" => {
-                        let body = "http://u:p@127.0.0.2:1000\nnot-a-proxy\nftp://x:1\nhttp://u:p@127.0.0.3:1001\n";
-                        let _ = s
-                            .write_all(
-                                format!("{ok}Content-Length: {}\r\n\r\n{body}", body.len())
-                                    .as_bytes(),
-                            )
-                            .await;
+                    "/garbage" | "/mixed" => {
+                        let body = if path == "/garbage" {
+                            "{\"proxies\": [ {\"host\": "
+                        } else {
+                            "http://u:p@127.0.0.2:1000\nnot-a-proxy\nftp://x:1\nhttp://u:p@127.0.0.3:1001\n"
+                        };
+                        let answer = format!("{ok}Content-Length: {}\r\n\r\n{body}", body.len());
+                        let _ = s.write_all(answer.as_bytes()).await;
                     }
                     "/slow" => {
                         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -359,29 +311,12 @@ async fn hostile_responses_are_refused(redis: bool) {
 }
 
 #[tokio::test]
-async fn hostile_responses_are_refused_memory() {
-    hostile_responses_are_refused(false).await;
-}
-
-#[tokio::test]
-async fn hostile_responses_are_refused_redis() {
-    hostile_responses_are_refused(true).await;
-}
-
-#[tokio::test]
 async fn static_source_refreshes_and_counts_pool_drops() {
     let p = pool(false).await;
     let entry = |port| VendorProxy {
-        vendor_id: None,
-        protocol: None,
-        host: "127.0.0.9".into(),
-        port,
         username: Some("u".into()),
         password: Some(Secret::new("p")),
-        region: None,
-        carrier: None,
-        ttl: None,
-        expires_at: None,
+        ..VendorProxy::at("127.0.0.9", port)
     };
     let mut short = entry(3);
     short.ttl = Some(Duration::from_secs(2));
@@ -462,9 +397,7 @@ impl activity_pool::ports::Upserter for LosesFirstReply {
 async fn a_lost_reply_is_retried_with_the_same_operation_id(redis: bool) {
     let p = pool(redis).await;
     let sim = Simulator::start(SimConfig::default()).await.unwrap();
-    let url = format!("{}/v1/proxies?count=3", sim.vendor_url());
-    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
-    let source = HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap();
+    let source = sim_source(&sim, "count=3");
     let flaky = Arc::new(LosesFirstReply {
         inner: p.pool.clone(),
         calls: std::sync::atomic::AtomicU32::new(0),
@@ -486,12 +419,10 @@ async fn a_lost_reply_is_retried_with_the_same_operation_id(redis: bool) {
     assert_eq!(p.pool.inventory(&upstream()).await.unwrap().unextracted, 3);
 }
 
-#[tokio::test]
-async fn a_lost_reply_is_retried_with_the_same_operation_id_memory() {
-    a_lost_reply_is_retried_with_the_same_operation_id(false).await;
-}
-
-#[tokio::test]
-async fn a_lost_reply_is_retried_with_the_same_operation_id_redis() {
-    a_lost_reply_is_retried_with_the_same_operation_id(true).await;
-}
+on_both_pools!(
+    fetch_json_into_pool,
+    fetch_lines_into_pool,
+    wrong_credentials_count_a_failure_back_off_and_write_nothing,
+    hostile_responses_are_refused,
+    a_lost_reply_is_retried_with_the_same_operation_id,
+);

@@ -4,7 +4,7 @@
 //! keys.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
-use std::net::TcpListener;
+use proxy_pool_e2e::ports::free_ports;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -33,14 +33,6 @@ impl Drop for Dir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A CA and a server certificate for `localhost` / 127.0.0.1 signed by it: (ca, cert, key).
@@ -128,7 +120,7 @@ async fn rediss_with_a_private_trust_bundle_and_an_acl_user() {
     let ca_file = dir.write("ca.pem", &ca);
     let cert_file = dir.write("cert.pem", &cert);
     let key_file = dir.write("key.pem", &key);
-    let tls_port = free_port();
+    let tls_port = free_ports(1);
     let arg = |p: &Path| p.display().to_string();
     let server = RedisServer::start_with(vec![
         "--tls-port".into(),

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::net::TcpListener;
+use proxy_pool_e2e::ports::free_ports;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -43,21 +43,13 @@ async fn in_flight_requests_finish_and_new_ones_get_503() {
     );
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn binary() -> &'static str {
     env!("CARGO_BIN_EXE_proxy-pool-controller")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_drains_and_exits_on_sigterm() {
-    let (api, admin) = (free_port(), free_port());
+    let (api, admin) = (free_ports(1), free_ports(1));
     let dir = std::env::temp_dir().join(format!("pp-ctl-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let example = std::fs::read_to_string(concat!(

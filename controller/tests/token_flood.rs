@@ -10,58 +10,20 @@ mod common;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use base64::Engine as _;
 use common::{KEY_FULL, Kind};
 use proxy_pool_cache::Namespace;
-use proxy_pool_controller::distribution::{
-    MAX_CONCURRENT_REVIEWS, Review, ReviewUnavailable, TokenReviewBearerVerifier, TokenReviewer,
-};
+use proxy_pool_controller::distribution::review_testkit::{self, HeldReviewer};
+use proxy_pool_controller::distribution::{MAX_CONCURRENT_REVIEWS, TokenReviewBearerVerifier};
 use proxy_pool_controller::store::{self, Store};
 use proxy_pool_controller::{Controller, Listeners};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// Holds every review until the test ends; rejects every token.
-#[derive(Debug, Default)]
-struct Slow {
-    calls: AtomicUsize,
-    /// Reviews running now (a review given up by its caller no longer counts).
-    active: Arc<AtomicUsize>,
-    release: tokio::sync::Notify,
-}
-
-struct Running(Arc<AtomicUsize>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-#[async_trait]
-impl TokenReviewer for Slow {
-    async fn review(&self, _token: &str, _audience: &str) -> Result<Review, ReviewUnavailable> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.active.fetch_add(1, Ordering::SeqCst);
-        let _running = Running(self.active.clone());
-        self.release.notified().await;
-        Ok(Review::Rejected)
-    }
-}
-
 /// A JWT-shaped token that passes the cheap checks (a fresh one each time).
 fn jwt(i: usize) -> String {
-    let b = |s: String| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-    format!(
-        "{}.{}.c2ln",
-        b(r#"{"alg":"RS256"}"#.into()),
-        b(format!(
-            r#"{{"aud":["proxy-pool"],"exp":4102444800,"jti":"{i}"}}"#
-        ))
-    )
+    review_testkit::jwt("proxy-pool", i)
 }
 
 async fn extract(src: Ipv4Addr, addr: SocketAddr, credential: &str) -> String {
@@ -94,7 +56,7 @@ async fn an_api_key_caller_is_served_during_a_flood_of_bad_tokens() {
     let listeners = Listeners::bind(&config).await.expect("bind");
     let api = listeners.distribution.local_addr().expect("addr");
     let built = store::build(&config).await.expect("store");
-    let reviewer = Arc::new(Slow::default());
+    let reviewer = Arc::new(HeldReviewer::holding());
     let controller = Controller::from_store(
         config,
         Store {
@@ -129,15 +91,12 @@ async fn an_api_key_caller_is_served_during_a_flood_of_bad_tokens() {
         });
     }
     // All but the reviews in flight are answered without waiting for a review.
-    let mut early = Vec::new();
-    for _ in 0..(200 - MAX_CONCURRENT_REVIEWS) {
-        let answer = tokio::time::timeout(Duration::from_secs(20), flood.join_next())
-            .await
-            .expect("a bad token is answered without waiting for a review")
-            .expect("task")
-            .expect("joined");
-        early.push(answer);
-    }
+    let early = review_testkit::answered_at_once(
+        &mut flood,
+        200 - MAX_CONCURRENT_REVIEWS,
+        Duration::from_secs(20),
+    )
+    .await;
     // While the others' reviews still hang, an API-key caller is served.
     let answer = tokio::time::timeout(
         Duration::from_secs(10),

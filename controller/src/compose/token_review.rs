@@ -117,7 +117,7 @@ async fn kube_client(review: &TokenReviewConfig) -> Result<kube::Client, Compose
         }
         None => None,
     };
-    super::kube_client(config)
+    super::store::kube_client(config)
         .await
         .map_err(ComposeError::TokenReview)
 }

@@ -11,7 +11,6 @@
 //! loop) and [`serve`] (the gRPC listener) with the same shutdown signal.
 
 pub mod checker;
-pub mod compose;
 pub mod config;
 pub mod error;
 pub mod identity;
@@ -20,15 +19,14 @@ pub mod outcomes;
 pub mod ownership;
 pub mod publisher;
 pub mod registry;
+mod rpc;
 mod server;
 pub mod worker;
 
 use std::sync::Arc;
 
 use activity_pool::Clock;
-use activity_pool::ports::{
-    ActivityPool, OwnershipRepository, ProxyCatalog, ReportWriter, RuntimeReader, SessionWriter,
-};
+use activity_pool::ports::{ActivityPool, ReportWriter};
 use tokio::sync::{Semaphore, watch};
 
 pub use checker::{CheckerBackend, MemoryCheckerBackend, TaskGate};
@@ -40,21 +38,15 @@ pub use ownership::{DrainRequest, OwnershipManager, OwnershipPorts, PassReport, 
 pub use publisher::Publisher;
 pub use server::{NOT_LEADER, ServeError, ServerTls, Transport, serve};
 
-/// The pool ports the control plane uses.
+/// The pool ports the control plane uses: the ownership manager's, which the RPC
+/// handlers share (sessions), and the runtime report writes of the handlers alone.
 #[derive(Clone)]
 pub struct ControlPlanePorts {
-    /// Worker sessions.
-    pub sessions: Arc<dyn SessionWriter>,
+    /// Leases, records, sessions, runtime reads and the controller's clock (snapshot
+    /// times, task deadlines).
+    pub manager: OwnershipPorts,
     /// Runtime report writes.
     pub reports: Arc<dyn ReportWriter>,
-    /// Runtime report reads.
-    pub runtime: Arc<dyn RuntimeReader>,
-    /// Leases.
-    pub ownership: Arc<dyn OwnershipRepository>,
-    /// Records.
-    pub catalog: Arc<dyn ProxyCatalog>,
-    /// The controller's clock (snapshot times, task deadlines).
-    pub clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for ControlPlanePorts {
@@ -65,14 +57,16 @@ impl std::fmt::Debug for ControlPlanePorts {
 
 impl ControlPlanePorts {
     /// Every port from one pool.
-    pub fn from_pool<P: ActivityPool + 'static>(pool: Arc<P>, clock: Arc<dyn Clock>) -> Self {
+    pub fn from_pool(pool: Arc<dyn ActivityPool>, clock: Arc<dyn Clock>) -> Self {
         Self {
-            sessions: pool.clone(),
-            reports: pool.clone(),
-            runtime: pool.clone(),
-            ownership: pool.clone(),
-            catalog: pool,
-            clock,
+            manager: OwnershipPorts {
+                ownership: pool.clone(),
+                catalog: pool.clone(),
+                sessions: pool.clone(),
+                runtime: pool.clone(),
+                clock,
+            },
+            reports: pool,
         }
     }
 }
@@ -114,13 +108,7 @@ impl ControlPlane {
         let registry = Arc::new(registry::Registry::default());
         let publisher = Arc::new(Publisher::new(config.history));
         let ownership = Arc::new(OwnershipManager::new(
-            OwnershipPorts {
-                ownership: ports.ownership.clone(),
-                catalog: ports.catalog.clone(),
-                sessions: ports.sessions.clone(),
-                runtime: ports.runtime.clone(),
-                clock: ports.clock.clone(),
-            },
+            ports.manager.clone(),
             config.clone(),
             registry.clone(),
             publisher.clone(),

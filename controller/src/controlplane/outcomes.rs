@@ -215,25 +215,34 @@ pub fn usage_from_wire(
         .collect()
 }
 
+/// A gateway's usage of `routing` as the wire carries it: `requests` in all, and per
+/// client identity (test fixtures build reports with it).
+#[cfg(any(test, feature = "testkit"))]
+pub fn wire_usage(
+    routing: &str,
+    requests: u64,
+    clients: &[(&str, u64)],
+) -> proxy_pool_api::controlplane::pb::RoutingUsage {
+    use proxy_pool_api::controlplane::pb;
+    pb::RoutingUsage {
+        routing: routing.into(),
+        requests,
+        clients: clients
+            .iter()
+            .map(|(identity, n)| pb::ClientUsage {
+                identity: (*identity).into(),
+                requests: *n,
+            })
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proxy_pool_analytics::{Collector, Event, SystemClock};
-    use proxy_pool_api::controlplane::pb;
 
-    fn wire(routing: &str, requests: u64, clients: &[(&str, u64)]) -> pb::RoutingUsage {
-        pb::RoutingUsage {
-            routing: routing.into(),
-            requests,
-            clients: clients
-                .iter()
-                .map(|(i, n)| pb::ClientUsage {
-                    identity: (*i).into(),
-                    requests: *n,
-                })
-                .collect(),
-        }
-    }
+    use super::wire_usage as wire;
 
     #[test]
     fn usage_reaches_the_collector_with_exact_counts() {

@@ -27,6 +27,7 @@ use super::identity::Authenticator;
 use super::outcomes::{WorkerOutcome, usage_from_wire};
 use super::publisher::Issued;
 use super::registry::{SequenceVerdict, WorkerInfo};
+use super::rpc::serve;
 
 /// The worker service.
 #[derive(Debug, Clone)]
@@ -50,15 +51,6 @@ fn wire_err(field: &str, e: activity_pool::model::IdError) -> ControlPlaneError 
     })
 }
 
-/// Holds a request to its RPC's size (the service's decode limit is the largest RPC's).
-fn sized<M: prost::Message>(
-    req: &Request<M>,
-    rpc: &'static str,
-    limit: usize,
-) -> Result<(), Status> {
-    sizes::check(rpc, req.get_ref(), limit).map_err(|e| ControlPlaneError::TooLarge(e.rpc).into())
-}
-
 fn worker_id(s: &str) -> CpResult<WorkerId> {
     WorkerId::new(s).map_err(|e| wire_err("worker_id", e))
 }
@@ -76,7 +68,7 @@ impl WorkerService {
         if !self.shared.registry.is_current(worker, session) {
             return Err(ControlPlaneError::StaleSession);
         }
-        match self.shared.ports.sessions.session(worker).await? {
+        match self.shared.ports.manager.sessions.session(worker).await? {
             Some(s) if s.session_id == *session => Ok(()),
             _ => Err(ControlPlaneError::StaleSession),
         }
@@ -112,6 +104,7 @@ impl WorkerService {
         let cfg = &self.shared.config;
         self.shared
             .ports
+            .manager
             .sessions
             .register(&SessionRegistration {
                 worker_id: worker.clone(),
@@ -169,6 +162,7 @@ impl WorkerService {
         let s = if m.accepted {
             self.shared
                 .ports
+                .manager
                 .sessions
                 .acknowledge(&SnapshotAck {
                     worker_id: worker.clone(),
@@ -182,6 +176,7 @@ impl WorkerService {
             tracing::warn!(worker = %worker, version = m.version, reason = %log_text(&m.reason, 64), "negative snapshot ACK; runtime fence closed");
             self.shared
                 .ports
+                .manager
                 .sessions
                 .reject_snapshot(&SnapshotReject {
                     worker_id: worker.clone(),
@@ -312,12 +307,7 @@ impl WorkerService {
         let m = req.into_inner();
         let session = session_id(&m.session_id)?;
         self.current_session(&worker, &session).await?;
-        let permit = self
-            .shared
-            .streams
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| ControlPlaneError::Exhausted("too many open streams"))?;
+        let permit = self.shared.open_stream()?;
         let have = (m.last_version > 0)
             .then(|| checksum_from_wire("last_checksum", &m.last_checksum).ok())
             .flatten()
@@ -382,8 +372,10 @@ impl WorkerControlPlane for WorkerService {
         &self,
         request: Request<pb::RegisterWorkerRequest>,
     ) -> Result<Response<pb::RegisterWorkerResponse>, Status> {
-        sized(&request, "RegisterWorker", sizes::REGISTER_WORKER)?;
-        Ok(Response::new(self.register(request).await?))
+        serve(request, "RegisterWorker", sizes::REGISTER_WORKER, |r| {
+            self.register(r)
+        })
+        .await
     }
 
     #[tracing::instrument(skip_all, fields(worker = %span_id(&request.get_ref().worker_id)))]
@@ -391,8 +383,10 @@ impl WorkerControlPlane for WorkerService {
         &self,
         request: Request<pb::WatchSnapshotsRequest>,
     ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
-        sized(&request, "WatchSnapshots", sizes::WATCH_SNAPSHOTS)?;
-        Ok(Response::new(self.watch(request).await?))
+        serve(request, "WatchSnapshots", sizes::WATCH_SNAPSHOTS, |r| {
+            self.watch(r)
+        })
+        .await
     }
 
     #[tracing::instrument(skip_all, fields(worker = %span_id(&request.get_ref().worker_id), version = request.get_ref().version))]
@@ -400,8 +394,10 @@ impl WorkerControlPlane for WorkerService {
         &self,
         request: Request<pb::AcknowledgeSnapshotRequest>,
     ) -> Result<Response<pb::AcknowledgeSnapshotResponse>, Status> {
-        sized(&request, "AcknowledgeSnapshot", sizes::ACKNOWLEDGE)?;
-        Ok(Response::new(self.acknowledge(request).await?))
+        serve(request, "AcknowledgeSnapshot", sizes::ACKNOWLEDGE, |r| {
+            self.acknowledge(r)
+        })
+        .await
     }
 
     #[tracing::instrument(skip_all, fields(worker = %span_id(&request.get_ref().worker_id), sequence = request.get_ref().report_sequence))]
@@ -409,10 +405,10 @@ impl WorkerControlPlane for WorkerService {
         &self,
         request: Request<pb::ReportRuntimeRequest>,
     ) -> Result<Response<pb::ReportRuntimeResponse>, Status> {
-        sized(&request, "ReportRuntime", sizes::REPORT_RUNTIME)?;
-        Ok(Response::new(
-            WorkerService::report_runtime(self, request).await?,
-        ))
+        serve(request, "ReportRuntime", sizes::REPORT_RUNTIME, |r| {
+            WorkerService::report_runtime(self, r)
+        })
+        .await
     }
 
     #[tracing::instrument(skip_all, fields(worker = %span_id(&request.get_ref().worker_id), sequence = request.get_ref().batch_sequence))]
@@ -420,9 +416,9 @@ impl WorkerControlPlane for WorkerService {
         &self,
         request: Request<pb::ReportOutcomesRequest>,
     ) -> Result<Response<pb::ReportOutcomesResponse>, Status> {
-        sized(&request, "ReportOutcomes", sizes::REPORT_OUTCOMES)?;
-        Ok(Response::new(
-            WorkerService::report_outcomes(self, request).await?,
-        ))
+        serve(request, "ReportOutcomes", sizes::REPORT_OUTCOMES, |r| {
+            WorkerService::report_outcomes(self, r)
+        })
+        .await
     }
 }

@@ -16,6 +16,12 @@ fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
     h
 }
 
+/// `a` refuses the caller with `headers` from `ip` with the error `code`.
+async fn refused(a: &Authenticator, headers: &HeaderMap, ip: IpAddr, code: &str, why: &str) {
+    let e = a.authenticate(headers, ip).await.expect_err(why);
+    assert_eq!(e.code(), code, "{why}");
+}
+
 fn config() -> String {
     format!(
         "clients:\n- name: a\n  apiKeys: [{{sha256: {}}}]\n  basic: {{username: alice, passwordHash: '{}'}}\n  permissions: [gateway:connect]\n- name: b\n  bearerTokens: [{{sha256: {}}}]\n  maxExtractCount: 3\n",
@@ -101,16 +107,22 @@ async fn another_bearer_verifier_plugs_in() {
         id.credential, "bearer:system:serviceaccount:ns:sa",
         "a reviewed caller is counted by its user name, not by a digest of its token"
     );
-    let e = a
-        .authenticate(&headers(&[("authorization", "Bearer down")]), ip)
-        .await
-        .expect_err("verifier down");
-    assert_eq!(e.code(), "AUTH_UNAVAILABLE");
-    let e = a
-        .authenticate(&headers(&[("authorization", "Bearer token-b")]), ip)
-        .await
-        .expect_err("the static hashes are not consulted");
-    assert_eq!(e.code(), "UNAUTHENTICATED");
+    refused(
+        &a,
+        &headers(&[("authorization", "Bearer down")]),
+        ip,
+        "AUTH_UNAVAILABLE",
+        "verifier down",
+    )
+    .await;
+    refused(
+        &a,
+        &headers(&[("authorization", "Bearer token-b")]),
+        ip,
+        "UNAUTHENTICATED",
+        "the static hashes are not consulted",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -143,18 +155,17 @@ async fn failed_basic_logins_are_throttled_per_source_and_per_user() {
     let guesser: IpAddr = "198.51.100.1".parse().expect("ip");
     // Requests without any credential are no guesses: never throttled.
     for _ in 0..10 {
-        let e = a
-            .authenticate(&headers(&[]), guesser)
-            .await
-            .expect_err("none");
-        assert_eq!(e.code(), "UNAUTHENTICATED");
+        refused(&a, &headers(&[]), guesser, "UNAUTHENTICATED", "none").await;
     }
     for i in 0..4 {
-        let e = a
-            .authenticate(&login(&format!("alice:guess-{i}")), guesser)
-            .await
-            .expect_err("wrong");
-        assert_eq!(e.code(), "UNAUTHENTICATED", "attempt {i}");
+        refused(
+            &a,
+            &login(&format!("alice:guess-{i}")),
+            guesser,
+            "UNAUTHENTICATED",
+            &format!("wrong: attempt {i}"),
+        )
+        .await;
     }
     // The right password is not even judged now: no oracle for the guesser.
     let e = a
@@ -165,11 +176,14 @@ async fn failed_basic_logins_are_throttled_per_source_and_per_user() {
     assert_eq!(e.into_problem("r").status(), 429);
     // The same user from elsewhere is throttled too (per user)...
     let other: IpAddr = "203.0.113.9".parse().expect("ip");
-    let e = a
-        .authenticate(&login("alice:pw-a"), other)
-        .await
-        .expect_err("user throttled");
-    assert_eq!(e.code(), "AUTH_THROTTLED");
+    refused(
+        &a,
+        &login("alice:pw-a"),
+        other,
+        "AUTH_THROTTLED",
+        "user throttled",
+    )
+    .await;
     // ...while another client's credential from that source still works.
     let id = a
         .authenticate(&headers(&[("x-api-key", "key-a")]), other)
@@ -177,11 +191,14 @@ async fn failed_basic_logins_are_throttled_per_source_and_per_user() {
         .expect("api key");
     assert_eq!(id.client_id.as_str(), "client:a");
     // The guesser's address is throttled for every method.
-    let e = a
-        .authenticate(&headers(&[("x-api-key", "key-a")]), guesser)
-        .await
-        .expect_err("source throttled");
-    assert_eq!(e.code(), "AUTH_THROTTLED");
+    refused(
+        &a,
+        &headers(&[("x-api-key", "key-a")]),
+        guesser,
+        "AUTH_THROTTLED",
+        "source throttled",
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -10,6 +10,8 @@ mod limits;
 mod problem;
 mod request;
 mod response;
+#[cfg(any(test, feature = "testkit"))]
+pub mod review_testkit;
 mod source;
 mod token_review;
 

@@ -203,27 +203,7 @@ impl TokenReviewBearerVerifier {
         store: Option<Arc<dyn CacheStore>>,
         clients_by_user: HashMap<String, usize>,
     ) -> Self {
-        Self::with_guard(
-            audience,
-            reviewer,
-            ns,
-            key_prefix,
-            store,
-            clients_by_user,
-            Arc::new(ReviewGuard::default()),
-        )
-    }
-
-    /// [`TokenReviewBearerVerifier::new`] with the given guard (slots, negative cache).
-    pub fn with_guard(
-        audience: impl Into<String>,
-        reviewer: Arc<dyn TokenReviewer>,
-        ns: Namespace,
-        key_prefix: &str,
-        store: Option<Arc<dyn CacheStore>>,
-        clients_by_user: HashMap<String, usize>,
-        guard: Arc<ReviewGuard>,
-    ) -> Self {
+        let guard = Arc::new(ReviewGuard::default());
         let ns = Namespace {
             // The rule of the namespace, whatever the settings say.
             ttl: ns.ttl.min(MAX_CACHE_TTL),
@@ -302,34 +282,12 @@ impl BearerVerifier for TokenReviewBearerVerifier {
 mod tests {
     use super::*;
     use base64::Engine as _;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
 
-    /// Counts reviews and holds each until released; rejects every token.
-    #[derive(Debug, Default)]
-    struct Stuck {
-        calls: AtomicUsize,
-        release: tokio::sync::Notify,
-        hold: std::sync::atomic::AtomicBool,
-    }
-
-    #[async_trait]
-    impl TokenReviewer for Stuck {
-        async fn review(&self, _t: &str, _a: &str) -> Result<Review, ReviewUnavailable> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            if self.hold.load(Ordering::SeqCst) {
-                self.release.notified().await;
-            }
-            Ok(Review::Rejected)
-        }
-    }
+    use crate::distribution::review_testkit::{HeldReviewer as Stuck, answered_at_once};
 
     fn jwt(i: usize) -> String {
-        let b = |s: String| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-        format!(
-            "{}.{}.c2ln",
-            b(r#"{"alg":"RS256"}"#.into()),
-            b(format!(r#"{{"aud":["aud"],"exp":4102444800,"jti":"{i}"}}"#))
-        )
+        crate::distribution::review_testkit::jwt("aud", i)
     }
 
     fn verifier(reviewer: Arc<Stuck>) -> TokenReviewBearerVerifier {
@@ -385,8 +343,7 @@ mod tests {
 
     #[tokio::test]
     async fn reviews_in_flight_are_capped_and_the_rest_refused_at_once() {
-        let reviewer = Arc::new(Stuck::default());
-        reviewer.hold.store(true, Ordering::SeqCst);
+        let reviewer = Arc::new(Stuck::holding());
         let v = Arc::new(verifier(reviewer.clone()));
         let mut flood = tokio::task::JoinSet::new();
         for i in 0..200 {
@@ -394,17 +351,12 @@ mod tests {
             flood.spawn(async move { v.verify(&jwt(i)).await });
         }
         // Everything past the review slots is answered without waiting.
-        let mut refused = 0;
-        for _ in 0..(200 - MAX_CONCURRENT_REVIEWS) {
-            let r = tokio::time::timeout(Duration::from_secs(10), flood.join_next())
-                .await
-                .expect("answered without waiting for a review")
-                .expect("task")
-                .expect("joined");
+        let n = 200 - MAX_CONCURRENT_REVIEWS;
+        let refused = answered_at_once(&mut flood, n, Duration::from_secs(10)).await;
+        assert_eq!(refused.len(), n);
+        for r in refused {
             assert_eq!(r, Err(AuthError::Unavailable));
-            refused += 1;
         }
-        assert_eq!(refused, 200 - MAX_CONCURRENT_REVIEWS);
         assert_eq!(
             reviewer.calls.load(Ordering::SeqCst),
             MAX_CONCURRENT_REVIEWS

@@ -6,6 +6,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
+use crate::metrics::register_all;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ObservationLabels {
     tier: &'static str,
@@ -22,6 +24,32 @@ struct ReasonLabels {
     reason: &'static str,
 }
 
+/// Exposition name and help text of each metric [`HealthMetrics::register`] registers,
+/// in order.
+const DOCS: [(&str, &str); 5] = [
+    (
+        "health_observations",
+        "Checker observations by tier and result",
+    ),
+    (
+        "health_verdicts",
+        "Health verdicts applied to the pool, by resulting state",
+    ),
+    (
+        "health_ignored_tasks",
+        "Task reports ignored (unknown, duplicate or late)",
+    ),
+    (
+        "health_announce_dropped",
+        "Proxies not tracked because the planner was full",
+    ),
+    (
+        "health_checks_dropped",
+        "Check tasks not run because their proxy was taken when the check was to start \
+         (reason: extracted, removed, gone)",
+    ),
+];
+
 /// Health counters. Cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct HealthMetrics {
@@ -35,36 +63,21 @@ pub struct HealthMetrics {
 impl HealthMetrics {
     /// Registers every metric under `registry`.
     pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "health_observations",
-            "Checker observations by tier and result",
-            self.observations.clone(),
-        );
-        registry.register(
-            "health_verdicts",
-            "Health verdicts applied to the pool, by resulting state",
-            self.verdicts.clone(),
-        );
-        registry.register(
-            "health_ignored_tasks",
-            "Task reports ignored (unknown, duplicate or late)",
-            self.ignored_tasks.clone(),
-        );
-        registry.register(
-            "health_announce_dropped",
-            "Proxies not tracked because the planner was full",
-            self.announce_dropped.clone(),
-        );
         // Every reason from the start (0), so a dashboard sees the series before the
         // first drop.
         for reason in ["extracted", "removed", "gone"] {
             let _ = self.checks_dropped.get_or_create(&ReasonLabels { reason });
         }
-        registry.register(
-            "health_checks_dropped",
-            "Check tasks not run because their proxy was taken when the check was to \
-             start (reason: extracted, removed, gone)",
-            self.checks_dropped.clone(),
+        register_all(
+            registry,
+            DOCS,
+            [
+                &self.observations,
+                &self.verdicts,
+                &self.ignored_tasks,
+                &self.announce_dropped,
+                &self.checks_dropped,
+            ],
         );
     }
 

@@ -19,7 +19,7 @@ mod service;
 
 pub use bridge::{BridgeOptions, CheckerBridge, from_wire, to_wire};
 pub use metrics::HealthMetrics;
-pub use model::{Check, CheckTask, CheckerId, FailureCode, Observation, Tier};
+pub use model::{Check, CheckTask, CheckerId, FailureCode, Observation, Tier, verdict_updates};
 pub use planner::{
     Announced, Lease, MAX_TARGETS, Planner, PlannerConfig, RoutingTargets, TargetSpec,
     UpstreamHealth, Verdict,

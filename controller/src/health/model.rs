@@ -5,13 +5,33 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use activity_pool::Timestamp;
-use activity_pool::model::{Credentials, Label, Protocol, ProxyId, UpstreamId};
+use activity_pool::model::{
+    Credentials, HealthUpdate, HealthVerdict, Label, Protocol, ProxyId, UpstreamId,
+};
 
 /// A check tier (the wire contract's own type).
 pub use proxy_pool_api::controlplane::model::CheckTier as Tier;
 
 /// Why a check failed (the wire contract's bounded code set).
 pub use proxy_pool_api::controlplane::model::FailureCode;
+
+/// Pool health updates putting each of `ids` in `verdict` with no check behind them:
+/// AVAILABLE counts as a passed check (proxies the configuration vouches for), any
+/// other verdict (CHECKING) as no result.
+pub fn verdict_updates<'a>(
+    ids: impl IntoIterator<Item = &'a ProxyId>,
+    verdict: HealthVerdict,
+) -> Vec<HealthUpdate> {
+    ids.into_iter()
+        .map(|id| HealthUpdate {
+            proxy_id: id.clone(),
+            verdict,
+            success: verdict == HealthVerdict::Available,
+            latency: None,
+            failure: None,
+        })
+        .collect()
+}
 
 /// A failure code as a pool failure label.
 pub fn failure_label(code: FailureCode) -> Option<Label> {
@@ -21,7 +41,13 @@ pub fn failure_label(code: FailureCode) -> Option<Label> {
 /// One check of a task (the contract's own type).
 pub use proxy_pool_api::controlplane::model::Check;
 
-/// A deadline-bound check task for one proxy.
+/// A deadline-bound check task for one proxy: every check the planner wants of it,
+/// with what a probe needs (address, protocol, credentials).
+///
+/// Not the contract's `CheckTask`: that is one check on the wire (one tier, a text
+/// task ID `h<task>-<check>`, the endpoint and target of that check); this is the
+/// planner's whole task under its numeric ID, which [`crate::health::to_wire`] splits
+/// into wire tasks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckTask {
     /// Task ID (echoed in observations).
@@ -44,7 +70,12 @@ pub struct CheckTask {
     pub deadline: Timestamp,
 }
 
-/// What a checker saw for one check.
+/// What a checker saw for one check, as the reducer reads it.
+///
+/// The contract's `Observation` ([`crate::health::from_wire`] reads it into this) with
+/// its two text IDs parsed: the planner's numeric task ID and a valid pool
+/// [`ProxyId`], so the reducer never meets an ID it could not parse; the time it was
+/// observed is not kept (the reducer applies it on arrival).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Observation {
     /// The task it belongs to.

@@ -68,7 +68,9 @@ impl ReducerConfig {
     }
 }
 
-/// The reducer's view of a proxy.
+/// The reducer's view of a proxy: the pool's verdicts (`HealthVerdict`) plus
+/// `Unchecked`, the state of a proxy no check has judged yet, which no verdict
+/// expresses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum HealthState {
     /// Fetched, no verdict yet.
@@ -224,16 +226,26 @@ mod tests {
         }
     }
 
-    const OK: Fact = Fact {
-        tier: Tier::Basic,
-        success: true,
-        failure: None,
-    };
-    const FAIL: Fact = Fact {
-        tier: Tier::Basic,
-        success: false,
-        failure: Some(FailureCode::ConnectRefused),
-    };
+    /// A passed check of `tier`.
+    const fn passed(tier: Tier) -> Fact {
+        Fact {
+            tier,
+            success: true,
+            failure: None,
+        }
+    }
+
+    /// A check of `tier` failed with `code`.
+    const fn failed(tier: Tier, code: FailureCode) -> Fact {
+        Fact {
+            tier,
+            success: false,
+            failure: Some(code),
+        }
+    }
+
+    const OK: Fact = passed(Tier::Basic);
+    const FAIL: Fact = failed(Tier::Basic, FailureCode::ConnectRefused);
 
     fn run(cfg: &ReducerConfig, facts: &[Fact]) -> (ProxyHealth, Vec<Option<HealthVerdict>>) {
         let mut h = ProxyHealth::default();
@@ -282,16 +294,8 @@ mod tests {
     #[test]
     fn leak_is_unhealthy_and_checker_errors_are_ignored() {
         let c = cfg(2, 4);
-        let leak = Fact {
-            tier: Tier::Egress,
-            success: false,
-            failure: Some(FailureCode::ClientLeaked),
-        };
-        let err = Fact {
-            tier: Tier::Basic,
-            success: false,
-            failure: Some(FailureCode::CheckerError),
-        };
+        let leak = failed(Tier::Egress, FailureCode::ClientLeaked);
+        let err = failed(Tier::Basic, FailureCode::CheckerError);
         let (h, v) = run(&c, &[OK, err, err, err, leak]);
         assert_eq!(
             v,
@@ -309,16 +313,8 @@ mod tests {
     #[test]
     fn target_failures_make_suspect_and_target_success_clears() {
         let c = cfg(2, 4);
-        let tf = Fact {
-            tier: Tier::Target,
-            success: false,
-            failure: Some(FailureCode::TargetUnreachable),
-        };
-        let ts = Fact {
-            tier: Tier::Target,
-            success: true,
-            failure: None,
-        };
+        let tf = failed(Tier::Target, FailureCode::TargetUnreachable);
+        let ts = passed(Tier::Target);
         let (h, v) = run(&c, &[OK, tf, tf, tf, OK, ts]);
         assert_eq!(v[3], Some(HealthVerdict::Suspect));
         assert_eq!(
@@ -343,16 +339,8 @@ mod tests {
     #[test]
     fn an_open_leak_blocks_recovery_until_egress_succeeds() {
         let c = cfg(2, 4);
-        let leak = Fact {
-            tier: Tier::Egress,
-            success: false,
-            failure: Some(FailureCode::ClientLeaked),
-        };
-        let egress_ok = Fact {
-            tier: Tier::Egress,
-            success: true,
-            failure: None,
-        };
+        let leak = failed(Tier::Egress, FailureCode::ClientLeaked);
+        let egress_ok = passed(Tier::Egress);
         // BASIC successes (even reported after the leak) never bring it back.
         let (h, v) = run(&c, &[OK, leak, OK, OK, OK]);
         assert_eq!(h.state, HealthState::Unhealthy);

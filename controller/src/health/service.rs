@@ -26,7 +26,7 @@ use proxy_pool_api::controlplane::model::{Outcome, OutcomeStage};
 
 use super::metrics::HealthMetrics;
 use super::model::FailureCode;
-use super::model::{CheckTask, CheckerId, Observation, Tier};
+use super::model::{CheckTask, CheckerId, Observation, Tier, verdict_updates};
 use super::planner::{Lease, Planner, PlannerConfig, Verdict};
 use super::reducer::ReducerConfig;
 use crate::controlplane::{TargetExclusions, WorkerOutcome};
@@ -330,16 +330,7 @@ impl HealthService {
     /// only; a failure here does not hold the tasks back).
     async fn mark_checking(&self, ids: &[ProxyId]) {
         for chunk in ids.chunks(MAX_UPDATE_BATCH) {
-            let updates: Vec<HealthUpdate> = chunk
-                .iter()
-                .map(|id| HealthUpdate {
-                    proxy_id: id.clone(),
-                    verdict: HealthVerdict::Checking,
-                    success: false,
-                    latency: None,
-                    failure: None,
-                })
-                .collect();
+            let updates = verdict_updates(chunk, HealthVerdict::Checking);
             if let Err(e) = self.store.apply_health(&updates).await {
                 debug!(error = %e, "marking proxies CHECKING failed");
             }

@@ -1,7 +1,5 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio_util::sync::CancellationToken;
-
 use super::*;
 
 const OPTIONS: ElectorOptions = ElectorOptions {
@@ -39,37 +37,16 @@ impl LeaseStore for Flaky {
     }
 }
 
-fn start(store: Arc<dyn LeaseStore>, name: &str) -> (Leadership, Fence, CancellationToken) {
-    let fence = Fence::new();
-    let (elector, leadership) = Elector::new(store, name.into(), fence.clone(), OPTIONS);
-    let stop = CancellationToken::new();
-    tokio::spawn(elector.run(stop.clone().cancelled_owned()));
-    (leadership, fence, stop)
+fn start(store: Arc<dyn LeaseStore>, name: &str) -> contract::Running {
+    contract::start_elector(store, name.into(), OPTIONS)
 }
 
 #[tokio::test(start_paused = true)]
 async fn one_leader_then_a_clean_hand_over() {
     let store: Arc<dyn LeaseStore> = Arc::new(MemoryLease::new());
-    let (a, fa, stop_a) = start(store.clone(), "a");
-    assert!(a.elected().await);
-    let (b, fb, _stop_b) = start(store.clone(), "b");
-    tokio::time::sleep(Duration::from_secs(30)).await;
-    assert!(a.is_leader(), "the leader keeps renewing");
-    assert_eq!(b.role(), Role::Follower);
-    assert_eq!(fb.token(), 0);
-    let Role::Leader(t1) = a.role() else { panic!() };
-    assert_eq!(fa.token(), t1);
-
-    stop_a.cancel();
-    a.deposed().await;
-    assert_eq!(fa.token(), 0, "a stopped leader holds no token");
-    // Released: b takes over at its next try, not after the lease.
-    let t0 = Instant::now();
-    assert!(b.elected().await);
-    assert!(t0.elapsed() <= OPTIONS.retry_every);
-    let Role::Leader(t2) = b.role() else { panic!() };
-    assert!(t2 > t1);
-    assert_eq!(fb.token(), t2);
+    let settle = async { tokio::time::sleep(Duration::from_secs(30)).await };
+    let start = |name: &'static str| start(store.clone(), name);
+    contract::hand_over(start, ["a", "b"], settle, OPTIONS.retry_every).await;
 }
 
 #[tokio::test(start_paused = true)]

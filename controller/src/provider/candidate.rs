@@ -133,16 +133,10 @@ mod tests {
 
     fn proxy() -> VendorProxy {
         VendorProxy {
-            vendor_id: None,
-            protocol: None,
-            host: "127.0.0.2".into(),
-            port: 8080,
             username: Some("u".into()),
             password: Some(Secret::new("p")),
-            region: None,
             carrier: Some("telecom".into()),
-            ttl: None,
-            expires_at: None,
+            ..VendorProxy::at("127.0.0.2", 8080)
         }
     }
 

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use activity_pool::model::{Credentials, Label, Secret, UpstreamId};
-use proxy_pool_api::config::{SourceConfig, UpstreamConfig, VendorFormat as ConfigFormat};
+use proxy_pool_api::config::{SourceConfig, UpstreamConfig};
 
 use super::error::ProviderError;
-use super::http::{HttpVendorSource, VendorAuth, VendorFormat};
+use super::http::{HttpVendorSource, VendorAuth};
 use super::model::VendorProxy;
 use super::options::ProviderOptions;
 use super::source::{StaticSource, VendorSource};
@@ -74,18 +74,7 @@ pub fn plan_upstream(
             let entries = s
                 .proxies
                 .iter()
-                .map(|p| VendorProxy {
-                    vendor_id: None,
-                    protocol: None,
-                    host: p.host.clone(),
-                    port: p.port,
-                    username: None,
-                    password: None,
-                    region: None,
-                    carrier: None,
-                    ttl: None,
-                    expires_at: None,
-                })
+                .map(|p| VendorProxy::at(p.host.clone(), p.port))
                 .collect();
             Arc::new(StaticSource::new(entries))
         }
@@ -101,15 +90,11 @@ pub fn plan_upstream(
                 options.backoff.initial = options.backoff.initial.max(floor);
                 options.backoff.max = options.backoff.max.max(options.backoff.initial);
             }
-            let format = match v.format {
-                ConfigFormat::Json => VendorFormat::Json,
-                ConfigFormat::Lines => VendorFormat::Lines,
-            };
             let auth = match &secrets.vendor_api_key {
                 Some(key) => VendorAuth::api_key(key.clone()),
                 None => VendorAuth::None,
             };
-            Arc::new(HttpVendorSource::new(&v.url, format, auth)?)
+            Arc::new(HttpVendorSource::new(&v.url, v.format, auth)?)
         }
     };
     options.validate()?;
@@ -154,7 +139,7 @@ mod tests {
     fn vendor_api_maps_budget_rate_and_defaults() {
         let cfg = upstream(SourceConfig::VendorApi(VendorApiConfig {
             url: "http://127.0.0.1:9/v1/proxies?count=10".into(),
-            format: ConfigFormat::Lines,
+            format: proxy_pool_api::config::VendorFormat::Lines,
             api_key_file: Some("/run/key".into()),
             credentials: creds(),
             timeout: Duration::from_secs(3),

@@ -27,14 +27,9 @@ use super::source::VendorSource;
 /// Response header some vendors use to declare the TTL of a whole line-format batch.
 const TTL_HEADER: &str = "x-proxy-ttl-seconds";
 
-/// Format of a vendor response.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum VendorFormat {
-    /// JSON (see [`parse_json`]).
-    Json,
-    /// One proxy per line (see [`parse_lines`]).
-    Lines,
-}
+/// Format of a vendor response, as configured (`format: json | lines`): JSON is read
+/// by [`parse_json`], one proxy per line by [`parse_lines`].
+pub use proxy_pool_api::config::VendorFormat;
 
 /// How to authenticate to the vendor API. Secret values come in resolved.
 #[derive(Clone)]

@@ -7,6 +7,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::metrics::register_all;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamLabels {
     upstream: String,
@@ -17,6 +19,35 @@ struct ReasonLabels {
     upstream: String,
     reason: String,
 }
+
+/// Exposition name and help text of each metric [`ProviderMetrics::register`]
+/// registers, in order.
+const DOCS: [(&str, &str); 6] = [
+    (
+        "provider_fetches",
+        "Vendor fetches by result (ok or an error kind)",
+    ),
+    (
+        "provider_fetched_proxies",
+        "Proxy entries offered by vendors",
+    ),
+    (
+        "provider_upserted_proxies",
+        "Proxies inserted into the pool (new lifetimes)",
+    ),
+    (
+        "provider_refreshed_proxies",
+        "Proxies whose lifetime a fetch refreshed",
+    ),
+    (
+        "provider_dropped_proxies",
+        "Proxy entries not written, by reason",
+    ),
+    (
+        "provider_consecutive_failures",
+        "Failed fetches in a row (0 after a success)",
+    ),
+];
 
 /// Counters shared by every reconciler of a controller. Cheap to clone.
 #[derive(Clone, Debug, Default)]
@@ -45,35 +76,17 @@ fn reason(upstream: &str, reason: &str) -> ReasonLabels {
 impl ProviderMetrics {
     /// Registers every metric under `registry` (prefix it with a sub-registry if wanted).
     pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "provider_fetches",
-            "Vendor fetches by result (ok or an error kind)",
-            self.fetches.clone(),
-        );
-        registry.register(
-            "provider_fetched_proxies",
-            "Proxy entries offered by vendors",
-            self.fetched.clone(),
-        );
-        registry.register(
-            "provider_upserted_proxies",
-            "Proxies inserted into the pool (new lifetimes)",
-            self.inserted.clone(),
-        );
-        registry.register(
-            "provider_refreshed_proxies",
-            "Proxies whose lifetime a fetch refreshed",
-            self.refreshed.clone(),
-        );
-        registry.register(
-            "provider_dropped_proxies",
-            "Proxy entries not written, by reason",
-            self.dropped.clone(),
-        );
-        registry.register(
-            "provider_consecutive_failures",
-            "Failed fetches in a row (0 after a success)",
-            self.consecutive_failures.clone(),
+        register_all(
+            registry,
+            DOCS,
+            [
+                &self.fetches,
+                &self.fetched,
+                &self.inserted,
+                &self.refreshed,
+                &self.dropped,
+                &self.consecutive_failures,
+            ],
         );
     }
 

@@ -35,6 +35,25 @@ pub struct VendorProxy {
     pub expires_at: Option<Timestamp>,
 }
 
+impl VendorProxy {
+    /// An entry that says only where the proxy is: everything else falls back to the
+    /// upstream's defaults.
+    pub fn at(host: impl Into<String>, port: u16) -> Self {
+        Self {
+            vendor_id: None,
+            protocol: None,
+            host: host.into(),
+            port,
+            username: None,
+            password: None,
+            region: None,
+            carrier: None,
+            ttl: None,
+            expires_at: None,
+        }
+    }
+}
+
 /// Why a vendor entry was refused before it became a candidate (bounded label set).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ParseDrop {

@@ -86,16 +86,9 @@ fn json_item(item: &Value) -> Result<VendorProxy, ParseDrop> {
         let username = secretish(field(&["username", "user"]))?;
         let password = secretish(field(&["password", "pass"]))?;
         VendorProxy {
-            vendor_id: None,
-            protocol: None,
-            host: check_host(host)?,
-            port: check_port(port)?,
             username,
             password: password.map(Secret::new),
-            region: None,
-            carrier: None,
-            ttl: None,
-            expires_at: None,
+            ..VendorProxy::at(check_host(host)?, check_port(port)?)
         }
     };
     if let Some(p) = text(&["protocol", "type", "scheme"])? {
@@ -271,16 +264,10 @@ pub fn parse_line(line: &str) -> Result<VendorProxy, ParseDrop> {
         check_secretish(p)?;
     }
     Ok(VendorProxy {
-        vendor_id: None,
         protocol: scheme,
-        host: check_host(host.to_owned())?,
-        port: check_port(port)?,
         username,
         password: password.map(Secret::new),
-        region: None,
-        carrier: None,
-        ttl: None,
-        expires_at: None,
+        ..VendorProxy::at(check_host(host.to_owned())?, check_port(port)?)
     })
 }
 

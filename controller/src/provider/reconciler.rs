@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use activity_pool::model::{
-    FetchedBatch, HealthUpdate, HealthVerdict, OperationId, ProxyId, UpsertReport,
-};
+use activity_pool::model::{FetchedBatch, HealthVerdict, OperationId, ProxyId, UpsertReport};
 use activity_pool::options::MAX_UPDATE_BATCH;
 use activity_pool::ports::{HealthStore, Upserter};
 use activity_pool::{PoolError, Timestamp};
@@ -255,16 +253,7 @@ impl ProviderReconciler {
             return;
         };
         for part in ids.chunks(MAX_UPDATE_BATCH) {
-            let updates: Vec<HealthUpdate> = part
-                .iter()
-                .map(|id| HealthUpdate {
-                    proxy_id: id.clone(),
-                    verdict: HealthVerdict::Available,
-                    success: true,
-                    latency: None,
-                    failure: None,
-                })
-                .collect();
+            let updates = crate::health::verdict_updates(part, HealthVerdict::Available);
             if let Err(err) = health.apply_health(&updates).await {
                 debug!(error = %err, "assume-healthy update failed");
             }

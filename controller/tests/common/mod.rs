@@ -3,6 +3,7 @@
 //! against the OpenAPI file.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod kube;
 pub mod openapi;
 pub mod usage;
 
@@ -13,8 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use activity_pool::model::{
-    Candidate, Credentials, FetchedBatch, HealthUpdate, HealthVerdict, Label, OperationId,
-    Protocol, ProxyId, Secret, UpstreamId,
+    Candidate, Credentials, FetchedBatch, Label, OperationId, Protocol, ProxyId, Secret, UpstreamId,
 };
 use activity_pool::testkit::RedisServer;
 use bytes::Bytes;
@@ -22,6 +22,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use proxy_pool_controller::static_upstreams::available;
 use proxy_pool_controller::store::{self, Ports, Store};
 use proxy_pool_controller::{Controller, Listeners};
 use serde_json::Value;
@@ -191,18 +192,29 @@ impl Harness {
     ) -> Self {
         let config = proxy_pool_api::config::load_yaml(yaml).expect("valid test config");
         let listeners = Listeners::bind(&config).await.expect("bind");
-        let api = listeners.distribution.local_addr().unwrap();
-        let admin = listeners.admin.local_addr().unwrap();
         let built = store::build(&config).await.expect("store");
         let ports = wrap(built.ports.clone());
         let controller = Controller::from_store(
             config,
             Store {
-                ports: ports.clone(),
+                ports,
                 redis: built.redis,
             },
         )
         .expect("controller");
+        Self::run(controller, listeners, built.ports, redis)
+    }
+
+    /// Runs `controller` on `listeners` until the harness stops; the test reads and
+    /// seeds the pool through `ports`.
+    pub fn run(
+        controller: Controller,
+        listeners: Listeners,
+        ports: Ports,
+        redis: Option<RedisServer>,
+    ) -> Self {
+        let api = listeners.distribution.local_addr().unwrap();
+        let admin = listeners.admin.local_addr().unwrap();
         let shutdown = controller.shutdown();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(controller.run(listeners, async move {
@@ -211,7 +223,7 @@ impl Harness {
         Self {
             api,
             admin,
-            ports: built.ports,
+            ports,
             redis,
             shutdown,
             trigger: Some(tx),
@@ -263,19 +275,9 @@ impl Harness {
                 .await
                 .expect("seed upsert");
             assert_eq!(report.inserted as usize, chunk.len(), "{report:?}");
-            let updates: Vec<HealthUpdate> = chunk
-                .iter()
-                .map(|c| HealthUpdate {
-                    proxy_id: c.id.clone(),
-                    verdict: HealthVerdict::Available,
-                    success: true,
-                    latency: None,
-                    failure: None,
-                })
-                .collect();
             self.ports
                 .health
-                .apply_health(&updates)
+                .apply_health(&available(chunk))
                 .await
                 .expect("seed health");
         }

@@ -3,13 +3,12 @@
 //! PostgreSQL (`proxy_pool_analytics::testkit`) and the harness's Redis.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
 
 use activity_pool::testkit::RedisServer;
 use proxy_pool_analytics::testkit::Postgres;
 use proxy_pool_controller::{Controller, Listeners};
 
-use super::{Harness, client};
+use super::Harness;
 
 /// The `analytics:` section for `pg`, writing its DSN file into a temp dir.
 pub fn analytics_yaml(pg: &Postgres, extra: &str) -> (String, PathBuf) {
@@ -30,8 +29,6 @@ pub fn analytics_yaml(pg: &Postgres, extra: &str) -> (String, PathBuf) {
 pub async fn start_built(yaml: &str, redis: Option<RedisServer>) -> Harness {
     let config = proxy_pool_api::config::load_yaml(yaml).expect("valid test config");
     let listeners = Listeners::bind(&config).await.expect("bind");
-    let api = listeners.distribution.local_addr().unwrap();
-    let admin = listeners.admin.local_addr().unwrap();
     // The test seeds the pool as an outside writer would: the controller's own ports
     // carry its leader fencing token (Redis), which a test must not borrow.
     let ports = proxy_pool_controller::store::build(&config)
@@ -39,20 +36,5 @@ pub async fn start_built(yaml: &str, redis: Option<RedisServer>) -> Harness {
         .expect("seeding store")
         .ports;
     let controller = Controller::build(config).await.expect("controller builds");
-    let shutdown = controller.shutdown();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(controller.run(listeners, async move {
-        let _ = rx.await;
-    }));
-    Harness {
-        api,
-        admin,
-        ports,
-        redis,
-        shutdown,
-        trigger: Some(tx),
-        task: Some(task),
-        client: client(),
-        seeded: AtomicU64::new(0),
-    }
+    Harness::run(controller, listeners, ports, redis)
 }

@@ -311,14 +311,7 @@ impl Harness {
 }
 
 pub fn ports_of(pool: Arc<dyn ActivityPool>, clock: ManualClock) -> ControlPlanePorts {
-    ControlPlanePorts {
-        sessions: pool.clone(),
-        reports: pool.clone(),
-        runtime: pool.clone(),
-        ownership: pool.clone(),
-        catalog: pool,
-        clock: Arc::new(clock),
-    }
+    ControlPlanePorts::from_pool(pool, Arc::new(clock))
 }
 
 pub fn rand_u64() -> u64 {
@@ -351,24 +344,12 @@ pub fn cand(id: &str, ttl: u64) -> Candidate {
     }
 }
 
-pub fn extract_req(count: u32) -> ExtractRequest {
-    ExtractRequest {
-        client_id: ClientId::new("client-1").expect("client"),
-        request_id: RequestId::new(format!("req-{}", rand_u64())).expect("request"),
-        idempotency_key: None,
-        request_digest: RequestDigest::of(format!("x{}", rand_u64()).as_bytes()),
-        count: NonZeroU32::new(count).expect("nz"),
-        fulfillment: Fulfillment::Partial,
-        filters: Filters::default(),
-        min_remaining_ttl: Duration::ZERO,
-        max_health_check_age: None,
-        reserve_for_gateway: 0,
-        idempotency_ttl: Duration::from_secs(60),
-    }
-}
-
 pub async fn extracted(pool: &Arc<dyn ActivityPool>, count: u32) -> Vec<String> {
-    match pool.extract(&extract_req(count)).await.expect("extract") {
+    match pool
+        .extract(&activity_pool::testkit::extract_request("client-1", count))
+        .await
+        .expect("extract")
+    {
         ExtractOutcome::Extracted(e) => e.proxies.into_iter().map(|p| p.id.to_string()).collect(),
         ExtractOutcome::Insufficient { eligible } => panic!("insufficient {eligible}"),
     }
@@ -523,6 +504,14 @@ impl Worker {
     ) -> Result<pb::ReportRuntimeResponse, tonic::Status> {
         self.report_seq += 1;
         let req = self.runtime_req(self.report_seq, counts);
+        self.send_report(req).await
+    }
+
+    /// Sends the runtime report `req` as it is.
+    pub async fn send_report(
+        &mut self,
+        req: pb::ReportRuntimeRequest,
+    ) -> Result<pb::ReportRuntimeResponse, tonic::Status> {
         self.client
             .report_runtime(req)
             .await
@@ -709,4 +698,100 @@ pub async fn post(
         status,
         serde_json::from_str(body).unwrap_or(serde_json::Value::Null),
     )
+}
+
+/// A composed controller (`Controller::build` + `run`) on loopback listeners, started
+/// by [`start_composed`].
+pub struct Composed {
+    /// The distribution API.
+    pub api: SocketAddr,
+    /// The admin listener.
+    pub admin: SocketAddr,
+    /// The control plane.
+    pub cp: SocketAddr,
+    pub metrics: Arc<proxy_pool_controller::metrics::Metrics>,
+    stop_tx: oneshot::Sender<()>,
+    running: tokio::task::JoinHandle<proxy_pool_controller::Exit>,
+    /// Holds the vendor key file; removed at stop.
+    dir: std::path::PathBuf,
+}
+
+/// Starts the controller whose listeners, upstreams and routings `yaml` writes, given
+/// the upstream `source`: `sim`'s vendor API handing out `count` HTTP proxies a fetch,
+/// its key in the temporary directory `<name>-<pid>`. One client `c` with `api_key`, a
+/// 3 s grace period and loopback egress (the simulator's proxies) are added.
+pub async fn start_composed(
+    sim: &proxy_pool_e2e::sim::Simulator,
+    name: &str,
+    count: u32,
+    api_key: &str,
+    yaml: impl FnOnce(&str) -> String,
+) -> Composed {
+    use proxy_pool_controller::{Controller, Listeners};
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let key_file = dir.join("vendor-key");
+    std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
+    let source = format!(
+        "{{vendorApi: {{url: '{}/v1/proxies?count={count}&protocol=http', format: json, \
+         apiKeyFile: '{}'}}}}",
+        sim.vendor_url(),
+        key_file.display(),
+    );
+    let yaml = format!(
+        r#"{}
+clients:
+  - name: c
+    permissions: [distribution:extract]
+    apiKeys: [{{sha256: {}}}]
+shutdown: {{gracePeriod: 3s}}
+# The simulator's proxies are on loopback: opted in explicitly.
+egress: {{allowCidrs: [127.0.0.0/8]}}
+"#,
+        yaml(&source),
+        sha256_hex(api_key),
+    );
+    let config = proxy_pool_api::config::load_yaml(&yaml).expect("config");
+    let listeners = Listeners::bind(&config).await.expect("bind");
+    let api = listeners.distribution.local_addr().expect("addr");
+    let admin = listeners.admin.local_addr().expect("addr");
+    let cp = listeners
+        .control_plane
+        .as_ref()
+        .expect("control-plane listener")
+        .local_addr()
+        .expect("addr");
+    let controller = Controller::build(config).await.expect("build");
+    assert!(
+        controller
+            .composed()
+            .and_then(|c| c.control_plane())
+            .is_some()
+    );
+    let metrics = controller.metrics();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let running = tokio::spawn(controller.run(listeners, async {
+        let _ = stop_rx.await;
+    }));
+    Composed {
+        api,
+        admin,
+        cp,
+        metrics,
+        stop_tx,
+        running,
+        dir,
+    }
+}
+
+impl Composed {
+    /// Everything stops on the signal; the key file goes.
+    pub async fn stop(self) {
+        let _ = self.stop_tx.send(());
+        tokio::time::timeout(Duration::from_secs(10), self.running)
+            .await
+            .expect("controller stopped in time")
+            .expect("controller task");
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

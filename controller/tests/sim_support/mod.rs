@@ -4,6 +4,33 @@
 
 #![allow(dead_code)]
 
+/// Runs each named `async fn(redis: bool)` of the calling test file as two tests, one
+/// on the memory pool (`memory::<name>`) and one on a real redis-server
+/// (`redis::<name>`).
+#[allow(unused_macros)]
+macro_rules! on_both_pools {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(false).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(true).await;
+                }
+            )*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_both_pools;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,9 +69,7 @@ pub fn sim_provider(
     query: &str,
     pool: Arc<dyn ActivityPool>,
 ) -> ProviderReconciler {
-    let url = format!("{}/v1/proxies?{query}", sim.vendor_url());
-    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
-    let source = HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap();
+    let source = sim_source(sim, query);
     let mut options =
         ProviderOptions::new(upstream.clone(), Protocol::Http, Duration::from_secs(60));
     options.defaults.egress = proxy_pool_api::egress::EgressPolicy::allow_loopback();
@@ -52,19 +77,18 @@ pub fn sim_provider(
     ProviderReconciler::new(options, Arc::new(source), pool, ProviderMetrics::default()).unwrap()
 }
 
+/// The simulator's vendor API (`/v1/proxies?<query>`, JSON) with its API key.
+pub fn sim_source(sim: &Simulator, query: &str) -> HttpVendorSource {
+    let url = format!("{}/v1/proxies?{query}", sim.vendor_url());
+    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
+    HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap()
+}
+
 /// The pool ID the provider gives the proxy the vendor lists as `vendor_id`.
 pub fn pool_id(upstream: &UpstreamId, vendor_id: &str, defaults: &CandidateDefaults) -> ProxyId {
     let v = VendorProxy {
         vendor_id: Some(vendor_id.to_owned()),
-        protocol: None,
-        host: String::new(),
-        port: 1,
-        username: None,
-        password: None,
-        region: None,
-        carrier: None,
-        ttl: None,
-        expires_at: None,
+        ..VendorProxy::at("", 1)
     };
     stable_id(upstream, &v, defaults).unwrap()
 }

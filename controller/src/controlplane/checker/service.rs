@@ -19,6 +19,7 @@ use super::{CheckerRegistration, CheckerSession};
 use crate::controlplane::Shared;
 use crate::controlplane::error::{ControlPlaneError, CpResult};
 use crate::controlplane::identity::Authenticator;
+use crate::controlplane::rpc::serve;
 
 /// The checker gRPC service.
 #[derive(Debug, Clone)]
@@ -86,12 +87,7 @@ impl CheckerService {
             .authorize(&req, WorkloadKind::Checker, &req.get_ref().checker_id)?;
         let m = req.into_inner();
         let session = self.current(&m.checker_id, &m.session_id).await?;
-        let permit = self
-            .shared
-            .streams
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| ControlPlaneError::Exhausted("too many open streams"))?;
+        let permit = self.shared.open_stream()?;
         let (tx, rx) = mpsc::channel(session.max_concurrency.min(1_024) as usize);
         let shared = self.shared.clone();
         tokio::spawn(async move {
@@ -146,15 +142,6 @@ impl CheckerService {
     }
 }
 
-/// Holds a request to its RPC's size (the service's decode limit is the largest RPC's).
-fn sized<M: prost::Message>(
-    req: &Request<M>,
-    rpc: &'static str,
-    limit: usize,
-) -> Result<(), Status> {
-    sizes::check(rpc, req.get_ref(), limit).map_err(|e| ControlPlaneError::TooLarge(e.rpc).into())
-}
-
 #[tonic::async_trait]
 impl CheckerControlPlane for CheckerService {
     type StreamTasksStream = TaskStream;
@@ -164,8 +151,10 @@ impl CheckerControlPlane for CheckerService {
         &self,
         request: Request<pb::RegisterCheckerRequest>,
     ) -> Result<Response<pb::RegisterCheckerResponse>, Status> {
-        sized(&request, "RegisterChecker", sizes::REGISTER_CHECKER)?;
-        Ok(Response::new(self.register(request).await?))
+        serve(request, "RegisterChecker", sizes::REGISTER_CHECKER, |r| {
+            self.register(r)
+        })
+        .await
     }
 
     #[tracing::instrument(skip_all, fields(checker = %span_id(&request.get_ref().checker_id)))]
@@ -173,8 +162,10 @@ impl CheckerControlPlane for CheckerService {
         &self,
         request: Request<pb::StreamTasksRequest>,
     ) -> Result<Response<Self::StreamTasksStream>, Status> {
-        sized(&request, "StreamTasks", sizes::STREAM_TASKS)?;
-        Ok(Response::new(self.stream(request).await?))
+        serve(request, "StreamTasks", sizes::STREAM_TASKS, |r| {
+            self.stream(r)
+        })
+        .await
     }
 
     #[tracing::instrument(skip_all, fields(checker = %span_id(&request.get_ref().checker_id)))]
@@ -182,7 +173,12 @@ impl CheckerControlPlane for CheckerService {
         &self,
         request: Request<pb::ReportObservationsRequest>,
     ) -> Result<Response<pb::ReportObservationsResponse>, Status> {
-        sized(&request, "ReportObservations", sizes::REPORT_OBSERVATIONS)?;
-        Ok(Response::new(self.report(request).await?))
+        serve(
+            request,
+            "ReportObservations",
+            sizes::REPORT_OBSERVATIONS,
+            |r| self.report(r),
+        )
+        .await
     }
 }

@@ -2,12 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use activity_pool::model::{
-    LeaseRequest, ProxyId, ProxyState, UpstreamId, WorkerId, WorkerSession,
-};
-use activity_pool::{ConflictReason, PoolError, PoolResult, Timestamp};
+use activity_pool::model::{LeaseRequest, ProxyId, ProxyState, UpstreamId, WorkerId};
+use activity_pool::{ConflictReason, PoolError, PoolResult};
 
-use super::{Owned, Owners, OwnershipManager};
+use super::{Owned, OwnershipManager, Pass};
 use crate::controlplane::registry::WorkerInfo;
 
 impl OwnershipManager {
@@ -30,12 +28,8 @@ impl OwnershipManager {
         wanted
     }
 
-    pub(super) async fn assign(
-        &self,
-        owners: &mut Owners,
-        live: &[(WorkerId, WorkerInfo, WorkerSession)],
-        now: Timestamp,
-    ) -> PoolResult<usize> {
+    pub(super) async fn assign(&self, pass: &mut Pass<'_>) -> PoolResult<usize> {
+        let (owners, live, now) = (&mut *pass.owners, pass.live, pass.now);
         let cfg = &self.config.ownership;
         let mut order: Vec<(u64, &WorkerId, &WorkerInfo)> = live
             .iter()

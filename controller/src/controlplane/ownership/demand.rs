@@ -7,11 +7,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use activity_pool::model::{Filters, ProxyId, WorkerId, WorkerSession};
+use activity_pool::model::{Filters, ProxyId, WorkerId};
 use activity_pool::{ConflictReason, PoolError, PoolResult, Timestamp};
 
-use super::{Owned, Owners, OwnershipManager, slots_of};
-use crate::controlplane::registry::WorkerInfo;
+use super::{Live, Owned, Owners, OwnershipManager, Pass, slots_of};
 use crate::demand::Demand;
 
 /// Most demands waiting at once; more are dropped (the request still gets its answer).
@@ -82,12 +81,8 @@ fn matches(o: &Owned, demand: &Demand, now: Timestamp) -> bool {
 
 impl OwnershipManager {
     /// Begins drains for the oldest unmet demands; returns how many began.
-    pub(super) async fn drain_for_demand(
-        &self,
-        owners: &mut Owners,
-        live: &[(WorkerId, WorkerInfo, WorkerSession)],
-        now: Timestamp,
-    ) -> PoolResult<usize> {
+    pub(super) async fn drain_for_demand(&self, pass: &mut Pass<'_>) -> PoolResult<usize> {
+        let (owners, live, now) = (&mut *pass.owners, pass.live, pass.now);
         let mut queue = {
             let mut d = self.demands.lock();
             d.queue.retain(|p| p.until > now && p.remaining > 0);
@@ -112,7 +107,7 @@ impl OwnershipManager {
     async fn drain_queue(
         &self,
         owners: &mut Owners,
-        live: &[(WorkerId, WorkerInfo, WorkerSession)],
+        live: &[Live],
         queue: &mut VecDeque<Pending>,
         now: Timestamp,
     ) -> PoolResult<usize> {
@@ -174,10 +169,7 @@ impl OwnershipManager {
     }
 
     /// Active + Reserved per proxy from each live worker's runtime report.
-    async fn loads(
-        &self,
-        live: &[(WorkerId, WorkerInfo, WorkerSession)],
-    ) -> PoolResult<HashMap<WorkerId, HashMap<ProxyId, u32>>> {
+    async fn loads(&self, live: &[Live]) -> PoolResult<HashMap<WorkerId, HashMap<ProxyId, u32>>> {
         let mut out = HashMap::new();
         for (w, _, _) in live {
             if let Some(rt) = self.ports.runtime.runtime(w).await? {

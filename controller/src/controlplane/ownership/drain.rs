@@ -1,11 +1,10 @@
 //! Drains: beginning them on request, completing them when the worker reports zero,
 //! and holding released proxies back for extraction.
 
-use activity_pool::model::{Claim, DrainAck, ProxyId, WorkerId, WorkerSession};
+use activity_pool::model::{Claim, DrainAck, ProxyId, WorkerId};
 use activity_pool::{ConflictReason, PoolError, PoolResult, Timestamp};
 
-use super::{DrainRequest, MAX_HELD, Owned, Owners, OwnershipManager};
-use crate::controlplane::registry::WorkerInfo;
+use super::{DrainRequest, Live, MAX_HELD, Owned, Owners, OwnershipManager, Pass};
 
 impl OwnershipManager {
     pub(super) async fn begin_drains(&self, owners: &mut Owners) -> PoolResult<usize> {
@@ -90,12 +89,8 @@ impl OwnershipManager {
     /// Clears the ownership of every drained proxy whose worker reports it idle, and
     /// tells waiting extractions once per pass (after the last release of the pass,
     /// so drains begun for one demand reach its request together, not one by one).
-    pub(super) async fn finish_drains(
-        &self,
-        owners: &mut Owners,
-        live: &[(WorkerId, WorkerInfo, WorkerSession)],
-        now: Timestamp,
-    ) -> PoolResult<usize> {
+    pub(super) async fn finish_drains(&self, pass: &mut Pass<'_>) -> PoolResult<usize> {
+        let (owners, live, now) = (&mut *pass.owners, pass.live, pass.now);
         let mut released = 0;
         let result = self.release_drained(owners, live, now, &mut released).await;
         if released > 0 {
@@ -107,7 +102,7 @@ impl OwnershipManager {
     async fn release_drained(
         &self,
         owners: &mut Owners,
-        live: &[(WorkerId, WorkerInfo, WorkerSession)],
+        live: &[Live],
         now: Timestamp,
         released: &mut usize,
     ) -> PoolResult<()> {

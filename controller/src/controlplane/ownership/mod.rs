@@ -134,6 +134,18 @@ impl Owned {
 
 type Owners = HashMap<WorkerId, BTreeMap<ProxyId, Owned>>;
 
+/// A worker whose session is current: its ID, what the registry knows of it, and its
+/// session in the pool.
+type Live = (WorkerId, WorkerInfo, WorkerSession);
+
+/// What each step of a pass works on: the ownership map, the live workers, and the
+/// pass's time.
+struct Pass<'a> {
+    owners: &'a mut Owners,
+    live: &'a [Live],
+    now: Timestamp,
+}
+
 /// The ports the manager uses.
 #[derive(Clone)]
 pub struct OwnershipPorts {
@@ -286,18 +298,23 @@ impl OwnershipManager {
         let live = self.live_workers().await?;
         report.live_workers = live.len();
         let now = self.ports.clock.now();
-        report.renewed = self.renew(owners, &live, now).await?;
-        report.drains_released = self.finish_drains(owners, &live, now).await?;
-        report.drains_begun = self.begin_drains(owners).await?;
-        report.drains_begun += self.drain_for_demand(owners, &live, now).await?;
-        report.assigned = self.assign(owners, &live, now).await?;
-        self.publish(owners, &live, now).await?;
-        self.forget_dead(owners, &live);
+        let mut pass = Pass {
+            owners,
+            live: &live,
+            now,
+        };
+        report.renewed = self.renew(&mut pass).await?;
+        report.drains_released = self.finish_drains(&mut pass).await?;
+        report.drains_begun = self.begin_drains(pass.owners).await?;
+        report.drains_begun += self.drain_for_demand(&mut pass).await?;
+        report.assigned = self.assign(&mut pass).await?;
+        self.publish(&mut pass).await?;
+        self.forget_dead(pass.owners, &live);
         Ok(())
     }
 
     /// Dead workers that own nothing any more leave the manager and the publisher.
-    fn forget_dead(&self, owners: &mut Owners, live: &[(WorkerId, WorkerInfo, WorkerSession)]) {
+    fn forget_dead(&self, owners: &mut Owners, live: &[Live]) {
         let is_live = |w: &WorkerId| live.iter().any(|(l, _, _)| l == w);
         owners.retain(|w, m| is_live(w) || !m.is_empty());
         for w in self.publisher.workers() {
@@ -332,7 +349,7 @@ impl OwnershipManager {
         Ok(released)
     }
 
-    async fn live_workers(&self) -> PoolResult<Vec<(WorkerId, WorkerInfo, WorkerSession)>> {
+    async fn live_workers(&self) -> PoolResult<Vec<Live>> {
         let mut live = Vec::new();
         for (worker, info) in self.registry.workers() {
             match self.ports.sessions.session(&worker).await? {
@@ -347,12 +364,8 @@ impl OwnershipManager {
         Ok(live)
     }
 
-    async fn renew(
-        &self,
-        owners: &mut Owners,
-        live: &[(WorkerId, WorkerInfo, WorkerSession)],
-        now: Timestamp,
-    ) -> PoolResult<usize> {
+    async fn renew(&self, pass: &mut Pass<'_>) -> PoolResult<usize> {
+        let (owners, live, now) = (&mut *pass.owners, pass.live, pass.now);
         let cfg = &self.config.ownership;
         let mut renewed = 0;
         for (worker, _, _) in live {

@@ -2,20 +2,15 @@
 
 use std::collections::HashSet;
 
-use activity_pool::model::{Assignment, ProxyId, ProxyRecord, ProxyState, WorkerId, WorkerSession};
-use activity_pool::{PoolResult, Timestamp};
+use activity_pool::PoolResult;
+use activity_pool::model::{Assignment, ProxyId, ProxyRecord, ProxyState};
 use proxy_pool_api::controlplane::model::SnapshotProxy;
 
-use super::{Owners, OwnershipManager, RECORD_CHUNK};
-use crate::controlplane::registry::WorkerInfo;
+use super::{OwnershipManager, Pass, RECORD_CHUNK};
 
 impl OwnershipManager {
-    pub(super) async fn publish(
-        &self,
-        owners: &mut Owners,
-        live: &[(WorkerId, WorkerInfo, WorkerSession)],
-        now: Timestamp,
-    ) -> PoolResult<()> {
+    pub(super) async fn publish(&self, pass: &mut Pass<'_>) -> PoolResult<()> {
+        let (owners, live, now) = (&mut *pass.owners, pass.live, pass.now);
         let validity = activity_pool::clock::duration_millis(self.config.snapshot_validity);
         for (worker, info, _) in live {
             let m = owners.entry(worker.clone()).or_default();

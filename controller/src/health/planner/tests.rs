@@ -20,11 +20,18 @@ fn obs(task: u64, p: &str, success: bool) -> Observation {
     }
 }
 
+/// A planner on the default configuration as `tune` changes it.
+fn planner(tune: impl FnOnce(&mut PlannerConfig)) -> Planner {
+    let mut cfg = PlannerConfig::default();
+    tune(&mut cfg);
+    Planner::new(cfg, ReducerConfig::default())
+}
+
 const ALL: [Tier; 3] = [Tier::Basic, Tier::Egress, Tier::Target];
 
 #[test]
 fn proxies_of_a_held_back_upstream_are_not_checked_before_the_hold_ends() {
-    let mut p = Planner::new(PlannerConfig::default(), ReducerConfig::default());
+    let mut p = planner(|_| {});
     let t0 = Timestamp(1_000_000);
     let until = t0.plus(Duration::from_secs(30));
     p.announce_held("held", &[id("h")], until);
@@ -90,7 +97,7 @@ fn new_proxies_first_then_rechecks_by_state() {
 
 #[test]
 fn unreported_tasks_are_reclaimed_and_late_reports_ignored() {
-    let mut p = Planner::new(PlannerConfig::default(), ReducerConfig::default());
+    let mut p = planner(|_| {});
     let t0 = Timestamp(1_000_000);
     p.announce(&[id("a")]);
     let l = p.lease(t0, 1, &ALL).remove(0);
@@ -109,11 +116,7 @@ fn unreported_tasks_are_reclaimed_and_late_reports_ignored() {
 
 #[test]
 fn tracking_is_bounded_and_forget_cleans_up() {
-    let cfg = PlannerConfig {
-        max_tracked: 2,
-        ..PlannerConfig::default()
-    };
-    let mut p = Planner::new(cfg, ReducerConfig::default());
+    let mut p = planner(|c| c.max_tracked = 2);
     let a = p.announce(&[id("a"), id("b"), id("c")]);
     assert_eq!((a.added, a.dropped), (2, 1));
     let l = p.lease(Timestamp(1), 5, &ALL);
@@ -125,11 +128,7 @@ fn tracking_is_bounded_and_forget_cleans_up() {
 
 #[test]
 fn an_open_leak_is_rechecked_with_egress_every_time() {
-    let cfg = PlannerConfig {
-        egress_every: 0,
-        ..PlannerConfig::default()
-    };
-    let mut p = Planner::new(cfg, ReducerConfig::default());
+    let mut p = planner(|c| c.egress_every = 0);
     let mut now = Timestamp(1_000_000);
     p.announce(&[id("a")]);
     let l = p.lease(now, 1, &ALL).remove(0);
@@ -153,11 +152,7 @@ fn an_open_leak_is_rechecked_with_egress_every_time() {
 
 #[test]
 fn lease_size_is_bounded() {
-    let cfg = PlannerConfig {
-        max_tasks_per_lease: 3,
-        ..PlannerConfig::default()
-    };
-    let mut p = Planner::new(cfg, ReducerConfig::default());
+    let mut p = planner(|c| c.max_tasks_per_lease = 3);
     let ids: Vec<ProxyId> = (0..10).map(|i| id(&format!("p{i}"))).collect();
     p.announce(&ids);
     assert_eq!(p.lease(Timestamp(1), 100, &ALL).len(), 3);
@@ -350,7 +345,7 @@ proptest::proptest! {
 
 #[test]
 fn gateway_outcomes_make_suspect_and_an_older_check_does_not_undo_it() {
-    let mut p = Planner::new(PlannerConfig::default(), ReducerConfig::default());
+    let mut p = planner(|_| {});
     let t0 = Timestamp(1_000_000);
     p.announce(&[id("p")]);
     let l = p.lease(t0, 1, &ALL).pop().unwrap();

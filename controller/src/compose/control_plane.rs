@@ -7,7 +7,7 @@ use proxy_pool_api::controlplane::model::{
     RetryBudget, Routing, RoutingMatch, Sticky, Strategy, UsernameParam,
 };
 
-use super::config::{ControlPlaneConfig, OwnershipConfig, RoutingSpec};
+use crate::controlplane::config::{ControlPlaneConfig, OwnershipConfig, RoutingSpec};
 
 /// A configured routing as the control plane publishes it: every match field, the
 /// label filters, strategy, sticky sessions and retry budget go into the snapshot's
