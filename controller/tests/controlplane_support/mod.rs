@@ -327,20 +327,11 @@ pub fn up(s: &str) -> UpstreamId {
     UpstreamId::new(s).expect("upstream")
 }
 
+/// The pool testkit's candidate without a carrier label.
 pub fn cand(id: &str, ttl: u64) -> Candidate {
     Candidate {
-        id: pid(id),
-        protocol: Protocol::Http,
-        host: format!("{id}.vendor.test"),
-        port: 8080,
-        credentials: Some(Credentials {
-            username: format!("user-{id}"),
-            password: Secret::new("s3cr3t-pass"),
-        }),
-        region: Some(Label::new("eu").expect("label")),
         carrier: None,
-        ttl: Duration::from_secs(ttl),
-        max_concurrency: 4,
+        ..activity_pool::testkit::candidate(id, Duration::from_secs(ttl))
     }
 }
 
