@@ -11,9 +11,9 @@
 //! ]
 //! ```
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
+
+use crate::controlplane::model::Secret;
 
 /// One entry of the clients file: a client name and where its Basic credentials come
 /// from, each inline or from a file (exactly one of the two is meant to be given; the
@@ -21,15 +21,15 @@ use serde::{Deserialize, Serialize};
 ///
 /// The fields are declared in the order the file has always written its keys
 /// (alphabetical), so a rendered file stays byte-for-byte what it was (its content hash
-/// rolls the gateway's pods). `Debug` never shows the inline password.
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// rolls the gateway's pods). The inline password is a [`Secret`]: `Debug` never shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClientEntry {
     /// Client name (what routings' `clients` list).
     pub client: String,
     /// Password, inline (local runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub password: Option<String>,
+    pub password: Option<Secret>,
     /// File holding the password (a relative path is taken from the clients file's
     /// directory).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -62,22 +62,10 @@ impl ClientEntry {
     ) -> Self {
         Self {
             client: client.into(),
-            password: Some(password.into()),
+            password: Some(Secret::new(password)),
             username: Some(username.into()),
             ..Self::default()
         }
-    }
-}
-
-impl fmt::Debug for ClientEntry {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClientEntry")
-            .field("client", &self.client)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("password_file", &self.password_file)
-            .field("username", &self.username)
-            .field("username_file", &self.username_file)
-            .finish()
     }
 }
 

@@ -131,7 +131,7 @@ pub fn parse(text: &str, base: &Path) -> Result<Vec<ClientCredential>, Vec<Strin
         let password = match given(
             i,
             "password",
-            e.password,
+            e.password.map(|p| p.expose().to_owned()),
             e.password_file,
             base,
             &mut problems,

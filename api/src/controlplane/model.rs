@@ -7,8 +7,11 @@ use std::time::Duration;
 
 pub use crate::proxy::{Protocol, Strategy};
 
-/// A secret string (an upstream proxy password): never printed by `Debug`.
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// A secret string (an upstream proxy password, a gateway client's inline password):
+/// never printed by `Debug`. Serde reads and writes it as the plain string, for the
+/// files that must carry it (the gateway clients file's inline form).
+#[derive(Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct Secret(String);
 
 impl Secret {
