@@ -1,6 +1,7 @@
-//! The two words every layer shares about a proxy: the protocol it speaks and the
-//! strategy that picks one. One type each, used by the config, the control-plane
-//! model and (with the `schemars` feature) the operator's custom resources.
+//! What every layer shares about a proxy: the protocol it speaks, how to dial it
+//! ([`Dial`]), the labels it is selected by ([`Labels`]) and the strategy that picks
+//! one. One type each, used by the config, the pool, the control-plane model and (with
+//! the `schemars` feature) the operator's custom resources.
 //!
 //! Their wire names are the config's (`http`, `socks5`; `roundRobin`, …): serde and
 //! [`Protocol::as_str`] / [`Strategy::as_str`] spell them the same way.
@@ -8,6 +9,9 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+use crate::controlplane::model::Credentials;
+use crate::ids::Label;
 
 /// The protocol an upstream (vendor) proxy speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -41,6 +45,51 @@ impl Protocol {
 impl fmt::Display for Protocol {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// How to dial an upstream (vendor) proxy: the protocol it speaks, its address and the
+/// credentials it wants. Every encoding of it (Redis hash, protobuf, the Distribution
+/// API's JSON) is written out field by field at its edge.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Dial {
+    /// Protocol the proxy speaks.
+    pub protocol: Protocol,
+    /// Host name or IP address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Vendor credentials, if the proxy needs them.
+    pub credentials: Option<Credentials>,
+}
+
+/// The labels a proxy is selected by, one optional value per dimension: the one place
+/// a label dimension is added. `L` is the value type: the validated [`Label`] in the
+/// pool, the plain wire string in the control-plane model (whose edge checks IDs only).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Labels<L = Label> {
+    /// Region label.
+    pub region: Option<L>,
+    /// Carrier label.
+    pub carrier: Option<L>,
+}
+
+impl<L> Default for Labels<L> {
+    fn default() -> Self {
+        Self {
+            region: None,
+            carrier: None,
+        }
+    }
+}
+
+impl<L> Labels<L> {
+    /// The same labels, each value mapped by `f` (e.g. to `&str` or `String`).
+    pub fn map<'a, M>(&'a self, mut f: impl FnMut(&'a L) -> M) -> Labels<M> {
+        Labels {
+            region: self.region.as_ref().map(&mut f),
+            carrier: self.carrier.as_ref().map(&mut f),
+        }
     }
 }
 

@@ -122,10 +122,10 @@ pub fn task_from_wire(t: wire::CheckTask) -> Option<ProbeTask> {
     Some(ProbeTask {
         task_id: t.task_id,
         proxy_id: t.proxy.id,
-        protocol: t.proxy.protocol,
-        host: t.proxy.host,
-        port: t.proxy.port,
-        credentials: t.proxy.credentials,
+        protocol: t.proxy.dial.protocol,
+        host: t.proxy.dial.host,
+        port: t.proxy.dial.port,
+        credentials: t.proxy.dial.credentials,
         checks: vec![check],
         deadline: Instant::now() + Duration::from_millis(left),
     })
@@ -355,13 +355,15 @@ mod tests {
             proxy: wire::ProxyEndpoint {
                 id: "p".into(),
                 upstream: "u".into(),
-                protocol: wire::Protocol::Socks5,
-                host: "127.0.0.2".into(),
-                port: 1080,
-                credentials: Some(wire::Credentials {
-                    username: "a".into(),
-                    password: wire::Secret::new("b"),
-                }),
+                dial: wire::Dial {
+                    protocol: wire::Protocol::Socks5,
+                    host: "127.0.0.2".into(),
+                    port: 1080,
+                    credentials: Some(wire::Credentials {
+                        username: "a".into(),
+                        password: wire::Secret::new("b"),
+                    }),
+                },
             },
             deadline_ms: now_ms() + 5_000,
             routing: Some("r".into()),

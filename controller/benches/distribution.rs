@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use activity_pool::model::{
-    Candidate, ClientId, Credentials, ExtractOutcome, ExtractRequest, FetchedBatch, Filters,
-    Fulfillment, Label, OperationId, Protocol, ProxyId, RequestDigest, RequestId, Secret,
+    Candidate, ClientId, Credentials, Dial, ExtractOutcome, ExtractRequest, FetchedBatch, Filters,
+    Fulfillment, Label, Labels, OperationId, Protocol, ProxyId, RequestDigest, RequestId, Secret,
     UpstreamId,
 };
 use activity_pool::testkit::RedisServer;
@@ -40,15 +40,19 @@ async fn seed(ports: &Ports, n: usize) {
     let cands: Vec<Candidate> = (base..base + n)
         .map(|i| Candidate {
             id: ProxyId::new(format!("b{i}")).unwrap(),
-            protocol: Protocol::Http,
-            host: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
-            port: 8000 + (i % 1000) as u16,
-            credentials: Some(Credentials {
-                username: format!("u{i}"),
-                password: Secret::new("bench-pass"),
-            }),
-            region: Some(Label::new(format!("r{}", i % 10)).unwrap()),
-            carrier: None,
+            dial: Dial {
+                protocol: Protocol::Http,
+                host: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
+                port: 8000 + (i % 1000) as u16,
+                credentials: Some(Credentials {
+                    username: format!("u{i}"),
+                    password: Secret::new("bench-pass"),
+                }),
+            },
+            labels: Labels {
+                region: Some(Label::new(format!("r{}", i % 10)).unwrap()),
+                carrier: None,
+            },
             ttl: Duration::from_secs(3600),
             max_concurrency: 8,
         })

@@ -11,7 +11,9 @@ use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use prost::Message;
-use proxy_pool_api::controlplane::model::{Credentials, Protocol, Routing, Secret, SnapshotProxy};
+use proxy_pool_api::controlplane::model::{
+    Credentials, Dial, Labels, Protocol, Routing, Secret, SnapshotProxy,
+};
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::state::{Header, SnapshotState};
 
@@ -22,19 +24,23 @@ fn proxy(i: usize, epoch: u64) -> SnapshotProxy {
     SnapshotProxy {
         id: format!("vendor-a:{i:08}"),
         upstream: "vendor-a".into(),
-        protocol: if i.is_multiple_of(3) {
-            Protocol::Socks5
-        } else {
-            Protocol::Http
+        dial: Dial {
+            protocol: if i.is_multiple_of(3) {
+                Protocol::Socks5
+            } else {
+                Protocol::Http
+            },
+            host: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
+            port: 10_000 + (i % 50_000) as u16,
+            credentials: Some(Credentials {
+                username: format!("user-{i}"),
+                password: Secret::new("p4ssw0rd-xyz"),
+            }),
         },
-        host: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
-        port: 10_000 + (i % 50_000) as u16,
-        credentials: Some(Credentials {
-            username: format!("user-{i}"),
-            password: Secret::new("p4ssw0rd-xyz"),
-        }),
-        region: Some("shanghai".into()),
-        carrier: Some("telecom".into()),
+        labels: Labels {
+            region: Some("shanghai".into()),
+            carrier: Some("telecom".into()),
+        },
         max_concurrency: 16,
         expires_at_ms: 1_800_000_000_000 + i as i64,
         usable_until_ms: 1_799_999_990_000 + i as i64,

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use activity_pool::model::{
-    Candidate, Credentials, FetchedBatch, HealthUpdate, HealthVerdict, Label, OperationId, ProxyId,
-    Secret, UpstreamId,
+    Candidate, Credentials, Dial, FetchedBatch, HealthUpdate, HealthVerdict, Label, Labels,
+    OperationId, ProxyId, Secret, UpstreamId,
 };
 use activity_pool::options::MAX_UPDATE_BATCH;
 use activity_pool::ports::{HealthStore, Upserter};
@@ -64,8 +64,10 @@ impl StaticUpstream {
                 .map(|s| Label::new(s).map_err(|e| fail(e.to_string())))
                 .transpose()
         };
-        let region = label(&cfg.region)?;
-        let carrier = label(&cfg.carrier)?;
+        let labels = Labels {
+            region: label(&cfg.region)?,
+            carrier: label(&cfg.carrier)?,
+        };
         let credentials = match (&source.credentials, password) {
             (Some(c), Some(p)) => Some(Credentials {
                 username: c.username.clone(),
@@ -83,12 +85,13 @@ impl StaticUpstream {
                     .map_err(|e| fail(e.to_string()))?;
                 Ok(Candidate {
                     id,
-                    protocol,
-                    host: p.host.clone(),
-                    port: p.port,
-                    credentials: credentials.clone(),
-                    region: region.clone(),
-                    carrier: carrier.clone(),
+                    dial: Dial {
+                        protocol,
+                        host: p.host.clone(),
+                        port: p.port,
+                        credentials: credentials.clone(),
+                    },
+                    labels: labels.clone(),
                     ttl: cfg.ttl,
                     max_concurrency: cfg.max_concurrency_per_proxy,
                 })

@@ -118,7 +118,7 @@ async fn full_then_deltas_and_resync_on_mismatch(kind: Kind) {
     assert_eq!(w.state.len(), 3);
     let p0 = w.state.proxies().next().expect("proxy").clone();
     assert_eq!(
-        p0.credentials.as_ref().map(|c| c.password.expose()),
+        p0.dial.credentials.as_ref().map(|c| c.password.expose()),
         Some("s3cr3t-pass")
     );
     assert!(p0.usable_until_ms < p0.expires_at_ms);

@@ -274,7 +274,7 @@ async fn checker_identity_and_task_cycle_over_mtls() {
         .expect("stream")
         .into_inner();
     let mut t1 = check_task(&h, "t-1", CheckTier::Basic, 30, Protocol::Http);
-    t1.proxy.credentials = Some(Credentials {
+    t1.proxy.dial.credentials = Some(Credentials {
         username: "u".into(),
         password: Secret::new("s3cr3t-pass"),
     });

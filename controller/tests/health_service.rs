@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use activity_pool::model::{
-    Candidate, CheckEnd, CheckMark, CheckStart, Credentials, FetchedBatch, HealthResult,
-    HealthUpdate, OperationId, Protocol, ProxyId, ProxyState, Secret, UpstreamId,
+    Candidate, CheckEnd, CheckMark, CheckStart, Credentials, Dial, FetchedBatch, HealthResult,
+    HealthUpdate, Labels, OperationId, Protocol, ProxyId, ProxyState, Secret, UpstreamId,
 };
 use activity_pool::ports::{ActivityPool, HealthStore};
 use activity_pool::testkit::{RedisServer, extract_request};
@@ -151,15 +151,16 @@ async fn insert(f: &Fixture, from: u16, n: u16, ttl: u64) -> Vec<ProxyId> {
     let candidates: Vec<Candidate> = (from..from + n)
         .map(|i| Candidate {
             id: ProxyId::new(format!("p{i}")).unwrap(),
-            protocol: Protocol::Socks5,
-            host: format!("127.0.0.{}", 2 + i),
-            port: 1000 + i,
-            credentials: Some(Credentials {
-                username: "user".into(),
-                password: Secret::new("pw"),
-            }),
-            region: None,
-            carrier: None,
+            dial: Dial {
+                protocol: Protocol::Socks5,
+                host: format!("127.0.0.{}", 2 + i),
+                port: 1000 + i,
+                credentials: Some(Credentials {
+                    username: "user".into(),
+                    password: Secret::new("pw"),
+                }),
+            },
+            labels: Labels::default(),
             ttl: Duration::from_secs(ttl),
             max_concurrency: 4,
         })
@@ -218,10 +219,10 @@ async fn tasks_carry_the_record_and_verdicts_reach_the_pool(redis: bool) {
     assert_eq!(tasks.len(), 2);
     let t = &tasks[0];
     assert_eq!(
-        (t.proxy_id.clone(), t.protocol, t.port),
+        (t.proxy_id.clone(), t.dial.protocol, t.dial.port),
         (ids[0].clone(), Protocol::Socks5, 1000)
     );
-    assert_eq!(t.credentials.as_ref().unwrap().password.expose(), "pw");
+    assert_eq!(t.dial.credentials.as_ref().unwrap().password.expose(), "pw");
     assert_eq!(t.upstream, up());
     assert_eq!(t.checks, vec![Check::Basic]);
     assert!(

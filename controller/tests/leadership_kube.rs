@@ -13,7 +13,9 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use activity_pool::model::{Candidate, FetchedBatch, OperationId, Protocol, ProxyId, UpstreamId};
+use activity_pool::model::{
+    Candidate, Dial, FetchedBatch, Labels, OperationId, Protocol, ProxyId, UpstreamId,
+};
 use activity_pool::ports::Upserter;
 use activity_pool::testkit::RedisServer;
 use activity_pool::{Fence, PoolError, RedisConnector, RedisOptions, RedisPool};
@@ -69,12 +71,13 @@ fn batch(op: &str, id: &str) -> FetchedBatch {
         quarantine: Duration::ZERO,
         candidates: vec![Candidate {
             id: ProxyId::new(id).unwrap(),
-            protocol: Protocol::Http,
-            host: format!("{id}.vendor.test"),
-            port: 8080,
-            credentials: None,
-            region: None,
-            carrier: None,
+            dial: Dial {
+                protocol: Protocol::Http,
+                host: format!("{id}.vendor.test"),
+                port: 8080,
+                credentials: None,
+            },
+            labels: Labels::default(),
             ttl: Duration::from_secs(600),
             max_concurrency: 4,
         }],

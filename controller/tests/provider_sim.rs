@@ -89,23 +89,23 @@ async fn fetch_json_into_pool(redis: bool) {
         let rec = rec.expect("record in the pool");
         assert_eq!(rec.state, ProxyState::Fetched);
         assert_eq!(
-            rec.protocol,
+            rec.dial.protocol,
             PoolProtocol::Socks5,
             "vendor protocol wins over the default"
         );
         assert_eq!(
-            (rec.host.as_str(), rec.port),
+            (rec.dial.host.as_str(), rec.dial.port),
             (s.proxy.host.to_string().as_str(), s.proxy.port)
         );
-        let creds = rec.credentials.expect("credentials");
+        let creds = rec.dial.credentials.expect("credentials");
         assert_eq!(creds.username, s.proxy.username);
         assert_eq!(creds.password.expose(), s.proxy.password);
         assert_eq!(
-            rec.region.as_ref().map(Label::as_str),
+            rec.labels.region.as_ref().map(Label::as_str),
             Some(s.proxy.region.as_str())
         );
         assert_eq!(
-            rec.carrier.as_ref().map(Label::as_str),
+            rec.labels.carrier.as_ref().map(Label::as_str),
             Some(s.proxy.carrier.as_str())
         );
         let ttl = rec.expires_at.since(rec.fetched_at);
@@ -155,13 +155,16 @@ async fn fetch_lines_into_pool(redis: bool) {
             .unwrap()
             .remove(0)
             .expect("record");
-        assert_eq!(rec.protocol, PoolProtocol::Http);
-        assert_eq!(rec.credentials.unwrap().password.expose(), s.proxy.password);
+        assert_eq!(rec.dial.protocol, PoolProtocol::Http);
         assert_eq!(
-            rec.region.as_ref().map(Label::as_str),
+            rec.dial.credentials.unwrap().password.expose(),
+            s.proxy.password
+        );
+        assert_eq!(
+            rec.labels.region.as_ref().map(Label::as_str),
             Some("default-region")
         );
-        assert_eq!(rec.carrier, None);
+        assert_eq!(rec.labels.carrier, None);
         assert_eq!(
             rec.expires_at.since(rec.fetched_at),
             Duration::from_secs(s.proxy.ttl_seconds),

@@ -7,7 +7,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use proxy_pool_api::controlplane::model::{
-    Checksum, Protocol, Routing, RoutingMatch, Snapshot, SnapshotProxy, Sticky, Strategy,
+    Checksum, Labels, Protocol, Routing, RoutingMatch, Snapshot, SnapshotProxy, Sticky, Strategy,
     UsernameParam,
 };
 use proxy_pool_gateway::AuthMode;
@@ -39,8 +39,10 @@ fn snapshot_of(size: usize, strategy: Strategy) -> LiveSnapshot {
             let host = format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255);
             SnapshotProxy {
                 upstream: format!("vendor-{}", i % 4),
-                region: Some(["shanghai", "beijing", "guangzhou", "shenzhen"][i % 4].into()),
-                carrier: Some(["telecom", "unicom", "mobile"][i % 3].into()),
+                labels: Labels {
+                    region: Some(["shanghai", "beijing", "guangzhou", "shenzhen"][i % 4].into()),
+                    carrier: Some(["telecom", "unicom", "mobile"][i % 3].into()),
+                },
                 ..standalone_proxy(
                     format!("px-{i:06}"),
                     protocol,

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use super::model::{
-    CheckTarget, CheckTask, CheckTier, Checksum, Credentials, Delta, FailureCode, Observation,
-    Outcome, OutcomeStage, Protocol, ProxyEndpoint, RetryBudget, Routing, RoutingMatch, Secret,
-    Snapshot, SnapshotProxy, Sticky, Strategy, UsernameParam,
+    CheckTarget, CheckTask, CheckTier, Checksum, Credentials, Delta, Dial, FailureCode, Labels,
+    Observation, Outcome, OutcomeStage, Protocol, ProxyEndpoint, RetryBudget, Routing,
+    RoutingMatch, Secret, Snapshot, SnapshotProxy, Sticky, Strategy, UsernameParam,
 };
 use super::pb;
 
@@ -109,12 +109,12 @@ impl From<&SnapshotProxy> for pb::SnapshotProxy {
         Self {
             id: p.id.clone(),
             upstream: p.upstream.clone(),
-            protocol: pb::UpstreamProtocol::from(p.protocol) as i32,
-            host: p.host.clone(),
-            port: u32::from(p.port),
-            credentials: credentials_to_wire(&p.credentials),
-            region: p.region.clone().unwrap_or_default(),
-            carrier: p.carrier.clone().unwrap_or_default(),
+            protocol: pb::UpstreamProtocol::from(p.dial.protocol) as i32,
+            host: p.dial.host.clone(),
+            port: u32::from(p.dial.port),
+            credentials: credentials_to_wire(&p.dial.credentials),
+            region: p.labels.region.clone().unwrap_or_default(),
+            carrier: p.labels.carrier.clone().unwrap_or_default(),
             max_concurrency: p.max_concurrency,
             expires_at_ms: p.expires_at_ms,
             usable_until_ms: p.usable_until_ms,
@@ -149,14 +149,18 @@ impl TryFrom<pb::SnapshotProxy> for SnapshotProxy {
             ));
         }
         Ok(Self {
-            protocol: protocol_from_wire("proxy.protocol", p.protocol)?,
-            port: port_from_wire("proxy.port", p.port)?,
+            dial: Dial {
+                protocol: protocol_from_wire("proxy.protocol", p.protocol)?,
+                port: port_from_wire("proxy.port", p.port)?,
+                host: p.host,
+                credentials: credentials_from_wire(p.credentials),
+            },
+            labels: Labels {
+                region: opt(p.region),
+                carrier: opt(p.carrier),
+            },
             id: p.id,
             upstream: p.upstream,
-            host: p.host,
-            credentials: credentials_from_wire(p.credentials),
-            region: opt(p.region),
-            carrier: opt(p.carrier),
             max_concurrency: p.max_concurrency,
             expires_at_ms: p.expires_at_ms,
             usable_until_ms: p.usable_until_ms,
@@ -448,10 +452,10 @@ impl From<&CheckTask> for pb::CheckTask {
             tier: pb::CheckTier::from(t.tier) as i32,
             proxy_id: t.proxy.id.clone(),
             upstream: t.proxy.upstream.clone(),
-            protocol: pb::UpstreamProtocol::from(t.proxy.protocol) as i32,
-            host: t.proxy.host.clone(),
-            port: u32::from(t.proxy.port),
-            credentials: credentials_to_wire(&t.proxy.credentials),
+            protocol: pb::UpstreamProtocol::from(t.proxy.dial.protocol) as i32,
+            host: t.proxy.dial.host.clone(),
+            port: u32::from(t.proxy.dial.port),
+            credentials: credentials_to_wire(&t.proxy.dial.credentials),
             deadline_ms: t.deadline_ms,
             routing: t.routing.clone().unwrap_or_default(),
             target: t.target.as_ref().map(|g| pb::CheckTarget {
@@ -470,12 +474,14 @@ impl TryFrom<pb::CheckTask> for CheckTask {
         Ok(Self {
             tier: tier_from_wire("task.tier", t.tier)?,
             proxy: ProxyEndpoint {
-                protocol: protocol_from_wire("task.protocol", t.protocol)?,
-                port: port_from_wire("task.port", t.port)?,
+                dial: Dial {
+                    protocol: protocol_from_wire("task.protocol", t.protocol)?,
+                    port: port_from_wire("task.port", t.port)?,
+                    host: t.host,
+                    credentials: credentials_from_wire(t.credentials),
+                },
                 id: t.proxy_id,
                 upstream: t.upstream,
-                host: t.host,
-                credentials: credentials_from_wire(t.credentials),
             },
             task_id: t.task_id,
             deadline_ms: t.deadline_ms,

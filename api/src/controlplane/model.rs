@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::time::Duration;
 
-pub use crate::proxy::{Protocol, Strategy};
+pub use crate::proxy::{Dial, Labels, Protocol, Strategy};
 
 /// A secret string (an upstream proxy password, a gateway client's inline password):
 /// never printed by `Debug`. Serde reads and writes it as the plain string, for the
@@ -48,18 +48,10 @@ pub struct SnapshotProxy {
     pub id: String,
     /// Its upstream.
     pub upstream: String,
-    /// Protocol.
-    pub protocol: Protocol,
-    /// Host name or address.
-    pub host: String,
-    /// Port.
-    pub port: u16,
-    /// Dial credentials.
-    pub credentials: Option<Credentials>,
-    /// Region label.
-    pub region: Option<String>,
-    /// Carrier label.
-    pub carrier: Option<String>,
+    /// How to dial it.
+    pub dial: Dial,
+    /// Its labels, as the wire carries them (unchecked strings).
+    pub labels: Labels<String>,
     /// Most concurrent Active + Reserved uses.
     pub max_concurrency: u32,
     /// Hard expiry.
@@ -398,14 +390,8 @@ pub struct ProxyEndpoint {
     pub id: String,
     /// Upstream.
     pub upstream: String,
-    /// Protocol.
-    pub protocol: Protocol,
-    /// Host.
-    pub host: String,
-    /// Port.
-    pub port: u16,
-    /// Dial credentials.
-    pub credentials: Option<Credentials>,
+    /// How to dial it.
+    pub dial: Dial,
 }
 
 /// A TARGET-tier target.

@@ -1,21 +1,25 @@
 //! Tests of `state.rs`.
 
 use super::*;
-use crate::controlplane::model::{Credentials, Protocol, Secret};
+use crate::controlplane::model::{Credentials, Dial, Labels, Protocol, Secret};
 
 fn proxy(id: &str, epoch: u64) -> SnapshotProxy {
     SnapshotProxy {
         id: id.into(),
         upstream: "u".into(),
-        protocol: Protocol::Http,
-        host: "127.0.0.1".into(),
-        port: 8080,
-        credentials: Some(Credentials {
-            username: "user".into(),
-            password: Secret::new("pw"),
-        }),
-        region: Some("sh".into()),
-        carrier: None,
+        dial: Dial {
+            protocol: Protocol::Http,
+            host: "127.0.0.1".into(),
+            port: 8080,
+            credentials: Some(Credentials {
+                username: "user".into(),
+                password: Secret::new("pw"),
+            }),
+        },
+        labels: Labels {
+            region: Some("sh".into()),
+            carrier: None,
+        },
         max_concurrency: 4,
         expires_at_ms: 100_000,
         usable_until_ms: 95_000,
@@ -83,7 +87,7 @@ fn tampered_full_snapshot_is_refused() {
     let mut server = SnapshotState::new();
     server.advance(header(1), None, &[proxy("a", 1)]).unwrap();
     let mut s = server.to_snapshot();
-    s.proxies[0].port = 1;
+    s.proxies[0].dial.port = 1;
     assert_eq!(
         SnapshotState::from_snapshot(s).unwrap_err(),
         StateError::ChecksumMismatch

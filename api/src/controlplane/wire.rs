@@ -147,13 +147,13 @@ fn put_opt(tag: u32, s: &Option<String>, buf: &mut Vec<u8>) {
 pub fn encode_proxy(p: &SnapshotProxy, buf: &mut Vec<u8>) {
     put_str(1, &p.id, buf);
     put_str(2, &p.upstream, buf);
-    let protocol = pb::UpstreamProtocol::from(p.protocol) as i32;
+    let protocol = pb::UpstreamProtocol::from(p.dial.protocol) as i32;
     encoding::int32::encode(3, &protocol, buf);
-    put_str(4, &p.host, buf);
-    if p.port != 0 {
-        encoding::uint32::encode(5, &u32::from(p.port), buf);
+    put_str(4, &p.dial.host, buf);
+    if p.dial.port != 0 {
+        encoding::uint32::encode(5, &u32::from(p.dial.port), buf);
     }
-    if let Some(c) = &p.credentials {
+    if let Some(c) = &p.dial.credentials {
         let password = c.password.expose();
         let len = str_len(1, &c.username) + str_len(2, password);
         encoding::encode_key(6, WireType::LengthDelimited, buf);
@@ -161,8 +161,8 @@ pub fn encode_proxy(p: &SnapshotProxy, buf: &mut Vec<u8>) {
         put_str(1, &c.username, buf);
         put_str(2, password, buf);
     }
-    put_opt(7, &p.region, buf);
-    put_opt(8, &p.carrier, buf);
+    put_opt(7, &p.labels.region, buf);
+    put_opt(8, &p.labels.carrier, buf);
     if p.max_concurrency != 0 {
         encoding::uint32::encode(9, &p.max_concurrency, buf);
     }
@@ -216,22 +216,26 @@ pub fn encode_full<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controlplane::model::{Credentials, Protocol, Secret};
+    use crate::controlplane::model::{Credentials, Dial, Labels, Protocol, Secret};
     use prost::Message;
 
     fn proxy() -> SnapshotProxy {
         SnapshotProxy {
             id: "p-1".into(),
             upstream: "u".into(),
-            protocol: Protocol::Socks5,
-            host: "10.0.0.1".into(),
-            port: 1080,
-            credentials: Some(Credentials {
-                username: "user".into(),
-                password: Secret::new("pw"),
-            }),
-            region: Some("sh".into()),
-            carrier: None,
+            dial: Dial {
+                protocol: Protocol::Socks5,
+                host: "10.0.0.1".into(),
+                port: 1080,
+                credentials: Some(Credentials {
+                    username: "user".into(),
+                    password: Secret::new("pw"),
+                }),
+            },
+            labels: Labels {
+                region: Some("sh".into()),
+                carrier: None,
+            },
             max_concurrency: 8,
             expires_at_ms: 1_700_000_000_000,
             usable_until_ms: 1_699_999_990_000,
@@ -246,16 +250,16 @@ mod tests {
     fn hand_encoding_matches_prost_byte_for_byte() {
         let mut variants = vec![proxy()];
         let mut p = proxy();
-        p.credentials = None;
-        p.region = None;
+        p.dial.credentials = None;
+        p.labels.region = None;
         p.draining = false;
         p.assignment_epoch = 0;
-        p.protocol = Protocol::Http;
+        p.dial.protocol = Protocol::Http;
         p.lease_expires_at_ms = 0;
         p.excluded_routings.clear();
         variants.push(p);
         let mut p = proxy();
-        p.credentials = Some(Credentials {
+        p.dial.credentials = Some(Credentials {
             username: String::new(),
             password: Secret::new(""),
         });

@@ -34,19 +34,23 @@ fn next() -> u64 {
 fn cand(i: usize) -> Candidate {
     Candidate {
         id: ProxyId::new(format!("p{i}")).unwrap(),
-        protocol: if i.is_multiple_of(4) {
-            Protocol::Socks5
-        } else {
-            Protocol::Http
+        dial: Dial {
+            protocol: if i.is_multiple_of(4) {
+                Protocol::Socks5
+            } else {
+                Protocol::Http
+            },
+            host: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
+            port: 8000 + (i % 1000) as u16,
+            credentials: Some(Credentials {
+                username: format!("u{i}"),
+                password: Secret::new("bench-pass"),
+            }),
         },
-        host: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
-        port: 8000 + (i % 1000) as u16,
-        credentials: Some(Credentials {
-            username: format!("u{i}"),
-            password: Secret::new("bench-pass"),
-        }),
-        region: Some(Label::new(format!("r{}", i % REGIONS)).unwrap()),
-        carrier: Some(Label::new(format!("c{}", i % 4)).unwrap()),
+        labels: Labels {
+            region: Some(Label::new(format!("r{}", i % REGIONS)).unwrap()),
+            carrier: Some(Label::new(format!("c{}", i % 4)).unwrap()),
+        },
         ttl: Duration::from_secs(3600),
         max_concurrency: 8,
     }

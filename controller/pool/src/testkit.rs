@@ -467,15 +467,19 @@ pub fn candidate(id: &str, ttl: Duration) -> crate::model::Candidate {
     use crate::model::*;
     Candidate {
         id: ProxyId::new(id).unwrap(),
-        protocol: Protocol::Http,
-        host: format!("{id}.vendor.test"),
-        port: 8080,
-        credentials: Some(Credentials {
-            username: format!("user-{id}"),
-            password: Secret::new("s3cr3t-pass"),
-        }),
-        region: Some(Label::new("eu").unwrap()),
-        carrier: Some(Label::new("c1").unwrap()),
+        dial: Dial {
+            protocol: Protocol::Http,
+            host: format!("{id}.vendor.test"),
+            port: 8080,
+            credentials: Some(Credentials {
+                username: format!("user-{id}"),
+                password: Secret::new("s3cr3t-pass"),
+            }),
+        },
+        labels: Labels {
+            region: Some(Label::new("eu").unwrap()),
+            carrier: Some(Label::new("c1").unwrap()),
+        },
         ttl,
         max_concurrency: 4,
     }

@@ -44,15 +44,16 @@ pub struct PreparedBatch {
 
 /// Digest of a proxy endpoint's identity; the same endpoint always maps here.
 pub fn unique_key(c: &Candidate) -> String {
+    let d = &c.dial;
     let mut h = Sha256::new();
     h.update(b"pp-unique-v1\0");
-    h.update(c.protocol.as_str().as_bytes());
+    h.update(d.protocol.as_str().as_bytes());
     h.update(b"\0");
-    h.update(c.host.to_ascii_lowercase().as_bytes());
+    h.update(d.host.to_ascii_lowercase().as_bytes());
     h.update(b"\0");
-    h.update(c.port.to_string().as_bytes());
+    h.update(d.port.to_string().as_bytes());
     h.update(b"\0");
-    if let Some(cr) = &c.credentials {
+    if let Some(cr) = &d.credentials {
         h.update(cr.username.as_bytes());
     }
     hex::encode(&h.finalize()[..16])
@@ -95,13 +96,13 @@ fn check_candidate(
     batch: &FetchedBatch,
     options: &PoolOptions,
 ) -> Result<(), DropReason> {
-    if !valid_host(&c.host) {
+    if !valid_host(&c.dial.host) {
         return Err(DropReason::InvalidHost);
     }
-    if c.port == 0 {
+    if c.dial.port == 0 {
         return Err(DropReason::InvalidPort);
     }
-    if let Some(cr) = &c.credentials
+    if let Some(cr) = &c.dial.credentials
         && (!valid_secretish(&cr.username, false) || !valid_secretish(cr.password.expose(), true))
     {
         return Err(DropReason::InvalidCredentials);

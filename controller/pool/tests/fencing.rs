@@ -15,11 +15,10 @@ use activity_pool::{Fence, LeaderGrant, PoolError, RedisPool};
 
 /// `testkit::candidate` without credentials or carrier, ten minutes to live.
 fn cand(id: &str) -> Candidate {
-    Candidate {
-        credentials: None,
-        carrier: None,
-        ..candidate(id, Duration::from_secs(600))
-    }
+    let mut c = candidate(id, Duration::from_secs(600));
+    c.dial.credentials = None;
+    c.labels.carrier = None;
+    c
 }
 
 fn batch(op: &str, ids: &[&str]) -> FetchedBatch {

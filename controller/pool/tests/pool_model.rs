@@ -120,19 +120,23 @@ fn pid(i: usize) -> ProxyId {
 fn candidate(i: usize, ttl: u64, region: usize) -> Candidate {
     Candidate {
         id: pid(i),
-        protocol: if i.is_multiple_of(3) {
-            Protocol::Socks5
-        } else {
-            Protocol::Http
+        dial: Dial {
+            protocol: if i.is_multiple_of(3) {
+                Protocol::Socks5
+            } else {
+                Protocol::Http
+            },
+            host: format!("p{i}.vendor.test"),
+            port: 1080,
+            credentials: Some(Credentials {
+                username: format!("u{i}"),
+                password: Secret::new("pw"),
+            }),
         },
-        host: format!("p{i}.vendor.test"),
-        port: 1080,
-        credentials: Some(Credentials {
-            username: format!("u{i}"),
-            password: Secret::new("pw"),
-        }),
-        region: Some(Label::new(REGIONS[region]).unwrap()),
-        carrier: None,
+        labels: Labels {
+            region: Some(Label::new(REGIONS[region]).unwrap()),
+            carrier: None,
+        },
         ttl: Duration::from_secs(ttl),
         max_concurrency: 2,
     }

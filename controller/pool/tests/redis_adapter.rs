@@ -42,14 +42,13 @@ fn unique(tag: &str) -> String {
 
 /// `testkit::candidate` in `region`, with the credentials no key may name.
 fn cand(id: &str, region: &str, ttl_secs: u64) -> Candidate {
-    Candidate {
-        credentials: Some(Credentials {
-            username: format!("{SECRET_USER}-{id}"),
-            password: Secret::new(SECRET_PASSWORD),
-        }),
-        region: Some(Label::new(region).unwrap()),
-        ..candidate(id, Duration::from_secs(ttl_secs))
-    }
+    let mut c = candidate(id, Duration::from_secs(ttl_secs));
+    c.dial.credentials = Some(Credentials {
+        username: format!("{SECRET_USER}-{id}"),
+        password: Secret::new(SECRET_PASSWORD),
+    });
+    c.labels.region = Some(Label::new(region).unwrap());
+    c
 }
 
 fn batch(upstream: &str, candidates: Vec<Candidate>) -> FetchedBatch {
@@ -975,7 +974,7 @@ async fn ten_thousand_label_combinations_work_and_dropped_ones_are_forgotten() {
             .map(|c| {
                 let id = format!("k-{r}-{c}");
                 let mut cand = cand(&id, &format!("r{r}"), 600);
-                cand.carrier = Some(Label::new(format!("c{c}")).unwrap());
+                cand.labels.carrier = Some(Label::new(format!("c{c}")).unwrap());
                 all.push(id);
                 cand
             })

@@ -291,18 +291,22 @@ impl Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proxy_pool_api::controlplane::model::Protocol;
+    use proxy_pool_api::controlplane::model::{Dial, Labels, Protocol};
 
     fn proxy(id: &str) -> SnapshotProxy {
         SnapshotProxy {
             id: id.into(),
             upstream: "u".into(),
-            protocol: Protocol::Http,
-            host: "h".into(),
-            port: 1,
-            credentials: None,
-            region: None,
-            carrier: None,
+            dial: Dial {
+                protocol: Protocol::Http,
+                host: "h".into(),
+                port: 1,
+                credentials: None,
+            },
+            labels: Labels {
+                region: None,
+                carrier: None,
+            },
             max_concurrency: 1,
             expires_at_ms: 10,
             usable_until_ms: 5,

@@ -60,7 +60,8 @@ impl ExtractResponse {
 }
 
 fn proxy(p: &ExtractedProxy, extracted_at: Timestamp, now: Timestamp) -> ProxyDto {
-    let (username, password) = match &p.credentials {
+    let d = &p.dial;
+    let (username, password) = match &d.credentials {
         Some(c) => (
             Some(c.username.clone()),
             Some(c.password.expose().to_owned()),
@@ -69,20 +70,20 @@ fn proxy(p: &ExtractedProxy, extracted_at: Timestamp, now: Timestamp) -> ProxyDt
     };
     ProxyDto {
         id: p.id.to_string(),
-        protocol: p.protocol.as_str(),
+        protocol: d.protocol.as_str(),
         url: proxy_url(
-            p.protocol.as_str(),
-            &p.host,
-            p.port,
+            d.protocol.as_str(),
+            &d.host,
+            d.port,
             username.as_deref(),
             password.as_deref(),
         ),
-        host: p.host.clone(),
-        port: p.port,
+        host: d.host.clone(),
+        port: d.port,
         username,
         password,
-        region: p.region.as_ref().map(ToString::to_string),
-        carrier: p.carrier.as_ref().map(ToString::to_string),
+        region: p.labels.region.as_ref().map(ToString::to_string),
+        carrier: p.labels.carrier.as_ref().map(ToString::to_string),
         upstream: p.upstream.to_string(),
         expires_at: rfc3339(p.expires_at),
         remaining_ttl_seconds: p.expires_at.since(now).as_secs(),

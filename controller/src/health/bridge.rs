@@ -67,10 +67,7 @@ pub fn to_wire(task: &CheckTask) -> Vec<wire::CheckTask> {
     let proxy = wire::ProxyEndpoint {
         id: task.proxy_id.to_string(),
         upstream: task.upstream.to_string(),
-        protocol: task.protocol,
-        host: task.host.clone(),
-        port: task.port,
-        credentials: task.credentials.clone(),
+        dial: task.dial.clone(),
     };
     task.checks
         .iter()
@@ -286,7 +283,7 @@ impl CheckerBridge {
 mod tests {
     use super::*;
     use activity_pool::Timestamp;
-    use activity_pool::model::{Credentials, Protocol, Secret, UpstreamId};
+    use activity_pool::model::{Credentials, Dial, Protocol, Secret, UpstreamId};
     use proxy_pool_api::controlplane::pb;
     use std::net::IpAddr;
 
@@ -298,13 +295,15 @@ mod tests {
             task_id: 42,
             proxy_id: ProxyId::new("p-1").unwrap(),
             upstream: UpstreamId::new("u").unwrap(),
-            protocol: Protocol::Socks5,
-            host: "127.0.0.2".into(),
-            port: 1080,
-            credentials: Some(Credentials {
-                username: "a".into(),
-                password: Secret::new("b"),
-            }),
+            dial: Dial {
+                protocol: Protocol::Socks5,
+                host: "127.0.0.2".into(),
+                port: 1080,
+                credentials: Some(Credentials {
+                    username: "a".into(),
+                    password: Secret::new("b"),
+                }),
+            },
             checks: vec![
                 Check::Basic,
                 Check::Egress,

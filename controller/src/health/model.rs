@@ -5,9 +5,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use activity_pool::Timestamp;
-use activity_pool::model::{
-    Credentials, HealthUpdate, HealthVerdict, Label, Protocol, ProxyId, UpstreamId,
-};
+use activity_pool::model::{Dial, HealthUpdate, HealthVerdict, Label, ProxyId, UpstreamId};
 
 /// A check tier (the wire contract's own type).
 pub use proxy_pool_api::controlplane::model::CheckTier as Tier;
@@ -56,14 +54,8 @@ pub struct CheckTask {
     pub proxy_id: ProxyId,
     /// Its upstream.
     pub upstream: UpstreamId,
-    /// Its protocol.
-    pub protocol: Protocol,
-    /// Its host.
-    pub host: String,
-    /// Its port.
-    pub port: u16,
-    /// Vendor credentials for the handshake (never logged).
-    pub credentials: Option<Credentials>,
+    /// How to dial it; its credentials are for the handshake (never logged).
+    pub dial: Dial,
     /// Checks to run, in order; a BASIC failure skips the rest.
     pub checks: Vec<Check>,
     /// The task must be reported by then; later observations are ignored.

@@ -311,10 +311,7 @@ impl HealthService {
                             task_id: lease.task_id,
                             proxy_id: lease.proxy_id,
                             upstream: record.upstream,
-                            protocol: record.protocol,
-                            host: record.host,
-                            port: record.port,
-                            credentials: record.credentials,
+                            dial: record.dial,
                             checks: lease.checks,
                             deadline: lease.deadline,
                         })

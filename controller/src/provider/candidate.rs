@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use activity_pool::Timestamp;
-use activity_pool::model::{Candidate, Credentials, Label, ProxyId, Secret, UpstreamId};
+use activity_pool::model::{
+    Candidate, Credentials, Dial, Label, Labels, ProxyId, Secret, UpstreamId,
+};
 use sha2::{Digest, Sha256};
 
 use super::model::{ParseDrop, VendorBatch, VendorProxy};
@@ -102,12 +104,16 @@ fn candidate(
     };
     Ok(Candidate {
         id: stable_id(upstream, p, defaults)?,
-        protocol: p.protocol.unwrap_or(defaults.protocol),
-        host: p.host.clone(),
-        port: p.port,
-        credentials,
-        region: label(p.region.as_deref(), defaults.region.as_ref())?,
-        carrier: label(p.carrier.as_deref(), defaults.carrier.as_ref())?,
+        dial: Dial {
+            protocol: p.protocol.unwrap_or(defaults.protocol),
+            host: p.host.clone(),
+            port: p.port,
+            credentials,
+        },
+        labels: Labels {
+            region: label(p.region.as_deref(), defaults.region.as_ref())?,
+            carrier: label(p.carrier.as_deref(), defaults.carrier.as_ref())?,
+        },
         ttl: stated.unwrap_or(defaults.ttl),
         max_concurrency: defaults.max_concurrency,
     })
@@ -190,10 +196,16 @@ mod tests {
         assert_eq!(out.len(), 1);
         let c = &out[0];
         assert_eq!(c.ttl, Duration::from_secs(30));
-        assert_eq!(c.region.as_ref().map(Label::as_str), Some("default-region"));
-        assert_eq!(c.carrier.as_ref().map(Label::as_str), Some("telecom"));
+        assert_eq!(
+            c.labels.region.as_ref().map(Label::as_str),
+            Some("default-region")
+        );
+        assert_eq!(
+            c.labels.carrier.as_ref().map(Label::as_str),
+            Some("telecom")
+        );
         assert_eq!(c.max_concurrency, 8);
-        assert_eq!(c.credentials.as_ref().unwrap().password.expose(), "p");
+        assert_eq!(c.dial.credentials.as_ref().unwrap().password.expose(), "p");
         assert_eq!(batch.dropped.get(&ParseDrop::InvalidLabel), Some(&1));
     }
 
@@ -244,7 +256,7 @@ mod tests {
             ..VendorBatch::default()
         };
         let out = candidates(&u, &mut batch, &d, Timestamp(0));
-        let hosts: Vec<&str> = out.iter().map(|c| c.host.as_str()).collect();
+        let hosts: Vec<&str> = out.iter().map(|c| c.dial.host.as_str()).collect();
         assert_eq!(hosts, ["203.0.113.5", "proxy.vendor.example"]);
         assert_eq!(batch.dropped.get(&ParseDrop::EgressDenied), Some(&6));
         assert_eq!(ParseDrop::EgressDenied.as_str(), "egress_denied");

@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use activity_pool::model::{
-    Candidate, Credentials, FetchedBatch, Label, OperationId, Protocol, ProxyId, Secret, UpstreamId,
+    Candidate, Credentials, Dial, FetchedBatch, Label, Labels, OperationId, Protocol, ProxyId,
+    Secret, UpstreamId,
 };
 use activity_pool::testkit::RedisServer;
 use bytes::Bytes;
@@ -241,19 +242,23 @@ impl Harness {
                 let k = base + i;
                 Candidate {
                     id: ProxyId::new(format!("px-{upstream}-{k}")).unwrap(),
-                    protocol: if k.is_multiple_of(2) {
-                        Protocol::Http
-                    } else {
-                        Protocol::Socks5
+                    dial: Dial {
+                        protocol: if k.is_multiple_of(2) {
+                            Protocol::Http
+                        } else {
+                            Protocol::Socks5
+                        },
+                        host: format!("h{k}.{upstream}.secret-host.test"),
+                        port: 10_000 + (k % 50_000) as u16,
+                        credentials: Some(Credentials {
+                            username: format!("user{k}"),
+                            password: Secret::new(format!("proxy-password-{k}-zq")),
+                        }),
                     },
-                    host: format!("h{k}.{upstream}.secret-host.test"),
-                    port: 10_000 + (k % 50_000) as u16,
-                    credentials: Some(Credentials {
-                        username: format!("user{k}"),
-                        password: Secret::new(format!("proxy-password-{k}-zq")),
-                    }),
-                    region: Some(Label::new(region).unwrap()),
-                    carrier: Some(Label::new(carrier).unwrap()),
+                    labels: Labels {
+                        region: Some(Label::new(region).unwrap()),
+                        carrier: Some(Label::new(carrier).unwrap()),
+                    },
                     ttl: Duration::from_secs(600),
                     max_concurrency: 4,
                 }

@@ -329,10 +329,9 @@ pub fn up(s: &str) -> UpstreamId {
 
 /// The pool testkit's candidate without a carrier label.
 pub fn cand(id: &str, ttl: u64) -> Candidate {
-    Candidate {
-        carrier: None,
-        ..activity_pool::testkit::candidate(id, Duration::from_secs(ttl))
-    }
+    let mut c = activity_pool::testkit::candidate(id, Duration::from_secs(ttl));
+    c.labels.carrier = None;
+    c
 }
 
 pub async fn extracted(pool: &Arc<dyn ActivityPool>, count: u32) -> Vec<String> {
@@ -564,10 +563,12 @@ pub fn check_task(
         proxy: ProxyEndpoint {
             id: format!("proxy-{id}"),
             upstream: "vendor-a".into(),
-            protocol,
-            host: "127.0.0.1".into(),
-            port: 9,
-            credentials: None,
+            dial: Dial {
+                protocol,
+                host: "127.0.0.1".into(),
+                port: 9,
+                credentials: None,
+            },
         },
         deadline_ms: h.clock.now().millis() + secs * 1000,
         routing: None,

@@ -10,10 +10,9 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, SystemTime};
 
 fn proxy(id: &str, region: &str, max: u32) -> SnapshotProxy {
-    SnapshotProxy {
-        region: Some(region.into()),
-        ..fixture::proxy(id, max)
-    }
+    let mut p = fixture::proxy(id, max);
+    p.labels.region = Some(region.into());
+    p
 }
 
 fn build(s: SnapshotInput) -> LiveSnapshot {

@@ -7,11 +7,10 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 fn proxy(i: usize, max: u32) -> SnapshotProxy {
-    SnapshotProxy {
-        port: 1000 + i as u16,
-        region: Some(if i.is_multiple_of(2) { "even" } else { "odd" }.into()),
-        ..fixture::proxy(&format!("p{i}"), max)
-    }
+    let mut p = fixture::proxy(&format!("p{i}"), max);
+    p.dial.port = 1000 + i as u16;
+    p.labels.region = Some(if i.is_multiple_of(2) { "even" } else { "odd" }.into());
+    p
 }
 
 pub(crate) fn live(proxies: Vec<SnapshotProxy>, strategy: Strategy) -> LiveSnapshot {

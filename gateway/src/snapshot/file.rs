@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use proxy_pool_api::controlplane::model::{
-    Checksum, Credentials, Protocol, RetryBudget, Routing, RoutingMatch, Secret, Snapshot,
-    SnapshotProxy, Sticky, Strategy, UsernameParam,
+    Checksum, Credentials, Dial, Labels, Protocol, RetryBudget, Routing, RoutingMatch, Secret,
+    Snapshot, SnapshotProxy, Sticky, Strategy, UsernameParam,
 };
 use proxy_pool_api::egress::PortRanges;
 
@@ -231,12 +231,18 @@ impl SnapshotFile {
                         None
                     }
                 };
+                let base = standalone_proxy(p.id, protocol, p.host, p.port, p.max_concurrent, far);
                 SnapshotProxy {
                     upstream: p.upstream,
-                    credentials,
-                    region: Some(p.region).filter(|v| !v.is_empty()),
-                    carrier: Some(p.carrier).filter(|v| !v.is_empty()),
-                    ..standalone_proxy(p.id, protocol, p.host, p.port, p.max_concurrent, far)
+                    dial: Dial {
+                        credentials,
+                        ..base.dial
+                    },
+                    labels: Labels {
+                        region: Some(p.region).filter(|v| !v.is_empty()),
+                        carrier: Some(p.carrier).filter(|v| !v.is_empty()),
+                    },
+                    ..base
                 }
             })
             .collect();
@@ -279,7 +285,7 @@ mod tests {
         let input = file.into_snapshot(1, Duration::from_secs(60)).unwrap();
         let snap = &input.snapshot;
         assert_eq!(snap.routings[0].strategy, Strategy::PowerOfTwoChoices);
-        assert_eq!(snap.proxies[0].protocol, Protocol::Socks5);
+        assert_eq!(snap.proxies[0].dial.protocol, Protocol::Socks5);
         let bad = r#"{"proxies": [{"id": "p", "protocol": "ftp", "host": "h", "port": 1,
                       "username": "u", "maxConcurrent": 1}]}"#;
         let err = serde_json::from_str::<SnapshotFile>(bad)

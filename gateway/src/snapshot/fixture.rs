@@ -1,7 +1,9 @@
 //! Snapshot values for unit tests: an HTTP proxy on loopback, a catch-all routing, a
 //! snapshot valid for ten minutes.
 
-use proxy_pool_api::controlplane::model::{Checksum, Protocol, Routing, Snapshot, SnapshotProxy};
+use proxy_pool_api::controlplane::model::{
+    Checksum, Labels, Protocol, Routing, Snapshot, SnapshotProxy,
+};
 
 use super::{SnapshotInput, standalone_proxy};
 use crate::clock::{now_ms, to_model_ms};
@@ -20,8 +22,10 @@ pub(crate) fn proxy(id: &str, max: u32) -> SnapshotProxy {
     let far = unix_ms_in(TEN_MINUTES_MS);
     SnapshotProxy {
         upstream: "u".into(),
-        region: Some("r".into()),
-        carrier: Some("c".into()),
+        labels: Labels {
+            region: Some("r".into()),
+            carrier: Some("c".into()),
+        },
         ..standalone_proxy(id, Protocol::Http, "127.0.0.1", 1, max, far)
     }
 }

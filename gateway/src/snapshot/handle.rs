@@ -220,11 +220,11 @@ mod tests {
     fn invalid_snapshots_report_every_problem() {
         let handle = SnapshotHandle::new(Duration::from_secs(60));
         let mut bad = proxy("a", 1);
-        bad.credentials = Some(Credentials {
+        bad.dial.credentials = Some(Credentials {
             username: "user:name".into(),
             password: Secret::new("pw"),
         });
-        bad.host = "bad host".into();
+        bad.dial.host = "bad host".into();
         let mut s = snapshot(1, vec![bad, proxy("a", 1)]);
         s.snapshot.routings.push(fixture::routing("all"));
         let err = handle.install(s).unwrap_err();

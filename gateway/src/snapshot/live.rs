@@ -199,11 +199,12 @@ impl LiveSnapshot {
             .collect();
         for (((i, p), state), id) in snapshot.proxies.iter().enumerate().zip(states).zip(ids) {
             let idx = u32::try_from(i).map_err(|_| problem("proxies: too many"))?;
-            let addr = match p.host.parse::<IpAddr>() {
-                Ok(ip) => UpstreamAddr::Ip(SocketAddr::new(ip, p.port)),
-                Err(_) => UpstreamAddr::Name(Arc::from(p.host.as_str()), p.port),
+            let dial = &p.dial;
+            let addr = match dial.host.parse::<IpAddr>() {
+                Ok(ip) => UpstreamAddr::Ip(SocketAddr::new(ip, dial.port)),
+                Err(_) => UpstreamAddr::Name(Arc::from(dial.host.as_str()), dial.port),
             };
-            let auth = p.credentials.as_ref().map(|c| {
+            let auth = dial.credentials.as_ref().map(|c| {
                 let password = c.password.expose();
                 let raw = format!("{}:{password}", c.username);
                 let basic = format!(
@@ -219,7 +220,7 @@ impl LiveSnapshot {
             by_id.insert(id.clone(), idx);
             proxies.push(Arc::new(ProxyEntry {
                 id,
-                protocol: p.protocol,
+                protocol: dial.protocol,
                 addr,
                 auth,
                 usable_until_ms: from_model_ms(p.usable_until_ms)
@@ -315,8 +316,8 @@ fn compile_routing(
                 && p.max_concurrency > 0
                 && !p.excluded_routings.contains(&spec.name)
                 && any_or(&spec.upstreams, &p.upstream)
-                && any_or(&spec.regions, label(&p.region))
-                && any_or(&spec.carriers, label(&p.carrier))
+                && any_or(&spec.regions, label(&p.labels.region))
+                && any_or(&spec.carriers, label(&p.labels.carrier))
         })
         .filter_map(|(i, _)| {
             let entry = entries.get(i)?;
@@ -363,10 +364,11 @@ fn validate(input: &SnapshotInput) -> Result<(), SnapshotError> {
         if !ids.insert(&p.id) {
             problems.push(format!("proxies[{i}].id: duplicate {}", p.id));
         }
-        if p.host.parse::<IpAddr>().is_err() && parse_host(p.host.as_bytes()).is_err() {
+        let dial = &p.dial;
+        if dial.host.parse::<IpAddr>().is_err() && parse_host(dial.host.as_bytes()).is_err() {
             problems.push(format!("proxies[{i}].host: not an IP or DNS name"));
         }
-        if let Some(c) = &p.credentials
+        if let Some(c) = &dial.credentials
             && (c.username.contains(':')
                 || c.username.len() > 255
                 || c.password.expose().len() > 255)

@@ -16,7 +16,7 @@ pub use crate::proxy_id::ProxyId;
 pub use handle::{ChannelSource, SnapshotHandle, SnapshotSource, run_source};
 pub use live::{Candidate, CompiledRouting, LiveSnapshot, ProxyEntry, SnapshotError, UpstreamAddr};
 
-use proxy_pool_api::controlplane::model::{Protocol, Snapshot, SnapshotProxy};
+use proxy_pool_api::controlplane::model::{Dial, Labels, Protocol, Snapshot, SnapshotProxy};
 use proxy_pool_api::secret::SaltedHash;
 use std::fmt;
 use std::time::Duration;
@@ -42,12 +42,13 @@ pub fn standalone_proxy(
     SnapshotProxy {
         id: id.into(),
         upstream: String::new(),
-        protocol,
-        host: host.into(),
-        port,
-        credentials: None,
-        region: None,
-        carrier: None,
+        dial: Dial {
+            protocol,
+            host: host.into(),
+            port,
+            credentials: None,
+        },
+        labels: Labels::default(),
         max_concurrency: max,
         expires_at_ms: until_ms,
         usable_until_ms: until_ms,

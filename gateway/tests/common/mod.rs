@@ -241,18 +241,23 @@ pub fn catch_all(name: &str) -> Routing {
 /// A gateway view of a simulated proxy.
 pub fn upstream(p: &SimProxy, max: u32) -> SnapshotProxy {
     SnapshotProxy {
-        protocol: match p.protocol {
-            Protocol::Http => model::Protocol::Http,
-            Protocol::Socks5 => model::Protocol::Socks5,
+        dial: model::Dial {
+            protocol: match p.protocol {
+                Protocol::Http => model::Protocol::Http,
+                Protocol::Socks5 => model::Protocol::Socks5,
+            },
+            host: p.host.to_string(),
+            port: p.port,
+            credentials: Some(Credentials {
+                username: p.username.clone(),
+                password: Secret::new(p.password.clone()),
+            }),
         },
-        host: p.host.to_string(),
-        credentials: Some(Credentials {
-            username: p.username.clone(),
-            password: Secret::new(p.password.clone()),
-        }),
         upstream: "sim".into(),
-        region: Some(p.region.clone()),
-        carrier: Some(p.carrier.clone()),
+        labels: model::Labels {
+            region: Some(p.region.clone()),
+            carrier: Some(p.carrier.clone()),
+        },
         ..raw_upstream(&p.id, SocketAddr::from(([127, 0, 0, 1], p.port)), max)
     }
 }

@@ -117,10 +117,7 @@ fn eligible(
         && !st.marked(&r.id, now)
         && r.expires_at.since(now) >= req.min_remaining_ttl
         && fresh
-        && (f.protocols.is_empty() || f.protocols.contains(&r.protocol))
-        && (f.upstreams.is_empty() || f.upstreams.contains(&r.upstream))
-        && (f.regions.is_empty() || r.region.as_ref().is_some_and(|v| f.regions.contains(v)))
-        && (f.carriers.is_empty() || r.carrier.as_ref().is_some_and(|v| f.carriers.contains(v)))
+        && f.admits(&r.upstream, r.dial.protocol, &r.labels)
 }
 
 /// Scans the driver; returns the eligible IDs found and whether the scan was complete.
@@ -219,12 +216,8 @@ impl ExtractionStore for MemoryPool {
                 proxies.push(ExtractedProxy {
                     id: r.id.clone(),
                     upstream: r.upstream.clone(),
-                    protocol: r.protocol,
-                    host: r.host.clone(),
-                    port: r.port,
-                    credentials: r.credentials.clone(),
-                    region: r.region.clone(),
-                    carrier: r.carrier.clone(),
+                    dial: r.dial.clone(),
+                    labels: r.labels.clone(),
                     expires_at: r.expires_at,
                 });
             }

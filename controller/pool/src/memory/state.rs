@@ -83,9 +83,9 @@ pub(super) fn combo_of(r: &ProxyRecord) -> String {
     format!(
         "{}|{}|{}|{}",
         r.upstream,
-        r.protocol.as_str(),
-        r.region.as_ref().map_or("", |v| v.as_str()),
-        r.carrier.as_ref().map_or("", |v| v.as_str())
+        r.dial.protocol.as_str(),
+        r.labels.region.as_ref().map_or("", |v| v.as_str()),
+        r.labels.carrier.as_ref().map_or("", |v| v.as_str())
     )
 }
 

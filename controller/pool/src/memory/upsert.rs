@@ -86,9 +86,8 @@ fn upsert_one(
         st.update(id, now, |r| {
             r.expires_at = expires_at;
             r.usable_until = usable_until;
-            r.credentials = cand.credentials.clone();
-            r.region = cand.region.clone();
-            r.carrier = cand.carrier.clone();
+            r.dial.credentials = cand.dial.credentials.clone();
+            r.labels = cand.labels.clone();
             r.max_concurrency = cand.max_concurrency;
         });
         report.refreshed += 1;
@@ -102,12 +101,8 @@ fn upsert_one(
     let record = ProxyRecord {
         id: id.clone(),
         upstream: upstream.clone(),
-        protocol: cand.protocol,
-        host: cand.host.clone(),
-        port: cand.port,
-        credentials: cand.credentials.clone(),
-        region: cand.region.clone(),
-        carrier: cand.carrier.clone(),
+        dial: cand.dial.clone(),
+        labels: cand.labels.clone(),
         state: ProxyState::Fetched,
         health: Default::default(),
         fetched_at: now,

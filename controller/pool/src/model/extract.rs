@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::ids::{ClientId, IdempotencyKey, Label, ProxyId, RequestDigest, RequestId, UpstreamId};
-use super::record::{Credentials, Protocol};
+use super::record::{Dial, Labels, Protocol};
 use crate::clock::Timestamp;
 
 /// Fulfilment mode of an extraction.
@@ -30,6 +30,20 @@ pub struct Filters {
     pub carriers: Vec<Label>,
     /// Upstreams.
     pub upstreams: Vec<UpstreamId>,
+}
+
+impl Filters {
+    /// Whether a proxy of `upstream` that speaks `protocol` and carries `labels` passes
+    /// (OR within a dimension, AND across; an empty dimension passes everything).
+    pub fn admits(&self, upstream: &UpstreamId, protocol: Protocol, labels: &Labels) -> bool {
+        let label = |want: &[Label], have: &Option<Label>| {
+            want.is_empty() || have.as_ref().is_some_and(|h| want.contains(h))
+        };
+        (self.upstreams.is_empty() || self.upstreams.contains(upstream))
+            && (self.protocols.is_empty() || self.protocols.contains(&protocol))
+            && label(&self.regions, &labels.region)
+            && label(&self.carriers, &labels.carrier)
+    }
 }
 
 /// Most distinct values per filter dimension.
@@ -73,18 +87,10 @@ pub struct ExtractedProxy {
     pub id: ProxyId,
     /// Upstream.
     pub upstream: UpstreamId,
-    /// Protocol.
-    pub protocol: Protocol,
-    /// Host.
-    pub host: String,
-    /// Port.
-    pub port: u16,
-    /// Credentials.
-    pub credentials: Option<Credentials>,
-    /// Region.
-    pub region: Option<Label>,
-    /// Carrier.
-    pub carrier: Option<Label>,
+    /// How to dial it.
+    pub dial: Dial,
+    /// Its labels.
+    pub labels: Labels,
     /// Hard expiry.
     pub expires_at: Timestamp,
 }

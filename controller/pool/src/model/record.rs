@@ -1,4 +1,4 @@
-//! Proxy records and what writes them: the protocol and credentials of a proxy (the
+//! Proxy records and what writes them: how to dial a proxy and its labels (the
 //! contract's types, re-exported), its life-cycle state, provider batches and their
 //! upsert report, the stored record, an upstream's inventory figures and what
 //! maintenance did.
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use proxy_pool_api::controlplane::model::{Credentials, Protocol, Secret};
+pub use proxy_pool_api::controlplane::model::{Credentials, Dial, Labels, Protocol, Secret};
 
 use super::ids::{Label, OperationId, ProxyId, UpstreamId};
 use super::worker::Assignment;
@@ -97,18 +97,10 @@ impl ProxyState {
 pub struct Candidate {
     /// ID chosen by the provider parser (stable for the same vendor proxy).
     pub id: ProxyId,
-    /// Protocol the proxy speaks.
-    pub protocol: Protocol,
-    /// Host name or IP address.
-    pub host: String,
-    /// TCP port.
-    pub port: u16,
-    /// Vendor credentials, if the proxy needs them.
-    pub credentials: Option<Credentials>,
-    /// Region label.
-    pub region: Option<Label>,
-    /// Carrier label.
-    pub carrier: Option<Label>,
+    /// How to dial it.
+    pub dial: Dial,
+    /// Its labels.
+    pub labels: Labels,
     /// Remaining life the vendor promises, counted from the pool's "now" at upsert.
     pub ttl: Duration,
     /// Most concurrent requests the vendor allows through this proxy.
@@ -273,18 +265,10 @@ pub struct ProxyRecord {
     pub id: ProxyId,
     /// Owning upstream.
     pub upstream: UpstreamId,
-    /// Protocol.
-    pub protocol: Protocol,
-    /// Host.
-    pub host: String,
-    /// Port.
-    pub port: u16,
-    /// Credentials.
-    pub credentials: Option<Credentials>,
-    /// Region label.
-    pub region: Option<Label>,
-    /// Carrier label.
-    pub carrier: Option<Label>,
+    /// How to dial it.
+    pub dial: Dial,
+    /// Its labels.
+    pub labels: Labels,
     /// State (EXPIRED when read past `expires_at` before the purge).
     pub state: ProxyState,
     /// Health facts.

@@ -9,8 +9,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::clock::Timestamp;
 use crate::error::{PoolError, PoolResult};
 use crate::model::{
-    Assignment, Credentials, ExtractedProxy, Health, Label, Protocol, ProxyId, ProxyRecord,
-    ProxyState, Secret, UpstreamId, WorkerId, WorkerSession,
+    Assignment, Credentials, Dial, ExtractedProxy, Health, Label, Labels, Protocol, ProxyId,
+    ProxyRecord, ProxyState, Secret, UpstreamId, WorkerId, WorkerSession,
 };
 
 /// Largest millisecond figure sent to a script (about 30 years): keeps every number a
@@ -101,12 +101,8 @@ impl StoredRecord {
         Ok(ProxyRecord {
             id: p.id,
             upstream: p.upstream,
-            protocol: p.protocol,
-            host: p.host,
-            port: p.port,
-            credentials: p.credentials,
-            region: p.region,
-            carrier: p.carrier,
+            dial: p.dial,
+            labels: p.labels,
             state: st,
             health: Health {
                 last_check_at: self.lc.map(Timestamp),
@@ -218,12 +214,16 @@ impl StoredProxy {
         Ok(ExtractedProxy {
             id: self.id,
             upstream: self.up,
-            protocol: Protocol::parse(&self.proto).ok_or_else(|| corrupt("protocol"))?,
-            host: self.host,
-            port: self.port,
-            credentials: credentials(self.user, self.pass),
-            region: self.region,
-            carrier: self.carrier,
+            dial: Dial {
+                protocol: Protocol::parse(&self.proto).ok_or_else(|| corrupt("protocol"))?,
+                host: self.host,
+                port: self.port,
+                credentials: credentials(self.user, self.pass),
+            },
+            labels: Labels {
+                region: self.region,
+                carrier: self.carrier,
+            },
             expires_at: Timestamp(self.exp),
         })
     }

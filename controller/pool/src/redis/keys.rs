@@ -7,7 +7,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
-use crate::model::{Protocol, UpstreamId};
+use crate::model::{Labels, Protocol, UpstreamId};
 use crate::validate::key_digest;
 
 /// The hash-tagged prefix of every key. `v2`: the key-space version (v2 = one
@@ -71,18 +71,13 @@ pub(crate) fn combo_name(key: &str) -> &str {
 }
 
 /// The availability ZSET of one label combination.
-pub(crate) fn combo_key(
-    u: &UpstreamId,
-    p: Protocol,
-    region: Option<&str>,
-    carrier: Option<&str>,
-) -> String {
+pub(crate) fn combo_key(u: &UpstreamId, p: Protocol, labels: &Labels<&str>) -> String {
     format!(
         "{}{u}|{}|{}|{}",
         combo_prefix(),
         p.as_str(),
-        region.unwrap_or(""),
-        carrier.unwrap_or("")
+        labels.region.unwrap_or(""),
+        labels.carrier.unwrap_or("")
     )
 }
 
@@ -323,7 +318,14 @@ mod tests {
     #[test]
     fn every_key_is_under_the_hash_tag() {
         let u = UpstreamId::new("vendor-a").unwrap();
-        let combo = combo_key(&u, Protocol::Http, Some("eu"), None);
+        let combo = combo_key(
+            &u,
+            Protocol::Http,
+            &Labels {
+                region: Some("eu"),
+                carrier: None,
+            },
+        );
         assert_eq!(combo, "pp:{activity}:v2:avail:vendor-a|http|eu|");
         assert_eq!(
             parse_combo(&combo),

@@ -11,8 +11,8 @@ use super::{Call, RedisPool};
 use crate::clock::Timestamp;
 use crate::error::PoolResult;
 use crate::model::{
-    CheckEnd, CheckMark, CheckStart, DropReason, FetchedBatch, HealthResult, HealthUpdate, ProxyId,
-    ProxyState, PurgeReport, RemoveResult, UpsertReport, UpstreamId,
+    CheckEnd, CheckMark, CheckStart, DropReason, FetchedBatch, HealthResult, HealthUpdate, Label,
+    ProxyId, ProxyState, PurgeReport, RemoveResult, UpsertReport, UpstreamId,
 };
 use crate::options::UPSERT_CHUNK;
 
@@ -61,30 +61,29 @@ impl RedisPool {
             "a",
             keys::combo_key(
                 &batch.batch.upstream,
-                cand.protocol,
-                cand.region.as_ref().map(|v| v.as_str()),
-                cand.carrier.as_ref().map(|v| v.as_str()),
+                cand.dial.protocol,
+                &cand.labels.map(Label::as_str),
             ),
             ck,
         );
         add("o", keys::owned_key(&batch.batch.upstream), ck);
         let mut v = json!({
             "id": cand.id,
-            "proto": cand.protocol.as_str(),
-            "host": cand.host,
-            "port": cand.port,
+            "proto": cand.dial.protocol.as_str(),
+            "host": cand.dial.host,
+            "port": cand.dial.port,
             "ttl": ms(cand.ttl),
             "cap": cand.max_concurrency,
             "uq": c.unique,
             "ix": ix,
         });
-        if let Some(r) = &cand.region {
+        if let Some(r) = &cand.labels.region {
             v["region"] = r.as_str().into();
         }
-        if let Some(cr) = &cand.carrier {
+        if let Some(cr) = &cand.labels.carrier {
             v["carrier"] = cr.as_str().into();
         }
-        if let Some(cr) = &cand.credentials {
+        if let Some(cr) = &cand.dial.credentials {
             // Sorted last (serde_json orders keys): a Redis SLOWLOG entry keeps only the
             // first 128 bytes of an argument, so credentials never reach it.
             v["zu"] = cr.username.clone().into();

@@ -54,23 +54,26 @@ pub async fn extracted_proxy_carries_connection_details(kind: Kind) {
     let p = &e.proxies[0];
     assert_eq!(p.id, pid("d-0"));
     assert_eq!(p.upstream, up("vendor-a"));
-    assert_eq!(p.protocol, Protocol::Http);
-    assert_eq!((p.host.as_str(), p.port), ("d-0.vendor.test", 8080));
-    assert_eq!(p.credentials.as_ref().unwrap().username, "user-d-0");
+    assert_eq!(p.dial.protocol, Protocol::Http);
     assert_eq!(
-        p.credentials.as_ref().unwrap().password.expose(),
+        (p.dial.host.as_str(), p.dial.port),
+        ("d-0.vendor.test", 8080)
+    );
+    assert_eq!(p.dial.credentials.as_ref().unwrap().username, "user-d-0");
+    assert_eq!(
+        p.dial.credentials.as_ref().unwrap().password.expose(),
         "s3cr3t-pass"
     );
-    assert_eq!(p.region, Some(label("eu")));
-    assert_eq!(p.carrier, Some(label("c1")));
+    assert_eq!(p.labels.region, Some(label("eu")));
+    assert_eq!(p.labels.carrier, Some(label("c1")));
     assert_eq!(p.expires_at.0, h.now().0 + 60_000);
 }
 
 fn labelled(id: &str, protocol: Protocol, region: &str, carrier: &str) -> Candidate {
     let mut c = cand(id, 60);
-    c.protocol = protocol;
-    c.region = Some(label(region));
-    c.carrier = Some(label(carrier));
+    c.dial.protocol = protocol;
+    c.labels.region = Some(label(region));
+    c.labels.carrier = Some(label(carrier));
     c
 }
 
@@ -445,7 +448,7 @@ pub async fn filtered_extraction_walks_combinations_in_turn(kind: Kind) {
         let mut cands: Vec<Candidate> =
             ttls.iter().map(|t| cand(&format!("{u}-{t}"), *t)).collect();
         let mut us = cand(&format!("{u}-us"), 900);
-        us.region = Some(label("us"));
+        us.labels.region = Some(label("us"));
         cands.push(us);
         let ids: Vec<String> = cands.iter().map(|c| c.id.to_string()).collect();
         h.upsert(&format!("vendor-{u}"), cands).await;

@@ -47,22 +47,22 @@ pub async fn vendor_ttl_and_safety_margin(kind: Kind) {
 pub async fn invalid_candidates_dropped_with_reason(kind: Kind) {
     let h = Harness::new(kind).await;
     let mut bad_host = cand("bad-host", 60);
-    bad_host.host = "not a host".into();
+    bad_host.dial.host = "not a host".into();
     let mut bad_port = cand("bad-port", 60);
-    bad_port.port = 0;
+    bad_port.dial.port = 0;
     let mut short = cand("short", 60);
     short.ttl = Duration::from_secs(5); // equal to the safety margin
     let mut bad_cap = cand("bad-cap", 60);
     bad_cap.max_concurrency = 0;
     let mut bad_creds = cand("bad-creds", 60);
-    bad_creds.credentials = Some(Credentials {
+    bad_creds.dial.credentials = Some(Credentials {
         username: String::new(),
         password: Secret::new("x"),
     });
     let dup_id = cand("good", 60);
     let mut dup_endpoint = cand("other-id", 60);
-    dup_endpoint.host = "good.vendor.test".into();
-    dup_endpoint.credentials = cand("good", 60).credentials;
+    dup_endpoint.dial.host = "good.vendor.test".into();
+    dup_endpoint.dial.credentials = cand("good", 60).dial.credentials;
     let report = h
         .upsert(
             "vendor-a",
@@ -155,7 +155,7 @@ pub async fn duplicate_refresh_extends_life(kind: Kind) {
     let before = h.record("r-0").await.unwrap();
     h.advance(10.0);
     let mut c = cand("r-0", 60);
-    c.region = Some(label("us"));
+    c.labels.region = Some(label("us"));
     let report = h.upsert("vendor-a", vec![c]).await;
     assert_eq!((report.inserted, report.refreshed), (0, 1));
     let after = h.record("r-0").await.unwrap();
@@ -163,7 +163,7 @@ pub async fn duplicate_refresh_extends_life(kind: Kind) {
     assert_eq!(after.health, before.health);
     assert_eq!(after.fetched_at, before.fetched_at);
     assert_eq!(after.expires_at, Timestamp(h.now().0 + 60_000));
-    assert_eq!(after.region, Some(label("us")));
+    assert_eq!(after.labels.region, Some(label("us")));
     assert_eq!(h.inventory("vendor-a").await.unextracted, 1);
     // Re-indexed under the new region only, with the new usable_until.
     let mut r = req("c", 1);
@@ -180,8 +180,8 @@ pub async fn cross_vendor_incumbent_wins(kind: Kind) {
     let h = Harness::new(kind).await;
     h.upsert("vendor-a", vec![cand("a-1", 30)]).await;
     let mut dup = cand("b-1", 60);
-    dup.host = "a-1.vendor.test".into();
-    dup.credentials = cand("a-1", 30).credentials;
+    dup.dial.host = "a-1.vendor.test".into();
+    dup.dial.credentials = cand("a-1", 30).dial.credentials;
     let report = h.upsert("vendor-b", vec![dup.clone()]).await;
     assert_eq!(
         report.dropped.get(&DropReason::IncumbentOtherUpstream),

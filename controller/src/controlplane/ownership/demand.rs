@@ -64,17 +64,11 @@ fn admits_upstream(f: &Filters, upstream: &str) -> bool {
 
 /// Whether an owned proxy may be drained for `demand`.
 fn matches(o: &Owned, demand: &Demand, now: Timestamp) -> bool {
-    let f = &demand.filters;
-    let label = |want: &[activity_pool::model::Label],
-                 have: &Option<activity_pool::model::Label>| {
-        want.is_empty() || have.as_ref().is_some_and(|h| want.contains(h))
-    };
     !o.assignment.draining
         && o.available
-        && admits_upstream(f, o.assignment.upstream.as_str())
-        && (f.protocols.is_empty() || f.protocols.contains(&o.protocol))
-        && label(&f.regions, &o.region)
-        && label(&f.carriers, &o.carrier)
+        && demand
+            .filters
+            .admits(&o.assignment.upstream, o.protocol, &o.labels)
         && o.usable_until > now.plus(DRAIN_SLACK)
         && o.expires_at.since(now) >= demand.min_remaining_ttl + DRAIN_SLACK
 }

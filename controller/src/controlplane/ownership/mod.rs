@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use activity_pool::model::{
-    Assignment, Claim, Label, Protocol, ProxyId, ProxyRecord, ProxyState, UpstreamId, WorkerId,
+    Assignment, Claim, Labels, Protocol, ProxyId, ProxyRecord, ProxyState, UpstreamId, WorkerId,
     WorkerSession,
 };
 use activity_pool::ports::{OwnershipRepository, ProxyCatalog, RuntimeReader, SessionWriter};
@@ -98,8 +98,7 @@ struct Owned {
     /// AVAILABLE (published) at the last read of its record.
     available: bool,
     protocol: Protocol,
-    region: Option<Label>,
-    carrier: Option<Label>,
+    labels: Labels,
     drain_version: Option<u64>,
 }
 
@@ -111,9 +110,8 @@ impl Owned {
             usable_until: rec.usable_until,
             expires_at: rec.expires_at,
             available: false,
-            protocol: rec.protocol,
-            region: None,
-            carrier: None,
+            protocol: rec.dial.protocol,
+            labels: Labels::default(),
             drain_version: None,
         };
         o.refresh(rec);
@@ -126,9 +124,8 @@ impl Owned {
         self.usable_until = rec.usable_until;
         self.expires_at = rec.expires_at;
         self.available = rec.state == ProxyState::Available;
-        self.protocol = rec.protocol;
-        self.region.clone_from(&rec.region);
-        self.carrier.clone_from(&rec.carrier);
+        self.protocol = rec.dial.protocol;
+        self.labels.clone_from(&rec.labels);
     }
 }
 
