@@ -2,24 +2,11 @@
 
 use proxy_pool_api::controlplane::model::Secret;
 
-use crate::model::{Credentials, Protocol};
+use crate::model::{Credentials, Dial, Protocol};
 
-/// A proxy given on the command line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProxyUrl {
-    /// Protocol.
-    pub protocol: Protocol,
-    /// Host.
-    pub host: String,
-    /// Port.
-    pub port: u16,
-    /// Credentials.
-    pub credentials: Option<Credentials>,
-}
-
-/// Parses `http://[user:pass@]host:port` or `socks5://…`. Errors never echo the input
-/// (it may hold a password).
-pub fn parse_proxy_url(s: &str) -> Result<ProxyUrl, &'static str> {
+/// Parses `http://[user:pass@]host:port` or `socks5://…` into how to dial that proxy.
+/// Errors never echo the input (it may hold a password).
+pub fn parse_proxy_url(s: &str) -> Result<Dial, &'static str> {
     let (scheme, rest) = s.split_once("://").ok_or("expected scheme://host:port")?;
     let protocol = match scheme {
         "http" => Protocol::Http,
@@ -53,7 +40,7 @@ pub fn parse_proxy_url(s: &str) -> Result<ProxyUrl, &'static str> {
     if host.is_empty() {
         return Err("empty host");
     }
-    Ok(ProxyUrl {
+    Ok(Dial {
         protocol,
         host: host.to_owned(),
         port,

@@ -122,10 +122,7 @@ pub fn task_from_wire(t: wire::CheckTask) -> Option<ProbeTask> {
     Some(ProbeTask {
         task_id: t.task_id,
         proxy_id: t.proxy.id,
-        protocol: t.proxy.dial.protocol,
-        host: t.proxy.dial.host,
-        port: t.proxy.dial.port,
-        credentials: t.proxy.dial.credentials,
+        dial: t.proxy.dial,
         checks: vec![check],
         deadline: Instant::now() + Duration::from_millis(left),
     })
@@ -385,7 +382,7 @@ mod tests {
                 port: 80
             }]
         );
-        assert_eq!(p.credentials.unwrap().password.expose(), "b");
+        assert_eq!(p.dial.credentials.unwrap().password.expose(), "b");
         assert!(p.deadline > Instant::now() + Duration::from_secs(4));
         let o = Observation {
             task_id: "h1-0".into(),

@@ -24,7 +24,7 @@ pub mod smoke;
 
 pub use grpc::{GrpcBinding, GrpcOptions};
 pub use memory::{MemorySink, MemorySource};
-pub use model::{Check, Credentials, FailureCode, Observation, ProbeTask, Protocol, Tier};
+pub use model::{Check, Credentials, Dial, FailureCode, Observation, ProbeTask, Protocol, Tier};
 pub use ports::{BindingError, ObservationSink, Prober, TaskSource};
 pub use prober::{NetProber, ProberOptions};
 pub use runner::{RunStats, RunnerOptions, run, run_counting};

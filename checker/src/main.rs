@@ -226,10 +226,7 @@ async fn probe(
     let task = ProbeTask {
         task_id: "cli".into(),
         proxy_id: "cli".into(),
-        protocol: url.protocol,
-        host: url.host,
-        port: url.port,
-        credentials: url.credentials,
+        dial: url,
         checks,
         deadline: tokio::time::Instant::now() + Duration::from_secs(timeout),
     };

@@ -3,9 +3,9 @@
 
 use tokio::time::Instant;
 
-/// The protocol of the proxy under test and its vendor credentials (`Debug` never shows
-/// the password): the contract's own types.
-pub use proxy_pool_api::controlplane::model::{Credentials, Protocol};
+/// How to dial the proxy under test: its protocol, address and vendor credentials
+/// (`Debug` never shows the password): the contract's own types.
+pub use proxy_pool_api::controlplane::model::{Credentials, Dial, Protocol};
 
 /// A check tier (the wire contract's own type).
 pub use proxy_pool_api::controlplane::model::CheckTier as Tier;
@@ -20,14 +20,8 @@ pub struct ProbeTask {
     pub task_id: String,
     /// Proxy ID (echoed back).
     pub proxy_id: String,
-    /// Proxy protocol.
-    pub protocol: Protocol,
-    /// Proxy host.
-    pub host: String,
-    /// Proxy port.
-    pub port: u16,
-    /// Vendor credentials.
-    pub credentials: Option<Credentials>,
+    /// How to dial the proxy under test.
+    pub dial: Dial,
     /// Checks in order; a failed BASIC skips the rest.
     pub checks: Vec<Check>,
     /// When the controller stops waiting for the answer.

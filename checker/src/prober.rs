@@ -103,10 +103,10 @@ impl NetProber {
         host: &str,
         port: u16,
     ) -> Result<TcpStream, FailureCode> {
-        let mut stream = dial(&task.host, task.port, &self.options.egress).await?;
-        let creds = task.credentials.as_ref();
+        let mut stream = dial(&task.dial.host, task.dial.port, &self.options.egress).await?;
+        let creds = task.dial.credentials.as_ref();
         let to = ConnectTo { host, port, creds };
-        handshake::connect(task.protocol, &mut stream, to).await?;
+        handshake::connect(task.dial.protocol, &mut stream, to).await?;
         Ok(stream)
     }
 
@@ -131,11 +131,13 @@ impl NetProber {
     async fn egress(&self, task: &ProbeTask) -> Outcome {
         let echo = self.options.echo;
         let authority = echo.to_string();
-        let (stream, uri) = match task.protocol {
-            Protocol::Http => match dial(&task.host, task.port, &self.options.egress).await {
-                Ok(s) => (s, format!("http://{authority}{}", self.options.echo_path)),
-                Err(f) => return Err(f).into(),
-            },
+        let (stream, uri) = match task.dial.protocol {
+            Protocol::Http => {
+                match dial(&task.dial.host, task.dial.port, &self.options.egress).await {
+                    Ok(s) => (s, format!("http://{authority}{}", self.options.echo_path)),
+                    Err(f) => return Err(f).into(),
+                }
+            }
             Protocol::Socks5 => {
                 match self.tunnel(task, &echo.ip().to_string(), echo.port()).await {
                     Ok(s) => (s, self.options.echo_path.clone()),
@@ -149,7 +151,7 @@ impl NetProber {
         let mut req = Request::get(uri)
             .header(header::HOST, &authority)
             .header(header::USER_AGENT, "proxy-pool-checker");
-        if let (Protocol::Http, Some(c)) = (task.protocol, &task.credentials) {
+        if let (Protocol::Http, Some(c)) = (task.dial.protocol, &task.dial.credentials) {
             req = req.header(header::PROXY_AUTHORIZATION, basic_auth(c));
         }
         let Ok(req) = req.body(Empty::<Bytes>::new()) else {

@@ -27,16 +27,7 @@ fn task(id: usize, p: &SimProxy, checks: Vec<Check>) -> ProbeTask {
     ProbeTask {
         task_id: format!("t{id}"),
         proxy_id: p.id.clone(),
-        protocol: match p.protocol {
-            Protocol::Http => proxy_pool_checker::Protocol::Http,
-            Protocol::Socks5 => proxy_pool_checker::Protocol::Socks5,
-        },
-        host: p.host.to_string(),
-        port: p.port,
-        credentials: Some(proxy_pool_checker::Credentials {
-            username: p.username.clone(),
-            password: Secret::new(p.password.clone()),
-        }),
+        dial: p.dial(),
         checks,
         deadline: Instant::now() + Duration::from_secs(10),
     }
@@ -142,7 +133,7 @@ async fn refuse_and_bad_auth_fail_basic_and_skip_the_rest() {
 async fn wrong_credentials_are_rejected() {
     let (sim, p) = live_proxy(Protocol::Http, FailureMode::None).await;
     let mut t = task(1, &p, vec![Check::Basic]);
-    t.credentials = Some(proxy_pool_checker::Credentials {
+    t.dial.credentials = Some(proxy_pool_checker::Credentials {
         username: p.username.clone(),
         password: Secret::new("wrong"),
     });

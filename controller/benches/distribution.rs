@@ -17,11 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use activity_pool::model::{
-    Candidate, ClientId, Credentials, Dial, ExtractOutcome, ExtractRequest, FetchedBatch, Filters,
-    Fulfillment, Label, Labels, OperationId, Protocol, ProxyId, RequestDigest, RequestId, Secret,
-    UpstreamId,
+    Candidate, ClientId, ExtractOutcome, ExtractRequest, FetchedBatch, Filters, Fulfillment, Label,
+    Labels, OperationId, Protocol, ProxyId, RequestDigest, RequestId, UpstreamId,
 };
-use activity_pool::testkit::RedisServer;
+use activity_pool::testkit::{RedisServer, bench_dial};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -40,15 +39,7 @@ async fn seed(ports: &Ports, n: usize) {
     let cands: Vec<Candidate> = (base..base + n)
         .map(|i| Candidate {
             id: ProxyId::new(format!("b{i}")).unwrap(),
-            dial: Dial {
-                protocol: Protocol::Http,
-                host: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
-                port: 8000 + (i % 1000) as u16,
-                credentials: Some(Credentials {
-                    username: format!("u{i}"),
-                    password: Secret::new("bench-pass"),
-                }),
-            },
+            dial: bench_dial(i, Protocol::Http),
             labels: Labels {
                 region: Some(Label::new(format!("r{}", i % 10)).unwrap()),
                 carrier: None,

@@ -34,10 +34,7 @@ fn to_probe(t: CheckTask) -> checker::ProbeTask {
     checker::ProbeTask {
         task_id: t.task_id.to_string(),
         proxy_id: t.proxy_id.to_string(),
-        protocol: t.dial.protocol,
-        host: t.dial.host,
-        port: t.dial.port,
-        credentials: t.dial.credentials,
+        dial: t.dial,
         checks: t.checks,
         deadline: tokio::time::Instant::now() + left,
     }

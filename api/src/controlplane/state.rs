@@ -459,4 +459,4 @@ struct Plan {
 
 #[cfg(test)]
 #[path = "state_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -3,7 +3,7 @@
 use super::*;
 use crate::controlplane::model::{Credentials, Dial, Labels, Protocol, Secret};
 
-fn proxy(id: &str, epoch: u64) -> SnapshotProxy {
+pub(crate) fn proxy(id: &str, epoch: u64) -> SnapshotProxy {
     SnapshotProxy {
         id: id.into(),
         upstream: "u".into(),

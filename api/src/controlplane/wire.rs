@@ -216,34 +216,18 @@ pub fn encode_full<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controlplane::model::{Credentials, Dial, Labels, Protocol, Secret};
+    use crate::controlplane::model::{Credentials, Protocol, Secret};
     use prost::Message;
 
+    /// The state tests' proxy as SOCKS5, draining, under a lease, excluded from a list
+    /// of routings that holds an empty name.
     fn proxy() -> SnapshotProxy {
-        SnapshotProxy {
-            id: "p-1".into(),
-            upstream: "u".into(),
-            dial: Dial {
-                protocol: Protocol::Socks5,
-                host: "10.0.0.1".into(),
-                port: 1080,
-                credentials: Some(Credentials {
-                    username: "user".into(),
-                    password: Secret::new("pw"),
-                }),
-            },
-            labels: Labels {
-                region: Some("sh".into()),
-                carrier: None,
-            },
-            max_concurrency: 8,
-            expires_at_ms: 1_700_000_000_000,
-            usable_until_ms: 1_699_999_990_000,
-            assignment_epoch: 42,
-            draining: true,
-            lease_expires_at_ms: 1_699_999_980_000,
-            excluded_routings: vec!["r-a".into(), String::new(), "r-b".into()],
-        }
+        let mut p = crate::controlplane::state::tests::proxy("p-1", 42);
+        p.dial.protocol = Protocol::Socks5;
+        p.draining = true;
+        p.lease_expires_at_ms = 1_699_999_980_000;
+        p.excluded_routings = vec!["r-a".into(), String::new(), "r-b".into()];
+        p
     }
 
     #[test]

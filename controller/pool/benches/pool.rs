@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use activity_pool::model::*;
 use activity_pool::ports::*;
-use activity_pool::testkit::RedisServer;
+use activity_pool::testkit::{RedisServer, bench_dial};
 use activity_pool::{PoolOptions, RedisOptions};
 
 const POOL_SIZE: usize = 100_000;
@@ -34,19 +34,14 @@ fn next() -> u64 {
 fn cand(i: usize) -> Candidate {
     Candidate {
         id: ProxyId::new(format!("p{i}")).unwrap(),
-        dial: Dial {
-            protocol: if i.is_multiple_of(4) {
+        dial: bench_dial(
+            i,
+            if i.is_multiple_of(4) {
                 Protocol::Socks5
             } else {
                 Protocol::Http
             },
-            host: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
-            port: 8000 + (i % 1000) as u16,
-            credentials: Some(Credentials {
-                username: format!("u{i}"),
-                password: Secret::new("bench-pass"),
-            }),
-        },
+        ),
         labels: Labels {
             region: Some(Label::new(format!("r{}", i % REGIONS)).unwrap()),
             carrier: Some(Label::new(format!("c{}", i % 4)).unwrap()),

@@ -485,6 +485,21 @@ pub fn candidate(id: &str, ttl: Duration) -> crate::model::Candidate {
     }
 }
 
+/// The benchmarks' proxy number `i` (pool and Distribution API alike): `protocol` at
+/// `10.<i's low three bytes>:<8000 + i % 1000>`, user `u<i>` with password `bench-pass`.
+pub fn bench_dial(i: usize, protocol: crate::model::Protocol) -> crate::model::Dial {
+    use crate::model::*;
+    Dial {
+        protocol,
+        host: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
+        port: 8000 + (i % 1000) as u16,
+        credentials: Some(Credentials {
+            username: format!("u{i}"),
+            password: Secret::new("bench-pass"),
+        }),
+    }
+}
+
 /// A partial extraction of `count` proxies for `client`: no filters, no idempotency key,
 /// a request ID (and digest) of its own each call, its result kept for a minute.
 pub fn extract_request(client: &str, count: u32) -> crate::model::ExtractRequest {

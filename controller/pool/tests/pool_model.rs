@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use activity_pool::model::*;
 use activity_pool::ports::ActivityPool;
-use activity_pool::testkit::RedisServer;
+use activity_pool::testkit::{self, RedisServer};
 use activity_pool::{
     ManualClock, MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool, Timestamp,
 };
@@ -117,29 +117,19 @@ fn pid(i: usize) -> ProxyId {
     ProxyId::new(format!("p{i}")).unwrap()
 }
 
+/// The testkit's candidate `p<i>` (`p<i>.vendor.test`, its own user), every third one
+/// SOCKS5, in `REGIONS[region]` without a carrier, capacity 2.
 fn candidate(i: usize, ttl: u64, region: usize) -> Candidate {
-    Candidate {
-        id: pid(i),
-        dial: Dial {
-            protocol: if i.is_multiple_of(3) {
-                Protocol::Socks5
-            } else {
-                Protocol::Http
-            },
-            host: format!("p{i}.vendor.test"),
-            port: 1080,
-            credentials: Some(Credentials {
-                username: format!("u{i}"),
-                password: Secret::new("pw"),
-            }),
-        },
-        labels: Labels {
-            region: Some(Label::new(REGIONS[region]).unwrap()),
-            carrier: None,
-        },
-        ttl: Duration::from_secs(ttl),
-        max_concurrency: 2,
+    let mut c = testkit::candidate(pid(i).as_str(), Duration::from_secs(ttl));
+    if i.is_multiple_of(3) {
+        c.dial.protocol = Protocol::Socks5;
     }
+    c.labels = Labels {
+        region: Some(Label::new(REGIONS[region]).unwrap()),
+        carrier: None,
+    };
+    c.max_concurrency = 2;
+    c
 }
 
 /// The observable result of one operation, comparable across implementations.

@@ -1,6 +1,8 @@
 //! Value types the simulator hands out: protocols, proxy descriptions as a vendor
 //! would return them, live status for the control API, and timestamp formatting.
 
+use proxy_pool_api::controlplane::model::{Credentials, Secret};
+use proxy_pool_api::proxy::Dial;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -122,6 +124,23 @@ impl SimProxy {
     /// The proxy's listening address.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::from((self.host, self.port))
+    }
+
+    /// How a gateway or checker dials this proxy: the contract's [`Dial`], with the
+    /// proxy's own credentials.
+    pub fn dial(&self) -> Dial {
+        Dial {
+            protocol: match self.protocol {
+                Protocol::Http => proxy_pool_api::proxy::Protocol::Http,
+                Protocol::Socks5 => proxy_pool_api::proxy::Protocol::Socks5,
+            },
+            host: self.host.to_string(),
+            port: self.port,
+            credentials: Some(Credentials {
+                username: self.username.clone(),
+                password: Secret::new(self.password.clone()),
+            }),
+        }
     }
 
     /// `protocol://user:pass@host:port` — the vendor's line format.

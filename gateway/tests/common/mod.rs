@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use base64::Engine as _;
-use proxy_pool_api::controlplane::model::{self, Checksum, Credentials, Secret, Snapshot};
+use proxy_pool_api::controlplane::model::{self, Checksum, Snapshot};
 pub use proxy_pool_api::controlplane::model::{Routing, SnapshotProxy};
 use proxy_pool_api::egress::{EgressPolicy, PortRanges};
 use proxy_pool_e2e::sim::{
@@ -241,18 +241,7 @@ pub fn catch_all(name: &str) -> Routing {
 /// A gateway view of a simulated proxy.
 pub fn upstream(p: &SimProxy, max: u32) -> SnapshotProxy {
     SnapshotProxy {
-        dial: model::Dial {
-            protocol: match p.protocol {
-                Protocol::Http => model::Protocol::Http,
-                Protocol::Socks5 => model::Protocol::Socks5,
-            },
-            host: p.host.to_string(),
-            port: p.port,
-            credentials: Some(Credentials {
-                username: p.username.clone(),
-                password: Secret::new(p.password.clone()),
-            }),
-        },
+        dial: p.dial(),
         upstream: "sim".into(),
         labels: model::Labels {
             region: Some(p.region.clone()),
