@@ -30,24 +30,11 @@ impl IdError {
     }
 }
 
-macro_rules! identifier {
-    ($(#[$doc:meta])* $name:ident, $what:literal, $max:expr) => {
-        $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[serde(try_from = "String", into = "String")]
-        pub struct $name(String);
-
+/// What every string newtype here shares, its own `new` being the only way in:
+/// `as_str`, `TryFrom<String>` (through `new`, which serde uses) and `From<_> for String`.
+macro_rules! string_conversions {
+    ($name:ident) => {
         impl $name {
-            /// Longest accepted value, in bytes.
-            pub const MAX_LEN: usize = $max;
-
-            /// Validates and wraps `value`: 1..=MAX_LEN bytes of `[A-Za-z0-9._:-]`.
-            pub fn new(value: impl Into<String>) -> Result<Self, IdError> {
-                let value = value.into();
-                check_identifier(&value, $max).map_err(|reason| IdError::new($what, reason))?;
-                Ok(Self(value))
-            }
-
             /// The value.
             pub fn as_str(&self) -> &str {
                 &self.0
@@ -66,6 +53,29 @@ macro_rules! identifier {
                 value.0
             }
         }
+    };
+}
+
+macro_rules! identifier {
+    ($(#[$doc:meta])* $name:ident, $what:literal, $max:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Longest accepted value, in bytes.
+            pub const MAX_LEN: usize = $max;
+
+            /// Validates and wraps `value`: 1..=MAX_LEN bytes of `[A-Za-z0-9._:-]`.
+            pub fn new(value: impl Into<String>) -> Result<Self, IdError> {
+                let value = value.into();
+                check_identifier(&value, $max).map_err(|reason| IdError::new($what, reason))?;
+                Ok(Self(value))
+            }
+        }
+
+        string_conversions!($name);
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -133,25 +143,9 @@ impl IdempotencyKey {
         }
         Ok(Self(value))
     }
-
-    /// The key.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
-impl TryFrom<String> for IdempotencyKey {
-    type Error = IdError;
-    fn try_from(value: String) -> Result<Self, IdError> {
-        Self::new(value)
-    }
-}
-
-impl From<IdempotencyKey> for String {
-    fn from(value: IdempotencyKey) -> String {
-        value.0
-    }
-}
+string_conversions!(IdempotencyKey);
 
 impl fmt::Debug for IdempotencyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -186,22 +180,6 @@ impl RequestDigest {
         }
         Ok(Self(value))
     }
-
-    /// The hex digest.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
-impl TryFrom<String> for RequestDigest {
-    type Error = IdError;
-    fn try_from(value: String) -> Result<Self, IdError> {
-        Self::new(value)
-    }
-}
-
-impl From<RequestDigest> for String {
-    fn from(value: RequestDigest) -> String {
-        value.0
-    }
-}
+string_conversions!(RequestDigest);

@@ -994,8 +994,8 @@ async fn shutdown_closes_tunnels_and_stops_listening() {
 async fn spawn_proxy_with_sets_labels() {
     let sim = sim().await;
     let mut spec = ProxySpec::new(Protocol::Socks5, LONG_TTL);
-    spec.region = Some("guangzhou".into());
-    spec.carrier = Some("unicom".into());
+    spec.labels.region = Some("guangzhou".into());
+    spec.labels.carrier = Some("unicom".into());
     let p = sim.spawn_proxy_with(spec).await.unwrap();
     assert_eq!(
         (p.region.as_str(), p.carrier.as_str()),

@@ -2,7 +2,7 @@
 //! would return them, live status for the control API, and timestamp formatting.
 
 use proxy_pool_api::controlplane::model::{Credentials, Secret};
-use proxy_pool_api::proxy::Dial;
+use proxy_pool_api::proxy::{Dial, Labels};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -61,10 +61,9 @@ pub struct ProxySpec {
     pub ttl: Duration,
     /// Initial failure mode.
     pub failure: FailureMode,
-    /// Region label; `None` picks the first configured region.
-    pub region: Option<String>,
-    /// Carrier label; `None` picks the first configured carrier.
-    pub carrier: Option<String>,
+    /// Labels (the contract's dimensions); one left `None` picks the first value
+    /// configured for it.
+    pub labels: Labels<String>,
 }
 
 impl ProxySpec {
@@ -74,8 +73,7 @@ impl ProxySpec {
             protocol,
             ttl,
             failure: FailureMode::None,
-            region: None,
-            carrier: None,
+            labels: Labels::default(),
         }
     }
 }

@@ -116,7 +116,7 @@ impl Harness {
 
     pub async fn proxy_in(&self, protocol: Protocol, region: Option<&str>) -> SimProxy {
         let mut spec = ProxySpec::new(protocol, Duration::from_secs(600));
-        spec.region = region.map(str::to_owned);
+        spec.labels.region = region.map(str::to_owned);
         self.sim.spawn_proxy_with(spec).await.expect("proxy spawns")
     }
 

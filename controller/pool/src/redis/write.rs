@@ -227,34 +227,46 @@ impl HealthStore for RedisPool {
         check_check_starts(starts)?;
         // Check IDs travel as decimal strings: Lua numbers are doubles, which cannot
         // hold every u64.
-        let list: Vec<Value> = starts
+        let marks = starts
             .iter()
-            .map(|s| json!({ "id": s.proxy_id, "c": s.check.to_string(), "h": ms(s.hold) }))
-            .collect();
+            .map(|s| json!({ "id": s.proxy_id, "c": s.check.to_string(), "h": ms(s.hold) }));
         let codes: Vec<String> = self
-            .per_item(
-                Script::CheckBegin,
-                || CallKeys::new(Some(self.fresh_op(Script::CheckBegin)), None),
-                &list,
-                |chunk| json!({ "m": chunk }),
-                "check mark reply",
-            )
+            .per_check(Script::CheckBegin, marks, "m", "check mark reply")
             .await?;
         codes.iter().map(|c| check_mark(c)).collect()
     }
 
     async fn end_checks(&self, ends: &[CheckEnd]) -> PoolResult<Vec<bool>> {
         check_check_ends(ends)?;
-        let list: Vec<Value> = ends
+        let ends = ends
             .iter()
-            .map(|e| json!({ "id": e.proxy_id, "c": e.check.to_string() }))
-            .collect();
+            .map(|e| json!({ "id": e.proxy_id, "c": e.check.to_string() }));
+        self.per_check(Script::CheckEnd, ends, "e", "check end reply")
+            .await
+    }
+}
+
+impl RedisPool {
+    /// [`Self::per_item`] for check marks: each batch under an operation key of its
+    /// own, its items as the payload's `field`.
+    async fn per_check<R: serde::de::DeserializeOwned>(
+        &self,
+        script: Script,
+        items: impl Iterator<Item = Value>,
+        field: &str,
+        what: &str,
+    ) -> PoolResult<Vec<R>> {
+        let list: Vec<Value> = items.collect();
         self.per_item(
-            Script::CheckEnd,
-            || CallKeys::new(Some(self.fresh_op(Script::CheckEnd)), None),
+            script,
+            || CallKeys::new(Some(self.fresh_op(script)), None),
             &list,
-            |chunk| json!({ "e": chunk }),
-            "check end reply",
+            |chunk| {
+                let mut payload = serde_json::Map::new();
+                payload.insert(field.to_owned(), chunk.into());
+                Value::Object(payload)
+            },
+            what,
         )
         .await
     }

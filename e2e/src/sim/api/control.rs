@@ -15,6 +15,7 @@ use crate::sim::core::SimCore;
 use crate::sim::failure::{FailureMode, VendorFault};
 use crate::sim::model::{Protocol, ProxySpec, ProxyStatus, SimProxy};
 use crate::sim::proxy;
+use proxy_pool_api::proxy::Labels;
 
 /// Where the echo servers are and the CA PEM to trust for HTTPS.
 #[derive(Debug, Serialize)]
@@ -75,8 +76,10 @@ pub(super) async fn create(
         protocol: req.protocol,
         ttl,
         failure: req.failure,
-        region: req.region,
-        carrier: req.carrier,
+        labels: Labels {
+            region: req.region,
+            carrier: req.carrier,
+        },
     };
     let created = proxy::spawn(&core, spec).await?;
     Ok((StatusCode::CREATED, Json(created)))

@@ -18,6 +18,7 @@ use crate::sim::error::SimError;
 use crate::sim::failure::VendorFault;
 use crate::sim::model::{Protocol, ProxySpec, SimProxy};
 use crate::sim::proxy;
+use proxy_pool_api::proxy::Labels;
 
 /// Query of `GET /v1/proxies`; unknown parameters are ignored, as vendors do.
 #[derive(Debug, Deserialize)]
@@ -72,12 +73,14 @@ pub(super) async fn issue(
                 protocol,
                 ttl,
                 failure: settings.draw_failure(&mut rng),
-                region: region
-                    .clone()
-                    .or_else(|| settings.regions.choose(&mut rng).cloned()),
-                carrier: carrier
-                    .clone()
-                    .or_else(|| settings.carriers.choose(&mut rng).cloned()),
+                labels: Labels {
+                    region: region
+                        .clone()
+                        .or_else(|| settings.regions.choose(&mut rng).cloned()),
+                    carrier: carrier
+                        .clone()
+                        .or_else(|| settings.carriers.choose(&mut rng).cloned()),
+                },
             }
         };
         match proxy::spawn(&core, spec).await {

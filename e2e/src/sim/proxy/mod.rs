@@ -166,8 +166,8 @@ fn describe(core: &SimCore, spec: &ProxySpec, port: u16) -> SimProxy {
         port,
         username,
         password,
-        region: pick(&spec.region, &settings.regions),
-        carrier: pick(&spec.carrier, &settings.carriers),
+        region: pick(&spec.labels.region, &settings.regions),
+        carrier: pick(&spec.labels.carrier, &settings.carriers),
         expires_at: rfc3339(SystemTime::now() + spec.ttl),
         ttl_seconds: spec.ttl.as_secs() + u64::from(spec.ttl.subsec_nanos() > 0),
     }
