@@ -7,8 +7,8 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use proxy_pool_api::controlplane::model::{
-    Checksum, Labels, Protocol, Routing, RoutingMatch, Snapshot, SnapshotProxy, Sticky, Strategy,
-    UsernameParam,
+    Checksum, Header, Labels, Protocol, Routing, RoutingMatch, Snapshot, SnapshotProxy, Sticky,
+    Strategy, UsernameParam,
 };
 use proxy_pool_gateway::AuthMode;
 use proxy_pool_gateway::capacity::CapacityRegistry;
@@ -90,10 +90,12 @@ fn snapshot_of(size: usize, strategy: Strategy) -> LiveSnapshot {
         ..Routing::default()
     };
     let snap = Snapshot {
-        version: 1,
-        ownership_epoch: 1,
-        generated_at_ms: to_model_ms(now_ms()),
-        valid_until_ms: far_ms,
+        header: Header {
+            version: 1,
+            ownership_epoch: 1,
+            generated_at_ms: to_model_ms(now_ms()),
+            valid_until_ms: far_ms,
+        },
         routings: vec![region, routing],
         proxies,
         checksum: Checksum::default(),

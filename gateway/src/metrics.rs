@@ -243,8 +243,8 @@ mod tests {
         );
         let ms = |t| to_model_ms(unix_ms(t));
         let mut snap = fixture::input(42, vec![fixture::routing("all")], vec![]);
-        snap.snapshot.generated_at_ms = ms(now - Duration::from_millis(2500));
-        snap.snapshot.valid_until_ms = ms(now + Duration::from_secs(60));
+        snap.snapshot.header.generated_at_ms = ms(now - Duration::from_millis(2500));
+        snap.snapshot.header.valid_until_ms = ms(now + Duration::from_secs(60));
         let live = LiveSnapshot::build(snap, &CapacityRegistry::default(), now).unwrap();
         let text = render_snapshot(Some(&live), now);
         assert!(text.contains("gateway_snapshot_version 42\n"), "{text}");

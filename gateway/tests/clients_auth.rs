@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use proxy_pool_api::controlplane::model::{Checksum, RoutingMatch, Snapshot};
+use proxy_pool_api::controlplane::model::{Checksum, Header, RoutingMatch, Snapshot};
 use proxy_pool_api::gateway_clients::{self, ClientEntry};
 use proxy_pool_e2e::sim::Protocol;
 use proxy_pool_gateway::SnapshotInput;
@@ -69,10 +69,12 @@ async fn a_gateway_with_file_credentials_accepts_them_and_refuses_others() {
     h.handle
         .install(SnapshotInput::new(
             Snapshot {
-                version: 1,
-                ownership_epoch: 1,
-                generated_at_ms: unix_ms(SystemTime::now()),
-                valid_until_ms: unix_ms(SystemTime::now() + Duration::from_secs(600)),
+                header: Header {
+                    version: 1,
+                    ownership_epoch: 1,
+                    generated_at_ms: unix_ms(SystemTime::now()),
+                    valid_until_ms: unix_ms(SystemTime::now() + Duration::from_secs(600)),
+                },
                 routings: vec![routing],
                 proxies: vec![upstream(&p, 10)],
                 checksum: Checksum::default(),

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use super::model::{
-    CheckTarget, CheckTask, CheckTier, Checksum, Credentials, Delta, Dial, FailureCode, Labels,
-    Observation, Outcome, OutcomeStage, Protocol, ProxyEndpoint, RetryBudget, Routing,
+    CheckTarget, CheckTask, CheckTier, Checksum, Credentials, Delta, Dial, FailureCode, Header,
+    Labels, Observation, Outcome, OutcomeStage, Protocol, ProxyEndpoint, RetryBudget, Routing,
     RoutingMatch, Secret, Snapshot, SnapshotProxy, Sticky, Strategy, UsernameParam,
 };
 use super::pb;
@@ -307,10 +307,10 @@ fn proxies_from_wire(ps: Vec<pb::SnapshotProxy>) -> Result<Vec<SnapshotProxy>, C
 impl From<&Snapshot> for pb::WorkerSnapshot {
     fn from(s: &Snapshot) -> Self {
         Self {
-            version: s.version,
-            ownership_epoch: s.ownership_epoch,
-            generated_at_ms: s.generated_at_ms,
-            valid_until_ms: s.valid_until_ms,
+            version: s.header.version,
+            ownership_epoch: s.header.ownership_epoch,
+            generated_at_ms: s.header.generated_at_ms,
+            valid_until_ms: s.header.valid_until_ms,
             routings: s.routings.iter().map(pb::Routing::from).collect(),
             proxies: s.proxies.iter().map(pb::SnapshotProxy::from).collect(),
             checksum: s.checksum.0.to_vec(),
@@ -322,10 +322,12 @@ impl TryFrom<pb::WorkerSnapshot> for Snapshot {
     type Error = ConvertError;
     fn try_from(s: pb::WorkerSnapshot) -> Result<Self, ConvertError> {
         Ok(Self {
-            version: s.version,
-            ownership_epoch: s.ownership_epoch,
-            generated_at_ms: s.generated_at_ms,
-            valid_until_ms: s.valid_until_ms,
+            header: Header {
+                version: s.version,
+                ownership_epoch: s.ownership_epoch,
+                generated_at_ms: s.generated_at_ms,
+                valid_until_ms: s.valid_until_ms,
+            },
             routings: routings_from_wire(s.routings)?,
             proxies: proxies_from_wire(s.proxies)?,
             checksum: checksum_from_wire("snapshot.checksum", &s.checksum)?,
@@ -337,10 +339,10 @@ impl From<&Delta> for pb::SnapshotDelta {
     fn from(d: &Delta) -> Self {
         Self {
             base_version: d.base_version,
-            version: d.version,
-            ownership_epoch: d.ownership_epoch,
-            generated_at_ms: d.generated_at_ms,
-            valid_until_ms: d.valid_until_ms,
+            version: d.header.version,
+            ownership_epoch: d.header.ownership_epoch,
+            generated_at_ms: d.header.generated_at_ms,
+            valid_until_ms: d.header.valid_until_ms,
             upserts: d.upserts.iter().map(pb::SnapshotProxy::from).collect(),
             removals: d.removals.clone(),
             routings_changed: d.routings.is_some(),
@@ -358,10 +360,12 @@ impl TryFrom<pb::SnapshotDelta> for Delta {
         }
         Ok(Self {
             base_version: d.base_version,
-            version: d.version,
-            ownership_epoch: d.ownership_epoch,
-            generated_at_ms: d.generated_at_ms,
-            valid_until_ms: d.valid_until_ms,
+            header: Header {
+                version: d.version,
+                ownership_epoch: d.ownership_epoch,
+                generated_at_ms: d.generated_at_ms,
+                valid_until_ms: d.valid_until_ms,
+            },
             upserts: proxies_from_wire(d.upserts)?,
             removals: d.removals,
             routings: if d.routings_changed {

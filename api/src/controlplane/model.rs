@@ -169,9 +169,10 @@ impl fmt::Debug for Checksum {
     }
 }
 
-/// A complete worker snapshot.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Snapshot {
+/// What names one snapshot version: the header a full snapshot and a delta carry (all
+/// zero before the first snapshot).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Header {
     /// Monotonic version.
     pub version: u64,
     /// Ownership epoch (never decreases for a worker).
@@ -180,6 +181,13 @@ pub struct Snapshot {
     pub generated_at_ms: i64,
     /// Not fresh after this instant.
     pub valid_until_ms: i64,
+}
+
+/// A complete worker snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Its version.
+    pub header: Header,
     /// Routings in match order.
     pub routings: Vec<Routing>,
     /// The worker's proxies, sorted by ID.
@@ -193,14 +201,8 @@ pub struct Snapshot {
 pub struct Delta {
     /// Version the delta applies to.
     pub base_version: u64,
-    /// Version after applying.
-    pub version: u64,
-    /// Ownership epoch after applying.
-    pub ownership_epoch: u64,
-    /// When it was built.
-    pub generated_at_ms: i64,
-    /// Not fresh after this instant.
-    pub valid_until_ms: i64,
+    /// The version after applying.
+    pub header: Header,
     /// Added or changed proxies, sorted by ID.
     pub upserts: Vec<SnapshotProxy>,
     /// Removed proxy IDs, sorted.

@@ -48,18 +48,7 @@ pub enum StateError {
     VersionRegression,
 }
 
-/// Header fields of a new version (all zero before the first snapshot).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Header {
-    /// Version.
-    pub version: u64,
-    /// Ownership epoch.
-    pub ownership_epoch: u64,
-    /// Build time.
-    pub generated_at_ms: i64,
-    /// Freshness limit.
-    pub valid_until_ms: i64,
-}
+pub use super::model::Header;
 
 #[derive(Clone)]
 struct Entry {
@@ -120,13 +109,7 @@ impl SnapshotState {
 
     /// Builds a state from a full snapshot, verifying its checksum.
     pub fn from_snapshot(s: Snapshot) -> Result<Self, StateError> {
-        let header = Header {
-            version: s.version,
-            ownership_epoch: s.ownership_epoch,
-            generated_at_ms: s.generated_at_ms,
-            valid_until_ms: s.valid_until_ms,
-        };
-        let st = Self::build(header, s.routings, s.proxies)?;
+        let st = Self::build(s.header, s.routings, s.proxies)?;
         if st.checksum != s.checksum {
             return Err(StateError::ChecksumMismatch);
         }
@@ -245,12 +228,8 @@ impl SnapshotState {
 
     /// The full snapshot of the current version.
     pub fn to_snapshot(&self) -> Snapshot {
-        let h = self.header.unwrap_or_default();
         Snapshot {
-            version: h.version,
-            ownership_epoch: h.ownership_epoch,
-            generated_at_ms: h.generated_at_ms,
-            valid_until_ms: h.valid_until_ms,
+            header: self.header.unwrap_or_default(),
             routings: self.routings.clone(),
             proxies: self.proxies().cloned().collect(),
             checksum: self.checksum,
@@ -267,15 +246,10 @@ impl SnapshotState {
                 local,
             });
         }
-        if d.version <= local {
+        if d.header.version <= local {
             return Err(StateError::VersionRegression);
         }
-        let header = Header {
-            version: d.version,
-            ownership_epoch: d.ownership_epoch,
-            generated_at_ms: d.generated_at_ms,
-            valid_until_ms: d.valid_until_ms,
-        };
+        let header = d.header;
         let plan = self.plan(&header, d.upserts, &d.removals, d.routings.as_deref())?;
         if plan.checksum != d.checksum {
             return Err(StateError::ChecksumMismatch);
@@ -344,10 +318,7 @@ impl SnapshotState {
         self.commit(plan, &removals, header, routings.clone());
         Ok(Delta {
             base_version,
-            version: header.version,
-            ownership_epoch: header.ownership_epoch,
-            generated_at_ms: header.generated_at_ms,
-            valid_until_ms: header.valid_until_ms,
+            header,
             upserts,
             removals,
             routings,

@@ -187,8 +187,8 @@ impl Publisher {
             return st.snapshot.version();
         };
         st.issued.push_back(Issued {
-            version: delta.version,
-            epoch: delta.ownership_epoch,
+            version: delta.header.version,
+            epoch: delta.header.ownership_epoch,
             checksum: delta.checksum,
         });
         // A delta from nothing, or one touching most of a large snapshot, is not kept:
@@ -201,7 +201,7 @@ impl Publisher {
             st.history.push_back(Encoded {
                 base: delta.base_version,
                 update: Update {
-                    version: delta.version,
+                    version: delta.header.version,
                     checksum: delta.checksum,
                     full: false,
                     bytes: Bytes::from(msg.encode_to_vec()),
@@ -218,7 +218,7 @@ impl Publisher {
         }
         st.full = None;
         st.last_published_ms = now_ms;
-        let version = delta.version;
+        let version = delta.header.version;
         drop(st);
         ch.notify.send_replace(version);
         tracing::debug!(worker = %worker, version, changed = touched, "snapshot published");

@@ -134,7 +134,7 @@ async fn publish(
 ) -> Result<(), String> {
     let input = SnapshotInput::new(st.to_snapshot(), clients.to_vec());
     let handle = handle.clone();
-    let version = input.snapshot.version;
+    let version = input.snapshot.header.version;
     let built = tokio::task::spawn_blocking(move || handle.install(input).map(|_| ()))
         .await
         .map_err(|_| "build task failed".to_owned())?;

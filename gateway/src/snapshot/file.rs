@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use proxy_pool_api::controlplane::model::{
-    Checksum, Credentials, Dial, Labels, Protocol, RetryBudget, Routing, RoutingMatch, Secret,
-    Snapshot, SnapshotProxy, Sticky, Strategy, UsernameParam,
+    Checksum, Credentials, Dial, Header, Labels, Protocol, RetryBudget, Routing, RoutingMatch,
+    Secret, Snapshot, SnapshotProxy, Sticky, Strategy, UsernameParam,
 };
 use proxy_pool_api::egress::PortRanges;
 
@@ -255,10 +255,12 @@ impl SnapshotFile {
             return Err(SnapshotError { problems });
         }
         let snapshot = Snapshot {
-            version,
-            ownership_epoch: 0,
-            generated_at_ms: now,
-            valid_until_ms: far,
+            header: Header {
+                version,
+                ownership_epoch: 0,
+                generated_at_ms: now,
+                valid_until_ms: far,
+            },
             routings,
             proxies,
             checksum: Checksum::default(),

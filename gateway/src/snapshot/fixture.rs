@@ -2,7 +2,7 @@
 //! snapshot valid for ten minutes.
 
 use proxy_pool_api::controlplane::model::{
-    Checksum, Labels, Protocol, Routing, Snapshot, SnapshotProxy,
+    Checksum, Header, Labels, Protocol, Routing, Snapshot, SnapshotProxy,
 };
 
 use super::{SnapshotInput, standalone_proxy};
@@ -46,10 +46,12 @@ pub(crate) fn input(
 ) -> SnapshotInput {
     SnapshotInput::new(
         Snapshot {
-            version,
-            ownership_epoch: 1,
-            generated_at_ms: unix_ms_in(0),
-            valid_until_ms: unix_ms_in(TEN_MINUTES_MS),
+            header: Header {
+                version,
+                ownership_epoch: 1,
+                generated_at_ms: unix_ms_in(0),
+                valid_until_ms: unix_ms_in(TEN_MINUTES_MS),
+            },
             routings,
             proxies,
             checksum: Checksum::default(),

@@ -53,7 +53,7 @@ impl SnapshotHandle {
     /// `min(valid_until, now + max_stale_age)` unless refreshed.
     pub fn install(&self, input: SnapshotInput) -> Result<Arc<LiveSnapshot>, SnapshotError> {
         let snapshot = &input.snapshot;
-        let (version, epoch) = (snapshot.version, snapshot.ownership_epoch);
+        let (version, epoch) = (snapshot.header.version, snapshot.header.ownership_epoch);
         let _build = self.inner.registry.lock();
         let fresh_session = self.inner.new_session.load(Ordering::Acquire);
         if let Some(cur) = self.inner.current.load().as_ref()
@@ -176,7 +176,7 @@ pub async fn run_source<S: SnapshotSource>(
             info!("snapshot source ended");
             return;
         };
-        let version = input.snapshot.version;
+        let version = input.snapshot.header.version;
         if let Err(err) = handle.install(input) {
             warn!(version, error = %err, "snapshot rejected");
         }
@@ -239,7 +239,7 @@ mod tests {
         assert!(live.is_stale(crate::clock::now_ms()));
         let handle = SnapshotHandle::new(Duration::from_secs(60));
         let mut s = snapshot(1, vec![]);
-        s.snapshot.valid_until_ms = fixture::unix_ms_in(-1_000);
+        s.snapshot.header.valid_until_ms = fixture::unix_ms_in(-1_000);
         let live = handle.install(s).unwrap();
         assert!(live.is_stale(crate::clock::now_ms()));
     }

@@ -252,11 +252,12 @@ impl LiveSnapshot {
                 (c.username, entry)
             })
             .collect();
-        let valid_until = from_unix_ms(from_model_ms(snapshot.valid_until_ms));
+        let header = &snapshot.header;
+        let valid_until = from_unix_ms(from_model_ms(header.valid_until_ms));
         Ok(Self {
-            version: snapshot.version,
-            epoch: snapshot.ownership_epoch,
-            generated_at: from_unix_ms(from_model_ms(snapshot.generated_at_ms)),
+            version: header.version,
+            epoch: header.ownership_epoch,
+            generated_at: from_unix_ms(from_model_ms(header.generated_at_ms)),
             valid_until,
             proxies,
             routings,

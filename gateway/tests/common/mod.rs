@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use base64::Engine as _;
-use proxy_pool_api::controlplane::model::{self, Checksum, Snapshot};
+use proxy_pool_api::controlplane::model::{self, Checksum, Header, Snapshot};
 pub use proxy_pool_api::controlplane::model::{Routing, SnapshotProxy};
 use proxy_pool_api::egress::{EgressPolicy, PortRanges};
 use proxy_pool_e2e::sim::{
@@ -141,10 +141,12 @@ impl Harness {
     ) {
         let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
         let snapshot = Snapshot {
-            version,
-            ownership_epoch: 1,
-            generated_at_ms: unix_ms(SystemTime::now()),
-            valid_until_ms: unix_ms(valid_until),
+            header: Header {
+                version,
+                ownership_epoch: 1,
+                generated_at_ms: unix_ms(SystemTime::now()),
+                valid_until_ms: unix_ms(valid_until),
+            },
             routings,
             proxies,
             checksum: Checksum::default(),
