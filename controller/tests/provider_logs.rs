@@ -20,9 +20,9 @@ async fn no_secret_in_any_log_line() {
     let (capture, _guard) = LogCapture::set_default(tracing::Level::TRACE);
 
     let creds = VendorCredentials {
-        api_key: "KEY-7f3c-vendor".into(),
+        api_key: Secret::new("KEY-7f3c-vendor"),
         username: "acct".into(),
-        password: "PW-91aa-vendor".into(),
+        password: Secret::new("PW-91aa-vendor"),
     };
     let sim = Simulator::start(SimConfig {
         credentials: creds,

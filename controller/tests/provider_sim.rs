@@ -133,7 +133,7 @@ async fn fetch_lines_into_pool(redis: bool) {
     let c = sim.credentials();
     let auth = VendorAuth::Basic {
         username: c.username.clone(),
-        password: Secret::new(c.password.clone()),
+        password: c.password.clone(),
     };
     let source = HttpVendorSource::new(&url, VendorFormat::Lines, auth).unwrap();
     let metrics = ProviderMetrics::default();

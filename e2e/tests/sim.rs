@@ -269,7 +269,7 @@ async fn vendor_send(sim: &Simulator, method: &str, path: &str, body: &str) -> u
         .method(method)
         .uri(path)
         .header("host", sim.vendor_addr().to_string())
-        .header("x-api-key", &sim.credentials().api_key)
+        .header("x-api-key", sim.credentials().api_key.expose())
         .header("content-type", "application/json")
         .body(http_body_util::Full::new(Bytes::from(body.to_owned())))
         .unwrap();
@@ -277,7 +277,7 @@ async fn vendor_send(sim: &Simulator, method: &str, path: &str, body: &str) -> u
 }
 
 fn api_key(sim: &Simulator) -> Vec<(&'static str, String)> {
-    vec![("x-api-key", sim.credentials().api_key.clone())]
+    vec![("x-api-key", sim.credentials().api_key.expose().to_owned())]
 }
 
 fn remote_ip(reply: &EchoReply) -> IpAddr {
@@ -766,7 +766,7 @@ async fn vendor_api_line_format_with_basic_auth() {
     let creds = sim.credentials().clone();
     let auth = vec![(
         "authorization",
-        format!("Basic {}", basic(&creds.username, &creds.password)),
+        format!("Basic {}", basic(&creds.username, creds.password.expose())),
     )];
     let (status, headers, body) = vendor_get(&sim, "/v1/proxies?count=2&format=lines", &auth).await;
     assert_eq!(status, 200, "{body}");

@@ -723,7 +723,7 @@ pub async fn start_composed(
     let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let key_file = dir.join("vendor-key");
-    std::fs::write(&key_file, &sim.credentials().api_key).expect("key file");
+    std::fs::write(&key_file, sim.credentials().api_key.expose()).expect("key file");
     let source = format!(
         "{{vendorApi: {{url: '{}/v1/proxies?count={count}&protocol=http', format: json, \
          apiKeyFile: '{}'}}}}",

@@ -34,7 +34,7 @@ pub(crate) use on_both_pools;
 use std::sync::Arc;
 use std::time::Duration;
 
-use activity_pool::model::{Protocol, ProxyId, ProxyState, Secret, UpstreamId};
+use activity_pool::model::{Protocol, ProxyId, ProxyState, UpstreamId};
 use activity_pool::ports::ActivityPool;
 use activity_pool::testkit::RedisServer;
 use activity_pool::{MemoryPool, PoolOptions, RedisConnector, RedisOptions, RedisPool};
@@ -80,7 +80,7 @@ pub fn sim_provider(
 /// The simulator's vendor API (`/v1/proxies?<query>`, JSON) with its API key.
 pub fn sim_source(sim: &Simulator, query: &str) -> HttpVendorSource {
     let url = format!("{}/v1/proxies?{query}", sim.vendor_url());
-    let auth = VendorAuth::api_key(Secret::new(sim.credentials().api_key.clone()));
+    let auth = VendorAuth::api_key(sim.credentials().api_key.clone());
     HttpVendorSource::new(&url, VendorFormat::Json, auth).unwrap()
 }
 

@@ -3,6 +3,7 @@
 
 use anyhow::Context as _;
 use clap::Parser;
+use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_e2e::sim::{SimConfig, SimListeners, Simulator};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -104,7 +105,7 @@ fn load_config(args: &Args) -> anyhow::Result<SimConfig> {
         None => SimConfig::default(),
     };
     if let Some(key) = &args.api_key {
-        config.credentials.api_key.clone_from(key);
+        config.credentials.api_key = Secret::new(key.as_str());
     }
     if let Some(max) = args.max_live {
         config.max_live_proxies = max;

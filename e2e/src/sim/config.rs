@@ -2,6 +2,7 @@
 //! which reports every problem at once and yields the typed [`Settings`] the rest
 //! of the simulator trusts. Never reads files or the environment itself.
 
+use proxy_pool_api::controlplane::model::Secret;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
@@ -12,32 +13,25 @@ use super::failure::FailureMode;
 use super::model::MAX_PROXY_TTL;
 
 /// Vendor API credentials: clients send `X-API-Key: <api_key>` or
-/// `Authorization: Basic <username:password>`.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `Authorization: Basic <username:password>`. The key and the password are the
+/// contract's [`Secret`]s (plain strings in the file, never printed by `Debug`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct VendorCredentials {
     /// Value expected in the `X-API-Key` header.
-    pub api_key: String,
+    pub api_key: Secret,
     /// Basic-auth user name.
     pub username: String,
     /// Basic-auth password.
-    pub password: String,
-}
-
-impl std::fmt::Debug for VendorCredentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VendorCredentials")
-            .field("username", &self.username)
-            .finish_non_exhaustive()
-    }
+    pub password: Secret,
 }
 
 impl Default for VendorCredentials {
     fn default() -> Self {
         Self {
-            api_key: "sim-api-key".into(),
+            api_key: Secret::new("sim-api-key"),
             username: "sim-vendor".into(),
-            password: "sim-vendor-secret".into(),
+            password: Secret::new("sim-vendor-secret"),
         }
     }
 }
@@ -188,13 +182,13 @@ impl SimConfig {
         let mut problems = Vec::new();
         let mut bad = |field: &str, msg: &str| problems.push(format!("{field}: {msg}"));
         let c = &self.credentials;
-        if c.api_key.is_empty() {
+        if c.api_key.expose().is_empty() {
             bad("credentials.apiKey", "must not be empty");
         }
         if c.username.is_empty() || c.username.contains(':') {
             bad("credentials.username", "must be non-empty without ':'");
         }
-        if c.password.is_empty() {
+        if c.password.expose().is_empty() {
             bad("credentials.password", "must not be empty");
         }
         if !(1..=MAX_LIVE_PROXIES).contains(&self.max_live_proxies) {

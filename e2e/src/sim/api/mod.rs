@@ -148,7 +148,7 @@ impl FromRequestParts<Arc<SimCore>> for VendorAuth {
 fn authorized(headers: &HeaderMap, core: &SimCore) -> bool {
     let creds = &core.settings.credentials;
     if let Some(key) = headers.get("x-api-key") {
-        return bool::from(key.as_bytes().ct_eq(creds.api_key.as_bytes()));
+        return bool::from(key.as_bytes().ct_eq(creds.api_key.expose().as_bytes()));
     }
     let Some(basic) = headers
         .get(header::AUTHORIZATION)
@@ -160,6 +160,6 @@ fn authorized(headers: &HeaderMap, core: &SimCore) -> bool {
     let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(basic.trim()) else {
         return false;
     };
-    let expected = format!("{}:{}", creds.username, creds.password);
+    let expected = format!("{}:{}", creds.username, creds.password.expose());
     bool::from(decoded.ct_eq(expected.as_bytes()))
 }
