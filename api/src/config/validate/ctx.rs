@@ -4,13 +4,14 @@
 use std::collections::{BTreeSet, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use ipnet::IpNet;
 
 use crate::config::checks::check_identifier;
-use crate::config::duration::duration_at;
+use crate::config::duration::{duration_at, duration_in};
 use crate::config::error::{ConfigError, FieldPath};
 use crate::config::raw::RawRate;
 use crate::config::types::{Permission, Rate, SecretHash};
@@ -40,6 +41,17 @@ impl Ctx {
         default: Duration,
     ) -> Duration {
         duration_at(&mut self.errors, path, raw, default).unwrap_or(default)
+    }
+
+    /// A duration within `bounds` (`default` stands in after a problem).
+    pub(super) fn duration_in(
+        &mut self,
+        path: &str,
+        raw: Option<&str>,
+        default: Duration,
+        bounds: RangeInclusive<Duration>,
+    ) -> Duration {
+        duration_in(&mut self.errors, path, raw, default, bounds)
     }
 
     pub(super) fn required_duration(&mut self, path: &str, raw: Option<&str>) -> Duration {
