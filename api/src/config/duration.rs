@@ -1,5 +1,6 @@
 //! Go-style durations as the CRDs use them: whole units, e.g. `250ms`, `30s`, `1h30m`.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use super::error::ConfigError;
@@ -77,12 +78,13 @@ pub(super) fn duration_in(
     path: &str,
     raw: Option<&str>,
     default: Duration,
-    (min, max): (Duration, Duration),
+    bounds: RangeInclusive<Duration>,
 ) -> Duration {
     let Some(d) = duration_at(errors, path, raw, default) else {
         return default;
     };
-    if !(min..=max).contains(&d) {
+    if !bounds.contains(&d) {
+        let (min, max) = bounds.into_inner();
         errors.push(ConfigError {
             path: path.into(),
             message: format!(

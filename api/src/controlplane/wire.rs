@@ -79,27 +79,22 @@ impl prost::Message for SnapshotUpdate {
         ctx: DecodeContext,
     ) -> Result<(), prost::DecodeError> {
         self.encoded = None;
-        match tag {
-            1 => {
-                let mut m = match self.update.take() {
-                    Some(Update::Full(m)) => m,
-                    _ => pb::WorkerSnapshot::default(),
-                };
-                encoding::message::merge(wire_type, &mut m, buf, ctx)?;
-                self.update = Some(Update::Full(m));
-                Ok(())
-            }
-            2 => {
-                let mut m = match self.update.take() {
-                    Some(Update::Delta(m)) => m,
-                    _ => pb::SnapshotDelta::default(),
-                };
-                encoding::message::merge(wire_type, &mut m, buf, ctx)?;
-                self.update = Some(Update::Delta(m));
-                Ok(())
-            }
-            _ => encoding::skip_field(wire_type, tag, buf, ctx),
+        if !matches!(tag, 1 | 2) {
+            return encoding::skip_field(wire_type, tag, buf, ctx);
         }
+        // A oneof member seen again merges into the one held; the other member is
+        // replaced.
+        let (full, delta) = match self.update.take() {
+            Some(Update::Full(m)) => (Some(m), None),
+            Some(Update::Delta(m)) => (None, Some(m)),
+            None => (None, None),
+        };
+        self.update = Some(if tag == 1 {
+            Update::Full(merged(full, wire_type, buf, ctx)?)
+        } else {
+            Update::Delta(merged(delta, wire_type, buf, ctx)?)
+        });
+        Ok(())
     }
 
     fn encoded_len(&self) -> usize {
@@ -117,6 +112,18 @@ impl prost::Message for SnapshotUpdate {
         self.update = None;
         self.encoded = None;
     }
+}
+
+/// `previous` (or a new message) with one more encoding of it merged in.
+fn merged<M: prost::Message + Default>(
+    previous: Option<M>,
+    wire_type: WireType,
+    buf: &mut impl Buf,
+    ctx: DecodeContext,
+) -> Result<M, prost::DecodeError> {
+    let mut m = previous.unwrap_or_default();
+    encoding::message::merge(wire_type, &mut m, buf, ctx)?;
+    Ok(m)
 }
 
 fn put_str(tag: u32, s: &str, buf: &mut Vec<u8>) {
@@ -254,6 +261,35 @@ mod tests {
             encode_proxy(&p, &mut mine);
             assert_eq!(mine, pb::SnapshotProxy::from(&p).encode_to_vec(), "{p:?}");
         }
+    }
+
+    #[test]
+    fn a_oneof_member_seen_again_merges_and_the_other_is_replaced() {
+        let enc = |u: Update| SnapshotUpdate::new(u).encode_to_vec();
+        let full = |version, ownership_epoch| {
+            Update::Full(pb::WorkerSnapshot {
+                version,
+                ownership_epoch,
+                ..Default::default()
+            })
+        };
+        let delta = Update::Delta(pb::SnapshotDelta {
+            base_version: 1,
+            version: 2,
+            ..Default::default()
+        });
+        // Full then Full: the later fields merge onto the earlier message.
+        let twice = [enc(full(3, 0)), enc(full(0, 9))].concat();
+        let decoded = SnapshotUpdate::decode(twice.as_slice()).unwrap();
+        assert_eq!(decoded.update, Some(full(3, 9)));
+        // Delta then Full: the full snapshot replaces the delta.
+        let both = [enc(delta.clone()), enc(full(5, 1))].concat();
+        let decoded = SnapshotUpdate::decode(both.as_slice()).unwrap();
+        assert_eq!(decoded.update, Some(full(5, 1)));
+        // An unknown field is skipped and keeps the update.
+        let unknown = [enc(delta.clone()), vec![0x18, 0x07]].concat();
+        let decoded = SnapshotUpdate::decode(unknown.as_slice()).unwrap();
+        assert_eq!(decoded.update, Some(delta));
     }
 
     #[test]

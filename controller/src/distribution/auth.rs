@@ -12,7 +12,6 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,7 +20,8 @@ use async_trait::async_trait;
 use axum::http::HeaderMap;
 use base64::Engine;
 use proxy_pool_api::config::{
-    AuthConfig, AuthMethodKind, AuthMode, ClientConfig, Permission, Rate, SaltedHash, SecretHash,
+    AuthConfig, AuthMethodKind, AuthMode, ClientConfig, ClientGrants, Permission, SaltedHash,
+    SecretHash,
 };
 use proxy_pool_api::throttle::Verdict;
 pub use proxy_pool_api::throttle::{AuthThrottle, ThrottleConfig};
@@ -40,14 +40,9 @@ pub struct Identity {
     pub client_id: ClientId,
     /// Granted permissions.
     pub permissions: BTreeSet<Permission>,
-    /// Most proxies per request (`None`: the listener's limit).
-    pub max_extract_count: Option<NonZeroU32>,
-    /// Allowed upstreams (empty: any).
-    pub allowed_upstreams: Vec<String>,
-    /// Allowed regions (empty: any).
-    pub allowed_regions: Vec<String>,
-    /// Own rate limit (`None`: the listener default).
-    pub rate_limit: Option<Rate>,
+    /// The configured client's grants (an anonymous caller's: the default, no limits
+    /// beyond the listener's).
+    pub grants: ClientGrants,
     /// The configured client's name (`None`: an anonymous caller in no-auth mode).
     pub client_name: Option<String>,
     /// Which credential identified the caller, for the unique-caller counts of usage
@@ -294,10 +289,7 @@ impl Authenticator {
             client_id: ClientId::new(format!("client:{}", client.name))
                 .map_err(|_| ApiError::Internal)?,
             permissions,
-            max_extract_count: client.max_extract_count,
-            allowed_upstreams: client.allowed_upstreams.clone(),
-            allowed_regions: client.allowed_regions.clone(),
-            rate_limit: client.rate_limit,
+            grants: client.grants.clone(),
             client_name: Some(client.name.clone()),
             credential,
         })
@@ -315,10 +307,7 @@ impl Authenticator {
                 .default_permissions
                 .clone()
                 .unwrap_or_else(|| Permission::ALL.into_iter().collect()),
-            max_extract_count: None,
-            allowed_upstreams: Vec::new(),
-            allowed_regions: Vec::new(),
-            rate_limit: None,
+            grants: ClientGrants::default(),
             client_name: None,
             credential: format!("addr:{ip}"),
         })

@@ -2,6 +2,7 @@
 
 use super::*;
 use proxy_pool_api::config::load_yaml;
+use std::num::NonZeroU32;
 
 fn auth(yaml: &str) -> Authenticator {
     let c = load_yaml(yaml).expect("config");
@@ -56,7 +57,7 @@ async fn each_method_identifies_its_client() {
         .expect("bearer");
     assert_eq!(id.client_id.as_str(), "client:b");
     assert!(id.permissions.contains(&Permission::DistributionExtract));
-    assert_eq!(id.max_extract_count.map(NonZeroU32::get), Some(3));
+    assert_eq!(id.grants.max_extract_count.map(NonZeroU32::get), Some(3));
 }
 
 #[tokio::test]

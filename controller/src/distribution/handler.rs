@@ -75,7 +75,7 @@ async fn run(
     {
         return Err(ApiError::PermissionDenied("distribution:extract"));
     }
-    let rate = identity.rate_limit.or(cfg.per_client_rate);
+    let rate = identity.grants.rate_limit.or(cfg.per_client_rate);
     match st.limiter.admit(identity.client_id.as_str(), rate).await {
         Ok(Decision::Allow) => {}
         Ok(Decision::Deny(retry_after)) => return Err(ApiError::RateLimited { retry_after }),
@@ -108,7 +108,7 @@ async fn run(
     let mut input = parse_body(&bytes, cfg.max_count_per_request, cfg.default_fulfillment)?;
     info.requested = Some(input.count.get());
     let digest = input.digest();
-    apply_constraints(&mut input, &identity)?;
+    apply_constraints(&mut input, &identity.grants)?;
     info.filters = Some(input.filter_summary());
     let request = ExtractRequest {
         client_id: identity.client_id.clone(),

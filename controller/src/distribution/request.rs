@@ -12,10 +12,9 @@ use activity_pool::model::{
     UpstreamId,
 };
 use axum::http::{HeaderMap, header};
-use proxy_pool_api::config::FulfillmentDefault;
+use proxy_pool_api::config::{ClientGrants, FulfillmentDefault};
 use serde::{Deserialize, Serialize};
 
-use super::auth::Identity;
 use super::problem::ApiError;
 
 /// The body as sent. Absent members are allowed; explicit `null`s are not.
@@ -293,10 +292,10 @@ fn dimension<T: Ord>(
     Ok(out)
 }
 
-/// Applies the credential's constraints: count limit, and upstream / region sets that a
+/// Applies the credential's grants: count limit, and upstream / region sets that a
 /// request can only narrow (an omitted filter becomes the allowed set).
-pub fn apply_constraints(input: &mut ExtractInput, id: &Identity) -> Result<(), ApiError> {
-    if let Some(limit) = id.max_extract_count
+pub fn apply_constraints(input: &mut ExtractInput, grants: &ClientGrants) -> Result<(), ApiError> {
+    if let Some(limit) = grants.max_extract_count
         && input.count > limit
     {
         return Err(ApiError::CountAboveClientLimit {
@@ -306,7 +305,7 @@ pub fn apply_constraints(input: &mut ExtractInput, id: &Identity) -> Result<(), 
     }
     narrow(
         &mut input.filters.upstreams,
-        &id.allowed_upstreams,
+        &grants.allowed_upstreams,
         "filters.allowedUpstreams",
         "UPSTREAM_NOT_ALLOWED",
         UpstreamId::new,
@@ -314,7 +313,7 @@ pub fn apply_constraints(input: &mut ExtractInput, id: &Identity) -> Result<(), 
     )?;
     narrow(
         &mut input.filters.regions,
-        &id.allowed_regions,
+        &grants.allowed_regions,
         "filters.regions",
         "REGION_NOT_ALLOWED",
         Label::new,

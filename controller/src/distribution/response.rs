@@ -123,27 +123,15 @@ fn encode(s: &str) -> String {
     out
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` (UTC, whole seconds).
+/// `YYYY-MM-DDTHH:MM:SSZ` (UTC, whole seconds; an instant beyond the years jiff
+/// represents, ±9999, is written as its bound).
 pub fn rfc3339(t: Timestamp) -> String {
+    let (min, max) = (jiff::Timestamp::MIN, jiff::Timestamp::MAX);
     let secs = t.millis().div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        sod / 3600,
-        (sod % 3600) / 60,
-        sod % 60
-    )
+    jiff::Timestamp::from_second(secs.clamp(min.as_second(), max.as_second()))
+        .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 #[cfg(test)]
@@ -158,6 +146,9 @@ mod tests {
             "2026-07-28T10:30:00Z"
         );
         assert_eq!(rfc3339(Timestamp(951_782_400_000)), "2000-02-29T00:00:00Z");
+        // Whole seconds, rounded down (before the epoch too).
+        assert_eq!(rfc3339(Timestamp(1_999)), "1970-01-01T00:00:01Z");
+        assert_eq!(rfc3339(Timestamp(-1)), "1969-12-31T23:59:59Z");
     }
 
     #[test]

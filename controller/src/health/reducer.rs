@@ -246,6 +246,13 @@ mod tests {
 
     const OK: Fact = passed(Tier::Basic);
     const FAIL: Fact = failed(Tier::Basic, FailureCode::ConnectRefused);
+    /// The egress check saw the client's own address.
+    const LEAK: Fact = failed(Tier::Egress, FailureCode::ClientLeaked);
+    const EGRESS_OK: Fact = passed(Tier::Egress);
+    /// The checker itself failed: says nothing of the proxy.
+    const CHECKER_ERROR: Fact = failed(Tier::Basic, FailureCode::CheckerError);
+    const TARGET_FAIL: Fact = failed(Tier::Target, FailureCode::TargetUnreachable);
+    const TARGET_OK: Fact = passed(Tier::Target);
 
     fn run(cfg: &ReducerConfig, facts: &[Fact]) -> (ProxyHealth, Vec<Option<HealthVerdict>>) {
         let mut h = ProxyHealth::default();
@@ -294,9 +301,7 @@ mod tests {
     #[test]
     fn leak_is_unhealthy_and_checker_errors_are_ignored() {
         let c = cfg(2, 4);
-        let leak = failed(Tier::Egress, FailureCode::ClientLeaked);
-        let err = failed(Tier::Basic, FailureCode::CheckerError);
-        let (h, v) = run(&c, &[OK, err, err, err, leak]);
+        let (h, v) = run(&c, &[OK, CHECKER_ERROR, CHECKER_ERROR, CHECKER_ERROR, LEAK]);
         assert_eq!(
             v,
             vec![
@@ -313,9 +318,10 @@ mod tests {
     #[test]
     fn target_failures_make_suspect_and_target_success_clears() {
         let c = cfg(2, 4);
-        let tf = failed(Tier::Target, FailureCode::TargetUnreachable);
-        let ts = passed(Tier::Target);
-        let (h, v) = run(&c, &[OK, tf, tf, tf, OK, ts]);
+        let (h, v) = run(
+            &c,
+            &[OK, TARGET_FAIL, TARGET_FAIL, TARGET_FAIL, OK, TARGET_OK],
+        );
         assert_eq!(v[3], Some(HealthVerdict::Suspect));
         assert_eq!(
             v[4],
@@ -339,10 +345,8 @@ mod tests {
     #[test]
     fn an_open_leak_blocks_recovery_until_egress_succeeds() {
         let c = cfg(2, 4);
-        let leak = failed(Tier::Egress, FailureCode::ClientLeaked);
-        let egress_ok = passed(Tier::Egress);
         // BASIC successes (even reported after the leak) never bring it back.
-        let (h, v) = run(&c, &[OK, leak, OK, OK, OK]);
+        let (h, v) = run(&c, &[OK, LEAK, OK, OK, OK]);
         assert_eq!(h.state, HealthState::Unhealthy);
         assert!(h.leaked);
         assert_eq!(
@@ -350,7 +354,7 @@ mod tests {
             &[None, None, None],
             "nothing written: the failure code stays"
         );
-        let (h, v) = run(&c, &[OK, leak, OK, egress_ok]);
+        let (h, v) = run(&c, &[OK, LEAK, OK, EGRESS_OK]);
         assert_eq!(h.state, HealthState::Available);
         assert_eq!(v[3], Some(HealthVerdict::Available));
     }

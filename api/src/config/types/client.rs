@@ -27,14 +27,12 @@ pub struct BasicCredentials {
     pub password: SaltedHash,
 }
 
-/// A Distribution client.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClientConfig {
-    /// Name and client ID.
-    pub name: String,
-    /// Declared permissions.
-    pub permissions: Option<BTreeSet<Permission>>,
-    /// Most proxies per request.
+/// What a client may take, and how fast: declared by a configured client, carried by
+/// the caller it authenticates as. The default grants everything the listener allows
+/// (an anonymous caller's).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientGrants {
+    /// Most proxies per request (`None`: the listener's limit).
     pub max_extract_count: Option<NonZeroU32>,
     /// Allowed upstreams (empty: any).
     pub allowed_upstreams: Vec<String>,
@@ -42,6 +40,17 @@ pub struct ClientConfig {
     pub allowed_regions: Vec<String>,
     /// Own rate limit (`None`: the listener default).
     pub rate_limit: Option<Rate>,
+}
+
+/// A Distribution client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// Name and client ID.
+    pub name: String,
+    /// Declared permissions.
+    pub permissions: Option<BTreeSet<Permission>>,
+    /// What it may take, and how fast.
+    pub grants: ClientGrants,
     /// API key hashes.
     pub api_keys: Vec<SecretHash>,
     /// Basic credentials.

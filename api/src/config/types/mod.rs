@@ -20,7 +20,7 @@ pub use crate::egress::{EgressPolicy, PortRanges};
 pub use crate::proxy::{Protocol, Strategy};
 pub use crate::secret::SaltedHash;
 pub use client::{
-    BasicCredentials, ClientConfig, ClientSecretFile, ClientSecretKind, SecretHash,
+    BasicCredentials, ClientConfig, ClientGrants, ClientSecretFile, ClientSecretKind, SecretHash,
     service_account_user,
 };
 pub use control_plane::{ControlPlaneConfig, ControlPlaneTls, ControlPlaneTransport};

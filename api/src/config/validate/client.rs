@@ -10,7 +10,8 @@ use crate::config::checks::{check_basic_username, check_service_account};
 use crate::config::error::ConfigError;
 use crate::config::raw::{RawBasic, RawClient, RawHashedSecret};
 use crate::config::types::{
-    BasicCredentials, ClientConfig, ClientSecretFile, ClientSecretKind, SaltedHash, SecretHash,
+    BasicCredentials, ClientConfig, ClientGrants, ClientSecretFile, ClientSecretKind, SaltedHash,
+    SecretHash,
 };
 
 /// Longest client name (the client ID adds a short prefix).
@@ -18,17 +19,7 @@ pub const MAX_CLIENT_NAME: usize = 100;
 
 pub(super) fn client(cx: &mut Ctx, path: &str, raw: &RawClient) -> ClientConfig {
     cx.identifier(&format!("{path}.name"), &raw.name, MAX_CLIENT_NAME);
-    let max_extract_count = match raw.max_extract_count {
-        None => None,
-        Some(n) if (1..=MAX_COUNT_PER_REQUEST).contains(&n) => NonZeroU32::new(n),
-        Some(n) => {
-            cx.err(
-                format!("{path}.maxExtractCount"),
-                format!("must be between 1 and {MAX_COUNT_PER_REQUEST}, got {n}"),
-            );
-            None
-        }
-    };
+    let grants = grants(cx, path, raw);
     let mut secret_files = Vec::new();
     let api_keys = hashed_secrets(
         cx,
@@ -71,6 +62,29 @@ pub(super) fn client(cx: &mut Ctx, path: &str, raw: &RawClient) -> ClientConfig 
     ClientConfig {
         name: raw.name.clone(),
         permissions: cx.permissions(&format!("{path}.permissions"), raw.permissions.as_ref()),
+        grants,
+        api_keys,
+        basic,
+        bearer_tokens,
+        service_accounts: raw.service_accounts.clone(),
+        secret_files,
+    }
+}
+
+/// `maxExtractCount`, `allowedUpstreams`, `allowedRegions` and `rateLimit`.
+fn grants(cx: &mut Ctx, path: &str, raw: &RawClient) -> ClientGrants {
+    let max_extract_count = match raw.max_extract_count {
+        None => None,
+        Some(n) if (1..=MAX_COUNT_PER_REQUEST).contains(&n) => NonZeroU32::new(n),
+        Some(n) => {
+            cx.err(
+                format!("{path}.maxExtractCount"),
+                format!("must be between 1 and {MAX_COUNT_PER_REQUEST}, got {n}"),
+            );
+            None
+        }
+    };
+    ClientGrants {
         max_extract_count,
         allowed_upstreams: cx.list(
             &format!("{path}.allowedUpstreams"),
@@ -79,11 +93,6 @@ pub(super) fn client(cx: &mut Ctx, path: &str, raw: &RawClient) -> ClientConfig 
         ),
         allowed_regions: cx.list(&format!("{path}.allowedRegions"), &raw.allowed_regions, 64),
         rate_limit: cx.rate(&format!("{path}.rateLimit"), raw.rate_limit.as_ref()),
-        api_keys,
-        basic,
-        bearer_tokens,
-        service_accounts: raw.service_accounts.clone(),
-        secret_files,
     }
 }
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::ctx::Ctx;
-use crate::config::duration::{duration_in, show};
+use crate::config::duration::show;
 use crate::config::raw::RawControlPlane;
 use crate::config::types::{ControlPlaneConfig, ControlPlaneTls, ControlPlaneTransport};
 
@@ -76,51 +76,42 @@ pub(super) fn control_plane_tunables(
     transport: ControlPlaneTransport,
     request_timeout: Duration,
 ) -> ControlPlaneConfig {
-    let mut within =
-        |path: &str, raw: Option<&str>, default: Duration, min: Duration, max: Duration| {
-            duration_in(&mut cx.errors, path, raw, default, (min, max))
-        };
-    let lease = within(
+    let secs = Duration::from_secs;
+    let lease = cx.duration_in(
         "controlPlane.lease",
         raw.lease.as_deref(),
-        Duration::from_secs(30),
-        Duration::from_secs(5),
-        Duration::from_secs(3600),
+        secs(30),
+        secs(5)..=secs(3600),
     );
-    let renew_before = within(
+    let renew_before = cx.duration_in(
         "controlPlane.renewBefore",
         raw.renew_before.as_deref(),
-        Duration::from_secs(15),
-        Duration::from_secs(2),
-        Duration::from_secs(3600),
+        secs(15),
+        secs(2)..=secs(3600),
     );
-    let snapshot_validity = within(
+    let snapshot_validity = cx.duration_in(
         "controlPlane.snapshotValidity",
         raw.snapshot_validity.as_deref(),
-        Duration::from_secs(30),
-        Duration::from_secs(2),
-        Duration::from_secs(3600),
+        secs(30),
+        secs(2)..=secs(3600),
     );
-    let max_stale_age = within(
+    let max_stale_age = cx.duration_in(
         "controlPlane.maxStaleAge",
         raw.max_stale_age.as_deref(),
-        Duration::from_secs(60),
-        Duration::from_secs(1),
-        Duration::from_secs(3600),
+        secs(60),
+        secs(1)..=secs(3600),
     );
-    let report_interval = within(
+    let report_interval = cx.duration_in(
         "controlPlane.reportInterval",
         raw.report_interval.as_deref(),
-        Duration::from_secs(5),
-        Duration::from_millis(100),
-        Duration::from_secs(60),
+        secs(5),
+        Duration::from_millis(100)..=secs(60),
     );
-    let drain_wait = within(
+    let drain_wait = cx.duration_in(
         "controlPlane.drainWait",
         raw.drain_wait.as_deref(),
-        Duration::from_secs(5),
-        Duration::ZERO,
-        Duration::from_secs(60),
+        secs(5),
+        Duration::ZERO..=secs(60),
     );
     if renew_before >= lease {
         cx.err(

@@ -4,13 +4,14 @@
 use std::collections::{BTreeSet, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use ipnet::IpNet;
 
 use crate::config::checks::check_identifier;
-use crate::config::duration::duration_at;
+use crate::config::duration::{duration_at, duration_in, show};
 use crate::config::error::{ConfigError, FieldPath};
 use crate::config::raw::RawRate;
 use crate::config::types::{Permission, Rate, SecretHash};
@@ -40,6 +41,47 @@ impl Ctx {
         default: Duration,
     ) -> Duration {
         duration_at(&mut self.errors, path, raw, default).unwrap_or(default)
+    }
+
+    /// A duration within `bounds` (`default` stands in after a problem).
+    pub(super) fn duration_in(
+        &mut self,
+        path: &str,
+        raw: Option<&str>,
+        default: Duration,
+        bounds: RangeInclusive<Duration>,
+    ) -> Duration {
+        duration_in(&mut self.errors, path, raw, default, bounds)
+    }
+
+    /// A duration of at least `min`; a shorter one is reported ("must be at least
+    /// <min>") and kept, so later checks compare what was written.
+    pub(super) fn duration_at_least(
+        &mut self,
+        path: &str,
+        raw: Option<&str>,
+        default: Duration,
+        min: Duration,
+    ) -> Duration {
+        let d = self.duration(path, raw, default);
+        if d < min {
+            self.err(path, format!("must be at least {}", show(min)));
+        }
+        d
+    }
+
+    /// A duration above zero; zero is reported ("must be positive") and kept.
+    pub(super) fn positive_duration(
+        &mut self,
+        path: &str,
+        raw: Option<&str>,
+        default: Duration,
+    ) -> Duration {
+        let d = self.duration(path, raw, default);
+        if d.is_zero() {
+            self.err(path, "must be positive");
+        }
+        d
     }
 
     pub(super) fn required_duration(&mut self, path: &str, raw: Option<&str>) -> Duration {

@@ -81,15 +81,12 @@ pub(super) fn distribution(
             1,
             100_000,
         ),
-        request_timeout: cx.duration(
+        request_timeout: cx.positive_duration(
             "distribution.limits.requestTimeout",
             l.request_timeout.as_deref(),
             Duration::from_secs(10),
         ),
     };
-    if limits.request_timeout.is_zero() {
-        cx.err("distribution.limits.requestTimeout", "must be positive");
-    }
     if l.max_connections_per_source.is_some()
         && limits.max_connections_per_source > limits.max_connections
     {

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use super::ctx::Ctx;
 use crate::config::checks::dns_name;
-use crate::config::duration::duration_in;
 use crate::config::raw::RawLeadership;
 use crate::config::types::{
     ControlPlaneConfig, KubernetesLeadership, LeadershipBackend, LeadershipConfig, StoreConfig,
@@ -48,19 +47,17 @@ pub(super) fn leadership(
         );
     }
     let secs = Duration::from_secs;
-    let lease = duration_in(
-        &mut cx.errors,
+    let lease = cx.duration_in(
         "leadership.lease",
         raw.lease.as_deref(),
         secs(10),
-        (secs(2), secs(300)),
+        secs(2)..=secs(300),
     );
-    let renew_every = duration_in(
-        &mut cx.errors,
+    let renew_every = cx.duration_in(
         "leadership.renewEvery",
         raw.renew_every.as_deref(),
         secs(2),
-        (Duration::from_millis(100), secs(100)),
+        Duration::from_millis(100)..=secs(100),
     );
     if renew_every * 3 > lease {
         cx.err(
@@ -68,12 +65,11 @@ pub(super) fn leadership(
             "must be at most a third of leadership.lease",
         );
     }
-    let retry_every = duration_in(
-        &mut cx.errors,
+    let retry_every = cx.duration_in(
         "leadership.retryEvery",
         raw.retry_every.as_deref(),
         secs(2),
-        (Duration::from_millis(100), secs(300)),
+        Duration::from_millis(100)..=secs(300),
     );
     let config = LeadershipConfig {
         replicas,

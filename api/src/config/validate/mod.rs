@@ -112,7 +112,7 @@ pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
     } else {
         None
     };
-    let grace_period = cx.duration(
+    let grace_period = cx.positive_duration(
         "shutdown.gracePeriod",
         raw.shutdown.grace_period.as_deref(),
         Duration::from_secs(25),
@@ -122,9 +122,6 @@ pub fn validate(raw: &RawConfig) -> Result<Config, ConfigErrors> {
         raw.shutdown.drain_delay.as_deref(),
         Duration::ZERO,
     );
-    if grace_period.is_zero() {
-        cx.err("shutdown.gracePeriod", "must be positive");
-    }
     if drain_delay >= grace_period && !grace_period.is_zero() {
         cx.err("shutdown.drainDelay", "must be shorter than gracePeriod");
     }

@@ -167,22 +167,17 @@ fn target_hosts(cx: &mut Ctx, path: &str, raw: &[String]) -> Vec<String> {
 }
 
 fn sticky(cx: &mut Ctx, path: &str, raw: &RawStickySession) -> StickyConfig {
-    let ttl = cx.duration(
+    let ttl = cx.duration_at_least(
         &format!("{path}.ttl"),
         raw.ttl.as_deref(),
         Duration::from_secs(600),
+        Duration::from_secs(1),
     );
-    let idle_timeout = cx.duration(
+    let idle_timeout = cx.positive_duration(
         &format!("{path}.idleTimeout"),
         raw.idle_timeout.as_deref(),
         Duration::from_secs(120),
     );
-    if ttl < Duration::from_secs(1) {
-        cx.err(format!("{path}.ttl"), "must be at least 1s");
-    }
-    if idle_timeout.is_zero() {
-        cx.err(format!("{path}.idleTimeout"), "must be positive");
-    }
     if idle_timeout > ttl {
         cx.err(format!("{path}.idleTimeout"), "must not be longer than ttl");
     }
@@ -202,14 +197,12 @@ fn retry(cx: &mut Ctx, path: &str, raw: Option<&RawRetry>) -> RetryConfig {
     let Some(raw) = raw else {
         return d;
     };
-    let deadline = cx.duration(
+    let deadline = cx.duration_at_least(
         &format!("{path}.deadline"),
         raw.deadline.as_deref(),
         d.deadline,
+        Duration::from_millis(100),
     );
-    if deadline < Duration::from_millis(100) {
-        cx.err(format!("{path}.deadline"), "must be at least 100ms");
-    }
     RetryConfig {
         max_attempts: cx.range(
             &format!("{path}.maxAttempts"),

@@ -88,14 +88,11 @@ fn redis(cx: &mut Ctx, raw: &RawRedis) -> RedisConfig {
             RedisTarget::Address(String::new())
         }
     };
-    let command_timeout = cx.duration(
+    let command_timeout = cx.positive_duration(
         "store.redis.commandTimeout",
         raw.command_timeout.as_deref(),
         Duration::from_millis(500),
     );
-    if command_timeout.is_zero() {
-        cx.err("store.redis.commandTimeout", "must be positive");
-    }
     if let Some(u) = &raw.username
         && (u.is_empty() || u.len() > 256 || u.chars().any(|c| c.is_whitespace()))
     {

@@ -61,14 +61,12 @@ pub(super) fn upstream(
         cx.err(format!("{path}.maxSize"), "is required");
     }
     let max_size = cx.range(&format!("{path}.maxSize"), raw.max_size, 1, 1, 1_000_000);
-    let fetch_interval = cx.duration(
+    let fetch_interval = cx.duration_at_least(
         &format!("{path}.fetchInterval"),
         raw.fetch_interval.as_deref(),
         Duration::from_secs(10),
+        Duration::from_millis(100),
     );
-    if fetch_interval < Duration::from_millis(100) {
-        cx.err(format!("{path}.fetchInterval"), "must be at least 100ms");
-    }
     UpstreamConfig {
         name: raw.name.clone(),
         source: source(cx, &format!("{path}.source"), &raw.source),
@@ -103,22 +101,18 @@ fn upstream_health(
     let Some(raw) = raw else {
         return d;
     };
-    let interval = cx.duration(
+    let interval = cx.duration_at_least(
         &format!("{path}.interval"),
         raw.interval.as_deref(),
         d.interval,
+        Duration::from_secs(1),
     );
-    let timeout = cx.duration(
+    let timeout = cx.duration_at_least(
         &format!("{path}.timeout"),
         raw.timeout.as_deref(),
         d.timeout,
+        Duration::from_millis(100),
     );
-    if interval < Duration::from_secs(1) {
-        cx.err(format!("{path}.interval"), "must be at least 1s");
-    }
-    if timeout < Duration::from_millis(100) {
-        cx.err(format!("{path}.timeout"), "must be at least 100ms");
-    }
     if timeout > interval {
         cx.err(
             format!("{path}.timeout"),

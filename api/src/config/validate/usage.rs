@@ -13,7 +13,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::ctx::Ctx;
-use crate::config::duration::duration_in;
 use crate::config::raw::{RawAnalytics, RawCache, RawCacheNamespace};
 use crate::config::types::{AnalyticsConfig, CacheConfig, CacheNamespaceConfig, StoreConfig};
 
@@ -26,18 +25,6 @@ pub const TOKEN_REVIEW_MAX_TTL: Duration = Duration::from_secs(120);
 
 /// The readers only these sections use, on the validator's one collector.
 impl Ctx {
-    /// A duration within `min..=max`.
-    fn duration_in(
-        &mut self,
-        path: &str,
-        raw: Option<&str>,
-        default: Duration,
-        min: Duration,
-        max: Duration,
-    ) -> Duration {
-        duration_in(&mut self.errors, path, raw, default, (min, max))
-    }
-
     /// A whole number of seconds within `min..=max` seconds.
     fn seconds_in(
         &mut self,
@@ -46,7 +33,7 @@ impl Ctx {
         default: Duration,
         max: Duration,
     ) -> Duration {
-        let d = self.duration_in(path, raw, default, Duration::from_secs(1), max);
+        let d = self.duration_in(path, raw, default, Duration::from_secs(1)..=max);
         if d.subsec_nanos() != 0 {
             self.err(path, "must be a whole number of seconds");
         }
@@ -215,8 +202,7 @@ fn cache_section(e: &mut Ctx, raw: &RawCache, redis_store: bool) -> CacheConfig 
         "cache.loaderTimeout",
         raw.loader_timeout.as_deref(),
         Duration::from_secs(3),
-        Duration::from_millis(10),
-        Duration::from_secs(30),
+        Duration::from_millis(10)..=Duration::from_secs(30),
     );
     let loader_concurrency = e.within(
         "cache.loaderConcurrency",
@@ -229,8 +215,7 @@ fn cache_section(e: &mut Ctx, raw: &RawCache, redis_store: bool) -> CacheConfig 
         "cache.redisTimeout",
         raw.redis_timeout.as_deref(),
         Duration::from_millis(20),
-        Duration::from_millis(1),
-        Duration::from_secs(5),
+        Duration::from_millis(1)..=Duration::from_secs(5),
     );
     let token_review = namespace(
         e,
