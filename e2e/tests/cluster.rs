@@ -993,7 +993,10 @@ async fn three_replicas_on_redis_and_the_leader_pod_deleted(c: &LocalCluster) ->
     let stop = Arc::new(AtomicBool::new(false));
     let extraction = {
         let (log, stop) = (extracted.clone(), stop.clone());
-        let (ingress, key) = (Ingress::of(c), c.credentials.client_api_key.expose().to_owned());
+        let (ingress, key) = (
+            Ingress::of(c),
+            c.credentials.client_api_key.expose().to_owned(),
+        );
         tokio::spawn(async move {
             for i in 0..600 {
                 if stop.load(Ordering::Relaxed) {
