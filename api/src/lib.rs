@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod controlplane;
+pub mod echo;
 pub mod egress;
 pub mod gateway_clients;
 pub mod identity;
@@ -11,5 +12,6 @@ pub mod ids;
 pub mod inventory;
 pub mod proxy;
 pub mod secret;
+pub mod socks5;
 pub mod throttle;
 pub mod token;

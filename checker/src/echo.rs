@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use proxy_pool_api::echo::{self, LEAK_HEADERS};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -19,16 +20,6 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::listen::Limits;
-
-/// Headers that reveal a proxy or its client; `proxy-authorization` is reported as
-/// `<redacted>`, never its value.
-const LEAK_HEADERS: [&str; 5] = [
-    "via",
-    "forwarded",
-    "x-forwarded-for",
-    "x-real-ip",
-    "proxy-authorization",
-];
 
 /// The echo server's limits unless told otherwise: 1024 connections at once, shared
 /// fairly between sources (more are closed at accept), 64 from one source address, 10 s
@@ -62,12 +53,7 @@ fn answer(req: &Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
         if values.is_empty() {
             continue;
         }
-        let value = if name == "proxy-authorization" {
-            "<redacted>".to_owned()
-        } else {
-            values.join(", ")
-        };
-        headers.insert(name.to_owned(), value);
+        headers.insert(name.to_owned(), echo::shown_value(name, values.join(", ")));
     }
     let body = serde_json::json!({
         "remote": peer.to_string(),

@@ -3,13 +3,13 @@
 //! logs or returns a credential.
 
 use std::io;
-use std::net::IpAddr;
 
 use base64::Engine as _;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use proxy_pool_api::egress::EgressPolicy;
+use proxy_pool_api::socks5;
 
 use crate::model::{Credentials, FailureCode, Protocol};
 
@@ -155,9 +155,7 @@ pub async fn socks5_connect(
     let ConnectTo { host, port, creds } = to;
     let fail = |_| FailureCode::HandshakeFailed;
     let method = if creds.is_some() { 2u8 } else { 0u8 };
-    stream.write_all(&[5, 1, method]).await.map_err(fail)?;
-    let mut reply = [0u8; 2];
-    stream.read_exact(&mut reply).await.map_err(fail)?;
+    let reply: [u8; 2] = exchange(stream, &[5, 1, method]).await?;
     if reply[0] != 5 {
         return Err(FailureCode::HandshakeFailed);
     }
@@ -169,43 +167,14 @@ pub async fn socks5_connect(
     }
     if let Some(c) = creds {
         let (user, pass) = (c.username.as_bytes(), c.password.expose().as_bytes());
-        let (Ok(ulen), Ok(plen)) = (u8::try_from(user.len()), u8::try_from(pass.len())) else {
-            return Err(FailureCode::AuthRejected);
-        };
-        let mut msg = Vec::with_capacity(3 + user.len() + pass.len());
-        msg.push(1);
-        msg.push(ulen);
-        msg.extend_from_slice(user);
-        msg.push(plen);
-        msg.extend_from_slice(pass);
-        stream.write_all(&msg).await.map_err(fail)?;
-        let mut status = [0u8; 2];
-        stream.read_exact(&mut status).await.map_err(fail)?;
+        let msg = socks5::password_request(user, pass).ok_or(FailureCode::AuthRejected)?;
+        let status: [u8; 2] = exchange(stream, &msg).await?;
         if status[1] != 0 {
             return Err(FailureCode::AuthRejected);
         }
     }
-    let mut req = vec![5, 1, 0];
-    match host.parse::<IpAddr>() {
-        Ok(IpAddr::V4(v4)) => {
-            req.push(1);
-            req.extend_from_slice(&v4.octets());
-        }
-        Ok(IpAddr::V6(v6)) => {
-            req.push(4);
-            req.extend_from_slice(&v6.octets());
-        }
-        Err(_) => {
-            let len = u8::try_from(host.len()).map_err(|_| FailureCode::CheckerError)?;
-            req.push(3);
-            req.push(len);
-            req.extend_from_slice(host.as_bytes());
-        }
-    }
-    req.extend_from_slice(&port.to_be_bytes());
-    stream.write_all(&req).await.map_err(fail)?;
-    let mut head = [0u8; 4];
-    stream.read_exact(&mut head).await.map_err(fail)?;
+    let req = socks5::connect_request(host, port).ok_or(FailureCode::CheckerError)?;
+    let head: [u8; 4] = exchange(stream, &req).await?;
     if head[0] != 5 {
         return Err(FailureCode::HandshakeFailed);
     }
@@ -227,6 +196,19 @@ pub async fn socks5_connect(
     let mut rest = vec![0u8; addr_len + 2];
     stream.read_exact(&mut rest).await.map_err(fail)?;
     Ok(())
+}
+
+/// Writes `msg` and reads the `N` bytes the proxy answers it with (all of a fixed-size
+/// reply, or the head of a longer one).
+async fn exchange<const N: usize>(
+    stream: &mut impl HandshakeStream,
+    msg: &[u8],
+) -> Result<[u8; N], FailureCode> {
+    let fail = |_| FailureCode::HandshakeFailed;
+    stream.write_all(msg).await.map_err(fail)?;
+    let mut reply = [0u8; N];
+    stream.read_exact(&mut reply).await.map_err(fail)?;
+    Ok(reply)
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use proxy_pool_api::throttle::SourceSlots;
+use proxy_pool_runtime::net::accept_or_stop;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
@@ -62,19 +63,16 @@ pub async fn serve(
         options.max_connections,
         options.max_connections_per_source,
     ));
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.reached(Phase::Stopping) => break,
-            a = listener.accept() => a,
-        };
-        let (stream, peer) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::debug!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-        };
+    let on_error = |e: &std::io::Error| tracing::debug!(error = %e, "accept failed");
+    let pause = Duration::from_millis(20);
+    while let Some((stream, peer)) = accept_or_stop(
+        &listener,
+        shutdown.reached(Phase::Stopping),
+        pause,
+        on_error,
+    )
+    .await
+    {
         let Some(slot) = slots.acquire(peer.ip()) else {
             tracing::debug!("connection limit reached; closing a new connection");
             drop(stream);

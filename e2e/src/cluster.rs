@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use proxy_pool_api::controlplane::model::Secret;
+
 /// Set by `scripts/test.d/cluster.sh` once binaries and images are built.
 pub const PREPARED_ENV: &str = "PROXY_POOL_CLUSTER_PREPARED";
 /// How long `cluster-up.sh` may take (it builds nothing with `--no-build`).
@@ -37,25 +39,18 @@ pub struct Output {
     pub stderr: String,
 }
 
-/// The per-run credentials `cluster-up.sh` created (`credentials.env`).
-#[derive(Clone)]
+/// The per-run credentials `cluster-up.sh` created (`credentials.env`); `Debug` shows
+/// only the user name.
+#[derive(Clone, Debug)]
 pub struct Credentials {
     /// The vendor simulator's API key.
-    pub vendor_api_key: String,
+    pub vendor_api_key: Secret,
     /// The example DistributionClient's API key.
-    pub client_api_key: String,
+    pub client_api_key: Secret,
     /// Its gateway user name (before routing parameters).
     pub gateway_username: String,
     /// Its gateway password.
-    pub gateway_password: String,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("gateway_username", &self.gateway_username)
-            .finish_non_exhaustive()
-    }
+    pub gateway_password: Secret,
 }
 
 /// A running local cluster with Proxy Pool installed.
@@ -204,10 +199,10 @@ impl LocalCluster {
         };
         Self {
             credentials: Credentials {
-                vendor_api_key: value("VENDOR_API_KEY"),
-                client_api_key: value("CLIENT_API_KEY"),
+                vendor_api_key: Secret::new(value("VENDOR_API_KEY")),
+                client_api_key: Secret::new(value("CLIENT_API_KEY")),
                 gateway_username: value("GATEWAY_USERNAME"),
-                gateway_password: value("GATEWAY_PASSWORD"),
+                gateway_password: Secret::new(value("GATEWAY_PASSWORD")),
             },
             kubectl: PathBuf::from(bin_dir).join("kubectl"),
             helm,

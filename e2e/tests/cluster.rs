@@ -435,7 +435,7 @@ async fn start_client_pod(c: &LocalCluster) {
 
 async fn traffic_from_a_pod_through_the_gateway(c: &LocalCluster) {
     let user = format!("{}{PARAMS}", c.credentials.gateway_username);
-    let pass = &c.credentials.gateway_password;
+    let pass = c.credentials.gateway_password.expose();
     let http_proxy = format!("http://{user}:{pass}@{GATEWAY}:3128");
     let socks_proxy = format!("socks5h://{user}:{pass}@{GATEWAY}:1080");
     let mut egress = BTreeSet::new();
@@ -493,9 +493,9 @@ async fn traffic_from_a_pod_through_the_gateway(c: &LocalCluster) {
 }
 
 async fn extract_through_the_ingress(c: &LocalCluster) {
-    let first = extract(c, Some(&c.credentials.client_api_key), "e2e-a").await;
+    let first = extract(c, Some(c.credentials.client_api_key.expose()), "e2e-a").await;
     assert_eq!(first.0, 200, "{}", first.1);
-    let second = extract(c, Some(&c.credentials.client_api_key), "e2e-b").await;
+    let second = extract(c, Some(c.credentials.client_api_key.expose()), "e2e-b").await;
     assert_eq!(second.0, 200, "{}", second.1);
     let a = proxy_ids(&first.1);
     let b = proxy_ids(&second.1);
@@ -734,7 +734,7 @@ async fn a_deleted_controller_pod_is_replaced(c: &LocalCluster) {
         i += 1;
         last = extract(
             c,
-            Some(&c.credentials.client_api_key),
+            Some(c.credentials.client_api_key.expose()),
             &format!("e2e-resume-{i}"),
         )
         .await;
@@ -813,7 +813,7 @@ async fn gateways_serve_from_their_snapshot_without_a_controller(c: &LocalCluste
         i += 1;
         let (code, body) = extract(
             c,
-            Some(&c.credentials.client_api_key),
+            Some(c.credentials.client_api_key.expose()),
             &format!("e2e-back-{i}"),
         )
         .await;
@@ -993,7 +993,10 @@ async fn three_replicas_on_redis_and_the_leader_pod_deleted(c: &LocalCluster) ->
     let stop = Arc::new(AtomicBool::new(false));
     let extraction = {
         let (log, stop) = (extracted.clone(), stop.clone());
-        let (ingress, key) = (Ingress::of(c), c.credentials.client_api_key.clone());
+        let (ingress, key) = (
+            Ingress::of(c),
+            c.credentials.client_api_key.expose().to_owned(),
+        );
         tokio::spawn(async move {
             for i in 0..600 {
                 if stop.load(Ordering::Relaxed) {
@@ -1377,7 +1380,7 @@ async fn sim_info(c: &LocalCluster) -> Value {
         "--max-time",
         "10",
         "-H",
-        &format!("X-API-Key: {}", c.credentials.vendor_api_key),
+        &format!("X-API-Key: {}", c.credentials.vendor_api_key.expose()),
         &format!("http://{ip}:8080/v1/sim/info"),
     ])
     .await;
@@ -1582,7 +1585,8 @@ impl Traffic {
             .expect("gateway address");
         let auth = base64::engine::general_purpose::STANDARD.encode(format!(
             "{}{PARAMS}:{}",
-            c.credentials.gateway_username, c.credentials.gateway_password
+            c.credentials.gateway_username,
+            c.credentials.gateway_password.expose()
         ));
         let stop = Arc::new(AtomicBool::new(false));
         let log = Arc::new(parking_lot::Mutex::new(Vec::new()));

@@ -21,8 +21,8 @@ use proxy_pool_e2e::k8s::{
     kubectl_table,
 };
 use proxy_pool_operator::crd::{
-    DistributionClient, Routing, StaticSource, Upstream, UpstreamInventory, UpstreamSource,
-    UpstreamSpec, UpstreamStatus,
+    DistributionClient, ObservedConditions, Routing, StaticSource, Upstream, UpstreamInventory,
+    UpstreamSource, UpstreamSpec, UpstreamStatus,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -455,15 +455,17 @@ async fn server_side_apply_and_printer_columns(cluster: &KubeApiServer) {
     assert_eq!(got.spec.max_size, 20);
 
     let status = UpstreamStatus {
-        observed_generation: got.metadata.generation,
-        conditions: vec![Condition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            reason: "InventoryAvailable".into(),
-            message: "42 proxies managed".into(),
-            last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+        observed: ObservedConditions {
             observed_generation: got.metadata.generation,
-        }],
+            conditions: vec![Condition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: "InventoryAvailable".into(),
+                message: "42 proxies managed".into(),
+                last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+                observed_generation: got.metadata.generation,
+            }],
+        },
         inventory: Some(UpstreamInventory {
             managed: 42,
             available: 40,

@@ -27,7 +27,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
 use proxy_pool_gateway::snapshot::ClientCredential;
-use proxy_pool_operator::crd::{DistributionClient, Routing, Upstream};
+use proxy_pool_operator::crd::{DistributionClient, HasConditions, Routing, Upstream};
 use proxy_pool_operator::identity::{CaParams, IdentityOptions, IdentityService, IssuerConfig};
 use proxy_pool_operator::reconcile::hash_key::{self, HashKey};
 use proxy_pool_operator::reconcile::{
@@ -1133,30 +1133,6 @@ where
     })
     .await
 }
-
-trait HasConditions {
-    fn conditions(&self) -> &[Condition];
-    fn observed_generation(&self) -> Option<i64>;
-}
-
-macro_rules! has_conditions {
-    ($t:ty) => {
-        impl HasConditions for $t {
-            fn conditions(&self) -> &[Condition] {
-                self.status
-                    .as_ref()
-                    .map(|s| s.conditions.as_slice())
-                    .unwrap_or(&[])
-            }
-            fn observed_generation(&self) -> Option<i64> {
-                self.status.as_ref().and_then(|s| s.observed_generation)
-            }
-        }
-    };
-}
-has_conditions!(Upstream);
-has_conditions!(Routing);
-has_conditions!(DistributionClient);
 
 async fn statuses_become_ready(client: &kube::Client) {
     let u: Upstream = wait_ready(client, "vendor-sim", "True").await;

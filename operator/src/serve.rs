@@ -15,6 +15,7 @@ use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use proxy_pool_api::throttle::SourceSlots;
+use proxy_pool_runtime::net::accept_or_stop;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -61,18 +62,9 @@ pub async fn serve(
         limits.max_per_source,
     ));
     tokio::pin!(shutdown);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
+    let on_error = |error: &std::io::Error| tracing::warn!(%error, "accept failed");
+    let pause = Duration::from_millis(50);
+    while let Some((tcp, peer)) = accept_or_stop(&listener, &mut shutdown, pause, on_error).await {
         let Some(slot) = slots.acquire(peer.ip()) else {
             tracing::debug!("connection limit reached; closing a new connection");
             continue;

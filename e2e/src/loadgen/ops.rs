@@ -2,13 +2,14 @@
 //! proxy connection, a CONNECT tunnel with one request inside, a SOCKS5 tunnel with one
 //! request inside.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use super::response::ReadBuf;
 use super::{Mode, OpError, ProxyEndpoint, Target};
 use base64::Engine as _;
+use proxy_pool_api::socks5;
 
 /// Precomputed request bytes of one (proxy, target) pair.
 #[derive(Debug, Clone)]
@@ -42,34 +43,16 @@ impl Requests {
             "GET {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: proxy-pool-loadgen\r\n\r\n",
             path = target.path
         );
+        // Lengths (≤ 255) are validated by `LoadConfig::validate`, so neither
+        // encoding is ever refused.
         let (socks_greeting, socks_auth) = match &proxy.credentials {
-            Some((u, p)) => {
-                // Lengths are validated (≤ 255) by `LoadConfig::validate`.
-                let mut a = vec![1u8, u.len() as u8];
-                a.extend_from_slice(u.as_bytes());
-                a.push(p.len() as u8);
-                a.extend_from_slice(p.as_bytes());
-                (vec![5u8, 1, 2], Some(a))
-            }
+            Some((u, p)) => (
+                vec![5u8, 1, 2],
+                socks5::password_request(u.as_bytes(), p.as_bytes()),
+            ),
             None => (vec![5u8, 1, 0], None),
         };
-        let mut socks_connect = vec![5u8, 1, 0];
-        match target.host.parse::<IpAddr>() {
-            Ok(IpAddr::V4(ip)) => {
-                socks_connect.push(1);
-                socks_connect.extend_from_slice(&ip.octets());
-            }
-            Ok(IpAddr::V6(ip)) => {
-                socks_connect.push(4);
-                socks_connect.extend_from_slice(&ip.octets());
-            }
-            Err(_) => {
-                socks_connect.push(3);
-                socks_connect.push(target.host.len() as u8);
-                socks_connect.extend_from_slice(target.host.as_bytes());
-            }
-        }
-        socks_connect.extend_from_slice(&target.port.to_be_bytes());
+        let socks_connect = socks5::connect_request(&target.host, target.port).unwrap_or_default();
         Self {
             absolute: absolute.into_bytes(),
             connect: connect.into_bytes(),

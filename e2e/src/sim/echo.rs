@@ -11,6 +11,8 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use proxy_pool_api::echo::{self, LEAK_HEADERS};
+use proxy_pool_runtime::net::accept_or_stop;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -54,31 +56,14 @@ pub struct EchoReply {
     pub proxy_headers: BTreeMap<String, String>,
 }
 
-/// Headers the echo server reports in [`EchoReply::proxy_headers`].
-const LEAK_HEADERS: [&str; 5] = [
-    "via",
-    "forwarded",
-    "x-forwarded-for",
-    "x-real-ip",
-    "proxy-authorization",
-];
-
 /// Accepts until shutdown; `tls` turns this into the HTTPS echo server.
 pub(crate) async fn run(core: Arc<SimCore>, listener: TcpListener, tls: Option<EchoTls>) {
     let limit = Arc::new(Semaphore::new(core.settings.max_echo_connections));
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = core.token.cancelled() => return,
-        };
-        let (stream, peer) = match accepted {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                debug!(error = %err, "echo accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+    let on_error = |err: &std::io::Error| debug!(error = %err, "echo accept failed");
+    let pause = Duration::from_millis(50);
+    while let Some((stream, peer)) =
+        accept_or_stop(&listener, core.token.cancelled(), pause, on_error).await
+    {
         let Ok(permit) = limit.clone().try_acquire_owned() else {
             debug!(%peer, "echo connection cap reached");
             continue;
@@ -168,12 +153,8 @@ fn leaks(headers: &http::HeaderMap) -> BTreeMap<String, String> {
     LEAK_HEADERS
         .iter()
         .filter_map(|name| {
-            let value = headers.get(*name)?;
-            let shown = match *name {
-                "proxy-authorization" => "<redacted>".to_owned(),
-                _ => String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            };
-            Some(((*name).to_owned(), shown))
+            let value = String::from_utf8_lossy(headers.get(*name)?.as_bytes()).into_owned();
+            Some(((*name).to_owned(), echo::shown_value(name, value)))
         })
         .collect()
 }

@@ -45,17 +45,10 @@ impl PoolKey {
     }
 }
 
+#[derive(Debug)]
 struct Idle {
     conn: BufConn,
     since: Instant,
-}
-
-impl std::fmt::Debug for Idle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Idle")
-            .field("since", &self.since)
-            .finish_non_exhaustive()
-    }
 }
 
 /// The pool.

@@ -4,6 +4,7 @@
 //! These types only describe the wire format; they never read a Secret or touch the API.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::core::object::HasStatus;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -45,11 +46,43 @@ pub struct SecretKeyRef {
     pub key: String,
 }
 
+/// The part every custom resource's status starts with: the generation it describes
+/// and the [`CONDITION_READY`] and [`CONDITION_DEGRADED`] conditions. Each status
+/// flattens it into its own object, so the fields sit directly under `status`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedConditions {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready` and `Degraded` conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
 /// A custom resource whose status carries the [`CONDITION_READY`] and
 /// [`CONDITION_DEGRADED`] conditions.
 pub trait HasConditions {
     /// The conditions last reported (none before the first status).
     fn conditions(&self) -> &[Condition];
+    /// The `metadata.generation` the last status describes (none before the first).
+    fn observed_generation(&self) -> Option<i64>;
+}
+
+/// Every custom resource whose status holds [`ObservedConditions`].
+impl<K> HasConditions for K
+where
+    K: HasStatus,
+    K::Status: AsRef<ObservedConditions>,
+{
+    fn conditions(&self) -> &[Condition] {
+        self.status().map_or(&[], |s| &s.as_ref().conditions)
+    }
+
+    fn observed_generation(&self) -> Option<i64> {
+        self.status().and_then(|s| s.as_ref().observed_generation)
+    }
 }
 
 /// Condition type: the resource is fully reconciled and serving.

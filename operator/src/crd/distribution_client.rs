@@ -3,85 +3,68 @@
 //!
 //! Credentials live in Secrets; this type only references them.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::{CustomResource, KubeSchema};
+use kube::KubeSchema;
 use proxy_pool_api::config::Permission;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    HasConditions, LABEL_VALUE_PATTERN, MAX_FILTER_VALUES, NAME_PATTERN, SecretKeyRef, SecretRef,
+    LABEL_VALUE_PATTERN, MAX_FILTER_VALUES, NAME_PATTERN, ObservedConditions, SecretKeyRef,
+    SecretRef,
 };
 
-/// A client of the Distribution API and the gateway.
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "each printcolumn(...) repeats the type_ key by design"
-)]
-#[derive(CustomResource, JsonSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[kube(
-    group = "proxypool.io",
-    version = "v1alpha1",
-    kind = "DistributionClient",
-    namespaced,
-    doc = "A client of the Distribution API and the gateway: credentials, permissions and limits.",
-    status = "DistributionClientStatus",
-    shortname = "dclient",
-    category = "proxypool",
-    derive = "PartialEq",
-    printcolumn(
-        name = "Permissions",
-        type_ = "string",
-        json_path = ".spec.permissions"
-    ),
-    printcolumn(
-        name = "Max Extract",
-        type_ = "integer",
-        json_path = ".spec.maxExtractCount"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct DistributionClientSpec {
-    /// Accepted credentials; any one of them identifies this client.
-    pub auth: ClientAuth,
-    /// What the client may do.
-    #[schemars(length(min = 1, max = 8))]
-    #[schemars(extend("x-kubernetes-list-type" = "set"))]
-    pub permissions: Vec<Permission>,
-    /// Most proxies one extract request may ask for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 10_000))]
-    #[schemars(extend("format" = "int32"))]
-    pub max_extract_count: Option<u32>,
-    /// Upstreams the client may take proxies from. Empty: any. Request filters can only narrow it.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(
-        length(max = MAX_FILTER_VALUES),
-        inner(length(max = 253), pattern(NAME_PATTERN))
+custom_resource! {
+    #[kube(
+        kind = "DistributionClient",
+        doc = "A client of the Distribution API and the gateway: credentials, permissions and limits.",
+        status = "DistributionClientStatus",
+        shortname = "dclient",
+        printcolumn(
+            name = "Permissions",
+            type_ = "string",
+            json_path = ".spec.permissions"
+        ),
+        printcolumn(
+            name = "Max Extract",
+            type_ = "integer",
+            json_path = ".spec.maxExtractCount"
+        )
     )]
-    #[schemars(extend("x-kubernetes-list-type" = "set"))]
-    pub allowed_upstreams: Vec<String>,
-    /// Regions the client may take proxies from. Empty: any.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(
-        length(max = MAX_FILTER_VALUES),
-        inner(length(max = 63), pattern(LABEL_VALUE_PATTERN))
-    )]
-    #[schemars(extend("x-kubernetes-list-type" = "set"))]
-    pub allowed_regions: Vec<String>,
-    /// Per-client request rate limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate_limit: Option<RateLimit>,
+    /// A client of the Distribution API and the gateway.
+    #[derive(JsonSchema)]
+    #[serde(rename_all = "camelCase")]
+    pub struct DistributionClientSpec {
+        /// Accepted credentials; any one of them identifies this client.
+        pub auth: ClientAuth,
+        /// What the client may do.
+        #[schemars(length(min = 1, max = 8))]
+        #[schemars(extend("x-kubernetes-list-type" = "set"))]
+        pub permissions: Vec<Permission>,
+        /// Most proxies one extract request may ask for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 10_000))]
+        #[schemars(extend("format" = "int32"))]
+        pub max_extract_count: Option<u32>,
+        /// Upstreams the client may take proxies from. Empty: any. Request filters can only narrow it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[schemars(
+            length(max = MAX_FILTER_VALUES),
+            inner(length(max = 253), pattern(NAME_PATTERN))
+        )]
+        #[schemars(extend("x-kubernetes-list-type" = "set"))]
+        pub allowed_upstreams: Vec<String>,
+        /// Regions the client may take proxies from. Empty: any.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[schemars(
+            length(max = MAX_FILTER_VALUES),
+            inner(length(max = 63), pattern(LABEL_VALUE_PATTERN))
+        )]
+        #[schemars(extend("x-kubernetes-list-type" = "set"))]
+        pub allowed_regions: Vec<String>,
+        /// Per-client request rate limit.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub rate_limit: Option<RateLimit>,
+    }
 }
 
 /// Credentials a client may present. At least one.
@@ -151,17 +134,13 @@ pub struct RateLimit {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DistributionClientStatus {
-    /// The `metadata.generation` this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// `Ready` and `Degraded` conditions.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
+    /// Generation and conditions.
+    #[serde(flatten)]
+    pub observed: ObservedConditions,
 }
 
-impl HasConditions for DistributionClient {
-    fn conditions(&self) -> &[Condition] {
-        self.status.as_ref().map_or(&[], |s| &s.conditions)
+impl AsRef<ObservedConditions> for DistributionClientStatus {
+    fn as_ref(&self) -> &ObservedConditions {
+        &self.observed
     }
 }

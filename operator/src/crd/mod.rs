@@ -4,6 +4,48 @@
 //! The Rust types are the source of truth; `crds/proxy-pool.yaml` is generated from
 //! them by the `crdgen` binary and a test fails when the two drift apart.
 
+/// Declares one Proxy Pool custom resource on its spec struct: `#[derive(CustomResource)]`
+/// with what every kind shares (group and version, namespaced scope, the `proxypool`
+/// category, `PartialEq`, and the Ready and Age printer columns that end the list).
+/// The caller gives the kind's own `#[kube(...)]` keys (kind, doc, status, shortname
+/// and its printer columns, without a trailing comma), then the spec's other
+/// attributes (its schema derive among them) and the struct.
+macro_rules! custom_resource {
+    (
+        #[kube($($kind:tt)*)]
+        $(#[$attr:meta])*
+        pub struct $spec:ident $fields:tt
+    ) => {
+        #[allow(
+            clippy::duplicated_attributes,
+            reason = "each printcolumn(...) repeats the type_ key by design"
+        )]
+        #[derive(
+            kube::CustomResource, Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize,
+        )]
+        #[kube(
+            group = "proxypool.io",
+            version = "v1alpha1",
+            namespaced,
+            category = "proxypool",
+            derive = "PartialEq",
+            $($kind)*,
+            printcolumn(
+                name = "Ready",
+                type_ = "string",
+                json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+            ),
+            printcolumn(
+                name = "Age",
+                type_ = "date",
+                json_path = ".metadata.creationTimestamp"
+            )
+        )]
+        $(#[$attr])*
+        pub struct $spec $fields
+    };
+}
+
 mod common;
 mod distribution_client;
 mod routing;
@@ -16,7 +58,7 @@ pub use proxy_pool_api::proxy::{Protocol, Strategy};
 
 pub use common::{
     CONDITION_DEGRADED, CONDITION_READY, DURATION_PATTERN, HasConditions, InvalidDuration,
-    SecretKeyRef, SecretRef, parse_duration,
+    ObservedConditions, SecretKeyRef, SecretRef, parse_duration,
 };
 pub use distribution_client::{
     BasicAuth, ClientAuth, DistributionClient, DistributionClientSpec, DistributionClientStatus,

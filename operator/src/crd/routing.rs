@@ -6,96 +6,78 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::{CustomResource, KubeSchema};
+use kube::KubeSchema;
 use proxy_pool_api::proxy::Strategy;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    DURATION_MAX_LEN, DURATION_PATTERN, HasConditions, LABEL_VALUE_PATTERN, MAX_FILTER_VALUES,
-    NAME_PATTERN,
+    DURATION_MAX_LEN, DURATION_PATTERN, LABEL_VALUE_PATTERN, MAX_FILTER_VALUES, NAME_PATTERN,
+    ObservedConditions,
 };
 
-/// Gateway routing rules and the gateway fleet serving them.
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "each printcolumn(...) repeats the type_ key by design"
-)]
-#[derive(CustomResource, JsonSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[kube(
-    group = "proxypool.io",
-    version = "v1alpha1",
-    kind = "Routing",
-    namespaced,
-    doc = "Gateway routing rules and the gateway Deployment + Service that serve them.",
-    status = "RoutingStatus",
-    shortname = "rtg",
-    category = "proxypool",
-    derive = "PartialEq",
-    printcolumn(name = "Strategy", type_ = "string", json_path = ".spec.strategy"),
-    printcolumn(name = "Priority", type_ = "integer", json_path = ".spec.priority"),
-    printcolumn(
-        name = "Replicas",
-        type_ = "integer",
-        json_path = ".spec.gateway.replicas"
-    ),
-    printcolumn(
-        name = "Ready Replicas",
-        type_ = "integer",
-        json_path = ".status.readyReplicas"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[serde(rename_all = "camelCase")]
-pub struct RoutingSpec {
-    /// Routings are tried from the highest priority down (ties by name); the first
-    /// whose `match` fits a request wins.
-    #[serde(default)]
-    #[schemars(range(min = -1000, max = 1000))]
-    pub priority: i32,
-    /// Which requests this routing takes. Absent: every request.
-    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
-    pub match_: Option<RoutingMatch>,
-    /// Names of the Upstreams whose proxies may carry the traffic. Empty: any.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(
-        length(max = MAX_FILTER_VALUES),
-        inner(length(max = 253), pattern(NAME_PATTERN))
+custom_resource! {
+    #[kube(
+        kind = "Routing",
+        doc = "Gateway routing rules and the gateway Deployment + Service that serve them.",
+        status = "RoutingStatus",
+        shortname = "rtg",
+        printcolumn(name = "Strategy", type_ = "string", json_path = ".spec.strategy"),
+        printcolumn(name = "Priority", type_ = "integer", json_path = ".spec.priority"),
+        printcolumn(
+            name = "Replicas",
+            type_ = "integer",
+            json_path = ".spec.gateway.replicas"
+        ),
+        printcolumn(
+            name = "Ready Replicas",
+            type_ = "integer",
+            json_path = ".status.readyReplicas"
+        )
     )]
-    #[schemars(extend("x-kubernetes-list-type" = "set"))]
-    pub upstreams: Vec<String>,
-    /// Label filters on the proxies. OR within a dimension, AND across.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub labels: Option<LabelFilter>,
-    /// How a proxy is chosen among the candidates.
-    #[serde(default)]
-    pub strategy: Strategy,
-    /// Keep a client session on one proxy while it stays usable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sticky_session: Option<StickySession>,
-    /// Retries on DIAL and PROXY_HANDSHAKE failures.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retry: Option<RetryBudget>,
-    /// Target ports CONNECT tunnels may reach: `"443"` or a range `"8000-8999"`.
-    /// Empty: 443 and 80.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(
-        length(max = 64),
-        inner(length(max = 11), pattern(r"^[0-9]{1,5}(-[0-9]{1,5})?$"))
-    )]
-    pub connect_ports: Vec<String>,
-    /// The gateway Deployment and Service that serve this routing.
-    pub gateway: GatewaySpec,
+    /// Gateway routing rules and the gateway fleet serving them.
+    #[derive(JsonSchema)]
+    #[serde(rename_all = "camelCase")]
+    pub struct RoutingSpec {
+        /// Routings are tried from the highest priority down (ties by name); the first
+        /// whose `match` fits a request wins.
+        #[serde(default)]
+        #[schemars(range(min = -1000, max = 1000))]
+        pub priority: i32,
+        /// Which requests this routing takes. Absent: every request.
+        #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+        pub match_: Option<RoutingMatch>,
+        /// Names of the Upstreams whose proxies may carry the traffic. Empty: any.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[schemars(
+            length(max = MAX_FILTER_VALUES),
+            inner(length(max = 253), pattern(NAME_PATTERN))
+        )]
+        #[schemars(extend("x-kubernetes-list-type" = "set"))]
+        pub upstreams: Vec<String>,
+        /// Label filters on the proxies. OR within a dimension, AND across.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub labels: Option<LabelFilter>,
+        /// How a proxy is chosen among the candidates.
+        #[serde(default)]
+        pub strategy: Strategy,
+        /// Keep a client session on one proxy while it stays usable.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub sticky_session: Option<StickySession>,
+        /// Retries on DIAL and PROXY_HANDSHAKE failures.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub retry: Option<RetryBudget>,
+        /// Target ports CONNECT tunnels may reach: `"443"` or a range `"8000-8999"`.
+        /// Empty: 443 and 80.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[schemars(
+            length(max = 64),
+            inner(length(max = 11), pattern(r"^[0-9]{1,5}(-[0-9]{1,5})?$"))
+        )]
+        pub connect_ports: Vec<String>,
+        /// The gateway Deployment and Service that serve this routing.
+        pub gateway: GatewaySpec,
+    }
 }
 
 /// Conditions on a request; all given conditions must hold.
@@ -226,13 +208,9 @@ pub struct Listener {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RoutingStatus {
-    /// The `metadata.generation` this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// `Ready` and `Degraded` conditions.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
+    /// Generation and conditions.
+    #[serde(flatten)]
+    pub observed: ObservedConditions,
     /// Ready pods of the gateway Deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<i32>,
@@ -241,9 +219,9 @@ pub struct RoutingStatus {
     pub service: Option<String>,
 }
 
-impl HasConditions for Routing {
-    fn conditions(&self) -> &[Condition] {
-        self.status.as_ref().map_or(&[], |s| &s.conditions)
+impl AsRef<ObservedConditions> for RoutingStatus {
+    fn as_ref(&self) -> &ObservedConditions {
+        &self.observed
     }
 }
 

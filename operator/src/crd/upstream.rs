@@ -3,105 +3,88 @@
 //!
 //! Wire format only: no Secret values ever appear here, only references to them.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::{CustomResource, KubeSchema};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::KubeSchema;
 use proxy_pool_api::config::VendorFormat;
 use proxy_pool_api::proxy::Protocol;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::{
-    DURATION_MAX_LEN, DURATION_PATTERN, HasConditions, LABEL_VALUE_PATTERN, SecretRef,
+    DURATION_MAX_LEN, DURATION_PATTERN, LABEL_VALUE_PATTERN, ObservedConditions, SecretRef,
 };
 
-/// A provider of short-lived proxies.
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "each printcolumn(...) repeats the type_ key by design"
-)]
-#[derive(CustomResource, KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[kube(
-    group = "proxypool.io",
-    version = "v1alpha1",
-    kind = "Upstream",
-    namespaced,
-    doc = "A provider of short-lived proxies: where they come from, their lifetime, capacity and health checks.",
-    status = "UpstreamStatus",
-    shortname = "ups",
-    category = "proxypool",
-    derive = "PartialEq",
-    printcolumn(name = "Protocol", type_ = "string", json_path = ".spec.protocol"),
-    printcolumn(name = "Region", type_ = "string", json_path = ".spec.labels.region"),
-    printcolumn(
-        name = "Managed",
-        type_ = "integer",
-        description = "Proxies in the pool that are not extracted, expired or removed",
-        json_path = ".status.inventory.managed"
-    ),
-    printcolumn(
-        name = "Available",
-        type_ = "integer",
-        description = "Healthy, unowned proxies that can be handed out now",
-        json_path = ".status.inventory.available"
-    ),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
-)]
-#[x_kube(validation = Rule::new("duration(self.safetyMargin) < duration(self.ttl)")
-    .message("safetyMargin must be shorter than ttl")
-    .reason(Reason::FieldValueInvalid)
-    .field_path(".safetyMargin"))]
-#[serde(rename_all = "camelCase")]
-pub struct UpstreamSpec {
-    /// Where the proxies come from.
-    pub source: UpstreamSource,
-    /// Protocol the vendor's proxies speak.
-    pub protocol: Protocol,
-    /// Labels given to every proxy of this upstream (a vendor record may override them).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub labels: Option<UpstreamLabels>,
-    /// Hard lifetime of a fetched proxy when the vendor does not report its expiry.
-    #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
-    pub ttl: String,
-    /// How long this upstream's proxies are held back (neither extracted nor assigned
-    /// to gateways) after a new pool generation begins: first install, or a Redis
-    /// that lost its data. Default: `ttl`; `0s` turns it off (a vendor that never
-    /// offers the same proxy twice).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
-    pub quarantine: Option<String>,
-    /// A proxy stops being handed out this long before it expires
-    /// (`usableUntil = expiresAt - safetyMargin`). Must be shorter than `ttl`.
-    #[serde(default = "default_safety_margin")]
-    #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
-    pub safety_margin: String,
-    /// Most concurrent requests or tunnels one vendor proxy may carry.
-    #[serde(default = "default_max_concurrency")]
-    #[schemars(range(min = 1, max = 100_000))]
-    #[schemars(extend("format" = "int32"))]
-    pub max_concurrency_per_proxy: u32,
-    /// Hard limit on this upstream's un-extracted inventory.
-    #[schemars(range(min = 1, max = 1_000_000))]
-    #[schemars(extend("format" = "int32"))]
-    pub max_size: u32,
-    /// Time between two fetches from the source.
-    #[serde(default = "default_fetch_interval")]
-    #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
-    pub fetch_interval: String,
-    /// Limits on what one fetch may cost the vendor account.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fetch_budget: Option<FetchBudget>,
-    /// Health checking of this upstream's proxies.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health: Option<HealthSettings>,
+custom_resource! {
+    #[kube(
+        kind = "Upstream",
+        doc = "A provider of short-lived proxies: where they come from, their lifetime, capacity and health checks.",
+        status = "UpstreamStatus",
+        shortname = "ups",
+        printcolumn(name = "Protocol", type_ = "string", json_path = ".spec.protocol"),
+        printcolumn(name = "Region", type_ = "string", json_path = ".spec.labels.region"),
+        printcolumn(
+            name = "Managed",
+            type_ = "integer",
+            description = "Proxies in the pool that are not extracted, expired or removed",
+            json_path = ".status.inventory.managed"
+        ),
+        printcolumn(
+            name = "Available",
+            type_ = "integer",
+            description = "Healthy, unowned proxies that can be handed out now",
+            json_path = ".status.inventory.available"
+        )
+    )]
+    /// A provider of short-lived proxies.
+    #[derive(KubeSchema)]
+    #[x_kube(validation = Rule::new("duration(self.safetyMargin) < duration(self.ttl)")
+        .message("safetyMargin must be shorter than ttl")
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".safetyMargin"))]
+    #[serde(rename_all = "camelCase")]
+    pub struct UpstreamSpec {
+        /// Where the proxies come from.
+        pub source: UpstreamSource,
+        /// Protocol the vendor's proxies speak.
+        pub protocol: Protocol,
+        /// Labels given to every proxy of this upstream (a vendor record may override them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub labels: Option<UpstreamLabels>,
+        /// Hard lifetime of a fetched proxy when the vendor does not report its expiry.
+        #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
+        pub ttl: String,
+        /// How long this upstream's proxies are held back (neither extracted nor assigned
+        /// to gateways) after a new pool generation begins: first install, or a Redis
+        /// that lost its data. Default: `ttl`; `0s` turns it off (a vendor that never
+        /// offers the same proxy twice).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
+        pub quarantine: Option<String>,
+        /// A proxy stops being handed out this long before it expires
+        /// (`usableUntil = expiresAt - safetyMargin`). Must be shorter than `ttl`.
+        #[serde(default = "default_safety_margin")]
+        #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
+        pub safety_margin: String,
+        /// Most concurrent requests or tunnels one vendor proxy may carry.
+        #[serde(default = "default_max_concurrency")]
+        #[schemars(range(min = 1, max = 100_000))]
+        #[schemars(extend("format" = "int32"))]
+        pub max_concurrency_per_proxy: u32,
+        /// Hard limit on this upstream's un-extracted inventory.
+        #[schemars(range(min = 1, max = 1_000_000))]
+        #[schemars(extend("format" = "int32"))]
+        pub max_size: u32,
+        /// Time between two fetches from the source.
+        #[serde(default = "default_fetch_interval")]
+        #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
+        pub fetch_interval: String,
+        /// Limits on what one fetch may cost the vendor account.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub fetch_budget: Option<FetchBudget>,
+        /// Health checking of this upstream's proxies.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub health: Option<HealthSettings>,
+    }
 }
 
 /// Exactly one of `vendorApi` or `static`.
@@ -218,13 +201,9 @@ pub struct HealthSettings {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpstreamStatus {
-    /// The `metadata.generation` this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// `Ready` and `Degraded` conditions.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
+    /// Generation and conditions.
+    #[serde(flatten)]
+    pub observed: ObservedConditions,
     /// Inventory counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<UpstreamInventory>,
@@ -233,9 +212,9 @@ pub struct UpstreamStatus {
     pub last_fetch_time: Option<Time>,
 }
 
-impl HasConditions for Upstream {
-    fn conditions(&self) -> &[Condition] {
-        self.status.as_ref().map_or(&[], |s| &s.conditions)
+impl AsRef<ObservedConditions> for UpstreamStatus {
+    fn as_ref(&self) -> &ObservedConditions {
+        &self.observed
     }
 }
 

@@ -8,10 +8,10 @@
 //! from the new one; the old CA leaves the set when it expires. Leaves never outlive
 //! their signer. Pure functions of `now`: no I/O, no clock of their own.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use proxy_pool_api::controlplane::model::Secret;
 use rand::RngCore as _;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -90,22 +90,15 @@ pub enum CaError {
     NoSigner,
 }
 
-/// One CA: its certificate and signing key.
+/// One CA: its certificate and signing key. `Debug` never shows the key (the PEM is a
+/// [`Secret`]; rcgen's `Issuer` leaves its key pair out).
+#[derive(Debug)]
 pub struct CaCert {
     cert_pem: String,
-    key_pem: String,
+    key_pem: Secret,
     issuer: Issuer<'static, KeyPair>,
     not_before: SystemTime,
     not_after: SystemTime,
-}
-
-impl fmt::Debug for CaCert {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CaCert")
-            .field("not_before", &self.not_before)
-            .field("not_after", &self.not_after)
-            .finish_non_exhaustive()
-    }
 }
 
 impl CaCert {
@@ -150,7 +143,7 @@ impl CaCert {
         let issuer = Issuer::from_ca_cert_der(&der, key)?;
         Ok(Self {
             cert_pem: cert_pem.trim().to_owned() + "\n",
-            key_pem: key_pem.trim().to_owned() + "\n",
+            key_pem: Secret::new(key_pem.trim().to_owned() + "\n"),
             issuer,
             not_before,
             not_after,
@@ -164,7 +157,7 @@ impl CaCert {
 
     /// The private key, PKCS#8 PEM — only for storing in the CA Secret.
     pub fn key_pem(&self) -> &str {
-        &self.key_pem
+        self.key_pem.expose()
     }
 
     /// Start of validity.

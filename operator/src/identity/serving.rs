@@ -2,7 +2,6 @@
 //! workers verify it with the same trust bundle), kept in memory and renewed at
 //! half-life; rustls reads it through [`ResolvesServerCert`].
 
-use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -34,24 +33,19 @@ pub enum ServingError {
     Tls(String),
 }
 
+#[derive(Debug)]
 struct Current {
     key: Arc<CertifiedKey>,
     renew_at: SystemTime,
 }
 
-/// The endpoint's certificate for `names` (DNS names or IP addresses).
+/// The endpoint's certificate for `names` (DNS names or IP addresses). `Debug` shows
+/// no key: rustls prints only a signing key's algorithm.
+#[derive(Debug)]
 pub struct ServingCert {
     authority: Arc<Authority>,
     names: Vec<String>,
     current: ArcSwap<Current>,
-}
-
-impl fmt::Debug for ServingCert {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ServingCert")
-            .field("names", &self.names)
-            .finish_non_exhaustive()
-    }
 }
 
 impl ServingCert {

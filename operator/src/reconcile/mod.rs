@@ -56,6 +56,7 @@ pub use metrics::Metrics;
 pub use settings::{GatewayTemplate, OperatorConfig};
 pub use tls::ControllerTls;
 
+use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,6 +68,7 @@ use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 
 use crate::crd::{DistributionClient, Routing, Upstream};
 use render::Kind;
@@ -113,28 +115,18 @@ pub async fn run(
     .watches(ctx.api::<DistributionClient>(), wc.clone(), to(&root))
     .watches(secrets(), wc.clone(), to(&root));
 
-    let routing_ctrl =
-        Controller::new(ctx.api::<Routing>(), wc.clone()).with_config(debounce.clone());
-    let store = routing_ctrl.store();
+    let (routing_ctrl, store) = resource_controller::<Routing>(&ctx, &wc, &debounce);
     let routing_ctrl = routing_ctrl
         .owns(ctx.api::<Deployment>(), gateway_wc.clone())
         .owns(ctx.api::<Service>(), gateway_wc.clone())
         .owns(ctx.api::<ConfigMap>(), gateway_wc)
         .watches(ctx.api::<Upstream>(), wc.clone(), all(&store))
-        .watches(ctx.api::<DistributionClient>(), wc.clone(), all(&store))
-        .watches(secrets(), wc.clone(), all(&store));
+        .watches(ctx.api::<DistributionClient>(), wc.clone(), all(&store));
 
-    let upstream_ctrl =
-        Controller::new(ctx.api::<Upstream>(), wc.clone()).with_config(debounce.clone());
-    let store = upstream_ctrl.store();
-    let upstream_ctrl = upstream_ctrl.watches(secrets(), wc.clone(), all(&store));
+    let (upstream_ctrl, _) = resource_controller::<Upstream>(&ctx, &wc, &debounce);
 
-    let client_ctrl =
-        Controller::new(ctx.api::<DistributionClient>(), wc.clone()).with_config(debounce);
-    let store = client_ctrl.store();
-    let client_ctrl = client_ctrl
-        .watches(secrets(), wc.clone(), all(&store))
-        .watches(ctx.api::<Upstream>(), wc, all(&store));
+    let (client_ctrl, store) = resource_controller::<DistributionClient>(&ctx, &wc, &debounce);
+    let client_ctrl = client_ctrl.watches(ctx.api::<Upstream>(), wc, all(&store));
 
     tokio::join!(
         serve(
@@ -169,6 +161,17 @@ pub async fn run(
     Ok(())
 }
 
+/// An object kind a [`Controller`] can watch and run.
+trait Watched:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
 /// Runs `controller` with `reconcile` and the shared error [`policy`] until `shutdown`
 /// completes, consuming its results with [`drain`].
 async fn serve<K, F>(
@@ -178,13 +181,7 @@ async fn serve<K, F>(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     ctx: &Arc<Context>,
 ) where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
     F: Future<Output = Result<Action, Error>> + Send + 'static,
 {
     let results = controller.graceful_shutdown_on(shutdown).run(
@@ -274,6 +271,23 @@ where
 {
     let target = target.clone();
     move |_| Some(target.clone())
+}
+
+/// A debounced controller of the custom resource `K` that reconciles every `K` again
+/// when a Secret changes (each reconcile checks the resource's Secret references;
+/// Secrets are watched by their metadata only, as in [`run`]), and its store of `K`.
+fn resource_controller<K>(
+    ctx: &Context,
+    wc: &watcher::Config,
+    debounce: &controller::Config,
+) -> (Controller<K>, Store<K>)
+where
+    K: Watched + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    let ctrl = Controller::new(ctx.api::<K>(), wc.clone()).with_config(debounce.clone());
+    let store = ctrl.store();
+    let secrets = ctx.api::<PartialObjectMeta<Secret>>();
+    (ctrl.watches(secrets, wc.clone(), all(&store)), store)
 }
 
 /// Maps any event to every object of the controller's own kind.
