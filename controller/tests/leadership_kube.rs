@@ -25,6 +25,7 @@ use proxy_pool_controller::leadership::{
     ElectorOptions, KubeLease, LeaseStore, PodLabel, contract,
 };
 use proxy_pool_e2e::k8s::{KubeApiServer, Workloads};
+use proxy_pool_e2e::procs::terminate_async;
 
 const NS: &str = "leadership";
 
@@ -314,16 +315,9 @@ async fn sigterm_releases_the_lease(env: &Env) {
     }
     let held = held.expect("the controller took the Lease within 15 s");
     assert!(held.starts_with("controller-"), "holder {held}");
-    let pid = child.id().expect("running").to_string();
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+    let status = terminate_async(&mut child, Duration::from_secs(15))
         .await
-        .expect("the controller exits within its grace period")
-        .unwrap();
+        .expect("the controller exits within its grace period");
     assert!(status.success(), "clean exit after SIGTERM: {status}");
     assert_eq!(
         holder().await,

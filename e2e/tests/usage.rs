@@ -18,7 +18,7 @@ use proxy_pool_analytics::testkit::Postgres;
 use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::{
     Procs, SimUpstream, bin, build_binaries, checker_command, fresh_test_dir, gateway_command,
-    vendor_sim_in,
+    succeeded, vendor_sim_in,
 };
 
 const ROUTING: &str = "e2e-usage";
@@ -112,15 +112,13 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     .expect("config");
 
     let controller = bin("proxy-pool-controller");
-    let out = Command::new(&controller)
-        .args(["migrate", "--config"])
-        .arg(&config)
-        .output()
-        .expect("migrate");
-    assert!(
-        out.status.success(),
-        "migrate: {}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeded(
+        Command::new(&controller)
+            .args(["migrate", "--config"])
+            .arg(&config)
+            .output()
+            .expect("migrate"),
+        "migrate",
     );
 
     procs.start("vendor-sim", &mut vendor_sim);
