@@ -25,7 +25,7 @@ use proxy_pool_controller::leadership::{
     ElectorOptions, KubeLease, LeaseStore, PodLabel, contract,
 };
 use proxy_pool_e2e::k8s::{KubeApiServer, Workloads};
-use proxy_pool_e2e::procs::terminate_async;
+use proxy_pool_e2e::procs::{controller_config_head, terminate_async};
 
 const NS: &str = "leadership";
 
@@ -192,24 +192,17 @@ fn controller_config(redis: &str, tag: &str, kubernetes: &str) -> std::path::Pat
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("controller.yaml");
     let free = proxy_pool_e2e::ports::free_addr;
+    let auth = "{mode: any, methods: [{type: apiKey}]}";
     std::fs::write(
         &config,
         format!(
-            r#"store:
-  backend: redis
-  redis: {{address: "{redis}"}}
-distribution:
-  listen: {dist}
-  auth: {{mode: any, methods: [{{type: apiKey}}]}}
-admin: {{listen: {admin}}}
-leadership:
+            r#"{head}leadership:
   replicas: 2
   backend: kubernetes
   kubernetes: {kubernetes}
 shutdown: {{gracePeriod: 5s}}
 "#,
-            dist = free(),
-            admin = free(),
+            head = controller_config_head(redis, free(), auth, free()),
         ),
     )
     .unwrap();
