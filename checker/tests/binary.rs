@@ -3,8 +3,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use proxy_pool_e2e::procs::terminate;
 use proxy_pool_e2e::sim::{FailureMode, Protocol, SimConfig, SimProxy, Simulator};
 
 const BIN: &str = env!("CARGO_BIN_EXE_proxy-pool-checker");
@@ -80,23 +81,8 @@ fn run_exits_cleanly_on_sigterm() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     assert!(child.try_wait().unwrap().is_none(), "still running");
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "{status}");
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "no exit after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let status = terminate(&mut child, Duration::from_secs(5)).expect("no exit after SIGTERM");
+    assert!(status.success(), "{status}");
 }
 
 #[tokio::test]

@@ -16,7 +16,8 @@ use activity_pool::testkit::{RedisSentinel, RedisServer};
 use common::usage::{analytics_yaml, start_built};
 use common::{BASIC_PASSWORD, BASIC_USER, Harness, KEY_LIMITED, Kind, Resp};
 use proxy_pool_analytics::PgStore;
-use proxy_pool_analytics::testkit::Postgres;
+use proxy_pool_analytics::testkit::{Postgres, summary_subjects};
+use proxy_pool_e2e::procs::succeeded;
 use serde_json::Value;
 
 fn yaml(redis: &RedisServer, analytics: &str) -> String {
@@ -132,12 +133,7 @@ async fn migrate_then_count_extractions_through_the_api() {
 
     // `migrate` applies it (and is idempotent).
     for _ in 0..2 {
-        let out = migrate_cli(&config);
-        assert!(
-            out.status.success(),
-            "migrate failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(migrate_cli(&config), "migrate");
     }
     PgStore::new(pg.config()).check_schema().await.unwrap();
 
@@ -211,18 +207,7 @@ async fn migrate_then_count_extractions_through_the_api() {
 
     let summary = stats(&h, "/api/v1/stats/summary?days=30").await;
     assert_eq!(summary.status, 200);
-    let mut names: Vec<String> = summary.json()["subjects"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            format!(
-                "{}/{}",
-                s["kind"].as_str().unwrap(),
-                s["name"].as_str().unwrap()
-            )
-        })
-        .collect();
+    let mut names = summary_subjects(&summary.json());
     names.sort();
     assert_eq!(
         names,

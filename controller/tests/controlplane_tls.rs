@@ -94,6 +94,15 @@ async fn connect_as(
     channel(h, &pki.ca_pem, pki.leaf(uris)).await
 }
 
+/// A channel to `h` as `identity` (`worker/<id>` or `checker/<id>` in the test trust
+/// domain and environment), which must connect.
+async fn connected(h: &Harness, pki: &Pki, identity: &str) -> tonic::transport::Channel {
+    let uri = format!("spiffe://pp.test/test/{identity}");
+    connect_as(h, pki, &[&uri])
+        .await
+        .unwrap_or_else(|e| panic!("mTLS connect as {uri}: {e}"))
+}
+
 async fn channel(
     h: &Harness,
     ca_pem: &str,
@@ -113,9 +122,7 @@ async fn channel(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spiffe_id_must_match_the_worker_id_of_every_message() {
     let (pki, h) = mtls().await;
-    let ch = connect_as(&h, &pki, &["spiffe://pp.test/test/worker/gw-0"])
-        .await
-        .expect("mTLS connect");
+    let ch = connected(&h, &pki, "worker/gw-0").await;
     let mut w = Worker::register_on(WorkerControlPlaneClient::new(ch.clone()), "gw-0").await;
     h.available("p", 1, 600).await;
     h.pass().await;
@@ -175,9 +182,7 @@ async fn worker_and_checker_identities_cannot_cross_services() {
     let pod = "proxy-pool-checker-5d9f-x2k4q";
 
     // A checker certificate on the gateway service: refused in every RPC.
-    let ch = connect_as(&h, &pki, &[&format!("spiffe://pp.test/test/checker/{pod}")])
-        .await
-        .expect("connect");
+    let ch = connected(&h, &pki, &format!("checker/{pod}")).await;
     let mut as_worker = WorkerControlPlaneClient::new(ch.clone());
     assert_identity_mismatch(as_worker.register_worker(register_req(pod, "i-1")).await);
     let watch = as_worker
@@ -195,9 +200,7 @@ async fn worker_and_checker_identities_cannot_cross_services() {
         .expect("the checker certificate registers as a checker");
 
     // A gateway certificate on the checker service: refused in every RPC.
-    let ch = connect_as(&h, &pki, &[&format!("spiffe://pp.test/test/worker/{pod}")])
-        .await
-        .expect("connect");
+    let ch = connected(&h, &pki, &format!("worker/{pod}")).await;
     let mut as_checker = CheckerControlPlaneClient::new(ch.clone());
     assert_identity_mismatch(
         as_checker
@@ -255,9 +258,7 @@ async fn certificates_from_another_ca_or_none_are_refused_by_the_handshake() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checker_identity_and_task_cycle_over_mtls() {
     let (pki, h) = mtls().await;
-    let ch = connect_as(&h, &pki, &["spiffe://pp.test/test/checker/chk-0"])
-        .await
-        .expect("connect");
+    let ch = connected(&h, &pki, "checker/chk-0").await;
     let mut c = CheckerControlPlaneClient::new(ch);
     let reg = c
         .register_checker(checker_req("chk-0", 2, &[pb::CheckTier::Basic]))

@@ -27,6 +27,7 @@ use proxy_pool_controller::leadership::{
     ElectorOptions, KubeLease, LeaseStore, PodLabel, contract,
 };
 use proxy_pool_e2e::k8s::{KubeApiServer, Workloads};
+use proxy_pool_e2e::procs::{controller_config_head, terminate_async};
 
 const NS: &str = "leadership";
 
@@ -194,24 +195,17 @@ fn controller_config(redis: &str, tag: &str, kubernetes: &str) -> std::path::Pat
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("controller.yaml");
     let free = proxy_pool_e2e::ports::free_addr;
+    let auth = "{mode: any, methods: [{type: apiKey}]}";
     std::fs::write(
         &config,
         format!(
-            r#"store:
-  backend: redis
-  redis: {{address: "{redis}"}}
-distribution:
-  listen: {dist}
-  auth: {{mode: any, methods: [{{type: apiKey}}]}}
-admin: {{listen: {admin}}}
-leadership:
+            r#"{head}leadership:
   replicas: 2
   backend: kubernetes
   kubernetes: {kubernetes}
 shutdown: {{gracePeriod: 5s}}
 "#,
-            dist = free(),
-            admin = free(),
+            head = controller_config_head(redis, free(), auth, free()),
         ),
     )
     .unwrap();
@@ -317,16 +311,9 @@ async fn sigterm_releases_the_lease(env: &Env) {
     }
     let held = held.expect("the controller took the Lease within 15 s");
     assert!(held.starts_with("controller-"), "holder {held}");
-    let pid = child.id().expect("running").to_string();
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+    let status = terminate_async(&mut child, Duration::from_secs(15))
         .await
-        .expect("the controller exits within its grace period")
-        .unwrap();
+        .expect("the controller exits within its grace period");
     assert!(status.success(), "clean exit after SIGTERM: {status}");
     assert_eq!(
         holder().await,

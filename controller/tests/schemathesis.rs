@@ -15,6 +15,7 @@ use activity_pool::testkit::RedisServer;
 use common::{Harness, Kind};
 use proxy_pool_analytics::PgStore;
 use proxy_pool_analytics::testkit::Postgres;
+use proxy_pool_e2e::procs::succeeded;
 
 const KEY: &str = "schemathesis-key";
 
@@ -28,14 +29,12 @@ fn schemathesis() -> String {
         env!("CARGO_MANIFEST_DIR"),
         "/../scripts/test.d/schemathesis.sh"
     );
-    let out = Command::new("bash")
-        .arg(script)
-        .output()
-        .expect("run the install script");
-    assert!(
-        out.status.success(),
-        "installing schemathesis failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeded(
+        Command::new("bash")
+            .arg(script)
+            .output()
+            .expect("run the install script"),
+        "installing schemathesis",
     );
     String::from_utf8(out.stdout)
         .unwrap()

@@ -6,6 +6,7 @@
 mod common;
 
 use proxy_pool_e2e::ports::free_ports;
+use proxy_pool_e2e::procs::{succeeded, terminate};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -115,22 +116,8 @@ async fn the_binary_drains_and_exits_on_sigterm() {
             .unwrap()
             .starts_with("http://demo:demo-password@127.0.0.1:")
     );
-    let started = Instant::now();
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(4),
-            "exited within the grace period"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let exit =
+        terminate(&mut child, Duration::from_secs(4)).expect("exited within the grace period");
     assert!(exit.success(), "{exit:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -138,14 +125,12 @@ async fn the_binary_drains_and_exits_on_sigterm() {
 #[test]
 fn validate_config_accepts_the_example_and_lists_every_problem() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/controller.yaml");
-    let out = Command::new(binary())
-        .args(["validate-config", example])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeded(
+        Command::new(binary())
+            .args(["validate-config", example])
+            .output()
+            .unwrap(),
+        "validate-config of the example",
     );
     let dir = std::env::temp_dir().join(format!("pp-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

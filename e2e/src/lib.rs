@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod hostile;
+pub mod http;
 pub mod k8s;
 pub mod loadgen;
 pub mod logs;

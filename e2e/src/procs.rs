@@ -9,7 +9,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a process gets between SIGTERM and kill.
@@ -161,6 +161,27 @@ impl SimUpstream {
     }
 }
 
+/// The start of a controller config of a test: the activity pool in the Redis at the
+/// URL `redis`, the Distribution API on `dist` with `auth` (`distribution.auth`, a YAML
+/// flow mapping) and the admin API on `admin`. The caller appends the rest.
+pub fn controller_config_head(
+    redis: &str,
+    dist: SocketAddr,
+    auth: &str,
+    admin: SocketAddr,
+) -> String {
+    format!(
+        r#"store:
+  backend: redis
+  redis: {{address: "{redis}"}}
+distribution:
+  listen: {dist}
+  auth: {auth}
+admin: {{listen: {admin}}}
+"#
+    )
+}
+
 /// The checker's command line on a plaintext loopback control plane: `run` against
 /// `controller` as checker `id`, probing through the echo server `echo`, with loopback
 /// (where the simulator's proxies are) allowed as egress.
@@ -261,6 +282,59 @@ pub fn fresh_test_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// `out` of a command run to its end (`what`), when the command succeeded; panics with
+/// its status and stderr otherwise.
+pub fn succeeded(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Sends `signal` (`TERM`, `INT`, `STOP`, `CONT`, …) to process `pid` with `kill`;
+/// panics when `kill` fails.
+pub fn send_signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}: {status}");
+}
+
+/// Polls `child` until it exits (its status) or `within` passes (`None`).
+pub fn wait_for_exit(child: &mut Child, within: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGTERM to `child`, then its exit status when it exits within `within` (`None` when
+/// it is still running).
+pub fn terminate(child: &mut Child, within: Duration) -> Option<ExitStatus> {
+    send_signal(child.id(), "TERM");
+    wait_for_exit(child, within)
+}
+
+/// [`terminate`] for a child of tokio's `Command`.
+pub async fn terminate_async(
+    child: &mut tokio::process::Child,
+    within: Duration,
+) -> Option<ExitStatus> {
+    send_signal(child.id().expect("the child is running"), "TERM");
+    let status = tokio::time::timeout(within, child.wait()).await.ok()?;
+    Some(status.expect("wait for the child"))
+}
+
 /// Child processes logging into one directory, stopped in reverse start order when
 /// dropped.
 #[derive(Debug)]
@@ -322,29 +396,17 @@ impl Procs {
             .iter()
             .find(|(n, _)| n == name)
             .unwrap_or_else(|| panic!("no process {name}"));
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{signal} {name}");
+        send_signal(child.id(), signal);
     }
 
     /// Waits up to `within` for the process started as `name` to exit; when it did,
     /// it leaves the set (its log stays) and its status is returned.
     pub fn wait_exit(&mut self, name: &str, within: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + within;
         let i = self.children.iter().position(|(n, _)| n == name)?;
-        loop {
-            if let Ok(Some(status)) = self.children[i].1.try_wait() {
-                self.children.remove(i);
-                self.killed.push(name.to_owned());
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let status = wait_for_exit(&mut self.children[i].1, within)?;
+        self.children.remove(i);
+        self.killed.push(name.to_owned());
+        Some(status)
     }
 
     /// Polls `ok` every 300 ms until it holds; panics, with every process's log tail,
@@ -399,13 +461,7 @@ impl Procs {
                 .status();
         }
         for (_, child) in self.children.iter_mut().rev() {
-            let deadline = Instant::now() + STOP_GRACE;
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            let _ = wait_for_exit(child, STOP_GRACE);
             let _ = child.kill();
             let _ = child.wait();
         }

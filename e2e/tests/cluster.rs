@@ -35,6 +35,7 @@ use activity_pool::testkit::RedisServer;
 use base64::Engine as _;
 use proxy_pool_e2e::cluster::LocalCluster;
 use proxy_pool_e2e::k8s::{CLIENT_COLUMNS, ROUTING_COLUMNS, UPSTREAM_COLUMNS, kubectl_table};
+use proxy_pool_e2e::procs::succeeded;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -1475,11 +1476,7 @@ async fn host(args: &[&str]) -> String {
         .output()
         .await
         .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(out, &format!("{args:?}"));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

@@ -28,7 +28,7 @@ use common::*;
 use proxy_pool_e2e::sim::audit::Verdict;
 
 fn run(tag: &str, kill_controller: bool) {
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_stack();
     let mut stack = start(tag, 1, "");
     let admin = stack.replicas[0].admin;
     // The gateways own the whole pool before the load starts.

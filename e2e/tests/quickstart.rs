@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Mutex, mpsc};
+use std::sync::{Mutex, MutexGuard, mpsc};
 use std::time::{Duration, Instant};
 
 use activity_pool::testkit::RedisServer;
@@ -44,15 +44,15 @@ fn have(tool: &str) -> bool {
 
 /// Whether the tests can run: curl is needed. Outside CI a missing curl skips them
 /// (with a message); under CI (`CI` set, and `scripts/test.sh` installs curl) it fails.
-fn curl_or_skip(test: &str) -> bool {
+fn curl_or_skip(stack: &str) -> bool {
     if have("curl") {
         return true;
     }
     assert!(
         std::env::var_os("CI").is_none(),
-        "{test}: curl is not installed, and CI is set (scripts/test.sh installs curl)"
+        "stack {stack}: curl is not installed, and CI is set (scripts/test.sh installs curl)"
     );
-    eprintln!("skipping {test}: curl is not installed (scripts/test.sh installs it)");
+    eprintln!("skipping stack {stack}: curl is not installed (scripts/test.sh installs it)");
     false
 }
 
@@ -247,15 +247,22 @@ struct Up {
     printed: Vec<String>,
     /// When it printed `dev-up: ready`.
     started: Instant,
+    /// The [`ONE_STACK`] lock, held until the stack is gone (dropped last).
+    _one: MutexGuard<'static, ()>,
 }
 
-/// Starts `scripts/dev-up.sh` in its own process group and waits until it is ready.
-fn dev_up(name: &str) -> Up {
+/// Starts `scripts/dev-up.sh` in its own process group, once no other stack runs, and
+/// waits until it is ready; `None` when the test is to be skipped ([`curl_or_skip`]).
+fn dev_up(name: &str) -> Option<Up> {
     dev_up_with(name, &[])
 }
 
 /// [`dev_up`] with extra arguments for the script (e.g. `--redis URL`).
-fn dev_up_with(name: &str, args: &[&str]) -> Up {
+fn dev_up_with(name: &str, args: &[&str]) -> Option<Up> {
+    if !curl_or_skip(name) {
+        return None;
+    }
+    let one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
     let root = repo_root();
     let base = free_ports(PORTS);
     let dev_dir = std::env::temp_dir().join(format!(
@@ -309,13 +316,14 @@ fn dev_up_with(name: &str, args: &[&str]) -> Up {
             Err(e) => panic!("dev-up.sh did not get ready: {e}; printed: {printed:#?}"),
         }
     }
-    Up {
+    Some(Up {
         stack,
         base,
         dev_dir,
         printed,
         started: Instant::now(),
-    }
+        _one: one,
+    })
 }
 
 /// Stops the stack `how`, then checks the script's exit status, that every process it
@@ -430,11 +438,7 @@ fn printed_with(printed: &[String], needle: &str) -> Vec<String> {
 
 #[test]
 fn dev_up_serves_the_printed_commands_and_stops_on_sigterm() {
-    if !curl_or_skip("dev_up_serves_the_printed_commands_and_stops_on_sigterm") {
-        return;
-    }
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
-    let up = dev_up("term");
+    let Some(up) = dev_up("term") else { return };
     let printed = &up.printed;
     let find = |needle: &str| printed_with(printed, needle);
 
@@ -475,11 +479,7 @@ fn dev_up_serves_the_printed_commands_and_stops_on_sigterm() {
 
 #[test]
 fn dev_up_stops_every_process_on_ctrl_c() {
-    if !curl_or_skip("dev_up_stops_every_process_on_ctrl_c") {
-        return;
-    }
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
-    let up = dev_up("int");
+    let Some(up) = dev_up("int") else { return };
     // The stack serves (a tunnel through the gateway) before it is stopped.
     assert_egress(&curl(&via(&up.printed, "socks5h://")));
     stop_and_check(up, Stop::CtrlC);
@@ -504,14 +504,12 @@ fn redis_dbsize(port: u16) -> u64 {
 /// redis-server here), and the stack serves extraction and traffic the same way.
 #[test]
 fn dev_up_with_redis_keeps_the_pool_in_redis() {
-    if !curl_or_skip("dev_up_with_redis_keeps_the_pool_in_redis") {
-        return;
-    }
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
     let redis = RedisServer::start();
     assert_eq!(redis_dbsize(redis.port()), 0, "a fresh server");
     let url = redis.url();
-    let up = dev_up_with("redis", &["--redis", &url]);
+    let Some(up) = dev_up_with("redis", &["--redis", &url]) else {
+        return;
+    };
     let extract = printed_with(&up.printed, "/api/v1/proxies/extract");
     let answer = curl(&extract);
     assert_eq!(answer["returned"], 2, "{answer}");

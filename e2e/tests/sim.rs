@@ -8,6 +8,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
+use proxy_pool_e2e::http::{read_head, status_of};
+use proxy_pool_e2e::procs::{succeeded, terminate_async};
 use proxy_pool_e2e::sim::{
     EchoReply, FailureMode, Protocol, ProxySpec, SimConfig, SimProxy, Simulator, VendorFault,
 };
@@ -67,15 +69,9 @@ async fn http_connect(
     req.push_str("\r\n");
     stream.write_all(req.as_bytes()).await?;
     let head = read_head(&mut stream).await?;
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, stream))
+    Ok((status_of(&head), stream))
 }
 
-/// Reads a response head byte by byte (so nothing after it is consumed).
 /// A CONNECT tunnel through `p` (with its credentials) to `echo`; asserts the 200.
 async fn tunnel_to(p: &SimProxy, echo: &str) -> TcpStream {
     let (status, tunnel) = http_connect(p.addr(), echo, Some((&p.username, &p.password)))
@@ -83,16 +79,6 @@ async fn tunnel_to(p: &SimProxy, echo: &str) -> TcpStream {
         .unwrap();
     assert_eq!(status, 200);
     tunnel
-}
-
-async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> std::io::Result<String> {
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let b = tokio::time::timeout(IO_LIMIT, stream.read_u8()).await??;
-        head.push(b);
-        assert!(head.len() < 16 * 1024, "response head too long");
-    }
-    Ok(String::from_utf8_lossy(&head).into_owned())
 }
 
 /// `GET path` with `Connection: close` over an established stream; returns the echo.
@@ -1018,11 +1004,7 @@ async fn curl(args: &[&str]) -> String {
         .output()
         .await
         .expect("curl is required for this test: apt-get install curl (scripts/test.sh does)");
-    assert!(
-        out.status.success(),
-        "curl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(out, &format!("curl {args:?}"));
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -1112,17 +1094,9 @@ async fn vendor_sim_binary_prints_its_urls_serves_and_stops_on_sigterm() {
     let resp = sender.send_request(req).await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-proxy-ttl-seconds"], "5");
-    let pid = child.id().unwrap().to_string();
-    let killed = tokio::process::Command::new("sh")
-        .args(["-c", &format!("kill -TERM {pid}")])
-        .status()
+    let status = terminate_async(&mut child, Duration::from_secs(10))
         .await
-        .unwrap();
-    assert!(killed.success());
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
-        .await
-        .expect("exits after SIGTERM")
-        .unwrap();
+        .expect("exits after SIGTERM");
     assert!(status.success(), "clean exit: {status}");
     assert!(TcpStream::connect(vendor).await.is_err());
 }

@@ -17,8 +17,8 @@ use common::{basic, block, connect, exchange};
 use proxy_pool_analytics::testkit::Postgres;
 use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::{
-    Procs, SimUpstream, bin, build_binaries, checker_command, fresh_test_dir, gateway_command,
-    vendor_sim_in,
+    Procs, SimUpstream, bin, build_binaries, checker_command, controller_config_head,
+    fresh_test_dir, gateway_command, succeeded, vendor_sim_in,
 };
 
 const ROUTING: &str = "e2e-usage";
@@ -83,14 +83,7 @@ fn gateway_requests_of_two_clients_reach_the_routing_stats() {
     std::fs::write(
         &config,
         format!(
-            r#"store:
-  backend: redis
-  redis: {{address: "{redis}"}}
-distribution:
-  listen: {dist}
-  auth: {{mode: none}}
-admin: {{listen: {admin}}}
-controlPlane: {{enabled: true, listen: {cp}, loopbackPlaintext: true}}
+            r#"{head}controlPlane: {{enabled: true, listen: {cp}, loopbackPlaintext: true}}
 upstreams:
 {sim_upstream}routings:
   - {{name: {ROUTING}, priority: 1, upstreams: [sim-http]}}
@@ -104,7 +97,7 @@ shutdown: {{gracePeriod: 5s}}
 # The simulator's proxies are on loopback: opted in explicitly.
 egress: {{allowCidrs: [127.0.0.0/8]}}
 "#,
-            redis = redis.url(),
+            head = controller_config_head(&redis.url(), dist, "{mode: none}", admin),
             sim_upstream = SimUpstream::default().yaml(sim, &dir),
             dsn = dir.join("dsn").display(),
         ),
@@ -112,15 +105,13 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     .expect("config");
 
     let controller = bin("proxy-pool-controller");
-    let out = Command::new(&controller)
-        .args(["migrate", "--config"])
-        .arg(&config)
-        .output()
-        .expect("migrate");
-    assert!(
-        out.status.success(),
-        "migrate: {}",
-        String::from_utf8_lossy(&out.stderr)
+    succeeded(
+        Command::new(&controller)
+            .args(["migrate", "--config"])
+            .arg(&config)
+            .output()
+            .expect("migrate"),
+        "migrate",
     );
 
     procs.start("vendor-sim", &mut vendor_sim);

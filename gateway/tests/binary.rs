@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use proxy_pool_e2e::ports::free_addr;
+use proxy_pool_e2e::procs::send_signal;
 use proxy_pool_e2e::sim::{Protocol, SimProxy};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -97,11 +98,7 @@ impl Binary {
 
     /// Sends SIGTERM.
     fn terminate(&self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        send_signal(self.child.id(), "TERM");
     }
 
     /// `GET /readyz` until it answers 200 (5 s at most); fails the test otherwise.

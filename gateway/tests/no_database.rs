@@ -12,6 +12,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::process::Command;
 
+use proxy_pool_e2e::procs::succeeded;
+
 const FORBIDDEN: [&str; 8] = [
     "redis",
     "sqlx",
@@ -45,11 +47,7 @@ fn the_gateway_depends_on_no_redis_or_database_client() {
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
         .output()
         .expect("cargo metadata runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(out, "cargo metadata");
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: HashMap<&str, &str> = meta["packages"]
         .as_array()

@@ -186,14 +186,20 @@ async fn connect_ports_outside_the_routing_allow_list_are_refused() {
     assert!(h.slots_free());
 }
 
-#[tokio::test]
-async fn a_client_that_stops_reading_releases_its_slot_and_the_proxy() {
-    let h = Harness::start_with(GatewayConfig {
-        write_timeout: Duration::from_secs(1),
+/// A gateway with the deadline under test set by `set` and an idle timeout (120 s) far
+/// beyond the tests' bounds: whatever cuts a connection, it is not the idle timeout.
+async fn deadline_under_test(set: impl FnOnce(&mut GatewayConfig)) -> Harness {
+    let mut config = GatewayConfig {
         io_idle_timeout: Duration::from_secs(120),
         ..local_config()
-    })
-    .await;
+    };
+    set(&mut config);
+    Harness::start_with(config).await
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_releases_its_slot_and_the_proxy() {
+    let h = deadline_under_test(|c| c.write_timeout = Duration::from_secs(1)).await;
     let p = h.serve_one(Protocol::Http).await;
     // A target that never stops sending.
     let firehose = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -233,12 +239,7 @@ async fn a_client_that_stops_reading_releases_its_slot_and_the_proxy() {
 
 #[tokio::test]
 async fn a_trickled_request_body_is_cut_at_its_deadline() {
-    let h = Harness::start_with(GatewayConfig {
-        request_body_timeout: Duration::from_secs(1),
-        io_idle_timeout: Duration::from_secs(120),
-        ..local_config()
-    })
-    .await;
+    let h = deadline_under_test(|c| c.request_body_timeout = Duration::from_secs(1)).await;
     let rec = Recorder::start().await;
     let id = "recorder";
     h.install(vec![raw_upstream(id, rec.addr, 10)], vec![all()]);

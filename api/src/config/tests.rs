@@ -14,6 +14,23 @@ fn paths(text: &str) -> Vec<String> {
     }
 }
 
+/// The problem paths of `text`, sorted.
+fn sorted_paths(text: &str) -> Vec<String> {
+    let mut got = paths(text);
+    got.sort();
+    got
+}
+
+/// The problem paths of `text` (see [`paths`]), after asserting that every one of
+/// `want` is among them.
+fn paths_including(text: &str, want: &[&str]) -> Vec<String> {
+    let got = paths(text);
+    for want in want {
+        assert!(got.iter().any(|p| p == want), "missing {want} in {got:?}");
+    }
+    got
+}
+
 #[test]
 fn empty_file_gives_defaults() {
     let c = load_yaml("{}").expect("defaults are valid");
@@ -65,25 +82,25 @@ clients:
 shutdown: {{gracePeriod: 1s, drainDelay: 2s}}
 "#
     );
-    let got = paths(&text);
-    for want in [
-        "store.redis",
-        "distribution.listen",
-        "distribution.maxCountPerRequest",
-        "distribution.defaultFulfillment",
-        "distribution.trustedProxies[1]",
-        "distribution.auth.methods[1].type",
-        "upstreams[0].name",
-        "upstreams[0].safetyMargin",
-        "upstreams[0].maxSize",
-        "upstreams[0].source.static.proxies[0]",
-        "clients[1].name",
-        "clients[1].apiKeys[0].sha256",
-        "clients[0].basic",
-        "shutdown.drainDelay",
-    ] {
-        assert!(got.iter().any(|p| p == want), "missing {want} in {got:?}");
-    }
+    paths_including(
+        &text,
+        &[
+            "store.redis",
+            "distribution.listen",
+            "distribution.maxCountPerRequest",
+            "distribution.defaultFulfillment",
+            "distribution.trustedProxies[1]",
+            "distribution.auth.methods[1].type",
+            "upstreams[0].name",
+            "upstreams[0].safetyMargin",
+            "upstreams[0].maxSize",
+            "upstreams[0].source.static.proxies[0]",
+            "clients[1].name",
+            "clients[1].apiKeys[0].sha256",
+            "clients[0].basic",
+            "shutdown.drainDelay",
+        ],
+    );
 }
 
 #[test]
@@ -339,27 +356,27 @@ cache:
     tokenReview: {{ttl: 121s, negativeTtl: 5s}}
 "#
     );
-    let got = paths(&text);
-    for want in [
-        "analytics.dsnFile",
-        "analytics.timeZone",
-        "analytics.keyPrefix",
-        "analytics.queueCapacity",
-        "analytics.flushInterval",
-        "analytics.flushAfterEvents",
-        "analytics.retentionDays",
-        "analytics.hotDays",
-        "analytics.shutdownFlushTimeout",
-        "analytics.identityKeyFile",
-        "cache.batchSize",
-        "cache.loaderTimeout",
-        "cache.loaderConcurrency",
-        "cache.redisTimeout",
-        "cache.namespaces.tokenReview.ttl",
-        "cache.namespaces.tokenReview.negativeTtl",
-    ] {
-        assert!(got.contains(&want.to_owned()), "{want} missing in {got:?}");
-    }
+    let got = paths_including(
+        &text,
+        &[
+            "analytics.dsnFile",
+            "analytics.timeZone",
+            "analytics.keyPrefix",
+            "analytics.queueCapacity",
+            "analytics.flushInterval",
+            "analytics.flushAfterEvents",
+            "analytics.retentionDays",
+            "analytics.hotDays",
+            "analytics.shutdownFlushTimeout",
+            "analytics.identityKeyFile",
+            "cache.batchSize",
+            "cache.loaderTimeout",
+            "cache.loaderConcurrency",
+            "cache.redisTimeout",
+            "cache.namespaces.tokenReview.ttl",
+            "cache.namespaces.tokenReview.negativeTtl",
+        ],
+    );
     assert_eq!(got.len(), 16, "{got:?}");
 }
 
@@ -563,8 +580,7 @@ routings:
     retry: {maxAttempts: 11, deadline: 10ms}
     gatewayGroups: ["no/slash"]
 "#;
-    let got = paths(text);
-    let want = [
+    let mut want = [
         "routings[0].carriers[0]",
         "routings[0].carriers[2]",
         "routings[0].usernameParams.re-gion",
@@ -580,11 +596,8 @@ routings:
         "routings[0].retry.maxAttempts",
         "routings[0].gatewayGroups[0]",
     ];
-    let mut sorted_got = got.clone();
-    sorted_got.sort();
-    let mut sorted_want: Vec<String> = want.iter().map(|s| (*s).to_owned()).collect();
-    sorted_want.sort();
-    assert_eq!(sorted_got, sorted_want, "{got:?}");
+    want.sort();
+    assert_eq!(sorted_paths(text), want);
     let e = load_yaml("routings: [{name: r, upstreams: [u], stickySession: {ttl: 1m, idle: 1s}}]")
         .unwrap_err();
     assert_eq!(e.0[0].path, "routings[0].stickySession.idle");
@@ -622,16 +635,15 @@ upstreams:
     };
     assert_eq!(v.max_proxies_per_fetch.map(|n| n.get()), Some(50));
     assert_eq!(c.upstreams[1].health, UpstreamHealthConfig::default());
-    assert_eq!(
-        target_url("http://[::1]:8080/x"),
-        Some(("::1".to_owned(), 8080))
-    );
-    assert_eq!(
-        target_url("https://example.com"),
-        Some(("example.com".to_owned(), 443))
-    );
-    assert_eq!(target_url("ftp://example.com"), None);
-    assert_eq!(target_url("http://user@example.com/"), None);
+    for (url, want) in [
+        ("http://[::1]:8080/x", Some(("::1", 8080))),
+        ("https://example.com", Some(("example.com", 443))),
+        ("ftp://example.com", None),
+        ("http://user@example.com/", None),
+    ] {
+        let want = want.map(|(host, port)| (host.to_owned(), port));
+        assert_eq!(target_url(url), want, "{url}");
+    }
 
     let bad = r#"
 upstreams:
@@ -646,10 +658,8 @@ upstreams:
       failureThreshold: 21
       targets: ["gopher://x", "http://"]
 "#;
-    let mut got = paths(bad);
-    got.sort();
     assert_eq!(
-        got,
+        sorted_paths(bad),
         [
             "upstreams[0].health.failureThreshold",
             "upstreams[0].health.targets[0]",
@@ -785,43 +795,31 @@ clients:
         dir = dir.0.display()
     );
     let errors = load_yaml_with_files(&text).unwrap_err().0;
-    let find =
-        |path: &str| -> Vec<&ConfigError> { errors.iter().filter(|e| e.path == path).collect() };
-    let m = &find("clients[0].apiKeys[0].file")[0].message;
+    // The message of the (first) problem at `path`.
+    let message = |path: &str| {
+        errors
+            .iter()
+            .find(|e| e.path == path)
+            .map(|e| e.message.as_str())
+            .unwrap_or_else(|| panic!("no problem at {path}: {errors:?}"))
+    };
+    let m = message("clients[0].apiKeys[0].file");
     assert!(m.contains("does not exist") && m.contains(&missing), "{m}");
-    assert!(
-        find("clients[0].apiKeys[1].file")[0]
-            .message
-            .ends_with("is empty")
-    );
-    assert!(
-        find("clients[0].apiKeys[2].file")[0]
-            .message
-            .contains("larger than")
-    );
-    assert!(
-        find("clients[0].apiKeys[3].file")[0]
-            .message
-            .starts_with("cannot read")
-    );
-    assert!(
-        find("clients[1].basic.usernameFile")[0]
-            .message
-            .contains("without `:`")
-    );
+    assert!(message("clients[0].apiKeys[1].file").ends_with("is empty"));
+    assert!(message("clients[0].apiKeys[2].file").contains("larger than"));
+    assert!(message("clients[0].apiKeys[3].file").starts_with("cannot read"));
+    assert!(message("clients[1].basic.usernameFile").contains("without `:`"));
     assert_eq!(
-        find("clients[2].bearerTokens[1]")[0].message,
+        message("clients[2].bearerTokens[1]"),
         "the same token is configured twice"
     );
     assert_eq!(errors.len(), 6, "{errors:?}");
 
     // Exactly one form of each secret.
-    let mut got = paths(&format!(
-        "clients:\n  - {{name: a, apiKeys: [{{sha256: {HASH}, file: /k}}, {{}}], basic: {{username: u, usernameFile: /u, passwordFile: ''}}}}\n"
-    ));
-    got.sort();
     assert_eq!(
-        got,
+        sorted_paths(&format!(
+            "clients:\n  - {{name: a, apiKeys: [{{sha256: {HASH}, file: /k}}, {{}}], basic: {{username: u, usernameFile: /u, passwordFile: ''}}}}\n"
+        )),
         [
             "clients[0]",
             "clients[0].apiKeys[0]",

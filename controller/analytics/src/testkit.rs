@@ -218,3 +218,20 @@ impl Drop for Postgres {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// The subjects of a stats summary body (`GET /api/v1/stats/summary`) as `kind/name`,
+/// in the order the body lists them.
+pub fn summary_subjects(summary: &serde_json::Value) -> Vec<String> {
+    summary["subjects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            format!(
+                "{}/{}",
+                s["kind"].as_str().unwrap(),
+                s["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}

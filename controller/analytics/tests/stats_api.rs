@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use http_body_util::BodyExt;
+use proxy_pool_analytics::testkit::summary_subjects;
 use proxy_pool_analytics::{PgStore, StatsState, WorkingSet, router};
 use support::Rig;
 use tower::ServiceExt;
@@ -128,20 +129,8 @@ async fn bad_requests_are_problems_and_the_summary_lists_subjects() {
     );
     let (s, cc, _, v) = get(&state, "/api/v1/stats/summary?days=30").await;
     assert_eq!((s, cc.as_str()), (200, "no-store"));
-    let names: Vec<String> = v["subjects"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            format!(
-                "{}/{}",
-                s["kind"].as_str().unwrap(),
-                s["name"].as_str().unwrap()
-            )
-        })
-        .collect();
     assert_eq!(
-        names,
+        summary_subjects(&v),
         vec!["clients/client-a", "routings/route-1", "upstreams/vendor-x"]
     );
     assert_eq!(v["subjects"][0]["total"]["proxies"], 3);

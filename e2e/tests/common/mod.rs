@@ -10,7 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use activity_pool::testkit::RedisServer;
@@ -45,7 +45,13 @@ pub const API_KEY: &str = "mixed-load-api-key";
 pub const VENDOR_KEY: &str = "mixed-load-vendor-key";
 
 /// One stack at a time: two would only compete for the machine's cores.
-pub static ONE_STACK: Mutex<()> = Mutex::new(());
+static ONE_STACK: Mutex<()> = Mutex::new(());
+
+/// Waits until no other stack runs; the stack is this test's while the guard lives
+/// (a test that failed holding it does not poison it for the others).
+pub fn one_stack() -> MutexGuard<'static, ()> {
+    ONE_STACK.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 pub fn now_ms() -> u64 {
     SystemTime::now()

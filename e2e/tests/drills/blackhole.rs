@@ -156,7 +156,7 @@ async fn probe(gw: SocketAddr, echo: SocketAddr, n: u64) -> Probed {
 
 #[test]
 fn gateway_black_holed_from_the_controllers_serves_until_stale_then_recovers() {
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_stack();
     let relay_rt = load_runtime();
     let relays: Mutex<Vec<Relay>> = Mutex::new(Vec::new());
     let tune_config = |text: String| {

@@ -47,7 +47,7 @@ fn generation_start(admin: std::net::SocketAddr) -> Option<u64> {
 
 #[test]
 fn redis_restarted_without_its_data_during_extraction_hands_nothing_out_twice() {
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_stack();
     let stop_feed = Arc::new(AtomicBool::new(false));
     let up = UpstreamSpec {
         path: "/v1/sim/proxies".into(),
@@ -79,8 +79,7 @@ fn redis_restarted_without_its_data_during_extraction_hands_nothing_out_twice() 
                 .is_some_and(|(unextracted, available)| unextracted >= 10 && available == 0)
         },
     );
-    let load = load(&stack);
-    std::thread::sleep(BEFORE);
+    let load = baseline_load(&stack);
 
     let first_generation = generation_start(admin);
     let errors_at_loss = load.gateway_errors().len();

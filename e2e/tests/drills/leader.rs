@@ -8,10 +8,9 @@ use crate::*;
 
 #[test]
 fn leader_sigkill_under_mixed_load() {
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_stack();
     let (mut stack, leader) = ready("drill-kill");
-    let load = load(&stack);
-    std::thread::sleep(BEFORE);
+    let load = baseline_load(&stack);
     stack.procs.kill(&format!("controller-{leader}"));
     let killed = Instant::now();
     let next = wait_leader(&mut stack, Some(leader), LEASE + RETRY + SLACK * 5);
@@ -39,11 +38,10 @@ fn leader_sigkill_under_mixed_load() {
 
 #[test]
 fn leader_paused_past_its_lease_writes_nothing_when_resumed() {
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_stack();
     let (mut stack, leader) = ready("drill-pause");
     let name = format!("controller-{leader}");
-    let load = load(&stack);
-    std::thread::sleep(BEFORE);
+    let load = baseline_load(&stack);
     stack.procs.signal(&name, "STOP");
     let paused = Instant::now();
     let next = wait_leader(&mut stack, Some(leader), LEASE + RETRY + SLACK * 5);

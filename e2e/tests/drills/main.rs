@@ -101,6 +101,13 @@ impl Load {
     }
 }
 
+/// [`load`], once it has run for [`BEFORE`]: the baseline before a fault.
+pub(crate) fn baseline_load(stack: &Stack) -> Load {
+    let load = load(stack);
+    std::thread::sleep(BEFORE);
+    load
+}
+
 /// Gateway traffic through both gateways and an extraction client rotating over every
 /// replica (moving on at once when one does not answer, as a client of a Service).
 pub(crate) fn load(stack: &Stack) -> Load {

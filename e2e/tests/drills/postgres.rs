@@ -49,7 +49,7 @@ fn until_committed(store: &PgStore, n: u64, within: Duration, stack: &Stack) -> 
 
 #[test]
 fn postgres_stopped_during_extraction() {
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_stack();
     let mut pg = Postgres::start();
     let store = PgStore::new(pg.config());
     block(store.migrate()).expect("migrate the analytics schema");
@@ -60,9 +60,8 @@ fn postgres_stopped_during_extraction() {
         dsn.display()
     );
     let (mut stack, _leader) = ready_stack(start("drill-pg", 2, &extra));
-    let load = load(&stack);
+    let load = baseline_load(&stack);
     let served = load.extracted.clone();
-    std::thread::sleep(BEFORE);
     let before = served.served.load(Ordering::Relaxed);
     until_committed(&store, before, CATCH_UP, &stack);
 

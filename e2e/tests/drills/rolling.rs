@@ -14,10 +14,9 @@ const BETWEEN: Duration = Duration::from_secs(5);
 
 #[test]
 fn rolling_restart_of_every_replica_under_mixed_load() {
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_stack();
     let (mut stack, _leader) = ready("drill-rolling");
-    let load = load(&stack);
-    std::thread::sleep(BEFORE);
+    let load = baseline_load(&stack);
     let mut steps = Vec::new();
     let rolled = Instant::now();
     for i in 0..stack.replicas.len() {

@@ -152,7 +152,7 @@ fn ids(proxies: &[serde_json::Value]) -> Vec<String> {
 
 #[test]
 fn redis_master_killed_with_sentinel() {
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_stack();
     let master = RedisServer::start();
     let replica = RedisServer::start_replica_of(master.port());
     let logs = std::env::temp_dir().join(format!("pp-drill-sentinels-{}", std::process::id()));
@@ -217,9 +217,8 @@ fn redis_master_killed_with_sentinel() {
         &store,
     ));
     let dists: Vec<SocketAddr> = stack.replicas.iter().map(|r| r.dist).collect();
-    let load = load(&stack);
+    let load = baseline_load(&stack);
     let x = load.extracted.clone();
-    std::thread::sleep(BEFORE);
 
     // An idempotent extraction, handed to the client like the load's.
     let first = extract_with_key(&dists, "drill-replay-1", Duration::from_secs(30));

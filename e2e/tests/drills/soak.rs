@@ -77,7 +77,7 @@ fn grows(samples: &[Sample], get: fn(&Stat) -> u64, floor: f64, share: f64) -> O
 #[test]
 #[ignore = "the soak runs by its own command (docs/reliability.md), not in CI"]
 fn soak() {
-    let _one = ONE_STACK.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_stack();
     let minutes = env_u64("PROXY_POOL_SOAK_MINUTES", 30);
     let fault_every = Duration::from_secs(env_u64("PROXY_POOL_SOAK_FAULT_EVERY_SECONDS", 120));
     let report = std::env::var("PROXY_POOL_SOAK_REPORT").map_or_else(

@@ -7,6 +7,8 @@ use base64::Engine as _;
 use proxy_pool_api::controlplane::model::{self, Checksum, Header, Snapshot};
 pub use proxy_pool_api::controlplane::model::{Routing, SnapshotProxy};
 use proxy_pool_api::egress::{EgressPolicy, PortRanges};
+pub use proxy_pool_e2e::http::read_head;
+use proxy_pool_e2e::http::status_of;
 use proxy_pool_e2e::sim::{
     EchoReply, FailureMode, Protocol, ProxySpec, SimConfig, SimProxy, Simulator,
 };
@@ -305,24 +307,6 @@ impl Response {
             other => panic!("unexpected {other}"),
         }
     }
-}
-
-/// Reads a response head byte by byte (nothing after it is consumed).
-pub async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> std::io::Result<String> {
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let b = tokio::time::timeout(IO_LIMIT, s.read_u8()).await??;
-        head.push(b);
-        assert!(head.len() < 64 * 1024, "head too long");
-    }
-    Ok(String::from_utf8_lossy(&head).into_owned())
-}
-
-fn status_of(head: &str) -> u16 {
-    head.split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Reads one response (Content-Length or close-delimited body).
