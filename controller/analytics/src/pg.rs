@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use jiff::Timestamp;
 use jiff::civil::Date;
 use tokio::sync::Mutex;
-use tokio_postgres::{Client, Config, NoTls, Row};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Config, NoTls, Row, Transaction};
 
 use crate::error::AnalyticsError;
 use crate::model::{Kind, Subject};
@@ -120,6 +121,23 @@ pub struct PgStore {
     client: Mutex<Option<Client>>,
 }
 
+/// One row's statement parameters, in the order of the statement's `$n`.
+type Params<'r> = Vec<Box<dyn ToSql + Sync + Send + 'r>>;
+
+/// Prepares `sql` once in `tx` and executes it with the parameters of each of `rows`.
+async fn execute_each<T>(
+    tx: &Transaction<'_>,
+    sql: &str,
+    rows: &[T],
+    params: impl Fn(&T) -> Params<'_>,
+) -> Result<(), tokio_postgres::Error> {
+    let statement = tx.prepare(sql).await?;
+    for row in rows {
+        tx.execute_raw(&statement, params(row)).await?;
+    }
+    Ok(())
+}
+
 fn day_of(row: &Row, idx: &str) -> Result<Date, AnalyticsError> {
     let s: String = row.try_get(idx)?;
     s.parse()
@@ -160,6 +178,69 @@ fn total_of(row: &Row) -> Result<TotalRow, AnalyticsError> {
 
 const DAILY_COLS: &str = "kind, name, day::text AS day, requests, proxies, uv, hll, degraded";
 const TOTAL_COLS: &str = "kind, name, requests, proxies, uv, hll, first_day::text AS first_day";
+
+/// Writes a subject's totals from a newer snapshot: counts never go down, the first
+/// day only earlier.
+const UPSERT_TOTAL: &str = "INSERT INTO pp_analytics_total (kind, name, requests, proxies, uv, hll, seq, first_day) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::date) ON CONFLICT (kind, name) DO UPDATE SET \
+     requests = GREATEST(pp_analytics_total.requests, EXCLUDED.requests), \
+     proxies = GREATEST(pp_analytics_total.proxies, EXCLUDED.proxies), \
+     uv = GREATEST(pp_analytics_total.uv, EXCLUDED.uv), hll = EXCLUDED.hll, seq = EXCLUDED.seq, \
+     first_day = LEAST(pp_analytics_total.first_day, EXCLUDED.first_day) \
+     WHERE pp_analytics_total.seq < EXCLUDED.seq";
+
+/// [`UPSERT_TOTAL`]'s parameters for `t` in snapshot `seq`.
+fn total_params(t: &TotalRow, seq: i64) -> Params<'_> {
+    vec![
+        Box::new(t.subject.kind.as_str()),
+        Box::new(&t.subject.name),
+        Box::new(t.requests),
+        Box::new(t.proxies),
+        Box::new(t.uv),
+        Box::new(&t.hll),
+        Box::new(seq),
+        Box::new(t.first_day.to_string()),
+    ]
+}
+
+/// Writes a subject's day from a newer snapshot (absolute values); a day once
+/// degraded stays so.
+const UPSERT_DAILY: &str = "INSERT INTO pp_analytics_daily (kind, name, day, requests, proxies, uv, hll, seq, degraded) \
+     VALUES ($1, $2, $3::text::date, $4, $5, $6, $7, $8, $9) ON CONFLICT (kind, name, day) DO UPDATE SET \
+     requests = EXCLUDED.requests, proxies = EXCLUDED.proxies, uv = EXCLUDED.uv, hll = EXCLUDED.hll, \
+     seq = EXCLUDED.seq, degraded = pp_analytics_daily.degraded OR EXCLUDED.degraded \
+     WHERE pp_analytics_daily.seq < EXCLUDED.seq";
+
+/// [`UPSERT_DAILY`]'s parameters for `d` in snapshot `seq`.
+fn daily_params(d: &DailyRow, seq: i64) -> Params<'_> {
+    vec![
+        Box::new(d.subject.kind.as_str()),
+        Box::new(&d.subject.name),
+        Box::new(d.day.to_string()),
+        Box::new(d.requests),
+        Box::new(d.proxies),
+        Box::new(d.uv),
+        Box::new(&d.hll),
+        Box::new(seq),
+        Box::new(d.degraded),
+    ]
+}
+
+/// Writes a day's coverage: degraded once, degraded for good, with every reason.
+const UPSERT_COVERAGE: &str = "INSERT INTO pp_analytics_days (day, degraded, reasons, seq) VALUES ($1::text::date, $2, $3, $4) \
+     ON CONFLICT (day) DO UPDATE SET degraded = pp_analytics_days.degraded OR EXCLUDED.degraded, \
+     reasons = ARRAY(SELECT DISTINCT unnest(pp_analytics_days.reasons || EXCLUDED.reasons) ORDER BY 1), \
+     seq = GREATEST(pp_analytics_days.seq, EXCLUDED.seq)";
+
+/// [`UPSERT_COVERAGE`]'s parameters for `c` in snapshot `seq`.
+fn coverage_params(c: &DayCoverage, seq: i64) -> Params<'_> {
+    vec![
+        Box::new(c.day.to_string()),
+        Box::new(c.degraded),
+        Box::new(&c.reasons),
+        Box::new(seq),
+    ]
+}
 
 impl PgStore {
     /// A store for `config` (no I/O until first use).
@@ -277,71 +358,10 @@ impl PgStore {
                 &[&snap.seq, &now, &time_zone],
             )
             .await?;
-            let total = tx
-                .prepare(
-                    "INSERT INTO pp_analytics_total (kind, name, requests, proxies, uv, hll, seq, first_day) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::date) ON CONFLICT (kind, name) DO UPDATE SET \
-                     requests = GREATEST(pp_analytics_total.requests, EXCLUDED.requests), \
-                     proxies = GREATEST(pp_analytics_total.proxies, EXCLUDED.proxies), \
-                     uv = GREATEST(pp_analytics_total.uv, EXCLUDED.uv), hll = EXCLUDED.hll, seq = EXCLUDED.seq, \
-                     first_day = LEAST(pp_analytics_total.first_day, EXCLUDED.first_day) \
-                     WHERE pp_analytics_total.seq < EXCLUDED.seq",
-                )
-                .await?;
-            for t in &snap.totals {
-                tx.execute(
-                    &total,
-                    &[
-                        &t.subject.kind.as_str(),
-                        &t.subject.name,
-                        &t.requests,
-                        &t.proxies,
-                        &t.uv,
-                        &t.hll,
-                        &snap.seq,
-                        &t.first_day.to_string(),
-                    ],
-                )
-                .await?;
-            }
-            let daily = tx
-                .prepare(
-                    "INSERT INTO pp_analytics_daily (kind, name, day, requests, proxies, uv, hll, seq, degraded) \
-                     VALUES ($1, $2, $3::text::date, $4, $5, $6, $7, $8, $9) ON CONFLICT (kind, name, day) DO UPDATE SET \
-                     requests = EXCLUDED.requests, proxies = EXCLUDED.proxies, uv = EXCLUDED.uv, hll = EXCLUDED.hll, \
-                     seq = EXCLUDED.seq, degraded = pp_analytics_daily.degraded OR EXCLUDED.degraded \
-                     WHERE pp_analytics_daily.seq < EXCLUDED.seq",
-                )
-                .await?;
-            for d in &snap.days {
-                tx.execute(
-                    &daily,
-                    &[
-                        &d.subject.kind.as_str(),
-                        &d.subject.name,
-                        &d.day.to_string(),
-                        &d.requests,
-                        &d.proxies,
-                        &d.uv,
-                        &d.hll,
-                        &snap.seq,
-                        &d.degraded,
-                    ],
-                )
-                .await?;
-            }
-            let cov = tx
-                .prepare(
-                    "INSERT INTO pp_analytics_days (day, degraded, reasons, seq) VALUES ($1::text::date, $2, $3, $4) \
-                     ON CONFLICT (day) DO UPDATE SET degraded = pp_analytics_days.degraded OR EXCLUDED.degraded, \
-                     reasons = ARRAY(SELECT DISTINCT unnest(pp_analytics_days.reasons || EXCLUDED.reasons) ORDER BY 1), \
-                     seq = GREATEST(pp_analytics_days.seq, EXCLUDED.seq)",
-                )
-                .await?;
-            for d in &snap.coverage {
-                tx.execute(&cov, &[&d.day.to_string(), &d.degraded, &d.reasons, &snap.seq])
-                    .await?;
-            }
+            let seq = snap.seq;
+            execute_each(&tx, UPSERT_TOTAL, &snap.totals, |t| total_params(t, seq)).await?;
+            execute_each(&tx, UPSERT_DAILY, &snap.days, |d| daily_params(d, seq)).await?;
+            execute_each(&tx, UPSERT_COVERAGE, &snap.coverage, |c| coverage_params(c, seq)).await?;
             tx.commit().await?;
             Ok(CommitOutcome::Committed)
         })

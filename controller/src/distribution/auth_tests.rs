@@ -17,10 +17,34 @@ fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
     h
 }
 
+/// `a` identifies the caller with `headers` from `ip` as `client`; its identity.
+async fn accepted(a: &Authenticator, headers: &HeaderMap, ip: IpAddr, client: &str) -> Identity {
+    let id = a.authenticate(headers, ip).await.expect(client);
+    assert_eq!(id.client_id.as_str(), client);
+    id
+}
+
 /// `a` refuses the caller with `headers` from `ip` with the error `code`.
 async fn refused(a: &Authenticator, headers: &HeaderMap, ip: IpAddr, code: &str, why: &str) {
     let e = a.authenticate(headers, ip).await.expect_err(why);
     assert_eq!(e.code(), code, "{why}");
+}
+
+/// The `Authorization` value of a basic login as `user_password` (`user:password`).
+fn basic(user_password: &str) -> String {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(user_password);
+    format!("Basic {encoded}")
+}
+
+/// One attempt per method: no credential at all, the API key `key`, the basic login
+/// `user_password`, the bearer token `token`.
+fn attempts(key: &str, user_password: &str, token: &str) -> Vec<HeaderMap> {
+    vec![
+        headers(&[]),
+        headers(&[("x-api-key", key)]),
+        headers(&[("authorization", &basic(user_password))]),
+        headers(&[("authorization", &format!("Bearer {token}"))]),
+    ]
 }
 
 fn config() -> String {
@@ -36,26 +60,12 @@ fn config() -> String {
 async fn each_method_identifies_its_client() {
     let a = auth(&config());
     let ip: IpAddr = "127.0.0.1".parse().expect("ip");
-    let id = a
-        .authenticate(&headers(&[("x-api-key", "key-a")]), ip)
-        .await
-        .expect("api key");
-    assert_eq!(id.client_id.as_str(), "client:a");
+    let id = accepted(&a, &headers(&[("x-api-key", "key-a")]), ip, "client:a").await;
     assert!(!id.permissions.contains(&Permission::DistributionExtract));
-    let basic = base64::engine::general_purpose::STANDARD.encode("alice:pw-a");
-    let id = a
-        .authenticate(
-            &headers(&[("authorization", &format!("Basic {basic}"))]),
-            ip,
-        )
-        .await
-        .expect("basic");
-    assert_eq!(id.client_id.as_str(), "client:a");
-    let id = a
-        .authenticate(&headers(&[("authorization", "bearer token-b")]), ip)
-        .await
-        .expect("bearer");
-    assert_eq!(id.client_id.as_str(), "client:b");
+    let login = headers(&[("authorization", &basic("alice:pw-a"))]);
+    accepted(&a, &login, ip, "client:a").await;
+    let bearer = headers(&[("authorization", "bearer token-b")]);
+    let id = accepted(&a, &bearer, ip, "client:b").await;
     assert!(id.permissions.contains(&Permission::DistributionExtract));
     assert_eq!(id.grants.max_extract_count.map(NonZeroU32::get), Some(3));
 }
@@ -64,16 +74,10 @@ async fn each_method_identifies_its_client() {
 async fn wrong_or_missing_credentials_are_401() {
     let a = auth(&config());
     let ip: IpAddr = "127.0.0.1".parse().expect("ip");
-    let basic = base64::engine::general_purpose::STANDARD.encode("alice:wrong");
-    for h in [
-        headers(&[]),
-        headers(&[("x-api-key", "nope")]),
-        headers(&[("authorization", &format!("Basic {basic}"))]),
-        headers(&[("authorization", "Bearer nope")]),
-        headers(&[("authorization", "Digest x")]),
-    ] {
-        let e = a.authenticate(&h, ip).await.expect_err("refused");
-        assert_eq!(e.code(), "UNAUTHENTICATED");
+    let mut wrong = attempts("nope", "alice:wrong", "nope");
+    wrong.push(headers(&[("authorization", "Digest x")]));
+    for h in wrong {
+        refused(&a, &h, ip, "UNAUTHENTICATED", "wrong or missing").await;
     }
 }
 
@@ -99,31 +103,22 @@ async fn another_bearer_verifier_plugs_in() {
     let c = load_yaml(&config()).expect("config");
     let a = Authenticator::with_bearer(&c.distribution.auth, &c.clients, Arc::new(Review));
     let ip: IpAddr = "127.0.0.1".parse().expect("ip");
-    let id = a
-        .authenticate(&headers(&[("authorization", "Bearer reviewed")]), ip)
-        .await
-        .expect("reviewed");
-    assert_eq!(id.client_id.as_str(), "client:b");
+    let reviewed = headers(&[("authorization", "Bearer reviewed")]);
+    let id = accepted(&a, &reviewed, ip, "client:b").await;
     assert_eq!(
         id.credential, "bearer:system:serviceaccount:ns:sa",
         "a reviewed caller is counted by its user name, not by a digest of its token"
     );
-    refused(
-        &a,
-        &headers(&[("authorization", "Bearer down")]),
-        ip,
-        "AUTH_UNAVAILABLE",
-        "verifier down",
-    )
-    .await;
-    refused(
-        &a,
-        &headers(&[("authorization", "Bearer token-b")]),
-        ip,
-        "UNAUTHENTICATED",
-        "the static hashes are not consulted",
-    )
-    .await;
+    for (token, code, why) in [
+        ("Bearer down", "AUTH_UNAVAILABLE", "verifier down"),
+        (
+            "Bearer token-b",
+            "UNAUTHENTICATED",
+            "the static hashes are not consulted",
+        ),
+    ] {
+        refused(&a, &headers(&[("authorization", token)]), ip, code, why).await;
+    }
 }
 
 #[tokio::test]
@@ -131,15 +126,8 @@ async fn without_a_usable_client_every_caller_is_refused() {
     // A fresh install: no client, no `auth.mode`. Fail closed.
     let a = auth("{}");
     let ip: IpAddr = "192.0.2.7".parse().expect("ip");
-    let basic = base64::engine::general_purpose::STANDARD.encode("alice:pw-a");
-    for h in [
-        headers(&[]),
-        headers(&[("x-api-key", "anything")]),
-        headers(&[("authorization", &format!("Basic {basic}"))]),
-        headers(&[("authorization", "Bearer x.y.z")]),
-    ] {
-        let e = a.authenticate(&h, ip).await.expect_err("refused");
-        assert_eq!(e.code(), "UNAUTHENTICATED");
+    for h in attempts("anything", "alice:pw-a", "x.y.z") {
+        refused(&a, &h, ip, "UNAUTHENTICATED", "no client").await;
     }
 }
 
@@ -151,22 +139,17 @@ async fn failed_basic_logins_are_throttled_per_source_and_per_user() {
         capacity: 1024,
         trust_for: std::time::Duration::from_secs(600),
     })));
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let login = |pw: &str| headers(&[("authorization", &format!("Basic {}", b64(pw)))]);
+    let login = |user_password: &str| headers(&[("authorization", &basic(user_password))]);
+    let key_a = headers(&[("x-api-key", "key-a")]);
     let guesser: IpAddr = "198.51.100.1".parse().expect("ip");
     // Requests without any credential are no guesses: never throttled.
     for _ in 0..10 {
         refused(&a, &headers(&[]), guesser, "UNAUTHENTICATED", "none").await;
     }
     for i in 0..4 {
-        refused(
-            &a,
-            &login(&format!("alice:guess-{i}")),
-            guesser,
-            "UNAUTHENTICATED",
-            &format!("wrong: attempt {i}"),
-        )
-        .await;
+        let why = format!("wrong: attempt {i}");
+        let guess = login(&format!("alice:guess-{i}"));
+        refused(&a, &guess, guesser, "UNAUTHENTICATED", &why).await;
     }
     // The right password is not even judged now: no oracle for the guesser.
     let e = a
@@ -177,38 +160,18 @@ async fn failed_basic_logins_are_throttled_per_source_and_per_user() {
     assert_eq!(e.into_problem("r").status(), 429);
     // The same user from elsewhere is throttled too (per user)...
     let other: IpAddr = "203.0.113.9".parse().expect("ip");
-    refused(
-        &a,
-        &login("alice:pw-a"),
-        other,
-        "AUTH_THROTTLED",
-        "user throttled",
-    )
-    .await;
+    let right = login("alice:pw-a");
+    refused(&a, &right, other, "AUTH_THROTTLED", "user throttled").await;
     // ...while another client's credential from that source still works.
-    let id = a
-        .authenticate(&headers(&[("x-api-key", "key-a")]), other)
-        .await
-        .expect("api key");
-    assert_eq!(id.client_id.as_str(), "client:a");
+    accepted(&a, &key_a, other, "client:a").await;
     // The guesser's address is throttled for every method.
-    refused(
-        &a,
-        &headers(&[("x-api-key", "key-a")]),
-        guesser,
-        "AUTH_THROTTLED",
-        "source throttled",
-    )
-    .await;
+    refused(&a, &key_a, guesser, "AUTH_THROTTLED", "source throttled").await;
 }
 
 #[tokio::test]
 async fn anonymous_clients_are_their_source_address() {
     let a = auth("distribution: {auth: {mode: none}}");
-    let id = a
-        .authenticate(&headers(&[]), "::ffff:192.0.2.7".parse().expect("ip"))
-        .await
-        .expect("anonymous");
-    assert_eq!(id.client_id.as_str(), "anon:192.0.2.7");
+    let ip: IpAddr = "::ffff:192.0.2.7".parse().expect("ip");
+    let id = accepted(&a, &headers(&[]), ip, "anon:192.0.2.7").await;
     assert!(id.permissions.contains(&Permission::DistributionExtract));
 }
