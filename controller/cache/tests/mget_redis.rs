@@ -73,6 +73,23 @@ impl Source {
     }
 }
 
+/// Finds every key, key 1 with a TTL of its own (3 s).
+#[derive(Debug)]
+struct Capped;
+
+#[async_trait]
+impl Loader<u32, String> for Capped {
+    async fn load(&self, keys: &[u32]) -> Result<HashMap<u32, Answer<String>>, CacheError> {
+        Ok(keys
+            .iter()
+            .map(|&k| {
+                let cap = (k == 1).then(|| Duration::from_secs(3));
+                (k, Answer::Found(format!("v{k}"), cap))
+            })
+            .collect())
+    }
+}
+
 async fn conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(redis.url()).unwrap();
     client.get_multiplexed_async_connection().await.unwrap()
@@ -86,14 +103,15 @@ async fn query<T: redis::FromRedisValue>(
     cmd.query_async(conn).await.unwrap()
 }
 
+/// A cache of `ns` over `redis` loading from `loader`, and a connection of its own.
 async fn cache(
     redis: &RedisServer,
     ns: Namespace,
-    src: Arc<Source>,
+    loader: Arc<dyn Loader<u32, String>>,
 ) -> (Cache<u32, String>, redis::aio::MultiplexedConnection) {
     let c = conn(redis).await;
     let store: Arc<dyn CacheStore> = Arc::new(RedisStore::new(c.clone()));
-    (Cache::new(ns, "t", Some(store), src), c)
+    (Cache::new(ns, "t", Some(store), loader), c)
 }
 
 fn ns() -> Namespace {
@@ -233,25 +251,8 @@ async fn hard_ttl_with_jitter_and_per_value_cap() {
     let mut n = ns();
     n.ttl = Duration::from_secs(100);
     n.jitter_percent = 10;
-    #[derive(Debug)]
-    struct Capped;
-    #[async_trait]
-    impl Loader<u32, String> for Capped {
-        async fn load(&self, keys: &[u32]) -> Result<HashMap<u32, Answer<String>>, CacheError> {
-            Ok(keys
-                .iter()
-                .map(|&k| {
-                    let cap = (k == 1).then(|| Duration::from_secs(3));
-                    (k, Answer::Found(format!("v{k}"), cap))
-                })
-                .collect())
-        }
-    }
-    let c = conn(&redis).await;
-    let store: Arc<dyn CacheStore> = Arc::new(RedisStore::new(c.clone()));
-    let cache: Cache<u32, String> = Cache::new(n, "t", Some(store), Arc::new(Capped));
-    let _ = cache.mget(&[1, 2]).await;
-    let mut conn = c;
+    let (c, mut conn) = cache(&redis, n, Arc::new(Capped)).await;
+    let _ = c.mget(&[1, 2]).await;
     let t1: i64 = query(&mut conn, redis::cmd("PTTL").arg("t:cache:v1:secret:1")).await;
     let t2: i64 = query(&mut conn, redis::cmd("PTTL").arg("t:cache:v1:secret:2")).await;
     assert!(t1 > 0 && t1 <= 3_000, "capped {t1}");
@@ -268,10 +269,10 @@ async fn hard_ttl_with_jitter_and_per_value_cap() {
         redis::cmd("SET").arg("t:cache:v1:secret:4").arg("garbage"),
     )
     .await;
-    let r = cache.mget(&[3, 4]).await;
+    let r = c.mget(&[3, 4]).await;
     assert_eq!(r[&3].as_ref().unwrap().as_deref(), Some("v3"));
     assert_eq!(r[&4].as_ref().unwrap().as_deref(), Some("v4"));
-    assert_eq!(cache.metrics().decode_errors, 1);
+    assert_eq!(c.metrics().decode_errors, 1);
 }
 
 #[tokio::test]

@@ -3,9 +3,20 @@
 
 use std::sync::LazyLock;
 
-macro_rules! lua {
-    ($($file:literal),+) => {
-        concat!($(include_str!(concat!("lua/", $file)), "\n"),+)
+/// A script's short name and its source: the prelude, the helper files `lib`, then
+/// its body `lua/<name>.lua`, each followed by a newline.
+macro_rules! script {
+    ($name:literal $(, $lib:literal)*) => {
+        (
+            $name,
+            concat!(
+                include_str!("lua/prelude.lua"),
+                "\n",
+                $(include_str!(concat!("lua/", $lib)), "\n",)*
+                include_str!(concat!("lua/", $name, ".lua")),
+                "\n"
+            ),
+        )
     };
 }
 
@@ -101,77 +112,46 @@ impl Script {
         )
     }
 
-    /// Short name for logs and operation digests.
-    pub(crate) fn name(self) -> &'static str {
+    /// Short name (for logs and operation digests) and source.
+    fn spec(self) -> (&'static str, &'static str) {
         match self {
-            Script::Upsert => "upsert",
-            Script::Remove => "remove",
-            Script::Health => "health",
-            Script::Extract => "extract",
-            Script::Assign => "assign",
-            Script::Renew => "renew",
-            Script::Drain => "drain",
-            Script::AckDrain => "ack_drain",
-            Script::OwnerGet => "owner_get",
-            Script::Expire => "expire",
-            Script::Register => "register",
-            Script::Ack => "ack",
-            Script::Reject => "reject",
-            Script::SessionGet => "session_get",
-            Script::Report => "report",
-            Script::RuntimeGet => "runtime_get",
-            Script::Inventory => "inventory",
-            Script::Records => "records",
-            Script::Assignable => "assignable",
-            Script::Purge => "purge",
-            Script::Leases => "leases",
-            Script::CombosGc => "combos_gc",
-            Script::LeaderAcquire => "leader_acquire",
-            Script::LeaderRenew => "leader_renew",
-            Script::LeaderRelease => "leader_release",
-            Script::DemandPush => "demand_push",
-            Script::DemandTake => "demand_take",
-            Script::Generation => "generation",
-            Script::LeaderToken => "leader_token",
-            Script::CheckBegin => "check_begin",
-            Script::CheckEnd => "check_end",
+            Script::Upsert => script!("upsert"),
+            Script::Remove => script!("remove"),
+            Script::Health => script!("health"),
+            Script::Extract => script!("extract"),
+            Script::Assign => script!("assign", "owner.lua"),
+            Script::Renew => script!("renew", "owner.lua"),
+            Script::Drain => script!("drain", "owner.lua"),
+            Script::AckDrain => script!("ack_drain", "owner.lua"),
+            Script::OwnerGet => script!("owner_get"),
+            Script::Expire => script!("expire", "owner.lua"),
+            Script::Register => script!("register", "session.lua"),
+            Script::Ack => script!("ack", "session.lua"),
+            Script::Reject => script!("reject", "session.lua"),
+            Script::SessionGet => script!("session_get", "session.lua"),
+            Script::Report => script!("report", "session.lua"),
+            Script::RuntimeGet => script!("runtime_get", "session.lua"),
+            Script::Inventory => script!("inventory", "session.lua"),
+            Script::Records => script!("records"),
+            Script::Assignable => script!("assignable"),
+            Script::Purge => script!("purge"),
+            Script::Leases => script!("leases"),
+            Script::CombosGc => script!("combos_gc"),
+            Script::LeaderAcquire => script!("leader_acquire", "leader.lua"),
+            Script::LeaderRenew => script!("leader_renew"),
+            Script::LeaderRelease => script!("leader_release"),
+            Script::DemandPush => script!("demand_push"),
+            Script::DemandTake => script!("demand_take"),
+            Script::Generation => script!("generation"),
+            Script::LeaderToken => script!("leader_token", "leader.lua"),
+            Script::CheckBegin => script!("check_begin"),
+            Script::CheckEnd => script!("check_end"),
         }
     }
 
-    fn source(self) -> &'static str {
-        match self {
-            Script::Upsert => lua!("prelude.lua", "upsert.lua"),
-            Script::Remove => lua!("prelude.lua", "remove.lua"),
-            Script::Health => lua!("prelude.lua", "health.lua"),
-            Script::Extract => lua!("prelude.lua", "extract.lua"),
-            Script::Assign => lua!("prelude.lua", "owner.lua", "assign.lua"),
-            Script::Renew => lua!("prelude.lua", "owner.lua", "renew.lua"),
-            Script::Drain => lua!("prelude.lua", "owner.lua", "drain.lua"),
-            Script::AckDrain => lua!("prelude.lua", "owner.lua", "ack_drain.lua"),
-            Script::OwnerGet => lua!("prelude.lua", "owner_get.lua"),
-            Script::Expire => lua!("prelude.lua", "owner.lua", "expire.lua"),
-            Script::Register => lua!("prelude.lua", "session.lua", "register.lua"),
-            Script::Ack => lua!("prelude.lua", "session.lua", "ack.lua"),
-            Script::Reject => lua!("prelude.lua", "session.lua", "reject.lua"),
-            Script::SessionGet => lua!("prelude.lua", "session.lua", "session_get.lua"),
-            Script::Report => lua!("prelude.lua", "session.lua", "report.lua"),
-            Script::RuntimeGet => lua!("prelude.lua", "session.lua", "runtime_get.lua"),
-            Script::Inventory => lua!("prelude.lua", "session.lua", "inventory.lua"),
-            Script::Records => lua!("prelude.lua", "records.lua"),
-            Script::Assignable => lua!("prelude.lua", "assignable.lua"),
-            Script::Purge => lua!("prelude.lua", "purge.lua"),
-            Script::Leases => lua!("prelude.lua", "leases.lua"),
-            Script::CombosGc => lua!("prelude.lua", "combos_gc.lua"),
-            Script::LeaderAcquire => lua!("prelude.lua", "leader.lua", "leader_acquire.lua"),
-            Script::LeaderRenew => lua!("prelude.lua", "leader_renew.lua"),
-            Script::LeaderRelease => lua!("prelude.lua", "leader_release.lua"),
-            Script::DemandPush => lua!("prelude.lua", "demand_push.lua"),
-            Script::DemandTake => lua!("prelude.lua", "demand_take.lua"),
-            Script::Generation => lua!("prelude.lua", "generation.lua"),
-            Script::LeaderToken => lua!("prelude.lua", "leader.lua", "leader_token.lua"),
-            Script::CheckBegin => lua!("prelude.lua", "check_begin.lua"),
-            Script::CheckEnd => lua!("prelude.lua", "check_end.lua"),
-        }
+    /// Short name for logs and operation digests.
+    pub(crate) fn name(self) -> &'static str {
+        self.spec().0
     }
 
     /// SHA-1 of the source, as `SCRIPT LOAD` returns it.
@@ -179,15 +159,16 @@ impl Script {
         &SHAS[self as usize]
     }
 
+    /// The source.
     pub(crate) fn code(self) -> &'static str {
-        self.source()
+        self.spec().1
     }
 }
 
 static SHAS: LazyLock<Vec<String>> = LazyLock::new(|| {
     Script::ALL
         .iter()
-        .map(|s| ::redis::Script::new(s.source()).get_hash().to_owned())
+        .map(|s| ::redis::Script::new(s.code()).get_hash().to_owned())
         .collect()
 });
 
