@@ -10,7 +10,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -69,50 +69,55 @@ fn answer(req: &Request<Incoming>, state: &OpsState) -> Response<Full<Bytes>> {
 /// Prometheus text of the counters.
 pub fn render(state: &OpsState) -> String {
     let s = &state.stats;
-    let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
-        ));
-    };
-    metric(
+    // The gauge first, then the task loop's counters, each with its help text.
+    let registered = u64::from((state.registered)());
+    let counters: [(&str, &str, &AtomicU64); 5] = [
+        (
+            "proxy_pool_checker_tasks_leased_total",
+            "Check tasks leased from the controller.",
+            &s.leased,
+        ),
+        (
+            "proxy_pool_checker_tasks_probed_total",
+            "Check tasks whose probes completed.",
+            &s.probed,
+        ),
+        (
+            "proxy_pool_checker_probes_cancelled_total",
+            "Probes cut at the end of the shutdown grace period.",
+            &s.cancelled,
+        ),
+        (
+            "proxy_pool_checker_observations_submitted_total",
+            "Observations sent to the controller.",
+            &s.submitted,
+        ),
+        (
+            "proxy_pool_checker_observations_dropped_total",
+            "Observations dropped after failed submits.",
+            &s.dropped,
+        ),
+    ];
+    let mut out = metric(
         "proxy_pool_checker_registered",
         "gauge",
         "1 while a session is registered with the controller.",
-        u64::from((state.registered)()),
+        registered,
     );
-    metric(
-        "proxy_pool_checker_tasks_leased_total",
-        "counter",
-        "Check tasks leased from the controller.",
-        n(&s.leased),
-    );
-    metric(
-        "proxy_pool_checker_tasks_probed_total",
-        "counter",
-        "Check tasks whose probes completed.",
-        n(&s.probed),
-    );
-    metric(
-        "proxy_pool_checker_probes_cancelled_total",
-        "counter",
-        "Probes cut at the end of the shutdown grace period.",
-        n(&s.cancelled),
-    );
-    metric(
-        "proxy_pool_checker_observations_submitted_total",
-        "counter",
-        "Observations sent to the controller.",
-        n(&s.submitted),
-    );
-    metric(
-        "proxy_pool_checker_observations_dropped_total",
-        "counter",
-        "Observations dropped after failed submits.",
-        n(&s.dropped),
-    );
+    for (name, help, count) in counters {
+        out.push_str(&metric(
+            name,
+            "counter",
+            help,
+            count.load(Ordering::Relaxed),
+        ));
+    }
     out
+}
+
+/// One sample in the Prometheus text format, with its `HELP` and `TYPE` lines.
+fn metric(name: &str, kind: &str, help: &str, value: u64) -> String {
+    format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n")
 }
 
 fn reply(status: StatusCode, body: String) -> Response<Full<Bytes>> {
@@ -163,6 +168,49 @@ mod tests {
         assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
         stop.cancel();
         server.await.expect("server stops");
+    }
+
+    /// The exposition text, to the byte: names, types, help texts and order.
+    #[test]
+    fn metrics_text_is_stable() {
+        let stats = Arc::new(RunStats::default());
+        for (i, c) in [
+            &stats.leased,
+            &stats.probed,
+            &stats.cancelled,
+            &stats.submitted,
+            &stats.dropped,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            c.store(i as u64 + 1, Ordering::Relaxed);
+        }
+        let state = OpsState {
+            registered: Arc::new(|| false),
+            stats,
+        };
+        let want = "\
+# HELP proxy_pool_checker_registered 1 while a session is registered with the controller.
+# TYPE proxy_pool_checker_registered gauge
+proxy_pool_checker_registered 0
+# HELP proxy_pool_checker_tasks_leased_total Check tasks leased from the controller.
+# TYPE proxy_pool_checker_tasks_leased_total counter
+proxy_pool_checker_tasks_leased_total 1
+# HELP proxy_pool_checker_tasks_probed_total Check tasks whose probes completed.
+# TYPE proxy_pool_checker_tasks_probed_total counter
+proxy_pool_checker_tasks_probed_total 2
+# HELP proxy_pool_checker_probes_cancelled_total Probes cut at the end of the shutdown grace period.
+# TYPE proxy_pool_checker_probes_cancelled_total counter
+proxy_pool_checker_probes_cancelled_total 3
+# HELP proxy_pool_checker_observations_submitted_total Observations sent to the controller.
+# TYPE proxy_pool_checker_observations_submitted_total counter
+proxy_pool_checker_observations_submitted_total 4
+# HELP proxy_pool_checker_observations_dropped_total Observations dropped after failed submits.
+# TYPE proxy_pool_checker_observations_dropped_total counter
+proxy_pool_checker_observations_dropped_total 5
+";
+        assert_eq!(render(&state), want);
     }
 
     async fn connect_from(

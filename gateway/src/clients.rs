@@ -238,19 +238,14 @@ fn resolve(base: &Path, file: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proxy_pool_e2e::procs::fresh_test_dir;
     use std::path::Path;
 
     struct Dir(PathBuf);
 
     impl Dir {
         fn new(tag: &str) -> Self {
-            let p = std::env::temp_dir().join(format!(
-                "proxy-pool-gw-clients-{tag}-{}",
-                std::process::id()
-            ));
-            let _ = std::fs::remove_dir_all(&p);
-            std::fs::create_dir_all(&p).expect("mkdir");
-            Self(p)
+            Self(fresh_test_dir(&format!("gw-clients-{tag}")))
         }
         fn write(&self, name: &str, content: &[u8]) -> PathBuf {
             let p = self.0.join(name);

@@ -128,41 +128,47 @@ impl Metrics {
                 ("{listener=\"socks5\"}".into(), get(&self.connections[1])),
             ],
         );
-        counter(
-            "gateway_connections_refused_total",
-            "Client connections closed at the connection cap.",
-            &[(String::new(), get(&self.connections_refused))],
-        );
-        counter(
-            "gateway_tunnels_total",
-            "CONNECT tunnels established.",
-            &[(String::new(), get(&self.tunnels))],
-        );
-        counter(
-            "gateway_tunnels_lease_cut_total",
-            "Open tunnels closed at their proxy's lease end.",
-            &[(String::new(), get(&self.tunnels_lease_cut))],
-        );
-        counter(
-            "gateway_forwarded_total",
-            "Plain HTTP requests forwarded.",
-            &[(String::new(), get(&self.forwarded))],
-        );
-        counter(
-            "gateway_upstream_pool_reused_total",
-            "Forwarded requests served on a pooled upstream connection.",
-            &[(String::new(), get(&self.pool_reused))],
-        );
-        counter(
-            "gateway_retries_total",
-            "Attempts retried on another proxy.",
-            &[(String::new(), get(&self.retries))],
-        );
-        counter(
-            "gateway_sessions_moved_total",
-            "Sticky sessions moved to another proxy.",
-            &[(String::new(), get(&self.sessions_moved))],
-        );
+        // The counters without labels, each with its help text, in exposition order.
+        let plain: [(&str, &str, &AtomicU64); 7] = [
+            (
+                "gateway_connections_refused_total",
+                "Client connections closed at the connection cap.",
+                &self.connections_refused,
+            ),
+            (
+                "gateway_tunnels_total",
+                "CONNECT tunnels established.",
+                &self.tunnels,
+            ),
+            (
+                "gateway_tunnels_lease_cut_total",
+                "Open tunnels closed at their proxy's lease end.",
+                &self.tunnels_lease_cut,
+            ),
+            (
+                "gateway_forwarded_total",
+                "Plain HTTP requests forwarded.",
+                &self.forwarded,
+            ),
+            (
+                "gateway_upstream_pool_reused_total",
+                "Forwarded requests served on a pooled upstream connection.",
+                &self.pool_reused,
+            ),
+            (
+                "gateway_retries_total",
+                "Attempts retried on another proxy.",
+                &self.retries,
+            ),
+            (
+                "gateway_sessions_moved_total",
+                "Sticky sessions moved to another proxy.",
+                &self.sessions_moved,
+            ),
+        ];
+        for (name, help, c) in plain {
+            counter(name, help, &[(String::new(), get(c))]);
+        }
         counter(
             "gateway_outcomes_dropped_total",
             "Outcome observations dropped at the full queue.",
@@ -257,6 +263,80 @@ mod tests {
             skewed.contains("gateway_snapshot_age_seconds 0.000\n"),
             "{skewed}"
         );
+    }
+
+    /// The exposition text of the plain counters, to the byte, and the order of all.
+    #[test]
+    fn exposition_text_is_stable() {
+        let m = Metrics::default();
+        m.accepted(ListenerKind::Socks5);
+        for (i, c) in [
+            &m.connections_refused,
+            &m.tunnels,
+            &m.tunnels_lease_cut,
+            &m.forwarded,
+            &m.pool_reused,
+            &m.retries,
+            &m.sessions_moved,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            c.store(i as u64 + 1, Ordering::Relaxed);
+        }
+        m.open_connections.store(-1, Ordering::Relaxed);
+        let text = m.render(8);
+        let head = "\
+# HELP gateway_connections_total Client connections accepted.
+# TYPE gateway_connections_total counter
+gateway_connections_total{listener=\"http\"} 0
+gateway_connections_total{listener=\"socks5\"} 1
+# HELP gateway_connections_refused_total Client connections closed at the connection cap.
+# TYPE gateway_connections_refused_total counter
+gateway_connections_refused_total 1
+# HELP gateway_tunnels_total CONNECT tunnels established.
+# TYPE gateway_tunnels_total counter
+gateway_tunnels_total 2
+# HELP gateway_tunnels_lease_cut_total Open tunnels closed at their proxy's lease end.
+# TYPE gateway_tunnels_lease_cut_total counter
+gateway_tunnels_lease_cut_total 3
+# HELP gateway_forwarded_total Plain HTTP requests forwarded.
+# TYPE gateway_forwarded_total counter
+gateway_forwarded_total 4
+# HELP gateway_upstream_pool_reused_total Forwarded requests served on a pooled upstream connection.
+# TYPE gateway_upstream_pool_reused_total counter
+gateway_upstream_pool_reused_total 5
+# HELP gateway_retries_total Attempts retried on another proxy.
+# TYPE gateway_retries_total counter
+gateway_retries_total 6
+# HELP gateway_sessions_moved_total Sticky sessions moved to another proxy.
+# TYPE gateway_sessions_moved_total counter
+gateway_sessions_moved_total 7
+# HELP gateway_outcomes_dropped_total Outcome observations dropped at the full queue.
+# TYPE gateway_outcomes_dropped_total counter
+gateway_outcomes_dropped_total 8
+# HELP gateway_request_errors_total Requests ended early, by reason.
+# TYPE gateway_request_errors_total counter
+gateway_request_errors_total{reason=\"head-too-large\"} 0
+";
+        assert!(text.starts_with(head), "{text}");
+        let tail = "\
+# HELP gateway_open_connections Client connections open now.
+# TYPE gateway_open_connections gauge
+gateway_open_connections -1
+";
+        assert!(text.ends_with(tail), "{text}");
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE")).collect();
+        assert_eq!(types.len(), 12, "{text}");
+        let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+        assert_eq!(
+            samples,
+            11 + REASONS.len() + EgressDenied::ALL.len(),
+            "{text}"
+        );
+        assert!(text.contains(
+            "# HELP gateway_egress_denied_total Requests refused by the egress policy, by what the address or port was.\n# TYPE gateway_egress_denied_total counter\n"
+        ));
     }
 
     #[test]

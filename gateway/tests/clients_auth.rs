@@ -9,6 +9,7 @@ mod common;
 use common::*;
 use proxy_pool_api::controlplane::model::{Checksum, Header, RoutingMatch, Snapshot};
 use proxy_pool_api::gateway_clients::{self, ClientEntry};
+use proxy_pool_e2e::procs::fresh_test_dir;
 use proxy_pool_e2e::sim::Protocol;
 use proxy_pool_gateway::SnapshotInput;
 use std::path::PathBuf;
@@ -19,11 +20,7 @@ struct Volume(PathBuf);
 
 impl Volume {
     fn new(tag: &str) -> Self {
-        let root = std::env::temp_dir().join(format!(
-            "proxy-pool-gateway-clients-auth-{tag}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = fresh_test_dir(&format!("gateway-clients-auth-{tag}"));
         let write = |rel: &str, content: &str| {
             let p = root.join(rel);
             std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");

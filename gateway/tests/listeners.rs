@@ -168,10 +168,7 @@ async fn username_parameters_select_the_routing() {
     let region = |name: &str| {
         let mut r = common::any_port(catch_all(name));
         r.matcher = RoutingMatch {
-            username_params: vec![UsernameParam {
-                key: "region".into(),
-                values: vec![name.into()],
-            }],
+            username_params: vec![UsernameParam::new("region", [name])],
             ..RoutingMatch::default()
         };
         r.regions = vec![name.into()];

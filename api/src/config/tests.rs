@@ -503,11 +503,13 @@ clients:
     );
 }
 
+/// One static upstream `u` with one proxy, for the routing tests.
+const UPSTREAM_U: &str = "upstreams:\n  - {name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: [\"192.0.2.1:1\"]}}}\n";
+
 #[test]
 fn routing_match_selection_sticky_retry_and_groups() {
-    let text = r#"
-upstreams:
-  - {name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["192.0.2.1:1"]}}}
+    let text = UPSTREAM_U.to_owned()
+        + r#"
 clients:
   - {name: team, apiKeys: [{file: /run/k}]}
 routings:
@@ -523,7 +525,7 @@ routings:
     retry: {maxAttempts: 2, deadline: 3s}
     gatewayGroups: [edge]
 "#;
-    let c = load_yaml(text).expect("valid");
+    let c = load_yaml(&text).expect("valid");
     let r = &c.routings[0];
     assert_eq!(r.carriers, ["telecom", "unicom"]);
     assert_eq!(r.strategy, Strategy::LeastActive);
@@ -559,7 +561,8 @@ routings:
     assert_eq!(r.gateway_groups, ["edge"]);
 
     // Defaults: no sticky sessions, 3 attempts in 10 s, every gateway.
-    let c = load_yaml("upstreams: [{name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: [\"192.0.2.1:1\"]}}}]\nroutings: [{name: r, upstreams: [u]}]\n").expect("valid");
+    let c = load_yaml(&(UPSTREAM_U.to_owned() + "routings: [{name: r, upstreams: [u]}]\n"))
+        .expect("valid");
     let r = &c.routings[0];
     assert_eq!((r.sticky.as_ref(), r.retry), (None, RetryConfig::default()));
     assert!(r.gateway_groups.is_empty() && r.target_hosts.is_empty());
@@ -567,9 +570,8 @@ routings:
 
 #[test]
 fn routing_fields_are_validated_with_their_paths() {
-    let text = r#"
-upstreams:
-  - {name: u, ttl: 1m, maxSize: 5, source: {static: {proxies: ["192.0.2.1:1"]}}}
+    let text = UPSTREAM_U.to_owned()
+        + r#"
 routings:
   - name: r
     upstreams: [u]
@@ -597,7 +599,7 @@ routings:
         "routings[0].gatewayGroups[0]",
     ];
     want.sort();
-    assert_eq!(sorted_paths(text), want);
+    assert_eq!(sorted_paths(&text), want);
     let e = load_yaml("routings: [{name: r, upstreams: [u], stickySession: {ttl: 1m, idle: 1s}}]")
         .unwrap_err();
     assert_eq!(e.0[0].path, "routings[0].stickySession.idle");
@@ -947,19 +949,13 @@ fn egress_section_and_connect_ports() {
         Err(crate::egress::EgressDenied::Internal)
     );
     assert_eq!(c.egress.check_ip("127.0.0.1".parse().expect("ip")), Ok(()));
-    let r = &c
-        .routings
-        .iter()
-        .find(|r| r.name == "r")
-        .expect("r")
-        .connect_ports;
+    let ports = |name: &str| {
+        let routing = c.routings.iter().find(|r| r.name == name);
+        &routing.expect(name).connect_ports
+    };
+    let r = ports("r");
     assert!(r.allows(22) && r.allows(8050) && !r.allows(443));
-    let d = &c
-        .routings
-        .iter()
-        .find(|r| r.name == "d")
-        .expect("d")
-        .connect_ports;
+    let d = ports("d");
     assert!(
         d.allows(443) && d.allows(80) && !d.allows(22),
         "default 443 and 80"

@@ -269,10 +269,7 @@ impl TryFrom<pb::Routing> for Routing {
                 username_params: m
                     .username_params
                     .into_iter()
-                    .map(|p| UsernameParam {
-                        key: p.key,
-                        values: p.values,
-                    })
+                    .map(|p| UsernameParam::new(p.key, p.values))
                     .collect(),
                 clients: m.clients,
                 target_hosts: m.target_hosts,

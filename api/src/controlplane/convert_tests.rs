@@ -33,10 +33,7 @@ fn routing_round_trips() {
     let r = Routing {
         name: "r1".into(),
         matcher: RoutingMatch {
-            username_params: vec![UsernameParam {
-                key: "region".into(),
-                values: vec!["shanghai".into()],
-            }],
+            username_params: vec![UsernameParam::new("region", ["shanghai"])],
             clients: vec!["c".into()],
             target_hosts: vec!["*.example.com".into()],
         },

@@ -78,6 +78,19 @@ pub struct UsernameParam {
     pub values: Vec<String>,
 }
 
+impl UsernameParam {
+    /// The condition that `key` is present with one of `values` (none: any value).
+    pub fn new<V: Into<String>>(
+        key: impl Into<String>,
+        values: impl IntoIterator<Item = V>,
+    ) -> Self {
+        Self {
+            key: key.into(),
+            values: values.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
 /// When a routing applies: every non-empty part must match.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct RoutingMatch {

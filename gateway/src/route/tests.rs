@@ -23,10 +23,7 @@ fn build(s: SnapshotInput) -> LiveSnapshot {
 fn snapshot() -> LiveSnapshot {
     let mut sh = fixture::routing("shanghai");
     sh.matcher = RoutingMatch {
-        username_params: vec![UsernameParam {
-            key: "region".into(),
-            values: vec!["shanghai".into()],
-        }],
+        username_params: vec![UsernameParam::new("region", ["shanghai"])],
         ..RoutingMatch::default()
     };
     sh.regions = vec!["shanghai".into()];

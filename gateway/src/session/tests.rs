@@ -105,14 +105,25 @@ fn bound(p: &str) -> Lookup {
     Lookup::Bound(ProxyId::from(p))
 }
 
+/// Binds `k[i]` to proxy `p{i}` for each `(policy, seconds after t0)` of `binds`, in turn.
+fn bind_in_turn(
+    table: &SessionTable,
+    k: &[SessionKey],
+    t0: Instant,
+    binds: &[(StickyPolicy, u64)],
+) {
+    for (i, (policy, at)) in binds.iter().enumerate() {
+        let proxy = ProxyId::from(format!("p{i}").as_str());
+        table.bind(k[i], proxy, *policy, t0 + Duration::from_secs(*at));
+    }
+}
+
 #[test]
 fn full_shard_evicts_its_least_recently_used_binding() {
     let (table, k) = one_shard(3, 4);
     let t0 = Instant::now();
     let s = Duration::from_secs;
-    table.bind(k[0], ProxyId::from("p0"), POLICY, t0);
-    table.bind(k[1], ProxyId::from("p1"), POLICY, t0 + s(1));
-    table.bind(k[2], ProxyId::from("p2"), POLICY, t0 + s(2));
+    bind_in_turn(&table, &k, t0, &[(POLICY, 0), (POLICY, 1), (POLICY, 2)]);
     // k0 is used again: k1 is now the least recently used.
     assert_eq!(table.lookup(k[0], t0 + s(3)), bound("p0"));
     table.bind(k[3], ProxyId::from("p3"), POLICY, t0 + s(4));
@@ -140,10 +151,8 @@ fn full_shard_drops_dead_bindings_of_any_policy_before_the_lru() {
     let (table, k) = one_shard(4, 6);
     let t0 = Instant::now();
     let s = Duration::from_secs;
-    table.bind(k[0], ProxyId::from("p0"), POLICY, t0);
-    table.bind(k[1], ProxyId::from("p1"), short_ttl, t0 + s(1));
-    table.bind(k[2], ProxyId::from("p2"), short_idle, t0 + s(1));
-    table.bind(k[3], ProxyId::from("p3"), POLICY, t0 + s(2));
+    let binds = [(POLICY, 0), (short_ttl, 1), (short_idle, 1), (POLICY, 2)];
+    bind_in_turn(&table, &k, t0, &binds);
     // At t0+5: k1 is past its TTL and k2 idle; k0 is the LRU but alive. Both dead
     // ones go (k1 would otherwise answer `Expired`), the LRU stays.
     table.bind(k[4], ProxyId::from("p4"), POLICY, t0 + s(5));

@@ -182,10 +182,7 @@ impl SnapshotFile {
                             .matcher
                             .username_params
                             .into_iter()
-                            .map(|(key, value)| UsernameParam {
-                                key,
-                                values: vec![value],
-                            })
+                            .map(|(key, value)| UsernameParam::new(key, [value]))
                             .collect(),
                         target_hosts: r.matcher.target_hosts,
                     },
