@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use proxy_pool_api::controlplane::model::Secret;
 
+use crate::procs::CommandOutput;
+
 /// Set by `scripts/test.d/cluster.sh` once binaries and images are built.
 pub const PREPARED_ENV: &str = "PROXY_POOL_CLUSTER_PREPARED";
 /// How long `cluster-up.sh` may take (it builds nothing with `--no-build`).
@@ -27,17 +29,6 @@ const UP_LIMIT: Duration = Duration::from_secs(900);
 const DOWN_LIMIT: Duration = Duration::from_secs(180);
 /// Log lines quoted per file in a failure message.
 const LOG_TAIL: usize = 25;
-
-/// What one command printed.
-#[derive(Clone, Debug)]
-pub struct Output {
-    /// Exit status 0.
-    pub success: bool,
-    /// Standard output.
-    pub stdout: String,
-    /// Standard error.
-    pub stderr: String,
-}
 
 /// The per-run credentials `cluster-up.sh` created (`credentials.env`); `Debug` shows
 /// only the user name.
@@ -105,7 +96,7 @@ pub fn settings() -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn run(program: &Path, args: &[&str], cwd: &Path, limit: Duration) -> Output {
+async fn run(program: &Path, args: &[&str], cwd: &Path, limit: Duration) -> CommandOutput {
     let child = tokio::process::Command::new(program)
         .args(args)
         .current_dir(cwd)
@@ -124,11 +115,7 @@ async fn run(program: &Path, args: &[&str], cwd: &Path, limit: Duration) -> Outp
             )
         })
         .unwrap_or_else(|e| panic!("waiting for {}: {e}", program.display()));
-    Output {
-        success: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    out.into()
 }
 
 impl LocalCluster {
@@ -232,7 +219,7 @@ impl LocalCluster {
     }
 
     /// kubectl with the admin kubeconfig, at most `limit`.
-    pub async fn kubectl(&self, args: &[&str], limit: Duration) -> Output {
+    pub async fn kubectl(&self, args: &[&str], limit: Duration) -> CommandOutput {
         let kubeconfig = self.kubeconfig().display().to_string();
         let mut all = vec!["--kubeconfig", kubeconfig.as_str()];
         all.extend_from_slice(args);
@@ -261,7 +248,7 @@ impl LocalCluster {
     }
 
     /// helm with the admin kubeconfig, at most `limit`.
-    pub async fn helm(&self, args: &[&str], limit: Duration) -> Output {
+    pub async fn helm(&self, args: &[&str], limit: Duration) -> CommandOutput {
         let kubeconfig = self.kubeconfig().display().to_string();
         let mut all = vec!["--kubeconfig", kubeconfig.as_str()];
         all.extend_from_slice(args);
@@ -274,7 +261,7 @@ impl LocalCluster {
     }
 
     /// Runs `scripts/cluster-down.sh`; its output. Panics when it fails.
-    pub async fn down(mut self) -> Output {
+    pub async fn down(mut self) -> CommandOutput {
         self.down = true;
         let out = run(
             &self.root.join("scripts/cluster-down.sh"),

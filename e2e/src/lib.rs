@@ -1,5 +1,6 @@
 //! Proxy Pool end-to-end harnesses.
 
+mod ca;
 pub mod cluster;
 pub mod hostile;
 pub mod http;

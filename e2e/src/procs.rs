@@ -17,6 +17,27 @@ const STOP_GRACE: Duration = Duration::from_secs(20);
 /// Log lines shown per process in a failure message.
 const LOG_TAIL: usize = 30;
 
+/// What one command printed, and whether it succeeded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// Exit status 0.
+    pub success: bool,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl From<Output> for CommandOutput {
+    fn from(out: Output) -> Self {
+        Self {
+            success: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
 /// The target directory the running test binary was built into.
 pub fn target_dir() -> PathBuf {
     if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {

@@ -41,7 +41,7 @@ use kube::api::Api;
 use proxy_pool_api::controlplane::client::{self, ClientOptions, ClientTransport};
 use proxy_pool_api::controlplane::pb;
 use proxy_pool_api::controlplane::pb::checker_control_plane_client::CheckerControlPlaneClient;
-use proxy_pool_e2e::hostile::attack::{self, Dial, Held, LEGIT_SOURCE, Outcome};
+use proxy_pool_e2e::hostile::attack::{self, Dial, Held, LEGIT_SOURCE, Misbehaviour, Outcome};
 use proxy_pool_e2e::hostile::procstat::{self, Sampler};
 use proxy_pool_e2e::hostile::{Figure, table};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
@@ -487,6 +487,41 @@ impl Attack {
             | Self::Malformed { label, .. } => label,
         }
     }
+
+    /// Whether over TLS, how many connections and what each sends (`None`: the
+    /// half-open flood, which sends nothing).
+    fn sends(&self) -> Option<(bool, usize, Misbehaviour)> {
+        match self {
+            Self::HalfOpen => None,
+            Self::Trickle {
+                prefix, drip, tls, ..
+            } => {
+                let how = Misbehaviour::Trickle {
+                    prefix: prefix.clone(),
+                    drip: drip.clone(),
+                    every: Duration::from_millis(500),
+                };
+                Some((*tls, CONNS, how))
+            }
+            Self::Flood {
+                prefix,
+                filler,
+                tls,
+                ..
+            } => {
+                let how = Misbehaviour::Flood {
+                    prefix: prefix.clone(),
+                    filler: filler.clone(),
+                    bytes: 1024 * 1024,
+                };
+                Some((*tls, CONNS / 4, how))
+            }
+            Self::Malformed { payload, tls, .. } => {
+                let payload = payload.clone();
+                Some((*tls, CONNS, Misbehaviour::Once { payload }))
+            }
+        }
+    }
 }
 
 const SLOW_HEAD: &[u8] =
@@ -648,43 +683,10 @@ async fn attack_listener(t: &Target, procs: &mut Procs) -> Vec<Figure> {
             }
         };
         let started = Instant::now();
-        let (outcome, held): (Outcome, Held) = match &a {
-            Attack::HalfOpen => {
-                attack::half_open(t.addr, FLOOD, FLOOD_CONCURRENT, CLOSE_BOUND).await
-            }
-            Attack::Trickle {
-                prefix, drip, tls, ..
-            } => {
-                attack::trickle(
-                    &dial(*tls),
-                    t.addr,
-                    CONNS,
-                    prefix.clone(),
-                    drip.clone(),
-                    Duration::from_millis(500),
-                    CLOSE_BOUND,
-                )
-                .await
-            }
-            Attack::Flood {
-                prefix,
-                filler,
-                tls,
-                ..
-            } => {
-                attack::flood_bytes(
-                    &dial(*tls),
-                    t.addr,
-                    CONNS / 4,
-                    prefix.clone(),
-                    filler.clone(),
-                    1024 * 1024,
-                    CLOSE_BOUND,
-                )
-                .await
-            }
-            Attack::Malformed { payload, tls, .. } => {
-                attack::send_once(&dial(*tls), t.addr, CONNS, payload.clone(), CLOSE_BOUND).await
+        let (outcome, held): (Outcome, Held) = match a.sends() {
+            None => attack::half_open(t.addr, FLOOD, FLOOD_CONCURRENT, CLOSE_BOUND).await,
+            Some((tls, conns, how)) => {
+                attack::misbehave(&dial(tls), t.addr, conns, how, CLOSE_BOUND).await
             }
         };
         let took = started.elapsed();

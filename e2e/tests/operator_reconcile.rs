@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec, Secret, Service, VolumeProjection};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -185,6 +185,17 @@ async fn resource_version<K: Namespaced>(client: &kube::Client, name: &str) -> S
         .await
         .resource_version()
         .unwrap_or_default()
+}
+
+/// The sources of the pod's projected volume `name`.
+fn projected_sources(pod: &PodSpec, name: &str) -> Vec<VolumeProjection> {
+    pod.volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == name)
+        .and_then(|v| v.projected.as_ref())
+        .and_then(|p| p.sources.clone())
+        .unwrap_or_else(|| panic!("no projected volume {name}"))
 }
 
 fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
@@ -974,17 +985,7 @@ async fn controller_deployment_is_pointed_at_it(client: &kube::Client, hash: &st
     })
     .await;
     let pod = d.spec.expect("spec").template.spec.expect("pod");
-    let volume = pod
-        .volumes
-        .unwrap_or_default()
-        .into_iter()
-        .find(|v| v.name == "proxy-pool-config")
-        .expect("config volume");
-    let sources = volume
-        .projected
-        .expect("projected")
-        .sources
-        .expect("sources");
+    let sources = projected_sources(&pod, "proxy-pool-config");
     assert_eq!(
         sources[0].config_map.as_ref().expect("configMap").name,
         CONFIG_MAP
@@ -1534,14 +1535,7 @@ async fn gateway_clients_load(client: &kube::Client, tag: &str) -> (String, Vec<
                 && m.mount_path == "/etc/proxy-pool-gateway"
                 && m.read_only == Some(true))
     );
-    let sources = pod
-        .volumes
-        .unwrap_or_default()
-        .into_iter()
-        .find(|v| v.name == "gateway-clients")
-        .and_then(|v| v.projected)
-        .and_then(|p| p.sources)
-        .expect("clients volume");
+    let sources = projected_sources(&pod, "gateway-clients");
     let secrets: Vec<(String, Vec<String>)> = sources
         .iter()
         .filter_map(|s| s.secret.as_ref())
@@ -1636,21 +1630,9 @@ async fn the_mounted_files_load_in_the_controller(client: &kube::Client) {
     use x509_parser::prelude::FromDer as _;
 
     let d: Deployment = get(client, CONTROLLER).await;
-    let volume = d
-        .spec
-        .and_then(|s| s.template.spec)
-        .and_then(|p| p.volumes)
-        .unwrap_or_default()
-        .into_iter()
-        .find(|v| v.name == "proxy-pool-config")
-        .expect("config volume");
+    let pod = d.spec.and_then(|s| s.template.spec).expect("pod");
     let root = std::env::temp_dir().join(format!("proxy-pool-e2e-volume-{}", std::process::id()));
-    materialize(
-        client,
-        volume.projected.and_then(|p| p.sources).unwrap_or_default(),
-        &root,
-    )
-    .await;
+    materialize(client, projected_sources(&pod, "proxy-pool-config"), &root).await;
     let text = std::fs::read_to_string(root.join("config.yaml")).expect("config.yaml");
     let text = text.replace("/etc/proxy-pool/", &format!("{}/", root.display()));
     let loaded = proxy_pool_api::config::load_yaml_with_files(&text);

@@ -296,96 +296,103 @@ pub async fn half_open(
     .await
 }
 
-/// `n` connections that send `prefix` at once, then `drip` one byte every `every`
-/// (round and round), never finishing: slowloris (an empty prefix, a request head as
-/// the drip) or a trickled body (a complete head as the prefix).
-pub async fn trickle(
+/// What each connection of [`misbehave`] sends, from the moment it is open.
+#[derive(Clone, Debug)]
+pub enum Misbehaviour {
+    /// Sends `prefix` at once, then `drip` one byte every `every` (round and round),
+    /// never finishing: slowloris (an empty prefix, a request head as the drip) or a
+    /// trickled body (a complete head as the prefix).
+    Trickle {
+        /// Sent at once (may be empty).
+        prefix: Vec<u8>,
+        /// Dripped a byte at a time, over and over.
+        drip: Vec<u8>,
+        /// Time between two dripped bytes.
+        every: Duration,
+    },
+    /// Sends `prefix`, then `filler` over and over (up to `bytes` in all) as fast as the
+    /// server takes them, then waits for the server to close.
+    Flood {
+        /// Sent first.
+        prefix: Vec<u8>,
+        /// Repeated after the prefix.
+        filler: Vec<u8>,
+        /// Bytes to send in all, the prefix included.
+        bytes: usize,
+    },
+    /// Sends `payload` once and waits for the server's reaction.
+    Once {
+        /// The bytes sent.
+        payload: Vec<u8>,
+    },
+}
+
+/// `n` connections (all at once) that each misbehave as `how` says; every connection
+/// is given `bound` to be closed by the server.
+pub async fn misbehave(
     dial: &Dial,
     addr: SocketAddr,
     n: usize,
-    prefix: Vec<u8>,
-    drip: Vec<u8>,
-    every: Duration,
+    how: Misbehaviour,
     bound: Duration,
 ) -> (Outcome, Held) {
-    let bytes = Arc::new((prefix, drip));
-    run(dial, addr, n, n, bound, move |mut s| {
-        let bytes = bytes.clone();
-        async move {
-            let (prefix, drip) = &*bytes;
-            let started = Instant::now();
-            if !prefix.is_empty() && s.write_all(prefix).await.is_err() {
-                return (Some(started.elapsed()), Vec::new(), s);
-            }
-            let mut i = 0;
-            loop {
-                let b = drip[i % drip.len().max(1)];
-                i += 1;
-                if s.write_all(&[b]).await.is_err() || s.flush().await.is_err() {
+    let how = Arc::new(how);
+    run(dial, addr, n, n, bound, move |s| {
+        let how = how.clone();
+        async move { how.on(s, bound).await }
+    })
+    .await
+}
+
+impl Misbehaviour {
+    /// Misbehaves on `s` and reports what the server did within `bound`.
+    async fn on(&self, mut s: Conn, bound: Duration) -> Seen {
+        let started = Instant::now();
+        match self {
+            Self::Trickle {
+                prefix,
+                drip,
+                every,
+            } => {
+                if !prefix.is_empty() && s.write_all(prefix).await.is_err() {
                     return (Some(started.elapsed()), Vec::new(), s);
                 }
-                let (closed, answer) = until_closed(&mut s, every).await;
-                if closed.is_some() {
-                    return (Some(started.elapsed()), answer, s);
+                for &b in drip.iter().cycle() {
+                    if s.write_all(&[b]).await.is_err() || s.flush().await.is_err() {
+                        return (Some(started.elapsed()), Vec::new(), s);
+                    }
+                    let (closed, answer) = until_closed(&mut s, *every).await;
+                    if closed.is_some() {
+                        return (Some(started.elapsed()), answer, s);
+                    }
+                    if started.elapsed() > bound {
+                        return (None, answer, s);
+                    }
                 }
-                if started.elapsed() > bound {
-                    return (None, answer, s);
+                // Nothing to drip: wait for the server as a silent client would.
+                sent_then_wait(s, started, bound).await
+            }
+            Self::Flood {
+                prefix,
+                filler,
+                bytes,
+            } => {
+                let _ = s.write_all(prefix).await;
+                let mut sent = prefix.len();
+                while sent < *bytes {
+                    match tokio::time::timeout(Duration::from_secs(2), s.write_all(filler)).await {
+                        Ok(Ok(())) => sent += filler.len(),
+                        _ => break,
+                    }
                 }
+                sent_then_wait(s, started, bound).await
+            }
+            Self::Once { payload } => {
+                let _ = s.write_all(payload).await;
+                sent_then_wait(s, started, bound).await
             }
         }
-    })
-    .await
-}
-
-/// `n` connections that send `prefix`, then `filler` over and over (up to `bytes` in
-/// all) as fast as the server takes them, then wait for the server to close.
-pub async fn flood_bytes(
-    dial: &Dial,
-    addr: SocketAddr,
-    n: usize,
-    prefix: Vec<u8>,
-    filler: Vec<u8>,
-    bytes: usize,
-    bound: Duration,
-) -> (Outcome, Held) {
-    let data = Arc::new((prefix, filler));
-    run(dial, addr, n, n, bound, move |mut s| {
-        let data = data.clone();
-        async move {
-            let (prefix, filler) = &*data;
-            let started = Instant::now();
-            let _ = s.write_all(prefix).await;
-            let mut sent = prefix.len();
-            while sent < bytes {
-                match tokio::time::timeout(Duration::from_secs(2), s.write_all(filler)).await {
-                    Ok(Ok(())) => sent += filler.len(),
-                    _ => break,
-                }
-            }
-            sent_then_wait(s, started, bound).await
-        }
-    })
-    .await
-}
-
-/// `n` connections that each send `payload` once and wait for the server's reaction.
-pub async fn send_once(
-    dial: &Dial,
-    addr: SocketAddr,
-    n: usize,
-    payload: Vec<u8>,
-    bound: Duration,
-) -> (Outcome, Held) {
-    let payload = Arc::new(payload);
-    run(dial, addr, n, n, bound, move |mut s| {
-        let payload = payload.clone();
-        async move {
-            let started = Instant::now();
-            let _ = s.write_all(&payload).await;
-            sent_then_wait(s, started, bound).await
-        }
-    })
-    .await
+    }
 }
 
 /// Flushes what an attack connection (opened at `started`) sent, then gives the server

@@ -12,6 +12,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::process::{Spawned, TempDir, free_ports};
 use super::{HarnessError, K8sBins, pki::Pki};
+use crate::procs::CommandOutput;
 
 /// Issuer (and default audience) of the ServiceAccount tokens this API server signs.
 pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
@@ -38,17 +39,6 @@ pub struct KubeApiServer {
     ca: PathBuf,
     // Last: removed after the processes are gone.
     dir: TempDir,
-}
-
-/// What one kubectl run printed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KubectlOutput {
-    /// Exit status 0.
-    pub success: bool,
-    /// Standard output.
-    pub stdout: String,
-    /// Standard error.
-    pub stderr: String,
 }
 
 impl fmt::Debug for KubeApiServer {
@@ -216,13 +206,13 @@ impl KubeApiServer {
     }
 
     /// Runs kubectl with `args` (and `stdin` piped in), at most `timeout`; a non-zero
-    /// exit is an [`KubectlOutput`] with `success: false`, not an error.
+    /// exit is a [`CommandOutput`] with `success: false`, not an error.
     pub async fn run_kubectl(
         &self,
         args: &[&str],
         stdin: Option<&str>,
         timeout: Duration,
-    ) -> Result<KubectlOutput, HarnessError> {
+    ) -> Result<CommandOutput, HarnessError> {
         use std::process::Stdio;
         use tokio::io::AsyncWriteExt as _;
         let mut cmd = self.kubectl();
@@ -250,11 +240,7 @@ impl KubeApiServer {
                 secs: timeout.as_secs(),
             })?
             .map_err(HarnessError::io("waiting for kubectl"))?;
-        Ok(KubectlOutput {
-            success: out.status.success(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        })
+        Ok(out.into())
     }
 
     /// Runs kubectl (at most 120 s) and returns its stdout; failing, or printing

@@ -13,7 +13,7 @@ mod process;
 mod table;
 mod workloads;
 
-pub use apiserver::{KubeApiServer, KubectlOutput, SERVICE_ACCOUNT_ISSUER};
+pub use apiserver::{KubeApiServer, SERVICE_ACCOUNT_ISSUER};
 pub use bins::{BIN_DIR_ENV, K8sBins};
 pub use table::{CLIENT_COLUMNS, ROUTING_COLUMNS, UPSTREAM_COLUMNS, kubectl_table};
 pub use workloads::{PodRef, Workloads};

@@ -2,10 +2,9 @@
 //! `127.0.0.1`/`localhost`, an admin client cert (`system:masters`) and the
 //! ServiceAccount token signing key. Keys are ECDSA P-256; everything is PEM.
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use rcgen::{Certificate, DnType, ExtendedKeyUsagePurpose, KeyPair};
+
+use crate::ca::Ca;
 
 /// PEM material, written to the harness's temp dir by the caller.
 pub(crate) struct Pki {
@@ -22,21 +21,8 @@ pub(crate) struct Pki {
 
 impl Pki {
     pub(crate) fn generate() -> Result<Self, rcgen::Error> {
-        let ca_key = KeyPair::generate()?;
-        let mut ca = CertificateParams::new(Vec::<String>::new())?;
-        ca.distinguished_name
-            .push(DnType::CommonName, "proxy-pool-e2e-ca");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca.self_signed(&ca_key)?;
-        let issuer = Issuer::new(ca, ca_key);
-
-        let (serving_cert, serving_key) = leaf(
-            &issuer,
+        let ca = Ca::generate("proxy-pool-e2e-ca")?;
+        let (serving_cert, serving_key) = pem(ca.leaf(
             &[
                 "127.0.0.1",
                 "localhost",
@@ -46,20 +32,19 @@ impl Pki {
             ],
             &[(DnType::CommonName, "kube-apiserver")],
             ExtendedKeyUsagePurpose::ServerAuth,
-        )?;
-        let (admin_cert, admin_key) = leaf(
-            &issuer,
+        )?);
+        let (admin_cert, admin_key) = pem(ca.leaf(
             &[],
             &[
                 (DnType::CommonName, "proxy-pool-e2e-admin"),
                 (DnType::OrganizationName, "system:masters"),
             ],
             ExtendedKeyUsagePurpose::ClientAuth,
-        )?;
+        )?);
 
         let sa_key = KeyPair::generate()?;
         Ok(Self {
-            ca_cert: ca_cert.pem(),
+            ca_cert: ca.cert().pem(),
             serving_cert,
             serving_key,
             admin_cert,
@@ -70,24 +55,9 @@ impl Pki {
     }
 }
 
-/// A certificate for `sans` with the subject `names`, signed by `issuer` for one
-/// extended usage, and its fresh key: (cert PEM, key PEM).
-fn leaf(
-    issuer: &Issuer<'_, KeyPair>,
-    sans: &[&str],
-    names: &[(DnType, &str)],
-    usage: ExtendedKeyUsagePurpose,
-) -> Result<(String, String), rcgen::Error> {
-    let key = KeyPair::generate()?;
-    let mut params =
-        CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())?;
-    for (kind, value) in names {
-        params.distinguished_name.push(kind.clone(), *value);
-    }
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    params.extended_key_usages = vec![usage];
-    let cert = params.signed_by(&key, issuer)?;
-    Ok((cert.pem(), key.serialize_pem()))
+/// A certificate and its key as PEM: (cert, key).
+fn pem((cert, key): (Certificate, KeyPair)) -> (String, String) {
+    (cert.pem(), key.serialize_pem())
 }
 
 #[cfg(test)]

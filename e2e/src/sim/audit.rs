@@ -355,22 +355,20 @@ mod tests {
         let log = Arc::new(AuditLog::default());
         let gw = peer("127.0.0.1");
         let client: IpAddr = "127.0.0.2".parse().unwrap();
-        // p1 on port 7 is handed out and used by the client.
-        hand_out(&log, 7);
-        drop(log.begin("p1", 7, SocketAddr::new(client, 1), UseKind::Connect));
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        // p1 expired; p9 got port 7 and a gateway uses it: not a violation.
-        drop(log.begin("p9", 7, gw, UseKind::Forward));
+        // Each round: port 7 is handed out and the client uses the proxy it got, then
+        // a gateway uses p9 on port 7. Round 1: the client got p1, which expired and p9
+        // took its port: not a violation. Round 2: the client got p9: a violation.
+        for (round, (got, expected)) in [("p1", (1, 0)), ("p9", (2, 1))].into_iter().enumerate() {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            hand_out(&log, 7);
+            let from = SocketAddr::new(client, 1 + round as u16);
+            drop(log.begin(got, 7, from, UseKind::Connect));
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            drop(log.begin("p9", 7, gw, UseKind::Forward));
+            let v = log.verdict(&[client]);
+            assert_eq!((v.handed_out, v.violations), expected, "{got}: {v:?}");
+        }
         let v = log.verdict(&[client]);
-        assert_eq!((v.handed_out, v.violations), (1, 0), "{v:?}");
-        // p9 is handed out in turn, and the gateway uses it again: a violation.
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        hand_out(&log, 7);
-        drop(log.begin("p9", 7, SocketAddr::new(client, 2), UseKind::Connect));
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        drop(log.begin("p9", 7, gw, UseKind::Forward));
-        let v = log.verdict(&[client]);
-        assert_eq!((v.handed_out, v.violations), (2, 1), "{v:?}");
         assert_eq!(v.listed[0].offending.proxy, "p9");
     }
 }

@@ -1,12 +1,13 @@
 //! TLS material for the HTTPS echo server: a throw-away CA and a leaf for
 //! `localhost` / `127.0.0.1`, generated at start. Only the CA PEM leaves this module.
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{DnType, ExtendedKeyUsagePurpose};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use std::sync::Arc;
 use tokio_rustls::TlsAcceptor;
 
 use super::error::SimError;
+use crate::ca::Ca;
 
 /// A ready acceptor plus the PEM of the CA clients must trust.
 #[derive(Clone)]
@@ -24,28 +25,17 @@ impl std::fmt::Debug for EchoTls {
 /// Generates a CA and a leaf for `localhost` and `127.0.0.1`, and a server config.
 pub(crate) fn generate() -> Result<EchoTls, SimError> {
     let err = |e: &dyn std::fmt::Display| SimError::Tls(e.to_string());
-    let ca_key = KeyPair::generate().map_err(|e| err(&e))?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(|e| err(&e))?;
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "proxy-pool vendor-sim CA");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_cert = ca_params.self_signed(&ca_key).map_err(|e| err(&e))?;
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    let leaf_key = KeyPair::generate().map_err(|e| err(&e))?;
-    let mut leaf_params =
-        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-            .map_err(|e| err(&e))?;
-    leaf_params
-        .distinguished_name
-        .push(DnType::CommonName, "vendor-sim echo");
-    let leaf_cert = leaf_params
-        .signed_by(&leaf_key, &issuer)
+    let ca = Ca::generate("proxy-pool vendor-sim CA").map_err(|e| err(&e))?;
+    let (leaf_cert, leaf_key) = ca
+        .leaf(
+            &["localhost", "127.0.0.1"],
+            &[(DnType::CommonName, "vendor-sim echo")],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )
         .map_err(|e| err(&e))?;
 
-    let chain: Vec<CertificateDer<'static>> = vec![leaf_cert.der().clone(), ca_cert.der().clone()];
+    let chain: Vec<CertificateDer<'static>> =
+        vec![leaf_cert.der().clone(), ca.cert().der().clone()];
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
@@ -57,15 +47,6 @@ pub(crate) fn generate() -> Result<EchoTls, SimError> {
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(EchoTls {
         acceptor: TlsAcceptor::from(Arc::new(config)),
-        ca_pem: ca_cert.pem(),
+        ca_pem: ca.cert().pem(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn generates_a_ca_pem() {
-        let tls = super::generate().unwrap();
-        assert!(tls.ca_pem.starts_with("-----BEGIN CERTIFICATE-----"));
-    }
 }

@@ -2,14 +2,14 @@
 //! direct creation, failure modes, early expiry, vendor faults.
 
 use axum::Json;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{ApiError, ProxyList, VendorAuth};
+use super::{ApiError, Checked, ProxyList, VendorAuth};
 use crate::sim::audit::{Handout, Use, Verdict};
 use crate::sim::core::SimCore;
 use crate::sim::failure::{FailureMode, VendorFault};
@@ -64,9 +64,8 @@ const MAX_CONTROL_TTL: Duration = Duration::from_secs(24 * 3600);
 pub(super) async fn create(
     _auth: VendorAuth,
     State(core): State<Arc<SimCore>>,
-    body: Result<Json<CreateProxy>, JsonRejection>,
+    Checked(Json(req)): Checked<Json<CreateProxy>>,
 ) -> Result<(StatusCode, Json<SimProxy>), ApiError> {
-    let Json(req) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let ttl = Duration::from_millis(req.ttl_ms);
     if ttl.is_zero() || ttl > MAX_CONTROL_TTL {
         return Err(ApiError::BadRequest("ttlMs must be in 1..=86400000".into()));
@@ -89,9 +88,8 @@ pub(super) async fn set_failure(
     _auth: VendorAuth,
     State(core): State<Arc<SimCore>>,
     Path(id): Path<String>,
-    body: Result<Json<FailureMode>, JsonRejection>,
+    Checked(Json(mode)): Checked<Json<FailureMode>>,
 ) -> Result<StatusCode, ApiError> {
-    let Json(mode) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     mode.check().map_err(ApiError::BadRequest)?;
     core.registry.get(&id)?.failure.set(mode);
     Ok(StatusCode::NO_CONTENT)
@@ -116,9 +114,8 @@ pub(super) async fn vendor_fault(
 pub(super) async fn set_vendor_fault(
     _auth: VendorAuth,
     State(core): State<Arc<SimCore>>,
-    body: Result<Json<VendorFault>, JsonRejection>,
+    Checked(Json(fault)): Checked<Json<VendorFault>>,
 ) -> Result<StatusCode, ApiError> {
-    let Json(fault) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     fault.check().map_err(ApiError::BadRequest)?;
     core.vendor_fault.set(fault);
     Ok(StatusCode::NO_CONTENT)
@@ -136,9 +133,8 @@ pub(super) async fn audit_uses(
 pub(super) async fn audit_handouts(
     _auth: VendorAuth,
     State(core): State<Arc<SimCore>>,
-    body: Result<Json<Vec<Handout>>, JsonRejection>,
+    Checked(Json(handouts)): Checked<Json<Vec<Handout>>>,
 ) -> Result<StatusCode, ApiError> {
-    let Json(handouts) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     if handouts.len() > 10_000 {
         return Err(ApiError::BadRequest(
             "at most 10000 handouts per call".into(),
@@ -160,9 +156,9 @@ pub(super) struct VerdictQuery {
 pub(super) async fn audit_verdict(
     _auth: VendorAuth,
     State(core): State<Arc<SimCore>>,
-    query: Result<axum::extract::Query<VerdictQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<VerdictQuery>, QueryRejection>,
 ) -> Result<Json<Verdict>, ApiError> {
-    let axum::extract::Query(q) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let Query(q) = query?;
     let clients = q
         .clients
         .split(',')

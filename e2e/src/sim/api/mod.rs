@@ -5,7 +5,8 @@
 mod control;
 mod vendor;
 
-use axum::extract::FromRequestParts;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -123,6 +124,38 @@ impl From<SimError> for ApiError {
                 Self::Internal
             }
         }
+    }
+}
+
+/// A request body (`Checked<Json<T>>`); one that does not parse answers 400 with
+/// axum's description of the problem.
+pub(super) struct Checked<E>(pub(super) E);
+
+impl<E, S> FromRequest<S> for Checked<E>
+where
+    E: FromRequest<S>,
+    E::Rejection: Into<ApiError>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        E::from_request(req, state)
+            .await
+            .map(Self)
+            .map_err(Into::into)
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        Self::BadRequest(rejection.body_text())
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        Self::BadRequest(rejection.body_text())
     }
 }
 

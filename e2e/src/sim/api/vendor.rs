@@ -36,7 +36,7 @@ pub(super) async fn issue(
     State(core): State<Arc<SimCore>>,
     query: Result<Query<IssueQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let Query(q) = query?;
     if let Some(resp) = simulate_fault(&core).await? {
         return Ok(resp);
     }
