@@ -141,6 +141,9 @@ upstreams:
     maxConcurrencyPerProxy: 1000
     maxSize: $NPROX
     fetchInterval: 10s
+    # Every run starts a fresh memory store: no proxy can have been handed out before,
+    # so the new-generation quarantine (docs/pool.md) would only hold the set back.
+    quarantine: 0s
     source:
       vendorApi:
         url: http://127.0.0.1:$SIM_PORT/v1/proxies?count=$NPROX&protocol=http
