@@ -124,13 +124,13 @@ fn encode(s: &str) -> String {
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` (UTC, whole seconds; an instant beyond the years jiff
-/// represents, ±9999, is written as its bound).
+/// represents, ±9999, is written as its bound). jiff's RFC 3339 `Display` of a
+/// whole-second instant is exactly that form.
 pub fn rfc3339(t: Timestamp) -> String {
     let (min, max) = (jiff::Timestamp::MIN, jiff::Timestamp::MAX);
     let secs = t.millis().div_euclid(1000);
     jiff::Timestamp::from_second(secs.clamp(min.as_second(), max.as_second()))
         .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
 }
 
