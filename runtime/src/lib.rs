@@ -7,6 +7,8 @@
 //! - [`backoff`]: bounded exponential backoff with jitter ([`Backoff`]).
 //! - [`signal`] (feature `signal`): SIGTERM / Ctrl-C → shutdown.
 //! - [`net`] (feature `net`): accepting connections until shutdown.
+//! - [`telemetry`] (feature `telemetry`): log set-up (text/JSON, no ANSI off a terminal)
+//!   and the metric naming convention with `build_info`.
 //!
 //! Without the `signal` and `net` features this crate does no I/O (the contract crate `api` uses
 //! it that way).
@@ -17,6 +19,8 @@ pub mod clock;
 pub mod net;
 #[cfg(feature = "signal")]
 pub mod signal;
+#[cfg(feature = "telemetry")]
+pub mod telemetry;
 
 pub use backoff::{Backoff, Jitter};
 pub use clock::{Clock, ManualClock, SystemClock};
