@@ -1,10 +1,12 @@
 //! Hand-written, bounded parsers for every untrusted byte the gateway reads: HTTP
-//! heads, request targets, chunk sizes, SOCKS5 handshakes and routing usernames.
+//! heads, request targets, chunk sizes, SOCKS5 handshakes, routing usernames and the
+//! PROXY protocol header of a load balancer.
 //! Pure functions over byte slices (fuzzed by `gateway/fuzz`); no I/O here.
 
 pub mod authority;
 pub mod chunked;
 pub mod http_head;
+pub mod proxy_protocol;
 pub mod socks5;
 pub mod username;
 
