@@ -15,7 +15,7 @@ use crate::capacity::Reservation;
 use crate::config::AuthMode;
 use crate::error::GatewayError;
 use crate::parse::authority::Host;
-use crate::parse::username::{Username, parse_username};
+use crate::parse::username::{Username, parse_username, split_password_params};
 use crate::select::{self, Choice};
 use crate::session::{Lookup, MoveReason, SessionKey, SessionTable, StickyPolicy};
 use crate::snapshot::{CompiledRouting, LiveSnapshot, ProxyEntry, ProxyId};
@@ -247,18 +247,27 @@ impl Router {
             };
         };
         let user = parse_username(creds.username).map_err(|_| GatewayError::AuthFailed)?;
+        // The password form (`secret_country-us_session-x`), when the username carries no
+        // parameters: tried only after the whole password fails.
+        let split = split_password_params(&user, creds.password);
         if self.auth == AuthMode::Open {
+            let user = split.map_or(user, |(_, with)| with);
             return Ok((user.base, user));
         }
         let Some(entry) = snap.clients.get(user.base) else {
             // The same hash work as a known user: timing does not tell names apart.
             proxy_pool_api::secret::SaltedHash::burn(creds.password);
+            if let Some((password, _)) = split {
+                proxy_pool_api::secret::SaltedHash::burn(password);
+            }
             return Err(GatewayError::AuthFailed);
         };
         if entry.password.matches(creds.password) {
-            Ok((&entry.client, user))
-        } else {
-            Err(GatewayError::AuthFailed)
+            return Ok((&entry.client, user));
+        }
+        match split {
+            Some((password, with)) if entry.password.matches(password) => Ok((&entry.client, with)),
+            _ => Err(GatewayError::AuthFailed),
         }
     }
 

@@ -359,3 +359,46 @@ fn failed_logins_are_throttled_per_source_and_per_user() {
             .is_ok()
     );
 }
+
+#[test]
+fn parameters_in_the_password_and_escaped_values_route() {
+    let mut east = fixture::routing("us-east");
+    east.matcher = RoutingMatch {
+        username_params: vec![UsernameParam::new("region", ["us-east"])],
+        ..RoutingMatch::default()
+    };
+    east.regions = vec!["us-east".into()];
+    let mut s = fixture::input(
+        1,
+        vec![east, fixture::routing("rest")],
+        vec![proxy("e1", "us-east", 5), proxy("w1", "us-west", 5)],
+    );
+    s.clients = vec![ClientCredential::from_password("team-a", "alice", "pw-a")];
+    let snap = build(s);
+    let router = Router::new(AuthMode::Required, 100);
+    let admit = |user: &str, password: &str| {
+        router
+            .admit(Some(&snap), creds(user, password), &WWW, now_ms())
+            .map(|(t, p)| (t.routing.to_string(), p.entry.id.to_string()))
+            .map_err(|e| e.to_string())
+    };
+    let east = Ok(("us-east".to_owned(), "e1".to_owned()));
+    let auth_failed = Err(GatewayError::AuthFailed.to_string());
+    // `-` inside a value is escaped; values compare case-insensitively.
+    assert_eq!(admit("alice-region-us%2Deast", "pw-a"), east);
+    assert_eq!(admit("alice-REGION-US%2deast", "pw-a"), east);
+    // The password form: the password is `pw-a`, the parameters follow the first `_`.
+    assert_eq!(admit("alice", "pw-a_region-us%2Deast"), east);
+    // A password form with a wrong password fails; so does a bare wrong password.
+    for (user, password) in [("alice", "pw-b_region-us%2Deast"), ("alice", "pw-a_")] {
+        assert_eq!(admit(user, password), auth_failed, "{password}");
+    }
+    // Parameters in the username: the password is taken whole (no second split).
+    assert_eq!(
+        admit("alice-region-us%2Deast", "pw-a_region-x"),
+        auth_failed
+    );
+    // An unescaped `us-east` is the parameter `us` followed by a key without a value.
+    assert_eq!(admit("alice-region-us-east", "pw-a"), auth_failed);
+    assert_eq!(admit("alice", "pw-a").unwrap().0, "rest");
+}

@@ -16,6 +16,7 @@ use super::{ClientCredential, LEASE_SAFETY, ProxyId, SnapshotInput};
 use crate::capacity::{CapacityRegistry, ProxyState};
 use crate::clock::{from_model_ms, from_unix_ms, unix_ms};
 use crate::parse::authority::{Host, parse_host};
+use crate::parse::username::value_eq;
 
 /// Why a snapshot was rejected before it was published.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -115,8 +116,7 @@ impl CompiledRouting {
         let params_ok = m.username_params.iter().all(|want| {
             params.iter().any(|(pk, pv)| {
                 pk.eq_ignore_ascii_case(&want.key)
-                    && (want.values.is_empty()
-                        || want.values.iter().any(|v| pv.eq_ignore_ascii_case(v)))
+                    && (want.values.is_empty() || want.values.iter().any(|v| value_eq(pv, v)))
             })
         });
         params_ok && (self.target_patterns.is_empty() || self.target_matches(target))
