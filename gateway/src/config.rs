@@ -7,6 +7,7 @@ use std::time::Duration;
 use proxy_pool_api::egress::EgressPolicy;
 use proxy_pool_api::throttle::ThrottleConfig;
 
+use crate::listener::TrustedSources;
 use crate::parse::http_head::{HARD_MAX_HEADERS, HeadLimits};
 
 /// How clients are authenticated.
@@ -59,6 +60,9 @@ pub struct GatewayConfig {
     pub outcome_queue: usize,
     /// Grace period for in-flight work on shutdown.
     pub drain_grace: Duration,
+    /// Sources (load balancers) whose connections start with a PROXY protocol header
+    /// naming the real client; read within `handshake_timeout`. Empty: none.
+    pub proxy_protocol: TrustedSources,
 }
 
 /// Upstream dialing and connection reuse.
@@ -113,6 +117,7 @@ impl Default for GatewayConfig {
             auth_throttle: ThrottleConfig::default(),
             outcome_queue: 4096,
             drain_grace: Duration::from_secs(30),
+            proxy_protocol: TrustedSources::default(),
         }
     }
 }

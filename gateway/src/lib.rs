@@ -18,6 +18,7 @@ pub mod config;
 pub mod controlplane;
 pub mod error;
 pub mod io;
+pub mod limit_args;
 pub mod listener;
 pub mod metrics;
 pub mod outcome;

@@ -7,6 +7,7 @@ use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, Endpo
 use proxy_pool_api::egress::EgressPolicy;
 use proxy_pool_gateway::admin::serve_admin;
 use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
+use proxy_pool_gateway::limit_args::LimitArgs;
 use proxy_pool_gateway::snapshot::file::SnapshotFile;
 use proxy_pool_gateway::{
     AuthMode, Gateway, GatewayConfig, SnapshotHandle, WorkerListeners, bind_reuseport,
@@ -104,6 +105,9 @@ struct Args {
     /// Worker-identity bootstrap (`--identity-endpoint` and its files).
     #[command(flatten)]
     identity: IdentityArgs,
+    /// Connection caps, client timeouts, head limits, trusted load balancers.
+    #[command(flatten)]
+    limits: LimitArgs,
     /// TLS name of the controller (default: the host of --controller).
     #[arg(long)]
     server_name: Option<String>,
@@ -158,7 +162,7 @@ async fn serve(args: Args, workers: usize) -> Result<()> {
         EgressPolicy::parse(&args.egress_deny_cidr, &args.egress_allow_cidr).map_err(|p| {
             anyhow::anyhow!("--egress-deny-cidr / --egress-allow-cidr: {}", p.join("; "))
         })?;
-    let config = GatewayConfig {
+    let mut config = GatewayConfig {
         auth: if args.open_auth {
             AuthMode::Open
         } else {
@@ -170,6 +174,7 @@ async fn serve(args: Args, workers: usize) -> Result<()> {
         egress,
         ..GatewayConfig::default()
     };
+    args.limits.apply(&mut config);
     config.validate()?;
     let max_stale = Duration::from_secs(args.max_stale_age_seconds);
     let snapshots = SnapshotHandle::new(max_stale);

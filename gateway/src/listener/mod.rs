@@ -13,10 +13,12 @@
 
 mod forward;
 mod http;
+mod proxy_header;
 mod reply;
 mod socks5;
 mod tunnel;
 
+pub use proxy_header::TrustedSources;
 pub use reply::proxy_credentials;
 
 use parking_lot::Mutex;
@@ -33,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
-use proxy_pool_api::throttle::SourceSlots;
+use proxy_pool_api::throttle::{SourceSlot, SourceSlots};
 use proxy_pool_runtime::net::accept_or_stop;
 
 use crate::config::GatewayConfig;
@@ -460,13 +462,16 @@ async fn accept_loop(
         }
         let shared = shared.clone();
         tracker.spawn(async move {
+            let Some((client, slot)) = client_of(&shared, &stream, peer.ip(), slot).await else {
+                return;
+            };
             shared
                 .metrics
                 .open_connections
                 .fetch_add(1, Ordering::Relaxed);
             let force = shared.force.clone();
             tokio::select! {
-                () = serve_connection(&shared, kind, stream, peer.ip()) => {}
+                () = serve_connection(&shared, kind, stream, client) => {}
                 () = force.cancelled() => debug!("connection cut at the end of the grace period"),
                 () = slot.evicted() => debug!("connection displaced by a smaller source"),
             }
@@ -477,6 +482,44 @@ async fn accept_loop(
                 .fetch_sub(1, Ordering::Relaxed);
         });
     }
+}
+
+/// The client a connection serves and its slot: from a trusted load balancer, the
+/// address its PROXY protocol header names, holding that client's slot in place of the
+/// balancer's (whose slot bounded the wait for the header); otherwise the peer itself.
+/// `None` when the header is missing, malformed or late (the connection is closed), or
+/// the client has no free slot.
+async fn client_of(
+    shared: &Shared,
+    stream: &TcpStream,
+    peer: std::net::IpAddr,
+    slot: SourceSlot,
+) -> Option<(std::net::IpAddr, SourceSlot)> {
+    if !shared.config.proxy_protocol.trusts(peer) {
+        return Some((peer, slot));
+    }
+    let client = match proxy_header::read_client_address(
+        stream,
+        peer,
+        shared.config.handshake_timeout,
+    )
+    .await
+    {
+        Ok(client) => client,
+        Err(err) => {
+            debug!(error = %err, "PROXY protocol header refused");
+            return None;
+        }
+    };
+    drop(slot);
+    let slot = shared.per_source.acquire(client);
+    if slot.is_none() {
+        shared
+            .metrics
+            .connections_refused
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    slot.map(|slot| (client, slot))
 }
 
 async fn serve_connection(

@@ -409,7 +409,22 @@ pub async fn connect(
     pass: &str,
     target: &str,
 ) -> (Response, TcpStream) {
-    let mut s = TcpStream::connect(gateway).await.unwrap();
+    connect_on(
+        TcpStream::connect(gateway).await.unwrap(),
+        user,
+        pass,
+        target,
+    )
+    .await
+}
+
+/// `CONNECT target` on an open connection to the gateway.
+pub async fn connect_on(
+    mut s: TcpStream,
+    user: &str,
+    pass: &str,
+    target: &str,
+) -> (Response, TcpStream) {
     let req = format!(
         "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: Basic {}\r\n\r\n",
         basic(user, pass)
@@ -446,7 +461,18 @@ pub async fn socks5(
     target: SocketAddr,
     cmd: u8,
 ) -> Result<TcpStream, (String, u8)> {
-    let mut s = TcpStream::connect(gateway).await.unwrap();
+    let s = TcpStream::connect(gateway).await.unwrap();
+    socks5_on(s, user, pass, target, cmd).await
+}
+
+/// [`socks5`] on an open connection to the gateway.
+pub async fn socks5_on(
+    mut s: TcpStream,
+    user: &str,
+    pass: &str,
+    target: SocketAddr,
+    cmd: u8,
+) -> Result<TcpStream, (String, u8)> {
     s.write_all(&[5, 1, 2]).await.unwrap();
     let mut m = [0u8; 2];
     s.read_exact(&mut m)
