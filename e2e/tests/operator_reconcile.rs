@@ -870,7 +870,7 @@ async fn config_map_is_rendered(client: &kube::Client) -> String {
     );
     let sticky = r.sticky.as_ref().expect("sticky sessions");
     assert_eq!(
-        (sticky.ttl, sticky.idle_timeout),
+        (sticky.session_ttl, sticky.idle_timeout),
         (Duration::from_secs(600), Duration::from_secs(120))
     );
     assert_eq!(

@@ -86,6 +86,7 @@ fn snapshot_of(size: usize, strategy: Strategy) -> LiveSnapshot {
             param: "session".into(),
             session_ttl: Duration::from_secs(600),
             idle_timeout: Duration::from_secs(600),
+            ..Sticky::default()
         }),
         ..Routing::default()
     };

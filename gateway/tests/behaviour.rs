@@ -27,6 +27,7 @@ fn sticky(ttl: Duration, idle_timeout: Duration) -> Routing {
         param: "session".into(),
         session_ttl: ttl,
         idle_timeout,
+        ..Sticky::default()
     });
     r
 }

@@ -94,6 +94,7 @@ async fn workers_share_sessions_and_capacity_and_drain_on_shutdown() {
         param: "session".into(),
         session_ttl: Duration::from_secs(600),
         idle_timeout: Duration::from_secs(300),
+        ..Sticky::default()
     });
     h.install(
         vec![upstream(&a, 50), upstream(&b, 50), upstream(&c, 50)],

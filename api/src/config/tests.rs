@@ -545,10 +545,11 @@ routings:
     assert_eq!(r.target_hosts, ["example.com", "*.example.org"]);
     assert_eq!(
         r.sticky,
-        Some(StickyConfig {
+        Some(Sticky {
             param: "session".into(),
-            ttl: Duration::from_secs(300),
+            session_ttl: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(60),
+            max_ttl: Duration::from_secs(30 * 60),
         })
     );
     assert_eq!(
@@ -560,12 +561,39 @@ routings:
     );
     assert_eq!(r.gateway_groups, ["edge"]);
 
-    // Defaults: no sticky sessions, 3 attempts in 10 s, every gateway.
+    // Defaults: sessions on (`session`, 10 min, 2 min idle, clients may ask for up to
+    // 30), 3 attempts in 10 s, every gateway.
     let c = load_yaml(&(UPSTREAM_U.to_owned() + "routings: [{name: r, upstreams: [u]}]\n"))
         .expect("valid");
     let r = &c.routings[0];
-    assert_eq!((r.sticky.as_ref(), r.retry), (None, RetryConfig::default()));
+    let default = Sticky {
+        param: "session".into(),
+        session_ttl: Duration::from_secs(600),
+        idle_timeout: Duration::from_secs(120),
+        max_ttl: Duration::from_secs(1800),
+    };
+    assert_eq!(
+        (r.sticky.as_ref(), r.retry),
+        (Some(&default), RetryConfig::default())
+    );
     assert!(r.gateway_groups.is_empty() && r.target_hosts.is_empty());
+
+    // Turned off; a maximum for `sesstime`; a ttl above 30 min is its own default maximum.
+    let sticky = |block: &str| {
+        let text = UPSTREAM_U.to_owned()
+            + &format!("routings: [{{name: r, upstreams: [u], stickySession: {block}}}]\n");
+        load_yaml(&text).expect("valid").routings[0].sticky.clone()
+    };
+    assert_eq!(sticky("{enabled: false, ttl: 1m}"), None);
+    assert_eq!(sticky("{enabled: true}"), Some(default.clone()));
+    assert_eq!(
+        sticky("{maxTtl: 2h}").map(|s| s.max_ttl),
+        Some(Duration::from_secs(7200))
+    );
+    assert_eq!(
+        sticky("{ttl: 45m, idleTimeout: 1m}").map(|s| s.max_ttl),
+        Some(Duration::from_secs(2700))
+    );
 }
 
 #[test]
@@ -603,6 +631,16 @@ routings:
     let e = load_yaml("routings: [{name: r, upstreams: [u], stickySession: {ttl: 1m, idle: 1s}}]")
         .unwrap_err();
     assert_eq!(e.0[0].path, "routings[0].stickySession.idle");
+    // The client-chosen maximum: not below ttl, neither above a day.
+    for (block, path) in [
+        ("{ttl: 20m, maxTtl: 10m}", "routings[0].stickySession.maxTtl"),
+        ("{maxTtl: 25h}", "routings[0].stickySession.maxTtl"),
+        ("{ttl: 25h, idleTimeout: 1m}", "routings[0].stickySession.ttl"),
+    ] {
+        let text = UPSTREAM_U.to_owned()
+            + &format!("routings: [{{name: r, upstreams: [u], stickySession: {block}}}]\n");
+        assert_eq!(sorted_paths(&text), [path], "{block}");
+    }
 }
 
 #[test]

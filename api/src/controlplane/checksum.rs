@@ -3,7 +3,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::model::{Checksum, Routing};
+use super::model::{Checksum, Routing, Sticky};
 
 /// 256-bit accumulator of proxy digests (addition modulo 2²⁵⁶).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -99,6 +99,12 @@ pub fn routings_digest(routings: &[Routing]) -> [u8; 32] {
                 c.str(&s.param);
                 c.u64(u64::try_from(s.session_ttl.as_millis()).unwrap_or(u64::MAX));
                 c.u64(u64::try_from(s.idle_timeout.as_millis()).unwrap_or(u64::MAX));
+                // Fields added after the first release are covered only when they differ
+                // from their default, so a worker of the previous release (which does
+                // not know them) still verifies this release's snapshots.
+                if s.max_ttl != Sticky::default_max_ttl(s.session_ttl) {
+                    c.u64(u64::try_from(s.max_ttl.as_millis()).unwrap_or(u64::MAX));
+                }
             }
             None => c.0.extend_from_slice(&[0]),
         }

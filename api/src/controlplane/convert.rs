@@ -208,6 +208,7 @@ impl From<&Routing> for pb::Routing {
                 param: s.param.clone(),
                 session_ttl_ms: ms(s.session_ttl),
                 idle_timeout_ms: ms(s.idle_timeout),
+                max_session_ttl_ms: ms(s.max_ttl),
             }),
             retry: Some(pb::RetryBudget {
                 max_attempts: r.retry.max_attempts,
@@ -286,6 +287,11 @@ impl TryFrom<pb::Routing> for Routing {
                 },
                 session_ttl: Duration::from_millis(s.session_ttl_ms),
                 idle_timeout: Duration::from_millis(s.idle_timeout_ms),
+                // 0 from a controller of the previous release: the default.
+                max_ttl: match s.max_session_ttl_ms {
+                    0 => Sticky::default_max_ttl(Duration::from_millis(s.session_ttl_ms)),
+                    m => Duration::from_millis(m).max(Duration::from_millis(s.session_ttl_ms)),
+                },
             }),
             retry,
             connect_ports: crate::egress::PortRanges::new(connect_ports),

@@ -45,6 +45,7 @@ fn routing_round_trips() {
             param: "session".into(),
             session_ttl: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(10),
+            ..Sticky::default()
         }),
         retry: RetryBudget::default(),
         connect_ports: crate::egress::PortRanges::parse(&["22".into(), "8000-8100".into()])

@@ -102,15 +102,51 @@ pub struct RoutingMatch {
     pub target_hosts: Vec<String>,
 }
 
-/// Sticky sessions of a routing.
+/// Sticky sessions of a routing: on every routing unless it turns them off, as on the
+/// commercial gateways (a client that asks for `session-…` gets one).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Sticky {
     /// Username parameter holding the session key.
     pub param: String,
-    /// Longest life of a session.
+    /// Longest life of a session (unless the client chooses with `sesstime`).
     pub session_ttl: Duration,
     /// A session unused this long ends.
     pub idle_timeout: Duration,
+    /// Longest life a client may choose with the `sesstime-<minutes>` parameter
+    /// (at least `session_ttl`).
+    pub max_ttl: Duration,
+}
+
+impl Sticky {
+    /// Default session lifetime: 10 minutes.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
+    /// Default idle timeout: 2 minutes.
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+    /// Default longest client-chosen lifetime: 30 minutes.
+    pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(30 * 60);
+    /// Upper bound of any session lifetime: one day (`sesstime` is at most 1440).
+    pub const LIMIT: Duration = Duration::from_secs(24 * 3600);
+    /// The default username parameter: `session`.
+    pub const DEFAULT_PARAM: &str = "session";
+
+    /// The longest client-chosen lifetime when none is configured: 30 minutes, or the
+    /// routing's own `ttl` when that is longer.
+    pub fn default_max_ttl(session_ttl: Duration) -> Duration {
+        Self::DEFAULT_MAX_TTL.max(session_ttl)
+    }
+}
+
+impl Default for Sticky {
+    /// Sessions keyed by `session`, 10 minutes, forgotten after 2 idle, clients may ask
+    /// for up to 30 (`sesstime-30`).
+    fn default() -> Self {
+        Self {
+            param: Self::DEFAULT_PARAM.to_owned(),
+            session_ttl: Self::DEFAULT_TTL,
+            idle_timeout: Self::DEFAULT_IDLE_TIMEOUT,
+            max_ttl: Self::DEFAULT_MAX_TTL,
+        }
+    }
 }
 
 /// Retries of DIAL / PROXY_HANDSHAKE failures.

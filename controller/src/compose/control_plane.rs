@@ -4,7 +4,7 @@
 use activity_pool::model::UpstreamId;
 use proxy_pool_api::config::{Config, RoutingConfig, Strategy as ConfigStrategy};
 use proxy_pool_api::controlplane::model::{
-    RetryBudget, Routing, RoutingMatch, Sticky, Strategy, UsernameParam,
+    RetryBudget, Routing, RoutingMatch, Strategy, UsernameParam,
 };
 
 use crate::controlplane::config::{ControlPlaneConfig, OwnershipConfig, RoutingSpec};
@@ -36,11 +36,7 @@ pub fn routing_spec(r: &RoutingConfig) -> RoutingSpec {
                 ConfigStrategy::LeastActive => Strategy::LeastActive,
                 ConfigStrategy::PowerOfTwoChoices => Strategy::PowerOfTwoChoices,
             },
-            sticky: r.sticky.as_ref().map(|s| Sticky {
-                param: s.param.clone(),
-                session_ttl: s.ttl,
-                idle_timeout: s.idle_timeout,
-            }),
+            sticky: r.sticky.clone(),
             retry: RetryBudget {
                 max_attempts: r.retry.max_attempts,
                 deadline: r.retry.deadline,
@@ -86,7 +82,8 @@ pub fn control_plane_config(config: &Config) -> ControlPlaneConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proxy_pool_api::config::{RetryConfig, StickyConfig, UsernameParamConfig};
+    use proxy_pool_api::config::{RetryConfig, UsernameParamConfig};
+    use proxy_pool_api::controlplane::model::Sticky;
     use std::time::Duration;
 
     #[test]
@@ -105,10 +102,11 @@ mod tests {
             }],
             target_hosts: vec!["example.com".into(), "*.example.org".into()],
             target_check_port: 443,
-            sticky: Some(StickyConfig {
+            sticky: Some(Sticky {
                 param: "session".into(),
-                ttl: Duration::from_secs(300),
+                session_ttl: Duration::from_secs(300),
                 idle_timeout: Duration::from_secs(60),
+                max_ttl: Duration::from_secs(900),
             }),
             retry: RetryConfig {
                 max_attempts: 2,
@@ -141,6 +139,7 @@ mod tests {
                 param: "session".into(),
                 session_ttl: Duration::from_secs(300),
                 idle_timeout: Duration::from_secs(60),
+                max_ttl: Duration::from_secs(900),
             })
         );
         assert_eq!(

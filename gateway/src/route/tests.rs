@@ -31,6 +31,7 @@ fn snapshot() -> LiveSnapshot {
         param: "session".into(),
         session_ttl: Duration::from_secs(60),
         idle_timeout: Duration::from_secs(30),
+        ..Sticky::default()
     });
     let mut only_b = fixture::routing("team-b");
     only_b.matcher.clients = vec!["team-b".into()];

@@ -87,6 +87,10 @@ pub struct RawSticky {
     pub ttl_seconds: u64,
     /// Idle timeout in seconds.
     pub idle_timeout_seconds: u64,
+    /// Longest lifetime a client may choose with `sesstime`, in seconds (default: 30
+    /// minutes, or the TTL when longer).
+    #[serde(default)]
+    pub max_ttl_seconds: Option<u64>,
 }
 
 /// Retry budget.
@@ -190,11 +194,19 @@ impl SnapshotFile {
                     regions: r.regions,
                     carriers: r.carriers,
                     strategy,
-                    sticky: r.sticky_session.map(|s| Sticky {
-                        param: "session".to_owned(),
-                        session_ttl: Duration::from_secs(s.ttl_seconds),
-                        idle_timeout: Duration::from_secs(s.idle_timeout_seconds),
-                    }),
+                    // Sessions are on for every routing (the defaults without the block).
+                    sticky: Some(r.sticky_session.map_or_else(Sticky::default, |s| {
+                        let session_ttl = Duration::from_secs(s.ttl_seconds);
+                        Sticky {
+                            session_ttl,
+                            idle_timeout: Duration::from_secs(s.idle_timeout_seconds),
+                            max_ttl: s.max_ttl_seconds.map_or_else(
+                                || Sticky::default_max_ttl(session_ttl),
+                                Duration::from_secs,
+                            ),
+                            ..Sticky::default()
+                        }
+                    })),
                     retry,
                     connect_ports: PortRanges::parse(&r.connect_ports).unwrap_or_else(|e| {
                         for p in e {

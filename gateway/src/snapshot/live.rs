@@ -391,6 +391,13 @@ fn validate(input: &SnapshotInput) -> Result<(), SnapshotError> {
                 "routings[{i}].sticky: ttl and idleTimeout must be positive"
             ));
         }
+        if let Some(st) = &r.sticky
+            && st.max_ttl < st.session_ttl
+        {
+            problems.push(format!(
+                "routings[{i}].sticky: maxTtl must not be shorter than ttl"
+            ));
+        }
     }
     let mut users = HashSet::new();
     for (i, c) in input.clients.iter().enumerate() {

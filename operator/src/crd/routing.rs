@@ -133,10 +133,15 @@ pub struct LabelFilter {
     pub carriers: Vec<String>,
 }
 
-/// Sticky sessions, keyed by the `session` username parameter.
+/// Sticky sessions, keyed by the `session` username parameter. On for every Routing,
+/// also without this block (with its defaults); `enabled: false` turns them off.
 #[derive(KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[x_kube(validation = Rule::new("duration(self.idleTimeout) <= duration(self.ttl)")
     .message("stickySession.idleTimeout must not be longer than stickySession.ttl"))]
+#[x_kube(validation = Rule::new("!has(self.maxTtl) || duration(self.maxTtl) >= duration(self.ttl)")
+    .message("stickySession.maxTtl must not be shorter than stickySession.ttl"))]
+#[x_kube(validation = Rule::new("duration(self.ttl) <= duration('24h') && (!has(self.maxTtl) || duration(self.maxTtl) <= duration('24h'))")
+    .message("stickySession.ttl and stickySession.maxTtl must be at most 24h"))]
 #[serde(rename_all = "camelCase")]
 pub struct StickySession {
     /// Longest life of a session's binding to one proxy.
@@ -147,6 +152,15 @@ pub struct StickySession {
     #[serde(default = "default_idle_timeout")]
     #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
     pub idle_timeout: String,
+    /// Longest life a client may choose with the `sesstime-<minutes>` username
+    /// parameter. Default: 30m, or `ttl` when longer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
+    pub max_ttl: Option<String>,
+    /// `false` turns sessions off: every request rotates, a `session` parameter is
+    /// ignored.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
 }
 
 /// Bounded retries on another proxy.
@@ -230,6 +244,9 @@ fn default_session_ttl() -> String {
 }
 fn default_idle_timeout() -> String {
     "2m".to_owned()
+}
+fn default_true() -> bool {
+    true
 }
 fn default_max_attempts() -> u32 {
     3

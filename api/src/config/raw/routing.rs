@@ -63,6 +63,14 @@ pub struct RawStickySession {
     /// Username parameter holding the session key (default `session`).
     #[serde(default)]
     pub param: Option<String>,
+    /// Longest life a client may choose with `sesstime-<minutes>` (default 30 minutes,
+    /// or `ttl` when longer; at most 24 hours).
+    #[serde(default)]
+    pub max_ttl: Option<String>,
+    /// `false` turns sessions off for this routing (every request rotates, a `session`
+    /// parameter is ignored). Default `true`, also when the block is absent.
+    #[serde(default)]
+    pub enabled: Option<bool>,
 }
 
 /// `routings[].retry`.

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+pub use crate::controlplane::model::Sticky;
 use crate::egress::PortRanges;
 use crate::proxy::Strategy;
 
@@ -28,8 +29,8 @@ pub struct RoutingConfig {
     pub target_hosts: Vec<String>,
     /// Port of the TARGET health checks of the exact `target_hosts`.
     pub target_check_port: u16,
-    /// Sticky sessions (`None`: off).
-    pub sticky: Option<StickyConfig>,
+    /// Sticky sessions (on by default; `None`: turned off).
+    pub sticky: Option<Sticky>,
     /// Retry budget.
     pub retry: RetryConfig,
     /// Gateway groups that serve it (empty: every gateway).
@@ -45,17 +46,6 @@ pub struct UsernameParamConfig {
     pub key: String,
     /// Accepted values (empty: the key must be present with any value).
     pub values: Vec<String>,
-}
-
-/// Sticky sessions of a routing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StickyConfig {
-    /// Username parameter holding the session key.
-    pub param: String,
-    /// Longest life of a binding.
-    pub ttl: Duration,
-    /// A session unused this long ends (≤ `ttl`).
-    pub idle_timeout: Duration,
 }
 
 /// Retries of DIAL / PROXY_HANDSHAKE failures.

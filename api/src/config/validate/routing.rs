@@ -9,7 +9,7 @@ use crate::config::checks::username_token;
 use crate::config::raw::RawRouting;
 use crate::config::raw::{RawRetry, RawStickySession};
 use crate::config::types::{
-    PortRanges, RetryConfig, RoutingConfig, StickyConfig, Strategy, UsernameParamConfig,
+    PortRanges, RetryConfig, RoutingConfig, Sticky, Strategy, UsernameParamConfig,
 };
 
 pub(super) fn routing(
@@ -68,10 +68,15 @@ pub(super) fn routing(
             Some(p) => p,
             None => 443,
         },
-        sticky: raw
-            .sticky_session
-            .as_ref()
-            .map(|s| sticky(cx, &format!("{path}.stickySession"), s)),
+        // Sessions are on unless turned off: a client asking for `session-…` gets one.
+        sticky: match &raw.sticky_session {
+            Some(s) if s.enabled == Some(false) => None,
+            s => Some(sticky(
+                cx,
+                &format!("{path}.stickySession"),
+                s.as_ref().unwrap_or(&RawStickySession::default()),
+            )),
+        },
         retry: retry(cx, &format!("{path}.retry"), raw.retry.as_ref()),
         gateway_groups: cx.list(&format!("{path}.gatewayGroups"), &raw.gateway_groups, 253),
         connect_ports: match PortRanges::parse(&raw.connect_ports) {
@@ -166,29 +171,50 @@ fn target_hosts(cx: &mut Ctx, path: &str, raw: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn sticky(cx: &mut Ctx, path: &str, raw: &RawStickySession) -> StickyConfig {
+fn sticky(cx: &mut Ctx, path: &str, raw: &RawStickySession) -> Sticky {
     let ttl = cx.duration_at_least(
         &format!("{path}.ttl"),
         raw.ttl.as_deref(),
-        Duration::from_secs(600),
+        Sticky::DEFAULT_TTL,
         Duration::from_secs(1),
     );
     let idle_timeout = cx.positive_duration(
         &format!("{path}.idleTimeout"),
         raw.idle_timeout.as_deref(),
-        Duration::from_secs(120),
+        Sticky::DEFAULT_IDLE_TIMEOUT,
     );
     if idle_timeout > ttl {
         cx.err(format!("{path}.idleTimeout"), "must not be longer than ttl");
     }
-    let param = raw.param.clone().unwrap_or_else(|| "session".to_owned());
+    let max_ttl = cx.positive_duration(
+        &format!("{path}.maxTtl"),
+        raw.max_ttl.as_deref(),
+        Sticky::default_max_ttl(ttl),
+    );
+    if max_ttl < ttl {
+        cx.err(format!("{path}.maxTtl"), "must not be shorter than ttl");
+    }
+    if ttl.max(max_ttl) > Sticky::LIMIT {
+        cx.err(
+            format!(
+                "{path}.{}",
+                if ttl > Sticky::LIMIT { "ttl" } else { "maxTtl" }
+            ),
+            "must be at most 24h",
+        );
+    }
+    let param = raw
+        .param
+        .clone()
+        .unwrap_or_else(|| Sticky::DEFAULT_PARAM.to_owned());
     if let Err(e) = username_token(&param) {
         cx.err(format!("{path}.param"), e);
     }
-    StickyConfig {
+    Sticky {
         param,
-        ttl,
+        session_ttl: ttl,
         idle_timeout,
+        max_ttl,
     }
 }
 

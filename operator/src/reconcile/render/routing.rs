@@ -68,6 +68,8 @@ pub(super) fn routing(
             ttl: Some(s.ttl.clone()),
             idle_timeout: Some(s.idle_timeout.clone()),
             param: None,
+            max_ttl: s.max_ttl.clone(),
+            enabled: Some(s.enabled),
         }),
         retry: r.spec.retry.as_ref().map(|x| RawRetry {
             max_attempts: Some(x.max_attempts),
