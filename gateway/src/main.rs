@@ -13,8 +13,10 @@ use proxy_pool_gateway::{
 };
 use proxy_pool_identity_client::{IdentityArgs, IdentityClient, WorkerTls, start_issued};
 use proxy_pool_runtime::shutdown_signal;
+use proxy_pool_runtime::telemetry::logging::{self, LogFormat, Stream};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -113,6 +115,10 @@ struct Args {
     /// client, admin listener, snapshot reloads) runs on one more thread.
     #[arg(long, env = "PROXY_POOL_GATEWAY_WORKER_THREADS", value_parser = parse_worker_threads)]
     worker_threads: Option<usize>,
+    /// Log lines as `text` or `json` (one object per line); the level comes from
+    /// `RUST_LOG` (default `info`).
+    #[arg(long, env = logging::FORMAT_ENV, default_value = "text", value_parser = LogFormat::from_str)]
+    log_format: LogFormat,
 }
 
 /// Upper bound of `--worker-threads`: far above any useful value, low enough that a
@@ -134,12 +140,8 @@ fn parse_worker_threads(value: &str) -> std::result::Result<usize, String> {
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let args = Args::parse();
+    logging::init(args.log_format, Stream::Stdout)?;
     let workers = args.worker_threads.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
@@ -212,7 +214,12 @@ async fn serve(args: Args, workers: usize) -> Result<()> {
                 stop.cancel();
                 return Ok(());
             }
-            Tls::Ready(tls) => tls,
+            Tls::Ready(tls) => {
+                if let Some(WorkerTls::Issued { handle, .. }) = &tls {
+                    gateway.set_worker_identity(handle.clone());
+                }
+                tls
+            }
         }
     } else {
         None
