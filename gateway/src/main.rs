@@ -432,6 +432,18 @@ mod tests {
     }
 
     #[test]
+    fn log_format_flag_env_and_default() {
+        let format = |args: &[&str]| Args::try_parse_from(args).map(|a| a.log_format);
+        assert_eq!(format(&["gw"]).ok(), Some(LogFormat::Text));
+        assert_eq!(
+            format(&["gw", "--log-format", "json"]).ok(),
+            Some(LogFormat::Json)
+        );
+        let refused = format(&["gw", "--log-format", "yaml"]);
+        assert!(refused.is_err_and(|e| e.to_string().contains("expected `text` or `json`")));
+    }
+
+    #[test]
     fn worker_threads_flag_and_default() {
         let parsed =
             Args::try_parse_from(["gw", "--worker-threads", "2"]).map(|a| a.worker_threads);
