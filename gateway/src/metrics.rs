@@ -315,7 +315,8 @@ impl Metrics {
 }
 
 /// The counters of one Routing or one upstream: resolved when a snapshot is built,
-/// held by its compiled routing / proxy entries, bumped by requests.
+/// held by its compiled routing / proxy entries (and by the requests using them, as a
+/// plain reference: no reference count is touched per request), bumped by requests.
 #[derive(Debug, Default)]
 pub struct NamedCounters {
     /// Plain HTTP requests forwarded.
@@ -336,6 +337,10 @@ struct NamedFamilies {
 
 /// Per-Routing and per-upstream counters, by configured name. Families and the name
 /// index are touched when a snapshot is built and at scrape time, never per request.
+///
+/// The counters of a name, once resolved, live as long as the process (`&'static`):
+/// names come from configuration, so they are few, and a counter must outlive every
+/// snapshot and request that refers to it anyway (series are never removed either).
 #[derive(Debug, Clone, Default)]
 pub struct Breakdown {
     inner: Arc<BreakdownInner>,
@@ -346,25 +351,25 @@ struct BreakdownInner {
     routing: NamedFamilies,
     upstream: NamedFamilies,
     /// Handles already resolved, by (label, name).
-    resolved: Mutex<HashMap<(&'static str, String), Arc<NamedCounters>>>,
+    resolved: Mutex<HashMap<(&'static str, String), &'static NamedCounters>>,
 }
 
 impl Breakdown {
     /// The counters of Routing `name`.
-    pub fn routing(&self, name: &str) -> Arc<NamedCounters> {
+    pub fn routing(&self, name: &str) -> &'static NamedCounters {
         self.resolve("routing", name)
     }
 
     /// The counters of upstream `name`; `None` for a proxy without one (a local
     /// snapshot file may leave it empty).
-    pub fn upstream(&self, name: &str) -> Option<Arc<NamedCounters>> {
+    pub fn upstream(&self, name: &str) -> Option<&'static NamedCounters> {
         (!name.is_empty()).then(|| self.resolve("upstream", name))
     }
 
-    fn resolve(&self, label: &'static str, name: &str) -> Arc<NamedCounters> {
+    fn resolve(&self, label: &'static str, name: &str) -> &'static NamedCounters {
         let mut resolved = self.inner.resolved.lock();
         if let Some(c) = resolved.get(&(label, name.to_owned())) {
-            return c.clone();
+            return c;
         }
         let families = if label == "routing" {
             &self.inner.routing
@@ -372,12 +377,12 @@ impl Breakdown {
             &self.inner.upstream
         };
         let labels = [(label, name.to_owned())];
-        let counters = Arc::new(NamedCounters {
+        let counters: &'static NamedCounters = Box::leak(Box::new(NamedCounters {
             requests: families.requests.get_or_create_owned(&labels),
             tunnels: families.tunnels.get_or_create_owned(&labels),
             errors: families.errors.get_or_create_owned(&labels),
-        });
-        resolved.insert((label, name.to_owned()), counters.clone());
+        }));
+        resolved.insert((label, name.to_owned()), counters);
         counters
     }
 
@@ -618,7 +623,7 @@ mod tests {
         b.register(&mut registry);
         assert!(b.upstream("").is_none());
         let (r1, r2) = (b.routing("eu"), b.routing("eu"));
-        assert!(Arc::ptr_eq(&r1, &r2));
+        assert!(std::ptr::eq(r1, r2));
         r1.requests.inc();
         b.upstream("vendor-a").unwrap().errors.inc();
         let out = text(&registry);

@@ -34,7 +34,7 @@ pub(crate) struct Established {
     pub(crate) moved: Option<MoveReason>,
     pub(crate) routing: Arc<str>,
     /// The routing's counters.
-    pub(crate) stats: Arc<NamedCounters>,
+    pub(crate) stats: &'static NamedCounters,
 }
 
 /// Budget of one request's attempts.
@@ -177,7 +177,7 @@ async fn establish_on(
                     lease: pick.reservation.activate(),
                     moved: pick.moved,
                     routing: ticket.routing.clone(),
-                    stats: ticket.stats.clone(),
+                    stats: ticket.stats,
                 });
             }
             Err(err) => {

@@ -34,7 +34,7 @@ pub struct Ticket {
     /// Retry budget of that routing.
     pub retry: RetryBudget,
     /// The routing's request, tunnel and error counters.
-    pub stats: Arc<NamedCounters>,
+    pub stats: &'static NamedCounters,
     session: Option<(SessionKey, StickyPolicy)>,
 }
 
@@ -175,7 +175,7 @@ impl Router {
         let ticket = Ticket {
             routing: routing.name.clone(),
             retry: routing.spec.retry,
-            stats: routing.stats.clone(),
+            stats: routing.stats,
             session,
         };
         let pick = self.choose(snap, routing, &ticket, now_ms, &[])?;

@@ -65,7 +65,7 @@ pub struct ProxyEntry {
     /// Capacity counters, stable across snapshots.
     pub state: Arc<ProxyState>,
     /// Request, tunnel and error counters of its upstream (none without a name).
-    pub upstream: Option<Arc<NamedCounters>>,
+    pub upstream: Option<&'static NamedCounters>,
 }
 
 /// One candidate of a routing: everything selection reads, in one contiguous array
@@ -90,7 +90,7 @@ pub struct CompiledRouting {
     /// Candidates by ascending proxy index.
     pub candidates: Vec<Candidate>,
     /// Its request, tunnel and error counters.
-    pub stats: Arc<NamedCounters>,
+    pub stats: &'static NamedCounters,
     target_patterns: Vec<TargetPattern>,
     pub(crate) cursor: AtomicUsize,
 }
@@ -205,7 +205,7 @@ impl LiveSnapshot {
             })
             .collect();
         // Upstream counters resolved once per name, not once per proxy.
-        let mut upstreams: HashMap<&str, Option<Arc<NamedCounters>>> = HashMap::new();
+        let mut upstreams: HashMap<&str, Option<&'static NamedCounters>> = HashMap::new();
         for (((i, p), state), id) in snapshot.proxies.iter().enumerate().zip(states).zip(ids) {
             let idx = u32::try_from(i).map_err(|_| problem("proxies: too many"))?;
             let dial = &p.dial;
@@ -228,10 +228,10 @@ impl LiveSnapshot {
             });
             by_id.insert(id.clone(), idx);
             let upstream = match upstreams.get(p.upstream.as_str()) {
-                Some(counters) => counters.clone(),
+                Some(counters) => *counters,
                 None => {
                     let counters = breakdown.upstream(&p.upstream);
-                    upstreams.insert(p.upstream.as_str(), counters.clone());
+                    upstreams.insert(p.upstream.as_str(), counters);
                     counters
                 }
             };
@@ -328,7 +328,7 @@ fn compile_routing(
     spec: Routing,
     proxies: &[SnapshotProxy],
     entries: &[Arc<ProxyEntry>],
-    stats: Arc<NamedCounters>,
+    stats: &'static NamedCounters,
 ) -> CompiledRouting {
     let any_or = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
     let candidates = proxies
