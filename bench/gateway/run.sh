@@ -433,6 +433,6 @@ gk=$(percore "$(r connect-gateway .cpu_us_per_op)") sk=$(percore "$(r connect-sq
 printf '| CONNECT tunnels per CPU-second of the proxy | – | %s | %s | %s |\n' "$gk" "$sk" "$(ratio "$gk" "$sk")"
 echo
 # How SO_REUSEPORT spread the connections over the gateway's data-plane workers.
-spread=$(curl -fsS "http://127.0.0.1:$GW_ADMIN_PORT/metrics" 2>/dev/null | awk '/^gateway_worker_connections_total/ { printf "%s ", $0 }' || true)
+spread=$(curl -fsS "http://127.0.0.1:$GW_ADMIN_PORT/metrics" 2>/dev/null | awk '/^proxy_pool_gateway_worker_connections_total/ { printf "%s ", $0 }' || true)
 [ -n "$spread" ] && echo "bench: gateway connections per worker: $spread"
 echo "bench: raw results in $DIR/results/; load average now $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -149,7 +149,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     procs.wait_until("a proxied request", READY_WITHIN, || {
         via_gateway(gw_http, alice.0, alice.1, echo) == 200
     });
-    let probes = gateway_counter(gw_admin, "gateway_usage_requests_total");
+    let probes = gateway_counter(gw_admin, "proxy_pool_gateway_usage_requests_total");
     assert!(probes >= 1);
 
     for _ in 0..PER_CLIENT {
@@ -162,7 +162,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
             );
         }
     }
-    let counted = gateway_counter(gw_admin, "gateway_usage_requests_total");
+    let counted = gateway_counter(gw_admin, "proxy_pool_gateway_usage_requests_total");
     assert_eq!(
         counted,
         probes + 2 * PER_CLIENT,
@@ -195,7 +195,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     assert_eq!(stats["range"]["uniqueIdentities"], 2, "{stats}");
     // Nothing more arrives: a later report carries no new requests.
     assert_eq!(
-        gateway_counter(gw_admin, "gateway_usage_requests_total"),
+        gateway_counter(gw_admin, "proxy_pool_gateway_usage_requests_total"),
         counted
     );
 

@@ -173,9 +173,9 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     );
     let metrics = http_get(ports.gw.admin, "/metrics").unwrap_or_default();
     assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("gateway_usage_requests_total ") && !l.ends_with(" 0")),
+        metrics.lines().any(
+            |l| l.starts_with("proxy_pool_gateway_usage_requests_total ") && !l.ends_with(" 0")
+        ),
         "usage recorded:\n{metrics}"
     );
 

@@ -103,7 +103,13 @@ fn snapshot_of(size: usize, strategy: Strategy) -> LiveSnapshot {
     };
     let clients = vec![ClientCredential::from_password("team", "alice", "secret")];
     let far = SystemTime::now() + Duration::from_secs(3600);
-    LiveSnapshot::build(SnapshotInput::new(snap, clients), &registry, far).expect("valid snapshot")
+    LiveSnapshot::build(
+        SnapshotInput::new(snap, clients),
+        &registry,
+        &proxy_pool_gateway::metrics::Breakdown::default(),
+        far,
+    )
+    .expect("valid snapshot")
 }
 
 fn picks(c: &mut Criterion) {

@@ -1,4 +1,4 @@
-//! A tiny ops listener: `GET /metrics` (Prometheus text), `GET /healthz` (always
+//! A tiny ops listener: `GET /metrics` (OpenMetrics text), `GET /healthz` (always
 //! 200) and `GET /readyz` (200 while a fresh snapshot with at least one usable proxy
 //! is installed and shutdown has not begun, else 503: a worker that could only refuse
 //! stays out of its Service).
@@ -101,8 +101,12 @@ async fn answer(
         Ok(Err(e)) => return Err(e),
     }
     let path = buf[..len].split(|&b| b == b' ').nth(1).unwrap_or_default();
+    let mut content_type = "text/plain; charset=utf-8";
     let (status, body) = match path {
-        b"/metrics" => ("200 OK", gateway.render_metrics()),
+        b"/metrics" => {
+            content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+            ("200 OK", gateway.render_metrics())
+        }
         b"/healthz" => ("200 OK", "ok\n".to_owned()),
         b"/readyz" if terminating => ("503 Service Unavailable", "shutting down\n".to_owned()),
         b"/readyz" => {
@@ -121,7 +125,7 @@ async fn answer(
         _ => ("404 Not Found", "not found\n".to_owned()),
     };
     let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     crate::io::write_all(&mut stream, head.as_bytes(), WRITE_TIMEOUT).await?;

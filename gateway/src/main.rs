@@ -14,8 +14,10 @@ use proxy_pool_gateway::{
 };
 use proxy_pool_identity_client::{IdentityArgs, IdentityClient, WorkerTls, start_issued};
 use proxy_pool_runtime::shutdown_signal;
+use proxy_pool_runtime::telemetry::logging::{self, LogFormat, Stream};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -117,6 +119,10 @@ struct Args {
     /// client, admin listener, snapshot reloads) runs on one more thread.
     #[arg(long, env = "PROXY_POOL_GATEWAY_WORKER_THREADS", value_parser = parse_worker_threads)]
     worker_threads: Option<usize>,
+    /// Log lines as `text` or `json` (one object per line); the level comes from
+    /// `RUST_LOG` (default `info`).
+    #[arg(long, env = logging::FORMAT_ENV, default_value = "text", value_parser = LogFormat::from_str)]
+    log_format: LogFormat,
 }
 
 /// Upper bound of `--worker-threads`: far above any useful value, low enough that a
@@ -138,12 +144,8 @@ fn parse_worker_threads(value: &str) -> std::result::Result<usize, String> {
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let args = Args::parse();
+    logging::init(args.log_format, Stream::Stdout)?;
     let workers = args.worker_threads.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
@@ -217,7 +219,12 @@ async fn serve(args: Args, workers: usize) -> Result<()> {
                 stop.cancel();
                 return Ok(());
             }
-            Tls::Ready(tls) => tls,
+            Tls::Ready(tls) => {
+                if let Some(WorkerTls::Issued { handle, .. }) = &tls {
+                    gateway.set_worker_identity(handle.clone());
+                }
+                tls
+            }
         }
     } else {
         None
@@ -427,6 +434,18 @@ mod tests {
         assert!(parse_worker_threads("-1").is_err_and(|e| e.contains("whole number")));
         assert!(parse_worker_threads("two").is_err_and(|e| e.contains("whole number")));
         assert!(parse_worker_threads("1025").is_err_and(|e| e.contains("at most 1024")));
+    }
+
+    #[test]
+    fn log_format_flag_env_and_default() {
+        let format = |args: &[&str]| Args::try_parse_from(args).map(|a| a.log_format);
+        assert_eq!(format(&["gw"]).ok(), Some(LogFormat::Text));
+        assert_eq!(
+            format(&["gw", "--log-format", "json"]).ok(),
+            Some(LogFormat::Json)
+        );
+        let refused = format(&["gw", "--log-format", "yaml"]);
+        assert!(refused.is_err_and(|e| e.to_string().contains("expected `text` or `json`")));
     }
 
     #[test]

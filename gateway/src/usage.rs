@@ -10,10 +10,9 @@
 //! Bounded: at most [`MAX_CLIENTS_PER_ROUTING`] identities per Routing per interval
 //! (split evenly over the shards) and [`MAX_ROUTINGS`] Routings; a request whose
 //! identity does not fit is still counted in its Routing's total, and its identity is
-//! dropped and counted (`gateway_usage_identities_dropped_total`).
+//! dropped and counted (`proxy_pool_gateway_usage_identities_dropped_total`).
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -146,42 +145,14 @@ impl UsageRecorder {
         self.routings_dropped.load(Ordering::Relaxed)
     }
 
-    /// Prometheus text of the usage counters.
-    pub fn render(&self) -> String {
-        let mut out = String::with_capacity(1024);
-        for (name, help, v) in [
-            (
-                "gateway_usage_requests_total",
-                "Requests recorded for per-Routing usage.",
-                self.recorded(),
-            ),
-            (
-                "gateway_usage_identities_dropped_total",
-                "Requests whose client identity was not listed (per-Routing cap reached).",
-                self.identities_dropped(),
-            ),
-            (
-                "gateway_usage_routings_dropped_total",
-                "Requests not recorded because too many Routings were seen in one interval.",
-                self.routings_dropped(),
-            ),
-            (
-                "gateway_usage_reports_lost_total",
-                "Usage reports that could not be delivered to the controller.",
-                self.reports_lost.load(Ordering::Relaxed),
-            ),
-            (
-                "gateway_usage_requests_lost_total",
-                "Requests in usage reports that could not be delivered.",
-                self.requests_lost.load(Ordering::Relaxed),
-            ),
-        ] {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-            );
-        }
-        out
+    /// Usage reports that could not be delivered.
+    pub fn reports_lost(&self) -> u64 {
+        self.reports_lost.load(Ordering::Relaxed)
+    }
+
+    /// Requests in usage reports that could not be delivered.
+    pub fn requests_lost(&self) -> u64 {
+        self.requests_lost.load(Ordering::Relaxed)
     }
 }
 
@@ -319,10 +290,6 @@ mod tests {
             u.identities_dropped(),
             ra.requests - listed,
             "every unlisted request is counted as dropped"
-        );
-        assert!(
-            u.render()
-                .contains("gateway_usage_identities_dropped_total")
         );
         let wire = report.to_wire();
         assert_eq!(wire.len(), 1);

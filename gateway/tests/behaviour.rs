@@ -222,7 +222,11 @@ async fn handshake_failures_are_retried_on_another_proxy() {
         }
     }
     assert_eq!(failed, HashSet::from([id_of(&refusing), id_of(&bad_auth)]));
-    assert!(h.gateway.render_metrics().contains("gateway_retries_total"));
+    assert!(
+        h.gateway
+            .render_metrics()
+            .contains("proxy_pool_gateway_retries_total")
+    );
     h.shutdown().await;
 }
 
@@ -454,9 +458,9 @@ fn retries_total(h: &Harness) -> u64 {
     h.gateway
         .render_metrics()
         .lines()
-        .find_map(|l| l.strip_prefix("gateway_retries_total "))
+        .find_map(|l| l.strip_prefix("proxy_pool_gateway_retries_total "))
         .and_then(|v| v.trim().parse().ok())
-        .expect("gateway_retries_total is exported")
+        .expect("proxy_pool_gateway_retries_total is exported")
 }
 
 #[tokio::test]

@@ -197,7 +197,10 @@ async fn binary_serves_a_snapshot_file_and_drains_on_sigterm() {
     let (resp, tunnel) = connect(http, USER, PASS, &h.echo().to_string()).await;
     assert_eq!(resp.status, 200);
     let metrics = admin_get(gw.admin, "/metrics").await;
-    assert!(metrics.contains("gateway_forwarded_total 1"), "{metrics}");
+    assert!(
+        metrics.contains("proxy_pool_gateway_forwarded_total 1"),
+        "{metrics}"
+    );
 
     gw.terminate();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -304,4 +307,88 @@ async fn binary_refuses_a_malformed_controller_list() {
         stderr.contains("--controller") && stderr.contains("invalid control-plane endpoint"),
         "{stderr}"
     );
+}
+
+/// The binary's `/metrics` (a snapshot file with a Routing and a proxy of a named
+/// upstream, two data-plane workers, one request and one tunnel served) exports exactly
+/// the metrics of the Gateway table in `docs/operations.md`, name and type, with no
+/// label a scrape reserves.
+#[tokio::test]
+async fn binary_exports_the_documented_metrics() {
+    use proxy_pool_runtime::telemetry::metrics::{documented, exported, reserved_labels_used};
+    let h = Harness::start().await;
+    let p = h.proxy(Protocol::Socks5).await;
+    let mut entry = socks5_entry(&p);
+    entry["upstream"] = serde_json::json!("vendor-a");
+    let routing = serde_json::json!({"name": "all", "connectPorts": ["1-65535"]});
+    let gw = Binary::start(
+        "gw-bin-metrics",
+        &snapshot(routing, &[entry]),
+        &["--worker-threads", "2", "--log-format", "json"],
+    )
+    .await;
+    gw.until_ready().await;
+    let r = get_once(gw.http, USER, h.echo(), "/counted").await;
+    assert_eq!(r.echo().path, "/counted");
+    let (resp, tunnel) = connect(gw.http, USER, PASS, &h.echo().to_string()).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(
+        echo_over(tunnel, "x", "/tunnelled").await.echo().path,
+        "/tunnelled"
+    );
+
+    // Counted as the response / tunnel ends: wait for the gateway to get there.
+    let counted = |a: &str| {
+        a.contains("proxy_pool_gateway_routing_requests_total{routing=\"all\"} 1\n")
+            && a.contains("proxy_pool_gateway_tunnel_duration_seconds_count 1\n")
+    };
+    let answer = gw
+        .admin_until("/metrics", 100, Duration::from_millis(20), counted)
+        .await;
+    let (head, text) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.contains("Content-Type: application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    let doc_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md");
+    let doc = std::fs::read_to_string(doc_path).expect("docs/operations.md");
+    let documented = documented(&doc, "gateway");
+    assert!(
+        documented.len() > 30,
+        "the Gateway table is filled: {documented:?}"
+    );
+    let exported = exported(text);
+    let missing: Vec<_> = documented
+        .iter()
+        .filter(|d| !exported.contains_key(d.0))
+        .collect();
+    let undocumented: Vec<_> = exported
+        .iter()
+        .filter(|e| !documented.contains_key(e.0))
+        .collect();
+    assert_eq!(
+        exported, documented,
+        "documented but not exported: {missing:?}; exported but not documented: {undocumented:?}"
+    );
+    assert_eq!(reserved_labels_used(text), Vec::<String>::new());
+    // The breakdowns carry the configured names.
+    for line in [
+        "proxy_pool_gateway_routing_requests_total{routing=\"all\"} 1",
+        "proxy_pool_gateway_routing_tunnels_total{routing=\"all\"} 1",
+        "proxy_pool_gateway_upstream_requests_total{upstream=\"vendor-a\"} 1",
+        "proxy_pool_gateway_upstream_tunnels_total{upstream=\"vendor-a\"} 1",
+        "proxy_pool_gateway_snapshot_stale 0",
+        "proxy_pool_gateway_max_connections 10000",
+        "proxy_pool_gateway_request_duration_seconds_count 1",
+        "proxy_pool_gateway_tunnels_total{listener=\"http\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    let version = text
+        .lines()
+        .find_map(|l| l.strip_prefix("proxy_pool_gateway_snapshot_version "))
+        .expect("snapshot_version");
+    assert_ne!(version, "0", "a snapshot file was loaded");
 }

@@ -417,7 +417,7 @@ async fn lease_end_stops_new_traffic_and_closes_open_tunnels() {
     assert!(
         metrics
             .lines()
-            .any(|l| l == "gateway_tunnels_lease_cut_total 1"),
+            .any(|l| l == "proxy_pool_gateway_tunnels_lease_cut_total 1"),
         "{metrics}"
     );
 

@@ -146,11 +146,11 @@ async fn usage_from_traffic_is_reported_once_or_counted_lost() {
     }
     let metrics = h.gateway.render_metrics();
     assert!(
-        metrics.contains("gateway_usage_requests_lost_total 2"),
+        metrics.contains("proxy_pool_gateway_usage_requests_lost_total 2"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("gateway_usage_requests_total 5"),
+        metrics.contains("proxy_pool_gateway_usage_requests_total 5"),
         "{metrics}"
     );
     assert!(script.lock().is_empty());

@@ -220,8 +220,11 @@ async fn gets_retried_past(mode: FailureMode) -> Harness {
 async fn a_vendor_closing_a_fresh_connection_is_retried_on_another_proxy() {
     let mut h = gets_retried_past(FailureMode::Refuse).await;
     let metrics = h.gateway.render_metrics();
-    assert!(metrics.contains("gateway_retries_total"));
-    for gauge in ["gateway_snapshot_version ", "gateway_snapshot_age_seconds "] {
+    assert!(metrics.contains("proxy_pool_gateway_retries_total"));
+    for gauge in [
+        "proxy_pool_gateway_snapshot_version ",
+        "proxy_pool_gateway_snapshot_age_seconds ",
+    ] {
         assert!(
             metrics.lines().any(|l| l.starts_with(gauge)),
             "{gauge}missing from /metrics"

@@ -32,7 +32,7 @@ async fn plain_http_is_forwarded_and_rotates_per_request_on_one_connection() {
     );
     let text = h.gateway.render_metrics();
     assert!(
-        text.contains("gateway_upstream_pool_reused_total 3"),
+        text.contains("proxy_pool_gateway_upstream_pool_reused_total 3"),
         "second round reuses pooled upstream connections:\n{text}"
     );
     // Idle pooled connections hold no capacity.

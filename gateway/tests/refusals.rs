@@ -14,10 +14,10 @@ use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// The value of `gateway_request_errors_total{reason=…}` in the gateway's metrics.
+/// The value of `proxy_pool_gateway_request_errors_total{reason=…}` in the gateway's metrics.
 fn errors(h: &Harness, reason: &str) -> u64 {
     let text = h.gateway.render_metrics();
-    let prefix = format!("gateway_request_errors_total{{reason=\"{reason}\"}} ");
+    let prefix = format!("proxy_pool_gateway_request_errors_total{{reason=\"{reason}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))
         .and_then(|v| v.parse().ok())

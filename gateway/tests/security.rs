@@ -219,11 +219,7 @@ async fn a_client_that_stops_reading_releases_its_slot_and_the_proxy() {
     // timeout) the tunnel ends, the connection slot and the Active slot are free.
     let until = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let open = h
-            .gateway
-            .metrics()
-            .open_connections
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let open = h.gateway.metrics().open_connections.get();
         if open == 0 && h.slots_free() {
             break;
         }

@@ -134,7 +134,7 @@ async fn workers_share_sessions_and_capacity_and_drain_on_shutdown() {
     // more than one worker took a share (all on one has odds of 3^-35).
     let per_worker: Vec<u64> = (0..WORKERS)
         .map(|i| {
-            let line = format!("gateway_worker_connections_total{{worker=\"{i}\"}} ");
+            let line = format!("proxy_pool_gateway_worker_connections_total{{worker=\"{i}\"}} ");
             text.lines()
                 .find_map(|l| l.strip_prefix(line.as_str()))
                 .and_then(|n| n.parse().ok())
@@ -147,7 +147,7 @@ async fn workers_share_sessions_and_capacity_and_drain_on_shutdown() {
         "connections spread over the workers: {per_worker:?}"
     );
     assert!(
-        !text.contains("gateway_upstream_pool_reused_total 0"),
+        !text.contains("proxy_pool_gateway_upstream_pool_reused_total 0"),
         "kept-alive requests reuse pooled upstream connections:\n{text}"
     );
     assert!(w.gateway.pooled_connections() > 0);

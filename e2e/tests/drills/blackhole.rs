@@ -338,9 +338,12 @@ fn gateway_black_holed_from_the_controllers_serves_until_stale_then_recovers() {
     // Cut off past the lease of a proxy, gateway 0 closes the tunnels open through it
     // (exclusivity); one opened just before the cut fails inside. As many such
     // failures as the gateway counted cuts, no more.
-    let lease_cuts: usize = block(metric(gw_admin, "gateway_tunnels_lease_cut_total"))
-        .and_then(|v| v.parse().ok())
-        .expect("gateway 0 reports gateway_tunnels_lease_cut_total");
+    let lease_cuts: usize = block(metric(
+        gw_admin,
+        "proxy_pool_gateway_tunnels_lease_cut_total",
+    ))
+    .and_then(|v| v.parse().ok())
+    .expect("gateway 0 reports proxy_pool_gateway_tunnels_lease_cut_total");
     let cut_tunnels = std::cell::Cell::new(0usize);
     let figures = format!("{figures}, tunnels cut at a lease end {lease_cuts}");
     // Load through gateway 0 may be refused snapshot-stale during the hole (503) or have

@@ -226,7 +226,24 @@ pub async fn copy_body(
     framing: BodyFraming,
     waits: Waits,
 ) -> Result<u64, CopyError> {
-    let mut copy = BodyCopy { src, dst, waits };
+    copy_body_counted(src, dst, framing, waits, &mut 0).await
+}
+
+/// [`copy_body`], adding to `sent` every byte written to `dst` (chunk framing
+/// included) as it goes, so a copy that fails part-way still counts what went out.
+pub async fn copy_body_counted(
+    src: &mut BufConn,
+    dst: &mut TcpStream,
+    framing: BodyFraming,
+    waits: Waits,
+    sent: &mut u64,
+) -> Result<u64, CopyError> {
+    let mut copy = BodyCopy {
+        src,
+        dst,
+        waits,
+        sent,
+    };
     match framing {
         BodyFraming::None => Ok(0),
         BodyFraming::Length(n) => copy.exact(n).await.map(|()| n),
@@ -240,6 +257,8 @@ struct BodyCopy<'a> {
     src: &'a mut BufConn,
     dst: &'a mut TcpStream,
     waits: Waits,
+    /// Bytes written to `dst` so far.
+    sent: &'a mut u64,
 }
 
 impl BodyCopy<'_> {
@@ -259,7 +278,9 @@ impl BodyCopy<'_> {
     async fn send(&mut self, bytes: &[u8]) -> Result<(), CopyError> {
         write_all(self.dst, bytes, self.waits.write)
             .await
-            .map_err(CopyError::Write)
+            .map_err(CopyError::Write)?;
+        *self.sent += bytes.len() as u64;
+        Ok(())
     }
 
     /// Sends the first `n` buffered bytes of `src` to `dst` and consumes them.
@@ -267,6 +288,7 @@ impl BodyCopy<'_> {
         write_all(self.dst, &self.src.buffered()[..n], self.waits.write)
             .await
             .map_err(CopyError::Write)?;
+        *self.sent += n as u64;
         self.src.consume(n);
         Ok(())
     }

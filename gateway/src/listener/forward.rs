@@ -3,7 +3,6 @@
 //! upstream connection when there is one, rewrite hop-by-hop headers, relay the body
 //! both ways with its own framing, and return the upstream connection to the pool.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::debug;
@@ -14,7 +13,8 @@ use super::tunnel::{Attempts, dial, observe_latency};
 use crate::capacity::ActiveLease;
 use crate::clock::now_ms;
 use crate::error::GatewayError;
-use crate::io::{self as gio, BufConn, CopyError, HeadReadError, Waits, copy_body};
+use crate::io::{self as gio, BufConn, CopyError, HeadReadError, Waits, copy_body_counted};
+use crate::metrics::Direction;
 use crate::outcome::Stage;
 use crate::parse::authority::parse_absolute_uri;
 use crate::parse::http_head::{
@@ -50,6 +50,18 @@ pub(crate) struct Scratch {
     /// Response header ranges and the rewritten response head.
     resp_ranges: Vec<HeaderRange>,
     resp_out: Vec<u8>,
+    /// Bytes written for the request in progress, counted when it ends.
+    traffic: Traffic,
+}
+
+/// Bytes one forwarded request wrote to each side (heads as rewritten, bodies with
+/// their framing; a request sent again after a failed attempt counts again).
+#[derive(Debug, Default, Clone, Copy)]
+struct Traffic {
+    /// To the vendor proxy.
+    up: u64,
+    /// To the client.
+    down: u64,
 }
 
 /// What the request head said, copied out of the client buffer.
@@ -85,33 +97,62 @@ pub(crate) async fn forward(
     scratch: &mut Scratch,
     peer: std::net::IpAddr,
 ) -> Result<Next, Failure> {
+    let started = Instant::now();
     let (info, ticket, pick, target) = prepare(shared, conn, scratch, peer)?;
     conn.consume(len);
-    let mut attempts = Attempts::new(&ticket);
+    scratch.traffic = Traffic::default();
+    let res = forward_admitted(shared, conn, scratch, &info, &ticket, pick, &target).await;
+    let metrics = &shared.metrics;
+    metrics.relayed(Direction::ClientToUpstream, scratch.traffic.up);
+    metrics.relayed(Direction::UpstreamToClient, scratch.traffic.down);
+    match &res {
+        Ok(_) => metrics.request_duration.observe_duration(started.elapsed()),
+        Err(_) => {
+            ticket.stats.errors.inc();
+        }
+    }
+    res
+}
+
+/// The attempts of an admitted request (see [`forward`]).
+async fn forward_admitted(
+    shared: &Shared,
+    conn: &mut BufConn,
+    scratch: &mut Scratch,
+    info: &RequestInfo,
+    ticket: &Ticket,
+    pick: Pick,
+    target: &Target,
+) -> Result<Next, Failure> {
+    let mut attempts = Attempts::new(ticket);
     let mut first = Some(pick);
     let mut moved = None;
     loop {
-        let pick = attempts.next_pick(shared, &ticket, &mut first, moved)?;
+        let pick = attempts.next_pick(shared, ticket, &mut first, moved)?;
         moved = pick.moved;
         let entry = pick.entry.clone();
         // `obtain` consumes the pick: on error its reservation is already released.
-        let (err, replayable) = match obtain(shared, pick, &target, &attempts).await {
+        let (err, replayable) = match obtain(shared, pick, target, &attempts).await {
             Ok((mut upstream, lease, reused)) => {
                 let started = Instant::now();
-                write_head(scratch, &info, &entry);
+                write_head(scratch, info, &entry);
                 let via_http = entry.protocol == Protocol::Http;
-                let res = exchange(shared, conn, &mut upstream, scratch, &info, moved, via_http);
+                let res = exchange(shared, conn, &mut upstream, scratch, info, moved, via_http);
                 let (err, replayable) = match res.await {
                     Ok(outcome) => {
                         let took = started.elapsed();
                         attempts.record(shared, &entry, Stage::ResponseHeaders, None, took);
-                        shared.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
+                        shared.metrics.forwarded.inc();
+                        ticket.stats.requests.inc();
+                        if let Some(upstream) = &entry.upstream {
+                            upstream.requests.inc();
+                        }
                         if outcome.upstream_reusable {
                             // The lease is still held: `load` counts this request too.
                             let in_use = usize::try_from(entry.state.load()).unwrap_or(usize::MAX);
                             shared
                                 .pool
-                                .checkin(pool_key(&entry, &target), upstream, in_use);
+                                .checkin(pool_key(&entry, target), upstream, in_use);
                         }
                         drop(lease);
                         let keep = info.keep_alive && outcome.client_reusable;
@@ -172,7 +213,7 @@ pub(crate) async fn forward(
         if !replayable || !attempts.may_retry(&err) {
             return Err(err.into());
         }
-        moved = attempts.failed(&ticket, &entry, err).or(moved);
+        moved = attempts.failed(ticket, &entry, err).or(moved);
     }
 }
 
@@ -271,7 +312,7 @@ async fn obtain(
 ) -> Result<(BufConn, ActiveLease, bool), GatewayError> {
     let entry = &pick.entry;
     if let Some(conn) = shared.pool.checkout(&pool_key(entry, target)) {
-        shared.metrics.pool_reused.fetch_add(1, Ordering::Relaxed);
+        shared.metrics.pool_reused.inc();
         return Ok((conn, pick.reservation.activate(), true));
     }
     let started = Instant::now();
@@ -288,6 +329,10 @@ async fn obtain(
             at.elapsed(),
         );
         res?;
+        shared
+            .metrics
+            .handshake_duration
+            .observe_duration(at.elapsed());
     }
     observe_latency(entry, started);
     Ok((conn, pick.reservation.activate(), false))
@@ -353,8 +398,9 @@ async fn send_body(
     upstream: &mut BufConn,
     framing: BodyFraming,
     waits: Waits,
+    sent: &mut u64,
 ) -> Result<(), Exchange> {
-    copy_body(client, &mut upstream.stream, framing, waits)
+    copy_body_counted(client, &mut upstream.stream, framing, waits, sent)
         .await
         .map(drop)
         .map_err(|e| match e {
@@ -401,13 +447,15 @@ async fn exchange(
     {
         return Err(Exchange::Closed { replayable: true });
     }
+    scratch.traffic.up += scratch.out.len() as u64;
     let mut body_pending = info.framing != BodyFraming::None;
     // Whether no body byte has gone upstream yet.
     let mut replayable = true;
     if body_pending && !info.expect_continue {
         body_pending = false;
         replayable = false;
-        send_body(client, upstream, info.framing, body_waits).await?;
+        let sent = &mut scratch.traffic.up;
+        send_body(client, upstream, info.framing, body_waits, sent).await?;
     }
     let limits = HeadLimits {
         max_head_bytes: upstream.capacity(),
@@ -416,6 +464,7 @@ async fn exchange(
     let Scratch {
         resp_ranges: ranges,
         resp_out: out,
+        traffic,
         ..
     } = scratch;
     loop {
@@ -432,7 +481,8 @@ async fn exchange(
                     // No answer to the expectation: send the body anyway.
                     body_pending = false;
                     replayable = false;
-                    send_body(client, upstream, info.framing, body_waits).await?;
+                    let sent = &mut traffic.up;
+                    send_body(client, upstream, info.framing, body_waits, sent).await?;
                     continue;
                 }
                 return Err(Exchange::Failed(GatewayError::UpstreamTimeout.into()));
@@ -508,12 +558,14 @@ async fn exchange(
         gio::write_all(&mut client.stream, out, cfg.write_timeout)
             .await
             .map_err(client_gone)?;
+        traffic.down += out.len() as u64;
         if interim {
             if status == 100 && body_pending {
                 // The upstream's go-ahead, relayed: now the body.
                 body_pending = false;
                 replayable = false;
-                send_body(client, upstream, info.framing, body_waits).await?;
+                let sent = &mut traffic.up;
+                send_body(client, upstream, info.framing, body_waits, sent).await?;
             }
             continue;
         }
@@ -523,19 +575,25 @@ async fn exchange(
                 respond: false,
             }));
         }
-        copy_body(upstream, &mut client.stream, framing, relay_waits)
-            .await
-            .map_err(|e| match e {
-                CopyError::Read(e) => Exchange::Failed(Failure {
-                    err: GatewayError::UpstreamIo(e),
-                    respond: false,
-                }),
-                CopyError::Write(e) => client_gone(e),
-                CopyError::Malformed => Exchange::Failed(Failure {
-                    err: GatewayError::BadResponse(crate::parse::http_head::HeadError::BadFraming),
-                    respond: false,
-                }),
-            })?;
+        copy_body_counted(
+            upstream,
+            &mut client.stream,
+            framing,
+            relay_waits,
+            &mut traffic.down,
+        )
+        .await
+        .map_err(|e| match e {
+            CopyError::Read(e) => Exchange::Failed(Failure {
+                err: GatewayError::UpstreamIo(e),
+                respond: false,
+            }),
+            CopyError::Write(e) => client_gone(e),
+            CopyError::Malformed => Exchange::Failed(Failure {
+                err: GatewayError::BadResponse(crate::parse::http_head::HeadError::BadFraming),
+                respond: false,
+            }),
+        })?;
         debug!(status, "forwarded");
         return Ok(ExchangeOk {
             upstream_reusable: upstream_keep && upstream.buffered().is_empty(),

@@ -14,6 +14,7 @@ use super::tunnel;
 use crate::clock::now_ms;
 use crate::error::GatewayError;
 use crate::io::{BufConn, HeadReadError};
+use crate::metrics::ListenerKind;
 use crate::parse::authority::parse_authority;
 use crate::parse::http_head::parse_request;
 use crate::route::Request;
@@ -126,6 +127,6 @@ async fn handle(
             err: GatewayError::DownstreamIo(e),
             respond: false,
         })?;
-    tunnel::relay(shared, conn, est).await;
+    tunnel::relay(shared, ListenerKind::Http, conn, est).await;
     Ok(Next::Close)
 }

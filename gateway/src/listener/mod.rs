@@ -22,12 +22,13 @@ pub use proxy_header::TrustedSources;
 pub use reply::proxy_credentials;
 
 use parking_lot::Mutex;
-use std::fmt::Write as _;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
+use proxy_pool_identity_client::IdentityHandle;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::JoinSet;
@@ -39,7 +40,7 @@ use proxy_pool_api::throttle::{SourceSlot, SourceSlots};
 use proxy_pool_runtime::net::accept_or_stop;
 
 use crate::config::GatewayConfig;
-use crate::metrics::{ListenerKind, Metrics};
+use crate::metrics::{ListenerKind, Metrics, StateCollector};
 use crate::outcome::{self, OutcomeReceiver, OutcomeSink};
 use crate::route::Router;
 use crate::snapshot::SnapshotHandle;
@@ -123,7 +124,7 @@ pub(crate) struct Shared {
     /// Cancelled when the grace period ends: in-flight work is cut.
     pub(crate) force: CancellationToken,
     /// Connections accepted by this worker (its share of the `SO_REUSEPORT` spread).
-    accepted: AtomicU64,
+    accepted: Counter,
     /// Open connections, in total and per source address, across workers (fairly shared).
     per_source: Arc<SourceSlots>,
 }
@@ -146,7 +147,7 @@ impl Shared {
             metrics: self.metrics.clone(),
             draining: self.draining.clone(),
             force: self.force.clone(),
-            accepted: AtomicU64::new(0),
+            accepted: Counter::default(),
             per_source: self.per_source.clone(),
         }
     }
@@ -158,6 +159,18 @@ pub struct Gateway {
     shared: Arc<Shared>,
     /// The states of the workers started by [`Gateway::run_workers`].
     workers: Arc<Mutex<Vec<Arc<Shared>>>>,
+    telemetry: Arc<Telemetry>,
+}
+
+/// The metrics registry and what is added to it after the start.
+#[derive(Debug)]
+struct Telemetry {
+    /// Every `proxy_pool_gateway_…` metric.
+    registry: Registry,
+    /// The worker identity, once there is one (its certificate expiry is exported).
+    identity: Arc<OnceLock<IdentityHandle>>,
+    /// Accept counters of the data-plane workers, by worker index.
+    worker_accepts: Arc<Mutex<Vec<Counter>>>,
 }
 
 impl Gateway {
@@ -170,14 +183,32 @@ impl Gateway {
             config.max_connections_per_source,
         ));
         let up = &config.upstream;
+        let router = Arc::new(Router::with(
+            config.auth,
+            crate::session::SessionTable::new(config.max_sessions)
+                .with_client_quota(config.max_sessions_per_client),
+            config.egress.clone(),
+            config.auth_throttle,
+        ));
+        let mut registry = proxy_pool_runtime::telemetry::metrics::registry("gateway");
+        let metrics = Arc::new(Metrics::register(&mut registry));
+        snapshots.breakdown().register(&mut registry);
+        let mut telemetry = Telemetry {
+            registry,
+            identity: Arc::default(),
+            worker_accepts: Arc::default(),
+        };
+        let collector = StateCollector {
+            snapshots: snapshots.clone(),
+            max_connections: config.max_connections,
+            outcomes: sink.clone(),
+            usage: router.usage().clone(),
+            workers: telemetry.worker_accepts.clone(),
+            identity: telemetry.identity.clone(),
+        };
+        telemetry.registry.register_collector(Box::new(collector));
         let shared = Shared {
-            router: Arc::new(Router::with(
-                config.auth,
-                crate::session::SessionTable::new(config.max_sessions)
-                    .with_client_quota(config.max_sessions_per_client),
-                config.egress.clone(),
-                config.auth_throttle,
-            )),
+            router,
             pool: IdlePool::new(
                 up.pool_max_idle_per_key,
                 up.pool_max_idle_total,
@@ -186,16 +217,17 @@ impl Gateway {
             snapshots,
             config,
             outcomes: sink,
-            metrics: Arc::default(),
+            metrics,
             draining: CancellationToken::new(),
             force: CancellationToken::new(),
-            accepted: AtomicU64::new(0),
+            accepted: Counter::default(),
             per_source,
         };
         (
             Self {
                 shared: Arc::new(shared),
                 workers: Arc::default(),
+                telemetry: Arc::new(telemetry),
             },
             receiver,
         )
@@ -206,29 +238,22 @@ impl Gateway {
         &self.shared.metrics
     }
 
-    /// Prometheus text of the counters.
+    /// The metrics in the OpenMetrics text format (`/metrics`).
     pub fn render_metrics(&self) -> String {
-        let mut text = self.shared.metrics.render(self.shared.outcomes.dropped());
-        let workers = self.workers.lock();
-        if !workers.is_empty() {
-            text.push_str(
-                "# HELP gateway_worker_connections_total Client connections accepted, per data-plane worker.\n# TYPE gateway_worker_connections_total counter\n",
-            );
-            for (i, w) in workers.iter().enumerate() {
-                let n = w.accepted.load(Ordering::Relaxed);
-                let _ = writeln!(
-                    text,
-                    "gateway_worker_connections_total{{worker=\"{i}\"}} {n}"
-                );
-            }
+        let mut text = String::with_capacity(16 * 1024);
+        if let Err(err) =
+            prometheus_client::encoding::text::encode(&mut text, &self.telemetry.registry)
+        {
+            warn!(error = %err, "metrics not encoded");
         }
-        drop(workers);
-        text.push_str(&crate::metrics::render_snapshot(
-            self.shared.snapshots.load().as_deref(),
-            std::time::SystemTime::now(),
-        ));
-        text.push_str(&self.shared.router.usage().render());
         text
+    }
+
+    /// Exports the expiry of the worker certificate `identity` holds (renewals
+    /// included) as `certificate_expiry_timestamp_seconds{certificate="worker"}`.
+    /// The first identity set is kept.
+    pub fn set_worker_identity(&self, identity: IdentityHandle) {
+        let _ = self.telemetry.identity.set(identity);
     }
 
     /// Per-Routing usage recorded on admission (give it to the control-plane agent).
@@ -291,6 +316,10 @@ impl Gateway {
         for (i, listeners) in workers.into_iter().enumerate() {
             let worker = Arc::new(shared.for_worker());
             self.workers.lock().push(worker.clone());
+            self.telemetry
+                .worker_accepts
+                .lock()
+                .push(worker.accepted.clone());
             let started = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -447,14 +476,11 @@ async fn accept_loop(
             return;
         };
         let Some(slot) = shared.per_source.acquire(peer.ip()) else {
-            shared
-                .metrics
-                .connections_refused
-                .fetch_add(1, Ordering::Relaxed);
+            shared.metrics.connections_refused.inc();
             continue;
         };
         shared.metrics.accepted(kind);
-        shared.accepted.fetch_add(1, Ordering::Relaxed);
+        shared.accepted.inc();
         let has_nodelay =
             *inherits_nodelay.get_or_insert_with(|| stream.nodelay().unwrap_or(false));
         if !has_nodelay {
@@ -465,10 +491,7 @@ async fn accept_loop(
             let Some((client, slot)) = client_of(&shared, &stream, peer.ip(), slot).await else {
                 return;
             };
-            shared
-                .metrics
-                .open_connections
-                .fetch_add(1, Ordering::Relaxed);
+            shared.metrics.open_connections.inc();
             let force = shared.force.clone();
             tokio::select! {
                 () = serve_connection(&shared, kind, stream, client) => {}
@@ -476,10 +499,7 @@ async fn accept_loop(
                 () = slot.evicted() => debug!("connection displaced by a smaller source"),
             }
             drop(slot);
-            shared
-                .metrics
-                .open_connections
-                .fetch_sub(1, Ordering::Relaxed);
+            shared.metrics.open_connections.dec();
         });
     }
 }
@@ -514,10 +534,7 @@ async fn client_of(
     drop(slot);
     let slot = shared.per_source.acquire(client);
     if slot.is_none() {
-        shared
-            .metrics
-            .connections_refused
-            .fetch_add(1, Ordering::Relaxed);
+        shared.metrics.connections_refused.inc();
     }
     slot.map(|slot| (client, slot))
 }

@@ -41,10 +41,7 @@ impl From<GatewayError> for Failure {
 /// Appends the session-moved header when a session moved.
 pub(crate) fn moved_header(out: &mut Vec<u8>, moved: Option<MoveReason>, shared: &Shared) {
     if let Some(reason) = moved {
-        shared
-            .metrics
-            .sessions_moved
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        shared.metrics.sessions_moved.inc();
         out.extend_from_slice(MOVED_HEADER.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(reason.as_str().as_bytes());

@@ -17,6 +17,7 @@ use crate::clock::now_ms;
 use crate::config::AuthMode;
 use crate::error::GatewayError;
 use crate::io::BufConn;
+use crate::metrics::ListenerKind;
 use crate::parse::socks5::{
     self, Command, Parsed, Socks5Error, encode_reply, parse_greeting, parse_request,
     parse_user_pass, reply,
@@ -55,7 +56,7 @@ pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream, peer: IpAddr)
             )
             .await;
             if matches!(replied, Ok(Ok(()))) {
-                tunnel::relay(shared, &mut conn, est).await;
+                tunnel::relay(shared, ListenerKind::Socks5, &mut conn, est).await;
             }
         }
         Err(err) => {

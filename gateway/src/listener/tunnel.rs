@@ -4,7 +4,6 @@
 //! keeps its proxy for its whole life; its Active slot is released when it ends.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::time::Instant;
 use tracing::debug;
@@ -12,8 +11,9 @@ use tracing::debug;
 use super::Shared;
 use crate::capacity::ActiveLease;
 use crate::clock::now_ms;
-use crate::error::GatewayError;
+use crate::error::{ErrorSource, GatewayError};
 use crate::io::{self, BufConn, TunnelEnd};
+use crate::metrics::{Direction, ListenerKind, NamedCounters};
 use crate::outcome::Stage;
 use crate::route::{Pick, Ticket};
 use crate::session::MoveReason;
@@ -33,6 +33,8 @@ pub(crate) struct Established {
     pub(crate) lease: ActiveLease,
     pub(crate) moved: Option<MoveReason>,
     pub(crate) routing: Arc<str>,
+    /// The routing's counters.
+    pub(crate) stats: &'static NamedCounters,
 }
 
 /// Budget of one request's attempts.
@@ -72,7 +74,8 @@ impl Attempts {
     }
 
     /// Records one stage of an attempt on `entry` (an outcome observation for the
-    /// controller), failed with `err` or not.
+    /// controller), failed with `err` or not; an upstream-side failure also counts
+    /// against the proxy's upstream.
     pub(crate) fn record(
         &self,
         shared: &Shared,
@@ -81,6 +84,12 @@ impl Attempts {
         err: Option<&GatewayError>,
         took: Duration,
     ) {
+        if let Some(e) = err
+            && e.source_side() == ErrorSource::Upstream
+            && let Some(upstream) = &entry.upstream
+        {
+            upstream.errors.inc();
+        }
         let reason = err.map(GatewayError::reason);
         shared
             .outcomes
@@ -113,7 +122,7 @@ impl Attempts {
         if let Some(pick) = first.take() {
             return Ok(pick);
         }
-        shared.metrics.retries.fetch_add(1, Ordering::Relaxed);
+        shared.metrics.retries.inc();
         let snap = shared.snapshots.load();
         match shared
             .router
@@ -132,8 +141,22 @@ impl Attempts {
     }
 }
 
-/// Dials and handshakes through proxies until one works or the budget is spent.
+/// Dials and handshakes through proxies until one works or the budget is spent; a
+/// failure counts against the routing.
 pub(crate) async fn establish(
+    shared: &Shared,
+    ticket: &Ticket,
+    first: Pick,
+    target: &Target,
+) -> Result<Established, GatewayError> {
+    let established = establish_on(shared, ticket, first, target).await;
+    if established.is_err() {
+        ticket.stats.errors.inc();
+    }
+    established
+}
+
+async fn establish_on(
     shared: &Shared,
     ticket: &Ticket,
     first: Pick,
@@ -154,6 +177,7 @@ pub(crate) async fn establish(
                     lease: pick.reservation.activate(),
                     moved: pick.moved,
                     routing: ticket.routing.clone(),
+                    stats: ticket.stats,
                 });
             }
             Err(err) => {
@@ -190,6 +214,10 @@ async fn attempt(
         dialed.elapsed(),
     );
     res?;
+    shared
+        .metrics
+        .handshake_duration
+        .observe_duration(dialed.elapsed());
     observe_latency(entry, started);
     Ok(conn)
 }
@@ -212,14 +240,11 @@ pub(crate) async fn dial(
         |why| shared.metrics.egress_refused(why),
     )
     .await;
-    attempts.record(
-        shared,
-        entry,
-        Stage::Dial,
-        stream.as_ref().err(),
-        started.elapsed(),
-    );
-    Ok(BufConn::new(stream?, up.max_response_head.min(max_head)))
+    let took = started.elapsed();
+    attempts.record(shared, entry, Stage::Dial, stream.as_ref().err(), took);
+    let stream = stream?;
+    shared.metrics.dial_duration.observe_duration(took);
+    Ok(BufConn::new(stream, up.max_response_head.min(max_head)))
 }
 
 /// Feeds the time an attempt took to set up its connection (since `started`) into
@@ -229,18 +254,33 @@ pub(crate) fn observe_latency(entry: &ProxyEntry, started: Instant) {
     entry.state.observe_latency(micros);
 }
 
-/// Relays an established tunnel to the end and records its outcome. `client` may
-/// hold bytes the client sent early (e.g. a TLS ClientHello); they go first.
-pub(crate) async fn relay(shared: &Shared, client: &mut BufConn, mut est: Established) {
-    shared.metrics.tunnels.fetch_add(1, Ordering::Relaxed);
+/// Relays an established tunnel (accepted on a `kind` listener) to the end and records
+/// its outcome, duration and bytes. `client` may hold bytes the client sent early
+/// (e.g. a TLS ClientHello); they go first.
+pub(crate) async fn relay(
+    shared: &Shared,
+    kind: ListenerKind,
+    client: &mut BufConn,
+    mut est: Established,
+) {
+    let metrics = &shared.metrics;
+    metrics.tunnel(kind);
+    est.stats.tunnels.inc();
+    if let Some(upstream) = &est.entry.upstream {
+        upstream.tunnels.inc();
+    }
     let started = Instant::now();
+    // Bytes that went through before the relay proper: what each side sent early.
+    let (mut early_up, mut early_down) = (0, 0);
     let write = shared.config.write_timeout;
     let early = async {
         if !client.buffered().is_empty() {
             io::write_all(&mut est.upstream.stream, client.buffered(), write).await?;
+            early_up = client.buffered().len() as u64;
         }
         if !est.upstream.buffered().is_empty() {
             io::write_all(&mut client.stream, est.upstream.buffered(), write).await?;
+            early_down = est.upstream.buffered().len() as u64;
         }
         Ok::<_, std::io::Error>(())
     };
@@ -269,13 +309,13 @@ pub(crate) async fn relay(shared: &Shared, client: &mut BufConn, mut est: Establ
         TunnelEnd::Cancelled => Some("shutting-down"),
         TunnelEnd::Error => Some("tunnel-io"),
         TunnelEnd::LeaseEnded => {
-            shared
-                .metrics
-                .tunnels_lease_cut
-                .fetch_add(1, Ordering::Relaxed);
+            metrics.tunnels_lease_cut.inc();
             Some("lease-ended")
         }
     };
+    metrics.relayed(Direction::ClientToUpstream, early_up + up);
+    metrics.relayed(Direction::UpstreamToClient, early_down + down);
+    metrics.tunnel_duration.observe_duration(started.elapsed());
     shared.outcomes.record(
         &est.entry.id,
         Some(&est.routing),

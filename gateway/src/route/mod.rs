@@ -14,6 +14,7 @@ use proxy_pool_api::throttle::{AuthThrottle, ThrottleConfig, Verdict};
 use crate::capacity::Reservation;
 use crate::config::AuthMode;
 use crate::error::GatewayError;
+use crate::metrics::NamedCounters;
 use crate::parse::authority::Host;
 use crate::parse::username::{Username, parse_username, split_password_params};
 use crate::select::{self, Choice};
@@ -32,6 +33,8 @@ pub struct Ticket {
     pub routing: Arc<str>,
     /// Retry budget of that routing.
     pub retry: RetryBudget,
+    /// The routing's request, tunnel and error counters.
+    pub stats: &'static NamedCounters,
     session: Option<(SessionKey, StickyPolicy)>,
 }
 
@@ -172,6 +175,7 @@ impl Router {
         let ticket = Ticket {
             routing: routing.name.clone(),
             retry: routing.spec.retry,
+            stats: routing.stats,
             session,
         };
         let pick = self.choose(snap, routing, &ticket, now_ms, &[])?;

@@ -1,6 +1,7 @@
 use super::*;
 use crate::capacity::CapacityRegistry;
 use crate::clock::now_ms;
+use crate::metrics::Breakdown;
 use crate::snapshot::fixture;
 use crate::snapshot::{ClientCredential, SnapshotInput};
 use proxy_pool_api::controlplane::model::{
@@ -17,7 +18,7 @@ fn proxy(id: &str, region: &str, max: u32) -> SnapshotProxy {
 
 fn build(s: SnapshotInput) -> LiveSnapshot {
     let far = SystemTime::now() + Duration::from_secs(600);
-    LiveSnapshot::build(s, &CapacityRegistry::default(), far).unwrap()
+    LiveSnapshot::build(s, &CapacityRegistry::default(), &Breakdown::default(), far).unwrap()
 }
 
 fn snapshot() -> LiveSnapshot {

@@ -1,6 +1,7 @@
 use super::*;
 use crate::capacity::CapacityRegistry;
 use crate::clock::now_ms;
+use crate::metrics::Breakdown;
 use crate::snapshot::fixture;
 use proxy_pool_api::controlplane::model::SnapshotProxy;
 use std::collections::HashMap;
@@ -18,7 +19,13 @@ pub(crate) fn live(proxies: Vec<SnapshotProxy>, strategy: Strategy) -> LiveSnaps
     routing.strategy = strategy;
     let snapshot = fixture::input(1, vec![routing], proxies);
     let far = SystemTime::now() + Duration::from_secs(600);
-    LiveSnapshot::build(snapshot, &CapacityRegistry::default(), far).unwrap()
+    LiveSnapshot::build(
+        snapshot,
+        &CapacityRegistry::default(),
+        &Breakdown::default(),
+        far,
+    )
+    .unwrap()
 }
 
 /// A live snapshot of proxies `p0`… `p{n-1}`, each taking `max` concurrent uses, all

@@ -13,6 +13,8 @@ use tracing::{debug, info, warn};
 use super::live::{LiveSnapshot, SnapshotError};
 use super::{ProxyId, SnapshotInput};
 use crate::capacity::{CapacityRegistry, RuntimeCounts};
+use crate::clock::now_ms;
+use crate::metrics::Breakdown;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The current snapshot, shared by every listener task.
@@ -28,6 +30,11 @@ struct Inner {
     /// the request path.
     registry: Mutex<()>,
     capacity: CapacityRegistry,
+    /// Per-Routing and per-upstream counters, resolved into each snapshot built.
+    breakdown: Breakdown,
+    /// Unix ms when the control plane last delivered or confirmed the snapshot; 0
+    /// before the first.
+    fresh_at_ms: AtomicU64,
     /// Milliseconds; set by the control plane at registration.
     max_stale_age_ms: AtomicU64,
     /// A new control-plane session began: its first snapshot is installed whatever
@@ -43,6 +50,8 @@ impl SnapshotHandle {
                 current: ArcSwapOption::empty(),
                 registry: Mutex::new(()),
                 capacity: CapacityRegistry::default(),
+                breakdown: Breakdown::default(),
+                fresh_at_ms: AtomicU64::new(0),
                 max_stale_age_ms: AtomicU64::new(duration_ms(max_stale_age)),
                 new_session: std::sync::atomic::AtomicBool::new(false),
             }),
@@ -68,8 +77,14 @@ impl SnapshotHandle {
             });
         }
         let stale_at = SystemTime::now() + self.max_stale_age();
-        let live = Arc::new(LiveSnapshot::build(input, &self.inner.capacity, stale_at)?);
+        let live = Arc::new(LiveSnapshot::build(
+            input,
+            &self.inner.capacity,
+            &self.inner.breakdown,
+            stale_at,
+        )?);
         self.inner.current.store(Some(live.clone()));
+        self.inner.fresh_at_ms.store(now_ms(), Ordering::Relaxed);
         self.inner.new_session.store(false, Ordering::Release);
         debug!(
             version,
@@ -97,7 +112,23 @@ impl SnapshotHandle {
     pub fn confirm_fresh(&self) {
         if let Some(cur) = self.inner.current.load().as_ref() {
             cur.refresh(SystemTime::now() + self.max_stale_age());
+            self.inner.fresh_at_ms.store(now_ms(), Ordering::Relaxed);
         }
+    }
+
+    /// Unix ms when the control plane last delivered or confirmed the snapshot in
+    /// service; `None` before the first.
+    pub fn last_fresh_ms(&self) -> Option<u64> {
+        match self.inner.fresh_at_ms.load(Ordering::Relaxed) {
+            0 => None,
+            at => Some(at),
+        }
+    }
+
+    /// The per-Routing and per-upstream counters snapshots are built with (register
+    /// them once, see [`Breakdown::register`]).
+    pub fn breakdown(&self) -> &Breakdown {
+        &self.inner.breakdown
     }
 
     /// Changes how long a snapshot stays usable without a newer one (from the next

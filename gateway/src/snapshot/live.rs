@@ -15,6 +15,7 @@ use proxy_pool_api::controlplane::model::{Protocol, Routing, SnapshotProxy};
 use super::{ClientCredential, LEASE_SAFETY, ProxyId, SnapshotInput};
 use crate::capacity::{CapacityRegistry, ProxyState};
 use crate::clock::{from_model_ms, from_unix_ms, unix_ms};
+use crate::metrics::{Breakdown, NamedCounters};
 use crate::parse::authority::{Host, parse_host};
 use crate::parse::username::value_eq;
 
@@ -64,6 +65,8 @@ pub struct ProxyEntry {
     pub usable_until_ms: u64,
     /// Capacity counters, stable across snapshots.
     pub state: Arc<ProxyState>,
+    /// Request, tunnel and error counters of its upstream (none without a name).
+    pub upstream: Option<&'static NamedCounters>,
 }
 
 /// One candidate of a routing: everything selection reads, in one contiguous array
@@ -87,6 +90,8 @@ pub struct CompiledRouting {
     pub name: Arc<str>,
     /// Candidates by ascending proxy index.
     pub candidates: Vec<Candidate>,
+    /// Its request, tunnel and error counters.
+    pub stats: &'static NamedCounters,
     target_patterns: Vec<TargetPattern>,
     pub(crate) cursor: AtomicUsize,
 }
@@ -168,11 +173,13 @@ pub struct LiveSnapshot {
 }
 
 impl LiveSnapshot {
-    /// Validates and compiles `input`, reusing capacity state from `registry`.
-    /// `stale_at` is the instant past which it refuses new traffic.
+    /// Validates and compiles `input`, reusing capacity state from `registry` and the
+    /// per-Routing and per-upstream counters of `breakdown`. `stale_at` is the instant
+    /// past which it refuses new traffic.
     pub fn build(
         input: SnapshotInput,
         registry: &CapacityRegistry,
+        breakdown: &Breakdown,
         stale_at: SystemTime,
     ) -> Result<Self, SnapshotError> {
         validate(&input)?;
@@ -197,6 +204,8 @@ impl LiveSnapshot {
                 state
             })
             .collect();
+        // Upstream counters resolved once per name, not once per proxy.
+        let mut upstreams: HashMap<&str, Option<&'static NamedCounters>> = HashMap::new();
         for (((i, p), state), id) in snapshot.proxies.iter().enumerate().zip(states).zip(ids) {
             let idx = u32::try_from(i).map_err(|_| problem("proxies: too many"))?;
             let dial = &p.dial;
@@ -218,6 +227,14 @@ impl LiveSnapshot {
                 }
             });
             by_id.insert(id.clone(), idx);
+            let upstream = match upstreams.get(p.upstream.as_str()) {
+                Some(counters) => *counters,
+                None => {
+                    let counters = breakdown.upstream(&p.upstream);
+                    upstreams.insert(p.upstream.as_str(), counters);
+                    counters
+                }
+            };
             proxies.push(Arc::new(ProxyEntry {
                 id,
                 protocol: dial.protocol,
@@ -227,6 +244,7 @@ impl LiveSnapshot {
                     .min(from_model_ms(p.expires_at_ms))
                     .min(lease_cut_ms(p)),
                 state,
+                upstream,
             }));
         }
         // Proxies gone from this snapshot take no new work; busy ones stay for reports.
@@ -240,7 +258,10 @@ impl LiveSnapshot {
         let routings = snapshot
             .routings
             .into_iter()
-            .map(|r| compile_routing(r, &snapshot.proxies, &proxies))
+            .map(|r| {
+                let stats = breakdown.routing(&r.name);
+                compile_routing(r, &snapshot.proxies, &proxies, stats)
+            })
             .collect();
         let clients = clients
             .into_iter()
@@ -307,6 +328,7 @@ fn compile_routing(
     spec: Routing,
     proxies: &[SnapshotProxy],
     entries: &[Arc<ProxyEntry>],
+    stats: &'static NamedCounters,
 ) -> CompiledRouting {
     let any_or = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
     let candidates = proxies
@@ -348,6 +370,7 @@ fn compile_routing(
         name: Arc::from(spec.name.as_str()),
         spec,
         candidates,
+        stats,
         target_patterns,
         cursor: AtomicUsize::new(0),
     }
