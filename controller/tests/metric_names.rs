@@ -9,6 +9,9 @@
 //!   Redis and mTLS metrics;
 //! - Redis store, mTLS control plane (certificates made here), no worker: everything
 //!   but the per-worker series.
+//!
+//! And the binary itself with `--log-format json`: JSON log lines, documented metrics
+//! only.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod controlplane_support;
@@ -302,4 +305,81 @@ fn cache_and_analytics_collectors_export_the_documented_metrics() {
     });
     assert_eq!(want.len(), 22, "{want:?}");
     assert_names(&text, &want);
+}
+
+/// The binary itself (`proxy-pool-controller --log-format json run`, the shipped
+/// example: memory store, a static upstream, no control plane): every log line on
+/// standard output is a JSON object, and `/metrics` serves only documented metrics
+/// (those of the example's configuration), none with a reserved label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_logs_json_and_serves_only_documented_metrics() {
+    use proxy_pool_e2e::ports::free_ports;
+    use proxy_pool_e2e::procs::terminate;
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    let (api, admin) = (free_ports(1), free_ports(1));
+    let dir = std::env::temp_dir().join(format!("metric-names-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/controller.yaml"
+    ))
+    .unwrap();
+    let path = dir.join("controller.yaml");
+    std::fs::write(
+        &path,
+        example
+            .replace("127.0.0.1:8081", &format!("127.0.0.1:{api}"))
+            .replace("127.0.0.1:9090", &format!("127.0.0.1:{admin}"))
+            .replace("gracePeriod: 20s", "gracePeriod: 3s"),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_proxy-pool-controller"))
+        .args(["--log-format", "json", "run", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines = std::thread::spawn(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+    let admin_addr: SocketAddr = format!("127.0.0.1:{admin}").parse().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(admin_addr).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "admin listener");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = metrics_when(admin_addr, "leading, static upstream written", |t| {
+        t.contains("proxy_pool_controller_leader 1")
+            && t.contains("proxy_pool_controller_static_upstream_upserts_total")
+    })
+    .await;
+    let documented = documented(&doc(), "controller");
+    let undocumented: Vec<_> = exported(&text)
+        .into_iter()
+        .filter(|(n, t)| documented.get(n) != Some(t))
+        .collect();
+    assert!(undocumented.is_empty(), "{undocumented:?}\n{text}");
+    assert_eq!(reserved_labels_used(&text), Vec::<String>::new());
+    let status = terminate(&mut child, Duration::from_secs(8)).expect("exits on SIGTERM");
+    assert!(status.success(), "{status:?}");
+    let lines = lines.join().unwrap();
+    assert!(!lines.is_empty(), "no log line");
+    for line in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            v["level"].is_string() && v["fields"]["message"].is_string(),
+            "{line}"
+        );
+        assert!(!line.contains('\u{1b}'), "ANSI in {line}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
