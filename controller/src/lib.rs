@@ -121,6 +121,12 @@ impl Controller {
         controller.leadership = built.leadership;
         controller.relay = built.relay;
         controller.pod_label = built.pod_label;
+        if let Some(pool) = &controller.relay {
+            let latency = metrics::ScriptLatency(pool.script_timings());
+            controller
+                .metrics
+                .register_with(|r| r.register_collector(Box::new(latency)));
+        }
         if let Some(b) = compose::prepare_bearer(&controller.config, &controller.metrics).await? {
             controller = controller.with_bearer_verifier(b.verifier);
         }

@@ -3,10 +3,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::str::FromStr;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use proxy_pool_controller::{Controller, Exit, Listeners, shutdown};
+use proxy_pool_runtime::telemetry::logging::{self, FORMAT_ENV, LogFormat, Stream};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -15,6 +17,9 @@ use proxy_pool_controller::{Controller, Exit, Listeners, shutdown};
     about = "Proxy Pool controller"
 )]
 struct Cli {
+    /// Log line format: `text` or `json` (one JSON object per line).
+    #[arg(long, global = true, env = FORMAT_ENV, default_value = "text", value_parser = LogFormat::from_str)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -100,23 +105,23 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Migrate { config } => match migrate(config) {
-            Ok(()) => {
-                println!("analytics schema is current");
-                ExitCode::SUCCESS
+        Command::Migrate { config } => {
+            match init_logging(cli.log_format, Stream::Stderr).and_then(|()| migrate(config)) {
+                Ok(()) => {
+                    println!("analytics schema is current");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e:#}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(e) => {
-                eprintln!("{e:#}");
-                ExitCode::FAILURE
-            }
-        },
+        }
         Command::Run { config } => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-                )
-                .init();
+            if let Err(e) = init_logging(cli.log_format, Stream::Stdout) {
+                eprintln!("{e:#}");
+                return ExitCode::from(2);
+            }
             match run(config) {
                 Ok(Exit::Signal) => ExitCode::SUCCESS,
                 // Deposed: restart as a follower (Kubernetes / systemd restart on failure).
@@ -128,6 +133,11 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Installs the log subscriber (`RUST_LOG`, default `info`).
+fn init_logging(format: LogFormat, stream: Stream) -> anyhow::Result<()> {
+    logging::init(format, stream).context("starting logging")
 }
 
 #[tokio::main]

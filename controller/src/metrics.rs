@@ -1,6 +1,8 @@
-//! Prometheus metrics of the controller. Label sets are bounded: HTTP status codes
-//! the API can produce, and configured upstream names. No client ID, proxy or secret
-//! is ever a label.
+//! Prometheus metrics of the controller, every one named `proxy_pool_controller_…`
+//! (`proxy_pool_runtime::telemetry::metrics::registry`). Label sets are bounded: HTTP
+//! status codes the API can produce, configured upstream names, fixed code sets and
+//! (control plane) the IDs of the connected workers. No client ID, proxy or secret is
+//! ever a label. The reference is the Controller table of `docs/operations.md`.
 
 use std::sync::Arc;
 
@@ -42,14 +44,11 @@ pub struct UpsertLabels {
 /// Exposition name and help text of each metric [`Metrics::new`] registers, in order.
 const DOCS: [(&str, &str); 7] = [
     (
-        "pool_generation_start_seconds",
+        "pool_generation_start_timestamp_seconds",
         "When the current pool generation began (Unix seconds; a change means the store lost \
          its data)",
     ),
-    (
-        "controller_leader",
-        "1 while this controller replica leads, else 0",
-    ),
+    ("leader", "1 while this controller replica leads, else 0"),
     (
         "distribution_requests",
         "Distribution API requests by HTTP status",
@@ -140,7 +139,7 @@ pub struct Metrics {
 impl Metrics {
     /// A fresh registry with every metric registered.
     pub fn new() -> Arc<Self> {
-        let mut registry = Registry::with_prefix("proxy_pool");
+        let mut registry = proxy_pool_runtime::telemetry::metrics::registry("controller");
         let requests = Family::<StatusLabels, Counter>::default();
         let extracted = Counter::default();
         let latency = Histogram::new([
@@ -189,5 +188,44 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+/// `redis_script_duration_seconds{operation}`: the latency of the pool's Redis script
+/// calls per operation (`extract`, `upsert`, `assign`, …: one per script), read at
+/// scrape time from the adapter's lock-free histograms. Register with
+/// `registry.register_collector`.
+#[derive(Debug)]
+pub struct ScriptLatency(pub Arc<activity_pool::ScriptTimings>);
+
+impl prometheus_client::collector::Collector for ScriptLatency {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            "redis_script_duration_seconds",
+            "Time a pool operation's Redis script call took (with its one retry, if any)",
+            None,
+            MetricType::Histogram,
+        )?;
+        for t in self.0.read() {
+            let buckets: Vec<(f64, u64)> = activity_pool::SCRIPT_BUCKETS
+                .iter()
+                .copied()
+                .chain(std::iter::once(f64::MAX))
+                .zip(t.buckets)
+                .collect();
+            let labels = [("operation", t.operation)];
+            family
+                .encode_family(&labels)?
+                .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                    t.sum_seconds,
+                    t.count,
+                    &buckets,
+                    None,
+                )?;
+        }
+        Ok(())
     }
 }

@@ -268,10 +268,10 @@ async fn migrate_then_count_extractions_through_the_api() {
     let metrics = h.admin_get("/metrics").await;
     let text = String::from_utf8_lossy(&metrics.body).to_string();
     assert!(
-        text.contains("proxy_pool_analytics_events_accepted_total 6"),
+        text.contains("proxy_pool_controller_analytics_events_accepted_total 6"),
         "{text}"
     );
-    assert!(text.contains("proxy_pool_analytics_events_dropped_total 0"));
+    assert!(text.contains("proxy_pool_controller_analytics_events_dropped_total 0"));
     h.stop().await;
 }
 
@@ -378,11 +378,11 @@ async fn two_replicas_record_usage_and_only_the_leader_flushes() {
     // Both replicas' usage, committed by the leader, read through the follower.
     let full = committed(&b, "clients/full", 7).await;
     assert_eq!(full["total"]["proxies"], 11);
-    let flushes = "proxy_pool_analytics_flushes_total";
+    let flushes = "proxy_pool_controller_analytics_flushes_total";
     assert!(metric(&a, flushes).await > 0, "the leader flushes");
     assert_eq!(metric(&b, flushes).await, 0, "a follower never flushes");
     assert_eq!(
-        metric(&b, "proxy_pool_analytics_events_applied_total").await,
+        metric(&b, "proxy_pool_controller_analytics_events_applied_total").await,
         4,
         "the follower records its own usage into redis"
     );

@@ -539,16 +539,18 @@ async fn admin_endpoints(kind: Kind) {
     let m = h.admin_get("/metrics").await;
     let text = String::from_utf8_lossy(&m.body).to_string();
     assert!(
-        text.contains("proxy_pool_distribution_requests_total{status=\"200\"} 1"),
+        text.contains("proxy_pool_controller_distribution_requests_total{status=\"200\"} 1"),
         "{text}"
     );
     assert!(
-        text.contains("proxy_pool_distribution_extracted_proxies_total 2"),
+        text.contains("proxy_pool_controller_distribution_extracted_proxies_total 2"),
         "{text}"
     );
-    assert!(text.contains("proxy_pool_distribution_request_duration_seconds_bucket"));
+    assert!(text.contains("proxy_pool_controller_distribution_request_duration_seconds_bucket"));
     assert!(
-        text.contains("proxy_pool_pool_inventory{upstream=\"up-a\",kind=\"available_slots\"} 12"),
+        text.contains(
+            "proxy_pool_controller_pool_inventory{upstream=\"up-a\",kind=\"available_slots\"} 12"
+        ),
         "{text}"
     );
     h.stop().await;

@@ -310,7 +310,7 @@ fn cache_metric(text: &str, family: &str) -> u64 {
             l.split('{')
                 .next()
                 .is_some_and(|n| n.trim_end_matches("_total").ends_with(family))
-                && l.contains("namespace=\"token_review\"")
+                && l.contains("cache=\"token_review\"")
         })
         .and_then(|l| l.split_whitespace().last())
         .and_then(|v| v.parse().ok())

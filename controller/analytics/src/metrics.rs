@@ -1,5 +1,6 @@
 //! Prometheus export of the analytics counters (no labels: nothing about clients,
-//! identities or keys reaches a metric).
+//! identities or keys reaches a metric). The controller registers them in its registry
+//! (`proxy_pool_controller_analytics_…`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -100,12 +101,14 @@ impl prometheus_client::collector::Collector for AnalyticsMetrics {
             "Events waiting",
             i64::try_from(self.collector.queued()).unwrap_or(i64::MAX),
         )?;
-        gauge(
-            &mut e,
-            "analytics_last_flush_ms",
+        let last_flush =
+            ConstGauge::new(std::time::Duration::from_millis(l(&w.last_flush_ms)).as_secs_f64());
+        last_flush.encode(e.encode_descriptor(
+            "analytics_last_flush_duration_seconds",
             "Duration of the last flush",
-            i64::try_from(l(&w.last_flush_ms)).unwrap_or(i64::MAX),
-        )?;
+            None,
+            last_flush.metric_type(),
+        )?)?;
         Ok(())
     }
 }
@@ -123,14 +126,16 @@ mod tests {
             collector: c,
             worker: Arc::default(),
         };
-        let mut registry = prometheus_client::registry::Registry::with_prefix("proxy_pool");
+        let mut registry =
+            prometheus_client::registry::Registry::with_prefix("proxy_pool_controller");
         registry.register_collector(Box::new(m));
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
         assert!(
-            out.contains("proxy_pool_analytics_events_accepted_total 1"),
+            out.contains("proxy_pool_controller_analytics_events_accepted_total 1"),
             "{out}"
         );
-        assert!(out.contains("proxy_pool_analytics_queue_depth 1"));
+        assert!(out.contains("proxy_pool_controller_analytics_queue_depth 1"));
+        assert!(out.contains("proxy_pool_controller_analytics_last_flush_duration_seconds 0"));
     }
 }

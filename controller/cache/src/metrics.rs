@@ -1,5 +1,6 @@
-//! Per-namespace cache counters. The namespace is the only label: never a key, a token
-//! or a caller.
+//! Per-namespace cache counters, exported with the namespace as the label `cache` (the
+//! only label: never a key, a token or a caller; not `namespace`, which Kubernetes
+//! scrapes set on every series).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -44,8 +45,8 @@ pub struct MetricsSnapshot {
 }
 
 impl MetricsSnapshot {
-    /// Each counter as a Prometheus counter: (name, help, value).
-    pub fn series(&self) -> [(&'static str, &'static str, u64); 10] {
+    /// Each counter but the loader time as a Prometheus counter: (name, help, value).
+    pub fn series(&self) -> [(&'static str, &'static str, u64); 9] {
         [
             ("cache_hits", "Keys answered from Redis", self.hits),
             (
@@ -76,16 +77,22 @@ impl MetricsSnapshot {
                 self.loader_errors,
             ),
             (
-                "cache_loader_micros",
-                "Loader time in microseconds",
-                self.loader_micros,
-            ),
-            (
                 "cache_oversized",
                 "Values too large to store",
                 self.oversized,
             ),
         ]
+    }
+}
+
+/// Name and help text of the loader time counter (seconds).
+const LOADER_SECONDS: (&str, &str) = ("cache_loader_seconds", "Time spent in loader calls");
+
+impl MetricsSnapshot {
+    /// Total loader time, seconds.
+    #[allow(clippy::cast_precision_loss, reason = "microseconds: exact below 2^53")]
+    pub fn loader_seconds(&self) -> f64 {
+        self.loader_micros as f64 / 1e6
     }
 }
 
@@ -115,7 +122,8 @@ impl NamespaceMetrics {
 /// The registered namespaces and their live counters.
 type Registered = std::sync::Arc<std::sync::Mutex<Vec<(String, std::sync::Arc<NamespaceMetrics>)>>>;
 
-/// A Prometheus collector over the caches' counters, labelled by namespace only.
+/// A Prometheus collector over the caches' counters, labelled by namespace only (label
+/// `cache`).
 /// Register once with `registry.register_collector(Box::new(metrics.clone()))`.
 #[derive(Debug, Clone, Default)]
 pub struct CacheMetricsCollector {
@@ -150,9 +158,16 @@ impl prometheus_client::collector::Collector for CacheMetricsCollector {
             let counter = ConstCounter::new(0u64);
             let mut family = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
             for (ns, snap) in &snaps {
-                let labels = [("namespace", *ns)];
+                let labels = [("cache", *ns)];
                 ConstCounter::new(snap.series()[i].2).encode(family.encode_family(&labels)?)?;
             }
+        }
+        let (name, help) = LOADER_SECONDS;
+        let counter = ConstCounter::new(0f64);
+        let mut family = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+        for (ns, snap) in &snaps {
+            let labels = [("cache", *ns)];
+            ConstCounter::new(snap.loader_seconds()).encode(family.encode_family(&labels)?)?;
         }
         Ok(())
     }

@@ -415,13 +415,13 @@ async fn metrics_are_exported_per_namespace() {
     let _ = c.get(1).await;
     let collector = proxy_pool_cache::CacheMetricsCollector::default();
     collector.add(c.namespace(), c.metrics_handle());
-    let mut registry = prometheus_client::registry::Registry::with_prefix("proxy_pool");
+    let mut registry = prometheus_client::registry::Registry::with_prefix("proxy_pool_controller");
     registry.register_collector(Box::new(collector));
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
     assert!(
-        out.contains(r#"proxy_pool_cache_misses_total{namespace="secret"} 1"#),
+        out.contains(r#"proxy_pool_controller_cache_misses_total{cache="secret"} 1"#),
         "{out}"
     );
-    assert!(out.contains(r#"proxy_pool_cache_loader_calls_total{namespace="secret"} 1"#));
+    assert!(out.contains(r#"proxy_pool_controller_cache_loader_calls_total{cache="secret"} 1"#));
 }

@@ -21,7 +21,10 @@ mod redis;
 pub mod testkit;
 mod validate;
 
-pub use crate::redis::{Connect, LeaderGrant, RedisConn, RedisConnector, RedisOptions, RedisPool};
+pub use crate::redis::{
+    Connect, LeaderGrant, RedisConn, RedisConnector, RedisOptions, RedisPool, SCRIPT_BUCKETS,
+    ScriptTiming, ScriptTimings,
+};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use error::{ConflictReason, PoolError, PoolResult};
 pub use fence::Fence;

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::controlplane::{
     CheckerBackend, ControlPlane, ControlPlanePorts, MemoryCheckerBackend, OutcomeQueue, ServerTls,
-    Transport,
+    Transport, register_certificates,
 };
 use crate::health::{
     BridgeOptions, CheckerBridge, HealthMetrics, HealthService, PlannerConfig, ReducerConfig,
@@ -154,13 +154,19 @@ pub fn prepare(
             let transport = match &cp.transport {
                 ControlPlaneTransport::Unconfigured => None,
                 ControlPlaneTransport::LoopbackPlaintext => Some(Transport::LoopbackFixture),
-                ControlPlaneTransport::Mtls(t) => Some(Transport::Mtls(ServerTls {
-                    cert_pem: read_file(&t.cert_file)?,
-                    key_pem: WireSecret::new(read_file(&t.key_file)?),
-                    client_ca_pem: read_file(&t.client_ca_file)?,
-                    trust_domain: t.trust_domain.clone(),
-                    environment: t.environment.clone(),
-                })),
+                ControlPlaneTransport::Mtls(t) => {
+                    let tls = ServerTls {
+                        cert_pem: read_file(&t.cert_file)?,
+                        key_pem: WireSecret::new(read_file(&t.key_file)?),
+                        client_ca_pem: read_file(&t.client_ca_file)?,
+                        trust_domain: t.trust_domain.clone(),
+                        environment: t.environment.clone(),
+                    };
+                    registry.register_with(|r| {
+                        register_certificates(r, &tls.cert_pem, &tls.client_ca_pem);
+                    });
+                    Some(Transport::Mtls(tls))
+                }
             };
             match transport {
                 None => {
@@ -177,6 +183,7 @@ pub fn prepare(
                         .with_analytics(usage.collector())
                         .with_leadership(leadership.clone());
                     plane.ownership().set_target_exclusions(health.clone());
+                    registry.register_with(|r| plane.register_metrics(r));
                     (Some((Arc::new(plane), transport)), Some(rx))
                 }
             }

@@ -9,7 +9,7 @@
 //! API access: `tokenReview.kubeconfigFile` when set, else `kube::Config::infer`
 //! (`KUBECONFIG`, `~/.kube/config`, then the pod's mounted ServiceAccount). Without a
 //! `cache` section every request is reviewed (correct, slower). The cache counters are
-//! registered in the controller registry (`proxy_pool_cache_*{namespace="token_review"}`).
+//! registered in the controller registry (`proxy_pool_controller_cache_*{cache="token_review"}`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -15,6 +15,7 @@ pub mod config;
 pub mod error;
 pub mod identity;
 pub mod incoming;
+pub mod metrics;
 pub mod outcomes;
 pub mod ownership;
 pub mod publisher;
@@ -33,6 +34,7 @@ pub use checker::{CheckerBackend, MemoryCheckerBackend, TaskGate};
 pub use config::{ControlPlaneConfig, Limits, OwnershipConfig, RoutingSpec};
 pub use error::ControlPlaneError;
 pub use identity::Authenticator;
+pub use metrics::{ClientKind, ControlPlaneMetrics, register_certificates};
 pub use outcomes::{OutcomeQueue, UsageCounts, UsageSink, WorkerOutcome};
 pub use ownership::{DrainRequest, OwnershipManager, OwnershipPorts, PassReport, TargetExclusions};
 pub use publisher::Publisher;
@@ -84,6 +86,7 @@ pub struct Shared {
     checker: Arc<dyn CheckerBackend>,
     streams: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
+    metrics: ControlPlaneMetrics,
 }
 
 /// The control plane: shared state plus its background loop.
@@ -127,6 +130,7 @@ impl ControlPlane {
                 checker,
                 streams,
                 shutdown: shutdown_rx,
+                metrics: ControlPlaneMetrics::default(),
             }),
             shutdown,
             leadership: crate::leadership::Leadership::sole(),
@@ -155,6 +159,18 @@ impl ControlPlane {
             tracing::warn!("analytics collector already set; the new one is ignored");
         }
         self
+    }
+
+    /// Registers the control plane's metrics (connected workers, per-worker snapshot
+    /// version and age, push → ACK latency, negative ACKs) in `registry`.
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.shared.metrics.register(registry);
+        registry.register_collector(Box::new(metrics::WorkerSnapshots(self.shared.clone())));
+    }
+
+    /// The control plane's metrics (tests read them).
+    pub fn metrics(&self) -> &ControlPlaneMetrics {
+        &self.shared.metrics
     }
 
     /// Gateway usage counters (requests fed, unknown routings ignored, ...).

@@ -5,6 +5,7 @@
 //! Lock choice: one `parking_lot::Mutex` over a small map, never held across I/O.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use activity_pool::model::{InstanceId, SessionId, WorkerId};
 use parking_lot::Mutex;
@@ -29,6 +30,36 @@ pub struct WorkerInfo {
 struct Entry {
     info: WorkerInfo,
     session_tx: watch::Sender<SessionId>,
+    /// When this session registered.
+    registered: Instant,
+    /// The last snapshot version sent on the session's stream, and when.
+    pushed: Option<(u64, Instant)>,
+    /// The last version the worker accepted, and when it was sent to it.
+    accepted: Option<(u64, Instant)>,
+}
+
+impl Entry {
+    fn new(info: WorkerInfo, session_tx: watch::Sender<SessionId>) -> Self {
+        Self {
+            info,
+            session_tx,
+            registered: Instant::now(),
+            pushed: None,
+            accepted: None,
+        }
+    }
+}
+
+/// A registered worker's snapshot as the metrics show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotStatus {
+    /// The worker.
+    pub worker: WorkerId,
+    /// The last version it accepted in this session (0: none yet).
+    pub accepted_version: u64,
+    /// Time since that snapshot was sent to it (since the session registered when it
+    /// accepted none yet).
+    pub age: Duration,
 }
 
 /// Registered workers.
@@ -54,10 +85,13 @@ impl Registry {
             Some(e) => {
                 e.session_tx.send_replace(info.session_id.clone());
                 e.info = info;
+                e.registered = Instant::now();
+                e.pushed = None;
+                e.accepted = None;
             }
             None => {
                 let (session_tx, _) = watch::channel(info.session_id.clone());
-                map.insert(worker.clone(), Entry { info, session_tx });
+                map.insert(worker.clone(), Entry::new(info, session_tx));
             }
         }
     }
@@ -114,6 +148,50 @@ impl Registry {
             }
             _ => false,
         }
+    }
+
+    /// Records that `version` was sent to the worker on `session`'s stream.
+    pub fn note_pushed(&self, worker: &WorkerId, session: &SessionId, version: u64) {
+        let mut map = self.workers.lock();
+        if let Some(e) = map.get_mut(worker)
+            && e.info.session_id == *session
+        {
+            e.pushed = Some((version, Instant::now()));
+        }
+    }
+
+    /// Records that the worker accepted `version` on `session`; the time since that
+    /// version was sent to it (push → ACK), when it was the last one sent.
+    pub fn note_accepted(
+        &self,
+        worker: &WorkerId,
+        session: &SessionId,
+        version: u64,
+    ) -> Option<Duration> {
+        let mut map = self.workers.lock();
+        let e = map
+            .get_mut(worker)
+            .filter(|e| e.info.session_id == *session)?;
+        let (pushed, at) = e.pushed?;
+        if pushed != version {
+            return None;
+        }
+        e.accepted = Some((version, at));
+        Some(at.elapsed())
+    }
+
+    /// The snapshot status of every registered worker.
+    pub fn snapshot_status(&self) -> Vec<SnapshotStatus> {
+        let now = Instant::now();
+        self.workers
+            .lock()
+            .iter()
+            .map(|(w, e)| SnapshotStatus {
+                worker: w.clone(),
+                accepted_version: e.accepted.map_or(0, |(v, _)| v),
+                age: now.saturating_duration_since(e.accepted.map_or(e.registered, |(_, at)| at)),
+            })
+            .collect()
     }
 
     /// Offers an outcome batch sequence; returns the verdict and the highest accepted.

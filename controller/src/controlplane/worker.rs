@@ -21,13 +21,13 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use super::Shared;
 use super::error::{ControlPlaneError, CpResult};
 use super::identity::Authenticator;
 use super::outcomes::{WorkerOutcome, usage_from_wire};
 use super::publisher::Issued;
 use super::registry::{SequenceVerdict, WorkerInfo};
 use super::rpc::serve;
+use super::{ClientKind, Shared};
 
 /// The worker service.
 #[derive(Debug, Clone)]
@@ -174,6 +174,7 @@ impl WorkerService {
                 .await?
         } else {
             tracing::warn!(worker = %worker, version = m.version, reason = %log_text(&m.reason, 64), "negative snapshot ACK; runtime fence closed");
+            self.shared.metrics.nacked();
             self.shared
                 .ports
                 .manager
@@ -185,6 +186,14 @@ impl WorkerService {
                 })
                 .await?
         };
+        if m.accepted
+            && let Some(took) = self
+                .shared
+                .registry
+                .note_accepted(&worker, &session, m.version)
+        {
+            self.shared.metrics.acked(took);
+        }
         Ok(pb::AcknowledgeSnapshotResponse {
             session_expires_at_ms: s.expires_at.millis(),
             runtime_fence_open: s.fence_open,
@@ -335,6 +344,9 @@ async fn watch_loop(
     let Some(mut sessions) = shared.registry.session_changes(&worker) else {
         return;
     };
+    let _connected = shared
+        .metrics
+        .stream_opened(ClientKind::Gateway, worker.as_str());
     let deadline = tokio::time::sleep(shared.config.limits.max_stream_duration);
     tokio::pin!(deadline);
     let mut shutdown = shared.shutdown.clone();
@@ -344,6 +356,9 @@ async fn watch_loop(
             if tx.send(Ok(msg)).await.is_err() {
                 return;
             }
+            shared
+                .registry
+                .note_pushed(&worker, &session, update.version);
             have = Some((update.version, update.checksum));
         }
         tokio::select! {

@@ -1,9 +1,12 @@
-//! Prometheus counters of health checking. Labels are bounded: `tier`, `result`,
+//! Prometheus metrics of health checking. Labels are bounded: `tier`, `result`,
 //! `state`, `reason` (fixed code sets).
+
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::metrics::register_all;
@@ -12,6 +15,11 @@ use crate::metrics::register_all;
 struct ObservationLabels {
     tier: &'static str,
     result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TierLabels {
+    tier: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -26,10 +34,14 @@ struct ReasonLabels {
 
 /// Exposition name and help text of each metric [`HealthMetrics::register`] registers,
 /// in order.
-const DOCS: [(&str, &str); 5] = [
+const DOCS: [(&str, &str); 6] = [
     (
         "health_observations",
         "Checker observations by tier and result",
+    ),
+    (
+        "health_check_duration_seconds",
+        "Time a check took, as the checker reported it, by tier",
     ),
     (
         "health_verdicts",
@@ -50,29 +62,67 @@ const DOCS: [(&str, &str); 5] = [
     ),
 ];
 
+/// The tiers, as labels.
+const TIERS: [&str; 3] = ["basic", "egress", "target"];
+
+/// Buckets of the check latency, seconds.
+const CHECK_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+fn check_histogram() -> Histogram {
+    Histogram::new(CHECK_BUCKETS)
+}
+
 /// Health counters. Cheap to clone.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct HealthMetrics {
     observations: Family<ObservationLabels, Counter>,
+    check_duration: Family<TierLabels, Histogram, fn() -> Histogram>,
     verdicts: Family<StateLabels, Counter>,
     ignored_tasks: Counter,
     announce_dropped: Counter,
     checks_dropped: Family<ReasonLabels, Counter>,
 }
 
+impl Default for HealthMetrics {
+    fn default() -> Self {
+        Self {
+            observations: Family::default(),
+            check_duration: Family::new_with_constructor(check_histogram),
+            verdicts: Family::default(),
+            ignored_tasks: Counter::default(),
+            announce_dropped: Counter::default(),
+            checks_dropped: Family::default(),
+        }
+    }
+}
+
 impl HealthMetrics {
     /// Registers every metric under `registry`.
     pub fn register(&self, registry: &mut Registry) {
-        // Every reason from the start (0), so a dashboard sees the series before the
-        // first drop.
+        // Every series of a fixed label set from the start (0), so a dashboard sees it
+        // before the first event.
         for reason in ["extracted", "removed", "gone"] {
             let _ = self.checks_dropped.get_or_create(&ReasonLabels { reason });
+        }
+        for tier in TIERS {
+            for result in ["success", "failure"] {
+                let _ = self
+                    .observations
+                    .get_or_create(&ObservationLabels { tier, result });
+            }
+            let _ = self.check_duration.get_or_create(&TierLabels { tier });
+        }
+        for state in ["AVAILABLE", "SUSPECT", "UNHEALTHY"] {
+            let _ = self.verdicts.get_or_create(&StateLabels { state });
         }
         register_all(
             registry,
             DOCS,
             [
                 &self.observations,
+                &self.check_duration,
                 &self.verdicts,
                 &self.ignored_tasks,
                 &self.announce_dropped,
@@ -86,6 +136,13 @@ impl HealthMetrics {
         self.observations
             .get_or_create(&ObservationLabels { tier, result })
             .inc();
+    }
+
+    /// A check of `tier` took `took` (as the checker measured it).
+    pub(crate) fn check_duration(&self, tier: &'static str, took: Duration) {
+        self.check_duration
+            .get_or_create(&TierLabels { tier })
+            .observe(took.as_secs_f64());
     }
 
     pub(crate) fn verdict(&self, state: &'static str) {

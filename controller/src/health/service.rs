@@ -409,6 +409,9 @@ impl ObservationSink for HealthService {
         }
         for o in &observations {
             self.metrics.observation(o.tier.as_str(), o.success);
+            if let Some(took) = o.latency {
+                self.metrics.check_duration(o.tier.as_str(), took);
+            }
         }
         // Group by task, keeping each task's order.
         observations.sort_by_key(|o| o.task_id);

@@ -1,10 +1,13 @@
-//! Prometheus counters of the provider reconcilers. Labels are bounded: `upstream`
+//! Prometheus metrics of the provider reconcilers. Labels are bounded: `upstream`
 //! (from configuration) and `reason` / `result` (fixed code sets).
+
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::metrics::register_all;
@@ -15,6 +18,12 @@ struct UpstreamLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    upstream: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     upstream: String,
     reason: String,
@@ -22,10 +31,16 @@ struct ReasonLabels {
 
 /// Exposition name and help text of each metric [`ProviderMetrics::register`]
 /// registers, in order.
-const DOCS: [(&str, &str); 6] = [
+const DOCS: [(&str, &str); 8] = [
+    ("provider_fetches", "Vendor fetches by result (ok or error)"),
     (
-        "provider_fetches",
-        "Vendor fetches by result (ok or an error kind)",
+        "provider_fetch_errors",
+        "Failed vendor fetches by reason (unauthorized, status, too_large, timeout, \
+         transport, invalid_document, pool_error)",
+    ),
+    (
+        "provider_fetch_duration_seconds",
+        "Time a vendor took to answer a fetch (successful or not)",
     ),
     (
         "provider_fetched_proxies",
@@ -49,10 +64,17 @@ const DOCS: [(&str, &str); 6] = [
     ),
 ];
 
+/// Buckets of the vendor fetch latency, seconds.
+const FETCH_BUCKETS: [f64; 12] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
+];
+
 /// Counters shared by every reconciler of a controller. Cheap to clone.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ProviderMetrics {
-    fetches: Family<ReasonLabels, Counter>,
+    fetches: Family<ResultLabels, Counter>,
+    fetch_errors: Family<ReasonLabels, Counter>,
+    fetch_duration: Family<UpstreamLabels, Histogram, fn() -> Histogram>,
     fetched: Family<UpstreamLabels, Counter>,
     inserted: Family<UpstreamLabels, Counter>,
     refreshed: Family<UpstreamLabels, Counter>,
@@ -60,9 +82,35 @@ pub struct ProviderMetrics {
     consecutive_failures: Family<UpstreamLabels, Gauge>,
 }
 
+fn fetch_histogram() -> Histogram {
+    Histogram::new(FETCH_BUCKETS)
+}
+
+impl Default for ProviderMetrics {
+    fn default() -> Self {
+        Self {
+            fetches: Family::default(),
+            fetch_errors: Family::default(),
+            fetch_duration: Family::new_with_constructor(fetch_histogram),
+            fetched: Family::default(),
+            inserted: Family::default(),
+            refreshed: Family::default(),
+            dropped: Family::default(),
+            consecutive_failures: Family::default(),
+        }
+    }
+}
+
 fn up(upstream: &str) -> UpstreamLabels {
     UpstreamLabels {
         upstream: upstream.to_owned(),
+    }
+}
+
+fn result(upstream: &str, result: &'static str) -> ResultLabels {
+    ResultLabels {
+        upstream: upstream.to_owned(),
+        result,
     }
 }
 
@@ -81,6 +129,8 @@ impl ProviderMetrics {
             DOCS,
             [
                 &self.fetches,
+                &self.fetch_errors,
+                &self.fetch_duration,
                 &self.fetched,
                 &self.inserted,
                 &self.refreshed,
@@ -90,8 +140,44 @@ impl ProviderMetrics {
         );
     }
 
-    pub(crate) fn fetch_result(&self, upstream: &str, result: &str) {
-        self.fetches.get_or_create(&reason(upstream, result)).inc();
+    /// Creates every series of `upstream` at zero, so that dashboards and alerts see
+    /// them before its first fetch.
+    pub(crate) fn track(&self, upstream: &str) {
+        for r in ["ok", "error"] {
+            let _ = self.fetches.get_or_create(&result(upstream, r));
+        }
+        for failure in proxy_pool_api::inventory::FetchFailure::ALL {
+            if failure != proxy_pool_api::inventory::FetchFailure::Unknown {
+                let _ = self
+                    .fetch_errors
+                    .get_or_create(&reason(upstream, failure.as_str()));
+            }
+        }
+        let _ = self.fetch_duration.get_or_create(&up(upstream));
+        let _ = self.fetched.get_or_create(&up(upstream));
+        let _ = self.inserted.get_or_create(&up(upstream));
+        let _ = self.refreshed.get_or_create(&up(upstream));
+        let _ = self.consecutive_failures.get_or_create(&up(upstream));
+    }
+
+    /// A fetch of `upstream` ended: `ok`, or the failure kind (counted as `error`
+    /// and by reason).
+    pub(crate) fn fetch_result(&self, upstream: &str, kind: &str) {
+        if kind == "ok" {
+            self.fetches.get_or_create(&result(upstream, "ok")).inc();
+        } else {
+            self.fetches.get_or_create(&result(upstream, "error")).inc();
+            self.fetch_errors
+                .get_or_create(&reason(upstream, kind))
+                .inc();
+        }
+    }
+
+    /// How long the vendor of `upstream` took to answer (or fail).
+    pub(crate) fn fetch_duration(&self, upstream: &str, took: Duration) {
+        self.fetch_duration
+            .get_or_create(&up(upstream))
+            .observe(took.as_secs_f64());
     }
 
     pub(crate) fn add_fetched(&self, upstream: &str, n: u32) {
@@ -121,9 +207,17 @@ impl ProviderMetrics {
             .set(i64::from(n));
     }
 
-    /// Fetches of `upstream` with `result` (`ok` or an error kind).
-    pub fn fetches(&self, upstream: &str, result: &str) -> u64 {
-        self.fetches.get_or_create(&reason(upstream, result)).get()
+    /// Fetches of `upstream` that ended with `kind`: `ok`, `error` (every failure),
+    /// or a failure reason (`unauthorized`, `timeout`, …).
+    pub fn fetches(&self, upstream: &str, kind: &str) -> u64 {
+        match kind {
+            "ok" => self.fetches.get_or_create(&result(upstream, "ok")).get(),
+            "error" => self.fetches.get_or_create(&result(upstream, "error")).get(),
+            why => self
+                .fetch_errors
+                .get_or_create(&reason(upstream, why))
+                .get(),
+        }
     }
 
     /// Entries offered by `upstream`'s vendor.
@@ -161,6 +255,8 @@ mod tests {
     fn exposition_has_the_documented_names_and_labels() {
         let m = ProviderMetrics::default();
         m.fetch_result("vendor-a", "ok");
+        m.fetch_result("vendor-a", "timeout");
+        m.fetch_duration("vendor-a", Duration::from_millis(20));
         m.add_fetched("vendor-a", 3);
         m.add_upserted("vendor-a", 2, 1);
         m.add_dropped("vendor-a", "malformed", 2);
@@ -170,7 +266,10 @@ mod tests {
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
         for line in [
-            "provider_fetches_total{upstream=\"vendor-a\",reason=\"ok\"} 1",
+            "provider_fetches_total{upstream=\"vendor-a\",result=\"ok\"} 1",
+            "provider_fetches_total{upstream=\"vendor-a\",result=\"error\"} 1",
+            "provider_fetch_errors_total{upstream=\"vendor-a\",reason=\"timeout\"} 1",
+            "provider_fetch_duration_seconds_count{upstream=\"vendor-a\"} 1",
             "provider_fetched_proxies_total{upstream=\"vendor-a\"} 3",
             "provider_upserted_proxies_total{upstream=\"vendor-a\"} 2",
             "provider_refreshed_proxies_total{upstream=\"vendor-a\"} 1",

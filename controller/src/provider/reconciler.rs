@@ -79,6 +79,7 @@ impl ProviderReconciler {
         metrics: ProviderMetrics,
     ) -> Result<Self, ProviderError> {
         options.validate()?;
+        metrics.track(options.upstream.as_str());
         let run_id = hex::encode(rand::random::<[u8; 6]>());
         Ok(Self {
             options,
@@ -157,7 +158,10 @@ impl ProviderReconciler {
     #[instrument(level = "debug", skip(self), fields(upstream = %self.options.upstream))]
     pub async fn reconcile_once(&self) -> Result<FetchOutcome, ProviderError> {
         let upstream = self.options.upstream.as_str();
-        let mut batch = match self.source.fetch(&self.options.budget).await {
+        let started = std::time::Instant::now();
+        let fetched = self.source.fetch(&self.options.budget).await;
+        self.metrics.fetch_duration(upstream, started.elapsed());
+        let mut batch = match fetched {
             Ok(batch) => batch,
             Err(err) => {
                 self.metrics.fetch_result(upstream, err.kind());

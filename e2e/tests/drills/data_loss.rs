@@ -38,11 +38,14 @@ fn feeder(sim: std::net::SocketAddr, stop: Arc<AtomicBool>) -> std::thread::Join
     })
 }
 
-/// `proxy_pool_pool_generation_start_seconds` of the replica at `admin`.
+/// `proxy_pool_controller_pool_generation_start_timestamp_seconds` of the replica at `admin`.
 fn generation_start(admin: std::net::SocketAddr) -> Option<u64> {
-    block(metric(admin, "proxy_pool_pool_generation_start_seconds"))?
-        .parse()
-        .ok()
+    block(metric(
+        admin,
+        "proxy_pool_controller_pool_generation_start_timestamp_seconds",
+    ))?
+    .parse()
+    .ok()
 }
 
 #[test]

@@ -15,6 +15,7 @@ use ::redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use super::connector::RedisConnector;
 use super::scripts::Script;
+use super::timings::ScriptTimings;
 use crate::error::{PoolError, PoolResult};
 
 #[derive(Debug)]
@@ -34,6 +35,8 @@ pub(crate) struct Conn {
     /// When the last connect attempt failed: callers that queued behind that attempt
     /// share its failure instead of trying one after another (each up to the timeout).
     last_failure: Mutex<Option<Instant>>,
+    /// Latency of every script call, per operation.
+    timings: std::sync::Arc<ScriptTimings>,
 }
 
 impl std::fmt::Debug for Conn {
@@ -73,7 +76,13 @@ impl Conn {
             slot: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(0),
             last_failure: Mutex::new(None),
+            timings: std::sync::Arc::default(),
         }
+    }
+
+    /// The latency histograms of this connection's script calls.
+    pub(crate) fn timings(&self) -> std::sync::Arc<ScriptTimings> {
+        self.timings.clone()
     }
 
     fn current(&self) -> Option<(u64, MultiplexedConnection)> {
@@ -178,6 +187,19 @@ impl Conn {
     /// attempt's result if that one committed (a slow reply must not turn a committed
     /// extraction into an error while its proxies are gone).
     pub(crate) async fn eval(
+        &self,
+        script: Script,
+        keys: &[String],
+        args: &[String],
+    ) -> PoolResult<String> {
+        let started = Instant::now();
+        let result = self.eval_once(script, keys, args).await;
+        self.timings.record(script, started.elapsed());
+        result
+    }
+
+    /// [`Conn::eval`] without the timing.
+    async fn eval_once(
         &self,
         script: Script,
         keys: &[String],

@@ -17,6 +17,7 @@ mod leader;
 mod owner;
 mod read;
 mod scripts;
+mod timings;
 mod worker;
 mod write;
 
@@ -28,6 +29,7 @@ use serde::Deserialize;
 
 pub use connector::{Connect, RedisConn, RedisConnector};
 pub use leader::LeaderGrant;
+pub use timings::{SCRIPT_BUCKETS, ScriptTiming, ScriptTimings};
 
 use crate::clock::Clock;
 use crate::error::{ConflictReason, PoolError, PoolResult};
@@ -164,6 +166,12 @@ impl RedisPool {
 
     fn options(&self) -> &PoolOptions {
         &self.inner.options.pool
+    }
+
+    /// Latency of this adapter's script calls per operation (shared by every clone
+    /// and [`RedisPool::fenced`] view: one connection, one set of histograms).
+    pub fn script_timings(&self) -> Arc<ScriptTimings> {
+        self.inner.conn.timings()
     }
 
     /// How many index key names (label combinations and `owned:` keys) this adapter

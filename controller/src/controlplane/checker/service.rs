@@ -16,10 +16,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::{CheckerRegistration, CheckerSession};
-use crate::controlplane::Shared;
 use crate::controlplane::error::{ControlPlaneError, CpResult};
 use crate::controlplane::identity::Authenticator;
 use crate::controlplane::rpc::serve;
+use crate::controlplane::{ClientKind, Shared};
 
 /// The checker gRPC service.
 #[derive(Debug, Clone)]
@@ -92,6 +92,9 @@ impl CheckerService {
         let shared = self.shared.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _connected = shared
+                .metrics
+                .stream_opened(ClientKind::Checker, &session.checker_id);
             let until = tokio::time::Instant::now() + shared.config.limits.max_stream_duration;
             let mut shutdown = shared.shutdown.clone();
             while tokio::time::Instant::now() < until && !*shutdown.borrow() {
