@@ -6,8 +6,9 @@
 //!
 //! Structure: [`ports`] (task source, observation sink, prober), [`NetProber`] (real
 //! sockets), [`runner::run`] (bounded concurrency, deadlines, graceful shutdown),
-//! [`memory`] (in-process bindings). It never logs a credential and nothing is
-//! logged above DEBUG per probe.
+//! [`memory`] (in-process bindings), [`ops`] and [`metrics`] (the ops listener and what
+//! it exports). It never logs a credential and nothing is logged above DEBUG per
+//! probe.
 
 pub mod cli;
 pub mod echo;
@@ -15,6 +16,7 @@ pub mod grpc;
 pub mod handshake;
 pub mod listen;
 pub mod memory;
+pub mod metrics;
 pub mod model;
 pub mod ops;
 pub mod ports;

@@ -17,6 +17,7 @@ use proxy_pool_checker::{
 };
 use proxy_pool_identity_client::{IdentityArgs, IdentityClient, WorkerTls, start_issued};
 use proxy_pool_runtime::shutdown_signal;
+use proxy_pool_runtime::telemetry::logging::{self, FORMAT_ENV, LogFormat, Stream};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
@@ -25,6 +26,9 @@ use tokio_util::sync::CancellationToken;
     about = "Proxy Pool checker: probes proxies for the controller"
 )]
 struct Args {
+    /// Log lines as `text` or `json` (one object per line), on standard error.
+    #[arg(long, global = true, env = FORMAT_ENV, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -162,11 +166,9 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
+    // Standard error: `probe` and `smoke-test` print their results on standard output.
+    logging::init(args.log_format, Stream::Stderr).context("logging")?;
     let rt = tokio::runtime::Runtime::new().context("tokio runtime")?;
     match args.command {
         Command::Probe {
@@ -267,16 +269,18 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // waits for its certificate; it is ready once a session is registered.
     let stats = Arc::new(proxy_pool_checker::RunStats::default());
     let session: Arc<std::sync::OnceLock<GrpcBinding>> = Arc::default();
+    let registered = {
+        let session = session.clone();
+        Arc::new(move || session.get().is_some_and(GrpcBinding::registered))
+    };
+    let state = proxy_pool_checker::ops::OpsState::new(registered, stats.clone());
+    let certificate = state.metrics.certificate().clone();
     let ops = match args.ops_listen {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding {addr}"))?;
-            let session = session.clone();
-            let state = proxy_pool_checker::ops::OpsState {
-                registered: Arc::new(move || session.get().is_some_and(GrpcBinding::registered)),
-                stats: stats.clone(),
-            };
+            tracing::info!(%addr, "ops listener serving /healthz, /readyz, /metrics");
             Some(tokio::spawn(proxy_pool_checker::ops::serve(
                 listener,
                 state,
@@ -319,6 +323,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         tls.material().context("control-plane TLS files")?;
         Some(tls)
     };
+    if let Some(tls) = &tls {
+        certificate.follow(tls);
+    }
     let tiers = vec![Tier::Basic, Tier::Egress, Tier::Target];
     let concurrency =
         NonZeroUsize::new(args.concurrency as usize).context("--concurrency must be >= 1")?;
@@ -360,7 +367,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(ops) = ops {
         let _ = ops.await;
     }
-    tracing::info!(?stats, "checker stopped");
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(
+        tasks_received = count(&stats.leased),
+        tasks_completed = count(&stats.probed),
+        tasks_failed = count(&stats.cancelled),
+        observations_submitted = count(&stats.submitted),
+        observations_dropped = count(&stats.dropped),
+        "checker stopped"
+    );
     Ok(())
 }
 

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
+use crate::metrics::ProbeDurations;
 use crate::model::{Observation, Tier};
 use crate::ports::{ObservationSink, Prober, TaskSource};
 
@@ -61,6 +62,8 @@ pub struct RunStats {
     pub submitted: AtomicU64,
     /// Observations dropped after failed submits.
     pub dropped: AtomicU64,
+    /// Durations of the checks, by tier and result.
+    pub probes: ProbeDurations,
 }
 
 /// Runs until `shutdown`; returns the run's counters. New tasks are never leased
@@ -147,6 +150,9 @@ pub async fn run_counting(
                 tokio::select! {
                     obs = prober.probe(&task) => {
                         stats.probed.fetch_add(1, Ordering::Relaxed);
+                        for o in &obs {
+                            stats.probes.observe(o);
+                        }
                         // Bounded channel: a slow sink slows probing, it never grows memory.
                         let _ = tx.send(obs).await;
                     }

@@ -10,7 +10,8 @@
 //! - the real checker binary, given `--identity-endpoint` and a token bound to a pod of
 //!   the checker Deployment the issuer is configured with (`--checker-deployment`),
 //!   obtains a `checker/<pod>` certificate from the same issuer, registers and checks
-//!   the simulator's proxies over the same mTLS control plane;
+//!   the simulator's proxies over the same mTLS control plane; its `/metrics` report
+//!   that certificate's expiry;
 //! - a gateway with a token bound to a pod outside any managed Deployment is refused
 //!   by the issuer, says so in one clear log line, exits non-zero and never opens its
 //!   traffic listener; a checker with such a token is refused and exits likewise.
@@ -105,17 +106,16 @@ async fn gateway_and_checker_use_operator_issued_identities() {
         "checker/token",
         &workloads.token_for(&checker_pod, DEFAULT_AUDIENCE).await,
     );
-    procs.start(
-        "checker",
-        &mut worker_command(
-            Role::Checker,
-            &ports,
-            &issuer,
-            &checker_token,
-            &bundle,
-            &checker_pod.name,
-        ),
+    let mut checker = worker_command(
+        Role::Checker,
+        &ports,
+        &issuer,
+        &checker_token,
+        &bundle,
+        &checker_pod.name,
     );
+    checker.arg(format!("--ops-listen={}", ports.checker_ops));
+    procs.start("checker", &mut checker);
 
     // The gateway of a managed Deployment's pod: certificate from the issuer.
     let pod = workloads.deployment_chain("gw", SA, true).await;
@@ -171,6 +171,7 @@ async fn gateway_and_checker_use_operator_issued_identities() {
         "the checker's certificate came from the issuer, named checker/<pod>",
         "the checker registered over mTLS with its issued certificate",
     );
+    checker_metrics_report_its_certificate(ports.checker_ops);
     let metrics = http_get(ports.gw.admin, "/metrics").unwrap_or_default();
     assert!(
         metrics.lines().any(
@@ -223,6 +224,37 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     assert!(!text.contains(raw.trim()), "the token is never logged");
 
     procs.stop();
+}
+
+/// The checker's `/metrics`: its issued certificate's expiry (in the future, within
+/// the leaf lifetime), a registered session and checks that passed.
+fn checker_metrics_report_its_certificate(ops: SocketAddr) {
+    let text = http_get(ops, "/metrics").unwrap_or_default();
+    let value = |series: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    };
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    let expiry =
+        value(r#"proxy_pool_checker_certificate_expiry_timestamp_seconds{certificate="worker"}"#)
+            .unwrap_or_else(|| panic!("the worker certificate's expiry:\n{text}"));
+    assert!(
+        expiry > now && expiry <= now + 2.0 * 86400.0,
+        "expires after now, within the leaf lifetime: {expiry}"
+    );
+    assert_eq!(
+        value("proxy_pool_checker_session_registered"),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(
+        value(r#"proxy_pool_checker_probe_duration_seconds_count{tier="basic",result="ok"}"#)
+            .is_some_and(|n| n > 0.0),
+        "checks passed:\n{text}"
+    );
 }
 
 /// A worker's log file says its certificate for `spiffe://<domain>/<env>/<workload>`
@@ -354,6 +386,7 @@ struct Ports {
     dist: SocketAddr,
     admin: SocketAddr,
     cp: SocketAddr,
+    checker_ops: SocketAddr,
     gw: GatewayPorts,
 }
 
@@ -366,6 +399,7 @@ impl Ports {
             dist: free_port(),
             admin: free_port(),
             cp: free_port(),
+            checker_ops: free_port(),
             gw: GatewayPorts::new(),
         }
     }

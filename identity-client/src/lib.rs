@@ -8,7 +8,8 @@
 //!
 //! The wire contract of `POST /v1/identity/issue` ([`wire`]) is `proxy_pool_api::identity`,
 //! which the operator's issuer also uses. With the feature `args`, `IdentityArgs` are the
-//! bootstrap flags the gateway and the checker share. It never writes the key to disk,
+//! bootstrap flags the gateway and the checker share; with `metrics`,
+//! `CertificateExpiry` exports the current certificate's expiry as a gauge. It never writes the key to disk,
 //! never logs the token, the key or the certificate, and does not depend on `kube`.
 
 #[cfg(feature = "args")]
@@ -16,6 +17,8 @@ mod args;
 mod client;
 mod error;
 mod handle;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod renew;
 pub mod wire;
 mod worker;
@@ -25,5 +28,7 @@ pub use args::{IdentityArgs, IdentityArgsError};
 pub use client::{ClientConfig, IdentityClient};
 pub use error::ClientError;
 pub use handle::{Identity, IdentityHandle};
+#[cfg(feature = "metrics")]
+pub use metrics::CertificateExpiry;
 pub use renew::{Backoff, RenewalPolicy, run_renewal};
 pub use worker::{MaterialError, TlsMaterial, WorkerTls, obtain_first, start_issued};

@@ -91,6 +91,16 @@ fn expect_pem(path: &Path, text: String, what: &'static str) -> Result<String, M
 }
 
 impl WorkerTls {
+    /// When the certificate presented now stops being valid: the current issued
+    /// identity's, `None` before the first issuance and for [`WorkerTls::Files`] (their
+    /// certificate is not parsed here; whoever writes the files watches its expiry).
+    pub fn not_after(&self) -> Option<std::time::SystemTime> {
+        match self {
+            Self::Issued { handle, .. } => handle.current().map(|i| i.not_after()),
+            Self::Files { .. } => None,
+        }
+    }
+
     /// The material for a new connection, read now.
     pub fn material(&self) -> Result<TlsMaterial, MaterialError> {
         match self {

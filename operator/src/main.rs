@@ -17,6 +17,7 @@ use proxy_pool_operator::reconcile::{
     OperatorConfig, http,
 };
 use proxy_pool_runtime::shutdown_signal;
+use proxy_pool_runtime::telemetry::logging::{self, FORMAT_ENV, LogFormat, Stream};
 
 /// Proxy Pool operator: renders the controller config and runs gateways from
 /// Upstream, Routing and DistributionClient resources.
@@ -122,16 +123,14 @@ struct Cli {
     /// Upstream status reports the config only).
     #[arg(long, default_value = "")]
     controller_admin_url: String,
+    /// Log lines as `text` or `json` (one object per line), on standard output.
+    #[arg(long, env = FORMAT_ENV, default_value = "text")]
+    log_format: LogFormat,
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let cli = Cli::parse();
+    logging::init(cli.log_format, Stream::Stdout).context("logging")?;
     let text = std::fs::read_to_string(&cli.base_config)
         .with_context(|| format!("reading {}", cli.base_config.display()))?;
     let base_config = proxy_pool_api::config::parse_yaml(&text)
@@ -235,6 +234,7 @@ fn main() -> anyhow::Result<()> {
         }
         let health = http::Health::default();
         let metrics: Arc<Metrics> = health.metrics.clone();
+        identity.metrics = metrics.identity();
         let listener = tokio::net::TcpListener::bind(cli.ops_listen)
             .await
             .with_context(|| format!("binding {}", cli.ops_listen))?;

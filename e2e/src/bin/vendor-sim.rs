@@ -5,6 +5,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use proxy_pool_api::controlplane::model::Secret;
 use proxy_pool_e2e::sim::{SimConfig, SimListeners, Simulator};
+use proxy_pool_runtime::telemetry::logging::{self, FORMAT_ENV, LogFormat, Stream};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use tokio::net::TcpListener;
@@ -49,17 +50,15 @@ struct Args {
     /// Writes the echo server's CA certificate (PEM) to this file.
     #[arg(long)]
     ca_out: Option<PathBuf>,
+    /// Log lines as `text` or `json` (one object per line), on standard output.
+    #[arg(long, env = FORMAT_ENV, default_value = "text")]
+    log_format: LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
+    logging::init(args.log_format, Stream::Stdout).context("logging")?;
     let config = load_config(&args)?;
     anyhow::ensure!(
         args.listen.ip().is_loopback() || config.allow_non_loopback_listen,

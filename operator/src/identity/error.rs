@@ -52,6 +52,32 @@ impl IssueError {
         }
     }
 
+    /// Every [`reason`](Self::reason), for metrics that list them all from the start.
+    pub const REASONS: [&'static str; 8] = [
+        "bad-request",
+        "payload-too-large",
+        "body-timeout",
+        "unsupported-media-type",
+        "unauthenticated",
+        "forbidden",
+        "unavailable",
+        "internal",
+    ];
+
+    /// A fixed, lower-case name of the error's kind (the `reason` metric label).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::BadRequest(_) => "bad-request",
+            Self::PayloadTooLarge => "payload-too-large",
+            Self::BodyTimeout => "body-timeout",
+            Self::UnsupportedMediaType => "unsupported-media-type",
+            Self::Unauthenticated(_) => "unauthenticated",
+            Self::Forbidden(_) => "forbidden",
+            Self::Unavailable(_) => "unavailable",
+            Self::Internal(_) => "internal",
+        }
+    }
+
     /// Whether the same request may succeed later.
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::Unavailable(_) | Self::Internal(_))

@@ -58,6 +58,7 @@ async fn issue(
     body: Body,
 ) -> Result<Json<IssueResponse>, IssueError> {
     let result = handle(&state, &headers, body).await;
+    state.issuer.metrics().record(&result);
     match &result {
         Err(e @ (IssueError::Unavailable(_) | IssueError::Internal(_))) => {
             tracing::warn!(error = %e, "identity issuance failed");

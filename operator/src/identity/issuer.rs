@@ -15,6 +15,7 @@ use super::authz::{self, CheckerWorkload, PodCaller, WorkloadKind, Workloads};
 use super::ca::unix_secs;
 use super::csr;
 use super::error::IssueError;
+use super::metrics::IdentityMetrics;
 use super::review::{Review, TokenReviewer};
 use super::wire::{DEFAULT_AUDIENCE, IssueResponse};
 
@@ -105,6 +106,7 @@ pub struct Issuer {
     reviewer: Arc<dyn TokenReviewer>,
     workloads: Arc<dyn Workloads>,
     authority: Arc<Authority>,
+    metrics: IdentityMetrics,
 }
 
 impl Issuer {
@@ -120,7 +122,20 @@ impl Issuer {
             reviewer,
             workloads,
             authority,
+            metrics: IdentityMetrics::default(),
         }
+    }
+
+    /// Counts requests into `metrics` (by default, into metrics nobody registered).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: IdentityMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Where requests are counted.
+    pub fn metrics(&self) -> &IdentityMetrics {
+        &self.metrics
     }
 
     /// The SPIFFE ID of a `kind` pod: `spiffe://<td>/<env>/<worker|checker>/<pod>`.

@@ -24,6 +24,7 @@ mod fixtures;
 pub mod http;
 pub mod issuer;
 pub mod kube_adapters;
+pub mod metrics;
 pub mod review;
 pub mod service;
 pub mod serving;
@@ -34,6 +35,7 @@ pub use ca::{CaParams, CaSet};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::IssueError;
 pub use issuer::{Issuer, IssuerConfig};
+pub use metrics::IdentityMetrics;
 pub use proxy_pool_api::identity as wire;
 pub use service::{IdentityOptions, IdentityService};
 

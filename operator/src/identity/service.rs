@@ -16,6 +16,7 @@ use super::clock::SystemClock;
 use super::http::{router, serve, server_tls};
 use super::issuer::{Issuer, IssuerConfig};
 use super::kube_adapters::{KubeCaStore, KubeTokenReviewer, KubeWorkloads};
+use super::metrics::IdentityMetrics;
 use super::review::{CachedReviewer, MAX_CACHE_TTL};
 use super::serving::{ServingCert, ServingError};
 
@@ -49,6 +50,9 @@ pub struct IdentityOptions {
     /// operator's Deployment), so uninstalling the operator removes them; `None`
     /// leaves them unowned.
     pub owner: Option<OwnerReference>,
+    /// Where issuances, refusals and certificate expiries are reported (the operator
+    /// passes the ones its registry holds).
+    pub metrics: IdentityMetrics,
 }
 
 impl IdentityOptions {
@@ -74,6 +78,7 @@ impl IdentityOptions {
             ],
             review_cache_ttl: MAX_CACHE_TTL,
             owner: None,
+            metrics: IdentityMetrics::default(),
         }
     }
 }
@@ -128,12 +133,16 @@ impl IdentityService {
             options.review_cache_ttl,
             REVIEW_CACHE_ENTRIES,
         );
-        let issuer = Arc::new(Issuer::new(
-            options.issuer,
-            Arc::new(reviewer),
-            Arc::new(KubeWorkloads::new(client)),
-            authority.clone(),
-        ));
+        let issuer = Arc::new(
+            Issuer::new(
+                options.issuer,
+                Arc::new(reviewer),
+                Arc::new(KubeWorkloads::new(client)),
+                authority.clone(),
+            )
+            .with_metrics(options.metrics.clone()),
+        );
+        options.metrics.watch(authority.clone(), serving.clone());
         Ok(Self {
             authority,
             serving,

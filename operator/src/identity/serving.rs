@@ -37,6 +37,7 @@ pub enum ServingError {
 struct Current {
     key: Arc<CertifiedKey>,
     renew_at: SystemTime,
+    not_after: SystemTime,
 }
 
 /// The endpoint's certificate for `names` (DNS names or IP addresses). `Debug` shows
@@ -64,6 +65,11 @@ impl ServingCert {
         self.current
             .store(Arc::new(make(&self.authority, &self.names)?));
         Ok(())
+    }
+
+    /// When the certificate served now expires.
+    pub fn not_after(&self) -> SystemTime {
+        self.current.load().not_after
     }
 
     /// Renews at half-life until `shutdown` completes.
@@ -115,6 +121,7 @@ fn make(authority: &Authority, names: &[String]) -> Result<Current, ServingError
     Ok(Current {
         key: Arc::new(CertifiedKey::new(chain, signing)),
         renew_at: leaf.not_before + lifetime / 2,
+        not_after: leaf.not_after,
     })
 }
 

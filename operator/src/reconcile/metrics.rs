@@ -1,6 +1,8 @@
-//! Reconcile metrics in the Prometheus text format: counts, errors and durations per
-//! kind. The `kind` label has four values (the three custom resources and the
-//! controller config), so the label set stays bounded.
+//! The operator's metrics, `proxy_pool_operator_…` (the reference is the Operator table
+//! of `docs/operations.md`): reconcile counts, errors and durations per kind, the
+//! leader gauge, and the identity issuer's ([`IdentityMetrics`]). The `kind` label has
+//! four values (the three custom resources and the controller config), every one
+//! present from the start, so the label set stays bounded.
 
 use std::time::Instant;
 
@@ -10,6 +12,15 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use super::config::CONFIG_KIND;
+use crate::identity::IdentityMetrics;
+
+/// The component name: every metric is `proxy_pool_operator_…`.
+pub const COMPONENT: &str = "operator";
+
+/// Every value of the `kind` label.
+pub const KINDS: [&str; 4] = ["Upstream", "Routing", "DistributionClient", CONFIG_KIND];
 
 /// The `kind` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -27,6 +38,7 @@ pub struct Metrics {
     errors: Family<KindLabel, Counter>,
     duration: HistogramFamily,
     leader: Gauge,
+    identity: IdentityMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -48,11 +60,18 @@ fn histogram() -> Histogram {
 impl Metrics {
     /// Registers every metric under the `proxy_pool_operator` prefix.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("proxy_pool_operator");
+        let mut registry = proxy_pool_runtime::telemetry::metrics::registry(COMPONENT);
         let reconciles = Family::<KindLabel, Counter>::default();
         let errors = Family::<KindLabel, Counter>::default();
         let duration: HistogramFamily = Family::new_with_constructor(histogram);
+        for kind in KINDS {
+            let label = KindLabel { kind };
+            let _ = reconciles.get_or_create(&label);
+            let _ = errors.get_or_create(&label);
+            let _ = duration.get_or_create(&label);
+        }
         let leader = Gauge::default();
+        let identity = IdentityMetrics::default();
         registry.register("reconciles", "Reconciles run, by kind", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -69,13 +88,20 @@ impl Metrics {
             "Whether this replica holds the leader Lease (1) or stands by (0)",
             leader.clone(),
         );
+        identity.register(&mut registry);
         Self {
             registry,
             reconciles,
             errors,
             duration,
             leader,
+            identity,
         }
+    }
+
+    /// The identity issuer's metrics (pass them to the identity service).
+    pub fn identity(&self) -> IdentityMetrics {
+        self.identity.clone()
     }
 
     /// Starts timing one reconcile of `kind`.
@@ -127,6 +153,52 @@ impl Timer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_reconciled_is_listed() {
+        use crate::reconcile::render::Kind;
+        for kind in [Kind::Upstream, Kind::Routing, Kind::DistributionClient] {
+            assert!(KINDS.contains(&kind.as_str()), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn names_and_types() {
+        use proxy_pool_runtime::telemetry::metrics::{exported, reserved_labels_used};
+        let m = Metrics::new();
+        let text = m.encode();
+        let names: Vec<(String, String)> = exported(&text).into_iter().collect();
+        let want = [
+            ("proxy_pool_operator_build_info", "gauge"),
+            (
+                "proxy_pool_operator_certificate_expiry_timestamp_seconds",
+                "gauge",
+            ),
+            ("proxy_pool_operator_identity_denied_total", "counter"),
+            ("proxy_pool_operator_identity_issued_total", "counter"),
+            ("proxy_pool_operator_leader", "gauge"),
+            (
+                "proxy_pool_operator_reconcile_duration_seconds",
+                "histogram",
+            ),
+            ("proxy_pool_operator_reconcile_errors_total", "counter"),
+            ("proxy_pool_operator_reconciles_total", "counter"),
+        ];
+        assert_eq!(
+            names,
+            want.map(|(n, t)| (n.to_owned(), t.to_owned())),
+            "{text}"
+        );
+        assert!(reserved_labels_used(&text).is_empty(), "{text}");
+        assert!(
+            text.contains(r#"proxy_pool_operator_reconciles_total{kind="ControllerConfig"} 0"#),
+            "every kind from the start: {text}"
+        );
+        assert!(
+            text.contains(r#"proxy_pool_operator_identity_denied_total{reason="forbidden"} 0"#),
+            "every reason from the start: {text}"
+        );
+    }
 
     #[test]
     fn counts_errors_and_durations_per_kind() {
