@@ -627,7 +627,7 @@ async fn chart_controller_replicas_leader_service_and_rbac() {
     assert_eq!(pod.automount_service_account_token, Some(false));
     assert!(doc::<Role>(&docs, "Role", &format!("{ctl}-leader")).is_none());
 
-    // A misspelt election backend is refused, naming the value.
+    // A misspelt election backend is refused by the values schema, naming the value.
     assert_template_refused(
         &[
             REQUIRED_VALUES[0],
@@ -635,7 +635,7 @@ async fn chart_controller_replicas_leader_service_and_rbac() {
             "redis.address=redis://r:6379/0",
             "controller.leaderElection=etcd",
         ],
-        "controller.leaderElection must be",
+        "at '/controller/leaderElection': value must be one of 'kubernetes', 'redis'",
     )
     .await;
 }

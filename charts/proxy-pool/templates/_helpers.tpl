@@ -1,14 +1,29 @@
-{{/* Chart name. */}}
+{{/* Chart name (nameOverride replaces it in names and the app.kubernetes.io/name label). */}}
 {{- define "proxy-pool.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* Release-scoped base name, at most 40 characters so suffixes fit in 63. */}}
+{{/* Release-scoped base name of every object: fullnameOverride, else <release>-<name>
+(the release name alone when it contains the name). At most 38 characters so the
+longest Service name (<base>-controller-control-plane) fits in 63; a longer one is cut
+to 31 and given 6 characters of its hash, so two long release names in one namespace
+still differ. */}}
 {{- define "proxy-pool.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
-{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- $full := "" -}}
+{{- if .Values.fullnameOverride -}}
+{{- $full = .Values.fullnameOverride -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- $full = .Release.Name -}}
+{{- else -}}
+{{- $full = printf "%s-%s" .Release.Name $name -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (len $full) 38 -}}
+{{- printf "%s-%s" ($full | trunc 31 | trimSuffix "-") ($full | sha256sum | trunc 6) -}}
+{{- else -}}
+{{- $full | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 
@@ -179,4 +194,61 @@ refused; opted-in ranges too. */}}
 {{- with $g.affinity }}{{ $_ := set $s "affinity" . }}{{ end -}}
 {{- with $g.priorityClassName }}{{ $_ := set $s "priorityClassName" . }}{{ end -}}
 {{- toYaml $s -}}
+{{- end -}}
+
+
+{{/* Labels of a chart-rendered pod: the common labels, then the component's podLabels
+(they cannot replace a selector label: the schema refuses those keys).
+Call with (dict "ctx" $ "component" "controller" "values" .Values.controller). */}}
+{{- define "proxy-pool.podLabels" -}}
+{{- $own := include "proxy-pool.labels" (dict "ctx" .ctx "component" .component) | fromYaml -}}
+{{- $extra := include "proxy-pool.strings" (.values.podLabels | default dict) | fromYaml -}}
+{{- toYaml (mustMergeOverwrite $extra $own) -}}
+{{- end -}}
+
+{{/* Environment every chart-rendered container starts with: the log format and level
+(logging.*, the component's logLevel), then extraEnv; an extraEnv entry of the same
+name replaces the chart's. Call with (dict "ctx" $ "values" .Values.controller "env"
+(list ...the container's own entries...)). */}}
+{{- define "proxy-pool.env" -}}
+{{- $extra := .values.extraEnv | default list -}}
+{{- $names := list -}}
+{{- range $extra }}{{ $names = append $names .name }}{{ end -}}
+{{- $env := list
+  (dict "name" "PROXY_POOL_LOG_FORMAT" "value" .ctx.Values.logging.format)
+  (dict "name" "RUST_LOG" "value" (.values.logLevel | default .ctx.Values.logging.level))
+-}}
+{{- $env = concat $env (.env | default list) -}}
+{{- $out := list -}}
+{{- range $env }}{{ if not (has .name $names) }}{{ $out = append $out . }}{{ end }}{{ end -}}
+{{- toYaml (concat $out $extra) -}}
+{{- end -}}
+
+{{/* An HTTP probe on a named port with the component's settings (periodSeconds,
+timeoutSeconds, failureThreshold, initialDelaySeconds, successThreshold).
+Call with (dict "path" "/healthz" "port" "admin" "probe" .Values.controller.livenessProbe). */}}
+{{- define "proxy-pool.probe" -}}
+{{- toYaml (mustMergeOverwrite (dict "httpGet" (dict "path" .path "port" .port)) (deepCopy (.probe | default dict))) -}}
+{{- end -}}
+
+{{/* The controller config the analytics `migrate` hook runs with: the store and
+analytics sections of the base config (and shutdown, which analytics is checked
+against) - nothing that needs the operator's rendered files. */}}
+{{- define "proxy-pool.migrateConfig" -}}
+{{- $base := include "proxy-pool.baseConfig" . | fromYaml -}}
+{{- toYaml (pick $base "store" "analytics" "shutdown") -}}
+{{- end -}}
+
+
+{{/* What the values cannot say in the schema, with the reason: the memory store lives in
+one controller process; analytics counts in the store's Redis. */}}
+{{- define "proxy-pool.storeChecks" -}}
+{{- if ne .Values.store.backend "redis" -}}
+{{- if gt (int (include "proxy-pool.controllerReplicas" .)) 1 -}}
+{{- fail "controller.replicas > 1 needs store.backend=redis: the memory store lives inside one controller process" -}}
+{{- end -}}
+{{- if .Values.postgresql.enabled -}}
+{{- fail "postgresql.enabled (usage analytics) needs store.backend=redis: analytics counts usage in the store's Redis before flushing it to PostgreSQL" -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
