@@ -118,7 +118,7 @@ identifier!(
     OperationId, "operation_id", 160
 );
 identifier!(
-    /// A label value: region, carrier, or a failure code.
+    /// A label value: region, carrier, city, or a failure code.
     Label, "label", 64
 );
 

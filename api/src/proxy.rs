@@ -66,12 +66,17 @@ pub struct Dial {
 /// The labels a proxy is selected by, one optional value per dimension: the one place
 /// a label dimension is added. `L` is the value type: the validated [`Label`] in the
 /// pool, the plain wire string in the control-plane model (whose edge checks IDs only).
+///
+/// The region label also serves as the country (a username's `country` parameter
+/// selects by it); `city` is the finer place inside it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Labels<L = Label> {
-    /// Region label.
+    /// Region label (also the country).
     pub region: Option<L>,
     /// Carrier label.
     pub carrier: Option<L>,
+    /// City label.
+    pub city: Option<L>,
 }
 
 impl<L> Default for Labels<L> {
@@ -79,6 +84,7 @@ impl<L> Default for Labels<L> {
         Self {
             region: None,
             carrier: None,
+            city: None,
         }
     }
 }
@@ -89,6 +95,7 @@ impl<L> Labels<L> {
         Labels {
             region: self.region.as_ref().map(&mut f),
             carrier: self.carrier.as_ref().map(&mut f),
+            city: self.city.as_ref().map(&mut f),
         }
     }
 }

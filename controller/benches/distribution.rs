@@ -43,6 +43,7 @@ async fn seed(ports: &Ports, n: usize) {
             labels: Labels {
                 region: Some(Label::new(format!("r{}", i % 10)).unwrap()),
                 carrier: None,
+                city: None,
             },
             ttl: Duration::from_secs(3600),
             max_concurrency: 8,

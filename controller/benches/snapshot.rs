@@ -40,6 +40,7 @@ fn proxy(i: usize, epoch: u64) -> SnapshotProxy {
         labels: Labels {
             region: Some("shanghai".into()),
             carrier: Some("telecom".into()),
+            city: None,
         },
         max_concurrency: 16,
         expires_at_ms: 1_800_000_000_000 + i as i64,

@@ -67,6 +67,7 @@ impl StaticUpstream {
         let labels = Labels {
             region: label(&cfg.region)?,
             carrier: label(&cfg.carrier)?,
+            city: label(&cfg.city)?,
         };
         let credentials = match (&source.credentials, password) {
             (Some(c), Some(p)) => Some(Credentials {

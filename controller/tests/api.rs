@@ -31,6 +31,7 @@ macro_rules! both_stores {
 
 both_stores!(
     extract_returns_every_contract_field,
+    the_city_filter_selects_by_city,
     each_auth_method_works_and_bad_credentials_are_401,
     malformed_requests_are_400,
     business_errors_are_422_and_name_the_field,
@@ -87,6 +88,52 @@ async fn extract_returns_every_contract_field(kind: Kind) {
     let rid = r.headers["x-request-id"].to_str().unwrap().to_owned();
     assert!(rid.starts_with("req_"), "{rid}");
     assert_eq!(r.json()["requestId"], rid.as_str());
+    h.stop().await;
+}
+
+/// `filters.cities` narrows inside the region (the country); each proxy names its city.
+async fn the_city_filter_selects_by_city(kind: Kind) {
+    let h = Harness::start(kind).await;
+    h.seed("up-a", 3, "shanghai", "telecom").await;
+    let pudong = h
+        .seed_in("up-a", 2, "shanghai", "telecom", Some("pudong"))
+        .await;
+    h.seed_in("up-a", 2, "beijing", "telecom", Some("haidian"))
+        .await;
+    let r = h
+        .extract(
+            r#"{"count":5,"filters":{"regions":["shanghai"],"cities":["pudong"]}}"#,
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.json());
+    let j = r.json();
+    let proxies = j["proxies"].as_array().unwrap();
+    let got: HashSet<&str> = proxies.iter().map(|p| p["id"].as_str().unwrap()).collect();
+    assert_eq!(got, pudong.iter().map(String::as_str).collect());
+    for p in proxies {
+        assert_eq!(
+            (&p["region"], &p["city"]),
+            (&"shanghai".into(), &"pudong".into())
+        );
+    }
+    // AND across: no Beijing proxy is in Pudong.
+    let r = h
+        .extract(
+            r#"{"count":1,"fulfillment":"allOrNothing","filters":{"regions":["beijing"],"cities":["pudong"]}}"#,
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 409, "{:?}", r.json());
+    // A proxy without a city says so.
+    let r = h
+        .extract(
+            r#"{"count":1,"filters":{"carriers":["telecom"],"regions":["shanghai"]}}"#,
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert!(r.json()["proxies"][0]["city"].is_null(), "{:?}", r.json());
     h.stop().await;
 }
 
@@ -191,6 +238,10 @@ async fn business_errors_are_422_and_name_the_field(kind: Kind) {
         (
             r#"{"count":1,"filters":{"allowedUpstreams":["bad name"]}}"#,
             "filters.allowedUpstreams[0]",
+        ),
+        (
+            r#"{"count":1,"filters":{"cities":["boston","new york"]}}"#,
+            "filters.cities[1]",
         ),
     ];
     for (body, field) in cases {

@@ -701,6 +701,38 @@ async fn connections_beyond_the_per_proxy_cap_are_closed() {
 
 // ---------- vendor API ----------
 
+/// With `cities` configured, the vendor API gives every proxy one (the one asked for,
+/// else a random one) and refuses an unknown one; without, proxies have none.
+#[tokio::test]
+async fn vendor_api_gives_cities_when_configured() {
+    let with = sim_with(SimConfig {
+        cities: vec!["pudong".into(), "minhang".into()],
+        ..SimConfig::default()
+    })
+    .await;
+    let key = api_key(&with);
+    let (status, _, body) = vendor_get(&with, "/v1/proxies?count=2&city=minhang", &key).await;
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    for item in json["proxies"].as_array().unwrap() {
+        assert_eq!(item["city"], "minhang");
+    }
+    let (status, _, body) = vendor_get(&with, "/v1/proxies?count=3", &key).await;
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    for item in json["proxies"].as_array().unwrap() {
+        let city = item["city"].as_str().unwrap();
+        assert!(["pudong", "minhang"].contains(&city), "{city}");
+    }
+    let (status, _, body) = vendor_get(&with, "/v1/proxies?city=paris", &key).await;
+    assert_eq!(status, 400, "{body}");
+    let plain = sim().await;
+    let (status, _, body) = vendor_get(&plain, "/v1/proxies?count=1", &api_key(&plain)).await;
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(json["proxies"][0].get("city").is_none(), "{body}");
+}
+
 #[tokio::test]
 async fn vendor_api_sells_usable_proxies_as_json() {
     let sim = sim_with(SimConfig {
@@ -982,10 +1014,11 @@ async fn spawn_proxy_with_sets_labels() {
     let mut spec = ProxySpec::new(Protocol::Socks5, LONG_TTL);
     spec.labels.region = Some("guangzhou".into());
     spec.labels.carrier = Some("unicom".into());
+    spec.labels.city = Some("tianhe".into());
     let p = sim.spawn_proxy_with(spec).await.unwrap();
     assert_eq!(
-        (p.region.as_str(), p.carrier.as_str()),
-        ("guangzhou", "unicom")
+        (p.region.as_str(), p.carrier.as_str(), p.city.as_deref()),
+        ("guangzhou", "unicom", Some("tianhe"))
     );
     assert_eq!(
         p.url(),

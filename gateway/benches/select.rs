@@ -42,6 +42,7 @@ fn snapshot_of(size: usize, strategy: Strategy) -> LiveSnapshot {
                 labels: Labels {
                     region: Some(["shanghai", "beijing", "guangzhou", "shenzhen"][i % 4].into()),
                     carrier: Some(["telecom", "unicom", "mobile"][i % 3].into()),
+                    city: None,
                 },
                 ..standalone_proxy(
                     format!("px-{i:06}"),

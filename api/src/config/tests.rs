@@ -73,6 +73,7 @@ upstreams:
   - name: "bad name"
     ttl: 10s
     safetyMargin: 20s
+    labels: {{region: us, city: "new york"}}
     source: {{static: {{proxies: ["nope"]}}}}
 clients:
   - name: c1
@@ -94,6 +95,7 @@ shutdown: {{gracePeriod: 1s, drainDelay: 2s}}
             "upstreams[0].name",
             "upstreams[0].safetyMargin",
             "upstreams[0].maxSize",
+            "upstreams[0].labels.city",
             "upstreams[0].source.static.proxies[0]",
             "clients[1].name",
             "clients[1].apiKeys[0].sha256",
@@ -125,7 +127,7 @@ upstreams:
   - name: demo
     ttl: 2m
     maxSize: 100
-    labels: {{region: shanghai}}
+    labels: {{region: shanghai, city: pudong}}
     source:
       static:
         proxies: ["127.0.0.1:20001", "[::1]:20002", "proxy.example:3128"]
@@ -162,6 +164,11 @@ egress: {{allowCidrs: [127.0.0.0/8, "::1"], denyCidrs: [10.96.0.0/12]}}
         panic!("static")
     };
     assert_eq!(s.proxies[1].host, "::1");
+    let demo = &c.upstreams[0];
+    assert_eq!(
+        (demo.region.as_deref(), demo.city.as_deref()),
+        (Some("shanghai"), Some("pudong"))
+    );
     assert!(s.assume_healthy);
     assert_eq!(c.clients[0].api_keys[0].0[0], 0x9f);
     assert!(c.control_plane.is_some());
@@ -518,6 +525,7 @@ routings:
     clients: [team]
     regions: [shanghai]
     carriers: [telecom, unicom]
+    cities: [pudong, minhang]
     strategy: leastActive
     usernameParams: {region: [shanghai, beijing], country: []}
     targetHosts: [Example.com, "*.example.org"]
@@ -528,6 +536,7 @@ routings:
     let c = load_yaml(&text).expect("valid");
     let r = &c.routings[0];
     assert_eq!(r.carriers, ["telecom", "unicom"]);
+    assert_eq!(r.cities, ["pudong", "minhang"]);
     assert_eq!(r.strategy, Strategy::LeastActive);
     assert_eq!(
         r.username_params,
@@ -604,6 +613,7 @@ routings:
   - name: r
     upstreams: [u]
     carriers: ["bad carrier", telecom, telecom]
+    cities: [pudong, "new york", pudong]
     usernameParams: {"re-gion": [ok], region: ["a b", x, x]}
     targetHosts: ["*.", "a..b", "ok.com", "OK.com", "http://x"]
     stickySession: {ttl: 1m, idleTimeout: 2m, param: "se-ss"}
@@ -613,6 +623,8 @@ routings:
     let mut want = [
         "routings[0].carriers[0]",
         "routings[0].carriers[2]",
+        "routings[0].cities[1]",
+        "routings[0].cities[2]",
         "routings[0].usernameParams.re-gion",
         "routings[0].usernameParams.region[0]",
         "routings[0].usernameParams.region[2]",

@@ -116,6 +116,11 @@ pub fn routings_digest(routings: &[Routing]) -> [u8; 32] {
             c.u64(u64::from(p.first));
             c.u64(u64::from(p.last));
         }
+        // Added after v1 shipped: encoded only when set, so a routing without it keeps
+        // the checksum an older worker computes.
+        if !r.cities.is_empty() {
+            c.list(&r.cities);
+        }
     }
     c.finish()
 }

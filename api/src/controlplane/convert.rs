@@ -122,6 +122,7 @@ impl From<&SnapshotProxy> for pb::SnapshotProxy {
             draining: p.draining,
             lease_expires_at_ms: p.lease_expires_at_ms,
             excluded_routings: p.excluded_routings.clone(),
+            city: p.labels.city.clone().unwrap_or_default(),
         }
     }
 }
@@ -158,6 +159,7 @@ impl TryFrom<pb::SnapshotProxy> for SnapshotProxy {
             labels: Labels {
                 region: opt(p.region),
                 carrier: opt(p.carrier),
+                city: opt(p.city),
             },
             id: p.id,
             upstream: p.upstream,
@@ -202,6 +204,7 @@ impl From<&Routing> for pb::Routing {
             upstreams: r.upstreams.clone(),
             regions: r.regions.clone(),
             carriers: r.carriers.clone(),
+            cities: r.cities.clone(),
             strategy: pb::BalanceStrategy::from(r.strategy) as i32,
             sticky: r.sticky.as_ref().map(|s| pb::StickySessions {
                 enabled: true,
@@ -278,6 +281,7 @@ impl TryFrom<pb::Routing> for Routing {
             upstreams: r.upstreams,
             regions: r.regions,
             carriers: r.carriers,
+            cities: r.cities,
             strategy,
             sticky: r.sticky.filter(|s| s.enabled).map(|s| Sticky {
                 param: if s.param.is_empty() {

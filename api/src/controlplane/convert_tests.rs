@@ -40,6 +40,7 @@ fn routing_round_trips() {
         upstreams: vec!["u1".into()],
         regions: vec![],
         carriers: vec!["telecom".into()],
+        cities: vec!["pudong".into(), "minhang".into()],
         strategy: Strategy::PowerOfTwoChoices,
         sticky: Some(Sticky {
             param: "session".into(),
@@ -51,6 +52,7 @@ fn routing_round_trips() {
         connect_ports: crate::egress::PortRanges::parse(&["22".into(), "8000-8100".into()])
             .expect("ports"),
     };
+    assert_eq!(pb::Routing::from(&r).cities, ["pudong", "minhang"]);
     assert_eq!(Routing::try_from(pb::Routing::from(&r)).unwrap(), r);
     // An older controller sends no ports: the default allow-list (443, 80) applies.
     let mut wire = pb::Routing::from(&r);
@@ -94,4 +96,47 @@ fn retry_budgets_outside_the_rule_are_refused() {
         "routing.retry.max_attempts"
     );
     assert_eq!(budget(3, 0).unwrap_err().field, "routing.retry.deadline_ms");
+}
+
+#[test]
+fn snapshot_proxy_labels_round_trip_with_the_city() {
+    let p = crate::controlplane::state::tests::proxy("p-1", 3);
+    assert_eq!(p.labels.city.as_deref(), Some("pudong"));
+    let wire = pb::SnapshotProxy::from(&p);
+    assert_eq!(
+        (
+            wire.region.as_str(),
+            wire.carrier.as_str(),
+            wire.city.as_str()
+        ),
+        ("sh", "", "pudong")
+    );
+    assert_eq!(SnapshotProxy::try_from(wire.clone()).unwrap(), p);
+    // An older controller sends no city: the proxy has none (proto3 empty = unset).
+    let mut old = wire;
+    old.city.clear();
+    assert_eq!(SnapshotProxy::try_from(old).unwrap().labels.city, None);
+}
+
+#[test]
+fn cities_enter_the_routings_digest_only_when_set() {
+    use crate::controlplane::checksum::routings_digest;
+    let plain = Routing {
+        name: "r1".into(),
+        regions: vec!["us".into()],
+        ..Routing::default()
+    };
+    let mut city = plain.clone();
+    city.cities = vec!["boston".into()];
+    let mut other = plain.clone();
+    other.cities = vec!["denver".into()];
+    let d = |r: &Routing| routings_digest(std::slice::from_ref(r));
+    assert_ne!(d(&plain), d(&city));
+    assert_ne!(d(&city), d(&other));
+    // A routing without cities digests as the encoding before the dimension existed
+    // (its fields end with the CONNECT ports), so an older worker computes the same.
+    assert_eq!(
+        hex::encode(d(&plain)),
+        "2e76e22afb7c0f7d2a179e559b1f1f9cf234980a9d7a10cc1db00b91f81f3dfc"
+    );
 }

@@ -195,6 +195,8 @@ pub struct Routing {
     pub regions: Vec<String>,
     /// Carriers (empty: any).
     pub carriers: Vec<String>,
+    /// Cities (empty: any).
+    pub cities: Vec<String>,
     /// Strategy.
     pub strategy: Strategy,
     /// Sticky sessions, if enabled.

@@ -19,6 +19,7 @@ pub(crate) fn proxy(id: &str, epoch: u64) -> SnapshotProxy {
         labels: Labels {
             region: Some("sh".into()),
             carrier: None,
+            city: Some("pudong".into()),
         },
         max_concurrency: 4,
         expires_at_ms: 100_000,

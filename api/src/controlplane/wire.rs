@@ -193,6 +193,7 @@ pub fn encode_proxy(p: &SnapshotProxy, buf: &mut Vec<u8>) {
         encoding::encode_varint(r.len() as u64, buf);
         buf.extend_from_slice(r.as_bytes());
     }
+    put_opt(16, &p.labels.city, buf);
 }
 
 /// The complete encoding of a `SnapshotUpdate` carrying a full snapshot: `head` is the

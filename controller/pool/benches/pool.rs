@@ -45,6 +45,7 @@ fn cand(i: usize) -> Candidate {
         labels: Labels {
             region: Some(Label::new(format!("r{}", i % REGIONS)).unwrap()),
             carrier: Some(Label::new(format!("c{}", i % 4)).unwrap()),
+            city: None,
         },
         ttl: Duration::from_secs(3600),
         max_concurrency: 8,

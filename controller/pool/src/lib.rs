@@ -10,6 +10,7 @@
 //! credential reference.
 
 pub mod clock;
+mod combo;
 pub mod error;
 pub mod fence;
 mod memory;

@@ -479,6 +479,7 @@ pub fn candidate(id: &str, ttl: Duration) -> crate::model::Candidate {
         labels: Labels {
             region: Some(Label::new("eu").unwrap()),
             carrier: Some(Label::new("c1").unwrap()),
+            city: None,
         },
         ttl,
         max_concurrency: 4,

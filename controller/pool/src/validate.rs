@@ -228,6 +228,7 @@ pub fn prepare_extract(request: &ExtractRequest) -> PoolResult<Filters> {
         protocols: check_dimension("protocols", &f.protocols)?,
         regions: check_dimension("regions", &f.regions)?,
         carriers: check_dimension("carriers", &f.carriers)?,
+        cities: check_dimension("cities", &f.cities)?,
         upstreams: check_dimension("upstreams", &f.upstreams)?,
     })
 }
@@ -329,7 +330,7 @@ pub fn report_digest(report: &RuntimeReport) -> String {
 /// same request always walks the same order, and the relative order of two
 /// combinations does not depend on which other combinations exist (an adapter that
 /// still lists an emptied combination walks the rest in the same order). `name` gives a
-/// combination's `<upstream>|<protocol>|<region>|<carrier>` name.
+/// combination's name (`crate::combo`).
 pub fn order_combinations<T>(request: &ExtractRequest, items: &mut [T], name: impl Fn(&T) -> &str) {
     let seed = fnv1a(
         FNV_OFFSET,

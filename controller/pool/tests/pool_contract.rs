@@ -37,6 +37,7 @@ contract_cases! {
     extract::partial_and_all_or_nothing,
     extract::extracted_proxy_carries_connection_details,
     extract::filters_or_within_and_across,
+    extract::city_filters_select_by_city,
     extract::invalid_filters_are_refused,
     extract::remaining_ttl_and_health_freshness,
     extract::reserve_for_gateway_is_kept_back,

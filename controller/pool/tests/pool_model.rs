@@ -127,6 +127,7 @@ fn candidate(i: usize, ttl: u64, region: usize) -> Candidate {
     c.labels = Labels {
         region: Some(Label::new(REGIONS[region]).unwrap()),
         carrier: None,
+        city: None,
     };
     c.max_concurrency = 2;
     c

@@ -29,7 +29,7 @@ const PROXY_KEYS: [&str; 10] = [
     "available",
     "inventory",
     "managed",
-    "avail:vendor-a|http|eu|c1",
+    "avail:vendor-a|http|eu|c1|",
     "combos",
     "combos-version",
 ];
@@ -262,14 +262,17 @@ async fn assert_consistent(url: &str) {
     for id in &available {
         let v: serde_json::Value = serde_json::from_str(&records[id]).unwrap();
         let combo = v["ix"]["a"].as_str().unwrap().to_owned();
-        let labels = format!(
+        let before_city = format!(
             "pp:{{activity}}:v2:avail:{}|{}|{}|{}",
             v["up"].as_str().unwrap(),
             v["proto"].as_str().unwrap(),
             v["region"].as_str().unwrap_or(""),
             v["carrier"].as_str().unwrap_or("")
         );
-        assert_eq!(combo, labels, "combination of {id}");
+        let labels = format!("{before_city}|{}", v["city"].as_str().unwrap_or(""));
+        // A record written before the city dimension names the four-part key.
+        let legacy = v["city"].is_null() && combo == before_city;
+        assert!(combo == labels || legacy, "combination of {id}: {combo}");
         combos_expected.entry(combo).or_default().insert(id.clone());
     }
     let registry: BTreeSet<String> = query(&mut c, "SMEMBERS", "pp:{activity}:v2:combos").await;
@@ -1158,4 +1161,75 @@ async fn a_pool_written_before_generations_is_not_held_back() {
     assert_eq!(report.generation_started, None);
     assert_eq!(pool.generation().await.unwrap(), Some(Timestamp(0)));
     assert_eq!(extracted(pool.extract(&req(3)).await.unwrap()).len(), 3);
+}
+
+/// A pool written before the city dimension (combination keys of four parts,
+/// `avail:<upstream>|<protocol>|<region>|<carrier>`) keeps serving after the upgrade:
+/// its keys parse as combinations without a city, filtered extractions find their
+/// proxies, a refresh moves each record into its five-part key, and the maintenance
+/// sweep drops the emptied old key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_written_before_the_city_dimension_keeps_serving() {
+    let server = RedisServer::start();
+    let (pool, all) = filled(&server.url(), "old", 4).await;
+    let new_key = "pp:{activity}:v2:avail:vendor-a|http|eu|c1|";
+    let old_key = "pp:{activity}:v2:avail:vendor-a|http|eu|c1";
+    // Rewrite it as the previous version stored it: the same members under the
+    // four-part key, named so by every record and by the registry.
+    let mut c = admin(&server.url()).await;
+    let _: () = query(&mut c, "RENAME", (new_key, old_key)).await;
+    let records: HashMap<String, String> =
+        query(&mut c, "HGETALL", "pp:{activity}:v2:records").await;
+    for (id, raw) in records {
+        let old = raw.replace(
+            &format!("\"a\":\"{new_key}\""),
+            &format!("\"a\":\"{old_key}\""),
+        );
+        assert_ne!(old, raw);
+        let _: i64 = query(&mut c, "HSET", ("pp:{activity}:v2:records", id, old)).await;
+    }
+    let _: i64 = query(&mut c, "SREM", ("pp:{activity}:v2:combos", new_key)).await;
+    let _: i64 = query(&mut c, "SADD", ("pp:{activity}:v2:combos", old_key)).await;
+    let _: () = query(&mut c, "SET", ("pp:{activity}:v2:combos-version", "1")).await;
+    assert_consistent(&server.url()).await;
+    drop(pool);
+
+    // The upgraded controller (an empty key book).
+    let pool = pool_at(&server.url()).await;
+    let filtered = |regions: &[&str], cities: &[&str], count: u32| {
+        let mut r = req(count);
+        r.filters.regions = regions.iter().map(|v| Label::new(*v).unwrap()).collect();
+        r.filters.cities = cities.iter().map(|v| Label::new(*v).unwrap()).collect();
+        r
+    };
+    let got = proxy_ids(&pool.extract(&filtered(&["eu"], &[], 1)).await.unwrap());
+    assert_eq!(got.len(), 1, "the region filter finds the old combination");
+    assert!(
+        proxy_ids(&pool.extract(&filtered(&[], &["boston"], 1)).await.unwrap()).is_empty(),
+        "an old record has no city"
+    );
+    assert_eq!(inventory(&pool).await.available, 3);
+
+    // The next fetch refreshes the rest with a city: they move to the new key.
+    let rest: Vec<String> = all.into_iter().filter(|id| !got.contains(id)).collect();
+    let mut b = batch_of(&rest, 120, Duration::ZERO);
+    for cand in &mut b.candidates {
+        cand.labels.city = Some(Label::new("boston").unwrap());
+    }
+    assert_eq!(pool.upsert(b).await.unwrap().refreshed, 3);
+    assert_consistent(&server.url()).await;
+    let old_members: usize = query(&mut c, "ZCARD", old_key).await;
+    assert_eq!(old_members, 0);
+    let got = proxy_ids(
+        &pool
+            .extract(&filtered(&["eu"], &["boston"], 2))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(got.len(), 2);
+    pool.purge_expired(1_000).await.unwrap();
+    let registry: BTreeSet<String> = query(&mut c, "SMEMBERS", "pp:{activity}:v2:combos").await;
+    assert!(!registry.contains(old_key), "{registry:?}");
+    assert_eq!(inventory(&pool).await.available, 1);
+    assert_consistent(&server.url()).await;
 }

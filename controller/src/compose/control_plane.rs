@@ -31,6 +31,7 @@ pub fn routing_spec(r: &RoutingConfig) -> RoutingSpec {
             upstreams: r.upstreams.clone(),
             regions: r.regions.clone(),
             carriers: r.carriers.clone(),
+            cities: r.cities.clone(),
             strategy: match r.strategy {
                 ConfigStrategy::RoundRobin => Strategy::RoundRobin,
                 ConfigStrategy::LeastActive => Strategy::LeastActive,
@@ -95,6 +96,7 @@ mod tests {
             upstreams: vec!["u".into()],
             regions: vec!["sh".into()],
             carriers: vec!["telecom".into()],
+            cities: vec!["pudong".into()],
             strategy: ConfigStrategy::LeastActive,
             username_params: vec![UsernameParamConfig {
                 key: "region".into(),
@@ -132,6 +134,7 @@ mod tests {
         assert_eq!(w.upstreams, ["u"]);
         assert_eq!(w.regions, ["sh"]);
         assert_eq!(w.carriers, ["telecom"]);
+        assert_eq!(w.cities, ["pudong"]);
         assert_eq!(w.strategy, Strategy::LeastActive);
         assert_eq!(
             w.sticky,

@@ -306,6 +306,7 @@ mod tests {
             labels: Labels {
                 region: None,
                 carrier: None,
+                city: None,
             },
             max_concurrency: 1,
             expires_at_ms: 10,

@@ -38,6 +38,9 @@ struct Wire {
     r: Vec<Label>,
     #[serde(default)]
     c: Vec<Label>,
+    /// Cities; left out when empty, so a relay without them reads as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    ci: Vec<Label>,
     #[serde(default)]
     u: Vec<UpstreamId>,
     n: u32,
@@ -50,6 +53,7 @@ fn encode(d: &Demand) -> Option<String> {
         p: f.protocols,
         r: f.regions,
         c: f.carriers,
+        ci: f.cities,
         u: f.upstreams,
         n: d.count,
         ttl_ms: u64::try_from(d.min_remaining_ttl.as_millis()).unwrap_or(u64::MAX),
@@ -65,6 +69,7 @@ fn decode(text: &str) -> Option<Demand> {
             protocols: w.p,
             regions: w.r,
             carriers: w.c,
+            cities: w.ci,
             upstreams: w.u,
         },
         count: w.n,
@@ -158,6 +163,7 @@ mod tests {
                 protocols: vec![Protocol::Http],
                 regions: vec![Label::new("eu").unwrap()],
                 carriers: vec![],
+                cities: vec![],
                 upstreams: vec![UpstreamId::new("sim-http").unwrap()],
             },
             count: 3,
@@ -168,7 +174,14 @@ mod tests {
             encode(&d).unwrap(),
             r#"{"p":["http"],"r":["eu"],"c":[],"u":["sim-http"],"n":3,"ttl_ms":10000}"#
         );
-        assert_eq!(decode(&encode(&d).unwrap()), Some(d));
+        assert_eq!(decode(&encode(&d).unwrap()), Some(d.clone()));
+        let mut city = d;
+        city.filters.cities = vec![Label::new("paris").unwrap()];
+        assert_eq!(
+            encode(&city).unwrap(),
+            r#"{"p":["http"],"r":["eu"],"c":[],"ci":["paris"],"u":["sim-http"],"n":3,"ttl_ms":10000}"#
+        );
+        assert_eq!(decode(&encode(&city).unwrap()), Some(city));
         assert_eq!(decode("{\"n\":1,\"ttl_ms\":0,\"u\":[\"bad name!\"]}"), None);
         assert_eq!(decode("not json"), None);
     }

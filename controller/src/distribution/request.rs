@@ -39,6 +39,8 @@ struct FilterBody {
     #[serde(default, deserialize_with = "present")]
     carriers: Option<Vec<String>>,
     #[serde(default, deserialize_with = "present")]
+    cities: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "present")]
     allowed_upstreams: Option<Vec<String>>,
 }
 
@@ -80,6 +82,10 @@ struct Canonical<'a> {
     protocols: Vec<&'static str>,
     regions: Vec<&'a str>,
     carriers: Vec<&'a str>,
+    /// Left out when empty: a request without cities digests as before the dimension
+    /// existed (an idempotency key keeps replaying across the upgrade).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    cities: Vec<&'a str>,
     allowed_upstreams: Vec<&'a str>,
 }
 
@@ -95,6 +101,7 @@ impl ExtractInput {
             protocols: self.filters.protocols.iter().map(|p| p.as_str()).collect(),
             regions: self.filters.regions.iter().map(Label::as_str).collect(),
             carriers: self.filters.carriers.iter().map(Label::as_str).collect(),
+            cities: self.filters.cities.iter().map(Label::as_str).collect(),
             allowed_upstreams: self
                 .filters
                 .upstreams
@@ -137,6 +144,11 @@ impl ExtractInput {
             &mut s,
             "carriers",
             &f.carriers.iter().map(Label::as_str).collect::<Vec<_>>(),
+        );
+        dim(
+            &mut s,
+            "cities",
+            &f.cities.iter().map(Label::as_str).collect::<Vec<_>>(),
         );
         dim(
             &mut s,
@@ -247,16 +259,15 @@ pub fn parse_body(
         }
     };
     let f = body.filters.unwrap_or_default();
+    let label =
+        |s: &str| Label::new(s).map_err(|_| "must be 1 to 64 characters of A-Z a-z 0-9 . _ : -");
     let filters = Filters {
         protocols: dimension("filters.protocols", f.protocols, |s| {
             Protocol::parse(s).ok_or("must be one of http, socks5")
         })?,
-        regions: dimension("filters.regions", f.regions, |s| {
-            Label::new(s).map_err(|_| "must be 1 to 64 characters of A-Z a-z 0-9 . _ : -")
-        })?,
-        carriers: dimension("filters.carriers", f.carriers, |s| {
-            Label::new(s).map_err(|_| "must be 1 to 64 characters of A-Z a-z 0-9 . _ : -")
-        })?,
+        regions: dimension("filters.regions", f.regions, label)?,
+        carriers: dimension("filters.carriers", f.carriers, label)?,
+        cities: dimension("filters.cities", f.cities, label)?,
         upstreams: dimension("filters.allowedUpstreams", f.allowed_upstreams, |s| {
             UpstreamId::new(s).map_err(|_| "must be 1 to 63 characters of A-Z a-z 0-9 . _ : -")
         })?,
@@ -293,7 +304,9 @@ fn dimension<T: Ord>(
 }
 
 /// Applies the credential's grants: count limit, and upstream / region sets that a
-/// request can only narrow (an omitted filter becomes the allowed set).
+/// request can only narrow (an omitted filter becomes the allowed set). Cities need no
+/// grant of their own: a city filter is ANDed with the regions, which the region grant
+/// already bounds, so it can only narrow what the client may take.
 pub fn apply_constraints(input: &mut ExtractInput, grants: &ClientGrants) -> Result<(), ApiError> {
     if let Some(limit) = grants.max_extract_count
         && input.count > limit
@@ -375,13 +388,14 @@ mod tests {
 
     #[test]
     fn the_seed_example_parses() {
-        let i = parse(r#"{"count":5,"fulfillment":"partial","filters":{"protocols":["http"],"regions":["shanghai"],"carriers":["telecom"],"allowedUpstreams":["provider-a"]}}"#)
+        let i = parse(r#"{"count":5,"fulfillment":"partial","filters":{"protocols":["http"],"regions":["shanghai"],"carriers":["telecom"],"cities":["pudong"],"allowedUpstreams":["provider-a"]}}"#)
             .expect("valid");
         assert_eq!(i.count.get(), 5);
         assert_eq!(i.filters.upstreams[0].as_str(), "provider-a");
+        assert_eq!(i.filters.cities[0].as_str(), "pudong");
         assert_eq!(
             i.filter_summary(),
-            "protocols=[http] regions=[shanghai] carriers=[telecom] upstreams=[provider-a]"
+            "protocols=[http] regions=[shanghai] carriers=[telecom] cities=[pudong] upstreams=[provider-a]"
         );
     }
 
@@ -411,6 +425,14 @@ mod tests {
             field(parse(r#"{"count":1,"filters":{"regions":["a","a"]}}"#).unwrap_err()),
             "filters.regions[1]"
         );
+        assert_eq!(
+            field(parse(r#"{"count":1,"filters":{"cities":["paris","new york"]}}"#).unwrap_err()),
+            "filters.cities[1]"
+        );
+        assert!(matches!(
+            parse(r#"{"count":1,"filters":{"cities":null}}"#),
+            Err(ApiError::InvalidJson(_))
+        ));
         let many: Vec<String> = (0..65).map(|i| format!("\"r{i}\"")).collect();
         let body = format!(
             r#"{{"count":1,"filters":{{"carriers":[{}]}}}}"#,
@@ -427,6 +449,16 @@ mod tests {
         assert_eq!(a.digest(), b.digest());
         let c = parse(r#"{"count":3,"filters":{"regions":["a","b"]}}"#).expect("c");
         assert_ne!(a.digest(), c.digest());
+        // Cities are part of the request; without them the digest is the one taken
+        // before the dimension existed (SHA-256 of the canonical JSON without
+        // `cities`), so an idempotency key replays across the upgrade.
+        let city =
+            parse(r#"{"count":2,"filters":{"regions":["a","b"],"cities":["x"]}}"#).expect("city");
+        assert_ne!(a.digest(), city.digest());
+        assert_eq!(
+            a.digest().as_str(),
+            "3376c466370dfc24a3a50757363edb12018e7c27093ba53c8d4463892290015d"
+        );
     }
 
     proptest::proptest! {

@@ -113,6 +113,7 @@ fn candidate(
         labels: Labels {
             region: label(p.region.as_deref(), defaults.region.as_ref())?,
             carrier: label(p.carrier.as_deref(), defaults.carrier.as_ref())?,
+            city: label(p.city.as_deref(), defaults.city.as_ref())?,
         },
         ttl: stated.unwrap_or(defaults.ttl),
         max_concurrency: defaults.max_concurrency,
@@ -129,6 +130,7 @@ mod tests {
             protocol: Protocol::Http,
             region: Some(Label::new("default-region").unwrap()),
             carrier: None,
+            city: None,
             ttl: Duration::from_secs(60),
             max_concurrency: 8,
             credentials: None,

@@ -52,6 +52,7 @@ pub fn plan_upstream(
     let mut options = ProviderOptions::new(upstream, cfg.protocol, cfg.ttl);
     options.defaults.region = label(&cfg.region, "region")?;
     options.defaults.carrier = label(&cfg.carrier, "carrier")?;
+    options.defaults.city = label(&cfg.city, "city")?;
     options.defaults.max_concurrency = cfg.max_concurrency_per_proxy;
     options.defaults.egress = egress.clone();
     options.safety_margin = cfg.safety_margin;
@@ -118,6 +119,7 @@ mod tests {
             protocol: Protocol::Socks5,
             region: Some("shanghai".into()),
             carrier: None,
+            city: None,
             ttl: Duration::from_secs(120),
             safety_margin: Duration::from_secs(10),
             quarantine: Duration::from_secs(90),

@@ -29,6 +29,8 @@ pub struct VendorProxy {
     pub region: Option<String>,
     /// Carrier label.
     pub carrier: Option<String>,
+    /// City label.
+    pub city: Option<String>,
     /// Remaining life the vendor promises.
     pub ttl: Option<Duration>,
     /// Hard expiry the vendor states (the shorter of this and `ttl` wins).
@@ -48,6 +50,7 @@ impl VendorProxy {
             password: None,
             region: None,
             carrier: None,
+            city: None,
             ttl: None,
             expires_at: None,
         }
@@ -61,7 +64,7 @@ pub enum ParseDrop {
     Malformed,
     /// The entry is past the fetch budget's `max_candidates`.
     OverBudget,
-    /// A label (region, carrier) is not a valid pool label.
+    /// A label (region, carrier, city) is not a valid pool label.
     InvalidLabel,
     /// The credentials contain what the pool would refuse (control characters, too long).
     InvalidCredentials,

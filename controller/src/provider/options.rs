@@ -66,6 +66,8 @@ pub struct CandidateDefaults {
     pub region: Option<Label>,
     /// Carrier label when the entry has none.
     pub carrier: Option<Label>,
+    /// City label when the entry has none.
+    pub city: Option<Label>,
     /// TTL when neither the entry nor the response declares one.
     pub ttl: Duration,
     /// Per-proxy capacity.
@@ -115,6 +117,7 @@ impl ProviderOptions {
                 protocol,
                 region: None,
                 carrier: None,
+                city: None,
                 ttl,
                 max_concurrency: 64,
                 credentials: None,

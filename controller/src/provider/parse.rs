@@ -26,8 +26,9 @@ const MAX_TTL_SECS: u64 = 7 * 24 * 3600;
 /// Parses `{"proxies": [...]}` (also `data`, `list`) or a top-level array.
 ///
 /// Items: `id`, `protocol`, `host` (or `ip`), `port` (number or string), `username`
-/// (or `user`), `password` (or `pass`), `region`, `carrier`, `ttlSeconds` (or
-/// `ttl`), or a `url` in the line format instead of host/port/credentials.
+/// (or `user`), `password` (or `pass`), `region` (or `country`), `carrier` (or `isp`),
+/// `city`, `ttlSeconds` (or `ttl`), or a `url` in the line format instead of
+/// host/port/credentials.
 pub fn parse_json(body: &[u8], max_entries: usize) -> Result<VendorBatch, FetchError> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -95,8 +96,9 @@ fn json_item(item: &Value) -> Result<VendorProxy, ParseDrop> {
         proxy.protocol = Some(protocol(&p)?);
     }
     proxy.vendor_id = text(&["id", "proxyId", "proxy_id"])?;
-    proxy.region = text(&["region", "city"])?;
+    proxy.region = text(&["region", "country"])?;
     proxy.carrier = text(&["carrier", "isp"])?;
+    proxy.city = text(&["city"])?;
     proxy.ttl = match field(&["ttlSeconds", "ttl_seconds", "ttl"]) {
         None | Some(Value::Null) => None,
         Some(Value::Number(n)) => Some(ttl_secs(n.as_u64().ok_or(ParseDrop::Malformed)?)?),
@@ -410,8 +412,8 @@ mod tests {
     fn json_shapes() {
         let body = br#"{"proxies":[
             {"id":"a1","protocol":"socks5","host":"127.0.0.9","port":1081,"username":"u","password":"p",
-             "region":"shanghai","carrier":"telecom","expiresAt":"2026-11-30T04:19:05.196Z","ttlSeconds":60},
-            {"ip":"10.0.0.1","port":"8080","ttl":"30"},
+             "region":"shanghai","carrier":"telecom","city":"pudong","expiresAt":"2026-11-30T04:19:05.196Z","ttlSeconds":60},
+            {"ip":"10.0.0.1","port":"8080","ttl":"30","country":"cn","isp":"unicom"},
             {"url":"http://u:p@127.0.0.7:3128","id":7},
             {"host":"h","port":99999},
             {"host":5,"port":1},
@@ -428,7 +430,13 @@ mod tests {
         assert_eq!(a.ttl, Some(Duration::from_secs(60)));
         assert_eq!(a.expires_at, Some(Timestamp(1_796_012_345_196)));
         assert_eq!(a.region.as_deref(), Some("shanghai"));
-        assert_eq!(batch.proxies[1].port, 8080);
+        assert_eq!(a.city.as_deref(), Some("pudong"));
+        let b = &batch.proxies[1];
+        assert_eq!(b.port, 8080);
+        assert_eq!(
+            (b.region.as_deref(), b.carrier.as_deref(), b.city.as_deref()),
+            (Some("cn"), Some("unicom"), None)
+        );
         assert_eq!(batch.proxies[2].vendor_id.as_deref(), Some("7"));
         assert_eq!(batch.dropped.get(&ParseDrop::Malformed), Some(&5));
         assert_eq!(batch.dropped.get(&ParseDrop::UnsupportedProtocol), Some(&1));

@@ -236,6 +236,18 @@ impl Harness {
 
     /// Puts `n` AVAILABLE proxies of `upstream` into the pool; returns their IDs.
     pub async fn seed(&self, upstream: &str, n: usize, region: &str, carrier: &str) -> Vec<String> {
+        self.seed_in(upstream, n, region, carrier, None).await
+    }
+
+    /// `seed`, the proxies in `city` when one is given.
+    pub async fn seed_in(
+        &self,
+        upstream: &str,
+        n: usize,
+        region: &str,
+        carrier: &str,
+        city: Option<&str>,
+    ) -> Vec<String> {
         let base = self.seeded.fetch_add(n as u64, Ordering::SeqCst);
         let candidates: Vec<Candidate> = (0..n as u64)
             .map(|i| {
@@ -258,6 +270,7 @@ impl Harness {
                     labels: Labels {
                         region: Some(Label::new(region).unwrap()),
                         carrier: Some(Label::new(carrier).unwrap()),
+                        city: city.map(|c| Label::new(c).unwrap()),
                     },
                     ttl: Duration::from_secs(600),
                     max_concurrency: 4,

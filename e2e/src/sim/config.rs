@@ -64,6 +64,10 @@ pub struct SimConfig {
     pub regions: Vec<String>,
     /// Carrier labels; a request may ask for one, otherwise one is picked at random.
     pub carriers: Vec<String>,
+    /// City labels; a request may ask for one, otherwise one is picked at random.
+    /// Empty (the default): proxies have no city unless the control API or
+    /// `spawn_proxy_with` gives one.
+    pub cities: Vec<String>,
     /// Address the proxies listen on and the vendor API reports as their host:
     /// loopback, or with `allowNonLoopbackListen` any unicast address (a pod IP).
     pub proxy_listen_ip: Ipv4Addr,
@@ -108,6 +112,7 @@ impl Default for SimConfig {
                 .map(String::from)
                 .to_vec(),
             carriers: ["telecom", "unicom", "mobile"].map(String::from).to_vec(),
+            cities: Vec::new(),
             proxy_listen_ip: Ipv4Addr::LOCALHOST,
             allow_non_loopback_listen: false,
             egress_first_ip: Ipv4Addr::new(127, 0, 0, 2),
@@ -135,6 +140,7 @@ pub(crate) struct Settings {
     pub(crate) ttl: TtlRange,
     pub(crate) regions: Vec<String>,
     pub(crate) carriers: Vec<String>,
+    pub(crate) cities: Vec<String>,
     pub(crate) proxy_listen_ip: Ipv4Addr,
     pub(crate) egress_first: Ipv4Addr,
     pub(crate) egress_last: Ipv4Addr,
@@ -214,6 +220,9 @@ impl SimConfig {
         }
         check_labels("regions", &self.regions, &mut bad);
         check_labels("carriers", &self.carriers, &mut bad);
+        if !self.cities.is_empty() {
+            check_labels("cities", &self.cities, &mut bad);
+        }
         let listen = self.proxy_listen_ip;
         if self.allow_non_loopback_listen {
             if listen.is_unspecified() || listen.is_multicast() || listen.is_broadcast() {
@@ -278,6 +287,7 @@ impl SimConfig {
             },
             regions: self.regions.clone(),
             carriers: self.carriers.clone(),
+            cities: self.cities.clone(),
             proxy_listen_ip: self.proxy_listen_ip,
             egress_first: self.egress_first_ip,
             egress_last: self.egress_last_ip,
@@ -329,6 +339,7 @@ mod tests {
             ttl_max_seconds: 5,
             regions: vec![],
             carriers: vec!["ok".into(), "not ok!".into()],
+            cities: vec!["new york".into()],
             egress_first_ip: Ipv4Addr::new(10, 0, 0, 1),
             failure_mix: vec![
                 FailureShare {
@@ -349,12 +360,13 @@ mod tests {
             "ttlMaxSeconds",
             "regions:",
             "carriers[1]",
+            "cities[0]",
             "egressFirstIp",
             "failureMix:",
         ] {
             assert!(text.contains(path), "{path} missing from {text}");
         }
-        assert_eq!(err.problems.len(), 6);
+        assert_eq!(err.problems.len(), 7);
     }
 
     #[test]

@@ -98,6 +98,9 @@ pub struct SimProxy {
     pub region: String,
     /// Carrier label.
     pub carrier: String,
+    /// City label, when it has one (left out of the JSON otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub city: Option<String>,
     /// Hard expiry, RFC 3339 UTC with milliseconds.
     pub expires_at: String,
     /// TTL the proxy was created with, whole seconds (rounded up).
@@ -113,6 +116,7 @@ impl fmt::Debug for SimProxy {
             .field("username", &self.username)
             .field("region", &self.region)
             .field("carrier", &self.carrier)
+            .field("city", &self.city)
             .field("expires_at", &self.expires_at)
             .finish_non_exhaustive()
     }
@@ -225,6 +229,7 @@ mod tests {
             password: "hunter2".into(),
             region: "r".into(),
             carrier: "c".into(),
+            city: None,
             expires_at: String::new(),
             ttl_seconds: 1,
         };

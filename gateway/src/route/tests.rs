@@ -87,6 +87,41 @@ fn authentication_is_required_and_checked() {
     assert!(open.admit(Some(&snap), None, &WWW, now_ms()).is_ok());
 }
 
+/// A routing's `cities` keeps only proxies in one of them (AND with its regions; a
+/// proxy without a city is in none).
+#[test]
+fn a_routing_city_filter_keeps_only_its_cities() {
+    let in_city = |id: &str, region: &str, city: Option<&str>| {
+        let mut p = proxy(id, region, 1);
+        p.labels.city = city.map(Into::into);
+        p
+    };
+    let mut pudong = fixture::routing("pudong");
+    pudong.cities = vec!["pudong".into(), "minhang".into()];
+    let mut sh_pudong = fixture::routing("sh-pudong");
+    sh_pudong.regions = vec!["shanghai".into()];
+    sh_pudong.cities = vec!["pudong".into()];
+    let s = build(fixture::input(
+        1,
+        vec![pudong, sh_pudong],
+        vec![
+            in_city("a", "shanghai", Some("pudong")),
+            in_city("b", "shanghai", Some("minhang")),
+            in_city("c", "shanghai", None),
+            in_city("d", "beijing", Some("pudong")),
+        ],
+    ));
+    let ids = |name: &str| -> Vec<String> {
+        let r = s.routing(name).unwrap();
+        r.candidates
+            .iter()
+            .map(|c| s.proxies[c.idx as usize].id.to_string())
+            .collect()
+    };
+    assert_eq!(ids("pudong"), ["a", "b", "d"]);
+    assert_eq!(ids("sh-pudong"), ["a"]);
+}
+
 #[test]
 fn first_matching_routing_wins() {
     let snap = snapshot();

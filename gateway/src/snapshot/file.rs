@@ -50,6 +50,9 @@ pub struct RawRouting {
     /// Allowed carriers.
     #[serde(default)]
     pub carriers: Vec<String>,
+    /// Allowed cities.
+    #[serde(default)]
+    pub cities: Vec<String>,
     /// `roundRobin`, `leastActive` or `powerOfTwoChoices`.
     #[serde(default)]
     pub strategy: Option<String>,
@@ -130,6 +133,9 @@ pub struct RawProxy {
     /// Carrier.
     #[serde(default)]
     pub carrier: String,
+    /// City.
+    #[serde(default)]
+    pub city: String,
     /// Concurrency limit.
     pub max_concurrent: u32,
 }
@@ -193,6 +199,7 @@ impl SnapshotFile {
                     upstreams: r.upstreams,
                     regions: r.regions,
                     carriers: r.carriers,
+                    cities: r.cities,
                     strategy,
                     // Sessions are on for every routing (the defaults without the block).
                     sticky: Some(r.sticky_session.map_or_else(Sticky::default, |s| {
@@ -250,6 +257,7 @@ impl SnapshotFile {
                     labels: Labels {
                         region: Some(p.region).filter(|v| !v.is_empty()),
                         carrier: Some(p.carrier).filter(|v| !v.is_empty()),
+                        city: Some(p.city).filter(|v| !v.is_empty()),
                     },
                     ..base
                 }

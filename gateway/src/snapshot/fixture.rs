@@ -16,7 +16,7 @@ pub(crate) fn unix_ms_in(offset_ms: i64) -> i64 {
     to_model_ms(now_ms()) + offset_ms
 }
 
-/// Proxy `id` (HTTP, `127.0.0.1:1`, upstream `u`, region `r`, carrier `c`) taking
+/// Proxy `id` (HTTP, `127.0.0.1:1`, upstream `u`, region `r`, carrier `c`, no city) taking
 /// `max` concurrent uses, usable for ten minutes.
 pub(crate) fn proxy(id: &str, max: u32) -> SnapshotProxy {
     let far = unix_ms_in(TEN_MINUTES_MS);
@@ -25,6 +25,7 @@ pub(crate) fn proxy(id: &str, max: u32) -> SnapshotProxy {
         labels: Labels {
             region: Some("r".into()),
             carrier: Some("c".into()),
+            city: None,
         },
         ..standalone_proxy(id, Protocol::Http, "127.0.0.1", 1, max, far)
     }

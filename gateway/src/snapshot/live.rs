@@ -318,8 +318,8 @@ impl LiveSnapshot {
     }
 }
 
-/// A proxy's region or carrier as routings compare it: an unlabelled proxy has the
-/// empty label.
+/// A proxy's region, carrier or city as routings compare it: an unlabelled proxy has
+/// the empty label.
 fn label(v: &Option<String>) -> &str {
     v.as_deref().unwrap_or_default()
 }
@@ -341,6 +341,7 @@ fn compile_routing(
                 && any_or(&spec.upstreams, &p.upstream)
                 && any_or(&spec.regions, label(&p.labels.region))
                 && any_or(&spec.carriers, label(&p.labels.carrier))
+                && any_or(&spec.cities, label(&p.labels.city))
         })
         .filter_map(|(i, _)| {
             let entry = entries.get(i)?;

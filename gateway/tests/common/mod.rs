@@ -250,6 +250,7 @@ pub fn upstream(p: &SimProxy, max: u32) -> SnapshotProxy {
         labels: model::Labels {
             region: Some(p.region.clone()),
             carrier: Some(p.carrier.clone()),
+            city: p.city.clone(),
         },
         ..raw_upstream(&p.id, SocketAddr::from(([127, 0, 0, 1], p.port)), max)
     }

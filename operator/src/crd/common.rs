@@ -18,9 +18,9 @@ pub const DURATION_MAX_LEN: u32 = proxy_pool_api::config::DURATION_MAX_LEN as u3
 pub const NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 /// A key inside a Secret's `data`.
 pub const SECRET_KEY_PATTERN: &str = r"^[-._a-zA-Z0-9]+$";
-/// A region or carrier label value: lower case, digits, `-`, `_` and `.`.
+/// A region, carrier or city label value: lower case, digits, `-`, `_` and `.`.
 pub const LABEL_VALUE_PATTERN: &str = r"^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$";
-/// Most values any list filter (regions, carriers, upstreams) may hold, as in the
+/// Most values any list filter (regions, carriers, cities, upstreams) may hold, as in the
 /// Distribution API's own limit.
 pub const MAX_FILTER_VALUES: u32 = 64;
 

@@ -131,6 +131,14 @@ pub struct LabelFilter {
     )]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub carriers: Vec<String>,
+    /// Allowed cities (inside the regions, which also serve as countries).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = MAX_FILTER_VALUES),
+        inner(length(max = 63), pattern(LABEL_VALUE_PATTERN))
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub cities: Vec<String>,
 }
 
 /// Sticky sessions, keyed by the `session` username parameter. On for every Routing,

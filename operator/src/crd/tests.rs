@@ -119,6 +119,25 @@ fn upstream_schema_carries_cross_field_rule_and_enums() {
     assert_eq!(spec["properties"]["ttl"]["pattern"], DURATION_PATTERN);
 }
 
+/// The city is bounded like the region: the same label pattern and length, and a
+/// Routing's list of cities is a set of at most 64.
+#[test]
+fn city_labels_are_bounded_like_regions() {
+    let spec = |kind: &str| {
+        crd_json(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            .clone()
+    };
+    let routing = &spec("Routing")["properties"]["labels"]["properties"];
+    let (regions, cities) = (&routing["regions"], &routing["cities"]);
+    assert_eq!(cities["maxItems"], 64);
+    assert_eq!(cities["x-kubernetes-list-type"], "set");
+    assert_eq!(cities["items"]["pattern"], common::LABEL_VALUE_PATTERN);
+    assert_eq!(cities["items"], regions["items"]);
+    let upstream = &spec("Upstream")["properties"]["labels"]["properties"];
+    assert_eq!(upstream["city"]["pattern"], common::LABEL_VALUE_PATTERN);
+    assert_eq!(upstream["city"]["maxLength"], 63);
+}
+
 #[test]
 fn schemas_hold_no_constructs_a_structural_schema_forbids() {
     for kind in ["Upstream", "Routing", "DistributionClient"] {

@@ -136,7 +136,8 @@ pub struct StaticSource {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpstreamLabels {
-    /// Region of the proxies' exit addresses, e.g. `shanghai`.
+    /// Region of the proxies' exit addresses, e.g. `shanghai` (also the country a
+    /// username's `country` parameter selects).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 63), pattern(LABEL_VALUE_PATTERN))]
     pub region: Option<String>,
@@ -144,6 +145,11 @@ pub struct UpstreamLabels {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 63), pattern(LABEL_VALUE_PATTERN))]
     pub carrier: Option<String>,
+    /// City of the exit addresses, e.g. `pudong` (a vendor that names one per proxy
+    /// overrides it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63), pattern(LABEL_VALUE_PATTERN))]
+    pub city: Option<String>,
 }
 
 /// Limits on fetching from the vendor.

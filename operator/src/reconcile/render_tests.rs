@@ -224,6 +224,33 @@ fn every_routing_and_upstream_field_reaches_the_config() {
     assert!(config.upstreams[0].health.egress);
 }
 
+/// A Routing's `labels.cities` and an Upstream's `labels.city` reach the controller's
+/// config, which validates them as labels.
+#[test]
+fn cities_reach_the_config() {
+    let mut ex = examples();
+    let labels = ex.routings[0]
+        .spec
+        .labels
+        .get_or_insert_with(Default::default);
+    labels.cities = vec!["pudong".into(), "minhang".into()];
+    let labels = ex.upstreams[0]
+        .spec
+        .labels
+        .get_or_insert_with(Default::default);
+    labels.city = Some("pudong".into());
+    let base = RawConfig::default();
+    let out = render(&inputs(&ex, &base));
+    assert_eq!(out.config.routings[0].cities, ["pudong", "minhang"]);
+    assert_eq!(
+        out.config.upstreams[0].labels.city.as_deref(),
+        Some("pudong")
+    );
+    let config = load_yaml(&out.to_yaml().expect("YAML")).expect("valid");
+    assert_eq!(config.routings[0].cities, ["pudong", "minhang"]);
+    assert_eq!(config.upstreams[0].city.as_deref(), Some("pudong"));
+}
+
 #[test]
 fn client_credential_files_resolve_in_the_controller() {
     // Write the example Secrets where the rendered config says they are mounted,

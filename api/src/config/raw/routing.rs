@@ -23,6 +23,9 @@ pub struct RawRouting {
     /// Allowed carriers (empty: any).
     #[serde(default)]
     pub carriers: Vec<String>,
+    /// Allowed cities (empty: any).
+    #[serde(default)]
+    pub cities: Vec<String>,
     /// `roundRobin`, `leastActive` or `powerOfTwoChoices`.
     #[serde(default)]
     pub strategy: Option<String>,

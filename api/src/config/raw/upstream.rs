@@ -133,14 +133,17 @@ pub struct RawVendorApi {
     pub max_proxies_per_fetch: Option<u32>,
 }
 
-/// Region / carrier labels.
+/// Region / carrier / city labels.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RawLabels {
-    /// Region, e.g. `shanghai`.
+    /// Region (also the country), e.g. `shanghai`.
     #[serde(default)]
     pub region: Option<String>,
     /// Carrier, e.g. `telecom`.
     #[serde(default)]
     pub carrier: Option<String>,
+    /// City, e.g. `pudong`.
+    #[serde(default)]
+    pub city: Option<String>,
 }

@@ -21,6 +21,8 @@ pub struct RoutingConfig {
     pub regions: Vec<String>,
     /// Carriers (empty: any).
     pub carriers: Vec<String>,
+    /// Cities (empty: any).
+    pub cities: Vec<String>,
     /// Strategy.
     pub strategy: Strategy,
     /// Username parameters that must match, by key (sorted).

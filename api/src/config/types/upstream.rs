@@ -22,6 +22,8 @@ pub struct UpstreamConfig {
     pub region: Option<String>,
     /// Carrier label.
     pub carrier: Option<String>,
+    /// City label.
+    pub city: Option<String>,
     /// Hard lifetime.
     pub ttl: Duration,
     /// Safety margin (< ttl).

@@ -57,6 +57,7 @@ pub(super) fn routing(
         upstreams: raw.upstreams.clone(),
         regions: cx.list(&format!("{path}.regions"), &raw.regions, 64),
         carriers: cx.list(&format!("{path}.carriers"), &raw.carriers, 64),
+        cities: cx.list(&format!("{path}.cities"), &raw.cities, 64),
         strategy,
         username_params: username_params(cx, &format!("{path}.usernameParams"), raw),
         target_hosts: target_hosts(cx, &format!("{path}.targetHosts"), &raw.target_hosts),

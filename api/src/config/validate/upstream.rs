@@ -32,6 +32,7 @@ pub(super) fn upstream(
     for (field, v) in [
         ("region", &raw.labels.region),
         ("carrier", &raw.labels.carrier),
+        ("city", &raw.labels.city),
     ] {
         if let Some(v) = v {
             cx.identifier(&format!("{path}.labels.{field}"), v, 64);
@@ -73,6 +74,7 @@ pub(super) fn upstream(
         protocol,
         region: raw.labels.region.clone(),
         carrier: raw.labels.carrier.clone(),
+        city: raw.labels.city.clone(),
         ttl,
         safety_margin,
         quarantine,

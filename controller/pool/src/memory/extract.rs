@@ -3,8 +3,9 @@
 use async_trait::async_trait;
 
 use super::MemoryPool;
-use super::state::{Index, State, StoredResult, combo_labels};
+use super::state::{Index, State, StoredResult};
 use crate::clock::Timestamp;
+use crate::combo;
 use crate::error::{ConflictReason, PoolError, PoolResult};
 use crate::model::{
     ExtractOutcome, ExtractRequest, ExtractedProxy, Extraction, Filters, Fulfillment, ProxyId,
@@ -25,33 +26,16 @@ pub(crate) fn result_key(request: &ExtractRequest) -> Option<String> {
     })
 }
 
-/// Whether a combination's labels pass the filters (OR within a dimension, AND across,
-/// an empty dimension passes everything).
-fn combo_passes(combo: &str, f: &Filters) -> bool {
-    let [u, p, r, c] = combo_labels(combo);
-    (f.upstreams.is_empty() || f.upstreams.iter().any(|v| v.as_str() == u))
-        && (f.protocols.is_empty() || f.protocols.iter().any(|v| v.as_str() == p))
-        && (f.regions.is_empty() || f.regions.iter().any(|v| v.as_str() == r))
-        && (f.carriers.is_empty() || f.carriers.iter().any(|v| v.as_str() == c))
-}
-
-fn filtered(f: &Filters) -> bool {
-    !(f.protocols.is_empty()
-        && f.regions.is_empty()
-        && f.carriers.is_empty()
-        && f.upstreams.is_empty())
-}
-
 /// The scan sources: `available` without a filter, else every combination index whose
 /// labels pass the filters, in the request's walk order (`order_combinations`).
 fn sources<'a>(st: &'a State, req: &ExtractRequest, f: &Filters) -> Vec<&'a Index> {
-    if !filtered(f) {
+    if f.is_empty() {
         return vec![&st.available];
     }
     let mut combos: Vec<(&String, &Index)> = st
         .combos
         .iter()
-        .filter(|(combo, _)| combo_passes(combo, f))
+        .filter(|(name, _)| combo::parse(name).is_some_and(|c| f.admits_combo(&c)))
         .collect();
     order_combinations(req, &mut combos, |(name, _)| name.as_str());
     combos.into_iter().map(|(_, ix)| ix).collect()
@@ -179,7 +163,7 @@ impl ExtractionStore for MemoryPool {
         // A filtered extraction purges nothing on the side: the Redis script is given
         // only its matching combinations, which cannot name every expired record's keys
         // (the maintenance loop and the other writes purge them).
-        if !filtered(&filters) {
+        if filters.is_empty() {
             st.purge_expired(now, self.options.opportunistic_purge);
         }
 

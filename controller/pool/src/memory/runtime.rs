@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::MemoryPool;
-use super::state::{Index, State, StoredReport, combo_labels};
+use super::state::{Index, State, StoredReport, upstream_combos};
 use crate::clock::Timestamp;
 use crate::error::{ConflictReason, PoolError, PoolResult};
 use crate::model::{
@@ -181,12 +181,7 @@ impl RuntimeReader for MemoryPool {
 impl InventoryReader for MemoryPool {
     async fn inventory(&self, upstream: &UpstreamId) -> PoolResult<UpstreamInventory> {
         let (st, now) = self.locked();
-        let unowned: Vec<&Index> = st
-            .combos
-            .iter()
-            .filter(|(combo, _)| combo_labels(combo)[0] == upstream.as_str())
-            .map(|(_, ix)| ix)
-            .collect();
+        let unowned: Vec<&Index> = upstream_combos(&st, upstream).collect();
         let owned = st.owned.get(upstream);
         let members =
             unowned.iter().map(|ix| ix.len()).sum::<usize>() + owned.map_or(0, |ix| ix.len());

@@ -4,9 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::clock::Timestamp;
+use crate::combo;
 use crate::model::{
-    Assignment, Extraction, ProxyId, ProxyRecord, ProxyState, UpsertReport, UpstreamId, WorkerId,
-    WorkerRuntime, WorkerSession,
+    Assignment, Extraction, Label, ProxyId, ProxyRecord, ProxyState, UpsertReport, UpstreamId,
+    WorkerId, WorkerRuntime, WorkerSession,
 };
 
 /// A ZSET: members ordered by (score, member), as Redis orders them.
@@ -77,23 +78,27 @@ pub(super) struct State {
     pub marks: HashMap<ProxyId, Mark>,
 }
 
-/// The availability combination of a record: `<upstream>|<protocol>|<region>|<carrier>`
-/// (region / carrier empty when absent), as the Redis key suffix `avail:<…>`.
+/// The availability combination of a record (`crate::combo::name`), as the Redis key
+/// suffix `avail:<…>`.
 pub(super) fn combo_of(r: &ProxyRecord) -> String {
-    format!(
-        "{}|{}|{}|{}",
-        r.upstream,
-        r.dial.protocol.as_str(),
-        r.labels.region.as_ref().map_or("", |v| v.as_str()),
-        r.labels.carrier.as_ref().map_or("", |v| v.as_str())
+    combo::name(
+        r.upstream.as_str(),
+        r.dial.protocol,
+        &r.labels.map(Label::as_str),
     )
 }
 
-/// The labels of a combination (`combo_of`): upstream, protocol, region, carrier.
-pub(super) fn combo_labels(combo: &str) -> [&str; 4] {
-    let mut parts = combo.splitn(4, '|');
-    let mut next = || parts.next().unwrap_or("");
-    [next(), next(), next(), next()]
+/// The combination indexes of `upstream`'s proxies.
+pub(super) fn upstream_combos<'a>(
+    st: &'a State,
+    upstream: &'a UpstreamId,
+) -> impl Iterator<Item = &'a Index> + 'a {
+    st.combos
+        .iter()
+        .filter(move |(name, _)| {
+            combo::parse(name).is_some_and(|c| c.upstream == upstream.as_str())
+        })
+        .map(|(_, ix)| ix)
 }
 
 /// Whether the earliest entry of an expiry set is due at `now`.

@@ -4,7 +4,9 @@ use async_trait::async_trait;
 
 use super::MemoryPool;
 use super::extract::merged;
-use super::state::{Mark, State, Stored, StoredResult, combo_labels, first_due, purge_due_workers};
+use super::state::{
+    Mark, State, Stored, StoredResult, first_due, purge_due_workers, upstream_combos,
+};
 use crate::clock::Timestamp;
 use crate::error::PoolResult;
 use crate::model::{
@@ -308,12 +310,7 @@ impl ProxyCatalog for MemoryPool {
         if st.held(upstream, now).is_some() {
             return Ok(Vec::new());
         }
-        let sources = st
-            .combos
-            .iter()
-            .filter(|(combo, _)| combo_labels(combo)[0] == upstream.as_str())
-            .map(|(_, ix)| ix)
-            .collect();
+        let sources = upstream_combos(&st, upstream).collect();
         Ok(merged(sources, now).take(limit as usize).cloned().collect())
     }
 }

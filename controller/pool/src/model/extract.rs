@@ -28,6 +28,8 @@ pub struct Filters {
     pub regions: Vec<Label>,
     /// Carriers.
     pub carriers: Vec<Label>,
+    /// Cities.
+    pub cities: Vec<Label>,
     /// Upstreams.
     pub upstreams: Vec<UpstreamId>,
 }
@@ -36,13 +38,11 @@ impl Filters {
     /// Whether a proxy of `upstream` that speaks `protocol` and carries `labels` passes
     /// (OR within a dimension, AND across; an empty dimension passes everything).
     pub fn admits(&self, upstream: &UpstreamId, protocol: Protocol, labels: &Labels) -> bool {
-        let label = |want: &[Label], have: &Option<Label>| {
-            want.is_empty() || have.as_ref().is_some_and(|h| want.contains(h))
-        };
-        (self.upstreams.is_empty() || self.upstreams.contains(upstream))
-            && (self.protocols.is_empty() || self.protocols.contains(&protocol))
-            && label(&self.regions, &labels.region)
-            && label(&self.carriers, &labels.carrier)
+        self.admits_values(
+            upstream.as_str(),
+            protocol.as_str(),
+            &labels.map(Label::as_str),
+        )
     }
 }
 

@@ -206,6 +206,7 @@ pub(crate) struct StoredProxy {
     pass: Option<String>,
     region: Option<Label>,
     carrier: Option<Label>,
+    city: Option<Label>,
     exp: i64,
 }
 
@@ -223,6 +224,7 @@ impl StoredProxy {
             labels: Labels {
                 region: self.region,
                 carrier: self.carrier,
+                city: self.city,
             },
             expires_at: Timestamp(self.exp),
         })

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::codec::{StoredExtraction, decode, ms};
-use super::keys::{self, CallKeys, Combo, KeyBook};
+use super::keys::{self, CallKeys, KeyBook};
 use super::scripts::Script;
 use super::{Call, RedisPool};
 use crate::clock::Timestamp;
@@ -50,10 +50,7 @@ impl ExtractionStore for RedisPool {
             Some(k) => (keys::idem_key(req.client_id.as_str(), k.as_str()), None),
             None => (op, None),
         };
-        let filtered = !(f.protocols.is_empty()
-            && f.regions.is_empty()
-            && f.carriers.is_empty()
-            && f.upstreams.is_empty());
+        let filtered = !f.is_empty();
         let mut payload = json!({
             "n": nonce,
             "cnt": req.count.get(),
@@ -72,19 +69,10 @@ impl ExtractionStore for RedisPool {
             let mut payload = payload.clone();
             if filtered {
                 // Every known combination whose labels pass the filters (OR within a
-                // dimension, AND across; an empty dimension passes everything).
-                let pass = |c: &Combo| {
-                    (f.upstreams.is_empty() || f.upstreams.iter().any(|u| u.as_str() == c.upstream))
-                        && (f.protocols.is_empty()
-                            || f.protocols.iter().any(|p| p.as_str() == c.protocol))
-                        && (f.regions.is_empty()
-                            || f.regions.iter().any(|r| r.as_str() == c.region))
-                        && (f.carriers.is_empty()
-                            || f.carriers.iter().any(|v| v.as_str() == c.carrier))
-                };
-                // Walked one after the other in the request's order (see
-                // `order_combinations`); the script pages through them in `src` order.
-                let mut combos = book.combos(pass);
+                // dimension, AND across; an empty dimension passes everything), walked
+                // one after the other in the request's order (see `order_combinations`);
+                // the script pages through them in `src` order.
+                let mut combos = book.combos(|c| f.admits_combo(c));
                 order_combinations(req, &mut combos, |k| keys::combo_name(k));
                 ck.pass_combos(book, combos, &mut payload);
                 // The script writes only these combinations (and purges only records

@@ -7,6 +7,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
+use crate::combo::{self, Combo};
 use crate::model::{Labels, Protocol, UpstreamId};
 use crate::validate::key_digest;
 
@@ -48,23 +49,14 @@ pub(crate) fn key(suffix: &str) -> String {
     format!("{PREFIX}{suffix}")
 }
 
-/// The labels of one availability combination: upstream, protocol, region, carrier.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Combo {
-    pub upstream: String,
-    pub protocol: String,
-    pub region: String,
-    pub carrier: String,
-}
-
-/// Prefix of the combination keys: `avail:<upstream>|<protocol>|<region>|<carrier>`
-/// (region / carrier empty when the proxy has none). Label values are validated
-/// identifiers (`[A-Za-z0-9._:-]`), so `|` cannot occur in them.
+/// Prefix of the combination keys: `avail:` + the combination's name (`crate::combo`:
+/// `<upstream>|<protocol>|<region>|<carrier>|<city>`, a label empty when the proxy has
+/// none; a four-part name from before the city still parses).
 fn combo_prefix() -> String {
     key("avail:")
 }
 
-/// A combination key's name without the key prefix: `<upstream>|<protocol>|<region>|<carrier>`.
+/// A combination key's name without the key prefix (`crate::combo`).
 pub(crate) fn combo_name(key: &str) -> &str {
     let prefix = combo_prefix();
     key.strip_prefix(prefix.as_str()).unwrap_or(key)
@@ -72,29 +64,12 @@ pub(crate) fn combo_name(key: &str) -> &str {
 
 /// The availability ZSET of one label combination.
 pub(crate) fn combo_key(u: &UpstreamId, p: Protocol, labels: &Labels<&str>) -> String {
-    format!(
-        "{}{u}|{}|{}|{}",
-        combo_prefix(),
-        p.as_str(),
-        labels.region.unwrap_or(""),
-        labels.carrier.unwrap_or("")
-    )
+    format!("{}{}", combo_prefix(), combo::name(u.as_str(), p, labels))
 }
 
 /// The labels of a combination key; `None` for any other key.
-pub(crate) fn parse_combo(name: &str) -> Option<Combo> {
-    let rest = name.strip_prefix(&combo_prefix())?;
-    let mut parts = rest.split('|');
-    let combo = Combo {
-        upstream: parts.next()?.to_owned(),
-        protocol: parts.next()?.to_owned(),
-        region: parts.next()?.to_owned(),
-        carrier: parts.next()?.to_owned(),
-    };
-    if parts.next().is_some() {
-        return None;
-    }
-    Some(combo)
+pub(crate) fn parse_combo(name: &str) -> Option<Combo<'_>> {
+    combo::parse(name.strip_prefix(&combo_prefix())?)
 }
 
 pub(crate) fn owned_key(u: &UpstreamId) -> String {
@@ -324,18 +299,25 @@ mod tests {
             &Labels {
                 region: Some("eu"),
                 carrier: None,
+                city: Some("paris"),
             },
         );
-        assert_eq!(combo, "pp:{activity}:v2:avail:vendor-a|http|eu|");
+        assert_eq!(combo, "pp:{activity}:v2:avail:vendor-a|http|eu||paris");
         assert_eq!(
             parse_combo(&combo),
             Some(Combo {
-                upstream: "vendor-a".into(),
-                protocol: "http".into(),
-                region: "eu".into(),
-                carrier: String::new(),
+                upstream: "vendor-a",
+                protocol: "http",
+                labels: Labels {
+                    region: Some("eu"),
+                    carrier: None,
+                    city: Some("paris"),
+                },
             })
         );
+        // A key written before the city dimension: no city.
+        let old = parse_combo("pp:{activity}:v2:avail:vendor-a|http|eu|c1").unwrap();
+        assert_eq!((old.labels.carrier, old.labels.city), (Some("c1"), None));
         assert_eq!(parse_combo(&owned_key(&u)), None);
         assert_eq!(parse_combo(&format!("{combo}|x")), None);
         for k in [

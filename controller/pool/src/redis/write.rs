@@ -83,6 +83,9 @@ impl RedisPool {
         if let Some(cr) = &cand.labels.carrier {
             v["carrier"] = cr.as_str().into();
         }
+        if let Some(ci) = &cand.labels.city {
+            v["city"] = ci.as_str().into();
+        }
         if let Some(cr) = &cand.dial.credentials {
             // Sorted last (serde_json orders keys): a Redis SLOWLOG entry keeps only the
             // first 128 bytes of an argument, so credentials never reach it.

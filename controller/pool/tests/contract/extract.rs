@@ -176,6 +176,85 @@ pub async fn filters_or_within_and_across(kind: Kind) {
     assert_eq!(h.extract(&r).await, vec!["us-http-c2".to_string()]);
 }
 
+fn in_city(id: &str, region: &str, city: Option<&str>) -> Candidate {
+    let mut c = labelled(id, Protocol::Http, region, "c1");
+    c.labels.city = city.map(label);
+    c
+}
+
+/// The city is a dimension like the others: OR within, AND across (with the region,
+/// the country), absent on a proxy without one; the extracted proxy carries it, and a
+/// refresh that changes it moves the proxy.
+pub async fn city_filters_select_by_city(kind: Kind) {
+    let h = Harness::new(kind).await;
+    h.upsert(
+        "vendor-a",
+        vec![
+            in_city("us-boston", "us", Some("boston")),
+            in_city("us-denver", "us", Some("denver")),
+            in_city("us-none", "us", None),
+            in_city("fr-paris", "fr", Some("paris")),
+        ],
+    )
+    .await;
+    h.healthy(&["us-boston", "us-denver", "us-none", "fr-paris"])
+        .await;
+    let eligible = |regions: &[&str], cities: &[&str]| {
+        let mut r = req("probe", 1000);
+        r.fulfillment = Fulfillment::AllOrNothing;
+        r.filters.regions = regions.iter().map(|v| label(v)).collect();
+        r.filters.cities = cities.iter().map(|v| label(v)).collect();
+        let h = &h;
+        async move {
+            match h.pool.extract(&r).await.unwrap() {
+                ExtractOutcome::Insufficient { eligible } => eligible,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    assert_eq!(eligible(&[], &["boston"]).await, 1);
+    assert_eq!(eligible(&[], &["boston", "denver"]).await, 2);
+    assert_eq!(eligible(&["us"], &["boston", "paris"]).await, 1);
+    assert_eq!(eligible(&["fr"], &["paris"]).await, 1);
+    assert_eq!(eligible(&["fr"], &["boston"]).await, 0);
+    assert_eq!(eligible(&[], &["nowhere"]).await, 0);
+    assert_eq!(eligible(&["us"], &[]).await, 3);
+
+    let mut r = req("c", 5);
+    r.filters.cities = vec![label("paris")];
+    let ExtractOutcome::Extracted(e) = h.pool.extract(&r).await.unwrap() else {
+        panic!()
+    };
+    let p = &e.proxies[0];
+    assert_eq!(p.id, pid("fr-paris"));
+    assert_eq!(
+        (p.labels.region.clone(), p.labels.city.clone()),
+        (Some(label("fr")), Some(label("paris")))
+    );
+    assert_eq!(
+        h.record("us-boston").await.unwrap().labels.city,
+        Some(label("boston"))
+    );
+
+    // The vendor moves us-boston to Denver and gives us-none a city.
+    h.upsert(
+        "vendor-a",
+        vec![
+            in_city("us-boston", "us", Some("denver")),
+            in_city("us-none", "us", Some("boston")),
+        ],
+    )
+    .await;
+    assert_eq!(eligible(&[], &["denver"]).await, 2);
+    let mut r = req("c", 5);
+    r.filters.cities = vec![label("boston")];
+    assert_eq!(h.extract(&r).await, vec!["us-none".to_string()]);
+    assert_eq!(
+        h.record("us-boston").await.unwrap().labels.city,
+        Some(label("denver"))
+    );
+}
+
 /// Duplicate or too many filter values are refused, naming the field; nothing changes.
 pub async fn invalid_filters_are_refused(kind: Kind) {
     let h = Harness::new(kind).await;
@@ -185,6 +264,13 @@ pub async fn invalid_filters_are_refused(kind: Kind) {
     let err = h.pool.extract(&r).await.unwrap_err();
     assert!(
         matches!(err, PoolError::InvalidInput { ref field, .. } if field == "filters.regions[2]"),
+        "{err:?}"
+    );
+    let mut r = req("c", 1);
+    r.filters.cities = vec![label("paris"), label("paris")];
+    let err = h.pool.extract(&r).await.unwrap_err();
+    assert!(
+        matches!(err, PoolError::InvalidInput { ref field, .. } if field == "filters.cities[1]"),
         "{err:?}"
     );
     let mut r = req("c", 1);

@@ -56,6 +56,7 @@ pub(super) struct CreateProxy {
     failure: FailureMode,
     region: Option<String>,
     carrier: Option<String>,
+    city: Option<String>,
 }
 
 /// Longest TTL the control API accepts for a directly created proxy.
@@ -78,6 +79,7 @@ pub(super) async fn create(
         labels: Labels {
             region: req.region,
             carrier: req.carrier,
+            city: req.city,
         },
     };
     let created = proxy::spawn(&core, spec).await?;

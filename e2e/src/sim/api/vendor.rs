@@ -27,6 +27,7 @@ pub(super) struct IssueQuery {
     protocol: Option<String>,
     region: Option<String>,
     carrier: Option<String>,
+    city: Option<String>,
     format: Option<String>,
 }
 
@@ -63,6 +64,7 @@ pub(super) async fn issue(
     };
     let region = known_label("region", q.region, &settings.regions)?;
     let carrier = known_label("carrier", q.carrier, &settings.carriers)?;
+    let city = known_label("city", q.city, &settings.cities)?;
     // One TTL per batch, as vendors quote one validity for a purchase.
     let ttl = settings.ttl.sample(&mut rand::rng());
     let mut issued = Vec::with_capacity(count as usize);
@@ -80,6 +82,9 @@ pub(super) async fn issue(
                     carrier: carrier
                         .clone()
                         .or_else(|| settings.carriers.choose(&mut rng).cloned()),
+                    city: city
+                        .clone()
+                        .or_else(|| settings.cities.choose(&mut rng).cloned()),
                 },
             }
         };

@@ -168,6 +168,11 @@ fn describe(core: &SimCore, spec: &ProxySpec, port: u16) -> SimProxy {
         password,
         region: pick(&spec.labels.region, &settings.regions),
         carrier: pick(&spec.labels.carrier, &settings.carriers),
+        city: spec
+            .labels
+            .city
+            .clone()
+            .or_else(|| settings.cities.first().cloned()),
         expires_at: rfc3339(SystemTime::now() + spec.ttl),
         ttl_seconds: spec.ttl.as_secs() + u64::from(spec.ttl.subsec_nanos() > 0),
     }

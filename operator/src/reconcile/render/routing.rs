@@ -56,6 +56,7 @@ pub(super) fn routing(
         upstreams: names,
         regions: labels.regions,
         carriers: labels.carriers,
+        cities: labels.cities,
         // The CRD's `usernameParams` map requires each key to equal one value.
         username_params: matcher
             .username_params

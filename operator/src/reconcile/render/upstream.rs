@@ -24,6 +24,7 @@ impl Cx<'_> {
                     .map(|l| RawLabels {
                         region: l.region.clone(),
                         carrier: l.carrier.clone(),
+                        city: l.city.clone(),
                     })
                     .unwrap_or_default(),
                 ttl: Some(u.spec.ttl.clone()),

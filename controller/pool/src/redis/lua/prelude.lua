@@ -168,8 +168,8 @@ local function held_until(up)
   return nil
 end
 
--- Combination keys (`avail:<upstream>|<protocol>|<region>|<carrier>`, one per label
--- combination, rec.ix.a): K_COMBOS holds every non-empty one, and empty ones until the
+-- Combination keys (`avail:<upstream>|<protocol>|<region>|<carrier>|<city>`, one per
+-- label combination, rec.ix.a; a record written before the city names a four-part key): K_COMBOS holds every non-empty one, and empty ones until the
 -- maintenance sweep (`combos_gc.lua`) drops them — so a combination that empties and
 -- fills again does not change the registry. K_COMBOS_VER changes whenever one is added
 -- or dropped, so a caller passing "every combination matching my filter" can prove it

@@ -1,6 +1,6 @@
 -- Upsert one chunk of a provider batch (docs/pool.md "Upsert").
 -- P = { up, mg = safety margin ms, max = max_size, q = quarantine ms, z = [candidate] }, candidate =
--- { id, proto, host, port, zu? (username), zp? (password), region?, carrier?, ttl, cap, uq,
+-- { id, proto, host, port, zu? (username), zp? (password), region?, carrier?, city?, ttl, cap, uq,
 --   ix = {p,u,r?,c?,o} (KEYS positions) }
 local prev = replay()
 if prev then return prev end
@@ -80,7 +80,7 @@ for _, c in ipairs(P.z) do
         local after = copy(rec)
         after.exp, after.uu = exp, uu
         after.user, after.pass = c.zu, c.zp
-        after.region, after.carrier, after.cap = c.region, c.carrier, c.cap
+        after.region, after.carrier, after.city, after.cap = c.region, c.carrier, c.city, c.cap
         after.ix = c.ix
         update(rec, after)
         ref = ref + 1
@@ -92,7 +92,7 @@ for _, c in ipairs(P.z) do
       else
         local new = {
           id = c.id, up = up, proto = c.proto, host = c.host, port = c.port,
-          user = c.zu, pass = c.zp, region = c.region, carrier = c.carrier,
+          user = c.zu, pass = c.zp, region = c.region, carrier = c.carrier, city = c.city,
           st = 'FETCHED', fa = NOW, exp = exp, uu = uu, cap = c.cap, uq = c.uq, ix = c.ix,
         }
         put_rec(new); touch(K_RECORDS)
