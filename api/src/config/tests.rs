@@ -645,9 +645,15 @@ routings:
     assert_eq!(e.0[0].path, "routings[0].stickySession.idle");
     // The client-chosen maximum: not below ttl, neither above a day.
     for (block, path) in [
-        ("{ttl: 20m, maxTtl: 10m}", "routings[0].stickySession.maxTtl"),
+        (
+            "{ttl: 20m, maxTtl: 10m}",
+            "routings[0].stickySession.maxTtl",
+        ),
         ("{maxTtl: 25h}", "routings[0].stickySession.maxTtl"),
-        ("{ttl: 25h, idleTimeout: 1m}", "routings[0].stickySession.ttl"),
+        (
+            "{ttl: 25h, idleTimeout: 1m}",
+            "routings[0].stickySession.ttl",
+        ),
     ] {
         let text = UPSTREAM_U.to_owned()
             + &format!("routings: [{{name: r, upstreams: [u], stickySession: {block}}}]\n");
