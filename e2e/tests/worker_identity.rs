@@ -173,6 +173,7 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     );
     checker_metrics_report_its_certificate(ports.checker_ops);
     let metrics = http_get(ports.gw.admin, "/metrics").unwrap_or_default();
+    assert_certificate_expiry(&metrics, "gateway");
     assert!(
         metrics.lines().any(
             |l| l.starts_with("proxy_pool_gateway_usage_requests_total ") && !l.ends_with(" 0")
@@ -226,25 +227,36 @@ async fn gateway_and_checker_use_operator_issued_identities() {
     procs.stop();
 }
 
-/// The checker's `/metrics`: its issued certificate's expiry (in the future, within
-/// the leaf lifetime), a registered session and checks that passed.
-fn checker_metrics_report_its_certificate(ops: SocketAddr) {
-    let text = http_get(ops, "/metrics").unwrap_or_default();
-    let value = |series: &str| -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-    };
+/// The value of `series` in the exposition `text`.
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// `component`'s `/metrics` report its issued certificate's expiry: in the future,
+/// within the leaf lifetime.
+fn assert_certificate_expiry(text: &str, component: &str) {
     let now = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .expect("clock")
         .as_secs_f64();
-    let expiry =
-        value(r#"proxy_pool_checker_certificate_expiry_timestamp_seconds{certificate="worker"}"#)
-            .unwrap_or_else(|| panic!("the worker certificate's expiry:\n{text}"));
+    let series = format!(
+        r#"proxy_pool_{component}_certificate_expiry_timestamp_seconds{{certificate="worker"}}"#
+    );
+    let expiry = value(text, &series)
+        .unwrap_or_else(|| panic!("the {component}'s certificate expiry:\n{text}"));
     assert!(
         expiry > now && expiry <= now + 2.0 * 86400.0,
-        "expires after now, within the leaf lifetime: {expiry}"
+        "the {component}'s certificate expires after now, within the leaf lifetime: {expiry}"
     );
+}
+
+/// The checker's `/metrics`: its issued certificate's expiry, a registered session and
+/// checks that passed.
+fn checker_metrics_report_its_certificate(ops: SocketAddr) {
+    let text = http_get(ops, "/metrics").unwrap_or_default();
+    let value = |series: &str| value(&text, series);
+    assert_certificate_expiry(&text, "checker");
     assert_eq!(
         value("proxy_pool_checker_session_registered"),
         Some(1.0),

@@ -220,8 +220,8 @@ async fn serve(args: Args, workers: usize) -> Result<()> {
                 return Ok(());
             }
             Tls::Ready(tls) => {
-                if let Some(WorkerTls::Issued { handle, .. }) = &tls {
-                    gateway.set_worker_identity(handle.clone());
+                if let Some(tls) = &tls {
+                    gateway.follow_worker_tls(tls);
                 }
                 tls
             }

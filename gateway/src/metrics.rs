@@ -12,9 +12,8 @@
 //! index), never a client, a proxy address or a credential.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
-use std::sync::{Arc, OnceLock};
-use std::time::SystemTime;
 
 use parking_lot::Mutex;
 use prometheus_client::collector::Collector;
@@ -25,7 +24,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 use proxy_pool_api::egress::EgressDenied;
-use proxy_pool_identity_client::IdentityHandle;
 use proxy_pool_runtime::telemetry::histogram::AtomicHistogram;
 
 use crate::clock::now_ms;
@@ -424,8 +422,7 @@ impl Breakdown {
 }
 
 /// What is read at scrape time: the snapshot's state, the connection cap, the
-/// outcome queue, usage, the data-plane workers' accept counts and the worker
-/// certificate.
+/// outcome queue, usage and the data-plane workers' accept counts.
 #[derive(Debug)]
 pub(crate) struct StateCollector {
     pub(crate) snapshots: SnapshotHandle,
@@ -434,8 +431,6 @@ pub(crate) struct StateCollector {
     pub(crate) usage: Arc<UsageRecorder>,
     /// Accepted connections per data-plane worker, by worker index.
     pub(crate) workers: Arc<Mutex<Vec<Counter>>>,
-    /// The worker identity, once the gateway has one.
-    pub(crate) identity: Arc<OnceLock<IdentityHandle>>,
 }
 
 fn gauge(
@@ -456,11 +451,6 @@ fn counter(
 ) -> Result<(), std::fmt::Error> {
     let c = ConstCounter::new(value);
     c.encode(encoder.encode_descriptor(name, help, None, MetricType::Counter)?)
-}
-
-fn seconds_since_epoch(t: SystemTime) -> f64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl Collector for StateCollector {
@@ -545,16 +535,6 @@ impl Collector for StateCollector {
             for (i, c) in self.workers.lock().iter().enumerate() {
                 c.encode(m.encode_family(&[("worker", i.to_string())])?)?;
             }
-        }
-        let mut m = e.encode_descriptor(
-            "certificate_expiry_timestamp_seconds",
-            "End of validity of the worker certificate (Unix seconds; only with a worker identity)",
-            None,
-            MetricType::Gauge,
-        )?;
-        if let Some(current) = self.identity.get().and_then(IdentityHandle::current) {
-            let at = ConstGauge::new(seconds_since_epoch(current.not_after()));
-            at.encode(m.encode_family(&[("certificate", "worker")])?)?;
         }
         Ok(())
     }
@@ -650,7 +630,6 @@ mod tests {
             outcomes,
             usage: Arc::default(),
             workers: Arc::default(),
-            identity: Arc::default(),
         }));
         let before = text(&registry);
         for line in [
@@ -661,8 +640,6 @@ mod tests {
         ] {
             assert!(before.lines().any(|l| l == line), "{line} in\n{before}");
         }
-        assert!(before.contains("# TYPE certificate_expiry_timestamp_seconds gauge"));
-        assert!(!before.contains("certificate_expiry_timestamp_seconds{"));
         snapshots
             .install(fixture::input(42, vec![fixture::routing("all")], vec![]))
             .unwrap();

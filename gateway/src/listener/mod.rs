@@ -24,11 +24,11 @@ pub use reply::proxy_credentials;
 use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
-use proxy_pool_identity_client::IdentityHandle;
+use proxy_pool_identity_client::{CertificateExpiry, WorkerTls};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::JoinSet;
@@ -167,8 +167,8 @@ pub struct Gateway {
 struct Telemetry {
     /// Every `proxy_pool_gateway_…` metric.
     registry: Registry,
-    /// The worker identity, once there is one (its certificate expiry is exported).
-    identity: Arc<OnceLock<IdentityHandle>>,
+    /// The worker certificate's expiry, once there is an issued identity.
+    certificate: CertificateExpiry,
     /// Accept counters of the data-plane workers, by worker index.
     worker_accepts: Arc<Mutex<Vec<Counter>>>,
 }
@@ -193,9 +193,10 @@ impl Gateway {
         let mut registry = proxy_pool_runtime::telemetry::metrics::registry("gateway");
         let metrics = Arc::new(Metrics::register(&mut registry));
         snapshots.breakdown().register(&mut registry);
+        let certificate = CertificateExpiry::register(&mut registry);
         let mut telemetry = Telemetry {
             registry,
-            identity: Arc::default(),
+            certificate,
             worker_accepts: Arc::default(),
         };
         let collector = StateCollector {
@@ -204,7 +205,6 @@ impl Gateway {
             outcomes: sink.clone(),
             usage: router.usage().clone(),
             workers: telemetry.worker_accepts.clone(),
-            identity: telemetry.identity.clone(),
         };
         telemetry.registry.register_collector(Box::new(collector));
         let shared = Shared {
@@ -249,11 +249,10 @@ impl Gateway {
         text
     }
 
-    /// Exports the expiry of the worker certificate `identity` holds (renewals
-    /// included) as `certificate_expiry_timestamp_seconds{certificate="worker"}`.
-    /// The first identity set is kept.
-    pub fn set_worker_identity(&self, identity: IdentityHandle) {
-        let _ = self.telemetry.identity.set(identity);
+    /// Exports the expiry of the worker certificate `tls` presents (renewals included)
+    /// as `certificate_expiry_timestamp_seconds{certificate="worker"}`.
+    pub fn follow_worker_tls(&self, tls: &WorkerTls) {
+        self.telemetry.certificate.follow(tls);
     }
 
     /// Per-Routing usage recorded on admission (give it to the control-plane agent).
