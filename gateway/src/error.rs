@@ -47,6 +47,13 @@ pub enum GatewayError {
     /// Username parameters rejected.
     #[error("bad username parameters: {0}")]
     Username(#[from] UsernameError),
+    /// A username parameter the routing cannot honour (e.g. `sesstime` outside
+    /// 1 to the routing's `maxTtl` in minutes); names the parameter.
+    #[error("bad username parameter `{0}`")]
+    BadParameter(&'static str),
+    /// The username's selection parameters narrow the routing's proxies to none.
+    #[error("no proxy matches the selection")]
+    NoMatchingProxy,
     /// Too many failed authentications from this source or for this user name.
     #[error("too many failed authentications")]
     AuthThrottled,
@@ -106,6 +113,8 @@ impl GatewayError {
             | Self::AuthRequired
             | Self::AuthFailed
             | Self::Username(_)
+            | Self::BadParameter(_)
+            | Self::NoMatchingProxy
             | Self::AuthThrottled
             | Self::EgressDenied(_)
             | Self::DownstreamIo(_)
@@ -144,6 +153,8 @@ impl GatewayError {
             Self::Unsupported(_) => "unsupported",
             Self::AuthRequired => "auth-required",
             Self::AuthFailed | Self::Username(_) => "auth-failed",
+            Self::BadParameter(_) => "bad-parameter",
+            Self::NoMatchingProxy => "no-matching-proxy",
             Self::AuthThrottled => "auth-throttled",
             Self::EgressDenied(_) => "egress-denied",
             Self::DownstreamIo(_) => "client-io",
@@ -166,7 +177,11 @@ impl GatewayError {
     pub fn http_status(&self) -> u16 {
         match self {
             Self::Head(HeadError::TooLarge | HeadError::TooManyHeaders) => 431,
-            Self::Head(_) | Self::Target(_) | Self::Socks(_) | Self::Unsupported(_) => 400,
+            Self::Head(_)
+            | Self::Target(_)
+            | Self::Socks(_)
+            | Self::Unsupported(_)
+            | Self::BadParameter(_) => 400,
             Self::AuthRequired | Self::AuthFailed | Self::Username(_) => 407,
             Self::AuthThrottled => 429,
             Self::EgressDenied(_) => 403,
@@ -174,7 +189,8 @@ impl GatewayError {
             Self::NoRouting => 403,
             Self::NoSnapshot | Self::Stale | Self::NoCapacity | Self::ShuttingDown => 503,
             Self::UpstreamTimeout => 504,
-            Self::Dial(_)
+            Self::NoMatchingProxy
+            | Self::Dial(_)
             | Self::ProxyHandshake(_)
             | Self::TargetUnreachable(_)
             | Self::UpstreamIo(_)
@@ -186,7 +202,8 @@ impl GatewayError {
     pub fn socks_reply(&self) -> u8 {
         match self {
             Self::Socks(e) => e.reply_code(),
-            Self::NoRouting | Self::EgressDenied(_) => reply::NOT_ALLOWED,
+            Self::NoRouting | Self::EgressDenied(_) | Self::BadParameter(_) => reply::NOT_ALLOWED,
+            Self::NoMatchingProxy => reply::HOST_UNREACHABLE,
             Self::TargetUnreachable(code) if *code < 0x100 => *code as u8,
             Self::TargetUnreachable(_) => reply::HOST_UNREACHABLE,
             Self::UpstreamTimeout => reply::TTL_EXPIRED,
@@ -215,5 +232,17 @@ mod tests {
             GatewayError::TargetUnreachable(u16::from(reply::CONNECTION_REFUSED)).socks_reply(),
             reply::CONNECTION_REFUSED
         );
+        let bad = GatewayError::BadParameter("sesstime");
+        assert_eq!(
+            (bad.http_status(), bad.reason(), bad.socks_reply()),
+            (400, "bad-parameter", reply::NOT_ALLOWED)
+        );
+        assert_eq!(bad.source_side(), ErrorSource::Downstream);
+        let none = GatewayError::NoMatchingProxy;
+        assert_eq!(
+            (none.http_status(), none.reason(), none.socks_reply()),
+            (502, "no-matching-proxy", reply::HOST_UNREACHABLE)
+        );
+        assert!(!none.retryable());
     }
 }

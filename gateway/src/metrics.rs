@@ -54,7 +54,7 @@ impl ListenerKind {
 const LISTENERS: [ListenerKind; 2] = [ListenerKind::Http, ListenerKind::Socks5];
 
 /// Values of `request_errors_total{reason}` (every [`GatewayError::reason`]).
-pub const REASONS: [&str; 20] = [
+pub const REASONS: [&str; 22] = [
     "head-too-large",
     "bad-request",
     "unsupported",
@@ -74,6 +74,8 @@ pub const REASONS: [&str; 20] = [
     "upstream-io",
     "upstream-bad-response",
     "auth-throttled",
+    "bad-parameter",
+    "no-matching-proxy",
     "egress-denied",
 ];
 

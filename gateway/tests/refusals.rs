@@ -156,3 +156,41 @@ async fn refused_socks5_commands_are_counted() {
     }
     assert_eq!(errors(&h, "unsupported"), 2);
 }
+
+#[tokio::test]
+async fn a_session_lifetime_beyond_the_routing_maximum_is_refused_with_its_reason() {
+    let h = Harness::start().await;
+    let p = h.proxy(Protocol::Http).await;
+    let mut r = all();
+    // Sessions with the defaults: clients may choose up to 30 minutes.
+    r.sticky = Some(proxy_pool_api::controlplane::model::Sticky::default());
+    h.install(vec![upstream(&p, 10)], vec![r]);
+    let target = h.echo().to_string();
+    // Within the maximum: served.
+    let (resp, _) = connect(
+        h.http,
+        &format!("{USER}-session-a-sesstime-30"),
+        PASS,
+        &target,
+    )
+    .await;
+    assert_eq!(resp.status, 200);
+    // Beyond it, or not a number of minutes: 400 with the reason, nothing dialled.
+    for user in ["session-b-sesstime-31", "sesstime-x"] {
+        let (resp, _) = connect(h.http, &format!("{USER}-{user}"), PASS, &target).await;
+        resp.assert_refused(400, "bad-parameter");
+    }
+    // SOCKS5: credentials accepted, the request refused as not allowed (0x02).
+    assert_eq!(
+        raw_socks5(
+            h.socks,
+            &format!("{USER}-session-c-sesstime-31"),
+            PASS,
+            h.echo(),
+            1
+        )
+        .await,
+        vec![0, 2]
+    );
+    assert_eq!(errors(&h, "bad-parameter"), 3);
+}

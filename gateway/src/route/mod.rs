@@ -16,12 +16,12 @@ use crate::config::AuthMode;
 use crate::error::GatewayError;
 use crate::metrics::NamedCounters;
 use crate::parse::authority::Host;
-use crate::parse::username::{Username, parse_username, split_password_params};
+use crate::parse::username::{SESSTIME, Username, parse_username, split_password_params};
 use crate::select::{self, Choice};
 use crate::session::{Lookup, MoveReason, SessionKey, SessionTable, StickyPolicy};
 use crate::snapshot::{CompiledRouting, LiveSnapshot, ProxyEntry, ProxyId};
 use crate::usage::UsageRecorder;
-use proxy_pool_api::controlplane::model::RetryBudget;
+use proxy_pool_api::controlplane::model::{RetryBudget, Sticky};
 
 pub use crate::parse::Credentials;
 
@@ -68,6 +68,30 @@ pub struct Request<'a> {
     pub connect_port: Option<u16>,
     /// The client's address, for the failed-authentication throttle.
     pub source: Option<IpAddr>,
+}
+
+/// The session policy of a request on a routing with sessions: the routing's, or with
+/// `sesstime-<minutes>` the client's own lifetime (idle timeout capped at it), which
+/// must lie within the routing's `max_ttl` — otherwise the request is refused
+/// ([`GatewayError::BadParameter`]), never silently given another lifetime.
+pub(crate) fn session_policy(
+    sticky: &Sticky,
+    user: &Username<'_>,
+) -> Result<StickyPolicy, GatewayError> {
+    let mut policy = StickyPolicy::from(sticky);
+    match user.sesstime_minutes() {
+        None => {}
+        Some(Ok(minutes)) => {
+            let ttl = std::time::Duration::from_secs(u64::from(minutes) * 60);
+            if ttl > sticky.max_ttl {
+                return Err(GatewayError::BadParameter(SESSTIME));
+            }
+            policy.ttl = ttl;
+            policy.idle_timeout = policy.idle_timeout.min(ttl);
+        }
+        Some(Err(_)) => return Err(GatewayError::BadParameter(SESSTIME)),
+    }
+    Ok(policy)
 }
 
 /// Admission logic plus the session table.
@@ -167,11 +191,14 @@ impl Router {
         {
             return Err(GatewayError::EgressDenied(EgressDenied::Port));
         }
-        let session = routing.spec.sticky.as_ref().and_then(|sticky| {
-            let s = user.param(&sticky.param)?;
-            let key = self.sessions.key(client, &routing.name, s);
-            Some((key, StickyPolicy::from(sticky)))
-        });
+        let session = match routing.spec.sticky.as_ref() {
+            Some(sticky) => {
+                let policy = session_policy(sticky, &user)?;
+                user.param(&sticky.param)
+                    .map(|s| (self.sessions.key(client, &routing.name, s), policy))
+            }
+            None => None,
+        };
         let ticket = Ticket {
             routing: routing.name.clone(),
             retry: routing.spec.retry,

@@ -439,3 +439,63 @@ fn parameters_in_the_password_and_escaped_values_route() {
     assert_eq!(admit("alice-region-us-east", "pw-a"), auth_failed);
     assert_eq!(admit("alice", "pw-a").unwrap().0, "rest");
 }
+
+#[test]
+fn sesstime_sets_the_session_lifetime_within_the_routing_maximum() {
+    let sticky = Sticky {
+        session_ttl: Duration::from_secs(600),
+        idle_timeout: Duration::from_secs(120),
+        max_ttl: Duration::from_secs(1800),
+        ..Sticky::default()
+    };
+    let policy = |user: &str| {
+        session_policy(&sticky, &parse_username(user.as_bytes()).unwrap())
+            .map(|p| (p.ttl.as_secs(), p.idle_timeout.as_secs()))
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(policy("u-session-a"), Ok((600, 120)));
+    assert_eq!(policy("u-session-a-sesstime-30"), Ok((1800, 120)));
+    // A lifetime shorter than the idle timeout caps it.
+    assert_eq!(policy("u-session-a-sesstime-1"), Ok((60, 60)));
+    let bad = Err(GatewayError::BadParameter("sesstime").to_string());
+    for user in [
+        "u-sesstime-31",
+        "u-sesstime-0",
+        "u-sesstime-abc",
+        "u-session-a-sesstime-1441",
+    ] {
+        assert_eq!(policy(user), bad, "{user}");
+    }
+}
+
+#[test]
+fn an_out_of_bounds_sesstime_is_refused_before_any_slot_is_taken() {
+    let snap = snapshot();
+    let router = Router::new(AuthMode::Required, 100);
+    // The `shanghai` routing's sessions allow a client lifetime of up to 30 minutes…
+    let ok = router.admit(
+        Some(&snap),
+        creds("alice-region-shanghai-session-s1-sesstime-1", "pw-a"),
+        &WWW,
+        now_ms(),
+    );
+    assert!(ok.is_ok(), "{ok:?}");
+    drop(ok);
+    // …31 are refused.
+    let err = router
+        .admit(
+            Some(&snap),
+            creds("alice-region-shanghai-session-s2-sesstime-31", "pw-a"),
+            &WWW,
+            now_ms(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, GatewayError::BadParameter("sesstime")),
+        "{err:?}"
+    );
+    assert!(
+        snap.proxies.iter().all(|p| p.state.counts() == (0, 0)),
+        "no slot was taken"
+    );
+}
