@@ -100,6 +100,88 @@ impl<L> Labels<L> {
     }
 }
 
+/// A proxy property a username parameter can select by (`country-us` selects the
+/// region label `us` under the default selectors).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum Dimension {
+    /// The region label (a country, in the commercial gateways' terms).
+    Region,
+    /// The city label.
+    City,
+    /// The carrier label.
+    Carrier,
+    /// The upstream (vendor) the proxy comes from.
+    Upstream,
+    /// The protocol the proxy speaks (`http`, `socks5`).
+    Protocol,
+}
+
+impl Dimension {
+    /// Every dimension, in a fixed order (the order selection keys are built in).
+    pub const ALL: [Dimension; 5] = [
+        Dimension::Region,
+        Dimension::City,
+        Dimension::Carrier,
+        Dimension::Upstream,
+        Dimension::Protocol,
+    ];
+
+    /// The wire name: `region`, `city`, `carrier`, `upstream` or `protocol`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Region => "region",
+            Self::City => "city",
+            Self::Carrier => "carrier",
+            Self::Upstream => "upstream",
+            Self::Protocol => "protocol",
+        }
+    }
+
+    /// Inverse of [`Dimension::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.as_str() == s)
+    }
+}
+
+impl fmt::Display for Dimension {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A username parameter that narrows a routing's proxies to those whose `dimension`
+/// equals its value (`city-new_york`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Selector {
+    /// The username parameter (keys compare case-insensitively).
+    pub param: String,
+    /// What it selects by.
+    pub dimension: Dimension,
+}
+
+impl Selector {
+    /// A selector of `dimension` by `param`.
+    pub fn new(param: impl Into<String>, dimension: Dimension) -> Self {
+        Self {
+            param: param.into(),
+            dimension,
+        }
+    }
+
+    /// The selectors of a routing that declares none: `country` and `region` select the
+    /// region label, `city` the city, `carrier` the carrier.
+    pub fn defaults() -> Vec<Selector> {
+        vec![
+            Self::new("country", Dimension::Region),
+            Self::new("region", Dimension::Region),
+            Self::new("city", Dimension::City),
+            Self::new("carrier", Dimension::Carrier),
+        ]
+    }
+}
+
 /// How a gateway picks one proxy among a routing's candidates.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,

@@ -121,6 +121,16 @@ pub fn routings_digest(routings: &[Routing]) -> [u8; 32] {
         if !r.cities.is_empty() {
             c.list(&r.cities);
         }
+        // Likewise: declared selectors (absent: the defaults), after a marker byte (the
+        // proto field number).
+        if let Some(selectors) = &r.selectors {
+            c.0.extend_from_slice(&[11]);
+            c.u64(selectors.len() as u64);
+            for s in selectors {
+                c.str(&s.param);
+                c.str(s.dimension.as_str());
+            }
+        }
     }
     c.finish()
 }

@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use super::model::{
-    CheckTarget, CheckTask, CheckTier, Checksum, Credentials, Delta, Dial, FailureCode, Header,
-    Labels, Observation, Outcome, OutcomeStage, Protocol, ProxyEndpoint, RetryBudget, Routing,
-    RoutingMatch, Secret, Snapshot, SnapshotProxy, Sticky, Strategy, UsernameParam,
+    CheckTarget, CheckTask, CheckTier, Checksum, Credentials, Delta, Dial, Dimension, FailureCode,
+    Header, Labels, Observation, Outcome, OutcomeStage, Protocol, ProxyEndpoint, RetryBudget,
+    Routing, RoutingMatch, Secret, Selector, Snapshot, SnapshotProxy, Sticky, Strategy,
+    UsernameParam,
 };
 use super::pb;
 
@@ -204,6 +205,15 @@ impl From<&Routing> for pb::Routing {
             upstreams: r.upstreams.clone(),
             regions: r.regions.clone(),
             carriers: r.carriers.clone(),
+            selectors: r.selectors.as_ref().map(|list| pb::Selectors {
+                items: list
+                    .iter()
+                    .map(|s| pb::Selector {
+                        param: s.param.clone(),
+                        dimension: s.dimension.as_str().to_owned(),
+                    })
+                    .collect(),
+            }),
             cities: r.cities.clone(),
             strategy: pb::BalanceStrategy::from(r.strategy) as i32,
             sticky: r.sticky.as_ref().map(|s| pb::StickySessions {
@@ -241,6 +251,21 @@ impl TryFrom<pb::Routing> for Routing {
             _ => return Err(bad("routing.strategy", "unknown or unspecified strategy")),
         };
         let m = r.r#match.unwrap_or_default();
+        let selectors = match r.selectors {
+            None => None,
+            Some(list) if list.items.len() > Routing::MAX_SELECTORS => {
+                return Err(bad("routing.selectors", "too many selectors"));
+            }
+            Some(list) => Some(
+                list.items
+                    .into_iter()
+                    .map(|s| match Dimension::parse(&s.dimension) {
+                        Some(d) if !s.param.is_empty() => Ok(Selector::new(s.param, d)),
+                        _ => Err(bad("routing.selectors", "unknown dimension or empty param")),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
         if r.connect_ports.len() > crate::egress::MAX_PORT_RANGES {
             return Err(bad("routing.connect_ports", "too many ranges"));
         }
@@ -282,6 +307,7 @@ impl TryFrom<pb::Routing> for Routing {
             regions: r.regions,
             carriers: r.carriers,
             cities: r.cities,
+            selectors,
             strategy,
             sticky: r.sticky.filter(|s| s.enabled).map(|s| Sticky {
                 param: if s.param.is_empty() {

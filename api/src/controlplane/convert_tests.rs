@@ -51,9 +51,26 @@ fn routing_round_trips() {
         retry: RetryBudget::default(),
         connect_ports: crate::egress::PortRanges::parse(&["22".into(), "8000-8100".into()])
             .expect("ports"),
+        selectors: Some(vec![
+            Selector::new("cc", Dimension::Region),
+            Selector::new("via", Dimension::Upstream),
+        ]),
     };
     assert_eq!(pb::Routing::from(&r).cities, ["pudong", "minhang"]);
     assert_eq!(Routing::try_from(pb::Routing::from(&r)).unwrap(), r);
+    // Selectors: absent (the defaults) and declared empty (none) stay apart.
+    for selectors in [None, Some(vec![])] {
+        let r = Routing {
+            selectors,
+            ..r.clone()
+        };
+        assert_eq!(Routing::try_from(pb::Routing::from(&r)).unwrap(), r);
+    }
+    let mut wire = pb::Routing::from(&r);
+    if let Some(s) = wire.selectors.as_mut() {
+        s.items[0].dimension = "planet".into();
+    }
+    assert!(Routing::try_from(wire).is_err());
     // An older controller sends no ports: the default allow-list (443, 80) applies.
     let mut wire = pb::Routing::from(&r);
     wire.connect_ports.clear();

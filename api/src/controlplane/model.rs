@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::time::Duration;
 
-pub use crate::proxy::{Dial, Labels, Protocol, Strategy};
+pub use crate::proxy::{Dial, Dimension, Labels, Protocol, Selector, Strategy};
 
 /// A secret string (an upstream proxy password, a gateway client's inline password):
 /// never printed by `Debug`. Serde reads and writes it as the plain string, for the
@@ -205,6 +205,22 @@ pub struct Routing {
     pub retry: RetryBudget,
     /// Target ports CONNECT may reach.
     pub connect_ports: crate::egress::PortRanges,
+    /// Username parameters that select proxies by a dimension; `None`: the defaults
+    /// ([`Selector::defaults`]), `Some(vec![])`: none.
+    pub selectors: Option<Vec<Selector>>,
+}
+
+impl Routing {
+    /// Most selectors a routing may declare.
+    pub const MAX_SELECTORS: usize = 16;
+
+    /// The selectors in force: the declared ones, or the defaults.
+    pub fn selectors(&self) -> std::borrow::Cow<'_, [Selector]> {
+        match &self.selectors {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => std::borrow::Cow::Owned(Selector::defaults()),
+        }
+    }
 }
 
 /// A snapshot checksum (SHA-256, see [`super::state`]).

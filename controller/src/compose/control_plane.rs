@@ -43,6 +43,7 @@ pub fn routing_spec(r: &RoutingConfig) -> RoutingSpec {
                 deadline: r.retry.deadline,
             },
             connect_ports: r.connect_ports.clone(),
+            selectors: r.selectors.clone(),
         },
         gateway_groups: r.gateway_groups.clone(),
     }
@@ -90,6 +91,7 @@ mod tests {
     #[test]
     fn routings_keep_order_and_fields() {
         let r = RoutingConfig {
+            selectors: None,
             name: "r1".into(),
             priority: 1,
             clients: vec!["c".into()],
@@ -183,7 +185,8 @@ routings:
         assert_eq!(early.matcher.username_params[0].key, "country");
         assert!(early.matcher.username_params[0].values.is_empty());
         assert_eq!(cp.routings[1].routing.retry, RetryBudget::default());
-        assert_eq!(cp.routings[1].routing.sticky, None);
+        // Sessions are on by default.
+        assert_eq!(cp.routings[1].routing.sticky, Some(Sticky::default()));
         assert!(cp.routings.iter().all(|r| r.visible_to("any")));
         assert_eq!(cp.ownership.upstreams.len(), 1);
     }

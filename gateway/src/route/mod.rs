@@ -19,7 +19,9 @@ use crate::parse::authority::Host;
 use crate::parse::username::{SESSTIME, Username, parse_username, split_password_params};
 use crate::select::{self, Choice};
 use crate::session::{Lookup, MoveReason, SessionKey, SessionTable, StickyPolicy};
-use crate::snapshot::{CompiledRouting, LiveSnapshot, ProxyEntry, ProxyId};
+use crate::snapshot::{
+    CompiledRouting, LiveSnapshot, Narrowing, ProxyEntry, ProxyId, SelectionKey,
+};
 use crate::usage::UsageRecorder;
 use proxy_pool_api::controlplane::model::{RetryBudget, Sticky};
 
@@ -36,6 +38,9 @@ pub struct Ticket {
     /// The routing's request, tunnel and error counters.
     pub stats: &'static NamedCounters,
     session: Option<(SessionKey, StickyPolicy)>,
+    /// The selection its username parameters made within the routing (`None`: all
+    /// candidates).
+    selection: Option<SelectionKey>,
 }
 
 impl Ticket {
@@ -199,11 +204,18 @@ impl Router {
             }
             None => None,
         };
+        let selection = match routing.selection.narrow(user.params()) {
+            Narrowing::All => None,
+            Narrowing::Set(_, key) => Some(key),
+            Narrowing::Conflict(d) => return Err(GatewayError::BadParameter(d.as_str())),
+            Narrowing::NoMatch => return Err(GatewayError::NoMatchingProxy),
+        };
         let ticket = Ticket {
             routing: routing.name.clone(),
             retry: routing.spec.retry,
             stats: routing.stats,
             session,
+            selection,
         };
         let pick = self.choose(snap, routing, &ticket, now_ms, &[])?;
         // One request per admission that got a proxy (retries reselect; not recounted).
@@ -310,13 +322,23 @@ impl Router {
         now_ms: u64,
         exclude: &[ProxyId],
     ) -> Result<Pick, GatewayError> {
+        // The request's selection, found again in this snapshot (a retry may run on a
+        // newer one, where the selection can have emptied).
+        let set = match ticket.selection {
+            None => &routing.all,
+            Some(key) => routing
+                .selection
+                .by_key(key)
+                .ok_or(GatewayError::NoMatchingProxy)?,
+        };
+        let strategy = routing.spec.strategy;
         let pick = |choice: Choice, moved| Pick {
             entry: snap.proxies[choice.idx as usize].clone(),
             reservation: choice.reservation,
             moved,
         };
         let Some((key, policy)) = ticket.session else {
-            return select::pick(snap, routing, now_ms, exclude)
+            return select::pick_in(set, strategy, now_ms, exclude)
                 .map(|c| pick(c, None))
                 .ok_or(GatewayError::NoCapacity);
         };
@@ -328,7 +350,7 @@ impl Router {
                 if exclude.contains(&id) {
                     Some(MoveReason::ProxyFailed)
                 } else {
-                    let cand = snap.index_of(&id).and_then(|i| routing.candidate(i));
+                    let cand = snap.index_of(&id).and_then(|i| set.candidate(i));
                     match cand.filter(|c| now_ms < c.usable_until_ms) {
                         None => Some(MoveReason::ProxyGone),
                         Some(c) => match select::try_take(c, now_ms, exclude) {
@@ -340,7 +362,7 @@ impl Router {
             }
         };
         let choice =
-            select::pick(snap, routing, now_ms, exclude).ok_or(GatewayError::NoCapacity)?;
+            select::pick_in(set, strategy, now_ms, exclude).ok_or(GatewayError::NoCapacity)?;
         let chosen = pick(choice, moved);
         self.sessions
             .bind(key, chosen.entry.id.clone(), policy, now);

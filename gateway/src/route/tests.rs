@@ -113,7 +113,8 @@ fn a_routing_city_filter_keeps_only_its_cities() {
     ));
     let ids = |name: &str| -> Vec<String> {
         let r = s.routing(name).unwrap();
-        r.candidates
+        r.all
+            .candidates
             .iter()
             .map(|c| s.proxies[c.idx as usize].id.to_string())
             .collect()
@@ -498,4 +499,118 @@ fn an_out_of_bounds_sesstime_is_refused_before_any_slot_is_taken() {
         snap.proxies.iter().all(|p| p.state.counts() == (0, 0)),
         "no slot was taken"
     );
+}
+
+/// A catch-all routing over proxies in two countries and three cities, with the default
+/// selectors (`country`/`region` → region, `city`, `carrier`).
+fn geo_snapshot() -> LiveSnapshot {
+    let geo = |id: &str, region: &str, city: Option<&str>| {
+        let mut p = proxy(id, region, 5);
+        p.labels.city = city.map(str::to_owned);
+        p
+    };
+    let mut s = fixture::input(
+        1,
+        vec![fixture::routing("all")],
+        vec![
+            geo("ny1", "us", Some("new_york")),
+            geo("ny2", "us", Some("new_york")),
+            geo("la1", "us", Some("los_angeles")),
+            geo("us1", "us", None),
+            geo("be1", "us-east", Some("boston")),
+            geo("de1", "de", Some("berlin")),
+        ],
+    );
+    s.clients = vec![ClientCredential::from_password("team-a", "alice", "pw-a")];
+    build(s)
+}
+
+#[test]
+fn username_parameters_select_within_the_routing() {
+    let snap = geo_snapshot();
+    let router = Router::new(AuthMode::Required, 100);
+    // Every proxy a user can get, over enough picks to see each.
+    let reach = |user: &str| -> Result<Vec<String>, String> {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..60 {
+            let (_, pick) = router
+                .admit(Some(&snap), creds(user, "pw-a"), &WWW, now_ms())
+                .map_err(|e| e.reason().to_owned())?;
+            seen.insert(pick.entry.id.to_string());
+        }
+        Ok(seen.into_iter().collect())
+    };
+    assert_eq!(reach("alice").unwrap().len(), 6);
+    assert_eq!(
+        reach("alice-country-us").unwrap(),
+        ["la1", "ny1", "ny2", "us1"]
+    );
+    assert_eq!(
+        reach("alice-region-US").unwrap(),
+        ["la1", "ny1", "ny2", "us1"]
+    );
+    assert_eq!(reach("alice-city-new_york").unwrap(), ["ny1", "ny2"]);
+    assert_eq!(reach("alice-country-us-city-los_angeles").unwrap(), ["la1"]);
+    // A label holding `-`, escaped; the same through the password form.
+    assert_eq!(reach("alice-country-us%2Deast").unwrap(), ["be1"]);
+    let (_, pick) = router
+        .admit(
+            Some(&snap),
+            creds("alice", "pw-a_country-de_session-s1"),
+            &WWW,
+            now_ms(),
+        )
+        .unwrap();
+    assert_eq!(pick.entry.id.as_str(), "de1");
+    // Parameters that are not selectors do not narrow.
+    assert_eq!(reach("alice-tier-gold").unwrap().len(), 6);
+    // No proxy holds the value, or the combination: an error, never another proxy.
+    for user in [
+        "alice-country-fr",
+        "alice-country-de-city-new_york",
+        "alice-city-paris",
+    ] {
+        assert_eq!(reach(user), Err("no-matching-proxy".to_owned()), "{user}");
+    }
+    // Two parameters naming one dimension must agree.
+    assert_eq!(
+        reach("alice-country-us-region-de"),
+        Err("bad-parameter".to_owned())
+    );
+    assert_eq!(reach("alice-country-us-region-US").unwrap().len(), 4);
+}
+
+#[test]
+fn routings_declare_their_selectors() {
+    use proxy_pool_api::controlplane::model::{Dimension, Selector};
+    let mut s = fixture::input(
+        1,
+        vec![fixture::routing("all")],
+        vec![proxy("a", "us", 5), proxy("b", "de", 5)],
+    );
+    s.clients = vec![ClientCredential::from_password("team-a", "alice", "pw-a")];
+    // `cc` selects the region; `country` is then an ordinary parameter.
+    s.snapshot.routings[0].selectors = Some(vec![Selector::new("cc", Dimension::Region)]);
+    let snap = build(s.clone());
+    let router = Router::new(AuthMode::Required, 100);
+    let admit = |snap: &LiveSnapshot, user: &str| {
+        router
+            .admit(Some(snap), creds(user, "pw-a"), &WWW, now_ms())
+            .map(|(_, p)| p.entry.id.to_string())
+            .map_err(|e| e.reason())
+    };
+    for _ in 0..4 {
+        assert_eq!(admit(&snap, "alice-cc-de").as_deref(), Ok("b"));
+    }
+    assert_eq!(admit(&snap, "alice-cc-fr"), Err("no-matching-proxy"));
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..20 {
+        seen.insert(admit(&snap, "alice-country-fr").unwrap());
+    }
+    assert_eq!(seen.len(), 2, "country is no selector here");
+    // No selectors at all: nothing narrows.
+    s.snapshot.routings[0].selectors = Some(vec![]);
+    let snap = build(s);
+    assert!(admit(&snap, "alice-cc-fr").is_ok());
+    assert_eq!(snap.routings[0].selection.sets(), 0);
 }

@@ -11,7 +11,7 @@ mod rng;
 use std::sync::atomic::Ordering;
 
 use crate::capacity::Reservation;
-use crate::snapshot::{Candidate, CompiledRouting, LiveSnapshot, ProxyId};
+use crate::snapshot::{Candidate, CandidateSet, CompiledRouting, LiveSnapshot, ProxyId};
 use proxy_pool_api::controlplane::model::Strategy;
 
 /// Up to this many candidates least-active compares exactly; beyond it, a window of
@@ -27,25 +27,37 @@ pub struct Choice {
     pub reservation: Reservation,
 }
 
-/// Picks a proxy for `routing`: usable at `now_ms`, not in `exclude`, with room.
-/// (`_snap` is the snapshot the routing belongs to; selection needs only the routing.)
+/// Picks a proxy for `routing` among all its candidates: usable at `now_ms`, not in
+/// `exclude`, with room. (`_snap` is the snapshot the routing belongs to; selection
+/// needs only the routing.)
 pub fn pick(
     _snap: &LiveSnapshot,
     routing: &CompiledRouting,
     now_ms: u64,
     exclude: &[ProxyId],
 ) -> Option<Choice> {
-    if routing.candidates.is_empty() {
+    pick_in(&routing.all, routing.spec.strategy, now_ms, exclude)
+}
+
+/// Picks a proxy in `set` (a routing's candidates, or a selection within them) with
+/// `strategy`.
+pub fn pick_in(
+    set: &CandidateSet,
+    strategy: Strategy,
+    now_ms: u64,
+    exclude: &[ProxyId],
+) -> Option<Choice> {
+    if set.candidates.is_empty() {
         return None;
     }
-    let first = match routing.spec.strategy {
+    let first = match strategy {
         Strategy::RoundRobin => None,
-        Strategy::LeastActive => least_active(routing, now_ms, exclude),
-        Strategy::PowerOfTwoChoices => two_choices(routing, now_ms, exclude),
+        Strategy::LeastActive => least_active(set, now_ms, exclude),
+        Strategy::PowerOfTwoChoices => two_choices(set, now_ms, exclude),
     };
     first.or_else(|| {
-        let start = routing.cursor.fetch_add(1, Ordering::Relaxed);
-        scan(routing, start, now_ms, exclude)
+        let start = set.cursor.fetch_add(1, Ordering::Relaxed);
+        scan(set, start, now_ms, exclude)
     })
 }
 
@@ -65,13 +77,8 @@ fn is_excluded(c: &Candidate, exclude: &[ProxyId]) -> bool {
 }
 
 /// Every candidate once, from `start` on.
-fn scan(
-    routing: &CompiledRouting,
-    start: usize,
-    now_ms: u64,
-    exclude: &[ProxyId],
-) -> Option<Choice> {
-    let cands = &routing.candidates;
+fn scan(set: &CandidateSet, start: usize, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
+    let cands = &set.candidates;
     let start = start % cands.len();
     cands[start..]
         .iter()
@@ -85,14 +92,14 @@ fn usable_load(c: &Candidate, now_ms: u64, exclude: &[ProxyId]) -> Option<u32> {
         .then(|| c.state.load())
 }
 
-fn least_active(routing: &CompiledRouting, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
-    let cands = &routing.candidates;
+fn least_active(set: &CandidateSet, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
+    let cands = &set.candidates;
     let n = cands.len();
     let (start, len) = if n <= LEAST_ACTIVE_WINDOW {
         (0, n)
     } else {
         (
-            routing.cursor.fetch_add(1, Ordering::Relaxed) % n,
+            set.cursor.fetch_add(1, Ordering::Relaxed) % n,
             LEAST_ACTIVE_WINDOW,
         )
     };
@@ -111,8 +118,8 @@ fn least_active(routing: &CompiledRouting, now_ms: u64, exclude: &[ProxyId]) -> 
     best.and_then(|(c, _)| try_take(c, now_ms, exclude))
 }
 
-fn two_choices(routing: &CompiledRouting, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
-    let cands = &routing.candidates;
+fn two_choices(set: &CandidateSet, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
+    let cands = &set.candidates;
     let n = cands.len();
     if n == 1 {
         return try_take(&cands[0], now_ms, exclude);

@@ -97,7 +97,7 @@ fn least_active_prefers_the_idle_proxy() {
     drop(held);
     let _busy: Vec<_> = [0usize, 0, 1, 3]
         .iter()
-        .map(|&i| try_take(&r.candidates[i], now_ms(), &[]).unwrap())
+        .map(|&i| try_take(&r.all.candidates[i], now_ms(), &[]).unwrap())
         .collect();
     assert_eq!(pick(&snap, r, now_ms(), &[]).unwrap().idx, 2);
 }

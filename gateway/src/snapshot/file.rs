@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use proxy_pool_api::controlplane::model::{
-    Checksum, Credentials, Dial, Header, Labels, Protocol, RetryBudget, Routing, RoutingMatch,
-    Secret, Snapshot, SnapshotProxy, Sticky, Strategy, UsernameParam,
+    Checksum, Credentials, Dial, Dimension, Header, Labels, Protocol, RetryBudget, Routing,
+    RoutingMatch, Secret, Selector, Snapshot, SnapshotProxy, Sticky, Strategy, UsernameParam,
 };
 use proxy_pool_api::egress::PortRanges;
 
@@ -65,6 +65,10 @@ pub struct RawRouting {
     /// Target ports CONNECT may reach: `"443"`, `"8000-8999"` (empty: 443 and 80).
     #[serde(default)]
     pub connect_ports: Vec<String>,
+    /// Username parameters that select proxies: parameter → `region`, `city`,
+    /// `carrier`, `upstream` or `protocol` (absent: the defaults; `{}`: none).
+    #[serde(default)]
+    pub selectors: Option<BTreeMap<String, String>>,
 }
 
 /// Routing conditions.
@@ -184,7 +188,21 @@ impl SnapshotFile {
                 if !retry.deadline_valid() {
                     problems.push(format!("routings[{i}].retry.deadline: must be positive"));
                 }
+                let selectors = r.selectors.map(|s| {
+                    s.into_iter()
+                        .filter_map(|(param, dimension)| match Dimension::parse(&dimension) {
+                            Some(d) => Some(Selector::new(param, d)),
+                            None => {
+                                problems.push(format!(
+                                    "routings[{i}].selectors.{param}: unknown dimension {dimension:?}"
+                                ));
+                                None
+                            }
+                        })
+                        .collect()
+                });
                 Routing {
+                    selectors,
                     name: r.name,
                     matcher: RoutingMatch {
                         clients: r.matcher.clients,

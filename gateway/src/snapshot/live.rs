@@ -7,11 +7,12 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use proxy_pool_api::controlplane::model::{Protocol, Routing, SnapshotProxy};
 
+use super::selection::{CandidateSet, Selection};
 use super::{ClientCredential, LEASE_SAFETY, ProxyId, SnapshotInput};
 use crate::capacity::{CapacityRegistry, ProxyState};
 use crate::clock::{from_model_ms, from_unix_ms, unix_ms};
@@ -88,12 +89,13 @@ pub struct CompiledRouting {
     pub spec: Routing,
     /// The rule's name, shared with requests for retries.
     pub name: Arc<str>,
-    /// Candidates by ascending proxy index.
-    pub candidates: Vec<Candidate>,
+    /// Every candidate (by ascending proxy index) and its cursor.
+    pub all: CandidateSet,
+    /// The candidates each selection (username parameters) narrows to.
+    pub selection: Selection,
     /// Its request, tunnel and error counters.
     pub stats: &'static NamedCounters,
     target_patterns: Vec<TargetPattern>,
-    pub(crate) cursor: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -106,10 +108,7 @@ enum TargetPattern {
 impl CompiledRouting {
     /// The candidate for proxy `idx`, if it is one (binary search).
     pub fn candidate(&self, idx: u32) -> Option<&Candidate> {
-        self.candidates
-            .binary_search_by_key(&idx, |c| c.idx)
-            .ok()
-            .map(|i| &self.candidates[i])
+        self.all.candidate(idx)
     }
 
     /// Whether the routing's conditions hold for this request.
@@ -331,7 +330,7 @@ fn compile_routing(
     stats: &'static NamedCounters,
 ) -> CompiledRouting {
     let any_or = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
-    let candidates = proxies
+    let candidates: Vec<Candidate> = proxies
         .iter()
         .enumerate()
         .filter(|(_, p)| {
@@ -367,13 +366,14 @@ fn compile_routing(
             }
         })
         .collect();
+    let selection = Selection::build(&spec.selectors(), &candidates, proxies);
     CompiledRouting {
         name: Arc::from(spec.name.as_str()),
         spec,
-        candidates,
+        all: CandidateSet::new(candidates),
+        selection,
         stats,
         target_patterns,
-        cursor: AtomicUsize::new(0),
     }
 }
 

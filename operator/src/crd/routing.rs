@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::KubeSchema;
-use proxy_pool_api::proxy::Strategy;
+use proxy_pool_api::proxy::{Dimension, Strategy};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -61,6 +61,13 @@ custom_resource! {
         /// How a proxy is chosen among the candidates.
         #[serde(default)]
         pub strategy: Strategy,
+        /// Username parameters that select proxies, each with the dimension it selects
+        /// by: `region`, `city`, `carrier`, `upstream` or `protocol` (e.g.
+        /// `country: region`). Absent: `country` and `region` select the region,
+        /// `city` the city, `carrier` the carrier; `{}`: none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(extend("maxProperties" = 16))]
+        pub selectors: Option<BTreeMap<String, Dimension>>,
         /// Keep a client session on one proxy while it stays usable.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub sticky_session: Option<StickySession>,

@@ -33,6 +33,12 @@ pub struct RawRouting {
     /// (empty list: any value), e.g. `region: [shanghai]`.
     #[serde(default)]
     pub username_params: std::collections::BTreeMap<String, Vec<String>>,
+    /// Username parameters that select proxies, each with the dimension it selects by
+    /// (`region`, `city`, `carrier`, `upstream`, `protocol`), e.g. `country: region`.
+    /// Absent: the defaults (`country` and `region` → region, `city`, `carrier`);
+    /// `{}`: none.
+    #[serde(default)]
+    pub selectors: Option<std::collections::BTreeMap<String, String>>,
     /// Target hosts: exact names or `*.suffix` wildcards (empty: any target).
     #[serde(default)]
     pub target_hosts: Vec<String>,

@@ -29,7 +29,7 @@ pub use distribution::{
     LimitsConfig, Permission, Rate, TokenReviewConfig,
 };
 pub use leadership::{KubernetesLeadership, LEADER_POD_LABEL, LeadershipBackend, LeadershipConfig};
-pub use routing::{RetryConfig, RoutingConfig, Sticky, UsernameParamConfig};
+pub use routing::{Dimension, RetryConfig, RoutingConfig, Selector, Sticky, UsernameParamConfig};
 pub use store::{PoolConfig, RedisConfig, RedisTarget, RedisTls, StoreConfig};
 pub use upstream::{
     PasswordSource, ProxyCredentials, SourceConfig, StaticProxy, StaticSourceConfig,

@@ -5,6 +5,7 @@ use std::time::Duration;
 pub use crate::controlplane::model::Sticky;
 use crate::egress::PortRanges;
 use crate::proxy::Strategy;
+pub use crate::proxy::{Dimension, Selector};
 
 /// One routing rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,6 +32,8 @@ pub struct RoutingConfig {
     pub target_hosts: Vec<String>,
     /// Port of the TARGET health checks of the exact `target_hosts`.
     pub target_check_port: u16,
+    /// Username parameters that select proxies (`None`: the defaults).
+    pub selectors: Option<Vec<Selector>>,
     /// Sticky sessions (on by default; `None`: turned off).
     pub sticky: Option<Sticky>,
     /// Retry budget.

@@ -9,8 +9,10 @@ use crate::config::checks::username_token;
 use crate::config::raw::RawRouting;
 use crate::config::raw::{RawRetry, RawStickySession};
 use crate::config::types::{
-    PortRanges, RetryConfig, RoutingConfig, Sticky, Strategy, UsernameParamConfig,
+    Dimension, PortRanges, RetryConfig, RoutingConfig, Selector, Sticky, Strategy,
+    UsernameParamConfig,
 };
+use crate::controlplane::model::Routing;
 
 pub(super) fn routing(
     cx: &mut Ctx,
@@ -60,6 +62,10 @@ pub(super) fn routing(
         cities: cx.list(&format!("{path}.cities"), &raw.cities, 64),
         strategy,
         username_params: username_params(cx, &format!("{path}.usernameParams"), raw),
+        selectors: raw
+            .selectors
+            .as_ref()
+            .map(|s| selectors(cx, &format!("{path}.selectors"), s)),
         target_hosts: target_hosts(cx, &format!("{path}.targetHosts"), &raw.target_hosts),
         target_check_port: match raw.target_check_port {
             Some(0) => {
@@ -102,6 +108,44 @@ pub const MAX_USERNAME_PARAMS: usize = 16;
 
 /// Most target host patterns of one routing.
 pub const MAX_TARGET_HOSTS: usize = 256;
+
+fn selectors(
+    cx: &mut Ctx,
+    path: &str,
+    raw: &std::collections::BTreeMap<String, String>,
+) -> Vec<Selector> {
+    if raw.len() > Routing::MAX_SELECTORS {
+        cx.err(
+            path,
+            format!("at most {} selectors", Routing::MAX_SELECTORS),
+        );
+    }
+    let mut seen = HashSet::new();
+    raw.iter()
+        .filter_map(|(param, dimension)| {
+            if let Err(e) = username_token(param) {
+                cx.err(format!("{path}.{param}"), format!("parameter {e}"));
+            }
+            if !seen.insert(param.to_ascii_lowercase()) {
+                cx.err(
+                    format!("{path}.{param}"),
+                    "duplicate parameter (keys ignore case)",
+                );
+            }
+            let Some(d) = Dimension::parse(dimension) else {
+                cx.err(
+                    format!("{path}.{param}"),
+                    format!(
+                        "unknown dimension `{dimension}`: expected one of {}",
+                        crate::proxy::one_of(Dimension::ALL)
+                    ),
+                );
+                return None;
+            };
+            Some(Selector::new(param.clone(), d))
+        })
+        .collect()
+}
 
 fn username_params(cx: &mut Ctx, path: &str, raw: &RawRouting) -> Vec<UsernameParamConfig> {
     if raw.username_params.len() > MAX_USERNAME_PARAMS {

@@ -49,6 +49,11 @@ pub(super) fn routing(
     let labels = r.spec.labels.clone().unwrap_or_default();
     let matcher = r.spec.match_.clone().unwrap_or_default();
     Ok(RawRouting {
+        selectors: r.spec.selectors.as_ref().map(|m| {
+            m.iter()
+                .map(|(param, d)| (param.clone(), d.as_str().to_owned()))
+                .collect()
+        }),
         name: name(r),
         // The CRD runs the highest priority first, the config the lowest.
         priority: -r.spec.priority,
