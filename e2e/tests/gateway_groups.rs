@@ -98,6 +98,7 @@ metadata: {name: edge}
 spec:
   replicas: 2
   listeners: {http: {port: 3128}}
+  limits: {maxConnections: 500, handshakeTimeout: 5s, writeTimeout: 20s, maxRequestHeaders: 80}
 ---
 apiVersion: proxypool.io/v1alpha1
 kind: GatewayGroup
@@ -372,6 +373,29 @@ async fn one_gateway_group_serves_several_routings() {
         .expect("--gateway-group")
         .to_owned();
     assert_eq!(group, "edge");
+    // The gateways run with the Deployment's flags, but for the addresses and files
+    // that differ outside a pod: the group's limits must be flags the gateway takes.
+    let pod_args: Vec<String> = args
+        .iter()
+        .filter(|a| {
+            ![
+                "--http-listen=",
+                "--socks5-listen=",
+                "--admin-listen=",
+                "--controller=",
+                "--clients-file=",
+            ]
+            .iter()
+            .any(|p| a.starts_with(p))
+        })
+        .cloned()
+        .collect();
+    for want in ["--max-connections=500", "--handshake-timeout-seconds=5"] {
+        assert!(
+            pod_args.iter().any(|a| a == want),
+            "{want} not in {pod_args:?}"
+        );
+    }
     let clients_cm = config_maps
         .get("edge-gateway-clients")
         .await
@@ -416,7 +440,7 @@ async fn one_gateway_group_serves_several_routings() {
                 &format!("edge-gateway-{i}"),
                 &gateway_dir.join("clients.json"),
             )
-            .args(["--gateway-group", &group]),
+            .args(&pod_args),
         );
     }
     for (i, (_, admin)) in gateways.iter().enumerate() {

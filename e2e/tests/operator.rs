@@ -490,7 +490,12 @@ async fn invalid_resources_are_rejected(cluster: &KubeApiServer) {
         (
             "short-write",
             json!({"limits": {"writeTimeout": "500ms"}}),
-            "limits.writeTimeout must be at least 1s",
+            "limits.writeTimeout must be 1s to 24h",
+        ),
+        (
+            "many-headers",
+            json!({"limits": {"maxRequestHeaders": 300}}),
+            "spec.limits.maxRequestHeaders",
         ),
     ] {
         assert_rejected(cluster, group(name, extra), &[says]).await;

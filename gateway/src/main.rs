@@ -3,10 +3,12 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use clap::builder::RangedU64ValueParser;
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, Endpoints};
 use proxy_pool_api::egress::EgressPolicy;
 use proxy_pool_gateway::admin::serve_admin;
 use proxy_pool_gateway::controlplane::{Agent, AgentConfig};
+use proxy_pool_gateway::parse::http_head::HeadLimits;
 use proxy_pool_gateway::snapshot::file::SnapshotFile;
 use proxy_pool_gateway::{
     AuthMode, Gateway, GatewayConfig, SnapshotHandle, WorkerListeners, bind_reuseport,
@@ -51,6 +53,27 @@ struct Args {
     /// Longest time one write to a client or a vendor proxy may make no progress.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     write_timeout_seconds: u64,
+    /// Open client connections per listener (shared fairly between sources).
+    #[arg(long, default_value_t = 10_000, value_parser = RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    max_connections: usize,
+    /// Open client connections from one source address.
+    #[arg(long, default_value_t = 2_500, value_parser = RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    max_connections_per_source: usize,
+    /// Time a client has to send its first request head / SOCKS5 handshake.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    handshake_timeout_seconds: u64,
+    /// Time a kept-alive client connection may sit idle between requests.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    client_idle_timeout_seconds: u64,
+    /// Time a tunnel or body transfer may see no byte in either direction.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    io_idle_timeout_seconds: u64,
+    /// Largest request head (request line + headers), bytes: 1 KiB to 1 MiB.
+    #[arg(long, default_value_t = 16 * 1024, value_parser = RangedU64ValueParser::<usize>::new().range(1024..=1024 * 1024))]
+    max_request_head_bytes: usize,
+    /// Most header fields in a request head (1 to 256).
+    #[arg(long, default_value_t = 64, value_parser = RangedU64ValueParser::<usize>::new().range(1..=256))]
+    max_request_headers: usize,
     /// On SIGTERM, answer `/readyz` with 503 this long while still serving, before the
     /// listeners close and the drain starts: time for the cluster to take the pod out
     /// of its Service (a second signal skips the wait). At most 300.
@@ -167,6 +190,15 @@ async fn serve(args: Args, workers: usize) -> Result<()> {
         drain_grace: Duration::from_secs(args.drain_grace_seconds),
         request_body_timeout: Duration::from_secs(args.request_body_timeout_seconds),
         write_timeout: Duration::from_secs(args.write_timeout_seconds),
+        max_connections: args.max_connections,
+        max_connections_per_source: args.max_connections_per_source,
+        handshake_timeout: Duration::from_secs(args.handshake_timeout_seconds),
+        client_idle_timeout: Duration::from_secs(args.client_idle_timeout_seconds),
+        io_idle_timeout: Duration::from_secs(args.io_idle_timeout_seconds),
+        head: HeadLimits {
+            max_head_bytes: args.max_request_head_bytes,
+            max_headers: args.max_request_headers,
+        },
         egress,
         ..GatewayConfig::default()
     };

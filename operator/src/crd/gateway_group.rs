@@ -208,24 +208,103 @@ pub struct DisruptionBudget {
     pub max_unavailable: Option<IntOrString>,
 }
 
-/// Limits of each gateway process (whole seconds; the gateway's defaults when unset).
+/// Limits of each gateway process, as its flags (durations in whole seconds, rounded
+/// up; the gateway's defaults when unset).
 #[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[x_kube(validation = Rule::new("!has(self.writeTimeout) || duration(self.writeTimeout) >= duration('1s')")
-    .message("limits.writeTimeout must be at least 1s"))]
-#[x_kube(validation = Rule::new("!has(self.requestBodyTimeout) || duration(self.requestBodyTimeout) >= duration('1s')")
-    .message("limits.requestBodyTimeout must be at least 1s"))]
+#[x_kube(validation = Rule::new("!has(self.writeTimeout) || (duration(self.writeTimeout) >= duration('1s') && duration(self.writeTimeout) <= duration('24h'))")
+    .message("limits.writeTimeout must be 1s to 24h"))]
+#[x_kube(validation = Rule::new("!has(self.requestBodyTimeout) || (duration(self.requestBodyTimeout) >= duration('1s') && duration(self.requestBodyTimeout) <= duration('24h'))")
+    .message("limits.requestBodyTimeout must be 1s to 24h"))]
+#[x_kube(validation = Rule::new("!has(self.handshakeTimeout) || (duration(self.handshakeTimeout) >= duration('1s') && duration(self.handshakeTimeout) <= duration('1h'))")
+    .message("limits.handshakeTimeout must be 1s to 1h"))]
+#[x_kube(validation = Rule::new("!has(self.clientIdleTimeout) || (duration(self.clientIdleTimeout) >= duration('1s') && duration(self.clientIdleTimeout) <= duration('24h'))")
+    .message("limits.clientIdleTimeout must be 1s to 24h"))]
+#[x_kube(validation = Rule::new("!has(self.idleTimeout) || (duration(self.idleTimeout) >= duration('1s') && duration(self.idleTimeout) <= duration('24h'))")
+    .message("limits.idleTimeout must be 1s to 24h"))]
 #[serde(rename_all = "camelCase")]
 pub struct GatewayLimits {
+    /// Open client connections per listener (`--max-connections`, default 10,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub max_connections: Option<i32>,
+    /// Open client connections from one source address
+    /// (`--max-connections-per-source`, default 2,500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub max_connections_per_source: Option<i32>,
+    /// Time a client has to send its first request head or SOCKS5 handshake
+    /// (`--handshake-timeout-seconds`, default 10s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
+    pub handshake_timeout: Option<String>,
+    /// Time a kept-alive client connection may sit idle between requests
+    /// (`--client-idle-timeout-seconds`, default 60s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
+    pub client_idle_timeout: Option<String>,
+    /// Time a tunnel or body transfer may see no byte in either direction
+    /// (`--io-idle-timeout-seconds`, default 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
+    pub idle_timeout: Option<String>,
     /// Longest time one write to a client or a vendor proxy may make no progress
     /// (`--write-timeout-seconds`, default 30s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
     pub write_timeout: Option<String>,
     /// Longest time a client may take to send one request body
-    /// (`--request-body-timeout-seconds`, default 120s).
+    /// (`--request-body-timeout-seconds`, default 2m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = DURATION_MAX_LEN), pattern(DURATION_PATTERN))]
     pub request_body_timeout: Option<String>,
+    /// Largest request head, bytes (`--max-request-head-bytes`, default 16 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1024, max = 1_048_576))]
+    pub max_request_head_bytes: Option<i32>,
+    /// Most header fields in a request head (`--max-request-headers`, default 64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 256))]
+    pub max_request_headers: Option<i32>,
+}
+
+impl GatewayLimits {
+    /// The gateway flags these limits set, as `(flag, value)`; durations are whole
+    /// seconds rounded up (a value the API server would not admit is left out).
+    pub fn flags(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        for (flag, n) in [
+            ("max-connections", self.max_connections),
+            (
+                "max-connections-per-source",
+                self.max_connections_per_source,
+            ),
+            ("max-request-head-bytes", self.max_request_head_bytes),
+            ("max-request-headers", self.max_request_headers),
+        ] {
+            if let Some(n) = n {
+                out.push((flag, n.to_string()));
+            }
+        }
+        for (flag, d) in [
+            ("handshake-timeout-seconds", &self.handshake_timeout),
+            ("client-idle-timeout-seconds", &self.client_idle_timeout),
+            ("io-idle-timeout-seconds", &self.idle_timeout),
+            ("write-timeout-seconds", &self.write_timeout),
+            ("request-body-timeout-seconds", &self.request_body_timeout),
+        ] {
+            if let Some(secs) = d.as_deref().and_then(whole_seconds) {
+                out.push((flag, secs.to_string()));
+            }
+        }
+        out
+    }
+}
+
+/// A duration as whole seconds for a gateway flag, rounded up (at least 1).
+fn whole_seconds(text: &str) -> Option<u64> {
+    let d = super::parse_duration(text).ok()?;
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    Some(secs.max(1))
 }
 
 /// What the operator last reported about a gateway group.

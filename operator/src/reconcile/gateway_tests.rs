@@ -473,7 +473,14 @@ fn a_group_has_its_own_names_selector_owner_and_flags() {
     });
     g.spec.limits = Some(crate::crd::GatewayLimits {
         write_timeout: Some("1500ms".into()),
-        request_body_timeout: None,
+        max_connections: Some(5000),
+        max_connections_per_source: Some(100),
+        handshake_timeout: Some("5s".into()),
+        client_idle_timeout: Some("2m".into()),
+        idle_timeout: Some("1h".into()),
+        max_request_head_bytes: Some(32768),
+        max_request_headers: Some(100),
+        ..Default::default()
     });
     let pod = deployment(&group_wl(&g), &template(), &no_clients())
         .spec
@@ -487,6 +494,13 @@ fn a_group_has_its_own_names_selector_owner_and_flags() {
             "--proxy-protocol-from=10.0.0.0/8",
             "--proxy-protocol-from=2001:db8::/32",
             "--write-timeout-seconds=2",
+            "--max-connections=5000",
+            "--max-connections-per-source=100",
+            "--handshake-timeout-seconds=5",
+            "--client-idle-timeout-seconds=120",
+            "--io-idle-timeout-seconds=3600",
+            "--max-request-head-bytes=32768",
+            "--max-request-headers=100",
         ],
     );
     let args = pod.containers[0].args.clone().expect("args");

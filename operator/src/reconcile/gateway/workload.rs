@@ -28,7 +28,7 @@ use kube::Resource;
 use sha2::{Digest, Sha256};
 
 use super::clients::{CLIENTS_DIR, CLIENTS_KEY, GatewayClients};
-use crate::crd::{GatewayGroup, GatewayGroupSpec, Routing, parse_duration};
+use crate::crd::{GatewayGroup, GatewayGroupSpec, Routing};
 use crate::reconcile::common::{COMPONENT_LABEL, MANAGED_BY, SECRET_FILE_MODE};
 use crate::reconcile::error::Error;
 use crate::reconcile::gateway_pod::GatewayPodSettings;
@@ -316,14 +316,7 @@ fn args(w: &Workload, t: &GatewayTemplate, admin: i32) -> Vec<String> {
         format!("--drain-grace-seconds={}", t.pod.drain_grace_seconds),
     ];
     if let Some(l) = &w.spec.limits {
-        for (flag, value) in [
-            ("write-timeout-seconds", &l.write_timeout),
-            ("request-body-timeout-seconds", &l.request_body_timeout),
-        ] {
-            if let Some(secs) = value.as_deref().and_then(whole_seconds) {
-                args.push(format!("--{flag}={secs}"));
-            }
-        }
+        args.extend(l.flags().into_iter().map(|(f, v)| format!("--{f}={v}")));
     }
     // Only when set: the flag is new in the gateway.
     if let Some(p) = &w.spec.proxy_protocol {
@@ -334,14 +327,6 @@ fn args(w: &Workload, t: &GatewayTemplate, admin: i32) -> Vec<String> {
         );
     }
     args
-}
-
-/// A duration as whole seconds for a gateway flag, rounded up (at least 1); `None`
-/// for a value the API server would not have admitted.
-fn whole_seconds(text: &str) -> Option<u64> {
-    let d = parse_duration(text).ok()?;
-    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-    Some(secs.max(1))
 }
 
 /// The gateway Deployment of a group. Its `replicas` is left out while an autoscaler
