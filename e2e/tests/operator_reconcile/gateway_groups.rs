@@ -233,7 +233,53 @@ pub(super) async fn one_group_serves_many_routings(
     }
 
     a_routing_moves_from_its_inline_gateway_to_the_group(cluster, client).await;
+    a_group_named_like_an_inline_routing_conflicts(cluster, client).await;
     the_gateway_goes_with_the_last_routing_and_with_the_group(cluster, client).await;
+}
+
+/// A group with the name of a Routing that still has an inline gateway would share
+/// its objects and `--gateway-group`: Degraded `NameConflict`, nothing applied, the
+/// Routing's gateway untouched.
+async fn a_group_named_like_an_inline_routing_conflicts(
+    cluster: &KubeApiServer,
+    client: &kube::Client,
+) {
+    let clash = r#"
+apiVersion: proxypool.io/v1alpha1
+kind: Routing
+metadata: {name: clash}
+spec:
+  upstreams: [vendor-sim]
+  gateway: {replicas: 1, listeners: {http: {port: 3128}}}
+---
+apiVersion: proxypool.io/v1alpha1
+kind: Routing
+metadata: {name: clash-member}
+spec:
+  gatewayGroup: clash
+  upstreams: [vendor-sim]
+---
+apiVersion: proxypool.io/v1alpha1
+kind: GatewayGroup
+metadata: {name: clash}
+spec:
+  listeners: {socks5: {port: 1080}}
+"#;
+    kubectl_ok(cluster, &["apply", "-n", NS, "-f", "-"], Some(clash)).await;
+    let g: GatewayGroup = eventually("the clash group Degraded", 60, || async {
+        let g: GatewayGroup = get(client, "clash").await;
+        let degraded = condition(g.conditions(), "Degraded")?;
+        (degraded.status == "True" && degraded.reason == "NameConflict").then_some(g)
+    })
+    .await;
+    assert!(g.status.expect("status").service.is_none());
+    let d: Deployment = get(client, "clash-gateway").await;
+    assert_eq!(
+        d.owner_references()[0].kind,
+        "Routing",
+        "the inline gateway stays"
+    );
+    kubectl_ok(cluster, &["delete", "-n", NS, "-f", "-"], Some(clash)).await;
 }
 
 /// Migration: a Routing with an inline gateway names the group instead; its own
