@@ -364,20 +364,20 @@ EOF
         --wait --timeout 5m >"$CLUSTER_LOGS/helm-install.log"
     cluster_say "helm install $CLUSTER_RELEASE: every pod Ready ($(elapsed))"
     local f
-    for f in upstream distribution-client routing; do
+    for f in upstream distribution-client gateway-group routing; do
         cluster_kubectl -n "$ns" apply -f "examples/$f.yaml" --selector='!proxypool.io/example-secret' >/dev/null
     done
-    wait_until "gateway Deployment shanghai-crawler-gateway created" 120 kube-apiserver \
-        cluster_kubectl -n "$ns" get deployment shanghai-crawler-gateway
+    wait_until "gateway Deployment edge-gateway created" 120 kube-apiserver \
+        cluster_kubectl -n "$ns" get deployment edge-gateway
     wait_until "gateway pods Ready" 240 kube-apiserver \
-        cluster_kubectl -n "$ns" rollout status deployment/shanghai-crawler-gateway --timeout=5s
+        cluster_kubectl -n "$ns" rollout status deployment/edge-gateway --timeout=5s
     # Ready pods are not yet a working installation: the controller rolls when the
     # resources change its config, and the gateways need proxies the checker passed.
     # Wait for what the printed commands do: a request through the gateway Service,
     # and the extract API answering through the Ingress (401 without a key: nothing
     # is taken from the pool).
     local gw_ip
-    gw_ip=$(cluster_kubectl -n "$ns" get service shanghai-crawler-gateway -o jsonpath='{.spec.clusterIP}')
+    gw_ip=$(cluster_kubectl -n "$ns" get service edge-gateway -o jsonpath='{.spec.clusterIP}')
     wait_until "a request through the gateway" 300 kube-apiserver \
         curl -fsS --max-time 5 -x "http://$gw_user-region-shanghai:$gw_pass@$gw_ip:3128" \
         http://localhost:8901/cluster-up
@@ -391,7 +391,7 @@ print_usage() {
     # shellcheck source=/dev/null
     . "$CLUSTER_DIR/credentials.env"
     local ns=$CLUSTER_NAMESPACE gw_ip
-    gw_ip=$(cluster_kubectl -n "$ns" get service shanghai-crawler-gateway -o jsonpath='{.spec.clusterIP}')
+    gw_ip=$(cluster_kubectl -n "$ns" get service edge-gateway -o jsonpath='{.spec.clusterIP}')
     local k="$CLUSTER_BIN_DIR/kubectl --kubeconfig $CLUSTER_KUBECONFIG"
     cat <<EOF
 

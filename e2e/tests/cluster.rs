@@ -41,7 +41,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NS: &str = "proxy-pool";
 const RELEASE: &str = "proxy-pool";
-const GATEWAY: &str = "shanghai-crawler-gateway";
+/// The example GatewayGroup `edge`'s gateway Deployment and Service.
+const GATEWAY: &str = "edge-gateway";
 const CONTROLLER: &str = "proxy-pool-controller";
 const CLIENT_POD: &str = "e2e-client";
 /// The simulator's echo server as its proxies see it (their own loopback).
@@ -255,7 +256,7 @@ async fn kubectl_get_shows_the_columns(c: &LocalCluster) {
                 "shanghai-crawler",
                 "powerOfTwoChoices",
                 "10",
-                "2",
+                "edge",
                 "2",
                 "True",
             ]
@@ -322,18 +323,18 @@ async fn upstream_status_shows_the_controllers_inventory(c: &LocalCluster) {
     assert_eq!(ready["status"], "True", "{status}");
 }
 
-/// A Routing is Ready only when all its gateway pods are: one more replica turns it
-/// `Ready=False` (`GatewayPodsNotReady`) until the new pod is Ready; back to two, it is
-/// Ready again.
+/// A Routing is Ready only when all its group's gateway pods are: one more replica of
+/// the GatewayGroup turns it `Ready=False` (`GatewayPodsNotReady`) until the new pod
+/// is Ready; back to two, it is Ready again.
 async fn routing_readiness_follows_its_gateway_pods(c: &LocalCluster) {
     let scale = |replicas: u32| async move {
-        let patch = serde_json::json!({"spec": {"gateway": {"replicas": replicas}}});
+        let patch = serde_json::json!({"spec": {"replicas": replicas}});
         c.kubectl_ok(&[
             "-n",
             NS,
             "patch",
-            "routing",
-            "shanghai-crawler",
+            "gatewaygroup",
+            "edge",
             "--type",
             "merge",
             "-p",

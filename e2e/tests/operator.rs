@@ -17,12 +17,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use proxy_pool_e2e::k8s::{
-    CLIENT_COLUMNS, K8sBins, KubeApiServer, ROUTING_COLUMNS, UPSTREAM_COLUMNS, Workloads,
-    kubectl_table,
+    CLIENT_COLUMNS, GROUP_COLUMNS, K8sBins, KubeApiServer, ROUTING_COLUMNS, UPSTREAM_COLUMNS,
+    Workloads, kubectl_table,
 };
 use proxy_pool_operator::crd::{
-    DistributionClient, ObservedConditions, Routing, StaticSource, Upstream, UpstreamInventory,
-    UpstreamSource, UpstreamSpec, UpstreamStatus,
+    DistributionClient, GatewayGroup, ObservedConditions, Routing, StaticSource, Upstream,
+    UpstreamInventory, UpstreamSource, UpstreamSpec, UpstreamStatus,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -92,7 +92,12 @@ async fn install_crds(cluster: &KubeApiServer) {
         err.trim().is_empty(),
         "kubectl apply of the CRDs warned:\n{err}"
     );
-    for name in ["upstreams", "routings", "distributionclients"] {
+    for name in [
+        "upstreams",
+        "routings",
+        "distributionclients",
+        "gatewaygroups",
+    ] {
         assert!(
             out.contains(&format!(
                 "customresourcedefinition.apiextensions.k8s.io/{name}.proxypool.io created"
@@ -105,6 +110,7 @@ async fn install_crds(cluster: &KubeApiServer) {
         "upstreams.proxypool.io",
         "routings.proxypool.io",
         "distributionclients.proxypool.io",
+        "gatewaygroups.proxypool.io",
     ] {
         tokio::time::timeout(
             Duration::from_secs(60),
@@ -118,7 +124,10 @@ async fn install_crds(cluster: &KubeApiServer) {
     for _ in 0..40 {
         let (ok, _, _) = kubectl(
             cluster,
-            &["get", "upstreams,routings,distributionclients"],
+            &[
+                "get",
+                "upstreams,routings,distributionclients,gatewaygroups",
+            ],
             None,
         )
         .await;
@@ -137,6 +146,13 @@ async fn examples_apply_and_read_back(cluster: &KubeApiServer) {
             [
                 "secret/vendor-sim-credentials created",
                 "upstream.proxypool.io/vendor-sim created",
+            ],
+        ),
+        (
+            "gateway-group.yaml",
+            [
+                "gatewaygroup.proxypool.io/edge created",
+                "gatewaygroup.proxypool.io/edge created",
             ],
         ),
         (
@@ -174,6 +190,11 @@ async fn examples_apply_and_read_back(cluster: &KubeApiServer) {
     assert_eq!(
         got.spec, local.spec,
         "Routing read back differs from examples/routing.yaml"
+    );
+    let (got, local) = read_back::<GatewayGroup>(&client, "edge", "gateway-group.yaml").await;
+    assert_eq!(
+        got.spec, local.spec,
+        "GatewayGroup read back differs from examples/gateway-group.yaml"
     );
     let (got, local) =
         read_back::<DistributionClient>(&client, "team-crawler", "distribution-client.yaml").await;
@@ -410,7 +431,110 @@ async fn invalid_resources_are_rejected(cluster: &KubeApiServer) {
         &["spec.gateway.listeners", "http.port and gateway.listeners.socks5.port must differ"],
     )
     .await;
-    let names = kubectl_ok(cluster, &["get", "upstreams", "-o", "name"]).await;
+    // Routing with both the inline gateway and a group, and with neither.
+    let listeners = json!({"listeners": {"http": {"port": 3128}}});
+    assert_rejected(
+        cluster,
+        json!({"apiVersion": "proxypool.io/v1alpha1", "kind": "Routing", "metadata": {"name": "both"},
+               "spec": {"gatewayGroup": "edge", "gateway": listeners}}),
+        &["spec.gateway (deprecated) and spec.gatewayGroup are mutually exclusive"],
+    )
+    .await;
+    assert_rejected(
+        cluster,
+        json!({"apiVersion": "proxypool.io/v1alpha1", "kind": "Routing", "metadata": {"name": "neither"},
+               "spec": {"priority": 1}}),
+        &["spec.gatewayGroup (or the deprecated spec.gateway) is required"],
+    )
+    .await;
+    // GatewayGroups: exposure fields that need another Service type, bad CIDRs, an
+    // inverted autoscaling range, a budget with both bounds.
+    let group = |name: &str, extra: Value| {
+        let mut spec = listeners.clone();
+        for (k, v) in extra.as_object().expect("object") {
+            spec[k] = v.clone();
+        }
+        json!({"apiVersion": "proxypool.io/v1alpha1", "kind": "GatewayGroup", "metadata": {"name": name}, "spec": spec})
+    };
+    for (name, extra, says) in [
+        (
+            "etp-clusterip",
+            json!({"service": {"externalTrafficPolicy": "Local"}}),
+            "service.externalTrafficPolicy needs service.type NodePort or LoadBalancer",
+        ),
+        (
+            "ranges-nodeport",
+            json!({"service": {"type": "NodePort", "loadBalancerSourceRanges": ["10.0.0.0/8"]}}),
+            "service.loadBalancerSourceRanges needs service.type LoadBalancer",
+        ),
+        (
+            "bad-cidr",
+            json!({"service": {"type": "LoadBalancer", "loadBalancerSourceRanges": ["10.0.0.0/33"]}}),
+            "service.loadBalancerSourceRanges holds CIDRs",
+        ),
+        (
+            "bad-proxy-protocol",
+            json!({"proxyProtocol": {"trustedSources": ["lb.example.com"]}}),
+            "proxyProtocol.trustedSources holds CIDRs",
+        ),
+        (
+            "inverted",
+            json!({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}),
+            "autoscaling.minReplicas must not exceed autoscaling.maxReplicas",
+        ),
+        (
+            "two-bounds",
+            json!({"podDisruptionBudget": {"minAvailable": 1, "maxUnavailable": 1}}),
+            "podDisruptionBudget takes minAvailable or maxUnavailable, not both",
+        ),
+        (
+            "short-write",
+            json!({"limits": {"writeTimeout": "500ms"}}),
+            "limits.writeTimeout must be 1s to 24h",
+        ),
+        (
+            "many-headers",
+            json!({"limits": {"maxRequestHeaders": 300}}),
+            "spec.limits.maxRequestHeaders",
+        ),
+    ] {
+        assert_rejected(cluster, group(name, extra), &[says]).await;
+    }
+    // Defaults: a ClusterIP Service, 2 replicas; autoscaling's minimum and CPU target.
+    let minimal = group(
+        "defaults",
+        json!({"autoscaling": {"maxReplicas": 4}, "service": {}}),
+    );
+    let (ok, out, err) = kubectl(cluster, &["apply", "-f", "-"], Some(&minimal.to_string())).await;
+    assert!(ok, "minimal GatewayGroup rejected:\n{err}{out}");
+    let got = Api::<GatewayGroup>::namespaced(cluster.client(), NS)
+        .get("defaults")
+        .await
+        .expect("get defaults");
+    let local: GatewayGroup = serde_json::from_value(minimal).expect("local deserialise");
+    assert_eq!(
+        got.spec, local.spec,
+        "server defaults differ from serde defaults"
+    );
+    let a = got.spec.autoscaling.as_ref().expect("autoscaling");
+    assert_eq!(
+        (
+            got.spec.replicas,
+            a.min_replicas,
+            a.target_cpu_utilization_percentage
+        ),
+        (2, 2, 80)
+    );
+    assert_eq!(
+        got.spec.service.as_ref().map(|s| s.type_),
+        Some(proxy_pool_operator::crd::ServiceType::ClusterIP)
+    );
+    kubectl_ok(cluster, &["delete", "gatewaygroup", "defaults"]).await;
+    let names = kubectl_ok(
+        cluster,
+        &["get", "upstreams,routings,gatewaygroups", "-o", "name"],
+    )
+    .await;
     assert!(
         !names.contains("bad-") && !names.contains("two-sources"),
         "a rejected Upstream exists:\n{names}"
@@ -501,16 +625,20 @@ async fn server_side_apply_and_printer_columns(cluster: &KubeApiServer) {
     for (kind, columns) in [
         ("routings", ROUTING_COLUMNS.as_slice()),
         ("distributionclients", CLIENT_COLUMNS.as_slice()),
+        ("gatewaygroups", GROUP_COLUMNS.as_slice()),
     ] {
         let table = Table::parse(&kubectl_ok(cluster, &["get", kind]).await);
         assert_eq!(table.columns, columns, "{table:?}");
     }
     let routing = Table::parse(&kubectl_ok(cluster, &["get", "routings"]).await);
+    // The group column comes from the status (no operator runs here).
     assert_eq!(
         routing.row("shanghai-crawler")[..4],
-        ["shanghai-crawler", "powerOfTwoChoices", "10", "2"],
+        ["shanghai-crawler", "powerOfTwoChoices", "10", ""],
         "{routing:?}"
     );
+    let groups = Table::parse(&kubectl_ok(cluster, &["get", "gwg"]).await);
+    assert_eq!(groups.row("edge")[..2], ["edge", "ClusterIP"], "{groups:?}");
     let clients = Table::parse(&kubectl_ok(cluster, &["get", "distributionclients"]).await);
     assert_eq!(
         clients.row("team-crawler")[..3],
@@ -524,7 +652,8 @@ async fn server_side_apply_and_printer_columns(cluster: &KubeApiServer) {
     let all = kubectl_ok(cluster, &["get", "proxypool", "-o", "name"]).await;
     assert!(
         all.contains("upstream.proxypool.io/vendor-sim")
-            && all.contains("routing.proxypool.io/shanghai-crawler"),
+            && all.contains("routing.proxypool.io/shanghai-crawler")
+            && all.contains("gatewaygroup.proxypool.io/edge"),
         "{all}"
     );
 }

@@ -27,7 +27,9 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
 use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
 use proxy_pool_gateway::snapshot::ClientCredential;
-use proxy_pool_operator::crd::{DistributionClient, HasConditions, Routing, Upstream};
+use proxy_pool_operator::crd::{
+    DistributionClient, GatewayGroup, HasConditions, Routing, Upstream,
+};
 use proxy_pool_operator::identity::{CaParams, IdentityOptions, IdentityService, IssuerConfig};
 use proxy_pool_operator::reconcile::hash_key::{self, HashKey};
 use proxy_pool_operator::reconcile::{
@@ -39,8 +41,9 @@ const NS: &str = "proxy-pool";
 const RELEASE: &str = "proxy-pool";
 const CONTROLLER: &str = "proxy-pool-controller";
 const CONFIG_MAP: &str = "proxy-pool-controller-config";
-const GATEWAY: &str = "shanghai-crawler-gateway";
-const GATEWAY_CLIENTS: &str = "shanghai-crawler-gateway-clients";
+/// The example GatewayGroup `edge`'s gateway objects (it serves the example Routing).
+const GATEWAY: &str = "edge-gateway";
+const GATEWAY_CLIENTS: &str = "edge-gateway-clients";
 const CONTROLLER_TLS: &str = "proxy-pool-controller-tls";
 const TRUST_BUNDLE: &str = "proxy-pool-trust-bundle";
 const HELM_ENV: &str = "PROXY_POOL_HELM_BIN";
@@ -299,6 +302,9 @@ fn operator_config(base_yaml: &str) -> OperatorConfig {
         hash_key: HashKey::new([7; 32]),
     }
 }
+
+#[path = "operator_reconcile/gateway_groups.rs"]
+mod gateway_groups;
 
 #[test]
 fn chart_crds_are_the_generated_crds() {
@@ -694,7 +700,12 @@ async fn operator_reconciles_on_a_real_cluster() {
     );
 
     // The examples.
-    for f in ["upstream.yaml", "distribution-client.yaml", "routing.yaml"] {
+    for f in [
+        "upstream.yaml",
+        "distribution-client.yaml",
+        "gateway-group.yaml",
+        "routing.yaml",
+    ] {
         let path = repo_path(&format!("examples/{f}")).display().to_string();
         kubectl_ok(&cluster, &["apply", "-n", NS, "-f", &path], None).await;
     }
@@ -741,7 +752,7 @@ async fn operator_reconciles_on_a_real_cluster() {
     let config = config_map_is_rendered(&client).await;
     controller_deployment_is_pointed_at_it(&client, &config).await;
     the_mounted_files_load_in_the_controller(&client).await;
-    gateway_objects_are_owned_by_the_routing(&client).await;
+    gateway_objects_are_owned_by_the_group(&client).await;
     let clients_hash = the_gateway_clients_file_loads_in_the_gateway(&client).await;
     statuses_become_ready(&client).await;
     a_failing_vendor_degrades_its_upstream(&client).await;
@@ -751,7 +762,8 @@ async fn operator_reconciles_on_a_real_cluster() {
     a_lost_certificate_is_reissued_and_rolls_the_controller(&client).await;
     bad_references_degrade(&cluster, &client).await;
     a_rotated_client_password_rolls_the_gateway(&client, &clients_hash).await;
-    deleting_a_routing_collects_its_gateway(&client).await;
+    gateway_groups::one_group_serves_many_routings(&cluster, &client, &base_yaml).await;
+    deleting_the_last_routing_removes_its_groups_gateway(&client).await;
 
     // Failover: the leader shuts down gracefully and gives the Lease up; the standby
     // takes it and reconciles what changes next.
@@ -877,7 +889,11 @@ async fn config_map_is_rendered(client: &kube::Client) -> String {
         (r.retry.max_attempts, r.retry.deadline),
         (3, Duration::from_secs(10))
     );
-    assert_eq!(r.gateway_groups, ["shanghai-crawler"]);
+    assert_eq!(
+        r.gateway_groups,
+        ["edge"],
+        "its GatewayGroup's gateways see it"
+    );
     // And every Upstream field.
     let u = &config.upstreams[0];
     assert_eq!(u.health.interval, Duration::from_secs(15));
@@ -1063,14 +1079,14 @@ async fn controller_deployment_is_pointed_at_it(client: &kube::Client, hash: &st
     );
 }
 
-async fn gateway_objects_are_owned_by_the_routing(client: &kube::Client) {
-    let routing: Routing = get(client, "shanghai-crawler").await;
+async fn gateway_objects_are_owned_by_the_group(client: &kube::Client) {
+    let group: GatewayGroup = get(client, "edge").await;
     let d: Deployment = created(client, GATEWAY, 60).await;
     let owner = &d.owner_references()[0];
-    assert_eq!(owner.uid, routing.uid().expect("uid"));
+    assert_eq!(owner.uid, group.uid().expect("uid"));
     assert_eq!(
         (owner.kind.as_str(), owner.controller),
-        ("Routing", Some(true))
+        ("GatewayGroup", Some(true))
     );
     assert_eq!(
         d.labels()["app.kubernetes.io/managed-by"],
@@ -1097,11 +1113,16 @@ async fn gateway_objects_are_owned_by_the_routing(client: &kube::Client) {
     let c = &pod.containers[0];
     let ports: Vec<i32> = c.ports.iter().flatten().map(|p| p.container_port).collect();
     assert_eq!(ports, [3128, 1080, 9090]);
-    assert_eq!(c.resources, routing.spec.gateway.resources);
+    assert_eq!(c.resources, group.spec.resources);
+    assert!(
+        c.args.iter().flatten().any(|a| a == "--gateway-group=edge"),
+        "{:?}",
+        c.args
+    );
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
     let s: Service = created(client, GATEWAY, 30).await;
-    assert_eq!(s.owner_references()[0].uid, routing.uid().expect("uid"));
+    assert_eq!(s.owner_references()[0].uid, group.uid().expect("uid"));
     let spec = s.spec.expect("spec");
     let ports: Vec<i32> = spec.ports.iter().flatten().map(|p| p.port).collect();
     assert_eq!(ports, [3128, 1080]);
@@ -1159,6 +1180,17 @@ async fn statuses_become_ready(client: &kube::Client) {
     assert_eq!(
         r.status.as_ref().and_then(|s| s.service.as_deref()),
         Some(GATEWAY)
+    );
+    let g: GatewayGroup = wait_ready(client, "edge", "True").await;
+    let status = g.status.expect("status");
+    assert_eq!(status.routings, ["shanghai-crawler"]);
+    assert_eq!(
+        (
+            status.replicas,
+            status.ready_replicas,
+            status.service.as_deref()
+        ),
+        (Some(2), Some(2), Some(GATEWAY))
     );
 }
 
@@ -1331,6 +1363,10 @@ async fn versions(client: &kube::Client) -> Vec<(String, String)> {
             resource_version::<Routing>(client, "shanghai-crawler").await,
         ),
         (
+            "GatewayGroup".to_owned(),
+            resource_version::<GatewayGroup>(client, "edge").await,
+        ),
+        (
             "DistributionClient".to_owned(),
             resource_version::<DistributionClient>(client, "team-crawler").await,
         ),
@@ -1360,6 +1396,10 @@ async fn second_reconcile_changes_nothing(client: &kube::Client, base_yaml: &str
     reconcile::gateway::reconcile(Arc::new(r), ctx.clone())
         .await
         .expect("routing reconcile");
+    let g: GatewayGroup = get(client, "edge").await;
+    reconcile::gateway::reconcile_group(Arc::new(g), ctx.clone())
+        .await
+        .expect("group reconcile");
     let u: Upstream = get(client, "vendor-sim").await;
     reconcile::resources::reconcile_upstream(Arc::new(u), ctx.clone())
         .await
@@ -1446,7 +1486,9 @@ spec:
     assert!(text.contains("shanghai-crawler"), "{text}");
 }
 
-async fn deleting_a_routing_collects_its_gateway(client: &kube::Client) {
+/// The example group loses its only Routing: the operator removes the group's
+/// gateway (the group stays, `NoRoutings`).
+async fn deleting_the_last_routing_removes_its_groups_gateway(client: &kube::Client) {
     let routings: Api<Routing> = Api::namespaced(client.clone(), NS);
     routings
         .delete("shanghai-crawler", &DeleteParams::default())
@@ -1455,7 +1497,7 @@ async fn deleting_a_routing_collects_its_gateway(client: &kube::Client) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
     let services: Api<Service> = Api::namespaced(client.clone(), NS);
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
-    eventually("the garbage collector to remove the gateway", 90, || {
+    eventually("the operator to remove the group's gateway", 90, || {
         let (d, s, c) = (deployments.clone(), services.clone(), config_maps.clone());
         async move {
             let gone = d.get_opt(GATEWAY).await.ok()?.is_none()
@@ -1469,6 +1511,10 @@ async fn deleting_a_routing_collects_its_gateway(client: &kube::Client) {
         !text.contains("shanghai-crawler")
     })
     .await;
+    let g: GatewayGroup = wait_ready(client, "edge", "False").await;
+    let ready = condition(g.conditions(), "Ready").expect("Ready");
+    assert_eq!(ready.reason, "NoRoutings", "{ready:?}");
+    assert!(g.status.expect("status").routings.is_empty());
 }
 
 /// Writes a projected volume's files under `root` from the API objects it names, as

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use clap::builder::RangedU64ValueParser;
 use ipnet::IpNet;
 
 use crate::config::GatewayConfig;
@@ -12,28 +13,35 @@ use crate::listener::TrustedSources;
 /// Limit flags; absent ones keep [`GatewayConfig::default`]'s values.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct LimitArgs {
-    /// Open client connections in total (all listeners).
-    #[arg(long, env = "PROXY_POOL_GATEWAY_MAX_CONNECTIONS")]
+    /// Open client connections in total (all listeners), 1 to 1,000,000.
+    #[arg(long, env = "PROXY_POOL_GATEWAY_MAX_CONNECTIONS",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub max_connections: Option<usize>,
-    /// Open client connections from one source address.
-    #[arg(long, env = "PROXY_POOL_GATEWAY_MAX_CONNECTIONS_PER_SOURCE")]
+    /// Open client connections from one source address, 1 to 1,000,000.
+    #[arg(long, env = "PROXY_POOL_GATEWAY_MAX_CONNECTIONS_PER_SOURCE",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub max_connections_per_source: Option<usize>,
     /// Time a client has to send its first request head or SOCKS5 handshake (and a load
-    /// balancer its PROXY protocol header).
-    #[arg(long, env = "PROXY_POOL_GATEWAY_HANDSHAKE_TIMEOUT_SECONDS")]
+    /// balancer its PROXY protocol header), 1 to 3,600.
+    #[arg(long, env = "PROXY_POOL_GATEWAY_HANDSHAKE_TIMEOUT_SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub handshake_timeout_seconds: Option<u64>,
-    /// Time a kept-alive client connection may sit idle between requests.
-    #[arg(long, env = "PROXY_POOL_GATEWAY_CLIENT_IDLE_TIMEOUT_SECONDS")]
+    /// Time a kept-alive client connection may sit idle between requests, 1 to 86,400.
+    #[arg(long, env = "PROXY_POOL_GATEWAY_CLIENT_IDLE_TIMEOUT_SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub client_idle_timeout_seconds: Option<u64>,
-    /// Time a tunnel or body transfer may see no bytes in either direction.
-    #[arg(long, env = "PROXY_POOL_GATEWAY_IO_IDLE_TIMEOUT_SECONDS")]
+    /// Time a tunnel or body transfer may see no bytes in either direction, 1 to 86,400.
+    #[arg(long, env = "PROXY_POOL_GATEWAY_IO_IDLE_TIMEOUT_SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub io_idle_timeout_seconds: Option<u64>,
     /// Largest request head (request line, headers, blank line), 1 KiB to 1 MiB.
-    #[arg(long, env = "PROXY_POOL_GATEWAY_MAX_HEAD_BYTES")]
-    pub max_head_bytes: Option<usize>,
+    #[arg(long, env = "PROXY_POOL_GATEWAY_MAX_REQUEST_HEAD_BYTES",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1024..=1024 * 1024))]
+    pub max_request_head_bytes: Option<usize>,
     /// Most header fields in a request head (1 to 256).
-    #[arg(long, env = "PROXY_POOL_GATEWAY_MAX_HEADERS")]
-    pub max_headers: Option<usize>,
+    #[arg(long, env = "PROXY_POOL_GATEWAY_MAX_REQUEST_HEADERS",
+          value_parser = RangedU64ValueParser::<usize>::new().range(1..=256))]
+    pub max_request_headers: Option<usize>,
     /// Address ranges (CIDR or IP) of load balancers whose connections start with a
     /// PROXY protocol v1/v2 header naming the real client. Connections from elsewhere
     /// are never read for one (a client cannot forge its address).
@@ -74,10 +82,10 @@ impl LimitArgs {
         if let Some(s) = self.io_idle_timeout_seconds {
             config.io_idle_timeout = secs(s);
         }
-        if let Some(n) = self.max_head_bytes {
+        if let Some(n) = self.max_request_head_bytes {
             config.head.max_head_bytes = n;
         }
-        if let Some(n) = self.max_headers {
+        if let Some(n) = self.max_request_headers {
             config.head.max_headers = n;
         }
         config.proxy_protocol = TrustedSources::new(self.proxy_protocol_from.clone());
@@ -113,8 +121,8 @@ mod tests {
             "--handshake-timeout-seconds=3",
             "--client-idle-timeout-seconds=7",
             "--io-idle-timeout-seconds=9",
-            "--max-head-bytes=4096",
-            "--max-headers=20",
+            "--max-request-head-bytes=4096",
+            "--max-request-headers=20",
             "--proxy-protocol-from=10.0.0.0/8,192.0.2.7",
             "--proxy-protocol-from=2001:db8::/32",
         ])
@@ -136,11 +144,15 @@ mod tests {
         let err = parse(&["--proxy-protocol-from=10.0.0.0/33"]).unwrap_err();
         assert!(err.contains("--proxy-protocol-from"), "{err}");
         assert!(err.contains("neither a CIDR nor an IP address"), "{err}");
-        let err = parse(&["--max-connections=0"]).unwrap_err();
-        assert!(err.contains("maxConnections: must be at least 1"), "{err}");
-        let err = parse(&["--max-head-bytes=100"]).unwrap_err();
-        assert!(err.contains("head.maxHeadBytes"), "{err}");
-        let err = parse(&["--handshake-timeout-seconds=0"]).unwrap_err();
-        assert!(err.contains("handshakeTimeout: must be positive"), "{err}");
+        for flag in [
+            "--max-connections=0",
+            "--max-request-head-bytes=100",
+            "--max-request-headers=300",
+            "--handshake-timeout-seconds=0",
+        ] {
+            let err = parse(&[flag]).unwrap_err();
+            let name = flag.split('=').next().unwrap_or_default();
+            assert!(err.contains(name), "{flag}: {err}");
+        }
     }
 }

@@ -392,3 +392,34 @@ async fn binary_exports_the_documented_metrics() {
         .expect("snapshot_version");
     assert_ne!(version, "0", "a snapshot file was loaded");
 }
+
+/// The limit flags a GatewayGroup sets (`limits`) are bounded like the config: a value
+/// outside the range is a usage error naming the flag, before anything binds.
+#[tokio::test]
+async fn binary_refuses_limits_out_of_range() {
+    for (flag, value) in [
+        ("--max-request-headers", "300"),
+        ("--max-request-head-bytes", "512"),
+        ("--max-connections", "0"),
+        ("--handshake-timeout-seconds", "0"),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_proxy-pool-gateway"))
+            .args([flag, value])
+            .args(["--http-listen", &free_addr().to_string()])
+            .args(["--socks5-listen", &free_addr().to_string()])
+            .args(["--admin-listen", &free_addr().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("binary starts");
+        let Some(code) = exited(&mut child, 100).await else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the gateway kept running with {flag} {value}");
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert_eq!(code.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
+    }
+}

@@ -15,7 +15,7 @@ mod workloads;
 
 pub use apiserver::{KubeApiServer, SERVICE_ACCOUNT_ISSUER};
 pub use bins::{BIN_DIR_ENV, K8sBins};
-pub use table::{CLIENT_COLUMNS, ROUTING_COLUMNS, UPSTREAM_COLUMNS, kubectl_table};
+pub use table::{CLIENT_COLUMNS, GROUP_COLUMNS, ROUTING_COLUMNS, UPSTREAM_COLUMNS, kubectl_table};
 pub use workloads::{PodRef, Workloads};
 
 use std::path::PathBuf;

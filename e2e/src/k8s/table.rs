@@ -15,6 +15,15 @@ pub const ROUTING_COLUMNS: [&str; 7] = [
     "NAME",
     "STRATEGY",
     "PRIORITY",
+    "GATEWAY GROUP",
+    "READY REPLICAS",
+    "READY",
+    "AGE",
+];
+/// `kubectl get` columns of a GatewayGroup.
+pub const GROUP_COLUMNS: [&str; 6] = [
+    "NAME",
+    "SERVICE TYPE",
     "REPLICAS",
     "READY REPLICAS",
     "READY",

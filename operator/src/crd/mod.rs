@@ -48,6 +48,7 @@ macro_rules! custom_resource {
 
 mod common;
 mod distribution_client;
+mod gateway_group;
 mod routing;
 mod upstream;
 
@@ -64,9 +65,13 @@ pub use distribution_client::{
     BasicAuth, ClientAuth, DistributionClient, DistributionClientSpec, DistributionClientStatus,
     RateLimit, SecretKeyAuth,
 };
+pub use gateway_group::{
+    Autoscaling, DisruptionBudget, GatewayGroup, GatewayGroupSpec, GatewayGroupStatus,
+    GatewayLimits, GatewayService, NodePorts, ProxyProtocol, ServiceType, TrafficPolicy,
+};
 pub use routing::{
-    GatewayListeners, GatewaySpec, LabelFilter, Listener, RetryBudget, Routing, RoutingMatch,
-    RoutingSpec, RoutingStatus, StickySession,
+    GROUP_NAME_PATTERN, GatewayListeners, GatewaySpec, LabelFilter, Listener, RetryBudget, Routing,
+    RoutingMatch, RoutingSpec, RoutingStatus, StickySession,
 };
 pub use upstream::{
     FetchBudget, HealthSettings, StaticSource, Upstream, UpstreamInventory, UpstreamLabels,
@@ -103,7 +108,12 @@ pub enum CrdError {
 
 /// Every CRD this operator owns, in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![Upstream::crd(), Routing::crd(), DistributionClient::crd()]
+    vec![
+        Upstream::crd(),
+        Routing::crd(),
+        DistributionClient::crd(),
+        GatewayGroup::crd(),
+    ]
 }
 
 /// All CRDs as one multi-document YAML file, exactly as committed in `crds/proxy-pool.yaml`.

@@ -16,6 +16,10 @@ use super::common::{
     ObservedConditions,
 };
 
+/// A GatewayGroup's name as a Routing names it: a DNS-1123 label (its gateway
+/// objects are named after it).
+pub const GROUP_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
 custom_resource! {
     #[kube(
         kind = "Routing",
@@ -25,9 +29,9 @@ custom_resource! {
         printcolumn(name = "Strategy", type_ = "string", json_path = ".spec.strategy"),
         printcolumn(name = "Priority", type_ = "integer", json_path = ".spec.priority"),
         printcolumn(
-            name = "Replicas",
-            type_ = "integer",
-            json_path = ".spec.gateway.replicas"
+            name = "Gateway Group",
+            type_ = "string",
+            json_path = ".status.gatewayGroup"
         ),
         printcolumn(
             name = "Ready Replicas",
@@ -36,7 +40,11 @@ custom_resource! {
         )
     )]
     /// Gateway routing rules and the gateway fleet serving them.
-    #[derive(JsonSchema)]
+    #[derive(KubeSchema)]
+    #[x_kube(validation = Rule::new("!(has(self.gateway) && has(self.gatewayGroup))")
+        .message("spec.gateway (deprecated) and spec.gatewayGroup are mutually exclusive: name a GatewayGroup and drop the inline gateway"))]
+    #[x_kube(validation = Rule::new("has(self.gateway) || has(self.gatewayGroup)")
+        .message("spec.gatewayGroup (or the deprecated spec.gateway) is required"))]
     #[serde(rename_all = "camelCase")]
     pub struct RoutingSpec {
         /// Routings are tried from the highest priority down (ties by name); the first
@@ -82,8 +90,15 @@ custom_resource! {
             inner(length(max = 11), pattern(r"^[0-9]{1,5}(-[0-9]{1,5})?$"))
         )]
         pub connect_ports: Vec<String>,
-        /// The gateway Deployment and Service that serve this routing.
-        pub gateway: GatewaySpec,
+        /// The GatewayGroup (same namespace) whose gateways serve this routing, with
+        /// every other Routing naming it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(length(min = 1, max = 63), pattern(GROUP_NAME_PATTERN))]
+        pub gateway_group: Option<String>,
+        /// Deprecated: a gateway Deployment and Service of this routing alone (an
+        /// implicit gateway group named after it). Use `gatewayGroup`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub gateway: Option<GatewaySpec>,
     }
 }
 
@@ -246,6 +261,21 @@ pub struct RoutingStatus {
     /// Name of the gateway Service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
+    /// The gateway group serving it (`spec.gatewayGroup`, or its own name for an
+    /// inline gateway).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_group: Option<String>,
+}
+
+impl Routing {
+    /// The gateway group whose gateways see this routing: `spec.gatewayGroup`, or the
+    /// Routing's own name (the implicit group of an inline `spec.gateway`).
+    pub fn group_name(&self) -> String {
+        self.spec
+            .gateway_group
+            .clone()
+            .unwrap_or_else(|| kube::ResourceExt::name_any(self))
+    }
 }
 
 impl AsRef<ObservedConditions> for RoutingStatus {

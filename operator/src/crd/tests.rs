@@ -55,6 +55,24 @@ fn examples_deserialize_into_the_types() {
     for doc in rts {
         let _: Routing = serde_json::from_value(doc).expect("example Routing deserialises");
     }
+    let groups = docs_of_kind("gateway-group.yaml", "GatewayGroup");
+    assert!(
+        !groups.is_empty(),
+        "examples/gateway-group.yaml holds a GatewayGroup"
+    );
+    for doc in groups {
+        let g: GatewayGroup =
+            serde_json::from_value(doc).expect("example GatewayGroup deserialises");
+        assert!(g.spec.listeners.http.is_some());
+    }
+    for doc in docs_of_kind("routing.yaml", "Routing") {
+        let r: Routing = serde_json::from_value(doc).expect("Routing");
+        assert_eq!(
+            (r.spec.gateway_group.as_deref(), r.spec.gateway.is_none()),
+            (Some("edge"), true),
+            "the example Routing uses the example group, not the deprecated inline gateway"
+        );
+    }
     let dcs = docs_of_kind("distribution-client.yaml", "DistributionClient");
     assert!(
         !dcs.is_empty(),

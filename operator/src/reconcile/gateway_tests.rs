@@ -7,19 +7,55 @@ use kube::Resource;
 use serde_json::json;
 
 use super::*;
+use crate::crd::GatewayGroup;
 use crate::reconcile::gateway_pod::GatewayPodSettings;
 use crate::reconcile::render::GatewayClient;
 use crate::reconcile::settings::GatewayTemplate;
 
-fn routing() -> Routing {
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/routing.yaml"),
+fn example(file: &str) -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples")
+            .join(file),
     )
-    .expect("example");
-    let mut r: Routing = serde_yaml::from_str(&text).expect("Routing");
+    .expect("example")
+}
+
+/// The example Routing with the deprecated inline gateway instead of its group (the
+/// spec a Routing written before gateway groups has).
+fn routing() -> Routing {
+    let mut r: Routing = serde_yaml::from_str(&example("routing.yaml")).expect("Routing");
     r.meta_mut().namespace = Some("proxy".into());
     r.meta_mut().uid = Some("0000-1111".into());
+    r.spec.gateway_group = None;
+    r.spec.gateway = Some(
+        serde_yaml::from_str(
+            "replicas: 2\nlisteners: {http: {port: 3128}, socks5: {port: 1080}}\n\
+             resources: {requests: {cpu: 250m, memory: 128Mi}, limits: {memory: 512Mi}}\n",
+        )
+        .expect("GatewaySpec"),
+    );
     r
+}
+
+/// The implicit group of a Routing's inline gateway.
+fn wl(r: &Routing) -> Workload {
+    Workload::of_routing(r)
+        .expect("named")
+        .expect("inline gateway")
+}
+
+/// The example GatewayGroup.
+fn group() -> GatewayGroup {
+    let mut g: GatewayGroup =
+        serde_yaml::from_str(&example("gateway-group.yaml")).expect("GatewayGroup");
+    g.meta_mut().namespace = Some("proxy".into());
+    g.meta_mut().uid = Some("2222-3333".into());
+    g
+}
+
+fn group_wl(g: &GatewayGroup) -> Workload {
+    Workload::of_group(g).expect("named")
 }
 
 fn template() -> GatewayTemplate {
@@ -38,7 +74,7 @@ fn template() -> GatewayTemplate {
 
 /// The pod template of `r`'s gateway Deployment (no clients).
 fn gateway_pod(r: &Routing, t: &GatewayTemplate) -> k8s_openapi::api::core::v1::PodSpec {
-    let d = deployment(r, t, &no_clients()).expect("deployment");
+    let d = deployment(&wl(r), t, &no_clients());
     d.spec.expect("spec").template.spec.expect("pod")
 }
 
@@ -80,7 +116,7 @@ fn gateway_pods_get_the_egress_policy_and_tight_secret_modes() {
 }
 
 fn no_clients() -> GatewayClients {
-    gateway_clients(&routing(), &BTreeMap::new())
+    gateway_clients(None, &BTreeMap::new())
 }
 
 fn available() -> BTreeMap<String, GatewayClient> {
@@ -101,7 +137,7 @@ fn available() -> BTreeMap<String, GatewayClient> {
 fn every_gateway_client_unless_the_routing_names_some() {
     let mut r = routing();
     r.spec.match_ = None;
-    let all = gateway_clients(&r, &available());
+    let all = gateway_clients(wanted_clients([&r]).as_ref(), &available());
     assert_eq!(all.names, ["team-crawler", "team-search"]);
     let file: serde_json::Value = serde_json::from_str(&all.file).expect("JSON");
     assert_eq!(
@@ -121,7 +157,7 @@ fn every_gateway_client_unless_the_routing_names_some() {
         clients: vec!["team-search".into()],
         ..Default::default()
     });
-    let one = gateway_clients(&r, &available());
+    let one = gateway_clients(wanted_clients([&r]).as_ref(), &available());
     assert_eq!(one.names, ["team-search"]);
     assert_eq!(
         one.mounts,
@@ -136,7 +172,7 @@ fn every_gateway_client_unless_the_routing_names_some() {
     if let Some(c) = rotated.get_mut("team-search") {
         c.digest = "d3".into();
     }
-    let again = gateway_clients(&r, &rotated);
+    let again = gateway_clients(wanted_clients([&r]).as_ref(), &rotated);
     assert_eq!(again.file, one.file);
     assert_ne!(again.hash, one.hash);
 }
@@ -148,8 +184,8 @@ fn deployment_mounts_the_clients_file_and_only_its_secrets() {
         clients: vec!["team-crawler".into()],
         ..Default::default()
     });
-    let clients = gateway_clients(&r, &available());
-    let d = deployment(&r, &template(), &clients).expect("deployment");
+    let clients = gateway_clients(wanted_clients([&r]).as_ref(), &available());
+    let d = deployment(&wl(&r), &template(), &clients);
     let t = d.spec.expect("spec").template;
     assert_eq!(
         t.metadata.expect("meta").annotations.expect("annotations")[CLIENTS_HASH_ANNOTATION],
@@ -195,7 +231,7 @@ fn deployment_mounts_the_clients_file_and_only_its_secrets() {
             ("username", "secrets/team-crawler-credentials/username"),
         ]
     );
-    let map = clients_config_map(&r, &clients).expect("ConfigMap");
+    let map = clients_config_map(&wl(&r), &clients);
     assert_eq!(
         map.metadata.name.as_deref(),
         Some("shanghai-crawler-gateway-clients")
@@ -210,7 +246,9 @@ fn deployment_mounts_the_clients_file_and_only_its_secrets() {
 #[test]
 fn gateway_pods_get_the_chart_hardening_scheduling_and_shutdown_timing() {
     let mut r = routing();
-    r.spec.gateway.resources = None;
+    if let Some(g) = r.spec.gateway.as_mut() {
+        g.resources = None;
+    }
     let mut t = template();
     t.pod = GatewayPodSettings::from_yaml(
         "imagePullSecrets: [{name: regcred}]\n\
@@ -224,7 +262,7 @@ fn gateway_pods_get_the_chart_hardening_scheduling_and_shutdown_timing() {
          shutdownDelaySeconds: 7\ndrainGraceSeconds: 20\n",
     )
     .expect("settings");
-    let d = deployment(&r, &t, &no_clients()).expect("deployment");
+    let d = deployment(&wl(&r), &t, &no_clients());
     let tmpl = d.spec.expect("spec").template;
     let annotations = tmpl
         .metadata
@@ -256,7 +294,7 @@ fn gateway_pods_get_the_chart_hardening_scheduling_and_shutdown_timing() {
             .label_selector
             .as_ref()
             .and_then(|s| s.match_labels.clone()),
-        Some(selector("shanghai-crawler"))
+        Some(selector(&wl(&r)))
     );
     let c = &pod.containers[0];
     let sc = c
@@ -279,23 +317,18 @@ fn gateway_pods_get_the_chart_hardening_scheduling_and_shutdown_timing() {
     );
     // A Routing's own resources win over the default.
     let pod = gateway_pod(&routing(), &t);
-    assert_eq!(
-        pod.containers[0].resources,
-        routing().spec.gateway.resources
-    );
+    assert_eq!(pod.containers[0].resources, wl(&routing()).spec.resources);
 }
 
 #[test]
 fn the_pod_disruption_budget_selects_the_gateway_pods_unless_turned_off() {
     let r = routing();
     let mut t = template();
-    let pdb = pod_disruption_budget(&r, &t)
-        .expect("pdb")
-        .expect("enabled by default");
+    let pdb = pod_disruption_budget(&wl(&r), &t).expect("enabled by default");
     let spec = pdb.spec.expect("spec");
     assert_eq!(
         spec.selector.and_then(|s| s.match_labels),
-        Some(selector("shanghai-crawler"))
+        Some(selector(&wl(&r)))
     );
     assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
     assert_eq!(
@@ -303,7 +336,7 @@ fn the_pod_disruption_budget_selects_the_gateway_pods_unless_turned_off() {
         "Routing"
     );
     t.pod.pod_disruption_budget.enabled = false;
-    assert!(pod_disruption_budget(&r, &t).expect("pdb").is_none());
+    assert!(pod_disruption_budget(&wl(&r), &t).is_none());
 }
 
 #[test]
@@ -318,7 +351,7 @@ fn names_fit_a_service() {
 #[test]
 fn deployment_has_labels_owner_token_and_ports() {
     let r = routing();
-    let d = deployment(&r, &template(), &no_clients()).expect("deployment");
+    let d = deployment(&wl(&r), &template(), &no_clients());
     let labels = d.metadata.labels.as_ref().expect("labels");
     assert_eq!(
         labels["app.kubernetes.io/managed-by"],
@@ -346,7 +379,7 @@ fn deployment_has_labels_owner_token_and_ports() {
         numbers(&c.ports, |p| p.container_port),
         vec![3128, 1080, 9090]
     );
-    assert_eq!(c.resources, r.spec.gateway.resources);
+    assert_eq!(c.resources, wl(&r).spec.resources);
     let args = c.args.as_ref().expect("args");
     assert_eq!(
         args,
@@ -367,8 +400,9 @@ fn deployment_has_labels_owner_token_and_ports() {
 #[test]
 fn an_absent_listener_binds_loopback_and_admin_avoids_listener_ports() {
     let mut r = routing();
-    r.spec.gateway.listeners.http = None;
-    if let Some(s) = r.spec.gateway.listeners.socks5.as_mut() {
+    let g = r.spec.gateway.as_mut().expect("inline");
+    g.listeners.http = None;
+    if let Some(s) = g.listeners.socks5.as_mut() {
         s.port = 9090;
     }
     let pod = gateway_pod(&r, &template());
@@ -381,12 +415,336 @@ fn an_absent_listener_binds_loopback_and_admin_avoids_listener_ports() {
 #[test]
 fn service_selects_the_deployment_pods() {
     let r = routing();
-    let s = service(&r).expect("service");
-    let d = deployment(&r, &template(), &no_clients()).expect("deployment");
+    let s = service(&wl(&r));
+    let d = deployment(&wl(&r), &template(), &no_clients());
     let spec = s.spec.as_ref().expect("spec");
     assert_eq!(
         spec.selector,
         d.spec.as_ref().expect("spec").selector.match_labels
     );
     assert_eq!(numbers(&spec.ports, |p| p.port), vec![3128, 1080]);
+}
+
+#[test]
+fn a_group_has_its_own_names_selector_owner_and_flags() {
+    let g = group();
+    let w = group_wl(&g);
+    let d = deployment(&w, &template(), &no_clients());
+    assert_eq!(d.metadata.name.as_deref(), Some("edge-gateway"));
+    let owner = &d.metadata.owner_references.as_ref().expect("owner")[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("GatewayGroup", "edge", Some(true))
+    );
+    let spec = d.spec.as_ref().expect("spec");
+    assert_eq!(
+        spec.selector.match_labels,
+        Some(BTreeMap::from([
+            ("proxypool.io/component".to_owned(), "gateway".to_owned()),
+            (GROUP_LABEL.to_owned(), "edge-gateway".to_owned()),
+        ]))
+    );
+    assert_eq!(spec.replicas, Some(2));
+    let c = &spec.template.spec.as_ref().expect("pod").containers[0];
+    assert_args_include(
+        c,
+        &[
+            "--gateway-group=edge",
+            "--write-timeout-seconds=30",
+            "--request-body-timeout-seconds=120",
+        ],
+    );
+    let args = c.args.as_ref().expect("args");
+    assert!(
+        !args.iter().any(|a| a.starts_with("--proxy-protocol-from")),
+        "no PROXY protocol flag unless asked for: {args:?}"
+    );
+    assert_eq!(
+        clients_config_map(&w, &no_clients())
+            .metadata
+            .name
+            .as_deref(),
+        Some("edge-gateway-clients")
+    );
+    // PROXY protocol sources become one flag each; a duration rounds up to seconds.
+    let mut g = group();
+    g.spec.proxy_protocol = Some(crate::crd::ProxyProtocol {
+        trusted_sources: vec!["10.0.0.0/8".into(), "2001:db8::/32".into()],
+    });
+    g.spec.limits = Some(crate::crd::GatewayLimits {
+        write_timeout: Some("1500ms".into()),
+        max_connections: Some(5000),
+        max_connections_per_source: Some(100),
+        handshake_timeout: Some("5s".into()),
+        client_idle_timeout: Some("2m".into()),
+        idle_timeout: Some("1h".into()),
+        max_request_head_bytes: Some(32768),
+        max_request_headers: Some(100),
+        ..Default::default()
+    });
+    let pod = deployment(&group_wl(&g), &template(), &no_clients())
+        .spec
+        .expect("spec")
+        .template
+        .spec
+        .expect("pod");
+    assert_args_include(
+        &pod.containers[0],
+        &[
+            "--proxy-protocol-from=10.0.0.0/8",
+            "--proxy-protocol-from=2001:db8::/32",
+            "--write-timeout-seconds=2",
+            "--max-connections=5000",
+            "--max-connections-per-source=100",
+            "--handshake-timeout-seconds=5",
+            "--client-idle-timeout-seconds=120",
+            "--io-idle-timeout-seconds=3600",
+            "--max-request-head-bytes=32768",
+            "--max-request-headers=100",
+        ],
+    );
+    let args = pod.containers[0].args.clone().expect("args");
+    assert!(!args.iter().any(|a| a.starts_with("--request-body-timeout")));
+}
+
+#[test]
+fn an_inline_gateway_keeps_its_routing_selector() {
+    let r = routing();
+    let d = deployment(&wl(&r), &template(), &no_clients());
+    assert_eq!(
+        d.spec.expect("spec").selector.match_labels,
+        Some(BTreeMap::from([
+            ("proxypool.io/component".to_owned(), "gateway".to_owned()),
+            (
+                ROUTING_LABEL.to_owned(),
+                "shanghai-crawler-gateway".to_owned()
+            ),
+        ])),
+        "a Deployment's selector cannot change: an inline gateway keeps today's"
+    );
+    assert!(
+        Workload::of_routing(&grouped("x", 0))
+            .expect("named")
+            .is_none()
+    );
+}
+
+#[test]
+fn the_service_is_exposed_as_the_group_says() {
+    let g = group();
+    let s = service(&group_wl(&g));
+    let spec = s.spec.expect("spec");
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    assert_eq!(spec.external_traffic_policy, None);
+    assert_eq!(s.metadata.annotations, None);
+    let mut g = group();
+    g.spec.service = Some(
+        serde_yaml::from_str(
+            "type: LoadBalancer\n\
+             annotations: {service.beta.kubernetes.io/aws-load-balancer-type: nlb}\n\
+             externalTrafficPolicy: Local\n\
+             loadBalancerSourceRanges: [203.0.113.0/24]\n\
+             nodePorts: {socks5: 31080}\n",
+        )
+        .expect("service"),
+    );
+    let s = service(&group_wl(&g));
+    assert_eq!(
+        s.metadata.annotations.expect("annotations")["service.beta.kubernetes.io/aws-load-balancer-type"],
+        "nlb"
+    );
+    let spec = s.spec.expect("spec");
+    assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
+    assert_eq!(spec.external_traffic_policy.as_deref(), Some("Local"));
+    assert_eq!(
+        spec.load_balancer_source_ranges,
+        Some(vec!["203.0.113.0/24".to_owned()])
+    );
+    let node_ports: Vec<Option<i32>> = spec
+        .ports
+        .expect("ports")
+        .iter()
+        .map(|p| p.node_port)
+        .collect();
+    assert_eq!(node_ports, [None, Some(31080)]);
+}
+
+#[test]
+fn autoscaling_renders_an_hpa_and_leaves_replicas_alone() {
+    let g = group();
+    assert!(
+        autoscaler(&group_wl(&g)).is_none(),
+        "no autoscaling, no HPA"
+    );
+    let mut g = group();
+    g.spec.autoscaling = Some(
+        serde_yaml::from_str(
+            "{minReplicas: 3, maxReplicas: 10, targetCPUUtilizationPercentage: 60}",
+        )
+        .expect("autoscaling"),
+    );
+    let w = group_wl(&g);
+    let d = deployment(&w, &template(), &no_clients());
+    assert_eq!(
+        d.spec.expect("spec").replicas,
+        None,
+        "the autoscaler owns replicas: the operator must not apply them"
+    );
+    let hpa = autoscaler(&w).expect("HPA");
+    assert_eq!(hpa.metadata.name.as_deref(), Some("edge-gateway"));
+    let spec = hpa.spec;
+    assert_eq!(
+        (
+            spec.scale_target_ref.kind.as_str(),
+            spec.scale_target_ref.name.as_str(),
+            spec.min_replicas,
+            spec.max_replicas
+        ),
+        ("Deployment", "edge-gateway", Some(3), 10)
+    );
+    let metric = &spec.metrics.expect("metrics")[0];
+    let target = &metric.resource.as_ref().expect("resource").target;
+    assert_eq!(
+        (
+            metric.type_.as_str(),
+            target.type_.as_str(),
+            target.average_utilization
+        ),
+        ("Resource", "Utilization", Some(60))
+    );
+}
+
+#[test]
+fn the_group_budget_and_spread_win_over_the_chart() {
+    let mut t = template();
+    t.pod.pod_disruption_budget.enabled = false;
+    let mut g = group();
+    g.spec.pod_disruption_budget = None;
+    assert!(pod_disruption_budget(&group_wl(&g), &t).is_none());
+    g.spec.pod_disruption_budget = Some(crate::crd::DisruptionBudget {
+        min_available: Some(IntOrString::String("50%".into())),
+        max_unavailable: None,
+    });
+    let w = group_wl(&g);
+    let spec = pod_disruption_budget(&w, &t)
+        .expect("the group's")
+        .spec
+        .expect("spec");
+    assert_eq!(
+        (spec.min_available, spec.max_unavailable),
+        (Some(IntOrString::String("50%".into())), None)
+    );
+    assert_eq!(
+        spec.selector.and_then(|s| s.match_labels),
+        Some(selector(&w))
+    );
+    // The chart's default spread, with the group's selector, unless it sets its own.
+    let spread = |g: &GatewayGroup| {
+        deployment(&group_wl(g), &template(), &no_clients())
+            .spec
+            .and_then(|s| s.template.spec)
+            .and_then(|p| p.topology_spread_constraints)
+            .expect("spread")
+    };
+    let default = spread(&g);
+    assert_eq!(default[0].topology_key, "kubernetes.io/hostname");
+    g.spec.topology_spread_constraints = vec![
+        serde_yaml::from_str(
+            "{maxSkew: 2, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule}",
+        )
+        .expect("constraint"),
+    ];
+    let own = spread(&g);
+    assert_eq!(own.len(), 1);
+    assert_eq!(
+        (own[0].topology_key.as_str(), own[0].max_skew),
+        ("topology.kubernetes.io/zone", 2)
+    );
+    assert_eq!(
+        own[0]
+            .label_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.clone()),
+        Some(selector(&w))
+    );
+}
+
+/// A Routing of group `edge` with this name and priority.
+fn grouped(name: &str, priority: i32) -> Routing {
+    let mut r = routing();
+    r.meta_mut().name = Some(name.into());
+    r.spec.gateway = None;
+    r.spec.gateway_group = Some("edge".into());
+    r.spec.priority = priority;
+    r
+}
+
+#[test]
+fn a_group_serves_its_routings_in_priority_order_and_their_clients() {
+    let mut other = grouped("other-group", 50);
+    other.spec.gateway_group = Some("core".into());
+    let mut all = vec![
+        grouped("b", 1),
+        grouped("a", 1),
+        other,
+        routing(),
+        grouped("z", 7),
+    ];
+    let names = |all: &[Routing]| -> Vec<String> {
+        super::routings_of(all, "edge")
+            .iter()
+            .map(|r| r.meta().name.clone().unwrap_or_default())
+            .collect()
+    };
+    assert_eq!(names(&all), ["z", "a", "b"]);
+    // Clients: the union of what they name, or everyone when one names none.
+    let served = super::routings_of(&all, "edge");
+    assert_eq!(
+        wanted_clients(served.iter().copied()),
+        Some(BTreeSet::from(["team-crawler".to_owned()]))
+    );
+    if let Some(m) = all[0].spec.match_.as_mut() {
+        m.clients = vec!["team-search".into()];
+    }
+    let served = super::routings_of(&all, "edge");
+    let wanted = wanted_clients(served.iter().copied());
+    assert_eq!(
+        wanted,
+        Some(BTreeSet::from([
+            "team-crawler".to_owned(),
+            "team-search".to_owned()
+        ]))
+    );
+    assert_eq!(
+        gateway_clients(wanted.as_ref(), &available()).names,
+        ["team-crawler", "team-search"]
+    );
+    all[1].spec.match_ = None;
+    let served = super::routings_of(&all, "edge");
+    assert_eq!(wanted_clients(served.iter().copied()), None);
+}
+
+#[test]
+fn replicas_ownership_is_read_from_managed_fields() {
+    let d: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "edge-gateway", "managedFields": [
+            {"manager": "proxy-pool-operator", "operation": "Apply", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {}}}},
+            {"manager": "kube-controller-manager", "operation": "Update", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:status": {}}},
+        ]},
+    }))
+    .expect("Deployment");
+    assert!(super::owns_replicas(&d, "proxy-pool-operator"));
+    assert!(!super::owns_replicas(&d, "kubectl"));
+    let d: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "edge-gateway", "managedFields": [
+            {"manager": "proxy-pool-operator", "operation": "Apply", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:spec": {"f:template": {}}}},
+            {"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1",
+             "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+        ]},
+    }))
+    .expect("Deployment");
+    assert!(!super::owns_replicas(&d, "proxy-pool-operator"));
 }

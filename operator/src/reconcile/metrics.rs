@@ -20,7 +20,13 @@ use crate::identity::IdentityMetrics;
 pub const COMPONENT: &str = "operator";
 
 /// Every value of the `kind` label.
-pub const KINDS: [&str; 4] = ["Upstream", "Routing", "DistributionClient", CONFIG_KIND];
+pub const KINDS: [&str; 5] = [
+    "Upstream",
+    "Routing",
+    crate::reconcile::gateway::GROUP_KIND,
+    "DistributionClient",
+    CONFIG_KIND,
+];
 
 /// The `kind` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -1,13 +1,14 @@
 //! The reconcilers: Upstream / Routing / DistributionClient → the controller's config
 //! (a ConfigMap plus Secret keys mounted as files into the controller pod), a gateway
-//! Deployment + Service per Routing, and status conditions and events on each resource.
+//! Deployment + Service per GatewayGroup (or per Routing with an inline gateway), and status conditions and events on each resource.
 //!
-//! Four kube-runtime controllers (the `reconcile(Arc<Obj>, Arc<Context>) -> Result<Action>`
+//! Five kube-runtime controllers (the `reconcile(Arc<Obj>, Arc<Context>) -> Result<Action>`
 //! + `error_policy` model of kube-rs/controller-rs), all in one namespace:
 //!
 //! * the config reconciler ([`config`]), rooted at the controller Deployment and
 //!   triggered by any change of the three kinds or of a Secret, deletions included;
-//! * the Routing reconciler ([`gateway`]), which owns the gateway objects;
+//! * the Routing and GatewayGroup reconcilers ([`gateway`]), which own the gateway
+//!   objects (a group's, or a Routing's inline gateway);
 //! * the Upstream and DistributionClient reconcilers ([`resources`]), status only.
 //!
 //! Everything is written with server-side apply (field manager `proxy-pool-operator`),
@@ -70,10 +71,10 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use crate::crd::{DistributionClient, Routing, Upstream};
+use crate::crd::{DistributionClient, GatewayGroup, Routing, Upstream};
 use render::Kind;
 
-/// Runs the four controllers until `shutdown` completes, then lets in-flight
+/// Runs the five controllers until `shutdown` completes, then lets in-flight
 /// reconciles finish. Call it only while holding leadership (see [`run_as_leader`]).
 pub async fn run(
     client: Client,
@@ -119,8 +120,19 @@ pub async fn run(
     let routing_ctrl = routing_ctrl
         .owns(ctx.api::<Deployment>(), gateway_wc.clone())
         .owns(ctx.api::<Service>(), gateway_wc.clone())
-        .owns(ctx.api::<ConfigMap>(), gateway_wc)
+        .owns(ctx.api::<ConfigMap>(), gateway_wc.clone())
         .watches(ctx.api::<Upstream>(), wc.clone(), all(&store))
+        .watches(ctx.api::<DistributionClient>(), wc.clone(), all(&store))
+        // A group's status (its pods' readiness) is its Routings' readiness.
+        .watches(ctx.api::<GatewayGroup>(), wc.clone(), all(&store));
+
+    // Every group again when a Routing changes: one may have left a group for another.
+    let (group_ctrl, store) = resource_controller::<GatewayGroup>(&ctx, &wc, &debounce);
+    let group_ctrl = group_ctrl
+        .owns(ctx.api::<Deployment>(), gateway_wc.clone())
+        .owns(ctx.api::<Service>(), gateway_wc.clone())
+        .owns(ctx.api::<ConfigMap>(), gateway_wc)
+        .watches(ctx.api::<Routing>(), wc.clone(), all(&store))
         .watches(ctx.api::<DistributionClient>(), wc.clone(), all(&store));
 
     let (upstream_ctrl, _) = resource_controller::<Upstream>(&ctx, &wc, &debounce);
@@ -140,6 +152,13 @@ pub async fn run(
             Kind::Routing.as_str(),
             routing_ctrl,
             gateway::reconcile,
+            shutdown.clone(),
+            &ctx
+        ),
+        serve(
+            gateway::GROUP_KIND,
+            group_ctrl,
+            gateway::reconcile_group,
             shutdown.clone(),
             &ctx
         ),

@@ -197,7 +197,26 @@ fn every_routing_and_upstream_field_reaches_the_config() {
         (retry.max_attempts, retry.deadline.as_deref()),
         (Some(3), Some("10s"))
     );
-    assert_eq!(r.gateway_groups, ["shanghai-crawler"], "its own gateway");
+    assert_eq!(
+        r.gateway_groups,
+        ["edge"],
+        "the gateways of its GatewayGroup"
+    );
+    // An inline (deprecated) gateway is the implicit group named after the Routing.
+    let mut inline = ex.routings[0].clone();
+    inline.spec.gateway_group = None;
+    inline.spec.gateway =
+        Some(serde_yaml::from_str("listeners: {http: {port: 3128}}").expect("GatewaySpec"));
+    let routings = [inline];
+    let out_inline = render(&Inputs {
+        routings: &routings,
+        ..inputs(&ex, &base)
+    });
+    assert_eq!(
+        out_inline.config.routings[0].gateway_groups,
+        ["shanghai-crawler"],
+        "its own gateway"
+    );
 
     let u = &out.config.upstreams[0];
     let v = u.source.vendor_api.as_ref().expect("vendor");
@@ -397,7 +416,7 @@ fn priorities_are_inverted_and_empty_upstreams_mean_all() {
 #[test]
 fn gateway_clients_are_the_config_clients_with_gateway_connect_and_basic() {
     use crate::crd::Permission;
-    use crate::reconcile::gateway::gateway_clients;
+    use crate::reconcile::gateway::{gateway_clients, wanted_clients};
     let mut ex = examples();
     // A second client: Basic auth but no gateway:connect — not a gateway client.
     let mut extract_only = ex.clients[0].clone();
@@ -439,7 +458,7 @@ fn gateway_clients_are_the_config_clients_with_gateway_connect_and_basic() {
     assert_eq!(c.secret, "team-crawler-credentials");
     // The Routing example names team-crawler: its gateway gets exactly that client.
     let routing = &ex.routings[0];
-    let clients = gateway_clients(routing, &out.gateway_clients);
+    let clients = gateway_clients(wanted_clients([routing]).as_ref(), &out.gateway_clients);
     assert_eq!(clients.names, ["team-crawler"]);
     for value in &ex.secret_values {
         assert!(!clients.file.contains(value.as_str()), "{}", clients.file);
@@ -451,7 +470,7 @@ fn gateway_clients_are_the_config_clients_with_gateway_connect_and_basic() {
         s.insert("password".into(), b"rotated".to_vec());
     }
     let again = render(&inputs(&ex, &base));
-    let rotated = gateway_clients(routing, &again.gateway_clients);
+    let rotated = gateway_clients(wanted_clients([routing]).as_ref(), &again.gateway_clients);
     assert_eq!(rotated.file, clients.file);
     assert_ne!(rotated.hash, clients.hash);
 }
@@ -561,4 +580,43 @@ fn without_a_usable_client_extraction_is_refused_and_said_why() {
     let mut open: RawConfig = serde_yaml::from_str(CHART_LIKE_BASE).expect("base");
     open.distribution.auth.mode = Some("none".into());
     assert!(render(&inputs(&ex, &open)).extraction_refused().is_none());
+}
+
+/// A group's Routings reach its gateways highest priority first, ties by name: the
+/// config keeps that order (the controller's validator sorts by the negated priority,
+/// then the name) and every one of them names the group.
+#[test]
+fn routings_of_a_group_keep_priority_order_in_the_config() {
+    let ex = examples();
+    let base = RawConfig::default();
+    let named = |name: &str, priority: i32| {
+        let mut r = ex.routings[0].clone();
+        r.metadata.name = Some(name.into());
+        r.spec.priority = priority;
+        r
+    };
+    let routings = [
+        named("b-low", -5),
+        named("a-tie", 10),
+        named("c-high", 100),
+        named("b-tie", 10),
+    ];
+    let out = render(&Inputs {
+        routings: &routings,
+        ..inputs(&ex, &base)
+    });
+    assert!(out.problems.is_empty(), "{:?}", out.problems);
+    let config = load_yaml(&out.to_yaml().expect("YAML")).expect("the controller loads it");
+    let names: Vec<&str> = config.routings.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["c-high", "a-tie", "b-tie", "b-low"]);
+    assert!(
+        config.routings.iter().all(|r| r.gateway_groups == ["edge"]),
+        "every one is the group's"
+    );
+    // The GatewayGroup's status lists them in the same order.
+    let served: Vec<String> = crate::reconcile::gateway::routings_of(&routings, "edge")
+        .iter()
+        .map(|r| kube::ResourceExt::name_any(*r))
+        .collect();
+    assert_eq!(served, names);
 }

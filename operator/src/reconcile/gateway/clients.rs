@@ -1,4 +1,4 @@
-//! A Routing's clients file: which DistributionClients its gateway accepts and where
+//! A gateway group's clients file: which DistributionClients its gateways accept and where
 //! the gateway finds their Basic credentials (mounted Secret keys, never values),
 //! with a content hash that changes when a credential does. Pure.
 
@@ -30,23 +30,36 @@ pub struct GatewayClients {
     pub hash: String,
 }
 
-/// The clients of a Routing's gateway: every usable gateway client (`gateway:connect`
-/// with `auth.basic`), narrowed to `match.clients` when the Routing names clients —
-/// a gateway serves only its own Routing, so others would be refused anyway and their
-/// Secrets stay out of its pods.
-pub fn gateway_clients(r: &Routing, available: &BTreeMap<String, GatewayClient>) -> GatewayClients {
-    let wanted: BTreeSet<&str> = r
-        .spec
-        .match_
-        .as_ref()
-        .map(|m| m.clients.iter().map(String::as_str).collect())
-        .unwrap_or_default();
+/// The clients a group's Routings accept: `None` (every client) when one of them names
+/// none in `match.clients`, else the union of the names.
+pub fn wanted_clients<'a>(
+    routings: impl IntoIterator<Item = &'a Routing>,
+) -> Option<BTreeSet<String>> {
+    let mut wanted = BTreeSet::new();
+    for r in routings {
+        let named = r.spec.match_.as_ref().map(|m| &m.clients);
+        match named {
+            Some(c) if !c.is_empty() => wanted.extend(c.iter().cloned()),
+            _ => return None,
+        }
+    }
+    Some(wanted)
+}
+
+/// The clients of a gateway group: every usable gateway client (`gateway:connect`
+/// with `auth.basic`), narrowed to `wanted` (see [`wanted_clients`]) — a gateway
+/// serves only its group's Routings, so other clients would be refused anyway and
+/// their Secrets stay out of its pods.
+pub fn gateway_clients(
+    wanted: Option<&BTreeSet<String>>,
+    available: &BTreeMap<String, GatewayClient>,
+) -> GatewayClients {
     let mut names = Vec::new();
     let mut entries = Vec::new();
     let mut mounts: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut h = Sha256::new();
     for (name, c) in available {
-        if !wanted.is_empty() && !wanted.contains(name.as_str()) {
+        if wanted.is_some_and(|w| !w.contains(name)) {
             continue;
         }
         entries.push(ClientEntry::from_secret_dir(

@@ -1,13 +1,20 @@
-//! A Routing's gateway workload, rendered purely from its spec, the chart's gateway
-//! template and the Routing's clients file: the Deployment, the Service, the
-//! PodDisruptionBudget and the ConfigMap holding the clients file.
+//! A gateway group's workload, rendered purely from a [`Workload`] (a GatewayGroup, or
+//! the implicit group of a Routing with an inline `spec.gateway`), the chart's
+//! gateway template and the group's clients file: the Deployment, the Service, the
+//! PodDisruptionBudget, the HorizontalPodAutoscaler and the ConfigMap holding the
+//! clients file.
 //!
-//! Every object carries a controller owner reference to the Routing, so deleting the
-//! Routing lets the garbage collector remove them.
+//! Every object carries a controller owner reference to the group's resource (the
+//! GatewayGroup, or the Routing of an implicit group), so deleting it lets the garbage
+//! collector remove them.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::autoscaling::v2::{
+    CrossVersionObjectReference, HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec, MetricSpec,
+    MetricTarget, ResourceMetricSource,
+};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
     EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe,
@@ -15,15 +22,16 @@ use k8s_openapi::api::core::v1::{
     ServiceSpec, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 use sha2::{Digest, Sha256};
 
 use super::clients::{CLIENTS_DIR, CLIENTS_KEY, GatewayClients};
-use crate::crd::Routing;
+use crate::crd::{GatewayGroup, GatewayGroupSpec, Routing};
 use crate::reconcile::common::{COMPONENT_LABEL, MANAGED_BY, SECRET_FILE_MODE};
 use crate::reconcile::error::Error;
+use crate::reconcile::gateway_pod::GatewayPodSettings;
 use crate::reconcile::settings::GatewayTemplate;
 
 /// Audience of the projected ServiceAccount token gateways present to the identity issuer.
@@ -39,13 +47,90 @@ pub const CLIENTS_HASH_ANNOTATION: &str = "proxypool.io/clients-hash";
 pub const GATEWAY_FS_GROUP: i64 = 65532;
 /// Component label of gateway objects.
 pub const COMPONENT: (&str, &str) = (COMPONENT_LABEL, "gateway");
-/// Label naming the Routing a gateway serves.
+/// Label naming the Routing an inline (implicit-group) gateway serves; the selector
+/// label of its pods.
 pub const ROUTING_LABEL: &str = "proxypool.io/routing";
+/// Label naming the GatewayGroup a gateway belongs to; the selector label of its pods.
+pub const GROUP_LABEL: &str = "proxypool.io/gateway-group";
 
-/// Name of a Routing's Deployment and Service: `<routing>-gateway` when that is a valid
-/// Service name (DNS-1035 label, ≤ 63), otherwise `gateway-<hash of the name>`.
-pub fn object_name(routing: &str) -> String {
-    let candidate = format!("{routing}-gateway");
+/// What a gateway group's objects are rendered from: a GatewayGroup, or the implicit
+/// group of a Routing with an inline `spec.gateway` (named after the Routing, with
+/// today's object names and selector, owned by the Routing).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    /// The group's name: the gateways' `--gateway-group`, and what object names derive from.
+    pub group: String,
+    /// Namespace of the objects.
+    pub namespace: Option<String>,
+    /// Controller owner reference to the GatewayGroup or the Routing.
+    pub owner: OwnerReference,
+    /// The selector label key: [`ROUTING_LABEL`] for an implicit group (as before
+    /// groups existed: a Deployment's selector cannot change), else [`GROUP_LABEL`].
+    pub selector_key: &'static str,
+    /// Replicas, listeners, exposure, scaling and limits.
+    pub spec: GatewayGroupSpec,
+}
+
+impl Workload {
+    /// The implicit group of a Routing with an inline `spec.gateway` (`None` without one).
+    pub fn of_routing(r: &Routing) -> Result<Option<Self>, Error> {
+        let Some(g) = &r.spec.gateway else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            group: r.meta().name.clone().ok_or(Error::MissingKey("Routing"))?,
+            namespace: r.meta().namespace.clone(),
+            owner: r
+                .controller_owner_ref(&())
+                .ok_or(Error::MissingKey("Routing"))?,
+            selector_key: ROUTING_LABEL,
+            spec: GatewayGroupSpec {
+                replicas: g.replicas,
+                listeners: g.listeners.clone(),
+                resources: g.resources.clone(),
+                service: None,
+                proxy_protocol: None,
+                autoscaling: None,
+                pod_disruption_budget: None,
+                topology_spread_constraints: Vec::new(),
+                limits: None,
+            },
+        }))
+    }
+
+    /// A GatewayGroup's workload.
+    pub fn of_group(g: &GatewayGroup) -> Result<Self, Error> {
+        Ok(Self {
+            group: g
+                .meta()
+                .name
+                .clone()
+                .ok_or(Error::MissingKey("GatewayGroup"))?,
+            namespace: g.meta().namespace.clone(),
+            owner: g
+                .controller_owner_ref(&())
+                .ok_or(Error::MissingKey("GatewayGroup"))?,
+            selector_key: GROUP_LABEL,
+            spec: g.spec.clone(),
+        })
+    }
+
+    /// Name of the Deployment, Service, PodDisruptionBudget and autoscaler.
+    pub fn object(&self) -> String {
+        object_name(&self.group)
+    }
+
+    /// Whether an autoscaler owns the Deployment's `replicas`.
+    pub fn autoscaled(&self) -> bool {
+        self.spec.autoscaling.is_some()
+    }
+}
+
+/// Name of a gateway group's Deployment and Service: `<group>-gateway` when that is a
+/// valid Service name (DNS-1035 label, ≤ 63), otherwise `gateway-<hash of the name>`.
+/// An implicit group is named after its Routing, so an inline gateway keeps its names.
+pub fn object_name(group: &str) -> String {
+    let candidate = format!("{group}-gateway");
     let valid = candidate.len() <= 63
         && candidate.starts_with(|c: char| c.is_ascii_lowercase())
         && candidate
@@ -54,56 +139,47 @@ pub fn object_name(routing: &str) -> String {
     if valid {
         candidate
     } else {
-        let digest = hex::encode(Sha256::digest(routing.as_bytes()));
+        let digest = hex::encode(Sha256::digest(group.as_bytes()));
         format!("gateway-{}", &digest[..16])
     }
 }
 
-/// Selector labels of a Routing's gateway pods.
-pub fn selector(routing: &str) -> BTreeMap<String, String> {
+/// Selector labels of a gateway group's pods.
+pub fn selector(w: &Workload) -> BTreeMap<String, String> {
     BTreeMap::from([
         (COMPONENT.0.to_owned(), COMPONENT.1.to_owned()),
-        (ROUTING_LABEL.to_owned(), object_name(routing)),
+        (w.selector_key.to_owned(), w.object()),
     ])
 }
 
 /// [`selector`] as a label selector.
-fn label_selector(routing: &str) -> LabelSelector {
+fn label_selector(w: &Workload) -> LabelSelector {
     LabelSelector {
-        match_labels: Some(selector(routing)),
+        match_labels: Some(selector(w)),
         match_expressions: None,
     }
 }
 
-fn labels(routing: &str) -> BTreeMap<String, String> {
-    let mut l = selector(routing);
+fn labels(w: &Workload) -> BTreeMap<String, String> {
+    let mut l = selector(w);
     l.insert(MANAGED_BY.0.into(), MANAGED_BY.1.into());
     l.insert("app.kubernetes.io/name".into(), "proxy-pool-gateway".into());
     l.insert("app.kubernetes.io/part-of".into(), "proxy-pool".into());
     l
 }
 
-/// The Routing's name (an object from the API server always has one).
-fn routing_name(r: &Routing) -> Result<String, Error> {
-    r.meta().name.clone().ok_or(Error::MissingKey("Routing"))
-}
-
-fn meta(r: &Routing) -> Result<ObjectMeta, Error> {
-    let name = routing_name(r)?;
-    Ok(ObjectMeta {
-        name: Some(object_name(&name)),
-        namespace: r.meta().namespace.clone(),
-        labels: Some(labels(&name)),
-        owner_references: Some(vec![
-            r.controller_owner_ref(&())
-                .ok_or(Error::MissingKey("Routing"))?,
-        ]),
+fn meta(w: &Workload) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(w.object()),
+        namespace: w.namespace.clone(),
+        labels: Some(labels(w)),
+        owner_references: Some(vec![w.owner.clone()]),
         ..ObjectMeta::default()
-    })
+    }
 }
 
-fn ports(r: &Routing) -> Vec<(&'static str, i32)> {
-    let l = &r.spec.gateway.listeners;
+fn ports(w: &Workload) -> Vec<(&'static str, i32)> {
+    let l = &w.spec.listeners;
     let mut out = Vec::new();
     if let Some(h) = &l.http {
         out.push(("http", h.port));
@@ -150,36 +226,35 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 }
 
 /// The gateway's ops port: 9090 unless a listener uses it.
-fn admin_port(r: &Routing) -> i32 {
-    let used: Vec<i32> = ports(r).into_iter().map(|(_, p)| p).collect();
+fn admin_port(w: &Workload) -> i32 {
+    let used: Vec<i32> = ports(w).into_iter().map(|(_, p)| p).collect();
     (9090..).find(|p| !used.contains(p)).unwrap_or(9090)
 }
 
-/// Name of a Routing's clients ConfigMap.
-pub fn clients_config_map_name(routing: &str) -> String {
-    format!("{}-clients", object_name(routing))
+/// Name of a gateway group's clients ConfigMap.
+pub fn clients_config_map_name(group: &str) -> String {
+    format!("{}-clients", object_name(group))
 }
 
-/// The ConfigMap holding a Routing's clients file, owned by the Routing.
-pub fn clients_config_map(r: &Routing, clients: &GatewayClients) -> Result<ConfigMap, Error> {
-    let name = routing_name(r)?;
-    let mut metadata = meta(r)?;
-    metadata.name = Some(clients_config_map_name(&name));
-    Ok(ConfigMap {
+/// The ConfigMap holding a gateway group's clients file, owned like its other objects.
+pub fn clients_config_map(w: &Workload, clients: &GatewayClients) -> ConfigMap {
+    let mut metadata = meta(w);
+    metadata.name = Some(clients_config_map_name(&w.group));
+    ConfigMap {
         metadata,
         data: Some(BTreeMap::from([(
             CLIENTS_KEY.to_owned(),
             clients.file.clone(),
         )])),
         ..ConfigMap::default()
-    })
+    }
 }
 
 /// The projected volume with the clients file and exactly the Secret keys it names.
-fn clients_volume(routing: &str, clients: &GatewayClients) -> Volume {
+fn clients_volume(group: &str, clients: &GatewayClients) -> Volume {
     let mut sources = vec![VolumeProjection {
         config_map: Some(ConfigMapProjection {
-            name: clients_config_map_name(routing),
+            name: clients_config_map_name(group),
             items: Some(vec![KeyToPath {
                 key: CLIENTS_KEY.into(),
                 path: CLIENTS_KEY.into(),
@@ -220,13 +295,14 @@ fn clients_volume(routing: &str, clients: &GatewayClients) -> Volume {
 
 /// The gateway binary's command line. It always binds both listeners, so an
 /// unconfigured one goes to an ephemeral loopback port nobody can reach.
-fn args(r: &Routing, name: &str, t: &GatewayTemplate, admin: i32) -> Vec<String> {
-    let l = &r.spec.gateway.listeners;
+fn args(w: &Workload, t: &GatewayTemplate, admin: i32) -> Vec<String> {
+    let l = &w.spec.listeners;
     let listen = |port: Option<i32>| match port {
         Some(p) => format!("0.0.0.0:{p}"),
         None => "127.0.0.1:0".to_owned(),
     };
-    vec![
+    let name = &w.group;
+    let mut args = vec![
         format!("--http-listen={}", listen(l.http.as_ref().map(|h| h.port))),
         format!(
             "--socks5-listen={}",
@@ -238,16 +314,26 @@ fn args(r: &Routing, name: &str, t: &GatewayTemplate, admin: i32) -> Vec<String>
         format!("--clients-file={CLIENTS_DIR}/{CLIENTS_KEY}"),
         format!("--shutdown-delay-seconds={}", t.pod.shutdown_delay_seconds),
         format!("--drain-grace-seconds={}", t.pod.drain_grace_seconds),
-    ]
+    ];
+    if let Some(l) = &w.spec.limits {
+        args.extend(l.flags().into_iter().map(|(f, v)| format!("--{f}={v}")));
+    }
+    // Only when set: the flag is new in the gateway.
+    if let Some(p) = &w.spec.proxy_protocol {
+        args.extend(
+            p.trusted_sources
+                .iter()
+                .map(|c| format!("--proxy-protocol-from={c}")),
+        );
+    }
+    args
 }
 
-/// The gateway Deployment of a Routing.
-pub fn deployment(
-    r: &Routing,
-    t: &GatewayTemplate,
-    clients: &GatewayClients,
-) -> Result<Deployment, Error> {
-    let name = routing_name(r)?;
+/// The gateway Deployment of a group. Its `replicas` is left out while an autoscaler
+/// owns it (server-side apply then does not claim the field, so neither the
+/// autoscaler nor a `kubectl scale` is reverted).
+pub fn deployment(w: &Workload, t: &GatewayTemplate, clients: &GatewayClients) -> Deployment {
+    let name = &w.group;
     let env_vars = vec![
         env("PROXY_POOL_IDENTITY_ENDPOINT", t.identity_endpoint.clone()),
         env(
@@ -265,8 +351,8 @@ pub fn deployment(
     .into_iter()
     .chain(egress_env(t))
     .collect::<Vec<_>>();
-    let admin = admin_port(r);
-    let container_ports: Vec<ContainerPort> = ports(r)
+    let admin = admin_port(w);
+    let container_ports: Vec<ContainerPort> = ports(w)
         .into_iter()
         .chain([("admin", admin)])
         .map(|(n, p)| ContainerPort {
@@ -289,17 +375,12 @@ pub fn deployment(
         name: "gateway".into(),
         image: Some(t.image.clone()),
         image_pull_policy: Some(t.image_pull_policy.clone()),
-        args: Some(args(r, &name, t, admin)),
+        args: Some(args(w, t, admin)),
         env: Some(env_vars),
         ports: Some(container_ports),
         readiness_probe: Some(probe("/readyz")),
         liveness_probe: Some(probe("/healthz")),
-        resources: r
-            .spec
-            .gateway
-            .resources
-            .clone()
-            .or_else(|| t.pod.resources.clone()),
+        resources: w.spec.resources.clone().or_else(|| t.pod.resources.clone()),
         security_context: t.pod.security_context.clone(),
         volume_mounts: Some(vec![
             VolumeMount {
@@ -348,20 +429,30 @@ pub fn deployment(
             }),
             ..Volume::default()
         },
-        clients_volume(&name, clients),
+        clients_volume(name, clients),
     ];
     let p = &t.pod;
+    // The group's own spread, else the chart's.
+    let spread = if w.spec.topology_spread_constraints.is_empty() {
+        p.spread_for(&selector(w))
+    } else {
+        GatewayPodSettings {
+            topology_spread_constraints: w.spec.topology_spread_constraints.clone(),
+            ..GatewayPodSettings::default()
+        }
+        .spread_for(&selector(w))
+    };
     let mut annotations = p.pod_annotations.clone();
     annotations.insert(CLIENTS_HASH_ANNOTATION.to_owned(), clients.hash.clone());
     let some_map = |m: &BTreeMap<String, String>| (!m.is_empty()).then(|| m.clone());
-    Ok(Deployment {
-        metadata: meta(r)?,
+    Deployment {
+        metadata: meta(w),
         spec: Some(DeploymentSpec {
-            replicas: Some(r.spec.gateway.replicas),
-            selector: label_selector(&name),
+            replicas: (!w.autoscaled()).then_some(w.spec.replicas),
+            selector: label_selector(w),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(labels(&name)),
+                    labels: Some(labels(w)),
                     annotations: Some(annotations),
                     ..ObjectMeta::default()
                 }),
@@ -385,7 +476,7 @@ pub fn deployment(
                     node_selector: some_map(&p.node_selector),
                     tolerations: some_vec(p.tolerations.clone()),
                     affinity: p.affinity.clone(),
-                    topology_spread_constraints: some_vec(p.spread_for(&selector(&name))),
+                    topology_spread_constraints: some_vec(spread),
                     priority_class_name: p.priority_class_name.clone(),
                     ..PodSpec::default()
                 }),
@@ -393,7 +484,7 @@ pub fn deployment(
             ..DeploymentSpec::default()
         }),
         status: None,
-    })
+    }
 }
 
 /// `None` for an empty list (server-side apply then leaves the field out).
@@ -401,49 +492,98 @@ fn some_vec<T>(v: Vec<T>) -> Option<Vec<T>> {
     (!v.is_empty()).then_some(v)
 }
 
-/// The PodDisruptionBudget of a Routing's gateway pods (`None` when the chart turns
-/// them off).
-pub fn pod_disruption_budget(
-    r: &Routing,
-    t: &GatewayTemplate,
-) -> Result<Option<PodDisruptionBudget>, Error> {
-    let pdb = &t.pod.pod_disruption_budget;
-    if !pdb.enabled {
-        return Ok(None);
-    }
-    let name = routing_name(r)?;
-    Ok(Some(PodDisruptionBudget {
-        metadata: meta(r)?,
+/// The PodDisruptionBudget of a group's pods: the group's own, else the chart's
+/// (`None` when the chart turns them off and the group sets none).
+pub fn pod_disruption_budget(w: &Workload, t: &GatewayTemplate) -> Option<PodDisruptionBudget> {
+    let (min_available, max_unavailable) = match &w.spec.pod_disruption_budget {
+        Some(b) if b.min_available.is_some() || b.max_unavailable.is_some() => {
+            (b.min_available.clone(), b.max_unavailable.clone())
+        }
+        _ if t.pod.pod_disruption_budget.enabled => (
+            None,
+            Some(t.pod.pod_disruption_budget.max_unavailable.clone()),
+        ),
+        _ => return None,
+    };
+    Some(PodDisruptionBudget {
+        metadata: meta(w),
         spec: Some(PodDisruptionBudgetSpec {
-            selector: Some(label_selector(&name)),
-            max_unavailable: Some(pdb.max_unavailable.clone()),
+            selector: Some(label_selector(w)),
+            min_available,
+            max_unavailable,
             ..PodDisruptionBudgetSpec::default()
         }),
         status: None,
-    }))
+    })
 }
 
-/// The gateway Service of a Routing.
-pub fn service(r: &Routing) -> Result<Service, Error> {
-    let name = routing_name(r)?;
-    Ok(Service {
-        metadata: meta(r)?,
+/// The group's CPU autoscaler (`None` without `autoscaling`).
+pub fn autoscaler(w: &Workload) -> Option<HorizontalPodAutoscaler> {
+    let a = w.spec.autoscaling.as_ref()?;
+    Some(HorizontalPodAutoscaler {
+        metadata: meta(w),
+        spec: HorizontalPodAutoscalerSpec {
+            scale_target_ref: CrossVersionObjectReference {
+                api_version: Some("apps/v1".into()),
+                kind: "Deployment".into(),
+                name: w.object(),
+            },
+            min_replicas: Some(a.min_replicas),
+            max_replicas: a.max_replicas,
+            metrics: Some(vec![MetricSpec {
+                type_: "Resource".into(),
+                resource: Some(ResourceMetricSource {
+                    name: "cpu".into(),
+                    target: MetricTarget {
+                        type_: "Utilization".into(),
+                        average_utilization: Some(a.target_cpu_utilization_percentage),
+                        ..MetricTarget::default()
+                    },
+                }),
+                ..MetricSpec::default()
+            }]),
+            behavior: None,
+        },
+        status: None,
+    })
+}
+
+/// The gateway Service of a group, exposed as its `service` says.
+pub fn service(w: &Workload) -> Service {
+    let exposure = w.spec.service.clone().unwrap_or_default();
+    let node_port = |name: &str| {
+        let n = exposure.node_ports.as_ref()?;
+        match name {
+            "http" => n.http,
+            _ => n.socks5,
+        }
+    };
+    let mut metadata = meta(w);
+    if !exposure.annotations.is_empty() {
+        metadata.annotations = Some(exposure.annotations.clone());
+    }
+    Service {
+        metadata,
         spec: Some(ServiceSpec {
-            selector: Some(selector(&name)),
+            type_: Some(exposure.type_.as_str().into()),
+            selector: Some(selector(w)),
             ports: Some(
-                ports(r)
+                ports(w)
                     .into_iter()
                     .map(|(n, p)| ServicePort {
                         name: Some(n.into()),
                         port: p,
                         target_port: Some(IntOrString::String(n.into())),
                         protocol: Some("TCP".into()),
+                        node_port: node_port(n),
                         ..ServicePort::default()
                     })
                     .collect(),
             ),
+            external_traffic_policy: exposure.external_traffic_policy.map(|p| p.as_str().into()),
+            load_balancer_source_ranges: some_vec(exposure.load_balancer_source_ranges.clone()),
             ..ServiceSpec::default()
         }),
         status: None,
-    })
+    }
 }

@@ -81,9 +81,10 @@ pub(super) fn routing(
             max_attempts: Some(x.max_attempts),
             deadline: Some(x.deadline.clone()),
         }),
-        // Each Routing runs on its own gateway Deployment, whose pods register with
-        // the Routing's name as their gateway group (`--gateway-group`).
-        gateway_groups: vec![name(r)],
+        // The gateways of its group see it: a GatewayGroup's (`spec.gatewayGroup`), or
+        // the Routing's own inline gateway, whose group is the Routing's name. Their
+        // pods register with it (`--gateway-group`).
+        gateway_groups: vec![r.group_name()],
         connect_ports: r.spec.connect_ports.clone(),
         strategy: Some(r.spec.strategy.as_str().to_owned()),
     })

@@ -1,0 +1,482 @@
+//! One gateway group serving several Routings, end to end: the operator (in-process,
+//! against a real etcd + kube-apiserver) renders the controller config and the
+//! GatewayGroup's Deployment from the custom resources; a real controller runs that
+//! config (its Secret files written where the config names them, as the kubelet would
+//! mount them) and real gateway processes run with the Deployment's `--gateway-group`
+//! and the group's clients file. Requests through the group's gateways are routed by
+//! the username's parameters to different Routings:
+//!
+//! * `crawler-region-a` → Routing `a` (the simulator's proxies): served;
+//! * `crawler-region-b` → Routing `b` (priority 20, a dead static proxy): refused with
+//!   the gateway's error — although `fallback` (priority 0, any request, live proxies)
+//!   would also match: priority decides inside a group;
+//! * `crawler` → `fallback`: served;
+//! * Routing `other` (priority 100, any request) belongs to another group: the group's
+//!   gateways never see it (otherwise it would take `crawler-region-b` and serve it).
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Answer, basic, connect, exchange_answer, free_addr, get};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer};
+use proxy_pool_e2e::procs::{
+    Procs, bin, build_packages, checker_command, fresh_test_dir, gateway_command, vendor_sim_in,
+};
+use proxy_pool_operator::crd::GatewayGroup;
+use proxy_pool_operator::reconcile::hash_key::HashKey;
+use proxy_pool_operator::reconcile::{
+    self, GatewayPodSettings, GatewayTemplate, Metrics, OperatorConfig,
+};
+
+const NS: &str = "proxy-pool";
+const CONTROLLER: &str = "proxy-pool-controller";
+const CONFIG_MAP: &str = "proxy-pool-controller-config";
+const VENDOR_KEY: &str = "groups-vendor-key";
+const USER: &str = "crawler";
+const PASSWORD: &str = "groups-e2e-password";
+const READY_WITHIN: Duration = Duration::from_secs(120);
+
+/// The custom resources and Secrets; `{sim}` is the simulator's API, `{dead}` a port
+/// nothing listens on.
+const RESOURCES: &str = r#"
+apiVersion: v1
+kind: Secret
+metadata: {name: sim-key}
+stringData: {apiKey: "{vendor_key}"}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: crawler-basic}
+stringData: {username: "{user}", password: "{password}"}
+---
+apiVersion: proxypool.io/v1alpha1
+kind: Upstream
+metadata: {name: sim}
+spec:
+  protocol: http
+  ttl: 10m
+  quarantine: 0s
+  maxSize: 8
+  maxConcurrencyPerProxy: 16
+  fetchInterval: 2s
+  source:
+    vendorApi:
+      url: "http://{sim}/v1/proxies?count=4&protocol=http"
+      format: json
+      credentialsSecretRef: {name: sim-key}
+---
+apiVersion: proxypool.io/v1alpha1
+kind: Upstream
+metadata: {name: dead}
+spec:
+  protocol: http
+  ttl: 10m
+  quarantine: 0s
+  maxSize: 1
+  source:
+    static: {proxies: ["{dead}"]}
+---
+apiVersion: proxypool.io/v1alpha1
+kind: DistributionClient
+metadata: {name: crawler}
+spec:
+  permissions: [gateway:connect]
+  auth: {basic: {secretRef: {name: crawler-basic}}}
+---
+apiVersion: proxypool.io/v1alpha1
+kind: GatewayGroup
+metadata: {name: edge}
+spec:
+  replicas: 2
+  listeners: {http: {port: 3128}}
+  limits: {maxConnections: 500, handshakeTimeout: 5s, writeTimeout: 20s, maxRequestHeaders: 80}
+---
+apiVersion: proxypool.io/v1alpha1
+kind: GatewayGroup
+metadata: {name: core}
+spec:
+  replicas: 1
+  listeners: {http: {port: 3128}}
+---
+apiVersion: proxypool.io/v1alpha1
+kind: Routing
+metadata: {name: a}
+spec:
+  priority: 10
+  gatewayGroup: edge
+  match: {usernameParams: {region: a}}
+  upstreams: [sim]
+---
+apiVersion: proxypool.io/v1alpha1
+kind: Routing
+metadata: {name: b}
+spec:
+  priority: 20
+  gatewayGroup: edge
+  match: {usernameParams: {region: b}}
+  upstreams: [dead]
+---
+apiVersion: proxypool.io/v1alpha1
+kind: Routing
+metadata: {name: fallback}
+spec:
+  gatewayGroup: edge
+  upstreams: [sim]
+---
+apiVersion: proxypool.io/v1alpha1
+kind: Routing
+metadata: {name: other}
+spec:
+  priority: 100
+  gatewayGroup: core
+  upstreams: [sim]
+"#;
+
+/// The chart installs the controller Deployment the config reconciler writes to; no
+/// kubelet runs it here (the controller runs as a process).
+const CONTROLLER_DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: proxy-pool-controller}
+spec:
+  replicas: 0
+  selector: {matchLabels: {app: controller}}
+  template:
+    metadata: {labels: {app: controller}}
+    spec:
+      containers: [{name: controller, image: proxy-pool-controller:test}]
+"#;
+
+fn operator_config(base: &str, config_dir: &Path) -> OperatorConfig {
+    OperatorConfig {
+        namespace: NS.into(),
+        base_config: proxy_pool_api::config::parse_yaml(base).expect("base config"),
+        controller_deployment: CONTROLLER.into(),
+        controller_container: "controller".into(),
+        config_map: CONFIG_MAP.into(),
+        config_dir: config_dir.display().to_string(),
+        gateway: GatewayTemplate {
+            image: "proxy-pool-gateway:test".into(),
+            image_pull_policy: "IfNotPresent".into(),
+            service_account: "proxy-pool-gateway".into(),
+            controller_address: "unused:0".into(),
+            identity_endpoint: "https://unused:8443".into(),
+            trust_bundle_config_map: "proxy-pool-trust-bundle".into(),
+            egress_deny_cidrs: Vec::new(),
+            egress_allow_cidrs: Vec::new(),
+            pod: GatewayPodSettings::default(),
+        },
+        instance: Some("operator-0".into()),
+        controller_tls: None,
+        hash_key: HashKey::new([9; 32]),
+        controller_admin: None,
+    }
+}
+
+async fn eventually<T, F, Fut>(what: &str, secs: u64, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {secs}s waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Waits until `GET path` on `addr` answers 200.
+async fn up(what: &str, addr: SocketAddr, path: &str) {
+    eventually(what, READY_WITHIN.as_secs(), || async move {
+        (get(addr, path, "").await.0 == 200).then_some(())
+    })
+    .await;
+}
+
+/// A forwarded GET through gateway `gw` as `user`.
+async fn forward(gw: SocketAddr, echo: SocketAddr, user: &str, path: &str) -> Answer {
+    let auth = basic(user, PASSWORD);
+    let request = format!(
+        "GET http://{echo}{path} HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {auth}\r\nConnection: close\r\n\r\n"
+    );
+    match connect(gw).await {
+        Ok(s) => exchange_answer(s, &request).await.unwrap_or(Answer {
+            status: 0,
+            head: String::new(),
+            body: String::new(),
+        }),
+        Err(e) => Answer {
+            status: 0,
+            head: format!("connect: {e}"),
+            body: String::new(),
+        },
+    }
+}
+
+/// Writes `value` at `<dir>/secrets/<secret>/<key>`, as the kubelet mounts Secret keys.
+fn secret_file(dir: &Path, secret: &str, key: &str, value: &str) {
+    let path = dir.join("secrets").join(secret).join(key);
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(path, value).expect("secret file");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_gateway_group_serves_several_routings() {
+    build_packages(&[
+        "proxy-pool-e2e",
+        "proxy-pool-controller",
+        "proxy-pool-checker",
+        "proxy-pool-gateway",
+    ]);
+    let bins = K8sBins::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let cluster = KubeApiServer::start_for_test(&bins, false).await;
+    let client = cluster.client();
+    let dir = fresh_test_dir("gateway-groups");
+    let mut procs = Procs::new(&dir);
+
+    // The vendor simulator.
+    let (sim, echo, echo_tls) = (free_addr(), free_addr(), free_addr());
+    procs.start(
+        "vendor-sim",
+        &mut vendor_sim_in(
+            &dir,
+            bin("vendor-sim"),
+            [sim, echo, echo_tls],
+            VENDOR_KEY,
+            (300, 600),
+        ),
+    );
+    up("vendor simulator", sim, "/healthz").await;
+
+    // CRDs, the namespace, the controller Deployment and the resources.
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../crds/proxy-pool.yaml")
+        .display()
+        .to_string();
+    let kubectl = |args: Vec<String>, stdin: Option<String>| {
+        let cluster = &cluster;
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            cluster
+                .kubectl_ok(&args, stdin.as_deref())
+                .await
+                .unwrap_or_else(|e| panic!("{e}"))
+        }
+    };
+    let owned = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    kubectl(owned(&["apply", "--server-side", "-f", &crds]), None).await;
+    kubectl(
+        owned(&[
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            "--timeout=60s",
+        ]),
+        None,
+    )
+    .await;
+    kubectl(owned(&["create", "namespace", NS]), None).await;
+    kubectl(
+        owned(&["apply", "-n", NS, "-f", "-"]),
+        Some(CONTROLLER_DEPLOYMENT.to_owned()),
+    )
+    .await;
+    let dead = free_addr();
+    let resources = RESOURCES
+        .replace("{vendor_key}", VENDOR_KEY)
+        .replace("{user}", USER)
+        .replace("{password}", PASSWORD)
+        .replace("{sim}", &sim.to_string())
+        .replace("{dead}", &dead.to_string());
+    kubectl(owned(&["apply", "-n", NS, "-f", "-"]), Some(resources)).await;
+
+    // The operator, in-process, with a base config for a controller on this machine.
+    let (dist, admin, cp) = (free_addr(), free_addr(), free_addr());
+    let base = format!(
+        "store: {{backend: memory}}\n\
+         distribution: {{listen: '{dist}', auth: {{mode: any, methods: [{{type: basic}}]}}}}\n\
+         admin: {{listen: '{admin}'}}\n\
+         controlPlane: {{enabled: true, listen: '{cp}', loopbackPlaintext: true, reportInterval: 1s}}\n\
+         egress: {{allowCidrs: [127.0.0.0/8]}}\n"
+    );
+    let config_dir = dir.join("controller");
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let operator = tokio::spawn(reconcile::run(
+        client.clone(),
+        operator_config(&base, &config_dir),
+        Arc::new(Metrics::new()),
+        async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        },
+    ));
+
+    // The config: every Routing, each naming its group, the group's in priority order.
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let text = eventually("the controller config with every Routing", 90, || {
+        let api = config_maps.clone();
+        async move {
+            let cm = api.get_opt(CONFIG_MAP).await.ok()??;
+            let text = cm.data?.get("config.yaml")?.clone();
+            (text.contains("fallback") && text.contains("other")).then_some(text)
+        }
+    })
+    .await;
+    let config = proxy_pool_api::config::parse_yaml(&text).expect("config");
+    let groups: BTreeMap<&str, Vec<String>> = config
+        .routings
+        .iter()
+        .map(|r| (r.name.as_str(), r.gateway_groups.clone()))
+        .collect();
+    assert_eq!(groups["a"], ["edge"]);
+    assert_eq!(groups["b"], ["edge"]);
+    assert_eq!(groups["fallback"], ["edge"]);
+    assert_eq!(groups["other"], ["core"]);
+    std::fs::create_dir_all(&config_dir).expect("mkdir");
+    std::fs::write(config_dir.join("config.yaml"), &text).expect("config file");
+    secret_file(&config_dir, "sim-key", "apiKey", VENDOR_KEY);
+    secret_file(&config_dir, "crawler-basic", "username", USER);
+    secret_file(&config_dir, "crawler-basic", "password", PASSWORD);
+
+    // One Deployment for the three Routings of `edge`; its gateways' group and clients.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let d = eventually("the edge group's Deployment", 60, || {
+        let api = deployments.clone();
+        async move { api.get_opt("edge-gateway").await.ok()? }
+    })
+    .await;
+    for name in ["a-gateway", "b-gateway", "fallback-gateway"] {
+        assert!(deployments.get_opt(name).await.expect("get").is_none());
+    }
+    let args = d.spec.expect("spec").template.spec.expect("pod").containers[0]
+        .args
+        .clone()
+        .expect("args");
+    let group = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--gateway-group="))
+        .expect("--gateway-group")
+        .to_owned();
+    assert_eq!(group, "edge");
+    // The gateways run with the Deployment's flags, but for the addresses and files
+    // that differ outside a pod: the group's limits must be flags the gateway takes.
+    let pod_args: Vec<String> = args
+        .iter()
+        .filter(|a| {
+            ![
+                "--http-listen=",
+                "--socks5-listen=",
+                "--admin-listen=",
+                "--controller=",
+                "--clients-file=",
+            ]
+            .iter()
+            .any(|p| a.starts_with(p))
+        })
+        .cloned()
+        .collect();
+    for want in ["--max-connections=500", "--handshake-timeout-seconds=5"] {
+        assert!(
+            pod_args.iter().any(|a| a == want),
+            "{want} not in {pod_args:?}"
+        );
+    }
+    let clients_cm = config_maps
+        .get("edge-gateway-clients")
+        .await
+        .expect("clients ConfigMap");
+    let gateway_dir = dir.join("gateway");
+    let clients = clients_cm.data.expect("data")["clients.json"].replace(
+        "/etc/proxy-pool-gateway",
+        &gateway_dir.display().to_string(),
+    );
+    secret_file(&gateway_dir, "crawler-basic", "username", USER);
+    secret_file(&gateway_dir, "crawler-basic", "password", PASSWORD);
+    std::fs::write(gateway_dir.join("clients.json"), clients).expect("clients file");
+    let groups_api: Api<GatewayGroup> = Api::namespaced(client.clone(), NS);
+    let status = eventually("the edge group's status", 30, || {
+        let api = groups_api.clone();
+        async move { api.get("edge").await.ok()?.status }
+    })
+    .await;
+    assert_eq!(status.routings, ["b", "a", "fallback"], "match order");
+
+    // The controller, a checker and the group's gateways (its two replicas).
+    procs.start(
+        "controller",
+        std::process::Command::new(bin("proxy-pool-controller"))
+            .args(["run", "--config"])
+            .arg(config_dir.join("config.yaml")),
+    );
+    up("controller", admin, "/healthz").await;
+    let cp_url = format!("http://{cp}");
+    procs.start(
+        "checker",
+        &mut checker_command(&cp_url, "groups-checker", echo),
+    );
+    let gateways: Vec<(SocketAddr, SocketAddr)> =
+        (0..2).map(|_| (free_addr(), free_addr())).collect();
+    for (i, (http, admin)) in gateways.iter().enumerate() {
+        procs.start(
+            &format!("gateway-{i}"),
+            gateway_command(
+                [*http, free_addr(), *admin],
+                &cp_url,
+                &format!("edge-gateway-{i}"),
+                &gateway_dir.join("clients.json"),
+            )
+            .args(&pod_args),
+        );
+    }
+    for (i, (_, admin)) in gateways.iter().enumerate() {
+        up(&format!("gateway {i} snapshot"), *admin, "/readyz").await;
+    }
+
+    // Routing `a` and `fallback` serve through both gateways once proxies are checked.
+    for (http, _) in &gateways {
+        for user in [format!("{USER}-region-a"), USER.to_owned()] {
+            let gw = *http;
+            eventually(&format!("{user} served through {gw}"), 150, || {
+                let user = user.clone();
+                async move { (forward(gw, echo, &user, "/groups").await.status == 200).then_some(()) }
+            })
+            .await;
+        }
+    }
+    // Routing `b` (higher priority than `fallback`, and `other` of another group not
+    // visible): refused by the gateway, every time.
+    for (http, _) in &gateways {
+        for _ in 0..3 {
+            let a = forward(*http, echo, &format!("{USER}-region-b"), "/groups").await;
+            assert!(
+                a.status >= 400 && a.header("X-Proxy-Pool-Error").is_some(),
+                "crawler-region-b must go to Routing b (no usable proxy), not to fallback or \
+                 other: {} {}",
+                a.head,
+                a.body
+            );
+        }
+        let a = forward(*http, echo, &format!("{USER}-region-a"), "/groups").await;
+        assert_eq!(a.status, 200, "{} {}", a.head, a.body);
+    }
+
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(30), operator).await;
+    procs.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
