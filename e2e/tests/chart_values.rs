@@ -21,8 +21,8 @@ use std::process::{Command, Output};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVar};
-use proxy_pool_operator::crd::Routing;
-use proxy_pool_operator::reconcile::gateway::{GatewayClients, deployment};
+use proxy_pool_operator::crd::GatewayGroup;
+use proxy_pool_operator::reconcile::gateway::{GatewayClients, Workload, deployment};
 use proxy_pool_operator::reconcile::{GatewayPodSettings, GatewayTemplate};
 use serde::Deserialize as _;
 use serde_yaml::Value;
@@ -465,12 +465,14 @@ fn monitoring_objects_embed_the_shipped_rules_and_dashboard() {
     assert_eq!(port("PodMonitor", "pp-pool-checker"), "ops");
 
     // The gateway PodMonitor selects the pods the operator makes, on a port they have.
-    let mut routing: Routing =
-        serde_yaml::from_str(&std::fs::read_to_string(repo_path("examples/routing.yaml")).unwrap())
-            .unwrap();
-    routing.metadata.namespace = Some(NS.into());
-    routing.metadata.uid = Some("0000-1111".into());
-    let gateway = deployment(&routing, &gateway_template(), &no_clients()).unwrap();
+    let mut group: GatewayGroup = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_path("examples/gateway-group.yaml")).unwrap(),
+    )
+    .unwrap();
+    group.metadata.namespace = Some(NS.into());
+    group.metadata.uid = Some("0000-1111".into());
+    let workload = Workload::of_group(&group).unwrap();
+    let gateway = deployment(&workload, &gateway_template(), &no_clients());
     let pod = gateway.spec.unwrap().template;
     let pod_labels = pod.metadata.unwrap().labels.unwrap();
     let pm = docs
