@@ -1,6 +1,7 @@
 //! Selection on a 100,000-proxy snapshot: one pick (choice + Reserved slot taken and
 //! released) per iteration, for each strategy; plus full admission (snapshot freshness,
-//! authentication, routing match, pick) and a sticky-session pick.
+//! authentication, routing match, pick) and a sticky-session pick; and a pick narrowed
+//! by username parameters (`country-…-city-…`) through the routing's selection.
 //!
 //! `cargo bench -p proxy-pool-gateway --bench select`
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
@@ -15,9 +16,11 @@ use proxy_pool_gateway::capacity::CapacityRegistry;
 use proxy_pool_gateway::clock::{now_ms, to_model_ms};
 use proxy_pool_gateway::parse::authority::Host;
 use proxy_pool_gateway::route::{Credentials, Router};
-use proxy_pool_gateway::select::pick;
+use proxy_pool_gateway::select::{pick, pick_in};
 use proxy_pool_gateway::snapshot::live::LiveSnapshot;
-use proxy_pool_gateway::snapshot::{ClientCredential, ProxyId, SnapshotInput, standalone_proxy};
+use proxy_pool_gateway::snapshot::{
+    ClientCredential, Narrowing, ProxyId, SnapshotInput, standalone_proxy,
+};
 use std::hint::black_box;
 use std::time::{Duration, SystemTime};
 
@@ -42,7 +45,8 @@ fn snapshot_of(size: usize, strategy: Strategy) -> LiveSnapshot {
                 labels: Labels {
                     region: Some(["shanghai", "beijing", "guangzhou", "shenzhen"][i % 4].into()),
                     carrier: Some(["telecom", "unicom", "mobile"][i % 3].into()),
-                    city: None,
+                    // 25 cities per region: 1,000 proxies per (region, city).
+                    city: Some(format!("c{:02}", (i / 4) % 25)),
                 },
                 ..standalone_proxy(
                     format!("px-{i:06}"),
@@ -133,6 +137,39 @@ fn picks(c: &mut Criterion) {
     }
 }
 
+/// One pick narrowed by username parameters (the routing's default selectors): the
+/// selection's lookup (one hash over the decoded values) plus the pick in its set.
+fn picks_by_parameters(c: &mut Criterion) {
+    let mut group = c.benchmark_group("select_100k_by_params");
+    group.throughput(Throughput::Elements(1));
+    for (name, strategy) in [
+        ("round_robin", Strategy::RoundRobin),
+        ("least_active", Strategy::LeastActive),
+        ("power_of_two", Strategy::PowerOfTwoChoices),
+    ] {
+        let snap = snapshot_of(PROXIES, strategy);
+        let routing = &snap.routings[1];
+        let now = now_ms();
+        for (what, params) in [
+            ("country", &[("country", "shanghai")][..]),
+            (
+                "country_city",
+                &[("country", "shanghai"), ("city", "c07")][..],
+            ),
+        ] {
+            group.bench_function(format!("{name}/{what}"), |b| {
+                b.iter(|| {
+                    let Narrowing::Set(set, _) = routing.selection.narrow(black_box(params)) else {
+                        panic!("the selection exists");
+                    };
+                    black_box(pick_in(set, strategy, now, &[])).map(|c| c.idx)
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 fn admission(c: &mut Criterion) {
     let mut group = c.benchmark_group("admit_100k");
     group.throughput(Throughput::Elements(1));
@@ -164,5 +201,5 @@ fn admission(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, picks, admission);
+criterion_group!(benches, picks, picks_by_parameters, admission);
 criterion_main!(benches);
