@@ -190,6 +190,8 @@ refused; opted-in ranges too. */}}
   "shutdownDelaySeconds" (int $g.shutdownDelaySeconds)
   "drainGraceSeconds" (int $g.drainGraceSeconds)
   "podDisruptionBudget" $g.podDisruptionBudget
+  "logFormat" .Values.logging.format
+  "logLevel" ($g.logLevel | default .Values.logging.level)
 -}}
 {{- with $g.affinity }}{{ $_ := set $s "affinity" . }}{{ end -}}
 {{- with $g.priorityClassName }}{{ $_ := set $s "priorityClassName" . }}{{ end -}}

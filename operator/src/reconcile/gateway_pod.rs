@@ -54,6 +54,31 @@ pub struct GatewayPodSettings {
     pub drain_grace_seconds: u32,
     /// The PodDisruptionBudget made beside each gateway Deployment.
     pub pod_disruption_budget: PdbSettings,
+    /// The gateways' log format (`PROXY_POOL_LOG_FORMAT`: `text` or `json`).
+    pub log_format: LogFormatSetting,
+    /// The gateways' `RUST_LOG` (empty: `info`).
+    pub log_level: String,
+}
+
+/// `logFormat`: how gateways write their log lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LogFormatSetting {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl LogFormatSetting {
+    /// The value of `PROXY_POOL_LOG_FORMAT`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Text => "text",
+            Self::Json => "json",
+        }
+    }
 }
 
 /// `podDisruptionBudget`.
@@ -116,6 +141,8 @@ impl Default for GatewayPodSettings {
             shutdown_delay_seconds: 5,
             drain_grace_seconds: 30,
             pod_disruption_budget: PdbSettings::default(),
+            log_format: LogFormatSetting::Text,
+            log_level: String::new(),
         }
     }
 }

@@ -748,3 +748,38 @@ fn replicas_ownership_is_read_from_managed_fields() {
     .expect("Deployment");
     assert!(!super::owns_replicas(&d, "proxy-pool-operator"));
 }
+
+#[test]
+fn gateway_containers_log_as_the_settings_say() {
+    let env_of = |t: &GatewayTemplate| -> BTreeMap<String, String> {
+        let pod = gateway_pod(&routing(), t);
+        pod.containers[0]
+            .env
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| Some((e.name, e.value?)))
+            .collect()
+    };
+    // The default: text, RUST_LOG left to the binary (info).
+    let env = env_of(&template());
+    assert_eq!(
+        env.get("PROXY_POOL_LOG_FORMAT").map(String::as_str),
+        Some("text")
+    );
+    assert!(!env.contains_key("RUST_LOG"), "{env:?}");
+    // The chart's default in clusters: JSON, with a level.
+    let mut t = template();
+    t.pod = serde_yaml::from_str("logFormat: json\nlogLevel: debug,hyper=info\n").unwrap();
+    let env = env_of(&t);
+    assert_eq!(
+        env.get("PROXY_POOL_LOG_FORMAT").map(String::as_str),
+        Some("json")
+    );
+    assert_eq!(
+        env.get("RUST_LOG").map(String::as_str),
+        Some("debug,hyper=info")
+    );
+    // A format the binaries do not know is refused with the settings file.
+    assert!(serde_yaml::from_str::<GatewayPodSettings>("logFormat: xml\n").is_err());
+}

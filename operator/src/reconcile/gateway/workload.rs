@@ -347,8 +347,13 @@ pub fn deployment(w: &Workload, t: &GatewayTemplate, clients: &GatewayClients) -
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_UID", "metadata.uid"),
         field_env("POD_NAMESPACE", "metadata.namespace"),
+        env(
+            proxy_pool_runtime::telemetry::logging::FORMAT_ENV,
+            t.pod.log_format.as_str(),
+        ),
     ]
     .into_iter()
+    .chain((!t.pod.log_level.is_empty()).then(|| env("RUST_LOG", t.pod.log_level.clone())))
     .chain(egress_env(t))
     .collect::<Vec<_>>();
     let admin = admin_port(w);
