@@ -6,13 +6,16 @@
 //! and the group's clients file. Requests through the group's gateways are routed by
 //! the username's parameters to different Routings:
 //!
-//! * `crawler-region-a` → Routing `a` (the simulator's proxies): served;
-//! * `crawler-region-b` → Routing `b` (priority 20, a dead static proxy): refused with
+//! * `crawler-pool-a` → Routing `a` (the simulator's proxies): served;
+//! * `crawler-pool-b` → Routing `b` (priority 20, a dead static proxy): refused with
 //!   the gateway's error — although `fallback` (priority 0, any request, live proxies)
 //!   would also match: priority decides inside a group;
 //! * `crawler` → `fallback`: served;
+//! * within Routing `a`, the username's selection parameters narrow the proxies:
+//!   `crawler-pool-a-country-<region>` is served by a proxy of that region label, a
+//!   region no proxy has answers 502 `no-matching-proxy` (never another proxy);
 //! * Routing `other` (priority 100, any request) belongs to another group: the group's
-//!   gateways never see it (otherwise it would take `crawler-region-b` and serve it).
+//!   gateways never see it (otherwise it would take `crawler-pool-b` and serve it).
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
@@ -113,7 +116,7 @@ metadata: {name: a}
 spec:
   priority: 10
   gatewayGroup: edge
-  match: {usernameParams: {region: a}}
+  match: {usernameParams: {pool: a}}
   upstreams: [sim]
 ---
 apiVersion: proxypool.io/v1alpha1
@@ -122,7 +125,7 @@ metadata: {name: b}
 spec:
   priority: 20
   gatewayGroup: edge
-  match: {usernameParams: {region: b}}
+  match: {usernameParams: {pool: b}}
   upstreams: [dead]
 ---
 apiVersion: proxypool.io/v1alpha1
@@ -449,7 +452,7 @@ async fn one_gateway_group_serves_several_routings() {
 
     // Routing `a` and `fallback` serve through both gateways once proxies are checked.
     for (http, _) in &gateways {
-        for user in [format!("{USER}-region-a"), USER.to_owned()] {
+        for user in [format!("{USER}-pool-a"), USER.to_owned()] {
             let gw = *http;
             eventually(&format!("{user} served through {gw}"), 150, || {
                 let user = user.clone();
@@ -462,18 +465,49 @@ async fn one_gateway_group_serves_several_routings() {
     // visible): refused by the gateway, every time.
     for (http, _) in &gateways {
         for _ in 0..3 {
-            let a = forward(*http, echo, &format!("{USER}-region-b"), "/groups").await;
+            let a = forward(*http, echo, &format!("{USER}-pool-b"), "/groups").await;
             assert!(
                 a.status >= 400 && a.header("X-Proxy-Pool-Error").is_some(),
-                "crawler-region-b must go to Routing b (no usable proxy), not to fallback or \
+                "crawler-pool-b must go to Routing b (no usable proxy), not to fallback or \
                  other: {} {}",
                 a.head,
                 a.body
             );
         }
-        let a = forward(*http, echo, &format!("{USER}-region-a"), "/groups").await;
+        let a = forward(*http, echo, &format!("{USER}-pool-a"), "/groups").await;
         assert_eq!(a.status, 200, "{} {}", a.head, a.body);
     }
+    // Selection by username parameters through the group's endpoint: a region label no
+    // proxy holds is refused, never served by another proxy…
+    for (http, _) in &gateways {
+        let a = forward(
+            *http,
+            echo,
+            &format!("{USER}-pool-a-country-mars"),
+            "/groups",
+        )
+        .await;
+        assert_eq!(a.status, 502, "{} {}", a.head, a.body);
+        assert_eq!(
+            a.header("X-Proxy-Pool-Error"),
+            Some("no-matching-proxy"),
+            "{}",
+            a.head
+        );
+    }
+    // …and a region the simulator's proxies carry is served (which of its regions the
+    // pool holds now is up to the vendor: one of them is).
+    let gw = gateways[0].0;
+    eventually("a proxy selected by its region", 60, || async move {
+        for region in ["shanghai", "beijing", "guangzhou", "shenzhen"] {
+            let user = format!("{USER}-pool-a-country-{region}");
+            if forward(gw, echo, &user, "/groups").await.status == 200 {
+                return Some(());
+            }
+        }
+        None
+    })
+    .await;
 
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(30), operator).await;
