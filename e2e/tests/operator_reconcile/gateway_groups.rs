@@ -159,7 +159,12 @@ pub(super) async fn one_group_serves_many_routings(
 
     // Replicas start at the minimum and belong to no operator apply; a scale (what the
     // autoscaler does) survives the next reconcile.
-    assert_eq!(d.spec.as_ref().and_then(|s| s.replicas), Some(2));
+    // (The count is a second apply after the Deployment's: wait for it.)
+    let d: Deployment = eventually("replicas at the autoscaler's minimum", 30, || async {
+        let d: Deployment = get(client, OBJECT).await;
+        (d.spec.as_ref().and_then(|s| s.replicas) == Some(2)).then_some(d)
+    })
+    .await;
     assert!(!reconcile::gateway::owns_replicas(
         &d,
         reconcile::FIELD_MANAGER
