@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::terminate;
-use proxy_pool_runtime::telemetry::metrics::{documented, exported, reserved_labels_used};
+use proxy_pool_runtime::telemetry::metrics::{
+    documented, exported, reference_doc, reserved_labels_used,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_proxy-pool-checker");
 
@@ -83,11 +85,7 @@ fn the_run_command_exports_the_documented_metrics() {
             .contains("content-type: application/openmetrics-text"),
         "{head}"
     );
-    let doc = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../docs/operations.md"
-    ))
-    .unwrap();
+    let doc = reference_doc().unwrap();
     let documented = documented(&doc, "checker");
     assert!(
         !documented.is_empty(),

@@ -26,7 +26,9 @@ use controlplane_support::{Worker, post, spawn_checker, start_composed};
 use proxy_pool_api::controlplane::client::{ClientOptions, ClientTransport, connect};
 use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControlPlaneClient;
 use proxy_pool_e2e::sim::{SimConfig, Simulator};
-use proxy_pool_runtime::telemetry::metrics::{documented, exported, reserved_labels_used};
+use proxy_pool_runtime::telemetry::metrics::{
+    documented, exported, reference_doc, reserved_labels_used,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -51,8 +53,7 @@ const COLLECTOR_PREFIXES: [&str; 2] = [
 ];
 
 fn doc() -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md");
-    std::fs::read_to_string(path).expect("docs/operations.md")
+    reference_doc().expect("docs/operations.md")
 }
 
 /// The documented controller metrics, without those `absent` names and the

@@ -315,7 +315,9 @@ async fn binary_refuses_a_malformed_controller_list() {
 /// label a scrape reserves.
 #[tokio::test]
 async fn binary_exports_the_documented_metrics() {
-    use proxy_pool_runtime::telemetry::metrics::{documented, exported, reserved_labels_used};
+    use proxy_pool_runtime::telemetry::metrics::{
+        documented, exported, reference_doc, reserved_labels_used,
+    };
     let h = Harness::start().await;
     let p = h.proxy(Protocol::Socks5).await;
     let mut entry = socks5_entry(&p);
@@ -352,8 +354,7 @@ async fn binary_exports_the_documented_metrics() {
         "{head}"
     );
     assert!(text.ends_with("# EOF\n"), "{text}");
-    let doc_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md");
-    let doc = std::fs::read_to_string(doc_path).expect("docs/operations.md");
+    let doc = reference_doc().expect("docs/operations.md");
     let documented = documented(&doc, "gateway");
     assert!(
         documented.len() > 30,

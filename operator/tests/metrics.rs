@@ -19,7 +19,9 @@ use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::{fresh_test_dir, terminate};
 use proxy_pool_identity_client::{ClientConfig, ClientError, IdentityClient};
 use proxy_pool_operator::identity::wire::DEFAULT_AUDIENCE;
-use proxy_pool_runtime::telemetry::metrics::{documented, exported, reserved_labels_used};
+use proxy_pool_runtime::telemetry::metrics::{
+    documented, exported, reference_doc, reserved_labels_used,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_proxy-pool-operator");
 const NS: &str = "proxy-pool";
@@ -152,11 +154,7 @@ async fn a_standby_operator_exports_the_documented_metrics() {
     assert_eq!(status, 200, "{text}");
     assert!(stopped.success(), "{stopped}\n{}", logs());
 
-    let doc = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../docs/operations.md"
-    ))
-    .unwrap();
+    let doc = reference_doc().unwrap();
     let documented = documented(&doc, "operator");
     assert!(
         !documented.is_empty(),

@@ -93,6 +93,16 @@ pub fn documented(doc: &str, component: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The metrics reference of the repository this crate was built from
+/// (`docs/operations.md`, beside the `runtime/` directory): what the metric-name tests
+/// of the binaries compare their exposition with.
+pub fn reference_doc() -> std::io::Result<String> {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/operations.md"
+    ))
+}
+
 /// Label names used in `exposition` that [`RESERVED_LABELS`] forbids, with the metric.
 pub fn reserved_labels_used(exposition: &str) -> Vec<String> {
     let mut found = Vec::new();
