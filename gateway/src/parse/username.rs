@@ -166,9 +166,16 @@ fn hex(c: u8) -> Option<u8> {
 /// Whether the username value `raw` names `label` (decoded, ASCII case-insensitive):
 /// `US%2Deast` names `us-east`.
 pub fn value_eq(raw: &str, label: &str) -> bool {
-    let mut want = label.bytes();
-    decoded(raw).all(|c| want.next().is_some_and(|w| w.eq_ignore_ascii_case(&c)))
-        && want.next().is_none()
+    eq_ignore_ascii_case(decoded(raw), label.bytes())
+}
+
+/// Whether two username values name the same label (both decoded).
+pub fn values_eq(a: &str, b: &str) -> bool {
+    eq_ignore_ascii_case(decoded(a), decoded(b))
+}
+
+fn eq_ignore_ascii_case(mut a: impl Iterator<Item = u8>, mut b: impl Iterator<Item = u8>) -> bool {
+    a.all(|x| b.next().is_some_and(|y| x.eq_ignore_ascii_case(&y))) && b.next().is_none()
 }
 
 /// Parses `base(-key-value)*`.

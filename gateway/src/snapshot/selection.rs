@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicUsize;
 use proxy_pool_api::controlplane::model::{Dimension, SnapshotProxy};
 
 use super::live::Candidate;
-use crate::parse::username::{decoded, value_eq};
+use crate::parse::username::{decoded, value_eq, values_eq};
 
 /// Candidates (of a routing, or of one selection within it) by ascending proxy index,
 /// with the cursor that spreads picks over them.
@@ -144,7 +144,7 @@ impl Selection {
             };
             let slot = usize::from(*slot);
             match values[slot] {
-                Some(seen) if !same_value(seen, value) => {
+                Some(seen) if !values_eq(seen, value) => {
                     return Narrowing::Conflict(self.dims[slot]);
                 }
                 _ => values[slot] = Some(value),
@@ -196,12 +196,6 @@ fn value_of(p: &SnapshotProxy, d: Dimension) -> Option<&str> {
         Dimension::Upstream => Some(p.upstream.as_str()),
         Dimension::Protocol => Some(p.dial.protocol.as_str()),
     }
-}
-
-/// Whether two raw username values name the same label.
-fn same_value(a: &str, b: &str) -> bool {
-    let mut b = decoded(b);
-    decoded(a).all(|x| b.next().is_some_and(|y| x.eq_ignore_ascii_case(&y))) && b.next().is_none()
 }
 
 fn lower(bytes: impl Iterator<Item = u8>) -> impl Iterator<Item = u8> {
