@@ -4,6 +4,7 @@
 //! at start-up ([`GatewayPodSettings::from_yaml`]); the Routing reconciler trusts them.
 //! Owns no I/O.
 
+use proxy_pool_runtime::telemetry::logging::LogFormat;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
@@ -55,29 +56,25 @@ pub struct GatewayPodSettings {
     /// The PodDisruptionBudget made beside each gateway Deployment.
     pub pod_disruption_budget: PdbSettings,
     /// The gateways' log format (`PROXY_POOL_LOG_FORMAT`: `text` or `json`).
-    pub log_format: LogFormatSetting,
+    #[serde(with = "log_format")]
+    pub log_format: LogFormat,
     /// The gateways' `RUST_LOG` (empty: `info`).
     pub log_level: String,
 }
 
-/// `logFormat`: how gateways write their log lines.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum LogFormatSetting {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+/// `logFormat` as the binaries spell it (`text`, `json`): runtime's [`LogFormat`].
+mod log_format {
+    use super::LogFormat;
+    use serde::{Deserialize, Deserializer, Serializer};
 
-impl LogFormatSetting {
-    /// The value of `PROXY_POOL_LOG_FORMAT`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Text => "text",
-            Self::Json => "json",
-        }
+    pub fn serialize<S: Serializer>(f: &LogFormat, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(f)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<LogFormat, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -141,7 +138,7 @@ impl Default for GatewayPodSettings {
             shutdown_delay_seconds: 5,
             drain_grace_seconds: 30,
             pod_disruption_budget: PdbSettings::default(),
-            log_format: LogFormatSetting::Text,
+            log_format: LogFormat::Text,
             log_level: String::new(),
         }
     }

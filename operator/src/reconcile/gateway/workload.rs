@@ -349,7 +349,7 @@ pub fn deployment(w: &Workload, t: &GatewayTemplate, clients: &GatewayClients) -
         field_env("POD_NAMESPACE", "metadata.namespace"),
         env(
             proxy_pool_runtime::telemetry::logging::FORMAT_ENV,
-            t.pod.log_format.as_str(),
+            t.pod.log_format.to_string(),
         ),
     ]
     .into_iter()
