@@ -278,7 +278,7 @@ spec:
     })
     .await;
     assert!(g.status.expect("status").service.is_none());
-    let d: Deployment = get(client, "clash-gateway").await;
+    let d: Deployment = created(client, "clash-gateway", 30).await;
     assert_eq!(
         d.owner_references()[0].kind,
         "Routing",
