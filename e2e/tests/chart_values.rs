@@ -584,3 +584,75 @@ fn the_dashboard_queries_only_proxy_pool_metrics_the_rules_know() {
         assert!(ids.insert(p["id"].as_u64().unwrap()), "duplicate panel id");
     }
 }
+
+/// Every file under `templates/` (and `crds/`, `files/` except the rules' unit tests) is
+/// in the packaged chart — `.helmignore` keeps only the repository's `tests/` out — and
+/// the cluster's values render the `helm test` hook (a pattern like `tests/` would drop
+/// `templates/tests/` too, and `helm test` would then find no test at all).
+#[test]
+fn the_packaged_chart_keeps_every_template_and_the_test_hook() {
+    let dir = std::env::temp_dir().join(format!("proxy-pool-package-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let chart = chart();
+    let out = helm(&[
+        "package",
+        chart.to_str().unwrap(),
+        "-d",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "helm package:\n{}", text(&out));
+    let archive = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "tgz"))
+        .expect("a packaged chart");
+    let listing = Command::new("tar")
+        .arg("tzf")
+        .arg(&archive)
+        .output()
+        .expect("tar");
+    assert!(listing.status.success(), "tar tzf: {}", text(&listing));
+    let packaged: BTreeSet<String> = String::from_utf8(listing.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("proxy-pool/").map(str::to_owned))
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    fn walk(root: &Path, rel: &str, into: &mut Vec<String>) {
+        for e in std::fs::read_dir(root.join(rel)).unwrap() {
+            let e = e.unwrap();
+            let name = format!("{rel}/{}", e.file_name().to_string_lossy());
+            if e.file_type().unwrap().is_dir() {
+                walk(root, &name, into);
+            } else {
+                into.push(name);
+            }
+        }
+    }
+    let mut expected = Vec::new();
+    for dir in ["templates", "crds", "files"] {
+        walk(&chart, dir, &mut expected);
+    }
+    expected.retain(|f| f != "files/prometheus-rules.test.yaml");
+    assert!(expected.contains(&"templates/tests/smoke-test.yaml".to_owned()));
+    let missing: Vec<&String> = expected.iter().filter(|f| !packaged.contains(*f)).collect();
+    assert!(missing.is_empty(), "left out of the package: {missing:?}");
+    assert!(
+        !packaged.iter().any(|f| f.starts_with("tests/")),
+        "the values-file tests are packaged: {packaged:?}"
+    );
+
+    let docs = template(
+        "proxy-pool",
+        &[
+            "--values",
+            repo_path("scripts/cluster/values.yaml").to_str().unwrap(),
+        ],
+    );
+    let smoke = docs
+        .iter()
+        .find(|d| d["kind"] == "Pod" && d["metadata"]["name"] == "proxy-pool-smoke-test")
+        .unwrap_or_else(|| panic!("no helm test Pod in {:?}", names(&docs)));
+    assert_eq!(smoke["metadata"]["annotations"]["helm.sh/hook"], "test");
+}
