@@ -13,6 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::client_limits::GatewayLimits;
 use crate::controlplane::model::Secret;
 
 /// One entry of the clients file: a client name and where its Basic credentials come
@@ -27,6 +28,10 @@ use crate::controlplane::model::Secret;
 pub struct ClientEntry {
     /// Client name (what routings' `clients` list).
     pub client: String,
+    /// The client's fleet-wide gateway limits (its DistributionClient's
+    /// `gatewayLimits`); absent: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<GatewayLimits>,
     /// Password, inline (local runs only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<Secret>,
@@ -71,9 +76,9 @@ impl ClientEntry {
 
 /// The clients file's text: the entries as one compact JSON array.
 pub fn render(entries: &[ClientEntry]) -> String {
-    // Every field is a string, so serialising cannot fail (serde_json fails only on
-    // non-string map keys or a failing `Serialize` impl); were it ever to, the empty
-    // text is refused by the gateway rather than misread.
+    // Every field is a string or a number, so serialising cannot fail (serde_json fails
+    // only on non-string map keys or a failing `Serialize` impl); were it ever to, the
+    // empty text is refused by the gateway rather than misread.
     serde_json::to_string(entries).unwrap_or_default()
 }
 

@@ -2,6 +2,7 @@
 //!
 //! Owns the wire and config types; never does I/O.
 
+pub mod client_limits;
 pub mod config;
 pub mod controlplane;
 pub mod echo;

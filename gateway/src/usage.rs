@@ -223,6 +223,7 @@ impl UsageReport {
                     .map(|(identity, n)| pb::ClientUsage {
                         identity: identity.clone(),
                         requests: *n,
+                        ..pb::ClientUsage::default()
                     })
                     .collect();
                 clients.sort_by(|a, b| a.identity.cmp(&b.identity));
@@ -231,6 +232,7 @@ impl UsageReport {
                     routing: name.clone(),
                     requests: totals.requests,
                     clients,
+                    ..pb::RoutingUsage::default()
                 }
             })
             .collect()

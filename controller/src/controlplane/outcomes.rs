@@ -232,8 +232,10 @@ pub fn wire_usage(
             .map(|(identity, n)| pb::ClientUsage {
                 identity: (*identity).into(),
                 requests: *n,
+                ..pb::ClientUsage::default()
             })
             .collect(),
+        ..pb::RoutingUsage::default()
     }
 }
 

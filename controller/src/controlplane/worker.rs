@@ -265,6 +265,7 @@ impl WorkerService {
         Ok(pb::ReportRuntimeResponse {
             replayed: ack == ReportAck::Replayed,
             revoke_proxy_ids: self.shared.ownership.revoked(&worker),
+            client_budgets: None,
         })
     }
 
