@@ -1266,3 +1266,31 @@ fn a_problem_carries_its_field_path_as_data() {
         "routings[0].upstreams[0]: unknown upstream `nope`"
     );
 }
+
+#[test]
+fn client_gateway_limits_are_typed_and_checked_with_their_paths() {
+    let client = |limits: &str| {
+        format!(
+            "distribution: {{auth: {{mode: any, methods: [{{type: apiKey}}]}}}}\nclients: [{{name: c, apiKeys: [{{sha256: {HASH}}}], gatewayLimits: {limits}}}]\n"
+        )
+    };
+    let cfg = load_yaml(&client(
+        "{maxConnections: 10, requestsPerSecond: 5, burst: 20, dailyBytes: 1073741824}",
+    ))
+    .expect("valid");
+    let limits = cfg.clients[0].gateway_limits.expect("kept");
+    assert_eq!(limits.max_connections.map(|v| v.get()), Some(10));
+    assert_eq!(limits.daily_bytes.map(|v| v.get()), Some(1 << 30));
+    let empty = load_yaml(&client("{}")).expect("valid");
+    assert_eq!(empty.clients[0].gateway_limits, None, "limits nothing");
+    assert_eq!(
+        paths(&client("{burst: 3}")),
+        vec!["clients[0].gatewayLimits".to_owned()]
+    );
+    assert_eq!(
+        paths(&client("{requestsPerSecond: 2000000}")),
+        vec!["clients[0].gatewayLimits".to_owned()]
+    );
+    assert!(!paths(&client("{maxConnections: 0}")).is_empty());
+    assert!(!paths(&client("{dailyByte: 1}")).is_empty());
+}

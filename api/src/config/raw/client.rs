@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::distribution::RawRate;
+use crate::client_limits::GatewayLimits;
 
 /// One `clients[]` entry: a DistributionClient.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -38,6 +39,10 @@ pub struct RawClient {
     /// (needs a `bearer` method with `tokenReview`).
     #[serde(default)]
     pub service_accounts: Vec<String>,
+    /// Fleet-wide gateway limits (the DistributionClient's `gatewayLimits`); the
+    /// controller judges the `dailyBytes` quota from the gateways' metered bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_limits: Option<GatewayLimits>,
 }
 
 /// A client secret: exactly one of its hash or a file holding it (a mounted Secret

@@ -6,6 +6,7 @@ use std::num::NonZeroU32;
 use std::path::PathBuf;
 
 use super::distribution::{Permission, Rate};
+use crate::client_limits::GatewayLimits;
 use crate::secret::SaltedHash;
 
 /// A SHA-256 of a secret; compared in constant time by the authenticator.
@@ -60,6 +61,8 @@ pub struct ClientConfig {
     /// Kubernetes ServiceAccounts (`namespace/name`) whose reviewed tokens are this
     /// client.
     pub service_accounts: Vec<String>,
+    /// Fleet-wide gateway limits (validated); `None`: unlimited.
+    pub gateway_limits: Option<GatewayLimits>,
     /// Credentials still in files: [`crate::config::resolve_secret_files`] reads and hashes
     /// them into the fields above (and empties this list).
     pub secret_files: Vec<ClientSecretFile>,

@@ -6,6 +6,7 @@ use std::num::NonZeroU32;
 
 use super::ctx::secret_file;
 use super::ctx::{Ctx, MAX_COUNT_PER_REQUEST, MAX_LIST_VALUES};
+use crate::client_limits::GatewayLimits;
 use crate::config::checks::{check_basic_username, check_service_account};
 use crate::config::error::ConfigError;
 use crate::config::raw::{RawBasic, RawClient, RawHashedSecret};
@@ -67,7 +68,20 @@ pub(super) fn client(cx: &mut Ctx, path: &str, raw: &RawClient) -> ClientConfig 
         basic,
         bearer_tokens,
         service_accounts: raw.service_accounts.clone(),
+        gateway_limits: gateway_limits(cx, path, raw),
         secret_files,
+    }
+}
+
+/// `gatewayLimits`: checked, and dropped when it limits nothing.
+fn gateway_limits(cx: &mut Ctx, path: &str, raw: &RawClient) -> Option<GatewayLimits> {
+    let limits = raw.gateway_limits?;
+    match limits.validate() {
+        Ok(()) => (!limits.is_empty()).then_some(limits),
+        Err(e) => {
+            cx.err(format!("{path}.gatewayLimits"), e.to_string());
+            None
+        }
     }
 }
 
