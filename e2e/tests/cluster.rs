@@ -899,11 +899,14 @@ async fn endpoint_pods(c: &LocalCluster, service: &str) -> Vec<String> {
 /// What one extraction loop saw: when each call was sent, its status and proxy IDs.
 type ExtractLog = Arc<parking_lot::Mutex<Vec<(SystemTime, u16, BTreeSet<String>)>>>;
 
-/// The pace of the extraction during the leader change: 2 proxies every 4 s, below
+/// The pace of the extraction during the leader change: 2 proxies every 6 s, half of
 /// what the simulator's upstream supplies (10 every 15 s), so extraction does not drain
 /// the gateways bare by itself (it has priority over them, `docs/control-plane.md`, "Drain
-/// on demand") and a gateway refusal would be the leader change's.
-const EXTRACT_EVERY: Duration = Duration::from_secs(4);
+/// on demand") and a gateway refusal would be the leader change's. At 2 every 4 s (three
+/// quarters of the supply) a run of 2026-12-03 saw the demand that piled up in the
+/// leaderless seconds drain a gateway bare, while the leases of a gateway pod replaced
+/// by the Redis roll still held proxies (`docs/reliability.md`).
+const EXTRACT_EVERY: Duration = Duration::from_secs(6);
 
 /// Three controller replicas in the chart's Redis mode, the leader elected on a
 /// Kubernetes Lease; the leader pod deleted under gateway traffic and extraction.
