@@ -286,7 +286,11 @@ fn identity_objects(docs: &[Value]) -> (String, String) {
         .filter(|v| v.name == "trust-bundle")
         .filter_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
         .collect();
-    assert_eq!(mounted, [bundle.clone()], "checker mounts {mounted:?}");
+    assert_eq!(
+        mounted,
+        std::slice::from_ref(&bundle),
+        "checker mounts {mounted:?}"
+    );
     // The gateway pods the operator renders with what it is told.
     let mut group: GatewayGroup = serde_yaml::from_str(
         &std::fs::read_to_string(repo_path("examples/gateway-group.yaml")).unwrap(),

@@ -404,10 +404,7 @@ mod tests {
             &"a".repeat(254),
         ] {
             for flag in ["--identity-ca-secret", "--trust-bundle-config-map"] {
-                let err = cli(&[&format!("{flag}={bad}")])
-                    .err()
-                    .expect(bad)
-                    .to_string();
+                let err = cli(&[&format!("{flag}={bad}")]).expect_err(bad).to_string();
                 assert!(err.contains(flag), "{err}");
                 assert!(err.contains("not a Kubernetes object name"), "{err}");
             }
