@@ -220,6 +220,110 @@ fn fullname(docs: &[Value]) -> String {
         .to_owned()
 }
 
+/// The value of `--<flag>=` in `args` (exactly once).
+fn flag_value(args: &[String], flag: &str) -> String {
+    let prefix = format!("--{flag}=");
+    let found: Vec<&str> = args
+        .iter()
+        .filter_map(|a| a.strip_prefix(&prefix))
+        .collect();
+    match found.as_slice() {
+        [one] => (*one).to_owned(),
+        other => panic!("--{flag} given {} times in {args:?}", other.len()),
+    }
+}
+
+/// The identity CA Secret and trust-bundle ConfigMap names a rendering's operator is
+/// told (its args), after checking every other user of them in the release agrees: the
+/// Role lets the operator update exactly that Secret, the checker mounts that bundle,
+/// and the gateway Deployments the operator renders with those args mount it too.
+fn identity_objects(docs: &[Value]) -> (String, String) {
+    let full = fullname(docs);
+    let operator: Deployment = find(docs, "Deployment", &format!("{full}-operator"));
+    let (_, c) = container(operator);
+    let args = c.args.unwrap();
+    let (ca, bundle) = (
+        flag_value(&args, "identity-ca-secret"),
+        flag_value(&args, "trust-bundle-config-map"),
+    );
+    // The Role's by-name grant on Secrets: the CA Secret (and the controller's TLS).
+    let role = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "Role" && d["metadata"]["name"] == format!("{full}-operator").as_str()
+        })
+        .unwrap_or_else(|| panic!("no operator Role in {:?}", names(docs)));
+    let granted: Vec<String> = role["rules"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter(|r| r["resources"][0] == "secrets" && !r["resourceNames"].is_null())
+        .flat_map(|r| r["resourceNames"].as_sequence().unwrap().clone())
+        .map(|n| n.as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        granted.contains(&ca),
+        "Role grants {granted:?}, operator told {ca}"
+    );
+    assert!(
+        !granted
+            .iter()
+            .any(|n| n.ends_with("identity-ca") && *n != ca),
+        "{granted:?}"
+    );
+    // The checker's trust-bundle volume.
+    let checker: Deployment = find(docs, "Deployment", &format!("{full}-checker"));
+    let volumes = checker
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap();
+    let mounted: Vec<String> = volumes
+        .iter()
+        .filter(|v| v.name == "trust-bundle")
+        .filter_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
+        .collect();
+    assert_eq!(
+        mounted,
+        std::slice::from_ref(&bundle),
+        "checker mounts {mounted:?}"
+    );
+    // The gateway pods the operator renders with what it is told.
+    let mut group: GatewayGroup = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_path("examples/gateway-group.yaml")).unwrap(),
+    )
+    .unwrap();
+    group.metadata.namespace = Some(NS.into());
+    group.metadata.uid = Some("0000-1111".into());
+    let template = GatewayTemplate {
+        trust_bundle_config_map: bundle.clone(),
+        ..gateway_template()
+    };
+    let gateway = deployment(
+        &Workload::of_group(&group).unwrap(),
+        &template,
+        &no_clients(),
+    );
+    let volumes = gateway
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap();
+    assert!(
+        volumes
+            .iter()
+            .any(|v| v.config_map.as_ref().is_some_and(|c| c.name == bundle)),
+        "gateway pods do not mount {bundle}: {volumes:?}"
+    );
+    (ca, bundle)
+}
+
 #[test]
 fn two_releases_in_one_namespace_share_no_object_name() {
     let full = [
@@ -252,6 +356,25 @@ fn two_releases_in_one_namespace_share_no_object_name() {
         assert!(na.len() > 20, "{na:?}");
         let shared: Vec<_> = na.intersection(&nb).collect();
         assert!(shared.is_empty(), "releases {a} and {b} share {shared:?}");
+        // Nor what their operators make at run time: each its own identity CA Secret
+        // and trust bundle, which its workloads mount and its Role grants.
+        let (ca_a, bundle_a) = identity_objects(&da);
+        let (ca_b, bundle_b) = identity_objects(&db);
+        assert_ne!(
+            ca_a, ca_b,
+            "releases {a} and {b} share the identity CA Secret"
+        );
+        assert_ne!(
+            bundle_a, bundle_b,
+            "releases {a} and {b} share the trust bundle"
+        );
+        for name in [&ca_a, &ca_b, &bundle_a, &bundle_b] {
+            assert!(name.len() <= 253, "{name}");
+            assert!(
+                !na.iter().chain(&nb).any(|(_, _, n)| n == name),
+                "{name} is also a chart object's name"
+            );
+        }
         for (kind, _, name) in na.iter().chain(&nb) {
             // Services are DNS labels; other names DNS subdomains.
             let max = if kind == "Service" { 63 } else { 253 };
@@ -259,8 +382,26 @@ fn two_releases_in_one_namespace_share_no_object_name() {
         }
     }
 
+    // A release named proxy-pool keeps the names its operator used before they were
+    // per release (an upgrade keeps its CA).
+    let docs = template("proxy-pool", &["--set", ECHO]);
+    assert_eq!(
+        identity_objects(&docs),
+        (
+            "proxy-pool-identity-ca".to_owned(),
+            "proxy-pool-trust-bundle".to_owned()
+        )
+    );
+
     // fullnameOverride names every object; nameOverride replaces the chart's name.
     let docs = template("x", &["--set", ECHO, "--set", "fullnameOverride=edge"]);
+    assert_eq!(
+        identity_objects(&docs),
+        (
+            "edge-identity-ca".to_owned(),
+            "edge-trust-bundle".to_owned()
+        )
+    );
     for (kind, _, name) in names(&docs) {
         if kind != "CustomResourceDefinition" {
             assert!(name.starts_with("edge-"), "{kind} {name}");

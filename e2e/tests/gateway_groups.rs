@@ -16,12 +16,23 @@
 //!   region no proxy has answers 502 `no-matching-proxy` (never another proxy);
 //! * Routing `other` (priority 100, any request) belongs to another group: the group's
 //!   gateways never see it (otherwise it would take `crawler-pool-b` and serve it).
+//!
+//! PROXY protocol through a group (`spec.proxyProtocol`, rendered as the gateway's
+//! `--proxy-protocol-from`): group `lb` trusts this test's own address (127.0.0.0/8) as
+//! its load balancer and allows one connection per client address. A connection with a
+//! v1 or v2 header naming a made-up client is served, and that client — not the
+//! connection's own peer — holds the per-source slot: while a kept-alive connection of
+//! client X is open, a second connection claiming X (by the other header version) is
+//! refused and counted in `proxy_pool_gateway_connections_refused_total`, while one
+//! claiming a fresh client is served. A connection without a header is closed unanswered.
+//! Group `lb-elsewhere` trusts another range: a header from this test is not read as
+//! one, so the request it precedes is malformed (400), and plain requests are served.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +50,8 @@ use proxy_pool_operator::reconcile::hash_key::HashKey;
 use proxy_pool_operator::reconcile::{
     self, GatewayPodSettings, GatewayTemplate, Metrics, OperatorConfig,
 };
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
 
 const NS: &str = "proxy-pool";
 const CONTROLLER: &str = "proxy-pool-controller";
@@ -68,7 +81,7 @@ spec:
   protocol: http
   ttl: 10m
   quarantine: 0s
-  maxSize: 8
+  maxSize: 12
   maxConcurrencyPerProxy: 16
   fetchInterval: 2s
   source:
@@ -109,6 +122,37 @@ metadata: {name: core}
 spec:
   replicas: 1
   listeners: {http: {port: 3128}}
+---
+apiVersion: proxypool.io/v1alpha1
+kind: GatewayGroup
+metadata: {name: lb}
+spec:
+  replicas: 1
+  listeners: {http: {port: 3128}}
+  proxyProtocol: {trustedSources: ["127.0.0.0/8"]}
+  limits: {maxConnectionsPerSource: 1, clientIdleTimeout: 10m}
+---
+apiVersion: proxypool.io/v1alpha1
+kind: GatewayGroup
+metadata: {name: lb-elsewhere}
+spec:
+  replicas: 1
+  listeners: {http: {port: 3128}}
+  proxyProtocol: {trustedSources: ["192.0.2.0/24"]}
+---
+apiVersion: proxypool.io/v1alpha1
+kind: Routing
+metadata: {name: behind-lb}
+spec:
+  gatewayGroup: lb
+  upstreams: [sim]
+---
+apiVersion: proxypool.io/v1alpha1
+kind: Routing
+metadata: {name: lb-elsewhere}
+spec:
+  gatewayGroup: lb-elsewhere
+  upstreams: [sim]
 ---
 apiVersion: proxypool.io/v1alpha1
 kind: Routing
@@ -238,6 +282,65 @@ fn secret_file(dir: &Path, secret: &str, key: &str, value: &str) {
     std::fs::write(path, value).expect("secret file");
 }
 
+/// What a group's gateway pod runs, as this test can run it: waits for the group's
+/// Deployment, and gives its `--gateway-group`, its flags but for the addresses and
+/// files that differ outside a pod (the group's limits and PROXY protocol sources must
+/// be flags the gateway takes), and the group's clients file written under `dir` with
+/// the Secret files it names, as the kubelet would mount them.
+async fn group_pods(
+    client: &kube::Client,
+    dir: &Path,
+    group: &str,
+) -> (String, Vec<String>, std::path::PathBuf) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let name = format!("{group}-gateway");
+    let d = eventually(&format!("the {group} group's Deployment"), 60, || {
+        let api = deployments.clone();
+        let name = name.clone();
+        async move { api.get_opt(&name).await.ok()? }
+    })
+    .await;
+    let args = d.spec.expect("spec").template.spec.expect("pod").containers[0]
+        .args
+        .clone()
+        .expect("args");
+    let group_flag = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--gateway-group="))
+        .expect("--gateway-group")
+        .to_owned();
+    let pod_args: Vec<String> = args
+        .iter()
+        .filter(|a| {
+            ![
+                "--http-listen=",
+                "--socks5-listen=",
+                "--admin-listen=",
+                "--controller=",
+                "--clients-file=",
+            ]
+            .iter()
+            .any(|p| a.starts_with(p))
+        })
+        .cloned()
+        .collect();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let clients_cm = config_maps
+        .get(&format!("{group}-gateway-clients"))
+        .await
+        .expect("clients ConfigMap");
+    let gateway_dir = dir.join(format!("gateway-{group}"));
+    let clients = clients_cm.data.expect("data")["clients.json"].replace(
+        "/etc/proxy-pool-gateway",
+        &gateway_dir.display().to_string(),
+    );
+    secret_file(&gateway_dir, "crawler-basic", "username", USER);
+    secret_file(&gateway_dir, "crawler-basic", "password", PASSWORD);
+    let clients_file = gateway_dir.join("clients.json");
+    std::fs::write(&clients_file, clients).expect("clients file");
+    (group_flag, pod_args, clients_file)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_gateway_group_serves_several_routings() {
     build_packages(&[
@@ -309,13 +412,14 @@ async fn one_gateway_group_serves_several_routings() {
         .replace("{dead}", &dead.to_string());
     kubectl(owned(&["apply", "-n", NS, "-f", "-"]), Some(resources)).await;
 
-    // The operator, in-process, with a base config for a controller on this machine.
+    // The operator, in-process, with a base config for a controller on this machine;
+    // two proxies (32 slots) a gateway, so each of the four gets some.
     let (dist, admin, cp) = (free_addr(), free_addr(), free_addr());
     let base = format!(
         "store: {{backend: memory}}\n\
          distribution: {{listen: '{dist}', auth: {{mode: any, methods: [{{type: basic}}]}}}}\n\
          admin: {{listen: '{admin}'}}\n\
-         controlPlane: {{enabled: true, listen: '{cp}', loopbackPlaintext: true, reportInterval: 1s}}\n\
+         controlPlane: {{enabled: true, listen: '{cp}', loopbackPlaintext: true, reportInterval: 1s, targetSlotsPerWorker: 32}}\n\
          egress: {{allowCidrs: [127.0.0.0/8]}}\n"
     );
     let config_dir = dir.join("controller");
@@ -336,7 +440,10 @@ async fn one_gateway_group_serves_several_routings() {
         async move {
             let cm = api.get_opt(CONFIG_MAP).await.ok()??;
             let text = cm.data?.get("config.yaml")?.clone();
-            (text.contains("fallback") && text.contains("other")).then_some(text)
+            ["fallback", "other", "behind-lb", "lb-elsewhere"]
+                .iter()
+                .all(|r| text.contains(r))
+                .then_some(text)
         }
     })
     .await;
@@ -350,6 +457,8 @@ async fn one_gateway_group_serves_several_routings() {
     assert_eq!(groups["b"], ["edge"]);
     assert_eq!(groups["fallback"], ["edge"]);
     assert_eq!(groups["other"], ["core"]);
+    assert_eq!(groups["behind-lb"], ["lb"]);
+    assert_eq!(groups["lb-elsewhere"], ["lb-elsewhere"]);
     std::fs::create_dir_all(&config_dir).expect("mkdir");
     std::fs::write(config_dir.join("config.yaml"), &text).expect("config file");
     secret_file(&config_dir, "sim-key", "apiKey", VENDOR_KEY);
@@ -357,60 +466,18 @@ async fn one_gateway_group_serves_several_routings() {
     secret_file(&config_dir, "crawler-basic", "password", PASSWORD);
 
     // One Deployment for the three Routings of `edge`; its gateways' group and clients.
+    let (group, pod_args, clients_file) = group_pods(&client, &dir, "edge").await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
-    let d = eventually("the edge group's Deployment", 60, || {
-        let api = deployments.clone();
-        async move { api.get_opt("edge-gateway").await.ok()? }
-    })
-    .await;
     for name in ["a-gateway", "b-gateway", "fallback-gateway"] {
         assert!(deployments.get_opt(name).await.expect("get").is_none());
     }
-    let args = d.spec.expect("spec").template.spec.expect("pod").containers[0]
-        .args
-        .clone()
-        .expect("args");
-    let group = args
-        .iter()
-        .find_map(|a| a.strip_prefix("--gateway-group="))
-        .expect("--gateway-group")
-        .to_owned();
     assert_eq!(group, "edge");
-    // The gateways run with the Deployment's flags, but for the addresses and files
-    // that differ outside a pod: the group's limits must be flags the gateway takes.
-    let pod_args: Vec<String> = args
-        .iter()
-        .filter(|a| {
-            ![
-                "--http-listen=",
-                "--socks5-listen=",
-                "--admin-listen=",
-                "--controller=",
-                "--clients-file=",
-            ]
-            .iter()
-            .any(|p| a.starts_with(p))
-        })
-        .cloned()
-        .collect();
     for want in ["--max-connections=500", "--handshake-timeout-seconds=5"] {
         assert!(
             pod_args.iter().any(|a| a == want),
             "{want} not in {pod_args:?}"
         );
     }
-    let clients_cm = config_maps
-        .get("edge-gateway-clients")
-        .await
-        .expect("clients ConfigMap");
-    let gateway_dir = dir.join("gateway");
-    let clients = clients_cm.data.expect("data")["clients.json"].replace(
-        "/etc/proxy-pool-gateway",
-        &gateway_dir.display().to_string(),
-    );
-    secret_file(&gateway_dir, "crawler-basic", "username", USER);
-    secret_file(&gateway_dir, "crawler-basic", "password", PASSWORD);
-    std::fs::write(gateway_dir.join("clients.json"), clients).expect("clients file");
     let groups_api: Api<GatewayGroup> = Api::namespaced(client.clone(), NS);
     let status = eventually("the edge group's status", 30, || {
         let api = groups_api.clone();
@@ -441,13 +508,34 @@ async fn one_gateway_group_serves_several_routings() {
                 [*http, free_addr(), *admin],
                 &cp_url,
                 &format!("edge-gateway-{i}"),
-                &gateway_dir.join("clients.json"),
+                &clients_file,
             )
             .args(&pod_args),
         );
     }
+    // The PROXY protocol groups' gateways, one each.
+    let mut behind = BTreeMap::new();
+    for group in ["lb", "lb-elsewhere"] {
+        let (flag, args, clients) = group_pods(&client, &dir, group).await;
+        assert_eq!(flag, group);
+        let (http, admin) = (free_addr(), free_addr());
+        procs.start(
+            &format!("{group}-gateway"),
+            gateway_command(
+                [http, free_addr(), admin],
+                &cp_url,
+                &format!("{group}-gateway-0"),
+                &clients,
+            )
+            .args(&args),
+        );
+        behind.insert(group, (http, admin));
+    }
     for (i, (_, admin)) in gateways.iter().enumerate() {
         up(&format!("gateway {i} snapshot"), *admin, "/readyz").await;
+    }
+    for (group, (_, admin)) in &behind {
+        up(&format!("{group} gateway snapshot"), *admin, "/readyz").await;
     }
 
     // Routing `a` and `fallback` serve through both gateways once proxies are checked.
@@ -509,8 +597,192 @@ async fn one_gateway_group_serves_several_routings() {
     })
     .await;
 
+    proxy_protocol_through_groups(behind["lb"], behind["lb-elsewhere"], echo).await;
+
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(30), operator).await;
     procs.stop();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A PROXY protocol v1 header naming `client` as the source, sent to `gw`.
+fn v1_header(client: Ipv4Addr, gw: SocketAddr) -> Vec<u8> {
+    format!("PROXY TCP4 {client} {} 40001 {}\r\n", gw.ip(), gw.port()).into_bytes()
+}
+
+/// A PROXY protocol v2 header (PROXY command, TCP over IPv4) naming `client`.
+fn v2_header(client: Ipv4Addr, gw: SocketAddr) -> Vec<u8> {
+    let SocketAddr::V4(gw) = gw else {
+        panic!("an IPv4 gateway address: {gw}")
+    };
+    let mut h = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    h.extend_from_slice(&[0x21, 0x11]);
+    h.extend_from_slice(&12u16.to_be_bytes());
+    h.extend_from_slice(&client.octets());
+    h.extend_from_slice(&gw.ip().octets());
+    h.extend_from_slice(&40002u16.to_be_bytes());
+    h.extend_from_slice(&gw.port().to_be_bytes());
+    h
+}
+
+/// A kept-alive forwarded GET through `gw` as the plain client.
+fn keep_alive_get(echo: SocketAddr, path: &str) -> Vec<u8> {
+    let auth = basic(USER, PASSWORD);
+    format!(
+        "GET http://{echo}{path} HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Basic {auth}\r\n\r\n"
+    )
+    .into_bytes()
+}
+
+/// Sends `bytes` on `s` and reads one response (head and `Content-Length` body): its
+/// status, or `None` when the gateway closes the connection without one.
+async fn one_response(s: &mut TcpStream, bytes: &[u8]) -> Option<u16> {
+    s.write_all(bytes).await.ok()?;
+    let read = async {
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 4096];
+        let head_end = loop {
+            if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let n = s.read(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            raw.extend_from_slice(&buf[..n]);
+        };
+        let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
+        let status = head.split_whitespace().nth(1)?.parse().ok()?;
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        while raw.len() < head_end + length {
+            let n = s.read(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            raw.extend_from_slice(&buf[..n]);
+        }
+        Some(status)
+    };
+    tokio::time::timeout(common::EXCHANGE, read).await.ok()?
+}
+
+/// A new connection to `gw` that sends `bytes` then one kept-alive GET: the connection
+/// (left open) and the response's status, `None` when closed unanswered.
+async fn open_with(gw: SocketAddr, echo: SocketAddr, header: &[u8]) -> (TcpStream, Option<u16>) {
+    let mut s = connect(gw).await.expect("connect");
+    let mut bytes = header.to_vec();
+    bytes.extend_from_slice(&keep_alive_get(echo, "/proxy-protocol"));
+    let status = one_response(&mut s, &bytes).await;
+    (s, status)
+}
+
+/// The gateway's `proxy_pool_gateway_connections_refused_total`.
+async fn refused(admin: SocketAddr) -> u64 {
+    common::metric(admin, "proxy_pool_gateway_connections_refused_total")
+        .await
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// PROXY protocol through gateway groups (see the module comment): `lb` trusts this
+/// test's address and allows one connection per client, `elsewhere` trusts another
+/// range.
+async fn proxy_protocol_through_groups(
+    (lb, lb_admin): (SocketAddr, SocketAddr),
+    (elsewhere, _): (SocketAddr, SocketAddr),
+    echo: SocketAddr,
+) {
+    let client = |last: u8| Ipv4Addr::new(198, 51, 100, last);
+    // Served once the group's gateway holds checked proxies; each try claims a fresh
+    // client, so no try waits for the slot of the one before. A 400 means the header
+    // was read as the request: the gateway does not take PROXY protocol from here.
+    let mut next = 100u8;
+    eventually(
+        "a request behind a v1 header served by the lb group",
+        150,
+        || {
+            next += 1;
+            let header = v1_header(client(next), lb);
+            async move {
+                let (_, status) = open_with(lb, echo, &header).await;
+                assert_ne!(
+                    status,
+                    Some(400),
+                    "the lb group's gateway read the PROXY header as the request"
+                );
+                (status == Some(200)).then_some(())
+            }
+        },
+    )
+    .await;
+
+    // Client .7 behind a v1 header and client .8 behind a v2 header, both kept alive:
+    // two connections from this one address, each holding its client's only slot.
+    let (held_7, status) = open_with(lb, echo, &v1_header(client(7), lb)).await;
+    assert_eq!(status, Some(200), "v1 header, client 198.51.100.7");
+    let (held_8, status) = open_with(lb, echo, &v2_header(client(8), lb)).await;
+    assert_eq!(
+        status,
+        Some(200),
+        "v2 header, client 198.51.100.8: refused as a second connection of the peer?"
+    );
+    // The same clients again, by the other header version: over their cap, closed
+    // unanswered and counted as refused.
+    let before = refused(lb_admin).await;
+    let (_, status) = open_with(lb, echo, &v2_header(client(7), lb)).await;
+    assert_eq!(
+        status, None,
+        "a second connection of 198.51.100.7 (v2 header)"
+    );
+    let (_, status) = open_with(lb, echo, &v1_header(client(8), lb)).await;
+    assert_eq!(
+        status, None,
+        "a second connection of 198.51.100.8 (v1 header)"
+    );
+    assert!(
+        refused(lb_admin).await >= before + 2,
+        "refusals not counted: {before} before"
+    );
+    // Another made-up client is served meanwhile (the refusals were per client).
+    let (_, status) = open_with(lb, echo, &v2_header(client(9), lb)).await;
+    assert_eq!(status, Some(200), "v2 header, client 198.51.100.9");
+    // From the trusted load balancer a header is required: without one, the connection
+    // is closed unanswered.
+    let (_, status) = open_with(lb, echo, b"").await;
+    assert_eq!(
+        status, None,
+        "a request without a PROXY header from a trusted source"
+    );
+    drop((held_7, held_8));
+
+    // A group that does not trust this address never reads a header: the header line
+    // is the start of a malformed request; plain requests are served.
+    eventually(
+        "a plain request served by the lb-elsewhere group",
+        150,
+        || async move {
+            let (_, status) = open_with(elsewhere, echo, b"").await;
+            (status == Some(200)).then_some(())
+        },
+    )
+    .await;
+    for header in [
+        v1_header(client(7), elsewhere),
+        v2_header(client(7), elsewhere),
+    ] {
+        let (_, status) = open_with(elsewhere, echo, &header).await;
+        assert_eq!(
+            status,
+            Some(400),
+            "a PROXY header from an untrusted source: {:?}",
+            String::from_utf8_lossy(&header)
+        );
+    }
 }

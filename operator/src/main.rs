@@ -9,9 +9,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use proxy_pool_api::config::RawConfig;
 use proxy_pool_operator::identity::IssuerConfig;
 use proxy_pool_operator::identity::authz::CheckerWorkload;
-use proxy_pool_operator::identity::service::{IdentityOptions, IdentityService};
+use proxy_pool_operator::identity::service::{
+    DEFAULT_CA_SECRET, DEFAULT_TRUST_BUNDLE_CONFIG_MAP, IdentityOptions, IdentityService,
+};
 use proxy_pool_operator::reconcile::{
     self, ControllerTls, GatewayPodSettings, GatewayTemplate, LeaderSettings, Metrics,
     OperatorConfig, http,
@@ -65,8 +68,17 @@ struct Cli {
     /// URL of the identity issuance endpoint, as gateways reach it.
     #[arg(long, env = "PROXY_POOL_IDENTITY_ENDPOINT")]
     identity_endpoint: String,
-    /// ConfigMap with the identity trust bundle.
-    #[arg(long, default_value = "proxy-pool-trust-bundle")]
+    /// Secret holding the identity CA (`ca.crt`/`ca.key`), made on first start. One per
+    /// operator: two operators in one namespace need different names (the chart
+    /// renders `<release>-identity-ca`).
+    #[arg(long, env = "PROXY_POOL_IDENTITY_CA_SECRET",
+          default_value = DEFAULT_CA_SECRET, value_parser = object_name)]
+    identity_ca_secret: String,
+    /// ConfigMap the identity trust bundle (`ca.crt`) is published to, and that the
+    /// gateway pods and the controller mount (the chart renders
+    /// `<release>-trust-bundle`).
+    #[arg(long, env = "PROXY_POOL_TRUST_BUNDLE_CONFIG_MAP",
+          default_value = DEFAULT_TRUST_BUNDLE_CONFIG_MAP, value_parser = object_name)]
     trust_bundle_config_map: String,
     /// Leader Lease name.
     #[arg(long, default_value = "proxy-pool-operator")]
@@ -128,22 +140,14 @@ struct Cli {
     log_format: LogFormat,
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    logging::init(cli.log_format, Stream::Stdout).context("logging")?;
-    let text = std::fs::read_to_string(&cli.base_config)
-        .with_context(|| format!("reading {}", cli.base_config.display()))?;
-    let base_config = proxy_pool_api::config::parse_yaml(&text)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", cli.base_config.display()))?;
-    let gateway_pod = match &cli.gateway_pod_settings {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            GatewayPodSettings::from_yaml(&text)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-        }
-        None => GatewayPodSettings::default(),
-    };
+/// The identity service's options and the reconcilers' config from the command line:
+/// the one place the identity CA Secret and trust-bundle ConfigMap names are handed to
+/// their users (the CA store, the controller certificate, the gateway pods' mount).
+fn plan(
+    cli: &Cli,
+    base_config: RawConfig,
+    gateway_pod: GatewayPodSettings,
+) -> anyhow::Result<(IdentityOptions, OperatorConfig)> {
     let checker = match (
         cli.checker_deployment.as_str(),
         cli.checker_service_account.as_str(),
@@ -167,6 +171,10 @@ fn main() -> anyhow::Result<()> {
             ..IssuerConfig::new(cli.trust_domain.clone(), cli.environment.clone())
         },
     );
+    identity.ca_secret.clone_from(&cli.identity_ca_secret);
+    identity
+        .trust_bundle_config_map
+        .clone_from(&cli.trust_bundle_config_map);
     let controller_tls = (!cli.controller_tls_secret.is_empty()).then(|| ControllerTls {
         secret: cli.controller_tls_secret.clone(),
         dns_names: cli.controller_dns_names.clone(),
@@ -181,17 +189,17 @@ fn main() -> anyhow::Result<()> {
     let config = OperatorConfig {
         namespace: cli.namespace.clone(),
         base_config,
-        controller_deployment: cli.controller_deployment,
-        controller_container: cli.controller_container,
-        config_map: cli.config_map,
-        config_dir: cli.config_dir,
+        controller_deployment: cli.controller_deployment.clone(),
+        controller_container: cli.controller_container.clone(),
+        config_map: cli.config_map.clone(),
+        config_dir: cli.config_dir.clone(),
         gateway: GatewayTemplate {
-            image: cli.gateway_image,
-            image_pull_policy: cli.gateway_image_pull_policy,
-            service_account: cli.gateway_service_account,
-            controller_address: cli.controller_address,
-            identity_endpoint: cli.identity_endpoint,
-            trust_bundle_config_map: cli.trust_bundle_config_map,
+            image: cli.gateway_image.clone(),
+            image_pull_policy: cli.gateway_image_pull_policy.clone(),
+            service_account: cli.gateway_service_account.clone(),
+            controller_address: cli.controller_address.clone(),
+            identity_endpoint: cli.identity_endpoint.clone(),
+            trust_bundle_config_map: identity.trust_bundle_config_map.clone(),
             // One egress policy: the gateways get the controller's.
             egress_deny_cidrs: egress.deny_cidrs,
             egress_allow_cidrs: egress.allow_cidrs,
@@ -199,14 +207,55 @@ fn main() -> anyhow::Result<()> {
         },
         instance: Some(cli.pod_name.clone()),
         controller_tls,
-        // Loaded (or made) once the API client exists, below.
+        // Loaded (or made) once the API client exists, in `main`.
         hash_key: reconcile::hash_key::HashKey::new([0; 32]),
         controller_admin: (!cli.controller_admin_url.is_empty())
             .then(|| cli.controller_admin_url.clone()),
     };
+    Ok((identity, config))
+}
+
+/// A Kubernetes object name (DNS-1123 subdomain), for the names this operator is told.
+fn object_name(value: &str) -> Result<String, String> {
+    let ok = !value.is_empty()
+        && value.len() <= 253
+        && value.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        });
+    if ok {
+        Ok(value.to_owned())
+    } else {
+        Err(format!(
+            "{value:?} is not a Kubernetes object name (lowercase letters, digits, '-' and '.', at most 253)"
+        ))
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    logging::init(cli.log_format, Stream::Stdout).context("logging")?;
+    let text = std::fs::read_to_string(&cli.base_config)
+        .with_context(|| format!("reading {}", cli.base_config.display()))?;
+    let base_config = proxy_pool_api::config::parse_yaml(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", cli.base_config.display()))?;
+    let gateway_pod = match &cli.gateway_pod_settings {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            GatewayPodSettings::from_yaml(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => GatewayPodSettings::default(),
+    };
+    let (mut identity, config) = plan(&cli, base_config, gateway_pod)?;
     let leader = LeaderSettings {
-        lease_name: cli.lease_name,
-        identity: cli.pod_name,
+        lease_name: cli.lease_name.clone(),
+        identity: cli.pod_name.clone(),
         lease_duration: Duration::from_secs(cli.lease_seconds.max(3)),
     };
     let rt = tokio::runtime::Runtime::new().context("tokio runtime")?;
@@ -273,4 +322,93 @@ fn main() -> anyhow::Result<()> {
         }
         result.context("operator")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use super::*;
+
+    /// The flags the chart always passes, then `more`.
+    fn cli(more: &[&str]) -> Result<Cli, clap::Error> {
+        let mut args = vec![
+            "proxy-pool-operator",
+            "--namespace=proxy-pool",
+            "--pod-name=operator-0",
+            "--base-config=/dev/null",
+            "--controller-deployment=pp-controller",
+            "--config-map=pp-controller-config",
+            "--gateway-image=proxy-pool-gateway:test",
+            "--gateway-service-account=pp-gateway",
+            "--controller-address=pp-controller-control-plane:9443",
+            "--identity-endpoint=https://pp-operator:8443",
+            "--controller-tls-secret=pp-controller-tls",
+        ];
+        args.extend_from_slice(more);
+        Cli::try_parse_from(args)
+    }
+
+    /// Every name the identity CA Secret and the trust bundle go by, in what the
+    /// operator runs: (CA store's Secret, CA store's ConfigMap, controller
+    /// certificate's CA Secret, controller's bundle mount, gateway pods' bundle mount).
+    fn names(cli: &Cli) -> [String; 5] {
+        let base = proxy_pool_api::config::parse_yaml("store: {backend: memory}\n").unwrap();
+        let (identity, config) = plan(cli, base, GatewayPodSettings::default()).unwrap();
+        let tls = config.controller_tls.expect("controller TLS");
+        [
+            identity.ca_secret,
+            identity.trust_bundle_config_map,
+            tls.ca_secret,
+            tls.trust_bundle_config_map,
+            config.gateway.trust_bundle_config_map,
+        ]
+    }
+
+    #[test]
+    fn the_identity_object_names_reach_every_user() {
+        let cli = cli(&[
+            "--identity-ca-secret=canary-proxy-pool-identity-ca",
+            "--trust-bundle-config-map=canary-proxy-pool-trust-bundle",
+        ])
+        .unwrap();
+        let [ca, bundle, tls_ca, tls_bundle, gateway_bundle] = names(&cli);
+        assert_eq!(ca, "canary-proxy-pool-identity-ca");
+        assert_eq!(tls_ca, ca);
+        assert_eq!(bundle, "canary-proxy-pool-trust-bundle");
+        assert_eq!(tls_bundle, bundle);
+        assert_eq!(gateway_bundle, bundle);
+    }
+
+    #[test]
+    fn without_the_flags_the_identity_objects_keep_their_default_names() {
+        let [ca, bundle, tls_ca, tls_bundle, gateway_bundle] = names(&cli(&[]).unwrap());
+        assert_eq!([ca, tls_ca], [DEFAULT_CA_SECRET; 2]);
+        assert_eq!(
+            [bundle, tls_bundle, gateway_bundle],
+            [DEFAULT_TRUST_BUNDLE_CONFIG_MAP; 3]
+        );
+        assert_eq!(DEFAULT_CA_SECRET, "proxy-pool-identity-ca");
+        assert_eq!(DEFAULT_TRUST_BUNDLE_CONFIG_MAP, "proxy-pool-trust-bundle");
+    }
+
+    #[test]
+    fn identity_object_names_must_be_kubernetes_names() {
+        for bad in [
+            "",
+            "Upper",
+            "under_score",
+            "-lead",
+            "trail-",
+            "a..b",
+            &"a".repeat(254),
+        ] {
+            for flag in ["--identity-ca-secret", "--trust-bundle-config-map"] {
+                let err = cli(&[&format!("{flag}={bad}")]).expect_err(bad).to_string();
+                assert!(err.contains(flag), "{err}");
+                assert!(err.contains("not a Kubernetes object name"), "{err}");
+            }
+        }
+        assert!(cli(&["--identity-ca-secret=a.b-c"]).is_ok());
+    }
 }

@@ -59,6 +59,11 @@ proxypool.io/component: {{ .component }}
 {{- define "proxy-pool.controller" -}}{{ include "proxy-pool.fullname" . }}-controller{{- end -}}
 {{- define "proxy-pool.checker" -}}{{ include "proxy-pool.fullname" . }}-checker{{- end -}}
 {{- define "proxy-pool.gateway" -}}{{ include "proxy-pool.fullname" . }}-gateway{{- end -}}
+{{/* The operator's identity CA Secret and the trust-bundle ConfigMap it publishes
+(the operator's --identity-ca-secret / --trust-bundle-config-map): per release, so two
+releases in one namespace keep separate CAs. */}}
+{{- define "proxy-pool.identityCaSecret" -}}{{ include "proxy-pool.fullname" . }}-identity-ca{{- end -}}
+{{- define "proxy-pool.trustBundle" -}}{{ include "proxy-pool.fullname" . }}-trust-bundle{{- end -}}
 
 {{/* Controller replicas: the value, or 3 on Redis and 1 on memory. */}}
 {{- define "proxy-pool.controllerReplicas" -}}

@@ -398,6 +398,51 @@ fn deployment_has_labels_owner_token_and_ports() {
 }
 
 #[test]
+fn gateway_pods_mount_the_trust_bundle_config_map_they_are_told() {
+    // Two operators in one namespace (two chart releases) publish their bundles under
+    // different names: each one's gateways mount its own, for Routings and groups.
+    let t = GatewayTemplate {
+        trust_bundle_config_map: "canary-proxy-pool-trust-bundle".into(),
+        ..template()
+    };
+    let pods = [
+        deployment(&wl(&routing()), &t, &no_clients()),
+        deployment(&group_wl(&group()), &t, &no_clients()),
+    ]
+    .map(|d| d.spec.expect("spec").template.spec.expect("pod"));
+    for pod in pods {
+        let volumes = pod.volumes.as_ref().expect("volumes");
+        let bundle = volumes
+            .iter()
+            .find(|v| v.name == "trust-bundle")
+            .and_then(|v| v.config_map.as_ref())
+            .expect("trust-bundle ConfigMap volume");
+        assert_eq!(bundle.name, "canary-proxy-pool-trust-bundle");
+        let others: Vec<_> = volumes
+            .iter()
+            .filter_map(|v| v.config_map.as_ref())
+            .filter(|c| c.name.contains("trust-bundle") && c.name != bundle.name)
+            .collect();
+        assert!(others.is_empty(), "{others:?}");
+        let c = &pod.containers[0];
+        let mount = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == "trust-bundle")
+            .expect("trust-bundle mount");
+        assert_eq!(mount.mount_path, TRUST_BUNDLE_DIR);
+        let file = c
+            .env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "PROXY_POOL_TRUST_BUNDLE_FILE")
+            .and_then(|e| e.value.clone());
+        assert_eq!(file, Some(format!("{TRUST_BUNDLE_DIR}/ca.crt")));
+    }
+}
+
+#[test]
 fn an_absent_listener_binds_loopback_and_admin_avoids_listener_ports() {
     let mut r = routing();
     let g = r.spec.gateway.as_mut().expect("inline");
