@@ -208,6 +208,12 @@ impl Router {
             Narrowing::All => None,
             Narrowing::Set(_, key) => Some(key),
             Narrowing::Conflict(d) => return Err(GatewayError::BadParameter(d.as_str())),
+            // A Routing with no candidate at all (its proxies drained, expired or not
+            // assigned yet) is out of capacity whatever was asked; only a value that
+            // none of its proxies holds is the client's.
+            Narrowing::NoMatch if routing.all.candidates.is_empty() => {
+                return Err(GatewayError::NoCapacity);
+            }
             Narrowing::NoMatch => return Err(GatewayError::NoMatchingProxy),
         };
         let ticket = Ticket {
@@ -323,13 +329,14 @@ impl Router {
         exclude: &[ProxyId],
     ) -> Result<Pick, GatewayError> {
         // The request's selection, found again in this snapshot (a retry may run on a
-        // newer one, where the selection can have emptied).
+        // newer one, where the selection can have emptied: its values were valid at
+        // admission, so that is a lack of capacity, not a bad parameter).
         let set = match ticket.selection {
             None => &routing.all,
             Some(key) => routing
                 .selection
                 .by_key(key)
-                .ok_or(GatewayError::NoMatchingProxy)?,
+                .ok_or(GatewayError::NoCapacity)?,
         };
         let strategy = routing.spec.strategy;
         let pick = |choice: Choice, moved| Pick {

@@ -614,3 +614,39 @@ fn routings_declare_their_selectors() {
     assert!(admit(&snap, "alice-cc-fr").is_ok());
     assert_eq!(snap.routings[0].selection.sets(), 0);
 }
+
+#[test]
+fn a_value_no_proxy_holds_is_no_matching_proxy_but_an_empty_routing_is_no_capacity() {
+    let snap = snapshot();
+    let router = Router::new(AuthMode::Required, 100);
+    // The `rest` Routing holds proxies (any region): a region none of them has is the
+    // client's error.
+    let err = router
+        .admit(
+            Some(&snap),
+            creds("bob-region-mars", "pw-b"),
+            &WWW,
+            now_ms(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, GatewayError::NoMatchingProxy), "{err:?}");
+
+    // Every proxy draining: the Routing has no candidate at all, so the same request is
+    // refused for capacity (503, worth a retry), not as a bad parameter.
+    let mut s = fixture::input(
+        2,
+        vec![fixture::routing("rest")],
+        vec![proxy("sh1", "shanghai", 1), proxy("bj1", "beijing", 5)],
+    );
+    for p in &mut s.snapshot.proxies {
+        p.draining = true;
+    }
+    s.clients = vec![ClientCredential::from_password("team-b", "bob", "pw-b")];
+    let empty = build(s);
+    for user in ["bob-region-mars", "bob-region-shanghai"] {
+        let err = router
+            .admit(Some(&empty), creds(user, "pw-b"), &WWW, now_ms())
+            .unwrap_err();
+        assert!(matches!(err, GatewayError::NoCapacity), "{user}: {err:?}");
+    }
+}
