@@ -8,9 +8,14 @@
 //!   {"client": "team-crawler",
 //!    "usernameFile": "/etc/proxy-pool-gateway/secrets/team-crawler/username",
 //!    "passwordFile": "/etc/proxy-pool-gateway/secrets/team-crawler/password"},
-//!   {"client": "dev", "username": "alice", "password": "pw"}
+//!   {"client": "dev", "username": "alice", "password": "pw",
+//!    "limits": {"maxConnections": 20, "requestsPerSecond": 10, "burst": 20}}
 //! ]
 //! ```
+//!
+//! `limits` (optional) are the client's fleet-wide gateway limits
+//! ([`GatewayLimits`], validated here; see [`crate::limits`]); entries of one client must
+//! carry the same limits.
 //!
 //! The file forms (`usernameFile`, `passwordFile`: mounted Secret keys, what the
 //! operator renders) are read once when the file is loaded, their trailing newline
@@ -24,6 +29,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use proxy_pool_api::client_limits::GatewayLimits;
 use proxy_pool_api::config::read_secret_file;
 use proxy_pool_api::gateway_clients::ClientEntry;
 use proxy_pool_api::secret::SaltedHash;
@@ -87,7 +93,7 @@ pub fn parse(text: &str, base: &Path) -> Result<Vec<ClientCredential>, Vec<Strin
     let entries: Vec<ClientEntry> = serde_json::from_str(text).map_err(|e| {
         vec![format!(
             "not a JSON array of client entries ({:?} error at line {}, column {}; \
-             fields: client, username | usernameFile, password | passwordFile)",
+             fields: client, username | usernameFile, password | passwordFile, limits)",
             e.classify(),
             e.line(),
             e.column()
@@ -96,6 +102,9 @@ pub fn parse(text: &str, base: &Path) -> Result<Vec<ClientCredential>, Vec<Strin
     let mut problems = Vec::new();
     let mut out = Vec::with_capacity(entries.len());
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    // Each client's limits, from its first entry: several credentials of one client share
+    // one budget, so their limits must agree.
+    let mut limits_of: BTreeMap<String, (usize, Option<GatewayLimits>)> = BTreeMap::new();
     for (i, e) in entries.into_iter().enumerate() {
         let at = |field: &str| format!("clients[{i}].{field}");
         let before = problems.len();
@@ -144,6 +153,22 @@ pub fn parse(text: &str, base: &Path) -> Result<Vec<ClientCredential>, Vec<Strin
             Some(Given::File(bytes, _)) => Some(SaltedHash::new(&bytes)),
             None => None,
         };
+        let limits = e.limits.filter(|l| !l.is_empty());
+        if let Some(l) = &limits
+            && let Err(err) = l.validate()
+        {
+            problems.push(format!("{}: {err}", at("limits")));
+        }
+        match limits_of.get(&e.client) {
+            Some((first, theirs)) if *theirs != limits => problems.push(format!(
+                "clients[{i}].limits: differ from clients[{first}]'s, the same client \
+                 (a client's credentials share its limits)"
+            )),
+            Some(_) => {}
+            None => {
+                limits_of.insert(e.client.clone(), (i, limits));
+            }
+        }
         if problems.len() > before {
             continue;
         }
@@ -162,6 +187,7 @@ pub fn parse(text: &str, base: &Path) -> Result<Vec<ClientCredential>, Vec<Strin
             client: e.client,
             username,
             password,
+            limits,
         });
     }
     if problems.is_empty() {
@@ -385,6 +411,41 @@ mod tests {
         .expect_err("wrong type");
         assert!(!format!("{err:?}").contains("12345678"), "{err:?}");
         assert!(err[0].contains("line 1"), "{err:?}");
+    }
+
+    #[test]
+    fn limits_are_read_validated_and_agree_per_client() {
+        let base = Path::new("/nonexistent");
+        let got = parse(
+            r#"[{"client": "a", "username": "u", "password": "p",
+                 "limits": {"maxConnections": 4, "requestsPerSecond": 10, "burst": 20}},
+                {"client": "b", "username": "v", "password": "p", "limits": {}}]"#,
+            base,
+        )
+        .expect("loads");
+        let l = got[0].limits.expect("limits");
+        assert_eq!(l.max_connections.map(|v| v.get()), Some(4));
+        assert_eq!(l.burst.map(|v| v.get()), Some(20));
+        assert_eq!(got[1].limits, None, "empty limits limit nothing");
+        let err = parse(
+            r#"[{"client": "a", "username": "u", "password": "p", "limits": {"burst": 5}}]"#,
+            base,
+        )
+        .expect_err("burst without rate");
+        assert_eq!(
+            err,
+            vec!["clients[0].limits: burst needs requestsPerSecond"]
+        );
+        let err = parse(
+            r#"[{"client": "a", "username": "u", "password": "p", "limits": {"maxConnections": 1}},
+                {"client": "a", "username": "w", "password": "p", "limits": {"maxConnections": 2}}]"#,
+            base,
+        )
+        .expect_err("differing limits");
+        assert!(
+            err[0].starts_with("clients[1].limits: differ from clients[0]'s"),
+            "{err:?}"
+        );
     }
 
     #[test]

@@ -57,6 +57,9 @@ pub enum GatewayError {
     /// Too many failed authentications from this source or for this user name.
     #[error("too many failed authentications")]
     AuthThrottled,
+    /// The client is at one of its limits (`gatewayLimits`).
+    #[error("client limit reached: {}", .0.reason())]
+    ClientLimit(crate::limits::LimitKind),
     /// The target (or the vendor proxy) is on an address the egress policy refuses,
     /// or the CONNECT port is not allowed.
     #[error("refused by the egress policy: {0}")]
@@ -116,6 +119,7 @@ impl GatewayError {
             | Self::BadParameter(_)
             | Self::NoMatchingProxy
             | Self::AuthThrottled
+            | Self::ClientLimit(_)
             | Self::EgressDenied(_)
             | Self::DownstreamIo(_)
             | Self::DownstreamTimeout => ErrorSource::Downstream,
@@ -156,6 +160,7 @@ impl GatewayError {
             Self::BadParameter(_) => "bad-parameter",
             Self::NoMatchingProxy => "no-matching-proxy",
             Self::AuthThrottled => "auth-throttled",
+            Self::ClientLimit(kind) => kind.reason(),
             Self::EgressDenied(_) => "egress-denied",
             Self::DownstreamIo(_) => "client-io",
             Self::DownstreamTimeout => "client-timeout",
@@ -183,7 +188,7 @@ impl GatewayError {
             | Self::Unsupported(_)
             | Self::BadParameter(_) => 400,
             Self::AuthRequired | Self::AuthFailed | Self::Username(_) => 407,
-            Self::AuthThrottled => 429,
+            Self::AuthThrottled | Self::ClientLimit(_) => 429,
             Self::EgressDenied(_) => 403,
             Self::DownstreamIo(_) | Self::DownstreamTimeout => 408,
             Self::NoRouting => 403,
@@ -204,6 +209,7 @@ impl GatewayError {
             Self::Socks(e) => e.reply_code(),
             Self::NoRouting | Self::EgressDenied(_) | Self::BadParameter(_) => reply::NOT_ALLOWED,
             Self::NoMatchingProxy => reply::HOST_UNREACHABLE,
+            Self::ClientLimit(_) => reply::NOT_ALLOWED,
             Self::TargetUnreachable(code) if *code < 0x100 => *code as u8,
             Self::TargetUnreachable(_) => reply::HOST_UNREACHABLE,
             Self::UpstreamTimeout => reply::TTL_EXPIRED,

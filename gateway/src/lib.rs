@@ -19,6 +19,7 @@ pub mod controlplane;
 pub mod error;
 pub mod io;
 pub mod limit_args;
+pub mod limits;
 pub mod listener;
 pub mod metrics;
 pub mod outcome;

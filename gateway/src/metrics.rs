@@ -28,6 +28,7 @@ use proxy_pool_runtime::telemetry::histogram::AtomicHistogram;
 
 use crate::clock::now_ms;
 use crate::error::GatewayError;
+use crate::limits::LimitKind;
 use crate::outcome::OutcomeSink;
 use crate::snapshot::SnapshotHandle;
 use crate::usage::UsageRecorder;
@@ -54,7 +55,7 @@ impl ListenerKind {
 const LISTENERS: [ListenerKind; 2] = [ListenerKind::Http, ListenerKind::Socks5];
 
 /// Values of `request_errors_total{reason}` (every [`GatewayError::reason`]).
-pub const REASONS: [&str; 22] = [
+pub const REASONS: [&str; 25] = [
     "head-too-large",
     "bad-request",
     "unsupported",
@@ -77,6 +78,9 @@ pub const REASONS: [&str; 22] = [
     "bad-parameter",
     "no-matching-proxy",
     "egress-denied",
+    "client-connection-limit",
+    "client-rate-limit",
+    "quota-exceeded",
 ];
 
 /// Direction of relayed bytes (label `direction` of `bytes_total`).
@@ -136,6 +140,7 @@ pub struct Metrics {
     pub sessions_moved: Counter,
     errors: [Counter; REASONS.len()],
     egress_denied: [Counter; EgressDenied::ALL.len()],
+    limit_refusals: [Counter; LimitKind::ALL.len()],
     bytes: [Counter; 2],
     /// Plain HTTP forwards, from the request head to the end of the response.
     pub request_duration: AtomicHistogram,
@@ -162,6 +167,7 @@ impl Metrics {
         let errors = Family::<Fixed, Counter>::default();
         let egress = Family::<Fixed, Counter>::default();
         let bytes = Family::<Fixed, Counter>::default();
+        let refusals = Family::<Fixed, Counter>::default();
         let listeners = LISTENERS.map(ListenerKind::as_str);
         let metrics = Self {
             connections: resolve(&connections, "listener", listeners),
@@ -175,6 +181,7 @@ impl Metrics {
             sessions_moved: Counter::default(),
             errors: resolve(&errors, "reason", REASONS),
             egress_denied: resolve(&egress, "reason", EgressDenied::ALL.map(|r| r.as_str())),
+            limit_refusals: resolve(&refusals, "reason", LimitKind::ALL.map(LimitKind::reason)),
             bytes: resolve(&bytes, "direction", DIRECTIONS.map(Direction::as_str)),
             request_duration: AtomicHistogram::durations(),
             tunnel_duration: AtomicHistogram::long_durations(),
@@ -183,6 +190,11 @@ impl Metrics {
         };
         let r = registry;
         r.register("connections", "Client connections accepted", connections);
+        r.register(
+            "client_limit_refusals",
+            "Requests refused at a client's gatewayLimits share (or its exhausted daily quota)",
+            refusals,
+        );
         r.register(
             "connections_refused",
             "Client connections closed at the connection caps (in total and per source)",
@@ -284,6 +296,9 @@ impl Metrics {
         if let GatewayError::EgressDenied(why) = err {
             self.egress_refused(*why);
         }
+        if let GatewayError::ClientLimit(kind) = err {
+            self.limit_refusals[*kind as usize].inc();
+        }
         let reason = err.reason();
         if let Some(i) = REASONS.iter().position(|r| *r == reason) {
             self.errors[i].inc();
@@ -303,6 +318,11 @@ impl Metrics {
             .iter()
             .position(|r| *r == why)
             .map_or(0, |i| self.egress_denied[i].get())
+    }
+
+    /// Refusals at a client limit of `kind` so far.
+    pub fn limit_refusals(&self, kind: LimitKind) -> u64 {
+        self.limit_refusals[kind as usize].get()
     }
 
     /// Failures counted for `reason`.
@@ -503,6 +523,16 @@ impl Collector for StateCollector {
                 "usage_requests",
                 "Requests recorded for per-Routing usage",
                 u.recorded(),
+            ),
+            (
+                "usage_bytes_up",
+                "Bytes read from client connections, metered per client and Routing (as of the last report)",
+                u.bytes().0,
+            ),
+            (
+                "usage_bytes_down",
+                "Bytes written to client connections, metered per client and Routing (as of the last report)",
+                u.bytes().1,
             ),
             (
                 "usage_identities_dropped",

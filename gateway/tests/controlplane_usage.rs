@@ -119,7 +119,12 @@ async fn usage_from_traffic_is_reported_once_or_counted_lost() {
             other => panic!("unexpected {other:?}"),
         }
     }
-    assert_eq!(refused, (3, 3), "the refused report carried all three");
+    // A report tick may fall between the requests: the refused report carried one to
+    // three of them, all resent.
+    assert!(
+        refused.0 >= 1 && refused == (refused.0, refused.0),
+        "{refused:?}"
+    );
     assert_eq!(
         accepted,
         (3, 3),
@@ -131,22 +136,28 @@ async fn usage_from_traffic_is_reported_once_or_counted_lost() {
         let r = h.get(&format!("/v{i}")).await;
         assert_eq!(r.status, 200);
     }
+    let mut before = 0;
     let lost = loop {
         let (report, code) = next(&mut reports).await;
         if code == Code::Unavailable {
             break totals(&report);
         }
-        assert_eq!(totals(&report).0, 0, "nothing else carries usage meanwhile");
+        before += totals(&report).0;
     };
-    assert_eq!(lost, (2, 2));
-    // Later reports do not resend it.
+    assert!(lost.0 >= 1 && lost == (lost.0, lost.0), "{lost:?}");
+    // Later reports do not resend it: every request is reported once or lost once.
+    let mut after = 0;
     for _ in 0..5 {
         let (report, _) = next(&mut reports).await;
-        assert_eq!(totals(&report).0, 0, "{report:?}");
+        after += totals(&report).0;
     }
+    assert_eq!(before + lost.0 + after, 2);
     let metrics = h.gateway.render_metrics();
     assert!(
-        metrics.contains("proxy_pool_gateway_usage_requests_lost_total 2"),
+        metrics.contains(&format!(
+            "proxy_pool_gateway_usage_requests_lost_total {}",
+            lost.0
+        )),
         "{metrics}"
     );
     assert!(

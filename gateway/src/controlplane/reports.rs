@@ -29,7 +29,7 @@ const OUTCOME_LINGER: Duration = Duration::from_millis(20);
 /// became idle (a report is sent only when one did).
 const DRAIN_POLL: Duration = Duration::from_millis(100);
 
-/// Sends runtime counts (and the interval's per-Routing usage) every `interval`,
+/// Sends runtime counts (and the interval's per-client usage) every `interval`,
 /// bound to the last ACKed snapshot; also right after each accepted snapshot and as
 /// soon as a draining proxy becomes idle, so a drain completes within a pass of the
 /// controller rather than a report interval. Usage waits in the recorder until a report can
@@ -111,6 +111,8 @@ pub(super) async fn report_runtime(
         };
         // The controller accepted a report bound to our snapshot: it is still current.
         handle.confirm_fresh();
+        // The clients' budgets: the group's gateway count and who is out of quota.
+        handle.clients().apply(resp.client_budgets.as_ref());
         if !resp.revoke_proxy_ids.is_empty() {
             let ids: Vec<ProxyId> = resp
                 .revoke_proxy_ids

@@ -23,13 +23,17 @@ use crate::parse::chunked::{
 };
 use crate::parse::http_head::{BodyFraming, HeadError, head_len_from};
 
-/// A TCP stream with a fixed-capacity read buffer. The buffer is allocated once and
-/// never zeroed (reads go into its spare capacity); bytes `start..buf.len()` are
-/// read but not consumed.
+mod client;
+
+pub use client::{ClientConn, ClientStream};
+
+/// A TCP stream (by default; a client's is a metered [`ClientStream`]) with a
+/// fixed-capacity read buffer. The buffer is allocated once and never zeroed (reads go
+/// into its spare capacity); bytes `start..buf.len()` are read but not consumed.
 #[derive(Debug)]
-pub struct BufConn {
+pub struct BufConn<S = TcpStream> {
     /// The stream.
-    pub stream: TcpStream,
+    pub stream: S,
     buf: Vec<u8>,
     cap: usize,
     start: usize,
@@ -53,9 +57,9 @@ pub enum CopyError {
     Malformed,
 }
 
-impl BufConn {
+impl<S: AsyncRead + Unpin> BufConn<S> {
     /// Wraps `stream` with a buffer of `capacity` bytes.
-    pub fn new(stream: TcpStream, capacity: usize) -> Self {
+    pub fn new(stream: S, capacity: usize) -> Self {
         let cap = capacity.max(1024);
         Self {
             stream,
@@ -141,7 +145,9 @@ impl BufConn {
             }
         }
     }
+}
 
+impl BufConn {
     /// Whether the peer has closed or sent unexpected bytes (for pooled connections):
     /// a non-blocking probe.
     pub fn is_dead(&self) -> bool {
@@ -220,9 +226,9 @@ pub async fn write_all<W: AsyncWrite + Unpin>(
 
 /// Copies one body of `framing` from `src` to `dst`. Chunked bodies go through with
 /// their chunk framing; trailer fields are checked like header lines and dropped.
-pub async fn copy_body(
-    src: &mut BufConn,
-    dst: &mut TcpStream,
+pub async fn copy_body<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    src: &mut BufConn<R>,
+    dst: &mut W,
     framing: BodyFraming,
     waits: Waits,
 ) -> Result<u64, CopyError> {
@@ -231,9 +237,9 @@ pub async fn copy_body(
 
 /// [`copy_body`], adding to `sent` every byte written to `dst` (chunk framing
 /// included) as it goes, so a copy that fails part-way still counts what went out.
-pub async fn copy_body_counted(
-    src: &mut BufConn,
-    dst: &mut TcpStream,
+pub async fn copy_body_counted<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    src: &mut BufConn<R>,
+    dst: &mut W,
     framing: BodyFraming,
     waits: Waits,
     sent: &mut u64,
@@ -253,15 +259,15 @@ pub async fn copy_body_counted(
 }
 
 /// One body copy in progress: from `src`'s buffer to `dst`, within `waits`.
-struct BodyCopy<'a> {
-    src: &'a mut BufConn,
-    dst: &'a mut TcpStream,
+struct BodyCopy<'a, R, W> {
+    src: &'a mut BufConn<R>,
+    dst: &'a mut W,
     waits: Waits,
     /// Bytes written to `dst` so far.
     sent: &'a mut u64,
 }
 
-impl BodyCopy<'_> {
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> BodyCopy<'_, R, W> {
     /// Reads more into `src`'s buffer; 0 at the end of the stream.
     async fn fill(&mut self) -> Result<usize, CopyError> {
         let wait = self.waits.next_read().map_err(CopyError::Read)?;
@@ -401,7 +407,7 @@ pub const TUNNEL_BUFFER: usize = 16 * 1024;
 /// has (which must hold no unconsumed bytes), so a tunnel allocates nothing more.
 /// Returns bytes client→upstream, upstream→client and how it ended.
 pub async fn tunnel(
-    client: &mut BufConn,
+    client: &mut ClientConn,
     upstream: &mut BufConn,
     idle: Duration,
     write: Duration,

@@ -168,7 +168,10 @@ async fn length_bodies_stop_at_the_length() {
 async fn idle_tunnels_end() {
     let (a, _a_peer) = pair().await;
     let (b, _b_peer) = pair().await;
-    let (mut a, mut b) = (BufConn::new(a, 1024), BufConn::new(b, 1024));
+    let (mut a, mut b) = (
+        BufConn::new(super::ClientStream::new(a), 1024),
+        BufConn::new(b, 1024),
+    );
     let cancel = CancellationToken::new();
     let (_, _, end) = tunnel(
         &mut a,

@@ -13,7 +13,9 @@ use super::tunnel::{Attempts, dial, observe_latency};
 use crate::capacity::ActiveLease;
 use crate::clock::now_ms;
 use crate::error::GatewayError;
-use crate::io::{self as gio, BufConn, CopyError, HeadReadError, Waits, copy_body_counted};
+use crate::io::{
+    self as gio, BufConn, ClientConn, CopyError, HeadReadError, Waits, copy_body_counted,
+};
 use crate::metrics::Direction;
 use crate::outcome::Stage;
 use crate::parse::authority::parse_absolute_uri;
@@ -92,13 +94,15 @@ struct RequestInfo {
 /// a `407` for every method. Once body bytes went upstream nothing is replayed.
 pub(crate) async fn forward(
     shared: &Shared,
-    conn: &mut BufConn,
+    conn: &mut ClientConn,
     len: usize,
     scratch: &mut Scratch,
     peer: std::net::IpAddr,
 ) -> Result<Next, Failure> {
     let started = Instant::now();
-    let (info, ticket, pick, target) = prepare(shared, conn, scratch, peer)?;
+    let (info, mut ticket, pick, target) = prepare(shared, conn, scratch, peer)?;
+    conn.stream.attach(ticket.meter.clone());
+    conn.stream.hold(ticket.hold.take());
     conn.consume(len);
     scratch.traffic = Traffic::default();
     let res = forward_admitted(shared, conn, scratch, &info, &ticket, pick, &target).await;
@@ -117,7 +121,7 @@ pub(crate) async fn forward(
 /// The attempts of an admitted request (see [`forward`]).
 async fn forward_admitted(
     shared: &Shared,
-    conn: &mut BufConn,
+    conn: &mut ClientConn,
     scratch: &mut Scratch,
     info: &RequestInfo,
     ticket: &Ticket,
@@ -220,7 +224,7 @@ async fn forward_admitted(
 /// Parses the head, admits the request and copies what later steps need.
 fn prepare(
     shared: &Shared,
-    conn: &BufConn,
+    conn: &ClientConn,
     scratch: &mut Scratch,
     peer: std::net::IpAddr,
 ) -> Result<(RequestInfo, Ticket, Pick, Target), GatewayError> {
@@ -247,6 +251,7 @@ fn prepare(
         target: &uri.authority.host,
         connect_port: None,
         source: Some(peer),
+        held: conn.stream.held(),
     };
     let (ticket, pick) = shared
         .router
@@ -394,7 +399,7 @@ fn client_gone(e: std::io::Error) -> Exchange {
 
 /// Copies the client's request body upstream, within the body's overall deadline.
 async fn send_body(
-    client: &mut BufConn,
+    client: &mut ClientConn,
     upstream: &mut BufConn,
     framing: BodyFraming,
     waits: Waits,
@@ -421,7 +426,7 @@ async fn send_body(
 /// and neither connection is reused: the body was announced but never sent.
 async fn exchange(
     shared: &Shared,
-    client: &mut BufConn,
+    client: &mut ClientConn,
     upstream: &mut BufConn,
     scratch: &mut Scratch,
     info: &RequestInfo,

@@ -13,7 +13,7 @@ use super::reply::{Failure, Next, moved_header, proxy_credentials, respond_error
 use super::tunnel;
 use crate::clock::now_ms;
 use crate::error::GatewayError;
-use crate::io::{BufConn, HeadReadError};
+use crate::io::{BufConn, ClientConn, ClientStream, HeadReadError};
 use crate::metrics::ListenerKind;
 use crate::parse::authority::parse_authority;
 use crate::parse::http_head::parse_request;
@@ -25,13 +25,16 @@ use std::net::IpAddr;
 #[instrument(level = "debug", skip_all)]
 pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream, peer: IpAddr) {
     let cfg = &shared.config;
-    let mut conn = BufConn::new(stream, cfg.head.max_head_bytes);
+    let mut conn = BufConn::new(ClientStream::new(stream), cfg.head.max_head_bytes);
     let mut scratch = Scratch::default();
     let mut first = true;
     // One registration with the drain token per connection, not one per request.
     let drain = shared.draining.cancelled();
     tokio::pin!(drain);
     loop {
+        // The last request's bytes are metered (its error answer included): what
+        // follows belongs to the next one.
+        conn.stream.detach();
         let wait = if first {
             cfg.handshake_timeout
         } else {
@@ -87,7 +90,7 @@ pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream, peer: IpAddr)
 
 async fn handle(
     shared: &Shared,
-    conn: &mut BufConn,
+    conn: &mut ClientConn,
     len: usize,
     scratch: &mut Scratch,
     peer: IpAddr,
@@ -109,12 +112,16 @@ async fn handle(
             target: &authority.host,
             connect_port: Some(authority.port),
             source: Some(peer),
+            held: conn.stream.held(),
         };
         let (ticket, pick) = shared
             .router
             .admit_request(snap.as_deref(), &req, now_ms())?;
         (ticket, pick, Target::from_authority(&authority))
     };
+    let mut ticket = ticket;
+    conn.stream.attach(ticket.meter.clone());
+    conn.stream.hold(ticket.hold.take());
     conn.consume(len);
     let est = tunnel::establish(shared, &ticket, pick, &target).await?;
     let mut head = Vec::with_capacity(128);

@@ -4,7 +4,6 @@
 //! `Proxy-Authorization` credentials read from a request head.
 
 use base64::Engine as _;
-use tokio::net::TcpStream;
 
 use super::Shared;
 use crate::error::GatewayError;
@@ -84,7 +83,7 @@ pub fn proxy_credentials<'a>(
 
 /// Writes an error response and asks the client to close.
 pub(crate) async fn respond_error(
-    stream: &mut TcpStream,
+    stream: &mut crate::io::ClientStream,
     err: &GatewayError,
     write_timeout: std::time::Duration,
 ) -> std::io::Result<()> {

@@ -16,7 +16,7 @@ use super::tunnel;
 use crate::clock::now_ms;
 use crate::config::AuthMode;
 use crate::error::GatewayError;
-use crate::io::BufConn;
+use crate::io::{BufConn, ClientConn, ClientStream};
 use crate::metrics::ListenerKind;
 use crate::parse::socks5::{
     self, Command, Parsed, Socks5Error, encode_reply, parse_greeting, parse_request,
@@ -32,7 +32,7 @@ const HANDSHAKE_BUFFER: usize = 1100;
 /// Serves one client connection.
 #[instrument(level = "debug", skip_all)]
 pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream, peer: IpAddr) {
-    let mut conn = BufConn::new(stream, HANDSHAKE_BUFFER);
+    let mut conn = BufConn::new(ClientStream::new(stream), HANDSHAKE_BUFFER);
     let timeout = shared.config.handshake_timeout;
     let admitted = match tokio::time::timeout(timeout, handshake(shared, &mut conn, peer)).await {
         Ok(Ok(admitted)) => admitted,
@@ -46,7 +46,9 @@ pub(crate) async fn serve(shared: &Arc<Shared>, stream: TcpStream, peer: IpAddr)
             return;
         }
     };
-    let (ticket, pick, target) = admitted;
+    let (mut ticket, pick, target) = admitted;
+    conn.stream.attach(ticket.meter.clone());
+    conn.stream.hold(ticket.hold.take());
     match tunnel::establish(shared, &ticket, pick, &target).await {
         Ok(est) => {
             let bound = conn.stream.local_addr().ok();
@@ -77,7 +79,7 @@ type Admitted = (Ticket, Pick, Target);
 /// (refused) where the protocol allows it.
 async fn handshake(
     shared: &Shared,
-    conn: &mut BufConn,
+    conn: &mut ClientConn,
     peer: IpAddr,
 ) -> Result<Admitted, GatewayError> {
     let n = buffer_msg(conn, |b| parse_greeting(b).map(done_len)).await?;
@@ -178,6 +180,7 @@ async fn handshake(
         target: &host,
         connect_port: Some(target.port),
         source: None,
+        held: None,
     };
     let admitted = shared.router.admit_request(snap.as_deref(), &req, now_ms());
     drop(snap);
@@ -199,7 +202,7 @@ fn done_len<T>(p: Parsed<T>) -> Option<usize> {
 
 /// Reads until `complete` reports a whole message; returns its length.
 async fn buffer_msg(
-    conn: &mut BufConn,
+    conn: &mut ClientConn,
     complete: impl Fn(&[u8]) -> Result<Option<usize>, Socks5Error>,
 ) -> Result<usize, GatewayError> {
     loop {
@@ -220,21 +223,21 @@ async fn buffer_msg(
 }
 
 /// Handshake replies: the whole handshake runs under its own timeout.
-async fn send(conn: &mut BufConn, bytes: &[u8]) -> Result<(), GatewayError> {
+async fn send(conn: &mut ClientConn, bytes: &[u8]) -> Result<(), GatewayError> {
     conn.stream
         .write_all(bytes)
         .await
         .map_err(GatewayError::DownstreamIo)
 }
 
-async fn refuse(conn: &mut BufConn, code: u8) -> Result<(), GatewayError> {
+async fn refuse(conn: &mut ClientConn, code: u8) -> Result<(), GatewayError> {
     write_reply(conn, code, None)
         .await
         .map_err(GatewayError::DownstreamIo)
 }
 
 async fn write_reply(
-    conn: &mut BufConn,
+    conn: &mut ClientConn,
     code: u8,
     bound: Option<std::net::SocketAddr>,
 ) -> std::io::Result<()> {

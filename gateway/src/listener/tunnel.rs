@@ -12,7 +12,7 @@ use super::Shared;
 use crate::capacity::ActiveLease;
 use crate::clock::now_ms;
 use crate::error::{ErrorSource, GatewayError};
-use crate::io::{self, BufConn, TunnelEnd};
+use crate::io::{self, BufConn, ClientConn, TunnelEnd};
 use crate::metrics::{Direction, ListenerKind, NamedCounters};
 use crate::outcome::Stage;
 use crate::route::{Pick, Ticket};
@@ -260,7 +260,7 @@ pub(crate) fn observe_latency(entry: &ProxyEntry, started: Instant) {
 pub(crate) async fn relay(
     shared: &Shared,
     kind: ListenerKind,
-    client: &mut BufConn,
+    client: &mut ClientConn,
     mut est: Established,
 ) {
     let metrics = &shared.metrics;

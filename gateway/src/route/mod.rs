@@ -14,6 +14,7 @@ use proxy_pool_api::throttle::{AuthThrottle, ThrottleConfig, Verdict};
 use crate::capacity::Reservation;
 use crate::config::AuthMode;
 use crate::error::GatewayError;
+use crate::limits::{ClientState, ConnHold};
 use crate::metrics::NamedCounters;
 use crate::parse::authority::Host;
 use crate::parse::username::{SESSTIME, Username, parse_username, split_password_params};
@@ -22,7 +23,7 @@ use crate::session::{Lookup, MoveReason, SessionKey, SessionTable, StickyPolicy}
 use crate::snapshot::{
     CompiledRouting, LiveSnapshot, Narrowing, ProxyEntry, ProxyId, SelectionKey,
 };
-use crate::usage::UsageRecorder;
+use crate::usage::{Meter, UsageRecorder};
 use proxy_pool_api::controlplane::model::{RetryBudget, Sticky};
 
 pub use crate::parse::Credentials;
@@ -41,6 +42,11 @@ pub struct Ticket {
     /// The selection its username parameters made within the routing (`None`: all
     /// candidates).
     selection: Option<SelectionKey>,
+    /// Where the request's bytes are metered (`None`: past the Routing cap).
+    pub(crate) meter: Option<Meter>,
+    /// A connection slot of the client, taken for this request's connection (`None`:
+    /// the connection holds one already, or the client is not from the clients file).
+    pub(crate) hold: Option<ConnHold>,
 }
 
 impl Ticket {
@@ -73,6 +79,8 @@ pub struct Request<'a> {
     pub connect_port: Option<u16>,
     /// The client's address, for the failed-authentication throttle.
     pub source: Option<IpAddr>,
+    /// The client whose connection slot the request's connection holds already.
+    pub held: Option<&'a ClientState>,
 }
 
 /// The session policy of a request on a routing with sessions: the routing's, or with
@@ -98,6 +106,10 @@ pub(crate) fn session_policy(
     }
     Ok(policy)
 }
+
+/// An authenticated client: its name (the identity metered), its username (with the
+/// routing parameters) and, for a client of the clients file, its limit state.
+type Authenticated<'a> = (&'a str, Username<'a>, Option<&'a Arc<ClientState>>);
 
 /// Admission logic plus the session table.
 #[derive(Debug)]
@@ -166,13 +178,15 @@ impl Router {
             target,
             connect_port: None,
             source: None,
+            held: None,
         };
         self.admit_request(snap, &req, now_ms)
     }
 
     /// Admits a request: snapshot fresh, target allowed by the egress policy, client
-    /// known (and not throttled), a routing matches and allows the CONNECT port, a
-    /// proxy with room chosen.
+    /// known (and not throttled), a routing matches and allows the CONNECT port, the
+    /// client within its limits (quota, connections, rate: see [`crate::limits`]), a
+    /// proxy with room chosen; then counted and metered.
     pub fn admit_request(
         &self,
         snap: Option<&LiveSnapshot>,
@@ -183,7 +197,7 @@ impl Router {
         if snap.is_stale(now_ms) {
             return Err(GatewayError::Stale);
         }
-        let (client, user) = self.authenticate(snap, req.creds, req.source)?;
+        let (client, user, state) = self.authenticate(snap, req.creds, req.source)?;
         check_target(&self.egress, req.target).map_err(GatewayError::EgressDenied)?;
         let target = req.target;
         let routing = snap
@@ -216,16 +230,25 @@ impl Router {
             }
             Narrowing::NoMatch => return Err(GatewayError::NoMatchingProxy),
         };
-        let ticket = Ticket {
+        let hold = match state {
+            Some(state) => {
+                let held = req.held.is_some_and(|h| std::ptr::eq(h, &**state));
+                state.admit(held).map_err(GatewayError::ClientLimit)?
+            }
+            None => None,
+        };
+        let mut ticket = Ticket {
             routing: routing.name.clone(),
             retry: routing.spec.retry,
             stats: routing.stats,
             session,
             selection,
+            meter: None,
+            hold,
         };
         let pick = self.choose(snap, routing, &ticket, now_ms, &[])?;
         // One request per admission that got a proxy (retries reselect; not recounted).
-        self.usage.record(&routing.name, client);
+        ticket.meter = self.usage.meter(&routing.name, client);
         Ok((ticket, pick))
     }
 
@@ -266,7 +289,7 @@ impl Router {
         snap: &'a LiveSnapshot,
         creds: Option<Credentials<'a>>,
         source: Option<IpAddr>,
-    ) -> Result<(&'a str, Username<'a>), GatewayError> {
+    ) -> Result<Authenticated<'a>, GatewayError> {
         let (Some(source), Some(c), AuthMode::Required) = (source, creds, self.auth) else {
             return self.verify(snap, creds);
         };
@@ -288,11 +311,11 @@ impl Router {
         &self,
         snap: &'a LiveSnapshot,
         creds: Option<Credentials<'a>>,
-    ) -> Result<(&'a str, Username<'a>), GatewayError> {
+    ) -> Result<Authenticated<'a>, GatewayError> {
         let Some(creds) = creds else {
             return match self.auth {
                 AuthMode::Required => Err(GatewayError::AuthRequired),
-                AuthMode::Open => Ok(("anonymous", parse_username(b"anonymous")?)),
+                AuthMode::Open => Ok(("anonymous", parse_username(b"anonymous")?, None)),
             };
         };
         let user = parse_username(creds.username).map_err(|_| GatewayError::AuthFailed)?;
@@ -301,7 +324,7 @@ impl Router {
         let split = split_password_params(&user, creds.password);
         if self.auth == AuthMode::Open {
             let user = split.map_or(user, |(_, with)| with);
-            return Ok((user.base, user));
+            return Ok((user.base, user, None));
         }
         let Some(entry) = snap.clients.get(user.base) else {
             // The same hash work as a known user: timing does not tell names apart.
@@ -311,11 +334,14 @@ impl Router {
             }
             return Err(GatewayError::AuthFailed);
         };
+        let state = Some(&entry.state);
         if entry.password.matches(creds.password) {
-            return Ok((&entry.client, user));
+            return Ok((&entry.client, user, state));
         }
         match split {
-            Some((password, with)) if entry.password.matches(password) => Ok((&entry.client, with)),
+            Some((password, with)) if entry.password.matches(password) => {
+                Ok((&entry.client, with, state))
+            }
             _ => Err(GatewayError::AuthFailed),
         }
     }

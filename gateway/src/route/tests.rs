@@ -289,6 +289,7 @@ fn connect_ports_are_an_allow_list_per_routing() {
         target: &WWW,
         connect_port: Some(port),
         source: None,
+        held: None,
     };
     for port in [443, 80] {
         assert!(
@@ -348,6 +349,7 @@ fn failed_logins_are_throttled_per_source_and_per_user() {
         target: &WWW,
         connect_port: None,
         source: Some(IpAddr::from(ip)),
+        held: None,
     };
     // Alice works from her usual address first.
     assert!(

@@ -2,6 +2,7 @@
 //! and swaps it in with one atomic pointer store (`arc-swap`); requests do one atomic
 //! load. [`SnapshotSource`] is the seam a control-plane client (or a test) feeds.
 
+use crate::limits::ClientStates;
 use arc_swap::{ArcSwapOption, Guard};
 use parking_lot::Mutex;
 use std::future::Future;
@@ -32,6 +33,8 @@ struct Inner {
     capacity: CapacityRegistry,
     /// Per-Routing and per-upstream counters, resolved into each snapshot built.
     breakdown: Breakdown,
+    /// Per-client limit state, resolved into each snapshot built.
+    clients: Arc<ClientStates>,
     /// Unix ms when the control plane last delivered or confirmed the snapshot; 0
     /// before the first.
     fresh_at_ms: AtomicU64,
@@ -51,6 +54,7 @@ impl SnapshotHandle {
                 registry: Mutex::new(()),
                 capacity: CapacityRegistry::default(),
                 breakdown: Breakdown::default(),
+                clients: Arc::default(),
                 fresh_at_ms: AtomicU64::new(0),
                 max_stale_age_ms: AtomicU64::new(duration_ms(max_stale_age)),
                 new_session: std::sync::atomic::AtomicBool::new(false),
@@ -77,10 +81,11 @@ impl SnapshotHandle {
             });
         }
         let stale_at = SystemTime::now() + self.max_stale_age();
-        let live = Arc::new(LiveSnapshot::build(
+        let live = Arc::new(LiveSnapshot::build_with(
             input,
             &self.inner.capacity,
             &self.inner.breakdown,
+            &self.inner.clients,
             stale_at,
         )?);
         self.inner.current.store(Some(live.clone()));
@@ -93,6 +98,11 @@ impl SnapshotHandle {
             "snapshot installed"
         );
         Ok(live)
+    }
+
+    /// The clients' limit state (the control-plane agent applies report answers to it).
+    pub fn clients(&self) -> &Arc<ClientStates> {
+        &self.inner.clients
     }
 
     /// The current snapshot (one atomic load; hold the guard only briefly).

@@ -149,6 +149,8 @@ impl CompiledRouting {
 pub(crate) struct ClientEntry {
     pub(crate) client: Arc<str>,
     pub(crate) password: proxy_pool_api::secret::SaltedHash,
+    /// The client's limit state (shared by its credentials, kept across snapshots).
+    pub(crate) state: Arc<crate::limits::ClientState>,
 }
 
 /// The compiled snapshot.
@@ -179,6 +181,19 @@ impl LiveSnapshot {
         input: SnapshotInput,
         registry: &CapacityRegistry,
         breakdown: &Breakdown,
+        stale_at: SystemTime,
+    ) -> Result<Self, SnapshotError> {
+        let clients = crate::limits::ClientStates::default();
+        Self::build_with(input, registry, breakdown, &clients, stale_at)
+    }
+
+    /// [`LiveSnapshot::build`], resolving the clients' limit state in `client_states`
+    /// (kept across snapshots: live connection counts stay consistent).
+    pub fn build_with(
+        input: SnapshotInput,
+        registry: &CapacityRegistry,
+        breakdown: &Breakdown,
+        client_states: &crate::limits::ClientStates,
         stale_at: SystemTime,
     ) -> Result<Self, SnapshotError> {
         validate(&input)?;
@@ -262,14 +277,17 @@ impl LiveSnapshot {
                 compile_routing(r, &snapshot.proxies, &proxies, stats)
             })
             .collect();
+        let states = client_states.resolve(clients.iter().map(|c| (c.client.as_str(), c.limits)));
         let clients = clients
             .into_iter()
-            .map(|c: ClientCredential| {
+            .filter_map(|c: ClientCredential| {
+                let state = states.get(c.client.as_str())?;
                 let entry = ClientEntry {
-                    client: Arc::from(c.client.as_str()),
+                    client: Arc::clone(&state.name_arc()),
                     password: c.password,
+                    state: Arc::clone(state),
                 };
-                (c.username, entry)
+                Some((c.username, entry))
             })
             .collect();
         let header = &snapshot.header;

@@ -72,6 +72,8 @@ pub struct ClientCredential {
     pub username: String,
     /// The password, salted and hashed.
     pub password: SaltedHash,
+    /// The client's fleet-wide limits (validated), if any.
+    pub limits: Option<proxy_pool_api::client_limits::GatewayLimits>,
 }
 
 impl ClientCredential {
@@ -81,7 +83,14 @@ impl ClientCredential {
             client: client.to_owned(),
             username: username.to_owned(),
             password: SaltedHash::new(password.as_bytes()),
+            limits: None,
         }
+    }
+
+    /// The same credential with the client's fleet-wide `limits`.
+    pub fn with_limits(mut self, limits: proxy_pool_api::client_limits::GatewayLimits) -> Self {
+        self.limits = (!limits.is_empty()).then_some(limits);
+        self
     }
 }
 
@@ -90,6 +99,7 @@ impl fmt::Debug for ClientCredential {
         f.debug_struct("ClientCredential")
             .field("client", &self.client)
             .field("username", &self.username)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }

@@ -141,6 +141,28 @@ impl Harness {
         routings: Vec<Routing>,
         valid_until: SystemTime,
     ) {
+        let clients = vec![ClientCredential::from_password("team-a", USER, PASS)];
+        self.install_full(proxies, routings, valid_until, clients);
+    }
+
+    /// Installs a snapshot with these proxies, routings and clients.
+    pub fn install_clients(
+        &self,
+        proxies: Vec<SnapshotProxy>,
+        routings: Vec<Routing>,
+        clients: Vec<ClientCredential>,
+    ) {
+        let valid_until = SystemTime::now() + Duration::from_secs(600);
+        self.install_full(proxies, routings, valid_until, clients);
+    }
+
+    fn install_full(
+        &self,
+        proxies: Vec<SnapshotProxy>,
+        routings: Vec<Routing>,
+        valid_until: SystemTime,
+        clients: Vec<ClientCredential>,
+    ) {
         let version = self.version.fetch_add(1, Ordering::Relaxed) + 1;
         let snapshot = Snapshot {
             header: Header {
@@ -153,7 +175,6 @@ impl Harness {
             proxies,
             checksum: Checksum::default(),
         };
-        let clients = vec![ClientCredential::from_password("team-a", USER, PASS)];
         self.handle
             .install(SnapshotInput::new(snapshot, clients))
             .expect("snapshot installs");

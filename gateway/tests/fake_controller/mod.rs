@@ -50,6 +50,8 @@ pub struct Knobs {
     /// Refuse a runtime report whose (version, epoch) is not the last positive ACK's
     /// when it is judged (`FAILED_PRECONDITION bound_mismatch`), as the pool does.
     pub check_bound: bool,
+    /// `client_budgets` put in every answered runtime report.
+    pub budgets: Option<pb::ClientBudgets>,
 }
 
 impl Default for Knobs {
@@ -62,6 +64,7 @@ impl Default for Knobs {
             report_interval_ms: 100,
             report_delay: std::time::Duration::ZERO,
             check_bound: false,
+            budgets: None,
         }
     }
 }
@@ -131,7 +134,9 @@ impl WorkerControlPlane for Fake {
         request: Request<pb::ReportRuntimeRequest>,
     ) -> Result<Response<pb::ReportRuntimeResponse>, Status> {
         let req = request.into_inner();
-        let code = if req.usage.is_empty() {
+        // Scripted: reports carrying requests (not those with only the bytes of requests
+        // reported before).
+        let code = if req.usage.iter().all(|u| u.requests == 0) {
             Code::Ok
         } else {
             self.script.lock().pop_front().unwrap_or(Code::Ok)
@@ -145,13 +150,13 @@ impl WorkerControlPlane for Fake {
             let _ = self.reports.send((req, Code::FailedPrecondition));
             return Err(Status::failed_precondition("bound_mismatch"));
         }
-        let (silent, revoke_proxy_ids) = {
+        let (silent, revoke_proxy_ids, client_budgets) = {
             let mut knobs = self.knobs.lock();
             let revoke = std::mem::take(&mut knobs.revoke_next);
             if !revoke.is_empty() {
                 knobs.revoked_in_report = Some(req.report_sequence);
             }
-            (knobs.silent, revoke)
+            (knobs.silent, revoke, knobs.budgets.clone())
         };
         if silent {
             return std::future::pending().await;
@@ -160,6 +165,7 @@ impl WorkerControlPlane for Fake {
         if code == Code::Ok {
             Ok(Response::new(pb::ReportRuntimeResponse {
                 revoke_proxy_ids,
+                client_budgets,
                 ..Default::default()
             }))
         } else {

@@ -4,6 +4,7 @@
 //! Credentials live in Secrets; this type only references them.
 
 use kube::KubeSchema;
+use proxy_pool_api::client_limits::GatewayLimits;
 use proxy_pool_api::config::Permission;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -64,6 +65,59 @@ custom_resource! {
         /// Per-client request rate limit.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub rate_limit: Option<RateLimit>,
+        /// The client's limits on the gateways, fleet-wide: each gateway of a group
+        /// enforces its share (the budget divided by the group's live gateways, rounded
+        /// up). Exceeding one answers `429` (SOCKS5 reply `0x02`) with the limit's reason.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub gateway_limits: Option<GatewayLimitsSpec>,
+    }
+}
+
+/// A client's fleet-wide gateway limits (`api::client_limits::GatewayLimits`, whose
+/// `validate` the schema mirrors). Absent fields do not limit.
+#[derive(KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[x_kube(validation = Rule::new("!has(self.burst) || has(self.requestsPerSecond)")
+    .message("gatewayLimits.burst needs gatewayLimits.requestsPerSecond"))]
+#[x_kube(validation = Rule::new("!has(self.burst) || !has(self.requestsPerSecond) || self.burst >= self.requestsPerSecond")
+    .message("gatewayLimits.burst must be at least gatewayLimits.requestsPerSecond"))]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayLimitsSpec {
+    /// Concurrent connections (kept-alive HTTP connections, CONNECT tunnels, SOCKS5
+    /// connections) across the group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    #[schemars(extend("format" = "int32"))]
+    pub max_connections: Option<u32>,
+    /// Sustained requests per second across the group (a forwarded request, a CONNECT
+    /// tunnel or a SOCKS5 connection each count one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    #[schemars(extend("format" = "int32"))]
+    pub requests_per_second: Option<u32>,
+    /// Token-bucket size for `requestsPerSecond`. Default: `requestsPerSecond`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10_000_000))]
+    #[schemars(extend("format" = "int32"))]
+    pub burst: Option<u32>,
+    /// Bytes per UTC day, both directions together, as the gateways meter them
+    /// (approximate: see docs/gateway.md "Limits").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    #[schemars(extend("format" = "int64"))]
+    pub daily_bytes: Option<u64>,
+}
+
+impl GatewayLimitsSpec {
+    /// The one conversion to the shared type (0 cannot pass the schema; it would limit
+    /// nothing here).
+    pub fn limits(&self) -> GatewayLimits {
+        use std::num::{NonZeroU32, NonZeroU64};
+        GatewayLimits {
+            max_connections: self.max_connections.and_then(NonZeroU32::new),
+            requests_per_second: self.requests_per_second.and_then(NonZeroU32::new),
+            burst: self.burst.and_then(NonZeroU32::new),
+            daily_bytes: self.daily_bytes.and_then(NonZeroU64::new),
+        }
     }
 }
 

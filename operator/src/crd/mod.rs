@@ -63,7 +63,7 @@ pub use common::{
 };
 pub use distribution_client::{
     BasicAuth, ClientAuth, DistributionClient, DistributionClientSpec, DistributionClientStatus,
-    RateLimit, SecretKeyAuth,
+    GatewayLimitsSpec, RateLimit, SecretKeyAuth,
 };
 pub use gateway_group::{
     Autoscaling, DisruptionBudget, GatewayGroup, GatewayGroupSpec, GatewayGroupStatus,

@@ -123,6 +123,7 @@ fn available() -> BTreeMap<String, GatewayClient> {
     let c = |secret: &str, digest: &str| GatewayClient {
         secret: secret.into(),
         digest: digest.into(),
+        limits: None,
     };
     BTreeMap::from([
         (

@@ -476,6 +476,55 @@ fn gateway_clients_are_the_config_clients_with_gateway_connect_and_basic() {
 }
 
 #[test]
+fn gateway_limits_render_into_the_config_and_the_clients_file() {
+    use crate::crd::GatewayLimitsSpec;
+    use crate::reconcile::gateway::gateway_clients;
+    use proxy_pool_api::gateway_clients::ClientEntry;
+    let mut ex = examples();
+    let base = RawConfig::default();
+    // Without gatewayLimits: in neither.
+    let out = render(&inputs(&ex, &base));
+    assert_eq!(out.config.clients[0].gateway_limits, None);
+    let file = gateway_clients(None, &out.gateway_clients).file;
+    let entries: Vec<ClientEntry> = serde_json::from_str(&file).expect("clients file");
+    assert_eq!(entries[0].limits, None);
+    assert!(!file.contains("limits"), "{file}");
+
+    ex.clients[0].spec.gateway_limits = Some(GatewayLimitsSpec {
+        max_connections: Some(200),
+        requests_per_second: Some(50),
+        burst: Some(100),
+        daily_bytes: Some(10 << 30),
+    });
+    let out = render(&inputs(&ex, &base));
+    assert!(out.problems.is_empty(), "{:?}", out.problems);
+    let want = proxy_pool_api::client_limits::GatewayLimits {
+        max_connections: std::num::NonZeroU32::new(200),
+        requests_per_second: std::num::NonZeroU32::new(50),
+        burst: std::num::NonZeroU32::new(100),
+        daily_bytes: std::num::NonZeroU64::new(10 << 30),
+    };
+    // The controller config (which passed the controller's own validation)...
+    let raw = &out.config.clients[0];
+    assert_eq!(
+        (raw.name.as_str(), raw.gateway_limits),
+        ("team-crawler", Some(want))
+    );
+    let yaml = out.to_yaml().expect("config YAML");
+    let loaded = load_yaml(&yaml).unwrap_or_else(|e| panic!("{e}\n---\n{yaml}"));
+    assert_eq!(loaded.clients[0].gateway_limits, Some(want));
+    // ...and the gateways' clients file carry the same limits.
+    let rendered = gateway_clients(None, &out.gateway_clients);
+    let entries: Vec<ClientEntry> = serde_json::from_str(&rendered.file).expect("clients file");
+    assert_eq!(entries[0].limits, Some(want));
+    assert!(
+        rendered.file.contains(r#""limits":{"maxConnections":200,"requestsPerSecond":50,"burst":100,"dailyBytes":10737418240}"#),
+        "{}",
+        rendered.file
+    );
+}
+
+#[test]
 fn a_gateway_client_needs_a_user_name_the_gateway_can_parse() {
     let mut ex = examples();
     if let Some(s) = ex.secrets.get_mut("team-crawler-credentials") {

@@ -62,10 +62,12 @@ pub fn gateway_clients(
         if wanted.is_some_and(|w| !w.contains(name)) {
             continue;
         }
-        entries.push(ClientEntry::from_secret_dir(
+        let mut entry = ClientEntry::from_secret_dir(
             name.as_str(),
             &format!("{CLIENTS_DIR}/secrets/{}", c.secret),
-        ));
+        );
+        entry.limits = c.limits;
+        entries.push(entry);
         mounts
             .entry(c.secret.clone())
             .or_default()

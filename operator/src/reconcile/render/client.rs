@@ -2,7 +2,7 @@
 //! (API key, bearer token, Basic user name and password) as mounted files; and which
 //! clients of the config may use gateways.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use proxy_pool_api::config::RawConfig;
 use proxy_pool_api::config::raw::{RawBasic, RawClient, RawHashedSecret, RawRate};
@@ -15,18 +15,26 @@ use crate::crd::{DistributionClient, SecretKeyRef};
 impl Cx<'_> {
     /// The config's clients that may use gateways with Basic credentials.
     pub(super) fn gateway_clients(&self, config: &RawConfig) -> BTreeMap<String, GatewayClient> {
-        let in_config: BTreeSet<&str> = config.clients.iter().map(|c| c.name.as_str()).collect();
+        // The clients of the config with their gateway limits (converted from the CRD
+        // once, for the config; the gateways' clients file carries the same).
+        let in_config: BTreeMap<&str, _> = config
+            .clients
+            .iter()
+            .map(|c| (c.name.as_str(), c.gateway_limits))
+            .collect();
         let mut out = BTreeMap::new();
         for c in self.inputs.clients {
             let n = name(c);
             let Some(basic) = &c.spec.auth.basic else {
                 continue;
             };
-            if !in_config.contains(n.as_str())
-                || !c
-                    .spec
-                    .permissions
-                    .contains(&crate::crd::Permission::GatewayConnect)
+            let Some(limits) = in_config.get(n.as_str()).copied() else {
+                continue;
+            };
+            if !c
+                .spec
+                .permissions
+                .contains(&crate::crd::Permission::GatewayConnect)
             {
                 continue;
             }
@@ -44,6 +52,7 @@ impl Cx<'_> {
                 GatewayClient {
                     secret,
                     digest: hex::encode(h.finalize()),
+                    limits,
                 },
             );
         }
@@ -69,6 +78,7 @@ impl Cx<'_> {
                 requests_per_second: r.requests_per_second,
                 burst: r.burst,
             }),
+            gateway_limits: c.spec.gateway_limits.as_ref().map(|l| l.limits()),
             ..RawClient::default()
         };
         // ServiceAccounts are named in the client's own namespace (the controller

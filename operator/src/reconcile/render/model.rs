@@ -99,6 +99,8 @@ pub struct GatewayClient {
     /// SHA-256 (hex) over the Secret's name and the two values: changes when the
     /// credentials do, reveals nothing.
     pub digest: String,
+    /// The client's fleet-wide gateway limits (rendered into its clients-file entries).
+    pub limits: Option<proxy_pool_api::client_limits::GatewayLimits>,
 }
 
 impl Rendered {
