@@ -139,6 +139,7 @@ impl Controller {
             usage,
             controller.fetch_status.clone(),
             &controller.leadership,
+            controller.redis.clone(),
         )?);
         controller.drains = controller.drain_demand();
         Ok(controller)
