@@ -53,7 +53,10 @@ fn report_with(w: &mut Worker, usage: Vec<pb::RoutingUsage>) -> pb::ReportRuntim
 }
 
 fn budgets(r: &pb::ReportRuntimeResponse) -> (u32, Vec<String>) {
-    let b = r.client_budgets.clone().expect("client budgets in every answer");
+    let b = r
+        .client_budgets
+        .clone()
+        .expect("client budgets in every answer");
     (b.group_gateways, b.quota_exhausted_clients)
 }
 
@@ -64,7 +67,8 @@ fn before_midnight(h: &Harness, secs_before: u64) {
         .unwrap()
         .as_secs();
     let midnight = (now / 86_400 + 1) * 86_400;
-    h.clock.set(std::time::UNIX_EPOCH + Duration::from_secs(midnight - secs_before));
+    h.clock
+        .set(std::time::UNIX_EPOCH + Duration::from_secs(midnight - secs_before));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,7 +82,10 @@ async fn traffic_metrics_count_a_report_once_with_bounded_labels() {
             wire_traffic(
                 "default",
                 t(7, 7_000, 70_000),
-                &[("alice", t(3, 3_000, 30_000)), ("open-user", t(2, 2_000, 20_000))],
+                &[
+                    ("alice", t(3, 3_000, 30_000)),
+                    ("open-user", t(2, 2_000, 20_000)),
+                ],
             ),
             wire_traffic("no-such-routing", t(1, 10, 20), &[("carol", t(1, 10, 20))]),
         ],
@@ -94,7 +101,11 @@ async fn traffic_metrics_count_a_report_once_with_bounded_labels() {
 
     let replay = w.send_report(report).await.expect("replay");
     assert!(replay.replayed);
-    assert_eq!(m.bytes("alice", "default"), (3_000, 30_000), "a replay adds nothing");
+    assert_eq!(
+        m.bytes("alice", "default"),
+        (3_000, 30_000),
+        "a replay adds nothing"
+    );
     assert_eq!(m.requests("alice", "default"), 3);
 }
 
@@ -119,7 +130,11 @@ async fn answers_carry_the_group_size_and_the_clients_over_quota_until_the_day_e
         )],
     );
     let r = a.send_report(first.clone()).await.expect("report a1");
-    assert_eq!(budgets(&r), (2, vec![]), "two live gateways in the group; alice at 500");
+    assert_eq!(
+        budgets(&r),
+        (2, vec![]),
+        "two live gateways in the group; alice at 500"
+    );
 
     // A replay is not metered again: alice stays at 500 of 1,000.
     let r = a.send_report(first).await.expect("replay a1");
@@ -129,14 +144,22 @@ async fn answers_carry_the_group_size_and_the_clients_over_quota_until_the_day_e
     // The other gateway's bytes join the same fleet-wide total: 500 + 500 >= 1,000.
     let req = report_with(
         &mut b,
-        vec![wire_traffic("default", t(1, 250, 250), &[("alice", t(1, 250, 250))])],
+        vec![wire_traffic(
+            "default",
+            t(1, 250, 250),
+            &[("alice", t(1, 250, 250))],
+        )],
     );
     let r = b.send_report(req).await.expect("report b1");
     assert_eq!(budgets(&r), (2, vec!["alice".to_owned()]));
     // Every later answer lists alice, whoever reports (carol has no quota).
     let req = report_with(
         &mut a,
-        vec![wire_traffic("default", t(1, 1, 1), &[("carol", t(1, 1, 1))])],
+        vec![wire_traffic(
+            "default",
+            t(1, 1, 1),
+            &[("carol", t(1, 1, 1))],
+        )],
     );
     let r = a.send_report(req).await.expect("report a2");
     assert_eq!(budgets(&r), (2, vec!["alice".to_owned()]));
@@ -148,7 +171,11 @@ async fn answers_carry_the_group_size_and_the_clients_over_quota_until_the_day_e
     h.advance(20);
     let req = report_with(
         &mut b,
-        vec![wire_traffic("default", t(1, 10, 10), &[("alice", t(1, 10, 10))])],
+        vec![wire_traffic(
+            "default",
+            t(1, 10, 10),
+            &[("alice", t(1, 10, 10))],
+        )],
     );
     let r = b.send_report(req).await.expect("report b3 on the next day");
     assert_eq!(budgets(&r), (2, vec![]), "the new day cleared the quota");
@@ -181,7 +208,8 @@ async fn report_bytes_reach_analytics_per_routing_and_configured_client_once() {
         1024,
         std::sync::Arc::new(proxy_pool_analytics::SystemClock),
     );
-    let h = Harness::serving_with(Kind::Memory, metered_config(), 1024, None, Some(collector)).await;
+    let h =
+        Harness::serving_with(Kind::Memory, metered_config(), 1024, None, Some(collector)).await;
     h.available("p", 1, 600).await;
     let mut w = Worker::acked(&h, "gw-0").await;
     let report = report_with(

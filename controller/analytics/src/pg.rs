@@ -194,7 +194,8 @@ fn total_of(row: &Row) -> Result<TotalRow, AnalyticsError> {
 
 const DAILY_COLS: &str =
     "kind, name, day::text AS day, requests, proxies, bytes_up, bytes_down, uv, hll, degraded";
-const TOTAL_COLS: &str = "kind, name, requests, proxies, bytes_up, bytes_down, uv, hll, first_day::text AS first_day";
+const TOTAL_COLS: &str =
+    "kind, name, requests, proxies, bytes_up, bytes_down, uv, hll, first_day::text AS first_day";
 
 /// Writes a subject's totals from a newer snapshot: counts never go down, the first
 /// day only earlier.

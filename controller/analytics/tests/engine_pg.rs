@@ -499,7 +499,8 @@ async fn gateway_bytes_are_exact_daily_totals_per_routing_and_client() {
     rig.collector.client_bytes("alice", 600, 20_000);
     rig.collector.client_bytes("alice", 400, 10_000);
     rig.collector.routing_bytes("route-1", 0, 0);
-    rig.collector.extraction("bob", "caller", &[("vendor-x", 1)]);
+    rig.collector
+        .extraction("bob", "caller", &[("vendor-x", 1)]);
     rig.drain_and_flush().await;
     rig.clock.advance_secs(120);
     rig.collector.routing_bytes("route-1", 5, 7);

@@ -291,8 +291,17 @@ async fn gateway_bytes_show_per_day_in_the_range_and_in_total() {
     assert_eq!(status, 200, "{v}");
     let series = v["series"].as_array().unwrap();
     let by = |d: &str| series.iter().find(|p| p["date"] == d).unwrap().clone();
-    assert_eq!((by("2026-05-10")["bytesUp"].clone(), by("2026-05-10")["bytesDown"].clone()), (100.into(), 2_000.into()));
-    assert!(by("2026-05-11")["bytesUp"].is_null(), "an unknown day is not a zero");
+    assert_eq!(
+        (
+            by("2026-05-10")["bytesUp"].clone(),
+            by("2026-05-10")["bytesDown"].clone()
+        ),
+        (100.into(), 2_000.into())
+    );
+    assert!(
+        by("2026-05-11")["bytesUp"].is_null(),
+        "an unknown day is not a zero"
+    );
     assert_eq!(v["today"]["bytesUp"], 30);
     assert_eq!(v["today"]["bytesDown"], 400);
     assert_eq!(v["range"]["bytesUp"], 130);

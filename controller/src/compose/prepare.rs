@@ -187,9 +187,9 @@ pub fn prepare(
                     // With Redis the daily byte quotas are shared by every replica (a
                     // new leader continues the day's totals); in process otherwise.
                     if let Some(link) = &redis {
-                        plane = plane.with_meter(Arc::new(
-                            crate::controlplane::RedisMeter::new(link.clone()),
-                        ));
+                        plane = plane.with_meter(Arc::new(crate::controlplane::RedisMeter::new(
+                            link.clone(),
+                        )));
                     }
                     plane.ownership().set_target_exclusions(health.clone());
                     registry.register_with(|r| plane.register_metrics(r));

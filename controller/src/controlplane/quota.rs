@@ -97,7 +97,10 @@ impl DailyMeter for MemoryMeter {
         if st.day.is_some_and(|d| d > day) {
             // A report stamped before the day already counted (clock stepped back):
             // the current day's totals stand, nothing is added to a past day.
-            return Ok(read.iter().map(|c| st.totals.get(*c).copied().unwrap_or(0)).collect());
+            return Ok(read
+                .iter()
+                .map(|c| st.totals.get(*c).copied().unwrap_or(0))
+                .collect());
         }
         if st.day != Some(day) {
             *st = MemoryDay {
@@ -122,7 +125,10 @@ impl DailyMeter for MemoryMeter {
                 *t = t.saturating_add(*n);
             }
         }
-        Ok(read.iter().map(|c| st.totals.get(*c).copied().unwrap_or(0)).collect())
+        Ok(read
+            .iter()
+            .map(|c| st.totals.get(*c).copied().unwrap_or(0))
+            .collect())
     }
 }
 

@@ -266,7 +266,10 @@ impl WorkerService {
         Ok(pb::ReportRuntimeResponse {
             replayed: ack == ReportAck::Replayed,
             revoke_proxy_ids: self.shared.ownership.revoked(&worker),
-            client_budgets: Some(self.budgets(&worker, &session, m.report_sequence, &usage).await),
+            client_budgets: Some(
+                self.budgets(&worker, &session, m.report_sequence, &usage)
+                    .await,
+            ),
         })
     }
 
