@@ -65,8 +65,8 @@ fn read_file(path: &std::path::Path) -> Result<String, ComposeError> {
 /// Builds the control plane, the health service and bridge, and one provider
 /// reconciler per vendor-API upstream (writing through `ports`); `usage` (from
 /// [`prepare_usage`]) is started with them; the control plane answers only while
-/// `leadership` leads and keeps the daily byte quotas in `redis` (the store's Redis)
-/// when given.
+/// `leadership` leads (the caller gives it the store's Redis for the daily byte quotas,
+/// [`ControlPlane::set_meter`]).
 pub fn prepare(
     config: &Config,
     pool: ControlPlanePorts,
@@ -75,7 +75,6 @@ pub fn prepare(
     usage: Usage,
     fetch_status: crate::provider::FetchStatus,
     leadership: &Leadership,
-    redis: Option<Arc<crate::redis_link::RedisLink>>,
 ) -> Result<Prepared, ComposeError> {
     let (upserter, health_store) = (ports.upserter.clone(), ports.health.clone());
     let clock: Arc<dyn Clock> = pool.manager.clock.clone();
@@ -181,16 +180,9 @@ pub fn prepare(
                     let (queue, rx) = OutcomeQueue::bounded(OUTCOME_QUEUE);
                     let checker: Arc<dyn CheckerBackend> = backend.clone();
                     let cp_config = control_plane_config(config);
-                    let mut plane = ControlPlane::new(cp_config, pool, checker, queue)
+                    let plane = ControlPlane::new(cp_config, pool, checker, queue)
                         .with_analytics(usage.collector())
                         .with_leadership(leadership.clone());
-                    // With Redis the daily byte quotas are shared by every replica (a
-                    // new leader continues the day's totals); in process otherwise.
-                    if let Some(link) = &redis {
-                        plane = plane.with_meter(Arc::new(crate::controlplane::RedisMeter::new(
-                            link.clone(),
-                        )));
-                    }
                     plane.ownership().set_target_exclusions(health.clone());
                     registry.register_with(|r| plane.register_metrics(r));
                     (Some((Arc::new(plane), transport)), Some(rx))

@@ -88,7 +88,7 @@ pub struct Shared {
     usage: UsageSink,
     traffic: metering::TrafficMetrics,
     quotas: quota::Quotas,
-    /// The daily byte meter ([`ControlPlane::with_meter`]); in process until one is set.
+    /// The daily byte meter ([`ControlPlane::set_meter`]); in process until one is set.
     meter: std::sync::OnceLock<Arc<dyn DailyMeter>>,
     memory_meter: MemoryMeter,
     checker: Arc<dyn CheckerBackend>,
@@ -196,12 +196,10 @@ impl ControlPlane {
     /// Keeps the daily byte quotas in `meter` (the store's Redis, shared by every
     /// replica) instead of in process. Set once, before serving; a second call is
     /// ignored with a warning.
-    #[must_use]
-    pub fn with_meter(self, meter: Arc<dyn DailyMeter>) -> Self {
+    pub fn set_meter(&self, meter: Arc<dyn DailyMeter>) {
         if self.shared.meter.set(meter).is_err() {
             tracing::warn!("daily byte meter already set; the new one is ignored");
         }
-        self
     }
 
     /// Registers the control plane's metrics (connected workers, per-worker snapshot
