@@ -140,6 +140,17 @@ impl Controller {
             controller.fetch_status.clone(),
             &controller.leadership,
         )?);
+        // With Redis the daily byte quotas are shared by every replica (a new leader
+        // continues the day's totals); in process otherwise.
+        if let (Some(link), Some(cp)) = (
+            &controller.redis,
+            controller
+                .composed
+                .as_ref()
+                .and_then(compose::Prepared::control_plane),
+        ) {
+            cp.set_meter(Arc::new(controlplane::RedisMeter::new(link.clone())));
+        }
         controller.drains = controller.drain_demand();
         Ok(controller)
     }

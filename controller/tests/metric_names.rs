@@ -45,7 +45,11 @@ const PER_WORKER: [&str; 3] = [
     "proxy_pool_controller_controlplane_snapshot_age_seconds",
 ];
 /// Exported from their first event on (a label set not known in advance).
-const AFTER_FIRST_EVENT: [&str; 1] = ["proxy_pool_controller_provider_dropped_proxies_total"];
+const AFTER_FIRST_EVENT: [&str; 3] = [
+    "proxy_pool_controller_provider_dropped_proxies_total",
+    "proxy_pool_controller_gateway_requests_total",
+    "proxy_pool_controller_gateway_bytes_total",
+];
 /// Prefixes of the metrics that only the TokenReview cache and analytics export.
 const COLLECTOR_PREFIXES: [&str; 2] = [
     "proxy_pool_controller_cache_",

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::mpsc;
 
 use crate::day::Clock;
-use crate::model::{Event, valid_name};
+use crate::model::{Event, Kind, valid_name};
 
 /// Most Upstream entries one extraction event carries.
 pub const MAX_UPSTREAMS_PER_EVENT: usize = 64;
@@ -115,6 +115,30 @@ impl Collector {
             routing: routing.to_owned(),
             identity: clip(identity),
             requests,
+        });
+    }
+
+    /// Gateway bytes of Routing `routing` (every client's): up from the clients, down to
+    /// them. Nothing is sent for zero bytes.
+    pub fn routing_bytes(&self, routing: &str, bytes_up: u64, bytes_down: u64) {
+        self.gateway_bytes(Kind::Routings, routing, bytes_up, bytes_down);
+    }
+
+    /// Gateway bytes of configured client `client` (over every Routing).
+    pub fn client_bytes(&self, client: &str, bytes_up: u64, bytes_down: u64) {
+        self.gateway_bytes(Kind::Clients, client, bytes_up, bytes_down);
+    }
+
+    fn gateway_bytes(&self, kind: Kind, name: &str, bytes_up: u64, bytes_down: u64) {
+        if (bytes_up == 0 && bytes_down == 0) || !self.admits(valid_name(name)) {
+            return;
+        }
+        self.send(Event::GatewayBytes {
+            at: self.clock.now(),
+            kind,
+            name: name.to_owned(),
+            bytes_up,
+            bytes_down,
         });
     }
 

@@ -10,11 +10,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
-    /// A DistributionClient: extract requests, proxies extracted, unique caller identities.
+    /// A DistributionClient: extract requests, proxies extracted, unique caller identities,
+    /// and its gateway bytes (up, down).
     Clients,
     /// An Upstream: extract requests served, proxies extracted, unique DistributionClients.
     Upstreams,
-    /// A Routing: gateway requests, unique client identities.
+    /// A Routing: gateway requests, unique client identities, gateway bytes (up, down).
     Routings,
 }
 
@@ -89,13 +90,30 @@ pub enum Event {
         /// Requests (≥ 1).
         requests: u32,
     },
+    /// Gateway bytes of one subject: a Routing (every client's), or a configured client
+    /// (a DistributionClient, over every Routing). Up: read from the client's
+    /// connection; down: written to it.
+    GatewayBytes {
+        /// When.
+        at: Timestamp,
+        /// `Routings` or `Clients`.
+        kind: Kind,
+        /// Routing or client name.
+        name: String,
+        /// Bytes from the client.
+        bytes_up: u64,
+        /// Bytes to the client.
+        bytes_down: u64,
+    },
 }
 
 impl Event {
     /// When it happened.
     pub fn at(&self) -> Timestamp {
         match self {
-            Self::Extraction { at, .. } | Self::GatewayRequests { at, .. } => *at,
+            Self::Extraction { at, .. }
+            | Self::GatewayRequests { at, .. }
+            | Self::GatewayBytes { at, .. } => *at,
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::error::AnalyticsError;
 use crate::model::{Kind, Subject};
 
 /// Schema version this code reads and writes.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 /// Rows one retention `DELETE` removes.
 pub const PRUNE_BATCH: i64 = 500;
 /// Most retention batches per call.
@@ -22,7 +22,11 @@ pub const PRUNE_MAX_BATCHES: usize = 64;
 /// Most totals rows read at once (subjects are CRs: far fewer in practice).
 pub const MAX_SUBJECTS: i64 = 100_000;
 
-const MIGRATION_0001: &str = include_str!("../migrations/0001_analytics.sql");
+/// The migrations, in order (each idempotent; never edited once released).
+const MIGRATIONS: [&str; 2] = [
+    include_str!("../migrations/0001_analytics.sql"),
+    include_str!("../migrations/0002_gateway_bytes.sql"),
+];
 
 /// Cumulative values of one subject.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +37,10 @@ pub struct TotalRow {
     pub requests: i64,
     /// Proxies extracted.
     pub proxies: i64,
+    /// Gateway bytes from the clients.
+    pub bytes_up: i64,
+    /// Gateway bytes to the clients.
+    pub bytes_down: i64,
     /// HLL estimate of unique identities (UV).
     pub uv: i64,
     /// Raw Redis HLL bytes.
@@ -52,6 +60,10 @@ pub struct DailyRow {
     pub requests: i64,
     /// Proxies extracted.
     pub proxies: i64,
+    /// Gateway bytes from the clients.
+    pub bytes_up: i64,
+    /// Gateway bytes to the clients.
+    pub bytes_down: i64,
     /// HLL estimate of unique identities.
     pub uv: i64,
     /// Raw Redis HLL bytes.
@@ -159,6 +171,8 @@ fn daily_of(row: &Row) -> Result<DailyRow, AnalyticsError> {
         day: day_of(row, "day")?,
         requests: row.try_get("requests")?,
         proxies: row.try_get("proxies")?,
+        bytes_up: row.try_get("bytes_up")?,
+        bytes_down: row.try_get("bytes_down")?,
         uv: row.try_get("uv")?,
         hll: row.try_get("hll")?,
         degraded: row.try_get("degraded")?,
@@ -170,21 +184,27 @@ fn total_of(row: &Row) -> Result<TotalRow, AnalyticsError> {
         subject: subject_of(row)?,
         requests: row.try_get("requests")?,
         proxies: row.try_get("proxies")?,
+        bytes_up: row.try_get("bytes_up")?,
+        bytes_down: row.try_get("bytes_down")?,
         uv: row.try_get("uv")?,
         hll: row.try_get("hll")?,
         first_day: day_of(row, "first_day")?,
     })
 }
 
-const DAILY_COLS: &str = "kind, name, day::text AS day, requests, proxies, uv, hll, degraded";
-const TOTAL_COLS: &str = "kind, name, requests, proxies, uv, hll, first_day::text AS first_day";
+const DAILY_COLS: &str =
+    "kind, name, day::text AS day, requests, proxies, bytes_up, bytes_down, uv, hll, degraded";
+const TOTAL_COLS: &str =
+    "kind, name, requests, proxies, bytes_up, bytes_down, uv, hll, first_day::text AS first_day";
 
 /// Writes a subject's totals from a newer snapshot: counts never go down, the first
 /// day only earlier.
-const UPSERT_TOTAL: &str = "INSERT INTO pp_analytics_total (kind, name, requests, proxies, uv, hll, seq, first_day) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::date) ON CONFLICT (kind, name) DO UPDATE SET \
+const UPSERT_TOTAL: &str = "INSERT INTO pp_analytics_total (kind, name, requests, proxies, uv, hll, seq, first_day, bytes_up, bytes_down) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text::date, $9, $10) ON CONFLICT (kind, name) DO UPDATE SET \
      requests = GREATEST(pp_analytics_total.requests, EXCLUDED.requests), \
      proxies = GREATEST(pp_analytics_total.proxies, EXCLUDED.proxies), \
+     bytes_up = GREATEST(pp_analytics_total.bytes_up, EXCLUDED.bytes_up), \
+     bytes_down = GREATEST(pp_analytics_total.bytes_down, EXCLUDED.bytes_down), \
      uv = GREATEST(pp_analytics_total.uv, EXCLUDED.uv), hll = EXCLUDED.hll, seq = EXCLUDED.seq, \
      first_day = LEAST(pp_analytics_total.first_day, EXCLUDED.first_day) \
      WHERE pp_analytics_total.seq < EXCLUDED.seq";
@@ -200,14 +220,17 @@ fn total_params(t: &TotalRow, seq: i64) -> Params<'_> {
         Box::new(&t.hll),
         Box::new(seq),
         Box::new(t.first_day.to_string()),
+        Box::new(t.bytes_up),
+        Box::new(t.bytes_down),
     ]
 }
 
 /// Writes a subject's day from a newer snapshot (absolute values); a day once
 /// degraded stays so.
-const UPSERT_DAILY: &str = "INSERT INTO pp_analytics_daily (kind, name, day, requests, proxies, uv, hll, seq, degraded) \
-     VALUES ($1, $2, $3::text::date, $4, $5, $6, $7, $8, $9) ON CONFLICT (kind, name, day) DO UPDATE SET \
+const UPSERT_DAILY: &str = "INSERT INTO pp_analytics_daily (kind, name, day, requests, proxies, uv, hll, seq, degraded, bytes_up, bytes_down) \
+     VALUES ($1, $2, $3::text::date, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (kind, name, day) DO UPDATE SET \
      requests = EXCLUDED.requests, proxies = EXCLUDED.proxies, uv = EXCLUDED.uv, hll = EXCLUDED.hll, \
+     bytes_up = EXCLUDED.bytes_up, bytes_down = EXCLUDED.bytes_down, \
      seq = EXCLUDED.seq, degraded = pp_analytics_daily.degraded OR EXCLUDED.degraded \
      WHERE pp_analytics_daily.seq < EXCLUDED.seq";
 
@@ -223,6 +246,8 @@ fn daily_params(d: &DailyRow, seq: i64) -> Params<'_> {
         Box::new(&d.hll),
         Box::new(seq),
         Box::new(d.degraded),
+        Box::new(d.bytes_up),
+        Box::new(d.bytes_down),
     ]
 }
 
@@ -283,7 +308,9 @@ impl PgStore {
     /// Applies the migrations (the explicit `migrate` entry point).
     pub async fn migrate(&self) -> Result<(), AnalyticsError> {
         self.with(async |c| {
-            c.batch_execute(MIGRATION_0001).await?;
+            for m in MIGRATIONS {
+                c.batch_execute(m).await?;
+            }
             Ok(())
         })
         .await

@@ -106,6 +106,10 @@ fn parse_days(q: &Result<Query<DaysQuery>, QueryRejection>) -> Result<i64, ApiEr
 struct Total {
     requests: i64,
     proxies: i64,
+    /// Gateway bytes from the clients (Routings and clients; 0 for Upstreams).
+    bytes_up: i64,
+    /// Gateway bytes to the clients.
+    bytes_down: i64,
     unique_identities: i64,
     since: String,
 }
@@ -119,6 +123,8 @@ struct DayPoint {
     status: &'static str,
     requests: Option<i64>,
     proxies: Option<i64>,
+    bytes_up: Option<i64>,
+    bytes_down: Option<i64>,
     unique_identities: Option<i64>,
     reasons: Vec<String>,
 }
@@ -129,6 +135,8 @@ struct DayPoint {
 struct Range {
     requests: i64,
     proxies: i64,
+    bytes_up: i64,
+    bytes_down: i64,
     /// Estimate of the union of the known days' HLLs; null when it cannot be computed.
     unique_identities: Option<i64>,
     known_days: usize,
@@ -187,6 +195,8 @@ fn total_of(t: &TotalRow) -> Total {
     Total {
         requests: t.requests,
         proxies: t.proxies,
+        bytes_up: t.bytes_up,
+        bytes_down: t.bytes_down,
         unique_identities: t.uv,
         since: t.first_day.to_string(),
     }
@@ -201,6 +211,8 @@ fn point(day: Date, row: Option<&DailyRow>, cov: Option<&DayCoverage>) -> DayPoi
             status: "unknown",
             requests: None,
             proxies: None,
+            bytes_up: None,
+            bytes_down: None,
             unique_identities: None,
             reasons,
         },
@@ -209,6 +221,8 @@ fn point(day: Date, row: Option<&DailyRow>, cov: Option<&DayCoverage>) -> DayPoi
             status: if degraded { "degraded" } else { "ok" },
             requests: Some(r.map_or(0, |r| r.requests)),
             proxies: Some(r.map_or(0, |r| r.proxies)),
+            bytes_up: Some(r.map_or(0, |r| r.bytes_up)),
+            bytes_down: Some(r.map_or(0, |r| r.bytes_down)),
             unique_identities: Some(r.map_or(0, |r| r.uv)),
             reasons,
         },
@@ -282,6 +296,8 @@ async fn subject(
     let range = Range {
         requests: series.iter().filter_map(|p| p.requests).sum(),
         proxies: series.iter().filter_map(|p| p.proxies).sum(),
+        bytes_up: series.iter().filter_map(|p| p.bytes_up).sum(),
+        bytes_down: series.iter().filter_map(|p| p.bytes_down).sum(),
         unique_identities: uv,
         known_days: series.iter().filter(|p| p.status != "unknown").count(),
         degraded_days: series.iter().filter(|p| p.status == "degraded").count(),
@@ -309,6 +325,8 @@ struct SummaryEntry {
     today: DayPoint,
     range_requests: i64,
     range_proxies: i64,
+    range_bytes_up: i64,
+    range_bytes_down: i64,
 }
 
 #[derive(Debug, Serialize)]
@@ -349,6 +367,8 @@ async fn summary(
                 today: point(to, rs.iter().find(|r| r.day == to).copied(), cov.first()),
                 range_requests: rs.iter().map(|r| r.requests).sum(),
                 range_proxies: rs.iter().map(|r| r.proxies).sum(),
+                range_bytes_up: rs.iter().map(|r| r.bytes_up).sum(),
+                range_bytes_down: rs.iter().map(|r| r.bytes_down).sum(),
             }
         })
         .collect();

@@ -81,7 +81,15 @@ struct Incr {
     day: Date,
     requests: i64,
     proxies: i64,
-    member: String,
+    /// Gateway bytes (up, down).
+    bytes: (i64, i64),
+    /// The identity digest joining the HLLs (`None`: bytes only, no identity).
+    member: Option<String>,
+}
+
+/// Bytes as a Redis increment (Redis integers are signed 64-bit).
+fn incr_of(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// Classifies a Redis error: transport problems are "unavailable", anything the server
@@ -189,6 +197,8 @@ struct Counters {
     hash: Vec<(String, Value)>,
     requests: i64,
     proxies: i64,
+    bytes_up: i64,
+    bytes_down: i64,
     uv: i64,
     hll: Vec<u8>,
 }
@@ -204,6 +214,8 @@ impl Counters {
         Ok(Self {
             requests: field(&hash, "req").ok_or_else(|| corrupt(&format!("{what} missing")))?,
             proxies: field(&hash, "prx").unwrap_or(0),
+            bytes_up: field(&hash, "bup").unwrap_or(0),
+            bytes_down: field(&hash, "bdn").unwrap_or(0),
             uv: int_of(uv).ok_or_else(|| corrupt(&format!("{what} hll")))?,
             hll: match hll {
                 Value::BulkString(b) => b.clone(),
@@ -267,11 +279,12 @@ impl WorkingSet {
                     name: name.to_owned(),
                 };
                 out.push(Incr {
-                    member: self.digest(&subject, who),
+                    member: Some(self.digest(&subject, who)),
                     subject,
                     day,
                     requests,
                     proxies,
+                    bytes: (0, 0),
                 });
             };
             match e {
@@ -293,6 +306,23 @@ impl WorkingSet {
                     requests,
                     ..
                 } => count(Kind::Routings, routing, identity, i64::from(*requests), 0),
+                Event::GatewayBytes {
+                    kind,
+                    name,
+                    bytes_up,
+                    bytes_down,
+                    ..
+                } => out.push(Incr {
+                    subject: Subject {
+                        kind: *kind,
+                        name: name.clone(),
+                    },
+                    day,
+                    requests: 0,
+                    proxies: 0,
+                    bytes: (incr_of(*bytes_up), incr_of(*bytes_down)),
+                    member: None,
+                }),
             }
         }
         out
@@ -315,14 +345,25 @@ impl WorkingSet {
             let (d, t) = (self.k_daily(&i.subject, i.day), self.k_total(&i.subject));
             pipe.hincr(&d, "req", i.requests).ignore();
             pipe.hincr(&d, "prx", i.proxies).ignore();
+            // Bytes fields only when there are bytes (a hash without them reads zero).
+            if i.bytes != (0, 0) {
+                pipe.hincr(&d, "bup", i.bytes.0).ignore();
+                pipe.hincr(&d, "bdn", i.bytes.1).ignore();
+                pipe.hincr(&t, "bup", i.bytes.0).ignore();
+                pipe.hincr(&t, "bdn", i.bytes.1).ignore();
+            }
             pipe.persist(&d).ignore();
-            pipe.pfadd(self.k_daily_hll(&i.subject, i.day), &i.member)
-                .ignore();
-            pipe.persist(self.k_daily_hll(&i.subject, i.day)).ignore();
+            // PFADD without an element creates an empty HLL (read back as one).
+            let (dh, th) = (
+                self.k_daily_hll(&i.subject, i.day),
+                self.k_total_hll(&i.subject),
+            );
+            pipe.cmd("PFADD").arg(&dh).arg(i.member.as_slice()).ignore();
+            pipe.persist(&dh).ignore();
             pipe.hincr(&t, "req", i.requests).ignore();
             pipe.hincr(&t, "prx", i.proxies).ignore();
             pipe.hset_nx(&t, "first", i.day.to_string()).ignore();
-            pipe.pfadd(self.k_total_hll(&i.subject), &i.member).ignore();
+            pipe.cmd("PFADD").arg(&th).arg(i.member.as_slice()).ignore();
             pipe.hset(self.k_dirty(), member(&i.subject, i.day), token.as_str())
                 .ignore();
         }
@@ -429,6 +470,8 @@ impl WorkingSet {
                     subject: (*s).clone(),
                     requests: c.requests,
                     proxies: c.proxies,
+                    bytes_up: c.bytes_up,
+                    bytes_down: c.bytes_down,
                     uv: c.uv,
                     hll: c.hll,
                     first_day: first,
@@ -457,6 +500,8 @@ impl WorkingSet {
                     day: *d,
                     requests: c.requests,
                     proxies: c.proxies,
+                    bytes_up: c.bytes_up,
+                    bytes_down: c.bytes_down,
                     uv: c.uv,
                     hll: c.hll,
                     degraded: false,
@@ -544,6 +589,8 @@ impl WorkingSet {
                     &[
                         ("req", t.requests.to_string()),
                         ("prx", t.proxies.to_string()),
+                        ("bup", t.bytes_up.to_string()),
+                        ("bdn", t.bytes_down.to_string()),
                         ("first", t.first_day.to_string()),
                     ],
                 )
@@ -558,7 +605,12 @@ impl WorkingSet {
             for d in chunk {
                 pipe.hset_multiple(
                     self.k_daily(&d.subject, d.day),
-                    &[("req", d.requests), ("prx", d.proxies)],
+                    &[
+                        ("req", d.requests),
+                        ("prx", d.proxies),
+                        ("bup", d.bytes_up),
+                        ("bdn", d.bytes_down),
+                    ],
                 )
                 .ignore();
                 pipe.set(self.k_daily_hll(&d.subject, d.day), &d.hll)

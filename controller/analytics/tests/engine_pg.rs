@@ -81,6 +81,8 @@ fn snap(seq: i64, requests: i64) -> Snapshot {
             subject: s.clone(),
             requests,
             proxies: requests,
+            bytes_up: 0,
+            bytes_down: 0,
             uv: 1,
             hll: vec![1],
             first_day: d("2026-05-10"),
@@ -90,6 +92,8 @@ fn snap(seq: i64, requests: i64) -> Snapshot {
             day: d("2026-05-10"),
             requests,
             proxies: requests,
+            bytes_up: 0,
+            bytes_down: 0,
             uv: 1,
             hll: vec![1],
             degraded: false,
@@ -275,6 +279,8 @@ async fn ninety_natural_days_are_kept_with_batched_deletes_and_totals_stay() {
                 day,
                 requests: 1,
                 proxies: 1,
+                bytes_up: 0,
+                bytes_down: 0,
                 uv: 1,
                 hll: vec![],
                 degraded: false,
@@ -288,6 +294,8 @@ async fn ninety_natural_days_are_kept_with_batched_deletes_and_totals_stay() {
             subject: subj(Kind::Clients, "c0"),
             requests: 120,
             proxies: 120,
+            bytes_up: 0,
+            bytes_down: 0,
             uv: 1,
             hll: vec![],
             first_day: d("2026-01-10"),
@@ -478,4 +486,63 @@ async fn a_follower_records_into_redis_and_the_leader_commits_its_usage_and_flag
         cov[0].reasons.contains(&reason::EVENTS_DROPPED.to_owned()),
         "{cov:?}"
     );
+}
+
+/// Gateway bytes per Routing and per client: exact daily and cumulative sums, split at
+/// the day's end, kept through a Redis rebuilt from SQL, and absent (zero) for subjects
+/// that carry none.
+#[tokio::test]
+async fn gateway_bytes_are_exact_daily_totals_per_routing_and_client() {
+    let mut rig = Rig::started("2026-05-10T23:59:00Z", "UTC").await;
+    rig.collector.gateway_requests("route-1", "alice", 2);
+    rig.collector.routing_bytes("route-1", 1_000, 30_000);
+    rig.collector.client_bytes("alice", 600, 20_000);
+    rig.collector.client_bytes("alice", 400, 10_000);
+    rig.collector.routing_bytes("route-1", 0, 0);
+    rig.collector
+        .extraction("bob", "caller", &[("vendor-x", 1)]);
+    rig.drain_and_flush().await;
+    rig.clock.advance_secs(120);
+    rig.collector.routing_bytes("route-1", 5, 7);
+    rig.drain_and_flush().await;
+
+    let days = rig
+        .days(Kind::Routings, "route-1", "2026-05-10", "2026-05-11")
+        .await;
+    let got: Vec<(String, i64, i64, i64)> = days
+        .iter()
+        .map(|r| (r.day.to_string(), r.requests, r.bytes_up, r.bytes_down))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("2026-05-10".into(), 2, 1_000, 30_000),
+            ("2026-05-11".into(), 0, 5, 7)
+        ]
+    );
+    let alice = rig.total(Kind::Clients, "alice").await;
+    assert_eq!(
+        (alice.requests, alice.bytes_up, alice.bytes_down, alice.uv),
+        (0, 1_000, 30_000, 0),
+        "a client with gateway bytes only: no extraction, no identity"
+    );
+    let bob = rig.total(Kind::Clients, "bob").await;
+    assert_eq!((bob.requests, bob.bytes_up, bob.bytes_down), (1, 0, 0));
+
+    // Redis lost: rebuilt from SQL, the bytes continue from the committed values.
+    rig.redis(&["FLUSHALL"]).await;
+    rig.collector.routing_bytes("route-1", 1, 1);
+    let r = rig.drain_and_flush().await;
+    assert!(r.recovered);
+    rig.collector.routing_bytes("route-1", 1, 1);
+    rig.drain_and_flush().await;
+    let t = rig.total(Kind::Routings, "route-1").await;
+    assert!(
+        (t.bytes_up, t.bytes_down) >= (1_006, 30_008),
+        "totals never go back: {t:?}"
+    );
+    let today = rig
+        .days(Kind::Routings, "route-1", "2026-05-11", "2026-05-11")
+        .await;
+    assert!(today[0].bytes_up >= 6, "{today:?}");
 }

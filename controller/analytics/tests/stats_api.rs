@@ -268,3 +268,60 @@ fn openapi_file_lists_the_served_routes() {
         assert!(src.contains(&format!(".route(\"{p}\"")), "{p} is routed");
     }
 }
+
+/// Gateway bytes in the stats answers: per day, the range sum, the total, and the
+/// summary's range sums; an unknown day has no bytes (null), not zero.
+#[tokio::test]
+async fn gateway_bytes_show_per_day_in_the_range_and_in_total() {
+    let mut rig = Rig::started("2026-05-10T08:00:00Z", "UTC").await;
+    rig.collector.gateway_requests("route-1", "alice", 1);
+    rig.collector.routing_bytes("route-1", 100, 2_000);
+    rig.collector.client_bytes("alice", 100, 2_000);
+    rig.drain_and_flush().await;
+    rig.clock.advance_secs(2 * 86_400);
+    rig.collector.routing_bytes("route-1", 30, 400);
+    rig.drain_and_flush().await;
+    let state = StatsState {
+        pg: Arc::new(PgStore::new(rig.pg.config())),
+        ws: Some(WorkingSet::new(rig.conn.clone(), "test", Vec::new())),
+        days: rig.settings.days.clone(),
+        clock: Arc::new(rig.clock.clone()),
+    };
+    let (status, _, _, v) = get(&state, "/api/v1/stats/routings/route-1?days=7").await;
+    assert_eq!(status, 200, "{v}");
+    let series = v["series"].as_array().unwrap();
+    let by = |d: &str| series.iter().find(|p| p["date"] == d).unwrap().clone();
+    assert_eq!(
+        (
+            by("2026-05-10")["bytesUp"].clone(),
+            by("2026-05-10")["bytesDown"].clone()
+        ),
+        (100.into(), 2_000.into())
+    );
+    assert!(
+        by("2026-05-11")["bytesUp"].is_null(),
+        "an unknown day is not a zero"
+    );
+    assert_eq!(v["today"]["bytesUp"], 30);
+    assert_eq!(v["today"]["bytesDown"], 400);
+    assert_eq!(v["range"]["bytesUp"], 130);
+    assert_eq!(v["range"]["bytesDown"], 2_400);
+    assert_eq!(v["total"]["bytesUp"], 130);
+    assert_eq!(v["total"]["bytesDown"], 2_400);
+    let (status, _, _, c) = get(&state, "/api/v1/stats/clients/alice?days=7").await;
+    assert_eq!(status, 200, "{c}");
+    assert_eq!(c["total"]["bytesUp"], 100);
+    assert_eq!(c["total"]["bytesDown"], 2_000);
+    assert_eq!(c["total"]["requests"], 0, "no extraction by alice");
+    let (status, _, _, s) = get(&state, "/api/v1/stats/summary?days=7").await;
+    assert_eq!(status, 200, "{s}");
+    let route = s["subjects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "route-1")
+        .unwrap()
+        .clone();
+    assert_eq!(route["rangeBytesUp"], 130);
+    assert_eq!(route["rangeBytesDown"], 2_400);
+}

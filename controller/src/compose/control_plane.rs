@@ -7,7 +7,7 @@ use proxy_pool_api::controlplane::model::{
     RetryBudget, Routing, RoutingMatch, Strategy, UsernameParam,
 };
 
-use crate::controlplane::config::{ControlPlaneConfig, OwnershipConfig, RoutingSpec};
+use crate::controlplane::config::{ClientSpec, ControlPlaneConfig, OwnershipConfig, RoutingSpec};
 
 /// A configured routing as the control plane publishes it: every match field, the
 /// label filters, strategy, sticky sessions and retry budget go into the snapshot's
@@ -50,10 +50,22 @@ pub fn routing_spec(r: &RoutingConfig) -> RoutingSpec {
 }
 
 /// Control-plane settings from the controller config: the routings in match order,
-/// every valid upstream name and the `controlPlane` tunables; the rest at defaults.
+/// the clients (names and daily byte quotas), every valid upstream name and the
+/// `controlPlane` tunables; the rest at defaults.
 pub fn control_plane_config(config: &Config) -> ControlPlaneConfig {
     let mut cp = ControlPlaneConfig {
         routings: config.routings.iter().map(routing_spec).collect(),
+        clients: config
+            .clients
+            .iter()
+            .map(|c| ClientSpec {
+                name: c.name.clone(),
+                daily_bytes: c
+                    .gateway_limits
+                    .and_then(|l| l.daily_bytes)
+                    .map(std::num::NonZeroU64::get),
+            })
+            .collect(),
         ownership: OwnershipConfig {
             upstreams: config
                 .upstreams

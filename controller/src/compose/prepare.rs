@@ -65,7 +65,8 @@ fn read_file(path: &std::path::Path) -> Result<String, ComposeError> {
 /// Builds the control plane, the health service and bridge, and one provider
 /// reconciler per vendor-API upstream (writing through `ports`); `usage` (from
 /// [`prepare_usage`]) is started with them; the control plane answers only while
-/// `leadership` leads.
+/// `leadership` leads (the caller gives it the store's Redis for the daily byte quotas,
+/// [`ControlPlane::set_meter`]).
 pub fn prepare(
     config: &Config,
     pool: ControlPlanePorts,

@@ -22,6 +22,15 @@ impl RoutingSpec {
     }
 }
 
+/// A configured client as the control plane meters it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientSpec {
+    /// The client's name (the identity gateways report for it).
+    pub name: String,
+    /// Its fleet-wide daily byte quota (`gatewayLimits.dailyBytes`), up + down.
+    pub daily_bytes: Option<u64>,
+}
+
 /// Limits on messages, streams and batches.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -128,6 +137,9 @@ pub struct ControlPlaneConfig {
     pub ownership: OwnershipConfig,
     /// Routings, in match order.
     pub routings: Vec<RoutingSpec>,
+    /// Configured clients: the `client` label values of the traffic metrics, and the
+    /// daily byte quotas judged from gateway reports.
+    pub clients: Vec<ClientSpec>,
 }
 
 impl Default for ControlPlaneConfig {
@@ -142,6 +154,7 @@ impl Default for ControlPlaneConfig {
             limits: Limits::default(),
             ownership: OwnershipConfig::default(),
             routings: Vec::new(),
+            clients: Vec::new(),
         }
     }
 }

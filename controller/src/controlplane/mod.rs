@@ -15,10 +15,12 @@ pub mod config;
 pub mod error;
 pub mod identity;
 pub mod incoming;
+pub mod metering;
 pub mod metrics;
 pub mod outcomes;
 pub mod ownership;
 pub mod publisher;
+pub mod quota;
 pub mod registry;
 mod rpc;
 mod server;
@@ -31,13 +33,14 @@ use activity_pool::ports::{ActivityPool, ReportWriter};
 use tokio::sync::{Semaphore, watch};
 
 pub use checker::{CheckerBackend, MemoryCheckerBackend, TaskGate};
-pub use config::{ControlPlaneConfig, Limits, OwnershipConfig, RoutingSpec};
+pub use config::{ClientSpec, ControlPlaneConfig, Limits, OwnershipConfig, RoutingSpec};
 pub use error::ControlPlaneError;
 pub use identity::Authenticator;
 pub use metrics::{ClientKind, ControlPlaneMetrics, register_certificates};
 pub use outcomes::{OutcomeQueue, UsageCounts, UsageSink, WorkerOutcome};
 pub use ownership::{DrainRequest, OwnershipManager, OwnershipPorts, PassReport, TargetExclusions};
 pub use publisher::Publisher;
+pub use quota::{DailyMeter, MemoryMeter, RedisMeter};
 pub use server::{NOT_LEADER, ServeError, ServerTls, Transport, serve};
 
 /// The pool ports the control plane uses: the ownership manager's, which the RPC
@@ -83,6 +86,11 @@ pub struct Shared {
     ownership: Arc<OwnershipManager>,
     outcomes: OutcomeQueue,
     usage: UsageSink,
+    traffic: metering::TrafficMetrics,
+    quotas: quota::Quotas,
+    /// The daily byte meter ([`ControlPlane::set_meter`]); in process until one is set.
+    meter: std::sync::OnceLock<Arc<dyn DailyMeter>>,
+    memory_meter: MemoryMeter,
     checker: Arc<dyn CheckerBackend>,
     streams: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
@@ -97,6 +105,16 @@ pub struct ControlPlane {
     /// Only the leader answers RPCs; other replicas refuse them `UNAVAILABLE
     /// not_leader` (the publisher state and the ownership loop live in the leader).
     leadership: crate::leadership::Leadership,
+}
+
+impl Shared {
+    /// The daily byte meter in use.
+    fn meter(&self) -> &dyn DailyMeter {
+        match self.meter.get() {
+            Some(m) => m.as_ref(),
+            None => &self.memory_meter,
+        }
+    }
 }
 
 impl ControlPlane {
@@ -118,6 +136,16 @@ impl ControlPlane {
         ));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let streams = Arc::new(Semaphore::new(config.limits.max_open_streams));
+        let traffic = metering::TrafficMetrics::new(
+            config.clients.iter().map(|c| c.name.as_str()),
+            config.routings.iter().map(|r| r.routing.name.as_str()),
+        );
+        let quotas = quota::Quotas::new(
+            config
+                .clients
+                .iter()
+                .map(|c| (c.name.as_str(), c.daily_bytes)),
+        );
         Self {
             shared: Arc::new(Shared {
                 config,
@@ -127,6 +155,10 @@ impl ControlPlane {
                 ownership,
                 outcomes,
                 usage: UsageSink::default(),
+                traffic,
+                quotas,
+                meter: std::sync::OnceLock::new(),
+                memory_meter: MemoryMeter::default(),
                 checker,
                 streams,
                 shutdown: shutdown_rx,
@@ -161,16 +193,33 @@ impl ControlPlane {
         self
     }
 
+    /// Keeps the daily byte quotas in `meter` (the store's Redis, shared by every
+    /// replica) instead of in process. Set once, before serving; a second call is
+    /// ignored with a warning.
+    pub fn set_meter(&self, meter: Arc<dyn DailyMeter>) {
+        if self.shared.meter.set(meter).is_err() {
+            tracing::warn!("daily byte meter already set; the new one is ignored");
+        }
+    }
+
     /// Registers the control plane's metrics (connected workers, per-worker snapshot
-    /// version and age, push → ACK latency, negative ACKs) in `registry`.
+    /// version and age, push → ACK latency, negative ACKs, gateway traffic per client
+    /// and Routing, quota meter errors) in `registry`.
     pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         self.shared.metrics.register(registry);
+        self.shared.traffic.register(registry);
+        self.shared.quotas.register(registry);
         registry.register_collector(Box::new(metrics::WorkerSnapshots(self.shared.clone())));
     }
 
     /// The control plane's metrics (tests read them).
     pub fn metrics(&self) -> &ControlPlaneMetrics {
         &self.shared.metrics
+    }
+
+    /// Gateway traffic per client and Routing as the metrics count it.
+    pub fn traffic(&self) -> &metering::TrafficMetrics {
+        &self.shared.traffic
     }
 
     /// Gateway usage counters (requests fed, unknown routings ignored, ...).

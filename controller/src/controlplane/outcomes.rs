@@ -9,6 +9,8 @@ use activity_pool::model::WorkerId;
 use proxy_pool_api::controlplane::model::Outcome;
 use tokio::sync::mpsc;
 
+pub use super::metering::Traffic;
+
 /// One outcome with the worker that reported it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerOutcome {
@@ -114,10 +116,19 @@ pub struct UsageCounts {
 pub struct RoutingUsage {
     /// Routing name.
     pub routing: String,
-    /// Every request on it in the interval.
-    pub requests: u64,
-    /// (identity, requests) of listed clients.
-    pub clients: Vec<(String, u64)>,
+    /// Every request and byte on it in the interval (listed clients or not).
+    pub traffic: Traffic,
+    /// Listed clients.
+    pub clients: Vec<ClientTraffic>,
+}
+
+/// One listed client's usage of a routing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientTraffic {
+    /// Client identity (the authenticated client name, or the open-auth username).
+    pub identity: String,
+    /// Its requests and bytes.
+    pub traffic: Traffic,
 }
 
 impl UsageSink {
@@ -139,26 +150,46 @@ impl UsageSink {
 
     /// Feeds one accepted report's usage: entries for routings `known` rejects are
     /// ignored and counted; the rest become one collector event per listed client,
-    /// plus one for the requests of unlisted clients.
-    pub fn feed(&self, usage: &[RoutingUsage], known: impl Fn(&str) -> bool) {
+    /// plus one for the requests of unlisted clients, and the bytes of the routing
+    /// and of each listed client `client` accepts (a configured client).
+    pub fn feed(
+        &self,
+        usage: &[RoutingUsage],
+        known: impl Fn(&str) -> bool,
+        client: impl Fn(&str) -> bool,
+    ) {
         let c = &self.counters;
         for u in usage {
             if !known(&u.routing) {
                 c.unknown_routings.fetch_add(1, Ordering::Relaxed);
-                c.unknown_requests.fetch_add(u.requests, Ordering::Relaxed);
+                c.unknown_requests
+                    .fetch_add(u.traffic.requests, Ordering::Relaxed);
                 continue;
             }
-            let listed: u64 = u.clients.iter().map(|(_, n)| *n).sum();
-            let unlisted = u.requests.saturating_sub(listed);
-            c.requests.fetch_add(u.requests, Ordering::Relaxed);
+            let listed: u64 = u.clients.iter().map(|c| c.traffic.requests).sum();
+            let unlisted = u.traffic.requests.saturating_sub(listed);
+            c.requests.fetch_add(u.traffic.requests, Ordering::Relaxed);
             c.unlisted_requests.fetch_add(unlisted, Ordering::Relaxed);
             let Some(collector) = self.collector.get() else {
                 continue;
             };
-            for (identity, requests) in &u.clients {
-                send(collector, &u.routing, identity, *requests);
+            for listed in &u.clients {
+                send(
+                    collector,
+                    &u.routing,
+                    &listed.identity,
+                    listed.traffic.requests,
+                );
+                if client(&listed.identity) {
+                    collector.client_bytes(
+                        &listed.identity,
+                        listed.traffic.bytes_up,
+                        listed.traffic.bytes_down,
+                    );
+                }
             }
             send(collector, &u.routing, UNLISTED_IDENTITY, unlisted);
+            collector.routing_bytes(&u.routing, u.traffic.bytes_up, u.traffic.bytes_down);
         }
     }
 }
@@ -175,6 +206,8 @@ fn send(collector: &proxy_pool_analytics::Collector, routing: &str, identity: &s
 
 /// Validates the usage of a runtime report: bounded sizes, every routing listed once,
 /// identities non-empty and short, listed requests not above the routing's total.
+/// Bytes are taken as sent (a listed client's bytes above its routing's total only
+/// shrink the `(other)` remainder of the metrics to zero; they never refuse a report).
 pub fn usage_from_wire(
     usage: Vec<proxy_pool_api::controlplane::pb::RoutingUsage>,
 ) -> Result<Vec<RoutingUsage>, &'static str> {
@@ -200,7 +233,14 @@ pub fn usage_from_wire(
                         return Err("usage[].clients[].identity");
                     }
                     listed = listed.checked_add(c.requests).ok_or("usage[].clients")?;
-                    Ok((c.identity, c.requests))
+                    Ok(ClientTraffic {
+                        identity: c.identity,
+                        traffic: Traffic {
+                            requests: c.requests,
+                            bytes_up: c.bytes_up,
+                            bytes_down: c.bytes_down,
+                        },
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             if listed > u.requests {
@@ -208,11 +248,41 @@ pub fn usage_from_wire(
             }
             Ok(RoutingUsage {
                 routing: u.routing,
-                requests: u.requests,
+                traffic: Traffic {
+                    requests: u.requests,
+                    bytes_up: u.bytes_up,
+                    bytes_down: u.bytes_down,
+                },
                 clients,
             })
         })
         .collect()
+}
+
+/// A gateway's usage of `routing` as the wire carries it, with bytes: `total` in all,
+/// and per client identity (test fixtures build reports with it).
+#[cfg(any(test, feature = "testkit"))]
+pub fn wire_traffic(
+    routing: &str,
+    total: Traffic,
+    clients: &[(&str, Traffic)],
+) -> proxy_pool_api::controlplane::pb::RoutingUsage {
+    use proxy_pool_api::controlplane::pb;
+    pb::RoutingUsage {
+        routing: routing.into(),
+        requests: total.requests,
+        bytes_up: total.bytes_up,
+        bytes_down: total.bytes_down,
+        clients: clients
+            .iter()
+            .map(|(identity, t)| pb::ClientUsage {
+                identity: (*identity).into(),
+                requests: t.requests,
+                bytes_up: t.bytes_up,
+                bytes_down: t.bytes_down,
+            })
+            .collect(),
+    }
 }
 
 /// A gateway's usage of `routing` as the wire carries it: `requests` in all, and per
@@ -256,7 +326,7 @@ mod tests {
             wire("ghost", 7, &[("carol", 7)]),
         ])
         .unwrap();
-        sink.feed(&usage, |r| r == "r1");
+        sink.feed(&usage, |r| r == "r1", |_| false);
         let mut got = Vec::new();
         while let Ok(Event::GatewayRequests {
             routing,
@@ -300,7 +370,7 @@ mod tests {
     fn without_a_collector_only_the_counters_move() {
         let sink = UsageSink::default();
         let usage = usage_from_wire(vec![wire("r1", 4, &[("a", 4)])]).unwrap();
-        sink.feed(&usage, |_| true);
+        sink.feed(&usage, |_| true, |_| true);
         assert_eq!(sink.counts().requests, 4);
     }
 }

@@ -110,6 +110,20 @@ impl Registry {
             .collect()
     }
 
+    /// Registered workers of gateway group `group` (the caller included when it is
+    /// registered), at least 1. Entries whose pool session expired are dropped by the
+    /// ownership pass, so a gateway that stopped counts until its session TTL and the
+    /// next pass.
+    pub fn group_size(&self, group: &str) -> u32 {
+        let n = self
+            .workers
+            .lock()
+            .values()
+            .filter(|e| e.info.group == group)
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX).max(1)
+    }
+
     /// Drops a worker whose session ended, if `session` is still its current one.
     pub fn remove_if(&self, worker: &WorkerId, session: &SessionId) {
         let mut map = self.workers.lock();

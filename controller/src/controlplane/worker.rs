@@ -240,7 +240,7 @@ impl WorkerService {
             .write_report(&RuntimeReport {
                 header: ReportHeader {
                     worker_id: worker.clone(),
-                    session_id: session,
+                    session_id: session.clone(),
                     sequence: m.report_sequence,
                     snapshot_version: m.snapshot_version,
                     epoch: m.ownership_epoch,
@@ -257,16 +257,52 @@ impl WorkerService {
         // Counted once per (session, sequence): a replayed report was counted when it
         // was first accepted.
         if ack == ReportAck::Accepted && !usage.is_empty() {
-            let routings = &self.shared.config.routings;
-            self.shared.usage.feed(&usage, |name| {
-                routings.iter().any(|r| r.routing.name == name)
-            });
+            let names = &self.shared.traffic;
+            self.shared
+                .usage
+                .feed(&usage, |r| names.is_routing(r), |c| names.is_client(c));
+            self.shared.traffic.record(&usage);
         }
         Ok(pb::ReportRuntimeResponse {
             replayed: ack == ReportAck::Replayed,
             revoke_proxy_ids: self.shared.ownership.revoked(&worker),
-            client_budgets: None,
+            client_budgets: Some(
+                self.budgets(&worker, &session, m.report_sequence, &usage)
+                    .await,
+            ),
         })
+    }
+
+    /// The answer's client budgets: the live gateways of the worker's group (this
+    /// replica leads and serves every session), and the clients over their daily byte
+    /// quota after this report's bytes (metered once per (session, sequence), so a
+    /// replay adds nothing).
+    async fn budgets(
+        &self,
+        worker: &WorkerId,
+        session: &SessionId,
+        sequence: u64,
+        usage: &[super::outcomes::RoutingUsage],
+    ) -> pb::ClientBudgets {
+        let group = self
+            .shared
+            .registry
+            .get(worker)
+            .map(|w| w.group)
+            .unwrap_or_default();
+        let day = super::quota::utc_day(self.shared.ports.manager.clock.now().millis());
+        let report = super::quota::ReportKey {
+            session: session.as_str(),
+            sequence,
+        };
+        pb::ClientBudgets {
+            group_gateways: self.shared.registry.group_size(&group),
+            quota_exhausted_clients: self
+                .shared
+                .quotas
+                .judge(self.shared.meter(), day, report, usage)
+                .await,
+        }
     }
 
     async fn report_outcomes(
