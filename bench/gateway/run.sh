@@ -32,6 +32,13 @@
 #                      default, the available parallelism)
 #   GATEWAY_BIN        the gateway binary to measure (default $CARGO_TARGET_DIR/release/
 #                      proxy-pool-gateway): A/B runs of an old and a new build
+#   GATEWAY_BIN_B      A/B mode: measure GATEWAY_BIN (A) against this binary (B) on one
+#                      stack, alternated (A B, B A, A B, …; each started afresh and warmed
+#                      up), (a) and (b) only, no squid or direct; prints every round, the
+#                      medians of CPU µs per request / per tunnel and of the rates, and
+#                      B ÷ A. E.g. GATEWAY_BIN=old/proxy-pool-gateway
+#                      GATEWAY_BIN_B=new/proxy-pool-gateway BENCH_SECONDS=5 ./bench/gateway/run.sh --no-build
+#   BENCH_AB_ROUNDS    A/B rounds (default 5; each round measures both binaries)
 #   BENCH_SKIP_IDLE=1  skip (d), the idle-tunnel memory phase (A/B runs of CPU and latency)
 #   BENCH_STAY_UP=1    start everything, write $BENCH_DIR/stack.txt and wait (profiling)
 #   CARGO_TARGET_DIR   where the binaries are built (default target)
@@ -44,7 +51,7 @@ BUILD=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -203,16 +210,7 @@ start controller "$CPU_LOAD" "$BIN/proxy-pool-controller" run --config "$DIR/con
 wait_for "controller" curl -fsS "http://127.0.0.1:$ADMIN_PORT/healthz"
 start checker "$CPU_LOAD" "$BIN/proxy-pool-checker" run --controller "http://127.0.0.1:$CP_PORT" \
     --checker-id bench-checker --echo "127.0.0.1:$ECHO_PORT" --loopback-plaintext
-GW_EXTRA=()
-[ -n "${GATEWAY_WORKER_THREADS:-}" ] && GW_EXTRA=(--worker-threads "$GATEWAY_WORKER_THREADS")
-start gateway "$CPU_PROXY" "$GW_BIN" "${GW_EXTRA[@]}" --http-listen "127.0.0.1:$GW_HTTP_PORT" \
-    --socks5-listen "127.0.0.1:$GW_SOCKS_PORT" --admin-listen "127.0.0.1:$GW_ADMIN_PORT" \
-    --controller "http://127.0.0.1:$CP_PORT" --worker-id bench-gateway \
-    --clients-file "$DIR/gateway-clients.json"
-GW_PID=${PIDS[-1]}
 ECHO_URL=http://127.0.0.1:$ECHO_PORT/bench
-wait_for "gateway snapshot" curl -fsS "http://127.0.0.1:$GW_ADMIN_PORT/readyz"
-wait_for "gateway HTTP proxy" curl -fsS --max-time 5 -x "http://$GW_USER:$GW_PASS@127.0.0.1:$GW_HTTP_PORT" "$ECHO_URL"
 
 # The upstream proxies: every live simulator proxy, all assigned to the gateway (no
 # extraction reserve). Wait until the gateway has used each of them (each then holds a
@@ -226,7 +224,140 @@ all_used() {
     done
     sim_proxies | jq -e --argjson n "$NPROX" '(.proxies | length) == $n and all(.proxies[]; .activeConnections > 0)'
 }
-wait_for "$NPROX upstream proxies" all_used
+
+gateway_up() { # binary name → GW_PID: started, holding a snapshot, serving through every upstream
+    local bin=$1 name=$2 extra=()
+    [ -n "${GATEWAY_WORKER_THREADS:-}" ] && extra=(--worker-threads "$GATEWAY_WORKER_THREADS")
+    start "$name" "$CPU_PROXY" "$bin" "${extra[@]}" --http-listen "127.0.0.1:$GW_HTTP_PORT" \
+        --socks5-listen "127.0.0.1:$GW_SOCKS_PORT" --admin-listen "127.0.0.1:$GW_ADMIN_PORT" \
+        --controller "http://127.0.0.1:$CP_PORT" --worker-id bench-gateway \
+        --clients-file "$DIR/gateway-clients.json"
+    GW_PID=${PIDS[-1]}
+    wait_for "$name snapshot" curl -fsS "http://127.0.0.1:$GW_ADMIN_PORT/readyz"
+    wait_for "$name HTTP proxy" curl -fsS --max-time 5 -x "http://$GW_USER:$GW_PASS@127.0.0.1:$GW_HTTP_PORT" "$ECHO_URL"
+    wait_for "$NPROX upstream proxies" all_used
+}
+
+gateway_down() { # stops GW_PID (SIGTERM, SIGKILL after PROC_STOP_TIMEOUT) and forgets it
+    local i keep_pids=() keep_names=() deadline=$((SECONDS + PROC_STOP_TIMEOUT))
+    kill -TERM "$GW_PID" 2>/dev/null || true
+    while kill -0 "$GW_PID" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+    kill -KILL "$GW_PID" 2>/dev/null || true
+    wait "$GW_PID" 2>/dev/null || true
+    for i in "${!PIDS[@]}"; do
+        [ "${PIDS[$i]}" = "$GW_PID" ] && continue
+        keep_pids+=("${PIDS[$i]}")
+        keep_names+=("${NAMES[$i]}")
+    done
+    PIDS=("${keep_pids[@]}")
+    NAMES=("${keep_names[@]}")
+    GW_PID=
+}
+
+# ---------- measurement helpers ----------
+
+LOADGEN=("$BIN/loadgen")
+loadgen() { with_cpus "$CPU_LOAD" "${LOADGEN[@]}" "$@"; "${CMD[@]}"; }
+proxy_args() { # system → --proxy arguments
+    case "$1" in
+        direct) for u in "${UPSTREAMS[@]}"; do printf -- '--proxy\n%s\n' "$u"; done ;;
+        gateway) printf -- '--proxy\nhttp://%s:%s@127.0.0.1:%s\n' "$GW_USER" "$GW_PASS" "$GW_HTTP_PORT" ;;
+        squid) printf -- '--proxy\nhttp://127.0.0.1:%s\n' "$SQUID_PORT" ;;
+    esac
+}
+pid_of() { case "$1" in gateway) echo "$GW_PID" ;; squid) echo "$SQUID_PID" ;; *) echo "" ;; esac; }
+cpu_ticks() { # pid → utime+stime in clock ticks (0 for no process)
+    [ -n "$1" ] || { echo 0; return; }
+    awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+}
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+TICK=$(getconf CLK_TCK)
+
+# A tunnel per operation leaves ~2 loopback sockets per tunnel in TIME_WAIT for 60 s;
+# tens of thousands of them make every later connect() search longer for a free port
+# (kernel time charged to whoever connects). So every CONNECT phase, and the idle-tunnel
+# phase, starts only once the previous phase's TIME_WAIT sockets are gone.
+timewait() { awk '/^TCP:/ { for (i = 1; i < NF; i++) if ($i == "tw") print $(i + 1) }' /proc/net/sockstat; }
+drain_timewait() {
+    local start=$SECONDS
+    while [ "$(timewait)" -gt 2000 ] && [ $((SECONDS - start)) -lt 75 ]; do sleep 1; done
+    [ $((SECONDS - start)) -gt 1 ] && echo "  (waited $((SECONDS - start)) s for TIME_WAIT sockets to expire, $(timewait) left)"
+    return 0
+}
+
+measure() { # name system mode [rate] → results/name.json (+ cpu_us_per_op)
+    local name=$1 system=$2 mode=$3 rate=${4:-}
+    local pid args before after
+    [ "$mode" = connect ] && drain_timewait
+    pid=$(pid_of "$system")
+    mapfile -t args < <(proxy_args "$system")
+    local extra=(--connections "$CONNS")
+    [ -n "$rate" ] && extra=(--connections "$CONNS" --rate "$rate")
+    before=$(cpu_ticks "$pid")
+    loadgen run --mode "$mode" "${args[@]}" --target "$ECHO_URL" "${extra[@]}" \
+        --duration "${SECONDS_PER_PHASE}s" --timeout 10s --format json > "$DIR/results/$name.json"
+    after=$(cpu_ticks "$pid")
+    jq --argjson t "$((after - before))" --argjson hz "$TICK" \
+        '. + {cpu_us_per_op: (if .ok > 0 and $t > 0 then ($t * 1000000 / $hz / .ok) else null end)}' \
+        "$DIR/results/$name.json" > "$DIR/results/$name.tmp" && mv "$DIR/results/$name.tmp" "$DIR/results/$name.json"
+    jq -r --arg n "$name" '"  \($n): \(.ok) ok, \(.ops - .ok) failed \(.errors), \(.ok_per_s | floor)/s, p50 \(.latency.p50_us) µs, p99 \(.latency.p99_us) µs, cpu/op \(.cpu_us_per_op // "-") µs"' "$DIR/results/$name.json"
+}
+field() { jq -r "$2" "$DIR/results/$1.json"; }
+
+# ---------- A/B: two gateway binaries alternated in one run ----------
+# GATEWAY_BIN_B set: squid and direct are not measured. BENCH_AB_ROUNDS rounds; each
+# round starts each binary in turn on the same stack (same worker ID, so it takes over
+# the same proxies), warms it up, measures (a) keep-alive HTTP and (b) CONNECT tunnels
+# with its CPU per operation, and stops it; odd rounds run A first, even rounds B, so a
+# drift in the machine's load falls on both. Prints every round, the medians and B ÷ A.
+if [ -n "${GATEWAY_BIN_B:-}" ]; then
+    [ -x "$GATEWAY_BIN_B" ] || { echo "bench: GATEWAY_BIN_B $GATEWAY_BIN_B is not executable" >&2; exit 1; }
+    ROUNDS=${BENCH_AB_ROUNDS:-5}
+    declare -A AB_BIN=([A]=$GW_BIN [B]=$GATEWAY_BIN_B)
+    echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg); A/B, $ROUNDS rounds of ${SECONDS_PER_PHASE}s phases, $CONNS connections, $NPROX upstreams, nice $NICE, cpus proxy='${CPU_PROXY:-any}' load='${CPU_LOAD:-any}', gateway --worker-threads ${GATEWAY_WORKER_THREADS:-default}"
+    for side in A B; do
+        echo "bench: $side = ${AB_BIN[$side]} ($(sha256sum "${AB_BIN[$side]}" | cut -c1-12))"
+    done
+    date -u +"bench: %Y-%m-%d %H:%M UTC"
+    for r in $(seq 1 "$ROUNDS"); do
+        order=(A B)
+        [ $((r % 2)) = 0 ] && order=(B A)
+        for side in "${order[@]}"; do
+            echo "bench: round $r, $side"
+            gateway_up "${AB_BIN[$side]}" "gateway-$side-$r"
+            mapfile -t args < <(proxy_args gateway)
+            loadgen run --mode http "${args[@]}" --target "$ECHO_URL" --connections "$CONNS" --duration 2s --format json >/dev/null
+            measure "ab-$side-$r-http" gateway http
+            measure "ab-$side-$r-connect" gateway connect
+            gateway_down
+        done
+    done
+    median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "null"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+    series() { # side kind field → one value per round
+        local r
+        for r in $(seq 1 "$ROUNDS"); do jq -r "$3 // \"null\"" "$DIR/results/ab-$1-$r-$2.json"; done
+    }
+    echo
+    echo "| figure | A (median) | B (median) | B ÷ A | A per round | B per round |"
+    echo "|---|---:|---:|---:|---|---|"
+    for kind in http connect; do
+        for f in cpu_us_per_op ok_per_s; do
+            a=$(series A "$kind" ".$f" | grep -v null | median)
+            b=$(series B "$kind" ".$f" | grep -v null | median)
+            label="$kind $( [ "$f" = cpu_us_per_op ] && echo 'CPU µs per op' || echo 'ops/s')"
+            [ "$kind" = http ] && label="(a) keep-alive ${label#http }" || label="(b) CONNECT tunnel ${label#connect }"
+            printf '| %s | %.2f | %.2f | %s | %s | %s |\n' "$label" "$a" "$b" \
+                "$(awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) printf "%.3f", b / a; else print "-" }')" \
+                "$(series A "$kind" ".$f" | awk '{ printf "%s%.1f", (NR > 1 ? " " : ""), $1 }')" \
+                "$(series B "$kind" ".$f" | awk '{ printf "%s%.1f", (NR > 1 ? " " : ""), $1 }')"
+        done
+    done
+    echo
+    echo "bench: raw results in $DIR/results/ (ab-<side>-<round>-<phase>.json); load average now $(cut -d' ' -f1-3 /proc/loadavg)"
+    exit 0
+fi
+
+gateway_up "$GW_BIN" gateway
 sleep 3
 sim_proxies > "$DIR/sim-proxies.json"
 mapfile -t UPSTREAMS < <(jq -r '.proxies[] | "http://\(.username):\(.password)@\(.host):\(.port)"' "$DIR/sim-proxies.json")
@@ -290,56 +421,6 @@ if [ "${BENCH_STAY_UP:-0}" = 1 ]; then
     echo "bench: stack up (BENCH_STAY_UP=1); Ctrl-C stops it"
     while :; do sleep 1; done
 fi
-
-# ---------- measurement helpers ----------
-
-LOADGEN=("$BIN/loadgen")
-loadgen() { with_cpus "$CPU_LOAD" "${LOADGEN[@]}" "$@"; "${CMD[@]}"; }
-proxy_args() { # system → --proxy arguments
-    case "$1" in
-        direct) for u in "${UPSTREAMS[@]}"; do printf -- '--proxy\n%s\n' "$u"; done ;;
-        gateway) printf -- '--proxy\nhttp://%s:%s@127.0.0.1:%s\n' "$GW_USER" "$GW_PASS" "$GW_HTTP_PORT" ;;
-        squid) printf -- '--proxy\nhttp://127.0.0.1:%s\n' "$SQUID_PORT" ;;
-    esac
-}
-pid_of() { case "$1" in gateway) echo "$GW_PID" ;; squid) echo "$SQUID_PID" ;; *) echo "" ;; esac; }
-cpu_ticks() { # pid → utime+stime in clock ticks (0 for no process)
-    [ -n "$1" ] || { echo 0; return; }
-    awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
-}
-rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
-TICK=$(getconf CLK_TCK)
-
-# A tunnel per operation leaves ~2 loopback sockets per tunnel in TIME_WAIT for 60 s;
-# tens of thousands of them make every later connect() search longer for a free port
-# (kernel time charged to whoever connects). So every CONNECT phase, and the idle-tunnel
-# phase, starts only once the previous phase's TIME_WAIT sockets are gone.
-timewait() { awk '/^TCP:/ { for (i = 1; i < NF; i++) if ($i == "tw") print $(i + 1) }' /proc/net/sockstat; }
-drain_timewait() {
-    local start=$SECONDS
-    while [ "$(timewait)" -gt 2000 ] && [ $((SECONDS - start)) -lt 75 ]; do sleep 1; done
-    [ $((SECONDS - start)) -gt 1 ] && echo "  (waited $((SECONDS - start)) s for TIME_WAIT sockets to expire, $(timewait) left)"
-    return 0
-}
-
-measure() { # name system mode [rate] → results/name.json (+ cpu_us_per_op)
-    local name=$1 system=$2 mode=$3 rate=${4:-}
-    local pid args before after
-    [ "$mode" = connect ] && drain_timewait
-    pid=$(pid_of "$system")
-    mapfile -t args < <(proxy_args "$system")
-    local extra=(--connections "$CONNS")
-    [ -n "$rate" ] && extra=(--connections "$CONNS" --rate "$rate")
-    before=$(cpu_ticks "$pid")
-    loadgen run --mode "$mode" "${args[@]}" --target "$ECHO_URL" "${extra[@]}" \
-        --duration "${SECONDS_PER_PHASE}s" --timeout 10s --format json > "$DIR/results/$name.json"
-    after=$(cpu_ticks "$pid")
-    jq --argjson t "$((after - before))" --argjson hz "$TICK" \
-        '. + {cpu_us_per_op: (if .ok > 0 and $t > 0 then ($t * 1000000 / $hz / .ok) else null end)}' \
-        "$DIR/results/$name.json" > "$DIR/results/$name.tmp" && mv "$DIR/results/$name.tmp" "$DIR/results/$name.json"
-    jq -r --arg n "$name" '"  \($n): \(.ok) ok, \(.ops - .ok) failed \(.errors), \(.ok_per_s | floor)/s, p50 \(.latency.p50_us) µs, p99 \(.latency.p99_us) µs, cpu/op \(.cpu_us_per_op // "-") µs"' "$DIR/results/$name.json"
-}
-field() { jq -r "$2" "$DIR/results/$1.json"; }
 
 echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg); ${SECONDS_PER_PHASE}s phases, $CONNS connections, $NPROX upstreams, nice $NICE, cpus proxy='${CPU_PROXY:-any}' load='${CPU_LOAD:-any}', gateway --worker-threads ${GATEWAY_WORKER_THREADS:-default}, gateway binary $GW_BIN ($(sha256sum "$GW_BIN" | cut -c1-12))"
 date -u +"bench: %Y-%m-%d %H:%M UTC"

@@ -170,6 +170,47 @@ fn picks_by_parameters(c: &mut Criterion) {
     group.finish();
 }
 
+/// The selection's lookup alone (no pick): the request's parameters to its candidate
+/// set, for plain, upper-case and percent-escaped values.
+fn narrowing(c: &mut Criterion) {
+    let mut group = c.benchmark_group("select_100k_narrow");
+    group.throughput(Throughput::Elements(1));
+    let snap = snapshot_of(PROXIES, Strategy::RoundRobin);
+    let routing = &snap.routings[1];
+    for (what, params) in [
+        ("country", &[("country", "shanghai")][..]),
+        (
+            "country_city",
+            &[("country", "shanghai"), ("city", "c07")][..],
+        ),
+        (
+            "country_city_upper",
+            &[("COUNTRY", "ShangHai"), ("City", "C07")][..],
+        ),
+        (
+            "country_city_escaped",
+            &[("country", "shang%68ai"), ("city", "c%307")][..],
+        ),
+        (
+            "country_city_session",
+            &[
+                ("country", "shanghai"),
+                ("city", "c07"),
+                ("session", "abc123"),
+                ("sesstime", "10"),
+            ][..],
+        ),
+    ] {
+        group.bench_function(what, |b| {
+            b.iter(|| match routing.selection.narrow(black_box(params)) {
+                Narrowing::Set(set, _) => set.candidates.len(),
+                _ => panic!("the selection exists"),
+            })
+        });
+    }
+    group.finish();
+}
+
 fn admission(c: &mut Criterion) {
     let mut group = c.benchmark_group("admit_100k");
     group.throughput(Throughput::Elements(1));
@@ -201,5 +242,5 @@ fn admission(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, picks, picks_by_parameters, admission);
+criterion_group!(benches, picks, picks_by_parameters, narrowing, admission);
 criterion_main!(benches);
