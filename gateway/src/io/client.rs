@@ -94,20 +94,30 @@ impl ClientStream {
             ClientWrite { inner: w, meter },
         )
     }
+}
 
-    fn read_bytes(&mut self, n: usize) {
-        match &self.meter {
-            Some(m) => m.up(n as u64),
-            None => self.pending.0 += n as u64,
-        }
+/// Polls a read of `inner` into `buf`; the bytes it added go to `count`. One
+/// definition for the whole stream and its split read half.
+fn counted_read<R: AsyncRead + Unpin>(
+    inner: &mut R,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+    count: impl FnOnce(u64),
+) -> Poll<io::Result<()>> {
+    let before = buf.filled().len();
+    let res = Pin::new(inner).poll_read(cx, buf);
+    if let Poll::Ready(Ok(())) = res {
+        count((buf.filled().len() - before) as u64);
     }
+    res
+}
 
-    fn wrote_bytes(&mut self, n: usize) {
-        match &self.meter {
-            Some(m) => m.down(n as u64),
-            None => self.pending.1 += n as u64,
-        }
+/// A write's result, its bytes given to `count` when it wrote any.
+fn counted_write(res: Poll<io::Result<usize>>, count: impl FnOnce(u64)) -> Poll<io::Result<usize>> {
+    if let Poll::Ready(Ok(n)) = res {
+        count(n as u64);
     }
+    res
 }
 
 impl AsyncRead for ClientStream {
@@ -117,12 +127,11 @@ impl AsyncRead for ClientStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let before = buf.filled().len();
-        let res = Pin::new(&mut this.stream).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = res {
-            this.read_bytes(buf.filled().len() - before);
-        }
-        res
+        let (stream, meter, pending) = (&mut this.stream, &this.meter, &mut this.pending.0);
+        counted_read(stream, cx, buf, |n| match meter {
+            Some(m) => m.up(n),
+            None => *pending += n,
+        })
     }
 }
 
@@ -133,11 +142,11 @@ impl AsyncWrite for ClientStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let res = Pin::new(&mut this.stream).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = res {
-            this.wrote_bytes(n);
-        }
-        res
+        let (stream, meter, pending) = (&mut this.stream, &this.meter, &mut this.pending.1);
+        counted_write(Pin::new(stream).poll_write(cx, buf), |n| match meter {
+            Some(m) => m.down(n),
+            None => *pending += n,
+        })
     }
 
     fn poll_write_vectored(
@@ -146,11 +155,14 @@ impl AsyncWrite for ClientStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let res = Pin::new(&mut this.stream).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = res {
-            this.wrote_bytes(n);
-        }
-        res
+        let (stream, meter, pending) = (&mut this.stream, &this.meter, &mut this.pending.1);
+        counted_write(
+            Pin::new(stream).poll_write_vectored(cx, bufs),
+            |n| match meter {
+                Some(m) => m.down(n),
+                None => *pending += n,
+            },
+        )
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -187,12 +199,12 @@ impl AsyncRead for ClientRead<'_> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let before = buf.filled().len();
-        let res = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let (Poll::Ready(Ok(())), Some(m)) = (&res, this.meter) {
-            m.up((buf.filled().len() - before) as u64);
-        }
-        res
+        let meter = this.meter;
+        counted_read(&mut this.inner, cx, buf, |n| {
+            if let Some(m) = meter {
+                m.up(n);
+            }
+        })
     }
 }
 
@@ -203,11 +215,12 @@ impl AsyncWrite for ClientWrite<'_> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let res = Pin::new(&mut this.inner).poll_write(cx, buf);
-        if let (Poll::Ready(Ok(n)), Some(m)) = (&res, this.meter) {
-            m.down(*n as u64);
-        }
-        res
+        let meter = this.meter;
+        counted_write(Pin::new(&mut this.inner).poll_write(cx, buf), |n| {
+            if let Some(m) = meter {
+                m.down(n);
+            }
+        })
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
