@@ -496,6 +496,31 @@ impl Drop for Procs {
     }
 }
 
+/// The lower-case hex SHA-256 of `secret`, as the controller config's `sha256` fields take
+/// it (computed by `sha256sum`, which every test machine has); panics when it cannot run.
+pub fn sha256_hex(secret: &str) -> String {
+    use std::io::Write as _;
+    let out = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child
+                .stdin
+                .take()
+                .expect("sha256sum's stdin")
+                .write_all(secret.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("sha256sum");
+    String::from_utf8(out.stdout)
+        .expect("hex")
+        .split_whitespace()
+        .next()
+        .expect("digest")
+        .to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

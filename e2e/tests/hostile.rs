@@ -48,7 +48,7 @@ use proxy_pool_e2e::k8s::{K8sBins, KubeApiServer, Workloads};
 use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::{
     Procs, SimUpstream, bin, build_packages, checker_command, fresh_test_dir, gateway_command,
-    vendor_sim_in,
+    sha256_hex, vendor_sim_in,
 };
 use proxy_pool_identity_client::{ClientConfig, IdentityClient};
 use rustls::pki_types::ServerName;
@@ -1092,27 +1092,4 @@ where
 
 fn basic(user: &str, password: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
-}
-
-fn sha256_hex(secret: &str) -> String {
-    let out = Command::new("sha256sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write as _;
-            child
-                .stdin
-                .take()
-                .expect("stdin")
-                .write_all(secret.as_bytes())?;
-            child.wait_with_output()
-        })
-        .expect("sha256sum");
-    String::from_utf8(out.stdout)
-        .expect("hex")
-        .split_whitespace()
-        .next()
-        .expect("digest")
-        .to_owned()
 }

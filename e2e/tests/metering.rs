@@ -27,7 +27,7 @@ use common::{basic, block, connect};
 use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::{
     Procs, SimUpstream, build_binaries, checker_command, controller_config_head, fresh_test_dir,
-    gateway_command, vendor_sim_in,
+    gateway_command, sha256_hex, vendor_sim_in,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -306,27 +306,6 @@ fn plain_get(gw: SocketAddr, echo: SocketAddr, (user, pw): (&str, &str)) -> (u16
             a.header("x-proxy-pool-error").unwrap_or("").to_owned(),
         )
     })
-}
-
-fn sha256_hex(secret: &str) -> String {
-    use std::io::Write as _;
-    let mut child = Command::new("sha256sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("sha256sum");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(secret.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("sha256sum output");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .expect("digest")
-        .to_owned()
 }
 
 #[test]
