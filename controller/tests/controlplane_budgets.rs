@@ -44,6 +44,16 @@ fn metered_config() -> ControlPlaneConfig {
     }
 }
 
+/// The control plane of [`metered_config`] on the memory store (with `analytics`, when
+/// given) with one proxy, and one registered gateway `gw-0` that acknowledged its
+/// snapshot.
+async fn one_gateway(analytics: Option<proxy_pool_analytics::Collector>) -> (Harness, Worker) {
+    let h = Harness::serving_with(Kind::Memory, metered_config(), 1024, None, analytics).await;
+    h.available("p", 1, 600).await;
+    let w = Worker::acked(&h, "gw-0").await;
+    (h, w)
+}
+
 /// A report of `w`'s next sequence carrying `usage`.
 fn report_with(w: &mut Worker, usage: Vec<pb::RoutingUsage>) -> pb::ReportRuntimeRequest {
     w.report_seq += 1;
@@ -92,9 +102,7 @@ fn before_midnight(h: &Harness, secs_before: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traffic_metrics_count_a_report_once_with_bounded_labels() {
-    let h = Harness::with(Kind::Memory, metered_config(), 1024).await;
-    h.available("p", 1, 600).await;
-    let mut w = Worker::acked(&h, "gw-0").await;
+    let (h, mut w) = one_gateway(None).await;
     let report = report_with(
         &mut w,
         vec![
@@ -206,10 +214,7 @@ async fn report_bytes_reach_analytics_per_routing_and_configured_client_once() {
         1024,
         std::sync::Arc::new(proxy_pool_analytics::SystemClock),
     );
-    let h =
-        Harness::serving_with(Kind::Memory, metered_config(), 1024, None, Some(collector)).await;
-    h.available("p", 1, 600).await;
-    let mut w = Worker::acked(&h, "gw-0").await;
+    let (_h, mut w) = one_gateway(Some(collector)).await;
     let report = report_with(
         &mut w,
         vec![
