@@ -182,6 +182,41 @@ impl SimUpstream {
     }
 }
 
+/// The start of a controller config of a test: the activity pool in the Redis at the
+/// URL `redis`, the Distribution API on `dist` with `auth` (`distribution.auth`, a YAML
+/// flow mapping) and the admin API on `admin`. The caller appends the rest.
+pub fn controller_config_head(
+    redis: &str,
+    dist: SocketAddr,
+    auth: &str,
+    admin: SocketAddr,
+) -> String {
+    controller_config_head_on(
+        &format!(r#"{{backend: redis, redis: {{address: "{redis}"}}}}"#),
+        dist,
+        auth,
+        admin,
+    )
+}
+
+/// [`controller_config_head`] on the store `store` (`store`, a YAML flow mapping such
+/// as `{backend: memory}`).
+pub fn controller_config_head_on(
+    store: &str,
+    dist: SocketAddr,
+    auth: &str,
+    admin: SocketAddr,
+) -> String {
+    format!(
+        r#"store: {store}
+distribution:
+  listen: {dist}
+  auth: {auth}
+admin: {{listen: {admin}}}
+"#
+    )
+}
+
 /// The checker's command line on a plaintext loopback control plane: `run` against
 /// `controller` as checker `id`, probing through the echo server `echo`, with loopback
 /// (where the simulator's proxies are) allowed as egress.

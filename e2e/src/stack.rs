@@ -21,8 +21,8 @@ use base64::Engine as _;
 use crate::http::{get, status_of};
 use crate::ports::free_addr;
 use crate::procs::{
-    Procs, SimUpstream, bin, build_binaries, checker_command, fresh_test_dir, gateway_command,
-    vendor_sim_in,
+    Procs, SimUpstream, bin, build_binaries, checker_command, controller_config_head_on,
+    fresh_test_dir, gateway_command, vendor_sim_in,
 };
 
 /// Readiness bound of each process (and of the first proxied request).
@@ -123,12 +123,7 @@ impl SingleStack {
         std::fs::write(
             &self.config,
             format!(
-                r#"store: {store}
-distribution:
-  listen: {dist}
-  auth: {{mode: none}}
-admin: {{listen: {admin}}}
-controlPlane:
+                r#"{head}controlPlane:
   enabled: true
   listen: {cp}
   loopbackPlaintext: true
@@ -137,8 +132,7 @@ controlPlane:
 # The simulator's proxies are on loopback: opted in explicitly.
 egress: {{allowCidrs: [127.0.0.0/8]}}
 "#,
-                dist = at.dist,
-                admin = at.admin,
+                head = controller_config_head_on(store, at.dist, "{mode: none}", at.admin),
                 cp = at.cp,
                 upstream = SimUpstream::default().yaml(at.sim, &self.dir),
             ),
