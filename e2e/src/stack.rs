@@ -31,7 +31,7 @@ pub const READY_WITHIN: Duration = Duration::from_secs(120);
 const VENDOR_KEY: &str = "e2e-vendor-key";
 /// The lifetimes of the simulator's proxies, in seconds: longer than any such test.
 const PROXY_TTL: (u32, u32) = (300, 900);
-/// Bound on one proxied request of [`SingleStack::proxied_status`].
+/// Bound on one proxied request of [`SingleStack::wait_proxied`].
 const PROXIED_WITHIN: Duration = Duration::from_secs(15);
 
 /// The loopback listeners of the stack, picked when it is set up.
