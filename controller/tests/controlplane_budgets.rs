@@ -44,12 +44,41 @@ fn metered_config() -> ControlPlaneConfig {
     }
 }
 
+/// The control plane of [`metered_config`] on the memory store (with `analytics`, when
+/// given) with one proxy, and one registered gateway `gw-0` that acknowledged its
+/// snapshot.
+async fn one_gateway(analytics: Option<proxy_pool_analytics::Collector>) -> (Harness, Worker) {
+    let h = Harness::serving_with(Kind::Memory, metered_config(), 1024, None, analytics).await;
+    h.available("p", 1, 600).await;
+    let w = Worker::acked(&h, "gw-0").await;
+    (h, w)
+}
+
 /// A report of `w`'s next sequence carrying `usage`.
 fn report_with(w: &mut Worker, usage: Vec<pb::RoutingUsage>) -> pb::ReportRuntimeRequest {
     w.report_seq += 1;
     let mut r = w.runtime_req(w.report_seq, &[]);
     r.usage = usage;
     r
+}
+
+/// Usage of Routing `default` made of `clients`' traffic only (its total is their sum).
+fn on_default(clients: &[(&str, Traffic)]) -> Vec<pb::RoutingUsage> {
+    let total = clients.iter().fold(t(0, 0, 0), |s, (_, c)| {
+        t(
+            s.requests + c.requests,
+            s.bytes_up + c.bytes_up,
+            s.bytes_down + c.bytes_down,
+        )
+    });
+    vec![wire_traffic("default", total, clients)]
+}
+
+/// `w` reports `clients`' traffic on `default` ([`on_default`]) in its next sequence;
+/// the budgets of the answer.
+async fn report_default(w: &mut Worker, clients: &[(&str, Traffic)]) -> (u32, Vec<String>) {
+    let req = report_with(w, on_default(clients));
+    budgets(&w.send_report(req).await.expect("report"))
 }
 
 fn budgets(r: &pb::ReportRuntimeResponse) -> (u32, Vec<String>) {
@@ -73,9 +102,7 @@ fn before_midnight(h: &Harness, secs_before: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traffic_metrics_count_a_report_once_with_bounded_labels() {
-    let h = Harness::with(Kind::Memory, metered_config(), 1024).await;
-    h.available("p", 1, 600).await;
-    let mut w = Worker::acked(&h, "gw-0").await;
+    let (h, mut w) = one_gateway(None).await;
     let report = report_with(
         &mut w,
         vec![
@@ -123,11 +150,7 @@ async fn answers_carry_the_group_size_and_the_clients_over_quota_until_the_day_e
 
     let first = report_with(
         &mut a,
-        vec![wire_traffic(
-            "default",
-            t(2, 300, 300),
-            &[("alice", t(1, 200, 300)), ("carol", t(1, 100, 0))],
-        )],
+        on_default(&[("alice", t(1, 200, 300)), ("carol", t(1, 100, 0))]),
     );
     let r = a.send_report(first.clone()).await.expect("report a1");
     assert_eq!(
@@ -142,43 +165,26 @@ async fn answers_carry_the_group_size_and_the_clients_over_quota_until_the_day_e
     assert_eq!(budgets(&r), (2, vec![]));
 
     // The other gateway's bytes join the same fleet-wide total: 500 + 500 >= 1,000.
-    let req = report_with(
-        &mut b,
-        vec![wire_traffic(
-            "default",
-            t(1, 250, 250),
-            &[("alice", t(1, 250, 250))],
-        )],
+    assert_eq!(
+        report_default(&mut b, &[("alice", t(1, 250, 250))]).await,
+        (2, vec!["alice".to_owned()])
     );
-    let r = b.send_report(req).await.expect("report b1");
-    assert_eq!(budgets(&r), (2, vec!["alice".to_owned()]));
     // Every later answer lists alice, whoever reports (carol has no quota).
-    let req = report_with(
-        &mut a,
-        vec![wire_traffic(
-            "default",
-            t(1, 1, 1),
-            &[("carol", t(1, 1, 1))],
-        )],
+    assert_eq!(
+        report_default(&mut a, &[("carol", t(1, 1, 1))]).await,
+        (2, vec!["alice".to_owned()])
     );
-    let r = a.send_report(req).await.expect("report a2");
-    assert_eq!(budgets(&r), (2, vec!["alice".to_owned()]));
     let req = report_with(&mut b, vec![]);
     let r = b.send_report(req).await.expect("report b2");
     assert_eq!(budgets(&r), (2, vec!["alice".to_owned()]));
 
     // A new UTC day (within the sessions' TTL): nothing used yet.
     h.advance(20);
-    let req = report_with(
-        &mut b,
-        vec![wire_traffic(
-            "default",
-            t(1, 10, 10),
-            &[("alice", t(1, 10, 10))],
-        )],
+    assert_eq!(
+        report_default(&mut b, &[("alice", t(1, 10, 10))]).await,
+        (2, vec![]),
+        "the new day cleared the quota"
     );
-    let r = b.send_report(req).await.expect("report b3 on the next day");
-    assert_eq!(budgets(&r), (2, vec![]), "the new day cleared the quota");
 }
 
 /// Every gateway-bytes event queued so far, as (kind, name, up, down).
@@ -208,10 +214,7 @@ async fn report_bytes_reach_analytics_per_routing_and_configured_client_once() {
         1024,
         std::sync::Arc::new(proxy_pool_analytics::SystemClock),
     );
-    let h =
-        Harness::serving_with(Kind::Memory, metered_config(), 1024, None, Some(collector)).await;
-    h.available("p", 1, 600).await;
-    let mut w = Worker::acked(&h, "gw-0").await;
+    let (_h, mut w) = one_gateway(Some(collector)).await;
     let report = report_with(
         &mut w,
         vec![

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use activity_pool::RedisConnector;
 use activity_pool::testkit::RedisServer;
-use jiff::civil::date;
+use jiff::civil::{Date, date};
 use proxy_pool_controller::controlplane::quota::{DailyMeter, ReportKey};
 use proxy_pool_controller::controlplane::{MemoryMeter, RedisMeter};
 use proxy_pool_controller::redis_link::RedisLink;
@@ -19,46 +19,42 @@ fn key(session: &str, sequence: u64) -> ReportKey<'_> {
     ReportKey { session, sequence }
 }
 
+/// The totals `m` answers when it records `bytes` of report (session, sequence) on
+/// `day` and reads `read` (it must answer).
+async fn record(
+    m: &dyn DailyMeter,
+    day: Date,
+    (session, sequence): (&str, u64),
+    bytes: &[(&str, u64)],
+    read: &[&str],
+) -> Vec<u64> {
+    m.record(day, key(session, sequence), bytes, read)
+        .await
+        .unwrap()
+}
+
 /// `a` and `b` are two handles on one meter's state (two replicas of one deployment).
 async fn contract(a: &dyn DailyMeter, b: &dyn DailyMeter) {
     let d1 = date(2026, 3, 1);
     let d2 = date(2026, 3, 2);
     let read = ["alice", "bob"];
-    let got = a
-        .record(d1, key("s1", 1), &[("alice", 100), ("bob", 7)], &read)
-        .await
-        .unwrap();
+    let got = record(a, d1, ("s1", 1), &[("alice", 100), ("bob", 7)], &read).await;
     assert_eq!(got, [100, 7]);
     // A replay of (s1, 1), and an older sequence, add nothing.
-    let got = b
-        .record(d1, key("s1", 1), &[("alice", 100)], &read)
-        .await
-        .unwrap();
+    let got = record(b, d1, ("s1", 1), &[("alice", 100)], &read).await;
     assert_eq!(got, [100, 7], "a replay is not counted again");
-    let got = a
-        .record(d1, key("s1", 0), &[("alice", 100)], &read)
-        .await
-        .unwrap();
+    let got = record(a, d1, ("s1", 0), &[("alice", 100)], &read).await;
     assert_eq!(got, [100, 7]);
     // Another session (another gateway) adds to the same fleet-wide total.
-    let got = b
-        .record(d1, key("s2", 1), &[("alice", 50)], &read)
-        .await
-        .unwrap();
+    let got = record(b, d1, ("s2", 1), &[("alice", 50)], &read).await;
     assert_eq!(got, [150, 7]);
-    let got = a
-        .record(d1, key("s1", 2), &[("alice", 1)], &["alice", "nobody"])
-        .await
-        .unwrap();
+    let got = record(a, d1, ("s1", 2), &[("alice", 1)], &["alice", "nobody"]).await;
     assert_eq!(got, [151, 0]);
     // Another day starts at zero; the sequence of a session is per day.
-    let got = b
-        .record(d2, key("s1", 3), &[("bob", 5)], &read)
-        .await
-        .unwrap();
+    let got = record(b, d2, ("s1", 3), &[("bob", 5)], &read).await;
     assert_eq!(got, [0, 5]);
     // Reading only.
-    let got = a.record(d2, key("s3", 1), &[], &read).await.unwrap();
+    let got = record(a, d2, ("s3", 1), &[], &read).await;
     assert_eq!(got, [0, 5]);
 }
 

@@ -29,3 +29,29 @@ pub fn status_of(head: &str) -> u16 {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
 }
+
+/// How long [`get`] waits to connect and for its response.
+const GET_CONNECT: Duration = Duration::from_secs(2);
+const GET_READ: Duration = Duration::from_secs(5);
+
+/// `GET http://addr/path` as HTTP/1.0 (so that the answer is never chunked, whoever
+/// serves it) read to its end, on a blocking socket: the status and body; `(0, "")` when
+/// nothing answers.
+pub fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, GET_CONNECT) else {
+        return (0, String::new());
+    };
+    let _ = s.set_read_timeout(Some(GET_READ));
+    let req = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    let mut raw = Vec::new();
+    if s.read_to_end(&mut raw).is_err() {
+        return (0, String::new());
+    }
+    let text = String::from_utf8_lossy(&raw);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status_of(&text), body.to_owned())
+}

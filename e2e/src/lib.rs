@@ -10,3 +10,4 @@ pub mod logs;
 pub mod ports;
 pub mod procs;
 pub mod sim;
+pub mod stack;

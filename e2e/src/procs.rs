@@ -191,10 +191,24 @@ pub fn controller_config_head(
     auth: &str,
     admin: SocketAddr,
 ) -> String {
+    controller_config_head_on(
+        &format!(r#"{{backend: redis, redis: {{address: "{redis}"}}}}"#),
+        dist,
+        auth,
+        admin,
+    )
+}
+
+/// [`controller_config_head`] on the store `store` (`store`, a YAML flow mapping such
+/// as `{backend: memory}`).
+pub fn controller_config_head_on(
+    store: &str,
+    dist: SocketAddr,
+    auth: &str,
+    admin: SocketAddr,
+) -> String {
     format!(
-        r#"store:
-  backend: redis
-  redis: {{address: "{redis}"}}
+        r#"store: {store}
 distribution:
   listen: {dist}
   auth: {auth}

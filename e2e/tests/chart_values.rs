@@ -20,7 +20,7 @@ use std::process::{Command, Output};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVar};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVar, Volume};
 use proxy_pool_operator::crd::GatewayGroup;
 use proxy_pool_operator::reconcile::gateway::{GatewayClients, Workload, deployment};
 use proxy_pool_operator::reconcile::{GatewayPodSettings, GatewayTemplate};
@@ -273,15 +273,7 @@ fn identity_objects(docs: &[Value]) -> (String, String) {
     );
     // The checker's trust-bundle volume.
     let checker: Deployment = find(docs, "Deployment", &format!("{full}-checker"));
-    let volumes = checker
-        .spec
-        .unwrap()
-        .template
-        .spec
-        .unwrap()
-        .volumes
-        .unwrap();
-    let mounted: Vec<String> = volumes
+    let mounted: Vec<String> = volumes(checker)
         .iter()
         .filter(|v| v.name == "trust-bundle")
         .filter_map(|v| v.config_map.as_ref().map(|c| c.name.clone()))
@@ -307,19 +299,12 @@ fn identity_objects(docs: &[Value]) -> (String, String) {
         &template,
         &no_clients(),
     );
-    let volumes = gateway
-        .spec
-        .unwrap()
-        .template
-        .spec
-        .unwrap()
-        .volumes
-        .unwrap();
+    let gateway_volumes = volumes(gateway);
     assert!(
-        volumes
+        gateway_volumes
             .iter()
             .any(|v| v.config_map.as_ref().is_some_and(|c| c.name == bundle)),
-        "gateway pods do not mount {bundle}: {volumes:?}"
+        "gateway pods do not mount {bundle}: {gateway_volumes:?}"
     );
     (ca, bundle)
 }
@@ -435,6 +420,11 @@ fn container(d: Deployment) -> (BTreeMap<String, String>, Container) {
     )
 }
 
+/// The volumes of `d`'s pods.
+fn volumes(d: Deployment) -> Vec<Volume> {
+    d.spec.unwrap().template.spec.unwrap().volumes.unwrap()
+}
+
 #[test]
 fn per_component_values_reach_the_pods() {
     // Defaults: JSON logs at info in every chart-rendered container, probe timing.
@@ -482,8 +472,7 @@ fn per_component_values_reach_the_pods() {
         (Some(3), Some(2))
     );
     let d: Deployment = find(&docs, "Deployment", "pp-pool-controller");
-    let volumes = d.spec.unwrap().template.spec.unwrap().volumes.unwrap();
-    assert!(volumes.iter().any(|v| v.name == "ca-extra"));
+    assert!(volumes(d).iter().any(|v| v.name == "ca-extra"));
 
     let (labels, c) = container(find(&docs, "Deployment", "pp-pool-checker"));
     assert_eq!(labels["team"], "crawling");

@@ -19,21 +19,17 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use activity_pool::testkit::RedisServer;
 use common::{basic, block, connect};
-use proxy_pool_e2e::ports::free_addr;
-use proxy_pool_e2e::procs::{
-    Procs, SimUpstream, build_binaries, checker_command, controller_config_head, fresh_test_dir,
-    gateway_command, sha256_hex, vendor_sim_in,
-};
+use proxy_pool_e2e::http::get;
+use proxy_pool_e2e::procs::sha256_hex;
+use proxy_pool_e2e::stack::{Listeners, SingleStack};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const ROUTING: &str = "e2e-meter";
-const READY_WITHIN: Duration = Duration::from_secs(120);
 const REPORTED_WITHIN: Duration = Duration::from_secs(60);
 const IO_WITHIN: Duration = Duration::from_secs(20);
 const METER: (&str, &str) = ("meter", "meter-e2e-pw");
@@ -42,10 +38,6 @@ const PROBE: (&str, &str) = ("probe", "probe-e2e-pw");
 const DAILY_BYTES: u64 = 4_000;
 /// Plain-HTTP requests on the keep-alive connection.
 const KEEP_ALIVE_REQUESTS: usize = 5;
-
-fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    block(common::get(addr, path, ""))
-}
 
 /// A client socket that counts every byte it wrote (up) and read (down).
 struct Counted {
@@ -310,37 +302,17 @@ fn plain_get(gw: SocketAddr, echo: SocketAddr, (user, pw): (&str, &str)) -> (u16
 
 #[test]
 fn gateway_bytes_per_client_equal_what_the_client_sent_and_received() {
-    build_binaries();
     let redis = RedisServer::start();
-    let dir = fresh_test_dir("metering");
-    let mut procs = Procs::new(&dir);
-
-    let (sim, echo, echo_tls) = (free_addr(), free_addr(), free_addr());
-    let (dist, admin, cp) = (free_addr(), free_addr(), free_addr());
-    let (gw_http, gw_socks, gw_admin) = (free_addr(), free_addr(), free_addr());
-    let mut vendor_sim = vendor_sim_in(
-        &dir,
-        env!("CARGO_BIN_EXE_vendor-sim"),
-        [sim, echo, echo_tls],
-        "e2e-vendor-key",
-        (300, 900),
-    );
-    let entries: Vec<String> = [METER, CAPPED, PROBE]
-        .iter()
-        .map(|(c, p)| format!(r#"{{"client":"{c}","username":"{c}","password":"{p}"}}"#))
-        .collect();
-    std::fs::write(
-        dir.join("gateway-clients.json"),
-        format!("[{}]\n", entries.join(",")),
-    )
-    .expect("clients");
-    let config = dir.join("controller.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"{head}controlPlane: {{enabled: true, listen: {cp}, loopbackPlaintext: true, reportInterval: 500ms}}
-upstreams:
-{sim_upstream}routings:
+    let mut stack = SingleStack::new("metering");
+    stack.write_clients(&[METER, CAPPED, PROBE]);
+    stack.write_config(
+        &format!(
+            r#"{{backend: redis, redis: {{address: "{}"}}}}"#,
+            redis.url()
+        ),
+        "reportInterval: 500ms",
+        &format!(
+            r#"routings:
   - {{name: {ROUTING}, priority: 1, upstreams: [sim-http], connectPorts: ['{echo_port}']}}
 clients:
   - name: meter
@@ -350,51 +322,22 @@ clients:
     permissions: [distribution:extract]
     apiKeys: [{{sha256: {capped_key}}}]
     gatewayLimits: {{dailyBytes: {DAILY_BYTES}}}
-shutdown: {{gracePeriod: 5s}}
-# The simulator's proxies are on loopback: opted in explicitly.
-egress: {{allowCidrs: [127.0.0.0/8]}}
-"#,
-            head = controller_config_head(&redis.url(), dist, "{mode: none}", admin),
-            sim_upstream = SimUpstream::default().yaml(sim, &dir),
-            echo_port = echo.port(),
+shutdown: {{gracePeriod: 5s}}"#,
+            echo_port = stack.at.echo.port(),
             meter_key = sha256_hex("meter-api-key"),
             capped_key = sha256_hex("capped-api-key"),
         ),
-    )
-    .expect("config");
-
-    procs.start("vendor-sim", &mut vendor_sim);
-    procs.wait_until("vendor simulator", READY_WITHIN, || {
-        get(sim, "/healthz").0 == 200
-    });
-    procs.start(
-        "controller",
-        Command::new(proxy_pool_e2e::procs::bin("proxy-pool-controller"))
-            .args(["run", "--config"])
-            .arg(&config),
     );
-    procs.wait_until("controller", READY_WITHIN, || {
-        get(admin, "/healthz").0 == 200
-    });
-    procs.start(
-        "checker",
-        &mut checker_command(&format!("http://{cp}"), "e2e-checker", echo),
-    );
-    procs.start(
-        "gateway",
-        &mut gateway_command(
-            [gw_http, gw_socks, gw_admin],
-            &format!("http://{cp}"),
-            "e2e-gateway",
-            &dir.join("gateway-clients.json"),
-        ),
-    );
-    procs.wait_until("gateway snapshot", READY_WITHIN, || {
-        get(gw_admin, "/readyz").0 == 200
-    });
-    procs.wait_until("a proxied request", READY_WITHIN, || {
-        plain_get(gw_http, echo, PROBE).0 == 200
-    });
+    stack.start();
+    // Readiness probes by an identity the controller's config does not list.
+    stack.wait_proxied(PROBE);
+    let Listeners {
+        echo,
+        admin,
+        gw_http,
+        gw_socks,
+        ..
+    } = stack.at;
     assert_eq!(metered(admin, METER.0), Sent::default(), "nothing before");
 
     // The measured traffic: every byte counted by the client's own sockets.
@@ -426,7 +369,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
         last.requests,
         sent.requests,
         "requests metered\n{}",
-        procs.logs()
+        stack.procs.logs()
     );
     assert_eq!(
         last.up, sent.up,
@@ -452,7 +395,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
         panic!(
             "the capped client was never refused (metered {:?})\n{}",
             metered(admin, CAPPED.0),
-            procs.logs()
+            stack.procs.logs()
         )
     });
     assert_eq!(reason, "quota-exceeded");
@@ -463,6 +406,5 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
         "refused only once the quota was used: {used:?}"
     );
 
-    procs.stop();
-    let _ = std::fs::remove_dir_all(&dir);
+    stack.tear_down();
 }

@@ -15,17 +15,14 @@
 //! fail, never skip, without them.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use proxy_pool_e2e::http::get;
 use proxy_pool_e2e::ports::free_addr;
-use proxy_pool_e2e::procs::{
-    Procs, SimUpstream, bin, build_binaries, checker_command, fresh_test_dir, gateway_command,
-    vendor_sim_in,
-};
+use proxy_pool_e2e::stack::{READY_WITHIN, SingleStack};
 
 const RULES: &str = "charts/proxy-pool/files/prometheus-rules.yaml";
 const RULE_TESTS: &str = "charts/proxy-pool/files/prometheus-rules.test.yaml";
@@ -35,7 +32,6 @@ const STALE_GAUGE: &str = "proxy_pool_gateway_snapshot_stale";
 /// `controlPlane.maxStaleAge` of the stack: the gateway refuses new traffic this long
 /// after its last snapshot delivery or refresh.
 const MAX_STALE: &str = "3s";
-const READY_WITHIN: Duration = Duration::from_secs(120);
 /// Staleness (3 s) + the alert's `for: 1m` + scrape and evaluation, with room to spare.
 const FIRES_WITHIN: Duration = Duration::from_secs(150);
 /// The gateway's reconnect back-off and a new snapshot, then one evaluation.
@@ -150,31 +146,6 @@ fn shipped_rules_pass_promtool_check_and_unit_tests() {
     }
 }
 
-/// `GET http://addr/path` (HTTP/1.0, read to the end): status and body; `(0, "")` when
-/// nothing answers.
-fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
-        return (0, String::new());
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let req = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-    if s.write_all(req.as_bytes()).is_err() {
-        return (0, String::new());
-    }
-    let mut raw = Vec::new();
-    if s.read_to_end(&mut raw).is_err() {
-        return (0, String::new());
-    }
-    let text = String::from_utf8_lossy(&raw);
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, body.to_owned())
-}
-
 /// `data` of a Prometheus API answer at `path` (`None` unless 200 and `success`).
 fn api(prom: SocketAddr, path: &str) -> Option<serde_json::Value> {
     let (status, body) = get(prom, path);
@@ -202,106 +173,24 @@ fn query(prom: SocketAddr, q: &str) -> Option<f64> {
         .ok()
 }
 
-/// The local stack's listeners.
-struct Stack {
-    dir: PathBuf,
-    config: PathBuf,
-    admin: SocketAddr,
-    gw_admin: SocketAddr,
-}
-
-fn write_controller_config(dir: &Path, sim: SocketAddr) -> (PathBuf, SocketAddr, SocketAddr) {
-    let (dist, admin, cp) = (free_addr(), free_addr(), free_addr());
-    let config = dir.join("controller.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"store: {{backend: memory}}
-distribution:
-  listen: {dist}
-  auth: {{mode: none}}
-admin: {{listen: {admin}}}
-controlPlane:
-  enabled: true
-  listen: {cp}
-  loopbackPlaintext: true
-  # A short staleness window: the gateway is stale seconds after the controller stops.
-  maxStaleAge: {MAX_STALE}
-  reportInterval: 500ms
-upstreams:
-{upstream}routings:
-  - {{name: e2e-prometheus, priority: 1, upstreams: [sim-http]}}
-shutdown: {{gracePeriod: 2s}}
-# The simulator's proxies are on loopback: opted in explicitly.
-egress: {{allowCidrs: [127.0.0.0/8]}}
-"#,
-            upstream = SimUpstream::default().yaml(sim, dir),
-        ),
-    )
-    .expect("controller config");
-    (config, admin, cp)
-}
-
-fn start_stack(procs: &mut Procs, dir: &Path) -> Stack {
-    let (sim, echo, echo_tls) = (free_addr(), free_addr(), free_addr());
-    let mut vendor_sim = vendor_sim_in(
-        dir,
-        env!("CARGO_BIN_EXE_vendor-sim"),
-        [sim, echo, echo_tls],
-        "e2e-vendor-key",
-        (300, 900),
+/// The local stack on the memory store, with a short staleness window: the gateway is
+/// stale seconds after the controller stops.
+fn start_stack() -> SingleStack {
+    let mut stack = SingleStack::new("prometheus");
+    stack.write_clients(&[("e2e", "e2e-prometheus-pw")]);
+    stack.write_config(
+        "{backend: memory}",
+        &format!("maxStaleAge: {MAX_STALE}\nreportInterval: 500ms"),
+        "routings:\n  - {name: e2e-prometheus, priority: 1, upstreams: [sim-http]}\n\
+         shutdown: {gracePeriod: 2s}",
     );
-    let (config, admin, cp) = write_controller_config(dir, sim);
-    let controller = format!("http://{cp}");
-    std::fs::write(
-        dir.join("gateway-clients.json"),
-        r#"[{"client":"e2e","username":"e2e","password":"e2e-prometheus-pw"}]"#,
-    )
-    .expect("clients");
-    procs.start("vendor-sim", &mut vendor_sim);
-    procs.wait_until("vendor simulator", READY_WITHIN, || {
-        get(sim, "/healthz").0 == 200
-    });
-    start_controller(procs, "controller", &config, admin);
-    // Health checks make the simulator's proxies available to the gateway.
-    procs.start(
-        "checker",
-        &mut checker_command(&controller, "e2e-checker", echo),
-    );
-    let (gw_http, gw_socks, gw_admin) = (free_addr(), free_addr(), free_addr());
-    procs.start(
-        "gateway",
-        &mut gateway_command(
-            [gw_http, gw_socks, gw_admin],
-            &controller,
-            "e2e-gateway",
-            &dir.join("gateway-clients.json"),
-        ),
-    );
-    procs.wait_until("gateway snapshot", READY_WITHIN, || {
-        get(gw_admin, "/readyz").0 == 200
-    });
-    Stack {
-        dir: dir.to_owned(),
-        config,
-        admin,
-        gw_admin,
-    }
-}
-
-fn start_controller(procs: &mut Procs, name: &str, config: &Path, admin: SocketAddr) {
-    procs.start(
-        name,
-        Command::new(bin("proxy-pool-controller"))
-            .args(["run", "--config"])
-            .arg(config),
-    );
-    procs.wait_until(name, READY_WITHIN, || get(admin, "/healthz").0 == 200);
+    stack.start();
+    stack
 }
 
 /// Prometheus on loopback scraping the controller and the gateway every second, with
 /// the shipped rules evaluated every second; its HTTP address.
-fn start_prometheus(procs: &mut Procs, stack: &Stack) -> SocketAddr {
+fn start_prometheus(stack: &mut SingleStack) -> SocketAddr {
     let prom = free_addr();
     let config = stack.dir.join("prometheus.yml");
     std::fs::write(
@@ -323,12 +212,12 @@ scrape_configs:
                 .canonicalize()
                 .expect("rules file")
                 .display(),
-            admin = stack.admin,
-            gw_admin = stack.gw_admin,
+            admin = stack.at.admin,
+            gw_admin = stack.at.gw_admin,
         ),
     )
     .expect("prometheus config");
-    procs.start(
+    stack.procs.start(
         "prometheus",
         Command::new(tool("PROXY_POOL_PROMETHEUS", "prometheus"))
             .arg(format!("--config.file={}", config.display()))
@@ -338,9 +227,11 @@ scrape_configs:
             ))
             .arg(format!("--web.listen-address={prom}")),
     );
-    procs.wait_until("prometheus ready", READY_WITHIN, || {
-        get(prom, "/-/ready").0 == 200
-    });
+    stack
+        .procs
+        .wait_until("prometheus ready", READY_WITHIN, || {
+            get(prom, "/-/ready").0 == 200
+        });
     prom
 }
 
@@ -376,16 +267,15 @@ fn loaded_alerts(prom: SocketAddr) -> Vec<String> {
 
 #[test]
 fn snapshot_stale_alert_fires_when_the_controller_stops_and_resolves_after_restart() {
-    build_binaries();
-    let dir = fresh_test_dir("prometheus");
-    let mut procs = Procs::new(&dir);
-    let stack = start_stack(&mut procs, &dir);
-    let prom = start_prometheus(&mut procs, &stack);
+    let mut stack = start_stack();
+    let prom = start_prometheus(&mut stack);
 
     // Both targets are scraped and every shipped alert is loaded.
-    procs.wait_until("controller and gateway targets up", READY_WITHIN, || {
-        targets_up(prom) == ["controller", "gateway"]
-    });
+    stack
+        .procs
+        .wait_until("controller and gateway targets up", READY_WITHIN, || {
+            targets_up(prom) == ["controller", "gateway"]
+        });
     let mut shipped = shipped_alerts();
     shipped.sort();
     let mut loaded = loaded_alerts(prom);
@@ -396,34 +286,41 @@ fn snapshot_stale_alert_fires_when_the_controller_stops_and_resolves_after_resta
     );
 
     // The gauge the alert reads is served and scraped (0: the gateway has a snapshot).
-    let (_, metrics) = get(stack.gw_admin, "/metrics");
+    let (_, metrics) = get(stack.at.gw_admin, "/metrics");
     assert!(
         metrics
             .lines()
             .any(|l| l.starts_with(&format!("{STALE_GAUGE} "))),
         "the gateway does not export {STALE_GAUGE} (docs/operations.md, Gateway metrics):\n{metrics}"
     );
-    procs.wait_until("the stale gauge scraped as 0", READY_WITHIN, || {
-        query(prom, STALE_GAUGE) == Some(0.0)
-    });
+    stack
+        .procs
+        .wait_until("the stale gauge scraped as 0", READY_WITHIN, || {
+            query(prom, STALE_GAUGE) == Some(0.0)
+        });
     assert_eq!(alert_state(prom, STALE_ALERT), None);
 
     // The controller stops: the gateway's snapshot goes stale and the alert fires.
     let stopped = Instant::now();
-    procs.signal("controller", "TERM");
+    stack.procs.signal("controller", "TERM");
     assert!(
-        procs
+        stack
+            .procs
             .wait_exit("controller", Duration::from_secs(30))
             .is_some(),
         "the controller did not stop\n{}",
-        procs.logs()
+        stack.procs.logs()
     );
-    procs.wait_until("the stale gauge scraped as 1", FIRES_WITHIN, || {
-        query(prom, STALE_GAUGE) == Some(1.0)
-    });
-    procs.wait_until(&format!("{STALE_ALERT} firing"), FIRES_WITHIN, || {
-        alert_state(prom, STALE_ALERT).as_deref() == Some("firing")
-    });
+    stack
+        .procs
+        .wait_until("the stale gauge scraped as 1", FIRES_WITHIN, || {
+            query(prom, STALE_GAUGE) == Some(1.0)
+        });
+    stack
+        .procs
+        .wait_until(&format!("{STALE_ALERT} firing"), FIRES_WITHIN, || {
+            alert_state(prom, STALE_ALERT).as_deref() == Some("firing")
+        });
     println!(
         "{STALE_ALERT} fired {:?} after the controller stopped",
         stopped.elapsed()
@@ -432,15 +329,16 @@ fn snapshot_stale_alert_fires_when_the_controller_stops_and_resolves_after_resta
     // The controller is back (same config and listeners): the gateway gets a snapshot
     // again and the alert resolves.
     let restarted = Instant::now();
-    start_controller(&mut procs, "controller-2", &stack.config, stack.admin);
-    procs.wait_until(&format!("{STALE_ALERT} resolved"), RESOLVES_WITHIN, || {
-        query(prom, STALE_GAUGE) == Some(0.0) && alert_state(prom, STALE_ALERT).is_none()
-    });
+    stack.start_controller("controller-2");
+    stack
+        .procs
+        .wait_until(&format!("{STALE_ALERT} resolved"), RESOLVES_WITHIN, || {
+            query(prom, STALE_GAUGE) == Some(0.0) && alert_state(prom, STALE_ALERT).is_none()
+        });
     println!(
         "{STALE_ALERT} resolved {:?} after the restart",
         restarted.elapsed()
     );
 
-    procs.stop();
-    let _ = std::fs::remove_dir_all(&dir);
+    stack.tear_down();
 }

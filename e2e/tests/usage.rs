@@ -9,26 +9,18 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use activity_pool::testkit::RedisServer;
 use common::{basic, block, connect, exchange};
 use proxy_pool_analytics::testkit::Postgres;
-use proxy_pool_e2e::ports::free_addr;
-use proxy_pool_e2e::procs::{
-    Procs, SimUpstream, bin, build_binaries, checker_command, controller_config_head,
-    fresh_test_dir, gateway_command, succeeded, vendor_sim_in,
-};
+use proxy_pool_e2e::http::get;
+use proxy_pool_e2e::procs::succeeded;
+use proxy_pool_e2e::stack::{Listeners, SingleStack};
 
 const ROUTING: &str = "e2e-usage";
 const PER_CLIENT: u64 = 10;
-const READY_WITHIN: Duration = Duration::from_secs(120);
 const COMMITTED_WITHIN: Duration = Duration::from_secs(60);
-
-fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    block(common::get(addr, path, ""))
-}
 
 /// A GET through the gateway's HTTP proxy as `user`; the status (0: no answer).
 fn via_gateway(gw: SocketAddr, user: &str, password: &str, echo: SocketAddr) -> u16 {
@@ -52,40 +44,21 @@ fn gateway_counter(admin: SocketAddr, name: &str) -> u64 {
 
 #[test]
 fn gateway_requests_of_two_clients_reach_the_routing_stats() {
-    build_binaries();
     let redis = RedisServer::start();
     let pg = Postgres::start();
-    let dir = fresh_test_dir("usage");
-    let mut procs = Procs::new(&dir);
-
-    let (sim, echo, echo_tls) = (free_addr(), free_addr(), free_addr());
-    let (dist, admin, cp) = (free_addr(), free_addr(), free_addr());
-    let (gw_http, gw_socks, gw_admin) = (free_addr(), free_addr(), free_addr());
-    let mut vendor_sim = vendor_sim_in(
-        &dir,
-        env!("CARGO_BIN_EXE_vendor-sim"),
-        [sim, echo, echo_tls],
-        "e2e-vendor-key",
-        (300, 900),
-    );
-    std::fs::write(dir.join("dsn"), format!("{}\n", pg.dsn())).expect("dsn");
-    let clients = [("alice", "alice-e2e-pw"), ("bob", "bob-e2e-pw")];
-    let clients_json: Vec<String> = clients
-        .iter()
-        .map(|(c, p)| format!(r#"{{"client":"{c}","username":"{c}","password":"{p}"}}"#))
-        .collect();
-    std::fs::write(
-        dir.join("gateway-clients.json"),
-        format!("[{}]\n", clients_json.join(",")),
-    )
-    .expect("clients");
-    let config = dir.join("controller.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"{head}controlPlane: {{enabled: true, listen: {cp}, loopbackPlaintext: true}}
-upstreams:
-{sim_upstream}routings:
+    let mut stack = SingleStack::new("usage");
+    let dsn = stack.dir.join("dsn");
+    std::fs::write(&dsn, format!("{}\n", pg.dsn())).expect("dsn");
+    let (alice, bob) = (("alice", "alice-e2e-pw"), ("bob", "bob-e2e-pw"));
+    stack.write_clients(&[alice, bob]);
+    stack.write_config(
+        &format!(
+            r#"{{backend: redis, redis: {{address: "{}"}}}}"#,
+            redis.url()
+        ),
+        "",
+        &format!(
+            r#"routings:
   - {{name: {ROUTING}, priority: 1, upstreams: [sim-http]}}
 analytics:
   enabled: true
@@ -93,62 +66,28 @@ analytics:
   keyPrefix: e2e
   flushInterval: 1s
   shutdownFlushTimeout: 2s
-shutdown: {{gracePeriod: 5s}}
-# The simulator's proxies are on loopback: opted in explicitly.
-egress: {{allowCidrs: [127.0.0.0/8]}}
-"#,
-            head = controller_config_head(&redis.url(), dist, "{mode: none}", admin),
-            sim_upstream = SimUpstream::default().yaml(sim, &dir),
-            dsn = dir.join("dsn").display(),
+shutdown: {{gracePeriod: 5s}}"#,
+            dsn = dsn.display(),
         ),
-    )
-    .expect("config");
-
-    let controller = bin("proxy-pool-controller");
+    );
     succeeded(
-        Command::new(&controller)
-            .args(["migrate", "--config"])
-            .arg(&config)
+        stack
+            .controller_command("migrate")
             .output()
             .expect("migrate"),
         "migrate",
     );
-
-    procs.start("vendor-sim", &mut vendor_sim);
-    procs.wait_until("vendor simulator", READY_WITHIN, || {
-        get(sim, "/healthz").0 == 200
-    });
-    procs.start(
-        "controller",
-        Command::new(&controller)
-            .args(["run", "--config"])
-            .arg(&config),
-    );
-    procs.wait_until("controller", READY_WITHIN, || {
-        get(admin, "/healthz").0 == 200
-    });
-    procs.start(
-        "checker",
-        &mut checker_command(&format!("http://{cp}"), "e2e-checker", echo),
-    );
-    procs.start(
-        "gateway",
-        &mut gateway_command(
-            [gw_http, gw_socks, gw_admin],
-            &format!("http://{cp}"),
-            "e2e-gateway",
-            &dir.join("gateway-clients.json"),
-        ),
-    );
-    procs.wait_until("gateway snapshot", READY_WITHIN, || {
-        get(gw_admin, "/readyz").0 == 200
-    });
+    stack.start();
     // Readiness probes, by alice only: a probe that got a proxy is counted by the
     // gateway (and below through its own counter), one that did not is not.
-    let (alice, bob) = (clients[0], clients[1]);
-    procs.wait_until("a proxied request", READY_WITHIN, || {
-        via_gateway(gw_http, alice.0, alice.1, echo) == 200
-    });
+    stack.wait_proxied(alice);
+    let Listeners {
+        echo,
+        admin,
+        gw_http,
+        gw_admin,
+        ..
+    } = stack.at;
     let probes = gateway_counter(gw_admin, "proxy_pool_gateway_usage_requests_total");
     assert!(probes >= 1);
 
@@ -158,7 +97,7 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
                 via_gateway(gw_http, user, password, echo),
                 200,
                 "{user}\n{}",
-                procs.logs()
+                stack.procs.logs()
             );
         }
     }
@@ -172,13 +111,15 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
     // Runtime reports carry the usage to the controller; a flush commits it.
     let path = format!("/api/v1/stats/routings/{ROUTING}?days=7");
     let mut last = String::new();
-    procs.wait_until("committed routing stats", COMMITTED_WITHIN, || {
-        let (status, body) = get(admin, &path);
-        last = body;
-        status == 200
-            && serde_json::from_str::<serde_json::Value>(&last)
-                .is_ok_and(|v| v["total"]["requests"].as_u64() == Some(counted))
-    });
+    stack
+        .procs
+        .wait_until("committed routing stats", COMMITTED_WITHIN, || {
+            let (status, body) = get(admin, &path);
+            last = body;
+            status == 200
+                && serde_json::from_str::<serde_json::Value>(&last)
+                    .is_ok_and(|v| v["total"]["requests"].as_u64() == Some(counted))
+        });
     let stats: serde_json::Value = serde_json::from_str(&last).expect("stats JSON");
     println!(
         "routing {ROUTING}: {counted} requests ({probes} readiness probes + {} of ours), stats {}",
@@ -199,6 +140,5 @@ egress: {{allowCidrs: [127.0.0.0/8]}}
         counted
     );
 
-    procs.stop();
-    let _ = std::fs::remove_dir_all(&dir);
+    stack.tear_down();
 }

@@ -93,6 +93,24 @@ fn want(requests: u64, c: &Counted) -> Counts {
     }
 }
 
+/// Through `c`, a tunnel to the echo server: a GET of `n` bytes, read until the server
+/// closes; then the gateway's next report, once idle, meters exactly the bytes `c`
+/// wrote and read (the handshake included) as one request of `team-a`, the Routing's
+/// whole traffic.
+async fn tunnel_get_is_metered_exactly(h: &Harness, mut c: Counted, n: usize) {
+    let echo = h.echo();
+    let get = format!("GET /bytes/{n} HTTP/1.1\r\nHost: {echo}\r\nConnection: close\r\n\r\n");
+    c.write_all(get.as_bytes()).await.unwrap();
+    let mut down = Vec::new();
+    c.read_to_end(&mut down).await.unwrap();
+    assert!(down.len() > n);
+    drop(c.inner.shutdown().await);
+    let report = usage_when_idle(h).await;
+    let (total, alice) = counts(&report, "all", "team-a");
+    assert_eq!(alice, want(1, &c));
+    assert_eq!(total, alice);
+}
+
 async fn harness() -> Harness {
     let h = Harness::start().await;
     let p = h.proxy(Protocol::Http).await;
@@ -148,16 +166,7 @@ async fn connect_tunnel_is_metered_exactly_handshake_and_payload() {
     let head = read_head(&mut c).await.unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     // Payload both ways: a request up, a 100,000-byte body down.
-    let get = format!("GET /bytes/100000 HTTP/1.1\r\nHost: {echo}\r\nConnection: close\r\n\r\n");
-    c.write_all(get.as_bytes()).await.unwrap();
-    let mut down = Vec::new();
-    c.read_to_end(&mut down).await.unwrap();
-    assert!(down.len() > 100_000);
-    drop(c.inner.shutdown().await);
-    let report = usage_when_idle(&h).await;
-    let (total, alice) = counts(&report, "all", "team-a");
-    assert_eq!(alice, want(1, &c));
-    assert_eq!(total, alice);
+    tunnel_get_is_metered_exactly(&h, c, 100_000).await;
 }
 
 #[tokio::test]
@@ -185,16 +194,7 @@ async fn socks5_tunnel_is_metered_exactly() {
     let mut reply = [0u8; 10];
     c.read_exact(&mut reply).await.unwrap();
     assert_eq!(reply[1], 0);
-    let get = format!("GET /bytes/50000 HTTP/1.1\r\nHost: {echo}\r\nConnection: close\r\n\r\n");
-    c.write_all(get.as_bytes()).await.unwrap();
-    let mut down = Vec::new();
-    c.read_to_end(&mut down).await.unwrap();
-    assert!(down.len() > 50_000);
-    drop(c.inner.shutdown().await);
-    let report = usage_when_idle(&h).await;
-    let (total, alice) = counts(&report, "all", "team-a");
-    assert_eq!(alice, want(1, &c));
-    assert_eq!(total, alice);
+    tunnel_get_is_metered_exactly(&h, c, 50_000).await;
 }
 
 #[tokio::test]

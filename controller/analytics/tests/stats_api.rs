@@ -14,6 +14,16 @@ use proxy_pool_analytics::{PgStore, StatsState, WorkingSet, router};
 use support::Rig;
 use tower::ServiceExt;
 
+/// The stats API's state on `rig`'s PostgreSQL, working set and clock.
+fn stats_state(rig: &Rig) -> StatsState {
+    StatsState {
+        pg: Arc::new(PgStore::new(rig.pg.config())),
+        ws: Some(WorkingSet::new(rig.conn.clone(), "test", Vec::new())),
+        days: rig.settings.days.clone(),
+        clock: Arc::new(rig.clock.clone()),
+    }
+}
+
 /// Route `route-1`: 100 requests by 50 identities on 05-10, nothing known on 05-11
 /// (collector down all day), 40 requests by 40 identities (20 seen before) on 05-12.
 async fn seeded() -> (Rig, StatsState) {
@@ -31,12 +41,7 @@ async fn seeded() -> (Rig, StatsState) {
             .gateway_requests("route-1", &format!("id{i}"), 1);
     }
     rig.drain_and_flush().await;
-    let state = StatsState {
-        pg: Arc::new(PgStore::new(rig.pg.config())),
-        ws: Some(WorkingSet::new(rig.conn.clone(), "test", Vec::new())),
-        days: rig.settings.days.clone(),
-        clock: Arc::new(rig.clock.clone()),
-    };
+    let state = stats_state(&rig);
     (rig, state)
 }
 
@@ -281,12 +286,7 @@ async fn gateway_bytes_show_per_day_in_the_range_and_in_total() {
     rig.clock.advance_secs(2 * 86_400);
     rig.collector.routing_bytes("route-1", 30, 400);
     rig.drain_and_flush().await;
-    let state = StatsState {
-        pg: Arc::new(PgStore::new(rig.pg.config())),
-        ws: Some(WorkingSet::new(rig.conn.clone(), "test", Vec::new())),
-        days: rig.settings.days.clone(),
-        clock: Arc::new(rig.clock.clone()),
-    };
+    let state = stats_state(&rig);
     let (status, _, _, v) = get(&state, "/api/v1/stats/routings/route-1?days=7").await;
     assert_eq!(status, 200, "{v}");
     let series = v["series"].as_array().unwrap();

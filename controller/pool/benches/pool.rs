@@ -1,9 +1,11 @@
 //! Activity-pool benchmark on a real `redis-server` (started by the testkit).
 //!
-//! `cargo bench -p activity-pool --bench pool` fills a pool of 100,000 proxies, then
-//! measures extract count 1 (without and with a region filter), extract count 5 with
-//! a region filter, upsert batches of 500, and a trivial `EVALSHA` (`return 1`) as the
-//! baseline of one script round trip;
+//! `cargo bench -p activity-pool --bench pool` fills a pool of 100,000 proxies (10
+//! regions, 4 carriers and `POOL_BENCH_CITIES` cities per region, default 5; `0` gives
+//! the proxies no city, as before the city dimension), then measures extract count 1
+//! (without a filter, with a region filter, with a region and city filter), extract
+//! count 5 with a region filter, upsert batches of 500, and a trivial `EVALSHA`
+//! (`return 1`) as the baseline of one script round trip;
 //! prints ops/s, p50 and p99 per operation and the rate relative to the baseline.
 //! Sequential figures are one caller on one connection (latency-bound); concurrent
 //! figures use 16 callers sharing the pool's multiplexed connection.
@@ -21,6 +23,8 @@ use activity_pool::{PoolOptions, RedisOptions};
 
 const POOL_SIZE: usize = 100_000;
 const REGIONS: usize = 10;
+/// Cities per region unless `POOL_BENCH_CITIES` says otherwise.
+const CITIES: usize = 5;
 const CONCURRENCY: usize = 16;
 /// Interleaved rounds of the sequential measurement.
 const ROUNDS: usize = 20;
@@ -29,6 +33,31 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 
 fn next() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Most cities per region: every (region, city) still holds 10 proxies, more than the
+/// run extracts from one.
+const MAX_CITIES: usize = POOL_SIZE / REGIONS / 10;
+
+/// Cities per region (`POOL_BENCH_CITIES`, 0 to [`MAX_CITIES`]; 0: the proxies have no
+/// city).
+fn cities() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        let Ok(s) = std::env::var("POOL_BENCH_CITIES") else {
+            return CITIES;
+        };
+        match s.parse() {
+            Ok(n) if n <= MAX_CITIES => n,
+            _ => panic!("POOL_BENCH_CITIES={s:?}: expected a whole number from 0 to {MAX_CITIES}"),
+        }
+    })
+}
+
+/// Proxy `i`'s city within its region, if the proxies have cities.
+fn city_of(i: usize) -> Option<String> {
+    let n = cities();
+    (n > 0).then(|| format!("t{}", (i / REGIONS) % n))
 }
 
 fn cand(i: usize) -> Candidate {
@@ -45,7 +74,7 @@ fn cand(i: usize) -> Candidate {
         labels: Labels {
             region: Some(Label::new(format!("r{}", i % REGIONS)).unwrap()),
             carrier: Some(Label::new(format!("c{}", i % 4)).unwrap()),
-            city: None,
+            city: city_of(i).map(|c| Label::new(c).unwrap()),
         },
         ttl: Duration::from_secs(3600),
         max_concurrency: 8,
@@ -64,9 +93,16 @@ fn batch(range: std::ops::Range<usize>) -> FetchedBatch {
 }
 
 fn extract_req(count: u32, region: Option<&str>) -> ExtractRequest {
+    extract_in(count, region, None)
+}
+
+fn extract_in(count: u32, region: Option<&str>, city: Option<&str>) -> ExtractRequest {
     let mut filters = Filters::default();
     if let Some(r) = region {
         filters.regions = vec![Label::new(r).unwrap()];
+    }
+    if let Some(c) = city {
+        filters.cities = vec![Label::new(c).unwrap()];
     }
     ExtractRequest {
         client_id: ClientId::new("bench").unwrap(),
@@ -289,9 +325,12 @@ async fn main() {
     // Sequential, interleaved: every round runs a block of each operation, so the
     // baseline and the extractions see the same machine load; a shared, busy box moves
     // absolute figures a lot, their ratio much less.
-    let mut lat: [Vec<Duration>; 4] = Default::default();
-    let mut server = [0.0f64; 4];
-    let blocks = [500usize, 100, 40, 100];
+    // The region and city filter: a city of the region that proxies hold (the fill gives
+    // proxy `i` region `i % REGIONS` and city `(i / REGIONS) % cities`), or none.
+    let with_city = cities() > 0;
+    let mut lat: [Vec<Duration>; 5] = Default::default();
+    let mut server = [0.0f64; 5];
+    let blocks = [500usize, 100, 40, 100, if with_city { 100 } else { 0 }];
     for round in 0..ROUNDS {
         for (op, &n) in blocks.iter().enumerate() {
             let before = server_usec(&mut admin, 1).await;
@@ -308,6 +347,18 @@ async fn main() {
                     3 => {
                         let region = format!("r{}", (round * n + i) % REGIONS);
                         let o = pool.extract(&extract_req(1, Some(&region))).await.unwrap();
+                        assert!(
+                            matches!(o, ExtractOutcome::Extracted(ref x) if x.proxies.len() == 1)
+                        );
+                    }
+                    4 => {
+                        let k = round * n + i;
+                        let region = format!("r{}", k % REGIONS);
+                        let city = format!("t{}", (k / REGIONS) % cities());
+                        let o = pool
+                            .extract(&extract_in(1, Some(&region), Some(&city)))
+                            .await
+                            .unwrap();
                         assert!(
                             matches!(o, ExtractOutcome::Extracted(ref x) if x.proxies.len() == 1)
                         );
@@ -330,9 +381,13 @@ async fn main() {
         "extract count 1, no filter",
         "extract count 5, region filter",
         "extract count 1, region filter",
+        "extract count 1, region and city filter",
     ];
     let mut rows = Vec::new();
     for (op, samples) in lat.into_iter().enumerate() {
+        if samples.is_empty() {
+            continue;
+        }
         let spent: Duration = samples.iter().sum();
         let n = samples.len();
         let mut f = figures(names[op], samples, spent);
@@ -344,7 +399,8 @@ async fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load: Vec<&str> = load.split_whitespace().take(3).collect();
     println!(
-        "\nActivity pool on redis-server, {POOL_SIZE} proxies — sequential (1 caller); load average {}",
+        "\nActivity pool on redis-server, {POOL_SIZE} proxies, {REGIONS} regions, {} cities per region — sequential (1 caller); load average {}",
+        cities(),
         load.join(" ")
     );
     print(&rows, baseline);

@@ -1233,3 +1233,58 @@ async fn a_pool_written_before_the_city_dimension_keeps_serving() {
     assert_eq!(inventory(&pool).await.available, 1);
     assert_consistent(&server.url()).await;
 }
+
+/// Unfiltered extraction by concurrent callers on a pool whose key book is past the
+/// pass-everything bound (300 label combinations, consecutive proxies in different
+/// ones): a call is given the `owned:` keys only and the script asks for the
+/// combination of the record at the head; by the retry other callers have taken it, and
+/// the new head sits in another combination. Every call still settles within its rounds
+/// (none answers `Unavailable("index_keys_unsettled")`) and every proxy is handed out
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_unfiltered_extractions_settle_beyond_the_pass_all_bound() {
+    const COMBOS: usize = 300;
+    const CALLERS: usize = 16;
+    const PER_CALLER: usize = 100;
+    let server = RedisServer::start();
+    let pool = pool_at(&server.url()).await;
+    let all: Vec<String> = (0..COMBOS * 8).map(|i| format!("h-{i:05}")).collect();
+    let cands: Vec<Candidate> = all
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let mut c = cand(id, "eu", 600);
+            c.labels.city = Some(Label::new(format!("t{}", i % COMBOS)).unwrap());
+            c
+        })
+        .collect();
+    let report = pool.upsert(batch("vendor-a", cands)).await.unwrap();
+    assert_eq!(report.inserted as usize, all.len(), "{report:?}");
+    for chunk in all.chunks(1_000) {
+        pool.apply_health(&available(chunk)).await.unwrap();
+    }
+    assert!(pool.known_index_keys() > 256, "{}", pool.known_index_keys());
+
+    let mut tasks = Vec::new();
+    for _ in 0..CALLERS {
+        let pool = pool.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            for _ in 0..PER_CALLER {
+                match pool.extract(&req(1)).await {
+                    Ok(o) => got.extend(proxy_ids(&o)),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(got)
+        }));
+    }
+    let mut handed = Vec::new();
+    for t in tasks {
+        handed.extend(t.await.unwrap().expect("every extraction settles"));
+    }
+    assert_eq!(handed.len(), CALLERS * PER_CALLER);
+    let distinct: BTreeSet<&String> = handed.iter().collect();
+    assert_eq!(distinct.len(), handed.len(), "a proxy handed out twice");
+    assert_consistent(&server.url()).await;
+}

@@ -84,6 +84,16 @@ struct MemoryDay {
     order: std::collections::VecDeque<String>,
 }
 
+impl MemoryDay {
+    /// The day's totals of `clients`, in order (0 for one without bytes).
+    fn read(&self, clients: &[&str]) -> Vec<u64> {
+        clients
+            .iter()
+            .map(|c| self.totals.get(*c).copied().unwrap_or(0))
+            .collect()
+    }
+}
+
 #[async_trait]
 impl DailyMeter for MemoryMeter {
     async fn record(
@@ -97,10 +107,7 @@ impl DailyMeter for MemoryMeter {
         if st.day.is_some_and(|d| d > day) {
             // A report stamped before the day already counted (clock stepped back):
             // the current day's totals stand, nothing is added to a past day.
-            return Ok(read
-                .iter()
-                .map(|c| st.totals.get(*c).copied().unwrap_or(0))
-                .collect());
+            return Ok(st.read(read));
         }
         if st.day != Some(day) {
             *st = MemoryDay {
@@ -125,10 +132,7 @@ impl DailyMeter for MemoryMeter {
                 *t = t.saturating_add(*n);
             }
         }
-        Ok(read
-            .iter()
-            .map(|c| st.totals.get(*c).copied().unwrap_or(0))
-            .collect())
+        Ok(st.read(read))
     }
 }
 

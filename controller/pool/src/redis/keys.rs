@@ -275,6 +275,13 @@ impl CallKeys {
         self
     }
 
+    /// Adds every index key `book` knows, whatever its size.
+    pub(crate) fn extend_known(&mut self, book: &KeyBook) {
+        for k in book.snapshot() {
+            self.index(k);
+        }
+    }
+
     pub(crate) fn extend(&mut self, names: &[String]) {
         for n in names {
             self.index(n.clone());

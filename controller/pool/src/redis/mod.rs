@@ -233,7 +233,7 @@ impl RedisPool {
     async fn run_reply(&self, mut call: Call) -> PoolResult<Reply> {
         let pool = self.options();
         let fence = self.fence_arg(call.script)?;
-        for _ in 0..KEY_ROUNDS {
+        for round in 0..KEY_ROUNDS {
             let now = match &self.inner.options.clock_override {
                 Some(c) => c.now().millis().to_string(),
                 None => String::new(),
@@ -272,6 +272,13 @@ impl RedisPool {
                 );
                 self.inner.keys.learn(&need);
                 call.keys.extend(&need);
+                if round > 0 {
+                    // Asked twice: the records it meets changed between the rounds (other
+                    // callers extracted the ones it asked for), so one more key per
+                    // round may never catch up. Every known index key, which the book
+                    // has just learnt too, settles it unless a new combination appears.
+                    call.keys.extend_known(&self.inner.keys);
+                }
                 continue;
             }
             let r = env.r.ok_or_else(|| codec::corrupt("reply"))?;
