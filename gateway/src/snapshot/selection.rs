@@ -16,7 +16,7 @@
 //! a hash collision never selects the wrong set.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proxy_pool_api::controlplane::model::{Dimension, SnapshotProxy};
 
@@ -29,15 +29,38 @@ use crate::parse::username::{decoded, values_eq};
 pub struct CandidateSet {
     /// The candidates, by ascending proxy index.
     pub candidates: Vec<Candidate>,
-    pub(crate) cursor: AtomicUsize,
+    cursor: AtomicUsize,
+    /// `candidates.len()` when the set was made, if it fits 32 bits (else 0), and
+    /// `2^64 / len` rounded up, for [`Self::next_start`]'s remainder without a division.
+    len: u32,
+    reciprocal: u64,
 }
 
 impl CandidateSet {
     /// A set of `candidates` (sorted by proxy index).
     pub fn new(candidates: Vec<Candidate>) -> Self {
+        let len = u32::try_from(candidates.len()).unwrap_or_default();
         Self {
             candidates,
             cursor: AtomicUsize::new(0),
+            len,
+            reciprocal: (u64::MAX / u64::from(len.max(1))).wrapping_add(1),
+        }
+    }
+
+    /// Where the next pick starts: the set's cursor, advanced by one, modulo the number
+    /// of candidates (0 for none). The remainder of the cursor's low 32 bits, computed
+    /// with a multiplication (Lemire's "fastmod"): after 2^32 picks in one set the
+    /// rotation restarts once at the first candidate.
+    #[inline]
+    pub fn next_start(&self) -> usize {
+        let at = self.cursor.fetch_add(1, Ordering::Relaxed);
+        let n = self.candidates.len();
+        if self.len != 0 && n == self.len as usize {
+            let low = self.reciprocal.wrapping_mul(u64::from(at as u32));
+            ((u128::from(low) * u128::from(self.len)) >> 64) as usize
+        } else {
+            at.checked_rem(n).unwrap_or_default()
         }
     }
 
@@ -292,7 +315,7 @@ impl Selection {
         let (hash, found) = if request_words(mask, &values, &mut |w| key.push(w)) {
             let key = key.words();
             let hash = hash_words(key.iter().copied()) & self.hash_bits;
-            (hash, self.probe(hash).find(|e| self.key(e) == key))
+            (hash, self.probe(hash).find(|e| same(self.key(e), key)))
         } else if self.longest <= KEY_BUF {
             return Narrowing::NoMatch;
         } else {
@@ -308,12 +331,12 @@ impl Selection {
     /// compared, word by word as it is made.
     #[cold]
     fn find_long(&self, mask: u8, values: &[&str; DIMS]) -> (u64, Option<&Entry>) {
-        let mut h = HASH_SEED;
+        let mut h = KeyHash::default();
         request_words(mask, values, &mut |w| {
-            h = mix(h, w);
+            h.push(w);
             true
         });
-        let hash = h & self.hash_bits;
+        let hash = h.finish() & self.hash_bits;
         let found = self.probe(hash).find(|e| {
             let mut stored = self.key(e).iter();
             request_words(mask, values, &mut |w| stored.next() == Some(&w))
@@ -498,8 +521,9 @@ fn has_percent(b: &[u8]) -> bool {
     }) || short_word(chunks.remainder()).is_some_and(has)
 }
 
-/// The most words [`KeyBuf`] holds: more than any username (255 bytes) can make.
-const KEY_BUF: usize = 48;
+/// The most words [`KeyBuf`] holds: values of up to ~80 bytes in all (longer ones are
+/// matched without it).
+const KEY_BUF: usize = 16;
 
 /// A request's key words, on the stack.
 struct KeyBuf {
@@ -535,20 +559,66 @@ impl KeyBuf {
     }
 }
 
-/// Where [`hash_words`] starts.
-const HASH_SEED: u64 = 0x243F_6A88_85A3_08D3;
+/// Whether two keys are equal (inline: a key is a few words, too short for `memcmp`).
+#[inline]
+fn same(a: &[u64], b: &[u64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0, |diff, (x, y)| diff | (x ^ y)) == 0
+}
 
 /// The hash of a key's words. Within one process only (a [`SelectionKey`] is never
 /// stored or sent), so it may change between versions.
 fn hash_words(words: impl Iterator<Item = u64>) -> u64 {
-    words.fold(HASH_SEED, mix)
+    words
+        .fold(KeyHash::default(), |mut h, w| {
+            h.push(w);
+            h
+        })
+        .finish()
 }
 
-/// One step of the key hash: the folded 128-bit product of the state and the word (the
-/// "folded multiply" of foldhash and ahash).
+/// The key hash, fed a word at a time: one folded multiply per pair of words (the
+/// 16-byte step of foldhash).
+#[derive(Debug, Clone, Copy)]
+struct KeyHash {
+    h: u64,
+    pending: Option<u64>,
+}
+
+impl Default for KeyHash {
+    fn default() -> Self {
+        Self {
+            h: 0x243F_6A88_85A3_08D3,
+            pending: None,
+        }
+    }
+}
+
+impl KeyHash {
+    const PAIR: u64 = 0x1319_8A2E_0370_7344;
+    const LAST: u64 = 0xA409_3822_299F_31D0;
+
+    #[inline]
+    fn push(&mut self, w: u64) {
+        match self.pending.take() {
+            Some(a) => self.h = folded_mul(a ^ self.h, w ^ Self::PAIR),
+            None => self.pending = Some(w),
+        }
+    }
+
+    #[inline]
+    fn finish(self) -> u64 {
+        match self.pending {
+            Some(a) => folded_mul(a ^ self.h, Self::LAST),
+            None => self.h,
+        }
+    }
+}
+
+/// The 128-bit product of `a` and `b`, its halves xored (foldhash's and ahash's mixing
+/// step).
 #[inline]
-fn mix(h: u64, word: u64) -> u64 {
-    let x = u128::from(h ^ word) * u128::from(0x9E37_79B9_7F4A_7C15u64);
+fn folded_mul(a: u64, b: u64) -> u64 {
+    let x = u128::from(a) * u128::from(b);
     (x as u64) ^ ((x >> 64) as u64)
 }
 

@@ -391,3 +391,58 @@ fn short_words_tell_strings_of_one_length_apart() {
     assert!(has_percent(b"abcdefgh%"));
     assert!(!has_percent(b"abcdefgh_abcdefgh"));
 }
+
+#[test]
+fn the_next_start_is_the_cursor_modulo_the_set_size() {
+    for n in [1usize, 2, 3, 7, 16, 25_000, 100_000] {
+        let set = CandidateSet::new(
+            (0..n as u32)
+                .map(|idx| Candidate {
+                    idx,
+                    usable_until_ms: u64::MAX,
+                    state: Arc::new(ProxyState::new(crate::snapshot::ProxyId::from("p"), 1, 1)),
+                })
+                .collect(),
+        );
+        for at in [0usize, 1, n - 1, n, n + 1, 3 * n + 2, u32::MAX as usize - 1] {
+            set.cursor.store(at, Ordering::Relaxed);
+            assert_eq!(set.next_start(), at % n, "{at} % {n}");
+            assert_eq!(set.cursor.load(Ordering::Relaxed), at + 1);
+        }
+        for at in 0..2 * n.min(1000) {
+            assert!(set.next_start() < n, "{at}");
+        }
+    }
+    assert_eq!(CandidateSet::new(Vec::new()).next_start(), 0);
+    // Candidates removed after the set was made: a plain remainder, never past the end.
+    let mut set = CandidateSet::new(
+        (0..3)
+            .map(|idx| Candidate {
+                idx,
+                usable_until_ms: u64::MAX,
+                state: Arc::new(ProxyState::new(crate::snapshot::ProxyId::from("p"), 1, 1)),
+            })
+            .collect(),
+    );
+    set.candidates.truncate(2);
+    set.cursor.store(5, Ordering::Relaxed);
+    assert_eq!(set.next_start(), 1);
+    set.candidates.clear();
+    assert_eq!(set.next_start(), 0);
+}
+
+#[test]
+fn a_key_hashes_alike_streamed_or_from_a_slice() {
+    let mut rng = Rng(0x0DDB_1A5E_5BAD_5EED);
+    for len in 0..40 {
+        let words: Vec<u64> = (0..len).map(|_| rng.below(usize::MAX) as u64).collect();
+        let mut h = KeyHash::default();
+        for w in &words {
+            h.push(*w);
+        }
+        assert_eq!(h.finish(), hash_words(words.iter().copied()));
+        let mut longer = words.clone();
+        longer.push(0);
+        assert_ne!(hash_words(longer.into_iter()), h.finish(), "{len}");
+    }
+}
