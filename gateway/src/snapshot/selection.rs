@@ -207,10 +207,11 @@ impl Selection {
             let Some(p) = proxies.get(c.idx as usize) else {
                 continue;
             };
-            let values: Vec<Option<String>> = dims
-                .iter()
-                .map(|d| value_of(p, *d).map(str::to_ascii_lowercase))
-                .collect();
+            // Labels as they are: their key words fold case (no allocation per proxy).
+            let mut values: [Option<&str>; DIMS] = [None; DIMS];
+            for (v, d) in values.iter_mut().zip(&dims) {
+                *v = value_of(p, *d);
+            }
             for mask in 1..(1u8 << dims.len()) {
                 key.clear();
                 key.push(u64::from(mask));
@@ -218,7 +219,7 @@ impl Selection {
                     if mask & (1 << i) == 0 {
                         return true;
                     }
-                    v.as_ref().is_some_and(|v| {
+                    v.is_some_and(|v| {
                         slice_words(v.as_bytes(), &mut |w| {
                             key.push(w);
                             true
