@@ -8,8 +8,6 @@
 
 mod rng;
 
-use std::sync::atomic::Ordering;
-
 use crate::capacity::Reservation;
 use crate::snapshot::{Candidate, CandidateSet, CompiledRouting, LiveSnapshot, ProxyId};
 use proxy_pool_api::controlplane::model::Strategy;
@@ -55,10 +53,7 @@ pub fn pick_in(
         Strategy::LeastActive => least_active(set, now_ms, exclude),
         Strategy::PowerOfTwoChoices => two_choices(set, now_ms, exclude),
     };
-    first.or_else(|| {
-        let start = set.cursor.fetch_add(1, Ordering::Relaxed);
-        scan(set, start, now_ms, exclude)
-    })
+    first.or_else(|| scan(set, set.next_start(), now_ms, exclude))
 }
 
 /// Tries one candidate: usable, not excluded, and a slot could be reserved.
@@ -76,13 +71,11 @@ fn is_excluded(c: &Candidate, exclude: &[ProxyId]) -> bool {
     !exclude.is_empty() && exclude.contains(c.state.id())
 }
 
-/// Every candidate once, from `start` on.
+/// Every candidate once, from `start` (below the number of candidates) on.
 fn scan(set: &CandidateSet, start: usize, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
-    let cands = &set.candidates;
-    let start = start % cands.len();
-    cands[start..]
-        .iter()
-        .chain(&cands[..start])
+    let (before, from) = set.candidates.split_at(start.min(set.candidates.len()));
+    from.iter()
+        .chain(before)
         .find_map(|c| try_take(c, now_ms, exclude))
 }
 
@@ -98,10 +91,7 @@ fn least_active(set: &CandidateSet, now_ms: u64, exclude: &[ProxyId]) -> Option<
     let (start, len) = if n <= LEAST_ACTIVE_WINDOW {
         (0, n)
     } else {
-        (
-            set.cursor.fetch_add(1, Ordering::Relaxed) % n,
-            LEAST_ACTIVE_WINDOW,
-        )
+        (set.next_start(), LEAST_ACTIVE_WINDOW)
     };
     let mut best: Option<(&Candidate, u32)> = None;
     for i in 0..len {

@@ -1,19 +1,27 @@
 //! Selection by username parameters within one routing (`country-us-city-new_york`):
 //! for every combination of the dimensions the routing's selectors name, the candidates
 //! holding each combination of values — contiguous arrays built when the snapshot is
-//! compiled, each with its own cursor. A request finds its array with one hash over its
-//! decoded, lower-cased values (no allocation, no lock) and picks within it exactly as
-//! within the routing's whole candidate list. A combination no proxy holds is an error
-//! ([`Narrowing::NoMatch`]), never a silent fallback to the whole routing.
+//! compiled, each with its own cursor. A request finds its array through one flat
+//! open-addressing table and picks within it exactly as within the routing's whole
+//! candidate list. A combination no proxy holds is an error ([`Narrowing::NoMatch`]),
+//! never a silent fallback to the whole routing.
+//!
+//! A selection's key is a sequence of 64-bit words: the dimension mask, then for each
+//! value (in [`Dimension::ALL`] order) its length and its bytes — decoded, ASCII
+//! lower-cased — eight to a word, the last zero-padded. The table holds each key's hash;
+//! the keys themselves lie in one array. A request computes its key's words straight
+//! from the username's values (a value without `%` a word at a time, case folded eight
+//! bytes at once; one with escapes byte by byte, decoded), hashes them, and compares
+//! them with the stored key of the slot whose hash matches: no allocation, no lock, and
+//! a hash collision never selects the wrong set.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proxy_pool_api::controlplane::model::{Dimension, SnapshotProxy};
 
 use super::live::Candidate;
-use crate::parse::username::{decoded, value_eq, values_eq};
+use crate::parse::username::{decoded, values_eq};
 
 /// Candidates (of a routing, or of one selection within it) by ascending proxy index,
 /// with the cursor that spreads picks over them.
@@ -21,15 +29,38 @@ use crate::parse::username::{decoded, value_eq, values_eq};
 pub struct CandidateSet {
     /// The candidates, by ascending proxy index.
     pub candidates: Vec<Candidate>,
-    pub(crate) cursor: AtomicUsize,
+    cursor: AtomicUsize,
+    /// `candidates.len()` when the set was made, if it fits 32 bits (else 0), and
+    /// `2^64 / len` rounded up, for [`Self::next_start`]'s remainder without a division.
+    len: u32,
+    reciprocal: u64,
 }
 
 impl CandidateSet {
     /// A set of `candidates` (sorted by proxy index).
     pub fn new(candidates: Vec<Candidate>) -> Self {
+        let len = u32::try_from(candidates.len()).unwrap_or_default();
         Self {
             candidates,
             cursor: AtomicUsize::new(0),
+            len,
+            reciprocal: (u64::MAX / u64::from(len.max(1))).wrapping_add(1),
+        }
+    }
+
+    /// Where the next pick starts: the set's cursor, advanced by one, modulo the number
+    /// of candidates (0 for none). The remainder of the cursor's low 32 bits, computed
+    /// with a multiplication (Lemire's "fastmod"): after 2^32 picks in one set the
+    /// rotation restarts once at the first candidate.
+    #[inline]
+    pub fn next_start(&self) -> usize {
+        let at = self.cursor.fetch_add(1, Ordering::Relaxed);
+        let n = self.candidates.len();
+        if self.len != 0 && n == self.len as usize {
+            let low = self.reciprocal.wrapping_mul(u64::from(at as u32));
+            ((u128::from(low) * u128::from(self.len)) >> 64) as usize
+        } else {
+            at.checked_rem(n).unwrap_or_default()
         }
     }
 
@@ -56,7 +87,7 @@ pub enum Narrowing<'a> {
     NoMatch,
 }
 
-/// A request's selection (dimension mask and value hash), kept across retries.
+/// A request's selection (dimension mask and key hash), kept across retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SelectionKey {
     mask: u8,
@@ -64,23 +95,73 @@ pub struct SelectionKey {
 }
 
 /// The selections of one routing.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Selection {
-    /// Lower-cased parameter → index into `dims`.
-    params: Vec<(String, u8)>,
+    /// The selector parameters (lower-cased) and their dimension's index into `dims`.
+    params: Vec<Param>,
     /// The distinct dimensions, in [`Dimension::ALL`] order.
     dims: Vec<Dimension>,
-    /// Value hash → the sets with that hash (more than one only on a collision).
-    sets: HashMap<u64, Vec<Subset>, BuildHasherDefault<Prehashed>>,
+    /// Open addressing, linear probing, a power of two long and at most half full (empty
+    /// when the routing has no selection set).
+    table: Box<[Slot]>,
+    /// The sets, each with its key's place in `keys`.
+    entries: Box<[Entry]>,
+    /// Every set's key words, one after another.
+    keys: Box<[u64]>,
+    /// The most words a stored key has.
+    longest: usize,
+    /// The bits of a key's hash that are kept: all of them, except in tests that force
+    /// collisions.
+    hash_bits: u64,
+}
+
+impl Default for Selection {
+    fn default() -> Self {
+        Self {
+            params: Vec::new(),
+            dims: Vec::new(),
+            table: Box::default(),
+            entries: Box::default(),
+            keys: Box::default(),
+            longest: 0,
+            hash_bits: u64::MAX,
+        }
+    }
 }
 
 #[derive(Debug)]
-struct Subset {
-    mask: u8,
-    /// Lower-cased values of the dimensions in `mask`, in `dims` order.
-    values: Box<[Box<str>]>,
+struct Param {
+    /// Lower-cased.
+    key: Box<str>,
+    /// `key` as one [`short_word`] when it is 1 to 8 bytes long (else 0, unused).
+    word: u64,
+    /// Index into `dims`.
+    slot: u8,
+}
+
+/// One slot of the table.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    /// The key's hash.
+    hash: u64,
+    /// Index into `entries` plus one; 0: empty.
+    entry: u32,
+}
+
+/// One selection set, on a cache line of its own (its cursor is written by every pick
+/// in it; sets picked from on other cores must not share the line).
+#[derive(Debug)]
+#[repr(align(64))]
+struct Entry {
+    /// Where its key starts in `keys`.
+    key: u32,
+    /// How many words its key has.
+    words: u32,
     set: CandidateSet,
 }
+
+/// Most dimensions a routing selects by.
+const DIMS: usize = Dimension::ALL.len();
 
 impl Selection {
     /// The selections `selectors` define over `candidates` (`proxies` holds their
@@ -90,100 +171,231 @@ impl Selection {
         candidates: &[Candidate],
         proxies: &[SnapshotProxy],
     ) -> Self {
+        Self::build_hashing(selectors, candidates, proxies, u64::MAX)
+    }
+
+    /// [`Self::build`], keeping only `hash_bits` of every key's hash (tests force
+    /// collisions with few bits).
+    fn build_hashing(
+        selectors: &[proxy_pool_api::controlplane::model::Selector],
+        candidates: &[Candidate],
+        proxies: &[SnapshotProxy],
+        hash_bits: u64,
+    ) -> Self {
         let mut dims: Vec<Dimension> = selectors.iter().map(|s| s.dimension).collect();
         dims.sort();
         dims.dedup();
+        dims.truncate(DIMS);
         let slot = |d: Dimension| dims.iter().position(|x| *x == d).unwrap_or_default() as u8;
         let params = selectors
             .iter()
-            .map(|s| (s.param.to_ascii_lowercase(), slot(s.dimension)))
+            .map(|s| {
+                let key = s.param.to_ascii_lowercase();
+                Param {
+                    word: short_word(key.as_bytes()).unwrap_or_default(),
+                    key: key.into_boxed_str(),
+                    slot: slot(s.dimension),
+                }
+            })
             .collect();
-        let mut sets: HashMap<u64, Vec<Subset>, BuildHasherDefault<Prehashed>> = HashMap::default();
-        let mut building: HashMap<(u8, Vec<Box<str>>), Vec<Candidate>> = HashMap::new();
+        // Each set's key (in `keys`) and members, in the order first met.
+        let mut keys: Vec<u64> = Vec::new();
+        let mut sets: Vec<(usize, usize, Vec<Candidate>)> = Vec::new();
+        let mut index: HashMap<Box<[u64]>, usize> = HashMap::new();
+        let mut key: Vec<u64> = Vec::new();
         for c in candidates {
             let Some(p) = proxies.get(c.idx as usize) else {
                 continue;
             };
-            let values: Vec<Option<Box<str>>> = dims
-                .iter()
-                .map(|d| value_of(p, *d).map(|v| v.to_ascii_lowercase().into_boxed_str()))
-                .collect();
+            // Labels as they are: their key words fold case (no allocation per proxy).
+            let mut values: [Option<&str>; DIMS] = [None; DIMS];
+            for (v, d) in values.iter_mut().zip(&dims) {
+                *v = value_of(p, *d);
+            }
             for mask in 1..(1u8 << dims.len()) {
-                let picked: Option<Vec<Box<str>>> = (0..dims.len())
-                    .filter(|i| mask & (1 << i) != 0)
-                    .map(|i| values[i].clone())
-                    .collect();
-                if let Some(picked) = picked {
-                    building.entry((mask, picked)).or_default().push(c.clone());
+                key.clear();
+                key.push(u64::from(mask));
+                let complete = values.iter().enumerate().all(|(i, v)| {
+                    if mask & (1 << i) == 0 {
+                        return true;
+                    }
+                    v.is_some_and(|v| {
+                        slice_words(v.as_bytes(), &mut |w| {
+                            key.push(w);
+                            true
+                        })
+                    })
+                });
+                if !complete {
+                    continue;
+                }
+                match index.get(key.as_slice()) {
+                    Some(&i) => {
+                        if let Some((_, _, members)) = sets.get_mut(i) {
+                            members.push(c.clone());
+                        }
+                    }
+                    None => {
+                        index.insert(key.as_slice().into(), sets.len());
+                        sets.push((keys.len(), key.len(), vec![c.clone()]));
+                        keys.extend_from_slice(&key);
+                    }
                 }
             }
         }
-        for ((mask, values), members) in building {
-            let hash = hash_values(mask, values.iter().map(|v| v.bytes()));
-            sets.entry(hash).or_default().push(Subset {
-                mask,
-                values: values.into_boxed_slice(),
+        let mut table = vec![Slot::default(); (sets.len() * 2).next_power_of_two()];
+        if sets.is_empty() {
+            table.clear();
+        }
+        let mut entries = Vec::with_capacity(sets.len());
+        let mut longest = 0;
+        for (start, words, members) in sets {
+            // More than 2^32 key words (tens of gigabytes) cannot be built; a set past
+            // that is left out rather than indexed wrongly.
+            let (Ok(entry), Ok(key), Ok(words)) = (
+                u32::try_from(entries.len() + 1),
+                u32::try_from(start),
+                u32::try_from(words),
+            ) else {
+                break;
+            };
+            let hash = keys
+                .get(start..start + words as usize)
+                .map_or(0, |k| hash_words(k.iter().copied()))
+                & hash_bits;
+            let last = table.len() - 1;
+            let mut i = hash as usize & last;
+            while table.get(i).is_some_and(|s| s.entry != 0) {
+                i = (i + 1) & last;
+            }
+            if let Some(slot) = table.get_mut(i) {
+                *slot = Slot { hash, entry };
+            }
+            longest = longest.max(words as usize);
+            entries.push(Entry {
+                key,
+                words,
                 set: CandidateSet::new(members),
             });
         }
-        Self { params, dims, sets }
+        Self {
+            params,
+            dims,
+            table: table.into_boxed_slice(),
+            entries: entries.into_boxed_slice(),
+            keys: keys.into_boxed_slice(),
+            longest,
+            hash_bits,
+        }
     }
 
     /// The candidates a request's parameters select (`params` as the username carries
     /// them: keys in any case, values with percent escapes).
     pub fn narrow(&self, params: &[(&str, &str)]) -> Narrowing<'_> {
-        let mut values: [Option<&str>; Dimension::ALL.len()] = [None; Dimension::ALL.len()];
+        let mut values: [&str; DIMS] = [""; DIMS];
         let mut mask = 0u8;
-        for (key, value) in params {
-            let Some((_, slot)) = self
-                .params
-                .iter()
-                .find(|(p, _)| p.eq_ignore_ascii_case(key))
-            else {
+        for &(key, value) in params {
+            let Some(slot) = self.slot(key) else {
                 continue;
             };
-            let slot = usize::from(*slot);
-            match values[slot] {
-                Some(seen) if !values_eq(seen, value) => {
-                    return Narrowing::Conflict(self.dims[slot]);
-                }
-                _ => values[slot] = Some(value),
+            let bit = 1u8 << slot;
+            if mask & bit == 0 {
+                values[slot] = value;
+                mask |= bit;
+            } else if !values_eq(values[slot], value) {
+                return Narrowing::Conflict(self.dims[slot]);
             }
-            mask |= 1 << slot;
         }
         if mask == 0 {
             return Narrowing::All;
         }
-        let requested = || values.iter().flatten();
-        let hash = hash_values(mask, requested().map(|v| lower(decoded(v))));
-        let found = self.sets.get(&hash).and_then(|subsets| {
-            subsets.iter().find(|s| {
-                s.mask == mask
-                    && s.values.len() == requested().count()
-                    && s.values
-                        .iter()
-                        .zip(requested())
-                        .all(|(l, v)| value_eq(v, l))
-            })
-        });
+        // The key's words on the stack, then hashed and compared with the stored key as
+        // a slice; a key too long for the buffer is matched word by word as it is made
+        // (never from a username: one holds at most 255 bytes, well within the buffer).
+        let mut key = KeyBuf::default();
+        let (hash, found) = if request_words(mask, &values, &mut |w| key.push(w)) {
+            let key = key.words();
+            let hash = hash_words(key.iter().copied()) & self.hash_bits;
+            (hash, self.probe(hash).find(|e| same(self.key(e), key)))
+        } else if self.longest <= KEY_BUF {
+            return Narrowing::NoMatch;
+        } else {
+            self.find_long(mask, &values)
+        };
         match found {
-            Some(s) => Narrowing::Set(&s.set, SelectionKey { mask, hash }),
+            Some(e) => Narrowing::Set(&e.set, SelectionKey { mask, hash }),
             None => Narrowing::NoMatch,
         }
     }
 
-    /// The set `key` found in an earlier snapshot, in this one (a retry).
+    /// [`Self::narrow`]'s search for a key longer than [`KEY_BUF`] words: hashed, then
+    /// compared, word by word as it is made.
+    #[cold]
+    fn find_long(&self, mask: u8, values: &[&str; DIMS]) -> (u64, Option<&Entry>) {
+        let mut h = KeyHash::default();
+        request_words(mask, values, &mut |w| {
+            h.push(w);
+            true
+        });
+        let hash = h.finish() & self.hash_bits;
+        let found = self.probe(hash).find(|e| {
+            let mut stored = self.key(e).iter();
+            request_words(mask, values, &mut |w| stored.next() == Some(&w))
+                && stored.next().is_none()
+        });
+        (hash, found)
+    }
+
+    /// The index into `dims` of the selector parameter `key` (any case), if it is one.
+    #[inline]
+    fn slot(&self, key: &str) -> Option<usize> {
+        let found = match short_word(key.as_bytes()) {
+            Some(word) => {
+                let word = lower8(word);
+                self.params
+                    .iter()
+                    .find(|p| p.word == word && p.key.len() == key.len())
+            }
+            None => self.params.iter().find(|p| p.key.eq_ignore_ascii_case(key)),
+        };
+        found.map(|p| usize::from(p.slot))
+    }
+
+    /// The entries whose key hashes to `hash`, in probe order.
+    fn probe(&self, hash: u64) -> impl Iterator<Item = &Entry> + '_ {
+        let last = self.table.len().wrapping_sub(1);
+        let start = hash as usize & last;
+        (0..self.table.len())
+            .map(move |n| self.table.get((start + n) & last))
+            .map_while(|slot| slot.filter(|s| s.entry != 0))
+            .filter(move |s| s.hash == hash)
+            .filter_map(|s| self.entries.get(s.entry as usize - 1))
+    }
+
+    /// The words of `e`'s key.
+    fn key(&self, e: &Entry) -> &[u64] {
+        let start = e.key as usize;
+        self.keys
+            .get(start..start + e.words as usize)
+            .unwrap_or_default()
+    }
+
+    /// The set `key` found in an earlier snapshot, in this one (a retry). `None` also
+    /// when two sets of the key's shape share its hash here (never seen with 64 bits;
+    /// the key keeps no values to tell them apart).
     pub fn by_key(&self, key: SelectionKey) -> Option<&CandidateSet> {
-        let subsets = self.sets.get(&key.hash)?;
-        // On a hash collision the first set of the same shape is taken: the earlier
-        // request verified its values; two value tuples sharing a 64-bit hash and a
-        // mask within one routing are not expected.
-        subsets.iter().find(|s| s.mask == key.mask).map(|s| &s.set)
+        let mut same = self
+            .probe(key.hash)
+            .filter(|e| self.key(e).first() == Some(&u64::from(key.mask)));
+        match (same.next(), same.next()) {
+            (Some(e), None) => Some(&e.set),
+            _ => None,
+        }
     }
 
     /// How many selection sets this routing holds (for tests and sizing).
     pub fn sets(&self) -> usize {
-        self.sets.values().map(Vec::len).sum()
+        self.entries.len()
     }
 }
 
@@ -198,49 +410,232 @@ fn value_of(p: &SnapshotProxy, d: Dimension) -> Option<&str> {
     }
 }
 
-fn lower(bytes: impl Iterator<Item = u8>) -> impl Iterator<Item = u8> {
-    bytes.map(|b| b.to_ascii_lowercase())
+/// Calls `f` with each word of the key a request's `values` (those in `mask`, raw as the
+/// username holds them) make; stops and answers `false` as soon as `f` does.
+#[inline]
+fn request_words(mask: u8, values: &[&str; DIMS], f: &mut impl FnMut(u64) -> bool) -> bool {
+    if !f(u64::from(mask)) {
+        return false;
+    }
+    for (i, v) in values.iter().enumerate() {
+        if mask & (1 << i) == 0 {
+            continue;
+        }
+        let more = if has_percent(v.as_bytes()) {
+            decoded_words(v, f)
+        } else {
+            slice_words(v.as_bytes(), f)
+        };
+        if !more {
+            return false;
+        }
+    }
+    true
 }
 
-/// FNV-1a over the mask, then each value's bytes with a terminator (values are
-/// lower-cased by the caller).
-fn hash_values<I, B>(mask: u8, values: I) -> u64
-where
-    I: IntoIterator<Item = B>,
-    B: IntoIterator<Item = u8>,
-{
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut mix = |b: u8| {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(PRIME);
+/// The words of one value given as bytes (a label, or a username value without
+/// escapes): its length, then its bytes ASCII lower-cased, eight to a word.
+#[inline]
+fn slice_words(bytes: &[u8], f: &mut impl FnMut(u64) -> bool) -> bool {
+    if !f(bytes.len() as u64) {
+        return false;
+    }
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        if !f(lower8(u64::from_le_bytes(word))) {
+            return false;
+        }
+    }
+    match short_word(chunks.remainder()) {
+        Some(tail) => f(lower8(tail)),
+        None => true,
+    }
+}
+
+/// The words of a username value holding `%`: as [`slice_words`] on its decoded bytes.
+#[cold]
+fn decoded_words(raw: &str, f: &mut impl FnMut(u64) -> bool) -> bool {
+    if !f(decoded(raw).count() as u64) {
+        return false;
+    }
+    let (mut word, mut filled) = ([0u8; 8], 0);
+    for b in decoded(raw) {
+        if let Some(slot) = word.get_mut(filled) {
+            *slot = b;
+        }
+        filled += 1;
+        if filled == 8 {
+            if !f(lower8(u64::from_le_bytes(word))) {
+                return false;
+            }
+            filled = 0;
+        }
+    }
+    match short_word(word.get(..filled).unwrap_or_default()) {
+        Some(tail) => f(lower8(tail)),
+        None => true,
+    }
+}
+
+/// One to eight bytes as one word, without copying them byte by byte: overlapping loads
+/// from both ends (bytes may appear twice; with the length known, the word still tells
+/// any two byte strings of that length apart). `None` for none or more than eight.
+#[inline]
+fn short_word(b: &[u8]) -> Option<u64> {
+    let n = b.len();
+    let word = match n {
+        0 | 9.. => return None,
+        8 => {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(b);
+            u64::from_le_bytes(w)
+        }
+        4..=7 => {
+            let (mut lo, mut hi) = ([0u8; 4], [0u8; 4]);
+            lo.copy_from_slice(b.get(..4)?);
+            hi.copy_from_slice(b.get(n - 4..)?);
+            u64::from(u32::from_le_bytes(lo)) | u64::from(u32::from_le_bytes(hi)) << 32
+        }
+        _ => {
+            let at = |i: usize| u64::from(b.get(i).copied().unwrap_or_default());
+            at(0) | at(n / 2) << 8 | at(n - 1) << 16
+        }
     };
-    mix(mask);
-    for value in values {
-        for b in value {
-            mix(b);
-        }
-        mix(0xFF);
-    }
-    h
+    Some(word)
 }
 
-/// A hasher for keys that are already hashes.
-#[derive(Debug, Default)]
-struct Prehashed(u64);
+/// Whether `b` holds a `%` (eight bytes at a time).
+#[inline]
+fn has_percent(b: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let has = |w: u64| {
+        let x = w ^ (ONES * u64::from(b'%'));
+        x.wrapping_sub(ONES) & !x & (ONES << 7) != 0
+    };
+    let mut chunks = b.chunks_exact(8);
+    chunks.any(|c| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        has(u64::from_le_bytes(w))
+    }) || short_word(chunks.remainder()).is_some_and(has)
+}
 
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
+/// The most words [`KeyBuf`] holds: values of up to ~80 bytes in all (longer ones are
+/// matched without it).
+const KEY_BUF: usize = 16;
+
+/// A request's key words, on the stack.
+struct KeyBuf {
+    words: [u64; KEY_BUF],
+    len: usize,
+}
+
+impl Default for KeyBuf {
+    fn default() -> Self {
+        Self {
+            words: [0; KEY_BUF],
+            len: 0,
+        }
     }
+}
 
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 << 8) | u64::from(*b);
+impl KeyBuf {
+    /// Appends `w`; `false` when full.
+    #[inline]
+    fn push(&mut self, w: u64) -> bool {
+        match self.words.get_mut(self.len) {
+            Some(slot) => {
+                *slot = w;
+                self.len += 1;
+                true
+            }
+            None => false,
         }
     }
 
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
+    fn words(&self) -> &[u64] {
+        self.words.get(..self.len).unwrap_or_default()
     }
 }
+
+/// Whether two keys are equal (inline: a key is a few words, too short for `memcmp`).
+#[inline]
+fn same(a: &[u64], b: &[u64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+/// The hash of a key's words. Within one process only (a [`SelectionKey`] is never
+/// stored or sent), so it may change between versions.
+fn hash_words(words: impl Iterator<Item = u64>) -> u64 {
+    words
+        .fold(KeyHash::default(), |mut h, w| {
+            h.push(w);
+            h
+        })
+        .finish()
+}
+
+/// The key hash, fed a word at a time: one folded multiply per pair of words (the
+/// 16-byte step of foldhash).
+#[derive(Debug, Clone, Copy)]
+struct KeyHash {
+    h: u64,
+    pending: Option<u64>,
+}
+
+impl Default for KeyHash {
+    fn default() -> Self {
+        Self {
+            h: 0x243F_6A88_85A3_08D3,
+            pending: None,
+        }
+    }
+}
+
+impl KeyHash {
+    const PAIR: u64 = 0x1319_8A2E_0370_7344;
+    const LAST: u64 = 0xA409_3822_299F_31D0;
+
+    #[inline]
+    fn push(&mut self, w: u64) {
+        match self.pending.take() {
+            Some(a) => self.h = folded_mul(a ^ self.h, w ^ Self::PAIR),
+            None => self.pending = Some(w),
+        }
+    }
+
+    #[inline]
+    fn finish(self) -> u64 {
+        match self.pending {
+            Some(a) => folded_mul(a ^ self.h, Self::LAST),
+            None => self.h,
+        }
+    }
+}
+
+/// The 128-bit product of `a` and `b`, its halves xored (foldhash's and ahash's mixing
+/// step).
+#[inline]
+fn folded_mul(a: u64, b: u64) -> u64 {
+    let x = u128::from(a) * u128::from(b);
+    (x as u64) ^ ((x >> 64) as u64)
+}
+
+/// `u8::to_ascii_lowercase` on each of eight bytes at once (bytes at or above 0x80 and
+/// all but `A`–`Z` unchanged).
+#[inline]
+fn lower8(x: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let low7 = x & !HIGH;
+    // The high bit of each byte: its low seven bits are at least `A` / more than `Z`.
+    let ge_a = low7 + ONES * (0x80 - u64::from(b'A'));
+    let gt_z = low7 + ONES * (0x80 - u64::from(b'Z') - 1);
+    let upper = ge_a & !gt_z & !x & HIGH;
+    x | (upper >> 2)
+}
+
+#[cfg(test)]
+mod tests;
