@@ -26,6 +26,8 @@
 #                     4 spaces), e.g. "    reportInterval: 1s"
 #   FANOUT_PERF=1     also `perf record -g` the controller for half the window
 #                     ($FANOUT_DIR/perf-N.data; report with perf report -i …)
+#   FANOUT_CONTROLLER the controller binary to measure (default $CARGO_TARGET_DIR/release/
+#                     proxy-pool-controller): a before/after run of a change
 #   FANOUT_MARKER     a file to create while measuring and delete after (a shared
 #                     machine's "benchmark running" flag); waits while another owns it
 #   CARGO_TARGET_DIR  where the binaries are built (default target)
@@ -38,7 +40,7 @@ BUILD=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "fanout: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -58,7 +60,7 @@ mkdir -p "$DIR"
 if [ "$BUILD" = 1 ]; then
     nice -n 5 cargo build --release -p proxy-pool-controller -p proxy-pool-bench-fanout
 fi
-CONTROLLER=$TARGET/release/proxy-pool-controller
+CONTROLLER=${FANOUT_CONTROLLER:-$TARGET/release/proxy-pool-controller}
 FANOUT=$TARGET/release/fanout
 for b in "$CONTROLLER" "$FANOUT" "$REDIS_SERVER"; do
     [ -x "$b" ] || { echo "fanout: missing $b" >&2; exit 1; }
@@ -135,7 +137,7 @@ take_marker() {
     [ -n "$MARKER" ] || return 0
     while [ -f "$MARKER" ] && ! grep -q "fanout $$" "$MARKER" 2>/dev/null; do
         echo "fanout: $MARKER exists ($(cat "$MARKER" 2>/dev/null)); waiting" >&2
-        sleep 30
+        sleep 5
     done
     echo "fanout $$ (bench/fanout/run.sh) since $(date -u +%H:%M:%S)" >"$MARKER"
 }

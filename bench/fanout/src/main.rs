@@ -40,7 +40,11 @@ struct Args {
     #[arg(long)]
     redis: String,
     /// Upstreams the proxies belong to (configured in the controller), comma-separated.
-    #[arg(long, default_value = "fanout-a,fanout-b,fanout-c,fanout-d", value_delimiter = ',')]
+    #[arg(
+        long,
+        default_value = "fanout-a,fanout-b,fanout-c,fanout-d",
+        value_delimiter = ','
+    )]
     upstreams: Vec<String>,
     /// Proxies in the pool.
     #[arg(long, default_value_t = 100_000)]
@@ -188,7 +192,11 @@ async fn main() -> Result<()> {
     let mut tasks = Vec::with_capacity(args.sessions);
     let t = Instant::now();
     for i in 0..args.sessions {
-        tasks.push(tokio::spawn(session::run(i, shared.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(session::run(
+            i,
+            shared.clone(),
+            stop_rx.clone(),
+        )));
         tokio::time::sleep(Duration::from_millis(args.stagger_ms)).await;
     }
     // Ready: every session applied a snapshot and the held total stopped growing.

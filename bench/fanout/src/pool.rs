@@ -85,7 +85,10 @@ impl PoolDriver {
     }
 
     fn id_of(&self, n: u64) -> Result<ProxyId> {
-        Ok(ProxyId::new(format!("fanout-{}-{n:08}", self.upstream_of(n)))?)
+        Ok(ProxyId::new(format!(
+            "fanout-{}-{n:08}",
+            self.upstream_of(n)
+        ))?)
     }
 
     fn candidate(&self, n: u64) -> Result<Candidate> {
@@ -142,7 +145,10 @@ impl PoolDriver {
                     .context("upsert")?;
                 let dropped = report.dropped_total();
                 if dropped > 0 {
-                    bail!("the pool dropped {dropped} candidates: {:?}", report.dropped);
+                    bail!(
+                        "the pool dropped {dropped} candidates: {:?}",
+                        report.dropped
+                    );
                 }
             }
         }

@@ -9,17 +9,19 @@
 //! after a second on any failure, keeping its state, like the gateway's backoff.
 //! Skipped: building the gateway's `LiveSnapshot` and outcome batches (no traffic).
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Result, anyhow, bail};
 use prost::Message;
-use proxy_pool_api::controlplane::client::{self, ClientOptions, ClientTransport};
+use proxy_pool_api::controlplane::client::ClientOptions;
 use proxy_pool_api::controlplane::pb::worker_control_plane_client::WorkerControlPlaneClient;
 use proxy_pool_api::controlplane::state::SnapshotState;
 use proxy_pool_api::controlplane::{PROTOCOL_VERSION, limits, model, pb};
 use tokio::sync::watch;
+use tonic::transport::Endpoint;
 
 use crate::track::{Seen, Tracker};
 
@@ -108,6 +110,8 @@ async fn answered<T>(
 struct Local {
     worker_id: String,
     instance_id: String,
+    /// Loopback source address of its connections, one per session.
+    source: IpAddr,
     state: Option<SnapshotState>,
     counted: bool,
 }
@@ -117,6 +121,12 @@ pub async fn run(index: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
     let mut local = Local {
         worker_id: format!("fanout-gw-{index:04}"),
         instance_id: format!("fanout-gw-{index:04}-{}", std::process::id()),
+        source: IpAddr::V4(Ipv4Addr::new(
+            127,
+            200,
+            u8::try_from(index / 250).unwrap_or(u8::MAX),
+            u8::try_from(index % 250 + 1).unwrap_or(u8::MAX),
+        )),
         state: None,
         counted: false,
     };
@@ -143,12 +153,17 @@ pub async fn run(index: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
 async fn session(local: &mut Local, shared: &Shared) -> Result<()> {
     let options = ClientOptions::default();
     let timeout = options.call_timeout;
-    let channel = client::connect(
-        &shared.endpoint,
-        &ClientTransport::LoopbackPlaintext,
-        &options,
-    )
-    .await?;
+    // `api::controlplane::client::connect`'s settings, plus a source address of its
+    // own: real gateways connect from distinct pod addresses, and the controller
+    // allows 64 connections per source address.
+    let channel = Endpoint::from_shared(shared.endpoint.clone())?
+        .connect_timeout(options.connect_timeout)
+        .http2_keep_alive_interval(options.keepalive_interval)
+        .keep_alive_timeout(options.keepalive_timeout)
+        .keep_alive_while_idle(true)
+        .local_address(Some(local.source))
+        .connect()
+        .await?;
     let mut rpc = WorkerControlPlaneClient::new(channel)
         .max_decoding_message_size(limits::SNAPSHOT)
         .max_encoding_message_size(limits::REPORT_RUNTIME);
