@@ -23,7 +23,7 @@
 #   FANOUT_DIR        state, logs and results (default .cache/bench-fanout)
 #   FANOUT_PORT_BASE  first of 4 consecutive loopback ports (default 19400)
 #   FANOUT_CP_EXTRA   extra lines for the controller's controlPlane section (indented
-#                     4 spaces), e.g. "    reportInterval: 1s"
+#                     2 spaces), e.g. "  reportInterval: 1s"
 #   FANOUT_PERF=1     also `perf record -g` the controller for half the window
 #                     ($FANOUT_DIR/perf-N.data; report with perf report -i …)
 #   FANOUT_CONTROLLER the controller binary to measure (default $CARGO_TARGET_DIR/release/
