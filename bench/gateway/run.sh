@@ -329,9 +329,9 @@ pid_of() {
         *) echo "" ;;
     esac
 }
-cpu_ticks() { # pid → utime+stime in clock ticks (0 for no process)
-    [ -n "$1" ] || { echo 0; return; }
-    awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+cpu_ticks() { # pid → "utime stime" in clock ticks (0 0 for no process)
+    [ -n "$1" ] || { echo 0 0; return; }
+    awk '{ sub(/^.*\) /, ""); print $12, $13 }' "/proc/$1/stat"
 }
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 TICK=$(getconf CLK_TCK)
@@ -348,7 +348,8 @@ drain_timewait() {
     return 0
 }
 
-measure() { # name system mode [rate] → results/name.json (+ cpu_us_per_op)
+measure() { # name system mode [rate] → results/name.json (+ cpu_us_per_op, its user and
+    # system parts cpu_user_us_per_op and cpu_sys_us_per_op)
     local name=$1 system=$2 mode=$3 rate=${4:-}
     local pid args before after
     [ "$mode" = connect ] && drain_timewait
@@ -360,8 +361,11 @@ measure() { # name system mode [rate] → results/name.json (+ cpu_us_per_op)
     loadgen run --mode "$mode" "${args[@]}" --target "$ECHO_URL" "${extra[@]}" \
         --duration "${SECONDS_PER_PHASE}s" --timeout 10s --format json > "$DIR/results/$name.json"
     after=$(cpu_ticks "$pid")
-    jq --argjson t "$((after - before))" --argjson hz "$TICK" \
-        '. + {cpu_us_per_op: (if .ok > 0 and $t > 0 then ($t * 1000000 / $hz / .ok) else null end)}' \
+    local user sys
+    read -r user sys < <(echo "$before $after" | awk '{ print $3 - $1, $4 - $2 }')
+    jq --argjson u "$user" --argjson s "$sys" --argjson hz "$TICK" \
+        'def per_op(t): if .ok > 0 and ($u + $s) > 0 then (t * 1000000 / $hz / .ok) else null end;
+         . + {cpu_us_per_op: per_op($u + $s), cpu_user_us_per_op: per_op($u), cpu_sys_us_per_op: per_op($s)}' \
         "$DIR/results/$name.json" > "$DIR/results/$name.tmp" && mv "$DIR/results/$name.tmp" "$DIR/results/$name.json"
     jq -r --arg n "$name" '"  \($n): \(.ok) ok, \(.ops - .ok) failed \(.errors), \(.ok_per_s | floor)/s, p50 \(.latency.p50_us) µs, p99 \(.latency.p99_us) µs, cpu/op \(.cpu_us_per_op // "-") µs"' "$DIR/results/$name.json"
 }
@@ -625,6 +629,9 @@ scpu=$(r connect-squid .cpu_us_per_op) lcpu=$(r connect-glider .cpu_us_per_op)
 printf '| (e) CPU per CONNECT tunnel, µs | – | %s | %s | %s | %s | %s | %s | %s |\n' \
     "$(num "$gcpu")" "$(num "$rcpu")" "$(num "$scpu")" "$(num "$lcpu")" \
     "$(ratio "$gcpu" "$rcpu")" "$(ratio "$gcpu" "$scpu")" "$(ratio "$gcpu" "$lcpu")"
+split() { printf '%s / %s' "$(num "$(r "$1" .cpu_user_us_per_op)")" "$(num "$(r "$1" .cpu_sys_us_per_op)")"; }
+printf '| (e) of which user / system (kernel), µs | – | %s | %s | %s | %s | | | |\n' \
+    "$(split connect-gateway)" "$(split connect-relay)" "$(split connect-squid)" "$(split connect-glider)"
 printf '| keep-alive requests per CPU-second of the proxy | – | %s | – | %s | %s | | %s | %s |\n' \
     "$gk" "$sk" "$lk" "$(ratio "$gk" "$sk")" "$(ratio "$gk" "$lk")"
 gt=$(percore "$gcpu") rt=$(percore "$rcpu") st=$(percore "$scpu") lt=$(percore "$lcpu")
