@@ -115,8 +115,9 @@ SQUID=$(command -v squid || echo /usr/sbin/squid)
 # The package starts a system squid on :3128; it is not ours and not measured.
 
 # glider: built once from its Go module (`go build` in the module's own directory, so its
-# go.mod and go.sum pin every dependency; `go install …@version` refuses modules with
-# replace directives, which glider has). Not needed by the A/B mode.
+# go.mod and go.sum pin every dependency; `go install …@version` rejects modules with
+# replace directives, which glider has, and first reads the module's version list, which
+# the module proxy may refuse). Not needed by the A/B mode.
 GLIDER_VERSION=${GLIDER_VERSION:-v0.16.4}
 GLIDER=${GLIDER_BIN:-${PROXY_POOL_CACHE_DIR:-$ROOT/.cache}/glider/$GLIDER_VERSION/glider}
 if [ -z "${GATEWAY_BIN_B:-}" ] && [ ! -x "$GLIDER" ]; then
