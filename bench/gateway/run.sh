@@ -1,19 +1,43 @@
 #!/usr/bin/env bash
-# Gateway vs squid vs a direct connection to the upstream, in one run, on loopback.
+# Gateway vs its peers (squid, glider) vs the floor (a minimal relay) vs a direct
+# connection to the upstream, in one run, on loopback.
 #
 #   ./bench/gateway/run.sh [--no-build]
 #
 # Starts the vendor simulator (upstream HTTP proxies + echo target), the controller
 # (memory pool), a checker and the gateway (release builds, as scripts/dev-up.sh does),
-# and squid from Debian (installed with apt-get when missing; run unprivileged with a
-# generated config: cache_peer to the same simulator proxies, never_direct, no cache,
-# no access log). Then measures, for direct / gateway / squid:
+# and, all in front of the same simulator proxies:
+#   squid   from Debian (installed with apt-get when missing; run unprivileged with a
+#           generated config: cache_peer to the simulator proxies, round-robin,
+#           never_direct, no cache, no access log);
+#   glider  github.com/nadoo/glider (a rotating forward proxy), built from its Go module
+#           into ${PROXY_POOL_CACHE_DIR:-.cache}/glider/<version>/ when missing: one
+#           -forward http://user:pass@ip:port per simulator proxy, -strategy rr, health
+#           checks off (-check disable: the default probes a public URL) and
+#           -maxfailures 0 (no forwarder is ever disabled: with checks off nothing would
+#           enable it again). glider closes every plain-HTTP client connection after its
+#           response (Connection: close) and carries each such request through a new
+#           CONNECT tunnel to the upstream: its (a) and (c) figures include a new client
+#           connection per request;
+#   relay   the floor, bench/relay (bench-relay): the least work that carries a CONNECT
+#           tunnel the way the gateway must — accept, read the client's CONNECT head, dial
+#           the next simulator proxy (round-robin), send it CONNECT with
+#           Proxy-Authorization, read its 200, answer 200, relay both ways with plain
+#           read/write loops, close; no routing, no auth, no metrics. One current-thread
+#           Tokio runtime per core on SO_REUSEPORT listeners, like the gateway's data
+#           plane, so gateway ÷ relay is the gateway's own work per tunnel. CONNECT only.
+# Then measures:
 #   (a) keep-alive HTTP req/s (closed loop), and CPU µs per request of the proxy process
+#       (direct, gateway, squid, glider)
 #   (b) CONNECT tunnels per second (new tunnel + one request each), CPU µs per tunnel
-#   (c) p50/p99 at 50 % of each proxy's own max rate (open loop), minus direct's at the
-#       same rate
-#   (d) RSS per idle CONNECT tunnel
-# and prints a table; ratios are against the direct baseline of the same run.
+#       (direct, gateway, relay, squid, glider)
+#   (c) p50/p99 at 50 % of each proxy's own max rate (open loop, keep-alive HTTP), minus
+#       direct's at the same rate (gateway, squid, glider), and the gateway's at each
+#       peer's rate too (the same load as the peer)
+#   (d) RSS per idle CONNECT tunnel (gateway, squid)
+# and prints a table: ratios against the direct baseline of the same run, gateway ÷
+# relay, squid and glider, and the #21 targets (CPU per tunnel ≤ 1.2 × the relay's;
+# added p99 ≤ 0.5 × the better peer's).
 #
 # Environment (all optional):
 #   BENCH_SECONDS      length of each measured phase (default 10)
@@ -21,6 +45,9 @@
 #   BENCH_PROXIES      simulator upstream proxies shared by all three (default 8)
 #   BENCH_TUNNELS      idle tunnels for the memory figure (default 2000)
 #   BENCH_PORT_BASE    first of 12 consecutive loopback ports (default 19300)
+#   RELAY_BIN          the floor relay (default $CARGO_TARGET_DIR/release/bench-relay)
+#   GLIDER_BIN         a glider binary to use instead of the cached build
+#   GLIDER_VERSION     the glider module version built when missing (default v0.16.4)
 #   BENCH_DIR          state and results (default .cache/bench-gateway)
 #   BENCH_NICE         nice level of the measured processes and the load side (default -10
 #                      as root, 0 otherwise): ahead of unrelated builds on the machine
@@ -34,7 +61,7 @@
 #                      proxy-pool-gateway): A/B runs of an old and a new build
 #   GATEWAY_BIN_B      A/B mode: measure GATEWAY_BIN (A) against this binary (B) on one
 #                      stack, alternated (A B, B A, A B, …; each started afresh and warmed
-#                      up), (a) and (b) only, no squid or direct; prints every round, the
+#                      up), (a) and (b) only, no peers, relay or direct; prints every round, the
 #                      medians of CPU µs per request / per tunnel and of the rates, and
 #                      B ÷ A. E.g. GATEWAY_BIN=old/proxy-pool-gateway
 #                      GATEWAY_BIN_B=new/proxy-pool-gateway BENCH_SECONDS=5 ./bench/gateway/run.sh --no-build
@@ -51,7 +78,7 @@ BUILD=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,75p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -69,11 +96,12 @@ TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 case "$TARGET" in /*) ;; *) TARGET=$ROOT/$TARGET ;; esac
 BIN=$TARGET/release
 GW_BIN=${GATEWAY_BIN:-$BIN/proxy-pool-gateway}
+RELAY=${RELAY_BIN:-$BIN/bench-relay}
 
 SIM_PORT=$BASE ECHO_PORT=$((BASE + 1)) ECHO_TLS_PORT=$((BASE + 2))
 DIST_PORT=$((BASE + 3)) ADMIN_PORT=$((BASE + 4)) CP_PORT=$((BASE + 5))
 GW_HTTP_PORT=$((BASE + 6)) GW_SOCKS_PORT=$((BASE + 7)) GW_ADMIN_PORT=$((BASE + 8))
-SQUID_PORT=$((BASE + 9))
+SQUID_PORT=$((BASE + 9)) RELAY_PORT=$((BASE + 10)) GLIDER_PORT=$((BASE + 11))
 
 for tool in curl jq sha256sum taskset; do
     command -v "$tool" >/dev/null || { echo "bench: $tool is required" >&2; exit 1; }
@@ -86,15 +114,41 @@ fi
 SQUID=$(command -v squid || echo /usr/sbin/squid)
 # The package starts a system squid on :3128; it is not ours and not measured.
 
+# glider: built once from its Go module (`go build` in the module's own directory, so its
+# go.mod and go.sum pin every dependency; `go install …@version` rejects modules with
+# replace directives, which glider has, and first reads the module's version list, which
+# the module proxy may refuse). Not needed by the A/B mode.
+GLIDER_VERSION=${GLIDER_VERSION:-v0.16.4}
+GLIDER=${GLIDER_BIN:-${PROXY_POOL_CACHE_DIR:-$ROOT/.cache}/glider/$GLIDER_VERSION/glider}
+if [ -z "${GATEWAY_BIN_B:-}" ] && [ ! -x "$GLIDER" ]; then
+    [ -z "${GLIDER_BIN:-}" ] || { echo "bench: GLIDER_BIN $GLIDER_BIN is not executable" >&2; exit 1; }
+    repo=$ROOT
+    # shellcheck source=scripts/lib/go.sh
+    . "$ROOT/scripts/lib/go.sh"
+    go_tool_init bench "the Go toolchain is required to build glider"
+    build_glider() { # scratch dir → scratch/glider
+        local src
+        src=$(go_mod_dir "github.com/nadoo/glider@$GLIDER_VERSION")
+        [ -n "$src" ] || return 1
+        (cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -buildvcs=false \
+            -ldflags "-s -w" -o "$1/glider" .)
+    }
+    go_build_once "glider $GLIDER_VERSION" "$GLIDER" build_glider
+fi
+
 if [ "$BUILD" = 1 ]; then
     echo "bench: building release binaries"
     cargo build --release -p proxy-pool-e2e -p proxy-pool-controller -p proxy-pool-checker \
-        -p proxy-pool-gateway --bins
+        -p proxy-pool-gateway -p proxy-pool-bench-relay --bins
 fi
 for b in vendor-sim loadgen proxy-pool-controller proxy-pool-checker proxy-pool-gateway; do
     [ -x "$BIN/$b" ] || { echo "bench: $BIN/$b missing (run without --no-build)" >&2; exit 1; }
 done
 [ -x "$GW_BIN" ] || { echo "bench: GATEWAY_BIN $GW_BIN is not executable" >&2; exit 1; }
+[ -n "${GATEWAY_BIN_B:-}" ] || [ -x "$RELAY" ] || {
+    echo "bench: $RELAY missing (run without --no-build, or set RELAY_BIN; cargo build --release -p proxy-pool-bench-relay)" >&2
+    exit 1
+}
 
 rm -rf "$DIR"
 mkdir -p "$DIR/logs" "$DIR/results" "$DIR/squid"
@@ -102,6 +156,11 @@ chmod 755 "$DIR"
 
 # Enough descriptors for the idle-tunnel phase (each tunnel: 2 in the proxy, 2 in the
 # simulator, 1 in the echo server and 1 in the load generator).
+# glider holds each tunnel's sockets for 5 s after the client has gone (its relay waits
+# out a read deadline instead of passing the half-close on), so its CONNECT rate is
+# bounded by the descriptor limit (~1,000 tunnels/s under 20,000); raise the hard limit
+# where the container permits it.
+[ "$(id -u)" = 0 ] && { ulimit -Hn 262144 2>/dev/null || true; }
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 VENDOR_KEY=bench-vendor-key
@@ -263,12 +322,22 @@ proxy_args() { # system → --proxy arguments
         direct) for u in "${UPSTREAMS[@]}"; do printf -- '--proxy\n%s\n' "$u"; done ;;
         gateway) printf -- '--proxy\nhttp://%s:%s@127.0.0.1:%s\n' "$GW_USER" "$GW_PASS" "$GW_HTTP_PORT" ;;
         squid) printf -- '--proxy\nhttp://127.0.0.1:%s\n' "$SQUID_PORT" ;;
+        glider) printf -- '--proxy\nhttp://127.0.0.1:%s\n' "$GLIDER_PORT" ;;
+        relay) printf -- '--proxy\nhttp://127.0.0.1:%s\n' "$RELAY_PORT" ;;
     esac
 }
-pid_of() { case "$1" in gateway) echo "$GW_PID" ;; squid) echo "$SQUID_PID" ;; *) echo "" ;; esac; }
-cpu_ticks() { # pid → utime+stime in clock ticks (0 for no process)
-    [ -n "$1" ] || { echo 0; return; }
-    awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+pid_of() {
+    case "$1" in
+        gateway) echo "$GW_PID" ;;
+        squid) echo "$SQUID_PID" ;;
+        glider) echo "$GLIDER_PID" ;;
+        relay) echo "$RELAY_PID" ;;
+        *) echo "" ;;
+    esac
+}
+cpu_ticks() { # pid → "utime stime" in clock ticks (0 0 for no process)
+    [ -n "$1" ] || { echo 0 0; return; }
+    awk '{ sub(/^.*\) /, ""); print $12, $13 }' "/proc/$1/stat"
 }
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 TICK=$(getconf CLK_TCK)
@@ -285,7 +354,8 @@ drain_timewait() {
     return 0
 }
 
-measure() { # name system mode [rate] → results/name.json (+ cpu_us_per_op)
+measure() { # name system mode [rate] → results/name.json (+ cpu_us_per_op, its user and
+    # system parts cpu_user_us_per_op and cpu_sys_us_per_op)
     local name=$1 system=$2 mode=$3 rate=${4:-}
     local pid args before after
     [ "$mode" = connect ] && drain_timewait
@@ -297,8 +367,11 @@ measure() { # name system mode [rate] → results/name.json (+ cpu_us_per_op)
     loadgen run --mode "$mode" "${args[@]}" --target "$ECHO_URL" "${extra[@]}" \
         --duration "${SECONDS_PER_PHASE}s" --timeout 10s --format json > "$DIR/results/$name.json"
     after=$(cpu_ticks "$pid")
-    jq --argjson t "$((after - before))" --argjson hz "$TICK" \
-        '. + {cpu_us_per_op: (if .ok > 0 and $t > 0 then ($t * 1000000 / $hz / .ok) else null end)}' \
+    local user sys
+    read -r user sys < <(echo "$before $after" | awk '{ print $3 - $1, $4 - $2 }')
+    jq --argjson u "$user" --argjson s "$sys" --argjson hz "$TICK" \
+        'def per_op(t): if .ok > 0 and ($u + $s) > 0 then (t * 1000000 / $hz / .ok) else null end;
+         . + {cpu_us_per_op: per_op($u + $s), cpu_user_us_per_op: per_op($u), cpu_sys_us_per_op: per_op($s)}' \
         "$DIR/results/$name.json" > "$DIR/results/$name.tmp" && mv "$DIR/results/$name.tmp" "$DIR/results/$name.json"
     jq -r --arg n "$name" '"  \($n): \(.ok) ok, \(.ops - .ok) failed \(.errors), \(.ok_per_s | floor)/s, p50 \(.latency.p50_us) µs, p99 \(.latency.p99_us) µs, cpu/op \(.cpu_us_per_op // "-") µs"' "$DIR/results/$name.json"
 }
@@ -412,10 +485,28 @@ start squid "$CPU_PROXY" "${SQUID_CMD[@]}"
 wait_for "squid" curl -fsS --max-time 5 -x "http://127.0.0.1:$SQUID_PORT" "$ECHO_URL"
 SQUID_PID=$(cat "$SQ/squid.pid")
 
+# glider: the same upstreams, round-robin, nothing probed (see the header).
+GLIDER_ARGS=(-listen "http://127.0.0.1:$GLIDER_PORT" -strategy rr -check disable -maxfailures 0)
+for u in "${UPSTREAMS[@]}"; do GLIDER_ARGS+=(-forward "$u"); done
+start glider "$CPU_PROXY" "$GLIDER" "${GLIDER_ARGS[@]}"
+GLIDER_PID=${PIDS[-1]}
+wait_for "glider" curl -fsS --max-time 5 -x "http://127.0.0.1:$GLIDER_PORT" "$ECHO_URL"
+
+# The floor: CONNECT only (curl -p tunnels through it).
+RELAY_ARGS=(--listen "127.0.0.1:$RELAY_PORT")
+[ -n "${GATEWAY_WORKER_THREADS:-}" ] && RELAY_ARGS+=(--threads "$GATEWAY_WORKER_THREADS")
+for u in "${UPSTREAMS[@]}"; do RELAY_ARGS+=(--upstream "$u"); done
+start relay "$CPU_PROXY" "$RELAY" "${RELAY_ARGS[@]}"
+RELAY_PID=${PIDS[-1]}
+wait_for "relay" curl -fsS --max-time 5 -p -x "http://127.0.0.1:$RELAY_PORT" "$ECHO_URL"
+
 if [ "${BENCH_STAY_UP:-0}" = 1 ]; then
     # For profiling by hand: the stack stays up until Ctrl-C or SIGTERM.
     printf '%s\n' "gateway http://$GW_USER:$GW_PASS@127.0.0.1:$GW_HTTP_PORT (pid $GW_PID)" \
-        "squid http://127.0.0.1:$SQUID_PORT (pid $SQUID_PID)" "target $ECHO_URL" "upstreams:" "${UPSTREAMS[@]}" \
+        "squid http://127.0.0.1:$SQUID_PORT (pid $SQUID_PID)" \
+        "glider http://127.0.0.1:$GLIDER_PORT (pid $GLIDER_PID, $GLIDER)" \
+        "relay http://127.0.0.1:$RELAY_PORT (pid $RELAY_PID, CONNECT only)" \
+        "target $ECHO_URL" "simulator pid $SIM_PID" "upstreams:" "${UPSTREAMS[@]}" \
         > "$DIR/stack.txt"
     cat "$DIR/stack.txt"
     echo "bench: stack up (BENCH_STAY_UP=1); Ctrl-C stops it"
@@ -425,26 +516,30 @@ fi
 echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg); ${SECONDS_PER_PHASE}s phases, $CONNS connections, $NPROX upstreams, nice $NICE, cpus proxy='${CPU_PROXY:-any}' load='${CPU_LOAD:-any}', gateway --worker-threads ${GATEWAY_WORKER_THREADS:-default}, gateway binary $GW_BIN ($(sha256sum "$GW_BIN" | cut -c1-12))"
 date -u +"bench: %Y-%m-%d %H:%M UTC"
 
+echo "bench: glider $GLIDER_VERSION ($(sha256sum "$GLIDER" | cut -c1-12)), relay $RELAY ($(sha256sum "$RELAY" | cut -c1-12))"
+
 echo "bench: warm-up"
-for s in direct gateway squid; do
+for s in direct gateway squid glider; do
     mapfile -t args < <(proxy_args "$s")
     loadgen run --mode http "${args[@]}" --target "$ECHO_URL" --connections "$CONNS" --duration 2s --format json >/dev/null
 done
 
 echo "bench: (a) keep-alive HTTP, closed loop"
-for s in direct gateway squid; do measure "http-$s" "$s" http; done
+for s in direct gateway squid glider; do measure "http-$s" "$s" http; done
 echo "bench: (b) CONNECT tunnels, closed loop"
-for s in direct gateway squid; do measure "connect-$s" "$s" connect; done
+for s in direct gateway relay squid glider; do measure "connect-$s" "$s" connect; done
 drain_timewait
 echo "bench: (c) open loop at 50 % of each proxy's max rate, alternating with direct at the same rate"
 # Three alternating slices each; the added latency is the median over the slices of
 # (proxy − direct), so a burst of unrelated load on the machine spoils one slice, not
-# the figure.
+# the figure. At each peer's rate the gateway is measured too (its slices between the
+# peer's and direct's): gateway and peer compared at the same load.
 SLICE=$(( (SECONDS_PER_PHASE + 1) / 2 ))
-for s in gateway squid; do
+for s in gateway squid glider; do
     rate=$(field "http-$s" '(.ok_per_s / 2) | floor')
     for k in 1 2 3; do
         SECONDS_PER_PHASE=$SLICE measure "open-$s-$k" "$s" http "$rate"
+        [ "$s" = gateway ] || SECONDS_PER_PHASE=$SLICE measure "open-gateway-at-$s-$k" gateway http "$rate"
         SECONDS_PER_PHASE=$SLICE measure "open-direct-for-$s-$k" direct http "$rate"
     done
 done
@@ -473,46 +568,107 @@ done
 
 # ---------- table ----------
 r() { field "$1" "$2"; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
-num() { awk -v a="$1" 'BEGIN { if (a == "null" || a == "") print "-"; else printf "%.1f", a }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "-" && a != "null" && b != "-" && b != "null" && b > 0) printf "%.2f", a / b; else print "-" }'; }
+num() { awk -v a="$1" 'BEGIN { if (a == "null" || a == "" || a == "-") print "-"; else printf "%.1f", a }'; }
+rate_of() { awk -v a="$1" 'BEGIN { if (a == "null" || a == "") print "-"; else printf "%.0f", a }'; }
+# A figure of a system with its ratio to direct's: "N (R×)".
+vs_direct() { printf '%s (%s×)' "$(rate_of "$1")" "$(ratio "$1" "$2")"; }
+failed() { # results name → ", N failed" when operations failed
+    local n
+    n=$(r "$1" '.ops - .ok')
+    [ "$n" = 0 ] || printf ', %s failed' "$n"
+}
 
-dh=$(r http-direct .ok_per_s) gh=$(r http-gateway .ok_per_s) sh=$(r http-squid .ok_per_s)
-dc=$(r connect-direct .ok_per_s) gc=$(r connect-gateway .ok_per_s) sc=$(r connect-squid .ok_per_s)
+dh=$(r http-direct .ok_per_s) gh=$(r http-gateway .ok_per_s) sh=$(r http-squid .ok_per_s) lh=$(r http-glider .ok_per_s)
+dc=$(r connect-direct .ok_per_s) gc=$(r connect-gateway .ok_per_s) rc=$(r connect-relay .ok_per_s)
+sc=$(r connect-squid .ok_per_s) lc=$(r connect-glider .ok_per_s)
 echo
-echo "| figure | direct (baseline) | gateway | squid | gateway ÷ squid |"
-echo "|---|---:|---:|---:|---:|"
-printf '| (a) keep-alive HTTP req/s | %.0f | %.0f (%s×) | %.0f (%s×) | %s |\n' \
-    "$dh" "$gh" "$(ratio "$gh" "$dh")" "$sh" "$(ratio "$sh" "$dh")" "$(ratio "$gh" "$sh")"
-printf '| (b) CONNECT tunnels/s | %.0f | %.0f (%s×) | %.0f (%s×) | %s |\n' \
-    "$dc" "$gc" "$(ratio "$gc" "$dc")" "$sc" "$(ratio "$sc" "$dc")" "$(ratio "$gc" "$sc")"
+echo "| figure | direct (baseline) | gateway | relay (floor) | squid | glider | gateway ÷ relay | gateway ÷ squid | gateway ÷ glider |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+printf '| (a) keep-alive HTTP req/s | %.0f | %s | – | %s | %s | | %s | %s |\n' \
+    "$dh" "$(vs_direct "$gh" "$dh")" "$(vs_direct "$sh" "$dh")" "$(vs_direct "$lh" "$dh")" \
+    "$(ratio "$gh" "$sh")" "$(ratio "$gh" "$lh")"
+printf '| (b) CONNECT tunnels/s | %.0f | %s | %s | %s | %s | %s | %s | %s |\n' \
+    "$dc" "$(vs_direct "$gc" "$dc")$(failed connect-gateway)" "$(vs_direct "$rc" "$dc")$(failed connect-relay)" \
+    "$(vs_direct "$sc" "$dc")$(failed connect-squid)" "$(vs_direct "$lc" "$dc")$(failed connect-glider)" \
+    "$(ratio "$gc" "$rc")" "$(ratio "$gc" "$sc")" "$(ratio "$gc" "$lc")"
 median3() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
-added() { # system field → median over the slices of proxy − direct
+added() { # results-prefix direct-prefix field → median over the slices of proxy − direct
     local k d=()
     for k in 1 2 3; do
-        d+=($(( $(r "open-$1-$k" "$2") - $(r "open-direct-for-$1-$k" "$2") )))
+        d+=($(( $(r "$1-$k" "$3") - $(r "$2-$k" "$3") )))
     done
     median3 "${d[@]}"
 }
-for s in gateway squid; do
-    eval "${s}_rate=\$(r open-$s-1 .pacing.rate)"
-    eval "${s}_p50=\$(added $s .latency.p50_us)"
-    eval "${s}_p99=\$(added $s .latency.p99_us)"
+abs() { # results-prefix field → median over the slices
+    median3 "$(r "$1-1" "$2")" "$(r "$1-2" "$2")" "$(r "$1-3" "$2")"
+}
+# P50/P99[system] at its own 50 % rate; [gateway@peer] at the peer's rate.
+declare -A RATE P50 P99 ABS99
+for s in gateway squid glider; do
+    RATE[$s]=$(r "open-$s-1" .pacing.rate)
+    P50[$s]=$(added "open-$s" "open-direct-for-$s" .latency.p50_us)
+    P99[$s]=$(added "open-$s" "open-direct-for-$s" .latency.p99_us)
+    ABS99[$s]=$(abs "open-$s" .latency.p99_us)
+    ABS99[direct@$s]=$(abs "open-direct-for-$s" .latency.p99_us)
+    [ "$s" = gateway ] && continue
+    P50[gateway@$s]=$(added "open-gateway-at-$s" "open-direct-for-$s" .latency.p50_us)
+    P99[gateway@$s]=$(added "open-gateway-at-$s" "open-direct-for-$s" .latency.p99_us)
+    ABS99[gateway@$s]=$(abs "open-gateway-at-$s" .latency.p99_us)
 done
-printf '| (c) added p50 / p99 at 50 %% load, µs (median of 3 slices) | 0 / 0 | %s / %s at %.0f/s | %s / %s at %.0f/s | |\n' \
-    "$gateway_p50" "$gateway_p99" "$gateway_rate" "$squid_p50" "$squid_p99" "$squid_rate"
+lat() { printf '%s / %s (p99 %s)' "${P50[$1]}" "${P99[$1]}" "${ABS99[$1]}"; }
+printf '| (c) added p50 / p99 (absolute p99), µs, at 50 %% of each one'"'"'s own max rate: %.0f / %.0f / %.0f/s | p99 %s / %s / %s | %s | – | %s | %s | | %s | %s |\n' \
+    "${RATE[gateway]}" "${RATE[squid]}" "${RATE[glider]}" \
+    "${ABS99[direct@gateway]}" "${ABS99[direct@squid]}" "${ABS99[direct@glider]}" \
+    "$(lat gateway)" "$(lat squid)" "$(lat glider)" \
+    "$(ratio "${P99[gateway]}" "${P99[squid]}")" "$(ratio "${P99[gateway]}" "${P99[glider]}")"
+printf '| (c) the same at 50 %% of squid'"'"'s max rate, %.0f/s | p99 %s | %s | – | %s | – | | %s | |\n' \
+    "${RATE[squid]}" "${ABS99[direct@squid]}" "$(lat gateway@squid)" "$(lat squid)" \
+    "$(ratio "${P99[gateway@squid]}" "${P99[squid]}")"
+printf '| (c) the same at 50 %% of glider'"'"'s max rate, %.0f/s | p99 %s | %s | – | – | %s | | | %s |\n' \
+    "${RATE[glider]}" "${ABS99[direct@glider]}" "$(lat gateway@glider)" "$(lat glider)" \
+    "$(ratio "${P99[gateway@glider]}" "${P99[glider]}")"
 idle() { [ -f "$DIR/results/idle-$1.json" ] || { echo "-"; return; }; jq -r '((.rss_after_kib - .rss_before_kib) * 1024 / (if .tunnels > 0 then .tunnels else 1 end)) | floor' "$DIR/results/idle-$1.json"; }
 gi=$(idle gateway) si=$(idle squid)
-[ "$gi" = - ] || printf '| (d) RSS per idle tunnel, bytes | – | %s | %s | %s |\n' "$gi" "$si" "$(ratio "$gi" "$si")"
-gcpu=$(r http-gateway .cpu_us_per_op) scpu=$(r http-squid .cpu_us_per_op)
-printf '| (e) CPU per keep-alive request, µs | – | %s | %s | %s |\n' "$(num "$gcpu")" "$(num "$scpu")" "$(ratio "$gcpu" "$scpu")"
-gcpu=$(r connect-gateway .cpu_us_per_op) scpu=$(r connect-squid .cpu_us_per_op)
-printf '| (e) CPU per CONNECT tunnel, µs | – | %s | %s | %s |\n' "$(num "$gcpu")" "$(num "$scpu")" "$(ratio "$gcpu" "$scpu")"
+[ "$gi" = - ] || printf '| (d) RSS per idle tunnel, bytes | – | %s | – | %s | – | | %s | |\n' "$gi" "$si" "$(ratio "$gi" "$si")"
+gcpu=$(r http-gateway .cpu_us_per_op) scpu=$(r http-squid .cpu_us_per_op) lcpu=$(r http-glider .cpu_us_per_op)
+printf '| (e) CPU per keep-alive request, µs | – | %s | – | %s | %s | | %s | %s |\n' \
+    "$(num "$gcpu")" "$(num "$scpu")" "$(num "$lcpu")" "$(ratio "$gcpu" "$scpu")" "$(ratio "$gcpu" "$lcpu")"
 percore() { awk -v a="$1" 'BEGIN { if (a == "null" || a == "" || a <= 0) print "-"; else printf "%.0f", 1000000 / a }'; }
-gk=$(percore "$(r http-gateway .cpu_us_per_op)") sk=$(percore "$(r http-squid .cpu_us_per_op)")
-printf '| keep-alive requests per CPU-second of the proxy | – | %s | %s | %s |\n' "$gk" "$sk" "$(ratio "$gk" "$sk")"
-gk=$(percore "$(r connect-gateway .cpu_us_per_op)") sk=$(percore "$(r connect-squid .cpu_us_per_op)")
-printf '| CONNECT tunnels per CPU-second of the proxy | – | %s | %s | %s |\n' "$gk" "$sk" "$(ratio "$gk" "$sk")"
+gk=$(percore "$gcpu") sk=$(percore "$scpu") lk=$(percore "$lcpu")
+gcpu=$(r connect-gateway .cpu_us_per_op) rcpu=$(r connect-relay .cpu_us_per_op)
+scpu=$(r connect-squid .cpu_us_per_op) lcpu=$(r connect-glider .cpu_us_per_op)
+printf '| (e) CPU per CONNECT tunnel, µs | – | %s | %s | %s | %s | %s | %s | %s |\n' \
+    "$(num "$gcpu")" "$(num "$rcpu")" "$(num "$scpu")" "$(num "$lcpu")" \
+    "$(ratio "$gcpu" "$rcpu")" "$(ratio "$gcpu" "$scpu")" "$(ratio "$gcpu" "$lcpu")"
+split() { printf '%s / %s' "$(num "$(r "$1" .cpu_user_us_per_op)")" "$(num "$(r "$1" .cpu_sys_us_per_op)")"; }
+printf '| (e) of which user / system (kernel), µs | – | %s | %s | %s | %s | | | |\n' \
+    "$(split connect-gateway)" "$(split connect-relay)" "$(split connect-squid)" "$(split connect-glider)"
+printf '| keep-alive requests per CPU-second of the proxy | – | %s | – | %s | %s | | %s | %s |\n' \
+    "$gk" "$sk" "$lk" "$(ratio "$gk" "$sk")" "$(ratio "$gk" "$lk")"
+gt=$(percore "$gcpu") rt=$(percore "$rcpu") st=$(percore "$scpu") lt=$(percore "$lcpu")
+printf '| CONNECT tunnels per CPU-second of the proxy | – | %s | %s | %s | %s | %s | %s | %s |\n' \
+    "$gt" "$rt" "$st" "$lt" "$(ratio "$gt" "$rt")" "$(ratio "$gt" "$st")" "$(ratio "$gt" "$lt")"
 echo
+
+# The #21 targets, from the figures above.
+verdict() { awk -v v="$1" -v t="$2" 'BEGIN { if (v == "-") print "not measured"; else if (v + 0 <= t + 0) print "met"; else printf "not met (%.2f× the bound)", v / t }'; }
+cpu_ratio=$(ratio "$gcpu" "$rcpu")
+echo "bench: target #21.1, gateway CPU per tunnel ≤ 1.2 × the relay's: $cpu_ratio× — $(verdict "$cpu_ratio" 1.2)"
+# The better peer: the smaller added p99 at its own 50 % rate. The gateway is judged at
+# that peer's rate (the same load) and, for reference, at its own 50 % rate.
+better=squid
+[ "${P99[glider]}" -lt "${P99[squid]}" ] && better=glider
+if [ "${P99[$better]}" -le 0 ]; then
+    echo "bench: target #21.2, gateway added p99 ≤ 0.5 × the better peer's ($better, ${P99[$better]} µs): not measurable (the peer added nothing)"
+else
+    bound=$(awk -v p="${P99[$better]}" 'BEGIN { printf "%.0f", p / 2 }')
+    for at in "gateway@$better" gateway; do
+        where="at $better's rate, ${RATE[$better]}/s"
+        [ "$at" = gateway ] && where="at its own 50 % rate, ${RATE[gateway]}/s"
+        echo "bench: target #21.2, gateway added p99 ≤ 0.5 × the better peer's ($better: ${P99[$better]} µs → ≤ $bound µs), $where: ${P99[$at]} µs, $(ratio "${P99[$at]}" "${P99[$better]}")× — $(verdict "$(ratio "${P99[$at]}" "$bound")" 1)"
+    done
+fi
 # How SO_REUSEPORT spread the connections over the gateway's data-plane workers.
 spread=$(curl -fsS "http://127.0.0.1:$GW_ADMIN_PORT/metrics" 2>/dev/null | awk '/^proxy_pool_gateway_worker_connections_total/ { printf "%s ", $0 }' || true)
 [ -n "$spread" ] && echo "bench: gateway connections per worker: $spread"
