@@ -262,6 +262,30 @@ struct Ack {
     seen: Vec<Seen>,
 }
 
+impl Ack {
+    /// The update applied: ACK it, with the changes it showed.
+    fn applied(version: u64, epoch: u64, checksum: Vec<u8>, seen: Vec<Seen>) -> Self {
+        Self {
+            version,
+            epoch,
+            checksum,
+            error: None,
+            seen,
+        }
+    }
+
+    /// The update refused (NACK) for `error`.
+    fn refused(version: u64, epoch: u64, checksum: Vec<u8>, error: String) -> Self {
+        Self {
+            version,
+            epoch,
+            checksum,
+            error: Some(error),
+            seen: Vec::new(),
+        }
+    }
+}
+
 fn len_i64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -271,13 +295,7 @@ fn apply(local: &mut Local, shared: &Shared, update: pb::SnapshotUpdate) -> Ack 
     let bytes = update.encoded_len() as u64;
     let c = &shared.counters;
     let before = local.state.as_ref().map_or(0, SnapshotState::len);
-    let refuse = |version, epoch, checksum: Vec<u8>, error: String| Ack {
-        version,
-        epoch,
-        checksum,
-        error: Some(error),
-        seen: Vec::new(),
-    };
+    let refuse = Ack::refused;
     let ack = match update.update {
         Some(pb::snapshot_update::Update::Full(msg)) => {
             c.full_msgs.fetch_add(1, Ordering::Relaxed);
@@ -298,13 +316,7 @@ fn apply(local: &mut Local, shared: &Shared, update: pb::SnapshotUpdate) -> Ack 
             match SnapshotState::from_snapshot(snap) {
                 Ok(st) => {
                     local.state = Some(st);
-                    Ack {
-                        version: v,
-                        epoch: e,
-                        checksum: sum,
-                        error: None,
-                        seen,
-                    }
+                    Ack::applied(v, e, sum, seen)
                 }
                 Err(err) => return refuse(v, e, sum, err.to_string()),
             }
@@ -333,13 +345,7 @@ fn apply(local: &mut Local, shared: &Shared, update: pb::SnapshotUpdate) -> Ack 
                 delta.removals.iter().map(String::as_str),
             );
             match st.apply_delta(delta) {
-                Ok(()) => Ack {
-                    version: v,
-                    epoch: e,
-                    checksum: sum,
-                    error: None,
-                    seen,
-                },
+                Ok(()) => Ack::applied(v, e, sum, seen),
                 Err(err) => return refuse(v, e, sum, err.to_string()),
             }
         }
