@@ -310,8 +310,9 @@ impl Selection {
             return Narrowing::All;
         }
         // The key's words on the stack, then hashed and compared with the stored key as
-        // a slice; a key too long for the buffer is matched word by word as it is made
-        // (never from a username: one holds at most 255 bytes, well within the buffer).
+        // a slice; a key too long for the buffer (values of more than about 100 bytes
+        // together) is answered at once when no stored key is that long, else matched
+        // word by word as it is made.
         let mut key = KeyBuf::default();
         let (hash, found) = if request_words(mask, &values, &mut |w| key.push(w)) {
             let key = key.words();
