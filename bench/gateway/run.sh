@@ -74,14 +74,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 
-BUILD=1
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,75p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "bench: unknown argument $1" >&2; exit 2 ;;
-    esac
-done
+# shellcheck source=bench/lib/args.sh
+source "bench/lib/args.sh"
+bench_args bench "$@"
 
 SECONDS_PER_PHASE=${BENCH_SECONDS:-10}
 CONNS=${BENCH_CONNECTIONS:-32}

@@ -23,14 +23,9 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 
-BUILD=1
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "bench: unknown argument $1" >&2; exit 2 ;;
-    esac
-done
+# shellcheck source=bench/lib/args.sh
+source "bench/lib/args.sh"
+bench_args bench "$@"
 
 SIZES=${BENCH_MEMORY_SIZES:-0 100000 1000000}
 PORT=${BENCH_PORT_BASE:-19400}
