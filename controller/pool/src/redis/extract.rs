@@ -77,7 +77,7 @@ impl ExtractionStore for RedisPool {
                 ck.pass_combos(book, combos, &mut payload);
                 // The script writes only these combinations (and purges only records
                 // in them, which may also sit in an owned:<d> key): nothing else.
-                ck.extend(&book.owned_keys());
+                ck.extend(book.owned_keys());
                 Call::new(Script::Extract, ck, payload)
             } else {
                 Call::new(Script::Extract, ck.with_known(book), payload)

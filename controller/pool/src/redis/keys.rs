@@ -269,22 +269,18 @@ impl CallKeys {
         } else {
             book.owned_keys()
         };
-        for k in keys {
-            self.index(k);
-        }
+        self.extend(keys);
         self
     }
 
     /// Adds every index key `book` knows, whatever its size.
     pub(crate) fn extend_known(&mut self, book: &KeyBook) {
-        for k in book.snapshot() {
-            self.index(k);
-        }
+        self.extend(book.snapshot());
     }
 
-    pub(crate) fn extend(&mut self, names: &[String]) {
+    pub(crate) fn extend(&mut self, names: impl IntoIterator<Item = String>) {
         for n in names {
-            self.index(n.clone());
+            self.index(n);
         }
     }
 

@@ -271,7 +271,7 @@ impl RedisPool {
                     "script asked for index keys"
                 );
                 self.inner.keys.learn(&need);
-                call.keys.extend(&need);
+                call.keys.extend(need);
                 if round > 0 {
                     // Asked twice: the records it meets changed between the rounds (other
                     // callers extracted the ones it asked for), so one more key per

@@ -358,7 +358,7 @@ impl RedisPool {
         let window = self.inner.keys.gc_window(limit as usize);
         for chunk in window.chunks(SCRIPT_SWEEP as usize) {
             let mut ck = CallKeys::new(None, None);
-            ck.extend(chunk);
+            ck.extend(chunk.iter().cloned());
             let r = self.run(Call::new(Script::CombosGc, ck, json!({}))).await?;
             let r: GcReply = decode(r, "combination sweep")?;
             if !r.d.is_empty() {
