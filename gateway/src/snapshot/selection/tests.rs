@@ -43,6 +43,19 @@ fn eight_bytes_fold_like_to_ascii_lowercase() {
 /// `label` as a client may write it: each byte in either case, or escaped (`%XX`,
 /// either case of hex digit); bytes outside the username's word characters always
 /// escaped.
+/// Candidate `idx` (proxy `p<idx>`), usable for ever, one slot.
+fn candidate(idx: u32) -> Candidate {
+    Candidate {
+        idx,
+        usable_until_ms: u64::MAX,
+        state: Arc::new(ProxyState::new(
+            crate::snapshot::ProxyId::from(format!("p{idx}").as_str()),
+            1,
+            1,
+        )),
+    }
+}
+
 fn spelled(label: &str, rng: &mut Rng) -> String {
     let mut out = String::new();
     for b in label.bytes() {
@@ -184,15 +197,7 @@ fn case() -> Case {
     let candidates: Vec<Candidate> = (0..proxies.len() as u32)
         // Not every proxy is a candidate of the routing.
         .filter(|idx| idx % 7 != 3)
-        .map(|idx| Candidate {
-            idx,
-            usable_until_ms: u64::MAX,
-            state: Arc::new(ProxyState::new(
-                crate::snapshot::ProxyId::from(format!("p{idx}").as_str()),
-                1,
-                1,
-            )),
-        })
+        .map(candidate)
         .collect();
     let mut selectors = Selector::defaults();
     selectors.push(Selector::new("Vendor", Dimension::Upstream));
@@ -330,17 +335,7 @@ fn keys_longer_than_the_buffer_still_match_exactly() {
     proxies[0].labels.city = Some(long.clone());
     proxies[1].labels.city = Some(longer.clone());
     proxies[2].labels.city = Some("short".into());
-    let candidates: Vec<Candidate> = (0..3)
-        .map(|idx| Candidate {
-            idx,
-            usable_until_ms: u64::MAX,
-            state: Arc::new(ProxyState::new(
-                crate::snapshot::ProxyId::from(format!("p{idx}").as_str()),
-                1,
-                1,
-            )),
-        })
-        .collect();
+    let candidates: Vec<Candidate> = (0..3).map(candidate).collect();
     let selectors = Selector::defaults();
     let idx = |n: Narrowing<'_>| match n {
         Narrowing::Set(set, _) => set.candidates.iter().map(|c| c.idx).collect(),
@@ -395,15 +390,7 @@ fn short_words_tell_strings_of_one_length_apart() {
 #[test]
 fn the_next_start_is_the_cursor_modulo_the_set_size() {
     for n in [1usize, 2, 3, 7, 16, 25_000, 100_000] {
-        let set = CandidateSet::new(
-            (0..n as u32)
-                .map(|idx| Candidate {
-                    idx,
-                    usable_until_ms: u64::MAX,
-                    state: Arc::new(ProxyState::new(crate::snapshot::ProxyId::from("p"), 1, 1)),
-                })
-                .collect(),
-        );
+        let set = CandidateSet::new((0..n as u32).map(candidate).collect());
         for at in [0usize, 1, n - 1, n, n + 1, 3 * n + 2, u32::MAX as usize - 1] {
             set.cursor.store(at, Ordering::Relaxed);
             assert_eq!(set.next_start(), at % n, "{at} % {n}");
@@ -415,15 +402,7 @@ fn the_next_start_is_the_cursor_modulo_the_set_size() {
     }
     assert_eq!(CandidateSet::new(Vec::new()).next_start(), 0);
     // Candidates removed after the set was made: a plain remainder, never past the end.
-    let mut set = CandidateSet::new(
-        (0..3)
-            .map(|idx| Candidate {
-                idx,
-                usable_until_ms: u64::MAX,
-                state: Arc::new(ProxyState::new(crate::snapshot::ProxyId::from("p"), 1, 1)),
-            })
-            .collect(),
-    );
+    let mut set = CandidateSet::new((0..3).map(candidate).collect());
     set.candidates.truncate(2);
     set.cursor.store(5, Ordering::Relaxed);
     assert_eq!(set.next_start(), 1);
