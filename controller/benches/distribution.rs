@@ -8,8 +8,12 @@
 //! - HTTP `POST /api/v1/proxies/extract` by 16 concurrent keep-alive clients (API-key
 //!   auth, Redis rate limiter on, idempotency keys), with p50 / p99 latency.
 //!
-//! It prints req/s and the HTTP / script ratio (target ≥ 0.4). `BENCH_REQUESTS` sets
-//! the requests per phase (default 8000).
+//! It prints req/s and the HTTP / script ratio (target ≥ 0.4), and per request the CPU
+//! each side spent: Redis's own (`INFO cpu`, user + system, all its threads), the time
+//! its scripts ran (`INFO commandstats`, `EVALSHA` and `EVAL`), and this process's
+//! (`/proc/self/stat`: the controller and the callers together — in the HTTP phase the
+//! HTTP clients too). These are the unit costs of the scale model (docs/scaling.md).
+//! `BENCH_REQUESTS` sets the requests per phase (default 8000).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::num::NonZeroU32;
@@ -77,6 +81,76 @@ struct Figures {
     rate: f64,
     p50: Duration,
     p99: Duration,
+}
+
+/// CPU spent during one phase, in µs per request.
+struct Cpu {
+    redis: f64,
+    scripts: f64,
+    process: f64,
+}
+
+/// Redis's CPU seconds so far (`used_cpu_user` + `used_cpu_sys`) and the µs its
+/// scripts have run since the last `CONFIG RESETSTAT` (`EVALSHA` + `EVAL`).
+async fn redis_cpu(conn: &mut redis::aio::MultiplexedConnection) -> (f64, f64) {
+    let info: String = redis::cmd("INFO")
+        .arg("everything")
+        .query_async(conn)
+        .await
+        .unwrap();
+    let field = |name: &str| -> f64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let usec = |cmd: &str| -> f64 {
+        info.lines()
+            .find(|l| l.starts_with(cmd))
+            .and_then(|l| l.split([',', ':']).find_map(|kv| kv.strip_prefix("usec=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        field("used_cpu_user:") + field("used_cpu_sys:"),
+        usec("cmdstat_evalsha:") + usec("cmdstat_eval:"),
+    )
+}
+
+/// This process's CPU seconds so far (utime + stime, all threads).
+fn process_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // Fields after the command name in parentheses: utime and stime are 14 and 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    // /proc counts in USER_HZ, which Linux fixes at 100 for user space.
+    ticks / 100.0
+}
+
+/// Runs one phase and measures the CPU it cost, per request.
+async fn measured<F: std::future::Future<Output = Figures>>(
+    admin: &mut redis::aio::MultiplexedConnection,
+    requests: usize,
+    phase: F,
+) -> (Figures, Cpu) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(admin)
+        .await
+        .unwrap();
+    let (redis0, _) = redis_cpu(admin).await;
+    let proc0 = process_cpu();
+    let f = phase.await;
+    let proc1 = process_cpu();
+    let (redis1, scripts) = redis_cpu(admin).await;
+    let per = |s: f64| s * 1e6 / requests as f64;
+    let cpu = Cpu {
+        redis: per(redis1 - redis0),
+        scripts: scripts / requests as f64,
+        process: per(proc1 - proc0),
+    };
+    (f, cpu)
 }
 
 fn figures(mut lat: Vec<Duration>, elapsed: Duration) -> Figures {
@@ -205,21 +279,35 @@ clients:
         println!(
             "distribution benchmark: {requests} requests per phase, {CONCURRENCY} concurrent callers, real redis-server on loopback"
         );
-        println!("{:<28} {:>10} {:>10} {:>10}", "phase", "req/s", "p50", "p99");
+        let mut admin = redis::Client::open(redis.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        println!(
+            "{:<28} {:>10} {:>10} {:>10} {:>12} {:>12} {:>14}",
+            "phase", "req/s", "p50", "p99", "redis µs/req", "script µs/req", "process µs/req"
+        );
         for count in [1u32, 5] {
             seed(&ports, requests * count as usize * 2 + 1000).await;
             // Warm-up.
             let _ = raw(&ports, count, CONCURRENCY * 20).await;
             let _ = http(api, count, CONCURRENCY * 20).await;
-            let r = raw(&ports, count, requests).await;
-            let h = http(api, count, requests).await;
-            for (name, f) in [(format!("script extract count={count}"), &r), (format!("HTTP extract count={count}"), &h)] {
+            let (r, rc) = measured(&mut admin, requests, raw(&ports, count, requests)).await;
+            let (h, hc) = measured(&mut admin, requests, http(api, count, requests)).await;
+            for (name, f, c) in [
+                (format!("script extract count={count}"), &r, &rc),
+                (format!("HTTP extract count={count}"), &h, &hc),
+            ] {
                 println!(
-                    "{:<28} {:>10.0} {:>8.2}ms {:>8.2}ms",
+                    "{:<28} {:>10.0} {:>8.2}ms {:>8.2}ms {:>12.1} {:>12.1} {:>14.1}",
                     name,
                     f.rate,
                     f.p50.as_secs_f64() * 1000.0,
-                    f.p99.as_secs_f64() * 1000.0
+                    f.p99.as_secs_f64() * 1000.0,
+                    c.redis,
+                    c.scripts,
+                    c.process
                 );
             }
             println!("{:<28} {:>10.2}", format!("HTTP / script count={count}"), h.rate / r.rate);
