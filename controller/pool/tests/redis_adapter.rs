@@ -1288,3 +1288,56 @@ async fn concurrent_unfiltered_extractions_settle_beyond_the_pass_all_bound() {
     assert_eq!(distinct.len(), handed.len(), "a proxy handed out twice");
     assert_consistent(&server.url()).await;
 }
+
+/// Unfiltered extraction, one caller after the other, on a pool whose key book is past
+/// the pass-everything bound (300 label combinations; the proxies in runs of 100, each
+/// run in 50 combinations of its own, two proxies each): a call is given the `owned:`
+/// keys and the combinations extractions were asked for lately, and an asking script
+/// names those of the 128 records after its own too, so most calls find their
+/// combination given: about one script call per extraction, not two (ask, then
+/// extract) as when every call was given the `owned:` keys only.
+#[tokio::test]
+async fn unfiltered_extractions_beyond_the_pass_all_bound_rarely_ask_for_keys() {
+    const RUNS: usize = 6;
+    const EXTRACTIONS: usize = 400;
+    let server = RedisServer::start();
+    let pool = pool_at(&server.url()).await;
+    let all: Vec<String> = (0..RUNS * 100).map(|i| format!("h-{i:05}")).collect();
+    let cands: Vec<Candidate> = all
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let mut c = cand(id, "eu", 600);
+            let combo = i / 100 * 50 + i % 50;
+            c.labels.city = Some(Label::new(format!("t{combo}")).unwrap());
+            c
+        })
+        .collect();
+    let report = pool.upsert(batch("vendor-a", cands)).await.unwrap();
+    assert_eq!(report.inserted as usize, all.len(), "{report:?}");
+    pool.apply_health(&available(&all)).await.unwrap();
+    assert!(pool.known_index_keys() > 256, "{}", pool.known_index_keys());
+
+    let mut conn = admin(&server.url()).await;
+    let () = query(&mut conn, "CONFIG", "RESETSTAT").await;
+    let mut handed = BTreeSet::new();
+    for _ in 0..EXTRACTIONS {
+        let o = pool.extract(&req(1)).await.unwrap();
+        let ids = proxy_ids(&o);
+        assert_eq!(ids.len(), 1, "{o:?}");
+        assert!(handed.insert(ids[0].clone()), "{ids:?} handed out twice");
+    }
+    let stats: String = query(&mut conn, "INFO", "commandstats").await;
+    let calls: usize = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|l| l.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    // An extraction that asks costs two calls; one in ten may.
+    assert!(
+        calls <= EXTRACTIONS + EXTRACTIONS / 10,
+        "{calls} script calls for {EXTRACTIONS} extractions"
+    );
+    assert_consistent(&server.url()).await;
+}

@@ -2,6 +2,8 @@
 //! combination matching the filters as the sources in the request's walk order, every
 //! known index key for the records it will extract or purge).
 
+use std::sync::Mutex;
+
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
@@ -15,6 +17,38 @@ use crate::error::PoolResult;
 use crate::model::{ExtractOutcome, ExtractRequest, Extraction, Fulfillment};
 use crate::ports::ExtractionStore;
 use crate::validate::{order_combinations, prepare_extract};
+
+/// Most index keys [`AskedKeys`] holds (as many as the key book passes whole).
+const ASKED_MAX: usize = 256;
+
+/// The index keys unfiltered extractions were asked for lately (`lua/extract.lua`
+/// names the combinations of the records it picked and of the eligible records after
+/// them), the latest last, at most [`ASKED_MAX`]. Unfiltered extractions pass them
+/// beyond the key book's pass-all bound: callers taking the head of `available` one
+/// after the other then find its combinations given instead of each asking (one more
+/// script call; a call asked twice, when concurrent callers took its records, is given
+/// every known key). A script names only keys it was not given, so the keys asked for
+/// before are kept (a call passes them, and the records after its own may sit in them).
+#[derive(Debug, Default)]
+pub(super) struct AskedKeys(Mutex<Vec<String>>);
+
+impl AskedKeys {
+    /// Adds `need`, the keys an extraction was just asked for, as the latest; forgets
+    /// the oldest beyond [`ASKED_MAX`].
+    pub(super) fn add(&self, need: &[String]) {
+        let Ok(mut asked) = self.0.lock() else {
+            return;
+        };
+        asked.retain(|k| !need.contains(k));
+        asked.extend(need.iter().cloned());
+        let over = asked.len().saturating_sub(ASKED_MAX);
+        asked.drain(..over);
+    }
+
+    fn get(&self) -> Vec<String> {
+        self.0.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+}
 
 #[derive(Deserialize)]
 struct ExtractReply {
@@ -80,7 +114,12 @@ impl ExtractionStore for RedisPool {
                 ck.extend(book.owned_keys());
                 Call::new(Script::Extract, ck, payload)
             } else {
-                Call::new(Script::Extract, ck.with_known(book), payload)
+                // Beyond the pass-all bound `with_known` gives the `owned:` keys only;
+                // the combinations the last extraction asked for are those at the
+                // head of `available`, where this one starts.
+                let mut ck = ck.with_known(book);
+                ck.extend(self.inner.asked.get());
+                Call::new(Script::Extract, ck, payload)
             }
         };
         let r: ExtractReply = decode(self.run_combos(build).await?, "extract reply")?;
@@ -95,5 +134,27 @@ impl ExtractionStore for RedisPool {
             Some(s) => Ok(ExtractOutcome::Extracted(extraction(s, false)?)),
             None => Err(super::codec::corrupt("extract reply")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asked_keys_keep_the_latest_and_are_bounded() {
+        let asked = AskedKeys::default();
+        let names = |r: std::ops::Range<usize>| r.map(|i| format!("k{i}")).collect::<Vec<_>>();
+        asked.add(&names(0..10));
+        // Keys asked for before stay: a script names only keys it was not given.
+        asked.add(&names(10..20));
+        assert_eq!(asked.get(), names(0..20));
+        // Asked again: the latest.
+        asked.add(&names(0..1));
+        assert_eq!(asked.get().last().map(String::as_str), Some("k0"));
+        asked.add(&names(20..400));
+        let kept = asked.get();
+        assert_eq!(kept.len(), ASKED_MAX);
+        assert_eq!(kept, names(400 - ASKED_MAX..400));
     }
 }

@@ -138,6 +138,8 @@ local function next_member(page)
   end
   return nil
 end
+-- Members an asking unfiltered call reads past its own to name their combinations too.
+local LOOKAHEAD = 128
 -- Bounded scan: every member read costs one unit of the budget.
 local want = P.cnt + P.res
 local found, raws, exps, combos, uus = {}, {}, {}, {}, {}
@@ -191,6 +193,31 @@ if not refusal then
     if not GIVEN[c] and not MISSING_SEEN[c] then
       MISSING_SEEN[c] = true
       MISSING[#MISSING + 1] = c
+    end
+  end
+end
+-- An unfiltered call that has to ask for a combination also names those of the
+-- eligible records after its own (the next LOOKAHEAD members, within the scan budget):
+-- the adapter gives what the last extraction asked for to the next ones, so that
+-- callers taking the head of `available` one after the other find its combinations
+-- given instead of each asking (docs/pool.md "Key passing").
+if #MISSING > 0 and not MATCH then
+  local take = math.min(LOOKAHEAD, P.budget - examined)
+  local ahead = {}
+  for _ = 1, take do
+    local id = next_member(take)
+    if not id then break end
+    ahead[#ahead + 1] = id
+  end
+  if #ahead > 0 then
+    local rs = redis.call('HMGET', K_RECORDS, unpack(ahead))
+    local owners_raw = redis.call('HMGET', K_OWNERS, unpack(ahead))
+    for i = 1, #ahead do
+      local ok, _, c = eligible(rs[i], owners_raw[i] ~= false)
+      if ok and not GIVEN[c] and not MISSING_SEEN[c] then
+        MISSING_SEEN[c] = true
+        MISSING[#MISSING + 1] = c
+      end
     end
   end
 end
