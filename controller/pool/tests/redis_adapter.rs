@@ -1341,3 +1341,59 @@ async fn unfiltered_extractions_beyond_the_pass_all_bound_rarely_ask_for_keys() 
     );
     assert_consistent(&server.url()).await;
 }
+
+/// The maintenance purge on a pool whose key book is past the pass-everything bound
+/// (300 label combinations, one expired record in each): it is given every known key,
+/// so one script purges them (before: one that read the records and asked for their
+/// combinations, then one that read them again and purged), plus the combination
+/// sweep's one script (256 of the known combinations).
+#[tokio::test]
+async fn purge_beyond_the_pass_all_bound_runs_one_script_per_chunk() {
+    use activity_pool::ManualClock;
+    const COMBOS: usize = 300;
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_now();
+    let options = RedisOptions {
+        clock_override: Some(std::sync::Arc::new(clock.clone())),
+        ..RedisOptions::default()
+    };
+    let pool = RedisPool::new(RedisConnector::direct(&server.url()).unwrap(), options)
+        .await
+        .unwrap();
+    let all: Vec<String> = (0..COMBOS).map(|i| format!("x-{i:05}")).collect();
+    let cands: Vec<Candidate> = all
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let mut c = cand(id, "eu", 60);
+            c.labels.city = Some(Label::new(format!("t{i}")).unwrap());
+            c
+        })
+        .collect();
+    let report = pool.upsert(batch("vendor-a", cands)).await.unwrap();
+    assert_eq!(report.inserted as usize, all.len(), "{report:?}");
+    pool.apply_health(&available(&all)).await.unwrap();
+    assert!(pool.known_index_keys() > 256, "{}", pool.known_index_keys());
+
+    clock.advance(Duration::from_secs(120));
+    let mut conn = admin(&server.url()).await;
+    let () = query(&mut conn, "CONFIG", "RESETSTAT").await;
+    let p = pool.purge_expired(256).await.unwrap();
+    assert_eq!((p.purged, p.more), (256, true));
+    let stats: String = query(&mut conn, "INFO", "commandstats").await;
+    let calls: usize = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|l| l.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert_eq!(
+        calls, 2,
+        "script calls for one purge of 256 and its combination sweep"
+    );
+    let p = pool.purge_expired(256).await.unwrap();
+    assert_eq!((p.purged, p.more), (44, false));
+    let inv = inventory(&pool).await;
+    assert_eq!((inv.unextracted, inv.managed), (0, 0));
+    assert_consistent(&server.url()).await;
+}

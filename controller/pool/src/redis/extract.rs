@@ -18,31 +18,29 @@ use crate::model::{ExtractOutcome, ExtractRequest, Extraction, Fulfillment};
 use crate::ports::ExtractionStore;
 use crate::validate::{order_combinations, prepare_extract};
 
-/// Most index keys [`AskedKeys`] holds (as many as the key book passes whole).
-const ASKED_MAX: usize = 256;
+/// Most index keys [`AskedKeys`] holds: the combinations of an extraction's records and
+/// of the 32 members after them, and the keys of the expired records it purges on the
+/// side. Each key given costs Redis about half a microsecond per call.
+const ASKED_MAX: usize = 64;
 
-/// The index keys unfiltered extractions were asked for lately (`lua/extract.lua`
-/// names the combinations of the records it picked and of the eligible records after
-/// them), the latest last, at most [`ASKED_MAX`]. Unfiltered extractions pass them
-/// beyond the key book's pass-all bound: callers taking the head of `available` one
-/// after the other then find its combinations given instead of each asking (one more
-/// script call; a call asked twice, when concurrent callers took its records, is given
-/// every known key). A script names only keys it was not given, so the keys asked for
-/// before are kept (a call passes them, and the records after its own may sit in them).
+/// The index keys the latest asking unfiltered extraction named (`lua/extract.lua`:
+/// the combinations of the records it picked and of the eligible records after them,
+/// given or not), at most [`ASKED_MAX`]. Unfiltered extractions pass them beyond the key
+/// book's pass-all bound: callers taking the head of `available` one after the other
+/// then find its combinations given instead of each asking (one more script call; a
+/// call asked twice, when concurrent callers took its records, is given every known
+/// key).
 #[derive(Debug, Default)]
 pub(super) struct AskedKeys(Mutex<Vec<String>>);
 
 impl AskedKeys {
-    /// Adds `need`, the keys an extraction was just asked for, as the latest; forgets
-    /// the oldest beyond [`ASKED_MAX`].
-    pub(super) fn add(&self, need: &[String]) {
-        let Ok(mut asked) = self.0.lock() else {
-            return;
-        };
-        asked.retain(|k| !need.contains(k));
-        asked.extend(need.iter().cloned());
-        let over = asked.len().saturating_sub(ASKED_MAX);
-        asked.drain(..over);
+    /// Takes `need`, the keys an extraction was just asked for, instead of the last
+    /// (its first [`ASKED_MAX`]).
+    pub(super) fn replace(&self, need: &[String]) {
+        if let Ok(mut asked) = self.0.lock() {
+            asked.clear();
+            asked.extend(need.iter().take(ASKED_MAX).cloned());
+        }
     }
 
     fn get(&self) -> Vec<String> {
@@ -142,19 +140,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn asked_keys_keep_the_latest_and_are_bounded() {
+    fn asked_keys_are_the_latest_ask_and_bounded() {
         let asked = AskedKeys::default();
         let names = |r: std::ops::Range<usize>| r.map(|i| format!("k{i}")).collect::<Vec<_>>();
-        asked.add(&names(0..10));
-        // Keys asked for before stay: a script names only keys it was not given.
-        asked.add(&names(10..20));
-        assert_eq!(asked.get(), names(0..20));
-        // Asked again: the latest.
-        asked.add(&names(0..1));
-        assert_eq!(asked.get().last().map(String::as_str), Some("k0"));
-        asked.add(&names(20..400));
-        let kept = asked.get();
-        assert_eq!(kept.len(), ASKED_MAX);
-        assert_eq!(kept, names(400 - ASKED_MAX..400));
+        asked.replace(&names(0..10));
+        asked.replace(&names(10..20));
+        assert_eq!(asked.get(), names(10..20));
+        asked.replace(&names(0..400));
+        assert_eq!(asked.get(), names(0..ASKED_MAX));
     }
 }

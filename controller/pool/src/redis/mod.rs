@@ -274,7 +274,7 @@ impl RedisPool {
                     "script asked for index keys"
                 );
                 if call.script == Script::Extract {
-                    self.inner.asked.add(&need);
+                    self.inner.asked.replace(&need);
                 }
                 self.inner.keys.learn(&need);
                 call.keys.extend(need);

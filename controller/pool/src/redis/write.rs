@@ -21,6 +21,9 @@ use crate::options::UPSERT_CHUNK;
 pub(super) const SCRIPT_BATCH: usize = 128;
 /// Most records / leases one purge or expire script handles.
 pub(super) const SCRIPT_SWEEP: u32 = 256;
+/// Up to this many known index keys a purge script is given all of them (it asks for
+/// none); beyond, the `owned:` keys and it asks, as every other write does.
+const PURGE_PASS_ALL_UP_TO: usize = 4_096;
 use crate::ports::{HealthStore, Maintenance, Upserter};
 use crate::validate::{
     PreparedBatch, PreparedCandidate, check_check_ends, check_check_starts, check_health_batch,
@@ -339,7 +342,14 @@ impl RedisPool {
         let mut left = limit;
         loop {
             let lim = left.min(SCRIPT_SWEEP);
-            let keys = self.write_keys(script);
+            let mut keys = self.write_keys(script);
+            if script == Script::Purge && self.inner.keys.len() <= PURGE_PASS_ALL_UP_TO {
+                // Expired records sit in any combination: given the `owned:` keys only
+                // (past the pass-all bound), a purge reads its records, asks for their
+                // combinations and reads them all again. Every known name costs less
+                // than that second check phase while the book is this small.
+                keys.extend_known(&self.inner.keys);
+            }
             let r = self
                 .run(Call::new(script, keys, json!({ "lim": lim })))
                 .await?;
