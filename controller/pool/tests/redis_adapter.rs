@@ -1343,12 +1343,12 @@ async fn unfiltered_extractions_beyond_the_pass_all_bound_rarely_ask_for_keys() 
 }
 
 /// The maintenance purge on a pool whose key book is past the pass-everything bound
-/// (300 label combinations, one expired record in each): it is given every known key,
-/// so one script purges them (before: one that read the records and asked for their
-/// combinations, then one that read them again and purged), plus the combination
-/// sweep's one script (256 of the known combinations).
+/// (300 label combinations, two expired records in each), in steps of 256: the first
+/// step is given the `owned:` keys and asks for the combinations of its records (two
+/// scripts), and, as it reports more due, the next steps are given every known key (one
+/// script each, not two); then the combination sweep (two scripts of ≤ 256 keys).
 #[tokio::test]
-async fn purge_beyond_the_pass_all_bound_runs_one_script_per_chunk() {
+async fn purge_beyond_the_pass_all_bound_asks_once_per_call() {
     use activity_pool::ManualClock;
     const COMBOS: usize = 300;
     let server = RedisServer::start();
@@ -1360,13 +1360,13 @@ async fn purge_beyond_the_pass_all_bound_runs_one_script_per_chunk() {
     let pool = RedisPool::new(RedisConnector::direct(&server.url()).unwrap(), options)
         .await
         .unwrap();
-    let all: Vec<String> = (0..COMBOS).map(|i| format!("x-{i:05}")).collect();
+    let all: Vec<String> = (0..COMBOS * 2).map(|i| format!("x-{i:05}")).collect();
     let cands: Vec<Candidate> = all
         .iter()
         .enumerate()
         .map(|(i, id)| {
             let mut c = cand(id, "eu", 60);
-            c.labels.city = Some(Label::new(format!("t{i}")).unwrap());
+            c.labels.city = Some(Label::new(format!("t{}", i % COMBOS)).unwrap());
             c
         })
         .collect();
@@ -1378,8 +1378,8 @@ async fn purge_beyond_the_pass_all_bound_runs_one_script_per_chunk() {
     clock.advance(Duration::from_secs(120));
     let mut conn = admin(&server.url()).await;
     let () = query(&mut conn, "CONFIG", "RESETSTAT").await;
-    let p = pool.purge_expired(256).await.unwrap();
-    assert_eq!((p.purged, p.more), (256, true));
+    let p = pool.purge_expired(768).await.unwrap();
+    assert_eq!((p.purged, p.more), (600, false));
     let stats: String = query(&mut conn, "INFO", "commandstats").await;
     let calls: usize = stats
         .lines()
@@ -1388,11 +1388,10 @@ async fn purge_beyond_the_pass_all_bound_runs_one_script_per_chunk() {
         .and_then(|n| n.parse().ok())
         .unwrap();
     assert_eq!(
-        calls, 2,
-        "script calls for one purge of 256 and its combination sweep"
+        calls,
+        2 + 1 + 1 + 2,
+        "script calls for one purge of 600 in steps of 256"
     );
-    let p = pool.purge_expired(256).await.unwrap();
-    assert_eq!((p.purged, p.more), (44, false));
     let inv = inventory(&pool).await;
     assert_eq!((inv.unextracted, inv.managed), (0, 0));
     assert_consistent(&server.url()).await;
