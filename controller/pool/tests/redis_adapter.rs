@@ -1288,3 +1288,111 @@ async fn concurrent_unfiltered_extractions_settle_beyond_the_pass_all_bound() {
     assert_eq!(distinct.len(), handed.len(), "a proxy handed out twice");
     assert_consistent(&server.url()).await;
 }
+
+/// Unfiltered extraction, one caller after the other, on a pool whose key book is past
+/// the pass-everything bound (300 label combinations; the proxies in runs of 100, each
+/// run in 50 combinations of its own, two proxies each): a call is given the `owned:`
+/// keys and the combinations extractions were asked for lately, and an asking script
+/// names those of the 128 records after its own too, so most calls find their
+/// combination given: about one script call per extraction, not two (ask, then
+/// extract) as when every call was given the `owned:` keys only.
+#[tokio::test]
+async fn unfiltered_extractions_beyond_the_pass_all_bound_rarely_ask_for_keys() {
+    const RUNS: usize = 6;
+    const EXTRACTIONS: usize = 400;
+    let server = RedisServer::start();
+    let pool = pool_at(&server.url()).await;
+    let all: Vec<String> = (0..RUNS * 100).map(|i| format!("h-{i:05}")).collect();
+    let cands: Vec<Candidate> = all
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let mut c = cand(id, "eu", 600);
+            let combo = i / 100 * 50 + i % 50;
+            c.labels.city = Some(Label::new(format!("t{combo}")).unwrap());
+            c
+        })
+        .collect();
+    let report = pool.upsert(batch("vendor-a", cands)).await.unwrap();
+    assert_eq!(report.inserted as usize, all.len(), "{report:?}");
+    pool.apply_health(&available(&all)).await.unwrap();
+    assert!(pool.known_index_keys() > 256, "{}", pool.known_index_keys());
+
+    let mut conn = admin(&server.url()).await;
+    let () = query(&mut conn, "CONFIG", "RESETSTAT").await;
+    let mut handed = BTreeSet::new();
+    for _ in 0..EXTRACTIONS {
+        let o = pool.extract(&req(1)).await.unwrap();
+        let ids = proxy_ids(&o);
+        assert_eq!(ids.len(), 1, "{o:?}");
+        assert!(handed.insert(ids[0].clone()), "{ids:?} handed out twice");
+    }
+    let stats: String = query(&mut conn, "INFO", "commandstats").await;
+    let calls: usize = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|l| l.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    // An extraction that asks costs two calls; one in ten may.
+    assert!(
+        calls <= EXTRACTIONS + EXTRACTIONS / 10,
+        "{calls} script calls for {EXTRACTIONS} extractions"
+    );
+    assert_consistent(&server.url()).await;
+}
+
+/// The maintenance purge on a pool whose key book is past the pass-everything bound
+/// (300 label combinations, two expired records in each), in steps of 256: the first
+/// step is given the `owned:` keys and asks for the combinations of its records (two
+/// scripts), and, as it reports more due, the next steps are given every known key (one
+/// script each, not two); then the combination sweep (two scripts of ≤ 256 keys).
+#[tokio::test]
+async fn purge_beyond_the_pass_all_bound_asks_once_per_call() {
+    use activity_pool::ManualClock;
+    const COMBOS: usize = 300;
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_now();
+    let options = RedisOptions {
+        clock_override: Some(std::sync::Arc::new(clock.clone())),
+        ..RedisOptions::default()
+    };
+    let pool = RedisPool::new(RedisConnector::direct(&server.url()).unwrap(), options)
+        .await
+        .unwrap();
+    let all: Vec<String> = (0..COMBOS * 2).map(|i| format!("x-{i:05}")).collect();
+    let cands: Vec<Candidate> = all
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let mut c = cand(id, "eu", 60);
+            c.labels.city = Some(Label::new(format!("t{}", i % COMBOS)).unwrap());
+            c
+        })
+        .collect();
+    let report = pool.upsert(batch("vendor-a", cands)).await.unwrap();
+    assert_eq!(report.inserted as usize, all.len(), "{report:?}");
+    pool.apply_health(&available(&all)).await.unwrap();
+    assert!(pool.known_index_keys() > 256, "{}", pool.known_index_keys());
+
+    clock.advance(Duration::from_secs(120));
+    let mut conn = admin(&server.url()).await;
+    let () = query(&mut conn, "CONFIG", "RESETSTAT").await;
+    let p = pool.purge_expired(768).await.unwrap();
+    assert_eq!((p.purged, p.more), (600, false));
+    let stats: String = query(&mut conn, "INFO", "commandstats").await;
+    let calls: usize = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|l| l.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert_eq!(
+        calls,
+        2 + 1 + 1 + 2,
+        "script calls for one purge of 600 in steps of 256"
+    );
+    let inv = inventory(&pool).await;
+    assert_eq!((inv.unextracted, inv.managed), (0, 0));
+    assert_consistent(&server.url()).await;
+}

@@ -2,6 +2,8 @@
 //! combination matching the filters as the sources in the request's walk order, every
 //! known index key for the records it will extract or purge).
 
+use std::sync::Mutex;
+
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
@@ -15,6 +17,36 @@ use crate::error::PoolResult;
 use crate::model::{ExtractOutcome, ExtractRequest, Extraction, Fulfillment};
 use crate::ports::ExtractionStore;
 use crate::validate::{order_combinations, prepare_extract};
+
+/// Most index keys [`AskedKeys`] holds: the combinations of an extraction's records and
+/// of the 32 members after them, and the keys of the expired records it purges on the
+/// side. Each key given costs Redis about half a microsecond per call.
+const ASKED_MAX: usize = 64;
+
+/// The index keys the latest asking unfiltered extraction named (`lua/extract.lua`:
+/// the combinations of the records it picked and of the eligible records after them,
+/// given or not), at most [`ASKED_MAX`]. Unfiltered extractions pass them beyond the key
+/// book's pass-all bound: callers taking the head of `available` one after the other
+/// then find its combinations given instead of each asking (one more script call; a
+/// call asked twice, when concurrent callers took its records, is given every known
+/// key).
+#[derive(Debug, Default)]
+pub(super) struct AskedKeys(Mutex<Vec<String>>);
+
+impl AskedKeys {
+    /// Takes `need`, the keys an extraction was just asked for, instead of the last
+    /// (its first [`ASKED_MAX`]).
+    pub(super) fn replace(&self, need: &[String]) {
+        if let Ok(mut asked) = self.0.lock() {
+            asked.clear();
+            asked.extend(need.iter().take(ASKED_MAX).cloned());
+        }
+    }
+
+    fn get(&self) -> Vec<String> {
+        self.0.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+}
 
 #[derive(Deserialize)]
 struct ExtractReply {
@@ -80,7 +112,12 @@ impl ExtractionStore for RedisPool {
                 ck.extend(book.owned_keys());
                 Call::new(Script::Extract, ck, payload)
             } else {
-                Call::new(Script::Extract, ck.with_known(book), payload)
+                // Beyond the pass-all bound `with_known` gives the `owned:` keys only;
+                // the combinations the last extraction asked for are those at the
+                // head of `available`, where this one starts.
+                let mut ck = ck.with_known(book);
+                ck.extend(self.inner.asked.get());
+                Call::new(Script::Extract, ck, payload)
             }
         };
         let r: ExtractReply = decode(self.run_combos(build).await?, "extract reply")?;
@@ -95,5 +132,21 @@ impl ExtractionStore for RedisPool {
             Some(s) => Ok(ExtractOutcome::Extracted(extraction(s, false)?)),
             None => Err(super::codec::corrupt("extract reply")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asked_keys_are_the_latest_ask_and_bounded() {
+        let asked = AskedKeys::default();
+        let names = |r: std::ops::Range<usize>| r.map(|i| format!("k{i}")).collect::<Vec<_>>();
+        asked.replace(&names(0..10));
+        asked.replace(&names(10..20));
+        assert_eq!(asked.get(), names(10..20));
+        asked.replace(&names(0..400));
+        assert_eq!(asked.get(), names(0..ASKED_MAX));
     }
 }

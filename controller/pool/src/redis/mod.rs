@@ -72,6 +72,8 @@ pub struct RedisPool {
 struct Inner {
     conn: Conn,
     keys: KeyBook,
+    /// What the latest unfiltered extraction was asked for (`extract.rs`).
+    asked: extract::AskedKeys,
     options: RedisOptions,
     op_seed: String,
 }
@@ -134,6 +136,7 @@ impl RedisPool {
             inner: Arc::new(Inner {
                 conn,
                 keys: KeyBook::default(),
+                asked: extract::AskedKeys::default(),
                 options,
                 op_seed,
             }),
@@ -270,6 +273,9 @@ impl RedisPool {
                     missing = need.len(),
                     "script asked for index keys"
                 );
+                if call.script == Script::Extract {
+                    self.inner.asked.replace(&need);
+                }
                 self.inner.keys.learn(&need);
                 call.keys.extend(need);
                 if round > 0 {

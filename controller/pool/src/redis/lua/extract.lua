@@ -138,6 +138,10 @@ local function next_member(page)
   end
   return nil
 end
+-- Members an asking unfiltered call reads past its own to name their combinations too
+-- (each key a call is given costs Redis about half a microsecond: the adapter passes
+-- them to every unfiltered call, so a few dozen).
+local LOOKAHEAD = 32
 -- Bounded scan: every member read costs one unit of the budget.
 local want = P.cnt + P.res
 local found, raws, exps, combos, uus = {}, {}, {}, {}, {}
@@ -191,6 +195,35 @@ if not refusal then
     if not GIVEN[c] and not MISSING_SEEN[c] then
       MISSING_SEEN[c] = true
       MISSING[#MISSING + 1] = c
+    end
+  end
+end
+-- An unfiltered call that has to ask for a combination also names those of the
+-- eligible records after its own (the next LOOKAHEAD members, within the scan budget),
+-- given or not: the adapter gives the keys the last asking extraction named to the next
+-- ones, so callers taking the head of `available` one after the other find its
+-- combinations given instead of each asking (docs/pool.md "Key space").
+if #MISSING > 0 and not MATCH then
+  for i = 1, n do
+    local c = combos[i]
+    if not MISSING_SEEN[c] then MISSING_SEEN[c] = true; MISSING[#MISSING + 1] = c end
+  end
+  local take = math.min(LOOKAHEAD, P.budget - examined)
+  local ahead = {}
+  for _ = 1, take do
+    local id = next_member(take)
+    if not id then break end
+    ahead[#ahead + 1] = id
+  end
+  if #ahead > 0 then
+    local rs = redis.call('HMGET', K_RECORDS, unpack(ahead))
+    local owners_raw = redis.call('HMGET', K_OWNERS, unpack(ahead))
+    for i = 1, #ahead do
+      local ok, _, c = eligible(rs[i], owners_raw[i] ~= false)
+      if ok and not MISSING_SEEN[c] then
+        MISSING_SEEN[c] = true
+        MISSING[#MISSING + 1] = c
+      end
     end
   end
 end
