@@ -231,3 +231,29 @@ impl AsyncWrite for ClientWrite<'_> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
+
+impl super::TunnelSide for ClientRead<'_> {
+    fn socket(&self) -> &TcpStream {
+        self.inner.as_ref()
+    }
+
+    /// Bytes read from the client past `poll_read`: metered like a read.
+    fn moved(&self, n: u64) {
+        if let Some(m) = self.meter {
+            m.up(n);
+        }
+    }
+}
+
+impl super::TunnelSide for ClientWrite<'_> {
+    fn socket(&self) -> &TcpStream {
+        self.inner.as_ref()
+    }
+
+    /// Bytes written to the client past `poll_write`: metered like a write.
+    fn moved(&self, n: u64) {
+        if let Some(m) = self.meter {
+            m.down(n);
+        }
+    }
+}

@@ -10,13 +10,12 @@
 use std::future::Future;
 use std::io;
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::parse::chunked::{
     MAX_CHUNK_LINE, MAX_TRAILER_BYTES, check_trailer_line, parse_chunk_size,
@@ -24,6 +23,11 @@ use crate::parse::chunked::{
 use crate::parse::http_head::{BodyFraming, HeadError, head_len_from};
 
 mod client;
+#[cfg(target_os = "linux")]
+mod splice;
+
+#[cfg(target_os = "linux")]
+pub use splice::SPLICE_AFTER;
 
 pub use client::{ClientConn, ClientStream};
 
@@ -390,33 +394,75 @@ pub enum TunnelEnd {
     Closed,
     /// No bytes either way for the idle timeout.
     Idle,
-    /// Cancelled (shutdown grace expired).
-    Cancelled,
     /// The worker's lease on the proxy ended (`stop` resolved).
     LeaseEnded,
     /// An I/O error on either side.
     Error,
 }
 
-/// Read size of each tunnel direction (a side whose handshake buffer is smaller gets
-/// its buffer grown to this once).
+/// Most bytes one read of a tunnel direction takes (less when the connection's read
+/// buffer is smaller: a tunnel reads into the buffers its connections already have).
 pub const TUNNEL_BUFFER: usize = 16 * 1024;
 
+/// How a tunnel went: bytes each way and how it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Relayed {
+    /// Bytes read from the client (client → upstream).
+    pub up: u64,
+    /// Bytes read from the upstream (upstream → client).
+    pub down: u64,
+    /// How it ended.
+    pub end: TunnelEnd,
+    /// Directions (0–2) that moved to `splice(2)` (Linux, after
+    /// [`SPLICE_AFTER`] bytes each).
+    pub spliced: u8,
+}
+
+/// What both directions of a tunnel share.
+#[derive(Debug)]
+struct Both {
+    /// When the tunnel started.
+    base: Instant,
+    /// Milliseconds since `base` of the last bytes read either way (the idle watchdog's).
+    last: AtomicU64,
+    /// One direction has ended.
+    ended: AtomicBool,
+    /// Directions that moved to `splice`.
+    spliced: AtomicU8,
+    /// Longest time one write may make no progress.
+    write: Duration,
+}
+
+impl Both {
+    /// `n` bytes were read into one direction, counted in its `count`.
+    fn read(&self, count: &AtomicU64, n: usize) {
+        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.store(ms, Ordering::Relaxed);
+        count.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
 /// Relays bytes both ways until both sides close, the tunnel idles out, a write makes
-/// no progress for `write` (a side stopped reading), or `cancel` fires. Each direction reads into the read buffer its connection already
-/// has (which must hold no unconsumed bytes), so a tunnel allocates nothing more.
-/// Returns bytes client→upstream, upstream→client and how it ended.
+/// no progress for `write` (a side stopped reading) or `stop` resolves. (At the end of
+/// a shutdown's grace period the listener drops the connection's task, tunnel and all.)
+/// Each direction reads into the read buffer its connection already has (which must
+/// hold no unconsumed bytes), so a tunnel allocates no buffer of its own; on Linux a
+/// direction that has carried [`SPLICE_AFTER`] bytes moves to
+/// `splice(2)` (a pipe, no copy through user space) and frees its buffer.
 pub async fn tunnel(
     client: &mut ClientConn,
     upstream: &mut BufConn,
     idle: Duration,
     write: Duration,
-    cancel: &CancellationToken,
     stop: impl std::future::Future<Output = ()>,
-) -> (u64, u64, TunnelEnd) {
-    let base = Instant::now();
-    let last = AtomicU64::new(0);
-    let ended = AtomicBool::new(false);
+) -> Relayed {
+    let both = Both {
+        base: Instant::now(),
+        last: AtomicU64::new(0),
+        ended: AtomicBool::new(false),
+        spliced: AtomicU8::new(0),
+        write,
+    };
     let up = AtomicU64::new(0);
     let down = AtomicU64::new(0);
     let BufConn {
@@ -429,14 +475,8 @@ pub async fn tunnel(
         buf: upstream_buf,
         ..
     } = upstream;
-    for buf in [&mut *client_buf, &mut *upstream_buf] {
-        buf.clear();
-        if buf.capacity() < TUNNEL_BUFFER {
-            // A fresh allocation: growing the (empty) buffer in place would copy its
-            // whole old capacity (`realloc`), 8 KiB per side per tunnel for nothing.
-            *buf = Vec::with_capacity(TUNNEL_BUFFER);
-        }
-    }
+    client_buf.clear();
+    upstream_buf.clear();
     let (mut client_read, mut client_write) = client_stream.split();
     let (mut upstream_read, mut upstream_write) = upstream_stream.split();
     let relay = async {
@@ -445,66 +485,87 @@ pub async fn tunnel(
                 &mut client_read,
                 &mut upstream_write,
                 client_buf,
-                &last,
                 &up,
-                &ended,
-                base,
-                write
+                &both
             ),
             pump(
                 &mut upstream_read,
                 &mut client_write,
                 upstream_buf,
-                &last,
                 &down,
-                &ended,
-                base,
-                write
+                &both
             ),
         )
     };
     let watchdog = async {
         loop {
-            let seen = Duration::from_millis(last.load(Ordering::Relaxed));
-            let deadline = base + seen + idle;
+            let seen = Duration::from_millis(both.last.load(Ordering::Relaxed));
+            let deadline = both.base + seen + idle;
             if Instant::now() >= deadline {
                 return;
             }
             tokio::time::sleep_until(deadline).await;
         }
     };
+    // Biased: the bytes first (no random draw per wake-up).
     let end = tokio::select! {
+        biased;
         res = relay => if res.is_ok() { TunnelEnd::Closed } else { TunnelEnd::Error },
         () = watchdog => TunnelEnd::Idle,
-        () = cancel.cancelled() => TunnelEnd::Cancelled,
         () = stop => TunnelEnd::LeaseEnded,
     };
-    (
-        up.load(Ordering::Relaxed),
-        down.load(Ordering::Relaxed),
+    Relayed {
+        up: up.load(Ordering::Relaxed),
+        down: down.load(Ordering::Relaxed),
         end,
-    )
+        spliced: both.spliced.load(Ordering::Relaxed),
+    }
+}
+
+/// One side of a tunnel direction: the TCP socket it reads from or writes to, and the
+/// counting its `AsyncRead` / `AsyncWrite` does (a client's meter), for bytes moved
+/// past those (by `splice`).
+pub trait TunnelSide {
+    /// The socket.
+    fn socket(&self) -> &TcpStream;
+    /// `n` bytes were moved through this side without its `AsyncRead` / `AsyncWrite`.
+    fn moved(&self, n: u64);
+}
+
+impl TunnelSide for tokio::net::tcp::ReadHalf<'_> {
+    fn socket(&self) -> &TcpStream {
+        self.as_ref()
+    }
+
+    fn moved(&self, _: u64) {}
+}
+
+impl TunnelSide for tokio::net::tcp::WriteHalf<'_> {
+    fn socket(&self) -> &TcpStream {
+        self.as_ref()
+    }
+
+    fn moved(&self, _: u64) {}
 }
 
 /// One direction of a tunnel: read into `buf` (its spare capacity, at most
-/// [`TUNNEL_BUFFER`] at a time), write everything out; at EOF, half-close the writer —
-/// unless the other direction has already ended (`ended`): then both sockets are
-/// about to be closed, and the close sends the FIN (one `shutdown` call less).
-#[allow(clippy::too_many_arguments)]
+/// [`TUNNEL_BUFFER`] at a time), write everything out; at EOF, half-close the writer
+/// (see [`end_of_stream`]). On Linux, a direction that has carried
+/// [`SPLICE_AFTER`] bytes moves to `splice(2)` for the rest of the tunnel and
+/// gives its buffer back (a pipe that cannot be had leaves it copying).
 async fn pump<R, W>(
     reader: &mut R,
     writer: &mut W,
     buf: &mut Vec<u8>,
-    last: &AtomicU64,
     count: &AtomicU64,
-    ended: &AtomicBool,
-    base: Instant,
-    write: Duration,
+    both: &Both,
 ) -> io::Result<()>
 where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    R: AsyncRead + Unpin + TunnelSide,
+    W: AsyncWrite + Unpin + TunnelSide,
 {
+    #[cfg(target_os = "linux")]
+    let mut carried = 0u64;
     loop {
         buf.clear();
         let n = (&mut *reader)
@@ -512,18 +573,38 @@ where
             .read_buf(buf)
             .await?;
         if n == 0 {
-            if ended.swap(true, Ordering::Relaxed) {
-                return Ok(());
-            }
-            return tokio::time::timeout(write, writer.shutdown())
-                .await
-                .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?;
+            return end_of_stream(writer, &both.ended, both.write).await;
         }
-        let ms = u64::try_from(base.elapsed().as_millis()).unwrap_or(u64::MAX);
-        last.store(ms, Ordering::Relaxed);
-        count.fetch_add(n as u64, Ordering::Relaxed);
-        write_all(writer, &buf[..n], write).await?;
+        both.read(count, n);
+        write_all(writer, &buf[..n], both.write).await?;
+        #[cfg(target_os = "linux")]
+        {
+            carried += n as u64;
+            if carried >= splice::SPLICE_AFTER
+                && let Some(pipe) = splice::Pipe::new()
+            {
+                *buf = Vec::new();
+                both.spliced.fetch_add(1, Ordering::Relaxed);
+                return splice::pump(reader, writer, pipe, count, both).await;
+            }
+        }
     }
+}
+
+/// A tunnel direction's source ended: half-close the writer — unless the other
+/// direction has already ended (`ended`): then both sockets are about to be closed,
+/// and the close sends the FIN (one `shutdown` call less).
+async fn end_of_stream<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    ended: &AtomicBool,
+    write: Duration,
+) -> io::Result<()> {
+    if ended.swap(true, Ordering::Relaxed) {
+        return Ok(());
+    }
+    tokio::time::timeout(write, writer.shutdown())
+        .await
+        .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
 }
 
 #[cfg(test)]

@@ -172,15 +172,106 @@ async fn idle_tunnels_end() {
         BufConn::new(super::ClientStream::new(a), 1024),
         BufConn::new(b, 1024),
     );
-    let cancel = CancellationToken::new();
-    let (_, _, end) = tunnel(
+    let relayed = tunnel(
         &mut a,
         &mut b,
         Duration::from_secs(5),
         Duration::from_secs(5),
-        &cancel,
         std::future::pending(),
     )
     .await;
-    assert_eq!(end, TunnelEnd::Idle);
+    assert_eq!(relayed.end, TunnelEnd::Idle);
+}
+
+/// `n` bytes of a pattern that shows a lost, doubled or reordered chunk.
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add((i >> 12) as u8) ^ seed)
+        .collect()
+}
+
+/// Bulk both ways at once: every byte arrives in order, the tunnel's totals and the
+/// client's meter count exactly the bytes that went through, and on Linux both
+/// directions moved to `splice` after their first [`SPLICE_AFTER`] bytes.
+#[tokio::test]
+async fn bulk_tunnels_are_relayed_and_metered_exactly() {
+    const UP: usize = 3 * 1024 * 1024 + 17;
+    const DOWN: usize = 5 * 1024 * 1024 + 3;
+    let (app, gateway_side) = pair().await;
+    let (gateway_out, vendor) = pair().await;
+    let recorder = crate::usage::UsageRecorder::default();
+    let mut client = BufConn::new(super::ClientStream::new(gateway_side), 16 * 1024);
+    client
+        .stream
+        .attach(recorder.meter(&std::sync::Arc::from("r"), "c"));
+    let mut upstream = BufConn::new(gateway_out, 8 * 1024);
+    let (sent_up, sent_down) = (pattern(UP, 1), pattern(DOWN, 2));
+    // Each far end writes its bytes, half-closes, and reads the other's to the end.
+    let far = |mut s: TcpStream, out: Vec<u8>| async move {
+        let (mut r, mut w) = s.split();
+        let write = async {
+            w.write_all(&out).await.unwrap();
+            w.shutdown().await.unwrap();
+        };
+        let mut got = Vec::new();
+        let read = r.read_to_end(&mut got);
+        let ((), n) = tokio::join!(write, read);
+        n.unwrap();
+        got
+    };
+    let app_end = tokio::spawn(far(app, sent_up.clone()));
+    let vendor_end = tokio::spawn(far(vendor, sent_down.clone()));
+    let relayed = tunnel(
+        &mut client,
+        &mut upstream,
+        Duration::from_secs(30),
+        Duration::from_secs(30),
+        std::future::pending(),
+    )
+    .await;
+    drop((client, upstream));
+    let (at_app, at_vendor) = (app_end.await.unwrap(), vendor_end.await.unwrap());
+    assert_eq!(relayed.end, TunnelEnd::Closed);
+    assert!(at_vendor == sent_up, "client → upstream bytes differ");
+    assert!(at_app == sent_down, "upstream → client bytes differ");
+    assert_eq!((relayed.up, relayed.down), (UP as u64, DOWN as u64));
+    assert_eq!(recorder.take().bytes(), (UP as u64, DOWN as u64));
+    #[cfg(target_os = "linux")]
+    assert_eq!(relayed.spliced, 2, "both directions moved to splice");
+}
+
+/// A direction that moved to `splice` still keeps the tunnel alive while bytes flow
+/// and lets it idle out once they stop.
+#[tokio::test(start_paused = true)]
+async fn spliced_tunnels_still_idle_out() {
+    const N: usize = 200 * 1024;
+    let (mut app, gateway_side) = pair().await;
+    let (gateway_out, mut vendor) = pair().await;
+    let mut client = BufConn::new(super::ClientStream::new(gateway_side), 16 * 1024);
+    let mut upstream = BufConn::new(gateway_out, 8 * 1024);
+    // The app sends N bytes and then nothing, its connection left open.
+    let app_writes = tokio::spawn(async move {
+        app.write_all(&pattern(N, 3)).await.unwrap();
+        app
+    });
+    let vendor_reads = tokio::spawn(async move {
+        let mut got = vec![0u8; N];
+        vendor.read_exact(&mut got).await.unwrap();
+        (vendor, got)
+    });
+    let relayed = tunnel(
+        &mut client,
+        &mut upstream,
+        Duration::from_secs(5),
+        Duration::from_secs(5),
+        std::future::pending(),
+    )
+    .await;
+    let (_vendor, got) = vendor_reads.await.unwrap();
+    assert!(got == pattern(N, 3));
+    assert_eq!(relayed.end, TunnelEnd::Idle);
+    assert_eq!(relayed.up, N as u64);
+    #[cfg(target_os = "linux")]
+    assert_eq!(relayed.spliced, 1);
+    drop(app_writes.await.unwrap());
 }

@@ -339,7 +339,7 @@ async fn obtain(
             .handshake_duration
             .observe_duration(at.elapsed());
     }
-    observe_latency(entry, started);
+    observe_latency(entry, started.elapsed());
     Ok((conn, pick.reservation.activate(), false))
 }
 

@@ -145,8 +145,11 @@ impl Shared {
             ),
             outcomes: self.outcomes.clone(),
             metrics: self.metrics.clone(),
-            draining: self.draining.clone(),
-            force: self.force.clone(),
+            // Children: a worker's connections wait on tokens of its own (no lock
+            // shared with the other workers per connection); cancelling the gateway's
+            // cancels them.
+            draining: self.draining.child_token(),
+            force: self.force.child_token(),
             accepted: Counter::default(),
             per_source: self.per_source.clone(),
         }
@@ -469,9 +472,12 @@ async fn accept_loop(
     let mut inherits_nodelay = None;
     let on_error = |err: &std::io::Error| debug!(error = %err, "accept failed");
     let pause = Duration::from_millis(20);
+    // One wait on the drain token for the loop's life, not one per accept.
+    let stop = shared.draining.cancelled();
+    tokio::pin!(stop);
     loop {
-        let stop = shared.draining.cancelled();
-        let Some((stream, peer)) = accept_or_stop(&listener, stop, pause, on_error).await else {
+        let Some((stream, peer)) = accept_or_stop(&listener, stop.as_mut(), pause, on_error).await
+        else {
             return;
         };
         let Some(slot) = shared.per_source.acquire(peer.ip()) else {
@@ -491,10 +497,11 @@ async fn accept_loop(
                 return;
             };
             shared.metrics.open_connections.inc();
-            let force = shared.force.clone();
+            // Biased: the connection first (no random draw per wake-up).
             tokio::select! {
+                biased;
                 () = serve_connection(&shared, kind, stream, client) => {}
-                () = force.cancelled() => debug!("connection cut at the end of the grace period"),
+                () = shared.force.cancelled() => debug!("connection cut at the end of the grace period"),
                 () = slot.evicted() => debug!("connection displaced by a smaller source"),
             }
             drop(slot);

@@ -206,19 +206,19 @@ async fn attempt(
         Protocol::Http => upstream::http_connect(&mut conn, entry, target, timeout).await,
         Protocol::Socks5 => upstream::socks5_connect(&mut conn, entry, target, timeout).await,
     };
+    // One clock read for the three figures.
+    let done = Instant::now();
+    let took = done.saturating_duration_since(dialed);
     attempts.record(
         shared,
         entry,
         Stage::ProxyHandshake,
         res.as_ref().err(),
-        dialed.elapsed(),
+        took,
     );
     res?;
-    shared
-        .metrics
-        .handshake_duration
-        .observe_duration(dialed.elapsed());
-    observe_latency(entry, started);
+    shared.metrics.handshake_duration.observe_duration(took);
+    observe_latency(entry, done.saturating_duration_since(started));
     Ok(conn)
 }
 
@@ -247,10 +247,10 @@ pub(crate) async fn dial(
     Ok(BufConn::new(stream, up.max_response_head.min(max_head)))
 }
 
-/// Feeds the time an attempt took to set up its connection (since `started`) into
-/// `entry`'s latency estimate.
-pub(crate) fn observe_latency(entry: &ProxyEntry, started: Instant) {
-    let micros = u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX);
+/// Feeds the time an attempt took to set up its connection into `entry`'s latency
+/// estimate.
+pub(crate) fn observe_latency(entry: &ProxyEntry, took: Duration) {
+    let micros = u32::try_from(took.as_micros()).unwrap_or(u32::MAX);
     entry.state.observe_latency(micros);
 }
 
@@ -284,7 +284,7 @@ pub(crate) async fn relay(
         }
         Ok::<_, std::io::Error>(())
     };
-    let (up, down, end) = match early.await {
+    let relayed = match early.await {
         Ok(()) => {
             let n = client.buffered().len();
             client.consume(n);
@@ -295,18 +295,22 @@ pub(crate) async fn relay(
                 &mut est.upstream,
                 shared.config.io_idle_timeout,
                 write,
-                &shared.force,
                 // Exclusivity: nothing goes through the proxy past this worker's lease.
                 est.entry.state.lease_ended(),
             )
             .await
         }
-        Err(_) => (0, 0, TunnelEnd::Error),
+        Err(_) => io::Relayed {
+            up: 0,
+            down: 0,
+            end: TunnelEnd::Error,
+            spliced: 0,
+        },
     };
+    let io::Relayed { up, down, end, .. } = relayed;
     let error = match end {
         TunnelEnd::Closed => None,
         TunnelEnd::Idle => Some("idle-timeout"),
-        TunnelEnd::Cancelled => Some("shutting-down"),
         TunnelEnd::Error => Some("tunnel-io"),
         TunnelEnd::LeaseEnded => {
             metrics.tunnels_lease_cut.inc();
@@ -315,13 +319,14 @@ pub(crate) async fn relay(
     };
     metrics.relayed(Direction::ClientToUpstream, early_up + up);
     metrics.relayed(Direction::UpstreamToClient, early_down + down);
-    metrics.tunnel_duration.observe_duration(started.elapsed());
+    let took = started.elapsed();
+    metrics.tunnel_duration.observe_duration(took);
     shared.outcomes.record(
         &est.entry.id,
         Some(&est.routing),
         Stage::Tunnel,
         error,
-        started.elapsed(),
+        took,
     );
     debug!(proxy = %est.entry.id, up, down, ?end, "tunnel closed");
     drop(est.lease);

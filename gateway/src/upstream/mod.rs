@@ -6,11 +6,12 @@
 pub mod pool;
 
 use std::fmt;
-use std::io;
+use std::io::{self, Write as _};
 use std::net::IpAddr;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use proxy_pool_api::egress::{EgressDenied, EgressPolicy};
 
@@ -120,54 +121,54 @@ pub async fn dial(
     Ok(stream)
 }
 
-/// Asks an HTTP vendor proxy for a tunnel (`CONNECT`). Bytes the proxy sent after
-/// its response head stay buffered in `conn`.
+/// Asks an HTTP vendor proxy for a tunnel (`CONNECT`), within `timeout` for the whole
+/// exchange. Bytes the proxy sent after its response head stay buffered in `conn`.
 pub async fn http_connect(
     conn: &mut BufConn,
     entry: &ProxyEntry,
     target: &Target,
     timeout: Duration,
 ) -> Result<(), GatewayError> {
+    let deadline = Instant::now() + timeout;
     let mut req = Vec::with_capacity(256);
-    req.extend_from_slice(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n").as_bytes());
+    // Writing into a Vec cannot fail.
+    let _ = write!(req, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
     if let Some(auth) = &entry.auth {
         req.extend_from_slice(b"Proxy-Authorization: ");
         req.extend_from_slice(auth.basic.as_bytes());
         req.extend_from_slice(b"\r\n");
     }
     req.extend_from_slice(b"\r\n");
-    let exchange = async {
-        conn.stream.write_all(&req).await.map_err(handshake_io)?;
-        let limit = conn_limit(conn);
-        let len = conn
-            .read_head(limit, timeout)
-            .await
-            .map_err(|e| match e {
-                HeadReadError::Head(_) => {
-                    GatewayError::ProxyHandshake("malformed CONNECT response")
-                }
-                HeadReadError::Io(e) => handshake_io(e),
-            })?
-            .ok_or(GatewayError::ProxyHandshake("closed during CONNECT"))?;
-        let mut ranges = Vec::new();
-        let limits = HeadLimits {
-            max_head_bytes: limit,
-            max_headers: 64,
-        };
-        let status = parse_response(conn.buffered(), limits, &mut ranges)
-            .map_err(|_| GatewayError::ProxyHandshake("malformed CONNECT response"))?
-            .map(|h| h.status)
-            .ok_or(GatewayError::ProxyHandshake("malformed CONNECT response"))?;
-        conn.consume(len);
-        match status {
-            200..=299 => Ok(()),
-            407 => Err(GatewayError::ProxyHandshake("proxy rejected credentials")),
-            s => Err(GatewayError::TargetUnreachable(s)),
-        }
-    };
-    tokio::time::timeout(timeout, exchange)
+    // One bound for the exchange without a timer of its own: the write (at once on a
+    // fresh connection, no timer then) and the response head's read share the deadline.
+    crate::io::write_all(&mut conn.stream, &req, timeout)
         .await
-        .map_err(|_| GatewayError::UpstreamTimeout)?
+        .map_err(handshake_io)?;
+    let limit = conn_limit(conn);
+    let left = deadline.saturating_duration_since(Instant::now());
+    let len = conn
+        .read_head(limit, left)
+        .await
+        .map_err(|e| match e {
+            HeadReadError::Head(_) => GatewayError::ProxyHandshake("malformed CONNECT response"),
+            HeadReadError::Io(e) => handshake_io(e),
+        })?
+        .ok_or(GatewayError::ProxyHandshake("closed during CONNECT"))?;
+    let mut ranges = Vec::new();
+    let limits = HeadLimits {
+        max_head_bytes: limit,
+        max_headers: 64,
+    };
+    let status = parse_response(conn.buffered(), limits, &mut ranges)
+        .map_err(|_| GatewayError::ProxyHandshake("malformed CONNECT response"))?
+        .map(|h| h.status)
+        .ok_or(GatewayError::ProxyHandshake("malformed CONNECT response"))?;
+    conn.consume(len);
+    match status {
+        200..=299 => Ok(()),
+        407 => Err(GatewayError::ProxyHandshake("proxy rejected credentials")),
+        s => Err(GatewayError::TargetUnreachable(s)),
+    }
 }
 
 fn conn_limit(conn: &BufConn) -> usize {
