@@ -235,7 +235,7 @@ fn admission(c: &mut Criterion) {
                 let (_ticket, pick) = router
                     .admit(Some(&snap), Some(creds), &target, now_ms())
                     .expect("admitted");
-                black_box(pick.entry.usable_until_ms)
+                black_box(pick.entry().usable_until_ms)
             })
         });
     }

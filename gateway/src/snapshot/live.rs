@@ -70,6 +70,12 @@ pub struct ProxyEntry {
     pub upstream: Option<&'static NamedCounters>,
 }
 
+impl crate::capacity::Counted for ProxyEntry {
+    fn counters(&self) -> &ProxyState {
+        &self.state
+    }
+}
+
 /// One candidate of a routing: everything selection reads, in one contiguous array
 /// (no pointer chase to the [`ProxyEntry`] on the hot path).
 #[derive(Debug, Clone)]
