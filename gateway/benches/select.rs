@@ -203,7 +203,7 @@ fn narrowing(c: &mut Criterion) {
     ] {
         group.bench_function(what, |b| {
             b.iter(|| match routing.selection.narrow(black_box(params)) {
-                Narrowing::Set(set, _) => set.candidates.len(),
+                Narrowing::Set(set, _) => set.len(),
                 _ => panic!("the selection exists"),
             })
         });

@@ -230,7 +230,7 @@ impl Router {
             // A Routing with no candidate at all (its proxies drained, expired or not
             // assigned yet) is out of capacity whatever was asked; only a value that
             // none of its proxies holds is the client's.
-            Narrowing::NoMatch if routing.all.candidates.is_empty() => {
+            Narrowing::NoMatch if routing.all().candidates.is_empty() => {
                 return Err(GatewayError::NoCapacity);
             }
             Narrowing::NoMatch => return Err(GatewayError::NoMatchingProxy),
@@ -363,7 +363,7 @@ impl Router {
         // newer one, where the selection can have emptied: its values were valid at
         // admission, so that is a lack of capacity, not a bad parameter).
         let set = match ticket.selection {
-            None => &routing.all,
+            None => routing.all().view(),
             Some(key) => routing
                 .selection
                 .by_key(key)

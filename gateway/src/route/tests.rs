@@ -113,7 +113,7 @@ fn a_routing_city_filter_keeps_only_its_cities() {
     ));
     let ids = |name: &str| -> Vec<String> {
         let r = s.routing(name).unwrap();
-        r.all
+        r.all()
             .candidates
             .iter()
             .map(|c| s.proxies[c.idx as usize].id.to_string())

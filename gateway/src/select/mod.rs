@@ -10,7 +10,7 @@
 mod rng;
 
 use crate::capacity::Slot;
-use crate::snapshot::{Candidate, CandidateSet, CompiledRouting, LiveSnapshot, ProxyId};
+use crate::snapshot::{Candidate, Candidates, CompiledRouting, LiveSnapshot, ProxyId};
 use proxy_pool_api::controlplane::model::Strategy;
 
 /// Up to this many candidates least-active compares exactly; beyond it, a window of
@@ -36,18 +36,18 @@ pub fn pick<'a>(
     now_ms: u64,
     exclude: &[ProxyId],
 ) -> Option<Choice<'a>> {
-    pick_in(&routing.all, routing.spec.strategy, now_ms, exclude)
+    pick_in(routing.all().view(), routing.spec.strategy, now_ms, exclude)
 }
 
 /// Picks a proxy in `set` (a routing's candidates, or a selection within them) with
 /// `strategy`.
 pub fn pick_in<'a>(
-    set: &'a CandidateSet,
+    set: Candidates<'a>,
     strategy: Strategy,
     now_ms: u64,
     exclude: &[ProxyId],
 ) -> Option<Choice<'a>> {
-    if set.candidates.is_empty() {
+    if set.is_empty() {
         return None;
     }
     let first = match strategy {
@@ -73,15 +73,16 @@ fn is_excluded(c: &Candidate, exclude: &[ProxyId]) -> bool {
 
 /// Every candidate once, from `start` (below the number of candidates) on.
 fn scan<'a>(
-    set: &'a CandidateSet,
+    set: Candidates<'a>,
     start: usize,
     now_ms: u64,
     exclude: &[ProxyId],
 ) -> Option<Choice<'a>> {
-    let (before, from) = set.candidates.split_at(start.min(set.candidates.len()));
-    from.iter()
-        .chain(before)
-        .find_map(|c| try_take(c, now_ms, exclude))
+    let n = set.len();
+    let start = start.min(n);
+    (start..n)
+        .chain(0..start)
+        .find_map(|i| set.get(i).and_then(|c| try_take(c, now_ms, exclude)))
 }
 
 /// Current load of a candidate that could take work, else `None`.
@@ -90,9 +91,8 @@ fn usable_load(c: &Candidate, now_ms: u64, exclude: &[ProxyId]) -> Option<u32> {
         .then(|| c.state.load())
 }
 
-fn least_active<'a>(set: &'a CandidateSet, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice<'a>> {
-    let cands = &set.candidates;
-    let n = cands.len();
+fn least_active<'a>(set: Candidates<'a>, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice<'a>> {
+    let n = set.len();
     let (start, len) = if n <= LEAST_ACTIVE_WINDOW {
         (0, n)
     } else {
@@ -100,7 +100,9 @@ fn least_active<'a>(set: &'a CandidateSet, now_ms: u64, exclude: &[ProxyId]) -> 
     };
     let mut best: Option<(&'a Candidate, u32)> = None;
     for i in 0..len {
-        let c = &cands[(start + i) % n];
+        let Some(c) = set.get((start + i) % n) else {
+            continue;
+        };
         if let Some(load) = usable_load(c, now_ms, exclude)
             && best.is_none_or(|(_, b)| load < b)
         {
@@ -113,14 +115,15 @@ fn least_active<'a>(set: &'a CandidateSet, now_ms: u64, exclude: &[ProxyId]) -> 
     best.and_then(|(c, _)| try_take(c, now_ms, exclude))
 }
 
-fn two_choices<'a>(set: &'a CandidateSet, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice<'a>> {
-    let cands = &set.candidates;
-    let n = cands.len();
+fn two_choices<'a>(set: Candidates<'a>, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice<'a>> {
+    let n = set.len();
     if n == 1 {
-        return try_take(&cands[0], now_ms, exclude);
+        return set.get(0).and_then(|c| try_take(c, now_ms, exclude));
     }
     let (a, b) = rng::two_distinct(n);
-    let (ca, cb) = (&cands[a], &cands[b]);
+    let (Some(ca), Some(cb)) = (set.get(a), set.get(b)) else {
+        return None;
+    };
     let score = |c: &Candidate| {
         usable_load(c, now_ms, exclude)
             .map(|load| (u64::from(load) + 1) * u64::from(c.state.latency_us()))

@@ -35,7 +35,7 @@ fn uniform(n: usize, max: u32, strategy: Strategy) -> LiveSnapshot {
 }
 
 /// `n` picks from the snapshot's first routing, all held.
-fn hold(snap: &LiveSnapshot, n: usize) -> Vec<Choice> {
+fn hold(snap: &LiveSnapshot, n: usize) -> Vec<Choice<'_>> {
     (0..n)
         .map(|_| pick(snap, &snap.routings[0], now_ms(), &[]).unwrap())
         .collect()
@@ -97,7 +97,7 @@ fn least_active_prefers_the_idle_proxy() {
     drop(held);
     let _busy: Vec<_> = [0usize, 0, 1, 3]
         .iter()
-        .map(|&i| try_take(&r.all.candidates[i], now_ms(), &[]).unwrap())
+        .map(|&i| try_take(&r.all().candidates[i], now_ms(), &[]).unwrap())
         .collect();
     assert_eq!(pick(&snap, r, now_ms(), &[]).unwrap().idx, 2);
 }
