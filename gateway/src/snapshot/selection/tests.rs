@@ -268,7 +268,8 @@ fn narrowing_answers_as_the_labels_say() {
 fn hash_collisions_never_select_another_set() {
     let c = case();
     for bits in [0, 1, 0xF0] {
-        let selection = Selection::build_hashing(&c.selectors, c.candidates.clone(), &c.proxies, bits);
+        let selection =
+            Selection::build_hashing(&c.selectors, c.candidates.clone(), &c.proxies, bits);
         assert!(selection.sets() > 100, "{}", selection.sets());
         answers_as_the_labels_say(&c, &selection, false);
     }
