@@ -203,7 +203,7 @@ fn narrowing(c: &mut Criterion) {
     ] {
         group.bench_function(what, |b| {
             b.iter(|| match routing.selection.narrow(black_box(params)) {
-                Narrowing::Set(set, _) => set.candidates.len(),
+                Narrowing::Set(set, _) => set.len(),
                 _ => panic!("the selection exists"),
             })
         });
@@ -235,7 +235,7 @@ fn admission(c: &mut Criterion) {
                 let (_ticket, pick) = router
                     .admit(Some(&snap), Some(creds), &target, now_ms())
                     .expect("admitted");
-                black_box(pick.entry.usable_until_ms)
+                black_box(pick.entry().usable_until_ms)
             })
         });
     }

@@ -6,6 +6,12 @@
 //! overshot, even by racing workers. The state outlives snapshots (the registry hands
 //! the same `Arc` to the next snapshot that still lists the proxy), so a proxy that
 //! leaves a snapshot keeps its counts until its last guard drops (drain).
+//!
+//! A pick takes a [`Slot`], borrowing the counters from the snapshot it picked in: the
+//! compare-and-swap and the release are its only atomic writes. A request that keeps
+//! its slot past that borrow turns it into a [`Reservation`] riding on the `Arc` it
+//! holds for the proxy anyway (the snapshot's entry, see [`Counted`]), not on a
+//! reference count of its own.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -137,8 +143,16 @@ impl ProxyState {
         );
     }
 
-    /// Takes a Reserved slot if active + reserved < max.
+    /// Takes a Reserved slot if active + reserved < max, as an owned [`Reservation`]
+    /// that keeps these counters alive (one `Arc` clone on top of the slot).
     pub fn try_reserve(self: &Arc<Self>) -> Option<Reservation> {
+        self.try_take().and_then(|slot| slot.keep(Arc::clone(self)))
+    }
+
+    /// Takes a Reserved slot if active + reserved < max, borrowing the counters for
+    /// the slot's life: the compare-and-swap is the only write (no reference count).
+    #[inline]
+    pub fn try_take(&self) -> Option<Slot<'_>> {
         let max = u64::from(self.max.load(Ordering::Relaxed));
         let mut cur = self.counts.load(Ordering::Relaxed);
         loop {
@@ -152,11 +166,7 @@ impl ProxyState {
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => {
-                    return Some(Reservation {
-                        state: Some(self.clone()),
-                    });
-                }
+                Ok(_) => return Some(Slot { state: self }),
                 Err(actual) => cur = actual,
             }
         }
@@ -179,55 +189,107 @@ fn split(v: u64) -> (u32, u32) {
     ((v >> 32) as u32, (v & RESERVED_MASK) as u32)
 }
 
-/// A Reserved slot; released on drop unless turned into an [`ActiveLease`].
-#[derive(Debug)]
-pub struct Reservation {
-    state: Option<Arc<ProxyState>>,
+/// What holds a proxy's counters for an owned slot: the counters themselves, or a
+/// snapshot's proxy entry (so a request keeps one `Arc` for its proxy — the entry it
+/// dials — and its slot rides on it).
+pub trait Counted: Send + Sync + 'static {
+    /// The counters the slot is taken on.
+    fn counters(&self) -> &ProxyState;
 }
 
-impl Reservation {
-    /// The proxy this reservation is on.
-    pub fn state(&self) -> Option<&Arc<ProxyState>> {
-        self.state.as_ref()
+impl Counted for ProxyState {
+    fn counters(&self) -> &ProxyState {
+        self
+    }
+}
+
+/// A Reserved slot on counters borrowed for the slot's life (a pick within a snapshot
+/// the caller holds); released on drop unless kept as a [`Reservation`].
+#[derive(Debug)]
+#[must_use = "dropping the slot releases it"]
+pub struct Slot<'a> {
+    state: &'a ProxyState,
+}
+
+impl<'a> Slot<'a> {
+    /// The counters the slot is on.
+    pub fn state(&self) -> &'a ProxyState {
+        self.state
+    }
+
+    /// The slot as a [`Reservation`] that `owner` keeps alive (no count changes).
+    /// `None`, with the slot released, when `owner` holds other counters than the
+    /// slot's (a caller's mistake: the slot is never moved to counters it was not
+    /// taken on).
+    pub fn keep<O: Counted>(self, owner: Arc<O>) -> Option<Reservation<O>> {
+        if !std::ptr::eq(owner.counters(), self.state) {
+            return None;
+        }
+        // The slot now belongs to the reservation, which releases it.
+        std::mem::forget(self);
+        Some(Reservation(Held {
+            owner,
+            active: false,
+        }))
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.state.counts.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A slot and the `Arc` keeping its counters alive; releases it on drop.
+#[derive(Debug)]
+struct Held<O: Counted> {
+    owner: Arc<O>,
+    /// Active (else Reserved).
+    active: bool,
+}
+
+impl<O: Counted> Drop for Held<O> {
+    fn drop(&mut self) {
+        let one = if self.active { ACTIVE_ONE } else { 1 };
+        self.owner
+            .counters()
+            .counts
+            .fetch_sub(one, Ordering::AcqRel);
+    }
+}
+
+/// A Reserved slot owned past any borrow (the counters kept alive by `O`); released
+/// on drop unless turned into an [`ActiveLease`].
+#[derive(Debug)]
+pub struct Reservation<O: Counted = ProxyState>(Held<O>);
+
+impl<O: Counted> Reservation<O> {
+    /// What keeps the slot's counters alive (the proxy it is on).
+    pub fn owner(&self) -> &Arc<O> {
+        &self.0.owner
     }
 
     /// Moves the slot from Reserved to Active in one atomic step.
-    pub fn activate(mut self) -> ActiveLease {
-        let state = self.state.take();
-        if let Some(s) = &state {
-            // reserved >= 1, so adding 2^32 - 1 is active + 1, reserved - 1.
-            s.counts.fetch_add(ACTIVE_ONE - 1, Ordering::AcqRel);
-        }
-        ActiveLease { state }
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        if let Some(s) = self.state.take() {
-            s.counts.fetch_sub(1, Ordering::AcqRel);
-        }
+    pub fn activate(self) -> ActiveLease<O> {
+        let mut held = self.0;
+        // reserved >= 1, so adding 2^32 - 1 is active + 1, reserved - 1.
+        held.owner
+            .counters()
+            .counts
+            .fetch_add(ACTIVE_ONE - 1, Ordering::AcqRel);
+        held.active = true;
+        ActiveLease(held)
     }
 }
 
 /// An Active slot, released on drop.
 #[derive(Debug)]
-pub struct ActiveLease {
-    state: Option<Arc<ProxyState>>,
-}
+pub struct ActiveLease<O: Counted = ProxyState>(Held<O>);
 
-impl ActiveLease {
-    /// The proxy this lease is on.
-    pub fn state(&self) -> Option<&Arc<ProxyState>> {
-        self.state.as_ref()
-    }
-}
-
-impl Drop for ActiveLease {
-    fn drop(&mut self) {
-        if let Some(s) = self.state.take() {
-            s.counts.fetch_sub(ACTIVE_ONE, Ordering::AcqRel);
-        }
+impl<O: Counted> ActiveLease<O> {
+    /// What keeps the slot's counters alive (the proxy it is on).
+    pub fn owner(&self) -> &Arc<O> {
+        &self.0.owner
     }
 }
 
@@ -342,6 +404,53 @@ mod tests {
             }
         });
         assert!(peak.load(Ordering::Relaxed) <= 7);
+        assert_eq!(s.counts(), (0, 0));
+    }
+
+    #[test]
+    fn a_borrowed_slot_is_released_on_drop_and_kept_only_by_its_own_counters() {
+        let s = state(2);
+        let other = state(2);
+        let slot = s.try_take().unwrap();
+        assert_eq!(s.counts(), (0, 1));
+        drop(slot);
+        assert_eq!(s.counts(), (0, 0));
+        // Kept by an owner of other counters: refused, and the slot released.
+        assert!(s.try_take().unwrap().keep(other.clone()).is_none());
+        assert_eq!((s.counts(), other.counts()), ((0, 0), (0, 0)));
+        // Kept by its own: the count moves with the reservation, then the lease.
+        let kept = s.try_take().unwrap().keep(s.clone()).unwrap();
+        assert!(Arc::ptr_eq(kept.owner(), &s));
+        assert_eq!(s.counts(), (0, 1));
+        let lease = kept.activate();
+        assert_eq!(s.counts(), (1, 0));
+        assert!(Arc::ptr_eq(lease.owner(), &s));
+        let _second = s.try_take().unwrap();
+        assert!(s.try_take().is_none(), "max 2: one active, one reserved");
+        drop(lease);
+        assert_eq!(s.counts(), (0, 1));
+    }
+
+    #[test]
+    fn concurrent_borrowed_slots_never_exceed_the_limit() {
+        let s = state(5);
+        let peak = AtomicU32::new(0);
+        std::thread::scope(|scope| {
+            for t in 0..8 {
+                let (s, peak) = (&s, &peak);
+                scope.spawn(move || {
+                    for i in 0..20_000 {
+                        if let Some(slot) = s.try_take() {
+                            peak.fetch_max(s.load(), Ordering::Relaxed);
+                            if (i + t) % 2 == 0 {
+                                drop(slot.keep(s.clone()).unwrap().activate());
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        assert!(peak.load(Ordering::Relaxed) <= 5);
         assert_eq!(s.counts(), (0, 0));
     }
 

@@ -134,7 +134,7 @@ async fn forward_admitted(
     loop {
         let pick = attempts.next_pick(shared, ticket, &mut first, moved)?;
         moved = pick.moved;
-        let entry = pick.entry.clone();
+        let entry = pick.entry().clone();
         // `obtain` consumes the pick: on error its reservation is already released.
         let (err, replayable) = match obtain(shared, pick, target, &attempts).await {
             Ok((mut upstream, lease, reused)) => {
@@ -314,8 +314,8 @@ async fn obtain(
     pick: Pick,
     target: &Target,
     attempts: &Attempts,
-) -> Result<(BufConn, ActiveLease, bool), GatewayError> {
-    let entry = &pick.entry;
+) -> Result<(BufConn, ActiveLease<ProxyEntry>, bool), GatewayError> {
+    let entry = pick.entry();
     if let Some(conn) = shared.pool.checkout(&pool_key(entry, target)) {
         shared.metrics.pool_reused.inc();
         return Ok((conn, pick.reservation.activate(), true));

@@ -30,7 +30,7 @@ const HANDSHAKE_BUFFER: usize = 8 * 1024;
 pub(crate) struct Established {
     pub(crate) upstream: BufConn,
     pub(crate) entry: Arc<ProxyEntry>,
-    pub(crate) lease: ActiveLease,
+    pub(crate) lease: ActiveLease<ProxyEntry>,
     pub(crate) moved: Option<MoveReason>,
     pub(crate) routing: Arc<str>,
     /// The routing's counters.
@@ -168,7 +168,7 @@ async fn establish_on(
     let mut moved = None;
     loop {
         let pick = attempts.next_pick(shared, ticket, &mut first, moved)?;
-        let entry = pick.entry.clone();
+        let entry = pick.entry().clone();
         match attempt(shared, &entry, target, &attempts, up).await {
             Ok(upstream) => {
                 return Ok(Established {

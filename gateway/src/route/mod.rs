@@ -59,12 +59,17 @@ impl Ticket {
 /// A chosen proxy with a Reserved slot, and whether a session moved to it.
 #[derive(Debug)]
 pub struct Pick {
-    /// The proxy.
-    pub entry: Arc<ProxyEntry>,
-    /// Its Reserved slot.
-    pub reservation: Reservation,
+    /// The Reserved slot, held by the proxy's entry (see [`Pick::entry`]).
+    pub reservation: Reservation<ProxyEntry>,
     /// Set when a sticky session had to leave its previous proxy.
     pub moved: Option<MoveReason>,
+}
+
+impl Pick {
+    /// The proxy.
+    pub fn entry(&self) -> &Arc<ProxyEntry> {
+        self.reservation.owner()
+    }
 }
 
 /// One request to admit.
@@ -225,7 +230,7 @@ impl Router {
             // A Routing with no candidate at all (its proxies drained, expired or not
             // assigned yet) is out of capacity whatever was asked; only a value that
             // none of its proxies holds is the client's.
-            Narrowing::NoMatch if routing.all.candidates.is_empty() => {
+            Narrowing::NoMatch if routing.all().candidates.is_empty() => {
                 return Err(GatewayError::NoCapacity);
             }
             Narrowing::NoMatch => return Err(GatewayError::NoMatchingProxy),
@@ -358,22 +363,26 @@ impl Router {
         // newer one, where the selection can have emptied: its values were valid at
         // admission, so that is a lack of capacity, not a bad parameter).
         let set = match ticket.selection {
-            None => &routing.all,
+            None => routing.all().view(),
             Some(key) => routing
                 .selection
                 .by_key(key)
                 .ok_or(GatewayError::NoCapacity)?,
         };
         let strategy = routing.spec.strategy;
-        let pick = |choice: Choice, moved| Pick {
-            entry: snap.proxies[choice.idx as usize].clone(),
-            reservation: choice.reservation,
-            moved,
+        // The slot rides on the request's one reference to the chosen entry (its
+        // counters are the entry's: `keep` refuses anything else, releasing the slot).
+        let pick = |choice: Choice<'_>, moved| {
+            let entry = snap.proxies.get(choice.idx as usize).map(Arc::clone);
+            let reservation = entry.and_then(|e| choice.slot.keep(e));
+            reservation
+                .map(|reservation| Pick { reservation, moved })
+                .ok_or(GatewayError::NoCapacity)
         };
         let Some((key, policy)) = ticket.session else {
             return select::pick_in(set, strategy, now_ms, exclude)
-                .map(|c| pick(c, None))
-                .ok_or(GatewayError::NoCapacity);
+                .ok_or(GatewayError::NoCapacity)
+                .and_then(|c| pick(c, None));
         };
         let now = Instant::now();
         let moved = match self.sessions.lookup(key, now) {
@@ -387,7 +396,7 @@ impl Router {
                     match cand.filter(|c| now_ms < c.usable_until_ms) {
                         None => Some(MoveReason::ProxyGone),
                         Some(c) => match select::try_take(c, now_ms, exclude) {
-                            Some(c) => return Ok(pick(c, None)),
+                            Some(c) => return pick(c, None),
                             None => Some(MoveReason::ProxyFull),
                         },
                     }
@@ -396,9 +405,9 @@ impl Router {
         };
         let choice =
             select::pick_in(set, strategy, now_ms, exclude).ok_or(GatewayError::NoCapacity)?;
-        let chosen = pick(choice, moved);
+        let chosen = pick(choice, moved)?;
         self.sessions
-            .bind(key, chosen.entry.id.clone(), policy, now);
+            .bind(key, chosen.entry().id.clone(), policy, now);
         Ok(chosen)
     }
 }

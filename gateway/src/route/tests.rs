@@ -113,7 +113,7 @@ fn a_routing_city_filter_keeps_only_its_cities() {
     ));
     let ids = |name: &str| -> Vec<String> {
         let r = s.routing(name).unwrap();
-        r.all
+        r.all()
             .candidates
             .iter()
             .map(|c| s.proxies[c.idx as usize].id.to_string())
@@ -130,7 +130,7 @@ fn first_matching_routing_wins() {
     let admit = |user: &str, password: &str, host: &Host<'_>| {
         router
             .admit(Some(&snap), creds(user, password), host, now_ms())
-            .map(|(t, p)| (t.routing.to_string(), p.entry.id.clone()))
+            .map(|(t, p)| (t.routing.to_string(), p.entry().id.clone()))
     };
     let (routing, proxy) = admit("alice-region-shanghai", "pw-a", &WWW).unwrap();
     assert_eq!(routing, "shanghai");
@@ -166,19 +166,19 @@ fn sticky_sessions_stay_then_move_when_full_or_failed() {
         .unwrap();
     assert!(ticket.is_sticky());
     assert_eq!(first.moved, None);
-    let bound = first.entry.id.clone();
+    let bound = first.entry().id.clone();
     drop(first);
     let (_, again) = router
         .admit(Some(&snap), creds(user, "pw-a"), &WWW, now_ms())
         .unwrap();
-    assert_eq!(again.entry.id, bound, "kept");
+    assert_eq!(again.entry().id, bound, "kept");
     // Its proxy is full (max 1, still held): the session moves and says so.
     let (_, moved) = router
         .admit(Some(&snap), creds(user, "pw-a"), &WWW, now_ms())
         .unwrap();
-    assert_ne!(moved.entry.id, bound);
+    assert_ne!(moved.entry().id, bound);
     assert_eq!(moved.moved, Some(MoveReason::ProxyFull));
-    let now_bound = moved.entry.id.clone();
+    let now_bound = moved.entry().id.clone();
     drop((again, moved));
     let retry = router
         .reselect(
@@ -189,7 +189,7 @@ fn sticky_sessions_stay_then_move_when_full_or_failed() {
         )
         .unwrap();
     assert_eq!(retry.moved, Some(MoveReason::ProxyFailed));
-    assert_ne!(retry.entry.id, now_bound);
+    assert_ne!(retry.entry().id, now_bound);
 }
 
 #[test]
@@ -419,7 +419,7 @@ fn parameters_in_the_password_and_escaped_values_route() {
     let admit = |user: &str, password: &str| {
         router
             .admit(Some(&snap), creds(user, password), &WWW, now_ms())
-            .map(|(t, p)| (t.routing.to_string(), p.entry.id.to_string()))
+            .map(|(t, p)| (t.routing.to_string(), p.entry().id.to_string()))
             .map_err(|e| e.to_string())
     };
     let east = Ok(("us-east".to_owned(), "e1".to_owned()));
@@ -538,7 +538,7 @@ fn username_parameters_select_within_the_routing() {
             let (_, pick) = router
                 .admit(Some(&snap), creds(user, "pw-a"), &WWW, now_ms())
                 .map_err(|e| e.reason().to_owned())?;
-            seen.insert(pick.entry.id.to_string());
+            seen.insert(pick.entry().id.to_string());
         }
         Ok(seen.into_iter().collect())
     };
@@ -563,7 +563,7 @@ fn username_parameters_select_within_the_routing() {
             now_ms(),
         )
         .unwrap();
-    assert_eq!(pick.entry.id.as_str(), "de1");
+    assert_eq!(pick.entry().id.as_str(), "de1");
     // Parameters that are not selectors do not narrow.
     assert_eq!(reach("alice-tier-gold").unwrap().len(), 6);
     // No proxy holds the value, or the combination: an error, never another proxy.
@@ -598,7 +598,7 @@ fn routings_declare_their_selectors() {
     let admit = |snap: &LiveSnapshot, user: &str| {
         router
             .admit(Some(snap), creds(user, "pw-a"), &WWW, now_ms())
-            .map(|(_, p)| p.entry.id.to_string())
+            .map(|(_, p)| p.entry().id.to_string())
             .map_err(|e| e.reason())
     };
     for _ in 0..4 {

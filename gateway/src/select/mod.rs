@@ -1,51 +1,53 @@
 //! Proxy selection within one routing's precomputed candidates: round-robin,
 //! least-active and power-of-two-choices, each falling back to a full scan so a
 //! request is refused only when no candidate is usable and has room. Returns a
-//! [`Reservation`]: capacity is taken in the same step as the choice.
+//! [`Slot`] on the chosen proxy's counters, borrowed from the candidate set: capacity is
+//! taken in the same step as the choice, with no reference count touched.
 //!
 //! Hot path: no locks, no allocation, atomics only; it reads the routing's
 //! contiguous candidate array and each candidate's counters, nothing else.
 
 mod rng;
 
-use crate::capacity::Reservation;
-use crate::snapshot::{Candidate, CandidateSet, CompiledRouting, LiveSnapshot, ProxyId};
+use crate::capacity::Slot;
+use crate::snapshot::{Candidate, Candidates, CompiledRouting, LiveSnapshot, ProxyId};
 use proxy_pool_api::controlplane::model::Strategy;
 
 /// Up to this many candidates least-active compares exactly; beyond it, a window of
 /// this size starting at a rotating offset (so one pick stays O(1)).
 pub const LEAST_ACTIVE_WINDOW: usize = 16;
 
-/// A chosen proxy with a Reserved slot on it.
+/// A chosen proxy with a Reserved slot on it (borrowed from the candidates it was
+/// picked among; [`Slot::keep`] makes it owned).
 #[derive(Debug)]
-pub struct Choice {
+pub struct Choice<'a> {
     /// Index into [`LiveSnapshot::proxies`].
     pub idx: u32,
     /// The slot.
-    pub reservation: Reservation,
+    pub slot: Slot<'a>,
 }
 
 /// Picks a proxy for `routing` among all its candidates: usable at `now_ms`, not in
 /// `exclude`, with room. (`_snap` is the snapshot the routing belongs to; selection
 /// needs only the routing.)
-pub fn pick(
+pub fn pick<'a>(
     _snap: &LiveSnapshot,
-    routing: &CompiledRouting,
+    routing: &'a CompiledRouting,
     now_ms: u64,
     exclude: &[ProxyId],
-) -> Option<Choice> {
-    pick_in(&routing.all, routing.spec.strategy, now_ms, exclude)
+) -> Option<Choice<'a>> {
+    pick_in(routing.all().view(), routing.spec.strategy, now_ms, exclude)
 }
 
 /// Picks a proxy in `set` (a routing's candidates, or a selection within them) with
 /// `strategy`.
-pub fn pick_in(
-    set: &CandidateSet,
+pub fn pick_in<'a>(
+    set: Candidates<'a>,
     strategy: Strategy,
     now_ms: u64,
     exclude: &[ProxyId],
-) -> Option<Choice> {
-    if set.candidates.is_empty() {
+) -> Option<Choice<'a>> {
+    if set.is_empty() {
         return None;
     }
     let first = match strategy {
@@ -57,14 +59,12 @@ pub fn pick_in(
 }
 
 /// Tries one candidate: usable, not excluded, and a slot could be reserved.
-pub fn try_take(c: &Candidate, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
+#[inline]
+pub fn try_take<'a>(c: &'a Candidate, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice<'a>> {
     if now_ms >= c.usable_until_ms || is_excluded(c, exclude) {
         return None;
     }
-    c.state.try_reserve().map(|reservation| Choice {
-        idx: c.idx,
-        reservation,
-    })
+    c.state.try_take().map(|slot| Choice { idx: c.idx, slot })
 }
 
 fn is_excluded(c: &Candidate, exclude: &[ProxyId]) -> bool {
@@ -72,11 +72,17 @@ fn is_excluded(c: &Candidate, exclude: &[ProxyId]) -> bool {
 }
 
 /// Every candidate once, from `start` (below the number of candidates) on.
-fn scan(set: &CandidateSet, start: usize, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
-    let (before, from) = set.candidates.split_at(start.min(set.candidates.len()));
-    from.iter()
-        .chain(before)
-        .find_map(|c| try_take(c, now_ms, exclude))
+fn scan<'a>(
+    set: Candidates<'a>,
+    start: usize,
+    now_ms: u64,
+    exclude: &[ProxyId],
+) -> Option<Choice<'a>> {
+    let n = set.len();
+    let start = start.min(n);
+    (start..n)
+        .chain(0..start)
+        .find_map(|i| set.get(i).and_then(|c| try_take(c, now_ms, exclude)))
 }
 
 /// Current load of a candidate that could take work, else `None`.
@@ -85,17 +91,18 @@ fn usable_load(c: &Candidate, now_ms: u64, exclude: &[ProxyId]) -> Option<u32> {
         .then(|| c.state.load())
 }
 
-fn least_active(set: &CandidateSet, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
-    let cands = &set.candidates;
-    let n = cands.len();
+fn least_active<'a>(set: Candidates<'a>, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice<'a>> {
+    let n = set.len();
     let (start, len) = if n <= LEAST_ACTIVE_WINDOW {
         (0, n)
     } else {
         (set.next_start(), LEAST_ACTIVE_WINDOW)
     };
-    let mut best: Option<(&Candidate, u32)> = None;
+    let mut best: Option<(&'a Candidate, u32)> = None;
     for i in 0..len {
-        let c = &cands[(start + i) % n];
+        let Some(c) = set.get((start + i) % n) else {
+            continue;
+        };
         if let Some(load) = usable_load(c, now_ms, exclude)
             && best.is_none_or(|(_, b)| load < b)
         {
@@ -108,14 +115,15 @@ fn least_active(set: &CandidateSet, now_ms: u64, exclude: &[ProxyId]) -> Option<
     best.and_then(|(c, _)| try_take(c, now_ms, exclude))
 }
 
-fn two_choices(set: &CandidateSet, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice> {
-    let cands = &set.candidates;
-    let n = cands.len();
+fn two_choices<'a>(set: Candidates<'a>, now_ms: u64, exclude: &[ProxyId]) -> Option<Choice<'a>> {
+    let n = set.len();
     if n == 1 {
-        return try_take(&cands[0], now_ms, exclude);
+        return set.get(0).and_then(|c| try_take(c, now_ms, exclude));
     }
     let (a, b) = rng::two_distinct(n);
-    let (ca, cb) = (&cands[a], &cands[b]);
+    let (Some(ca), Some(cb)) = (set.get(a), set.get(b)) else {
+        return None;
+    };
     let score = |c: &Candidate| {
         usable_load(c, now_ms, exclude)
             .map(|load| (u64::from(load) + 1) * u64::from(c.state.latency_us()))

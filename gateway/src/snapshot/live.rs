@@ -70,6 +70,12 @@ pub struct ProxyEntry {
     pub upstream: Option<&'static NamedCounters>,
 }
 
+impl crate::capacity::Counted for ProxyEntry {
+    fn counters(&self) -> &ProxyState {
+        &self.state
+    }
+}
+
 /// One candidate of a routing: everything selection reads, in one contiguous array
 /// (no pointer chase to the [`ProxyEntry`] on the hot path).
 #[derive(Debug, Clone)]
@@ -89,9 +95,8 @@ pub struct CompiledRouting {
     pub spec: Routing,
     /// The rule's name, shared with requests for retries.
     pub name: Arc<str>,
-    /// Every candidate (by ascending proxy index) and its cursor.
-    pub all: CandidateSet,
-    /// The candidates each selection (username parameters) narrows to.
+    /// Every candidate (by ascending proxy index), and the candidates each selection
+    /// (username parameters) narrows to.
     pub selection: Selection,
     /// Its request, tunnel and error counters.
     pub stats: &'static NamedCounters,
@@ -106,9 +111,14 @@ enum TargetPattern {
 }
 
 impl CompiledRouting {
+    /// Every candidate (by ascending proxy index) and its cursor.
+    pub fn all(&self) -> &CandidateSet {
+        self.selection.all()
+    }
+
     /// The candidate for proxy `idx`, if it is one (binary search).
     pub fn candidate(&self, idx: u32) -> Option<&Candidate> {
-        self.all.candidate(idx)
+        self.all().candidate(idx)
     }
 
     /// Whether the routing's conditions hold for this request.
@@ -384,11 +394,10 @@ fn compile_routing(
             }
         })
         .collect();
-    let selection = Selection::build(&spec.selectors(), &candidates, proxies);
+    let selection = Selection::build(&spec.selectors(), candidates, proxies);
     CompiledRouting {
         name: Arc::from(spec.name.as_str()),
         spec,
-        all: CandidateSet::new(candidates),
         selection,
         stats,
         target_patterns,

@@ -16,7 +16,7 @@ pub(crate) mod fixture;
 pub use crate::proxy_id::ProxyId;
 pub use handle::{ChannelSource, SnapshotHandle, SnapshotSource, run_source};
 pub use live::{Candidate, CompiledRouting, LiveSnapshot, ProxyEntry, SnapshotError, UpstreamAddr};
-pub use selection::{CandidateSet, Narrowing, SelectionKey};
+pub use selection::{CandidateSet, Candidates, Narrowing, SelectionKey};
 
 use proxy_pool_api::controlplane::model::{Dial, Labels, Protocol, Snapshot, SnapshotProxy};
 use proxy_pool_api::secret::SaltedHash;

@@ -1,7 +1,9 @@
 //! Selection by username parameters within one routing (`country-us-city-new_york`):
 //! for every combination of the dimensions the routing's selectors name, the candidates
-//! holding each combination of values — contiguous arrays built when the snapshot is
-//! compiled, each with its own cursor. A request finds its array through one flat
+//! holding each combination of values — their positions in the routing's candidate
+//! list (four bytes a member; a proxy is a member of up to 2^d − 1 sets), all sets in
+//! one array of exact size built when the snapshot is compiled, each with its own
+//! cursor. A request finds its array through one flat
 //! open-addressing table and picks within it exactly as within the routing's whole
 //! candidate list. A combination no proxy holds is an error ([`Narrowing::NoMatch`]),
 //! never a silent fallback to the whole routing.
@@ -23,39 +25,46 @@ use proxy_pool_api::controlplane::model::{Dimension, SnapshotProxy};
 use super::live::Candidate;
 use crate::parse::username::{decoded, values_eq};
 
-/// Candidates (of a routing, or of one selection within it) by ascending proxy index,
-/// with the cursor that spreads picks over them.
+/// The cursor that spreads picks over a set of candidates.
 #[derive(Debug, Default)]
-pub struct CandidateSet {
-    /// The candidates, by ascending proxy index.
-    pub candidates: Vec<Candidate>,
+pub struct Rotation {
     cursor: AtomicUsize,
-    /// `candidates.len()` when the set was made, if it fits 32 bits (else 0), and
-    /// `2^64 / len` rounded up, for [`Self::next_start`]'s remainder without a division.
+    /// The set's size when it was made, if it fits 32 bits (else 0), and `2^64 / len`
+    /// rounded up, for [`Self::next`]'s remainder without a division.
     len: u32,
     reciprocal: u64,
 }
 
-impl CandidateSet {
-    /// A set of `candidates` (sorted by proxy index).
-    pub fn new(candidates: Vec<Candidate>) -> Self {
-        let len = u32::try_from(candidates.len()).unwrap_or_default();
+impl Rotation {
+    /// The rotation over `len` candidates.
+    fn new(len: usize) -> Self {
+        let len = u32::try_from(len).unwrap_or_default();
         Self {
-            candidates,
             cursor: AtomicUsize::new(0),
             len,
             reciprocal: (u64::MAX / u64::from(len.max(1))).wrapping_add(1),
         }
     }
 
-    /// Where the next pick starts: the set's cursor, advanced by one, modulo the number
-    /// of candidates (0 for none). The remainder of the cursor's low 32 bits, computed
+    /// Where the next pick among `n` candidates starts: the cursor, advanced by one,
+    /// modulo `n` (0 for none). The remainder of the cursor's low 32 bits, computed
     /// with a multiplication (Lemire's "fastmod"): after 2^32 picks in one set the
     /// rotation restarts once at the first candidate.
+    ///
+    /// The cursor is advanced by a plain load and store, not a read-modify-write (a
+    /// locked instruction costs ~20 cycles even uncontended, a fifth of a pick). From
+    /// one thread the rotation is exact. Picks racing on other threads can read the
+    /// same value (they start at the same candidate; each still takes a slot only if
+    /// it has room) or store over each other: a pick's start lags the exact rotation
+    /// by at most the number of picks in the same set that ran between its load and
+    /// its store — a few instructions, unless its thread is preempted right there.
+    /// Every thread still advances the rotation by one per pick, so each candidate is
+    /// tried first about as often as any other; capacity stays exact (the slot's
+    /// compare-and-swap decides).
     #[inline]
-    pub fn next_start(&self) -> usize {
-        let at = self.cursor.fetch_add(1, Ordering::Relaxed);
-        let n = self.candidates.len();
+    fn next(&self, n: usize) -> usize {
+        let at = self.cursor.load(Ordering::Relaxed);
+        self.cursor.store(at.wrapping_add(1), Ordering::Relaxed);
         if self.len != 0 && n == self.len as usize {
             let low = self.reciprocal.wrapping_mul(u64::from(at as u32));
             ((u128::from(low) * u128::from(self.len)) >> 64) as usize
@@ -63,13 +72,109 @@ impl CandidateSet {
             at.checked_rem(n).unwrap_or_default()
         }
     }
+}
+
+/// A routing's candidates by ascending proxy index, with the cursor that spreads
+/// picks over them.
+#[derive(Debug, Default)]
+pub struct CandidateSet {
+    /// The candidates, by ascending proxy index.
+    pub candidates: Vec<Candidate>,
+    rotation: Rotation,
+}
+
+impl CandidateSet {
+    /// A set of `candidates` (sorted by proxy index).
+    pub fn new(candidates: Vec<Candidate>) -> Self {
+        Self {
+            rotation: Rotation::new(candidates.len()),
+            candidates,
+        }
+    }
+
+    /// All of them, to pick among.
+    pub fn view(&self) -> Candidates<'_> {
+        Candidates {
+            all: &self.candidates,
+            members: None,
+            rotation: &self.rotation,
+        }
+    }
+
+    /// Where the next pick starts ([`Rotation::next`]).
+    #[inline]
+    pub fn next_start(&self) -> usize {
+        self.rotation.next(self.candidates.len())
+    }
 
     /// The candidate for proxy `idx`, if it is one (binary search).
     pub fn candidate(&self, idx: u32) -> Option<&Candidate> {
-        self.candidates
-            .binary_search_by_key(&idx, |c| c.idx)
-            .ok()
-            .map(|i| &self.candidates[i])
+        self.view().candidate(idx)
+    }
+}
+
+/// The candidates one pick chooses among: a routing's whole list, or a selection
+/// within it (positions in that list, four bytes a member instead of a copy of the
+/// candidate), with the set's rotation.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidates<'a> {
+    all: &'a [Candidate],
+    /// Positions in `all`, ascending; `None`: all of them.
+    members: Option<&'a [u32]>,
+    rotation: &'a Rotation,
+}
+
+impl<'a> Candidates<'a> {
+    /// How many.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.members.map_or(self.all.len(), <[u32]>::len)
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The `i`-th (below [`Self::len`]).
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<&'a Candidate> {
+        match self.members {
+            None => self.all.get(i),
+            Some(members) => members.get(i).and_then(|&at| self.all.get(at as usize)),
+        }
+    }
+
+    /// Every one, by ascending proxy index.
+    pub fn iter(self) -> impl Iterator<Item = &'a Candidate> {
+        (0..self.len()).filter_map(move |i| self.get(i))
+    }
+
+    /// Where the next pick starts ([`Rotation::next`]).
+    #[inline]
+    pub fn next_start(&self) -> usize {
+        self.rotation.next(self.len())
+    }
+
+    /// The candidate for proxy `idx`, if it is one (binary search).
+    pub fn candidate(&self, idx: u32) -> Option<&'a Candidate> {
+        let at = match self.members {
+            None => self.all.binary_search_by_key(&idx, |c| c.idx).ok()?,
+            Some(members) => {
+                let i = members
+                    .binary_search_by_key(&idx, |&at| {
+                        self.all.get(at as usize).map_or(u32::MAX, |c| c.idx)
+                    })
+                    .ok()?;
+                *members.get(i)? as usize
+            }
+        };
+        self.all.get(at)
+    }
+
+    /// Whether `self` and `other` are the same set (of the same snapshot).
+    pub fn is(&self, other: &Candidates<'_>) -> bool {
+        std::ptr::eq(self.rotation, other.rotation)
     }
 }
 
@@ -80,7 +185,7 @@ pub enum Narrowing<'a> {
     All,
     /// The candidates holding the requested values, and the key that finds them again
     /// in a later snapshot (retries).
-    Set(&'a CandidateSet, SelectionKey),
+    Set(Candidates<'a>, SelectionKey),
     /// Two parameters name one dimension with different values.
     Conflict(Dimension),
     /// No candidate holds the requested values.
@@ -94,9 +199,13 @@ pub struct SelectionKey {
     hash: u64,
 }
 
-/// The selections of one routing.
+/// A routing's candidates and the selections within them.
 #[derive(Debug)]
 pub struct Selection {
+    /// The routing's candidates.
+    all: CandidateSet,
+    /// Every set's members (positions in `all`), one set after another.
+    members: Box<[u32]>,
     /// The selector parameters (lower-cased) and their dimension's index into `dims`.
     params: Vec<Param>,
     /// The distinct dimensions, in [`Dimension::ALL`] order.
@@ -118,6 +227,8 @@ pub struct Selection {
 impl Default for Selection {
     fn default() -> Self {
         Self {
+            all: CandidateSet::default(),
+            members: Box::default(),
             params: Vec::new(),
             dims: Vec::new(),
             table: Box::default(),
@@ -157,18 +268,21 @@ struct Entry {
     key: u32,
     /// How many words its key has.
     words: u32,
-    set: CandidateSet,
+    /// Where its members start in `members`, and how many.
+    first: u32,
+    len: u32,
+    rotation: Rotation,
 }
 
 /// Most dimensions a routing selects by.
 const DIMS: usize = Dimension::ALL.len();
 
 impl Selection {
-    /// The selections `selectors` define over `candidates` (`proxies` holds their
-    /// labels, by candidate index).
+    /// A routing's `candidates` (by ascending proxy index) and the selections
+    /// `selectors` define over them (`proxies` holds their labels, by candidate index).
     pub fn build(
         selectors: &[proxy_pool_api::controlplane::model::Selector],
-        candidates: &[Candidate],
+        candidates: Vec<Candidate>,
         proxies: &[SnapshotProxy],
     ) -> Self {
         Self::build_hashing(selectors, candidates, proxies, u64::MAX)
@@ -178,7 +292,7 @@ impl Selection {
     /// collisions with few bits).
     fn build_hashing(
         selectors: &[proxy_pool_api::controlplane::model::Selector],
-        candidates: &[Candidate],
+        candidates: Vec<Candidate>,
         proxies: &[SnapshotProxy],
         hash_bits: u64,
     ) -> Self {
@@ -198,13 +312,22 @@ impl Selection {
                 }
             })
             .collect();
-        // Each set's key (in `keys`) and members, in the order first met.
+        // Each set's key (in `keys`) and size, in the order first met; and the set of
+        // every (candidate, combination) in candidate order (`NONE`: a value missing),
+        // so that the members can then be laid out with exact sizes, in one array.
+        const NONE: u32 = u32::MAX;
+        let combinations = (1usize << dims.len()) - 1;
         let mut keys: Vec<u64> = Vec::new();
-        let mut sets: Vec<(usize, usize, Vec<Candidate>)> = Vec::new();
-        let mut index: HashMap<Box<[u64]>, usize> = HashMap::new();
+        let mut sets: Vec<(usize, usize, u32)> = Vec::new();
+        let mut index: HashMap<Box<[u64]>, u32> = HashMap::new();
+        let mut assigned: Vec<u32> = Vec::new();
+        if combinations > 0 {
+            assigned.reserve_exact(candidates.len() * combinations);
+        }
         let mut key: Vec<u64> = Vec::new();
-        for c in candidates {
+        for c in &candidates {
             let Some(p) = proxies.get(c.idx as usize) else {
+                assigned.extend(std::iter::repeat_n(NONE, combinations));
                 continue;
             };
             // Labels as they are: their key words fold case (no allocation per proxy).
@@ -226,39 +349,72 @@ impl Selection {
                         })
                     })
                 });
-                if !complete {
-                    continue;
-                }
-                match index.get(key.as_slice()) {
-                    Some(&i) => {
-                        if let Some((_, _, members)) = sets.get_mut(i) {
-                            members.push(c.clone());
+                let set = if !complete {
+                    NONE
+                } else if let Some(&i) = index.get(key.as_slice()) {
+                    i
+                } else {
+                    // Fewer than 2^32 - 1 sets: always (each is one of at most 2^32
+                    // candidates' combinations); past that, left out.
+                    match u32::try_from(sets.len()) {
+                        Ok(i) if i != NONE => {
+                            index.insert(key.as_slice().into(), i);
+                            sets.push((keys.len(), key.len(), 0));
+                            keys.extend_from_slice(&key);
+                            i
                         }
+                        _ => NONE,
                     }
-                    None => {
-                        index.insert(key.as_slice().into(), sets.len());
-                        sets.push((keys.len(), key.len(), vec![c.clone()]));
-                        keys.extend_from_slice(&key);
+                };
+                if let Some((_, _, size)) = sets.get_mut(set as usize) {
+                    *size += 1;
+                }
+                assigned.push(set);
+            }
+        }
+        drop(index);
+        // Members: each set's positions in `candidates`, ascending, sets one after
+        // another in the order first met.
+        let mut next: Vec<usize> = Vec::with_capacity(sets.len());
+        let mut total = 0usize;
+        for (_, _, size) in &sets {
+            next.push(total);
+            total += *size as usize;
+        }
+        let mut members = vec![0u32; total];
+        if combinations > 0 {
+            for (at, sets_of) in assigned.chunks_exact(combinations).enumerate() {
+                let Ok(at) = u32::try_from(at) else { break };
+                for &set in sets_of {
+                    if let Some(next) = next.get_mut(set as usize) {
+                        if let Some(m) = members.get_mut(*next) {
+                            *m = at;
+                        }
+                        *next += 1;
                     }
                 }
             }
         }
+        drop(assigned);
         let mut table = vec![Slot::default(); (sets.len() * 2).next_power_of_two()];
         if sets.is_empty() {
             table.clear();
         }
         let mut entries = Vec::with_capacity(sets.len());
         let mut longest = 0;
-        for (start, words, members) in sets {
-            // More than 2^32 key words (tens of gigabytes) cannot be built; a set past
-            // that is left out rather than indexed wrongly.
-            let (Ok(entry), Ok(key), Ok(words)) = (
+        let mut first = 0usize;
+        for (start, words, size) in sets {
+            // More than 2^32 key words or members (tens of gigabytes) cannot be built; a
+            // set past that is left out rather than indexed wrongly.
+            let (Ok(entry), Ok(key), Ok(words), Ok(at)) = (
                 u32::try_from(entries.len() + 1),
                 u32::try_from(start),
                 u32::try_from(words),
+                u32::try_from(first),
             ) else {
                 break;
             };
+            first += size as usize;
             let hash = keys
                 .get(start..start + words as usize)
                 .map_or(0, |k| hash_words(k.iter().copied()))
@@ -275,10 +431,14 @@ impl Selection {
             entries.push(Entry {
                 key,
                 words,
-                set: CandidateSet::new(members),
+                first: at,
+                len: size,
+                rotation: Rotation::new(size as usize),
             });
         }
         Self {
+            all: CandidateSet::new(candidates),
+            members: members.into_boxed_slice(),
             params,
             dims,
             table: table.into_boxed_slice(),
@@ -286,6 +446,25 @@ impl Selection {
             keys: keys.into_boxed_slice(),
             longest,
             hash_bits,
+        }
+    }
+
+    /// The routing's candidates.
+    pub fn all(&self) -> &CandidateSet {
+        &self.all
+    }
+
+    /// The candidates of set `e`.
+    fn view<'a>(&'a self, e: &'a Entry) -> Candidates<'a> {
+        let first = e.first as usize;
+        Candidates {
+            all: &self.all.candidates,
+            members: Some(
+                self.members
+                    .get(first..first + e.len as usize)
+                    .unwrap_or_default(),
+            ),
+            rotation: &e.rotation,
         }
     }
 
@@ -324,7 +503,7 @@ impl Selection {
             self.find_long(mask, &values)
         };
         match found {
-            Some(e) => Narrowing::Set(&e.set, SelectionKey { mask, hash }),
+            Some(e) => Narrowing::Set(self.view(e), SelectionKey { mask, hash }),
             None => Narrowing::NoMatch,
         }
     }
@@ -384,12 +563,12 @@ impl Selection {
     /// The set `key` found in an earlier snapshot, in this one (a retry). `None` also
     /// when two sets of the key's shape share its hash here (never seen with 64 bits;
     /// the key keeps no values to tell them apart).
-    pub fn by_key(&self, key: SelectionKey) -> Option<&CandidateSet> {
+    pub fn by_key(&self, key: SelectionKey) -> Option<Candidates<'_>> {
         let mut same = self
             .probe(key.hash)
             .filter(|e| self.key(e).first() == Some(&u64::from(key.mask)));
         match (same.next(), same.next()) {
-            (Some(e), None) => Some(&e.set),
+            (Some(e), None) => Some(self.view(e)),
             _ => None,
         }
     }

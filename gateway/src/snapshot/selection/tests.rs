@@ -240,11 +240,11 @@ fn answers_as_the_labels_say(c: &Case, selection: &Selection, exact_retry: bool)
             Narrowing::Set(set, key) => {
                 sets_found += 1;
                 match selection.by_key(key) {
-                    Some(found) => assert!(std::ptr::eq(found, set), "case {case}: another set"),
+                    Some(found) => assert!(found.is(&set), "case {case}: another set"),
                     None => assert!(!exact_retry, "case {case}: the key finds the set"),
                 }
-                assert!(!set.candidates.is_empty());
-                Ok(Some(set.candidates.iter().map(|c| c.idx).collect()))
+                assert!(!set.is_empty());
+                Ok(Some(set.iter().map(|c| c.idx).collect()))
             }
         };
         // Only the routing's candidates can be selected.
@@ -258,7 +258,7 @@ fn answers_as_the_labels_say(c: &Case, selection: &Selection, exact_retry: bool)
 #[test]
 fn narrowing_answers_as_the_labels_say() {
     let c = case();
-    let selection = Selection::build(&c.selectors, &c.candidates, &c.proxies);
+    let selection = Selection::build(&c.selectors, c.candidates.clone(), &c.proxies);
     answers_as_the_labels_say(&c, &selection, true);
 }
 
@@ -268,7 +268,8 @@ fn narrowing_answers_as_the_labels_say() {
 fn hash_collisions_never_select_another_set() {
     let c = case();
     for bits in [0, 1, 0xF0] {
-        let selection = Selection::build_hashing(&c.selectors, &c.candidates, &c.proxies, bits);
+        let selection =
+            Selection::build_hashing(&c.selectors, c.candidates.clone(), &c.proxies, bits);
         assert!(selection.sets() > 100, "{}", selection.sets());
         answers_as_the_labels_say(&c, &selection, false);
     }
@@ -277,23 +278,23 @@ fn hash_collisions_never_select_another_set() {
 #[test]
 fn a_retry_key_shared_by_two_sets_finds_neither() {
     let c = case();
-    let selection = Selection::build_hashing(&c.selectors, &c.candidates, &c.proxies, 0);
+    let selection = Selection::build_hashing(&c.selectors, c.candidates.clone(), &c.proxies, 0);
     let Narrowing::Set(_, key) = selection.narrow(&[("country", "de")]) else {
         panic!("de is a region");
     };
-    assert_eq!(selection.by_key(key).map(|s| s.candidates.len()), None);
+    assert_eq!(selection.by_key(key).map(|s| s.len()), None);
     // With the whole hash, the same request's key finds its set again.
-    let selection = Selection::build(&c.selectors, &c.candidates, &c.proxies);
+    let selection = Selection::build(&c.selectors, c.candidates.clone(), &c.proxies);
     let Narrowing::Set(set, key) = selection.narrow(&[("country", "de")]) else {
         panic!("de is a region");
     };
-    assert!(selection.by_key(key).is_some_and(|s| std::ptr::eq(s, set)));
+    assert!(selection.by_key(key).is_some_and(|s| s.is(&set)));
 }
 
 #[test]
 fn the_table_is_at_most_half_full_and_sets_keep_candidate_order() {
     let c = case();
-    let selection = Selection::build(&c.selectors, &c.candidates, &c.proxies);
+    let selection = Selection::build(&c.selectors, c.candidates.clone(), &c.proxies);
     assert!(selection.table.len().is_power_of_two());
     assert!(selection.sets() * 2 <= selection.table.len());
     assert_eq!(
@@ -301,7 +302,7 @@ fn the_table_is_at_most_half_full_and_sets_keep_candidate_order() {
         selection.sets()
     );
     for e in selection.entries.iter() {
-        let idx: Vec<u32> = e.set.candidates.iter().map(|c| c.idx).collect();
+        let idx: Vec<u32> = selection.view(e).iter().map(|c| c.idx).collect();
         assert!(idx.windows(2).all(|w| w[0] < w[1]), "{idx:?}");
         assert_eq!(std::mem::align_of_val(e), 64);
     }
@@ -310,10 +311,10 @@ fn the_table_is_at_most_half_full_and_sets_keep_candidate_order() {
 #[test]
 fn no_selectors_or_no_candidates_select_nothing() {
     let c = case();
-    let none = Selection::build(&[], &c.candidates, &c.proxies);
+    let none = Selection::build(&[], c.candidates.clone(), &c.proxies);
     assert_eq!(none.sets(), 0);
     assert!(matches!(none.narrow(&[("country", "us")]), Narrowing::All));
-    let empty = Selection::build(&c.selectors, &[], &c.proxies);
+    let empty = Selection::build(&c.selectors, Vec::new(), &c.proxies);
     assert_eq!(empty.sets(), 0);
     assert!(matches!(
         empty.narrow(&[("country", "us")]),
@@ -338,12 +339,12 @@ fn keys_longer_than_the_buffer_still_match_exactly() {
     let candidates: Vec<Candidate> = (0..3).map(candidate).collect();
     let selectors = Selector::defaults();
     let idx = |n: Narrowing<'_>| match n {
-        Narrowing::Set(set, _) => set.candidates.iter().map(|c| c.idx).collect(),
+        Narrowing::Set(set, _) => set.iter().map(|c| c.idx).collect(),
         Narrowing::NoMatch => Vec::new(),
         other => panic!("{other:?}"),
     };
     for bits in [u64::MAX, 0] {
-        let selection = Selection::build_hashing(&selectors, &candidates, &proxies, bits);
+        let selection = Selection::build_hashing(&selectors, candidates.clone(), &proxies, bits);
         assert!(selection.longest > KEY_BUF);
         let lower = long.to_ascii_lowercase();
         assert_eq!(idx(selection.narrow(&[("city", &lower)])), [0]);
@@ -362,7 +363,7 @@ fn keys_longer_than_the_buffer_still_match_exactly() {
     // Without such labels, a request too long for the buffer matches nothing.
     proxies[0].labels.city = Some("a".into());
     proxies[1].labels.city = Some("b".into());
-    let selection = Selection::build(&selectors, &candidates, &proxies);
+    let selection = Selection::build(&selectors, candidates.clone(), &proxies);
     assert!(selection.longest <= KEY_BUF);
     assert_eq!(idx(selection.narrow(&[("city", &long)])), [0u32; 0]);
     assert_eq!(idx(selection.narrow(&[("city", "A")])), [0]);
@@ -392,9 +393,9 @@ fn the_next_start_is_the_cursor_modulo_the_set_size() {
     for n in [1usize, 2, 3, 7, 16, 25_000, 100_000] {
         let set = CandidateSet::new((0..n as u32).map(candidate).collect());
         for at in [0usize, 1, n - 1, n, n + 1, 3 * n + 2, u32::MAX as usize - 1] {
-            set.cursor.store(at, Ordering::Relaxed);
+            set.rotation.cursor.store(at, Ordering::Relaxed);
             assert_eq!(set.next_start(), at % n, "{at} % {n}");
-            assert_eq!(set.cursor.load(Ordering::Relaxed), at + 1);
+            assert_eq!(set.rotation.cursor.load(Ordering::Relaxed), at + 1);
         }
         for at in 0..2 * n.min(1000) {
             assert!(set.next_start() < n, "{at}");
@@ -404,7 +405,7 @@ fn the_next_start_is_the_cursor_modulo_the_set_size() {
     // Candidates removed after the set was made: a plain remainder, never past the end.
     let mut set = CandidateSet::new((0..3).map(candidate).collect());
     set.candidates.truncate(2);
-    set.cursor.store(5, Ordering::Relaxed);
+    set.rotation.cursor.store(5, Ordering::Relaxed);
     assert_eq!(set.next_start(), 1);
     set.candidates.clear();
     assert_eq!(set.next_start(), 0);
@@ -423,5 +424,30 @@ fn a_key_hashes_alike_streamed_or_from_a_slice() {
         let mut longer = words.clone();
         longer.push(0);
         assert_ne!(hash_words(longer.into_iter()), h.finish(), "{len}");
+    }
+}
+
+/// A selection's members are positions in the routing's candidate list (four bytes
+/// each, not a copy of the candidate), laid out in one array of exactly the members'
+/// number, and a selection finds the same candidates through them.
+#[test]
+fn selection_members_are_positions_in_one_exact_array() {
+    let c = case();
+    let selection = Selection::build(&c.selectors, c.candidates.clone(), &c.proxies);
+    let total: usize = selection.entries.iter().map(|e| e.len as usize).sum();
+    assert_eq!(selection.members.len(), total);
+    assert_eq!(std::mem::size_of_val(&*selection.members), 4 * total);
+    let mut first = 0;
+    for e in selection.entries.iter() {
+        assert_eq!(e.first as usize, first, "sets one after another");
+        first += e.len as usize;
+        let view = selection.view(e);
+        assert_eq!(view.len(), e.len as usize);
+        for (i, cand) in view.iter().enumerate() {
+            let at = selection.members[e.first as usize + i] as usize;
+            assert!(std::ptr::eq(cand, &selection.all().candidates[at]));
+            assert!(std::ptr::eq(view.candidate(cand.idx).unwrap(), cand));
+        }
+        assert!(view.candidate(u32::MAX).is_none());
     }
 }
