@@ -196,6 +196,35 @@ fn available(ids: &[String]) -> Vec<HealthUpdate> {
         .collect()
 }
 
+/// Upserts `n` proxies `<prefix>-00000…` of `vendor-a` in region `eu`, proxy `i` in city
+/// `t<city(i)>`, marks them AVAILABLE, and checks that the pool now knows more index
+/// keys than it passes to every call (the key book's pass-all bound, 256).
+async fn fill_in_cities(
+    pool: &RedisPool,
+    prefix: &str,
+    n: usize,
+    ttl_secs: u64,
+    city: impl Fn(usize) -> usize,
+) -> Vec<String> {
+    let all: Vec<String> = (0..n).map(|i| format!("{prefix}-{i:05}")).collect();
+    let cands: Vec<Candidate> = all
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let mut c = cand(id, "eu", ttl_secs);
+            c.labels.city = Some(Label::new(format!("t{}", city(i))).unwrap());
+            c
+        })
+        .collect();
+    let report = pool.upsert(batch("vendor-a", cands)).await.unwrap();
+    assert_eq!(report.inserted as usize, all.len(), "{report:?}");
+    for chunk in all.chunks(1_000) {
+        pool.apply_health(&available(chunk)).await.unwrap();
+    }
+    assert!(pool.known_index_keys() > 256, "{}", pool.known_index_keys());
+    all
+}
+
 async fn all_keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
     let mut keys: Vec<String> = query(conn, "KEYS", "*").await;
     keys.sort();
@@ -1248,22 +1277,7 @@ async fn concurrent_unfiltered_extractions_settle_beyond_the_pass_all_bound() {
     const PER_CALLER: usize = 100;
     let server = RedisServer::start();
     let pool = pool_at(&server.url()).await;
-    let all: Vec<String> = (0..COMBOS * 8).map(|i| format!("h-{i:05}")).collect();
-    let cands: Vec<Candidate> = all
-        .iter()
-        .enumerate()
-        .map(|(i, id)| {
-            let mut c = cand(id, "eu", 600);
-            c.labels.city = Some(Label::new(format!("t{}", i % COMBOS)).unwrap());
-            c
-        })
-        .collect();
-    let report = pool.upsert(batch("vendor-a", cands)).await.unwrap();
-    assert_eq!(report.inserted as usize, all.len(), "{report:?}");
-    for chunk in all.chunks(1_000) {
-        pool.apply_health(&available(chunk)).await.unwrap();
-    }
-    assert!(pool.known_index_keys() > 256, "{}", pool.known_index_keys());
+    fill_in_cities(&pool, "h", COMBOS * 8, 600, |i| i % COMBOS).await;
 
     let mut tasks = Vec::new();
     for _ in 0..CALLERS {
@@ -1302,21 +1316,7 @@ async fn unfiltered_extractions_beyond_the_pass_all_bound_rarely_ask_for_keys() 
     const EXTRACTIONS: usize = 400;
     let server = RedisServer::start();
     let pool = pool_at(&server.url()).await;
-    let all: Vec<String> = (0..RUNS * 100).map(|i| format!("h-{i:05}")).collect();
-    let cands: Vec<Candidate> = all
-        .iter()
-        .enumerate()
-        .map(|(i, id)| {
-            let mut c = cand(id, "eu", 600);
-            let combo = i / 100 * 50 + i % 50;
-            c.labels.city = Some(Label::new(format!("t{combo}")).unwrap());
-            c
-        })
-        .collect();
-    let report = pool.upsert(batch("vendor-a", cands)).await.unwrap();
-    assert_eq!(report.inserted as usize, all.len(), "{report:?}");
-    pool.apply_health(&available(&all)).await.unwrap();
-    assert!(pool.known_index_keys() > 256, "{}", pool.known_index_keys());
+    fill_in_cities(&pool, "h", RUNS * 100, 600, |i| i / 100 * 50 + i % 50).await;
 
     let mut conn = admin(&server.url()).await;
     let () = query(&mut conn, "CONFIG", "RESETSTAT").await;
@@ -1360,20 +1360,7 @@ async fn purge_beyond_the_pass_all_bound_asks_once_per_call() {
     let pool = RedisPool::new(RedisConnector::direct(&server.url()).unwrap(), options)
         .await
         .unwrap();
-    let all: Vec<String> = (0..COMBOS * 2).map(|i| format!("x-{i:05}")).collect();
-    let cands: Vec<Candidate> = all
-        .iter()
-        .enumerate()
-        .map(|(i, id)| {
-            let mut c = cand(id, "eu", 60);
-            c.labels.city = Some(Label::new(format!("t{}", i % COMBOS)).unwrap());
-            c
-        })
-        .collect();
-    let report = pool.upsert(batch("vendor-a", cands)).await.unwrap();
-    assert_eq!(report.inserted as usize, all.len(), "{report:?}");
-    pool.apply_health(&available(&all)).await.unwrap();
-    assert!(pool.known_index_keys() > 256, "{}", pool.known_index_keys());
+    fill_in_cities(&pool, "x", COMBOS * 2, 60, |i| i % COMBOS).await;
 
     clock.advance(Duration::from_secs(120));
     let mut conn = admin(&server.url()).await;

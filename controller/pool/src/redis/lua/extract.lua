@@ -138,6 +138,16 @@ local function next_member(page)
   end
   return nil
 end
+-- Up to `n` next members (fewer at the end of the sources), read in pages of `n`.
+local function next_members(n)
+  local ids = {}
+  for _ = 1, n do
+    local id = next_member(n)
+    if not id then break end
+    ids[#ids + 1] = id
+  end
+  return ids
+end
 -- Members an asking unfiltered call reads past its own to name their combinations too
 -- (each key a call is given costs Redis about half a microsecond: the adapter passes
 -- them to every unfiltered call, so a few dozen).
@@ -152,12 +162,7 @@ while #found < want do
     if next_member(1) then complete = false end
     break
   end
-  local batch = {}
-  for _ = 1, take do
-    local id = next_member(take)
-    if not id then break end
-    batch[#batch + 1] = id
-  end
+  local batch = next_members(take)
   if #batch == 0 then break end
   -- One read per batch for records and owners.
   local rs = redis.call('HMGET', K_RECORDS, unpack(batch))
@@ -209,12 +214,7 @@ if #MISSING > 0 and not MATCH then
     if not MISSING_SEEN[c] then MISSING_SEEN[c] = true; MISSING[#MISSING + 1] = c end
   end
   local take = math.min(LOOKAHEAD, P.budget - examined)
-  local ahead = {}
-  for _ = 1, take do
-    local id = next_member(take)
-    if not id then break end
-    ahead[#ahead + 1] = id
-  end
+  local ahead = next_members(take)
   if #ahead > 0 then
     local rs = redis.call('HMGET', K_RECORDS, unpack(ahead))
     local owners_raw = redis.call('HMGET', K_OWNERS, unpack(ahead))
