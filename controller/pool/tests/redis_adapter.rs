@@ -198,6 +198,17 @@ fn available(ids: &[String]) -> Vec<HealthUpdate> {
 
 /// Upserts `n` proxies `<prefix>-00000…` of `vendor-a` in region `eu`, proxy `i` in city
 /// `t<city(i)>`, marks them AVAILABLE, and checks that the pool now knows more index
+/// `EVALSHA` calls the server has run since its statistics were last reset.
+async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> usize {
+    let stats: String = query(conn, "INFO", "commandstats").await;
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|l| l.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap()
+}
+
 /// keys than it passes to every call (the key book's pass-all bound, 256).
 async fn fill_in_cities(
     pool: &RedisPool,
@@ -1327,13 +1338,7 @@ async fn unfiltered_extractions_beyond_the_pass_all_bound_rarely_ask_for_keys() 
         assert_eq!(ids.len(), 1, "{o:?}");
         assert!(handed.insert(ids[0].clone()), "{ids:?} handed out twice");
     }
-    let stats: String = query(&mut conn, "INFO", "commandstats").await;
-    let calls: usize = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|l| l.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap();
+    let calls = script_calls(&mut conn).await;
     // An extraction that asks costs two calls; one in ten may.
     assert!(
         calls <= EXTRACTIONS + EXTRACTIONS / 10,
@@ -1367,13 +1372,7 @@ async fn purge_beyond_the_pass_all_bound_asks_once_per_call() {
     let () = query(&mut conn, "CONFIG", "RESETSTAT").await;
     let p = pool.purge_expired(768).await.unwrap();
     assert_eq!((p.purged, p.more), (600, false));
-    let stats: String = query(&mut conn, "INFO", "commandstats").await;
-    let calls: usize = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|l| l.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap();
+    let calls = script_calls(&mut conn).await;
     assert_eq!(
         calls,
         2 + 1 + 1 + 2,
