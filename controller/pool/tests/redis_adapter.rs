@@ -198,6 +198,19 @@ fn available(ids: &[String]) -> Vec<HealthUpdate> {
 
 /// Upserts `n` proxies `<prefix>-00000…` of `vendor-a` in region `eu`, proxy `i` in city
 /// `t<city(i)>`, marks them AVAILABLE, and checks that the pool now knows more index
+/// A pool on the server at `url` whose scripts take "now" from the returned clock.
+async fn pool_on_clock(url: &str) -> (RedisPool, activity_pool::ManualClock) {
+    let clock = activity_pool::ManualClock::starting_now();
+    let options = RedisOptions {
+        clock_override: Some(std::sync::Arc::new(clock.clone())),
+        ..RedisOptions::default()
+    };
+    let pool = RedisPool::new(RedisConnector::direct(url).unwrap(), options)
+        .await
+        .unwrap();
+    (pool, clock)
+}
+
 /// `EVALSHA` calls the server has run since its statistics were last reset.
 async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> usize {
     let stats: String = query(conn, "INFO", "commandstats").await;
@@ -954,16 +967,8 @@ async fn unanswering_redis_fails_every_caller_within_the_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_sweeps_run_in_bounded_scripts_and_report_more() {
-    use activity_pool::ManualClock;
     let server = RedisServer::start();
-    let clock = ManualClock::starting_now();
-    let options = RedisOptions {
-        clock_override: Some(std::sync::Arc::new(clock.clone())),
-        ..RedisOptions::default()
-    };
-    let pool = RedisPool::new(RedisConnector::direct(&server.url()).unwrap(), options)
-        .await
-        .unwrap();
+    let (pool, clock) = pool_on_clock(&server.url()).await;
     let all = ids("w", 1300);
     for chunk in all.chunks(650) {
         fill(&pool, chunk, 60).await;
@@ -1354,17 +1359,9 @@ async fn unfiltered_extractions_beyond_the_pass_all_bound_rarely_ask_for_keys() 
 /// script each, not two); then the combination sweep (two scripts of ≤ 256 keys).
 #[tokio::test]
 async fn purge_beyond_the_pass_all_bound_asks_once_per_call() {
-    use activity_pool::ManualClock;
     const COMBOS: usize = 300;
     let server = RedisServer::start();
-    let clock = ManualClock::starting_now();
-    let options = RedisOptions {
-        clock_override: Some(std::sync::Arc::new(clock.clone())),
-        ..RedisOptions::default()
-    };
-    let pool = RedisPool::new(RedisConnector::direct(&server.url()).unwrap(), options)
-        .await
-        .unwrap();
+    let (pool, clock) = pool_on_clock(&server.url()).await;
     fill_in_cities(&pool, "x", COMBOS * 2, 60, |i| i % COMBOS).await;
 
     clock.advance(Duration::from_secs(120));
