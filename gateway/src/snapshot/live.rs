@@ -116,11 +116,6 @@ impl CompiledRouting {
         self.selection.all()
     }
 
-    /// The candidate for proxy `idx`, if it is one (binary search).
-    pub fn candidate(&self, idx: u32) -> Option<&Candidate> {
-        self.all().candidate(idx)
-    }
-
     /// Whether the routing's conditions hold for this request.
     pub fn matches(&self, client: &str, params: &[(&str, &str)], target: &Host<'_>) -> bool {
         let m = &self.spec.matcher;

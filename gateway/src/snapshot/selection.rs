@@ -100,17 +100,6 @@ impl CandidateSet {
             rotation: &self.rotation,
         }
     }
-
-    /// Where the next pick starts ([`Rotation::next`]).
-    #[inline]
-    pub fn next_start(&self) -> usize {
-        self.rotation.next(self.candidates.len())
-    }
-
-    /// The candidate for proxy `idx`, if it is one (binary search).
-    pub fn candidate(&self, idx: u32) -> Option<&Candidate> {
-        self.view().candidate(idx)
-    }
 }
 
 /// The candidates one pick chooses among: a routing's whole list, or a selection

@@ -394,21 +394,21 @@ fn the_next_start_is_the_cursor_modulo_the_set_size() {
         let set = CandidateSet::new((0..n as u32).map(candidate).collect());
         for at in [0usize, 1, n - 1, n, n + 1, 3 * n + 2, u32::MAX as usize - 1] {
             set.rotation.cursor.store(at, Ordering::Relaxed);
-            assert_eq!(set.next_start(), at % n, "{at} % {n}");
+            assert_eq!(set.view().next_start(), at % n, "{at} % {n}");
             assert_eq!(set.rotation.cursor.load(Ordering::Relaxed), at + 1);
         }
         for at in 0..2 * n.min(1000) {
-            assert!(set.next_start() < n, "{at}");
+            assert!(set.view().next_start() < n, "{at}");
         }
     }
-    assert_eq!(CandidateSet::new(Vec::new()).next_start(), 0);
+    assert_eq!(CandidateSet::new(Vec::new()).view().next_start(), 0);
     // Candidates removed after the set was made: a plain remainder, never past the end.
     let mut set = CandidateSet::new((0..3).map(candidate).collect());
     set.candidates.truncate(2);
     set.rotation.cursor.store(5, Ordering::Relaxed);
-    assert_eq!(set.next_start(), 1);
+    assert_eq!(set.view().next_start(), 1);
     set.candidates.clear();
-    assert_eq!(set.next_start(), 0);
+    assert_eq!(set.view().next_start(), 0);
 }
 
 #[test]
