@@ -24,7 +24,7 @@ use activity_pool::model::{
     Candidate, ClientId, ExtractOutcome, ExtractRequest, FetchedBatch, Filters, Fulfillment, Label,
     Labels, OperationId, Protocol, ProxyId, RequestDigest, RequestId, UpstreamId,
 };
-use activity_pool::testkit::{RedisServer, bench_dial};
+use activity_pool::testkit::{RedisServer, bench_dial, commandstat};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -104,28 +104,15 @@ async fn redis_cpu(conn: &mut redis::aio::MultiplexedConnection) -> (f64, f64) {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0.0)
     };
-    let usec = |cmd: &str| -> f64 {
-        info.lines()
-            .find(|l| l.starts_with(cmd))
-            .and_then(|l| l.split([',', ':']).find_map(|kv| kv.strip_prefix("usec=")))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
     (
         field("used_cpu_user:") + field("used_cpu_sys:"),
-        usec("cmdstat_evalsha:") + usec("cmdstat_eval:"),
+        commandstat(&info, "evalsha", "usec") + commandstat(&info, "eval", "usec"),
     )
 }
 
 /// This process's CPU seconds so far (utime + stime, all threads).
 fn process_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    // Fields after the command name in parentheses: utime and stime are 14 and 15.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
-    // /proc counts in USER_HZ, which Linux fixes at 100 for user space.
-    ticks / 100.0
+    proxy_pool_e2e::hostile::procstat::cpu_seconds("self").unwrap()
 }
 
 /// Runs one phase and measures the CPU it cost, per request.

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use activity_pool::model::*;
 use activity_pool::ports::*;
-use activity_pool::testkit::{RedisServer, bench_dial};
+use activity_pool::testkit::{RedisServer, bench_dial, commandstat};
 use activity_pool::{PoolOptions, RedisOptions};
 
 /// Proxies in the pool unless `POOL_BENCH_PROXIES` says otherwise.
@@ -165,17 +165,10 @@ async fn evalsha_stats(conn: &mut redis::aio::MultiplexedConnection) -> (f64, f6
         .query_async(conn)
         .await
         .unwrap();
-    let line = info
-        .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .unwrap_or("");
-    let field = |name: &str| -> f64 {
-        line.split([',', ':'])
-            .find_map(|kv| kv.strip_prefix(name))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
-    (field("usec="), field("calls="))
+    (
+        commandstat(&info, "evalsha", "usec"),
+        commandstat(&info, "evalsha", "calls"),
+    )
 }
 
 /// Server-side µs of `EVALSHA` per operation since the last reset (`INFO commandstats`).

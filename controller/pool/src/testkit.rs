@@ -487,6 +487,22 @@ pub fn candidate(id: &str, ttl: Duration) -> crate::model::Candidate {
 }
 
 /// The benchmarks' proxy number `i` (pool and Distribution API alike): `protocol` at
+/// One figure of `command`'s line in Redis's `INFO commandstats` text
+/// (`cmdstat_<command>:calls=…,usec=…,…`), e.g. `commandstat(&info, "evalsha", "usec")`;
+/// 0 when the command has not run since the last `CONFIG RESETSTAT`.
+pub fn commandstat(info: &str, command: &str, field: &str) -> f64 {
+    let prefix = format!("cmdstat_{command}:");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|figures| {
+            figures
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(field)?.strip_prefix('='))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// `10.<i's low three bytes>:<8000 + i % 1000>`, user `u<i>` with password `bench-pass`.
 pub fn bench_dial(i: usize, protocol: crate::model::Protocol) -> crate::model::Dial {
     use crate::model::*;
@@ -523,5 +539,23 @@ pub fn extract_request(client: &str, count: u32) -> crate::model::ExtractRequest
         max_health_check_age: None,
         reserve_for_gateway: 0,
         idempotency_ttl: Duration::from_secs(60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::commandstat;
+
+    #[test]
+    fn commandstat_reads_one_figure_of_one_command() {
+        let info = "# Commandstats\r\n\
+            cmdstat_evalsha:usec_per_call=28.75,calls=12,usec=345\r\n\
+            cmdstat_eval:calls=2,usec=9,usec_per_call=4.50\r\n";
+        assert_eq!(commandstat(info, "evalsha", "usec"), 345.0);
+        assert_eq!(commandstat(info, "evalsha", "calls"), 12.0);
+        // `eval` is not read from `evalsha`'s line, nor `usec` from `usec_per_call`.
+        assert_eq!(commandstat(info, "eval", "calls"), 2.0);
+        assert_eq!(commandstat(info, "eval", "usec"), 9.0);
+        assert_eq!(commandstat(info, "ping", "calls"), 0.0);
     }
 }

@@ -38,6 +38,20 @@ pub fn sample(pid: u32) -> Option<Stat> {
     })
 }
 
+/// CPU seconds `pid` (`"self"`: this process) has used so far, utime + stime of all its
+/// threads (`/proc/<pid>/stat`, counted in `USER_HZ`, which Linux fixes at 100 for user
+/// space); `None` once it is gone.
+pub fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state …`: comm may hold spaces and parentheses; utime and stime are
+    // the 12th and 13th fields after it.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    #[allow(clippy::cast_precision_loss)]
+    Some((utime + stime) as f64 / 100.0)
+}
+
 /// Whether `pid` runs (and is not a zombie).
 pub fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -150,6 +164,21 @@ mod tests {
         assert!(s.rss_kib > 0 && s.fds >= 3 && s.threads >= 1, "{s:?}");
         assert!(alive(me));
         assert!(sample(u32::MAX).is_none());
+    }
+
+    #[test]
+    fn cpu_seconds_grow_with_work_and_a_gone_process_has_none() {
+        let before = cpu_seconds("self").expect("own /proc");
+        let spin = std::time::Instant::now();
+        let mut x = 0u64;
+        // Work until a clock tick (10 ms of CPU) is counted; bounded at 5 s.
+        while cpu_seconds("self").expect("own /proc") <= before {
+            assert!(spin.elapsed() < Duration::from_secs(5), "no CPU counted");
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        }
+        assert!(cpu_seconds(&u32::MAX.to_string()).is_none());
     }
 
     #[tokio::test]
