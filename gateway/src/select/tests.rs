@@ -119,6 +119,65 @@ fn two_choices_favours_low_latency_and_low_load() {
     assert!(counts.get(&1).copied().unwrap_or(0) >= 18, "{counts:?}");
 }
 
+/// A least-active window that starts near the end of the list wraps to its start: the
+/// idle candidate just past the end is found before the busy ones at the end.
+#[test]
+fn least_active_window_wraps_past_the_end() {
+    let n = LEAST_ACTIVE_WINDOW + 4;
+    let snap = uniform(n, 10, Strategy::LeastActive);
+    let r = &snap.routings[0];
+    // Each pick advances the cursor by one: after n - 2 of them the next window starts
+    // at candidate n - 2.
+    for _ in 0..n - 2 {
+        drop(pick(&snap, r, now_ms(), &[]).unwrap());
+    }
+    let _busy: Vec<_> = [n - 2, n - 1]
+        .iter()
+        .map(|&i| try_take(&r.all().candidates[i], now_ms(), &[]).unwrap())
+        .collect();
+    assert_eq!(pick(&snap, r, now_ms(), &[]).unwrap().idx, 0);
+}
+
+/// In a list longer than [`TWO_CHOICES_WINDOW`], power-of-two-choices draws both
+/// candidates from the window at the cursor (which moves by one per pick), still
+/// favours the faster proxies there, and a full window falls back to the whole list.
+#[test]
+fn two_choices_in_a_large_list_draws_from_the_window_at_the_cursor() {
+    let n = TWO_CHOICES_WINDOW * 4;
+    let snap = uniform(n, 1_000, Strategy::PowerOfTwoChoices);
+    for (i, p) in snap.proxies.iter().enumerate() {
+        for _ in 0..50 {
+            p.state.observe_latency(if i.is_multiple_of(2) {
+                1_000
+            } else {
+                1_000_000
+            });
+        }
+    }
+    let r = &snap.routings[0];
+    let mut fast = 0;
+    let mut held = Vec::new();
+    for k in 0..200 {
+        let c = pick(&snap, r, now_ms(), &[]).unwrap();
+        let offset = (c.idx as usize + n - k % n) % n;
+        assert!(
+            offset < TWO_CHOICES_WINDOW,
+            "pick {k} took {} outside the window",
+            c.idx
+        );
+        fast += usize::from(c.idx.is_multiple_of(2));
+        held.push(c);
+    }
+    // Both draws slow: 32/64 × 31/63 ≈ ¼ of the picks.
+    assert!(fast >= 120, "{fast} of 200 picks on the fast proxies");
+    drop(held);
+
+    let snap = uniform(n, 1, Strategy::PowerOfTwoChoices);
+    let held = hold(&snap, n);
+    assert!(pick(&snap, &snap.routings[0], now_ms(), &[]).is_none());
+    drop(held);
+}
+
 #[test]
 fn large_candidate_lists_use_a_bounded_window() {
     let snap = uniform(1000, 1, Strategy::LeastActive);
