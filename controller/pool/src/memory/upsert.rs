@@ -124,7 +124,7 @@ fn upsert_one(
             unique: c.unique.clone(),
         },
     );
-    st.changed(&id);
+    st.changed(id);
     report.inserted += 1;
 }
 
