@@ -16,6 +16,7 @@ use proxy_pool_controller::demand::{Demand, DrainDemand};
 
 on_both!(
     snapshots_carry_the_lease_end_and_renewals_extend_it,
+    a_worker_s_leases_are_renewed_together,
     a_restarted_control_plane_adopts_the_live_leases,
     extraction_demand_drains_the_least_loaded_proxies_across_workers,
     drains_released_in_one_pass_wake_waiting_extractions_once,
@@ -73,6 +74,33 @@ async fn snapshots_carry_the_lease_end_and_renewals_extend_it(kind: Kind) {
             p.lease_expires_at_ms
         );
     }
+}
+
+/// Once a worker's earliest lease is due, all its leases are renewed in the same pass
+/// (their ends line up: the worker's snapshot changes for renewals once per period, not
+/// in every pass).
+async fn a_worker_s_leases_are_renewed_together(kind: Kind) {
+    let h = Harness::new(kind).await;
+    h.available("p", 1, 3_600).await;
+    let mut w = worker(&h, "gw-0").await;
+    // 25 s later a second proxy comes: its lease ends 25 s after the first one's.
+    h.advance(25);
+    w.ack(true).await.expect("session kept alive");
+    h.available("q", 1, 3_600).await;
+    h.pass().await;
+    let first = h.pool.get(&pid("p-0")).await.unwrap().expect("owned");
+    let second = h.pool.get(&pid("q-0")).await.unwrap().expect("owned");
+    assert_eq!(second.worker_id, first.worker_id);
+    assert!(second.lease_expires_at > first.lease_expires_at);
+    // 20 s on, the first lease has 15 s left (inside renew_before, 20 s), the second
+    // 40 s: both are renewed, to the same end.
+    h.advance(20);
+    w.ack(true).await.expect("session kept alive");
+    h.pass().await;
+    let a = h.pool.get(&pid("p-0")).await.unwrap().expect("owned");
+    let b = h.pool.get(&pid("q-0")).await.unwrap().expect("owned");
+    assert!(a.lease_expires_at > first.lease_expires_at, "renewed");
+    assert_eq!(a.lease_expires_at, b.lease_expires_at, "renewed together");
 }
 
 async fn a_restarted_control_plane_adopts_the_live_leases(kind: Kind) {

@@ -14,6 +14,9 @@ pub const MAX_REPORT_ENTRIES: usize = 20_000;
 pub const MIN_CHECK_HOLD: Duration = Duration::from_millis(1);
 /// Longest a health check may mark a proxy (`CheckStart::hold`).
 pub const MAX_CHECK_HOLD: Duration = Duration::from_secs(3600);
+/// How many of the latest record changes the change feed (`ProxyCatalog::changes`)
+/// keeps.
+pub const CHANGE_FEED_CAPACITY: usize = 262_144;
 /// Most leases one `expire` / records one `purge_expired` call handles.
 pub const MAX_SWEEP: u32 = 10_000;
 

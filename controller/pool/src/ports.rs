@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::error::PoolResult;
 use crate::model::{
-    Assignment, CheckEnd, CheckMark, CheckStart, Claim, DrainAck, ExpiredAssignments,
+    Assignment, ChangePage, CheckEnd, CheckMark, CheckStart, Claim, DrainAck, ExpiredAssignments,
     ExtractOutcome, ExtractRequest, FetchedBatch, HealthResult, HealthUpdate, LeasePage,
     LeaseRequest, ProxyId, ProxyRecord, PurgeReport, RemoveResult, ReportAck, RuntimeReport,
     SessionRegistration, SnapshotAck, SnapshotReject, UpstreamId, UpstreamInventory, WorkerId,
@@ -65,6 +65,21 @@ pub trait OwnershipRepository: Send + Sync {
     async fn assign(&self, request: &LeaseRequest) -> PoolResult<Assignment>;
     /// Extends a lease; worker and epoch must match; capped at `usable_until`.
     async fn renew(&self, claim: &Claim, lease: Duration) -> PoolResult<Assignment>;
+    /// [`OwnershipRepository::assign`] for up to `MAX_UPDATE_BATCH` requests in one
+    /// atomic step: each request is judged alone (in input order, each under its own
+    /// new epoch), and its result is in the same position of the answer. More
+    /// requests are refused as invalid before anything is written.
+    async fn assign_many(
+        &self,
+        requests: &[LeaseRequest],
+    ) -> PoolResult<Vec<PoolResult<Assignment>>>;
+    /// [`OwnershipRepository::renew`] for up to `MAX_UPDATE_BATCH` claims in one atomic
+    /// step, each judged alone, results in input order; more are refused as invalid.
+    async fn renew_many(
+        &self,
+        claims: &[Claim],
+        lease: Duration,
+    ) -> PoolResult<Vec<PoolResult<Assignment>>>;
     /// Starts draining; idempotent for the same assignment.
     async fn begin_drain(&self, claim: &Claim) -> PoolResult<Assignment>;
     /// Releases a draining assignment once `active` and `reserved` are both zero.
@@ -127,6 +142,13 @@ pub trait ProxyCatalog: Send + Sync {
     async fn records(&self, ids: &[ProxyId]) -> PoolResult<Vec<Option<ProxyRecord>>>;
     /// Up to `limit` AVAILABLE, unowned, usable proxies of `upstream`, freshest first.
     async fn assignable(&self, upstream: &UpstreamId, limit: u32) -> PoolResult<Vec<ProxyId>>;
+    /// The change feed: up to `limit` (1 to `MAX_SWEEP`) proxies whose record was
+    /// written after cursor `since` (a page's `next`; `None`: start following now,
+    /// which reports `lost`). The feed keeps the last `CHANGE_FEED_CAPACITY` changes;
+    /// a cursor older than that, or from before a reset of the store, reports `lost`.
+    /// Ownership writes that leave the record as it is (assign, renew) are not in it:
+    /// their caller has their result.
+    async fn changes(&self, since: Option<u64>, limit: u32) -> PoolResult<ChangePage>;
 }
 
 /// Bounded cleanup.

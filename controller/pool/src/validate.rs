@@ -245,6 +245,11 @@ fn check_update_batch(field: &str, len: usize) -> PoolResult<()> {
     Ok(())
 }
 
+/// Validates the size of a batch of ownership requests (`assign_many`, `renew_many`).
+pub fn check_ownership_batch(len: usize) -> PoolResult<()> {
+    check_update_batch("requests", len)
+}
+
 /// Validates a health batch.
 pub fn check_health_batch(updates: &[HealthUpdate]) -> PoolResult<()> {
     check_update_batch("updates", updates.len())

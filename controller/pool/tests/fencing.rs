@@ -133,6 +133,16 @@ async fn a_deposed_leader_writes_nothing() {
             fence_a.grant(t1);
             a.renew(&claim, lease).await.map(drop)
         }),
+        ("assign_many", {
+            fence_a.grant(t1);
+            a.assign_many(&[lease_of("p2", &w1, lease)]).await.map(drop)
+        }),
+        ("renew_many", {
+            fence_a.grant(t1);
+            a.renew_many(std::slice::from_ref(&claim), lease)
+                .await
+                .map(drop)
+        }),
         ("drain", {
             fence_a.grant(t1);
             a.begin_drain(&claim).await.map(drop)

@@ -32,6 +32,11 @@ use activity_pool::Clock;
 use activity_pool::ports::{ActivityPool, ReportWriter};
 use tokio::sync::{Semaphore, watch};
 
+/// How often the ownership loop asks the pool's change feed whether a pass is due.
+const FEED_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+/// The shortest wait between two passes woken by the change feed.
+const MIN_PASS_GAP: std::time::Duration = std::time::Duration::from_millis(200);
+
 pub use checker::{CheckerBackend, MemoryCheckerBackend, TaskGate};
 pub use config::{ClientSpec, ControlPlaneConfig, Limits, OwnershipConfig, RoutingSpec};
 pub use error::ControlPlaneError;
@@ -243,7 +248,10 @@ impl ControlPlane {
     }
 
     /// Runs the ownership loop until `shutdown` completes: a pass every
-    /// `ownership.interval`, and promptly after a worker registers.
+    /// `ownership.interval`, promptly after a worker registers, and once the pool's
+    /// change feed shows a record change (polled every `FEED_POLL`, a pass no sooner
+    /// than `MIN_PASS_GAP` after the previous one ended), so a change reaches the
+    /// gateways without waiting out the interval.
     pub async fn run(&self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         let interval = self.shared.config.ownership.interval;
@@ -251,9 +259,17 @@ impl ControlPlane {
             if let Err(e) = self.shared.ownership.pass().await {
                 tracing::warn!(error = %e, retryable = e.is_retryable(), "ownership pass failed");
             }
+            let ownership = &self.shared.ownership;
+            let changed = async {
+                tokio::time::sleep(MIN_PASS_GAP.min(interval)).await;
+                while !ownership.pool_changed().await {
+                    tokio::time::sleep(FEED_POLL).await;
+                }
+            };
             tokio::select! {
                 () = tokio::time::sleep(interval) => {}
-                () = self.shared.ownership.woken() => {}
+                () = ownership.woken() => {}
+                () = changed => {}
                 () = &mut shutdown => break,
             }
         }

@@ -122,6 +122,14 @@ impl Publisher {
             .clone()
     }
 
+    /// Whether `worker` has nothing published yet, or its last version is at least
+    /// `heartbeat_ms` old (a `publish` would issue a new one even without a change).
+    pub fn due(&self, worker: &WorkerId, now_ms: i64, heartbeat_ms: i64) -> bool {
+        self.existing(worker).is_none_or(|ch| {
+            now_ms.saturating_sub(ch.state.lock().last_published_ms) >= heartbeat_ms
+        })
+    }
+
     fn existing(&self, worker: &WorkerId) -> Option<Arc<Channel>> {
         self.workers.lock().get(worker).cloned()
     }

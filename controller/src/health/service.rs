@@ -520,6 +520,10 @@ impl TargetExclusions for HealthService {
     fn excluded(&self, proxy: &ProxyId) -> Vec<String> {
         self.planner.lock().excluded(proxy)
     }
+
+    fn version(&self) -> u64 {
+        self.planner.lock().exclusions_version()
+    }
 }
 
 impl ProxyAnnouncer for HealthService {

@@ -12,7 +12,7 @@ use crate::model::{
     Assignment, Claim, DrainAck, ExpiredAssignments, LeasePage, LeaseRequest, ProxyId, ProxyState,
 };
 use crate::ports::OwnershipRepository;
-use crate::validate::{check_page_limit, check_sweep_limit};
+use crate::validate::{check_ownership_batch, check_page_limit, check_sweep_limit};
 
 /// The live assignment of `proxy`, matching `worker` and `epoch` with an unexpired lease.
 /// The live assignment `claim` names, unexpired.
@@ -42,49 +42,90 @@ fn set_lease(st: &mut State, a: &mut Assignment, end: Timestamp) {
     st.owners.insert(a.proxy_id.clone(), a.clone());
 }
 
+/// Leases an AVAILABLE, unowned, usable proxy under a new epoch.
+fn assign_one(st: &mut State, request: &LeaseRequest, now: Timestamp) -> PoolResult<Assignment> {
+    let proxy = &request.proxy_id;
+    let Some(s) = st.live(proxy, now) else {
+        return Err(PoolError::NotFound);
+    };
+    let r = s.record.clone();
+    if r.state != ProxyState::Available
+        || st.owners.contains_key(proxy)
+        || r.usable_until <= now
+        || st.held(&r.upstream, now).is_some()
+    {
+        return Err(PoolError::Conflict(ConflictReason::NotAssignable));
+    }
+    let floor = u64::try_from(now.0).unwrap_or(0).saturating_mul(1000);
+    st.epoch = (st.epoch + 1).max(floor);
+    let mut a = Assignment {
+        proxy_id: proxy.clone(),
+        upstream: r.upstream.clone(),
+        worker_id: request.worker_id.clone(),
+        epoch: st.epoch,
+        lease_expires_at: now.plus(request.lease).min(r.usable_until),
+        draining: false,
+    };
+    st.unindex(&r);
+    let end = a.lease_expires_at;
+    set_lease(st, &mut a, end);
+    st.index(&r, now);
+    Ok(a)
+}
+
+/// Extends a matching lease, capped at `usable_until`.
+fn renew_one(
+    st: &mut State,
+    claim: &Claim,
+    lease: Duration,
+    now: Timestamp,
+) -> PoolResult<Assignment> {
+    let mut a = matching(st, claim, now)?;
+    let usable_until = st
+        .live(&claim.proxy_id, now)
+        .map(|s| s.record.usable_until)
+        .unwrap_or(now);
+    set_lease(st, &mut a, now.plus(lease).min(usable_until));
+    Ok(a)
+}
+
 #[async_trait]
 impl OwnershipRepository for MemoryPool {
     async fn assign(&self, request: &LeaseRequest) -> PoolResult<Assignment> {
-        let proxy = &request.proxy_id;
         let (mut st, now) = self.locked();
         st.purge_expired(now, self.options.opportunistic_purge);
-        let Some(s) = st.live(proxy, now) else {
-            return Err(PoolError::NotFound);
-        };
-        let r = s.record.clone();
-        if r.state != ProxyState::Available
-            || st.owners.contains_key(proxy)
-            || r.usable_until <= now
-            || st.held(&r.upstream, now).is_some()
-        {
-            return Err(PoolError::Conflict(ConflictReason::NotAssignable));
-        }
-        let floor = u64::try_from(now.0).unwrap_or(0).saturating_mul(1000);
-        st.epoch = (st.epoch + 1).max(floor);
-        let mut a = Assignment {
-            proxy_id: proxy.clone(),
-            upstream: r.upstream.clone(),
-            worker_id: request.worker_id.clone(),
-            epoch: st.epoch,
-            lease_expires_at: now.plus(request.lease).min(r.usable_until),
-            draining: false,
-        };
-        st.unindex(&r);
-        let end = a.lease_expires_at;
-        set_lease(&mut st, &mut a, end);
-        st.index(&r, now);
-        Ok(a)
+        assign_one(&mut st, request, now)
     }
 
     async fn renew(&self, claim: &Claim, lease: Duration) -> PoolResult<Assignment> {
         let (mut st, now) = self.locked();
-        let mut a = matching(&st, claim, now)?;
-        let usable_until = st
-            .live(&claim.proxy_id, now)
-            .map(|s| s.record.usable_until)
-            .unwrap_or(now);
-        set_lease(&mut st, &mut a, now.plus(lease).min(usable_until));
-        Ok(a)
+        renew_one(&mut st, claim, lease, now)
+    }
+
+    async fn assign_many(
+        &self,
+        requests: &[LeaseRequest],
+    ) -> PoolResult<Vec<PoolResult<Assignment>>> {
+        check_ownership_batch(requests.len())?;
+        let (mut st, now) = self.locked();
+        st.purge_expired(now, self.options.opportunistic_purge);
+        Ok(requests
+            .iter()
+            .map(|r| assign_one(&mut st, r, now))
+            .collect())
+    }
+
+    async fn renew_many(
+        &self,
+        claims: &[Claim],
+        lease: Duration,
+    ) -> PoolResult<Vec<PoolResult<Assignment>>> {
+        check_ownership_batch(claims.len())?;
+        let (mut st, now) = self.locked();
+        Ok(claims
+            .iter()
+            .map(|c| renew_one(&mut st, c, lease, now))
+            .collect())
     }
 
     async fn begin_drain(&self, claim: &Claim) -> PoolResult<Assignment> {

@@ -76,6 +76,11 @@ pub(super) struct State {
     pub held: HashMap<UpstreamId, Timestamp>,
     /// Check marks by proxy (deleted with the record).
     pub marks: HashMap<ProxyId, Mark>,
+    /// The change feed: (sequence, proxy) of the latest record writes, oldest first,
+    /// at most `CHANGE_FEED_CAPACITY`; sequences are contiguous.
+    pub feed: std::collections::VecDeque<(u64, ProxyId)>,
+    /// The sequence of the latest change (0: none yet).
+    pub feed_seq: u64,
 }
 
 /// The availability combination of a record (`crate::combo::name`), as the Redis key
@@ -202,6 +207,16 @@ impl State {
         if let Some(stored) = self.records.get_mut(id) {
             stored.record = after;
         }
+        self.changed(id);
+    }
+
+    /// Notes a write of `id`'s record in the change feed.
+    pub fn changed(&mut self, id: &ProxyId) {
+        self.feed_seq += 1;
+        self.feed.push_back((self.feed_seq, id.clone()));
+        if self.feed.len() > crate::options::CHANGE_FEED_CAPACITY {
+            self.feed.pop_front();
+        }
     }
 
     /// Adjusts the inventory and managed counters for one record in `state`.
@@ -227,6 +242,7 @@ impl State {
         let Some(stored) = self.records.remove(id) else {
             return;
         };
+        self.changed(id);
         let r = &stored.record;
         if self.unique.get(&stored.unique) == Some(id) {
             self.unique.remove(&stored.unique);

@@ -10,14 +10,14 @@ use super::state::{
 use crate::clock::Timestamp;
 use crate::error::PoolResult;
 use crate::model::{
-    CheckEnd, CheckMark, CheckStart, DropReason, HealthResult, HealthUpdate, ProxyId, ProxyRecord,
-    ProxyState, PurgeReport, RemoveResult, UpsertReport, UpstreamId,
+    ChangePage, CheckEnd, CheckMark, CheckStart, DropReason, HealthResult, HealthUpdate, ProxyId,
+    ProxyRecord, ProxyState, PurgeReport, RemoveResult, UpsertReport, UpstreamId,
 };
 use crate::options::UPSERT_CHUNK;
 use crate::ports::{HealthStore, Maintenance, ProxyCatalog, Upserter};
 use crate::validate::{
     PreparedBatch, PreparedCandidate, check_check_ends, check_check_starts, check_health_batch,
-    check_id_batch, check_sweep_limit, key_digest, prepare_batch,
+    check_id_batch, check_page_limit, check_sweep_limit, key_digest, prepare_batch,
 };
 
 impl MemoryPool {
@@ -124,6 +124,7 @@ fn upsert_one(
             unique: c.unique.clone(),
         },
     );
+    st.changed(id);
     report.inserted += 1;
 }
 
@@ -312,6 +313,42 @@ impl ProxyCatalog for MemoryPool {
         }
         let sources = upstream_combos(&st, upstream).collect();
         Ok(merged(sources, now).take(limit as usize).cloned().collect())
+    }
+
+    async fn changes(&self, since: Option<u64>, limit: u32) -> PoolResult<ChangePage> {
+        check_page_limit(limit)?;
+        let st = self.state.lock();
+        let head = st.feed_seq;
+        let Some(since) = since else {
+            return Ok(ChangePage {
+                next: head,
+                lost: true,
+                ..ChangePage::default()
+            });
+        };
+        let first = st.feed.front().map_or(head + 1, |(s, _)| *s);
+        if since > head || since + 1 < first {
+            return Ok(ChangePage {
+                next: head,
+                lost: true,
+                ..ChangePage::default()
+            });
+        }
+        let skip = usize::try_from(since + 1 - first).unwrap_or(usize::MAX);
+        let ids: Vec<ProxyId> = st
+            .feed
+            .iter()
+            .skip(skip)
+            .take(limit as usize)
+            .map(|(_, id)| id.clone())
+            .collect();
+        let next = since + ids.len() as u64;
+        Ok(ChangePage {
+            ids,
+            next,
+            lost: false,
+            more: next < head,
+        })
     }
 }
 

@@ -82,6 +82,22 @@ pub struct LeasePage {
     pub next: Option<String>,
 }
 
+/// Records changed since a cursor (`ProxyCatalog::changes`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChangePage {
+    /// Proxies whose record was written (inserted, changed, removed or purged) after
+    /// the cursor, oldest change first; a proxy may appear more than once.
+    pub ids: Vec<ProxyId>,
+    /// The cursor of the next call: the last change this page covers.
+    pub next: u64,
+    /// Changes after the cursor may be missing (no cursor was given, the feed dropped
+    /// its oldest entries past its capacity, or the store was reset): read every
+    /// record of interest again, then follow the feed from `next`.
+    pub lost: bool,
+    /// More changes follow `next` already.
+    pub more: bool,
+}
+
 /// A batch of leases released by `expire`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExpiredAssignments {

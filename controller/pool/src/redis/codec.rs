@@ -48,7 +48,7 @@ where
     }
 }
 
-fn u64_str<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+pub(crate) fn u64_str<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let s = String::deserialize(d)?;
     s.parse().map_err(de::Error::custom)
 }

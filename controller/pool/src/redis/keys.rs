@@ -1,5 +1,5 @@
 //! Key names of the Redis key space (`docs/pool.md`, "Key space") and the call layout
-//! every script shares: 20 fixed keys, two result keys, then the index keys a call may touch.
+//! every script shares: 21 fixed keys, two result keys, then the index keys a call may touch.
 //!
 //! Label values enter key names only as validated identifiers; client IDs, idempotency
 //! keys and operation IDs only digested. Nothing here may ever see a password.
@@ -16,8 +16,8 @@ use crate::validate::key_digest;
 /// version never reads keys an older one wrote (`docs/pool.md`, "Key-space versions").
 pub(crate) const PREFIX: &str = "pp:{activity}:v2:";
 
-/// Fixed keys 1..=20, in the order of `lua/prelude.lua`.
-const FIXED: [&str; 20] = [
+/// Fixed keys 1..=21, in the order of `lua/prelude.lua`.
+const FIXED: [&str; 21] = [
     "records",
     "unique",
     "idkeys",
@@ -38,6 +38,7 @@ const FIXED: [&str; 20] = [
     "leader-lease",
     "demands",
     "generation",
+    "changes",
 ];
 
 /// Up to this many known index keys, every write is given all of them (no script has
@@ -333,7 +334,7 @@ mod tests {
         }
         assert!(!idem_key("c", "secret-key").contains("secret"));
         let ck = CallKeys::new(None, None);
-        assert_eq!(ck.as_slice().len(), 22);
+        assert_eq!(ck.as_slice().len(), 23);
         assert!(ck.as_slice().iter().all(|k| k.starts_with(PREFIX)));
         // The scripts find the index keys right after these.
         let first = format!("local FIRST_INDEX = {}\n", ck.as_slice().len() + 1);

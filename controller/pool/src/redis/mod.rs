@@ -190,9 +190,16 @@ impl RedisPool {
         keys::op_key(&[script.name(), &self.inner.op_seed, &n.to_string()])
     }
 
-    /// Keys of a write with a fresh operation key, plus every known index key.
+    /// Keys of a write with a fresh operation key, plus every known index key; an
+    /// ownership write gets no index key (it asks for the few its records name, so its
+    /// keys never grow with the number of combinations or upstreams).
     fn write_keys(&self, script: Script) -> CallKeys {
-        CallKeys::new(Some(self.fresh_op(script)), None).with_known(&self.inner.keys)
+        let keys = CallKeys::new(Some(self.fresh_op(script)), None);
+        if script.owner_write() {
+            keys
+        } else {
+            keys.with_known(&self.inner.keys)
+        }
     }
 
     /// Runs a call; retries (bounded) when the script asks for index keys it was not

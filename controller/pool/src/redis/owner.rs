@@ -14,11 +14,34 @@ use crate::model::{
     Assignment, Claim, DrainAck, ExpiredAssignments, LeasePage, LeaseRequest, ProxyId,
 };
 use crate::ports::OwnershipRepository;
-use crate::validate::check_page_limit;
+use crate::validate::{check_ownership_batch, check_page_limit};
 
 #[derive(Deserialize)]
 struct AssignmentReply {
     a: Option<StoredAssignment>,
+}
+
+/// The reply of a batch: one entry per request, in input order.
+#[derive(Deserialize)]
+struct ManyReply {
+    #[serde(deserialize_with = "lua_vec")]
+    res: Vec<ItemReply>,
+}
+
+#[derive(Deserialize)]
+struct ItemReply {
+    a: Option<StoredAssignment>,
+    err: Option<String>,
+}
+
+impl ItemReply {
+    fn into_result(self) -> PoolResult<Assignment> {
+        match (self.a, self.err) {
+            (Some(a), None) => Ok(Assignment::from(a)),
+            (None, Some(code)) => Err(super::error_code(&code)),
+            _ => Err(super::codec::corrupt("assignment")),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -55,6 +78,27 @@ impl RedisPool {
         r.a.map(Assignment::from)
             .ok_or_else(|| super::codec::corrupt("assignment"))
     }
+
+    /// One batch script; `n` results expected, in input order.
+    async fn many_call(
+        &self,
+        script: Script,
+        n: usize,
+        payload: serde_json::Value,
+    ) -> PoolResult<Vec<PoolResult<Assignment>>> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let r: ManyReply = decode(
+            self.run(Call::new(script, self.write_keys(script), payload))
+                .await?,
+            "assignments",
+        )?;
+        if r.res.len() != n {
+            return Err(super::codec::corrupt("assignments"));
+        }
+        Ok(r.res.into_iter().map(ItemReply::into_result).collect())
+    }
 }
 
 #[async_trait]
@@ -70,6 +114,34 @@ impl OwnershipRepository for RedisPool {
         let mut payload = claim_json(claim);
         payload["lease"] = ms(lease).into();
         self.assignment_call(Script::Renew, payload).await
+    }
+
+    async fn assign_many(
+        &self,
+        requests: &[LeaseRequest],
+    ) -> PoolResult<Vec<PoolResult<Assignment>>> {
+        check_ownership_batch(requests.len())?;
+        let q: Vec<serde_json::Value> = requests
+            .iter()
+            .map(|r| json!({ "id": r.proxy_id, "w": r.worker_id, "l": ms(r.lease) }))
+            .collect();
+        self.many_call(Script::AssignMany, requests.len(), json!({ "q": q }))
+            .await
+    }
+
+    async fn renew_many(
+        &self,
+        claims: &[Claim],
+        lease: Duration,
+    ) -> PoolResult<Vec<PoolResult<Assignment>>> {
+        check_ownership_batch(claims.len())?;
+        let c: Vec<serde_json::Value> = claims.iter().map(claim_json).collect();
+        self.many_call(
+            Script::RenewMany,
+            claims.len(),
+            json!({ "c": c, "lease": ms(lease) }),
+        )
+        .await
     }
 
     async fn begin_drain(&self, claim: &Claim) -> PoolResult<Assignment> {

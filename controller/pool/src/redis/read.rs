@@ -4,20 +4,30 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::codec::{StoredAssignment, StoredRecord, decode, lua_vec};
+use super::codec::{StoredAssignment, StoredRecord, decode, lua_vec, u64_str};
 use super::keys::CallKeys;
 use super::scripts::Script;
 use super::{Call, RedisPool};
 use crate::error::PoolResult;
-use crate::model::{Assignment, ProxyId, ProxyRecord, UpstreamId};
+use crate::model::{Assignment, ChangePage, ProxyId, ProxyRecord, UpstreamId};
 use crate::ports::ProxyCatalog;
-use crate::validate::{check_id_batch, check_sweep_limit};
+use crate::validate::{check_id_batch, check_page_limit, check_sweep_limit};
 
 #[derive(Deserialize)]
 struct RecordsReply {
     now: i64,
     #[serde(deserialize_with = "lua_vec")]
     recs: Vec<(Option<StoredRecord>, Option<StoredAssignment>)>,
+}
+
+#[derive(Deserialize)]
+struct ChangesReply {
+    #[serde(deserialize_with = "lua_vec")]
+    ids: Vec<ProxyId>,
+    #[serde(deserialize_with = "u64_str")]
+    next: u64,
+    lost: bool,
+    more: bool,
 }
 
 #[async_trait]
@@ -54,5 +64,19 @@ impl ProxyCatalog for RedisPool {
             })
             .await?;
         decode(r, "assignable")
+    }
+
+    async fn changes(&self, since: Option<u64>, limit: u32) -> PoolResult<ChangePage> {
+        check_page_limit(limit)?;
+        let c = since.map(|s| s.to_string()).unwrap_or_default();
+        let r: ChangesReply = self
+            .run_plain(Script::Changes, json!({ "c": c, "lim": limit }), "changes")
+            .await?;
+        Ok(ChangePage {
+            ids: r.ids,
+            next: r.next,
+            lost: r.lost,
+            more: r.more,
+        })
     }
 }

@@ -54,10 +54,13 @@ pub(crate) enum Script {
     LeaderToken,
     CheckBegin,
     CheckEnd,
+    AssignMany,
+    RenewMany,
+    Changes,
 }
 
 impl Script {
-    pub(crate) const ALL: [Script; 31] = [
+    pub(crate) const ALL: [Script; 34] = [
         Script::Upsert,
         Script::Remove,
         Script::Health,
@@ -89,6 +92,9 @@ impl Script {
         Script::LeaderToken,
         Script::CheckBegin,
         Script::CheckEnd,
+        Script::AssignMany,
+        Script::RenewMany,
+        Script::Changes,
     ];
 
     /// The writes only the leader makes: with a fenced adapter they carry its fencing
@@ -109,6 +115,23 @@ impl Script {
                 | Script::DemandTake
                 | Script::CheckBegin
                 | Script::CheckEnd
+                | Script::AssignMany
+                | Script::RenewMany
+        )
+    }
+
+    /// The ownership writes: given only the index keys their records name (asked for by
+    /// the script), never the key book.
+    pub(crate) fn owner_write(self) -> bool {
+        matches!(
+            self,
+            Script::Assign
+                | Script::Renew
+                | Script::Drain
+                | Script::AckDrain
+                | Script::Expire
+                | Script::AssignMany
+                | Script::RenewMany
         )
     }
 
@@ -146,6 +169,9 @@ impl Script {
             Script::LeaderToken => script!("leader_token", "leader.lua"),
             Script::CheckBegin => script!("check_begin"),
             Script::CheckEnd => script!("check_end"),
+            Script::AssignMany => script!("assign_many", "owner.lua"),
+            Script::RenewMany => script!("renew_many", "owner.lua"),
+            Script::Changes => script!("changes"),
         }
     }
 

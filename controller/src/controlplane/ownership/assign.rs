@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use activity_pool::model::{LeaseRequest, ProxyId, ProxyState, UpstreamId, WorkerId};
+use activity_pool::model::{LeaseRequest, ProxyId, ProxyRecord, ProxyState, UpstreamId, WorkerId};
 use activity_pool::{ConflictReason, PoolError, PoolResult};
 
 use super::{Owned, OwnershipManager, Pass};
@@ -66,24 +66,42 @@ impl OwnershipManager {
                     continue;
                 }
                 let records = self.ports.catalog.records(&ids).await?;
-                for rec in records.into_iter().flatten() {
-                    if missing == 0 {
-                        break;
-                    }
-                    if rec.state != ProxyState::Available
-                        || rec.owner.is_some()
-                        || rec.usable_until <= now
-                        || self.is_held(&rec.id, now)
-                    {
-                        continue;
-                    }
-                    let request = LeaseRequest {
+                // The candidates, until their slots cover what is missing; leased in
+                // one pool call (each judged alone), so a pass costs a few calls per
+                // worker, not one per proxy.
+                let mut wanted = 0u64;
+                let candidates: Vec<ProxyRecord> = records
+                    .into_iter()
+                    .flatten()
+                    .filter(|rec| {
+                        rec.state == ProxyState::Available
+                            && rec.owner.is_none()
+                            && rec.usable_until > now
+                            && !self.is_held(&rec.id, now)
+                    })
+                    .take_while(|rec| {
+                        let more = wanted < missing;
+                        wanted = wanted.saturating_add(u64::from(rec.max_concurrency));
+                        more
+                    })
+                    .take(activity_pool::options::MAX_UPDATE_BATCH)
+                    .collect();
+                if candidates.is_empty() {
+                    continue;
+                }
+                let requests: Vec<LeaseRequest> = candidates
+                    .iter()
+                    .map(|rec| LeaseRequest {
                         proxy_id: rec.id.clone(),
                         worker_id: worker.clone(),
                         lease: cfg.lease,
-                    };
-                    match self.ports.ownership.assign(&request).await {
+                    })
+                    .collect();
+                let results = self.ports.ownership.assign_many(&requests).await?;
+                for (rec, result) in candidates.into_iter().zip(results) {
+                    match result {
                         Ok(a) => {
+                            self.touch(worker);
                             missing = missing.saturating_sub(u64::from(rec.max_concurrency));
                             owners
                                 .entry(worker.clone())

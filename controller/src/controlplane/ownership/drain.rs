@@ -70,6 +70,7 @@ impl OwnershipManager {
         };
         o.assignment = self.ports.ownership.begin_drain(&claim).await?;
         o.drain_version = None;
+        self.touch(worker);
         Ok(())
     }
 
@@ -147,6 +148,7 @@ impl OwnershipManager {
                 match self.ports.ownership.acknowledge_drain(&ack).await {
                     Ok(()) => {
                         m.remove(&id);
+                        self.touch(worker);
                         self.hold(id.clone(), now);
                         *released += 1;
                         tracing::info!(proxy = %id, worker = %worker, "drain complete; ownership cleared");
@@ -154,6 +156,7 @@ impl OwnershipManager {
                     Err(PoolError::Conflict(ConflictReason::Busy)) => {}
                     Err(PoolError::Conflict(_) | PoolError::NotFound) => {
                         m.remove(&id);
+                        self.touch(worker);
                     }
                     Err(e) => return Err(e),
                 }

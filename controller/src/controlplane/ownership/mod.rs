@@ -48,6 +48,10 @@ const RECORD_CHUNK: usize = 1_000;
 const MAX_HELD: usize = 100_000;
 /// Most `expire` calls per pass.
 const MAX_EXPIRE_ROUNDS: usize = 16;
+/// A pass that takes this long is logged (with what it did).
+const SLOW_PASS: std::time::Duration = std::time::Duration::from_secs(1);
+/// Leases renewed per pass beyond the urgent ones (`OwnershipManager::renew`).
+const RENEW_PER_PASS: usize = 5_000;
 
 /// A request to take proxies away from workers so extraction can have them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,6 +72,12 @@ pub enum DrainRequest {
 pub trait TargetExclusions: Send + Sync {
     /// Routings excluded for `proxy`, sorted and unique (empty: none).
     fn excluded(&self, proxy: &ProxyId) -> Vec<String>;
+    /// A number that changes whenever some proxy's exclusions change (the publisher
+    /// then republishes every worker; without a change, only the workers whose
+    /// proxies changed). The default never changes.
+    fn version(&self) -> u64 {
+        0
+    }
 }
 
 /// What one pass did (for tests and logs).
@@ -100,6 +110,8 @@ struct Owned {
     protocol: Protocol,
     labels: Labels,
     drain_version: Option<u64>,
+    /// The record as last read (published from until the change feed names it again).
+    record: ProxyRecord,
 }
 
 impl Owned {
@@ -113,6 +125,7 @@ impl Owned {
             protocol: rec.dial.protocol,
             labels: Labels::default(),
             drain_version: None,
+            record: rec.clone(),
         };
         o.refresh(rec);
         o
@@ -126,6 +139,7 @@ impl Owned {
         self.available = rec.state == ProxyState::Available;
         self.protocol = rec.dial.protocol;
         self.labels.clone_from(&rec.labels);
+        self.record.clone_from(rec);
     }
 }
 
@@ -180,6 +194,14 @@ pub struct OwnershipManager {
     released: watch::Sender<u64>,
     exclusions: OnceLock<Arc<dyn TargetExclusions>>,
     wake: Notify,
+    /// Where the pool's change feed was read up to (`None`: not yet, or lost: the next
+    /// publish re-reads every owned record).
+    feed: parking_lot::Mutex<Option<u64>>,
+    /// Workers whose owned proxies changed since their last publish.
+    dirty: parking_lot::Mutex<std::collections::HashSet<WorkerId>>,
+    /// The exclusions version every live worker was last published with (`None`: no
+    /// publish of every worker yet).
+    full_publish: parking_lot::Mutex<Option<u64>>,
 }
 
 impl std::fmt::Debug for OwnershipManager {
@@ -212,6 +234,9 @@ impl OwnershipManager {
             released: watch::channel(0).0,
             exclusions: OnceLock::new(),
             wake: Notify::new(),
+            feed: parking_lot::Mutex::new(None),
+            dirty: parking_lot::Mutex::new(std::collections::HashSet::new()),
+            full_publish: parking_lot::Mutex::new(None),
         }
     }
 
@@ -229,6 +254,26 @@ impl OwnershipManager {
     /// Resolves when a pass was asked for.
     pub(super) async fn woken(&self) {
         self.wake.notified().await;
+    }
+
+    /// Notes that `worker`'s snapshot content changed (published by the next pass).
+    fn touch(&self, worker: &WorkerId) {
+        let mut d = self.dirty.lock();
+        if !d.contains(worker) {
+            d.insert(worker.clone());
+        }
+    }
+
+    /// Whether the pool's records changed since the last publish read the change feed
+    /// (a failure to tell counts as a change: the pass finds out).
+    pub(super) async fn pool_changed(&self) -> bool {
+        let Some(cursor) = *self.feed.lock() else {
+            return true;
+        };
+        match self.ports.catalog.changes(Some(cursor), 1).await {
+            Ok(page) => page.lost || !page.ids.is_empty(),
+            Err(_) => true,
+        }
     }
 
     /// Queues a drain; `false` when the bounded queue is full.
@@ -270,7 +315,16 @@ impl OwnershipManager {
     pub async fn pass(&self) -> PoolResult<PassReport> {
         let mut owners = self.owners.lock().await;
         let mut report = PassReport::default();
+        let started = std::time::Instant::now();
         let result = self.pass_inner(&mut owners, &mut report).await;
+        let took = started.elapsed();
+        if took >= SLOW_PASS {
+            tracing::info!(
+                took_ms = took.as_millis() as u64,
+                ?report,
+                "slow ownership pass"
+            );
+        }
         let revoke: HashMap<WorkerId, Vec<String>> = owners
             .iter()
             .map(|(w, m)| {
@@ -335,6 +389,7 @@ impl OwnershipManager {
                         .is_some_and(|o| o.assignment.epoch == a.epoch)
                 {
                     m.remove(&a.proxy_id);
+                    self.touch(&a.worker_id);
                 }
                 tracing::info!(proxy = %a.proxy_id, worker = %a.worker_id, "lease expired; ownership released");
             }
@@ -361,40 +416,70 @@ impl OwnershipManager {
         Ok(live)
     }
 
+    /// Renews leases a worker at a time, `MAX_UPDATE_BATCH` claims per pool call: once
+    /// a worker's earliest lease has less than `renew_before` left, all its leases
+    /// (those not already at `usable_until`) are renewed together, so its lease ends
+    /// line up and its snapshot changes for renewals once per renewal period, not in
+    /// every pass. Workers due are taken earliest lease first, up to `RENEW_PER_PASS`
+    /// leases a pass, plus every worker with a lease under a third of `renew_before`
+    /// left: leases handed out together (a fleet's first pass) come due over several
+    /// passes, never all in one.
     async fn renew(&self, pass: &mut Pass<'_>) -> PoolResult<usize> {
         let (owners, live, now) = (&mut *pass.owners, pass.live, pass.now);
         let cfg = &self.config.ownership;
-        let mut renewed = 0;
+        let urgent = cfg.renew_before / 3;
+        let mut workers: Vec<(Timestamp, Vec<Claim>)> = Vec::new();
         for (worker, _, _) in live {
-            let Some(m) = owners.get_mut(worker) else {
+            let Some(m) = owners.get(worker) else {
                 continue;
             };
-            let due: Vec<ProxyId> = m
-                .iter()
-                .filter(|(_, o)| {
-                    o.assignment.lease_expires_at < o.usable_until
-                        && o.assignment.lease_expires_at.since(now) < cfg.renew_before
-                })
-                .map(|(id, _)| id.clone())
-                .collect();
-            for id in due {
-                let Some(epoch) = m.get(&id).map(|o| o.assignment.epoch) else {
-                    continue;
-                };
-                let claim = Claim {
+            let renewable = || {
+                m.iter()
+                    .filter(|(_, o)| o.assignment.lease_expires_at < o.usable_until)
+            };
+            let Some(earliest) = renewable()
+                .map(|(_, o)| o.assignment.lease_expires_at)
+                .min()
+            else {
+                continue;
+            };
+            if earliest.since(now) >= cfg.renew_before {
+                continue;
+            }
+            let claims = renewable()
+                .map(|(id, o)| Claim {
                     proxy_id: id.clone(),
                     worker_id: worker.clone(),
-                    epoch,
+                    epoch: o.assignment.epoch,
+                })
+                .collect();
+            workers.push((earliest, claims));
+        }
+        workers.sort_by_key(|(earliest, _)| *earliest);
+        let mut due: Vec<Claim> = Vec::new();
+        for (earliest, claims) in workers {
+            if due.len() >= RENEW_PER_PASS && earliest.since(now) >= urgent {
+                break;
+            }
+            due.extend(claims);
+        }
+        let mut renewed = 0;
+        for chunk in due.chunks(activity_pool::options::MAX_UPDATE_BATCH) {
+            let results = self.ports.ownership.renew_many(chunk, cfg.lease).await?;
+            for (claim, result) in chunk.iter().zip(results) {
+                let Some(m) = owners.get_mut(&claim.worker_id) else {
+                    continue;
                 };
-                match self.ports.ownership.renew(&claim, cfg.lease).await {
+                self.touch(&claim.worker_id);
+                match result {
                     Ok(a) => {
-                        if let Some(o) = m.get_mut(&id) {
+                        if let Some(o) = m.get_mut(&claim.proxy_id) {
                             o.assignment = a;
                         }
                         renewed += 1;
                     }
                     Err(PoolError::Conflict(_) | PoolError::NotFound) => {
-                        m.remove(&id);
+                        m.remove(&claim.proxy_id);
                     }
                     Err(e) => return Err(e),
                 }

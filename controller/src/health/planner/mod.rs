@@ -98,6 +98,8 @@ pub struct Planner {
     leases: BTreeSet<(Timestamp, u64)>,
     tasks: HashMap<u64, ProxyId>,
     seq: u64,
+    /// Changes whenever a proxy's routing exclusions change (`exclusions_version`).
+    exclusions_version: u64,
 }
 
 impl Planner {
@@ -148,6 +150,7 @@ impl Planner {
             leases: BTreeSet::new(),
             tasks: HashMap::new(),
             seq: 0,
+            exclusions_version: 0,
         }
     }
 
@@ -245,6 +248,11 @@ impl Planner {
             out.added += 1;
         }
         out
+    }
+
+    /// A number that changes whenever some proxy's [`Planner::excluded`] does.
+    pub fn exclusions_version(&self) -> u64 {
+        self.exclusions_version
     }
 
     /// Routings `id` must not serve: their TARGET checks failed through it
@@ -425,6 +433,7 @@ impl Planner {
         let profile = e.profile.clone();
         let hold = e.outcome_hold;
         let mut verdicts = Vec::new();
+        let mut excluded_changed = false;
         let mut done = observations.is_empty();
         let latency = observations.iter().find_map(|o| o.latency);
         let mine: Vec<&Observation> = observations.iter().filter(|o| o.proxy_id == id).collect();
@@ -443,14 +452,14 @@ impl Planner {
             {
                 if o.success {
                     e.routing_failures.remove(routing);
-                    e.excluded.remove(routing);
+                    excluded_changed |= e.excluded.remove(routing);
                     // The tunnel was built: the proxy itself works.
                     fact.tier = Tier::Basic;
                 } else if o.failure == Some(super::model::FailureCode::TargetUnreachable) {
                     let n = e.routing_failures.entry(routing.to_owned()).or_insert(0);
                     *n = n.saturating_add(1);
                     if *n >= profile.reducer.target_suspect_after.get() {
-                        e.excluded.insert(routing.to_owned());
+                        excluded_changed |= e.excluded.insert(routing.to_owned());
                     }
                     continue;
                 }
@@ -481,6 +490,9 @@ impl Planner {
                 HealthState::Suspect | HealthState::Unchecked => self.cfg.suspect_recheck_interval,
             };
             self.schedule(&id, now.plus(interval));
+        }
+        if excluded_changed {
+            self.exclusions_version += 1;
         }
         // Only the last verdict of a report matters to the pool.
         Some(verdicts.pop().into_iter().collect())

@@ -266,6 +266,7 @@ for i = 1, n do
   if not earliest or exps[i] < earliest then earliest = exps[i] end
 end
 if n > 0 then redis.call('HSET', K_RECORDS, unpack(writes)) end
+for i = 1, n do changed(found[i]) end
 commit()
 if n == 0 then
   return cjson.encode({ r = { x = { d = P.dig, at = NOW, empty = true } } })

@@ -7,9 +7,9 @@
 --  combination keys)  16 combos-version  17 leader-fence (the newest fencing token)
 --  18 leader-lease ("<holder>|<token>", PX)  19 demands (LIST: extraction demand
 --  relayed to the leader)  20 generation (HASH: `start` = when the pool generation
---  began, ms; `h:<upstream>` = the end of that upstream's hold-back)  21 result key
---  22 second result key
---  23.. index keys (avail:<combination> and owned:<digest> keys), given by the Rust side.
+--  began, ms; `h:<upstream>` = the end of that upstream's hold-back)  21 changes (LIST:
+--  the change feed, see `changed`)  22 result key  23 second result key
+--  24.. index keys (avail:<combination> and owned:<digest> keys), given by the Rust side.
 -- ARGV: 1 now override in ms ('' = read TIME)  2 operation TTL ms  3 opportunistic
 --  purge count  4 operation payload (JSON)  5 the caller's fencing token ('' = an
 --  unfenced call)  6 an extra argument of some scripts.
@@ -23,7 +23,8 @@ local K_OWNERS, K_OWNER_EXP, K_EPOCH, K_INVENTORY, K_MANAGED = KEYS[6], KEYS[7],
 local K_SESSIONS, K_SESSION_EXP, K_RUNTIME, K_RUNTIME_EXP = KEYS[11], KEYS[12], KEYS[13], KEYS[14]
 local K_COMBOS, K_COMBOS_VER = KEYS[15], KEYS[16]
 local K_FENCE, K_LEADER, K_DEMANDS, K_GEN = KEYS[17], KEYS[18], KEYS[19], KEYS[20]
-local K_RESULT, K_RESULT2 = KEYS[21], KEYS[22]
+local K_FEED = KEYS[21]
+local K_RESULT, K_RESULT2 = KEYS[22], KEYS[23]
 
 local OVERRIDE = ARGV[1] ~= ''
 local NOW
@@ -46,7 +47,7 @@ if FENCE ~= '' and redis.call('GET', K_FENCE) ~= FENCE then
 end
 
 -- KEYS position of the first index key (after the fixed keys and the result keys).
-local FIRST_INDEX = 23
+local FIRST_INDEX = 24
 local GIVEN = {}
 for i = FIRST_INDEX, #KEYS do GIVEN[KEYS[i]] = true end
 local MISSING, MISSING_SEEN = {}, {}
@@ -63,6 +64,35 @@ local function ucmp(a, b)
 end
 
 local function touch(key, class) TOUCHED[key] = class or 'main' end
+
+-- The change feed (`ProxyCatalog::changes`): K_FEED lists '<seq>|<id>', one entry per
+-- record write (insert, change, purge), sequences contiguous, the oldest dropped past
+-- FEED_CAP (options.rs CHANGE_FEED_CAPACITY). A list that is gone (never written,
+-- lost with the data, or expired) starts again with a marker '<NOW * 1000>|' (no ID),
+-- far past any cursor of an old list, so such a cursor reads as lost, never as a
+-- continuation; cursor 0 (read from an empty feed) follows on from the marker while
+-- the marker is kept.
+local FEED_CAP = 262144
+local FEED_SEQ = nil
+local function feed_seq_of(entry)
+  return tonumber(string.sub(entry, 1, string.find(entry, '|', 1, true) - 1))
+end
+local function changed(id)
+  if not FEED_SEQ then
+    local last = redis.call('LINDEX', K_FEED, -1)
+    if last then
+      FEED_SEQ = feed_seq_of(last)
+    else
+      FEED_SEQ = NOW * 1000
+      redis.call('RPUSH', K_FEED, istr(FEED_SEQ) .. '|')
+    end
+  end
+  FEED_SEQ = FEED_SEQ + 1
+  if redis.call('RPUSH', K_FEED, istr(FEED_SEQ) .. '|' .. id) > FEED_CAP then
+    redis.call('LPOP', K_FEED)
+  end
+  touch(K_FEED)
+end
 
 local function need_keys(rec)
   if not rec then return true end
@@ -115,6 +145,7 @@ end
 -- never needs a later key expiry.
 local function put_rec(rec)
   redis.call('HSET', K_RECORDS, rec.id, encode_rec(rec))
+  changed(rec.id)
 end
 
 local function live(rec) return (rec and rec.exp > NOW) == true end
@@ -286,6 +317,7 @@ local function purge(rec)
   local id = rec.id
   PURGED[id] = true
   redis.call('HDEL', K_RECORDS, id)
+  changed(id)
   if redis.call('HGET', K_UNIQUE, rec.uq) == id then redis.call('HDEL', K_UNIQUE, rec.uq) end
   redis.call('HDEL', K_IDKEYS, id)
   redis.call('ZREM', K_EXPIRY, id)
