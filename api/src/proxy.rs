@@ -194,8 +194,8 @@ pub enum Strategy {
     RoundRobin,
     /// The candidate with the fewest active requests.
     LeastActive,
-    /// The better of two random candidates (from a window of 64 at a rotating offset in
-    /// larger sets), scored by active load × observed latency.
+    /// The better of two random candidates (in a large set, from a window at a rotating
+    /// offset), scored by active load × observed latency.
     PowerOfTwoChoices,
 }
 

@@ -78,11 +78,17 @@ pub fn pick_in<'a>(
 /// need it: they walk the list in order, which the hardware prefetches.
 #[inline]
 fn warm(set: Candidates<'_>, at: usize) {
-    let n = set.len();
-    let at = if at >= n { at - n } else { at };
-    if let Some(c) = set.get(at) {
+    if let Some(c) = set.get(wrap(at, set.len())) {
         std::hint::black_box(c.state.load());
     }
+}
+
+/// `i` modulo `n` for `i` below `2 n` (a start below `n` plus an offset below `n`): a
+/// compare, not a division — a round-robin pick, a least-active window and a
+/// power-of-two draw all step through the list from a rotating start this way.
+#[inline]
+fn wrap(i: usize, n: usize) -> usize {
+    if i >= n { i - n } else { i }
 }
 
 /// Tries one candidate: usable, not excluded, and a slot could be reserved.
@@ -109,17 +115,11 @@ fn scan<'a>(
     // always ends at `start`, and the chained iterator's set-up and state checks cost
     // more than the pick itself (`select_100k/round_robin` 32–38 → 14–18 ns).
     let n = set.len();
-    let mut i = if start < n { start } else { 0 };
-    for _ in 0..n {
-        if let Some(choice) = set.get(i).and_then(|c| try_take(c, now_ms, exclude)) {
-            return Some(choice);
-        }
-        i += 1;
-        if i == n {
-            i = 0;
-        }
-    }
-    None
+    let start = if start < n { start } else { 0 };
+    (0..n).find_map(|k| {
+        set.get(wrap(start + k, n))
+            .and_then(|c| try_take(c, now_ms, exclude))
+    })
 }
 
 /// Current load of a candidate that could take work, else `None`.
@@ -137,9 +137,9 @@ fn least_active<'a>(set: Candidates<'a>, now_ms: u64, exclude: &[ProxyId]) -> Op
     };
     let mut best: Option<(&'a Candidate, u32)> = None;
     // The window wraps by a compare, not `% n` (a division per candidate).
-    let mut at = if start < n { start } else { 0 };
-    for _ in 0..len {
-        if let Some(c) = set.get(at)
+    let start = if start < n { start } else { 0 };
+    for k in 0..len {
+        if let Some(c) = set.get(wrap(start + k, n))
             && let Some(load) = usable_load(c, now_ms, exclude)
             && best.is_none_or(|(_, b)| load < b)
         {
@@ -147,10 +147,6 @@ fn least_active<'a>(set: Candidates<'a>, now_ms: u64, exclude: &[ProxyId]) -> Op
             if load == 0 {
                 break;
             }
-        }
-        at += 1;
-        if at == n {
-            at = 0;
         }
     }
     best.and_then(|(c, _)| try_take(c, now_ms, exclude))
@@ -167,9 +163,8 @@ fn two_choices<'a>(set: Candidates<'a>, now_ms: u64, exclude: &[ProxyId]) -> Opt
         // Two distinct candidates of the window at the rotating offset.
         let start = set.next_start();
         let (a, b) = rng::two_distinct(TWO_CHOICES_WINDOW);
-        let wrap = |i: usize| if i >= n { i - n } else { i };
         warm(set, start + TWO_CHOICES_WINDOW);
-        (wrap(start + a), wrap(start + b))
+        (wrap(start + a, n), wrap(start + b, n))
     };
     let (Some(ca), Some(cb)) = (set.get(a), set.get(b)) else {
         return None;

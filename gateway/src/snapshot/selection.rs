@@ -485,7 +485,7 @@ impl Selection {
         let (hash, found) = if request_words(mask, &values, &mut |w| key.push(w)) {
             let key = key.words();
             let hash = hash_words(key.iter().copied()) & self.hash_bits;
-            (hash, self.find(hash, key))
+            (hash, self.probe(hash).find(|e| same(self.key(e), key)))
         } else if self.longest <= KEY_BUF {
             return Narrowing::NoMatch;
         } else {
@@ -528,28 +528,6 @@ impl Selection {
             None => self.params.iter().find(|p| p.key.eq_ignore_ascii_case(key)),
         };
         found.map(|p| usize::from(p.slot))
-    }
-
-    /// The entry whose key hashes to `hash` and is `key`: a plain loop over the probe
-    /// sequence, inlined into [`Self::narrow`] (the iterator of [`Self::probe`] is not).
-    #[inline]
-    fn find(&self, hash: u64, key: &[u64]) -> Option<&Entry> {
-        let last = self.table.len().wrapping_sub(1);
-        let mut i = hash as usize & last;
-        for _ in 0..self.table.len() {
-            let slot = self.table.get(i)?;
-            if slot.entry == 0 {
-                return None;
-            }
-            if slot.hash == hash
-                && let Some(e) = self.entries.get(slot.entry as usize - 1)
-                && same(self.key(e), key)
-            {
-                return Some(e);
-            }
-            i = (i + 1) & last;
-        }
-        None
     }
 
     /// The entries whose key hashes to `hash`, in probe order.
