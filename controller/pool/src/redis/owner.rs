@@ -101,19 +101,23 @@ impl RedisPool {
     }
 }
 
+/// The one result of a batch of one.
+fn only(results: Vec<PoolResult<Assignment>>) -> PoolResult<Assignment> {
+    results
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| Err(super::codec::corrupt("assignments")))
+}
+
 #[async_trait]
 impl OwnershipRepository for RedisPool {
     async fn assign(&self, request: &LeaseRequest) -> PoolResult<Assignment> {
-        let payload = json!({
-            "id": request.proxy_id, "w": request.worker_id, "lease": ms(request.lease),
-        });
-        self.assignment_call(Script::Assign, payload).await
+        // A batch of one: one script judges an assignment, alone or in a batch.
+        only(self.assign_many(std::slice::from_ref(request)).await?)
     }
 
     async fn renew(&self, claim: &Claim, lease: Duration) -> PoolResult<Assignment> {
-        let mut payload = claim_json(claim);
-        payload["lease"] = ms(lease).into();
-        self.assignment_call(Script::Renew, payload).await
+        only(self.renew_many(std::slice::from_ref(claim), lease).await?)
     }
 
     async fn assign_many(

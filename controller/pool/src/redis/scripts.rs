@@ -27,8 +27,6 @@ pub(crate) enum Script {
     Remove,
     Health,
     Extract,
-    Assign,
-    Renew,
     Drain,
     AckDrain,
     OwnerGet,
@@ -60,13 +58,11 @@ pub(crate) enum Script {
 }
 
 impl Script {
-    pub(crate) const ALL: [Script; 34] = [
+    pub(crate) const ALL: [Script; 32] = [
         Script::Upsert,
         Script::Remove,
         Script::Health,
         Script::Extract,
-        Script::Assign,
-        Script::Renew,
         Script::Drain,
         Script::AckDrain,
         Script::OwnerGet,
@@ -105,8 +101,6 @@ impl Script {
             Script::Upsert
                 | Script::Remove
                 | Script::Health
-                | Script::Assign
-                | Script::Renew
                 | Script::Drain
                 | Script::AckDrain
                 | Script::Expire
@@ -125,9 +119,7 @@ impl Script {
     pub(crate) fn owner_write(self) -> bool {
         matches!(
             self,
-            Script::Assign
-                | Script::Renew
-                | Script::Drain
+            Script::Drain
                 | Script::AckDrain
                 | Script::Expire
                 | Script::AssignMany
@@ -142,8 +134,6 @@ impl Script {
             Script::Remove => script!("remove"),
             Script::Health => script!("health"),
             Script::Extract => script!("extract"),
-            Script::Assign => script!("assign", "owner.lua"),
-            Script::Renew => script!("renew", "owner.lua"),
             Script::Drain => script!("drain", "owner.lua"),
             Script::AckDrain => script!("ack_drain", "owner.lua"),
             Script::OwnerGet => script!("owner_get"),

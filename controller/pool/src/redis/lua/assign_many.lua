@@ -1,5 +1,6 @@
--- Leases many proxies in one step: each request is judged alone, as assign.lua judges
--- one, in input order, each under its own new epoch.
+-- Leases AVAILABLE, unowned, usable proxies to workers in one step (a single `assign`
+-- is a batch of one): each request is judged alone, in input order, each under its own
+-- new epoch.
 -- P = { q = [{ id, w, l (lease ms) }] }
 local prev = replay()
 if prev then return prev end

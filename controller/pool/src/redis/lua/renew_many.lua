@@ -1,5 +1,5 @@
--- Extends many leases in one step: each claim is judged alone, as renew.lua judges
--- one (worker and epoch must match; capped at usable_until). Touches the owners hash
+-- Extends leases in one step (a single `renew` is a batch of one): each claim is judged
+-- alone (worker and epoch must match; capped at usable_until). Touches the owners hash
 -- and its expiry index only: no index key.
 -- P = { c = [{ id, w, e }], lease (ms) }
 local prev = replay()
