@@ -126,7 +126,7 @@ pub(super) fn slots_of(m: Option<&BTreeMap<ProxyId, Owned>>) -> u64 {
     m.map_or(0, |m| {
         m.values()
             .filter(|o| !o.assignment.draining)
-            .map(|o| o.slots)
+            .map(|o| u64::from(o.record.max_concurrency))
             .sum()
     })
 }

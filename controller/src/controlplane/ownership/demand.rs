@@ -66,11 +66,13 @@ fn admits_upstream(f: &Filters, upstream: &str) -> bool {
 fn matches(o: &Owned, demand: &Demand, now: Timestamp) -> bool {
     !o.assignment.draining
         && o.available
-        && demand
-            .filters
-            .admits(&o.assignment.upstream, o.protocol, &o.labels)
-        && o.usable_until > now.plus(DRAIN_SLACK)
-        && o.expires_at.since(now) >= demand.min_remaining_ttl + DRAIN_SLACK
+        && demand.filters.admits(
+            &o.assignment.upstream,
+            o.record.dial.protocol,
+            &o.record.labels,
+        )
+        && o.record.usable_until > now.plus(DRAIN_SLACK)
+        && o.record.expires_at.since(now) >= demand.min_remaining_ttl + DRAIN_SLACK
 }
 
 impl OwnershipManager {
@@ -121,7 +123,9 @@ impl OwnershipManager {
                         let best = m
                             .iter()
                             .filter(|(_, o)| matches(o, &pending.demand, now))
-                            .min_by_key(|(id, o)| (load(w, id), std::cmp::Reverse(o.expires_at)))?;
+                            .min_by_key(|(id, o)| {
+                                (load(w, id), std::cmp::Reverse(o.record.expires_at))
+                            })?;
                         Some((slots_of(Some(m)), w.clone(), best.0.clone()))
                     })
                     .max_by_key(|(slots, _, _)| *slots);

@@ -17,8 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use activity_pool::model::{
-    Assignment, Claim, Labels, Protocol, ProxyId, ProxyRecord, ProxyState, UpstreamId, WorkerId,
-    WorkerSession,
+    Assignment, Claim, ProxyId, ProxyRecord, ProxyState, UpstreamId, WorkerId, WorkerSession,
 };
 use activity_pool::ports::{OwnershipRepository, ProxyCatalog, RuntimeReader, SessionWriter};
 use activity_pool::{Clock, PoolError, PoolResult, Timestamp};
@@ -102,13 +101,9 @@ pub struct PassReport {
 #[derive(Clone, Debug)]
 struct Owned {
     assignment: Assignment,
-    slots: u64,
-    usable_until: Timestamp,
-    expires_at: Timestamp,
-    /// AVAILABLE (published) at the last read of its record.
+    /// AVAILABLE (published) at the last read of its record, until a drain attempt
+    /// finds otherwise.
     available: bool,
-    protocol: Protocol,
-    labels: Labels,
     drain_version: Option<u64>,
     /// The record as last read (published from until the change feed names it again).
     record: ProxyRecord,
@@ -116,29 +111,17 @@ struct Owned {
 
 impl Owned {
     fn new(rec: &ProxyRecord, assignment: Assignment) -> Self {
-        let mut o = Self {
+        Self {
             assignment,
-            slots: 0,
-            usable_until: rec.usable_until,
-            expires_at: rec.expires_at,
-            available: false,
-            protocol: rec.dial.protocol,
-            labels: Labels::default(),
+            available: rec.state == ProxyState::Available,
             drain_version: None,
             record: rec.clone(),
-        };
-        o.refresh(rec);
-        o
+        }
     }
 
-    /// Takes the record's current figures.
+    /// Takes the record as now read.
     fn refresh(&mut self, rec: &ProxyRecord) {
-        self.slots = u64::from(rec.max_concurrency);
-        self.usable_until = rec.usable_until;
-        self.expires_at = rec.expires_at;
         self.available = rec.state == ProxyState::Available;
-        self.protocol = rec.dial.protocol;
-        self.labels.clone_from(&rec.labels);
         self.record.clone_from(rec);
     }
 }
@@ -435,7 +418,7 @@ impl OwnershipManager {
             };
             let renewable = || {
                 m.iter()
-                    .filter(|(_, o)| o.assignment.lease_expires_at < o.usable_until)
+                    .filter(|(_, o)| o.assignment.lease_expires_at < o.record.usable_until)
             };
             let Some(earliest) = renewable()
                 .map(|(_, o)| o.assignment.lease_expires_at)
