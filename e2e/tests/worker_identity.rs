@@ -18,13 +18,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
 use proxy_pool_e2e::k8s::K8sBins;
+use proxy_pool_e2e::ports::free_addr;
 use proxy_pool_e2e::procs::{Procs, bin, build_binaries, vendor_sim_command};
 use proxy_pool_operator::identity::wire::DEFAULT_AUDIENCE;
 
@@ -370,11 +371,6 @@ fn exchange(addr: SocketAddr, request: &str) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
-fn free_port() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
-}
-
 struct GatewayPorts {
     http: SocketAddr,
     socks5: SocketAddr,
@@ -384,9 +380,9 @@ struct GatewayPorts {
 impl GatewayPorts {
     fn new() -> Self {
         Self {
-            http: free_port(),
-            socks5: free_port(),
-            admin: free_port(),
+            http: free_addr(),
+            socks5: free_addr(),
+            admin: free_addr(),
         }
     }
 }
@@ -405,13 +401,13 @@ struct Ports {
 impl Ports {
     fn new() -> Self {
         Self {
-            sim: free_port(),
-            echo: free_port(),
-            echo_tls: free_port(),
-            dist: free_port(),
-            admin: free_port(),
-            cp: free_port(),
-            checker_ops: free_port(),
+            sim: free_addr(),
+            echo: free_addr(),
+            echo_tls: free_addr(),
+            dist: free_addr(),
+            admin: free_addr(),
+            cp: free_addr(),
+            checker_ops: free_addr(),
             gw: GatewayPorts::new(),
         }
     }
